@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Thin, checked wrappers over the moem.ko ioctls (include/uapi/linux/moem.h)
+ * and the budget knob names shared by sysfs, the ioctl and moemd.
+ */
+#ifndef MOEM_DEV_H
+#define MOEM_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <linux/moem.h>
+
+/* This library's version, checked against the module's at open. */
+#define MOEM_LIB_VERSION	((1 << 16) | 0)
+#define MOEM_DEV_PATH		"/dev/moem"
+#define MOEM_SYSFS_ROOT		"/sys/kernel/moem"
+
+/*
+ * Open the control device and check the ABI: -ENODEV if absent, -EPROTO
+ * if the module's major differs or it requires a newer library.
+ */
+int moem_dev_open(const char *path, int *fd);
+int moem_dev_version(int fd, struct moem_version *v);
+int moem_dev_region_create(int fd, const char *name, uint64_t size, uint32_t flags,
+			   uint32_t mode, int *region_fd);
+int moem_dev_region_open(int fd, const char *name, uint32_t flags, int *region_fd);
+int moem_dev_region_info(int fd, const char *name, struct moem_region_info *info);
+int moem_dev_region_fd_info(int region_fd, struct moem_region_info *info, char *name);
+int moem_dev_region_destroy(int fd, const char *name);
+/* Region names as a malloc()ed array of malloc()ed strings; free with
+ * moem_dev_names_free(). */
+int moem_dev_region_list(int fd, char ***names, uint32_t *count);
+void moem_dev_names_free(char **names, uint32_t count);
+int moem_dev_pool_stats(int fd, struct moem_pool_stats *st);
+int moem_dev_budget_get(int fd, enum moem_budget_knob knob, uint64_t *value, uint64_t *seq);
+int moem_dev_budget_set(int fd, enum moem_budget_knob knob, uint64_t value);
+
+/* Knob names as sysfs spells them: "hbm_bytes", ..., "reroute". */
+const char *moem_budget_name(enum moem_budget_knob knob);
+int moem_budget_lookup(const char *name, enum moem_budget_knob *out);
+/* Reroute policy names: "none", "lynx", "oea", "cache-aware", "piggyback". */
+const char *moem_reroute_name(enum moem_reroute r);
+int moem_reroute_parse(const char *s, enum moem_reroute *out);
+/*
+ * Parse a knob value as a user writes it (sizes may carry K/M/G suffixes,
+ * reroute takes a name) and validate it with the kernel's rules; -EINVAL or
+ * -ERANGE with a message otherwise.
+ */
+int moem_budget_parse(enum moem_budget_knob knob, const char *s, uint64_t *value);
+int moem_budget_validate(enum moem_budget_knob knob, uint64_t value);
+/* Format a value as sysfs shows it. */
+void moem_budget_format(enum moem_budget_knob knob, uint64_t value, char *buf, size_t len);
+
+#endif /* MOEM_DEV_H */

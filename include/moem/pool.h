@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The host staging pool: one contiguous mapping of pinned memory in 2 MiB
+ * pieces, from one of three providers behind one interface:
+ *
+ *  kmod     a named region of moem.ko (/dev/moem): pinned 2 MiB compound
+ *           pages, zeroed, optionally persistent across process restarts;
+ *  hugetlb  memfd_create(MFD_HUGETLB | MFD_HUGE_2MB) when enough huge pages
+ *           are reserved (vm.nr_hugepages);
+ *  thp      anonymous memory with MADV_HUGEPAGE, mlock()ed when allowed.
+ *
+ * The pool reports which provider served, why, and what the kernel says
+ * the backing pages are (moem.ko's chunk size, or /proc/self/smaps).
+ */
+#ifndef MOEM_POOL_H
+#define MOEM_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum moem_pool_provider {
+	MOEM_POOL_AUTO = 0,	/* kmod, else hugetlb if reserved, else thp */
+	MOEM_POOL_KMOD,
+	MOEM_POOL_HUGETLB,
+	MOEM_POOL_THP,
+	MOEM_POOL_NR
+};
+
+struct moem_pool_opts {
+	enum moem_pool_provider provider;
+	uint64_t size;		/* bytes; rounded up to 2 MiB. 0 with attach: take the
+				 * existing region's size */
+	const char *name;	/* kmod region name (default "moem") */
+	const char *dev_path;	/* default "/dev/moem" */
+	bool persistent;	/* kmod: region outlives the process */
+	bool attach;		/* kmod: open the named region if it exists */
+	uint32_t mode;		/* kmod: region permission bits (default 0600) */
+	bool no_lock;		/* thp: do not mlock (tests of the unlocked path) */
+};
+
+struct moem_pool_info {
+	enum moem_pool_provider provider;
+	uint64_t size;
+	uint64_t page_bytes;	/* size of the backing pages: 2 MiB or 4 KiB */
+	uint64_t huge_bytes;	/* bytes the kernel reports as backed by 2 MiB pages */
+	bool pinned;		/* cannot be swapped or migrated by reclaim */
+	bool attached;		/* kmod: an existing region was opened */
+	bool persistent;
+	char region[64];	/* kmod region name */
+	char why[192];		/* why this provider ("kmod not loaded: ...") */
+	char backing[128];	/* what the kernel says of the pages */
+};
+
+struct moem_pool;
+
+/*
+ * Open a pool. Returns 0 and *out, or -errno with a message: -ENODEV (kmod
+ * asked for, /dev/moem missing), -EPROTO (module ABI mismatch), -ENOMEM /
+ * -ENOSPC (no memory or huge pages), -EEXIST (region exists with another
+ * size or attach not requested), -EACCES.
+ */
+int moem_pool_open(const struct moem_pool_opts *opts, struct moem_pool **out);
+/* Unmap and release; a persistent kmod region stays for the next open. */
+void moem_pool_close(struct moem_pool *pool);
+
+void *moem_pool_base(const struct moem_pool *pool);
+uint64_t moem_pool_size(const struct moem_pool *pool);
+void moem_pool_get_info(const struct moem_pool *pool, struct moem_pool_info *info);
+/* The region fd of a kmod pool (for info ioctls), else -1. */
+int moem_pool_region_fd(const struct moem_pool *pool);
+
+const char *moem_pool_provider_name(enum moem_pool_provider p);
+int moem_pool_provider_parse(const char *s, enum moem_pool_provider *out);
+
+/*
+ * What /proc/self/smaps says of the mapping that starts at addr: the
+ * kernel page size, bytes in 2 MiB pages (AnonHugePages, hugetlb) and
+ * locked bytes. -ENOENT if no mapping starts there.
+ */
+struct moem_smaps {
+	uint64_t size, rss, kernel_page, huge, locked;
+};
+int moem_smaps_read(const void *addr, struct moem_smaps *out);
+
+#endif /* MOEM_POOL_H */

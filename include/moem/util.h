@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Small helpers shared by all of libmoem: sizes, alignment, overflow-safe
+ * arithmetic, clocks. Header-only.
+ */
+#ifndef MOEM_UTIL_H
+#define MOEM_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define MOEM_ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
+#define MOEM_KiB		(1024ULL)
+#define MOEM_MiB		(1024ULL * 1024)
+#define MOEM_GiB		(1024ULL * 1024 * 1024)
+#define MOEM_CHUNK_BYTES	(2ULL * 1024 * 1024)
+
+#define moem_likely(x)		__builtin_expect(!!(x), 1)
+#define moem_unlikely(x)	__builtin_expect(!!(x), 0)
+#define MOEM_UNUSED		__attribute__((unused))
+#define MOEM_PRINTF(a, b)	__attribute__((format(printf, a, b)))
+
+#define moem_min(a, b)		((a) < (b) ? (a) : (b))
+#define moem_max(a, b)		((a) > (b) ? (a) : (b))
+#define moem_clamp(x, lo, hi)	moem_min(moem_max((x), (lo)), (hi))
+
+/* Round up to a power-of-two alignment; the caller checks for overflow. */
+static inline uint64_t moem_align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) & ~(a - 1);
+}
+
+static inline bool moem_is_aligned(uint64_t x, uint64_t a)
+{
+	return (x & (a - 1)) == 0;
+}
+
+/* Overflow-checked arithmetic: return true on overflow. */
+static inline bool moem_add_overflow(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_add_overflow(a, b, r);
+}
+
+static inline bool moem_mul_overflow(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_mul_overflow(a, b, r);
+}
+
+/* Aligned-up with overflow check: true on overflow. */
+static inline bool moem_align_up_overflow(uint64_t x, uint64_t a, uint64_t *r)
+{
+	uint64_t t;
+
+	if (moem_add_overflow(x, a - 1, &t))
+		return true;
+	*r = t & ~(a - 1);
+	return false;
+}
+
+static inline uint64_t moem_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * moem_parse_size() - parse "4096", "64K", "12M", "1.5G", "2T" (binary
+ * multiples) into bytes. Returns 0 or -EINVAL / -ERANGE (with a message
+ * in moem_last_error()). If pct_of is non-NULL, a value like "25%" is
+ * accepted and resolved against *pct_of; otherwise "%" is rejected.
+ */
+int moem_parse_size(const char *s, const uint64_t *pct_of, uint64_t *out);
+
+/* Format bytes as "1.50 GiB" into buf (at least 32 bytes); returns buf. */
+char *moem_fmt_bytes(uint64_t bytes, char *buf, size_t len);
+
+#endif /* MOEM_UTIL_H */

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * kmod provider: a named region of moem.ko. With attach, an existing region
+ * of the name is opened (a restarted daemon finds its staged experts);
+ * otherwise a new one is created, persistent if asked.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <moem/dev.h>
+#include <moem/error.h>
+#include <moem/util.h>
+
+#include "pool_int.h"
+
+int moem_pool_kmod_open(const struct moem_pool_opts *opts, struct moem_pool *pool)
+{
+	struct moem_region_info ri;
+	int dev_fd, fd = -1, ret;
+	bool attached = false;
+	void *base;
+
+	ret = moem_dev_open(opts->dev_path, &dev_fd);
+	if (ret)
+		return ret;
+	if (opts->attach) {
+		ret = moem_dev_region_open(dev_fd, opts->name, 0, &fd);
+		if (ret == 0)
+			attached = true;
+		else if (ret != -ENOENT)
+			goto err_dev;
+	}
+	if (!attached) {
+		if (!opts->size) {
+			ret = moem_errf(ENOENT, "region '%s' does not exist and no size was given",
+					opts->name);
+			goto err_dev;
+		}
+		ret = moem_dev_region_create(dev_fd, opts->name, opts->size,
+					     opts->persistent ? MOEM_REGION_PERSISTENT : 0,
+					     opts->mode, &fd);
+		if (ret)
+			goto err_dev;
+	}
+	ret = moem_dev_region_fd_info(fd, &ri, NULL);
+	if (ret)
+		goto err_fd;
+	if (attached && opts->size && ri.size != opts->size) {
+		ret = moem_errf(EEXIST, "region '%s' exists with %llu bytes, %llu wanted",
+				opts->name, (unsigned long long)ri.size,
+				(unsigned long long)opts->size);
+		goto err_fd;
+	}
+	base = mmap(NULL, ri.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		ret = moem_errf(errno, "mmap region '%s': %s", opts->name, strerror(errno));
+		goto err_fd;
+	}
+	pool->base = base;
+	pool->size = ri.size;
+	pool->fd = fd;
+	pool->dev_fd = dev_fd;
+	pool->info.provider = MOEM_POOL_KMOD;
+	pool->info.page_bytes = MOEM_CHUNK_SIZE;
+	pool->info.huge_bytes = ri.size;
+	pool->info.pinned = true;
+	pool->info.attached = attached;
+	pool->info.persistent = ri.flags & MOEM_REGION_PERSISTENT;
+	snprintf(pool->info.region, sizeof(pool->info.region), "%s", opts->name);
+	snprintf(pool->info.why, sizeof(pool->info.why), "%s: %s region '%s'",
+		 opts->dev_path ? opts->dev_path : MOEM_DEV_PATH,
+		 attached ? "attached existing" : "created", opts->name);
+	snprintf(pool->info.backing, sizeof(pool->info.backing),
+		 "moem.ko: %llu pinned 2 MiB compound pages (mapped with 4 KiB PTEs)",
+		 (unsigned long long)(ri.size / MOEM_CHUNK_SIZE));
+	return 0;
+
+err_fd:
+	close(fd);
+err_dev:
+	close(dev_fd);
+	return ret;
+}

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * thp provider: anonymous memory aligned to 2 MiB with MADV_HUGEPAGE, then
+ * mlock()ed so reclaim cannot take it. Without the privilege to lock
+ * (RLIMIT_MEMLOCK) the pool still works, unpinned, and says so.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <moem/error.h>
+#include <moem/util.h>
+
+#include "pool_int.h"
+
+int moem_pool_thp_open(const struct moem_pool_opts *opts, struct moem_pool *pool)
+{
+	uint64_t len = opts->size + MOEM_CHUNK_BYTES;
+	struct moem_smaps sm;
+	uint8_t *raw, *base;
+	bool locked = false;
+	int lock_err = 0;
+
+	raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		   -1, 0);
+	if (raw == MAP_FAILED)
+		return moem_errf(errno, "thp pool of %llu MiB: mmap: %s",
+				 (unsigned long long)(opts->size >> 20), strerror(errno));
+	/* Trim to a 2 MiB-aligned window so every page can be a huge page. */
+	base = (uint8_t *)moem_align_up((uintptr_t)raw, MOEM_CHUNK_BYTES);
+	if (base > raw)
+		munmap(raw, (size_t)(base - raw));
+	if (base + opts->size < raw + len)
+		munmap(base + opts->size, (size_t)(raw + len - (base + opts->size)));
+	if (madvise(base, opts->size, MADV_HUGEPAGE) < 0) {
+		/* THP compiled out or disabled: still a working (4 KiB) pool. */
+	}
+	if (!opts->no_lock) {
+		if (mlock(base, opts->size) == 0)
+			locked = true;
+		else
+			lock_err = errno;
+	}
+	if (!locked) {
+		/* Touch every page so the pool is resident like the others. */
+		if (madvise(base, opts->size, MADV_POPULATE_WRITE) < 0) {
+			for (uint64_t off = 0; off < opts->size; off += 4096)
+				base[off] = 0;
+		}
+	}
+	pool->base = base;
+	pool->size = opts->size;
+	pool->info.provider = MOEM_POOL_THP;
+	pool->info.pinned = locked;
+	pool->info.page_bytes = 4096;
+	if (moem_smaps_read(base, &sm) == 0) {
+		pool->info.huge_bytes = sm.huge;
+		if (sm.huge == opts->size)
+			pool->info.page_bytes = MOEM_CHUNK_BYTES;
+	}
+	snprintf(pool->info.backing, sizeof(pool->info.backing),
+		 "smaps: %llu of %llu MiB in transparent huge pages, %s",
+		 (unsigned long long)(pool->info.huge_bytes >> 20),
+		 (unsigned long long)(opts->size >> 20),
+		 locked ? "mlocked" : lock_err ? "NOT locked (mlock refused)" : "not locked");
+	if (!locked && lock_err)
+		snprintf(pool->info.why, sizeof(pool->info.why),
+			 "thp pool: mlock failed (%s): pages are not pinned", strerror(lock_err));
+	return 0;
+}

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The userspace pool providers on this machine: thp always, hugetlb when
+ * huge pages can be reserved (as root), kmod refused cleanly without the
+ * module, and auto choosing and explaining.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <moem/error.h>
+#include <moem/pool.h>
+#include <moem/util.h>
+
+#include "kselftest_harness.h"
+
+static void fill_check(struct __test_metadata *_metadata, struct moem_pool *p)
+{
+	uint8_t *b = moem_pool_base(p);
+	uint64_t n = moem_pool_size(p);
+
+	ASSERT_EQ(0u, (uintptr_t)b % MOEM_CHUNK_BYTES);
+	for (uint64_t i = 0; i < n; i += 4096)
+		ASSERT_EQ(0, b[i]); /* fresh pools read as zeros */
+	memset(b, 0xa5, n);
+	for (uint64_t i = 0; i < n; i += 4093)
+		ASSERT_EQ(0xa5, b[i]);
+}
+
+TEST(thp_provider)
+{
+	struct moem_pool_opts o = { .provider = MOEM_POOL_THP, .size = 6 * MOEM_MiB + 1 };
+	struct moem_pool_info info;
+	struct moem_pool *p;
+
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(8 * MOEM_MiB, moem_pool_size(p)); /* rounded up to 2 MiB */
+	moem_pool_get_info(p, &info);
+	EXPECT_EQ(MOEM_POOL_THP, info.provider);
+	EXPECT_EQ(geteuid() == 0, info.pinned);
+	TH_LOG("thp: %s; %s", info.why, info.backing);
+	fill_check(_metadata, p);
+	moem_pool_close(p);
+}
+
+TEST(thp_unlocked)
+{
+	struct moem_pool_opts o = { .provider = MOEM_POOL_THP, .size = 4 * MOEM_MiB,
+				    .no_lock = true };
+	struct moem_pool_info info;
+	struct moem_pool *p;
+
+	ASSERT_EQ(0, moem_pool_open(&o, &p));
+	moem_pool_get_info(p, &info);
+	EXPECT_FALSE(info.pinned);
+	fill_check(_metadata, p);
+	moem_pool_close(p);
+}
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, s, strlen(s)) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+#define NR_HUGE "/proc/sys/vm/nr_hugepages"
+
+TEST(hugetlb_provider)
+{
+	struct moem_pool_opts o = { .provider = MOEM_POOL_HUGETLB, .size = 8 * MOEM_MiB };
+	struct moem_pool_info info;
+	struct moem_pool *p;
+	char old[32] = "0\n";
+	FILE *f = fopen(NR_HUGE, "r");
+	int ret;
+
+	if (!f || !fgets(old, sizeof(old), f) || geteuid() != 0 ||
+	    write_str(NR_HUGE, "8") < 0) {
+		if (f)
+			fclose(f);
+		SKIP(return, "cannot reserve huge pages (needs root and hugetlbfs)");
+	}
+	fclose(f);
+	ret = moem_pool_open(&o, &p);
+	if (ret == 0) {
+		moem_pool_get_info(p, &info);
+		EXPECT_EQ(MOEM_POOL_HUGETLB, info.provider);
+		EXPECT_EQ(2 * MOEM_MiB, info.page_bytes) TH_LOG("%s", info.backing);
+		EXPECT_EQ(8 * MOEM_MiB, info.huge_bytes);
+		fill_check(_metadata, p);
+		moem_pool_close(p);
+	}
+	/* more than reserved: a clean -ENOSPC, not a SIGBUS later */
+	o.size = 64 * MOEM_MiB;
+	EXPECT_EQ(-ENOSPC, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	write_str(NR_HUGE, old);
+	ASSERT_EQ(0, ret) TH_LOG("%s", moem_last_error());
+}
+
+TEST(kmod_absent)
+{
+	struct moem_pool_opts o = { .provider = MOEM_POOL_KMOD, .size = 2 * MOEM_MiB,
+				    .dev_path = "/nonexistent/moem" };
+	struct moem_pool *p;
+
+	EXPECT_EQ(-ENODEV, moem_pool_open(&o, &p));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "not loaded"));
+}
+
+TEST(auto_explains_choice)
+{
+	struct moem_pool_opts o = { .size = 4 * MOEM_MiB, .dev_path = "/nonexistent/moem" };
+	struct moem_pool_info info;
+	struct moem_pool *p;
+
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	EXPECT_NE(MOEM_POOL_KMOD, info.provider);
+	EXPECT_NE(NULL, strstr(info.why, "kmod not loaded")) TH_LOG("%s", info.why);
+	moem_pool_close(p);
+}
+
+TEST(bad_opts)
+{
+	struct moem_pool_opts o = { .provider = MOEM_POOL_THP };
+	struct moem_pool *p;
+
+	EXPECT_EQ(-EINVAL, moem_pool_open(&o, &p));
+	o.size = 1ULL << 62;
+	EXPECT_EQ(-EINVAL, moem_pool_open(&o, &p));
+	o.size = UINT64_MAX;
+	EXPECT_EQ(-EINVAL, moem_pool_open(&o, &p));
+	o.provider = (enum moem_pool_provider)42;
+	o.size = 2 * MOEM_MiB;
+	EXPECT_EQ(-EINVAL, moem_pool_open(&o, &p));
+}
+
+TEST(provider_names)
+{
+	enum moem_pool_provider pr;
+
+	ASSERT_EQ(0, moem_pool_provider_parse("hugetlb", &pr));
+	EXPECT_EQ(MOEM_POOL_HUGETLB, pr);
+	EXPECT_EQ(-EINVAL, moem_pool_provider_parse("shm", &pr));
+	EXPECT_STREQ("thp", moem_pool_provider_name(MOEM_POOL_THP));
+}
+
+TEST_HARNESS_MAIN
