@@ -23,11 +23,13 @@ static void fill_check(struct __test_metadata *_metadata, struct moem_pool *p)
 	uint64_t n = moem_pool_size(p);
 
 	ASSERT_EQ(0u, (uintptr_t)b % MOEM_CHUNK_BYTES);
-	for (uint64_t i = 0; i < n; i += 4096)
+	for (uint64_t i = 0; i < n; i += 4096) {
 		ASSERT_EQ(0, b[i]); /* fresh pools read as zeros */
+	}
 	memset(b, 0xa5, n);
-	for (uint64_t i = 0; i < n; i += 4093)
+	for (uint64_t i = 0; i < n; i += 4093) {
 		ASSERT_EQ(0xa5, b[i]);
+	}
 }
 
 TEST(thp_provider)

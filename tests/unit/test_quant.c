@@ -125,8 +125,9 @@ TEST(rounding_rules)
 	EXPECT_EQ(0x10, q[0]); /* element 0 low nibble = 0, element 1 high nibble = 1 */
 	EXPECT_EQ(0xfe, q[7]);
 	moem_dequantize_row(&l, q, 0, out);
-	for (int i = 0; i < 128; i++)
+	for (int i = 0; i < 128; i++) {
 		EXPECT_EQ((float)(i % 16), out[i]);
+	}
 	/* Constant group: asymmetric scale 0, every value exact through min. */
 	for (int i = 0; i < 128; i++)
 		w[i] = moem_f32_to_bf16(-0.75f);

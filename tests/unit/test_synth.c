@@ -21,8 +21,9 @@ static struct moem_synth *mk(struct __test_metadata *_metadata, struct moem_synt
 	struct moem_synth *g;
 	double m[MOEM_SYNTH_MAX_WORKLOADS];
 
-	if (mix)
+	if (mix) {
 		EXPECT_EQ(0, moem_synth_parse_mix(p, mix, m));
+	}
 	EXPECT_EQ(0, moem_synth_create(p, mix ? m : NULL, batch, &g));
 	return g;
 }
@@ -39,9 +40,10 @@ TEST(deterministic)
 		moem_synth_step(a);
 		moem_synth_step(b);
 		for (uint32_t t = 0; t < 16; t++)
-			for (uint32_t m = 0; m < 4; m++)
+			for (uint32_t m = 0; m < 4; m++) {
 				ASSERT_EQ(0, memcmp(moem_synth_intents(a, t, m),
 						    moem_synth_intents(b, t, m), 8 * 2));
+			}
 	}
 	moem_synth_destroy(a);
 	moem_synth_destroy(b);
@@ -63,8 +65,9 @@ TEST(intents_distinct_and_in_range)
 
 				for (int i = 0; i < 8; i++) {
 					ASSERT_LT(in[i], 16);
-					for (int j = 0; j < i; j++)
+					for (int j = 0; j < i; j++) {
 						ASSERT_NE(in[i], in[j]);
+					}
 				}
 			}
 	}

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Routing on the CPU: softmax top-k with each model's weight rule, and the
+ * batch-aware re-routing of ALGORITHMS.md (LYNX sec. 1, OEA sec. 2, the
+ * resident-set piggyback of sec. 3). Pure functions of their inputs:
+ * the CPU backend, the policies and the trace simulator all call these,
+ * and the CUDA kernels are checked against them.
+ *
+ * Conventions for every function here:
+ *  - z is [B][N] router logits (float), row-major;
+ *  - pad (may be NULL) marks padding tokens (pad[t] != 0): they choose no
+ *    expert (cnt[t] = 0) and take no part in batch statistics;
+ *  - out: ids[B][k] (expert ids, strongest first; unused slots -1),
+ *    w[B][k] (route weights; unused slots 0), cnt[B] (slots used);
+ *  - ties in a score are broken towards the lower expert id, so results
+ *    are deterministic;
+ *  - weights follow the model's rule for whatever set S_t was chosen:
+ *    p = softmax(z[t]) over all N; w = p[e] for e in S_t; if
+ *    norm_topk_prob, w /= sum of w over S_t; then w *= routed_scaling.
+ *    (Qwen3, Mixtral: renormalised; OLMoE: not; DeepSeek-V2: scaled.)
+ */
+#ifndef MOEM_ROUTE_H
+#define MOEM_ROUTE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct moem_route_cfg {
+	uint32_t n_experts;	/* N */
+	uint32_t top_k;		/* k */
+	bool norm_topk_prob;
+	float routed_scaling;	/* 1.0 unless the model says otherwise */
+};
+
+struct moem_route_out {
+	int32_t *ids;		/* [B][k] */
+	float *w;		/* [B][k] */
+	uint32_t *cnt;		/* [B] */
+};
+
+/* LYNX parameters (ALGORITHMS.md sec. 1): moem default alpha 2, beta 4. */
+struct moem_lynx_params {
+	float alpha;
+	uint32_t beta;
+};
+
+/* Vanilla routing: top-k by logit per token. */
+int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z,
+		    const uint8_t *pad, struct moem_route_out *out);
+
+/*
+ * LYNX: bin[t,e] = max(-beta, ceil(alpha * (z[t,e] - max_j z[t,j]))),
+ * S[e] = sum_t B^bin[t,e], key[t,e] = bin[t,e] + S[e] / (B + 1); each token
+ * takes its own top-1 and then the best keys up to k. Callers apply it only
+ * to memory-bound (decode) batches.
+ */
+int moem_route_lynx(const struct moem_route_cfg *c, const struct moem_lynx_params *p,
+		    uint32_t B, const float *z, const uint8_t *pad, struct moem_route_out *out);
+
+/*
+ * OEA (simplified, p = 1, k_max = k, maxP = N): S_base = union of each
+ * token's top-k0; each token then takes its top-k of z masked to S_base.
+ * With extra (may be NULL; [N] non-zero = expert is resident), S_base is
+ * widened by those experts first: the lossy resident-set piggyback.
+ */
+int moem_route_oea(const struct moem_route_cfg *c, uint32_t k0, uint32_t B, const float *z,
+		   const uint8_t *pad, const uint8_t *extra, struct moem_route_out *out);
+
+/* moem default k0 = ceil(k / 2). */
+static inline uint32_t moem_oea_default_k0(uint32_t k)
+{
+	return (k + 1) / 2;
+}
+
+/*
+ * Distinct experts the batch activates (T); if active is non-NULL it gets
+ * active[e] = 1 for each one ([N], cleared first).
+ */
+uint32_t moem_route_active(const struct moem_route_cfg *c, uint32_t B,
+			   const struct moem_route_out *out, uint8_t *active);
+
+/* Fill w for a chosen set by the model's rule (used by every router). */
+void moem_route_weights(const struct moem_route_cfg *c, const float *z_row,
+			const int32_t *ids, uint32_t cnt, float *w);
+
+#endif /* MOEM_ROUTE_H */

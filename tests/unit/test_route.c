@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Routing invariants of ALGORITHMS.md on random and adversarial batches:
+ * top-k against a brute-force reference; LYNX keeps each token's top-1,
+ * chooses exactly k and never activates more experts than vanilla; OEA's
+ * S_base nesting, union and T equal to pruned top-k0; padding, B = 1,
+ * identical tokens and ties.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/route.h>
+#include <moem/rng.h>
+
+#include "kselftest_harness.h"
+
+#define MAXB 64
+#define MAXN 128
+#define MAXK 8
+
+struct routed {
+	int32_t ids[MAXB * MAXK];
+	float w[MAXB * MAXK];
+	uint32_t cnt[MAXB];
+	struct moem_route_out out;
+};
+
+static void routed_init(struct routed *r)
+{
+	r->out.ids = r->ids;
+	r->out.w = r->w;
+	r->out.cnt = r->cnt;
+}
+
+static void gen(struct moem_rng *r, float *z, uint32_t B, uint32_t N, int kind)
+{
+	for (uint32_t t = 0; t < B; t++)
+		for (uint32_t e = 0; e < N; e++) {
+			float v;
+
+			switch (kind) {
+			case 0: /* gaussian */
+				v = (float)moem_rng_normal(r) * 2;
+				break;
+			case 1: /* coarse: many exact ties */
+				v = (float)moem_rng_below(r, 4);
+				break;
+			default: /* skewed: a few popular experts */
+				v = (float)moem_rng_normal(r) + (e < 6 ? 3.0f : 0.0f);
+				break;
+			}
+			z[(size_t)t * N + e] = v;
+		}
+}
+
+static int contains(const int32_t *ids, uint32_t n, int32_t e)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] == e)
+			return 1;
+	return 0;
+}
+
+TEST(topk_matches_bruteforce_and_weights)
+{
+	struct moem_route_cfg c = { 64, 8, true, 1.0f };
+	static float z[MAXB * MAXN];
+	struct moem_rng r;
+	struct routed o;
+
+	routed_init(&o);
+	moem_rng_seed(&r, 1, 0);
+	for (int it = 0; it < 50; it++) {
+		gen(&r, z, 16, 64, it % 3);
+		ASSERT_EQ(0, moem_route_topk(&c, 16, z, NULL, &o.out));
+		for (uint32_t t = 0; t < 16; t++) {
+			const float *zr = z + t * 64;
+			double sum = 0;
+
+			ASSERT_EQ(8u, o.cnt[t]);
+			for (int j = 0; j < 8; j++) {
+				int32_t e = o.ids[t * 8 + j];
+				/* exactly j experts rank strictly before e */
+				uint32_t better = 0;
+
+				for (uint32_t f = 0; f < 64; f++)
+					better += zr[f] > zr[e] || (zr[f] == zr[e] && (int32_t)f < e);
+				ASSERT_EQ((uint32_t)j, better);
+				sum += o.w[t * 8 + j];
+				if (j) {
+					ASSERT_GE(o.w[t * 8 + j - 1], o.w[t * 8 + j]);
+				}
+			}
+			ASSERT_LT(fabs(sum - 1.0), 1e-5);
+		}
+	}
+	/* Unnormalised (OLMoE) and scaled (DeepSeek-V2) weights. */
+	c.norm_topk_prob = false;
+	c.routed_scaling = 2.5f;
+	for (uint32_t e = 0; e < 64; e++)
+		z[e] = 0;
+	ASSERT_EQ(0, moem_route_topk(&c, 1, z, NULL, &o.out));
+	EXPECT_LT(fabs(o.w[0] - 2.5 / 64), 1e-7);
+	/* All ties: lowest ids win. */
+	for (int j = 0; j < 8; j++) {
+		EXPECT_EQ(j, o.ids[j]);
+	}
+}
+
+static void check_lynx(struct __test_metadata *_metadata, const struct moem_route_cfg *c,
+		       uint32_t B, const float *z, const uint8_t *pad, uint32_t *t_l, uint32_t *t_v)
+{
+	struct moem_lynx_params p = { 2.0f, 4 };
+	static struct routed v, l;
+
+	routed_init(&v);
+	routed_init(&l);
+	ASSERT_EQ(0, moem_route_topk(c, B, z, pad, &v.out));
+	ASSERT_EQ(0, moem_route_lynx(c, &p, B, z, pad, &l.out));
+	for (uint32_t t = 0; t < B; t++) {
+		if (pad && pad[t]) {
+			ASSERT_EQ(0u, l.cnt[t]);
+			continue;
+		}
+		ASSERT_EQ(c->top_k, l.cnt[t]); /* |S_i| = k */
+		ASSERT_EQ(v.ids[t * c->top_k], l.ids[t * c->top_k]); /* own top-1 kept */
+		for (uint32_t j = 1; j < c->top_k; j++) {
+			ASSERT_FALSE(contains(l.ids + t * c->top_k, j, l.ids[t * c->top_k + j]));
+		}
+	}
+	*t_l = moem_route_active(c, B, &l.out, NULL);
+	*t_v = moem_route_active(c, B, &v.out, NULL);
+}
+
+TEST(lynx_invariants_random)
+{
+	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	static float z[MAXB * MAXN];
+	uint64_t sum_l = 0, sum_v = 0, worse = 0;
+	uint8_t pad[MAXB];
+	struct moem_rng r;
+
+	moem_rng_seed(&r, 2, 0);
+	for (int it = 0; it < 300; it++) {
+		uint32_t B = 1 + moem_rng_below(&r, MAXB), tl, tv;
+
+		gen(&r, z, B, 128, it % 3);
+		for (uint32_t t = 0; t < B; t++)
+			pad[t] = moem_rng_below(&r, 8) == 0;
+		check_lynx(_metadata, &c, B, z, it & 1 ? pad : NULL, &tl, &tv);
+		sum_l += tl;
+		sum_v += tv;
+		worse += tl > tv;
+	}
+	TH_LOG("LYNX mean T %.1f vs vanilla %.1f; batches where LYNX activated more: %llu",
+	       (double)sum_l / 300, (double)sum_v / 300, (unsigned long long)worse);
+	EXPECT_LT(sum_l, sum_v);
+	EXPECT_EQ(0u, worse);
+}
+
+TEST(lynx_degenerate_batches)
+{
+	struct moem_route_cfg c = { 32, 4, true, 1.0f };
+	static float z[MAXB * MAXN];
+	static struct routed v, l;
+	struct moem_lynx_params p = { 2.0f, 4 };
+	struct moem_rng r;
+	uint32_t tl, tv;
+
+	routed_init(&v);
+	routed_init(&l);
+	moem_rng_seed(&r, 3, 0);
+	/* B = 1: every S[e] is 1, so LYNX is vanilla routing. */
+	gen(&r, z, 1, 32, 0);
+	ASSERT_EQ(0, moem_route_topk(&c, 1, z, NULL, &v.out));
+	ASSERT_EQ(0, moem_route_lynx(&c, &p, 1, z, NULL, &l.out));
+	EXPECT_EQ(0, memcmp(v.ids, l.ids, 4 * sizeof(int32_t)));
+	/* All tokens identical: T = k, the vanilla set. */
+	for (uint32_t t = 1; t < 16; t++)
+		memcpy(z + t * 32, z, 32 * sizeof(float));
+	check_lynx(_metadata, &c, 16, z, NULL, &tl, &tv);
+	EXPECT_EQ(4u, tl);
+	EXPECT_EQ(4u, tv);
+	/* All padding: nothing active. */
+	{
+		uint8_t pad[16];
+
+		memset(pad, 1, sizeof(pad));
+		check_lynx(_metadata, &c, 16, z, pad, &tl, &tv);
+		EXPECT_EQ(0u, tl);
+	}
+	/* Ties everywhere: deterministic and still valid. */
+	for (uint32_t i = 0; i < 16 * 32; i++)
+		z[i] = 1.0f;
+	check_lynx(_metadata, &c, 16, z, NULL, &tl, &tv);
+	EXPECT_EQ(4u, tl);
+	/* Bad parameters are refused. */
+	p.alpha = 0;
+	EXPECT_EQ(-EINVAL, moem_route_lynx(&c, &p, 16, z, NULL, &l.out));
+}
+
+/*
+ * With beta / alpha (the logit range that still matters) held at the
+ * default 2, lowering alpha and beta widens the bins and T falls. (At a
+ * fixed beta, T is not monotone in alpha: a large alpha shrinks the range
+ * and pushes most experts into the catch-all bin, where popularity alone
+ * decides; Documentation/policies.md.)
+ */
+TEST(lynx_t_falls_with_alpha_beta)
+{
+	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	static float z[32 * MAXN];
+	static struct routed l;
+	const float alphas[] = { 4.0f, 2.0f, 1.0f };
+	uint64_t T[3] = { 0 };
+	struct moem_rng r;
+
+	routed_init(&l);
+	moem_rng_seed(&r, 4, 0);
+	for (int it = 0; it < 50; it++) {
+		gen(&r, z, 32, 128, 0);
+		for (int a = 0; a < 3; a++) {
+			struct moem_lynx_params p = { alphas[a], (uint32_t)(2 * alphas[a]) };
+
+			ASSERT_EQ(0, moem_route_lynx(&c, &p, 32, z, NULL, &l.out));
+			T[a] += moem_route_active(&c, 32, &l.out, NULL);
+		}
+	}
+	TH_LOG("T at (alpha, beta) (4, 8) / (2, 4) / (1, 2): %.1f %.1f %.1f", T[0] / 50.0,
+	       T[1] / 50.0, T[2] / 50.0);
+	EXPECT_GT(T[0], T[1]);
+	EXPECT_GT(T[1], T[2]);
+}
+
+TEST(oea_invariants)
+{
+	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	static float z[MAXB * MAXN];
+	static struct routed o, base, van;
+	uint8_t pad[MAXB], sbase[MAXN];
+	struct moem_rng r;
+
+	routed_init(&o);
+	routed_init(&base);
+	routed_init(&van);
+	moem_rng_seed(&r, 5, 0);
+	for (int it = 0; it < 300; it++) {
+		uint32_t B = 1 + moem_rng_below(&r, MAXB);
+		uint32_t k0 = 1 + moem_rng_below(&r, 8);
+		struct moem_route_cfg c0 = c;
+		uint8_t uni[MAXN] = { 0 };
+
+		gen(&r, z, B, 128, it % 3);
+		for (uint32_t t = 0; t < B; t++)
+			pad[t] = moem_rng_below(&r, 8) == 0;
+		c0.top_k = k0;
+		ASSERT_EQ(0, moem_route_topk(&c0, B, z, pad, &base.out));
+		ASSERT_EQ(0, moem_route_oea(&c, k0, B, z, pad, NULL, &o.out));
+		moem_route_active(&c0, B, &base.out, sbase);
+		for (uint32_t t = 0; t < B; t++) {
+			const int32_t *si = o.ids + t * 8;
+
+			ASSERT_LE(o.cnt[t], 8u);
+			if (pad[t]) {
+				ASSERT_EQ(0u, o.cnt[t]);
+				continue;
+			}
+			/* S_i^base subset S_i subset S_base */
+			for (uint32_t j = 0; j < base.cnt[t]; j++) {
+				ASSERT_TRUE(contains(si, o.cnt[t], base.ids[t * k0 + j]));
+			}
+			for (uint32_t j = 0; j < o.cnt[t]; j++) {
+				ASSERT_TRUE(sbase[si[j]]);
+				uni[si[j]] = 1;
+			}
+		}
+		/* union S_i = S_base, so T(oea) = T(top-k0) */
+		ASSERT_EQ(0, memcmp(uni, sbase, 128));
+		ASSERT_EQ(moem_route_active(&c0, B, &base.out, NULL),
+			  moem_route_active(&c, B, &o.out, NULL));
+	}
+	/* k0 = k is vanilla routing. */
+	gen(&r, z, 16, 128, 0);
+	ASSERT_EQ(0, moem_route_topk(&c, 16, z, NULL, &van.out));
+	ASSERT_EQ(0, moem_route_oea(&c, 8, 16, z, NULL, NULL, &o.out));
+	EXPECT_EQ(0, memcmp(van.ids, o.ids, 16 * 8 * sizeof(int32_t)));
+	EXPECT_EQ(-EINVAL, moem_route_oea(&c, 0, 16, z, NULL, NULL, &o.out));
+	EXPECT_EQ(-EINVAL, moem_route_oea(&c, 9, 16, z, NULL, NULL, &o.out));
+}
+
+TEST(oea_t_falls_with_k0_and_padding_is_inert)
+{
+	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	static float z[40 * MAXN];
+	static struct routed o, o2;
+	uint64_t T[9] = { 0 };
+	uint8_t pad[40] = { 0 };
+	struct moem_rng r;
+
+	routed_init(&o);
+	routed_init(&o2);
+	moem_rng_seed(&r, 6, 0);
+	for (int it = 0; it < 30; it++) {
+		gen(&r, z, 32, 128, 0);
+		for (uint32_t k0 = 1; k0 <= 8; k0++) {
+			ASSERT_EQ(0, moem_route_oea(&c, k0, 32, z, NULL, NULL, &o.out));
+			T[k0] += moem_route_active(&c, 32, &o.out, NULL);
+		}
+	}
+	for (uint32_t k0 = 2; k0 <= 8; k0++) {
+		EXPECT_GT(T[k0], T[k0 - 1]);
+	}
+	/* Appending padding tokens changes nothing for the real ones. */
+	gen(&r, z, 40, 128, 2);
+	for (int t = 32; t < 40; t++)
+		pad[t] = 1;
+	ASSERT_EQ(0, moem_route_oea(&c, 4, 32, z, NULL, NULL, &o.out));
+	ASSERT_EQ(0, moem_route_oea(&c, 4, 40, z, pad, NULL, &o2.out));
+	EXPECT_EQ(0, memcmp(o.ids, o2.ids, 32 * 8 * sizeof(int32_t)));
+	EXPECT_EQ(0, memcmp(o.w, o2.w, 32 * 8 * sizeof(float)));
+}
+
+TEST(piggyback_uses_resident_experts)
+{
+	struct moem_route_cfg c = { 64, 8, true, 1.0f };
+	static float z[16 * 64];
+	static struct routed o, p;
+	uint8_t resident[64] = { 0 }, act_o[64], act_p[64];
+	struct moem_rng r;
+	uint32_t used_extra = 0;
+
+	routed_init(&o);
+	routed_init(&p);
+	moem_rng_seed(&r, 7, 0);
+	gen(&r, z, 16, 64, 0);
+	for (int e = 40; e < 64; e++)
+		resident[e] = 1;
+	ASSERT_EQ(0, moem_route_oea(&c, 4, 16, z, NULL, NULL, &o.out));
+	ASSERT_EQ(0, moem_route_oea(&c, 4, 16, z, NULL, resident, &p.out));
+	moem_route_active(&c, 16, &o.out, act_o);
+	moem_route_active(&c, 16, &p.out, act_p);
+	for (int e = 0; e < 64; e++) {
+		/* nothing outside S_base u resident */
+		if (act_p[e]) {
+			ASSERT_TRUE(act_o[e] || resident[e]);
+		}
+		used_extra += act_p[e] && !act_o[e];
+	}
+	for (uint32_t t = 0; t < 16; t++) {
+		ASSERT_EQ(8u, p.cnt[t]); /* the wider base fills every slot */
+	}
+	EXPECT_GT(used_extra, 0u);
+}
+
+TEST_HARNESS_MAIN
