@@ -54,9 +54,9 @@ CFLAGS	+= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-rec
 LDFLAGS	+= -fsanitize=address,undefined
 endif
 
-# libmoem: every runtime/<part>/*.c except the daemon's main program.
+# libmoem: every runtime/<part>/[<sub>/]*.c except the daemon's main program.
 LIB	:= $(O)/libmoem.a
-LIB_SRCS := $(filter-out runtime/moemd/%,$(wildcard runtime/*/*.c))
+LIB_SRCS := $(filter-out runtime/moemd/%,$(wildcard runtime/*/*.c runtime/*/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(O)/%.o)
 # Extra objects (the embedded CUDA fatbin, BPF skeleton users) from mk/*.mk.
 LIB_EXTRA_OBJS :=
@@ -110,7 +110,7 @@ TEST_CPPFLAGS := -Itests/include
 $(O)/tests/unit/%: tests/unit/%.c $(LIB)
 	$(call msg,TEST,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-sign-compare $(LDFLAGS) -o $@ $< \
+	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-sign-compare -Wno-misleading-indentation $(LDFLAGS) -o $@ $< \
 		$(LIB) $(unit_LDLIBS) $(LDLIBS)
 
 .PHONY: all deps test test-unit check check-format check-cppcheck check-patch demo \
