@@ -69,11 +69,16 @@ struct moem_tierdev {
 
 struct moem_emu_opts {
 	double link_gbps;	/* modelled host -> device bandwidth, GB/s (default 25) */
-	double link_lat_us;	/* per-piece latency (default 10 us) */
+	double link_lat_us;	/* per-piece latency (10 us when opts are NULL) */
 	uint64_t granularity;	/* default 2 MiB */
+	/* Compute marks complete only through moem_tierdev_emu_finish(), as
+	 * if kernels were still running on a GPU (tests of the WAR rules). */
+	bool manual_compute;
 };
 
 /* The emulated device (host memory, modelled link). */
 int moem_tierdev_emu_create(const struct moem_emu_opts *o, struct moem_tierdev **out);
+/* manual_compute: complete the compute timeline up to seq. */
+void moem_tierdev_emu_finish(struct moem_tierdev *d, uint64_t seq);
 
 #endif /* MOEM_TIERDEV_H */

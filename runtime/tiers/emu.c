@@ -20,7 +20,7 @@
 struct emu_piece {
 	moem_dptr dst;
 	const void *src;
-	uint64_t bytes, seq;
+	uint64_t bytes, seq, wait;
 	struct emu_piece *next;
 };
 
@@ -34,7 +34,7 @@ struct emu_dev {
 	uint64_t copy_issued, copy_completed;
 	uint64_t *piece_ns;	/* ring of recent piece times */
 	uint32_t ns_ring;
-	uint64_t compute_seq;
+	uint64_t compute_seq, compute_fin; /* marked, completed (manual mode) */
 	bool stop;
 };
 
@@ -117,8 +117,13 @@ static void *emu_copy_thread(void *arg)
 		if (!e->head)
 			e->tail = NULL;
 		pthread_mutex_unlock(&e->lock);
-		/* Compute marks complete when made (synchronous CPU backend), so
-		 * the wait for the slot's last reader is already satisfied. */
+		/* The copy engine starts the piece only once the compute timeline
+		 * passed the slot's last reader. Marks complete when made (the
+		 * CPU backend is synchronous) unless manual_compute is set. */
+		pthread_mutex_lock(&e->lock);
+		while (e->o.manual_compute && e->compute_fin < p->wait && !e->stop)
+			pthread_cond_wait(&e->cond, &e->lock);
+		pthread_mutex_unlock(&e->lock);
 		t0 = moem_now_ns();
 		memcpy((void *)(uintptr_t)p->dst, p->src, p->bytes);
 		model_ns = (uint64_t)(e->o.link_lat_us * 1e3 +
@@ -145,6 +150,7 @@ static int emu_copy(struct moem_tierdev *d, moem_dptr dst, const void *src, uint
 	p->dst = dst;
 	p->src = src;
 	p->bytes = bytes;
+	p->wait = wait_compute;
 	pthread_mutex_lock(&e->lock);
 	p->seq = ++e->copy_issued;
 	if (e->tail)
@@ -193,17 +199,50 @@ static uint64_t emu_copy_ns(struct moem_tierdev *d, uint64_t seq)
 
 static uint64_t emu_compute_mark(struct moem_tierdev *d)
 {
-	return __atomic_add_fetch(&to_emu(d)->compute_seq, 1, __ATOMIC_ACQ_REL);
+	struct emu_dev *e = to_emu(d);
+	uint64_t seq;
+
+	pthread_mutex_lock(&e->lock);
+	seq = ++e->compute_seq;
+	if (!e->o.manual_compute)
+		e->compute_fin = seq;
+	pthread_mutex_unlock(&e->lock);
+	return seq;
 }
 
 static uint64_t emu_compute_done(struct moem_tierdev *d)
 {
-	return __atomic_load_n(&to_emu(d)->compute_seq, __ATOMIC_ACQUIRE);
+	struct emu_dev *e = to_emu(d);
+	uint64_t v;
+
+	pthread_mutex_lock(&e->lock);
+	v = e->compute_fin;
+	pthread_mutex_unlock(&e->lock);
+	return v;
 }
 
 static int emu_compute_wait(struct moem_tierdev *d, uint64_t seq)
 {
+	struct emu_dev *e = to_emu(d);
+
+	pthread_mutex_lock(&e->lock);
+	while (e->compute_fin < seq && e->compute_fin < e->compute_seq)
+		pthread_cond_wait(&e->cond, &e->lock);
+	pthread_mutex_unlock(&e->lock);
 	return 0;
+}
+
+void moem_tierdev_emu_finish(struct moem_tierdev *d, uint64_t seq)
+{
+	struct emu_dev *e = to_emu(d);
+
+	pthread_mutex_lock(&e->lock);
+	if (seq > e->compute_seq)
+		seq = e->compute_seq;
+	if (seq > e->compute_fin)
+		e->compute_fin = seq;
+	pthread_cond_broadcast(&e->cond);
+	pthread_mutex_unlock(&e->lock);
 }
 
 static void *emu_host_view(struct moem_tierdev *d, moem_dptr addr)
@@ -257,6 +296,7 @@ int moem_tierdev_emu_create(const struct moem_emu_opts *o, struct moem_tierdev *
 	e->o.link_gbps = o && o->link_gbps > 0 ? o->link_gbps : 25.0;
 	e->o.link_lat_us = o && o->link_lat_us >= 0 ? o->link_lat_us : 10.0;
 	e->o.granularity = o && o->granularity ? o->granularity : MOEM_CHUNK_BYTES;
+	e->o.manual_compute = o && o->manual_compute;
 	if (!(e->o.link_gbps <= 10000) || !moem_is_aligned(e->o.granularity, 4096)) {
 		free(e);
 		return moem_errf(EINVAL, "emulated HBM: bad link bandwidth or granularity");

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Tiered expert residency: every expert version (layer, expert,
+ * precision) lives on NVMe (the pack, always), may be staged in DRAM (the
+ * pinned pool) and may be resident in HBM (an arena on the tier device).
+ *
+ * Handles. Each (layer, expert) has a handle, stable for the model's
+ * lifetime, that resolves at every instant either to nothing or to one
+ * complete resident version (hi or lo precision):
+ *  - a version is published only after its copy completed;
+ *  - an unpublished slot is freed at once, but whatever is copied into the
+ *    recycled space first waits (on the copy engine) for the compute
+ *    timeline to pass the slot's last reader, and the arena never unmaps
+ *    memory a reader may still touch;
+ *  - a version with readers (pinned by acquire) or waiters is never
+ *    evicted.
+ *
+ * Precision plan: each (layer, expert) has a planned precision (hi by
+ * default; the precision policy moves it). A miss fetches the planned
+ * version; with allow_fallback an acquire takes the other resident version
+ * instead of waiting (counted as a fallback).
+ *
+ * Budgets: HBM and DRAM budgets can change at any moment from any thread.
+ * Allocations never take a tier above its budget; a shrink evicts at once
+ * what it can and the rest (pinned, in flight) as soon as it is released,
+ * and only then unmaps arena memory.
+ *
+ * Threads: the engine thread calls acquire/wait/release; the transfer
+ * engine and the stager complete work from their own threads; any thread
+ * may call set_budget, set_plan, prefetch and the queries. One lock.
+ */
+#ifndef MOEM_TIERS_H
+#define MOEM_TIERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "quant.h"
+#include "tierdev.h"
+#include "xfer.h"
+
+#define MOEM_TIER_HI	0u
+#define MOEM_TIER_LO	1u
+
+struct moem_tiers_cfg {
+	uint32_t n_layers;	/* MoE layers */
+	uint32_t n_experts;	/* routed experts per MoE layer */
+	uint32_t n_prec;	/* 1 (hi only) or 2 (hi and lo) */
+	uint64_t bytes[2];	/* blob bytes of the hi and lo versions */
+	uint64_t hbm_budget;	/* bytes */
+	uint64_t hbm_capacity;	/* VA reserved = the largest HBM budget ever
+				 * accepted (0: every version of every expert) */
+	uint64_t dram_budget;	/* bytes of the pool used for staging */
+	bool allow_fallback;	/* take the other version instead of waiting */
+	uint32_t hbm_granule_shift; /* slot granule, default 16 (64 KiB) */
+	struct moem_xfer_opts xfer;
+};
+
+/*
+ * NVMe -> DRAM: start reading version (layer, expert, pi) into dst and call
+ * done(arg, status) once, from any thread (never from inside read()).
+ */
+struct moem_stager {
+	int (*read)(struct moem_stager *s, uint32_t layer, uint32_t expert, uint32_t pi, void *dst,
+		    uint64_t bytes, void (*done)(void *arg, int status), void *arg);
+};
+
+/*
+ * Victim choice for one tier, called with the tiers lock held. Ids are
+ * version ids: (layer * n_experts + expert) * 2 + pi. add/del track the
+ * evictable population, touch records a use; pick returns the best victim
+ * among ids for which ok() is true, or -ENOENT.
+ */
+struct moem_evictor {
+	void (*add)(struct moem_evictor *ev, uint32_t id);
+	void (*del)(struct moem_evictor *ev, uint32_t id);
+	void (*touch)(struct moem_evictor *ev, uint32_t id);
+	int (*pick)(struct moem_evictor *ev, bool (*ok)(void *arg, uint32_t id), void *arg,
+		    uint32_t *id);
+	void (*destroy)(struct moem_evictor *ev);
+};
+
+/* Plain LRU over n_ids ids. */
+int moem_evictor_lru_create(uint32_t n_ids, struct moem_evictor **out);
+
+static inline uint32_t moem_tiers_vid(uint32_t n_experts, uint32_t layer, uint32_t expert,
+				      uint32_t pi)
+{
+	return (layer * n_experts + expert) * 2 + pi;
+}
+
+/* A pinned resident version, as acquire/wait return it. */
+struct moem_xref {
+	moem_dptr addr;
+	uint32_t layer, expert, pi;
+};
+
+enum moem_acquire {
+	MOEM_ACQ_HIT = 0,	/* the planned version, pinned in *ref */
+	MOEM_ACQ_FALLBACK = 1,	/* the other version, pinned in *ref */
+	MOEM_ACQ_PENDING = 2,	/* a fetch is on its way: call moem_tiers_wait() */
+};
+
+struct moem_tiers_stats {
+	uint64_t hits, misses, fallbacks;
+	uint64_t stall_ns;		/* time spent in moem_tiers_wait */
+	uint64_t bytes_nvme;		/* NVMe -> DRAM */
+	uint64_t bytes_h2d[MOEM_PRIO_NR];/* DRAM -> HBM by priority */
+	uint64_t evict_hbm, evict_dram;
+	uint64_t hbm_used, hbm_budget, hbm_mapped;
+	uint64_t dram_used, dram_budget;
+	uint64_t hbm_resident[2];	/* resident versions by precision */
+	uint64_t dram_ready;
+	double link_bw;			/* bytes/s, transfer engine EWMA */
+};
+
+struct moem_tiers;
+
+/*
+ * pool/pool_bytes: the staging pool (registered with the device here).
+ * The tiers own neither the device, the pool, the stager nor the evictors.
+ */
+int moem_tiers_create(const struct moem_tiers_cfg *cfg, struct moem_tierdev *dev, void *pool,
+		      uint64_t pool_bytes, struct moem_stager *stager,
+		      struct moem_evictor *hbm_ev, struct moem_evictor *dram_ev,
+		      struct moem_tiers **out);
+/* Drains all loads and copies, unmaps and releases the arena. */
+void moem_tiers_destroy(struct moem_tiers *t);
+
+/*
+ * Engine side. acquire() returns HIT/FALLBACK with the version pinned in
+ * *ref, or PENDING after making sure a fetch of the planned version is on
+ * its way at miss priority; -EAGAIN if no HBM space can be freed now (every
+ * slot is pinned or in flight: release what you hold and try again);
+ * -ENOSPC if one version is larger than the HBM budget.
+ * wait() blocks until that version is resident, pins it and adds the time
+ * spent to the stall counter; -EIO (with a message) if its load failed.
+ * release() unpins refs after the kernels reading them were issued and
+ * marked as compute_seq on the device's compute timeline.
+ */
+int moem_tiers_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert,
+		       struct moem_xref *ref);
+int moem_tiers_wait(struct moem_tiers *t, struct moem_xref *ref);
+void moem_tiers_release(struct moem_tiers *t, const struct moem_xref *refs, uint32_t n,
+			uint64_t compute_seq);
+
+/*
+ * Policy side. prefetch() starts fetching the planned version of
+ * (layer, expert) at prio unless it is resident or on its way: 0 if started
+ * or already there, -EAGAIN if it would have to evict something the
+ * evictor will not give up, -ENOSPC if it can never fit.
+ */
+int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert,
+			enum moem_prio prio);
+/* NVMe -> DRAM only (warm-up): 0, or -EAGAIN if the DRAM budget is full. */
+int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
+/* Set the planned precision; publishes it at once if it is resident. */
+int moem_tiers_set_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
+uint32_t moem_tiers_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert);
+/* mask[e] = 1 if some version of (layer, e) is published in HBM. */
+void moem_tiers_resident_mask(struct moem_tiers *t, uint32_t layer, uint8_t *mask);
+/* Any time, any thread: -EINVAL/-ERANGE (nothing changed) for a budget
+ * above the reservation or the pool, or below one version. */
+int moem_tiers_set_budget(struct moem_tiers *t, uint64_t hbm, uint64_t dram);
+
+/* Wait until no load or copy is in flight. */
+void moem_tiers_drain(struct moem_tiers *t);
+void moem_tiers_get_stats(struct moem_tiers *t, struct moem_tiers_stats *s);
+/* Check every invariant above; -EFAULT with a message naming the first
+ * violation. For tests and debug builds. */
+int moem_tiers_check(struct moem_tiers *t);
+/* Host address of a resident ref's bytes (emulated device), or NULL. */
+const void *moem_tiers_host_view(struct moem_tiers *t, const struct moem_xref *ref);
+
+#endif /* MOEM_TIERS_H */

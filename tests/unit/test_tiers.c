@@ -1,0 +1,451 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The tier state machine on the emulated device: every acquired version
+ * holds exactly its own bytes (never a partial copy), budgets hold, the
+ * write-after-read rule for recycled slots, shrink and grow at any time,
+ * load failures, and a randomized stress with loads completing in random
+ * order and budgets changing from another thread, checking all invariants
+ * after every layer.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <moem/error.h>
+#include <moem/rng.h>
+#include <moem/tiers.h>
+#include <moem/util.h>
+
+#include "kselftest_harness.h"
+
+/* ---- a stager that completes in random order from its own thread -------- */
+
+struct job {
+	uint32_t l, e, pi;
+	uint8_t *dst;
+	uint64_t bytes;
+	void (*done)(void *, int);
+	void *arg;
+	struct job *next;
+};
+
+struct rstager {
+	struct moem_stager s;
+	pthread_t th;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct job *jobs;
+	uint32_t n;
+	int stop;
+	int fail_layer; /* loads of this layer fail with -EIO (-1: none) */
+	struct moem_rng rng;
+	uint64_t loads;
+};
+
+static uint8_t pattern(uint32_t l, uint32_t e, uint32_t pi, uint64_t i)
+{
+	return (uint8_t)(l * 131 + e * 31 + pi * 7 + i * 13 + (i >> 9));
+}
+
+static void *stager_thread(void *arg)
+{
+	struct rstager *r = arg;
+
+	pthread_mutex_lock(&r->lock);
+	while (!r->stop || r->jobs) {
+		struct job **pp, *j;
+		uint32_t k;
+
+		if (!r->jobs) {
+			pthread_cond_wait(&r->cond, &r->lock);
+			continue;
+		}
+		/* take a random pending job: completions come in any order */
+		k = moem_rng_below(&r->rng, r->n);
+		for (pp = &r->jobs; k--; pp = &(*pp)->next)
+			;
+		j = *pp;
+		*pp = j->next;
+		r->n--;
+		pthread_mutex_unlock(&r->lock);
+		usleep(moem_rng_below(&r->rng, 200));
+		for (uint64_t i = 0; i < j->bytes; i++)
+			j->dst[i] = pattern(j->l, j->e, j->pi, i);
+		j->done(j->arg, (int)j->l == r->fail_layer ? -EIO : 0);
+		free(j);
+		pthread_mutex_lock(&r->lock);
+		r->loads++;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return NULL;
+}
+
+static int stager_read(struct moem_stager *s, uint32_t l, uint32_t e, uint32_t pi, void *dst,
+		       uint64_t bytes, void (*done)(void *, int), void *arg)
+{
+	struct rstager *r = (struct rstager *)s;
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	*j = (struct job){ l, e, pi, dst, bytes, done, arg, NULL };
+	pthread_mutex_lock(&r->lock);
+	j->next = r->jobs;
+	r->jobs = j;
+	r->n++;
+	pthread_cond_signal(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+static void stager_init(struct rstager *r, uint64_t seed)
+{
+	memset(r, 0, sizeof(*r));
+	r->s.read = stager_read;
+	r->fail_layer = -1;
+	moem_rng_seed(&r->rng, seed, 9);
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	pthread_create(&r->th, NULL, stager_thread, r);
+}
+
+static void stager_fini(struct rstager *r)
+{
+	pthread_mutex_lock(&r->lock);
+	r->stop = 1;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	pthread_join(r->th, NULL);
+}
+
+/* ---- fixture ------------------------------------------------------------- */
+
+#define L 4
+#define N 16
+#define HI_BYTES (5 * 65536 + 1234)
+#define LO_BYTES (2 * 65536 + 100)
+
+FIXTURE(tiers)
+{
+	struct moem_tierdev *dev;
+	struct rstager st;
+	struct moem_evictor *hev, *dev_ev;
+	struct moem_tiers *t;
+	uint8_t *pool;
+	uint64_t pool_bytes;
+};
+
+static int make(struct __test_metadata *_metadata, FIXTURE_DATA(tiers) *self, uint64_t hbm,
+		uint64_t dram, bool fallback, bool manual)
+{
+	struct moem_emu_opts eo = { .link_gbps = 50, .link_lat_us = 2,
+				    .granularity = 1 << 20, .manual_compute = manual };
+	struct moem_tiers_cfg c = {
+		.n_layers = L, .n_experts = N, .n_prec = 2, .bytes = { HI_BYTES, LO_BYTES },
+		.hbm_budget = hbm, .dram_budget = dram, .allow_fallback = fallback,
+		.xfer = { .piece_bytes = 128 << 10 },
+	};
+
+	ASSERT_EQ(0, moem_tierdev_emu_create(&eo, &self->dev));
+	ASSERT_EQ(0, moem_evictor_lru_create(L * N * 2, &self->hev));
+	ASSERT_EQ(0, moem_evictor_lru_create(L * N * 2, &self->dev_ev));
+	self->pool_bytes = 64 << 20;
+	self->pool = aligned_alloc(4096, self->pool_bytes);
+	return moem_tiers_create(&c, self->dev, self->pool, self->pool_bytes, &self->st.s,
+				 self->hev, self->dev_ev, &self->t);
+}
+
+FIXTURE_SETUP(tiers)
+{
+	stager_init(&self->st, 42);
+	self->t = NULL;
+}
+
+FIXTURE_TEARDOWN(tiers)
+{
+	moem_tiers_destroy(self->t);
+	stager_fini(&self->st);
+	if (self->hev) {
+		self->hev->destroy(self->hev);
+		self->dev_ev->destroy(self->dev_ev);
+		self->dev->ops->destroy(self->dev);
+	}
+	free(self->pool);
+}
+
+static void expect_content(struct __test_metadata *_metadata, struct moem_tiers *t,
+			   const struct moem_xref *r)
+{
+	const uint8_t *p = moem_tiers_host_view(t, r);
+	uint64_t n = r->pi ? LO_BYTES : HI_BYTES;
+
+	ASSERT_NE(NULL, p);
+	for (uint64_t i = 0; i < n; i++) {
+		if (p[i] != pattern(r->layer, r->expert, r->pi, i)) {
+			ASSERT_EQ(pattern(r->layer, r->expert, r->pi, i), p[i])
+			TH_LOG("(%u,%u,%u) byte %llu", r->layer, r->expert, r->pi,
+			       (unsigned long long)i);
+		}
+	}
+}
+
+/* Acquire, wait if needed, check bytes; returns the ACQ result. */
+static int get(struct __test_metadata *_metadata, struct moem_tiers *t, uint32_t l, uint32_t e,
+	       struct moem_xref *r)
+{
+	int ret = moem_tiers_acquire(t, l, e, r);
+
+	if (ret == MOEM_ACQ_PENDING) {
+		EXPECT_EQ(0, moem_tiers_wait(t, r)) TH_LOG("%s", moem_last_error());
+	}
+	return ret;
+}
+
+TEST_F(tiers, miss_then_hit_and_bytes)
+{
+	struct moem_xref r;
+	struct moem_tiers_stats s;
+	uint64_t seq;
+
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 16 << 20, false, false));
+	EXPECT_EQ(MOEM_ACQ_PENDING, get(_metadata, self->t, 1, 3, &r));
+	expect_content(_metadata, self->t, &r);
+	seq = self->dev->ops->compute_mark(self->dev);
+	moem_tiers_release(self->t, &r, 1, seq);
+	EXPECT_EQ(MOEM_ACQ_HIT, get(_metadata, self->t, 1, 3, &r));
+	expect_content(_metadata, self->t, &r);
+	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ(1u, s.hits);
+	EXPECT_EQ(1u, s.misses);
+	EXPECT_EQ((uint64_t)HI_BYTES, s.bytes_nvme);
+	EXPECT_EQ((uint64_t)HI_BYTES, s.bytes_h2d[MOEM_PRIO_MISS]);
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+}
+
+TEST_F(tiers, budget_bounds_and_eviction)
+{
+	struct moem_xref r;
+	struct moem_tiers_stats s;
+	/* room for 3 hi versions (6 slots of 64 KiB each) */
+	uint64_t hbm = 3 * 6 * 65536;
+
+	ASSERT_EQ(0, make(_metadata, self, hbm, 16 << 20, false, false));
+	for (uint32_t e = 0; e < N; e++) {
+		get(_metadata, self->t, 0, e, &r);
+		expect_content(_metadata, self->t, &r);
+		moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+		moem_tiers_get_stats(self->t, &s);
+		ASSERT_LE(s.hbm_used, hbm);
+		ASSERT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+	}
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ(3u, s.hbm_resident[0]);
+	EXPECT_EQ((uint64_t)N - 3, s.evict_hbm);
+	/* LRU: the last three are resident, the first is not */
+	EXPECT_EQ(MOEM_ACQ_HIT, get(_metadata, self->t, 0, N - 1, &r));
+	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+	EXPECT_EQ(MOEM_ACQ_PENDING, get(_metadata, self->t, 0, 0, &r));
+	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+	/* one version larger than the budget is refused clearly */
+	EXPECT_EQ(-ERANGE, moem_tiers_set_budget(self->t, 65536, 16 << 20));
+	EXPECT_EQ(-ERANGE, moem_tiers_set_budget(self->t, 1ULL << 40, 16 << 20));
+	EXPECT_EQ(-ERANGE, moem_tiers_set_budget(self->t, hbm, 1ULL << 40));
+}
+
+TEST_F(tiers, pinned_versions_block_eviction)
+{
+	struct moem_xref r[4], x;
+
+	/* room for 3 hi versions; pin 3, a fourth must report -EAGAIN */
+	ASSERT_EQ(0, make(_metadata, self, 3 * 6 * 65536, 16 << 20, false, false));
+	for (int i = 0; i < 3; i++)
+		get(_metadata, self->t, 2, (uint32_t)i, &r[i]);
+	EXPECT_EQ(-EAGAIN, moem_tiers_acquire(self->t, 2, 9, &x));
+	moem_tiers_release(self->t, r, 3, self->dev->ops->compute_mark(self->dev));
+	EXPECT_EQ(MOEM_ACQ_PENDING, get(_metadata, self->t, 2, 9, &x));
+	expect_content(_metadata, self->t, &x);
+	moem_tiers_release(self->t, &x, 1, self->dev->ops->compute_mark(self->dev));
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+}
+
+/*
+ * WAR: a slot freed while a kernel may still read it is reused only after
+ * the compute timeline passed that kernel. With manual compute, the
+ * "kernel" keeps running until we finish it: the old bytes must survive.
+ */
+TEST_F(tiers, recycled_slot_waits_for_last_reader)
+{
+	struct moem_xref a, b;
+	uint64_t seq;
+	const uint8_t *pa;
+	uint8_t old[64];
+
+	/* exactly one hi slot */
+	ASSERT_EQ(0, make(_metadata, self, 6 * 65536, 16 << 20, false, true));
+	get(_metadata, self->t, 0, 1, &a);
+	expect_content(_metadata, self->t, &a);
+	pa = moem_tiers_host_view(self->t, &a);
+	memcpy(old, pa, sizeof(old));
+	seq = self->dev->ops->compute_mark(self->dev); /* "kernel" reading a */
+	moem_tiers_release(self->t, &a, 1, seq);
+	/* b evicts a and takes its slot; its copy must wait for seq */
+	ASSERT_EQ(MOEM_ACQ_PENDING, moem_tiers_acquire(self->t, 0, 2, &b));
+	usleep(20000);
+	EXPECT_EQ(0, memcmp(pa, old, sizeof(old))) TH_LOG("slot overwritten under a reader");
+	moem_tierdev_emu_finish(self->dev, seq);
+	ASSERT_EQ(0, moem_tiers_wait(self->t, &b));
+	EXPECT_EQ(a.addr, b.addr); /* it really was the recycled slot */
+	expect_content(_metadata, self->t, &b);
+	seq = self->dev->ops->compute_mark(self->dev);
+	moem_tiers_release(self->t, &b, 1, seq);
+	moem_tierdev_emu_finish(self->dev, seq);
+}
+
+TEST_F(tiers, plan_fallback_and_promotion)
+{
+	struct moem_xref r;
+	struct moem_tiers_stats s;
+
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 16 << 20, true, false));
+	ASSERT_EQ(0, moem_tiers_set_plan(self->t, 3, 5, MOEM_TIER_LO));
+	EXPECT_EQ(MOEM_ACQ_PENDING, get(_metadata, self->t, 3, 5, &r));
+	EXPECT_EQ(MOEM_TIER_LO, r.pi);
+	expect_content(_metadata, self->t, &r);
+	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+	/* planned hi, only lo resident: fallback, no wait */
+	ASSERT_EQ(0, moem_tiers_set_plan(self->t, 3, 5, MOEM_TIER_HI));
+	EXPECT_EQ(MOEM_ACQ_FALLBACK, get(_metadata, self->t, 3, 5, &r));
+	EXPECT_EQ(MOEM_TIER_LO, r.pi);
+	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+	/* promotion lands: the handle now resolves to hi */
+	ASSERT_EQ(0, moem_tiers_prefetch(self->t, 3, 5, MOEM_PRIO_PROMOTE));
+	moem_tiers_drain(self->t);
+	EXPECT_EQ(MOEM_ACQ_HIT, get(_metadata, self->t, 3, 5, &r));
+	EXPECT_EQ(MOEM_TIER_HI, r.pi);
+	expect_content(_metadata, self->t, &r);
+	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ(1u, s.fallbacks);
+	EXPECT_EQ((uint64_t)HI_BYTES, s.bytes_h2d[MOEM_PRIO_PROMOTE]);
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+}
+
+TEST_F(tiers, load_failure_is_reported)
+{
+	struct moem_xref r;
+
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 16 << 20, false, false));
+	self->st.fail_layer = 2;
+	ASSERT_EQ(MOEM_ACQ_PENDING, moem_tiers_acquire(self->t, 2, 0, &r));
+	EXPECT_EQ(-EIO, moem_tiers_wait(self->t, &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "fetch failed"));
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+	self->st.fail_layer = -1;
+	EXPECT_EQ(MOEM_ACQ_PENDING, get(_metadata, self->t, 2, 0, &r));
+	expect_content(_metadata, self->t, &r);
+	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+	EXPECT_EQ(-EINVAL, moem_tiers_acquire(self->t, L, 0, &r));
+	EXPECT_EQ(-EINVAL, moem_tiers_set_plan(self->t, 0, N, 0));
+}
+
+struct budget_thread {
+	struct moem_tiers *t;
+	volatile int stop;
+	uint64_t seed, changes;
+};
+
+static void *budget_changer(void *arg)
+{
+	struct budget_thread *b = arg;
+	struct moem_rng r;
+
+	moem_rng_seed(&r, b->seed, 5);
+	while (!b->stop) {
+		uint64_t hbm = (uint64_t)(6 + moem_rng_below(&r, 120)) * 65536;
+		uint64_t dram = (uint64_t)(6 + moem_rng_below(&r, 600)) * 65536;
+
+		if (moem_tiers_set_budget(b->t, hbm, dram) == 0)
+			b->changes++;
+		usleep(500 + moem_rng_below(&r, 3000));
+	}
+	return NULL;
+}
+
+TEST_F(tiers, randomized_stress)
+{
+	struct budget_thread bt = { .seed = 7 };
+	struct moem_xref refs[N];
+	struct moem_tiers_stats s;
+	struct moem_rng r;
+	pthread_t th;
+	int steps = 600;
+
+	ASSERT_EQ(0, make(_metadata, self, 40 * 65536, 200 * 65536, true, false));
+	moem_rng_seed(&r, 3, 0);
+	bt.t = self->t;
+	pthread_create(&th, NULL, budget_changer, &bt);
+	for (int step = 0; step < steps; step++) {
+		for (uint32_t l = 0; l < L; l++) {
+			uint8_t want[N] = { 0 };
+			uint32_t n = 0, T = 1 + moem_rng_below(&r, 6);
+
+			for (uint32_t i = 0; i < T; i++)
+				want[moem_rng_below(&r, N)] = 1;
+			for (uint32_t e = 0; e < N; e++) {
+				int ret;
+
+				if (!want[e])
+					continue;
+				ret = moem_tiers_acquire(self->t, l, e, &refs[n]);
+				if (ret == -EAGAIN) {
+					/* run what we hold, release it, retry */
+					moem_tiers_release(self->t, refs, n,
+							   self->dev->ops->compute_mark(self->dev));
+					n = 0;
+					ret = moem_tiers_acquire(self->t, l, e, &refs[n]);
+				}
+				if (ret == -EAGAIN)
+					continue; /* everything in flight: skip this expert */
+				ASSERT_GE(ret, 0) TH_LOG("%s", moem_last_error());
+				if (ret == MOEM_ACQ_PENDING) {
+					ASSERT_EQ(0, moem_tiers_wait(self->t, &refs[n]))
+					TH_LOG("%s", moem_last_error());
+				}
+				expect_content(_metadata, self->t, &refs[n]);
+				n++;
+			}
+			/* policy noise: plans and prefetches for the next layer */
+			for (int k = 0; k < 3; k++) {
+				uint32_t ll = moem_rng_below(&r, L), ee = moem_rng_below(&r, N);
+
+				if (moem_rng_below(&r, 4) == 0)
+					moem_tiers_set_plan(self->t, ll, ee, moem_rng_below(&r, 2));
+				else
+					moem_tiers_prefetch(self->t, ll, ee,
+							    (enum moem_prio)(1 + moem_rng_below(&r, 2)));
+			}
+			moem_tiers_release(self->t, refs, n, self->dev->ops->compute_mark(self->dev));
+			ASSERT_EQ(0, moem_tiers_check(self->t)) TH_LOG("step %d: %s", step,
+								       moem_last_error());
+		}
+	}
+	bt.stop = 1;
+	pthread_join(th, NULL);
+	moem_tiers_drain(self->t);
+	ASSERT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+	moem_tiers_get_stats(self->t, &s);
+	TH_LOG("%llu budget changes; hits %llu misses %llu fallbacks %llu; evictions %llu/%llu",
+	       (unsigned long long)bt.changes, (unsigned long long)s.hits,
+	       (unsigned long long)s.misses, (unsigned long long)s.fallbacks,
+	       (unsigned long long)s.evict_hbm, (unsigned long long)s.evict_dram);
+	EXPECT_GT(bt.changes, 50u);
+	EXPECT_GT(s.misses, 100u);
+	EXPECT_GT(s.hits, 100u);
+	EXPECT_LE(s.hbm_used, s.hbm_budget);
+	EXPECT_LE(s.dram_used, s.dram_budget);
+}
+
+TEST_HARNESS_MAIN
