@@ -140,6 +140,15 @@ const struct moem_model_config *moem_pack_config(const struct moem_pack *p);
 uint32_t moem_pack_precisions(const struct moem_pack *p);
 /* Synthetic workload parameters; -ENOENT if the model is not synthetic. */
 int moem_pack_synth(const struct moem_pack *p, struct moem_synth_params *out);
+/*
+ * The unit router rows of a synthetic model, laid out as moem_synth_basis()
+ * writes them: out[m][e][0..hidden) for MoE layer m (in layer order),
+ * expert e, read from the pack's router tensors and normalised. This is
+ * the basis moem_synth_hidden() takes to generate entry hidden states for
+ * a workload mix (Documentation/synthetic-models.md). out holds
+ * n_moe_layers * n_experts * hidden floats; -EDOM if a row is zero.
+ */
+int moem_pack_synth_basis(const struct moem_pack *p, float *out);
 /* The checkpoint's config.json text (NUL-terminated), or NULL. */
 const char *moem_pack_config_json(const struct moem_pack *p, size_t *len);
 

@@ -120,7 +120,7 @@ static int cmp_sect(const void *a, const void *b)
 static int check_sections(struct moem_pack *p, const struct pack_header *h,
 			  const struct pack_section **found)
 {
-	const struct pack_section *sorted[PACK_MAX_SECTIONS];
+	const struct pack_section *sorted[PACK_MAX_SECTIONS] = { 0 };
 	uint32_t n = h->n_sections;
 
 	for (uint32_t i = 0; i < n; i++) {

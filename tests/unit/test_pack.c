@@ -320,6 +320,35 @@ TEST_F(pk, quant_error_order)
 	moem_pack_close(p);
 }
 
+/* The router rows in the pack are the synthetic basis mkmodel was built from. */
+TEST_F(pk, synth_basis_from_pack)
+{
+	struct moem_synth_params sp;
+	struct moem_pack *p;
+	float *got, *want;
+	size_t n;
+	double worst = 0;
+
+	st_tiny_opts(&self->o, MOEM_ARCH_DEEPSEEK_V2, self->model);
+	self->o.cfg.dtype = MOEM_DTYPE_F32;
+	ASSERT_EQ(0, moem_mkmodel(&self->o));
+	ASSERT_EQ(0, do_pack(self->model, self->pack, 1, 2));
+	ASSERT_EQ(0, moem_pack_open(self->pack, &p));
+	ASSERT_EQ(0, moem_pack_synth(p, &sp));
+	EXPECT_EQ(2u, sp.n_layers); /* the dense first layer has no router */
+	n = (size_t)sp.n_layers * sp.n_experts * 128;
+	got = malloc(sizeof(float) * n);
+	want = malloc(sizeof(float) * n);
+	ASSERT_EQ(0, moem_pack_synth_basis(p, got));
+	ASSERT_EQ(0, moem_synth_basis(&sp, 128, want));
+	for (size_t i = 0; i < n; i++)
+		worst = fmax(worst, fabs(got[i] - want[i]));
+	EXPECT_LT(worst, 1e-5);
+	free(got);
+	free(want);
+	moem_pack_close(p);
+}
+
 TEST_F(pk, refusals_leave_no_file)
 {
 	st_tiny_opts(&self->o, MOEM_ARCH_QWEN3_MOE, self->model);
