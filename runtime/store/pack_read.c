@@ -44,8 +44,9 @@ struct moem_pack {
 	uint32_t n_tens;
 	struct moem_pack_blob *blobs; /* file order */
 	uint32_t n_blobs;
-	int32_t *routed;     /* [moe layer][expert][prec] -> blob, or -1 */
-	int32_t *layer_blob; /* [layer][prec]: shared or dense blob, or -1 */
+	int32_t *routed;		  /* [moe layer][expert][prec] -> blob, or -1 */
+	int16_t moe_idx[MOEM_MAX_LAYERS]; /* layer -> MoE index, or -1 */
+	int32_t *layer_blob;		  /* [layer][prec]: shared or dense blob, or -1 */
 	char *config_json;
 	size_t config_json_len;
 	bool has_synth;
@@ -120,7 +121,7 @@ static int cmp_sect(const void *a, const void *b)
 static int check_sections(struct moem_pack *p, const struct pack_header *h,
 			  const struct pack_section **found)
 {
-	const struct pack_section *sorted[PACK_MAX_SECTIONS] = { 0 };
+	const struct pack_section *sorted[PACK_MAX_SECTIONS] = {0};
 	uint32_t n = h->n_sections;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -336,6 +337,13 @@ static int check_blob(struct moem_pack *p, struct moem_pack_blob *b, const struc
 	return check_range(p, desc, b->offset, b->size);
 }
 
+/* Index into routed[] of a routed blob of a MoE layer. */
+static size_t routed_slot(const struct moem_pack *p, uint32_t layer, uint32_t expert,
+			  enum moem_prec prec)
+{
+	return ((size_t)p->moe_idx[layer] * p->cfg.n_experts + expert) * MOEM_PREC_NR + prec;
+}
+
 static int parse_blobs(struct moem_pack *p, const struct pack_section *s)
 {
 	const struct pack_blob *d = sect_data(p, s);
@@ -356,6 +364,8 @@ static int parse_blobs(struct moem_pack *p, const struct pack_section *s)
 	if (!p->blobs || !p->routed || !p->layer_blob)
 		return -ENOMEM;
 	memset(p->routed, 0xff, sizeof(int32_t) * n_routed);
+	for (uint32_t l = 0; l < c->n_layers; l++)
+		p->moe_idx[l] = (int16_t)moem_moe_index(c, l);
 	memset(p->layer_blob, 0xff, sizeof(int32_t) * c->n_layers * MOEM_PREC_NR);
 	for (uint32_t i = 0; i < p->n_blobs; i++) {
 		struct moem_pack_blob *b = &p->blobs[i];
@@ -365,10 +375,7 @@ static int parse_blobs(struct moem_pack *p, const struct pack_section *s)
 		if (ret)
 			return ret;
 		if (b->kind == MOEM_BLOB_ROUTED)
-			slot = &p->routed[((size_t)moem_moe_index(c, b->layer) * c->n_experts +
-					   b->expert) *
-						  MOEM_PREC_NR +
-					  b->prec];
+			slot = &p->routed[routed_slot(p, b->layer, b->expert, b->prec)];
 		else
 			slot = &p->layer_blob[(size_t)b->layer * MOEM_PREC_NR + b->prec];
 		if (*slot >= 0)
@@ -657,12 +664,12 @@ const char *moem_pack_config_json(const struct moem_pack *p, size_t *len)
 const struct moem_pack_blob *moem_pack_expert(const struct moem_pack *p, uint32_t layer,
 					      uint32_t expert, enum moem_prec prec)
 {
-	int m = moem_moe_index(&p->cfg, layer);
 	int32_t i;
 
-	if (m < 0 || expert >= p->cfg.n_experts || (unsigned int)prec >= MOEM_PREC_NR)
+	if (layer >= p->cfg.n_layers || p->moe_idx[layer] < 0 || expert >= p->cfg.n_experts ||
+	    (unsigned int)prec >= MOEM_PREC_NR)
 		return NULL;
-	i = p->routed[((size_t)m * p->cfg.n_experts + expert) * MOEM_PREC_NR + prec];
+	i = p->routed[routed_slot(p, layer, expert, prec)];
 	return i < 0 ? NULL : &p->blobs[i];
 }
 
