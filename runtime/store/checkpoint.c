@@ -357,10 +357,13 @@ int moem_ckpt_open(const char *dir, struct moem_ckpt **out)
 		goto err;
 	}
 	ret = store_read_file(path, STORE_JSON_MAX, &c->config_text, &c->config_len);
-	if (!ret)
-		ret = moem_config_parse(c->config_text, c->config_len, &c->cfg);
 	if (ret)
 		goto err;
+	ret = moem_config_parse(c->config_text, c->config_len, &c->cfg);
+	if (ret) {
+		moem_err_prefix(-ret, "%s", dir);
+		goto err;
+	}
 	ret = load_synth(c);
 	if (ret)
 		goto err;

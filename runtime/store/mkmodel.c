@@ -516,11 +516,11 @@ static int prepare(struct mk_ctx *x, const struct moem_mkmodel_opts *o)
 	 */
 	ret = moem_config_to_json(&c, &j);
 	if (ret)
-		return moem_err_prefix(-ret, "mkmodel");
+		return ret;
 	ret = moem_config_from_json(j, &x->cfg);
 	json_object_put(j);
 	if (ret)
-		return moem_err_prefix(-ret, "mkmodel");
+		return ret;
 	*p = o->synth;
 	p->n_layers = moem_n_moe_layers(&x->cfg);
 	p->n_experts = x->cfg.n_experts;

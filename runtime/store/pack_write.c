@@ -511,7 +511,8 @@ int moem_pack_write(const struct moem_pack_opts *o)
 	sprintf(tmp, "%s.tmp-XXXXXX", o->out_path);
 	x.fd = mkostemp(tmp, O_CLOEXEC);
 	if (x.fd < 0) {
-		ret = moem_errf(errno, "%s: %s", tmp, strerror(errno));
+		ret = moem_errf(errno, "cannot create a temporary file next to %s: %s", o->out_path,
+				strerror(errno));
 		free(tmp);
 		tmp = NULL;
 		goto out;
