@@ -52,6 +52,12 @@ struct moem_model_config {
 	float rms_eps;			/* rms_norm_eps */
 	uint32_t vocab;			/* vocab_size */
 	uint32_t n_heads, n_kv_heads, head_dim; /* attention shape (unused by MoE-stack mode) */
+	/* Added by the store: what full-model decode and tensor naming need. */
+	float rope_theta;		/* rope_theta (10000 when absent) */
+	bool tie_embeddings;		/* tie_word_embeddings: no lm_head.weight */
+	uint32_t q_lora_rank;		/* deepseek_v2 MLA (0 = no q LoRA: plain q_proj) */
+	uint32_t kv_lora_rank;		/* deepseek_v2 MLA */
+	uint32_t qk_nope_dim, qk_rope_dim, v_head_dim; /* deepseek_v2 MLA head parts */
 };
 
 /* "qwen3_moe", "mixtral", "olmoe", "deepseek_v2" (the HF model_type). */

@@ -12,6 +12,9 @@
 #include "model.h"
 #include "quant.h"
 #include "synth.h"
+#include "safetensors.h"
+#include "store.h"
+#include "pack.h"
 #include "pool.h"
 #include "dev.h"
 

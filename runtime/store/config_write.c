@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * struct moem_model_config -> the config.json transformers would write
+ * (keys sorted, floats in Python's shortest repr), for mkmodel.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include <moem/error.h>
+#include <moem/store.h>
+
+/* Python repr() of a float32 value widened to double: shortest digits. */
+static struct json_object *new_float(float v)
+{
+	char buf[48];
+	int p, exp10;
+
+	for (p = 1; p < 17; p++) {
+		snprintf(buf, sizeof(buf), "%.*e", p - 1, (double)v);
+		if ((float)strtod(buf, NULL) == v)
+			break;
+	}
+	exp10 = atoi(strchr(buf, 'e') + 1);
+	if (exp10 < -4 || exp10 >= 16) {
+		/* "1e-06" as Python writes it: C's %e gives the same exponent form. */
+		snprintf(buf, sizeof(buf), "%.*e", p - 1, (double)v);
+	} else {
+		int dec = p - 1 - exp10;
+
+		snprintf(buf, sizeof(buf), "%.*f", dec > 0 ? dec : 1, (double)v);
+	}
+	return json_object_new_double_s((double)v, buf);
+}
+
+static void add_u(struct json_object *o, const char *k, uint64_t v)
+{
+	json_object_object_add(o, k, json_object_new_uint64(v));
+}
+
+static void add_b(struct json_object *o, const char *k, bool v)
+{
+	json_object_object_add(o, k, json_object_new_boolean(v));
+}
+
+static void add_s(struct json_object *o, const char *k, const char *v)
+{
+	json_object_object_add(o, k, json_object_new_string(v));
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Rebuild o with its keys sorted (transformers writes sort_keys=True). */
+static struct json_object *sorted(struct json_object *o)
+{
+	size_t n = (size_t)json_object_object_length(o), i = 0;
+	const char **keys = malloc(sizeof(char *) * (n ? n : 1));
+	struct json_object *s = json_object_new_object();
+
+	if (!keys || !s) {
+		free(keys);
+		json_object_put(s);
+		return NULL;
+	}
+	json_object_object_foreach(o, key, val)
+	{
+		(void)val;
+		keys[i++] = key;
+	}
+	qsort(keys, n, sizeof(char *), cmp_str);
+	for (i = 0; i < n; i++) {
+		struct json_object *v = json_object_object_get(o, keys[i]);
+
+		json_object_object_add(s, keys[i], json_object_get(v));
+	}
+	free(keys);
+	return s;
+}
+
+static int dense_list(const struct moem_model_config *c, struct json_object *o)
+{
+	struct json_object *a = json_object_new_array();
+
+	if (!a)
+		return -ENOMEM;
+	for (uint32_t l = 0; l < c->n_layers; l++)
+		if ((c->dense_mask[l / 64] >> (l % 64)) & 1)
+			json_object_array_add(a, json_object_new_uint64(l));
+	json_object_object_add(o, "mlp_only_layers", a);
+	return 0;
+}
+
+static bool has_mask(const struct moem_model_config *c)
+{
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(c->dense_mask); i++)
+		if (c->dense_mask[i])
+			return true;
+	return false;
+}
+
+static int fill_arch(const struct moem_model_config *c, struct json_object *o)
+{
+	struct json_object *arch = json_object_new_array();
+	static const char *const cls[MOEM_ARCH_NR] = {
+		[MOEM_ARCH_QWEN3_MOE] = "Qwen3MoeForCausalLM",
+		[MOEM_ARCH_MIXTRAL] = "MixtralForCausalLM",
+		[MOEM_ARCH_OLMOE] = "OlmoeForCausalLM",
+		[MOEM_ARCH_DEEPSEEK_V2] = "DeepseekV2ForCausalLM",
+	};
+
+	if (!arch)
+		return -ENOMEM;
+	json_object_array_add(arch, json_object_new_string(cls[c->arch]));
+	json_object_object_add(o, "architectures", arch);
+	if (c->arch != MOEM_ARCH_DEEPSEEK_V2 && c->head_dim != c->hidden / c->n_heads)
+		add_u(o, "head_dim", c->head_dim);
+	switch (c->arch) {
+	case MOEM_ARCH_QWEN3_MOE:
+		if (c->first_dense || c->n_shared || c->routed_scaling != 1.0f)
+			return moem_errf(EINVAL, "qwen3_moe has no dense-first layers, shared "
+						 "experts or routed scaling");
+		add_u(o, "head_dim", c->head_dim);
+		add_u(o, "num_experts", c->n_experts);
+		add_u(o, "moe_intermediate_size", c->moe_inter);
+		add_u(o, "intermediate_size", c->dense_inter ? c->dense_inter : 4 * c->hidden);
+		add_u(o, "decoder_sparse_step", c->sparse_step ? c->sparse_step : 1);
+		add_b(o, "norm_topk_prob", c->norm_topk_prob);
+		add_b(o, "attention_bias", false);
+		add_b(o, "output_router_logits", false);
+		json_object_object_add(o, "router_aux_loss_coef", new_float(0.001f));
+		add_b(o, "use_sliding_window", false);
+		json_object_object_add(o, "sliding_window", NULL);
+		json_object_object_add(o, "rope_scaling", NULL);
+		return dense_list(c, o);
+	case MOEM_ARCH_MIXTRAL:
+	case MOEM_ARCH_OLMOE:
+		if (has_mask(c) || c->first_dense || c->n_shared || c->sparse_step > 1 ||
+		    c->routed_scaling != 1.0f)
+			return moem_errf(EINVAL, "%s has neither dense layers nor shared experts",
+					 moem_arch_name(c->arch));
+		add_u(o, c->arch == MOEM_ARCH_MIXTRAL ? "num_local_experts" : "num_experts",
+		      c->n_experts);
+		add_u(o, "intermediate_size", c->moe_inter);
+		json_object_object_add(o, "router_aux_loss_coef",
+				       new_float(c->arch == MOEM_ARCH_MIXTRAL ? 0.02f : 0.01f));
+		add_b(o, "output_router_logits", false);
+		if (c->arch == MOEM_ARCH_MIXTRAL) {
+			if (!c->norm_topk_prob)
+				return moem_errf(EINVAL, "mixtral always renormalises top-k");
+			json_object_object_add(o, "sliding_window", NULL);
+		} else {
+			add_b(o, "norm_topk_prob", c->norm_topk_prob);
+			add_b(o, "attention_bias", false);
+			json_object_object_add(o, "clip_qkv", NULL);
+		}
+		return 0;
+	default:
+		if (has_mask(c) || c->sparse_step > 1 ||
+		    (c->n_shared && c->shared_inter != c->moe_inter))
+			return moem_errf(EINVAL,
+					 "deepseek_v2: only first_k_dense_replace dense "
+					 "layers and shared experts as wide as routed ones");
+		add_u(o, "n_routed_experts", c->n_experts);
+		add_u(o, "n_shared_experts", c->n_shared);
+		add_u(o, "moe_intermediate_size", c->moe_inter);
+		add_u(o, "intermediate_size", c->dense_inter ? c->dense_inter : 4 * c->hidden);
+		add_u(o, "first_k_dense_replace", c->first_dense);
+		add_u(o, "moe_layer_freq", 1);
+		json_object_object_add(o, "routed_scaling_factor", new_float(c->routed_scaling));
+		add_b(o, "norm_topk_prob", c->norm_topk_prob);
+		add_s(o, "topk_method", "greedy");
+		add_s(o, "scoring_func", "softmax");
+		add_u(o, "n_group", 1);
+		add_u(o, "topk_group", 1);
+		json_object_object_add(o, "aux_loss_alpha", new_float(0.001f));
+		add_b(o, "seq_aux", true);
+		if (c->q_lora_rank)
+			add_u(o, "q_lora_rank", c->q_lora_rank);
+		else
+			json_object_object_add(o, "q_lora_rank", NULL);
+		add_u(o, "kv_lora_rank", c->kv_lora_rank);
+		add_u(o, "qk_nope_head_dim", c->qk_nope_dim);
+		add_u(o, "qk_rope_head_dim", c->qk_rope_dim);
+		add_u(o, "v_head_dim", c->v_head_dim);
+		add_b(o, "attention_bias", false);
+		return 0;
+	}
+}
+
+int moem_config_to_json(const struct moem_model_config *c, struct json_object **out)
+{
+	static const char *const dtypes[MOEM_DTYPE_NR] = {"bfloat16", "float16", "float32"};
+	struct json_object *o;
+	int ret;
+
+	*out = NULL;
+	ret = moem_model_config_validate(c);
+	if (ret)
+		return ret;
+	o = json_object_new_object();
+	if (!o)
+		return -ENOMEM;
+	add_s(o, "model_type", moem_arch_name(c->arch));
+	add_s(o, "torch_dtype", dtypes[c->dtype]);
+	add_s(o, "hidden_act", "silu");
+	add_u(o, "hidden_size", c->hidden);
+	add_u(o, "num_hidden_layers", c->n_layers);
+	add_u(o, "num_attention_heads", c->n_heads);
+	add_u(o, "num_key_value_heads", c->n_kv_heads);
+	add_u(o, "num_experts_per_tok", c->top_k);
+	add_u(o, "vocab_size", c->vocab);
+	add_u(o, "max_position_embeddings", 4096);
+	json_object_object_add(o, "rms_norm_eps", new_float(c->rms_eps));
+	json_object_object_add(o, "rope_theta", new_float(c->rope_theta));
+	json_object_object_add(o, "initializer_range", new_float(0.02f));
+	json_object_object_add(o, "attention_dropout", new_float(0.0f));
+	add_b(o, "tie_word_embeddings", c->tie_embeddings);
+	add_b(o, "use_cache", true);
+	ret = fill_arch(c, o);
+	if (ret) {
+		json_object_put(o);
+		return ret;
+	}
+	*out = sorted(o);
+	json_object_put(o);
+	return *out ? 0 : -ENOMEM;
+}
