@@ -51,13 +51,16 @@ done
 while read -r l; do
 	bad "step: ${l#MOEM-STEP }"
 done < <(grep -E '^MOEM-STEP .*FAILED' "$log")
-for s in insmod rmmod-busy hold-persist rmmod sysfs-gone insmod-file rmmod-file; do
+for s in insmod rmmod-busy hold-persist rmmod sysfs-gone insmod-file regions-empty rmmod-file \
+	insmod-node0 node0 rmmod-node0; do
 	grep -qE "^MOEM-STEP $s ok" "$log" || bad "step $s did not pass"
 done
+[ "$(grep -c '^MOEM-STEP insmod-refused .* ok$' "$log")" -eq 7 ] ||
+	bad "not every bad parameter set was refused"
 grep -q '^MOEM-DONE' "$log" || bad "the guest did not reach the end of its script"
 
 # Kernel problem reports anywhere after boot (and panics anywhere).
-pat='BUG:|WARNING:|Oops|general protection|lockdep|possible circular locking|possible recursive locking|INFO: task .* blocked|Call Trace:|UBSAN|KASAN|kernel BUG|Bad page|list_(add|del) corruption|refcount_t:|rcu: INFO|Kernel panic'
+pat='BUG:|WARNING:|Out of memory|oom-kill|page allocation failure|Oops|general protection|lockdep|possible circular locking|possible recursive locking|INFO: task .* blocked|Call Trace:|UBSAN|KASAN|kernel BUG|Bad page|list_(add|del) corruption|refcount_t:|rcu: INFO|Kernel panic'
 kern=$(awk '/^MOEM-DMESG-BEGIN boot$/ { skip = 1 } /^MOEM-DMESG-END boot$/ { skip = 0; next } !skip' "$log" |
 	grep -E "$pat" || true)
 if [ -n "$kern" ]; then
