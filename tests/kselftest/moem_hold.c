@@ -5,7 +5,13 @@
  *                           "ready" and sleep until killed: the mapping
  *                           alone must keep rmmod from unloading moem.ko;
  *   moem_hold persist NAME  create a persistent NAME, write to it and
- *                           exit: rmmod must then succeed and free it.
+ *                           exit: rmmod must then succeed and free it;
+ *   moem_hold remap NAME    create and map NAME, then call
+ *                           remap_file_pages() on the mapping. Never run
+ *                           by the suite: with iouring_compat=1 on Linux
+ *                           < 6.5 it oopses the kernel (the reproducer
+ *                           behind Documentation/admin-guide.md's
+ *                           warning); with the default it just works.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +20,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/moem.h>
@@ -24,8 +31,9 @@ int main(int argc, char **argv)
 	int dev, persist;
 	uint8_t *p;
 
-	if (argc != 3 || (strcmp(argv[1], "map") && strcmp(argv[1], "persist"))) {
-		fprintf(stderr, "usage: moem_hold map|persist NAME\n");
+	if (argc != 3 ||
+	    (strcmp(argv[1], "map") && strcmp(argv[1], "persist") && strcmp(argv[1], "remap"))) {
+		fprintf(stderr, "usage: moem_hold map|persist|remap NAME\n");
 		return 2;
 	}
 	persist = !strcmp(argv[1], "persist");
@@ -46,6 +54,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(p, 0x5c, c.size);
+	if (!strcmp(argv[1], "remap")) {
+		long ret;
+
+		printf("remap_file_pages(%p, 4096, 0, 1, 0)\n", (void *)p);
+		fflush(stdout);
+		ret = syscall(SYS_remap_file_pages, p, 4096, 0, 1, 0);
+		printf("remap_file_pages: %ld (%s)\n", ret, ret ? strerror(errno) : "ok");
+		return ret ? 1 : 0;
+	}
 	close((int)c.fd);
 	close(dev);
 	if (persist)
