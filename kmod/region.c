@@ -232,7 +232,8 @@ void moem_region_get(struct moem_region *r)
 	kref_get(&r->ref);
 }
 
-static void moem_region_release(struct kref *ref) __releases(&moem_lock)
+/* kref_put_mutex() calls this with moem_lock held; it unlocks it. */
+static void moem_region_release(struct kref *ref)
 {
 	struct moem_region *r = container_of(ref, struct moem_region, ref);
 

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
 # moem.ko and its QEMU-guest test suite.
-#   make kmod         build kmod/moem.ko against $(KDIR) (W=1 for extra warnings)
+#   make kmod         build kmod/moem.ko against $(KDIR) (W=1: extra warnings,
+#                     C=1: sparse, if installed)
 #   make test-kmod    boot $(KIMAGE) under qemu -accel tcg and run tests/kselftest
 #   make kmod-shell   the same guest with moem.ko loaded and a shell on the console
 
@@ -21,7 +22,8 @@ TEST_SUITES += test-kmod
 # kbuild must not see this Makefile's command-line O= (its own O= means
 # something else), so drop command-line variables from what it inherits.
 kmod:
-	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR) MAKEOVERRIDES= O= $(if $(W),W=$(W)) modules
+	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR) MAKEOVERRIDES= O= $(if $(W),W=$(W)) $(if $(C),C=$(C)) \
+		modules
 
 kmod-clean:
 	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR) MAKEOVERRIDES= O= clean
