@@ -394,6 +394,10 @@ const struct file_operations moem_region_fops = {
 	.owner = THIS_MODULE,
 	.release = moem_region_file_release,
 	.mmap = moem_region_mmap,
+	/* Chunk-aligned addresses: region offset 0 lands on a 2 MiB boundary. */
+	.get_unmapped_area = thp_get_unmapped_area,
+	/* msync() has nothing to write back; succeed rather than EINVAL. */
+	.fsync = noop_fsync,
 	.unlocked_ioctl = moem_region_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 	.llseek = noop_llseek,

@@ -47,8 +47,10 @@ TEST_F(moem, create_map_write_destroy)
 	EXPECT_EQ(FD_CLOEXEC, fcntl(fd, F_GETFD) & FD_CLOEXEC);
 	p = map_region(fd, 4 * MiB, 0);
 	ASSERT_NE(MAP_FAILED, p);
+	EXPECT_EQ(0, (uintptr_t)p % CHUNK); /* chunk-aligned placement */
 	EXPECT_TRUE(all_zero(p, 4 * MiB));
 	pattern_fill(p, 4 * MiB, 1);
+	EXPECT_EQ(0, msync(p, 4 * MiB, MS_SYNC)); /* nothing to write back */
 
 	/* A second mapping, of the second chunk only, sees the same bytes. */
 	q = map_region(fd, 2 * MiB, 2 * MiB);
@@ -494,6 +496,7 @@ TEST_F(moem, kmod_pool_provider_attach)
 	moem_pool_get_info(pool, &info);
 	EXPECT_TRUE(info.attached);
 	EXPECT_EQ(6 * MiB, moem_pool_size(pool));
+	EXPECT_EQ(0, (uintptr_t)moem_pool_base(pool) % CHUNK);
 	EXPECT_EQ(-1, pattern_check(moem_pool_base(pool), 6 * MiB, 21));
 	TH_LOG("kmod pool: %s; %s", info.why, info.backing);
 	moem_pool_close(pool);
