@@ -83,21 +83,36 @@ struct moem_region {
 };
 
 /* region.c */
+/* Copy and check a user name into name[MOEM_NAME_MAX]: -EFAULT, -ENAMETOOLONG, -EINVAL. */
 int moem_name_from_user(char *name, u64 uptr);
+/* 0, -EINVAL (zero or not a chunk multiple) or -ENOSPC (above the ceiling). */
 int moem_region_check_size(u64 size);
+/* An unnamed region with zeroed chunks and one reference (the caller's). */
 int moem_region_new(const char *name, u64 size, u32 flags, u32 mode, struct moem_region **out);
+/* Name it (namespace + sysfs, a reference if persistent): 0 or -EEXIST. */
 int moem_region_publish(struct moem_region *r);
+/* Undo publish if the name is still this region's (a failed CREATE). */
 void moem_region_unpublish(struct moem_region *r);
+/* A new reference to the named region, or ERR_PTR(-ENOENT). */
 struct moem_region *moem_region_lookup(const char *name);
+/* 0 if the caller may open r (rw, or r only), else -EACCES. */
 int moem_region_may_open(const struct moem_region *r, bool rdonly);
+/* Remove the name (owner or CAP_SYS_ADMIN): 0, -ENOENT or -EACCES. */
 int moem_region_destroy(const char *name);
 void moem_region_get(struct moem_region *r);
+/* Drop a reference; the last one frees. Never with moem_lock held. */
 void moem_region_put(struct moem_region *r);
+/* A new region file (its own reference), O_RDONLY if rdonly, or ERR_PTR. */
 struct file *moem_region_file(struct moem_region *r, bool rdonly);
 void moem_region_fill_info(const struct moem_region *r, struct moem_region_info *info);
 int moem_region_info_by_name(const char *name, struct moem_region_info *info);
+/*
+ * Count the named regions and the bytes their names take; if buf_len is
+ * enough, *buf is a kvmalloc()ed copy of them (kvfree it), else NULL.
+ */
 int moem_region_list(u32 buf_len, char **buf, u32 *count, u32 *needed);
 u32 moem_region_count(void);
+/* At unload: drop every (persistent, unused) region. */
 void moem_regions_exit(void);
 extern const struct file_operations moem_region_fops;
 
