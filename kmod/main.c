@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * moem.ko: a pool of pinned 2 MiB host pages, carved into named regions
+ * that user space maps, for staging Mixture-of-Experts weights. The ABI is
+ * include/uapi/linux/moem.h; Documentation/admin-guide.md is the manual.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/moduleparam.h>
+#include <linux/nodemask.h>
+#include <linux/numa.h>
+
+#include "internal.h"
+
+static unsigned int max_pool_mb;
+module_param(max_pool_mb, uint, 0444);
+MODULE_PARM_DESC(max_pool_mb, "pool ceiling in MiB, a multiple of 2 (default 0: half of RAM)");
+
+static unsigned int prealloc_mb;
+module_param(prealloc_mb, uint, 0444);
+MODULE_PARM_DESC(prealloc_mb, "MiB carved at load and kept while loaded, a multiple of 2");
+
+static int node = NUMA_NO_NODE;
+module_param(node, int, 0444);
+MODULE_PARM_DESC(node, "NUMA node the pool's memory comes from (-1: any)");
+
+/*
+ * Off by default: a mapping without a file lets its owner oops Linux < 6.5
+ * through remap_file_pages() (see mmap.c and the admin guide). io_uring
+ * itself accepts file-backed fixed buffers from 6.5 on.
+ */
+bool moem_iouring_compat;
+module_param_named(iouring_compat, moem_iouring_compat, bool, 0444);
+MODULE_PARM_DESC(iouring_compat, "map regions without a file, for io_uring < 6.5 (unsafe)");
+
+static int __init moem_check_params(unsigned long *max_chunks, unsigned long *floor_chunks)
+{
+	u64 ram_mb = (u64)totalram_pages() >> (20 - PAGE_SHIFT);
+	const unsigned int chunk_mb = MOEM_CHUNK_SIZE >> 20;
+
+	if (node != NUMA_NO_NODE &&
+	    (node < 0 || node >= MAX_NUMNODES || !node_state(node, N_MEMORY))) {
+		pr_err("node=%d is not a NUMA node with memory\n", node);
+		return -EINVAL;
+	}
+	if (!max_pool_mb)
+		max_pool_mb = rounddown(ram_mb / 2, chunk_mb);
+	if (max_pool_mb % chunk_mb || prealloc_mb % chunk_mb) {
+		pr_err("max_pool_mb=%u and prealloc_mb=%u must be multiples of %u\n", max_pool_mb,
+		       prealloc_mb, chunk_mb);
+		return -EINVAL;
+	}
+	if (max_pool_mb > ram_mb) {
+		pr_err("max_pool_mb=%u is more than the %llu MiB of RAM\n", max_pool_mb, ram_mb);
+		return -EINVAL;
+	}
+	if (prealloc_mb > max_pool_mb) {
+		pr_err("prealloc_mb=%u is above max_pool_mb=%u\n", prealloc_mb, max_pool_mb);
+		return -EINVAL;
+	}
+	*max_chunks = max_pool_mb / chunk_mb;
+	*floor_chunks = prealloc_mb / chunk_mb;
+	return 0;
+}
+
+static int __init moem_init(void)
+{
+	unsigned long max_chunks, floor_chunks;
+	int ret;
+
+	ret = moem_check_params(&max_chunks, &floor_chunks);
+	if (ret)
+		return ret;
+	ret = moem_pool_init(max_chunks, floor_chunks, node);
+	if (ret)
+		return ret;
+	ret = moem_sysfs_init();
+	if (ret)
+		goto err_pool;
+	/* Last: user space can reach the device from here on. */
+	ret = moem_chardev_init();
+	if (ret)
+		goto err_sysfs;
+	pr_info("ABI %u.%u, pool %u MiB preallocated, ceiling %u MiB, node %d%s\n", MOEM_ABI_MAJOR,
+		MOEM_ABI_MINOR, prealloc_mb, max_pool_mb, node,
+		moem_iouring_compat ? ", mappings without a file (iouring_compat)" : "");
+	return 0;
+
+err_sysfs:
+	moem_sysfs_exit();
+err_pool:
+	moem_pool_exit();
+	return ret;
+}
+
+static void __exit moem_exit(void)
+{
+	moem_chardev_exit();
+	moem_regions_exit();
+	moem_sysfs_exit();
+	moem_pool_exit();
+}
+
+module_init(moem_init);
+module_exit(moem_exit);
+
+MODULE_DESCRIPTION("Pinned 2 MiB host page pool for Mixture-of-Experts weight staging");
+MODULE_AUTHOR("moem developers");
+MODULE_LICENSE("GPL");

@@ -1,0 +1,148 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# Boot Debian's kernel under QEMU (TCG) with a busybox initramfs holding
+# moem.ko and the statically linked kselftest programs, run them, and pass
+# or fail from their TAP output and the kernel log.
+#
+#   scripts/guest/run.sh [options] PROG...
+#     --work DIR      scratch directory (default build/guest)
+#     --kimage FILE   guest kernel (default $KIMAGE)
+#     --kver VER      its module directory under /lib/modules (default $KVER)
+#     --ko FILE       moem.ko (default kmod/moem.ko)
+#     --timeout S     whole-run limit (default 900)
+#     --params STR    moem.ko parameters (default "max_pool_mb=256 prealloc_mb=32")
+#     --shell         interactive guest shell instead of the tests
+#
+# Fails on: a "not ok" TAP line, a program that exits non-zero or is
+# killed by its timeout, a program with no result, a failed rmmod, and any
+# BUG:/WARNING:/Oops/lockdep/general protection/... in the kernel log after
+# moem.ko is loaded. Exit 77 (skip) only when qemu, the kernel image or
+# its modules are missing. The guest log is printed on failure.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+work=build/guest
+kimage=${KIMAGE:-}
+kver=${KVER:-}
+ko=kmod/moem.ko
+tmo=900
+params="max_pool_mb=256 prealloc_mb=32"
+shell=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--work) work=$2; shift 2 ;;
+	--kimage) kimage=$2; shift 2 ;;
+	--kver) kver=$2; shift 2 ;;
+	--ko) ko=$2; shift 2 ;;
+	--timeout) tmo=$2; shift 2 ;;
+	--params) params=$2; shift 2 ;;
+	--shell) shell=1; shift ;;
+	-*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+	*) break ;;
+	esac
+done
+
+skip() {
+	echo "test-kmod: SKIP: $*"
+	exit 77
+}
+die() {
+	echo "test-kmod: $*" >&2
+	exit 1
+}
+
+qemu=$(command -v qemu-system-x86_64) || skip "qemu-system-x86_64 not installed (scripts/deps.sh installs qemu-system-x86)"
+[ -n "$kimage" ] && [ -r "$kimage" ] || skip "guest kernel '${kimage:-?}' not readable (install linux-image-amd64)"
+moddir=/lib/modules/$kver
+[ -n "$kver" ] && [ -r "$moddir/modules.dep" ] || skip "$moddir/modules.dep missing (install linux-image-amd64)"
+busybox=$(command -v busybox) || skip "busybox not installed (install busybox-static)"
+readelf -l "$busybox" 2>/dev/null | grep -q INTERP &&
+	skip "$busybox is not statically linked (install busybox-static)"
+command -v cpio >/dev/null || skip "cpio not installed"
+command -v mke2fs >/dev/null || skip "mke2fs not installed (install e2fsprogs)"
+[ -r "$ko" ] || die "$ko not built (make kmod)"
+[ $# -gt 0 ] || [ $shell -eq 1 ] || die "no test programs given"
+
+root=$work/root
+rm -rf "$root" "$work/disk"
+mkdir -p "$root"/{bin,sbin,dev,proc,sys,tmp,mnt,lib/modules,tests} "$work/disk" || exit 1
+cp "$busybox" "$root/bin/busybox"
+cp "$here/init" "$root/init"
+chmod 755 "$root/init"
+cp "$ko" "$root/moem.ko"
+echo "$params" >"$root/moem.params"
+
+# Kernel modules for the virtio disk and ext4, in dependency order.
+resolve() {
+	local m=$1 path deps d
+	path=$(grep -E "(^|/)$m\.ko(\.[a-z]+)?:" "$moddir/modules.dep" | head -n1 | cut -d: -f1)
+	[ -n "$path" ] || die "module $m not in $moddir/modules.dep"
+	deps=$(grep -E "^$path:" "$moddir/modules.dep" | cut -d: -f2)
+	for d in $deps; do
+		resolve "$(basename "$d" | sed -E 's/\.ko(\.[a-z]+)?$//')"
+	done
+	grep -qx "$path" "$work/mods" 2>/dev/null || echo "$path" >>"$work/mods"
+}
+rm -f "$work/mods"
+for m in crc32c_generic virtio_pci virtio_blk ext4; do
+	resolve "$m"
+done
+while read -r path; do
+	name=$(basename "$path")
+	case "$name" in
+	*.ko) cp "$moddir/$path" "$root/lib/modules/$name" ;;
+	*.ko.xz) xz -dc "$moddir/$path" >"$root/lib/modules/${name%.xz}" ;;
+	*.ko.zst) zstd -qdc "$moddir/$path" >"$root/lib/modules/${name%.zst}" ;;
+	*) die "unknown module format $name" ;;
+	esac
+	echo "${name%.ko*}.ko" >>"$root/lib/modules/load.list"
+done <"$work/mods"
+
+for t in "$@"; do
+	cp "$t" "$root/tests/" || exit 1
+	echo "$(basename "$t")" >>"$root/tests/list"
+done
+
+# The disk: ext4 made on the host, holding a file whose u64 at byte
+# offset 8*k is k, so a reader can check any range it lands.
+perl -e 'for my $i (0 .. 2047) { print pack("Q<*", map { $i * 512 + $_ } 0 .. 511) }' \
+	>"$work/disk/pattern.bin" || die "perl failed"
+rm -f "$work/disk.img"
+truncate -s 64M "$work/disk.img" || die "cannot create $work/disk.img"
+mke2fs -q -F -t ext4 -b 4096 -L moemtest -d "$work/disk" "$work/disk.img" ||
+	die "mke2fs failed"
+
+(cd "$root" && find . | cpio -o -H newc --quiet) >"$work/initramfs.cpio" || die "cpio failed"
+
+append="console=ttyS0 quiet panic=-1 nokaslr"
+[ $shell -eq 1 ] && append="$append moem.shell=1"
+log=$work/guest.log
+start=$(date +%s%N)
+if [ $shell -eq 1 ]; then
+	exec "$qemu" -accel tcg -m 2048 -smp 2 -nographic -no-reboot -kernel "$kimage" \
+		-initrd "$work/initramfs.cpio" -append "$append" \
+		-drive "file=$work/disk.img,if=virtio,format=raw" -nic none
+fi
+timeout -k 10 "$tmo" "$qemu" -accel tcg -m 2048 -smp 2 -nographic -no-reboot \
+	-kernel "$kimage" -initrd "$work/initramfs.cpio" -append "$append" \
+	-drive "file=$work/disk.img,if=virtio,format=raw" -nic none </dev/null >"$log" 2>&1
+qrc=$?
+secs=$((($(date +%s%N) - start) / 1000000))
+secs=$((secs / 1000)).$(((secs % 1000) / 100))
+tr -d '\r' <"$log" >"$log.txt"
+
+"$here/check.sh" "$log.txt" "$@"
+rc=$?
+if [ $qrc -eq 124 ] || [ $qrc -eq 137 ]; then
+	echo "test-kmod: the guest did not finish within ${tmo}s"
+	rc=1
+fi
+boot=$(grep -o 'MOEM-GUEST boot [0-9.]*' "$log.txt" | head -n1 | cut -d' ' -f3)
+echo "test-kmod: guest run ${secs}s wall (kernel up after ${boot:-?}s guest time); log: $log.txt"
+if [ $rc -ne 0 ]; then
+	echo "---- guest log ----"
+	cat "$log.txt"
+	echo "---- end of guest log ----"
+fi
+exit $rc

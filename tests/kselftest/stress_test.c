@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Races and leaks: threads looping create / open / mmap / close /
+ * destroy on the same few names for a fixed count; 1000 open / mmap /
+ * close cycles; filling the pool to its ceiling and back. Afterwards the
+ * pool must hold exactly what it held before, all of it free.
+ */
+#include <pthread.h>
+
+#include "moem_test.h"
+
+#define RACE_THREADS 4
+#define RACE_ITERS   400
+#define RACE_NAMES   3
+#define RACE_FDS     4
+
+struct race {
+	int dev;
+	unsigned int seed;
+	int fds[RACE_FDS];
+	unsigned long ops[6]; /* successful create, open, map, close, destroy, list */
+	int bad;	      /* an answer the kernel must never give */
+};
+
+static unsigned int next_rand(unsigned int *s)
+{
+	*s = *s * 1103515245u + 12345u;
+	return *s >> 8;
+}
+
+static void *race_thread(void *arg)
+{
+	struct race *r = arg;
+	char name[16];
+
+	for (int i = 0; i < RACE_ITERS; i++) {
+		unsigned int op = next_rand(&r->seed) % 6, slot = next_rand(&r->seed) % RACE_FDS;
+		int ret;
+
+		snprintf(name, sizeof(name), "race-%u", next_rand(&r->seed) % RACE_NAMES);
+		switch (op) {
+		case 0: /* create, persistent or not */
+			if (r->fds[slot] >= 0)
+				break;
+			ret = region_create(r->dev, name, CHUNK * (1 + next_rand(&r->seed) % 2),
+					    next_rand(&r->seed) % 2 ? MOEM_REGION_PERSISTENT : 0,
+					    0600);
+			if (ret >= 0) {
+				r->fds[slot] = ret;
+				r->ops[0]++;
+			} else if (ret != -EEXIST && ret != -ENOSPC) {
+				r->bad = ret;
+			}
+			break;
+		case 1: /* open */
+			if (r->fds[slot] >= 0)
+				break;
+			ret = region_open(r->dev, name, 0);
+			if (ret >= 0) {
+				r->fds[slot] = ret;
+				r->ops[1]++;
+			} else if (ret != -ENOENT) {
+				r->bad = ret;
+			}
+			break;
+		case 2: { /* map, touch every page, unmap */
+			struct moem_region_info info;
+			uint8_t *p;
+
+			if (r->fds[slot] < 0)
+				break;
+			if (region_fd_info(r->fds[slot], &info, NULL)) {
+				r->bad = -1000;
+				break;
+			}
+			p = map_region(r->fds[slot], info.size, 0);
+			if (p == MAP_FAILED) {
+				r->bad = -errno;
+				break;
+			}
+			for (uint64_t off = 0; off < info.size; off += 4096)
+				p[off]++;
+			munmap(p, info.size);
+			r->ops[2]++;
+			break;
+		}
+		case 3: /* close */
+			if (r->fds[slot] >= 0) {
+				close(r->fds[slot]);
+				r->fds[slot] = -1;
+				r->ops[3]++;
+			}
+			break;
+		case 4: /* destroy */
+			ret = region_destroy(r->dev, name);
+			if (!ret)
+				r->ops[4]++;
+			else if (ret != -ENOENT)
+				r->bad = ret;
+			break;
+		default: { /* list */
+			struct moem_region_list l = {0};
+			char buf[256];
+
+			l.buf_ptr = (uintptr_t)buf;
+			l.buf_len = sizeof(buf);
+			ret = ioc(r->dev, MOEM_IOC_REGION_LIST, &l);
+			if (ret)
+				r->bad = ret;
+			else
+				r->ops[5]++;
+			break;
+		}
+		}
+	}
+	for (int s = 0; s < RACE_FDS; s++) {
+		if (r->fds[s] >= 0)
+			close(r->fds[s]);
+	}
+	return NULL;
+}
+
+TEST_F_TIMEOUT(moem, races_same_names, 300)
+{
+	struct race races[RACE_THREADS];
+	pthread_t th[RACE_THREADS];
+	unsigned long total[6] = {0};
+	char name[16];
+
+	for (int t = 0; t < RACE_THREADS; t++) {
+		races[t] = (struct race){.dev = self->dev, .seed = 0x9e3779b9u * (t + 1)};
+		for (int s = 0; s < RACE_FDS; s++)
+			races[t].fds[s] = -1;
+		ASSERT_EQ(0, pthread_create(&th[t], NULL, race_thread, &races[t]));
+	}
+	for (int t = 0; t < RACE_THREADS; t++) {
+		pthread_join(th[t], NULL);
+		EXPECT_EQ(0, races[t].bad) TH_LOG("thread %d got %d", t, races[t].bad);
+		for (int k = 0; k < 6; k++)
+			total[k] += races[t].ops[k];
+	}
+	TH_LOG("create %lu open %lu map %lu close %lu destroy %lu list %lu", total[0], total[1],
+	       total[2], total[3], total[4], total[5]);
+	/* The loop must really have exercised every path. */
+	for (int k = 0; k < 6; k++) {
+		EXPECT_LT(0, total[k]) TH_LOG("op %d never succeeded", k);
+	}
+	/* Persistent leftovers are ours to remove. */
+	for (int n = 0; n < RACE_NAMES; n++) {
+		snprintf(name, sizeof(name), "race-%d", n);
+		int ret = region_destroy(self->dev, name);
+
+		EXPECT_TRUE(ret == 0 || ret == -ENOENT);
+	}
+	EXPECT_POOL_BASELINE(self);
+}
+
+TEST_F_TIMEOUT(moem, thousand_open_map_close, 300)
+{
+	struct moem_region_info info;
+	uint8_t *p;
+	int fd;
+
+	fd = region_create(self->dev, "cycle", 2 * MiB, MOEM_REGION_PERSISTENT, 0600);
+	ASSERT_LE(0, fd);
+	close(fd);
+	for (int i = 0; i < 1000; i++) {
+		fd = region_open(self->dev, "cycle", 0);
+		ASSERT_LE(0, fd) TH_LOG("cycle %d", i);
+		p = map_region(fd, 2 * MiB, 0);
+		ASSERT_NE(MAP_FAILED, p) TH_LOG("cycle %d", i);
+		ASSERT_EQ((uint8_t)i, p[i % 4096 + 4096]); /* what cycle i-1 left */
+		p[(i + 1) % 4096 + 4096] = (uint8_t)(i + 1);
+		ASSERT_EQ(0, munmap(p, 2 * MiB));
+		close(fd);
+	}
+	ASSERT_EQ(0, region_info(self->dev, "cycle", &info));
+	EXPECT_EQ(0, info.nr_maps);
+	EXPECT_EQ(0, info.nr_fds);
+	ASSERT_EQ(0, region_destroy(self->dev, "cycle"));
+	EXPECT_POOL_BASELINE(self);
+}
+
+TEST_F_TIMEOUT(moem, fill_pool_to_ceiling, 300)
+{
+	struct moem_pool_stats st;
+	uint64_t n = self->base.max_bytes / CHUNK;
+	int *fds;
+	char name[32];
+
+	fds = calloc(n, sizeof(*fds));
+	ASSERT_NE(NULL, fds);
+	for (uint64_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "fill-%llu", (unsigned long long)i);
+		fds[i] = region_create(self->dev, name, CHUNK, 0, 0600);
+		ASSERT_LE(0, fds[i])
+		TH_LOG("region %llu of %llu", (unsigned long long)i, (unsigned long long)n);
+	}
+	ASSERT_EQ(0, pool_stats(self->dev, &st));
+	EXPECT_EQ(self->base.max_bytes, st.total_bytes);
+	EXPECT_EQ(0, st.free_bytes);
+	EXPECT_EQ(self->base.nr_regions + n, st.nr_regions);
+	EXPECT_EQ(-ENOSPC, region_create(self->dev, "fill-over", CHUNK, 0, 0600));
+	for (uint64_t i = 0; i < n; i++)
+		close(fds[i]);
+	free(fds);
+	EXPECT_POOL_BASELINE(self);
+}
+
+TEST_HARNESS_MAIN
