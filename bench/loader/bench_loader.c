@@ -35,6 +35,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,8 +171,37 @@ static void drop_caches(void)
 
 struct result {
 	double gbps, cpu_pct;
+	double dev_req_kib; /* mean size of a read the device completed, 0 if unknown */
 	char path[128];
 };
+
+/*
+ * Reads completed and sectors read by the file's block device
+ * (/proc/diskstats), to show what size of request reached the device
+ * after the block layer merged adjacent ones.
+ */
+static bool devstat(dev_t dev, uint64_t *reads, uint64_t *sectors)
+{
+	unsigned int maj, min;
+	unsigned long long r, m, sec;
+	char line[512], name[64];
+	bool found = false;
+	FILE *f = fopen("/proc/diskstats", "r");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%u %u %63s %llu %llu %llu", &maj, &min, name, &r, &m, &sec) ==
+			    6 &&
+		    maj == major(dev) && min == minor(dev)) {
+			*reads = r;
+			*sectors = sec;
+			found = true;
+		}
+	}
+	fclose(f);
+	return found;
+}
 
 static int run_fio(const struct cfg *c, const char *mem, struct result *r)
 {
@@ -426,7 +456,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: bench-loader --file PATH [--size 4G] [--qd 32] [--bs 1M] [--chunk 8M]\n"
-		"                    [--pool 256M] [--threads 8] [--reps 5] [--fio fio]\n"
+		"                    [--pool 256M] [--threads 8] [--reps 7] [--fio fio]\n"
 		"                    [--fio-mem shmhuge|malloc] [--small-pages] "
 		"[--no-drop-caches]\n"
 		"Reads PATH (written first if absent or not this benchmark's) with fio and with\n"
@@ -470,7 +500,7 @@ int main(int argc, char **argv)
 			.pool = 256 * MOEM_MiB,
 			.qd = 32,
 			.threads = MOEM_LOADER_THREADS_DEFAULT,
-			.reps = 5,
+			.reps = 7,
 			.drop_caches = true,
 			.fio_mem = "shmhuge"};
 	struct moem_pool_opts po = {.provider = MOEM_POOL_THP};
@@ -480,6 +510,7 @@ int main(int argc, char **argv)
 	struct moem_pool *pool = NULL;
 	struct moem_pool_info pi;
 	char cmd[512], memdesc[192];
+	struct stat fst;
 	double f, l, p;
 	uint8_t *mem;
 	int ch, ret;
@@ -561,6 +592,10 @@ int main(int argc, char **argv)
 	}
 	if (!file_ok(c.file, c.size) && make_file(c.file, c.size))
 		return 1;
+	if (stat(c.file, &fst) < 0) {
+		perror("bench-loader: stat");
+		return 1;
+	}
 	if (c.small_pages) {
 		mem = mmap(NULL, c.pool, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
 			   0);
@@ -596,29 +631,34 @@ int main(int argc, char **argv)
 	       (unsigned long long)(c.chunk >> 20), c.reps);
 	printf("loader memory: %s; fio memory: --mem=%s%s\n", memdesc, c.fio_mem,
 	       strcmp(c.fio_mem, "malloc") ? " (and --mem=malloc shown as fio-4k)" : "");
-	printf("%-4s %-8s %8s %7s  %s\n", "rep", "run", "GB/s", "cpu%", "path");
+	printf("%-4s %-8s %8s %6s %8s  %s\n", "rep", "run", "GB/s", "cpu%", "dev_KiB", "path");
 	for (uint32_t i = 0; i < c.reps && !ret; i++) {
-		ret = run_fio(&c, c.fio_mem, &fr);
-		if (!ret) {
-			printf("%-4u %-8s %8.3f %7.1f  %s\n", i + 1, "fio", fr.gbps, fr.cpu_pct,
-			       fr.path);
-			ret = run_loader(&c, mem, c.pool, MOEM_LOADER_URING, &ur);
+		static const char *const names[] = {"fio", "loader", "pread", "fio-4k"};
+		struct result *res[] = {&fr, &ur, &pr, &f4};
+
+		for (unsigned int k = 0; k < MOEM_ARRAY_SIZE(names) && !ret; k++) {
+			uint64_t r0 = 0, s0 = 0, r1 = 0, s1 = 0;
+			bool ds;
+
+			if (k == 3 && !strcmp(c.fio_mem, "malloc"))
+				break;
+			ds = devstat(fst.st_dev, &r0, &s0);
+			if (k == 0)
+				ret = run_fio(&c, c.fio_mem, res[k]);
+			else if (k == 3)
+				ret = run_fio(&c, "malloc", res[k]);
+			else
+				ret = run_loader(&c, mem, c.pool,
+						 k == 1 ? MOEM_LOADER_URING : MOEM_LOADER_PREAD,
+						 res[k]);
+			if (ret)
+				break;
+			ds = ds && devstat(fst.st_dev, &r1, &s1) && r1 > r0;
+			res[k]->dev_req_kib = ds ? (double)(s1 - s0) / 2 / (double)(r1 - r0) : 0;
+			printf("%-4u %-8s %8.3f %6.1f %8.0f  %s\n", i + 1, names[k], res[k]->gbps,
+			       res[k]->cpu_pct, res[k]->dev_req_kib, res[k]->path);
+			fflush(stdout);
 		}
-		if (!ret) {
-			printf("%-4u %-8s %8.3f %7.1f  %s\n", i + 1, "loader", ur.gbps, ur.cpu_pct,
-			       ur.path);
-			ret = run_loader(&c, mem, c.pool, MOEM_LOADER_PREAD, &pr);
-		}
-		if (!ret) {
-			printf("%-4u %-8s %8.3f %7.1f  %s\n", i + 1, "pread", pr.gbps, pr.cpu_pct,
-			       pr.path);
-			if (strcmp(c.fio_mem, "malloc"))
-				ret = run_fio(&c, "malloc", &f4);
-		}
-		if (!ret && strcmp(c.fio_mem, "malloc"))
-			printf("%-4u %-8s %8.3f %7.1f  %s\n", i + 1, "fio-4k", f4.gbps, f4.cpu_pct,
-			       f4.path);
-		fflush(stdout);
 		fio_g[i] = fr.gbps;
 		fio_c[i] = fr.cpu_pct;
 		ur_g[i] = ur.gbps;
