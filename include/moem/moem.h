@@ -17,5 +17,6 @@
 #include "pack.h"
 #include "pool.h"
 #include "dev.h"
+#include "loader.h"
 
 #endif /* MOEM_MOEM_H */
