@@ -69,14 +69,19 @@ struct moem_stager {
  * Victim choice for one tier, called with the tiers lock held. Ids are
  * version ids: (layer * n_experts + expert) * 2 + pi. add/del track the
  * evictable population, touch records a use; pick returns the best victim
- * among ids for which ok() is true, or -ENOENT.
+ * among ids for which ok() is true, or -ENOENT. incoming is the version
+ * that needs the space (MOEM_NO_VERSION for a budget shrink) and prio why
+ * it is fetched: a policy may refuse to evict for a speculative fetch
+ * what it values more than what comes in.
  */
+#define MOEM_NO_VERSION UINT32_MAX
+
 struct moem_evictor {
 	void (*add)(struct moem_evictor *ev, uint32_t id);
 	void (*del)(struct moem_evictor *ev, uint32_t id);
 	void (*touch)(struct moem_evictor *ev, uint32_t id);
-	int (*pick)(struct moem_evictor *ev, bool (*ok)(void *arg, uint32_t id), void *arg,
-		    uint32_t *id);
+	int (*pick)(struct moem_evictor *ev, uint32_t incoming, enum moem_prio prio,
+		    bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *id);
 	void (*destroy)(struct moem_evictor *ev);
 };
 

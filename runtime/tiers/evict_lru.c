@@ -70,8 +70,8 @@ static void lru_touch(struct moem_evictor *ev, uint32_t id)
 	}
 }
 
-static int lru_pick(struct moem_evictor *ev, bool (*ok)(void *arg, uint32_t id), void *arg,
-		    uint32_t *out)
+static int lru_pick(struct moem_evictor *ev, uint32_t incoming, enum moem_prio prio,
+		    bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *out)
 {
 	struct lru *l = (struct lru *)ev;
 

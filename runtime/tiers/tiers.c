@@ -180,8 +180,10 @@ static void dram_evict(struct moem_tiers *t, struct ver *v)
 	t->st.evict_dram++;
 }
 
-static int hbm_alloc(struct moem_tiers *t, uint64_t bytes, uint64_t *off, uint64_t *wait_seq)
+static int hbm_alloc(struct moem_tiers *t, const struct ver *in, enum moem_prio prio,
+		     uint64_t *off, uint64_t *wait_seq)
 {
+	uint64_t bytes = vbytes(t, in);
 	uint64_t need = hbm_need(t, bytes);
 	uint32_t id;
 
@@ -192,7 +194,7 @@ static int hbm_alloc(struct moem_tiers *t, uint64_t bytes, uint64_t *off, uint64
 		if (moem_extent_used_bytes(&t->hx) + need <= t->hbm_budget &&
 		    moem_extent_alloc(&t->hx, need, off) == 0)
 			break;
-		if (t->hev->pick(t->hev, hbm_ok, t, &id))
+		if (t->hev->pick(t->hev, in->id, prio, hbm_ok, t, &id))
 			return -EAGAIN;
 		hbm_evict(t, &t->v[id]);
 	}
@@ -201,8 +203,9 @@ static int hbm_alloc(struct moem_tiers *t, uint64_t bytes, uint64_t *off, uint64
 	return 0;
 }
 
-static int dram_alloc(struct moem_tiers *t, uint64_t bytes, uint64_t *off)
+static int dram_alloc(struct moem_tiers *t, const struct ver *in, uint64_t *off)
 {
+	uint64_t bytes = vbytes(t, in);
 	uint32_t id;
 
 	if (bytes > t->dram_budget)
@@ -212,7 +215,7 @@ static int dram_alloc(struct moem_tiers *t, uint64_t bytes, uint64_t *off)
 		if (moem_extent_used_bytes(&t->dx) + moem_align_up(bytes, 4096) <= t->dram_budget &&
 		    moem_extent_alloc(&t->dx, bytes, off) == 0)
 			return 0;
-		if (t->dev_ev->pick(t->dev_ev, dram_ok, t, &id))
+		if (t->dev_ev->pick(t->dev_ev, in->id, MOEM_PRIO_MISS, dram_ok, t, &id))
 			return -EAGAIN;
 		dram_evict(t, &t->v[id]);
 	}
@@ -240,10 +243,10 @@ static void apply_budgets(struct moem_tiers *t)
 			dram_evict(t, v);
 	}
 	while (moem_extent_used_bytes(&t->hx) > t->hbm_budget &&
-	       !t->hev->pick(t->hev, hbm_ok, t, &id))
+	       !t->hev->pick(t->hev, MOEM_NO_VERSION, MOEM_PRIO_MISS, hbm_ok, t, &id))
 		hbm_evict(t, &t->v[id]);
 	while (moem_extent_used_bytes(&t->dx) > t->dram_budget &&
-	       !t->dev_ev->pick(t->dev_ev, dram_ok, t, &id))
+	       !t->dev_ev->pick(t->dev_ev, MOEM_NO_VERSION, MOEM_PRIO_MISS, dram_ok, t, &id))
 		dram_evict(t, &t->v[id]);
 	if (moem_extent_set_limit(&t->hx, moem_min(lim, t->mapped)) == 0) {
 		new_mapped = moem_align_up(t->hbm_budget, t->gran);
@@ -344,7 +347,7 @@ static void on_load_done(void *arg, int status)
 static int start_load(struct moem_tiers *t, struct ver *v)
 {
 	uint64_t off;
-	int ret = dram_alloc(t, vbytes(t, v), &off);
+	int ret = dram_alloc(t, v, &off);
 
 	if (ret)
 		return ret;
@@ -396,7 +399,7 @@ static int fetch(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 		}
 		return 0;
 	}
-	ret = hbm_alloc(t, vbytes(t, v), &off, &ws);
+	ret = hbm_alloc(t, v, prio, &off, &ws);
 	if (ret)
 		return ret;
 	v->hs = H_COPYING;

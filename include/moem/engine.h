@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The decode engine (MoE-stack mode): a pack's MoE blocks run over a batch
+ * of hidden states, step after step, with experts paged between NVMe,
+ * the pinned DRAM pool and HBM under budgets smaller than the model, and
+ * the outputs equal to an all-resident run at the same precision.
+ *
+ * Per step and layer l:
+ *   dense layer:  h += MLP(rmsnorm(h))
+ *   MoE layer:    x = rmsnorm(h); logits = router(x); route (policy);
+ *                 ensure residency of the active experts (hit / miss at
+ *                 top priority / lo fallback if allowed), cache-aware
+ *                 order; FFN through the pinned versions as they land;
+ *                 shared experts; h += combine; prefetch and precision
+ *                 policies look ahead.
+ * Hidden states come from the pack's synthetic workload generator, a
+ * hidden-state file, or a replayed routing trace.
+ *
+ * Threads: one thread runs moem_engine_run(); moem_engine_set_knob(),
+ * moem_engine_stop() and moem_engine_get_status() may be called from any
+ * thread at any time (a knob change is applied at the next layer
+ * boundary, never failing a step).
+ */
+#ifndef MOEM_ENGINE_H
+#define MOEM_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <linux/moem.h>
+
+#include "loader.h"
+#include "pool.h"
+#include "quant.h"
+
+struct moem_engine_opts {
+	const char *pack_path;
+	const char *backend;	/* "auto" (default), "cpu", "cuda" */
+	uint32_t threads;	/* CPU backend threads (0: online CPUs) */
+	/* Budgets in bytes; a percentage is resolved by the caller with
+	 * moem_engine_pack_bytes(). 0 = the whole model fits. */
+	uint64_t hbm_budget, dram_budget;
+	/* The pool: provider, region name, persistence; size 0 = dram_budget
+	 * (rounded to 2 MiB). */
+	struct moem_pool_opts pool;
+	/* Precisions: hi is the planned default; lo (if two_prec) is the
+	 * fallback and the precision policy's low version. */
+	enum moem_prec hi, lo;
+	bool two_prec;
+	bool allow_fallback;	/* take lo instead of waiting for hi */
+	/* Policies, as spec strings (NULL = default): route "none" | "lynx[..]"
+	 * | "oea[..]" | "cache-aware" | "piggyback[..]"; evict "lru" | "lru2"
+	 * | "lfu" | "pred"; prefetch "none" | "adaptive[..]" | "fixed:S=..";
+	 * precision "none" | "dynaexq[..]"; paging "none" | "fluxmoe[..]". */
+	const char *route, *evict, *prefetch, *precision, *paging;
+	double link_gbps;	/* emulated device: modelled H2D link (default 25) */
+	struct moem_loader_opts loader;
+	bool verify_blobs;	/* check each staged blob's checksum (default on) */
+	bool no_verify;		/* turn verify_blobs off */
+	const char *trace_out;	/* write the routing trace here (NULL: none) */
+	bool trace_logits;	/* with router logits */
+};
+
+enum moem_workload_kind {
+	MOEM_WL_SYNTH = 0,	/* the pack's synthetic workload (mix, seed) */
+	MOEM_WL_HIDDEN = 1,	/* a hidden-state file (moem_hidden_*) */
+	MOEM_WL_TRACE = 2,	/* replay a routing trace's decisions */
+};
+
+struct moem_workload {
+	enum moem_workload_kind kind;
+	const char *mix;	/* synth: "text:0.5,code:0.5" (NULL: uniform) */
+	uint64_t seed;		/* synth: overrides the pack's seed if non-zero */
+	const char *path;	/* hidden-state file or trace */
+	uint32_t batch;		/* tokens per step, 1..64 */
+	uint64_t steps;
+};
+
+/* What one step did; totals add these up. */
+struct moem_step_stats {
+	uint64_t step;
+	uint32_t tokens;
+	uint64_t active;	/* sum over MoE layers of T */
+	uint64_t hits, misses, fallbacks;
+	uint64_t stall_ns;
+	uint64_t bytes_nvme, bytes_h2d;
+	uint64_t step_ns;
+};
+
+struct moem_run_stats {
+	struct moem_step_stats total;	/* .step = steps run */
+	uint32_t moe_layers;
+	double mean_T;			/* per MoE layer-step */
+	double hit_rate;		/* hits / (hits + misses + fallbacks) */
+	double stall_share;		/* stall_ns / step_ns */
+	double tokens_per_s;
+	uint8_t digest[32];		/* SHA-256 of every step's final hidden states */
+	char digest_hex[65];
+	bool stopped;			/* moem_engine_stop() ended it early */
+};
+
+/* Called after every step; a non-zero return stops the run with it. */
+typedef int (*moem_step_fn)(void *arg, const struct moem_step_stats *s);
+
+struct moem_engine;
+
+/*
+ * Open the pack, the pool, the backend and the tier device, allocate the
+ * HBM arena and stage what the DRAM budget holds (hottest layers first is
+ * not attempted: staging is on demand plus warm-up). Logs what it chose
+ * and why (backend, pool provider). -errno with a message.
+ */
+int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out);
+void moem_engine_close(struct moem_engine *e);
+
+/* Expert bytes of the pack at precision p, for "25%" budgets. */
+int moem_engine_pack_bytes(const char *pack_path, enum moem_prec p, uint64_t *bytes);
+
+/*
+ * Stage experts NVMe -> DRAM until the DRAM budget is full (or everything
+ * is staged), layer by layer, then fill HBM the same way up to its
+ * budget. progress may be NULL.
+ */
+struct moem_progress;
+int moem_engine_warmup(struct moem_engine *e, struct moem_progress *progress);
+
+/* Decode a workload. out may be NULL. Returns 0, a step_fn's value, or -errno. */
+int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_step_fn fn,
+		    void *arg, struct moem_run_stats *out);
+
+/* Any thread: a budget knob (include/uapi/linux/moem.h values). Checked
+ * now (-EINVAL/-ERANGE, nothing changed), applied at the next layer. */
+int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
+uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob);
+/* Any thread: end the current run after the step in progress. */
+void moem_engine_stop(struct moem_engine *e);
+
+struct moem_engine_status {
+	char backend[32], backend_note[192];
+	char pool_provider[16], pool_why[192];
+	uint64_t pool_bytes;
+	char route[64], evict[64], prefetch[64], precision[64], paging[64];
+	uint64_t hbm_budget, hbm_used, dram_budget, dram_used;
+	uint64_t hbm_resident_hi, hbm_resident_lo, dram_ready;
+	uint64_t hits, misses, fallbacks, stall_ns, steps;
+	double link_gbps;
+	uint32_t prefetch_horizon;
+	bool running;
+};
+void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
+
+/*
+ * Hidden-state files: "MOEMHID1", u32 version 1, u32 hidden, u32 batch,
+ * u32 reserved 0, u64 steps, then f32 [steps][batch][hidden] little endian.
+ */
+int moem_hidden_write_synth(const char *pack_path, const char *mix, uint64_t seed,
+			    uint32_t batch, uint64_t steps, const char *out_path);
+
+#endif /* MOEM_ENGINE_H */
