@@ -17,6 +17,11 @@
  *   lfu    least frequently used; a key's count survives its eviction
  *          ("perfect" LFU), ties go to the least recently used, and with
  *          half=H all counts halve every H layer ticks (drift).
+ *   pred   lowest score first, ties to the least recently used. The caller
+ *          sets scores (score()): moem feeds the predictor's probability
+ *          that the expert is used at its layer's next run
+ *          (moem_prefetch_reuse()), which approximates Belady's "farthest
+ *          next use" online (moem addition, Documentation/policies.md).
  *
  * Belady MIN (moem_belady()) is offline: it needs the whole future, so
  * only the simulator runs it, as the hit-rate bound at a budget.
@@ -31,6 +36,7 @@ enum moem_evict_kind {
 	MOEM_EVICT_LRU = 0,
 	MOEM_EVICT_LRU2 = 1,
 	MOEM_EVICT_LFU = 2,
+	MOEM_EVICT_PRED = 3,
 	MOEM_EVICT_NR
 };
 
@@ -43,7 +49,7 @@ struct moem_evict_cfg {
 };
 
 const char *moem_evict_kind_name(enum moem_evict_kind k);
-/* "lru", "lru2:W=2,S=4", "lfu:half=4800"; shape fields are left alone. */
+/* "lru", "lru2:W=2,S=4", "lfu:half=4800", "pred"; shape fields are left alone. */
 int moem_evict_parse(const char *spec, struct moem_evict_cfg *c);
 void moem_evict_format(const struct moem_evict_cfg *c, char *buf, unsigned len);
 
@@ -62,6 +68,9 @@ void moem_evict_remove(struct moem_evict *ev, uint32_t key);
 void moem_evict_predict(struct moem_evict *ev, uint32_t key, uint64_t until_pos);
 /* lru2: the prefetch horizon S changed. */
 void moem_evict_set_horizon(struct moem_evict *ev, uint32_t S);
+/* pred: key's score (kept across evictions; 0 until set). */
+void moem_evict_score(struct moem_evict *ev, uint32_t key, float score);
+float moem_evict_get_score(const struct moem_evict *ev, uint32_t key);
 
 typedef bool (*moem_evictable_fn)(void *arg, uint32_t key);
 
@@ -75,6 +84,13 @@ typedef bool (*moem_evictable_fn)(void *arg, uint32_t key);
  */
 int moem_evict_victim(struct moem_evict *ev, uint64_t pos, unsigned flags, moem_evictable_fn ok,
 		      void *arg, uint32_t *key);
+/*
+ * A victim for a prefetch worth `below`: pred takes its lowest-scored key
+ * only if that score is below `below` (never evict something worth more
+ * than what comes in); the other kinds act as victim(LOW_ONLY).
+ */
+int moem_evict_victim_below(struct moem_evict *ev, uint64_t pos, float below,
+			    moem_evictable_fn ok, void *arg, uint32_t *key);
 uint32_t moem_evict_members(const struct moem_evict *ev);
 bool moem_evict_has(const struct moem_evict *ev, uint32_t key);
 /* lru2's classification at tick pos (false for the other kinds). */

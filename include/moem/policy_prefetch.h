@@ -117,6 +117,12 @@ uint32_t moem_prefetch_plan(struct moem_prefetch *pf, uint64_t pos, struct moem_
  * target_pos (> the last observed tick), for tests and reports.
  */
 int moem_prefetch_predict(struct moem_prefetch *pf, uint64_t target_pos, float *prob);
+/*
+ * Probabilities [n_experts] that each expert of layer is used at the
+ * layer's next run (after its last observation): the score moem's "pred"
+ * eviction ranks by.
+ */
+int moem_prefetch_reuse(struct moem_prefetch *pf, uint32_t layer, float *prob);
 /* Mean recall at distance 1 of each source (chain, temporal, pre-gate). */
 void moem_prefetch_recall(const struct moem_prefetch *pf, double *chain, double *temporal,
 			  double *pregate);

@@ -6,6 +6,7 @@
  * indexed min-heap on (count, last use, key).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +24,14 @@ struct moem_evict {
 	uint8_t *member;
 	uint64_t *last;		/* tick of last use (or insert) */
 	uint64_t *pred;		/* lru2: predicted-until tick + 1 (0: none) */
-	float *count;		/* lfu */
-	uint32_t *heap, *hidx;	/* lfu: heap of members, index of each key */
+	float *count;		/* lfu: use count; pred: the caller's score */
+	uint32_t *heap, *hidx;	/* lfu, pred: heap of members, index of each key */
 	uint32_t members;
 	uint64_t next_half;	/* lfu: tick of the next halving */
 	uint32_t *stash;	/* lfu: keys popped while searching */
 };
 
-static const char *const names[MOEM_EVICT_NR] = { "lru", "lru2", "lfu" };
+static const char *const names[MOEM_EVICT_NR] = { "lru", "lru2", "lfu", "pred" };
 
 const char *moem_evict_kind_name(enum moem_evict_kind k)
 {
@@ -49,7 +50,8 @@ int moem_evict_parse(const char *spec, struct moem_evict_cfg *c)
 		if (!strcmp(sp.name, names[k]))
 			kind = k;
 	if (kind < 0)
-		return moem_errf(EINVAL, "eviction policy '%s': unknown (lru, lru2, lfu)", sp.name);
+		return moem_errf(EINVAL, "eviction policy '%s': unknown (lru, lru2, lfu, pred)",
+				 sp.name);
 	c->kind = (enum moem_evict_kind)kind;
 	c->window = 2;
 	c->horizon = 1;
@@ -122,6 +124,11 @@ void moem_evict_destroy(struct moem_evict *ev)
 	free(ev->hidx);
 	free(ev->stash);
 	free(ev);
+}
+
+static bool heap_kind(const struct moem_evict *ev)
+{
+	return ev->c.kind == MOEM_EVICT_LFU || ev->c.kind == MOEM_EVICT_PRED;
 }
 
 static void list_unlink(struct moem_evict *ev, uint32_t k)
@@ -228,7 +235,7 @@ void moem_evict_insert(struct moem_evict *ev, uint32_t key, uint64_t pos)
 	ev->member[key] = 1;
 	ev->last[key] = pos;
 	list_push_head(ev, key);
-	if (ev->c.kind == MOEM_EVICT_LFU) {
+	if (heap_kind(ev)) {
 		lfu_age(ev, pos);
 		ev->members++;
 		heap_set(ev, ev->members - 1, key);
@@ -251,8 +258,29 @@ void moem_evict_access(struct moem_evict *ev, uint32_t key, uint64_t pos)
 	ev->last[key] = pos;
 	list_unlink(ev, key);
 	list_push_head(ev, key);
-	if (ev->c.kind == MOEM_EVICT_LFU)
+	if (heap_kind(ev))
 		heap_down(ev, ev->hidx[key]);
+}
+
+void moem_evict_score(struct moem_evict *ev, uint32_t key, float score)
+{
+	float old;
+
+	if (ev->c.kind != MOEM_EVICT_PRED || key >= ev->nkeys)
+		return;
+	old = ev->count[key];
+	ev->count[key] = score;
+	if (!ev->member[key])
+		return;
+	if (score < old)
+		heap_up(ev, ev->hidx[key]);
+	else
+		heap_down(ev, ev->hidx[key]);
+}
+
+float moem_evict_get_score(const struct moem_evict *ev, uint32_t key)
+{
+	return key < ev->nkeys ? ev->count[key] : 0.0f;
 }
 
 void moem_evict_remove(struct moem_evict *ev, uint32_t key)
@@ -260,7 +288,7 @@ void moem_evict_remove(struct moem_evict *ev, uint32_t key)
 	if (key >= ev->nkeys || !ev->member[key])
 		return;
 	list_unlink(ev, key);
-	if (ev->c.kind == MOEM_EVICT_LFU)
+	if (heap_kind(ev))
 		heap_remove(ev, key);
 	else
 		ev->members--;
@@ -297,7 +325,8 @@ bool moem_evict_is_high(const struct moem_evict *ev, uint32_t key, uint64_t pos)
 	return ev->last[key] + ev->c.window > pos || high_not_recent(ev, key, pos);
 }
 
-static int lfu_victim(struct moem_evict *ev, moem_evictable_fn ok, void *arg, uint32_t *key)
+static int heap_victim(struct moem_evict *ev, float below, moem_evictable_fn ok, void *arg,
+		       uint32_t *key)
 {
 	uint32_t n = 0;
 	int ret = -ENOENT;
@@ -305,6 +334,8 @@ static int lfu_victim(struct moem_evict *ev, moem_evictable_fn ok, void *arg, ui
 	while (ev->members) {
 		uint32_t k = ev->heap[0];
 
+		if (!(ev->count[k] < below))
+			break;
 		if (ok(arg, k)) {
 			*key = k;
 			ret = 0;
@@ -326,8 +357,8 @@ static int lfu_victim(struct moem_evict *ev, moem_evictable_fn ok, void *arg, ui
 int moem_evict_victim(struct moem_evict *ev, uint64_t pos, unsigned flags, moem_evictable_fn ok,
 		      void *arg, uint32_t *key)
 {
-	if (ev->c.kind == MOEM_EVICT_LFU)
-		return lfu_victim(ev, ok, arg, key);
+	if (heap_kind(ev))
+		return heap_victim(ev, INFINITY, ok, arg, key);
 	if (ev->c.kind == MOEM_EVICT_LRU2) {
 		/* Low first: from the LRU end until the recently used (high) begin. */
 		for (uint32_t k = ev->tail; k != NONE; k = ev->prev[k]) {
@@ -347,6 +378,14 @@ int moem_evict_victim(struct moem_evict *ev, uint64_t pos, unsigned flags, moem_
 			return 0;
 		}
 	return -ENOENT;
+}
+
+int moem_evict_victim_below(struct moem_evict *ev, uint64_t pos, float below,
+			    moem_evictable_fn ok, void *arg, uint32_t *key)
+{
+	if (ev->c.kind == MOEM_EVICT_PRED)
+		return heap_victim(ev, below, ok, arg, key);
+	return moem_evict_victim(ev, pos, MOEM_EVICT_LOW_ONLY, ok, arg, key);
 }
 
 uint32_t moem_evict_members(const struct moem_evict *ev)

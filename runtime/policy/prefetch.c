@@ -34,10 +34,12 @@ struct moem_prefetch {
 	uint32_t *ntok;		/* [L] */
 	uint64_t *obs_pos;	/* [L] */
 	float *vt;		/* [L][N]: temporal prediction of the next occurrence */
+	float *vp;		/* [L][N]: persistence prediction of the next occurrence */
+	float *rho;		/* [L]: fraction of a token's experts kept to its next step */
 	float *pg;		/* [L][N] pre-gate counts */
 	uint64_t *pg_pos;	/* [L] */
 	uint64_t last_pos;
-	double r_chain, r_temp, r_pg;
+	double r_chain, r_temp, r_pers, r_pg;
 	int32_t delta;
 	uint32_t stall_cnt, over_cnt;
 	double bw, lns, xfer, ne;
@@ -92,10 +94,15 @@ int moem_prefetch_parse(const char *spec, struct moem_prefetch_cfg *c)
 
 void moem_prefetch_format(const struct moem_prefetch_cfg *c, char *buf, unsigned len)
 {
-	if (c->adaptive)
-		snprintf(buf, len, "adaptive%s%.0u", c->S ? ":S=" : "", c->S);
+	int n;
+
+	if (c->adaptive && !c->S)
+		n = snprintf(buf, len, "adaptive");
 	else
-		snprintf(buf, len, "fixed:S=%u", c->S);
+		n = snprintf(buf, len, "%s:S=%u", c->adaptive ? "adaptive" : "fixed", c->S);
+	if (n > 0 && (unsigned)n < len && c->q_min != 0.05)
+		snprintf(buf + n, len - (unsigned)n, "%sqmin=%g", strchr(buf, ':') ? "," : ":",
+			 c->q_min);
 }
 
 int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch **out)
@@ -131,6 +138,8 @@ int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch
 	pf->ntok = calloc(L, sizeof(uint32_t));
 	pf->obs_pos = malloc(L * sizeof(uint64_t));
 	pf->vt = calloc(L * N, sizeof(float));
+	pf->vp = calloc(L * N, sizeof(float));
+	pf->rho = calloc(L, sizeof(float));
 	pf->pg = calloc(L * N, sizeof(float));
 	pf->pg_pos = malloc(L * sizeof(uint64_t));
 	pf->chainv = calloc((c->hops + 1) * N, sizeof(float));
@@ -139,7 +148,7 @@ int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch
 	pf->q = malloc(N * sizeof(float));
 	pf->idx = malloc(N * sizeof(uint32_t));
 	if ((pf->tables && (!pf->C || !pf->T || !pf->Rc || !pf->Rt)) || !pf->freq || !pf->fsum ||
-	    !pf->sets || !pf->ntok || !pf->obs_pos || !pf->vt || !pf->pg || !pf->pg_pos ||
+	    !pf->sets || !pf->ntok || !pf->obs_pos || !pf->vt || !pf->vp || !pf->rho || !pf->pg || !pf->pg_pos ||
 	    !pf->chainv || !pf->v || !pf->tmp || !pf->q || !pf->idx) {
 		moem_prefetch_destroy(pf);
 		return -ENOMEM;
@@ -147,7 +156,9 @@ int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch
 	for (size_t l = 0; l < L; l++)
 		pf->obs_pos[l] = pf->pg_pos[l] = NONE64;
 	pf->last_pos = NONE64;
-	pf->r_chain = pf->r_temp = pf->r_pg = 0.5;
+	pf->r_chain = pf->r_temp = pf->r_pers = pf->r_pg = 0.5;
+	for (size_t l = 0; l < L; l++)
+		pf->rho[l] = 0.5f;
 	pf->bw = c->bw_bytes_per_ns;
 	pf->lns = (double)c->layer_ns;
 	pf->xfer = 1.0;
@@ -170,6 +181,8 @@ void moem_prefetch_destroy(struct moem_prefetch *pf)
 	free(pf->ntok);
 	free(pf->obs_pos);
 	free(pf->vt);
+	free(pf->vp);
+	free(pf->rho);
 	free(pf->pg);
 	free(pf->pg_pos);
 	free(pf->chainv);
@@ -191,23 +204,6 @@ static float fhat(const struct moem_prefetch *pf, uint32_t m, uint32_t e)
 	float s = pf->fsum[m];
 
 	return s > 0 ? pf->freq[(size_t)m * pf->N + e] / s : 1.0f / pf->N;
-}
-
-/* Expected counts of layer m's last observed sets. Returns their sum. */
-static float set_vec(struct moem_prefetch *pf, uint32_t m, float *out)
-{
-	float tot = 0;
-
-	memset(out, 0, pf->N * sizeof(float));
-	for (uint32_t t = 0; t < pf->ntok[m]; t++) {
-		const int16_t *s = set_of(pf, m, t);
-
-		for (uint32_t j = 0; j < pf->K && s[j] >= 0; j++) {
-			out[s[j]] += 1.0f;
-			tot += 1.0f;
-		}
-	}
-	return tot;
 }
 
 /*
@@ -242,6 +238,43 @@ static void propagate(struct moem_prefetch *pf, const float *X, const float *R, 
 	}
 	for (uint32_t f = 0; f < N; f++)
 		out[f] += (float)(prior_mass * fhat(pf, to, f));
+}
+
+/*
+ * Per token, noisy-OR over its experts e of P(e' next | e) =
+ * K * (X[e][e'] + PRIOR * K * fhat(to, e')) / (R[e] + PRIOR * K), summed
+ * over tokens: the expected number of the batch's tokens that pick e'
+ * (layer m's last observed sets through table X, towards layer `to`).
+ * Averaging the rows instead would dilute a strong pair (an expert that
+ * persists) by 1/K against the background.
+ */
+static void noisy_or(struct moem_prefetch *pf, const float *X, const float *R, uint32_t m,
+		     uint32_t to, float *out)
+{
+	const uint32_t N = pf->N, K = pf->K;
+	const float pk = PRIOR * K;
+	float *miss = pf->q; /* scratch: product of (1 - p) for one token */
+
+	memset(out, 0, N * sizeof(float));
+	for (uint32_t t = 0; t < pf->ntok[m]; t++) {
+		const int16_t *set = set_of(pf, m, t);
+
+		for (uint32_t f = 0; f < N; f++)
+			miss[f] = 1.0f;
+		for (uint32_t j = 0; j < K && set[j] >= 0; j++) {
+			const float *row = pf->tables ? X + ((size_t)m * N + set[j]) * N : NULL;
+			float a = pf->tables ? K / (R[(size_t)m * N + set[j]] + pk) : 0.0f;
+
+			for (uint32_t f = 0; f < N; f++) {
+				float p = pf->tables ? a * (row[f] + pk * fhat(pf, to, f)) :
+						       K * fhat(pf, to, f);
+
+				miss[f] *= p >= 1.0f ? 0.0f : 1.0f - p;
+			}
+		}
+		for (uint32_t f = 0; f < N; f++)
+			out[f] += 1.0f - miss[f];
+	}
 }
 
 static int cmp_desc(const void *a, const void *b, void *arg)
@@ -348,12 +381,29 @@ int moem_prefetch_observe(struct moem_prefetch *pf, uint64_t pos, uint32_t token
 		}
 	/* How well each source would have predicted this layer at distance 1. */
 	if (chained) {
-		set_vec(pf, prev, pf->chainv);
-		propagate(pf, pf->C, pf->Rc, prev, m, pf->chainv, pf->v);
+		noisy_or(pf, pf->C, pf->Rc, prev, m, pf->v);
 		pf->r_chain += RECALL_EMA * (recall(pf, pf->v, actual) - pf->r_chain);
 	}
-	if (pf->obs_pos[m] != NONE64)
+	if (pf->obs_pos[m] != NONE64) {
 		pf->r_temp += RECALL_EMA * (recall(pf, pf->vt + (size_t)m * N, actual) - pf->r_temp);
+		pf->r_pers += RECALL_EMA * (recall(pf, pf->vp + (size_t)m * N, actual) - pf->r_pers);
+	}
+	/* persistence: how many of a token's experts it kept from its last step */
+	if (temporal) {
+		uint32_t kept = 0, had = 0;
+
+		for (uint32_t t = 0; t < nt && t < pf->ntok[m]; t++) {
+			const int16_t *old = set_of(pf, m, t);
+
+			for (uint32_t i = 0; i < K && old[i] >= 0; i++) {
+				had++;
+				for (uint32_t j = 0; j < K; j++)
+					kept += cur[t * K + j] == old[i];
+			}
+		}
+		if (had)
+			pf->rho[m] += (float)(RECALL_EMA * ((double)kept / had - pf->rho[m]));
+	}
 	if (pf->pg_pos[m] == pos)
 		pf->r_pg += RECALL_EMA * (recall(pf, pf->pg + (size_t)m * N, actual) - pf->r_pg);
 	/* Learn. */
@@ -374,17 +424,16 @@ int moem_prefetch_observe(struct moem_prefetch *pf, uint64_t pos, uint32_t token
 	pf->ntok[m] = nt;
 	pf->obs_pos[m] = pos;
 	pf->last_pos = pos;
-	/* Temporal prediction of this layer's next occurrence (fixed until then). */
-	set_vec(pf, m, pf->chainv);
-	if (pf->tables) {
-		propagate(pf, pf->T, pf->Rt, m, m, pf->chainv, pf->vt + (size_t)m * N);
-	} else {
-		float tot = 0;
+	/* Predictions of this layer's next occurrence (fixed until then). */
+	noisy_or(pf, pf->T, pf->Rt, m, m, pf->vt + (size_t)m * N);
+	{
+		float mass = 0, *vp = pf->vp + (size_t)m * N;
 
 		for (uint32_t e = 0; e < N; e++)
-			tot += pf->chainv[e];
+			mass += actual[e];
+		/* a token keeps each expert with probability rho, else draws by frequency */
 		for (uint32_t e = 0; e < N; e++)
-			pf->vt[(size_t)m * N + e] = 0.5f * pf->chainv[e] + 0.5f * tot * fhat(pf, m, e);
+			vp[e] = pf->rho[m] * actual[e] + (1 - pf->rho[m]) * mass * fhat(pf, m, e);
 	}
 	return 0;
 }
@@ -475,8 +524,8 @@ void moem_prefetch_early(struct moem_prefetch *pf)
 static void mix(struct moem_prefetch *pf, uint64_t p, uint32_t d, float *out)
 {
 	const uint32_t N = pf->N, m = (uint32_t)(p % pf->L), last = (uint32_t)(pf->last_pos % pf->L);
-	double w[4] = { 0 }, wsum;
-	const float *src[4] = { NULL };
+	double w[5] = { 0 }, wsum = 0;
+	const float *src[5] = { NULL };
 	float mass = 0;
 
 	for (uint32_t t = 0; t < pf->ntok[last]; t++)
@@ -489,26 +538,31 @@ static void mix(struct moem_prefetch *pf, uint64_t p, uint32_t d, float *out)
 	if (pf->obs_pos[m] != NONE64) {
 		src[1] = pf->vt + (size_t)m * N;
 		w[1] = pf->r_temp;
+		src[2] = pf->vp + (size_t)m * N;
+		w[2] = pf->r_pers;
 	}
 	if (pf->pg_pos[m] == p) {
-		src[2] = pf->pg + (size_t)m * N;
-		w[2] = pf->r_pg;
+		src[3] = pf->pg + (size_t)m * N;
+		w[3] = pf->r_pg;
 	}
-	w[3] = FREQ_WEIGHT;
-	wsum = w[0] + w[1] + w[2] + w[3];
+	/*
+	 * Sharpen the weights (recall^8): a source that predicts clearly better
+	 * should dominate, not be averaged with the others.
+	 */
+	for (int s = 0; s < 4; s++) {
+		w[s] = src[s] ? pow(w[s], 8) : 0;
+		wsum += w[s];
+	}
+	w[4] = FREQ_WEIGHT * (wsum > 0 ? wsum : 1);
+	wsum += w[4];
+	/* every source is in expected counts already: a convex combination */
 	for (uint32_t e = 0; e < N; e++)
-		out[e] = (float)(w[3] / wsum * mass * fhat(pf, m, e));
-	for (int s = 0; s < 3; s++) {
-		float tot = 0;
-
+		out[e] = (float)(w[4] / wsum * mass * fhat(pf, m, e));
+	for (int s = 0; s < 4; s++) {
 		if (!src[s] || !(w[s] > 0))
 			continue;
 		for (uint32_t e = 0; e < N; e++)
-			tot += src[s][e];
-		if (!(tot > 0))
-			continue;
-		for (uint32_t e = 0; e < N; e++)
-			out[e] += (float)(w[s] / wsum * mass / tot * src[s][e]);
+			out[e] += (float)(w[s] / wsum * src[s][e]);
 	}
 }
 
@@ -517,8 +571,11 @@ static void chain_from_last(struct moem_prefetch *pf)
 {
 	const uint32_t L = pf->L, N = pf->N, m = (uint32_t)(pf->last_pos % L);
 
-	set_vec(pf, m, pf->chainv);
-	for (uint32_t d = 1; d <= pf->c.hops; d++) {
+	if (!pf->c.hops)
+		return;
+	/* first hop per token; further hops propagate the batch's expected counts */
+	noisy_or(pf, pf->C, pf->Rc, m, (m + 1) % L, pf->chainv + N);
+	for (uint32_t d = 2; d <= pf->c.hops; d++) {
 		uint32_t from = (m + d - 1) % L;
 
 		propagate(pf, pf->C, pf->Rc, from, (from + 1) % L, pf->chainv + (size_t)(d - 1) * N,
@@ -573,10 +630,23 @@ int moem_prefetch_predict(struct moem_prefetch *pf, uint64_t target_pos, float *
 	return 0;
 }
 
+int moem_prefetch_reuse(struct moem_prefetch *pf, uint32_t layer, float *prob)
+{
+	uint64_t target;
+
+	if (layer >= pf->L || pf->obs_pos[layer] == NONE64)
+		return moem_errf(EINVAL, "prefetch: layer %u not observed yet", layer);
+	target = pf->obs_pos[layer] + pf->L;
+	mix(pf, target, (uint32_t)(target - pf->last_pos), pf->v);
+	for (uint32_t e = 0; e < pf->N; e++)
+		prob[e] = (float)(1.0 - exp(-(double)pf->v[e]));
+	return 0;
+}
+
 void moem_prefetch_recall(const struct moem_prefetch *pf, double *chain, double *temporal,
 			  double *pregate)
 {
 	*chain = pf->r_chain;
-	*temporal = pf->r_temp;
+	*temporal = pf->r_temp > pf->r_pers ? pf->r_temp : pf->r_pers;
 	*pregate = pf->r_pg;
 }
