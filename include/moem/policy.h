@@ -53,10 +53,10 @@ static inline uint64_t moem_pos(uint64_t step, uint32_t layer, uint32_t n_layers
  * then rejects any key nobody read, so a typo is an error, not a silent
  * default.
  */
-#define MOEM_SPEC_MAX_PARAMS	24
-#define MOEM_SPEC_NAME_MAX	32
-#define MOEM_SPEC_KEY_MAX	24
-#define MOEM_SPEC_VAL_MAX	48
+#define MOEM_SPEC_MAX_PARAMS 24
+#define MOEM_SPEC_NAME_MAX   32
+#define MOEM_SPEC_KEY_MAX    24
+#define MOEM_SPEC_VAL_MAX    48
 
 struct moem_spec {
 	char name[MOEM_SPEC_NAME_MAX];
@@ -91,8 +91,8 @@ int moem_spec_done(const struct moem_spec *sp);
 struct moem_tier_budget {
 	uint64_t limit;
 	uint64_t used;
-	uint64_t peak;		/* highest used ever */
-	uint64_t refused;	/* try_reserve() calls that failed */
+	uint64_t peak;	  /* highest used ever */
+	uint64_t refused; /* try_reserve() calls that failed */
 };
 
 void moem_tier_budget_init(struct moem_tier_budget *b, uint64_t limit);

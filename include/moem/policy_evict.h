@@ -43,9 +43,9 @@ enum moem_evict_kind {
 struct moem_evict_cfg {
 	enum moem_evict_kind kind;
 	uint32_t n_layers, n_experts;
-	uint32_t window;	/* lru2: W (default 2) */
-	uint32_t horizon;	/* lru2: S (default 1) */
-	uint32_t half;		/* lfu: halve counts every `half` ticks (0: never) */
+	uint32_t window;  /* lru2: W (default 2) */
+	uint32_t horizon; /* lru2: S (default 1) */
+	uint32_t half;	  /* lfu: halve counts every `half` ticks (0: never) */
 };
 
 const char *moem_evict_kind_name(enum moem_evict_kind k);
@@ -75,7 +75,7 @@ float moem_evict_get_score(const struct moem_evict *ev, uint32_t key);
 typedef bool (*moem_evictable_fn)(void *arg, uint32_t key);
 
 /* Only take a victim from the low level (lru2); for lru and lfu a no-op. */
-#define MOEM_EVICT_LOW_ONLY	(1u << 0)
+#define MOEM_EVICT_LOW_ONLY (1u << 0)
 
 /*
  * Choose a victim at tick pos among the keys holding a slot that ok()
@@ -89,8 +89,8 @@ int moem_evict_victim(struct moem_evict *ev, uint64_t pos, unsigned flags, moem_
  * only if that score is below `below` (never evict something worth more
  * than what comes in); the other kinds act as victim(LOW_ONLY).
  */
-int moem_evict_victim_below(struct moem_evict *ev, uint64_t pos, float below,
-			    moem_evictable_fn ok, void *arg, uint32_t *key);
+int moem_evict_victim_below(struct moem_evict *ev, uint64_t pos, float below, moem_evictable_fn ok,
+			    void *arg, uint32_t *key);
 uint32_t moem_evict_members(const struct moem_evict *ev);
 bool moem_evict_has(const struct moem_evict *ev, uint32_t key);
 /* lru2's classification at tick pos (false for the other kinds). */
@@ -102,10 +102,10 @@ bool moem_evict_is_high(const struct moem_evict *ev, uint32_t key, uint64_t pos)
  */
 struct moem_access_log {
 	uint64_t n_pos, pos_cap;
-	uint64_t *off;		/* [n_pos + 1] into keys */
+	uint64_t *off; /* [n_pos + 1] into keys */
 	uint32_t *keys;
 	uint64_t n_keys, keys_cap;
-	uint32_t key_space;	/* keys are < key_space */
+	uint32_t key_space; /* keys are < key_space */
 };
 
 void moem_access_log_init(struct moem_access_log *log, uint32_t key_space);

@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOEM_HOT_DEFAULT_ALPHA		0.8
-#define MOEM_HOT_DEFAULT_INTERVAL_NS	200000000ull
+#define MOEM_HOT_DEFAULT_ALPHA	     0.8
+#define MOEM_HOT_DEFAULT_INTERVAL_NS 200000000ull
 
 struct moem_hot;
 

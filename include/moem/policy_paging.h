@@ -31,11 +31,11 @@
 
 struct moem_paging_cfg {
 	uint32_t n_layers, n_experts;
-	double theta;		/* 0.9: lower edge of the dead zone */
-	double upper;		/* 1.0: upper edge */
-	uint32_t capacity;	/* most resident experts per layer the budget allows */
-	uint32_t initial;	/* resident experts per layer at start */
-	double margin;		/* 0.02: swap hysteresis */
+	double theta;	   /* 0.9: lower edge of the dead zone */
+	double upper;	   /* 1.0: upper edge */
+	uint32_t capacity; /* most resident experts per layer the budget allows */
+	uint32_t initial;  /* resident experts per layer at start */
+	double margin;	   /* 0.02: swap hysteresis */
 };
 
 void moem_paging_default(struct moem_paging_cfg *c, uint32_t n_layers, uint32_t n_experts);
@@ -57,7 +57,7 @@ struct moem_paging;
 
 struct moem_paging_mig {
 	uint32_t layer, expert;
-	bool promote;		/* make resident; else release */
+	bool promote; /* make resident; else release */
 };
 
 int moem_paging_create(const struct moem_paging_cfg *c, struct moem_paging **out);

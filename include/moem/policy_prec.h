@@ -37,20 +37,20 @@
 #include "quant.h"
 
 enum moem_xstate {
-	MOEM_X_LO = 0,		/* RESIDENT_LO */
+	MOEM_X_LO = 0, /* RESIDENT_LO */
 	MOEM_X_PROMOTING = 1,
-	MOEM_X_HI = 2,		/* RESIDENT_HI */
+	MOEM_X_HI = 2, /* RESIDENT_HI */
 	MOEM_X_DEMOTING = 3,
 };
 
 struct moem_dynaexq_cfg {
 	uint32_t n_layers, n_experts;
-	enum moem_prec hi, lo;	/* moem default pairs (bf16, q4) and (q4, q2) */
-	double alpha;		/* 0.8 */
-	uint64_t interval_ns;	/* 200 ms */
-	double margin;		/* 0.02 */
-	uint32_t max_inflight;	/* 4 per layer */
-	uint32_t n_hi;		/* per layer */
+	enum moem_prec hi, lo; /* moem default pairs (bf16, q4) and (q4, q2) */
+	double alpha;	       /* 0.8 */
+	uint64_t interval_ns;  /* 200 ms */
+	double margin;	       /* 0.02 */
+	uint32_t max_inflight; /* 4 per layer */
+	uint32_t n_hi;	       /* per layer */
 };
 
 void moem_dynaexq_default(struct moem_dynaexq_cfg *c, uint32_t n_layers, uint32_t n_experts);
@@ -68,7 +68,7 @@ struct moem_dynaexq;
 
 struct moem_dx_action {
 	uint32_t layer, expert;
-	bool promote;		/* else demote */
+	bool promote; /* else demote */
 };
 
 int moem_dynaexq_create(const struct moem_dynaexq_cfg *c, struct moem_dynaexq **out);

@@ -56,9 +56,9 @@ struct moem_prefetch_cfg {
 	double bw_alpha;	/* 0.2 */
 	double q_min;		/* 0.05: never prefetch a less likely expert */
 	uint32_t hops;		/* 4 */
-	uint32_t max_per_layer;	/* 0 = N */
+	uint32_t max_per_layer; /* 0 = N */
 	/* Initial estimates, replaced by measurements as they arrive. */
-	double bw_bytes_per_ns;	/* C_s */
+	double bw_bytes_per_ns; /* C_s */
 	uint64_t layer_ns;	/* T_l */
 	uint64_t expert_bytes;	/* E_s */
 };
@@ -76,9 +76,9 @@ void moem_prefetch_format(const struct moem_prefetch_cfg *c, char *buf, unsigned
 struct moem_prefetch;
 
 struct moem_prefetch_req {
-	uint64_t pos;		/* tick the expert is predicted for */
+	uint64_t pos; /* tick the expert is predicted for */
 	uint32_t layer, expert;
-	float prob;		/* predicted activation probability */
+	float prob; /* predicted activation probability */
 };
 
 int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch **out);

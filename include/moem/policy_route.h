@@ -37,8 +37,8 @@ enum moem_route_kind {
 struct moem_route_policy {
 	enum moem_route_kind kind;
 	struct moem_lynx_params lynx;
-	uint32_t k0;		/* oea, piggyback, prune */
-	bool any_batch;		/* lynx also on compute-bound batches */
+	uint32_t k0;	/* oea, piggyback, prune */
+	bool any_batch; /* lynx also on compute-bound batches */
 };
 
 const char *moem_route_kind_name(enum moem_route_kind k);

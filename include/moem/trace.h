@@ -24,41 +24,41 @@
 
 #include "synth.h"
 
-#define MOEM_TRACE_VERSION_MAJOR	1
-#define MOEM_TRACE_VERSION_MINOR	0
+#define MOEM_TRACE_VERSION_MAJOR 1
+#define MOEM_TRACE_VERSION_MINOR 0
 
 /* Header flags. */
-#define MOEM_TRACE_F_LOGITS	(1u << 0)	/* every record carries router logits */
-#define MOEM_TRACE_F_SYNTHETIC	(1u << 1)	/* generated, not recorded from a model */
-#define MOEM_TRACE_F_KNOWN	(MOEM_TRACE_F_LOGITS | MOEM_TRACE_F_SYNTHETIC)
+#define MOEM_TRACE_F_LOGITS    (1u << 0) /* every record carries router logits */
+#define MOEM_TRACE_F_SYNTHETIC (1u << 1) /* generated, not recorded from a model */
+#define MOEM_TRACE_F_KNOWN     (MOEM_TRACE_F_LOGITS | MOEM_TRACE_F_SYNTHETIC)
 
 /* Where the routing came from. */
 enum moem_trace_source {
 	MOEM_TRACE_SRC_UNKNOWN = 0,
-	MOEM_TRACE_SRC_SYNTH = 1,	/* moem trace gen */
-	MOEM_TRACE_SRC_ENGINE = 2,	/* the moem engine */
-	MOEM_TRACE_SRC_BPF = 3,		/* moem trace record (USDT probes) */
-	MOEM_TRACE_SRC_IMPORT = 4,	/* moem trace import (JSON lines) */
+	MOEM_TRACE_SRC_SYNTH = 1,  /* moem trace gen */
+	MOEM_TRACE_SRC_ENGINE = 2, /* the moem engine */
+	MOEM_TRACE_SRC_BPF = 3,	   /* moem trace record (USDT probes) */
+	MOEM_TRACE_SRC_IMPORT = 4, /* moem trace import (JSON lines) */
 	MOEM_TRACE_SRC_NR
 };
 
 /* Bounds every reader enforces (and every writer respects). */
-#define MOEM_TRACE_MAX_LAYERS	256
-#define MOEM_TRACE_MAX_EXPERTS	1024
-#define MOEM_TRACE_MAX_TOPK	64
-#define MOEM_TRACE_MAX_TOKENS	65536
-#define MOEM_TRACE_DESC_MAX	64
+#define MOEM_TRACE_MAX_LAYERS  256
+#define MOEM_TRACE_MAX_EXPERTS 1024
+#define MOEM_TRACE_MAX_TOPK    64
+#define MOEM_TRACE_MAX_TOKENS  65536
+#define MOEM_TRACE_DESC_MAX    64
 
 struct moem_trace_info {
-	uint16_t version_major, version_minor;	/* filled by the reader */
-	uint32_t flags;				/* MOEM_TRACE_F_* */
+	uint16_t version_major, version_minor; /* filled by the reader */
+	uint32_t flags;			       /* MOEM_TRACE_F_* */
 	enum moem_trace_source source;
-	uint32_t n_layers;			/* MoE layers */
-	uint32_t n_experts;			/* N */
-	uint32_t top_k;				/* k: slots per token in every record */
-	uint32_t max_tokens;			/* largest batch in the trace (0: unknown) */
-	uint64_t seed;				/* generator seed (synthetic), else 0 */
-	char desc[MOEM_TRACE_DESC_MAX];		/* free text: model, generator options */
+	uint32_t n_layers;		/* MoE layers */
+	uint32_t n_experts;		/* N */
+	uint32_t top_k;			/* k: slots per token in every record */
+	uint32_t max_tokens;		/* largest batch in the trace (0: unknown) */
+	uint64_t seed;			/* generator seed (synthetic), else 0 */
+	char desc[MOEM_TRACE_DESC_MAX]; /* free text: model, generator options */
 };
 
 /*
@@ -175,7 +175,6 @@ int64_t moem_trace_dump_json(struct moem_trace_reader *r, FILE *f);
  * Read JSON lines from f into a new trace at out_path (written atomically).
  * Errors name the input line. *records gets the count when non-NULL.
  */
-int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path,
-			   uint64_t *records);
+int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path, uint64_t *records);
 
 #endif /* MOEM_TRACE_H */

@@ -150,7 +150,7 @@ int moem_belady(const struct moem_access_log *log, uint64_t slots, uint64_t coun
 			if (p >= count_from)
 				h++;
 			cur[k] = nextuse[i];
-			hpush(heap, &nh, (struct hent){ cur[k], k });
+			hpush(heap, &nh, (struct hent){cur[k], k});
 		}
 		for (uint64_t i = log->off[p]; i < log->off[p + 1]; i++) {
 			uint32_t k = log->keys[i];
@@ -180,14 +180,14 @@ int moem_belady(const struct moem_access_log *log, uint64_t slots, uint64_t coun
 					break;
 				}
 				for (uint64_t s = 0; s < stash_n; s++)
-					hpush(heap, &nh, (struct hent){ cur[stash[s]], stash[s] });
+					hpush(heap, &nh, (struct hent){cur[stash[s]], stash[s]});
 				if (used == slots)
 					continue; /* everything resident is pinned: bypass */
 			}
 			res[k] = 1;
 			used++;
 			cur[k] = nextuse[i];
-			hpush(heap, &nh, (struct hent){ cur[k], k });
+			hpush(heap, &nh, (struct hent){cur[k], k});
 		}
 	}
 	*hits = h;

@@ -10,10 +10,10 @@
 struct moem_dynaexq {
 	struct moem_dynaexq_cfg c;
 	struct moem_hot *hot;
-	uint8_t *state;		/* [L][N] enum moem_xstate */
-	uint8_t *want;		/* [L][N] target set H */
-	uint32_t *inflight;	/* [L] */
-	uint32_t rr;		/* next layer to serve */
+	uint8_t *state;	    /* [L][N] enum moem_xstate */
+	uint8_t *want;	    /* [L][N] target set H */
+	uint32_t *inflight; /* [L] */
+	uint32_t rr;	    /* next layer to serve */
 };
 
 void moem_dynaexq_default(struct moem_dynaexq_cfg *c, uint32_t n_layers, uint32_t n_experts)
@@ -72,12 +72,13 @@ int moem_dynaexq_n_hi(uint64_t m_hbm, uint64_t m_fixed, uint32_t n_layers, uint3
 		return moem_errf(EINVAL, "dynaexq: s_hi %llu must exceed s_lo %llu",
 				 (unsigned long long)s_hi, (unsigned long long)s_lo);
 	if (moem_mul_overflow((uint64_t)n_layers * n_experts, s_lo, &lo_all) ||
-	    moem_add_overflow(lo_all, m_fixed, &need) ||
-	    moem_add_overflow(need, headroom, &need) || need > m_hbm)
-		return moem_errf(ENOSPC, "dynaexq: the budget (%llu bytes) does not hold every "
+	    moem_add_overflow(lo_all, m_fixed, &need) || moem_add_overflow(need, headroom, &need) ||
+	    need > m_hbm)
+		return moem_errf(ENOSPC,
+				 "dynaexq: the budget (%llu bytes) does not hold every "
 				 "expert in the low precision plus fixed and headroom "
-				 "(%llu bytes)", (unsigned long long)m_hbm,
-				 (unsigned long long)need);
+				 "(%llu bytes)",
+				 (unsigned long long)m_hbm, (unsigned long long)need);
 	avail = m_hbm - need;
 	per = (uint64_t)n_layers * (s_hi - s_lo);
 	*n_hi = avail / per > n_experts ? n_experts : (uint32_t)(avail / per);
@@ -219,7 +220,7 @@ static int pick(struct moem_dynaexq *dx, uint32_t l, bool promote, struct moem_d
 		return 0;
 	st[best] = promote ? MOEM_X_PROMOTING : MOEM_X_DEMOTING;
 	dx->inflight[l]++;
-	*a = (struct moem_dx_action){ l, best, promote };
+	*a = (struct moem_dx_action){l, best, promote};
 	return 1;
 }
 

@@ -19,19 +19,19 @@
 struct moem_evict {
 	struct moem_evict_cfg c;
 	uint32_t nkeys;
-	uint32_t *prev, *next;	/* recency list */
+	uint32_t *prev, *next; /* recency list */
 	uint32_t head, tail;
 	uint8_t *member;
-	uint64_t *last;		/* tick of last use (or insert) */
-	uint64_t *pred;		/* lru2: predicted-until tick + 1 (0: none) */
-	float *count;		/* lfu: use count; pred: the caller's score */
-	uint32_t *heap, *hidx;	/* lfu, pred: heap of members, index of each key */
+	uint64_t *last;	       /* tick of last use (or insert) */
+	uint64_t *pred;	       /* lru2: predicted-until tick + 1 (0: none) */
+	float *count;	       /* lfu: use count; pred: the caller's score */
+	uint32_t *heap, *hidx; /* lfu, pred: heap of members, index of each key */
 	uint32_t members;
-	uint64_t next_half;	/* lfu: tick of the next halving */
-	uint32_t *stash;	/* lfu: keys popped while searching */
+	uint64_t next_half; /* lfu: tick of the next halving */
+	uint32_t *stash;    /* lfu: keys popped while searching */
 };
 
-static const char *const names[MOEM_EVICT_NR] = { "lru", "lru2", "lfu", "pred" };
+static const char *const names[MOEM_EVICT_NR] = {"lru", "lru2", "lfu", "pred"};
 
 const char *moem_evict_kind_name(enum moem_evict_kind k)
 {
@@ -380,8 +380,8 @@ int moem_evict_victim(struct moem_evict *ev, uint64_t pos, unsigned flags, moem_
 	return -ENOENT;
 }
 
-int moem_evict_victim_below(struct moem_evict *ev, uint64_t pos, float below,
-			    moem_evictable_fn ok, void *arg, uint32_t *key)
+int moem_evict_victim_below(struct moem_evict *ev, uint64_t pos, float below, moem_evictable_fn ok,
+			    void *arg, uint32_t *key)
 {
 	if (ev->c.kind == MOEM_EVICT_PRED)
 		return heap_victim(ev, below, ok, arg, key);

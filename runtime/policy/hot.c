@@ -12,8 +12,8 @@ struct moem_hot {
 	uint64_t interval_ns, next_ns;
 	uint64_t intervals;
 	int started;
-	uint32_t *cnt;		/* [L][N] this interval */
-	float *score;		/* [L][N] */
+	uint32_t *cnt; /* [L][N] this interval */
+	float *score;  /* [L][N] */
 };
 
 int moem_hot_create(uint32_t n_layers, uint32_t n_experts, double alpha, uint64_t interval_ns,

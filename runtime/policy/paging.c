@@ -12,7 +12,7 @@ struct moem_paging {
 	struct moem_paging_cfg c;
 	uint32_t target;
 	double rho;
-	uint64_t *mig_step;	/* [L]: step of the layer's last migration, +1 (0: none) */
+	uint64_t *mig_step; /* [L]: step of the layer's last migration, +1 (0: none) */
 };
 
 void moem_paging_default(struct moem_paging_cfg *c, uint32_t n_layers, uint32_t n_experts)
@@ -161,7 +161,7 @@ int moem_paging_migration(struct moem_paging *pg, uint64_t step, uint32_t layer,
 		if (in == N || out == N || !(hot[out] > hot[in] + pg->c.margin))
 			return 0;
 		pg->mig_step[layer] = step + 1;
-		*m = (struct moem_paging_mig){ layer, in, false };
+		*m = (struct moem_paging_mig){layer, in, false};
 		return 1;
 	}
 	for (uint32_t e = 0; e < N; e++) {
@@ -173,6 +173,6 @@ int moem_paging_migration(struct moem_paging *pg, uint64_t step, uint32_t layer,
 	if (best == N)
 		return 0;
 	pg->mig_step[layer] = step + 1;
-	*m = (struct moem_paging_mig){ layer, best, count < pg->target };
+	*m = (struct moem_paging_mig){layer, best, count < pg->target};
 	return 1;
 }

@@ -14,30 +14,30 @@
 #include <moem/error.h>
 #include <moem/policy.h>
 
-#define MAXT		256		/* tokens per batch kept for statistics */
-#define TABLE_MAX	(1u << 24)	/* L * N * N entries */
-#define PRIOR		1.0f		/* pseudo-tokens of frequency prior per row */
-#define ROW_CAP		4096.0f		/* halve a row past this many pairs (drift) */
-#define FREQ_DECAY	0.98f
-#define RECALL_EMA	0.05
-#define FREQ_WEIGHT	0.05
-#define NONE64		UINT64_MAX
+#define MAXT	    256	       /* tokens per batch kept for statistics */
+#define TABLE_MAX   (1u << 24) /* L * N * N entries */
+#define PRIOR	    1.0f       /* pseudo-tokens of frequency prior per row */
+#define ROW_CAP	    4096.0f    /* halve a row past this many pairs (drift) */
+#define FREQ_DECAY  0.98f
+#define RECALL_EMA  0.05
+#define FREQ_WEIGHT 0.05
+#define NONE64	    UINT64_MAX
 
 struct moem_prefetch {
 	struct moem_prefetch_cfg c;
 	uint32_t L, N, K;
 	bool tables;
-	float *C, *Rc;		/* [L][N][N], [L][N]: layer m -> m + 1 (L-1 -> 0, next step) */
-	float *T, *Rt;		/* same layer, next step */
-	float *freq, *fsum;	/* [L][N], [L] */
-	int16_t *sets;		/* [L][MAXT][K]: last observed sets */
-	uint32_t *ntok;		/* [L] */
-	uint64_t *obs_pos;	/* [L] */
-	float *vt;		/* [L][N]: temporal prediction of the next occurrence */
-	float *vp;		/* [L][N]: persistence prediction of the next occurrence */
-	float *rho;		/* [L]: fraction of a token's experts kept to its next step */
-	float *pg;		/* [L][N] pre-gate counts */
-	uint64_t *pg_pos;	/* [L] */
+	float *C, *Rc;	    /* [L][N][N], [L][N]: layer m -> m + 1 (L-1 -> 0, next step) */
+	float *T, *Rt;	    /* same layer, next step */
+	float *freq, *fsum; /* [L][N], [L] */
+	int16_t *sets;	    /* [L][MAXT][K]: last observed sets */
+	uint32_t *ntok;	    /* [L] */
+	uint64_t *obs_pos;  /* [L] */
+	float *vt;	    /* [L][N]: temporal prediction of the next occurrence */
+	float *vp;	    /* [L][N]: persistence prediction of the next occurrence */
+	float *rho;	    /* [L]: fraction of a token's experts kept to its next step */
+	float *pg;	    /* [L][N] pre-gate counts */
+	uint64_t *pg_pos;   /* [L] */
 	uint64_t last_pos;
 	double r_chain, r_temp, r_pers, r_pg;
 	int32_t delta;
@@ -45,7 +45,7 @@ struct moem_prefetch {
 	double bw, lns, xfer, ne;
 	uint64_t planned_upto;
 	bool planned_any;
-	float *chainv;		/* [hops + 1][N] */
+	float *chainv; /* [hops + 1][N] */
 	float *v, *tmp, *q;
 	uint32_t *idx;
 };
@@ -148,8 +148,8 @@ int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch
 	pf->q = malloc(N * sizeof(float));
 	pf->idx = malloc(N * sizeof(uint32_t));
 	if ((pf->tables && (!pf->C || !pf->T || !pf->Rc || !pf->Rt)) || !pf->freq || !pf->fsum ||
-	    !pf->sets || !pf->ntok || !pf->obs_pos || !pf->vt || !pf->vp || !pf->rho || !pf->pg || !pf->pg_pos ||
-	    !pf->chainv || !pf->v || !pf->tmp || !pf->q || !pf->idx) {
+	    !pf->sets || !pf->ntok || !pf->obs_pos || !pf->vt || !pf->vp || !pf->rho || !pf->pg ||
+	    !pf->pg_pos || !pf->chainv || !pf->v || !pf->tmp || !pf->q || !pf->idx) {
 		moem_prefetch_destroy(pf);
 		return -ENOMEM;
 	}
@@ -266,8 +266,8 @@ static void noisy_or(struct moem_prefetch *pf, const float *X, const float *R, u
 			float a = pf->tables ? K / (R[(size_t)m * N + set[j]] + pk) : 0.0f;
 
 			for (uint32_t f = 0; f < N; f++) {
-				float p = pf->tables ? a * (row[f] + pk * fhat(pf, to, f)) :
-						       K * fhat(pf, to, f);
+				float p = pf->tables ? a * (row[f] + pk * fhat(pf, to, f))
+						     : K * fhat(pf, to, f);
 
 				miss[f] *= p >= 1.0f ? 0.0f : 1.0f - p;
 			}
@@ -385,8 +385,10 @@ int moem_prefetch_observe(struct moem_prefetch *pf, uint64_t pos, uint32_t token
 		pf->r_chain += RECALL_EMA * (recall(pf, pf->v, actual) - pf->r_chain);
 	}
 	if (pf->obs_pos[m] != NONE64) {
-		pf->r_temp += RECALL_EMA * (recall(pf, pf->vt + (size_t)m * N, actual) - pf->r_temp);
-		pf->r_pers += RECALL_EMA * (recall(pf, pf->vp + (size_t)m * N, actual) - pf->r_pers);
+		pf->r_temp +=
+			RECALL_EMA * (recall(pf, pf->vt + (size_t)m * N, actual) - pf->r_temp);
+		pf->r_pers +=
+			RECALL_EMA * (recall(pf, pf->vp + (size_t)m * N, actual) - pf->r_pers);
 	}
 	/* persistence: how many of a token's experts it kept from its last step */
 	if (temporal) {
@@ -420,7 +422,10 @@ int moem_prefetch_observe(struct moem_prefetch *pf, uint64_t pos, uint32_t token
 		*f = *f * FREQ_DECAY + actual[e];
 		pf->fsum[m] += *f;
 	}
-	memcpy(set_of(pf, m, 0), cur, (size_t)nt * K * sizeof(int16_t));
+	/* cur[0 .. nt*K) was filled above */
+	if (nt)
+		// cppcheck-suppress uninitvar
+		memcpy(set_of(pf, m, 0), cur, (size_t)nt * K * sizeof(int16_t));
 	pf->ntok[m] = nt;
 	pf->obs_pos[m] = pos;
 	pf->last_pos = pos;
@@ -523,9 +528,10 @@ void moem_prefetch_early(struct moem_prefetch *pf)
 /* Mixture prediction (expected counts) for tick p at distance d from the last observation. */
 static void mix(struct moem_prefetch *pf, uint64_t p, uint32_t d, float *out)
 {
-	const uint32_t N = pf->N, m = (uint32_t)(p % pf->L), last = (uint32_t)(pf->last_pos % pf->L);
-	double w[5] = { 0 }, wsum = 0;
-	const float *src[5] = { NULL };
+	const uint32_t N = pf->N, m = (uint32_t)(p % pf->L),
+		       last = (uint32_t)(pf->last_pos % pf->L);
+	double w[5] = {0}, wsum = 0;
+	const float *src[5] = {NULL};
 	float mass = 0;
 
 	for (uint32_t t = 0; t < pf->ntok[last]; t++)

@@ -39,8 +39,10 @@ int moem_route_policy_parse(const char *spec, uint32_t top_k, struct moem_route_
 		if (!strcmp(sp.name, kind_names[k]))
 			kind = k;
 	if (kind < 0)
-		return moem_errf(EINVAL, "route policy '%s': unknown (none, lynx, oea, "
-				 "cache-aware, piggyback, prune)", sp.name);
+		return moem_errf(EINVAL,
+				 "route policy '%s': unknown (none, lynx, oea, "
+				 "cache-aware, piggyback, prune)",
+				 sp.name);
 	moem_route_policy_default((enum moem_route_kind)kind, top_k, rp);
 	alpha = rp->lynx.alpha;
 	switch (rp->kind) {
@@ -68,8 +70,8 @@ void moem_route_policy_format(const struct moem_route_policy *rp, char *buf, uns
 {
 	switch (rp->kind) {
 	case MOEM_RP_LYNX:
-		snprintf(buf, len, "lynx:alpha=%g,beta=%u%s", (double)rp->lynx.alpha,
-			 rp->lynx.beta, rp->any_batch ? ",any=1" : "");
+		snprintf(buf, len, "lynx:alpha=%g,beta=%u%s", (double)rp->lynx.alpha, rp->lynx.beta,
+			 rp->any_batch ? ",any=1" : "");
 		break;
 	case MOEM_RP_OEA:
 	case MOEM_RP_PIGGYBACK:

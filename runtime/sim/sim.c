@@ -43,11 +43,12 @@ int moem_sim_cost_finish(struct moem_sim_cost *c)
 		int ret = moem_expert_layout((enum moem_prec)p, c->hidden, c->inter, &l);
 
 		if (ret)
-			return moem_err_prefix(-ret, "sim: expert shape %ux%u", c->hidden, c->inter);
+			return moem_err_prefix(-ret, "sim: expert shape %ux%u", c->hidden,
+					       c->inter);
 		c->expert_bytes[p] = l.bytes;
 	}
-	if (!(c->pcie_gbps > 0 && c->pcie_gbps < 1e5) || !(c->nvme_gbps > 0 && c->nvme_gbps < 1e5) ||
-	    !(c->hbm_gbps > 0 && c->hbm_gbps < 1e6))
+	if (!(c->pcie_gbps > 0 && c->pcie_gbps < 1e5) ||
+	    !(c->nvme_gbps > 0 && c->nvme_gbps < 1e5) || !(c->hbm_gbps > 0 && c->hbm_gbps < 1e6))
 		return moem_errf(EINVAL, "sim: bandwidths must be in (0, 1e5) GB/s");
 	if (c->layer_ns > 1000000000ull || c->token_ns > 1000000000ull)
 		return moem_errf(EINVAL, "sim: layer/token times above one second");
@@ -159,6 +160,7 @@ static void sim_free(struct sim *s)
 	free(s->res);
 	free(s->tok);
 	free(s->order);
+	free(s->prob);
 	free(s->pend);
 	free(s->keys);
 	free(s->req);
@@ -184,11 +186,12 @@ static int sim_alloc(struct sim *s, uint32_t max_tokens)
 	s->res = malloc(s->N);
 	s->tok = malloc(s->N * sizeof(*s->tok));
 	s->order = malloc(s->N * sizeof(*s->order));
+	s->prob = malloc(s->N * sizeof(*s->prob));
 	s->pend = malloc(s->N * sizeof(*s->pend));
 	s->keys = malloc(s->N * sizeof(*s->keys));
 	s->req = malloc(4096 * sizeof(*s->req));
-	if (!s->k || !s->in_dram || !s->pin || !s->ids || !s->w || !s->cnt || !s->act ||
-	    !s->res || !s->tok || !s->order || !s->pend || !s->keys || !s->req)
+	if (!s->k || !s->in_dram || !s->pin || !s->ids || !s->w || !s->cnt || !s->act || !s->res ||
+	    !s->tok || !s->order || !s->prob || !s->pend || !s->keys || !s->req)
 		return -ENOMEM;
 	moem_access_log_init(&s->log, (uint32_t)LN);
 	return sim_ce_init(s, 1024);
@@ -215,7 +218,7 @@ static int route(struct sim *s, const struct moem_trace_rec *rec, uint32_t m,
 
 static int layer(struct sim *s, const struct moem_trace_rec *rec)
 {
-	struct moem_route_out out = { s->ids, s->w, s->cnt };
+	struct moem_route_out out = {s->ids, s->w, s->cnt};
 	const uint32_t m = rec->layer;
 	uint64_t t0 = s->now, t_r, end = 0;
 	uint32_t T = 0;
@@ -302,8 +305,10 @@ static void detail(struct sim *s)
 			 s->p->route, a, b, s->p->ordered ? "cache-aware" : "fifo");
 		break;
 	case MOEM_SIM_BELADY:
-		snprintf(r->detail, sizeof(r->detail), "route=%s evict=belady-min (oracle) "
-			 "order=%s", s->p->route, s->p->ordered ? "cache-aware" : "fifo");
+		snprintf(r->detail, sizeof(r->detail),
+			 "route=%s evict=belady-min (oracle) "
+			 "order=%s",
+			 s->p->route, s->p->ordered ? "cache-aware" : "fifo");
 		break;
 	default:
 		break; /* filled by the mode's setup */
@@ -318,7 +323,7 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	const struct moem_trace_info *info;
 	struct moem_trace_reader *tr = NULL;
 	struct moem_trace_rec rec;
-	struct sim s = { 0 };
+	struct sim s = {0};
 	uint64_t bh = 0, ba = 0;
 	int ret;
 
@@ -339,21 +344,23 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	s.N = info->n_experts;
 	s.K = info->top_k;
 	s.size = c.expert_bytes[c.prec];
-	s.pcie_bpn = c.pcie_gbps;	/* GB/s = bytes/ns */
+	s.pcie_bpn = c.pcie_gbps; /* GB/s = bytes/ns */
 	s.nvme_bpn = c.nvme_gbps;
 	s.hbm_bpn = c.hbm_gbps;
 	s.count_from = SIM_INF;
-	s.rc = (struct moem_route_cfg){ s.N, s.K, true, 1.0f };
+	s.rc = (struct moem_route_cfg){s.N, s.K, true, 1.0f};
 	moem_rng_seed(&s.rng, o->seed, 7);
 	r->hbm_bytes = c.hbm_bytes;
-	r->slots = (uint32_t)(c.hbm_bytes / s.size > UINT32_MAX ? UINT32_MAX :
-			      c.hbm_bytes / s.size);
+	r->slots =
+		(uint32_t)(c.hbm_bytes / s.size > UINT32_MAX ? UINT32_MAX : c.hbm_bytes / s.size);
 	ret = moem_route_policy_parse(p->route, s.K, &s.rp);
 	if (ret)
 		goto out;
 	if (moem_route_policy_needs_logits(&s.rp) && !(info->flags & MOEM_TRACE_F_LOGITS)) {
-		ret = moem_errf(EINVAL, "policy %s: route %s re-routes from router logits, and "
-				"%s has none (generate it with --logits)", p->label, p->route, trace);
+		ret = moem_errf(EINVAL,
+				"policy %s: route %s re-routes from router logits, and "
+				"%s has none (generate it with --logits)",
+				p->label, p->route, trace);
 		goto out;
 	}
 	ret = sim_alloc(&s, info->max_tokens);
@@ -361,7 +368,7 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 		goto out;
 	moem_tier_budget_init(&s.hbm, c.hbm_bytes);
 	if (c.dram_bytes && c.dram_bytes < (uint64_t)s.L * s.N * s.size) {
-		struct moem_evict_cfg dc = { MOEM_EVICT_LRU, s.L, s.N, 0, 0, 0 };
+		struct moem_evict_cfg dc = {MOEM_EVICT_LRU, s.L, s.N, 0, 0, 0};
 
 		moem_tier_budget_init(&s.dram, c.dram_bytes);
 		ret = moem_evict_create(&dc, &s.dram_lru);
@@ -415,8 +422,8 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	r->mean_T = r->layer_steps ? r->mean_T / r->layer_steps : 0;
 	r->hbm_peak = s.hbm.peak;
 	r->mean_S = s.s_n ? (double)s.s_sum / s.s_n : 0;
-	r->hi_frac = r->accesses && p->mode == MOEM_SIM_DYNAEXQ ? (double)s.hi_uses / r->accesses :
-								   0;
+	r->hi_frac =
+		r->accesses && p->mode == MOEM_SIM_DYNAEXQ ? (double)s.hi_uses / r->accesses : 0;
 	ret = 0;
 out:
 	sim_free(&s);

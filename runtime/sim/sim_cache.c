@@ -7,6 +7,7 @@
  * same timeline with MIN's choices, from a pre-pass over the trace).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,12 +44,33 @@ static int oracle_victim(struct sim *s, uint32_t *v)
 	uint32_t best = SIM_NONE;
 
 	for (uint32_t key = 0; key < s->L * s->N; key++)
-		if (evictable(s, key) && (best == SIM_NONE || s->k[key].next_use > s->k[best].next_use))
+		if (evictable(s, key) &&
+		    (best == SIM_NONE || s->k[key].next_use > s->k[best].next_use))
 			best = key;
 	if (best == SIM_NONE)
 		return -ENOENT;
 	*v = best;
 	return 0;
+}
+
+/*
+ * A prefetch still waiting when its target layer has run is useless: the
+ * engine drops it rather than spend link time on it.
+ */
+static void cancel_stale_prefetches(struct sim *s)
+{
+	uint32_t id = s->ce.head[PRIO_PREFETCH];
+
+	while (id != SIM_NONE) {
+		uint32_t next = s->ce.x[id].next, key = s->ce.x[id].key;
+
+		if (s->ce.x[id].kind == XK_PREFETCH && s->ce.x[id].tpos < s->pos &&
+		    sim_ce_cancel(s, id)) {
+			s->pf_outstanding--;
+			drop(s, key);
+		}
+		id = next;
+	}
 }
 
 static bool cancel_one_prefetch(struct sim *s)
@@ -89,7 +111,8 @@ static int make_room(struct sim *s, uint64_t bytes)
 		if (cancel_one_prefetch(s))
 			continue;
 		if (!s->ce.queued)
-			return moem_errf(ENOSPC, "sim: the HBM budget (%llu bytes, %llu experts) "
+			return moem_errf(ENOSPC,
+					 "sim: the HBM budget (%llu bytes, %llu experts) "
 					 "cannot hold what layer %u needs at once",
 					 (unsigned long long)s->hbm.limit,
 					 (unsigned long long)(s->hbm.limit / s->size),
@@ -149,14 +172,24 @@ void sim_cache_done(struct sim *s, struct sim_xfer *x)
 		moem_prefetch_transfer(s->pf, x->bytes, x->done_ns - x->start_ns);
 }
 
+/* When a pending expert lands (it may already have been delivered during a wait for room). */
+static uint64_t pend_done(struct sim *s, uint32_t key)
+{
+	const struct sim_key *k = &s->k[key];
+
+	if (k->st == K_RES)
+		return k->ready_ns;
+	sim_ce_run(s, SIM_INF, k->xfer);
+	return s->ce.x[k->xfer].done_ns;
+}
+
 static int cmp_done(const void *a, const void *b, void *arg)
 {
-	const struct sim *s = arg;
-	const struct sim_xfer *x = &s->ce.x[s->k[*(const uint32_t *)a].xfer];
-	const struct sim_xfer *y = &s->ce.x[s->k[*(const uint32_t *)b].xfer];
+	struct sim *s = arg;
+	uint64_t x = pend_done(s, *(const uint32_t *)a), y = pend_done(s, *(const uint32_t *)b);
 
-	if (x->done_ns != y->done_ns)
-		return x->done_ns < y->done_ns ? -1 : 1;
+	if (x != y)
+		return x < y ? -1 : 1;
 	return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
@@ -182,7 +215,7 @@ static int prefetch_room(struct sim *s, float q)
 static void observe(struct sim *s)
 {
 	const uint32_t m = (uint32_t)(s->pos % s->L);
-	float *prob = (float *)s->order; /* N floats of scratch */
+	float *prob = s->prob;
 
 	if (moem_prefetch_observe(s->pf, s->pos, s->tokens, s->ids))
 		return;
@@ -195,6 +228,7 @@ static void observe(struct sim *s)
 static void prefetch(struct sim *s)
 {
 	uint32_t S, n, planned = 0, fetched = 0;
+	float refused = -1; /* no room was found for a prefetch this likely */
 
 	S = moem_prefetch_horizon(s->pf);
 	if (s->counted) {
@@ -211,14 +245,23 @@ static void prefetch(struct sim *s)
 		moem_evict_predict(s->ev, key, s->req[i].pos);
 		if (k->st != K_ABSENT || s->pf_outstanding >= s->p->pf_queue)
 			continue;
-		if (prefetch_room(s, s->req[i].prob))
+		/*
+		 * Nothing changes the candidates within one plan: if no victim was
+		 * found for a prefetch at least this likely, none will be now.
+		 */
+		if (s->req[i].prob <= refused)
 			continue;
+		if (prefetch_room(s, s->req[i].prob)) {
+			refused = s->p->evict.kind == MOEM_EVICT_PRED ? s->req[i].prob : INFINITY;
+			continue;
+		}
 		id = sim_ce_add(s, key, XK_PREFETCH, PRIO_PREFETCH, s->size,
 				sim_link_bpn(s, key, s->size));
 		if (id == SIM_NONE) {
 			moem_tier_budget_release(&s->hbm, s->size);
 			continue;
 		}
+		s->ce.x[id].tpos = s->req[i].pos;
 		k->st = K_FLIGHT;
 		k->xfer = id;
 		k->bytes = s->size;
@@ -241,6 +284,9 @@ int sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	int ret;
 
 	s->npend = 0;
+	memset(s->res, 0, s->N); /* experts that hit, for the execution order */
+	if (s->pf_outstanding)
+		cancel_stale_prefetches(s);
 	if (s->pf)
 		observe(s);
 	for (uint32_t i = 0; i < T; i++) {
@@ -251,6 +297,7 @@ int sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 		if (oracle)
 			k->next_use = s->next_use[s->nu_i++];
 		if (k->st == K_RES) {
+			s->res[key % s->N] = 1;
 			if (s->counted)
 				s->r->hits++;
 			if (k->pf) {
@@ -294,10 +341,10 @@ int sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	}
 	/* When does each pending expert land? (misses outrank everything else) */
 	for (uint32_t i = 0; i < s->npend; i++)
-		sim_ce_run(s, SIM_INF, s->k[s->pend[i]].xfer);
+		pend_done(s, s->pend[i]);
 	qsort_r(s->pend, s->npend, sizeof(*s->pend), cmp_done, s);
 	for (uint32_t i = 0; i < s->npend; i++) {
-		uint64_t d = s->ce.x[s->k[s->pend[i]].xfer].done_ns;
+		uint64_t d = pend_done(s, s->pend[i]);
 
 		latest = d > latest ? d : latest;
 	}
@@ -305,10 +352,10 @@ int sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 		/* resident experts first; each miss as it lands */
 		cur = t_r;
 		for (uint32_t i = 0; i < T; i++)
-			if (s->k[s->keys[i]].st == K_RES)
+			if (s->res[s->keys[i] % s->N])
 				cur += sim_expert_ns(s, s->size, s->tok[s->keys[i] % s->N]);
 		for (uint32_t i = 0; i < s->npend; i++) {
-			uint64_t d = s->ce.x[s->k[s->pend[i]].xfer].done_ns;
+			uint64_t d = pend_done(s, s->pend[i]);
 
 			cur = (d > cur ? d : cur) +
 			      sim_expert_ns(s, s->size, s->tok[s->pend[i] % s->N]);
@@ -335,7 +382,7 @@ int sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 
 int sim_oracle_prepass(struct sim *s, const char *trace)
 {
-	struct moem_route_out out = { s->ids, s->w, s->cnt };
+	struct moem_route_out out = {s->ids, s->w, s->cnt};
 	struct moem_access_log log;
 	struct moem_trace_reader *tr;
 	struct moem_trace_rec rec;

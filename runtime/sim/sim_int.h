@@ -11,8 +11,8 @@
 #include <moem/sim.h>
 #include <moem/trace.h>
 
-#define SIM_NONE	UINT32_MAX
-#define SIM_INF		UINT64_MAX
+#define SIM_NONE UINT32_MAX
+#define SIM_INF	 UINT64_MAX
 
 enum { PRIO_MISS = 0, PRIO_PREFETCH = 1, PRIO_LOW = 2, PRIO_NR };
 enum { XK_DEMAND, XK_PREFETCH, XK_PROMOTE, XK_DEMOTE, XK_PAGE };
@@ -24,10 +24,11 @@ struct sim_xfer {
 	uint8_t prio, kind, state;
 	uint64_t bytes, left;
 	uint64_t issue_ns, start_ns, done_ns;
-	double bpn;			/* bytes per ns for this transfer */
-	uint32_t prev, next;		/* queue links (or free list) */
-	struct moem_dx_action dx;	/* promotions and demotions */
-	bool counted;			/* issued in a counted step */
+	double bpn;		  /* bytes per ns for this transfer */
+	uint32_t prev, next;	  /* queue links (or free list) */
+	struct moem_dx_action dx; /* promotions and demotions */
+	uint64_t tpos; /* prefetch: the tick it was predicted for */
+	bool counted;		  /* issued in a counted step */
 };
 
 /* One copy engine: three FIFO queues by priority, pieces, a completion heap. */
@@ -38,17 +39,17 @@ struct sim_ce {
 	uint64_t free_at;
 	uint64_t piece;
 	uint32_t *heap, nheap;
-	uint32_t queued;		/* transfers not yet done */
+	uint32_t queued; /* transfers not yet done */
 };
 
 struct sim_key {
 	uint8_t st;
 	uint8_t prec;
-	uint8_t pf;			/* brought by a prefetch, not used yet */
+	uint8_t pf; /* brought by a prefetch, not used yet */
 	uint32_t xfer;
 	uint64_t ready_ns;
-	uint64_t bytes;			/* HBM bytes reserved for it */
-	uint64_t next_use;		/* Belady oracle */
+	uint64_t bytes;	   /* HBM bytes reserved for it */
+	uint64_t next_use; /* Belady oracle */
 };
 
 struct sim {
@@ -57,7 +58,7 @@ struct sim {
 	const struct moem_sim_opts *o;
 	struct moem_sim_result *r;
 	uint32_t L, N, K;
-	uint64_t size;			/* expert bytes in the served precision */
+	uint64_t size; /* expert bytes in the served precision */
 	struct moem_route_policy rp;
 	struct moem_route_cfg rc;
 	struct moem_evict *ev, *dram_lru;
@@ -66,14 +67,14 @@ struct sim {
 	struct moem_paging *pg;
 	struct moem_hot *hot;
 	struct moem_tier_budget hbm, dram;
-	struct sim_key *k;		/* [L * N] */
-	uint8_t *in_dram;		/* [L * N] */
-	uint64_t *pin;			/* [L * N]: tick + 1 while in use */
+	struct sim_key *k; /* [L * N] */
+	uint8_t *in_dram;  /* [L * N] */
+	uint64_t *pin;	   /* [L * N]: tick + 1 while in use */
 	struct sim_ce ce;
 	struct moem_rng rng;
 	double pcie_bpn, nvme_bpn, hbm_bpn;
 	uint64_t now, pos;
-	uint32_t tokens;		/* of the current record */
+	uint32_t tokens; /* of the current record */
 	bool counted;
 	uint64_t count_start_ns, counted_steps, last_step;
 	bool any_step;
@@ -83,23 +84,24 @@ struct sim {
 	uint32_t *cnt;
 	uint8_t *act, *res;
 	uint32_t *tok, *order;
+	float *prob; /* [N] scratch */
 	uint32_t *pend, npend;
 	uint32_t *keys;
 	struct moem_prefetch_req *req;
 	/* accesses, for the Belady bound (and the oracle's next uses) */
 	struct moem_access_log log;
-	uint64_t count_from;		/* first counted tick index in log */
-	uint64_t *next_use;		/* oracle: per access, next tick index */
+	uint64_t count_from; /* first counted tick index in log */
+	uint64_t *next_use;  /* oracle: per access, next tick index */
 	uint64_t nu_i;
 	/* dynaexq */
 	enum moem_prec dx_hi, dx_lo;
 	/* fluxmoe */
-	uint8_t *resident;		/* [L * N] member of the resident set */
-	uint64_t *window_done;		/* [L]: when the layer's window loads land */
-	uint32_t *window_last;		/* [L]: last transfer of the layer's loads */
-	uint32_t *window_left;		/* [L]: loads not yet delivered */
+	uint8_t *resident;     /* [L * N] member of the resident set */
+	uint64_t *window_done; /* [L]: when the layer's window loads land */
+	uint32_t *window_last; /* [L]: last transfer of the layer's loads */
+	uint32_t *window_left; /* [L]: loads not yet delivered */
 	uint64_t window_bytes;
-	double tau_comp;		/* this step's compute */
+	double tau_comp; /* this step's compute */
 	/* counters */
 	uint64_t s_sum, s_n;
 	uint64_t hi_uses;

@@ -144,7 +144,8 @@ int sim_fluxmoe_setup(struct sim *s)
 
 	window = 2ull * s->N * s->size;
 	if (!moem_tier_budget_try_reserve(&s->hbm, window))
-		return moem_errf(ENOSPC, "fluxmoe: the HBM budget (%llu bytes) is below the "
+		return moem_errf(ENOSPC,
+				 "fluxmoe: the HBM budget (%llu bytes) is below the "
 				 "two-layer window (%llu bytes)",
 				 (unsigned long long)s->c->hbm_bytes, (unsigned long long)window);
 	s->window_bytes = window;
@@ -258,8 +259,8 @@ int sim_fluxmoe_layer(struct sim *s, uint64_t t0, uint64_t t_r, uint32_t T, uint
 	}
 	*end = start + sum;
 	/* one staggered migration for this layer this step */
-	if (moem_paging_migration(s->pg, s->pos / s->L, m, res, moem_hot_scores(s->hot, m),
-				  &mig) == 1) {
+	if (moem_paging_migration(s->pg, s->pos / s->L, m, res, moem_hot_scores(s->hot, m), &mig) ==
+	    1) {
 		uint32_t key = moem_key(m, mig.expert, s->N);
 
 		if (mig.promote && moem_tier_budget_try_reserve(&s->hbm, s->size)) {

@@ -17,37 +17,34 @@ struct preset {
 	enum moem_sim_mode mode;
 	const char *route, *evict, *prefetch;
 	bool ordered;
-	double qmin;	/* prefetch threshold (0: the prefetcher's default, 0.05) */
+	double qmin; /* prefetch threshold (0: the prefetcher's default, 0.05) */
 };
 
 static const struct preset presets[] = {
-	{ "lru", MOEM_SIM_CACHE, "none", "lru", "none", false },
-	{ "lru2", MOEM_SIM_CACHE, "none", "lru2", "none", false },
-	{ "lfu", MOEM_SIM_CACHE, "none", "lfu", "none", false },
-	{ "pred", MOEM_SIM_CACHE, "none", "pred", "none", false },
-	{ "belady", MOEM_SIM_BELADY, "none", "lru", "none", false },
-	{ "prefetch-fixed", MOEM_SIM_CACHE, "cache-aware", "lru2", "fixed", true },
-	{ "expertflow", MOEM_SIM_CACHE, "cache-aware", "lru2", "adaptive", true },
+	{"lru", MOEM_SIM_CACHE, "none", "lru", "none", false},
+	{"lru2", MOEM_SIM_CACHE, "none", "lru2", "none", false},
+	{"lfu", MOEM_SIM_CACHE, "none", "lfu", "none", false},
+	{"pred", MOEM_SIM_CACHE, "none", "pred", "none", false},
+	{"belady", MOEM_SIM_BELADY, "none", "lru", "none", false},
+	{"prefetch-fixed", MOEM_SIM_CACHE, "cache-aware", "lru2", "fixed", true},
+	{"expertflow", MOEM_SIM_CACHE, "cache-aware", "lru2", "adaptive", true},
 	/* moem's own: only confident prefetches (a wrong one costs link time a miss needs) */
-	{ "moem", MOEM_SIM_CACHE, "cache-aware", "pred", "adaptive", true, 0.3 },
-	{ "lynx", MOEM_SIM_CACHE, "lynx", "pred", "adaptive", true, 0.3 },
-	{ "oea", MOEM_SIM_CACHE, "oea", "pred", "adaptive", true, 0.3 },
-	{ "piggyback", MOEM_SIM_CACHE, "piggyback", "pred", "adaptive", true, 0.3 },
-	{ "dynaexq", MOEM_SIM_DYNAEXQ, "none", "lru", "none", false },
-	{ "fluxmoe", MOEM_SIM_FLUXMOE, "none", "lru", "none", false },
+	{"moem", MOEM_SIM_CACHE, "cache-aware", "pred", "adaptive", true, 0.3},
+	{"lynx", MOEM_SIM_CACHE, "lynx", "pred", "adaptive", true, 0.3},
+	{"oea", MOEM_SIM_CACHE, "oea", "pred", "adaptive", true, 0.3},
+	{"piggyback", MOEM_SIM_CACHE, "piggyback", "pred", "adaptive", true, 0.3},
+	{"dynaexq", MOEM_SIM_DYNAEXQ, "none", "lru", "none", false},
+	{"fluxmoe", MOEM_SIM_FLUXMOE, "none", "lru", "none", false},
 };
 
 const char *const *moem_sim_policy_all(bool logits, uint32_t *n)
 {
-	static const char *const with[] = { "lru",	  "lru2",	     "lfu",
-					    "pred",	  "belady",	     "prefetch-fixed",
-					    "expertflow", "moem",	     "lynx",
-					    "oea",	  "piggyback",	     "dynaexq",
-					    "fluxmoe" };
-	static const char *const without[] = { "lru",	     "lru2",	      "lfu",
-					       "pred",	     "belady",	      "prefetch-fixed",
-					       "expertflow", "moem",	      "dynaexq",
-					       "fluxmoe" };
+	static const char *const with[] = {
+		"lru",	"lru2", "lfu", "pred",	    "belady",  "prefetch-fixed", "expertflow",
+		"moem", "lynx", "oea", "piggyback", "dynaexq", "fluxmoe"};
+	static const char *const without[] = {"lru",	 "lru2",	   "lfu",	 "pred",
+					      "belady",	 "prefetch-fixed", "expertflow", "moem",
+					      "dynaexq", "fluxmoe"};
 
 	*n = logits ? MOEM_ARRAY_SIZE(with) : MOEM_ARRAY_SIZE(without);
 	return logits ? with : without;
@@ -67,8 +64,8 @@ static int fwd(struct moem_spec *sp, const char *key, const char *as, char *dst,
 	return 0;
 }
 
-static int fwd_all(struct moem_spec *sp, const char *const *keys, const char *const *as,
-		   char *dst, size_t len)
+static int fwd_all(struct moem_spec *sp, const char *const *keys, const char *const *as, char *dst,
+		   size_t len)
 {
 	int ret = 0;
 
@@ -78,8 +75,7 @@ static int fwd_all(struct moem_spec *sp, const char *const *keys, const char *co
 }
 
 /* A component's kind: key=value if given, else the preset's (parameters as separate keys). */
-static int set_kind(struct moem_spec *sp, const char *key, const char *def, char *dst,
-		    size_t len)
+static int set_kind(struct moem_spec *sp, const char *key, const char *def, char *dst, size_t len)
 {
 	const char *v = moem_spec_str(sp, key);
 
@@ -91,9 +87,9 @@ static int set_kind(struct moem_spec *sp, const char *key, const char *def, char
 
 static int cache_parts(struct moem_spec *sp, const struct preset *ps, struct moem_sim_policy *p)
 {
-	static const char *const rkeys[] = { "alpha", "beta", "any", "k0", NULL };
-	static const char *const pkeys[] = { "S", "cum", "qmin", "stall", "over", "hops", "max",
-					     NULL };
+	static const char *const rkeys[] = {"alpha", "beta", "any", "k0", NULL};
+	static const char *const pkeys[] = {"S",    "cum",  "qmin", "stall",
+					    "over", "hops", "max",  NULL};
 	char ev[64], pf[96], kind[32];
 	struct moem_route_policy rp;
 	const char *order;
@@ -107,14 +103,15 @@ static int cache_parts(struct moem_spec *sp, const struct preset *ps, struct moe
 	p->ordered = ps->ordered || moem_route_policy_ordered(&rp);
 	if (p->mode == MOEM_SIM_BELADY && rp.kind == MOEM_RP_PIGGYBACK)
 		return moem_errf(EINVAL, "belady: piggyback routing depends on residency, so the "
-				 "oracle cannot know the future accesses");
+					 "oracle cannot know the future accesses");
 	order = moem_spec_str(sp, "order");
 	if (order && !strcmp(order, "cache-aware"))
 		p->ordered = true;
 	else if (order && !strcmp(order, "fifo"))
 		p->ordered = false;
 	else if (order)
-		return moem_errf(EINVAL, "policy %s: order=%s (fifo, cache-aware)", sp->name, order);
+		return moem_errf(EINVAL, "policy %s: order=%s (fifo, cache-aware)", sp->name,
+				 order);
 	if (p->mode == MOEM_SIM_BELADY)
 		return 0;
 	/* eviction */
@@ -148,11 +145,11 @@ static int cache_parts(struct moem_spec *sp, const struct preset *ps, struct moe
 
 int moem_sim_policy_parse(const char *spec, struct moem_sim_policy *p)
 {
-	static const char *const dkeys[] = { "hi", "lo", "ema", "interval_ms", "margin",
-					     "inflight", "n_hi", NULL };
-	static const char *const das[] = { "hi", "lo", "alpha", "interval_ms", "margin",
-					   "inflight", "n_hi", NULL };
-	static const char *const fkeys[] = { "theta", "upper", "initial", "margin", NULL };
+	static const char *const dkeys[] = {"hi",     "lo",	  "ema",  "interval_ms",
+					    "margin", "inflight", "n_hi", NULL};
+	static const char *const das[] = {"hi",	    "lo",	"alpha", "interval_ms",
+					  "margin", "inflight", "n_hi",	 NULL};
+	static const char *const fkeys[] = {"theta", "upper", "initial", "margin", NULL};
 	const struct preset *ps = NULL;
 	struct moem_spec sp;
 	char sub[160];
@@ -166,9 +163,11 @@ int moem_sim_policy_parse(const char *spec, struct moem_sim_policy *p)
 		if (!strcmp(sp.name, presets[i].name))
 			ps = &presets[i];
 	if (!ps)
-		return moem_errf(EINVAL, "policy '%s': unknown (lru, lru2, lfu, pred, belady, "
+		return moem_errf(EINVAL,
+				 "policy '%s': unknown (lru, lru2, lfu, pred, belady, "
 				 "prefetch-fixed, expertflow, moem, lynx, oea, piggyback, "
-				 "dynaexq, fluxmoe)", sp.name);
+				 "dynaexq, fluxmoe)",
+				 sp.name);
 	snprintf(p->label, sizeof(p->label), "%s", spec);
 	p->mode = ps->mode;
 	moem_prefetch_default(&p->pf, 1, 2, 1);

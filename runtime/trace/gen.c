@@ -34,7 +34,7 @@ int moem_trace_gen(const struct moem_trace_gen_opts *o, struct moem_trace_writer
 {
 	const struct moem_synth_params *p = &o->synth;
 	const uint32_t B = o->batch, N = p->n_experts, K = p->top_k;
-	struct moem_route_cfg rc = { N, K, true, 1.0f };
+	struct moem_route_cfg rc = {N, K, true, 1.0f};
 	struct moem_route_out out;
 	struct moem_synth *g = NULL;
 	int32_t *ids = NULL;
@@ -59,11 +59,11 @@ int moem_trace_gen(const struct moem_trace_gen_opts *o, struct moem_trace_writer
 		ret = -ENOMEM;
 		goto out;
 	}
-	out = (struct moem_route_out){ ids, wt, cnt };
+	out = (struct moem_route_out){ids, wt, cnt};
 	for (uint64_t s = 0; s < o->steps; s++) {
 		moem_synth_step(g);
 		for (uint32_t m = 0; m < p->n_layers; m++) {
-			struct moem_trace_rec rec = { s, m, B, ids, wt, o->logits ? z : NULL, NULL };
+			struct moem_trace_rec rec = {s, m, B, ids, wt, o->logits ? z : NULL, NULL};
 
 			for (uint32_t b = 0; b < B; b++)
 				moem_synth_logits(g, b, m, z + (size_t)b * N);

@@ -52,12 +52,13 @@ int64_t moem_trace_dump_json(struct moem_trace_reader *r, FILE *f)
 	int ret;
 
 	d = json_object_new_string(in->desc);
-	fprintf(f, "{\"moem_trace\":1,\"n_layers\":%u,\"n_experts\":%u,\"top_k\":%u,"
+	fprintf(f,
+		"{\"moem_trace\":1,\"n_layers\":%u,\"n_experts\":%u,\"top_k\":%u,"
 		"\"source\":\"%s\",\"flags\":[%s%s%s],\"seed\":%" PRIu64 ",\"desc\":%s}\n",
 		in->n_layers, in->n_experts, in->top_k, moem_trace_source_name(in->source),
 		in->flags & MOEM_TRACE_F_LOGITS ? "\"logits\"" : "",
-		(in->flags & MOEM_TRACE_F_LOGITS) && (in->flags & MOEM_TRACE_F_SYNTHETIC) ? "," :
-											   "",
+		(in->flags & MOEM_TRACE_F_LOGITS) && (in->flags & MOEM_TRACE_F_SYNTHETIC) ? ","
+											  : "",
 		in->flags & MOEM_TRACE_F_SYNTHETIC ? "\"synthetic\"" : "", in->seed,
 		d ? json_object_to_json_string_ext(d, JSON_C_TO_STRING_PLAIN) : "\"\"");
 	json_object_put(d);
@@ -83,8 +84,7 @@ int64_t moem_trace_dump_json(struct moem_trace_reader *r, FILE *f)
 	return n;
 }
 
-static int get_u64(struct json_object *o, const char *key, bool need, uint64_t max,
-		   uint64_t *v)
+static int get_u64(struct json_object *o, const char *key, bool need, uint64_t max, uint64_t *v)
 {
 	struct json_object *f;
 	int64_t x;
@@ -247,12 +247,11 @@ static int grow_bufs(struct bufs *b, const struct moem_trace_info *in, struct js
 	return 0;
 }
 
-int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path,
-			   uint64_t *records)
+int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path, uint64_t *records)
 {
 	struct moem_trace_writer *w = NULL;
 	struct moem_trace_info in;
-	struct bufs b = { 0 };
+	struct bufs b = {0};
 	char *line = NULL;
 	size_t cap = 0, lineno = 0;
 	ssize_t len;
@@ -307,9 +306,11 @@ int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path,
 				       NULL);
 		json_object_put(o);
 		if (!ret) {
-			struct moem_trace_rec r = { step, (uint32_t)layer, tokens, b.ids, b.wt,
-						    (in.flags & MOEM_TRACE_F_LOGITS) ? b.lg : NULL,
-						    NULL };
+			struct moem_trace_rec r = {
+				step,	(uint32_t)layer,
+				tokens, b.ids,
+				b.wt,	(in.flags & MOEM_TRACE_F_LOGITS) ? b.lg : NULL,
+				NULL};
 
 			ret = moem_trace_write(w, &r);
 		}

@@ -24,17 +24,17 @@ struct moem_trace_reader {
 	struct moem_trace_info info;
 	FILE *f;
 	char *path;
-	uint64_t size;		/* file size, or UINT64_MAX if not a regular file */
-	uint64_t off;		/* byte offset of the next record */
+	uint64_t size; /* file size, or UINT64_MAX if not a regular file */
+	uint64_t off;  /* byte offset of the next record */
 	uint32_t header_bytes;
 	uint8_t *buf;
 	size_t buf_cap;
 	int32_t *ids;
 	float *w, *logits;
 	uint32_t *cnt;
-	uint32_t *seen;		/* [N] generation stamps for duplicate checks */
+	uint32_t *seen; /* [N] generation stamps for duplicate checks */
 	uint32_t gen;
-	uint32_t cap_tokens;	/* arrays above hold this many tokens */
+	uint32_t cap_tokens; /* arrays above hold this many tokens */
 	uint64_t count;
 	uint64_t last_step;
 	uint32_t last_layer;
@@ -69,9 +69,10 @@ static int read_header(struct moem_trace_reader *r)
 	major = trc_get16(h + TRC_H_MAJOR);
 	minor = trc_get16(h + TRC_H_MINOR);
 	if (major != MOEM_TRACE_VERSION_MAJOR)
-		return moem_errf(EPROTO, "trace %s: format version %u.%u is not supported "
-				 "(this reader reads %u.x)", r->path, major, minor,
-				 MOEM_TRACE_VERSION_MAJOR);
+		return moem_errf(EPROTO,
+				 "trace %s: format version %u.%u is not supported "
+				 "(this reader reads %u.x)",
+				 r->path, major, minor, MOEM_TRACE_VERSION_MAJOR);
 	hb = trc_get32(h + TRC_H_BYTES);
 	if (hb < TRC_HDR_BYTES || hb > TRC_HDR_MAX || hb % 8)
 		return moem_errf(EBADMSG, "trace %s: header size %u (corrupt header)", r->path, hb);
@@ -129,8 +130,8 @@ int moem_trace_open(const char *path, struct moem_trace_reader **out)
 		moem_trace_close(r);
 		return ret;
 	}
-	r->size = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size :
-									 UINT64_MAX;
+	r->size = fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size
+								       : UINT64_MAX;
 	ret = read_header(r);
 	if (!ret) {
 		r->seen = calloc(r->info.n_experts, sizeof(*r->seen));
@@ -263,19 +264,22 @@ static int decode_route(struct moem_trace_reader *r, uint32_t bytes, struct moem
 	int ret;
 
 	if (k != K || layer >= r->info.n_layers || !tokens || tokens > MOEM_TRACE_MAX_TOKENS ||
-	    (r->info.max_tokens && tokens > r->info.max_tokens) ||
-	    (flags & ~TRC_ROUTE_F_LOGITS) || !(flags & TRC_ROUTE_F_LOGITS) != !logits) {
-		snprintf(why, sizeof(why), "layer %u, %u tokens, k %u, flags 0x%x do not fit the "
-			 "header (%u layers, k %u, max %u tokens)", layer, tokens, k, flags,
-			 r->info.n_layers, K, r->info.max_tokens);
+	    (r->info.max_tokens && tokens > r->info.max_tokens) || (flags & ~TRC_ROUTE_F_LOGITS) ||
+	    !(flags & TRC_ROUTE_F_LOGITS) != !logits) {
+		snprintf(why, sizeof(why),
+			 "layer %u, %u tokens, k %u, flags 0x%x do not fit the "
+			 "header (%u layers, k %u, max %u tokens)",
+			 layer, tokens, k, flags, r->info.n_layers, K, r->info.max_tokens);
 		return bad(r, EBADMSG, why);
 	}
 	if (trc_route_bytes(tokens, k, N, logits) != bytes)
 		return bad(r, EBADMSG, "record length does not match its dimensions");
 	if (r->count && (step < r->last_step || (step == r->last_step && layer <= r->last_layer))) {
-		snprintf(why, sizeof(why), "(step %llu, layer %u) out of order after (step %llu, "
-			 "layer %u)", (unsigned long long)step, layer,
-			 (unsigned long long)r->last_step, r->last_layer);
+		snprintf(why, sizeof(why),
+			 "(step %llu, layer %u) out of order after (step %llu, "
+			 "layer %u)",
+			 (unsigned long long)step, layer, (unsigned long long)r->last_step,
+			 r->last_layer);
 		return bad(r, EBADMSG, why);
 	}
 	ret = read_body(r, bytes, TRC_ROUTE_FIXED);
@@ -308,8 +312,10 @@ static int decode_route(struct moem_trace_reader *r, uint32_t bytes, struct moem
 				continue;
 			}
 			if (ended || id >= N || r->seen[id] == r->gen) {
-				snprintf(why, sizeof(why), "token %u slot %u: expert %u is out of "
-					 "range, repeated or after an unused slot", t, j, id);
+				snprintf(why, sizeof(why),
+					 "token %u slot %u: expert %u is out of "
+					 "range, repeated or after an unused slot",
+					 t, j, id);
 				return bad(r, EBADMSG, why);
 			}
 			if (!isfinite(wt) || wt < 0)
@@ -357,13 +363,16 @@ int moem_trace_next(struct moem_trace_reader *r, struct moem_trace_rec *rec)
 		if (ret)
 			return ret;
 		if (got == 0)
-			return moem_errf(EPROTO, "trace %s: truncated: the file ends after %llu "
-					 "records without an end record (byte %llu)", r->path,
-					 (unsigned long long)r->count, (unsigned long long)r->off);
+			return moem_errf(EPROTO,
+					 "trace %s: truncated: the file ends after %llu "
+					 "records without an end record (byte %llu)",
+					 r->path, (unsigned long long)r->count,
+					 (unsigned long long)r->off);
 		if (got < TRC_REC_HDR)
 			return bad(r, EPROTO, "truncated: the file ends inside a record header");
 		if (trc_get32(r->buf) != TRC_REC_MAGIC)
-			return bad(r, EBADMSG, "bad record magic (corrupt or not a record boundary)");
+			return bad(r, EBADMSG,
+				   "bad record magic (corrupt or not a record boundary)");
 		type = trc_get32(r->buf + 4);
 		bytes = trc_get32(r->buf + 8);
 		if (bytes < TRC_REC_HDR + 8 || bytes % 8)
@@ -395,9 +404,10 @@ int moem_trace_next(struct moem_trace_reader *r, struct moem_trace_rec *rec)
 			if (n != r->count) {
 				char why[96];
 
-				snprintf(why, sizeof(why), "end record counts %llu records, "
-					 "the file holds %llu", (unsigned long long)n,
-					 (unsigned long long)r->count);
+				snprintf(why, sizeof(why),
+					 "end record counts %llu records, "
+					 "the file holds %llu",
+					 (unsigned long long)n, (unsigned long long)r->count);
 				return bad(r, EBADMSG, why);
 			}
 			if (fgetc(r->f) != EOF)

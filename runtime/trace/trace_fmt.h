@@ -18,21 +18,21 @@
 #include <stdint.h>
 #include <string.h>
 
-#define TRC_MAGIC		"MOEMTRCE"
-#define TRC_HDR_BYTES		128u
-#define TRC_HDR_MAX		4096u
-#define TRC_HDR_CSUM_OFF	120u
+#define TRC_MAGIC	 "MOEMTRCE"
+#define TRC_HDR_BYTES	 128u
+#define TRC_HDR_MAX	 4096u
+#define TRC_HDR_CSUM_OFF 120u
 
-#define TRC_REC_MAGIC		0x4345524du	/* "MREC" */
-#define TRC_REC_HDR		16u
-#define TRC_REC_ROUTE		1u
-#define TRC_REC_END		2u
-#define TRC_ROUTE_FIXED		40u		/* header + step, layer, tokens, k, reserved */
-#define TRC_END_BYTES		40u		/* header + n_records + reserved + checksum */
-#define TRC_ROUTE_F_LOGITS	(1u << 0)
+#define TRC_REC_MAGIC	   0x4345524du /* "MREC" */
+#define TRC_REC_HDR	   16u
+#define TRC_REC_ROUTE	   1u
+#define TRC_REC_END	   2u
+#define TRC_ROUTE_FIXED	   40u /* header + step, layer, tokens, k, reserved */
+#define TRC_END_BYTES	   40u /* header + n_records + reserved + checksum */
+#define TRC_ROUTE_F_LOGITS (1u << 0)
 /* Records of unknown type larger than this are taken as corruption. */
-#define TRC_UNKNOWN_MAX		(64u << 20)
-#define TRC_ID_NONE		0xffffu
+#define TRC_UNKNOWN_MAX	   (64u << 20)
+#define TRC_ID_NONE	   0xffffu
 
 /* Header field offsets. */
 enum {
@@ -115,8 +115,7 @@ static inline float trc_getf(const uint8_t *p)
  * checksum); 0 if they exceed the format's bounds. Dimensions are bounded
  * first, so the arithmetic cannot overflow.
  */
-static inline uint64_t trc_route_bytes(uint32_t tokens, uint32_t k, uint32_t n_experts,
-				       int logits)
+static inline uint64_t trc_route_bytes(uint32_t tokens, uint32_t k, uint32_t n_experts, int logits)
 {
 	uint64_t ids, n;
 

@@ -25,12 +25,12 @@
 struct moem_trace_writer {
 	struct moem_trace_info info;
 	int fd;
-	char *path, *tmp;	/* NULL in fd mode */
-	uint8_t *rec;		/* current record */
+	char *path, *tmp; /* NULL in fd mode */
+	uint8_t *rec;	  /* current record */
 	size_t rec_cap;
 	uint8_t *wbuf;
 	size_t wlen;
-	int err;		/* first I/O error, sticky */
+	int err; /* first I/O error, sticky */
 	uint64_t count;
 	uint64_t last_step;
 	uint32_t last_layer;
@@ -62,7 +62,7 @@ int trc_check_info(const char *what, uint32_t flags, uint32_t source, uint32_t n
 
 const char *moem_trace_source_name(enum moem_trace_source s)
 {
-	static const char *const names[] = { "unknown", "synthetic", "engine", "bpf", "import" };
+	static const char *const names[] = {"unknown", "synthetic", "engine", "bpf", "import"};
 
 	return (unsigned)s < MOEM_TRACE_SRC_NR ? names[s] : "invalid";
 }
@@ -238,15 +238,15 @@ static int check_rec(const struct moem_trace_writer *w, const struct moem_trace_
 	    (w->info.max_tokens && r->tokens > w->info.max_tokens))
 		return moem_errf(EINVAL, "trace: record of %u tokens (max %u)", r->tokens,
 				 w->info.max_tokens ? w->info.max_tokens : MOEM_TRACE_MAX_TOKENS);
-	if (w->count && (r->step < w->last_step ||
-			 (r->step == w->last_step && r->layer <= w->last_layer)))
+	if (w->count &&
+	    (r->step < w->last_step || (r->step == w->last_step && r->layer <= w->last_layer)))
 		return moem_errf(EINVAL,
 				 "trace: record (step %llu, layer %u) after (step %llu, layer %u)",
 				 (unsigned long long)r->step, r->layer,
 				 (unsigned long long)w->last_step, w->last_layer);
 	if (!r->ids || !r->w || logits != (r->logits != NULL))
-		return moem_errf(EINVAL, "trace: record needs ids, weights%s", logits ?
-				 " and logits (the header says so)" : " and no logits");
+		return moem_errf(EINVAL, "trace: record needs ids, weights%s",
+				 logits ? " and logits (the header says so)" : " and no logits");
 	for (uint32_t t = 0; t < r->tokens; t++) {
 		const int32_t *id = r->ids + (size_t)t * k;
 		const float *wt = r->w + (size_t)t * k;
@@ -256,13 +256,17 @@ static int check_rec(const struct moem_trace_writer *w, const struct moem_trace_
 			if (id[j] < 0) {
 				ended = true;
 				if (wt[j] != 0)
-					return moem_errf(EINVAL, "trace: token %u slot %u unused "
-							 "but weighted", t, j);
+					return moem_errf(EINVAL,
+							 "trace: token %u slot %u unused "
+							 "but weighted",
+							 t, j);
 				continue;
 			}
 			if (ended || (uint32_t)id[j] >= N)
-				return moem_errf(EINVAL, "trace: token %u slot %u: expert %d "
-						 "(out of range or after an unused slot)", t, j, id[j]);
+				return moem_errf(EINVAL,
+						 "trace: token %u slot %u: expert %d "
+						 "(out of range or after an unused slot)",
+						 t, j, id[j]);
 			for (uint32_t i = 0; i < j; i++)
 				if (id[i] == id[j])
 					return moem_errf(EINVAL, "trace: token %u: expert %d twice",
@@ -351,7 +355,7 @@ void moem_trace_writer_abort(struct moem_trace_writer *w)
 
 int moem_trace_writer_close(struct moem_trace_writer *w)
 {
-	uint8_t end[TRC_END_BYTES] = { 0 }, h[TRC_HDR_BYTES];
+	uint8_t end[TRC_END_BYTES] = {0}, h[TRC_HDR_BYTES];
 	int ret;
 
 	trc_put32(end, TRC_REC_MAGIC);

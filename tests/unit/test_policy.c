@@ -57,7 +57,7 @@ TEST(spec_parse)
 TEST(budget_never_exceeded)
 {
 	struct moem_tier_budget b;
-	uint64_t held[64] = { 0 }, n = 0;
+	uint64_t held[64] = {0}, n = 0;
 	struct moem_rng r;
 
 	moem_tier_budget_init(&b, 1000);
@@ -97,7 +97,7 @@ TEST(budget_never_exceeded)
 TEST(hotness_ema)
 {
 	struct moem_hot *h;
-	int32_t ids[4] = { 0, 1, 1, -1 };
+	int32_t ids[4] = {0, 1, 1, -1};
 	const float *s;
 
 	ASSERT_EQ(0, moem_hot_create(2, 4, 0.8, 100, &h));
@@ -138,12 +138,12 @@ struct out_buf {
 
 static void ob_init(struct out_buf *b)
 {
-	b->o = (struct moem_route_out){ b->ids, b->w, b->cnt };
+	b->o = (struct moem_route_out){b->ids, b->w, b->cnt};
 }
 
 TEST(route_policy_parse_and_rules)
 {
-	struct moem_route_cfg c = { 64, 8, true, 1.0f };
+	struct moem_route_cfg c = {64, 8, true, 1.0f};
 	struct moem_route_policy rp;
 	static struct out_buf a, v;
 	static float z[16 * 64];
@@ -185,11 +185,11 @@ TEST(route_policy_parse_and_rules)
 /* OEA: T equals the pruned top-k0 T, and falls as k0 falls; prune is top-k0 exactly. */
 TEST(oea_t_equals_pruned_t)
 {
-	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	struct moem_route_cfg c = {128, 8, true, 1.0f};
 	struct moem_route_policy oea, pr;
 	static struct out_buf a, p, v;
 	static float z[32 * 128];
-	uint64_t sumT[9] = { 0 };
+	uint64_t sumT[9] = {0};
 	struct moem_rng r;
 
 	ob_init(&a);
@@ -208,8 +208,10 @@ TEST(oea_t_equals_pruned_t)
 			moem_route_policy_default(MOEM_RP_OEA, 8, &oea);
 			moem_route_policy_default(MOEM_RP_PRUNE, 8, &pr);
 			oea.k0 = pr.k0 = k0;
-			ASSERT_EQ(0, moem_route_policy_apply(&oea, &c, B, z, NULL, NULL, true, &a.o));
-			ASSERT_EQ(0, moem_route_policy_apply(&pr, &c, B, z, NULL, NULL, true, &p.o));
+			ASSERT_EQ(0,
+				  moem_route_policy_apply(&oea, &c, B, z, NULL, NULL, true, &a.o));
+			ASSERT_EQ(0,
+				  moem_route_policy_apply(&pr, &c, B, z, NULL, NULL, true, &p.o));
 			ta = moem_route_active(&c, B, &a.o, NULL);
 			tp = moem_route_active(&c, B, &p.o, NULL);
 			ASSERT_EQ(tp, ta) TH_LOG("k0 %u B %u", k0, B);
@@ -230,11 +232,11 @@ TEST(oea_t_equals_pruned_t)
 
 TEST(piggyback_and_exec_order)
 {
-	struct moem_route_cfg c = { 32, 4, true, 1.0f };
+	struct moem_route_cfg c = {32, 4, true, 1.0f};
 	struct moem_route_policy pb;
 	static struct out_buf a;
 	static float z[8 * 32];
-	uint8_t res[32] = { 0 }, act[32];
+	uint8_t res[32] = {0}, act[32];
 	uint32_t order[32], nres, n;
 	struct moem_rng r;
 
@@ -277,8 +279,8 @@ TEST(piggyback_and_exec_order)
 /* ALGORITHMS.md: E[T] = N(1 - (1 - k/N)^B) on uniform routing (synthetic). */
 TEST(expected_t_uniform)
 {
-	const uint32_t Bs[] = { 1, 2, 4, 8, 16, 32, 64 };
-	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	const uint32_t Bs[] = {1, 2, 4, 8, 16, 32, 64};
+	struct moem_route_cfg c = {128, 8, true, 1.0f};
 	static struct out_buf a;
 	static float z[64 * 128];
 
@@ -313,20 +315,20 @@ TEST(expected_t_uniform)
 
 TEST(paging_placement_and_controller)
 {
-	const double bw[3] = { 25, 7, 100 };
+	const double bw[3] = {25, 7, 100};
 	struct moem_paging_cfg c;
 	struct moem_paging *pg;
 	struct moem_paging_mig m;
 	double x[3];
-	uint8_t res[8] = { 1, 1, 0, 0, 0, 0, 0, 0 };
-	float hot[8] = { .3f, .1f, .25f, .05f, .2f, .05f, .03f, .02f };
+	uint8_t res[8] = {1, 1, 0, 0, 0, 0, 0, 0};
+	float hot[8] = {.3f, .1f, .25f, .05f, .2f, .05f, .03f, .02f};
 
 	ASSERT_EQ(0, moem_paging_placement(bw, 3, x));
 	EXPECT_LT(fabs(x[0] + x[1] + x[2] - 1), 1e-12);
 	EXPECT_LT(fabs(x[0] / x[1] - 25.0 / 7), 1e-9);
 	/* every backend finishes together: the load time is bytes / sum B */
 	EXPECT_LT(fabs(moem_paging_load_ns(bw, 3, 1320) - 10.0), 1e-9);
-	EXPECT_EQ(-EINVAL, moem_paging_placement((double[]){ 1, 0 }, 2, x));
+	EXPECT_EQ(-EINVAL, moem_paging_placement((double[]){1, 0}, 2, x));
 
 	moem_paging_default(&c, 4, 8);
 	c.capacity = 4;

@@ -30,7 +30,7 @@ static bool not_pinned(void *arg, uint32_t key)
 static struct moem_evict *mk(struct __test_metadata *_metadata, enum moem_evict_kind kind,
 			     uint32_t L, uint32_t N)
 {
-	struct moem_evict_cfg c = { kind, L, N, 2, 1, 0 };
+	struct moem_evict_cfg c = {kind, L, N, 2, 1, 0};
 	struct moem_evict *ev = NULL;
 
 	EXPECT_EQ(0, moem_evict_create(&c, &ev));
@@ -39,7 +39,7 @@ static struct moem_evict *mk(struct __test_metadata *_metadata, enum moem_evict_
 
 TEST(parse)
 {
-	struct moem_evict_cfg c = { 0 };
+	struct moem_evict_cfg c = {0};
 	char buf[32];
 
 	ASSERT_EQ(0, moem_evict_parse("lru2:W=3", &c));
@@ -62,9 +62,9 @@ TEST(lru_lfu_match_reference)
 	moem_rng_seed(&r, 11, 0);
 	for (int kind = 0; kind < 3; kind += 2) {
 		struct moem_evict *ev = mk(_metadata, kind, L, N);
-		uint64_t last[32] = { 0 };
-		float cnt[32] = { 0 };
-		uint8_t mem[32] = { 0 }, pin[32];
+		uint64_t last[32] = {0};
+		float cnt[32] = {0};
+		uint8_t mem[32] = {0}, pin[32];
 
 		ASSERT_NE(NULL, ev);
 		for (uint64_t pos = 1; pos < 5000; pos++) {
@@ -89,10 +89,12 @@ TEST(lru_lfu_match_reference)
 					continue;
 				if (v == UINT32_MAX)
 					v = i;
-				else if (kind == MOEM_EVICT_LRU ? last[i] < last[v] :
-					 cnt[i] < cnt[v] || (cnt[i] == cnt[v] &&
-							     (last[i] < last[v] ||
-							      (last[i] == last[v] && i < v))))
+				else if (kind == MOEM_EVICT_LRU
+						 ? last[i] < last[v]
+						 : cnt[i] < cnt[v] ||
+							   (cnt[i] == cnt[v] &&
+							    (last[i] < last[v] ||
+							     (last[i] == last[v] && i < v))))
 					v = i;
 			}
 			ret = moem_evict_victim(ev, pos, 0, not_pinned, pin, &got);
@@ -113,7 +115,7 @@ TEST(lru_lfu_match_reference)
 
 TEST(lfu_aging)
 {
-	struct moem_evict_cfg c = { MOEM_EVICT_LFU, 1, 4, 0, 0, 10 };
+	struct moem_evict_cfg c = {MOEM_EVICT_LFU, 1, 4, 0, 0, 10};
 	struct moem_evict *ev;
 	uint32_t v;
 
@@ -137,7 +139,7 @@ TEST(lru2_levels)
 {
 	const uint32_t L = 8, N = 4;
 	struct moem_evict *ev = mk(_metadata, MOEM_EVICT_LRU2, L, N);
-	uint8_t pin[32] = { 0 };
+	uint8_t pin[32] = {0};
 	uint32_t v;
 
 	ASSERT_NE(NULL, ev);
@@ -263,7 +265,7 @@ TEST(belady_is_optimal_and_bounds_online)
 		for (uint64_t i = 0; i < (log.n_keys + 1) * 256; i++)
 			memo[i] = -1;
 		ASSERT_EQ((uint64_t)best(&log, 0, 0, 0, slots, memo), h)
-			TH_LOG("iteration %d slots %u per %u", it, slots, per);
+		TH_LOG("iteration %d slots %u per %u", it, slots, per);
 		EXPECT_EQ(log.n_keys, a);
 		free(memo);
 		moem_access_log_free(&log);
@@ -299,7 +301,7 @@ TEST(online_policies_under_budget_and_belady)
 	for (int kind = 0; kind < MOEM_EVICT_NR; kind++) {
 		struct moem_evict *ev = mk(_metadata, kind, L, N);
 		struct moem_tier_budget b;
-		uint8_t pin[96] = { 0 }, res[96] = { 0 };
+		uint8_t pin[96] = {0}, res[96] = {0};
 		uint64_t hits = 0;
 
 		ASSERT_NE(NULL, ev);
@@ -316,7 +318,8 @@ TEST(online_policies_under_budget_and_belady)
 					continue;
 				}
 				while (!moem_tier_budget_try_reserve(&b, 1000)) {
-					ASSERT_EQ(0, moem_evict_victim(ev, p, 0, not_pinned, pin, &v));
+					ASSERT_EQ(0,
+						  moem_evict_victim(ev, p, 0, not_pinned, pin, &v));
 					ASSERT_FALSE(pin[v]);
 					moem_evict_remove(ev, v);
 					res[v] = 0;

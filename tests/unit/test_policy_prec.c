@@ -45,8 +45,8 @@ TEST(n_hi_formula)
 	EXPECT_EQ(-ENOSPC, moem_dynaexq_n_hi(900, 100, 2, 40, 50, 10, 20, &n));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "low precision"));
 	EXPECT_EQ(-EINVAL, moem_dynaexq_n_hi(1000, 0, 2, 4, 10, 10, 0, &n));
-	EXPECT_EQ(-ENOSPC, moem_dynaexq_n_hi(UINT64_MAX, 0, 256, 1024, UINT64_MAX, UINT64_MAX / 2,
-					     0, &n));
+	EXPECT_EQ(-ENOSPC,
+		  moem_dynaexq_n_hi(UINT64_MAX, 0, 256, 1024, UINT64_MAX, UINT64_MAX / 2, 0, &n));
 }
 
 TEST(parse)
@@ -87,8 +87,8 @@ static void drain(struct __test_metadata *_metadata, struct moem_dynaexq *dx)
 TEST(top_n_with_hysteresis)
 {
 	struct moem_dynaexq *dx = mk(_metadata, 1, 6, 2);
-	uint32_t c1[6] = { 50, 40, 5, 3, 1, 1 }, c2[6] = { 21, 21, 58, 0, 0, 0 };
-	uint32_t c3[6] = { 10, 10, 70, 10, 0, 0 };
+	uint32_t c1[6] = {50, 40, 5, 3, 1, 1}, c2[6] = {21, 21, 58, 0, 0, 0};
+	uint32_t c3[6] = {10, 10, 70, 10, 0, 0};
 
 	ASSERT_NE(NULL, dx);
 	moem_dynaexq_tick(dx, 0);
@@ -162,8 +162,9 @@ TEST(driver_invariants)
 	for (uint64_t t = 1; t < 20000; t++) {
 		struct moem_dx_action a;
 		uint32_t l = moem_rng_below(&r, L);
-		int32_t id = (int32_t)(moem_rng_below(&r, 1 + moem_rng_below(&r, N)) +
-				       (t / 5000) * 3) % (int32_t)N; /* drifting skew */
+		int32_t id =
+			(int32_t)(moem_rng_below(&r, 1 + moem_rng_below(&r, N)) + (t / 5000) * 3) %
+			(int32_t)N; /* drifting skew */
 
 		moem_dynaexq_count(dx, l, &id, 1);
 		moem_dynaexq_tick(dx, t * 10);

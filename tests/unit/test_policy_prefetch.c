@@ -28,9 +28,9 @@ static struct moem_prefetch *mk(struct __test_metadata *_metadata, bool adaptive
 	moem_prefetch_default(&c, L, N, K);
 	c.adaptive = adaptive;
 	c.S = S;
-	c.bw_bytes_per_ns = 10;	/* 10 GB/s */
+	c.bw_bytes_per_ns = 10; /* 10 GB/s */
 	c.layer_ns = 1000;
-	c.expert_bytes = 20000;	/* one expert = 2 layers of compute */
+	c.expert_bytes = 20000; /* one expert = 2 layers of compute */
 	EXPECT_EQ(0, moem_prefetch_create(&c, &pf));
 	return pf;
 }
@@ -206,7 +206,7 @@ TEST(plan_shape_and_determinism)
 	static struct moem_prefetch_req ra[512], rb[512];
 	int32_t ids[4 * K];
 	struct moem_rng r;
-	uint8_t planned[64 * L] = { 0 };
+	uint8_t planned[64 * L] = {0};
 
 	ASSERT_NE(NULL, a);
 	ASSERT_NE(NULL, b);
@@ -241,8 +241,7 @@ TEST(plan_shape_and_determinism)
 			/* ticks beyond `hops` (4) are planned once */
 			if (ra[i].pos - pos > 4) {
 				ASSERT_TRUE(!planned[ra[i].pos] || planned[ra[i].pos] == pos + 1)
-					TH_LOG("tick %llu planned twice",
-					       (unsigned long long)ra[i].pos);
+				TH_LOG("tick %llu planned twice", (unsigned long long)ra[i].pos);
 				planned[ra[i].pos] = (uint8_t)(pos + 1);
 			}
 		}

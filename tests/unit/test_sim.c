@@ -34,7 +34,7 @@ static const char *trace(struct __test_metadata *_metadata, const char *name, ui
 {
 	static char path[8][128];
 	static int i;
-	struct moem_trace_gen_opts o = { .batch = B, .steps = steps, .logits = true };
+	struct moem_trace_gen_opts o = {.batch = B, .steps = steps, .logits = true};
 	struct moem_trace_writer *w;
 	struct moem_trace_info in;
 
@@ -111,15 +111,15 @@ TEST(policy_parse)
 TEST(deterministic)
 {
 	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
-	struct moem_sim_opts o = { .seed = 1 };
+	struct moem_sim_opts o = {.seed = 1};
 	struct moem_sim_result a, b;
 	struct moem_sim_cost c;
-	const char *pols[] = { "lru", "moem", "expertflow", "dynaexq", "fluxmoe", "belady" };
+	const char *pols[] = {"lru", "moem", "expertflow", "dynaexq", "fluxmoe", "belady"};
 
 	cost(&c, 25);
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(pols); i++) {
-		ASSERT_EQ(0, run(tr, pols[i], &c, &o, &a)) TH_LOG("%s: %s", pols[i],
-								moem_last_error());
+		ASSERT_EQ(0, run(tr, pols[i], &c, &o, &a))
+		TH_LOG("%s: %s", pols[i], moem_last_error());
 		ASSERT_EQ(0, run(tr, pols[i], &c, &o, &b));
 		ASSERT_EQ(0, memcmp(&a, &b, sizeof(a))) TH_LOG("%s differs", pols[i]);
 	}
@@ -138,13 +138,13 @@ TEST(deterministic)
 TEST(belady_bound_and_budgets)
 {
 	const char *tr = trace(_metadata, "bound.trace", 4, 80, false);
-	struct moem_sim_opts o = { .warmup_steps = 5 };
-	const double pcts[] = { 10, 25, 50 };
+	struct moem_sim_opts o = {.warmup_steps = 5};
+	const double pcts[] = {10, 25, 50};
 	struct moem_sim_result r;
 	struct moem_sim_cost c;
 
 	for (size_t b = 0; b < MOEM_ARRAY_SIZE(pcts); b++) {
-		const char *pols[] = { "lru", "lru2", "lfu", "pred", "lru:order=cache-aware" };
+		const char *pols[] = {"lru", "lru2", "lfu", "pred", "lru:order=cache-aware"};
 
 		cost(&c, pcts[b]);
 		ASSERT_EQ(0, run(tr, "belady", &c, &o, &r));
@@ -169,7 +169,7 @@ TEST(belady_bound_and_budgets)
 TEST(cache_aware_order_never_adds_stall)
 {
 	const char *tr = trace(_metadata, "order.trace", 8, 60, false);
-	struct moem_sim_opts o = { 0 };
+	struct moem_sim_opts o = {0};
 	struct moem_sim_result a, b;
 	struct moem_sim_cost c;
 
@@ -186,7 +186,7 @@ TEST(cache_aware_order_never_adds_stall)
 TEST(full_budget_no_stall_after_warmup)
 {
 	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
-	struct moem_sim_opts o = { .warmup_steps = 59 };
+	struct moem_sim_opts o = {.warmup_steps = 59};
 	struct moem_sim_result r;
 	struct moem_sim_cost c;
 
@@ -201,13 +201,13 @@ TEST(full_budget_no_stall_after_warmup)
 TEST(dynaexq_never_stalls)
 {
 	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
-	struct moem_sim_opts o = { 0 };
+	struct moem_sim_opts o = {0};
 	struct moem_sim_result r;
 	struct moem_sim_cost c;
 
 	cost(&c, 40);
-	ASSERT_EQ(0, run(tr, "dynaexq:interval_ms=0.05", &c, &o, &r)) TH_LOG("%s",
-									    moem_last_error());
+	ASSERT_EQ(0, run(tr, "dynaexq:interval_ms=0.05", &c, &o, &r))
+	TH_LOG("%s", moem_last_error());
 	EXPECT_EQ(0u, r.stall_ns);
 	EXPECT_EQ(r.accesses, r.hits);
 	EXPECT_GT(r.hi_frac, 0.1); /* 3 of 32 experts per layer, the hot ones */
@@ -223,7 +223,7 @@ TEST(dynaexq_never_stalls)
 TEST(fluxmoe_window)
 {
 	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
-	struct moem_sim_opts o = { 0 };
+	struct moem_sim_opts o = {0};
 	struct moem_sim_result r;
 	struct moem_sim_cost c;
 
@@ -240,7 +240,7 @@ TEST(fluxmoe_window)
 TEST(routing_policies_in_sim)
 {
 	const char *tr = trace(_metadata, "route.trace", 16, 40, false);
-	struct moem_sim_opts o = { 0 };
+	struct moem_sim_opts o = {0};
 	struct moem_sim_result r, v;
 	struct moem_sim_cost c;
 	double last = 1e9;
@@ -266,7 +266,7 @@ TEST(routing_policies_in_sim)
 TEST(uniform_expected_t)
 {
 	const char *tr = trace(_metadata, "uni.trace", 8, 200, true);
-	struct moem_sim_opts o = { 0 };
+	struct moem_sim_opts o = {0};
 	struct moem_sim_result r;
 	struct moem_sim_cost c;
 	double want = 32 * (1 - pow(1 - 4.0 / 32, 8));
@@ -280,10 +280,10 @@ TEST(uniform_expected_t)
 TEST(errors)
 {
 	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
-	struct moem_trace_gen_opts g = { .batch = 2, .steps = 5, .logits = false };
+	struct moem_trace_gen_opts g = {.batch = 2, .steps = 5, .logits = false};
 	struct moem_trace_writer *w;
 	struct moem_trace_info in;
-	struct moem_sim_opts o = { 0 };
+	struct moem_sim_opts o = {0};
 	struct moem_sim_result r;
 	struct moem_sim_cost c;
 	char nolog[128], bad[128];

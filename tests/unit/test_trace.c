@@ -91,8 +91,8 @@ static void make_recs(struct recs *rs, uint32_t n, uint32_t N, uint32_t k, uint6
 	}
 }
 
-static int write_recs(const char *path, const struct recs *rs, uint32_t L, uint32_t N,
-		      uint32_t k, bool lg)
+static int write_recs(const char *path, const struct recs *rs, uint32_t L, uint32_t N, uint32_t k,
+		      bool lg)
 {
 	struct moem_trace_writer *w;
 	struct moem_trace_info in;
@@ -103,8 +103,9 @@ static int write_recs(const char *path, const struct recs *rs, uint32_t L, uint3
 	if (ret)
 		return ret;
 	for (uint32_t i = 0; i < rs->n; i++) {
-		struct moem_trace_rec r = { i / L, i % L, rs->tokens[i], rs->ids[i], rs->w[i],
-					    lg ? rs->lg[i] : NULL, NULL };
+		struct moem_trace_rec r = {i / L,      i % L,	 rs->tokens[i],
+					   rs->ids[i], rs->w[i], lg ? rs->lg[i] : NULL,
+					   NULL};
 
 		ret = moem_trace_write(w, &r);
 		if (ret) {
@@ -208,9 +209,9 @@ TEST(writer_rules)
 {
 	struct moem_trace_writer *w;
 	struct moem_trace_info in;
-	int32_t ids[4] = { 1, 2, 3, 4 };
-	float wt[4] = { .4f, .3f, .2f, .1f };
-	struct moem_trace_rec r = { 0, 1, 1, ids, wt, NULL, NULL };
+	int32_t ids[4] = {1, 2, 3, 4};
+	float wt[4] = {.4f, .3f, .2f, .1f};
+	struct moem_trace_rec r = {0, 1, 1, ids, wt, NULL, NULL};
 	const char *p = tpath("rules.trace");
 	struct stat st;
 
@@ -263,7 +264,7 @@ TEST(writer_rules)
 
 TEST(generator_deterministic)
 {
-	struct moem_trace_gen_opts o = { .batch = 4, .steps = 20, .logits = true };
+	struct moem_trace_gen_opts o = {.batch = 4, .steps = 20, .logits = true};
 	struct moem_trace_writer *w;
 	struct moem_trace_info in;
 	const char *a = tpath("g1.trace"), *b = tpath("g2.trace"), *c = tpath("g3.trace");
@@ -364,7 +365,7 @@ TEST(versions_and_unknown_records)
 {
 	static struct recs rs;
 	const char *p = tpath("v.trace"), *q = tpath("v2.trace");
-	uint8_t *orig, *buf, extra[32] = { 0 };
+	uint8_t *orig, *buf, extra[32] = {0};
 	size_t len;
 	uint64_t s;
 
@@ -404,7 +405,7 @@ TEST(versions_and_unknown_records)
 
 TEST(json_lines_round_trip)
 {
-	struct moem_trace_gen_opts o = { .batch = 3, .steps = 4, .logits = true };
+	struct moem_trace_gen_opts o = {.batch = 3, .steps = 4, .logits = true};
 	struct moem_trace_writer *w;
 	struct moem_trace_reader *r;
 	struct moem_trace_info in;
@@ -439,8 +440,8 @@ TEST(json_lines_round_trip)
 	/* bad input names its line and leaves no file */
 	ASSERT_EQ(0, unlink(b));
 	f = fmemopen((void *)"{\"moem_trace\":1,\"n_layers\":2,\"n_experts\":4,\"top_k\":2}\n"
-		     "{\"step\":0,\"layer\":0,\"ids\":[[0,1]],\"w\":[[0.5,0.5]]}\n"
-		     "{\"step\":0,\"layer\":1,\"ids\":[[0,9]],\"w\":[[0.5,0.5]]}\n",
+			     "{\"step\":0,\"layer\":0,\"ids\":[[0,1]],\"w\":[[0.5,0.5]]}\n"
+			     "{\"step\":0,\"layer\":1,\"ids\":[[0,9]],\"w\":[[0.5,0.5]]}\n",
 		     150, "r");
 	ASSERT_NE(NULL, f);
 	EXPECT_EQ(-EINVAL, moem_trace_import_json(f, "in", b, &n));

@@ -21,8 +21,8 @@
 
 #include "cmd.h"
 
-#define MAX_POLICIES	32
-#define MAX_BUDGETS	32
+#define MAX_POLICIES 32
+#define MAX_BUDGETS  32
 
 static void sim_usage(FILE *f)
 {
@@ -41,7 +41,8 @@ static void sim_usage(FILE *f)
 		"  --sweep            every policy x --budgets (10,15,20,25,35,50,75%%)\n"
 		"  --budgets LIST     comma list of sizes or percentages\n"
 		"  --plot FILE.png    sweep plot (default moem-sim-sweep.png)\n"
-		"  --json             machine-readable results\n");
+		"  --json             machine-readable results\n"
+		"  --md               a Markdown table\n");
 }
 
 struct row {
@@ -88,15 +89,44 @@ static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep)
 		double st = r->steps ? (double)r->steps : 1;
 
 		if (rows[i].err) {
-			fprintf(f, "%-26s %6.1f  n/a: %s\n", rows[i].spec, rows[i].pct, rows[i].msg);
+			fprintf(f, "%-26s %6.1f  n/a: %s\n", rows[i].spec, rows[i].pct,
+				rows[i].msg);
 			continue;
 		}
-		fprintf(f, "%-26s %6.1f %7.4f %7.4f %7.3f %7.4f %7.3fms %7.3fms %6.1fMB %6.1fMB "
-			"%5.1f %5.1f\n", rows[i].spec, sweep ? rows[i].pct : r->mean_T, r->hit_rate,
+		fprintf(f,
+			"%-26s %6.1f %7.4f %7.4f %7.3f %7.4f %7.3fms %7.3fms %6.1fMB %6.1fMB "
+			"%5.1f %5.1f\n",
+			rows[i].spec, sweep ? rows[i].pct : r->mean_T, r->hit_rate,
 			r->belady_hit_rate, r->frac_belady,
 			r->accesses ? (double)r->late / r->accesses : 0, r->stall_ns / st / 1e6,
 			r->step_ns / 1e6, r->bytes_pcie / st / 1e6, r->bytes_nvme / st / 1e6,
 			r->mean_S, 100 * r->hi_frac);
+	}
+}
+
+/* The same table in Markdown, for Documentation/benchmarks (bench/sim/run.sh). */
+static void print_md(FILE *f, const struct row *rows, uint32_t n)
+{
+	fprintf(f, "| policy | HBM %% | mean T | hit rate | Belady | x Belady | late | "
+		   "stall/step (ms) | step (ms) | PCIe MB/step | NVMe MB/step | mean S | hi %% |\n"
+		   "| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: "
+		   "|\n");
+	for (uint32_t i = 0; i < n; i++) {
+		const struct moem_sim_result *r = &rows[i].r;
+		double st = r->steps ? (double)r->steps : 1;
+
+		if (rows[i].err) {
+			fprintf(f, "| %s | %.1f | n/a: %s |||||||||||\n", rows[i].spec, rows[i].pct,
+				rows[i].msg);
+			continue;
+		}
+		fprintf(f,
+			"| %s | %.1f | %.2f | %.4f | %.4f | %.3f | %.4f | %.3f | %.3f | %.1f | "
+			"%.1f | %.1f | %.1f |\n",
+			rows[i].spec, rows[i].pct, r->mean_T, r->hit_rate, r->belady_hit_rate,
+			r->frac_belady, r->accesses ? (double)r->late / r->accesses : 0,
+			r->stall_ns / st / 1e6, r->step_ns / 1e6, r->bytes_pcie / st / 1e6,
+			r->bytes_nvme / st / 1e6, r->mean_S, 100 * r->hi_frac);
 	}
 }
 
@@ -159,10 +189,11 @@ static int plot(const char *png, const struct row *rows, uint32_t n, const char 
 		for (uint32_t i = 0; i < n; i++) {
 			const struct moem_sim_result *r = &rows[i].r;
 
-			if (rows[i].err || (p < np ? strcmp(rows[i].spec, pols[p]) :
-					    strcmp(rows[i].spec, pols[0])))
+			if (rows[i].err || (p < np ? strcmp(rows[i].spec, pols[p])
+						   : strcmp(rows[i].spec, pols[0])))
 				continue;
-			fprintf(f, "%g %g %g\n", rows[i].pct, p < np ? r->hit_rate : r->belady_hit_rate,
+			fprintf(f, "%g %g %g\n", rows[i].pct,
+				p < np ? r->hit_rate : r->belady_hit_rate,
 				r->steps ? r->stall_ns / (double)r->steps / 1e6 : 0);
 		}
 		fprintf(f, "\n\n");
@@ -174,18 +205,21 @@ static int plot(const char *png, const struct row *rows, uint32_t n, const char 
 		unlink(dat);
 		return 1;
 	}
-	fprintf(g, "set terminal pngcairo size 1200,520 font ',10'\nset output '%s'\n"
+	fprintf(g,
+		"set terminal pngcairo size 1200,520 font ',10'\nset output '%s'\n"
 		"set multiplot layout 1,2 title \"%s\"\nset key bottom right\nset grid\n"
 		"set xlabel 'HBM budget (%% of expert bytes)'\nset ylabel 'HBM hit rate'\n"
-		"set yrange [0:1]\nplot ", png, title);
+		"set yrange [0:1]\nplot ",
+		png, title);
 	for (uint32_t p = 0; p <= np; p++)
 		fprintf(g, "%s'%s' index %u using 1:2 with linespoints title '%s'%s", p ? ", " : "",
 			dat, p, p < np ? pols[p] : "Belady MIN (bound)",
 			p < np ? "" : " dt 2 lw 2 lc rgb 'black'");
 	fprintf(g, "\nset ylabel 'stall per decode step (ms)'\nset logscale y\n"
-		"set yrange [*:*]\nset key top right\nplot ");
+		   "set yrange [*:*]\nset key top right\nplot ");
 	for (uint32_t p = 0; p < np; p++)
-		fprintf(g, "%s'%s' index %u using 1:($3 > 0 ? $3 : 1e-4) with linespoints title '%s'",
+		fprintf(g,
+			"%s'%s' index %u using 1:($3 > 0 ? $3 : 1e-4) with linespoints title '%s'",
 			p ? ", " : "", dat, p, pols[p]);
 	fprintf(g, "\nunset multiplot\n");
 	if (pclose(g) != 0) {
@@ -197,47 +231,66 @@ static int plot(const char *png, const struct row *rows, uint32_t n, const char 
 }
 
 enum {
-	O_POLICY = 256, O_HBM, O_DRAM, O_PREC, O_HIDDEN, O_INTER, O_PCIE, O_NVME, O_HBMBW,
-	O_LAYER, O_TOKEN, O_PIECE, O_JITTER, O_SEED, O_WARMUP, O_STEPS, O_SWEEP, O_BUDGETS,
-	O_PLOT, O_JSON,
+	O_POLICY = 256,
+	O_HBM,
+	O_DRAM,
+	O_PREC,
+	O_HIDDEN,
+	O_INTER,
+	O_PCIE,
+	O_NVME,
+	O_HBMBW,
+	O_LAYER,
+	O_TOKEN,
+	O_PIECE,
+	O_JITTER,
+	O_SEED,
+	O_WARMUP,
+	O_STEPS,
+	O_SWEEP,
+	O_BUDGETS,
+	O_PLOT,
+	O_JSON,
+	O_MD,
 };
 
 static int cmd_sim(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "policy", required_argument, NULL, O_POLICY },
-		{ "hbm", required_argument, NULL, O_HBM },
-		{ "dram", required_argument, NULL, O_DRAM },
-		{ "prec", required_argument, NULL, O_PREC },
-		{ "hidden", required_argument, NULL, O_HIDDEN },
-		{ "inter", required_argument, NULL, O_INTER },
-		{ "pcie-gbps", required_argument, NULL, O_PCIE },
-		{ "nvme-gbps", required_argument, NULL, O_NVME },
-		{ "hbm-gbps", required_argument, NULL, O_HBMBW },
-		{ "layer-ns", required_argument, NULL, O_LAYER },
-		{ "token-ns", required_argument, NULL, O_TOKEN },
-		{ "piece", required_argument, NULL, O_PIECE },
-		{ "jitter", required_argument, NULL, O_JITTER },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "warmup", required_argument, NULL, O_WARMUP },
-		{ "steps", required_argument, NULL, O_STEPS },
-		{ "sweep", no_argument, NULL, O_SWEEP },
-		{ "budgets", required_argument, NULL, O_BUDGETS },
-		{ "plot", required_argument, NULL, O_PLOT },
-		{ "json", no_argument, NULL, O_JSON },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{"policy", required_argument, NULL, O_POLICY},
+		{"hbm", required_argument, NULL, O_HBM},
+		{"dram", required_argument, NULL, O_DRAM},
+		{"prec", required_argument, NULL, O_PREC},
+		{"hidden", required_argument, NULL, O_HIDDEN},
+		{"inter", required_argument, NULL, O_INTER},
+		{"pcie-gbps", required_argument, NULL, O_PCIE},
+		{"nvme-gbps", required_argument, NULL, O_NVME},
+		{"hbm-gbps", required_argument, NULL, O_HBMBW},
+		{"layer-ns", required_argument, NULL, O_LAYER},
+		{"token-ns", required_argument, NULL, O_TOKEN},
+		{"piece", required_argument, NULL, O_PIECE},
+		{"jitter", required_argument, NULL, O_JITTER},
+		{"seed", required_argument, NULL, O_SEED},
+		{"warmup", required_argument, NULL, O_WARMUP},
+		{"steps", required_argument, NULL, O_STEPS},
+		{"sweep", no_argument, NULL, O_SWEEP},
+		{"budgets", required_argument, NULL, O_BUDGETS},
+		{"plot", required_argument, NULL, O_PLOT},
+		{"json", no_argument, NULL, O_JSON},
+		{"md", no_argument, NULL, O_MD},
+		{"help", no_argument, NULL, 'h'},
+		{0},
 	};
 	const char *pols[MAX_POLICIES], *hbm = "25%", *dram = NULL, *budgets = NULL;
 	const char *png = "moem-sim-sweep.png", *trace;
 	struct moem_sim_cost c;
-	struct moem_sim_opts o = { 0 };
+	struct moem_sim_opts o = {0};
 	struct moem_trace_reader *tr;
 	struct moem_trace_info info;
 	struct row *rows = NULL;
 	uint32_t np = 0, nb = 0, n = 0, ok = 0;
 	char bl[MAX_BUDGETS][32];
-	bool json = false, sweep = false, plotted = false;
+	bool json = false, md = false, sweep = false, plotted = false;
 	uint64_t total, v;
 	double d;
 	int ch, ret;
@@ -277,7 +330,9 @@ static int cmd_sim(int argc, char **argv)
 		case O_HBMBW:
 			if (parse_dbl(optarg, opts[ch - O_POLICY].name, 1e-3, 1e5, &d))
 				return 2;
-			*(ch == O_PCIE ? &c.pcie_gbps : ch == O_NVME ? &c.nvme_gbps : &c.hbm_gbps) = d;
+			*(ch == O_PCIE	 ? &c.pcie_gbps
+			  : ch == O_NVME ? &c.nvme_gbps
+					 : &c.hbm_gbps) = d;
 			break;
 		case O_LAYER:
 		case O_TOKEN:
@@ -298,7 +353,9 @@ static int cmd_sim(int argc, char **argv)
 		case O_STEPS:
 			if (parse_u64(optarg, opts[ch - O_POLICY].name, &v))
 				return 2;
-			*(ch == O_SEED ? &o.seed : ch == O_WARMUP ? &o.warmup_steps : &o.max_steps) = v;
+			*(ch == O_SEED	   ? &o.seed
+			  : ch == O_WARMUP ? &o.warmup_steps
+					   : &o.max_steps) = v;
 			break;
 		case O_SWEEP:
 			sweep = true;
@@ -311,6 +368,9 @@ static int cmd_sim(int argc, char **argv)
 			break;
 		case O_JSON:
 			json = true;
+			break;
+		case O_MD:
+			md = true;
 			break;
 		case 'h':
 			sim_usage(stdout);
@@ -358,8 +418,9 @@ static int cmd_sim(int argc, char **argv)
 		return moem_tool_fail("sim", ret, "--dram");
 	/* budgets */
 	{
-		const char *list = sweep ? (budgets ? budgets : "10%,15%,20%,25%,35%,50%,75%") :
-				   budgets ? budgets : hbm;
+		const char *list = sweep     ? (budgets ? budgets : "10%,15%,20%,25%,35%,50%,75%")
+				   : budgets ? budgets
+					     : hbm;
 		char buf[512], *save = NULL, *tok;
 
 		snprintf(buf, sizeof(buf), "%s", list);
@@ -401,16 +462,19 @@ static int cmd_sim(int argc, char **argv)
 			} else {
 				ok++;
 			}
-			if (!json)
+			if (!json && !md && isatty(STDERR_FILENO))
 				fprintf(stderr, "\r  %u/%u runs", n, np * nb);
 		}
-	if (!json)
+	if (!json && !md && isatty(STDERR_FILENO))
 		fprintf(stderr, "\r%*s\r", 20, "");
 	if (sweep && ok) {
 		char title[160];
 
-		snprintf(title, sizeof(title), "%s: %s%s", trace, info.desc,
-			 info.flags & MOEM_TRACE_F_SYNTHETIC ? " (synthetic)" : "");
+		const char *base = strrchr(trace, '/') ? strrchr(trace, '/') + 1 : trace;
+
+		snprintf(title, sizeof(title), "%s%s: %s, %s experts", base,
+			 info.flags & MOEM_TRACE_F_SYNTHETIC ? " (SYNTHETIC)" : "", info.desc,
+			 moem_prec_name(c.prec));
 		if (plot(png, rows, n, pols, np, title) == 0)
 			plotted = true;
 	}
@@ -420,13 +484,15 @@ static int cmd_sim(int argc, char **argv)
 
 		json_object_object_add(t, "path", json_object_new_string(trace));
 		json_object_object_add(t, "desc", json_object_new_string(info.desc));
-		json_object_object_add(t, "synthetic",
-				       json_object_new_boolean(info.flags & MOEM_TRACE_F_SYNTHETIC));
+		json_object_object_add(
+			t, "synthetic",
+			json_object_new_boolean(info.flags & MOEM_TRACE_F_SYNTHETIC));
 		json_object_object_add(t, "n_layers", json_object_new_int(info.n_layers));
 		json_object_object_add(t, "n_experts", json_object_new_int(info.n_experts));
 		json_object_object_add(t, "top_k", json_object_new_int(info.top_k));
 		json_object_object_add(cm, "prec", json_object_new_string(moem_prec_name(c.prec)));
-		json_object_object_add(cm, "expert_bytes", json_object_new_uint64(c.expert_bytes[c.prec]));
+		json_object_object_add(cm, "expert_bytes",
+				       json_object_new_uint64(c.expert_bytes[c.prec]));
 		json_object_object_add(cm, "total_expert_bytes", json_object_new_uint64(total));
 		json_object_object_add(cm, "pcie_gbps", json_object_new_double(c.pcie_gbps));
 		json_object_object_add(cm, "nvme_gbps", json_object_new_double(c.nvme_gbps));
@@ -444,17 +510,22 @@ static int cmd_sim(int argc, char **argv)
 		json_object_object_add(top, "results", arr);
 		if (plotted)
 			json_object_object_add(top, "plot", json_object_new_string(png));
-		printf("%s\n", json_object_to_json_string_ext(top, JSON_C_TO_STRING_PRETTY |
+		printf("%s\n",
+		       json_object_to_json_string_ext(top, JSON_C_TO_STRING_PRETTY |
 								   JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(top);
+	} else if (md) {
+		print_md(stdout, rows, n);
 	} else {
 		printf("trace %s: %u layers x %u experts, top-%u; %s%s\n", trace, info.n_layers,
 		       info.n_experts, info.top_k, info.desc,
 		       info.flags & MOEM_TRACE_F_SYNTHETIC ? " (SYNTHETIC)" : "");
-		printf("cost: %s experts %.2f MiB, all experts %.1f GiB, PCIe %g GB/s, NVMe %g GB/s, "
-		       "HBM %g GB/s, layer %.1f us\n", moem_prec_name(c.prec),
-		       c.expert_bytes[c.prec] / (double)MOEM_MiB, total / (double)MOEM_GiB,
-		       c.pcie_gbps, c.nvme_gbps, c.hbm_gbps, c.layer_ns / 1e3);
+		printf("cost: %s experts %.2f MiB, all experts %.1f GiB, PCIe %g GB/s, NVMe %g "
+		       "GB/s, "
+		       "HBM %g GB/s, layer %.1f us\n",
+		       moem_prec_name(c.prec), c.expert_bytes[c.prec] / (double)MOEM_MiB,
+		       total / (double)MOEM_GiB, c.pcie_gbps, c.nvme_gbps, c.hbm_gbps,
+		       c.layer_ns / 1e3);
 		if (!sweep)
 			printf("budget: HBM %.1f%% of expert bytes (%.2f GiB)\n", rows[0].pct,
 			       rows[0].r.hbm_bytes / (double)MOEM_GiB);

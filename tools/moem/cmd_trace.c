@@ -40,7 +40,8 @@ static void trace_usage(FILE *f)
 		"  --uniform        uniform routing: zipf 0, no layer correlation,\n"
 		"                   persistence or drift (E[T] = N(1-(1-k/N)^B))\n"
 		"  --model DIR      take the workload of a synthetic model (DIR/moem_synth.json)\n"
-		"  --logits         store router logits (needed to re-route: lynx, oea, piggyback)\n");
+		"  --logits         store router logits (needed to re-route: lynx, oea, "
+		"piggyback)\n");
 }
 
 static int parse_u64(const char *s, const char *what, uint64_t lo, uint64_t hi, uint64_t *v)
@@ -51,8 +52,9 @@ static int parse_u64(const char *s, const char *what, uint64_t lo, uint64_t hi, 
 	errno = 0;
 	x = strtoull(s, &end, 0);
 	if (!*s || *end || errno || s[0] == '-' || x < lo || x > hi) {
-		fprintf(stderr, "moem trace: %s: '%s' is not an integer in %" PRIu64 "..%" PRIu64
-			"\n", what, s, lo, hi);
+		fprintf(stderr,
+			"moem trace: %s: '%s' is not an integer in %" PRIu64 "..%" PRIu64 "\n",
+			what, s, lo, hi);
 		return -1;
 	}
 	*v = x;
@@ -92,44 +94,62 @@ static void gen_progress(void *arg, uint64_t step)
 }
 
 enum {
-	O_LAYERS = 256, O_EXPERTS, O_TOPK, O_BATCH, O_STEPS, O_MIX, O_WORKLOADS, O_ZIPF,
-	O_OVERLAP, O_RESHUFFLE, O_CORR, O_PERSIST, O_DRIFT, O_SEQLEN, O_BOOST, O_NOISE,
-	O_UNIFORM, O_MODEL, O_LOGITS, O_SEED, O_OUT,
+	O_LAYERS = 256,
+	O_EXPERTS,
+	O_TOPK,
+	O_BATCH,
+	O_STEPS,
+	O_MIX,
+	O_WORKLOADS,
+	O_ZIPF,
+	O_OVERLAP,
+	O_RESHUFFLE,
+	O_CORR,
+	O_PERSIST,
+	O_DRIFT,
+	O_SEQLEN,
+	O_BOOST,
+	O_NOISE,
+	O_UNIFORM,
+	O_MODEL,
+	O_LOGITS,
+	O_SEED,
+	O_OUT,
 };
 
 static int trace_gen(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "layers", required_argument, NULL, O_LAYERS },
-		{ "experts", required_argument, NULL, O_EXPERTS },
-		{ "top-k", required_argument, NULL, O_TOPK },
-		{ "batch", required_argument, NULL, O_BATCH },
-		{ "steps", required_argument, NULL, O_STEPS },
-		{ "mix", required_argument, NULL, O_MIX },
-		{ "workloads", required_argument, NULL, O_WORKLOADS },
-		{ "zipf", required_argument, NULL, O_ZIPF },
-		{ "overlap", required_argument, NULL, O_OVERLAP },
-		{ "reshuffle", required_argument, NULL, O_RESHUFFLE },
-		{ "layer-corr", required_argument, NULL, O_CORR },
-		{ "persist", required_argument, NULL, O_PERSIST },
-		{ "drift", required_argument, NULL, O_DRIFT },
-		{ "seq-len", required_argument, NULL, O_SEQLEN },
-		{ "boost", required_argument, NULL, O_BOOST },
-		{ "noise", required_argument, NULL, O_NOISE },
-		{ "uniform", no_argument, NULL, O_UNIFORM },
-		{ "model", required_argument, NULL, O_MODEL },
-		{ "logits", no_argument, NULL, O_LOGITS },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "out", required_argument, NULL, O_OUT },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{"layers", required_argument, NULL, O_LAYERS},
+		{"experts", required_argument, NULL, O_EXPERTS},
+		{"top-k", required_argument, NULL, O_TOPK},
+		{"batch", required_argument, NULL, O_BATCH},
+		{"steps", required_argument, NULL, O_STEPS},
+		{"mix", required_argument, NULL, O_MIX},
+		{"workloads", required_argument, NULL, O_WORKLOADS},
+		{"zipf", required_argument, NULL, O_ZIPF},
+		{"overlap", required_argument, NULL, O_OVERLAP},
+		{"reshuffle", required_argument, NULL, O_RESHUFFLE},
+		{"layer-corr", required_argument, NULL, O_CORR},
+		{"persist", required_argument, NULL, O_PERSIST},
+		{"drift", required_argument, NULL, O_DRIFT},
+		{"seq-len", required_argument, NULL, O_SEQLEN},
+		{"boost", required_argument, NULL, O_BOOST},
+		{"noise", required_argument, NULL, O_NOISE},
+		{"uniform", no_argument, NULL, O_UNIFORM},
+		{"model", required_argument, NULL, O_MODEL},
+		{"logits", no_argument, NULL, O_LOGITS},
+		{"seed", required_argument, NULL, O_SEED},
+		{"out", required_argument, NULL, O_OUT},
+		{"help", no_argument, NULL, 'h'},
+		{0},
 	};
 	/* Shape and scalar overrides are applied after --model, in this order. */
 	uint64_t L = 48, N = 128, K = 8, B = 1, steps = 1000, seed = 0;
 	double d[9];
-	bool set_d[9] = { false }, have_seed = false, uniform = false, shape_set = false;
+	bool set_d[9] = {false}, have_seed = false, uniform = false, shape_set = false;
 	const char *mix = NULL, *workloads = NULL, *model = NULL, *out = NULL;
-	struct moem_trace_gen_opts o = { 0 };
+	struct moem_trace_gen_opts o = {0};
 	struct moem_trace_writer *w;
 	struct moem_trace_info info;
 	struct moem_progress prog;
@@ -199,14 +219,16 @@ static int trace_gen(int argc, char **argv)
 		}
 	}
 	if (optind != argc || !out || !have_seed) {
-		fprintf(stderr, "moem trace gen: %s\n", optind != argc ? "unexpected argument" :
-			!out ? "--out FILE is required" : "--seed S is required");
+		fprintf(stderr, "moem trace gen: %s\n",
+			optind != argc ? "unexpected argument"
+			: !out	       ? "--out FILE is required"
+				       : "--seed S is required");
 		return 2;
 	}
 	if (model) {
 		if (shape_set) {
 			fprintf(stderr, "moem trace gen: --model fixes the shape; drop --layers/"
-				"--experts/--top-k\n");
+					"--experts/--top-k\n");
 			return 2;
 		}
 		ret = load_model_synth(model, &o.synth);
@@ -223,9 +245,10 @@ static int trace_gen(int argc, char **argv)
 		snprintf(buf, sizeof(buf), "%s", workloads);
 		for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			if (n == MOEM_SYNTH_MAX_WORKLOADS || strlen(tok) >= MOEM_SYNTH_NAME_MAX) {
-				fprintf(stderr, "moem trace gen: --workloads: at most %d names of "
-					"< %d characters\n", MOEM_SYNTH_MAX_WORKLOADS,
-					MOEM_SYNTH_NAME_MAX);
+				fprintf(stderr,
+					"moem trace gen: --workloads: at most %d names of "
+					"< %d characters\n",
+					MOEM_SYNTH_MAX_WORKLOADS, MOEM_SYNTH_NAME_MAX);
 				return 2;
 			}
 			strcpy(o.synth.workload[n++], tok);
@@ -239,9 +262,9 @@ static int trace_gen(int argc, char **argv)
 		o.synth.drift = 0;
 	}
 	{
-		double *dst[9] = { &o.synth.zipf_s,     &o.synth.overlap, &o.synth.reshuffle,
-				   &o.synth.layer_corr, &o.synth.persist, &o.synth.drift,
-				   &o.synth.mean_seq_len, &o.synth.boost, &o.synth.noise };
+		double *dst[9] = {&o.synth.zipf_s,	 &o.synth.overlap, &o.synth.reshuffle,
+				  &o.synth.layer_corr,	 &o.synth.persist, &o.synth.drift,
+				  &o.synth.mean_seq_len, &o.synth.boost,   &o.synth.noise};
 
 		for (int i = 0; i < 9; i++)
 			if (set_d[i])
@@ -303,9 +326,9 @@ static int trace_info(int argc, char **argv)
 	if (ret)
 		return moem_tool_fail("trace info", ret, NULL);
 	in = moem_trace_reader_info(r);
-	rc = (struct moem_route_cfg){ in->n_experts, in->top_k, true, 1.0f };
+	rc = (struct moem_route_cfg){in->n_experts, in->top_k, true, 1.0f};
 	while ((ret = moem_trace_next(r, &rec)) > 0) {
-		struct moem_route_out o = { (int32_t *)rec.ids, (float *)rec.w, (uint32_t *)rec.cnt };
+		struct moem_route_out o = {(int32_t *)rec.ids, (float *)rec.w, (uint32_t *)rec.cnt};
 
 		recs++;
 		tokens += rec.tokens;
