@@ -1,0 +1,333 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The simulator: same trace and seed give the same numbers; the Belady
+ * preset reaches exactly the offline MIN bound and no demand-paging
+ * policy beats it; HBM use never exceeds the budget; DynaExq never
+ * stalls; cache-aware order never adds stall; E[T] on uniform routing;
+ * OEA T equals pruned top-k0 T; clear errors for what cannot run.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <moem/error.h>
+#include <moem/sim.h>
+#include <moem/trace.h>
+
+#include "kselftest_harness.h"
+
+static char dir[64];
+
+static void __attribute__((constructor)) setup_dir(void)
+{
+	strcpy(dir, "/tmp/moem-sim-XXXXXX");
+	if (!mkdtemp(dir))
+		abort();
+}
+
+/* A small synthetic trace (8 MoE layers, 32 experts, top-4) with logits. */
+static const char *trace(struct __test_metadata *_metadata, const char *name, uint32_t B,
+			 uint64_t steps, bool uniform)
+{
+	static char path[8][128];
+	static int i;
+	struct moem_trace_gen_opts o = {.batch = B, .steps = steps, .logits = true};
+	struct moem_trace_writer *w;
+	struct moem_trace_info in;
+
+	i = (i + 1) % 8;
+	snprintf(path[i], sizeof(path[i]), "%s/%s", dir, name);
+	if (access(path[i], F_OK) == 0)
+		return path[i];
+	moem_synth_defaults(&o.synth, 8, 32, 4, 77);
+	if (uniform) {
+		o.synth.zipf_s = 0;
+		o.synth.layer_corr = 0;
+		o.synth.persist = 0;
+		o.synth.drift = 0;
+	}
+	moem_trace_gen_info(&o, &in);
+	EXPECT_EQ(0, moem_trace_writer_open(path[i], &in, &w));
+	EXPECT_EQ(0, moem_trace_gen(&o, w, NULL, NULL));
+	EXPECT_EQ(0, moem_trace_writer_close(w));
+	return path[i];
+}
+
+static void cost(struct moem_sim_cost *c, double pct)
+{
+	moem_sim_cost_default(c);
+	c->hidden = 256; /* small experts: quick runs, same model */
+	c->inter = 128;
+	moem_sim_cost_finish(c);
+	c->hbm_bytes = (uint64_t)(pct / 100 * 8 * 32 * c->expert_bytes[MOEM_PREC_BF16]);
+}
+
+static int run(const char *tr, const char *spec, const struct moem_sim_cost *c,
+	       const struct moem_sim_opts *o, struct moem_sim_result *r)
+{
+	struct moem_sim_policy p;
+	int ret = moem_sim_policy_parse(spec, &p);
+
+	return ret ? ret : moem_sim_run(tr, c, &p, o, r);
+}
+
+TEST(policy_parse)
+{
+	struct moem_sim_policy p;
+
+	ASSERT_EQ(0, moem_sim_policy_parse("expertflow", &p));
+	EXPECT_EQ(MOEM_SIM_CACHE, p.mode);
+	EXPECT_EQ(MOEM_EVICT_LRU2, p.evict.kind);
+	EXPECT_TRUE(p.prefetch);
+	EXPECT_TRUE(p.pf.adaptive);
+	EXPECT_TRUE(p.ordered);
+	ASSERT_EQ(0, moem_sim_policy_parse("prefetch-fixed:S=7,evict=lru", &p));
+	EXPECT_FALSE(p.pf.adaptive);
+	EXPECT_EQ(7u, p.pf.S);
+	EXPECT_EQ(MOEM_EVICT_LRU, p.evict.kind);
+	ASSERT_EQ(0, moem_sim_policy_parse("lru:route=lynx,alpha=1,beta=2", &p));
+	EXPECT_STREQ("lynx:alpha=1,beta=2", p.route);
+	ASSERT_EQ(0, moem_sim_policy_parse("moem", &p));
+	EXPECT_EQ(0.3, p.pf.q_min);
+	ASSERT_EQ(0, moem_sim_policy_parse("moem:prefetch=none", &p));
+	EXPECT_FALSE(p.prefetch);
+	ASSERT_EQ(0, moem_sim_policy_parse("dynaexq:hi=q4,lo=q2,n_hi=3", &p));
+	EXPECT_EQ(MOEM_SIM_DYNAEXQ, p.mode);
+	EXPECT_TRUE(p.dx_pair_given);
+	EXPECT_TRUE(p.dx_n_hi_given);
+	ASSERT_EQ(0, moem_sim_policy_parse("fluxmoe:theta=0.8", &p));
+	EXPECT_EQ(0.8, p.pg.theta);
+	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("lru:S=4", &p)); /* no prefetch key on lru */
+	EXPECT_NE(NULL, strstr(moem_last_error(), "no parameters"));
+	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("dynaexq:W=2", &p));
+	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("belady:route=piggyback", &p));
+	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("lru:route=lynx:alpha=1", &p));
+	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("mru", &p));
+}
+
+TEST(deterministic)
+{
+	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
+	struct moem_sim_opts o = {.seed = 1};
+	struct moem_sim_result a, b;
+	struct moem_sim_cost c;
+	const char *pols[] = {"lru", "moem", "expertflow", "dynaexq", "fluxmoe", "belady"};
+
+	cost(&c, 25);
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(pols); i++) {
+		ASSERT_EQ(0, run(tr, pols[i], &c, &o, &a))
+		TH_LOG("%s: %s", pols[i], moem_last_error());
+		ASSERT_EQ(0, run(tr, pols[i], &c, &o, &b));
+		ASSERT_EQ(0, memcmp(&a, &b, sizeof(a))) TH_LOG("%s differs", pols[i]);
+	}
+	/* jitter draws from the seed: another seed, other numbers; same seed, same */
+	c.jitter = 0.3;
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &a));
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &b));
+	EXPECT_EQ(0, memcmp(&a, &b, sizeof(a)));
+	o.seed = 2;
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &b));
+	EXPECT_NE(a.stall_ns, b.stall_ns);
+	EXPECT_EQ(a.hits, b.hits); /* timing only: the same decisions */
+}
+
+/* Belady preset == MIN bound; demand policies never above it; budgets hold. */
+TEST(belady_bound_and_budgets)
+{
+	const char *tr = trace(_metadata, "bound.trace", 4, 80, false);
+	struct moem_sim_opts o = {.warmup_steps = 5};
+	const double pcts[] = {10, 25, 50};
+	struct moem_sim_result r;
+	struct moem_sim_cost c;
+
+	for (size_t b = 0; b < MOEM_ARRAY_SIZE(pcts); b++) {
+		const char *pols[] = {"lru", "lru2", "lfu", "pred", "lru:order=cache-aware"};
+
+		cost(&c, pcts[b]);
+		ASSERT_EQ(0, run(tr, "belady", &c, &o, &r));
+		EXPECT_EQ(r.hit_rate, r.belady_hit_rate);
+		EXPECT_LE(r.hbm_peak, c.hbm_bytes);
+		TH_LOG("%.0f%%: Belady %.4f", pcts[b], r.belady_hit_rate);
+		for (size_t i = 0; i < MOEM_ARRAY_SIZE(pols); i++) {
+			ASSERT_EQ(0, run(tr, pols[i], &c, &o, &r));
+			EXPECT_LE(r.hit_rate, r.belady_hit_rate + 1e-12) TH_LOG("%s", pols[i]);
+			EXPECT_LE(r.hbm_peak, c.hbm_bytes) TH_LOG("%s", pols[i]);
+			EXPECT_EQ(r.accesses, r.hits + (r.accesses - r.hits));
+			TH_LOG("  %s %.4f", pols[i], r.hit_rate);
+		}
+		for (const char *p = "expertflow"; p; p = strcmp(p, "moem") ? "moem" : NULL) {
+			ASSERT_EQ(0, run(tr, p, &c, &o, &r));
+			EXPECT_LE(r.hbm_peak, c.hbm_bytes) TH_LOG("%s", p);
+			EXPECT_GT(r.belady_hit_rate, 0);
+		}
+	}
+}
+
+TEST(cache_aware_order_never_adds_stall)
+{
+	const char *tr = trace(_metadata, "order.trace", 8, 60, false);
+	struct moem_sim_opts o = {0};
+	struct moem_sim_result a, b;
+	struct moem_sim_cost c;
+
+	cost(&c, 20);
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &a));
+	ASSERT_EQ(0, run(tr, "lru:order=cache-aware", &c, &o, &b));
+	EXPECT_EQ(a.hits, b.hits);
+	EXPECT_EQ(a.bytes_pcie, b.bytes_pcie);
+	EXPECT_LE(b.stall_ns, a.stall_ns);
+	EXPECT_LT(b.stall_ns, a.stall_ns); /* resident experts ran while misses landed */
+	EXPECT_EQ(a.compute_ns, b.compute_ns);
+}
+
+TEST(full_budget_no_stall_after_warmup)
+{
+	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
+	struct moem_sim_opts o = {.warmup_steps = 59};
+	struct moem_sim_result r;
+	struct moem_sim_cost c;
+
+	cost(&c, 100);
+	/* by the last step everything used before is resident: few misses */
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &r));
+	EXPECT_EQ(1u, r.steps);
+	EXPECT_GT(r.hit_rate, 0.8);
+	EXPECT_EQ(r.hit_rate, r.belady_hit_rate);
+}
+
+TEST(dynaexq_never_stalls)
+{
+	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
+	struct moem_sim_opts o = {0};
+	struct moem_sim_result r;
+	struct moem_sim_cost c;
+
+	cost(&c, 40);
+	ASSERT_EQ(0, run(tr, "dynaexq:interval_ms=0.05", &c, &o, &r))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0u, r.stall_ns);
+	EXPECT_EQ(r.accesses, r.hits);
+	EXPECT_GT(r.hi_frac, 0.1); /* 3 of 32 experts per layer, the hot ones */
+	EXPECT_LE(r.hbm_peak, c.hbm_bytes);
+	EXPECT_GT(r.bytes_other, 0u); /* promotions moved */
+	TH_LOG("%s: hi %.3f", r.detail, r.hi_frac);
+	/* too small for every expert in q2: refused with a reason */
+	cost(&c, 10);
+	EXPECT_EQ(-ENOSPC, run(tr, "dynaexq", &c, &o, &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "low precision"));
+}
+
+TEST(fluxmoe_window)
+{
+	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
+	struct moem_sim_opts o = {0};
+	struct moem_sim_result r;
+	struct moem_sim_cost c;
+
+	cost(&c, 50);
+	ASSERT_EQ(0, run(tr, "fluxmoe", &c, &o, &r));
+	EXPECT_LE(r.hbm_peak, c.hbm_bytes);
+	EXPECT_GT(r.hit_rate, 0);
+	TH_LOG("%s: hit %.3f", r.detail, r.hit_rate);
+	cost(&c, 20); /* below two layers' window */
+	EXPECT_EQ(-ENOSPC, run(tr, "fluxmoe", &c, &o, &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "window"));
+}
+
+TEST(routing_policies_in_sim)
+{
+	const char *tr = trace(_metadata, "route.trace", 16, 40, false);
+	struct moem_sim_opts o = {0};
+	struct moem_sim_result r, v;
+	struct moem_sim_cost c;
+	double last = 1e9;
+
+	cost(&c, 25);
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &v));
+	for (uint32_t k0 = 4; k0 >= 1; k0--) {
+		char a[64], b[64];
+
+		snprintf(a, sizeof(a), "lru:route=oea,k0=%u", k0);
+		snprintf(b, sizeof(b), "lru:route=prune,k0=%u", k0);
+		ASSERT_EQ(0, run(tr, a, &c, &o, &r));
+		ASSERT_EQ(0, run(tr, b, &c, &o, &v));
+		EXPECT_EQ(r.mean_T, v.mean_T) TH_LOG("k0 %u", k0);
+		EXPECT_LE(r.mean_T, last);
+		last = r.mean_T;
+	}
+	ASSERT_EQ(0, run(tr, "lru:route=lynx", &c, &o, &r));
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &v));
+	EXPECT_LT(r.mean_T, v.mean_T);
+}
+
+TEST(uniform_expected_t)
+{
+	const char *tr = trace(_metadata, "uni.trace", 8, 200, true);
+	struct moem_sim_opts o = {0};
+	struct moem_sim_result r;
+	struct moem_sim_cost c;
+	double want = 32 * (1 - pow(1 - 4.0 / 32, 8));
+
+	cost(&c, 25);
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &r));
+	TH_LOG("E[T] %.3f, simulated mean T %.3f", want, r.mean_T);
+	EXPECT_LT(fabs(r.mean_T - want) / want, 0.02);
+}
+
+TEST(errors)
+{
+	const char *tr = trace(_metadata, "det.trace", 4, 60, false);
+	struct moem_trace_gen_opts g = {.batch = 2, .steps = 5, .logits = false};
+	struct moem_trace_writer *w;
+	struct moem_trace_info in;
+	struct moem_sim_opts o = {0};
+	struct moem_sim_result r;
+	struct moem_sim_cost c;
+	char nolog[128], bad[128];
+	FILE *f;
+
+	cost(&c, 25);
+	/* re-routing needs logits */
+	snprintf(nolog, sizeof(nolog), "%s/nolog.trace", dir);
+	moem_synth_defaults(&g.synth, 8, 32, 4, 1);
+	moem_trace_gen_info(&g, &in);
+	ASSERT_EQ(0, moem_trace_writer_open(nolog, &in, &w));
+	ASSERT_EQ(0, moem_trace_gen(&g, w, NULL, NULL));
+	ASSERT_EQ(0, moem_trace_writer_close(w));
+	EXPECT_EQ(-EINVAL, run(nolog, "oea", &c, &o, &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "logits"));
+	EXPECT_EQ(0, run(nolog, "lru", &c, &o, &r));
+	/* a budget that cannot hold one layer's experts */
+	c.hbm_bytes = c.expert_bytes[MOEM_PREC_BF16];
+	EXPECT_EQ(-ENOSPC, run(tr, "lru", &c, &o, &r));
+	/* a corrupt trace is a trace error, not a crash */
+	snprintf(bad, sizeof(bad), "%s/bad.trace", dir);
+	f = fopen(bad, "wb");
+	ASSERT_NE(NULL, f);
+	{
+		FILE *src = fopen(tr, "rb");
+		char buf[4096];
+		size_t n = fread(buf, 1, sizeof(buf), src);
+
+		buf[n / 2] ^= 1;
+		fwrite(buf, 1, n, f);
+		fclose(src);
+	}
+	fclose(f);
+	cost(&c, 25);
+	EXPECT_EQ(-EBADMSG, run(bad, "lru", &c, &o, &r));
+	EXPECT_EQ(-ENOENT, run("/nonexistent/x.trace", "lru", &c, &o, &r));
+}
+
+TEST(cleanup)
+{
+	char cmd[96];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	ASSERT_EQ(0, system(cmd));
+}
+
+TEST_HARNESS_MAIN

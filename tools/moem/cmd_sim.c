@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * moem sim: replay a routing trace through scheduling policies on a cost
+ * model (sim.h) and report, per policy and HBM budget, hit rate (and as a
+ * fraction of Belady MIN), stall, bytes moved per tier, mean T and the
+ * modelled step time. --sweep runs a grid of budgets and draws a plot.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include <moem/error.h>
+#include <moem/sim.h>
+#include <moem/trace.h>
+
+#include "cmd.h"
+
+#define MAX_POLICIES 32
+#define MAX_BUDGETS  32
+
+static void sim_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: moem sim TRACE [options]\n"
+		"  --policy SPEC      NAME[:key=value,...], repeatable, or 'all' (default)\n"
+		"                     presets: lru lru2 lfu pred belady prefetch-fixed\n"
+		"                     expertflow moem lynx oea piggyback dynaexq fluxmoe\n"
+		"  --hbm SIZE|PCT%%    HBM expert budget, bytes or %% of all expert bytes (25%%)\n"
+		"  --dram SIZE|PCT%%   DRAM expert cache (default: every expert)\n"
+		"  --prec P           precision experts are served in (bf16)\n"
+		"  --hidden H --inter I   expert shape (2048, 768: Qwen3-30B-A3B)\n"
+		"  --pcie-gbps X (25) --nvme-gbps X (7) --hbm-gbps X (3000)\n"
+		"  --layer-ns N (20000) --token-ns N (20) --piece SIZE (8M) --jitter F (0)\n"
+		"  --seed S --warmup STEPS --steps N\n"
+		"  --sweep            every policy x --budgets (10,15,20,25,35,50,75%%)\n"
+		"  --budgets LIST     comma list of sizes or percentages\n"
+		"  --plot FILE.png    sweep plot (default moem-sim-sweep.png)\n"
+		"  --json             machine-readable results\n"
+		"  --md               a Markdown table\n");
+}
+
+struct row {
+	char spec[96];
+	double pct;
+	int err;
+	char msg[256];
+	struct moem_sim_result r;
+};
+
+static int parse_dbl(const char *s, const char *what, double lo, double hi, double *v)
+{
+	char *end;
+
+	*v = strtod(s, &end);
+	if (!*s || *end || !(*v >= lo && *v <= hi)) {
+		fprintf(stderr, "moem sim: %s: '%s' is not a number in [%g, %g]\n", what, s, lo,
+			hi);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_u64(const char *s, const char *what, uint64_t *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoull(s, &end, 10);
+	if (!*s || *end || errno || s[0] == '-') {
+		fprintf(stderr, "moem sim: %s: '%s' is not a non-negative integer\n", what, s);
+		return -1;
+	}
+	return 0;
+}
+
+static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep)
+{
+	fprintf(f, "%-26s %6s %7s %7s %7s %7s %9s %9s %8s %8s %5s %5s\n", "policy",
+		sweep ? "hbm%" : "T", "hit", "belady", "xMIN", "late", "stall/st", "step",
+		"PCIe/st", "NVMe/st", "S", "hi%");
+	for (uint32_t i = 0; i < n; i++) {
+		const struct moem_sim_result *r = &rows[i].r;
+		double st = r->steps ? (double)r->steps : 1;
+
+		if (rows[i].err) {
+			fprintf(f, "%-26s %6.1f  n/a: %s\n", rows[i].spec, rows[i].pct,
+				rows[i].msg);
+			continue;
+		}
+		fprintf(f,
+			"%-26s %6.1f %7.4f %7.4f %7.3f %7.4f %7.3fms %7.3fms %6.1fMB %6.1fMB "
+			"%5.1f %5.1f\n",
+			rows[i].spec, sweep ? rows[i].pct : r->mean_T, r->hit_rate,
+			r->belady_hit_rate, r->frac_belady,
+			r->accesses ? (double)r->late / r->accesses : 0, r->stall_ns / st / 1e6,
+			r->step_ns / 1e6, r->bytes_pcie / st / 1e6, r->bytes_nvme / st / 1e6,
+			r->mean_S, 100 * r->hi_frac);
+	}
+}
+
+/* The same table in Markdown, for Documentation/benchmarks (bench/sim/run.sh). */
+static void print_md(FILE *f, const struct row *rows, uint32_t n)
+{
+	fprintf(f, "| policy | HBM %% | mean T | hit rate | Belady | x Belady | late | "
+		   "stall/step (ms) | step (ms) | PCIe MB/step | NVMe MB/step | mean S | hi %% |\n"
+		   "| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: "
+		   "|\n");
+	for (uint32_t i = 0; i < n; i++) {
+		const struct moem_sim_result *r = &rows[i].r;
+		double st = r->steps ? (double)r->steps : 1;
+
+		if (rows[i].err) {
+			fprintf(f, "| %s | %.1f | n/a: %s |||||||||||\n", rows[i].spec, rows[i].pct,
+				rows[i].msg);
+			continue;
+		}
+		fprintf(f,
+			"| %s | %.1f | %.2f | %.4f | %.4f | %.3f | %.4f | %.3f | %.3f | %.1f | "
+			"%.1f | %.1f | %.1f |\n",
+			rows[i].spec, rows[i].pct, r->mean_T, r->hit_rate, r->belady_hit_rate,
+			r->frac_belady, r->accesses ? (double)r->late / r->accesses : 0,
+			r->stall_ns / st / 1e6, r->step_ns / 1e6, r->bytes_pcie / st / 1e6,
+			r->bytes_nvme / st / 1e6, r->mean_S, 100 * r->hi_frac);
+	}
+}
+
+static struct json_object *row_json(const struct row *w)
+{
+	const struct moem_sim_result *r = &w->r;
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "policy", json_object_new_string(w->spec));
+	json_object_object_add(o, "hbm_pct", json_object_new_double(w->pct));
+	json_object_object_add(o, "hbm_bytes", json_object_new_uint64(r->hbm_bytes));
+	if (w->err) {
+		json_object_object_add(o, "error", json_object_new_string(w->msg));
+		return o;
+	}
+	json_object_object_add(o, "detail", json_object_new_string(r->detail));
+	json_object_object_add(o, "hit_rate", json_object_new_double(r->hit_rate));
+	json_object_object_add(o, "belady_hit_rate", json_object_new_double(r->belady_hit_rate));
+	json_object_object_add(o, "frac_belady", json_object_new_double(r->frac_belady));
+	json_object_object_add(o, "stall_ns", json_object_new_uint64(r->stall_ns));
+	json_object_object_add(o, "bytes_moved", json_object_new_uint64(r->bytes_pcie));
+	json_object_object_add(o, "bytes_pcie", json_object_new_uint64(r->bytes_pcie));
+	json_object_object_add(o, "bytes_nvme", json_object_new_uint64(r->bytes_nvme));
+	json_object_object_add(o, "bytes_demand", json_object_new_uint64(r->bytes_demand));
+	json_object_object_add(o, "bytes_prefetch", json_object_new_uint64(r->bytes_prefetch));
+	json_object_object_add(o, "bytes_other", json_object_new_uint64(r->bytes_other));
+	json_object_object_add(o, "mean_T", json_object_new_double(r->mean_T));
+	json_object_object_add(o, "steps", json_object_new_uint64(r->steps));
+	json_object_object_add(o, "layer_steps", json_object_new_uint64(r->layer_steps));
+	json_object_object_add(o, "accesses", json_object_new_uint64(r->accesses));
+	json_object_object_add(o, "hits", json_object_new_uint64(r->hits));
+	json_object_object_add(o, "late", json_object_new_uint64(r->late));
+	json_object_object_add(o, "total_ns", json_object_new_uint64(r->total_ns));
+	json_object_object_add(o, "compute_ns", json_object_new_uint64(r->compute_ns));
+	json_object_object_add(o, "step_ns", json_object_new_double(r->step_ns));
+	json_object_object_add(o, "mean_S", json_object_new_double(r->mean_S));
+	json_object_object_add(o, "hi_frac", json_object_new_double(r->hi_frac));
+	json_object_object_add(o, "pf_issued", json_object_new_uint64(r->pf_issued));
+	json_object_object_add(o, "pf_used", json_object_new_uint64(r->pf_used));
+	json_object_object_add(o, "pf_wasted", json_object_new_uint64(r->pf_wasted));
+	json_object_object_add(o, "slots", json_object_new_uint64(r->slots));
+	json_object_object_add(o, "hbm_peak", json_object_new_uint64(r->hbm_peak));
+	return o;
+}
+
+/* The sweep plot: hit rate and stall per step against the budget, one line per policy. */
+static int plot(const char *png, const struct row *rows, uint32_t n, const char *const *pols,
+		uint32_t np, const char *title)
+{
+	char dat[] = "/tmp/moem-sim-XXXXXX";
+	int fd = mkstemp(dat), ret = 0;
+	FILE *f, *g;
+
+	if (fd < 0 || !(f = fdopen(fd, "w"))) {
+		fprintf(stderr, "moem sim: cannot write plot data: %s\n", strerror(errno));
+		return 1;
+	}
+	/* one gnuplot data block per policy, and Belady (from the first policy's rows) */
+	for (uint32_t p = 0; p <= np; p++) {
+		for (uint32_t i = 0; i < n; i++) {
+			const struct moem_sim_result *r = &rows[i].r;
+
+			if (rows[i].err || (p < np ? strcmp(rows[i].spec, pols[p])
+						   : strcmp(rows[i].spec, pols[0])))
+				continue;
+			fprintf(f, "%g %g %g\n", rows[i].pct,
+				p < np ? r->hit_rate : r->belady_hit_rate,
+				r->steps ? r->stall_ns / (double)r->steps / 1e6 : 0);
+		}
+		fprintf(f, "\n\n");
+	}
+	fclose(f);
+	g = popen("gnuplot", "w");
+	if (!g) {
+		fprintf(stderr, "moem sim: cannot run gnuplot (apt-get install gnuplot-nox)\n");
+		unlink(dat);
+		return 1;
+	}
+	fprintf(g,
+		"set terminal pngcairo size 1200,520 font ',10'\nset output '%s'\n"
+		"set multiplot layout 1,2 title \"%s\"\nset key bottom right\nset grid\n"
+		"set xlabel 'HBM budget (%% of expert bytes)'\nset ylabel 'HBM hit rate'\n"
+		"set yrange [0:1]\nplot ",
+		png, title);
+	for (uint32_t p = 0; p <= np; p++)
+		fprintf(g, "%s'%s' index %u using 1:2 with linespoints title '%s'%s", p ? ", " : "",
+			dat, p, p < np ? pols[p] : "Belady MIN (bound)",
+			p < np ? "" : " dt 2 lw 2 lc rgb 'black'");
+	fprintf(g, "\nset ylabel 'stall per decode step (ms)'\nset logscale y\n"
+		   "set yrange [*:*]\nset key top right\nplot ");
+	for (uint32_t p = 0; p < np; p++)
+		fprintf(g,
+			"%s'%s' index %u using 1:($3 > 0 ? $3 : 1e-4) with linespoints title '%s'",
+			p ? ", " : "", dat, p, pols[p]);
+	fprintf(g, "\nunset multiplot\n");
+	if (pclose(g) != 0) {
+		fprintf(stderr, "moem sim: gnuplot failed (is gnuplot installed?)\n");
+		ret = 1;
+	}
+	unlink(dat);
+	return ret;
+}
+
+enum {
+	O_POLICY = 256,
+	O_HBM,
+	O_DRAM,
+	O_PREC,
+	O_HIDDEN,
+	O_INTER,
+	O_PCIE,
+	O_NVME,
+	O_HBMBW,
+	O_LAYER,
+	O_TOKEN,
+	O_PIECE,
+	O_JITTER,
+	O_SEED,
+	O_WARMUP,
+	O_STEPS,
+	O_SWEEP,
+	O_BUDGETS,
+	O_PLOT,
+	O_JSON,
+	O_MD,
+};
+
+static int cmd_sim(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"policy", required_argument, NULL, O_POLICY},
+		{"hbm", required_argument, NULL, O_HBM},
+		{"dram", required_argument, NULL, O_DRAM},
+		{"prec", required_argument, NULL, O_PREC},
+		{"hidden", required_argument, NULL, O_HIDDEN},
+		{"inter", required_argument, NULL, O_INTER},
+		{"pcie-gbps", required_argument, NULL, O_PCIE},
+		{"nvme-gbps", required_argument, NULL, O_NVME},
+		{"hbm-gbps", required_argument, NULL, O_HBMBW},
+		{"layer-ns", required_argument, NULL, O_LAYER},
+		{"token-ns", required_argument, NULL, O_TOKEN},
+		{"piece", required_argument, NULL, O_PIECE},
+		{"jitter", required_argument, NULL, O_JITTER},
+		{"seed", required_argument, NULL, O_SEED},
+		{"warmup", required_argument, NULL, O_WARMUP},
+		{"steps", required_argument, NULL, O_STEPS},
+		{"sweep", no_argument, NULL, O_SWEEP},
+		{"budgets", required_argument, NULL, O_BUDGETS},
+		{"plot", required_argument, NULL, O_PLOT},
+		{"json", no_argument, NULL, O_JSON},
+		{"md", no_argument, NULL, O_MD},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	const char *pols[MAX_POLICIES], *hbm = "25%", *dram = NULL, *budgets = NULL;
+	const char *png = "moem-sim-sweep.png", *trace;
+	struct moem_sim_cost c;
+	struct moem_sim_opts o = {0};
+	struct moem_trace_reader *tr;
+	struct moem_trace_info info;
+	struct row *rows = NULL;
+	uint32_t np = 0, nb = 0, n = 0, ok = 0;
+	char bl[MAX_BUDGETS][32];
+	bool json = false, md = false, sweep = false, plotted = false;
+	uint64_t total, v;
+	double d;
+	int ch, ret;
+
+	moem_sim_cost_default(&c);
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (ch) {
+		case O_POLICY:
+			if (np == MAX_POLICIES) {
+				fprintf(stderr, "moem sim: at most %d --policy\n", MAX_POLICIES);
+				return 2;
+			}
+			pols[np++] = optarg;
+			break;
+		case O_HBM:
+			hbm = optarg;
+			break;
+		case O_DRAM:
+			dram = optarg;
+			break;
+		case O_PREC:
+			if ((ret = moem_prec_parse(optarg, &c.prec)))
+				return moem_tool_fail("sim", ret, "--prec");
+			break;
+		case O_HIDDEN:
+		case O_INTER:
+			if (parse_u64(optarg, opts[ch - O_POLICY].name, &v) || !v || v > 65536) {
+				fprintf(stderr, "moem sim: %s must be 1..65536\n",
+					opts[ch - O_POLICY].name);
+				return 2;
+			}
+			*(ch == O_HIDDEN ? &c.hidden : &c.inter) = (uint32_t)v;
+			break;
+		case O_PCIE:
+		case O_NVME:
+		case O_HBMBW:
+			if (parse_dbl(optarg, opts[ch - O_POLICY].name, 1e-3, 1e5, &d))
+				return 2;
+			*(ch == O_PCIE	 ? &c.pcie_gbps
+			  : ch == O_NVME ? &c.nvme_gbps
+					 : &c.hbm_gbps) = d;
+			break;
+		case O_LAYER:
+		case O_TOKEN:
+			if (parse_u64(optarg, opts[ch - O_POLICY].name, &v))
+				return 2;
+			*(ch == O_LAYER ? &c.layer_ns : &c.token_ns) = v;
+			break;
+		case O_PIECE:
+			if ((ret = moem_parse_size(optarg, NULL, &c.piece_bytes)))
+				return moem_tool_fail("sim", ret, "--piece");
+			break;
+		case O_JITTER:
+			if (parse_dbl(optarg, "--jitter", 0, 1, &c.jitter))
+				return 2;
+			break;
+		case O_SEED:
+		case O_WARMUP:
+		case O_STEPS:
+			if (parse_u64(optarg, opts[ch - O_POLICY].name, &v))
+				return 2;
+			*(ch == O_SEED	   ? &o.seed
+			  : ch == O_WARMUP ? &o.warmup_steps
+					   : &o.max_steps) = v;
+			break;
+		case O_SWEEP:
+			sweep = true;
+			break;
+		case O_BUDGETS:
+			budgets = optarg;
+			break;
+		case O_PLOT:
+			png = optarg;
+			break;
+		case O_JSON:
+			json = true;
+			break;
+		case O_MD:
+			md = true;
+			break;
+		case 'h':
+			sim_usage(stdout);
+			return 0;
+		default:
+			sim_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		sim_usage(stderr);
+		return 2;
+	}
+	trace = argv[optind];
+	ret = moem_sim_cost_finish(&c);
+	if (ret)
+		return moem_tool_fail("sim", ret, NULL);
+	ret = moem_trace_open(trace, &tr);
+	if (ret)
+		return moem_tool_fail("sim", ret, NULL);
+	info = *moem_trace_reader_info(tr);
+	moem_trace_close(tr);
+	/* 'all', or nothing given: every preset the trace supports */
+	if (!np || (np == 1 && !strcmp(pols[0], "all"))) {
+		const char *const *all = moem_sim_policy_all(info.flags & MOEM_TRACE_F_LOGITS, &np);
+
+		for (uint32_t i = 0; i < np; i++)
+			pols[i] = all[i];
+	}
+	for (uint32_t i = 0; i < np; i++) {
+		struct moem_sim_policy p;
+
+		if (!strcmp(pols[i], "all")) {
+			fprintf(stderr, "moem sim: 'all' cannot be mixed with other policies\n");
+			return 2;
+		}
+		ret = moem_sim_policy_parse(pols[i], &p);
+		if (ret)
+			return moem_tool_fail("sim", ret, "--policy");
+	}
+	if (moem_mul_overflow((uint64_t)info.n_layers * info.n_experts, c.expert_bytes[c.prec],
+			      &total))
+		return moem_tool_fail("sim", -EOVERFLOW, NULL);
+	if (dram && (ret = moem_parse_size(dram, &total, &c.dram_bytes)))
+		return moem_tool_fail("sim", ret, "--dram");
+	/* budgets */
+	{
+		const char *list = sweep     ? (budgets ? budgets : "10%,15%,20%,25%,35%,50%,75%")
+				   : budgets ? budgets
+					     : hbm;
+		char buf[512], *save = NULL, *tok;
+
+		snprintf(buf, sizeof(buf), "%s", list);
+		for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			if (nb == MAX_BUDGETS) {
+				fprintf(stderr, "moem sim: at most %d budgets\n", MAX_BUDGETS);
+				return 2;
+			}
+			snprintf(bl[nb++], sizeof(bl[0]), "%s", tok);
+		}
+	}
+	rows = calloc((size_t)np * nb, sizeof(*rows));
+	if (!rows)
+		return moem_tool_fail("sim", -ENOMEM, NULL);
+	for (uint32_t p = 0; p < np; p++)
+		for (uint32_t b = 0; b < nb; b++) {
+			struct row *w = &rows[n++];
+			struct moem_sim_policy pol;
+
+			snprintf(w->spec, sizeof(w->spec), "%s", pols[p]);
+			ret = moem_parse_size(bl[b], &total, &c.hbm_bytes);
+			if (ret) {
+				free(rows);
+				return moem_tool_fail("sim", ret, "--hbm");
+			}
+			w->pct = 100.0 * (double)c.hbm_bytes / (double)total;
+			moem_sim_policy_parse(pols[p], &pol);
+			moem_clear_error();
+			w->err = moem_sim_run(trace, &c, &pol, &o, &w->r);
+			if (w->err) {
+				snprintf(w->msg, sizeof(w->msg), "%s", moem_strerror(w->err));
+				w->r.hbm_bytes = c.hbm_bytes;
+				if (w->err != -ENOSPC && w->err != -EINVAL) {
+					/* a broken trace or no memory: not the policy's fault */
+					ret = moem_tool_fail("sim", w->err, NULL);
+					free(rows);
+					return ret;
+				}
+			} else {
+				ok++;
+			}
+			if (!json && !md && isatty(STDERR_FILENO))
+				fprintf(stderr, "\r  %u/%u runs", n, np * nb);
+		}
+	if (!json && !md && isatty(STDERR_FILENO))
+		fprintf(stderr, "\r%*s\r", 20, "");
+	if (sweep && ok) {
+		char title[160];
+
+		const char *base = strrchr(trace, '/') ? strrchr(trace, '/') + 1 : trace;
+
+		snprintf(title, sizeof(title), "%s%s: %s, %s experts", base,
+			 info.flags & MOEM_TRACE_F_SYNTHETIC ? " (SYNTHETIC)" : "", info.desc,
+			 moem_prec_name(c.prec));
+		if (plot(png, rows, n, pols, np, title) == 0)
+			plotted = true;
+	}
+	if (json) {
+		struct json_object *top = json_object_new_object(), *arr = json_object_new_array();
+		struct json_object *t = json_object_new_object(), *cm = json_object_new_object();
+
+		json_object_object_add(t, "path", json_object_new_string(trace));
+		json_object_object_add(t, "desc", json_object_new_string(info.desc));
+		json_object_object_add(
+			t, "synthetic",
+			json_object_new_boolean(info.flags & MOEM_TRACE_F_SYNTHETIC));
+		json_object_object_add(t, "n_layers", json_object_new_int(info.n_layers));
+		json_object_object_add(t, "n_experts", json_object_new_int(info.n_experts));
+		json_object_object_add(t, "top_k", json_object_new_int(info.top_k));
+		json_object_object_add(cm, "prec", json_object_new_string(moem_prec_name(c.prec)));
+		json_object_object_add(cm, "expert_bytes",
+				       json_object_new_uint64(c.expert_bytes[c.prec]));
+		json_object_object_add(cm, "total_expert_bytes", json_object_new_uint64(total));
+		json_object_object_add(cm, "pcie_gbps", json_object_new_double(c.pcie_gbps));
+		json_object_object_add(cm, "nvme_gbps", json_object_new_double(c.nvme_gbps));
+		json_object_object_add(cm, "hbm_gbps", json_object_new_double(c.hbm_gbps));
+		json_object_object_add(cm, "layer_ns", json_object_new_uint64(c.layer_ns));
+		json_object_object_add(cm, "token_ns", json_object_new_uint64(c.token_ns));
+		json_object_object_add(cm, "dram_bytes", json_object_new_uint64(c.dram_bytes));
+		json_object_object_add(cm, "jitter", json_object_new_double(c.jitter));
+		json_object_object_add(cm, "seed", json_object_new_uint64(o.seed));
+		json_object_object_add(cm, "warmup_steps", json_object_new_uint64(o.warmup_steps));
+		for (uint32_t i = 0; i < n; i++)
+			json_object_array_add(arr, row_json(&rows[i]));
+		json_object_object_add(top, "trace", t);
+		json_object_object_add(top, "cost", cm);
+		json_object_object_add(top, "results", arr);
+		if (plotted)
+			json_object_object_add(top, "plot", json_object_new_string(png));
+		printf("%s\n",
+		       json_object_to_json_string_ext(top, JSON_C_TO_STRING_PRETTY |
+								   JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(top);
+	} else if (md) {
+		print_md(stdout, rows, n);
+	} else {
+		printf("trace %s: %u layers x %u experts, top-%u; %s%s\n", trace, info.n_layers,
+		       info.n_experts, info.top_k, info.desc,
+		       info.flags & MOEM_TRACE_F_SYNTHETIC ? " (SYNTHETIC)" : "");
+		printf("cost: %s experts %.2f MiB, all experts %.1f GiB, PCIe %g GB/s, NVMe %g "
+		       "GB/s, "
+		       "HBM %g GB/s, layer %.1f us\n",
+		       moem_prec_name(c.prec), c.expert_bytes[c.prec] / (double)MOEM_MiB,
+		       total / (double)MOEM_GiB, c.pcie_gbps, c.nvme_gbps, c.hbm_gbps,
+		       c.layer_ns / 1e3);
+		if (!sweep)
+			printf("budget: HBM %.1f%% of expert bytes (%.2f GiB)\n", rows[0].pct,
+			       rows[0].r.hbm_bytes / (double)MOEM_GiB);
+		print_table(stdout, rows, n, sweep || nb > 1);
+		if (plotted)
+			printf("plot: %s\n", png);
+	}
+	free(rows);
+	return ok ? 0 : 1;
+}
+
+MOEM_CMD(sim_cmd, "sim", "simulate scheduling policies over a routing trace", cmd_sim);
