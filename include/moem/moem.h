@@ -14,5 +14,6 @@
 #include "synth.h"
 #include "pool.h"
 #include "dev.h"
+#include "backend.h"
 
 #endif /* MOEM_MOEM_H */
