@@ -8,14 +8,25 @@
 #define MOEM_CUDA_COMMON_CUH
 
 #include <stdint.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include "kparams.h"
 
 #define MOEM_DEVI __device__ __forceinline__
 
 enum { P_BF16 = 0, P_Q8 = 1, P_Q4 = 2, P_Q2 = 3 }; /* == enum moem_prec */
+
+#ifdef MOEM_KERNEL_EMU
+/*
+ * Built for the host kernel emulator (tests/gpu/emu): cuda_emu.h, force-
+ * included, provides the CUDA types and intrinsics, these helpers and
+ * MOEM_DYN_SMEM.
+ */
+#else
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* The block's dynamic shared memory. */
+#define MOEM_DYN_SMEM(name) extern __shared__ __align__(16) uint8_t name[]
 
 /* D = A(16x16, row) * B(16x8, col) + D, bf16 in, fp32 accumulate. */
 MOEM_DEVI void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -46,16 +57,6 @@ MOEM_DEVI uint32_t ld_stream(const uint32_t *p)
 	return v;
 }
 
-MOEM_DEVI float bf16_bits_to_f32(uint16_t h)
-{
-	return __uint_as_float((uint32_t)h << 16);
-}
-
-MOEM_DEVI float f16_bits_to_f32(uint16_t h)
-{
-	return __half2float(__ushort_as_half(h));
-}
-
 /* Two bf16 holding small integers (128 + q, exact) minus 128: exact. */
 MOEM_DEVI uint32_t bf16x2_minus128(uint32_t v)
 {
@@ -70,6 +71,17 @@ MOEM_DEVI uint32_t pack_bf16x2(float lo, float hi)
 	__nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
 
 	return *reinterpret_cast<uint32_t *>(&h);
+}
+#endif /* MOEM_KERNEL_EMU */
+
+MOEM_DEVI float bf16_bits_to_f32(uint16_t h)
+{
+	return __uint_as_float((uint32_t)h << 16);
+}
+
+MOEM_DEVI float f16_bits_to_f32(uint16_t h)
+{
+	return __half2float(__ushort_as_half(h));
 }
 
 /* NaN logits rank below everything (route.c clean()). */

@@ -20,7 +20,7 @@ template <int NT> struct FfnShape {
 template <int P, int NT> MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 {
 	constexpr int RT = FfnShape<NT>::RT, KS = FfnShape<NT>::KS;
-	extern __shared__ __align__(16) uint8_t smem[];
+	MOEM_DYN_SMEM(smem);
 	const moem_kffn_desc d = reinterpret_cast<const moem_kffn_desc *>(p.desc)[blockIdx.y];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int rt = warp % RT, ks = warp / RT, g = lane >> 2, t = lane & 3;
@@ -52,7 +52,7 @@ template <int P, int NT> MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 template <int P, int NT> MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 {
 	constexpr int RT = FfnShape<NT>::RT, KS = FfnShape<NT>::KS;
-	extern __shared__ __align__(16) uint8_t smem[];
+	MOEM_DYN_SMEM(smem);
 	const moem_kffn_desc d = reinterpret_cast<const moem_kffn_desc *>(p.desc)[blockIdx.y];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int rt = warp % RT, ks = warp / RT, g = lane >> 2, t = lane & 3;

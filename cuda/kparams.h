@@ -100,8 +100,10 @@ struct moem_kquant_params {
  * bank conflicts, two planes (hi, lo) when the B operand is fp32 split
  * into two bf16, plus per-group sums for asymmetric formats.
  */
-#ifdef __CUDACC__
+#if defined(__CUDACC__)
 #define MOEM_KFN __host__ __device__ static inline constexpr
+#elif defined(__cplusplus)
+#define MOEM_KFN static inline constexpr
 #else
 #define MOEM_KFN static inline
 #endif

@@ -9,7 +9,7 @@
 
 template <int NT> MOEM_DEVI void router(const moem_kgemm_params &p)
 {
-	extern __shared__ __align__(16) uint8_t smem[];
+	MOEM_DYN_SMEM(smem);
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const uint32_t r0 = blockIdx.x * 16;
 	const moem_kq_mat mq = { 0, 0, p.K * 2, 0 };

@@ -75,3 +75,57 @@ $(O)/cuda/fatbins.o: $(CUDA_TABLE)
 
 .PHONY: cuda
 cuda: $(CUDA_FATBINS)
+
+# GPU tests: tests/gpu/test_*.c (kselftest harness, skip without a GPU),
+# the PyTorch comparison and a compute-sanitizer memcheck run.
+GPU_TEST_BINS	:= $(patsubst tests/gpu/%.c,$(O)/tests/gpu/%,$(wildcard tests/gpu/test_*.c))
+GPU_TOOLS	:= $(O)/tests/gpu/dump_ops
+TEST_SUITES	+= test-gpu
+
+$(O)/tests/gpu/%: tests/gpu/%.c $(LIB)
+	$(call msg,TEST,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-sign-compare $(LDFLAGS) -o $@ $< \
+		$(LIB) $(LDLIBS)
+
+.PHONY: test-gpu bench-gpu
+test-gpu: all $(GPU_TEST_BINS) $(GPU_TOOLS)
+	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite gpu --timeout 900 $(GPU_TEST_BINS) \
+		tests/gpu/torch_check.sh tests/gpu/memcheck.sh
+
+# Kernel benchmarks on the GPU machine: FFN bytes/s against the
+# device-to-device copy, router/re-route share, then PyTorch same shapes.
+bench-gpu: all $(O)/bench/kernels/bench_gpu
+	$(Q)$(O)/bench/kernels/bench_gpu --out $(O)/bench/kernels/gpu_results.txt; rc=$$?; \
+	if [ $$rc -eq 4 ]; then exit 0; fi; [ $$rc -eq 0 ] || exit $$rc; \
+	python3 bench/kernels/torch_ffn.py --ours $(O)/bench/kernels/gpu_results.txt
+
+# The kernel emulator (x86-64 hosts): the kernels compiled as C++ for the
+# host and a fake libcuda.so.1 (tests/gpu/emu), so test-gpu-emu runs the
+# GPU tests through the real CUDA backend code on any machine. It checks
+# the kernels' logic (indexing, fragments, staging, routing choices, bit
+# exactness), not their speed or the GPU's memory model.
+ifeq ($(shell uname -m),x86_64)
+EMU_DIR		:= $(O)/tests/gpu/emu
+EMU_KOBJS	:= $(CUDA_NAMES:%=$(EMU_DIR)/k_%.o)
+EMU_SRCS	:= tests/gpu/emu/sched.cpp tests/gpu/emu/driver.cpp
+EMU_HDRS	:= tests/gpu/emu/cuda_emu.h tests/gpu/emu/emu.h
+EMU_CXXFLAGS	:= -std=c++20 -O2 -g -fPIC -ffp-contract=off -fno-ipa-reference -Wall \
+		   -Wno-unused-function -Wno-unknown-pragmas -Iinclude
+TEST_SUITES	+= test-gpu-emu
+
+$(EMU_DIR)/k_%.o: cuda/%.cu $(CUDA_HDRS) $(EMU_HDRS)
+	$(call msg,CXX,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CXX) $(EMU_CXXFLAGS) -DMOEM_KERNEL_EMU -include tests/gpu/emu/cuda_emu.h \
+		-x c++ -c -o $@ $<
+
+$(EMU_DIR)/libcuda.so.1: $(EMU_SRCS) $(EMU_HDRS) $(EMU_KOBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CXX) $(EMU_CXXFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $(EMU_SRCS) $(EMU_KOBJS)
+
+.PHONY: test-gpu-emu
+test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
+	$(Q)LD_LIBRARY_PATH=$(EMU_DIR) MOEM_GPU_EMU=1 MOEM_BUILD=$(O) \
+		scripts/run-tests.sh --suite gpu-emu --timeout 1200 $(GPU_TEST_BINS)
+endif
