@@ -18,5 +18,6 @@
 #include "pool.h"
 #include "dev.h"
 #include "loader.h"
+#include "backend.h"
 
 #endif /* MOEM_MOEM_H */

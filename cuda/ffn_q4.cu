@@ -1,0 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/* Grouped expert FFN kernels for q4 weights (ffn.cuh). */
+#include "ffn.cuh"
+
+MOEM_FFN_KERNELS(P_Q4, q4)

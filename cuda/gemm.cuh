@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The tile engine of the expert FFN and router kernels: a warp computes a
+ * 16-row tile of W (bf16, q8, q4 or q2 in quant.h layout) times the
+ * expert's tokens (up to 64, in n-tiles of 8) with mma.sync m16n8k16
+ * (bf16 in, fp32 accumulate). Decode is memory bound, so the design is
+ * about streaming W at HBM speed:
+ *
+ *  - W is read straight from global memory into mma A fragments, 16 bytes
+ *    per lane per load (q2: 4), L1 bypassed, several loads in flight per
+ *    warp (a D-deep register pipeline); every weight byte is read once.
+ *  - The k order inside one mma is free as long as A and B agree, so each
+ *    lane takes E consecutive columns of its two rows (g, g+8) and the
+ *    activations (B) are staged in shared memory pre-permuted to that
+ *    order. Quantized nibbles therefore decode with one shift+LOP3 and one
+ *    bf16x2 FMA per two weights (128 + q trick), no shuffles.
+ *  - Quantized formats are factored per group: sum((q*s + m) * x) =
+ *    s * sum(q * x) + m * sum(x); the tensor core computes sum(q * x)
+ *    exactly (small integers times bf16), group sums of x come with the
+ *    staging, and scales are applied per group in fp32.
+ *  - An fp32 B operand (the down projection's SwiGLU activations) is
+ *    split into hi = bf16(a) and lo = bf16(a - hi), two mmas: ~16
+ *    significant bits instead of bf16's 8.
+ *  - Few tokens leave little work per row, so the block's 4 warps split K
+ *    (KS ways) for small n-tile counts and cover more rows (RT) for large
+ *    ones; split-K partials are added in a fixed order.
+ *
+ * One iteration of a lane covers E columns; the 4 lanes of a quad cover
+ * S = 4E columns, which never straddle a quantization group.
+ */
+#ifndef MOEM_CUDA_GEMM_CUH
+#define MOEM_CUDA_GEMM_CUH
+
+#include "common.cuh"
+
+template <int P> struct Prec;
+template <> struct Prec<P_BF16> {
+	static constexpr int E = 8, G = 0, ASYM = 0, BITS = 16;
+	typedef uint4 Raw;
+};
+template <> struct Prec<P_Q8> {
+	static constexpr int E = 16, G = 128, ASYM = 0, BITS = 8;
+	typedef uint4 Raw;
+};
+template <> struct Prec<P_Q4> {
+	static constexpr int E = 32, G = 128, ASYM = 1, BITS = 4;
+	typedef uint4 Raw;
+};
+template <> struct Prec<P_Q2> {
+	static constexpr int E = 16, G = 64, ASYM = 1, BITS = 2;
+	typedef uint32_t Raw;
+};
+
+/*
+ * Where the lane's q-th column (0..E-1) sits in its register order (two
+ * bf16 per register, register 2j / 2j+1 feeding mma step j's low / high
+ * k half). q4 decodes pairs (q, q + 4) of each 8, q2 pairs (q, q + 8).
+ */
+template <int P> MOEM_DEVI int perm(int q)
+{
+	if (P == P_Q4)
+		return 2 * (4 * (q >> 3) + (q & 3)) + ((q >> 2) & 1);
+	if (P == P_Q2)
+		return 2 * (q & 7) + (q >> 3);
+	return q;
+}
+
+MOEM_DEVI void decode(uint4 raw, uint32_t (&r)[4]) /* bf16 */
+{
+	r[0] = raw.x;
+	r[1] = raw.y;
+	r[2] = raw.z;
+	r[3] = raw.w;
+}
+
+template <int P> MOEM_DEVI void decode_q(uint4 raw, uint32_t (&r)[Prec<P>::E / 2])
+{
+	const uint32_t w[4] = { raw.x, raw.y, raw.z, raw.w };
+
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (P == P_Q8) {
+			/* Signed bytes -> float -> bf16: exact for -127..127. */
+			r[2 * i] = pack_bf16x2((float)((int)(w[i] << 24) >> 24),
+					       (float)((int)(w[i] << 16) >> 24));
+			r[2 * i + 1] = pack_bf16x2((float)((int)(w[i] << 8) >> 24),
+						   (float)((int)w[i] >> 24));
+		} else { /* q4: nibble s and s + 4 of the word's 8 */
+#pragma unroll
+			for (int s = 0; s < 4; s++)
+				r[4 * i + s] = bf16x2_minus128(((w[i] >> (4 * s)) & 0x000f000fu) |
+								0x43004300u);
+		}
+	}
+}
+
+MOEM_DEVI void decode_q2(uint32_t w, uint32_t (&r)[8])
+{
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		r[k] = bf16x2_minus128(((w >> (2 * k)) & 0x00030003u) | 0x43004300u);
+}
+
+template <int P> MOEM_DEVI void decode_any(const typename Prec<P>::Raw &raw,
+					   uint32_t (&r)[Prec<P>::E / 2])
+{
+	if constexpr (P == P_BF16)
+		decode(raw, r);
+	else if constexpr (P == P_Q2)
+		decode_q2(raw, r);
+	else
+		decode_q<P>(raw, r);
+}
+
+/* B operand sources: 8 consecutive columns of token n, as bf16 hi (+ lo). */
+struct SrcGatherBf16 { /* x rows of an expert's tokens */
+	const uint16_t *x;
+	const uint32_t *assign;
+	uint32_t H;
+
+	MOEM_DEVI const uint16_t *row(int n) const
+	{
+		return x + (size_t)(assign[n] & 0xffffu) * H;
+	}
+	MOEM_DEVI void load8(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	{
+		const uint4 v = *reinterpret_cast<const uint4 *>(row(n) + col);
+		const uint32_t w[4] = { v.x, v.y, v.z, v.w };
+
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			h[i] = (uint16_t)(w[i / 2] >> (16 * (i & 1)));
+			l[i] = 0;
+		}
+	}
+	MOEM_DEVI float value(int n, uint32_t col) const
+	{
+		return bf16_bits_to_f32(row(n)[col]);
+	}
+};
+
+struct SrcContigBf16 { /* rows n of x */
+	const uint16_t *x;
+	uint32_t K;
+
+	MOEM_DEVI void load8(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	{
+		const uint4 v = *reinterpret_cast<const uint4 *>(x + (size_t)n * K + col);
+		const uint32_t w[4] = { v.x, v.y, v.z, v.w };
+
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			h[i] = (uint16_t)(w[i / 2] >> (16 * (i & 1)));
+			l[i] = 0;
+		}
+	}
+	MOEM_DEVI float value(int n, uint32_t col) const
+	{
+		return bf16_bits_to_f32(x[(size_t)n * K + col]);
+	}
+};
+
+struct SrcF32 { /* rows n of the fp32 activation scratch */
+	const float *a;
+	uint32_t K;
+
+	MOEM_DEVI void load8(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	{
+		const float4 *p = reinterpret_cast<const float4 *>(a + (size_t)n * K + col);
+		const float4 v0 = p[0], v1 = p[1];
+		const float v[8] = { v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w };
+
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const __nv_bfloat16 hb = __float2bfloat16_rn(v[i]);
+			const __nv_bfloat16 lb = __float2bfloat16_rn(v[i] - __bfloat162float(hb));
+
+			h[i] = __bfloat16_as_ushort(hb);
+			l[i] = __bfloat16_as_ushort(lb);
+		}
+	}
+	MOEM_DEVI float value(int n, uint32_t col) const
+	{
+		return a[(size_t)n * K + col];
+	}
+};
+
+/*
+ * Stage columns [kc, kc + len) of the n-tiles' B rows into shared memory
+ * in the lanes' register order: 16-byte piece pc of lane t's iteration
+ * it sits at piece index it * E/2 + pc * 4 + t of the token's row, so the
+ * quad's four lanes read 64 contiguous bytes and rows are 64 bytes apart
+ * (RS) from one n-tile row to the next: conflict-free 128-bit loads.
+ * Asymmetric formats also get xs[n][group] = sum of the group's columns.
+ */
+template <int P, int NT, bool HILO, class Src>
+MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8_t *hi,
+		     uint8_t *lo, float *xs)
+{
+	typedef Prec<P> PR;
+	constexpr int E = PR::E, S = 4 * E, NPAD = NT * MOEM_K_NTILE;
+	constexpr uint32_t RS = moem_k_rowstride(NT, HILO), KC = moem_k_kc(NT, HILO);
+	const int pieces = len / 8;
+
+	for (int idx = threadIdx.x; idx < NPAD * pieces; idx += blockDim.x) {
+		const int n = idx / pieces, pc = idx - n * pieces;
+		uint16_t h[8], l[8];
+
+		if (n < n_tok) {
+			src.load8(n, kc + pc * 8, h, l);
+		} else {
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				h[i] = l[i] = 0;
+		}
+#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			const int col = pc * 8 + e, it = col / S, w = col % S, t = w / E;
+			const int p = perm<P>(w % E);
+			const uint32_t off = n * RS + ((it * (E / 2) + (p >> 3) * 4 + t) << 4) +
+					     (p & 7) * 2;
+
+			*reinterpret_cast<uint16_t *>(hi + off) = h[e];
+			if (HILO)
+				*reinterpret_cast<uint16_t *>(lo + off) = l[e];
+		}
+	}
+	if constexpr (PR::ASYM != 0) {
+		constexpr int G = PR::G;
+		const int ng = len / G;
+
+		for (int idx = threadIdx.x; idx < NPAD * ng; idx += blockDim.x) {
+			const int n = idx / ng, gl = idx - n * ng;
+			float s = 0.0f;
+
+			if (n < n_tok)
+				for (int i = 0; i < G; i++)
+					s = __fadd_rn(s, src.value(n, kc + gl * G + i));
+			xs[n * (KC / G) + gl] = s;
+		}
+	}
+}
+
+/* One pipeline slot: a lane's raw weights for MATS matrices, rows g and g+8. */
+template <int P, int MATS> struct RawSlot {
+	typename Prec<P>::Raw w[MATS][2];
+	uint16_t s[MATS][2], m[MATS][2];
+};
+
+/*
+ * acc[m][nt][c] += sum over k < K of W_m[row][k] * B[n][k] for the warp's
+ * rows r0 + g (c = 0, 1) and r0 + g + 8 (c = 2, 3) and tokens
+ * n = nt * 8 + 2t + (c & 1). The warp takes iterations ks, ks + KS, ...
+ * of each staged chunk. All threads of the block must call it (it
+ * synchronises the block); rows beyond `rows` are computed on the last
+ * row and must not be stored. Ends with a __syncthreads(): smem is free.
+ */
+template <int P, int NT, int KS, int MATS, bool HILO, class Src>
+MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq, uint32_t rows,
+			 uint32_t K, uint32_t r0, int ks, const Src &src, int n_tok,
+			 float (&acc)[MATS][NT][4], uint8_t *smem)
+{
+	typedef Prec<P> PR;
+	typedef RawSlot<P, MATS> Slot;
+	constexpr int E = PR::E, S = 4 * E, REGS = E / 2, PIECES = E / 8;
+	constexpr int NPAD = NT * MOEM_K_NTILE, G = PR::G;
+	constexpr uint32_t KC = moem_k_kc(NT, HILO), RS = moem_k_rowstride(NT, HILO);
+	constexpr int D = MATS == 2 ? 3 : 4; /* iterations in flight per warp */
+	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const uint32_t rg = min(r0 + g, rows - 1), rg8 = min(r0 + g + 8, rows - 1);
+	uint8_t *const hi = smem, *const lo = smem + NPAD * RS;
+	float *const xs = reinterpret_cast<float *>(smem + (HILO ? 2 : 1) * NPAD * RS);
+
+	for (uint32_t kc = 0; kc < K; kc += KC) {
+		const uint32_t len = min(KC, K - kc);
+		const int nit = len / S;
+
+		auto load = [&](Slot &sl, int it) {
+			const uint32_t boff = (kc + it * S + t * E) * PR::BITS / 8;
+			const uint32_t grp = G ? (kc + it * S) / (G ? G : 1) : 0;
+
+#pragma unroll
+			for (int m = 0; m < MATS; m++) {
+				const uint8_t *w0 = wb[m] + (size_t)rg * mq.row_bytes + boff;
+				const uint8_t *w1 = wb[m] + (size_t)rg8 * mq.row_bytes + boff;
+
+				sl.w[m][0] = ld_stream(reinterpret_cast<const typename PR::Raw *>(w0));
+				sl.w[m][1] = ld_stream(reinterpret_cast<const typename PR::Raw *>(w1));
+				if (G) {
+					const uint16_t *sc = reinterpret_cast<const uint16_t *>(
+						wb[m] + mq.scale_off);
+
+					sl.s[m][0] = __ldg(sc + (size_t)rg * mq.groups_per_row + grp);
+					sl.s[m][1] = __ldg(sc + (size_t)rg8 * mq.groups_per_row + grp);
+				}
+				if (PR::ASYM) {
+					const uint16_t *mn = reinterpret_cast<const uint16_t *>(
+						wb[m] + mq.min_off);
+
+					sl.m[m][0] = __ldg(mn + (size_t)rg * mq.groups_per_row + grp);
+					sl.m[m][1] = __ldg(mn + (size_t)rg8 * mq.groups_per_row + grp);
+				}
+			}
+		};
+
+		auto compute = [&](const Slot &sl, int it) {
+			uint32_t a[MATS][2][REGS];
+			float tmp[MATS][NT][4];
+
+#pragma unroll
+			for (int m = 0; m < MATS; m++) {
+				decode_any<P>(sl.w[m][0], a[m][0]);
+				decode_any<P>(sl.w[m][1], a[m][1]);
+#pragma unroll
+				for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+					for (int c = 0; c < 4; c++)
+						tmp[m][nt][c] = 0.0f;
+			}
+#pragma unroll
+			for (int pc = 0; pc < PIECES; pc++) {
+				const uint32_t off = (it * (E / 2) + pc * 4 + t) << 4;
+				uint4 bh[NT], bl[NT];
+
+#pragma unroll
+				for (int nt = 0; nt < NT; nt++) {
+					const uint32_t ro = (nt * MOEM_K_NTILE + g) * RS + off;
+
+					bh[nt] = *reinterpret_cast<const uint4 *>(hi + ro);
+					if (HILO)
+						bl[nt] = *reinterpret_cast<const uint4 *>(lo + ro);
+				}
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					const int j = pc * 2 + h;
+
+#pragma unroll
+					for (int nt = 0; nt < NT; nt++) {
+						const uint32_t b0 = h ? bh[nt].z : bh[nt].x;
+						const uint32_t b1 = h ? bh[nt].w : bh[nt].y;
+
+#pragma unroll
+						for (int m = 0; m < MATS; m++) {
+							float(&c)[4] = G ? tmp[m][nt] : acc[m][nt];
+
+							mma16816(c, a[m][0][2 * j], a[m][1][2 * j],
+								 a[m][0][2 * j + 1], a[m][1][2 * j + 1],
+								 b0, b1);
+							if (HILO)
+								mma16816(c, a[m][0][2 * j],
+									 a[m][1][2 * j],
+									 a[m][0][2 * j + 1],
+									 a[m][1][2 * j + 1],
+									 h ? bl[nt].z : bl[nt].x,
+									 h ? bl[nt].w : bl[nt].y);
+						}
+					}
+				}
+			}
+			if (G) {
+				const int gl = it * S / (G ? G : 1);
+
+#pragma unroll
+				for (int m = 0; m < MATS; m++) {
+					const float s0 = f16_bits_to_f32(sl.s[m][0]);
+					const float s1 = f16_bits_to_f32(sl.s[m][1]);
+
+#pragma unroll
+					for (int nt = 0; nt < NT; nt++) {
+						float *c = acc[m][nt];
+
+						c[0] += s0 * tmp[m][nt][0];
+						c[1] += s0 * tmp[m][nt][1];
+						c[2] += s1 * tmp[m][nt][2];
+						c[3] += s1 * tmp[m][nt][3];
+						if (PR::ASYM) {
+							const int n0 = nt * MOEM_K_NTILE + 2 * t;
+							const float x0 = xs[n0 * (KC / (G ? G : 1)) + gl];
+							const float x1 =
+								xs[(n0 + 1) * (KC / (G ? G : 1)) + gl];
+							const float m0 = f16_bits_to_f32(sl.m[m][0]);
+							const float m1 = f16_bits_to_f32(sl.m[m][1]);
+
+							c[0] += m0 * x0;
+							c[1] += m0 * x1;
+							c[2] += m1 * x0;
+							c[3] += m1 * x1;
+						}
+					}
+				}
+			}
+		};
+
+		stage<P, NT, HILO>(src, n_tok, kc, len, hi, lo, xs);
+		__syncthreads();
+		{
+			Slot buf[D];
+
+#pragma unroll
+			for (int d = 0; d < D; d++)
+				if (ks + d * KS < nit)
+					load(buf[d], ks + d * KS);
+			for (int base = ks; base < nit; base += D * KS) {
+#pragma unroll
+				for (int d = 0; d < D; d++) {
+					const int it = base + d * KS;
+
+					if (it < nit) {
+						const Slot cur = buf[d];
+
+						if (it + D * KS < nit)
+							load(buf[d], it + D * KS);
+						compute(cur, it);
+					}
+				}
+			}
+		}
+		__syncthreads();
+	}
+}
+
+/*
+ * Add the split-K partials of warps ks = 1..KS-1 into warp ks = 0 of the
+ * same row tile, in that fixed order (through shared memory, which
+ * gemm_tile() left free). Only ks == 0 holds the result afterwards.
+ */
+template <int NT, int MATS, int KS, int RT>
+MOEM_DEVI void reduce_ks(float (&acc)[MATS][NT][4], uint8_t *smem, int rt, int ks)
+{
+	constexpr int PER = MATS * NT * 4;
+	float *red = reinterpret_cast<float *>(smem);
+	const int lane = threadIdx.x & 31;
+
+	if (KS == 1)
+		return;
+	if (ks > 0) {
+		float *dst = red + ((ks - 1) * RT + rt) * PER * 32;
+
+#pragma unroll
+		for (int i = 0; i < PER; i++)
+			dst[i * 32 + lane] = acc[i / (NT * 4)][(i / 4) % NT][i % 4];
+	}
+	__syncthreads();
+	if (ks == 0) {
+		for (int kk = 1; kk < KS; kk++) {
+			const float *src = red + ((kk - 1) * RT + rt) * PER * 32;
+
+#pragma unroll
+			for (int i = 0; i < PER; i++)
+				acc[i / (NT * 4)][(i / 4) % NT][i % 4] += src[i * 32 + lane];
+		}
+	}
+}
+
+#endif /* MOEM_CUDA_GEMM_CUH */

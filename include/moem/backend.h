@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Compute backends: the MoE layer's device memory, streams, events and
+ * ops behind one opaque handle (ggml-style ops table). Two
+ * implementations: "cpu", a multithreaded reference every machine has,
+ * and "cuda", kernels run through the CUDA driver API (libcuda.so.1 is
+ * dlopen()ed; no cudart, no link-time GPU dependency). See
+ * Documentation/backends.md for numerics, tolerances and kernel design.
+ *
+ * Conventions for everything here:
+ *  - Functions return 0 or a negative errno and record a message
+ *    (moem_errf) on failure; they never print or exit.
+ *  - Device buffers are moem_dptr: a CUdeviceptr on CUDA, a host address
+ *    on the CPU backend. Buffers from moem_be_alloc() are aligned to 256
+ *    bytes; their contents are undefined until written.
+ *  - Work is ordered on streams. A NULL stream is the backend's default
+ *    stream (created at open, non-blocking). On the CPU backend every
+ *    call runs to completion before it returns and events are always
+ *    complete; on CUDA calls only enqueue work, so host buffers passed to
+ *    an async copy must stay valid (and unmodified) until the stream has
+ *    passed the copy (moem_be_stream_sync() or an event). A stream is
+ *    used by one host thread at a time; different streams may be driven
+ *    from different threads.
+ *  - Op arguments are plain structs; every size is checked (zero,
+ *    limits, overflow) and device pointers for non-optional buffers must
+ *    be non-zero, before anything is enqueued: bad arguments return
+ *    -EINVAL with a message and change nothing.
+ *  - After a sticky device error (illegal address, launch failure, ...)
+ *    moem_backend_fatal() is true and every later call returns -EIO: the
+ *    process should report it and exit so that it is restarted.
+ *
+ * Numerics (both backends): the residual stream is fp32; the router and
+ * FFN input is bf16 (rmsnorm output); intermediate activations fp32;
+ * outputs fp32.
+ */
+#ifndef MOEM_BACKEND_H
+#define MOEM_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "quant.h"
+#include "route.h"
+
+typedef uint64_t moem_dptr;
+
+struct moem_backend;
+struct moem_stream;
+struct moem_event;
+
+enum moem_backend_kind {
+	MOEM_BACKEND_CPU = 0,
+	MOEM_BACKEND_CUDA = 1,
+};
+
+/* Limits every backend accepts (checked in the common layer). */
+#define MOEM_BE_MAX_TOKENS  64	 /* tokens per FFN call; per router chunk */
+#define MOEM_BE_MAX_BATCH   4096 /* tokens per rmsnorm/router/route/combine call */
+#define MOEM_BE_MAX_HIDDEN  65536
+#define MOEM_BE_MAX_INTER   131072
+#define MOEM_BE_MAX_SLOTS   64	 /* rows per token in an FFN output */
+#define MOEM_BE_MAX_EXPERTS 1024 /* router outputs N */
+#define MOEM_BE_ALIGN	    256u /* moem_be_alloc() alignment; blob alignment */
+
+struct moem_backend_opts {
+	uint32_t threads; /* CPU: worker threads, 0 = online CPUs (max 256) */
+	int32_t device;	  /* CUDA: device ordinal */
+};
+
+struct moem_backend_info {
+	enum moem_backend_kind kind;
+	uint32_t threads;	/* CPU worker threads (CUDA: 0) */
+	int cc_major, cc_minor; /* CUDA compute capability (CPU: 0) */
+	uint32_t sm_count;
+	uint64_t mem_total; /* device memory (CPU: physical RAM) */
+	int driver_version; /* cuDriverGetVersion(), e.g. 13000 (CPU: 0) */
+	bool kernels;	    /* CUDA: kernels embedded (false: built without nvcc) */
+	char device[128];   /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cpu: 16 threads" */
+};
+
+/*
+ * moem_backend_open() - open a backend by name: "cpu", "cuda" or "auto".
+ * "auto" takes CUDA when libcuda.so.1 loads, a device exists and the
+ * kernels were built in, otherwise the CPU backend; the reason is kept in
+ * moem_backend_note() ("no CUDA device: cuInit returned
+ * CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected): using the CPU
+ * backend"). "cuda" fails with -ENODEV and that reason instead of falling
+ * back. opts may be NULL (defaults).
+ */
+int moem_backend_open(const char *name, const struct moem_backend_opts *opts,
+		      struct moem_backend **out);
+/* Wait for all work, release everything the backend owns. NULL is a no-op. */
+void moem_backend_close(struct moem_backend *be);
+/* "cpu" or "cuda". */
+const char *moem_backend_name(const struct moem_backend *be);
+enum moem_backend_kind moem_backend_kind(const struct moem_backend *be);
+/* Why this backend was chosen ("" when it was asked for by name). */
+const char *moem_backend_note(const struct moem_backend *be);
+void moem_backend_get_info(const struct moem_backend *be, struct moem_backend_info *info);
+/* True once a sticky device error was seen; the message says which. */
+bool moem_backend_fatal(const struct moem_backend *be);
+const char *moem_backend_fatal_msg(const struct moem_backend *be);
+
+/* Device memory. bytes > 0. moem_be_free(be, 0) is a no-op. */
+int moem_be_alloc(struct moem_backend *be, uint64_t bytes, moem_dptr *out);
+void moem_be_free(struct moem_backend *be, moem_dptr p);
+int moem_be_mem_info(struct moem_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
+/* Fill bytes with the byte value v (0..255). */
+int moem_be_memset(struct moem_backend *be, moem_dptr p, int v, uint64_t bytes,
+		   struct moem_stream *s);
+int moem_be_htod(struct moem_backend *be, moem_dptr dst, const void *src, uint64_t bytes,
+		 struct moem_stream *s);
+int moem_be_dtoh(struct moem_backend *be, void *dst, moem_dptr src, uint64_t bytes,
+		 struct moem_stream *s);
+int moem_be_dtod(struct moem_backend *be, moem_dptr dst, moem_dptr src, uint64_t bytes,
+		 struct moem_stream *s);
+/*
+ * Page-lock host memory so copies from/to it are truly asynchronous
+ * (cuMemHostRegister, portable). A no-op that only checks arguments on
+ * the CPU backend. Unregister exactly the pointer that was registered.
+ */
+int moem_be_host_register(struct moem_backend *be, void *p, uint64_t bytes);
+int moem_be_host_unregister(struct moem_backend *be, void *p);
+
+/* Streams. Destroying a stream waits for its work first. */
+int moem_be_stream_create(struct moem_backend *be, struct moem_stream **out);
+void moem_be_stream_destroy(struct moem_backend *be, struct moem_stream *s);
+int moem_be_stream_sync(struct moem_backend *be, struct moem_stream *s);
+/* Later work on s waits until ev has completed (cuStreamWaitEvent). */
+int moem_be_stream_wait(struct moem_backend *be, struct moem_stream *s, struct moem_event *ev);
+/* Wait for all work on all streams. */
+int moem_be_sync(struct moem_backend *be);
+
+/* Events (timing enabled). */
+int moem_be_event_create(struct moem_backend *be, struct moem_event **out);
+void moem_be_event_destroy(struct moem_backend *be, struct moem_event *ev);
+int moem_be_event_record(struct moem_backend *be, struct moem_event *ev, struct moem_stream *s);
+/* 0 if everything before the record has completed, -EAGAIN if not yet. */
+int moem_be_event_query(struct moem_backend *be, struct moem_event *ev);
+int moem_be_event_sync(struct moem_backend *be, struct moem_event *ev);
+/* Milliseconds between two completed, recorded events. */
+int moem_be_event_elapsed(struct moem_backend *be, struct moem_event *start, struct moem_event *end,
+			  float *ms);
+
+/* ---- ops ---------------------------------------------------------------- */
+
+/*
+ * RMSNorm: y[t] = bf16((x[t] * r) * w) with r = 1 / sqrtf(ms + eps),
+ * ms = (float)(sum_i (double)x[t][i]^2 / H): the sum of squares in double
+ * (exact products, so the summation order barely matters), every other
+ * step one IEEE float operation. (Hugging Face rounds x*r to bf16 before
+ * the weight; moem rounds once.)
+ */
+struct moem_rmsnorm_args {
+	uint32_t B, H;
+	float eps;
+	moem_dptr x;	  /* f32 [B][H] (the residual stream) */
+	moem_dptr weight; /* bf16 [H] */
+	moem_dptr y;	  /* bf16 [B][H] */
+};
+int moem_op_rmsnorm(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_rmsnorm_args *a);
+
+/* Router: logits[t][e] = sum_i x[t][i] * gate[e][i], fp32 accumulation. */
+struct moem_router_args {
+	uint32_t B, H, N;
+	moem_dptr x;	  /* bf16 [B][H] */
+	moem_dptr gate;	  /* bf16 [N][H] (mlp.gate.weight) */
+	moem_dptr logits; /* f32 [B][N] */
+};
+int moem_op_router(struct moem_backend *be, struct moem_stream *s,
+		   const struct moem_router_args *a);
+
+enum moem_route_mode {
+	MOEM_ROUTE_TOPK = 0,	  /* vanilla top-k (route.h moem_route_topk) */
+	MOEM_ROUTE_LYNX = 1,	  /* LYNX batch-level reduction */
+	MOEM_ROUTE_OEA = 2,	  /* OEA, simplified */
+	MOEM_ROUTE_PIGGYBACK = 3, /* OEA with S_base widened by a resident mask */
+	MOEM_ROUTE_NR
+};
+
+/*
+ * Route: choose experts and weights from logits with route.h's rules. The
+ * CUDA kernel makes exactly the choices of route.c on the same logits
+ * (same float binning, integer votes, fixed-order double batch scores,
+ * same tie-breaking, same LYNX fallback); weights agree within 1e-6
+ * relative (double exp may differ in the last bit).
+ */
+struct moem_route_args {
+	enum moem_route_mode mode;
+	struct moem_route_cfg cfg;    /* N, k, weight rule */
+	struct moem_lynx_params lynx; /* LYNX only; {0, 0} = moem default {2, 4} */
+	uint32_t k0;		      /* OEA/piggyback; 0 = ceil(k / 2) */
+	uint32_t B;
+	moem_dptr logits;   /* f32 [B][N] */
+	moem_dptr pad;	    /* u8 [B], non-zero = padding token; 0 = none */
+	moem_dptr resident; /* u8 [N], piggyback only (required there) */
+	moem_dptr ids;	    /* i32 [B][k] out: experts, -1 unused */
+	moem_dptr w;	    /* f32 [B][k] out: weights, 0 unused */
+	moem_dptr cnt;	    /* u32 [B] out: slots used */
+};
+int moem_op_route(struct moem_backend *be, struct moem_stream *s, const struct moem_route_args *a);
+
+/*
+ * Grouped expert FFN (SwiGLU): for every expert and every (token, slot)
+ * assigned to it,
+ *   out[token][slot][:] = down( silu(gate x[token]) * (up x[token]) )
+ * unscaled by the route weight (combine applies it). Each (token, slot)
+ * row is written by exactly one expert and by one thread with a fixed
+ * summation order, so the result does not depend on the order of the
+ * experts, on how the work is split into calls, or on the thread count.
+ * Rows not assigned are left untouched.
+ *
+ * Shared experts and dense MLPs use the same op: one expert that every
+ * token uses, writing slot s of an out buffer with n_slots = n_shared.
+ * Expert blobs are in moem_expert_layout(prec, H, I) layout at a 256-byte
+ * aligned address; precisions may differ between experts of one call.
+ * The experts and assignment arrays are host memory, read before the
+ * call returns (the caller may reuse them at once).
+ */
+struct moem_ffn_assign {
+	uint16_t token; /* row of x, < B */
+	uint16_t slot;	/* output slot, < n_slots */
+};
+
+struct moem_ffn_expert {
+	moem_dptr blob;
+	enum moem_prec prec;
+	uint32_t first; /* index of its first assignment */
+	uint32_t n;	/* assignments, 1..MOEM_BE_MAX_TOKENS */
+};
+
+struct moem_ffn_args {
+	uint32_t B, H, I; /* tokens in x; hidden; expert FFN width; H, I % 32 == 0 */
+	uint32_t n_slots; /* rows per token in out (1..MOEM_BE_MAX_SLOTS) */
+	moem_dptr x;	  /* bf16 [B][H] */
+	moem_dptr out;	  /* f32 [B][n_slots][H] */
+	uint32_t n_experts;
+	const struct moem_ffn_expert *experts; /* host, [n_experts] */
+	uint32_t n_assign;
+	const struct moem_ffn_assign *assign; /* host, [n_assign] */
+};
+int moem_op_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a);
+
+/*
+ * Combine: h[t][i] += acc, where acc starts at +0.0f and, in this order,
+ * adds w[t][j] * routed[t][j][i] for j < cnt[t] (product rounded, then
+ * sum rounded: no FMA), then shared[t][s][i] for s < n_shared. Bitwise
+ * identical on both backends. k == 0 skips the routed part (dense layer).
+ */
+struct moem_combine_args {
+	uint32_t B, H;
+	moem_dptr h;	  /* f32 [B][H], updated in place */
+	uint32_t k;	  /* routed slots per token (0: none) */
+	moem_dptr routed; /* f32 [B][k][H] */
+	moem_dptr w;	  /* f32 [B][k] route weights */
+	moem_dptr cnt;	  /* u32 [B] slots used */
+	uint32_t n_shared;
+	moem_dptr shared; /* f32 [B][n_shared][H] */
+};
+int moem_op_combine(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_combine_args *a);
+
+/*
+ * Quantize a bf16 matrix [rows][cols] on the device into the quant.h
+ * layout of prec (bf16: a copy). Byte-for-byte identical to
+ * moem_quantize() (padding zeroed). The op first sets *status (u64 on the
+ * device) to MOEM_QSTATUS_OK, then lowers it to the first failing group
+ * as ((row_base + row) << 32) | (group << 4) | code, code 1 = non-finite
+ * weight, 2 = scale or min overflows fp16. A failed quantization leaves
+ * dst unusable (the caller must not publish it). Read it after the
+ * stream passed the op; moem_quantize_status_error() turns it into a
+ * message.
+ */
+#define MOEM_QSTATUS_OK	       UINT64_MAX
+#define MOEM_QSTATUS_NONFINITE 1u
+#define MOEM_QSTATUS_RANGE     2u
+
+struct moem_quantize_args {
+	enum moem_prec prec;
+	uint32_t rows, cols;
+	moem_dptr src; /* bf16 [rows][cols] */
+	moem_dptr dst; /* moem_qmat_layout(prec, rows, cols).bytes */
+	uint64_t dst_len;
+	moem_dptr status;  /* u64 */
+	uint32_t row_base; /* added to the row reported in status */
+};
+int moem_op_quantize(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_quantize_args *a);
+/*
+ * Quantize a whole bf16 expert blob (moem_expert_layout(BF16, H, I)) into
+ * a blob of prec: three moem_op_quantize() calls; status as above, with
+ * the row counted over gate, up, down in that order.
+ */
+int moem_op_quantize_expert(struct moem_backend *be, struct moem_stream *s, enum moem_prec prec,
+			    uint32_t H, uint32_t I, moem_dptr src, moem_dptr dst, uint64_t dst_len,
+			    moem_dptr status);
+/* 0 for MOEM_QSTATUS_OK, else -ERANGE with a message naming row and group. */
+int moem_quantize_status_error(uint64_t status);
+
+/*
+ * Histogram of router hits: counts[layer][ids[t][j]] += 1 for every token
+ * t and slot j < cnt[t] with a valid id. Counts are u32 on the device;
+ * read them once per interval (moem_be_dtoh) and clear them
+ * (moem_be_memset). Integer atomics: exact on both backends.
+ */
+struct moem_hist_args {
+	uint32_t B, k, N;
+	uint32_t layer, n_layers;
+	moem_dptr ids;	  /* i32 [B][k] */
+	moem_dptr cnt;	  /* u32 [B] */
+	moem_dptr counts; /* u32 [n_layers][N] */
+};
+int moem_op_histogram(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_hist_args *a);
+
+#endif /* MOEM_BACKEND_H */
