@@ -32,6 +32,9 @@ void moem_extent_fini(struct moem_extent *x);
  * -EINVAL for 0 bytes or more than the capacity.
  */
 int moem_extent_alloc(struct moem_extent *x, uint64_t bytes, uint64_t *off);
+/* Allocate exactly [off, off + bytes) (granule aligned); -EBUSY if any of
+ * it is used, -EINVAL if it is not aligned or crosses the limit. */
+int moem_extent_reserve(struct moem_extent *x, uint64_t off, uint64_t bytes);
 /* Free a run returned by moem_extent_alloc (same bytes). */
 void moem_extent_free(struct moem_extent *x, uint64_t off, uint64_t bytes);
 

@@ -81,4 +81,12 @@ int moem_tierdev_emu_create(const struct moem_emu_opts *o, struct moem_tierdev *
 /* manual_compute: complete the compute timeline up to seq. */
 void moem_tierdev_emu_finish(struct moem_tierdev *d, uint64_t seq);
 
+/*
+ * The CUDA device of an open CUDA backend: VMM arena, a dedicated copy
+ * stream, compute marks on the backend's default stream. -EINVAL for a
+ * backend that is not CUDA.
+ */
+struct moem_backend;
+int moem_tierdev_cuda_create(struct moem_backend *be, struct moem_tierdev **out);
+
 #endif /* MOEM_TIERDEV_H */

@@ -111,6 +111,11 @@ static inline uint32_t moem_tiers_vid(uint32_t n_experts, uint32_t layer, uint32
 struct moem_xref {
 	moem_dptr addr;
 	uint32_t layer, expert, pi;
+	/* For the prefetch policy's feedback: the version was fetched by a
+	 * prefetch (first use since), and when it landed (0: still in flight
+	 * at acquire, i.e. the prefetch came too late). */
+	bool prefetched;
+	uint64_t landed_ns;
 };
 
 enum moem_acquire {
@@ -130,6 +135,7 @@ struct moem_tiers_stats {
 	uint64_t hbm_resident[2];	/* resident versions by precision */
 	uint64_t dram_ready;
 	double link_bw;			/* bytes/s, transfer engine EWMA */
+	uint64_t link_busy_ns;		/* device time of all copies */
 };
 
 struct moem_tiers;
@@ -164,9 +170,10 @@ void moem_tiers_release(struct moem_tiers *t, const struct moem_xref *refs, uint
 
 /*
  * Policy side. prefetch() starts fetching the planned version of
- * (layer, expert) at prio unless it is resident or on its way: 0 if started
- * or already there, -EAGAIN if it would have to evict something the
- * evictor will not give up, -ENOSPC if it can never fit.
+ * (layer, expert) at prio unless it is resident or on its way: 1 if it
+ * started a fetch, 0 if the version is already there or on its way,
+ * -EAGAIN if it would have to evict something the evictor will not give
+ * up, -ENOSPC if it can never fit.
  */
 int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert,
 			enum moem_prio prio);
@@ -175,11 +182,24 @@ int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint
 /* Set the planned precision; publishes it at once if it is resident. */
 int moem_tiers_set_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
 uint32_t moem_tiers_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert);
+/* Precision index of the version (layer, expert) resolves to, or -1. */
+int moem_tiers_published(struct moem_tiers *t, uint32_t layer, uint32_t expert);
 /* mask[e] = 1 if some version of (layer, e) is published in HBM. */
 void moem_tiers_resident_mask(struct moem_tiers *t, uint32_t layer, uint8_t *mask);
 /* Any time, any thread: -EINVAL/-ERANGE (nothing changed) for a budget
  * above the reservation or the pool, or below one version. */
 int moem_tiers_set_budget(struct moem_tiers *t, uint64_t hbm, uint64_t dram);
+
+/*
+ * Warm restart support. The note callback hears, under the tiers lock and
+ * in order, every DRAM state change of a version: ready = 1 when its load
+ * completed at doff, 0 when a load starts there or the version leaves
+ * DRAM. adopt() declares a version already READY at doff in the pool (a
+ * persistent region left by a previous process); only before any load.
+ */
+typedef void (*moem_tiers_note_fn)(void *arg, uint32_t vid, int ready, uint64_t doff);
+void moem_tiers_set_note(struct moem_tiers *t, moem_tiers_note_fn fn, void *arg);
+int moem_tiers_adopt(struct moem_tiers *t, uint32_t vid, uint64_t doff);
 
 /* Wait until no load or copy is in flight. */
 void moem_tiers_drain(struct moem_tiers *t);

@@ -107,6 +107,20 @@ int moem_extent_alloc(struct moem_extent *x, uint64_t bytes, uint64_t *off)
 	return 0;
 }
 
+int moem_extent_reserve(struct moem_extent *x, uint64_t off, uint64_t bytes)
+{
+	uint64_t at = off >> x->shift, n = (bytes + (1ULL << x->shift) - 1) >> x->shift;
+
+	if (!bytes || (off & ((1ULL << x->shift) - 1)) || at + n > x->limit)
+		return -EINVAL;
+	for (uint64_t i = at; i < at + n; i++)
+		if (bit_get(x->bits, i))
+			return -EBUSY;
+	bits_set(x->bits, at, n, true);
+	x->used += n;
+	return 0;
+}
+
 void moem_extent_free(struct moem_extent *x, uint64_t off, uint64_t bytes)
 {
 	uint64_t at = off >> x->shift, n = (bytes + (1ULL << x->shift) - 1) >> x->shift;

@@ -33,6 +33,8 @@ struct ver {
 	uint8_t hs, ds;
 	uint8_t want_hbm;	/* an HBM slot waits for this DRAM load */
 	uint8_t copying;	/* req is with the transfer engine */
+	uint8_t prefetched;	/* fetched at prefetch priority, not used since */
+	uint64_t landed_ns;
 	uint16_t hpins, dpins, waiters;
 	int err;
 	uint64_t hoff, doff, wait_seq, last_use;
@@ -65,7 +67,15 @@ struct moem_tiers {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct moem_tiers_stats st;
+	moem_tiers_note_fn note;
+	void *note_arg;
 };
+
+static inline void note(struct moem_tiers *t, const struct ver *v, int ready)
+{
+	if (t->note)
+		t->note(t->note_arg, v->id, ready, v->doff);
+}
 
 static inline uint32_t le_of(const struct moem_tiers *t, const struct ver *v)
 {
@@ -176,6 +186,7 @@ static void dram_evict(struct moem_tiers *t, struct ver *v)
 {
 	t->dev_ev->del(t->dev_ev, v->id);
 	v->ds = D_ABSENT;
+	note(t, v, 0);
 	moem_extent_free(&t->dx, v->doff, vbytes(t, v));
 	t->st.evict_dram++;
 }
@@ -279,6 +290,8 @@ static void on_copy_done(struct moem_xfer_req *r, int status)
 		v->err = status;
 	} else {
 		v->hs = H_RESIDENT;
+		v->landed_ns = moem_now_ns();
+		v->prefetched = r->prio == MOEM_PRIO_PREFETCH;
 		t->hev->add(t->hev, v->id);
 		t->st.bytes_h2d[r->prio] += vbytes(t, v);
 		publish_best(t, le_of(t, v));
@@ -327,6 +340,7 @@ static void on_load_done(void *arg, int status)
 		v->ds = D_ABSENT;
 		moem_extent_free(&t->dx, v->doff, vbytes(t, v));
 		v->err = status;
+		note(t, v, 0);
 		if (v->want_hbm) {
 			v->want_hbm = 0;
 			v->hs = H_ABSENT;
@@ -336,6 +350,7 @@ static void on_load_done(void *arg, int status)
 		v->ds = D_READY;
 		t->dev_ev->add(t->dev_ev, v->id);
 		t->st.bytes_nvme += vbytes(t, v);
+		note(t, v, 1);
 		if (v->want_hbm && v->hs == H_COPYING)
 			start_copy(t, v, (enum moem_prio)v->req.prio);
 	}
@@ -354,6 +369,7 @@ static int start_load(struct moem_tiers *t, struct ver *v)
 	v->ds = D_LOADING;
 	v->doff = off;
 	v->err = 0;
+	note(t, v, 0);
 	t->inflight++;
 	v->next_load = t->loads;
 	t->loads = v;
@@ -407,8 +423,10 @@ static int fetch(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 	v->wait_seq = ws;
 	v->err = 0;
 	v->req.prio = prio;
-	if (v->ds == D_READY)
-		return start_copy(t, v, prio);
+	if (v->ds == D_READY) {
+		ret = start_copy(t, v, prio);
+		return ret ? ret : 1;
+	}
 	v->want_hbm = 1;
 	if (v->ds == D_ABSENT) {
 		ret = start_load(t, v);
@@ -419,7 +437,7 @@ static int fetch(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 			return ret;
 		}
 	}
-	return 0;
+	return 1;
 }
 
 /* ---- public API ---------------------------------------------------------- */
@@ -454,6 +472,9 @@ int moem_tiers_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert,
 			t->hev->touch(t->hev, v->id);
 			ref->pi = pi;
 			ref->addr = t->base + PUB_OFF(h);
+			ref->prefetched = v->prefetched;
+			ref->landed_ns = v->landed_ns;
+			v->prefetched = 0;
 			ret = pi == t->plan[le] ? MOEM_ACQ_HIT : MOEM_ACQ_FALLBACK;
 			if (ret == MOEM_ACQ_HIT)
 				t->st.hits++;
@@ -465,8 +486,11 @@ int moem_tiers_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert,
 	}
 	pi = t->plan[le];
 	v = &t->v[le * 2 + pi];
+	/* A prefetch still in flight when the layer needs it came too late. */
+	ref->prefetched = v->hs == H_COPYING && v->req.prio == MOEM_PRIO_PREFETCH;
+	ref->landed_ns = 0;
 	ret = fetch(t, v, MOEM_PRIO_MISS);
-	if (ret == 0) {
+	if (ret >= 0) {
 		v->waiters++;
 		t->st.misses++;
 		ref->pi = pi;
@@ -491,6 +515,7 @@ int moem_tiers_wait(struct moem_tiers *t, struct moem_xref *ref)
 	v->waiters--;
 	if (v->hs == H_RESIDENT) {
 		v->hpins++;
+		v->prefetched = 0;
 		t->hev->touch(t->hev, v->id);
 		ref->addr = t->base + v->hoff;
 	} else {
@@ -555,6 +580,16 @@ int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint
 	return ret;
 }
 
+int moem_tiers_published(struct moem_tiers *t, uint32_t layer, uint32_t expert)
+{
+	uint64_t h;
+
+	if (layer >= t->c.n_layers || expert >= t->c.n_experts)
+		return -1;
+	h = __atomic_load_n(&t->pub[layer * t->c.n_experts + expert], __ATOMIC_ACQUIRE);
+	return h ? (h & PUB_LO ? 1 : 0) : -1;
+}
+
 int moem_tiers_set_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi)
 {
 	uint32_t le = layer * t->c.n_experts + expert;
@@ -617,6 +652,46 @@ out:
 	return ret;
 }
 
+void moem_tiers_set_note(struct moem_tiers *t, moem_tiers_note_fn fn, void *arg)
+{
+	pthread_mutex_lock(&t->lock);
+	t->note = fn;
+	t->note_arg = arg;
+	pthread_mutex_unlock(&t->lock);
+}
+
+int moem_tiers_adopt(struct moem_tiers *t, uint32_t vid, uint64_t doff)
+{
+	struct ver *v;
+	int ret;
+
+	if (vid >= t->c.n_layers * t->c.n_experts * 2 || vid % 2 >= t->c.n_prec)
+		return moem_errf(EINVAL, "adopt: version %u out of range", vid);
+	pthread_mutex_lock(&t->lock);
+	v = &t->v[vid];
+	if (v->ds != D_ABSENT) {
+		ret = moem_errf(EEXIST, "adopt: version %u already staged", vid);
+		goto out;
+	}
+	if (!moem_is_aligned(doff, 4096) || doff + vbytes(t, v) > t->dram_budget) {
+		ret = moem_errf(ERANGE, "adopt: version %u at %llu outside the DRAM budget", vid,
+				(unsigned long long)doff);
+		goto out;
+	}
+	ret = moem_extent_reserve(&t->dx, doff, vbytes(t, v));
+	if (ret) {
+		ret = moem_errf(-ret, "adopt: version %u at %llu overlaps another", vid,
+				(unsigned long long)doff);
+		goto out;
+	}
+	v->ds = D_READY;
+	v->doff = doff;
+	t->dev_ev->add(t->dev_ev, vid);
+out:
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
 void moem_tiers_drain(struct moem_tiers *t)
 {
 	pthread_mutex_lock(&t->lock);
@@ -641,6 +716,12 @@ void moem_tiers_get_stats(struct moem_tiers *t, struct moem_tiers_stats *s)
 	}
 	pthread_mutex_unlock(&t->lock);
 	s->link_bw = moem_xfer_bandwidth(t->xfer);
+	{
+		struct moem_xfer_stats xs;
+
+		moem_xfer_get_stats(t->xfer, &xs);
+		s->link_busy_ns = xs.busy_ns;
+	}
 }
 
 const void *moem_tiers_host_view(struct moem_tiers *t, const struct moem_xref *ref)

@@ -321,7 +321,8 @@ TEST_F(tiers, plan_fallback_and_promotion)
 	EXPECT_EQ(MOEM_TIER_LO, r.pi);
 	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
 	/* promotion lands: the handle now resolves to hi */
-	ASSERT_EQ(0, moem_tiers_prefetch(self->t, 3, 5, MOEM_PRIO_PROMOTE));
+	ASSERT_EQ(1, moem_tiers_prefetch(self->t, 3, 5, MOEM_PRIO_PROMOTE)); /* started */
+	EXPECT_EQ(0, moem_tiers_prefetch(self->t, 3, 5, MOEM_PRIO_PROMOTE)); /* on its way */
 	moem_tiers_drain(self->t);
 	EXPECT_EQ(MOEM_ACQ_HIT, get(_metadata, self->t, 3, 5, &r));
 	EXPECT_EQ(MOEM_TIER_HI, r.pi);

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* The engine's internals (engine.h): shared by its source files only. */
+#ifndef MOEM_ENGINE_INT_H
+#define MOEM_ENGINE_INT_H
+
+#include <pthread.h>
+
+#include <moem/backend.h>
+#include <moem/engine.h>
+#include <moem/loader.h>
+#include <moem/pack.h>
+#include <moem/policy.h>
+#include <moem/synth.h>
+#include <moem/tierdev.h>
+#include <moem/tiers.h>
+#include <moem/trace.h>
+
+#define ENG_MAX_B 64
+
+/* The HBM evictor: a policy's moem_evict behind the tiers' interface. */
+struct eng_evictor {
+	struct moem_evictor ev;
+	struct moem_evict *pol;
+	enum moem_evict_kind kind;
+	uint64_t pos;		/* the layer clock, set by the engine */
+	uint8_t *protect;	/* [versions]: never evicted (paging resident set) */
+	bool (*ok)(void *arg, uint32_t id);
+	void *ok_arg;
+};
+
+struct moem_engine {
+	struct moem_engine_opts o;
+	char route_spec[64], evict_spec[64], prefetch_spec[64], prec_spec[96], paging_spec[64];
+
+	struct moem_pack *pack;
+	const struct moem_model_config *cfg;
+	uint32_t n_moe;
+	uint32_t *moe_layer;	/* [n_moe] model layer of each MoE layer */
+	int32_t *moe_idx;	/* [n_layers] MoE index or -1 */
+
+	struct moem_backend *be;
+	struct moem_pool *pool;
+	struct moem_pool_info pool_info;
+	uint8_t *dram;		/* staging area inside the pool (after the directory) */
+	uint64_t dram_bytes;
+	struct moem_loader *ld;
+	uint32_t ld_file;
+	struct moem_stager *stager;
+	struct moem_tierdev *dev;
+	struct eng_evictor hev;
+	struct moem_evictor *dram_ev;
+	struct moem_tiers *tiers;
+	uint32_t n_prec;
+	enum moem_prec prec[2];
+	uint64_t blob_bytes[2];
+	uint64_t arena_bytes;	/* every managed version of every expert */
+	bool warm;		/* staged experts were adopted from a persistent region */
+	uint64_t adopted;
+
+	/* Fixed weights, resident for the engine's lifetime. */
+	moem_dptr *gate;	/* [n_moe] bf16 [N][H] */
+	moem_dptr *norm;	/* [n_layers] bf16 [H] (post-attention norm) */
+	moem_dptr *shared;	/* [n_layers] shared-expert blob or 0 */
+	moem_dptr *dense;	/* [n_layers] dense MLP blob or 0 */
+	struct moem_expert_layout shared_l, dense_l;
+	uint64_t fixed_bytes;
+
+	/* Activations (device) and their host mirrors. */
+	moem_dptr h, xb, logits, ids, w, cnt, out, shout, resident, counts;
+	float *h_host, *logits_host;
+	int32_t *ids_host;
+	float *w_host;
+	uint32_t *cnt_host;
+	uint8_t *res_host;
+	uint32_t *counts_host;	/* [n_moe][N] histogram read back per interval */
+
+	/* Policies. */
+	struct moem_route_policy rp;
+	struct moem_prefetch *pf;
+	struct moem_dynaexq *dx;
+	struct moem_paging *pg;
+	struct moem_hot *hot;	/* paging's hotness */
+	uint64_t pos;		/* layer clock: step * n_moe + MoE layer */
+	uint64_t interval_start_ns;
+	struct moem_dx_action *dx_inflight;
+	uint32_t n_dx_inflight, cap_dx_inflight;
+	uint32_t prefetch_cap;	/* knob: 0 = off, else the largest horizon */
+
+	/* Knobs from other threads, applied at layer boundaries. */
+	pthread_mutex_t knob_lock;
+	uint64_t knob[MOEM_BUDGET_NR];
+	uint32_t knob_dirty;	/* bit per knob */
+	volatile int stop;
+	volatile int running;
+
+	/* Totals for status (under knob_lock). */
+	struct moem_step_stats total;
+
+	struct moem_trace_writer *trace;
+};
+
+/* engine.c */
+int eng_apply_knobs(struct moem_engine *e);
+/* layer.c: run one model layer on the current batch (B tokens in e->h). */
+int eng_layer(struct moem_engine *e, uint32_t layer, uint32_t B, uint64_t step,
+	      const struct moem_trace_rec *replay, struct moem_step_stats *st);
+/* policy glue (policies.c) */
+int eng_policies_open(struct moem_engine *e);
+void eng_policies_close(struct moem_engine *e);
+int eng_evictor_init(struct moem_engine *e);
+void eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
+		     uint64_t layer_ns);
+void eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
+		    uint64_t bytes_streamed);
+/* warm.c: the staging directory of a persistent pool */
+int eng_warm_attach(struct moem_engine *e);
+void eng_warm_note(struct moem_engine *e);
+
+#endif /* MOEM_ENGINE_INT_H */
