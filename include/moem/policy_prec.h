@@ -75,6 +75,9 @@ int moem_dynaexq_create(const struct moem_dynaexq_cfg *c, struct moem_dynaexq **
 void moem_dynaexq_destroy(struct moem_dynaexq *dx);
 /* Router picks of one layer (ids < 0 ignored). */
 void moem_dynaexq_count(struct moem_dynaexq *dx, uint32_t layer, const int32_t *ids, uint32_t n);
+/* Per-expert hit counts [n_experts] of one layer (a device histogram read
+ * once per interval), added to the current interval. */
+void moem_dynaexq_add_counts(struct moem_dynaexq *dx, uint32_t layer, const uint32_t *counts);
 /* Advance the clock; returns 1 if an interval closed and targets were recomputed. */
 int moem_dynaexq_tick(struct moem_dynaexq *dx, uint64_t now_ns);
 /* Recompute targets now (after a budget change or in tests). */

@@ -47,6 +47,7 @@ struct moem_tiers_cfg {
 	uint32_t n_experts;	/* routed experts per MoE layer */
 	uint32_t n_prec;	/* 1 (hi only) or 2 (hi and lo) */
 	uint64_t bytes[2];	/* blob bytes of the hi and lo versions */
+	enum moem_prec prec[2];	/* their precisions (for probes and reports) */
 	uint64_t hbm_budget;	/* bytes */
 	uint64_t hbm_capacity;	/* VA reserved = the largest HBM budget ever
 				 * accepted (0: every version of every expert) */
@@ -204,6 +205,9 @@ int moem_tiers_adopt(struct moem_tiers *t, uint32_t vid, uint64_t doff);
 /* Wait until no load or copy is in flight. */
 void moem_tiers_drain(struct moem_tiers *t);
 void moem_tiers_get_stats(struct moem_tiers *t, struct moem_tiers_stats *s);
+/* Cheap: bytes used (with in-flight allocations) and budgets of both tiers. */
+void moem_tiers_usage(struct moem_tiers *t, uint64_t *hbm_used, uint64_t *hbm_budget,
+		      uint64_t *dram_used, uint64_t *dram_budget, uint64_t *bytes_nvme);
 /* Check every invariant above; -EFAULT with a message naming the first
  * violation. For tests and debug builds. */
 int moem_tiers_check(struct moem_tiers *t);

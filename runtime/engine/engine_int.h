@@ -85,6 +85,8 @@ struct moem_engine {
 	struct moem_dx_action *dx_inflight;
 	uint32_t n_dx_inflight, cap_dx_inflight;
 	uint32_t prefetch_cap;	/* knob: 0 = off, else the largest horizon */
+	uint64_t pf_last_bytes, pf_last_ns; /* transfer totals fed to prefetch */
+	uint64_t last_layer_ns;
 
 	/* Knobs from other threads, applied at layer boundaries. */
 	pthread_mutex_t knob_lock;
@@ -97,6 +99,7 @@ struct moem_engine {
 	struct moem_step_stats total;
 
 	struct moem_trace_writer *trace;
+	bool trace_synthetic;
 };
 
 /* engine.c */
@@ -108,6 +111,8 @@ int eng_layer(struct moem_engine *e, uint32_t layer, uint32_t B, uint64_t step,
 int eng_policies_open(struct moem_engine *e);
 void eng_policies_close(struct moem_engine *e);
 int eng_evictor_init(struct moem_engine *e);
+int eng_policies_attach(struct moem_engine *e);
+void eng_prefetch(struct moem_engine *e, uint32_t m);
 void eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
 		     uint64_t layer_ns);
 void eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,

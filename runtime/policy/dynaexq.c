@@ -114,6 +114,15 @@ int moem_dynaexq_create(const struct moem_dynaexq_cfg *c, struct moem_dynaexq **
 	return 0;
 }
 
+void moem_dynaexq_add_counts(struct moem_dynaexq *dx, uint32_t layer, const uint32_t *counts)
+{
+	if (layer >= dx->c.n_layers)
+		return;
+	for (uint32_t e = 0; e < dx->c.n_experts; e++)
+		if (counts[e])
+			moem_hot_add(dx->hot, layer, e, counts[e]);
+}
+
 void moem_dynaexq_destroy(struct moem_dynaexq *dx)
 {
 	if (!dx)

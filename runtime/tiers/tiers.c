@@ -17,6 +17,7 @@
 #include <moem/error.h>
 #include <moem/extent.h>
 #include <moem/tiers.h>
+#include <moem/usdt.h>
 #include <moem/util.h>
 
 enum { H_ABSENT, H_COPYING, H_RESIDENT };
@@ -34,7 +35,7 @@ struct ver {
 	uint8_t want_hbm;	/* an HBM slot waits for this DRAM load */
 	uint8_t copying;	/* req is with the transfer engine */
 	uint8_t prefetched;	/* fetched at prefetch priority, not used since */
-	uint64_t landed_ns;
+	uint64_t landed_ns, load_ns;
 	uint16_t hpins, dpins, waiters;
 	int err;
 	uint64_t hoff, doff, wait_seq, last_use;
@@ -291,6 +292,9 @@ static void on_copy_done(struct moem_xfer_req *r, int status)
 	} else {
 		v->hs = H_RESIDENT;
 		v->landed_ns = moem_now_ns();
+		MOEM_USDT_FETCH(le_of(t, v) / t->c.n_experts, le_of(t, v) % t->c.n_experts,
+				(uint32_t)t->c.prec[pi_of(v)], MOEM_TIER_DRAM, MOEM_TIER_HBM,
+				vbytes(t, v), v->landed_ns - r->t_submit);
 		v->prefetched = r->prio == MOEM_PRIO_PREFETCH;
 		t->hev->add(t->hev, v->id);
 		t->st.bytes_h2d[r->prio] += vbytes(t, v);
@@ -350,6 +354,9 @@ static void on_load_done(void *arg, int status)
 		v->ds = D_READY;
 		t->dev_ev->add(t->dev_ev, v->id);
 		t->st.bytes_nvme += vbytes(t, v);
+		MOEM_USDT_FETCH(le_of(t, v) / t->c.n_experts, le_of(t, v) % t->c.n_experts,
+				(uint32_t)t->c.prec[pi_of(v)], MOEM_TIER_NVME, MOEM_TIER_DRAM,
+				vbytes(t, v), moem_now_ns() - v->load_ns);
 		note(t, v, 1);
 		if (v->want_hbm && v->hs == H_COPYING)
 			start_copy(t, v, (enum moem_prio)v->req.prio);
@@ -369,6 +376,7 @@ static int start_load(struct moem_tiers *t, struct ver *v)
 	v->ds = D_LOADING;
 	v->doff = off;
 	v->err = 0;
+	v->load_ns = moem_now_ns();
 	note(t, v, 0);
 	t->inflight++;
 	v->next_load = t->loads;
@@ -722,6 +730,18 @@ void moem_tiers_get_stats(struct moem_tiers *t, struct moem_tiers_stats *s)
 		moem_xfer_get_stats(t->xfer, &xs);
 		s->link_busy_ns = xs.busy_ns;
 	}
+}
+
+void moem_tiers_usage(struct moem_tiers *t, uint64_t *hbm_used, uint64_t *hbm_budget,
+		      uint64_t *dram_used, uint64_t *dram_budget, uint64_t *bytes_nvme)
+{
+	pthread_mutex_lock(&t->lock);
+	*hbm_used = moem_extent_used_bytes(&t->hx);
+	*hbm_budget = t->hbm_budget;
+	*dram_used = moem_extent_used_bytes(&t->dx);
+	*dram_budget = t->dram_budget;
+	*bytes_nvme = t->st.bytes_nvme;
+	pthread_mutex_unlock(&t->lock);
 }
 
 const void *moem_tiers_host_view(struct moem_tiers *t, const struct moem_xref *ref)

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * USDT probes in libmoem (sys/sdt.h from systemtap-sdt-dev), for bpftrace,
+ * bpftool-loaded programs and `moem trace record`. Each probe has a
+ * semaphore: the kernel increments it while a uprobe is attached, and the
+ * argument setup is skipped (one load and a not-taken branch) while it is
+ * zero, so an unattached probe costs next to nothing.
+ *
+ *   moem:route   (u32 layer, u64 step, u32 tokens, u32 k, i32 *ids, float *w)
+ *                one per MoE layer per step (layer = MoE-layer index);
+ *                ids[tokens][k] (-1 unused), w[tokens][k]
+ *   moem:fetch   (u32 layer, u32 expert, u32 prec, u32 from, u32 to,
+ *                 u64 bytes, u64 ns)     tiers: 0 NVMe, 1 DRAM, 2 HBM
+ *   moem:stall   (u32 layer, u32 expert, u64 ns)
+ *   moem:promote (u32 layer, u32 expert, u32 from_prec, u32 to_prec)
+ *   moem:demote  (u32 layer, u32 expert, u32 from_prec, u32 to_prec)
+ * Precisions are enum moem_prec values (0 bf16, 1 q8, 2 q4, 3 q2).
+ */
+#ifndef MOEM_USDT_H
+#define MOEM_USDT_H
+
+#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+
+#define MOEM_TIER_NVME	0
+#define MOEM_TIER_DRAM	1
+#define MOEM_TIER_HBM	2
+
+extern unsigned short moem_route_semaphore, moem_fetch_semaphore, moem_stall_semaphore,
+	moem_promote_semaphore, moem_demote_semaphore;
+
+#define MOEM_USDT_ENABLED(name) __builtin_expect(moem_##name##_semaphore, 0)
+
+#define MOEM_USDT_ROUTE(layer, step, tokens, k, ids, w)                                   \
+	do {                                                                                 \
+		if (MOEM_USDT_ENABLED(route))                                               \
+			DTRACE_PROBE6(moem, route, layer, step, tokens, k, ids, w);           \
+	} while (0)
+#define MOEM_USDT_FETCH(layer, expert, prec, from, to, bytes, ns)                          \
+	do {                                                                                 \
+		if (MOEM_USDT_ENABLED(fetch))                                               \
+			DTRACE_PROBE7(moem, fetch, layer, expert, prec, from, to, bytes, ns); \
+	} while (0)
+#define MOEM_USDT_STALL(layer, expert, ns)                                                 \
+	do {                                                                                 \
+		if (MOEM_USDT_ENABLED(stall))                                               \
+			DTRACE_PROBE3(moem, stall, layer, expert, ns);                        \
+	} while (0)
+#define MOEM_USDT_PROMOTE(layer, expert, from, to)                                         \
+	do {                                                                                 \
+		if (MOEM_USDT_ENABLED(promote))                                             \
+			DTRACE_PROBE4(moem, promote, layer, expert, from, to);                \
+	} while (0)
+#define MOEM_USDT_DEMOTE(layer, expert, from, to)                                          \
+	do {                                                                                 \
+		if (MOEM_USDT_ENABLED(demote))                                              \
+			DTRACE_PROBE4(moem, demote, layer, expert, from, to);                 \
+	} while (0)
+
+#endif /* MOEM_USDT_H */

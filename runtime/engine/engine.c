@@ -1,0 +1,554 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Engine life cycle (engine.h): open the pack, backend, pool, loader, tier
+ * device and tiers; upload the fixed weights; knobs and status.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/dev.h>
+#include <moem/error.h>
+#include <moem/half.h>
+#include <moem/log.h>
+#include <moem/util.h>
+
+#include "engine_int.h"
+
+static const char *or_default(const char *s, const char *d)
+{
+	return s && *s ? s : d;
+}
+
+int moem_engine_pack_bytes(const char *pack_path, enum moem_prec p, uint64_t *bytes)
+{
+	const struct moem_model_config *c;
+	struct moem_expert_layout l;
+	struct moem_pack *pack;
+	int ret = moem_pack_open(pack_path, &pack);
+
+	if (ret)
+		return ret;
+	c = moem_pack_config(pack);
+	ret = moem_expert_layout(p, c->hidden, c->moe_inter, &l);
+	if (!ret)
+		*bytes = (uint64_t)moem_n_moe_layers(c) * c->n_experts * l.bytes;
+	moem_pack_close(pack);
+	return ret;
+}
+
+/* Upload a pack tensor as bf16 (converted exactly from f32 or f16 up). */
+static int upload_bf16(struct moem_engine *e, const struct moem_pack_tensor *t, uint64_t nelem,
+		       moem_dptr *out)
+{
+	float *f = NULL;
+	uint16_t *b = NULL;
+	int ret;
+
+	if (!t)
+		return moem_errf(ENOENT, "pack lacks a tensor the engine needs");
+	if (t->nelem != nelem)
+		return moem_errf(EINVAL, "tensor %s has %llu elements, %llu expected", t->name,
+				 (unsigned long long)t->nelem, (unsigned long long)nelem);
+	f = malloc(sizeof(float) * nelem);
+	b = malloc(sizeof(uint16_t) * nelem);
+	if (!f || !b) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = moem_pack_read_tensor_f32(e->pack, t, f, nelem);
+	if (ret)
+		goto out;
+	for (uint64_t i = 0; i < nelem; i++)
+		b[i] = moem_f32_to_bf16(f[i]);
+	ret = moem_be_alloc(e->be, nelem * 2, out);
+	if (ret)
+		goto out;
+	ret = moem_be_htod(e->be, *out, b, nelem * 2, NULL);
+	if (!ret)
+		ret = moem_be_stream_sync(e->be, NULL);
+	if (!ret)
+		e->fixed_bytes += nelem * 2;
+out:
+	free(f);
+	free(b);
+	return ret;
+}
+
+static int upload_blob(struct moem_engine *e, const struct moem_pack_blob *b, moem_dptr *out)
+{
+	void *buf = aligned_alloc(4096, b->size);
+	int ret;
+
+	if (!buf)
+		return -ENOMEM;
+	ret = moem_pack_read_blob(e->pack, b, buf, b->size);
+	if (!ret)
+		ret = moem_be_alloc(e->be, b->size, out);
+	if (!ret)
+		ret = moem_be_htod(e->be, *out, buf, b->size, NULL);
+	if (!ret)
+		ret = moem_be_stream_sync(e->be, NULL);
+	if (!ret)
+		e->fixed_bytes += b->size;
+	free(buf);
+	return ret;
+}
+
+static int load_fixed(struct moem_engine *e)
+{
+	const struct moem_model_config *c = e->cfg;
+	int ret = 0;
+
+	e->gate = calloc(e->n_moe, sizeof(moem_dptr));
+	e->norm = calloc(c->n_layers, sizeof(moem_dptr));
+	e->shared = calloc(c->n_layers, sizeof(moem_dptr));
+	e->dense = calloc(c->n_layers, sizeof(moem_dptr));
+	if (!e->gate || !e->norm || !e->shared || !e->dense)
+		return -ENOMEM;
+	for (uint32_t l = 0; l < c->n_layers && !ret; l++) {
+		const struct moem_pack_blob *b;
+
+		ret = upload_bf16(e, moem_pack_tensor_role(e->pack, MOEM_TR_POST_NORM, l), c->hidden,
+				  &e->norm[l]);
+		if (ret)
+			break;
+		if (e->moe_idx[l] < 0) {
+			b = moem_pack_dense(e->pack, l, MOEM_PREC_BF16);
+			if (!b)
+				return moem_errf(ENOENT, "pack has no MLP for dense layer %u", l);
+			e->dense_l = b->layout;
+			ret = upload_blob(e, b, &e->dense[l]);
+			continue;
+		}
+		ret = upload_bf16(e, moem_pack_tensor_role(e->pack, MOEM_TR_ROUTER, l),
+				  (uint64_t)c->n_experts * c->hidden, &e->gate[e->moe_idx[l]]);
+		if (ret)
+			break;
+		b = moem_pack_shared(e->pack, l, MOEM_PREC_BF16);
+		if (b) {
+			e->shared_l = b->layout;
+			ret = upload_blob(e, b, &e->shared[l]);
+		}
+	}
+	if (ret)
+		return moem_err_prefix(-ret, "loading the fixed weights");
+	return 0;
+}
+
+static int alloc_acts(struct moem_engine *e)
+{
+	const struct moem_model_config *c = e->cfg;
+	const uint64_t B = ENG_MAX_B, H = c->hidden, N = c->n_experts, K = c->top_k;
+	struct {
+		moem_dptr *p;
+		uint64_t bytes;
+	} a[] = {
+		{ &e->h, B * H * 4 },	     { &e->xb, B * H * 2 },
+		{ &e->logits, B * N * 4 },   { &e->ids, B * K * 4 },
+		{ &e->w, B * K * 4 },	     { &e->cnt, B * 4 },
+		{ &e->out, B * K * H * 4 },  { &e->shout, B * H * 4 },
+		{ &e->resident, N },	     { &e->counts, (uint64_t)e->n_moe * N * 4 },
+	};
+	int ret;
+
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(a); i++) {
+		ret = moem_be_alloc(e->be, a[i].bytes, a[i].p);
+		if (ret)
+			return ret;
+	}
+	ret = moem_be_memset(e->be, e->counts, 0, (uint64_t)e->n_moe * N * 4, NULL);
+	if (ret)
+		return ret;
+	e->h_host = calloc(B * H, sizeof(float));
+	e->logits_host = calloc(B * N, sizeof(float));
+	e->ids_host = calloc(B * K, sizeof(int32_t));
+	e->w_host = calloc(B * K, sizeof(float));
+	e->cnt_host = calloc(B, sizeof(uint32_t));
+	e->res_host = calloc(N, 1);
+	e->counts_host = calloc((size_t)e->n_moe * N, sizeof(uint32_t));
+	if (!e->h_host || !e->logits_host || !e->ids_host || !e->w_host || !e->cnt_host ||
+	    !e->res_host || !e->counts_host)
+		return -ENOMEM;
+	return 0;
+}
+
+static int pick_precisions(struct moem_engine *e)
+{
+	uint32_t mask = moem_pack_precisions(e->pack);
+	const struct moem_model_config *c = e->cfg;
+	struct moem_expert_layout l;
+	int ret;
+
+	e->prec[0] = e->o.hi;
+	e->n_prec = e->o.two_prec ? 2 : 1;
+	e->prec[1] = e->o.two_prec ? e->o.lo : e->o.hi;
+	for (uint32_t i = 0; i < e->n_prec; i++) {
+		if (!(mask & (1u << e->prec[i])))
+			return moem_errf(ENOENT, "the pack has no %s experts (it has:%s%s%s%s)",
+					 moem_prec_name(e->prec[i]),
+					 mask & 1 ? " bf16" : "", mask & 2 ? " q8" : "",
+					 mask & 4 ? " q4" : "", mask & 8 ? " q2" : "");
+		ret = moem_expert_layout(e->prec[i], c->hidden, c->moe_inter, &l);
+		if (ret)
+			return ret;
+		e->blob_bytes[i] = l.bytes;
+	}
+	if (e->n_prec == 2 && e->prec[0] == e->prec[1])
+		return moem_errf(EINVAL, "hi and lo precisions are both %s", moem_prec_name(e->prec[0]));
+	e->arena_bytes = 0;
+	for (uint32_t i = 0; i < e->n_prec; i++)
+		e->arena_bytes += (uint64_t)e->n_moe * c->n_experts *
+				  moem_align_up(e->blob_bytes[i], 65536);
+	return 0;
+}
+
+/* The directory of a persistent pool takes its first bytes. */
+static uint64_t dir_bytes(const struct moem_engine *e)
+{
+	return moem_align_up(4096 + (uint64_t)e->n_moe * e->cfg->n_experts * 2 * 16,
+			     MOEM_CHUNK_BYTES);
+}
+
+static int open_pool(struct moem_engine *e)
+{
+	struct moem_pool_opts po = e->o.pool;
+	int ret;
+
+	if (!po.size)
+		po.size = dir_bytes(e) + moem_align_up(e->o.dram_budget, MOEM_CHUNK_BYTES);
+	ret = moem_pool_open(&po, &e->pool);
+	if (ret)
+		return moem_err_prefix(-ret, "staging pool");
+	moem_pool_get_info(e->pool, &e->pool_info);
+	if (moem_pool_size(e->pool) < dir_bytes(e) + e->blob_bytes[0])
+		return moem_errf(ENOSPC, "staging pool of %llu bytes cannot hold one expert",
+				 (unsigned long long)moem_pool_size(e->pool));
+	e->dram = (uint8_t *)moem_pool_base(e->pool) + dir_bytes(e);
+	e->dram_bytes = moem_pool_size(e->pool) - dir_bytes(e);
+	if (e->o.dram_budget > e->dram_bytes)
+		e->o.dram_budget = e->dram_bytes;
+	moem_info("pool: %s (%s)", moem_pool_provider_name(e->pool_info.provider),
+		  e->pool_info.why);
+	return 0;
+}
+
+static int open_tiers(struct moem_engine *e)
+{
+	struct moem_tiers_cfg tc = {
+		.n_layers = e->n_moe,
+		.n_experts = e->cfg->n_experts,
+		.n_prec = e->n_prec,
+		.bytes = { e->blob_bytes[0], e->blob_bytes[1] },
+		.prec = { e->prec[0], e->prec[1] },
+		.hbm_budget = e->o.hbm_budget,
+		.hbm_capacity = e->arena_bytes,
+		.dram_budget = e->o.dram_budget,
+		.allow_fallback = e->o.allow_fallback,
+	};
+	struct moem_emu_opts eo = { .link_gbps = e->o.link_gbps, .link_lat_us = 10 };
+	int ret;
+
+	if (moem_backend_kind(e->be) == MOEM_BACKEND_CUDA)
+		ret = moem_tierdev_cuda_create(e->be, &e->dev);
+	else
+		ret = moem_tierdev_emu_create(&eo, &e->dev);
+	if (ret)
+		return moem_err_prefix(-ret, "tier device");
+	ret = moem_evictor_lru_create(e->n_moe * e->cfg->n_experts * 2, &e->dram_ev);
+	if (ret)
+		return ret;
+	ret = eng_evictor_init(e);
+	if (ret)
+		return ret;
+	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev.ev,
+				e->dram_ev, &e->tiers);
+	if (ret)
+		return moem_err_prefix(-ret, "tiers");
+	return 0;
+}
+
+int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
+{
+	struct moem_backend_opts bo = { .threads = o->threads };
+	struct moem_engine *e;
+	int ret;
+
+	if (!o->pack_path)
+		return moem_errf(EINVAL, "no pack given");
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->o = *o;
+	pthread_mutex_init(&e->knob_lock, NULL);
+	snprintf(e->route_spec, sizeof(e->route_spec), "%s", or_default(o->route, "none"));
+	snprintf(e->evict_spec, sizeof(e->evict_spec), "%s", or_default(o->evict, "lru"));
+	snprintf(e->prefetch_spec, sizeof(e->prefetch_spec), "%s", or_default(o->prefetch, "none"));
+	snprintf(e->prec_spec, sizeof(e->prec_spec), "%s", or_default(o->precision, "none"));
+	snprintf(e->paging_spec, sizeof(e->paging_spec), "%s", or_default(o->paging, "none"));
+	if (!(e->o.link_gbps > 0))
+		e->o.link_gbps = 25;
+	if (!o->no_verify)
+		e->o.verify_blobs = true;
+
+	ret = moem_pack_open(o->pack_path, &e->pack);
+	if (ret)
+		goto err;
+	e->cfg = moem_pack_config(e->pack);
+	e->moe_layer = calloc(e->cfg->n_layers, sizeof(uint32_t));
+	e->moe_idx = calloc(e->cfg->n_layers, sizeof(int32_t));
+	if (!e->moe_layer || !e->moe_idx) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	for (uint32_t l = 0; l < e->cfg->n_layers; l++) {
+		e->moe_idx[l] = moem_layer_is_moe(e->cfg, l) ? (int32_t)e->n_moe : -1;
+		if (e->moe_idx[l] >= 0)
+			e->moe_layer[e->n_moe++] = l;
+	}
+	ret = pick_precisions(e);
+	if (ret)
+		goto err;
+	if (!e->o.hbm_budget || e->o.hbm_budget > e->arena_bytes)
+		e->o.hbm_budget = e->arena_bytes;
+	if (!e->o.dram_budget)
+		e->o.dram_budget = e->arena_bytes;
+
+	ret = moem_backend_open(or_default(o->backend, "auto"), &bo, &e->be);
+	if (ret)
+		goto err;
+	if (*moem_backend_note(e->be))
+		moem_info("%s", moem_backend_note(e->be));
+	ret = open_pool(e);
+	if (ret)
+		goto err;
+	ret = moem_loader_create(&o->loader, &e->ld);
+	if (!ret)
+		ret = moem_loader_add_file(e->ld, o->pack_path, &e->ld_file);
+	if (!ret)
+		ret = moem_loader_register_memory(e->ld, e->dram, e->dram_bytes);
+	if (ret)
+		goto err;
+	ret = moem_pack_stager_create(e->pack, e->ld, e->ld_file, e->prec[0], e->prec[1],
+				      e->o.verify_blobs, &e->stager);
+	if (ret)
+		goto err;
+	ret = eng_policies_open(e);
+	if (ret)
+		goto err;
+	ret = open_tiers(e);
+	if (ret)
+		goto err;
+	ret = eng_policies_attach(e);
+	if (!ret)
+		ret = eng_warm_attach(e);
+	if (ret)
+		goto err;
+	ret = load_fixed(e);
+	if (!ret)
+		ret = alloc_acts(e);
+	if (ret)
+		goto err;
+	e->knob[MOEM_BUDGET_HBM_BYTES] = e->o.hbm_budget;
+	e->knob[MOEM_BUDGET_DRAM_BYTES] = e->o.dram_budget;
+	e->knob[MOEM_BUDGET_HI_PRECISION_PERMILLE] = 1000;
+	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
+	e->knob[MOEM_BUDGET_REROUTE] = (uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
+	e->prefetch_cap = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
+	*out = e;
+	return 0;
+err:
+	moem_engine_close(e);
+	return ret;
+}
+
+void moem_engine_close(struct moem_engine *e)
+{
+	if (!e)
+		return;
+	if (e->trace)
+		moem_trace_writer_abort(e->trace);
+	moem_tiers_destroy(e->tiers);
+	if (e->hev.ev.destroy)
+		e->hev.ev.destroy(&e->hev.ev);
+	if (e->dram_ev)
+		e->dram_ev->destroy(e->dram_ev);
+	if (e->dev)
+		e->dev->ops->destroy(e->dev);
+	eng_policies_close(e);
+	moem_pack_stager_destroy(e->stager);
+	moem_loader_destroy(e->ld);
+	if (e->be) {
+		moem_dptr bufs[] = { e->h, e->xb, e->logits, e->ids, e->w, e->cnt, e->out, e->shout,
+				     e->resident, e->counts };
+
+		moem_be_sync(e->be);
+		for (size_t i = 0; i < MOEM_ARRAY_SIZE(bufs); i++)
+			moem_be_free(e->be, bufs[i]);
+		for (uint32_t i = 0; e->gate && i < e->n_moe; i++)
+			moem_be_free(e->be, e->gate[i]);
+		for (uint32_t l = 0; e->cfg && l < e->cfg->n_layers; l++) {
+			if (e->norm)
+				moem_be_free(e->be, e->norm[l]);
+			if (e->shared)
+				moem_be_free(e->be, e->shared[l]);
+			if (e->dense)
+				moem_be_free(e->be, e->dense[l]);
+		}
+	}
+	moem_pool_close(e->pool);
+	moem_backend_close(e->be);
+	moem_pack_close(e->pack);
+	free(e->gate);
+	free(e->norm);
+	free(e->shared);
+	free(e->dense);
+	free(e->h_host);
+	free(e->logits_host);
+	free(e->ids_host);
+	free(e->w_host);
+	free(e->cnt_host);
+	free(e->res_host);
+	free(e->counts_host);
+	free(e->dx_inflight);
+	free(e->moe_layer);
+	free(e->moe_idx);
+	pthread_mutex_destroy(&e->knob_lock);
+	free(e);
+}
+
+int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
+{
+	uint64_t big = moem_max(e->blob_bytes[0], e->n_prec > 1 ? e->blob_bytes[1] : 0);
+	int ret = moem_budget_validate(knob, value);
+
+	if (ret)
+		return ret;
+	if (knob == MOEM_BUDGET_HBM_BYTES && value && value < moem_align_up(big, 65536))
+		return moem_errf(ERANGE, "hbm_bytes %llu is below one expert (%llu bytes)",
+				 (unsigned long long)value, (unsigned long long)big);
+	if (knob == MOEM_BUDGET_DRAM_BYTES && value && value < big)
+		return moem_errf(ERANGE, "dram_bytes %llu is below one expert (%llu bytes)",
+				 (unsigned long long)value, (unsigned long long)big);
+	if (knob == MOEM_BUDGET_DRAM_BYTES && value > e->dram_bytes)
+		return moem_errf(ERANGE, "dram_bytes %llu is above the %llu-byte staging pool",
+				 (unsigned long long)value, (unsigned long long)e->dram_bytes);
+	pthread_mutex_lock(&e->knob_lock);
+	e->knob[knob] = value;
+	e->knob_dirty |= 1u << knob;
+	pthread_mutex_unlock(&e->knob_lock);
+	return 0;
+}
+
+uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob)
+{
+	uint64_t v;
+
+	if ((unsigned int)knob >= MOEM_BUDGET_NR)
+		return 0;
+	pthread_mutex_lock(&e->knob_lock);
+	v = e->knob[knob];
+	pthread_mutex_unlock(&e->knob_lock);
+	return v;
+}
+
+/* Apply knob changes at a layer boundary; the engine thread only. */
+int eng_apply_knobs(struct moem_engine *e)
+{
+	uint64_t k[MOEM_BUDGET_NR];
+	uint32_t dirty;
+	int ret = 0;
+
+	pthread_mutex_lock(&e->knob_lock);
+	dirty = e->knob_dirty;
+	e->knob_dirty = 0;
+	memcpy(k, e->knob, sizeof(k));
+	pthread_mutex_unlock(&e->knob_lock);
+	if (!dirty)
+		return 0;
+	if (dirty & ((1u << MOEM_BUDGET_HBM_BYTES) | (1u << MOEM_BUDGET_DRAM_BYTES))) {
+		uint64_t hbm = k[MOEM_BUDGET_HBM_BYTES], dram = k[MOEM_BUDGET_DRAM_BYTES];
+
+		/* 0 means "no limit set": everything fits. */
+		hbm = !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm;
+		dram = !dram || dram > e->dram_bytes ? e->dram_bytes : dram;
+		ret = moem_tiers_set_budget(e->tiers, hbm, dram);
+		if (ret)
+			moem_warn("budget change refused: %s", moem_last_error());
+		else
+			moem_info("budgets applied: hbm %llu, dram %llu", (unsigned long long)hbm,
+				  (unsigned long long)dram);
+		if (!ret && e->dx) {
+			uint32_t n_hi;
+
+			if (moem_dynaexq_n_hi(hbm, 0, e->n_moe, e->cfg->n_experts, e->blob_bytes[0],
+					      e->blob_bytes[1], 2 * e->blob_bytes[0], &n_hi) == 0)
+				moem_dynaexq_set_n_hi(e->dx, n_hi);
+		}
+		if (!ret && e->pg)
+			eng_after_step(e, UINT64_MAX, 0, 0); /* recompute the capacity */
+	}
+	if (dirty & (1u << MOEM_BUDGET_REROUTE)) {
+		pthread_mutex_lock(&e->knob_lock); /* status reads rp */
+		moem_route_policy_default((enum moem_route_kind)k[MOEM_BUDGET_REROUTE],
+					  e->cfg->top_k, &e->rp);
+		pthread_mutex_unlock(&e->knob_lock);
+		moem_info("reroute policy: %s", moem_route_kind_name(e->rp.kind));
+	}
+	if (dirty & (1u << MOEM_BUDGET_PREFETCH_DEPTH))
+		e->prefetch_cap = (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH];
+	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dx) {
+		uint32_t n_hi = (uint32_t)(k[MOEM_BUDGET_HI_PRECISION_PERMILLE] * e->cfg->n_experts /
+					   1000);
+		uint32_t cap;
+
+		if (moem_dynaexq_n_hi(k[MOEM_BUDGET_HBM_BYTES] ? k[MOEM_BUDGET_HBM_BYTES]
+							       : e->arena_bytes,
+				      0, e->n_moe, e->cfg->n_experts, e->blob_bytes[0],
+				      e->blob_bytes[1], 2 * e->blob_bytes[0], &cap) == 0)
+			moem_dynaexq_set_n_hi(e->dx, moem_min(n_hi, cap));
+	}
+	return ret;
+}
+
+void moem_engine_stop(struct moem_engine *e)
+{
+	__atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
+}
+
+void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st)
+{
+	struct moem_tiers_stats ts;
+
+	memset(st, 0, sizeof(*st));
+	snprintf(st->backend, sizeof(st->backend), "%s", moem_backend_name(e->be));
+	snprintf(st->backend_note, sizeof(st->backend_note), "%s", moem_backend_note(e->be));
+	snprintf(st->pool_provider, sizeof(st->pool_provider), "%s",
+		 moem_pool_provider_name(e->pool_info.provider));
+	snprintf(st->pool_why, sizeof(st->pool_why), "%s", e->pool_info.why);
+	st->pool_bytes = e->pool_info.size;
+	pthread_mutex_lock(&e->knob_lock);
+	moem_route_policy_format(&e->rp, st->route, sizeof(st->route));
+	snprintf(st->evict, sizeof(st->evict), "%s", e->evict_spec);
+	snprintf(st->prefetch, sizeof(st->prefetch), "%s", e->prefetch_spec);
+	snprintf(st->precision, sizeof(st->precision), "%s", e->prec_spec);
+	snprintf(st->paging, sizeof(st->paging), "%s", e->paging_spec);
+	st->steps = e->total.step;
+	pthread_mutex_unlock(&e->knob_lock);
+	moem_tiers_get_stats(e->tiers, &ts);
+	st->hbm_budget = ts.hbm_budget;
+	st->hbm_used = ts.hbm_used;
+	st->dram_budget = ts.dram_budget;
+	st->dram_used = ts.dram_used;
+	st->hbm_resident_hi = ts.hbm_resident[0];
+	st->hbm_resident_lo = ts.hbm_resident[1];
+	st->dram_ready = ts.dram_ready;
+	st->hits = ts.hits;
+	st->misses = ts.misses;
+	st->fallbacks = ts.fallbacks;
+	st->stall_ns = ts.stall_ns;
+	st->link_gbps = ts.link_bw / 1e9;
+	st->prefetch_horizon = e->pf ? moem_prefetch_horizon(e->pf) : 0;
+	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);
+}

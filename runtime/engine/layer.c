@@ -1,0 +1,335 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * One model layer of the decode loop (engine.h): rmsnorm, router, routing
+ * policy, residency (hit / miss / fallback) in cache-aware order, the
+ * grouped expert FFN through pinned versions as they land, shared experts,
+ * combine. The FFN writes each (token, slot) row once and combine reduces
+ * slots in order, so the order in which experts become resident never
+ * changes the result.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <moem/error.h>
+#include <moem/log.h>
+#include <moem/usdt.h>
+#include <moem/util.h>
+
+#include "engine_int.h"
+
+struct group {
+	uint32_t expert;
+	uint32_t first, n;	/* into assign[] */
+	int pending;
+	struct moem_xref ref;
+};
+
+struct layer_ctx {
+	struct moem_engine *e;
+	uint32_t m, B;
+	struct group g[MOEM_MAX_EXPERTS];
+	uint32_t n_groups;
+	struct moem_ffn_assign assign[ENG_MAX_B * MOEM_MAX_TOPK];
+	uint32_t n_assign;
+};
+
+/* Run the FFN of the given groups (all resident and pinned), then unpin. */
+static int run_groups(struct layer_ctx *c, struct group **gs, uint32_t n)
+{
+	struct moem_engine *e = c->e;
+	struct moem_ffn_expert ex[MOEM_MAX_EXPERTS];
+	struct moem_xref refs[MOEM_MAX_EXPERTS];
+	struct moem_ffn_args a = {
+		.B = c->B, .H = e->cfg->hidden, .I = e->cfg->moe_inter, .n_slots = e->cfg->top_k,
+		.x = e->xb, .out = e->out, .n_experts = n, .experts = ex,
+		.n_assign = c->n_assign, .assign = c->assign,
+	};
+	uint64_t seq;
+	int ret;
+
+	if (!n)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		ex[i].blob = gs[i]->ref.addr;
+		ex[i].prec = e->prec[gs[i]->ref.pi];
+		ex[i].first = gs[i]->first;
+		ex[i].n = gs[i]->n;
+		refs[i] = gs[i]->ref;
+	}
+	ret = moem_op_ffn(e->be, NULL, &a);
+	/* Unpin even on failure; the compute mark covers the kernels issued. */
+	seq = e->dev->ops->compute_mark(e->dev);
+	moem_tiers_release(e->tiers, refs, n, seq);
+	return ret;
+}
+
+static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moem_trace_rec *rp)
+{
+	const struct moem_model_config *c = e->cfg;
+	const uint32_t K = c->top_k, N = c->n_experts;
+	int ret;
+
+	if (rp) {
+		if (rp->tokens != B || rp->layer != m)
+			return moem_errf(EINVAL, "replayed trace record (step %llu layer %u, %u tokens) "
+						 "does not match the run (layer %u, %u tokens)",
+					 (unsigned long long)rp->step, rp->layer, rp->tokens, m, B);
+		memcpy(e->ids_host, rp->ids, sizeof(int32_t) * B * K);
+		memcpy(e->w_host, rp->w, sizeof(float) * B * K);
+		memcpy(e->cnt_host, rp->cnt, sizeof(uint32_t) * B);
+		ret = moem_be_htod(e->be, e->ids, e->ids_host, sizeof(int32_t) * B * K, NULL);
+		if (!ret)
+			ret = moem_be_htod(e->be, e->w, e->w_host, sizeof(float) * B * K, NULL);
+		if (!ret)
+			ret = moem_be_htod(e->be, e->cnt, e->cnt_host, sizeof(uint32_t) * B, NULL);
+		return ret;
+	} else {
+		struct moem_router_args ra = { B, c->hidden, N, e->xb, e->gate[m], e->logits };
+		struct moem_route_args a = {
+			.cfg = { N, K, c->norm_topk_prob, c->routed_scaling },
+			.lynx = e->rp.lynx, .k0 = e->rp.k0, .B = B, .logits = e->logits,
+			.ids = e->ids, .w = e->w, .cnt = e->cnt,
+		};
+
+		switch (e->rp.kind) {
+		case MOEM_RP_LYNX:
+			a.mode = MOEM_ROUTE_LYNX; /* decode batches are memory bound */
+			break;
+		case MOEM_RP_OEA:
+			a.mode = MOEM_ROUTE_OEA;
+			break;
+		case MOEM_RP_PIGGYBACK:
+			a.mode = MOEM_ROUTE_PIGGYBACK;
+			a.resident = e->resident;
+			moem_tiers_resident_mask(e->tiers, m, e->res_host);
+			ret = moem_be_htod(e->be, e->resident, e->res_host, N, NULL);
+			if (ret)
+				return ret;
+			break;
+		case MOEM_RP_PRUNE:
+			return moem_errf(EINVAL, "route policy prune is a simulator baseline only");
+		default:
+			a.mode = MOEM_ROUTE_TOPK;
+			break;
+		}
+		ret = moem_op_router(e->be, NULL, &ra);
+		if (!ret)
+			ret = moem_op_route(e->be, NULL, &a);
+		if (!ret)
+			ret = moem_be_dtoh(e->be, e->ids_host, e->ids, sizeof(int32_t) * B * K, NULL);
+		if (!ret)
+			ret = moem_be_dtoh(e->be, e->w_host, e->w, sizeof(float) * B * K, NULL);
+		if (!ret)
+			ret = moem_be_dtoh(e->be, e->cnt_host, e->cnt, sizeof(uint32_t) * B, NULL);
+		if (!ret && e->o.trace_logits)
+			ret = moem_be_dtoh(e->be, e->logits_host, e->logits, sizeof(float) * B * N,
+					   NULL);
+		if (!ret)
+			ret = moem_be_stream_sync(e->be, NULL);
+		return ret;
+	}
+}
+
+static int dense_layer(struct moem_engine *e, uint32_t l, uint32_t B)
+{
+	struct moem_ffn_expert ex = { e->dense[l], MOEM_PREC_BF16, 0, B };
+	struct moem_ffn_assign as[ENG_MAX_B];
+	struct moem_ffn_args a = { .B = B, .H = e->cfg->hidden, .I = e->dense_l.inter,
+				   .n_slots = 1, .x = e->xb, .out = e->shout, .n_experts = 1,
+				   .experts = &ex, .n_assign = B, .assign = as };
+	struct moem_combine_args c = { .B = B, .H = e->cfg->hidden, .h = e->h, .k = 0,
+				       .n_shared = 1, .shared = e->shout };
+	int ret;
+
+	for (uint32_t t = 0; t < B; t++)
+		as[t] = (struct moem_ffn_assign){ (uint16_t)t, 0 };
+	ret = moem_op_ffn(e->be, NULL, &a);
+	if (!ret)
+		ret = moem_op_combine(e->be, NULL, &c);
+	return ret;
+}
+
+/* Group the (token, slot) pairs by expert, in execution order. */
+static void build_groups(struct layer_ctx *c, const uint32_t *order, uint32_t n)
+{
+	const struct moem_engine *e = c->e;
+	const uint32_t K = e->cfg->top_k;
+
+	c->n_groups = 0;
+	c->n_assign = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct group *g = &c->g[c->n_groups++];
+
+		memset(g, 0, sizeof(*g));
+		g->expert = order[i];
+		g->first = c->n_assign;
+		for (uint32_t t = 0; t < c->B; t++)
+			for (uint32_t j = 0; j < e->cnt_host[t]; j++)
+				if (e->ids_host[t * K + j] == (int32_t)order[i])
+					c->assign[c->n_assign++] =
+						(struct moem_ffn_assign){ (uint16_t)t, (uint16_t)j };
+		g->n = c->n_assign - g->first;
+	}
+}
+
+/* Wait for a pending group to land, run it and unpin it. */
+static int finish_pending(struct layer_ctx *c, struct group *g, struct moem_step_stats *st)
+{
+	struct moem_engine *e = c->e;
+	uint64_t t0 = moem_now_ns();
+	int ret;
+
+	ret = moem_tiers_wait(e->tiers, &g->ref);
+	st->stall_ns += moem_now_ns() - t0;
+	MOEM_USDT_STALL(c->m, g->expert, moem_now_ns() - t0);
+	g->pending = 0;
+	if (ret)
+		return ret;
+	if (e->pf && g->ref.prefetched)
+		moem_prefetch_stall(e->pf); /* the prefetch was issued too late */
+	return run_groups(c, &g, 1);
+}
+
+static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
+{
+	struct moem_engine *e = c->e;
+	struct group *ready[MOEM_MAX_EXPERTS], *pend[MOEM_MAX_EXPERTS];
+	uint32_t n_ready = 0, n_pend = 0, done_pend = 0;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < c->n_groups;) {
+		struct group *g = &c->g[i];
+
+		ret = moem_tiers_acquire(e->tiers, c->m, g->expert, &g->ref);
+		if (ret == -EAGAIN) {
+			/*
+			 * Every HBM slot is pinned by this layer or in flight for it:
+			 * run what is resident and unpin it, else finish the oldest
+			 * miss; then try again.
+			 */
+			if (n_ready) {
+				ret = run_groups(c, ready, n_ready);
+				n_ready = 0;
+			} else if (done_pend < n_pend) {
+				ret = finish_pending(c, pend[done_pend++], st);
+			} else {
+				return moem_errf(ENOSPC, "layer %u expert %u: no HBM slot can be freed",
+						 e->moe_layer[c->m], g->expert);
+			}
+			if (ret)
+				return ret;
+			continue;
+		}
+		if (ret < 0)
+			return moem_err_prefix(-ret, "layer %u expert %u", e->moe_layer[c->m],
+					       g->expert);
+		i++;
+		if (ret == MOEM_ACQ_PENDING) {
+			g->pending = 1;
+			pend[n_pend++] = g;
+			continue;
+		}
+		/* landed more than one layer time before its use: too early */
+		if (e->pf && g->ref.prefetched && g->ref.landed_ns &&
+		    moem_now_ns() - g->ref.landed_ns > e->last_layer_ns)
+			moem_prefetch_early(e->pf);
+		ready[n_ready++] = g;
+	}
+	/* Look ahead now: this layer's hits are pinned, its misses queued first. */
+	eng_prefetch(e, c->m);
+	ret = run_groups(c, ready, n_ready);
+	while (!ret && done_pend < n_pend)
+		ret = finish_pending(c, pend[done_pend++], st);
+	return ret;
+}
+
+int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
+	      const struct moem_trace_rec *replay, struct moem_step_stats *st)
+{
+	const struct moem_model_config *cfg = e->cfg;
+	const uint32_t N = cfg->n_experts, K = cfg->top_k;
+	struct moem_rmsnorm_args ra = { B, cfg->hidden, cfg->rms_eps, e->h, e->norm[l], e->xb };
+	static __thread struct layer_ctx c;
+	uint8_t active[MOEM_MAX_EXPERTS] = { 0 };
+	uint32_t order[MOEM_MAX_EXPERTS], n_order, n_res, T = 0, m;
+	uint64_t t0 = moem_now_ns();
+	int ret;
+
+	ret = moem_op_rmsnorm(e->be, NULL, &ra);
+	if (ret)
+		return ret;
+	if (e->moe_idx[l] < 0)
+		return dense_layer(e, l, B);
+	m = (uint32_t)e->moe_idx[l];
+	e->pos = step * e->n_moe + m;
+	e->hev.pos = e->pos;
+	ret = route(e, m, B, replay);
+	if (ret)
+		return ret;
+	{
+		struct moem_hist_args h = { B, K, N, m, e->n_moe, e->ids, e->cnt, e->counts };
+
+		ret = moem_op_histogram(e->be, NULL, &h);
+		if (ret)
+			return ret;
+	}
+	for (uint32_t t = 0; t < B; t++)
+		for (uint32_t j = 0; j < e->cnt_host[t]; j++) {
+			int32_t x = e->ids_host[t * K + j];
+
+			if (x >= 0 && (uint32_t)x < N && !active[x]) {
+				active[x] = 1;
+				T++;
+			}
+		}
+	st->active += T;
+	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host);
+	if (e->trace) {
+		struct moem_trace_rec r = { step, m, B, e->ids_host, e->w_host,
+					    e->o.trace_logits ? e->logits_host : NULL, NULL };
+
+		ret = moem_trace_write(e->trace, &r);
+		if (ret)
+			return ret;
+	}
+	if (e->pf)
+		moem_prefetch_observe(e->pf, e->pos, B, e->ids_host);
+	if (moem_route_policy_ordered(&e->rp)) {
+		moem_tiers_resident_mask(e->tiers, m, e->res_host);
+		n_order = moem_route_exec_order(N, active, e->res_host, order, &n_res);
+	} else {
+		n_order = moem_route_exec_order(N, active, NULL, order, &n_res);
+	}
+	c.e = e;
+	c.m = m;
+	c.B = B;
+	build_groups(&c, order, n_order);
+	ret = residency_and_ffn(&c, st);
+	if (ret)
+		return ret;
+	if (e->shared[l]) {
+		struct moem_ffn_expert ex = { e->shared[l], MOEM_PREC_BF16, 0, B };
+		struct moem_ffn_args a = { .B = B, .H = cfg->hidden, .I = e->shared_l.inter,
+					   .n_slots = 1, .x = e->xb, .out = e->shout,
+					   .n_experts = 1, .experts = &ex, .n_assign = B,
+					   .assign = c.assign };
+
+		for (uint32_t t = 0; t < B; t++)
+			c.assign[t] = (struct moem_ffn_assign){ (uint16_t)t, 0 };
+		ret = moem_op_ffn(e->be, NULL, &a);
+		if (ret)
+			return ret;
+	}
+	{
+		struct moem_combine_args a = { .B = B, .H = cfg->hidden, .h = e->h, .k = K,
+					       .routed = e->out, .w = e->w, .cnt = e->cnt,
+					       .n_shared = e->shared[l] ? 1 : 0, .shared = e->shout };
+
+		ret = moem_op_combine(e->be, NULL, &a);
+		if (ret)
+			return ret;
+	}
+	e->last_layer_ns = moem_now_ns() - t0;
+	eng_after_layer(e, m, B, step, e->last_layer_ns);
+	return 0;
+}

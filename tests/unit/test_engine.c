@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The decode engine on the CPU backend and the emulated tier: budgets far
+ * below the model give outputs bitwise identical to the all-resident run
+ * (with every lossless policy), budgets shrink and grow in the middle of
+ * a run without a failed step, hidden-state files and trace replay give
+ * the same numbers as the generator they came from, deepseek_v2's dense
+ * and shared layers run, and bad input is refused with a message.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <moem/engine.h>
+#include <moem/log.h>
+#include <moem/pack.h>
+#include <moem/trace.h>
+
+#include "kselftest_harness.h"
+#include "store_test_util.h"
+
+FIXTURE(eng)
+{
+	char *dir, *model, *pack;
+	uint64_t expert_bytes;
+};
+
+static void make_pack(struct __test_metadata *_metadata, FIXTURE_DATA(eng) *self,
+		      enum moem_arch arch, uint32_t experts, uint32_t top_k)
+{
+	struct moem_mkmodel_opts mo;
+	struct moem_pack_opts po = { 0 };
+
+	st_tiny_opts(&mo, arch, self->model);
+	mo.cfg.n_experts = experts;
+	mo.cfg.top_k = top_k;
+	mo.cfg.hidden = 128;
+	mo.cfg.moe_inter = 128;
+	ASSERT_EQ(0, moem_mkmodel(&mo)) TH_LOG("%s", moem_last_error());
+	po.model_dir = self->model;
+	po.out_path = self->pack;
+	po.prec_mask = (1u << MOEM_PREC_BF16) | (1u << MOEM_PREC_Q4);
+	po.threads = 2;
+	ASSERT_EQ(0, moem_pack_write(&po)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_pack_bytes(self->pack, MOEM_PREC_BF16, &self->expert_bytes));
+}
+
+FIXTURE_SETUP(eng)
+{
+	moem_log_set_level(MOEM_LOG_WARN);
+	self->dir = st_tmpdir();
+	self->model = st_path(self->dir, "model");
+	self->pack = st_path(self->dir, "m.moem");
+	make_pack(_metadata, self, MOEM_ARCH_QWEN3_MOE, 16, 4);
+}
+
+FIXTURE_TEARDOWN(eng)
+{
+	st_rm_rf(self->dir);
+	free(self->dir);
+	free(self->model);
+	free(self->pack);
+}
+
+static struct moem_engine_opts base_opts(FIXTURE_DATA(eng) *self)
+{
+	struct moem_engine_opts o = { 0 };
+
+	o.pack_path = self->pack;
+	o.backend = "cpu";
+	o.threads = 2;
+	o.pool.provider = MOEM_POOL_THP;
+	o.hi = MOEM_PREC_BF16;
+	o.link_gbps = 50;
+	return o;
+}
+
+static int run(struct __test_metadata *_metadata, struct moem_engine_opts *o,
+	       const struct moem_workload *w, moem_step_fn fn, void *arg,
+	       struct moem_run_stats *rs, struct moem_engine **keep)
+{
+	struct moem_engine *e;
+	int ret = moem_engine_open(o, &e);
+
+	if (ret)
+		return ret;
+	ret = moem_engine_warmup(e, NULL);
+	if (!ret)
+		ret = moem_engine_run(e, w, fn, arg, rs);
+	if (keep && !ret)
+		*keep = e;
+	else
+		moem_engine_close(e);
+	return ret;
+}
+
+static const struct moem_workload wl = { .kind = MOEM_WL_SYNTH, .batch = 8, .steps = 12 };
+
+TEST_F(eng, small_budgets_same_outputs)
+{
+	const char *variants[][3] = {
+		/* route, evict, prefetch */
+		{ "none", "lru", "none" },
+		{ "cache-aware", "lru2", "adaptive" },
+		{ "none", "lfu", "fixed:S=1" },
+		{ "cache-aware", "pred", "adaptive" },
+	};
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs;
+
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL)) TH_LOG("%s",
+									     moem_last_error());
+	EXPECT_EQ(1.0, ref.hit_rate);
+	EXPECT_EQ(12u, ref.total.step);
+	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+		o = base_opts(self);
+		o.hbm_budget = self->expert_bytes / 5;  /* ~13 of 64 experts */
+		o.dram_budget = self->expert_bytes / 3; /* ~21 of 64 */
+		o.route = variants[v][0];
+		o.evict = variants[v][1];
+		o.prefetch = variants[v][2];
+		ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
+		TH_LOG("%s: %s", variants[v][1], moem_last_error());
+		TH_LOG("%s/%s/%s: hit rate %.3f, misses %llu, %llu bytes to HBM", variants[v][0],
+		       variants[v][1], variants[v][2], rs.hit_rate,
+		       (unsigned long long)rs.total.misses, (unsigned long long)rs.total.bytes_h2d);
+		EXPECT_GT(rs.total.misses, 0u);
+		EXPECT_GT(rs.total.bytes_nvme, 0u); /* the DRAM tier was too small too */
+		EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	}
+}
+
+TEST_F(eng, q4_outputs_identical_under_budget_and_differ_from_bf16)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats bf, a, b;
+
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &bf, NULL));
+	o.hi = MOEM_PREC_Q4;
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &a, NULL));
+	o.hbm_budget = self->expert_bytes / 16;
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &b, NULL));
+	EXPECT_STREQ(a.digest_hex, b.digest_hex);
+	EXPECT_STRNE(bf.digest_hex, a.digest_hex);
+}
+
+struct budget_script {
+	struct moem_engine *e;
+	uint64_t small, big;
+	int fails;
+};
+
+static int change_budgets(void *arg, const struct moem_step_stats *s)
+{
+	struct budget_script *b = arg;
+
+	if (s->step == 2)
+		b->fails += moem_engine_set_knob(b->e, MOEM_BUDGET_HBM_BYTES, b->small) != 0;
+	if (s->step == 5)
+		b->fails += moem_engine_set_knob(b->e, MOEM_BUDGET_DRAM_BYTES, b->small) != 0;
+	if (s->step == 8) {
+		b->fails += moem_engine_set_knob(b->e, MOEM_BUDGET_HBM_BYTES, b->big) != 0;
+		b->fails += moem_engine_set_knob(b->e, MOEM_BUDGET_DRAM_BYTES, b->big) != 0;
+	}
+	return 0;
+}
+
+TEST_F(eng, budget_shrink_and_grow_mid_run)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs;
+	struct budget_script bs = { 0 };
+	struct moem_engine_status st;
+	struct moem_engine *e;
+
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL));
+	o.prefetch = "adaptive";
+	o.evict = "lru2";
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_warmup(e, NULL));
+	bs.e = e;
+	bs.small = self->expert_bytes / 8;
+	bs.big = self->expert_bytes;
+	ASSERT_EQ(0, moem_engine_run(e, &wl, change_budgets, &bs, &rs)) TH_LOG("%s",
+									  moem_last_error());
+	EXPECT_EQ(0, bs.fails);
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	EXPECT_GT(rs.total.misses, 0u); /* the shrink evicted */
+	moem_engine_get_status(e, &st);
+	EXPECT_EQ(bs.big, st.hbm_budget);
+	EXPECT_LE(st.hbm_used, st.hbm_budget);
+	/* invalid knobs are refused and change nothing */
+	EXPECT_EQ(-ERANGE, moem_engine_set_knob(e, MOEM_BUDGET_HBM_BYTES, 1000));
+	EXPECT_EQ(-ERANGE, moem_engine_set_knob(e, MOEM_BUDGET_HI_PRECISION_PERMILLE, 1001));
+	EXPECT_EQ(-ERANGE, moem_engine_set_knob(e, MOEM_BUDGET_DRAM_BYTES, 1ULL << 49));
+	EXPECT_EQ(bs.big, moem_engine_get_knob(e, MOEM_BUDGET_HBM_BYTES));
+	moem_engine_close(e);
+}
+
+TEST_F(eng, hidden_file_and_trace_replay_match)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_workload w = wl;
+	struct moem_run_stats ref, rs;
+	struct moem_trace_reader *tr;
+	struct moem_trace_rec rec;
+	char *hid = st_path(self->dir, "h.bin"), *trace = st_path(self->dir, "r.trace");
+	uint64_t n = 0;
+	int r;
+
+	o.trace_out = trace;
+	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &ref, NULL)) TH_LOG("%s",
+									   moem_last_error());
+	/* the trace has one record per (step, MoE layer) */
+	ASSERT_EQ(0, moem_trace_open(trace, &tr)) TH_LOG("%s", moem_last_error());
+	while ((r = moem_trace_next(tr, &rec)) == 1)
+		n++;
+	EXPECT_EQ(0, r);
+	EXPECT_EQ(12u * 3, n);
+	moem_trace_close(tr);
+	/* the same states from a file give the same outputs */
+	ASSERT_EQ(0, moem_hidden_write_synth(self->pack, NULL, 0, 8, 12, hid));
+	o.trace_out = NULL;
+	w.kind = MOEM_WL_HIDDEN;
+	w.path = hid;
+	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &rs, NULL)) TH_LOG("%s",
+									  moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	/* replaying the recorded routing with the same states: same outputs */
+	w.kind = MOEM_WL_TRACE;
+	w.path = trace;
+	o.hbm_budget = self->expert_bytes / 4;
+	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &rs, NULL)) TH_LOG("%s",
+									  moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	/* a hidden-state file of the wrong batch is refused */
+	w.kind = MOEM_WL_HIDDEN;
+	w.path = hid;
+	w.batch = 4;
+	EXPECT_EQ(-EINVAL, run(_metadata, &o, &w, NULL, NULL, &rs, NULL));
+	EXPECT_MSG("batches of 8 tokens");
+	free(hid);
+	free(trace);
+}
+
+TEST_F(eng, policies_that_change_routing_or_precision)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs;
+
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL));
+	o.route = "lynx";
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL)) TH_LOG("%s",
+									  moem_last_error());
+	EXPECT_LE(rs.mean_T, ref.mean_T); /* LYNX never activates more */
+	o.route = "oea";
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL));
+	EXPECT_LT(rs.mean_T, ref.mean_T);
+	o.route = "piggyback";
+	o.hbm_budget = self->expert_bytes / 4;
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL)) TH_LOG("%s",
+									  moem_last_error());
+	/* DynaExq: two precisions, hot experts promoted, never a wait on them */
+	o = base_opts(self);
+	o.two_prec = true;
+	o.lo = MOEM_PREC_Q4;
+	o.precision = "dynaexq:interval_ms=1";
+	o.hbm_budget = self->expert_bytes; /* all q4 plus some bf16 */
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL)) TH_LOG("%s",
+									  moem_last_error());
+	o.paging = "fluxmoe";
+	o.precision = NULL;
+	o.two_prec = false;
+	o.hbm_budget = 5 << 20; /* two of three layers (4 MiB of 64 KiB slots) + residents */
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL)) TH_LOG("%s",
+									  moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex); /* paging is lossless */
+}
+
+TEST_F(eng, dense_and_shared_layers)
+{
+	struct moem_engine_opts o;
+	struct moem_run_stats ref, rs;
+
+	st_rm_rf(self->dir);
+	mkdir(self->dir, 0700);
+	make_pack(_metadata, self, MOEM_ARCH_DEEPSEEK_V2, 8, 2);
+	o = base_opts(self);
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL)) TH_LOG("%s",
+									   moem_last_error());
+	o.hbm_budget = self->expert_bytes / 4;
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL));
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+}
+
+TEST_F(eng, bad_input)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_workload w = wl;
+	struct moem_run_stats rs;
+	struct moem_engine *e;
+
+	o.hi = MOEM_PREC_Q2;
+	EXPECT_EQ(-ENOENT, moem_engine_open(&o, &e));
+	EXPECT_MSG("no q2 experts");
+	o = base_opts(self);
+	o.route = "lynx:alpha=-1";
+	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
+	o.route = NULL;
+	o.evict = "mru";
+	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
+	o.evict = NULL;
+	o.precision = "dynaexq"; /* needs two precisions */
+	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
+	o.precision = NULL;
+	o.pack_path = "/nonexistent.moem";
+	EXPECT_NE(0, moem_engine_open(&o, &e));
+	o.pack_path = self->pack;
+	ASSERT_EQ(0, moem_engine_open(&o, &e));
+	w.batch = 0;
+	EXPECT_EQ(-EINVAL, moem_engine_run(e, &w, NULL, NULL, &rs));
+	w.batch = 65;
+	EXPECT_EQ(-EINVAL, moem_engine_run(e, &w, NULL, NULL, &rs));
+	w = wl;
+	w.steps = 0;
+	EXPECT_EQ(-EINVAL, moem_engine_run(e, &w, NULL, NULL, &rs));
+	w = wl;
+	w.mix = "poetry:1";
+	EXPECT_EQ(-EINVAL, moem_engine_run(e, &w, NULL, NULL, &rs));
+	w = wl;
+	w.kind = MOEM_WL_TRACE;
+	w.path = self->pack; /* not a trace */
+	EXPECT_NE(0, moem_engine_run(e, &w, NULL, NULL, &rs));
+	/* still serving after all that */
+	EXPECT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs));
+	moem_engine_close(e);
+}
+
+TEST_HARNESS_MAIN

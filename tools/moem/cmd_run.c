@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * moem run: decode a workload on a pack under HBM and DRAM budgets and
+ * report what moved, how often the GPU waited, and a digest of the final
+ * hidden states (two runs agree iff their digests do).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include <moem/config.h>
+#include <moem/engine.h>
+#include <moem/error.h>
+#include <moem/log.h>
+#include <moem/progress.h>
+#include <moem/util.h>
+
+#include "cmd.h"
+
+struct run_args {
+	struct moem_engine_opts o;
+	struct moem_workload w;
+	const char *hbm, *dram, *precisions;
+	bool json, no_warmup, quiet;
+	struct moem_progress prog;
+};
+
+static const struct option run_opts[] = {
+	{ "pack", required_argument, NULL, 0 },
+	{ "hbm", required_argument, NULL, 0 },
+	{ "dram", required_argument, NULL, 0 },
+	{ "batch", required_argument, NULL, 0 },
+	{ "steps", required_argument, NULL, 0 },
+	{ "workload", required_argument, NULL, 0 },
+	{ "mix", required_argument, NULL, 0 },
+	{ "seed", required_argument, NULL, 0 },
+	{ "precisions", required_argument, NULL, 0 },
+	{ "fallback", no_argument, NULL, 0 },
+	{ "route", required_argument, NULL, 0 },
+	{ "evict", required_argument, NULL, 0 },
+	{ "prefetch", required_argument, NULL, 0 },
+	{ "precision", required_argument, NULL, 0 },
+	{ "paging", required_argument, NULL, 0 },
+	{ "backend", required_argument, NULL, 0 },
+	{ "threads", required_argument, NULL, 0 },
+	{ "pool", required_argument, NULL, 0 },
+	{ "region", required_argument, NULL, 0 },
+	{ "persistent", no_argument, NULL, 0 },
+	{ "link-gbps", required_argument, NULL, 0 },
+	{ "loader", required_argument, NULL, 0 },
+	{ "no-verify", no_argument, NULL, 0 },
+	{ "trace-out", required_argument, NULL, 0 },
+	{ "trace-logits", no_argument, NULL, 0 },
+	{ "no-warmup", no_argument, NULL, 0 },
+	{ "config", required_argument, NULL, 0 },
+	{ "json", no_argument, NULL, 0 },
+	{ "quiet", no_argument, NULL, 0 },
+	{ "help", no_argument, NULL, 'h' },
+	{ 0 },
+};
+
+static void run_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: moem run --pack FILE [--hbm SIZE|PCT%%] [--dram SIZE|PCT%%] [--batch B]\n"
+		"                [--steps N] [--workload synth|hidden:FILE|trace:FILE] [--mix W:x,..]\n"
+		"                [--seed S] [--precisions HI[,LO]] [--fallback]\n"
+		"                [--route none|lynx|oea|cache-aware|piggyback[:k=v,..]]\n"
+		"                [--evict lru|lru2|lfu|pred] [--prefetch none|adaptive|fixed:S=N]\n"
+		"                [--precision none|dynaexq] [--paging none|fluxmoe]\n"
+		"                [--backend auto|cpu|cuda] [--threads N] [--pool auto|kmod|hugetlb|thp]\n"
+		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
+		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
+		"                [--config FILE] [--json] [--quiet]\n"
+		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
+		"A config file holds the same settings as 'name = value' lines.\n");
+}
+
+static int parse_u64(const char *name, const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	unsigned long long x;
+
+	errno = 0;
+	x = strtoull(v, &end, 0);
+	if (errno || end == v || *end || *v == '-' || x < lo || x > hi)
+		return moem_errf(EINVAL, "--%s '%s': want a number in %llu..%llu", name, v,
+				 (unsigned long long)lo, (unsigned long long)hi);
+	*out = x;
+	return 0;
+}
+
+static int apply(struct run_args *a, const char *name, const char *v)
+{
+	uint64_t x;
+	int ret = 0;
+
+	if (!strcmp(name, "pack"))
+		a->o.pack_path = strdup(v);
+	else if (!strcmp(name, "hbm"))
+		a->hbm = strdup(v);
+	else if (!strcmp(name, "dram"))
+		a->dram = strdup(v);
+	else if (!strcmp(name, "batch"))
+		ret = parse_u64(name, v, 1, 64, &x), a->w.batch = (uint32_t)x;
+	else if (!strcmp(name, "steps"))
+		ret = parse_u64(name, v, 1, 1ULL << 40, &a->w.steps);
+	else if (!strcmp(name, "workload")) {
+		if (!strcmp(v, "synth")) {
+			a->w.kind = MOEM_WL_SYNTH;
+		} else if (!strncmp(v, "hidden:", 7) && v[7]) {
+			a->w.kind = MOEM_WL_HIDDEN;
+			a->w.path = strdup(v + 7);
+		} else if (!strncmp(v, "trace:", 6) && v[6]) {
+			a->w.kind = MOEM_WL_TRACE;
+			a->w.path = strdup(v + 6);
+		} else {
+			ret = moem_errf(EINVAL, "--workload '%s': synth, hidden:FILE or trace:FILE", v);
+		}
+	} else if (!strcmp(name, "mix"))
+		a->w.mix = strdup(v);
+	else if (!strcmp(name, "seed"))
+		ret = parse_u64(name, v, 0, UINT64_MAX, &a->w.seed);
+	else if (!strcmp(name, "precisions"))
+		a->precisions = strdup(v);
+	else if (!strcmp(name, "fallback"))
+		a->o.allow_fallback = true;
+	else if (!strcmp(name, "route"))
+		a->o.route = strdup(v);
+	else if (!strcmp(name, "evict"))
+		a->o.evict = strdup(v);
+	else if (!strcmp(name, "prefetch"))
+		a->o.prefetch = strdup(v);
+	else if (!strcmp(name, "precision"))
+		a->o.precision = strdup(v);
+	else if (!strcmp(name, "paging"))
+		a->o.paging = strdup(v);
+	else if (!strcmp(name, "backend"))
+		a->o.backend = strdup(v);
+	else if (!strcmp(name, "threads"))
+		ret = parse_u64(name, v, 0, 256, &x), a->o.threads = (uint32_t)x;
+	else if (!strcmp(name, "pool"))
+		ret = moem_pool_provider_parse(v, &a->o.pool.provider);
+	else if (!strcmp(name, "region"))
+		a->o.pool.name = strdup(v), a->o.pool.attach = true;
+	else if (!strcmp(name, "persistent"))
+		a->o.pool.persistent = true;
+	else if (!strcmp(name, "link-gbps")) {
+		char *end;
+
+		a->o.link_gbps = strtod(v, &end);
+		if (end == v || *end || !(a->o.link_gbps > 0 && a->o.link_gbps <= 10000))
+			ret = moem_errf(EINVAL, "--link-gbps '%s': want 0 < x <= 10000", v);
+	} else if (!strcmp(name, "loader"))
+		ret = moem_loader_mode_parse(v, &a->o.loader.mode);
+	else if (!strcmp(name, "no-verify"))
+		a->o.no_verify = true;
+	else if (!strcmp(name, "trace-out"))
+		a->o.trace_out = strdup(v);
+	else if (!strcmp(name, "trace-logits"))
+		a->o.trace_logits = true;
+	else if (!strcmp(name, "no-warmup"))
+		a->no_warmup = true;
+	else if (!strcmp(name, "json"))
+		a->json = true;
+	else if (!strcmp(name, "quiet"))
+		a->quiet = true;
+	else
+		ret = moem_errf(EINVAL, "unknown setting '%s'", name);
+	return ret;
+}
+
+static int config_entry(void *arg, const char *section, const char *key, const char *value)
+{
+	if (!strcmp(key, "config"))
+		return moem_errf(EINVAL, "a config file cannot include another");
+	return apply(arg, key, value);
+}
+
+static int resolve_sizes(struct run_args *a)
+{
+	uint64_t expert_bytes = 0, b;
+	int ret;
+
+	if ((a->hbm && strchr(a->hbm, '%')) || (a->dram && strchr(a->dram, '%'))) {
+		for (int p = 0; p < (a->o.two_prec ? 2 : 1); p++) {
+			ret = moem_engine_pack_bytes(a->o.pack_path, p ? a->o.lo : a->o.hi, &b);
+			if (ret)
+				return ret;
+			expert_bytes += b;
+		}
+	}
+	if (a->hbm) {
+		ret = moem_parse_size(a->hbm, &expert_bytes, &a->o.hbm_budget);
+		if (ret)
+			return moem_err_prefix(-ret, "--hbm");
+		if (!a->o.hbm_budget)
+			return moem_errf(EINVAL, "--hbm 0: the HBM budget must hold one expert");
+	}
+	if (a->dram) {
+		ret = moem_parse_size(a->dram, &expert_bytes, &a->o.dram_budget);
+		if (ret)
+			return moem_err_prefix(-ret, "--dram");
+		if (!a->o.dram_budget)
+			return moem_errf(EINVAL, "--dram 0: the DRAM budget must hold one expert");
+	}
+	return 0;
+}
+
+static int pick_precisions(struct run_args *a)
+{
+	char buf[32], *comma;
+	int ret;
+
+	a->o.hi = MOEM_PREC_BF16;
+	if (!a->precisions)
+		return 0;
+	snprintf(buf, sizeof(buf), "%s", a->precisions);
+	comma = strchr(buf, ',');
+	if (comma)
+		*comma++ = 0;
+	ret = moem_prec_parse(buf, &a->o.hi);
+	if (!ret && comma) {
+		ret = moem_prec_parse(comma, &a->o.lo);
+		a->o.two_prec = true;
+	}
+	return ret;
+}
+
+static int on_step(void *arg, const struct moem_step_stats *s)
+{
+	struct run_args *a = arg;
+
+	moem_progress_set(&a->prog, s->step + 1);
+	return 0;
+}
+
+static void print_json(const struct run_args *a, const struct moem_run_stats *rs,
+		       const struct moem_engine_status *st)
+{
+	struct json_object *o = json_object_new_object();
+
+#define J_U64(k, v) json_object_object_add(o, k, json_object_new_uint64(v))
+#define J_DBL(k, v) json_object_object_add(o, k, json_object_new_double(v))
+#define J_STR(k, v) json_object_object_add(o, k, json_object_new_string(v))
+	J_STR("pack", a->o.pack_path);
+	J_STR("backend", st->backend);
+	J_STR("pool", st->pool_provider);
+	J_STR("route", st->route);
+	J_STR("evict", st->evict);
+	J_STR("prefetch", st->prefetch);
+	J_STR("precision", st->precision);
+	J_STR("paging", st->paging);
+	J_U64("hbm_budget", st->hbm_budget);
+	J_U64("dram_budget", st->dram_budget);
+	J_U64("batch", a->w.batch);
+	J_U64("steps", rs->total.step);
+	J_U64("tokens", rs->total.tokens);
+	J_U64("moe_layers", rs->moe_layers);
+	J_DBL("mean_T", rs->mean_T);
+	J_U64("hits", rs->total.hits);
+	J_U64("misses", rs->total.misses);
+	J_U64("fallbacks", rs->total.fallbacks);
+	J_DBL("hit_rate", rs->hit_rate);
+	J_U64("stall_ns", rs->total.stall_ns);
+	J_DBL("stall_share", rs->stall_share);
+	J_U64("bytes_nvme", rs->total.bytes_nvme);
+	J_U64("bytes_h2d", rs->total.bytes_h2d);
+	J_U64("step_ns", rs->total.step_ns);
+	J_DBL("tokens_per_s", rs->tokens_per_s);
+	J_STR("digest", rs->digest_hex);
+	json_object_object_add(o, "stopped", json_object_new_boolean(rs->stopped));
+	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	json_object_put(o);
+}
+
+static void print_human(const struct run_args *a, const struct moem_run_stats *rs,
+			const struct moem_engine_status *st)
+{
+	char b1[32], b2[32];
+
+	printf("moem run: %llu steps x %u tokens on %s (%s), pool %s\n",
+	       (unsigned long long)rs->total.step, a->w.batch, st->backend,
+	       *st->backend_note ? st->backend_note : "as asked", st->pool_provider);
+	printf("  budgets      HBM %s, DRAM %s\n", moem_fmt_bytes(st->hbm_budget, b1, sizeof(b1)),
+	       moem_fmt_bytes(st->dram_budget, b2, sizeof(b2)));
+	printf("  policies     route %s, evict %s, prefetch %s, precision %s, paging %s\n",
+	       st->route, st->evict, st->prefetch, st->precision, st->paging);
+	printf("  experts      mean T %.1f per layer; hits %llu, misses %llu, fallbacks %llu "
+	       "(hit rate %.3f)\n",
+	       rs->mean_T, (unsigned long long)rs->total.hits, (unsigned long long)rs->total.misses,
+	       (unsigned long long)rs->total.fallbacks, rs->hit_rate);
+	printf("  moved        NVMe->DRAM %s, DRAM->HBM %s; stalls %.1f ms (%.1f%% of time)\n",
+	       moem_fmt_bytes(rs->total.bytes_nvme, b1, sizeof(b1)),
+	       moem_fmt_bytes(rs->total.bytes_h2d, b2, sizeof(b2)),
+	       (double)rs->total.stall_ns / 1e6, rs->stall_share * 100);
+	printf("  speed        %.1f tokens/s, %.1f ms per step\n", rs->tokens_per_s,
+	       rs->total.step ? (double)rs->total.step_ns / rs->total.step / 1e6 : 0.0);
+	printf("  digest       %s%s\n", rs->digest_hex, rs->stopped ? " (stopped early)" : "");
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	struct run_args a = { .w = { .kind = MOEM_WL_SYNTH, .batch = 8, .steps = 32 } };
+	struct moem_engine_status st;
+	struct moem_engine *e = NULL;
+	struct moem_run_stats rs;
+	int c, idx, ret;
+
+	while ((c = getopt_long(argc, argv, "h", run_opts, &idx)) != -1) {
+		if (c == 'h') {
+			run_usage(stdout);
+			return 0;
+		}
+		if (c != 0) {
+			run_usage(stderr);
+			return 2;
+		}
+		if (!strcmp(run_opts[idx].name, "config"))
+			ret = moem_config_load(optarg, config_entry, &a);
+		else
+			ret = apply(&a, run_opts[idx].name, optarg ? optarg : "");
+		if (ret)
+			return moem_tool_fail("run", ret, NULL);
+	}
+	if (optind != argc || !a.o.pack_path) {
+		fprintf(stderr, "moem run: %s\n", optind != argc ? "unexpected argument" :
+				"--pack is required");
+		run_usage(stderr);
+		return 2;
+	}
+	ret = pick_precisions(&a);
+	if (!ret)
+		ret = resolve_sizes(&a);
+	if (ret)
+		return moem_tool_fail("run", ret, NULL);
+	if (a.quiet || a.json)
+		moem_log_set_level(MOEM_LOG_WARN);
+	ret = moem_engine_open(&a.o, &e);
+	if (ret)
+		return moem_tool_fail("run", ret, a.o.pack_path);
+	if (!a.no_warmup) {
+		struct moem_progress p;
+
+		ret = moem_engine_warmup(e, a.json ? NULL : &p);
+		if (ret) {
+			moem_engine_close(e);
+			return moem_tool_fail("run", ret, "warm-up");
+		}
+	}
+	if (!a.json)
+		moem_progress_start(&a.prog, "decoding", a.w.steps, false);
+	ret = moem_engine_run(e, &a.w, on_step, &a, &rs);
+	if (!a.json)
+		moem_progress_finish(&a.prog);
+	if (ret) {
+		moem_engine_close(e);
+		return moem_tool_fail("run", ret, NULL);
+	}
+	moem_engine_get_status(e, &st);
+	if (a.json)
+		print_json(&a, &rs, &st);
+	else
+		print_human(&a, &rs, &st);
+	moem_engine_close(e);
+	return 0;
+}
+
+MOEM_CMD(run_cmd, "run", "decode a workload on a pack under HBM and DRAM budgets", cmd_run);
