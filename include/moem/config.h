@@ -14,8 +14,8 @@
  * the file and line in the message) is returned. -ENOENT if the file does
  * not exist, -EINVAL for a syntax error naming the line.
  */
-typedef int (*moem_config_fn)(void *arg, const char *section, const char *key,
+typedef int (*moem_settings_fn)(void *arg, const char *section, const char *key,
 			      const char *value);
-int moem_config_load(const char *path, moem_config_fn fn, void *arg);
+int moem_settings_load(const char *path, moem_settings_fn fn, void *arg);
 
 #endif /* MOEM_CONFIG_H */

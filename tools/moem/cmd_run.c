@@ -15,6 +15,7 @@
 
 #include <moem/config.h>
 #include <moem/engine.h>
+#include <moem/engine_args.h>
 #include <moem/error.h>
 #include <moem/log.h>
 #include <moem/progress.h>
@@ -23,9 +24,7 @@
 #include "cmd.h"
 
 struct run_args {
-	struct moem_engine_opts o;
-	struct moem_workload w;
-	const char *hbm, *dram, *precisions;
+	struct moem_engine_args ea;
 	bool json, no_warmup, quiet;
 	struct moem_progress prog;
 };
@@ -81,98 +80,19 @@ static void run_usage(FILE *f)
 		"A config file holds the same settings as 'name = value' lines.\n");
 }
 
-static int parse_u64(const char *name, const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	char *end;
-	unsigned long long x;
-
-	errno = 0;
-	x = strtoull(v, &end, 0);
-	if (errno || end == v || *end || *v == '-' || x < lo || x > hi)
-		return moem_errf(EINVAL, "--%s '%s': want a number in %llu..%llu", name, v,
-				 (unsigned long long)lo, (unsigned long long)hi);
-	*out = x;
-	return 0;
-}
-
 static int apply(struct run_args *a, const char *name, const char *v)
 {
-	uint64_t x;
-	int ret = 0;
+	int ret = moem_engine_args_set(&a->ea, name, v);
 
-	if (!strcmp(name, "pack"))
-		a->o.pack_path = strdup(v);
-	else if (!strcmp(name, "hbm"))
-		a->hbm = strdup(v);
-	else if (!strcmp(name, "dram"))
-		a->dram = strdup(v);
-	else if (!strcmp(name, "batch"))
-		ret = parse_u64(name, v, 1, 64, &x), a->w.batch = (uint32_t)x;
-	else if (!strcmp(name, "steps"))
-		ret = parse_u64(name, v, 1, 1ULL << 40, &a->w.steps);
-	else if (!strcmp(name, "workload")) {
-		if (!strcmp(v, "synth")) {
-			a->w.kind = MOEM_WL_SYNTH;
-		} else if (!strncmp(v, "hidden:", 7) && v[7]) {
-			a->w.kind = MOEM_WL_HIDDEN;
-			a->w.path = strdup(v + 7);
-		} else if (!strncmp(v, "trace:", 6) && v[6]) {
-			a->w.kind = MOEM_WL_TRACE;
-			a->w.path = strdup(v + 6);
-		} else {
-			ret = moem_errf(EINVAL, "--workload '%s': synth, hidden:FILE or trace:FILE", v);
-		}
-	} else if (!strcmp(name, "mix"))
-		a->w.mix = strdup(v);
-	else if (!strcmp(name, "seed"))
-		ret = parse_u64(name, v, 0, UINT64_MAX, &a->w.seed);
-	else if (!strcmp(name, "precisions"))
-		a->precisions = strdup(v);
-	else if (!strcmp(name, "fallback"))
-		a->o.allow_fallback = true;
-	else if (!strcmp(name, "route"))
-		a->o.route = strdup(v);
-	else if (!strcmp(name, "evict"))
-		a->o.evict = strdup(v);
-	else if (!strcmp(name, "prefetch"))
-		a->o.prefetch = strdup(v);
-	else if (!strcmp(name, "precision"))
-		a->o.precision = strdup(v);
-	else if (!strcmp(name, "paging"))
-		a->o.paging = strdup(v);
-	else if (!strcmp(name, "backend"))
-		a->o.backend = strdup(v);
-	else if (!strcmp(name, "threads"))
-		ret = parse_u64(name, v, 0, 256, &x), a->o.threads = (uint32_t)x;
-	else if (!strcmp(name, "pool"))
-		ret = moem_pool_provider_parse(v, &a->o.pool.provider);
-	else if (!strcmp(name, "region"))
-		a->o.pool.name = strdup(v), a->o.pool.attach = true;
-	else if (!strcmp(name, "persistent"))
-		a->o.pool.persistent = true;
-	else if (!strcmp(name, "link-gbps")) {
-		char *end;
-
-		a->o.link_gbps = strtod(v, &end);
-		if (end == v || *end || !(a->o.link_gbps > 0 && a->o.link_gbps <= 10000))
-			ret = moem_errf(EINVAL, "--link-gbps '%s': want 0 < x <= 10000", v);
-	} else if (!strcmp(name, "loader"))
-		ret = moem_loader_mode_parse(v, &a->o.loader.mode);
-	else if (!strcmp(name, "no-verify"))
-		a->o.no_verify = true;
-	else if (!strcmp(name, "trace-out"))
-		a->o.trace_out = strdup(v);
-	else if (!strcmp(name, "trace-logits"))
-		a->o.trace_logits = true;
-	else if (!strcmp(name, "no-warmup"))
-		a->no_warmup = true;
-	else if (!strcmp(name, "json"))
-		a->json = true;
-	else if (!strcmp(name, "quiet"))
-		a->quiet = true;
-	else
-		ret = moem_errf(EINVAL, "unknown setting '%s'", name);
-	return ret;
+	if (ret != -ENOENT)
+		return ret;
+	if (!strcmp(name, "no-warmup"))
+		return moem_arg_bool(name, v, &a->no_warmup);
+	if (!strcmp(name, "json"))
+		return moem_arg_bool(name, v, &a->json);
+	if (!strcmp(name, "quiet"))
+		return moem_arg_bool(name, v, &a->quiet);
+	return moem_errf(EINVAL, "unknown setting '%s'", name);
 }
 
 static int config_entry(void *arg, const char *section, const char *key, const char *value)
@@ -180,56 +100,6 @@ static int config_entry(void *arg, const char *section, const char *key, const c
 	if (!strcmp(key, "config"))
 		return moem_errf(EINVAL, "a config file cannot include another");
 	return apply(arg, key, value);
-}
-
-static int resolve_sizes(struct run_args *a)
-{
-	uint64_t expert_bytes = 0, b;
-	int ret;
-
-	if ((a->hbm && strchr(a->hbm, '%')) || (a->dram && strchr(a->dram, '%'))) {
-		for (int p = 0; p < (a->o.two_prec ? 2 : 1); p++) {
-			ret = moem_engine_pack_bytes(a->o.pack_path, p ? a->o.lo : a->o.hi, &b);
-			if (ret)
-				return ret;
-			expert_bytes += b;
-		}
-	}
-	if (a->hbm) {
-		ret = moem_parse_size(a->hbm, &expert_bytes, &a->o.hbm_budget);
-		if (ret)
-			return moem_err_prefix(-ret, "--hbm");
-		if (!a->o.hbm_budget)
-			return moem_errf(EINVAL, "--hbm 0: the HBM budget must hold one expert");
-	}
-	if (a->dram) {
-		ret = moem_parse_size(a->dram, &expert_bytes, &a->o.dram_budget);
-		if (ret)
-			return moem_err_prefix(-ret, "--dram");
-		if (!a->o.dram_budget)
-			return moem_errf(EINVAL, "--dram 0: the DRAM budget must hold one expert");
-	}
-	return 0;
-}
-
-static int pick_precisions(struct run_args *a)
-{
-	char buf[32], *comma;
-	int ret;
-
-	a->o.hi = MOEM_PREC_BF16;
-	if (!a->precisions)
-		return 0;
-	snprintf(buf, sizeof(buf), "%s", a->precisions);
-	comma = strchr(buf, ',');
-	if (comma)
-		*comma++ = 0;
-	ret = moem_prec_parse(buf, &a->o.hi);
-	if (!ret && comma) {
-		ret = moem_prec_parse(comma, &a->o.lo);
-		a->o.two_prec = true;
-	}
-	return ret;
 }
 
 static int on_step(void *arg, const struct moem_step_stats *s)
@@ -248,7 +118,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 #define J_U64(k, v) json_object_object_add(o, k, json_object_new_uint64(v))
 #define J_DBL(k, v) json_object_object_add(o, k, json_object_new_double(v))
 #define J_STR(k, v) json_object_object_add(o, k, json_object_new_string(v))
-	J_STR("pack", a->o.pack_path);
+	J_STR("pack", a->ea.o.pack_path);
 	J_STR("backend", st->backend);
 	J_STR("pool", st->pool_provider);
 	J_STR("route", st->route);
@@ -258,7 +128,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_STR("paging", st->paging);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
-	J_U64("batch", a->w.batch);
+	J_U64("batch", a->ea.w.batch);
 	J_U64("steps", rs->total.step);
 	J_U64("tokens", rs->total.tokens);
 	J_U64("moe_layers", rs->moe_layers);
@@ -285,7 +155,7 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 	char b1[32], b2[32];
 
 	printf("moem run: %llu steps x %u tokens on %s (%s), pool %s\n",
-	       (unsigned long long)rs->total.step, a->w.batch, st->backend,
+	       (unsigned long long)rs->total.step, a->ea.w.batch, st->backend,
 	       *st->backend_note ? st->backend_note : "as asked", st->pool_provider);
 	printf("  budgets      HBM %s, DRAM %s\n", moem_fmt_bytes(st->hbm_budget, b1, sizeof(b1)),
 	       moem_fmt_bytes(st->dram_budget, b2, sizeof(b2)));
@@ -306,69 +176,80 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 
 static int cmd_run(int argc, char **argv)
 {
-	struct run_args a = { .w = { .kind = MOEM_WL_SYNTH, .batch = 8, .steps = 32 } };
+	struct run_args a = { 0 };
 	struct moem_engine_status st;
 	struct moem_engine *e = NULL;
 	struct moem_run_stats rs;
-	int c, idx, ret;
+	int c, idx, ret, rc = 1;
 
+	moem_engine_args_init(&a.ea);
 	while ((c = getopt_long(argc, argv, "h", run_opts, &idx)) != -1) {
 		if (c == 'h') {
 			run_usage(stdout);
-			return 0;
+			rc = 0;
+			goto out;
 		}
 		if (c != 0) {
 			run_usage(stderr);
-			return 2;
+			rc = 2;
+			goto out;
 		}
 		if (!strcmp(run_opts[idx].name, "config"))
-			ret = moem_config_load(optarg, config_entry, &a);
+			ret = moem_settings_load(optarg, config_entry, &a);
 		else
 			ret = apply(&a, run_opts[idx].name, optarg ? optarg : "");
-		if (ret)
-			return moem_tool_fail("run", ret, NULL);
+		if (ret) {
+			moem_tool_fail("run", ret, NULL);
+			goto out;
+		}
 	}
-	if (optind != argc || !a.o.pack_path) {
+	if (optind != argc || !a.ea.o.pack_path) {
 		fprintf(stderr, "moem run: %s\n", optind != argc ? "unexpected argument" :
 				"--pack is required");
 		run_usage(stderr);
-		return 2;
+		rc = 2;
+		goto out;
 	}
-	ret = pick_precisions(&a);
-	if (!ret)
-		ret = resolve_sizes(&a);
-	if (ret)
-		return moem_tool_fail("run", ret, NULL);
+	ret = moem_engine_args_resolve(&a.ea);
+	if (ret) {
+		moem_tool_fail("run", ret, NULL);
+		goto out;
+	}
 	if (a.quiet || a.json)
 		moem_log_set_level(MOEM_LOG_WARN);
-	ret = moem_engine_open(&a.o, &e);
-	if (ret)
-		return moem_tool_fail("run", ret, a.o.pack_path);
+	ret = moem_engine_open(&a.ea.o, &e);
+	if (ret) {
+		moem_tool_fail("run", ret, a.ea.o.pack_path);
+		goto out;
+	}
 	if (!a.no_warmup) {
 		struct moem_progress p;
 
 		ret = moem_engine_warmup(e, a.json ? NULL : &p);
 		if (ret) {
-			moem_engine_close(e);
-			return moem_tool_fail("run", ret, "warm-up");
+			moem_tool_fail("run", ret, "warm-up");
+			goto out;
 		}
 	}
 	if (!a.json)
-		moem_progress_start(&a.prog, "decoding", a.w.steps, false);
-	ret = moem_engine_run(e, &a.w, on_step, &a, &rs);
+		moem_progress_start(&a.prog, "decoding", a.ea.w.steps, false);
+	ret = moem_engine_run(e, &a.ea.w, on_step, &a, &rs);
 	if (!a.json)
 		moem_progress_finish(&a.prog);
 	if (ret) {
-		moem_engine_close(e);
-		return moem_tool_fail("run", ret, NULL);
+		moem_tool_fail("run", ret, NULL);
+		goto out;
 	}
 	moem_engine_get_status(e, &st);
 	if (a.json)
 		print_json(&a, &rs, &st);
 	else
 		print_human(&a, &rs, &st);
+	rc = 0;
+out:
 	moem_engine_close(e);
-	return 0;
+	moem_engine_args_free(&a.ea);
+	return rc;
 }
 
 MOEM_CMD(run_cmd, "run", "decode a workload on a pack under HBM and DRAM budgets", cmd_run);
