@@ -25,6 +25,7 @@
 #define MOEM_ENGINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <linux/moem.h>
@@ -132,8 +133,34 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
  * now (-EINVAL/-ERANGE, nothing changed), applied at the next layer. */
 int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob);
-/* Any thread: end the current run after the step in progress. */
+/*
+ * Any thread: apply pending knob changes now when no run, warm-up or
+ * verification holds the engine (then they take effect at once: status
+ * shows them); otherwise the holder applies them at its next layer
+ * boundary. Returns 0, or the tiers' refusal (-ERANGE ...) of a budget.
+ */
+int moem_engine_apply_knobs(struct moem_engine *e);
+/* Any thread: end the current run after the step in progress, or a
+ * warm-up after the expert being staged (it then returns -ECANCELED). */
 void moem_engine_stop(struct moem_engine *e);
+/*
+ * Any thread: write the routing trace of the following runs to path
+ * (NULL: stop tracing). A run in progress keeps what it started with.
+ */
+int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits);
+/*
+ * True once the backend saw a sticky device error (the process must exit
+ * and be restarted); msg (may be NULL) receives the error.
+ */
+bool moem_engine_fatal(struct moem_engine *e, char *msg, size_t len);
+/*
+ * Check every expert version the staging directory says is in the pool
+ * against the pack's checksums (adopted ones after a warm restart
+ * included). Waits for loads in flight; -EBUSY while a run holds the
+ * engine. *checked = versions read, *bad = mismatches (the first one is
+ * described in the message, and the call returns -EBADMSG).
+ */
+int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t *bad);
 
 struct moem_engine_status {
 	char backend[32], backend_note[192];
@@ -146,6 +173,15 @@ struct moem_engine_status {
 	double link_gbps;
 	uint32_t prefetch_horizon;
 	bool running;
+	/* Warm restart: staged versions adopted from a persistent region. */
+	bool warm;
+	uint64_t adopted;
+	char pool_region[64];
+	bool pool_persistent;
+	uint64_t knob[MOEM_BUDGET_NR];	/* knob values in force or pending */
+	uint64_t knobs_applied_ns;	/* moem_now_ns() of the last applied change */
+	char trace_path[256];		/* "" when not tracing */
+	char pack_id[33];
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
 

@@ -291,6 +291,12 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		e->o.link_gbps = 25;
 	if (!o->no_verify)
 		e->o.verify_blobs = true;
+	/* The trace path is the engine's own copy: moem_engine_set_trace()
+	 * replaces it between runs. */
+	e->o.trace_out = NULL;
+	ret = moem_engine_set_trace(e, o->trace_out, o->trace_logits);
+	if (ret)
+		goto err;
 
 	ret = moem_pack_open(o->pack_path, &e->pack);
 	if (ret)
@@ -414,6 +420,7 @@ void moem_engine_close(struct moem_engine *e)
 	free(e->dx_inflight);
 	free(e->moe_layer);
 	free(e->moe_idx);
+	free(e->trace_path);
 	pthread_mutex_destroy(&e->knob_lock);
 	free(e);
 }
@@ -498,6 +505,7 @@ int eng_apply_knobs(struct moem_engine *e)
 	}
 	if (dirty & (1u << MOEM_BUDGET_PREFETCH_DEPTH))
 		e->prefetch_cap = (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH];
+	__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
 	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dx) {
 		uint32_t n_hi = (uint32_t)(k[MOEM_BUDGET_HI_PRECISION_PERMILLE] * e->cfg->n_experts /
 					   1000);
@@ -512,9 +520,51 @@ int eng_apply_knobs(struct moem_engine *e)
 	return ret;
 }
 
+int moem_engine_apply_knobs(struct moem_engine *e)
+{
+	int ret;
+
+	if (eng_claim(e))
+		return 0; /* the holder applies them at its next layer boundary */
+	ret = eng_apply_knobs(e);
+	eng_unclaim(e);
+	return ret;
+}
+
 void moem_engine_stop(struct moem_engine *e)
 {
 	__atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
+}
+
+int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits)
+{
+	char *p = NULL;
+
+	if (path && !*path)
+		return moem_errf(EINVAL, "empty trace path");
+	if (path && strlen(path) >= sizeof(((struct moem_engine_status *)0)->trace_path))
+		return moem_errf(ENAMETOOLONG, "trace path longer than %zu bytes",
+				 sizeof(((struct moem_engine_status *)0)->trace_path) - 1);
+	if (path) {
+		p = strdup(path);
+		if (!p)
+			return -ENOMEM;
+	}
+	pthread_mutex_lock(&e->knob_lock);
+	free(e->trace_path);
+	e->trace_path = p;
+	e->trace_logits = logits;
+	pthread_mutex_unlock(&e->knob_lock);
+	return 0;
+}
+
+bool moem_engine_fatal(struct moem_engine *e, char *msg, size_t len)
+{
+	bool fatal = e->be && moem_backend_fatal(e->be);
+
+	if (msg && len)
+		snprintf(msg, len, "%s", fatal ? moem_backend_fatal_msg(e->be) : "");
+	return fatal;
 }
 
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st)
@@ -535,7 +585,20 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	snprintf(st->precision, sizeof(st->precision), "%s", e->prec_spec);
 	snprintf(st->paging, sizeof(st->paging), "%s", e->paging_spec);
 	st->steps = e->total.step;
+	memcpy(st->knob, e->knob, sizeof(st->knob));
+	snprintf(st->trace_path, sizeof(st->trace_path), "%s", e->trace_path ? e->trace_path : "");
 	pthread_mutex_unlock(&e->knob_lock);
+	st->knobs_applied_ns = __atomic_load_n(&e->knobs_applied_ns, __ATOMIC_ACQUIRE);
+	st->warm = e->warm;
+	st->adopted = e->adopted;
+	snprintf(st->pool_region, sizeof(st->pool_region), "%s", e->pool_info.region);
+	st->pool_persistent = e->pool_info.persistent;
+	{
+		struct moem_pack_id id;
+
+		moem_pack_get_id(e->pack, &id);
+		moem_pack_id_str(&id, st->pack_id);
+	}
 	moem_tiers_get_stats(e->tiers, &ts);
 	st->hbm_budget = ts.hbm_budget;
 	st->hbm_used = ts.hbm_used;

@@ -93,13 +93,18 @@ struct moem_engine {
 	uint64_t knob[MOEM_BUDGET_NR];
 	uint32_t knob_dirty;	/* bit per knob */
 	volatile int stop;
-	volatile int running;
+	volatile int running;	/* a moem_engine_run() is in progress */
+	volatile int busy;	/* the engine thread's role is taken (eng_claim) */
 
 	/* Totals for status (under knob_lock). */
 	struct moem_step_stats total;
 
 	struct moem_trace_writer *trace;
 	bool trace_synthetic;
+	/* The trace the next run writes (under knob_lock; NULL: none). */
+	char *trace_path;
+	bool trace_logits;
+	uint64_t knobs_applied_ns;	/* when a knob change last took effect */
 };
 
 /* engine.c */
@@ -120,5 +125,8 @@ void eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
 /* warm.c: the staging directory of a persistent pool */
 int eng_warm_attach(struct moem_engine *e);
 void eng_warm_note(struct moem_engine *e);
+/* run.c: claim / give back the engine thread's role (runs, warm-up, verify) */
+int eng_claim(struct moem_engine *e);
+void eng_unclaim(struct moem_engine *e);
 
 #endif /* MOEM_ENGINE_INT_H */

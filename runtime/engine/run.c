@@ -139,7 +139,20 @@ static int replay_rec(struct source *s, uint64_t step, uint32_t m, struct moem_t
 	return 0;
 }
 
-static int open_trace_out(struct moem_engine *e, const struct moem_workload *w)
+int eng_claim(struct moem_engine *e)
+{
+	if (__atomic_exchange_n(&e->busy, 1, __ATOMIC_ACQ_REL))
+		return moem_errf(EBUSY,
+				 "the engine is busy (a run, warm-up or verification is in progress)");
+	return 0;
+}
+
+void eng_unclaim(struct moem_engine *e)
+{
+	__atomic_store_n(&e->busy, 0, __ATOMIC_RELEASE);
+}
+
+static int open_trace_out(struct moem_engine *e, const struct moem_workload *w, const char *path)
 {
 	struct moem_trace_info ti;
 	struct moem_pack_id id;
@@ -158,7 +171,7 @@ static int open_trace_out(struct moem_engine *e, const struct moem_workload *w)
 		 moem_route_kind_name(e->rp.kind));
 	if (e->trace_synthetic)
 		ti.flags |= MOEM_TRACE_F_SYNTHETIC;
-	return moem_trace_writer_open(e->o.trace_out, &ti, &e->trace);
+	return moem_trace_writer_open(path, &ti, &e->trace);
 }
 
 int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_step_fn fn,
@@ -170,6 +183,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 	struct moem_run_stats rs;
 	EVP_MD_CTX *md = NULL;
 	unsigned int mdlen = 0;
+	char *trace_path = NULL;
 	uint64_t step;
 	int ret;
 
@@ -177,8 +191,9 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		return moem_errf(EINVAL, "batch %u: moem decodes 1..%d tokens per step", B, ENG_MAX_B);
 	if (!w->steps)
 		return moem_errf(EINVAL, "no steps to run");
-	if (__atomic_exchange_n(&e->running, 1, __ATOMIC_ACQ_REL))
-		return moem_errf(EBUSY, "a run is already in progress");
+	if (eng_claim(e))
+		return -EBUSY;
+	__atomic_store_n(&e->running, 1, __ATOMIC_RELEASE);
 	memset(&src, 0, sizeof(src));
 	memset(&rs, 0, sizeof(rs));
 	src.hid.fd = -1;
@@ -187,8 +202,13 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 	if (ret)
 		goto out;
 	e->trace_synthetic = moem_pack_synth(e->pack, &(struct moem_synth_params){ 0 }) == 0;
-	if (e->o.trace_out) {
-		ret = open_trace_out(e, w);
+	pthread_mutex_lock(&e->knob_lock);
+	if (e->trace_path)
+		trace_path = strdup(e->trace_path);
+	e->o.trace_logits = e->trace_logits;
+	pthread_mutex_unlock(&e->knob_lock);
+	if (trace_path) {
+		ret = open_trace_out(e, w, trace_path);
 		if (ret)
 			goto out;
 	}
@@ -293,11 +313,32 @@ out:
 	}
 	EVP_MD_CTX_free(md);
 	source_close(&src);
+	free(trace_path);
 	__atomic_store_n(&e->running, 0, __ATOMIC_RELEASE);
+	eng_unclaim(e);
 	return ret;
 }
 
+static bool warmup_stopped(struct moem_engine *e)
+{
+	return __atomic_load_n(&e->stop, __ATOMIC_ACQUIRE);
+}
+
+static int warmup(struct moem_engine *e, struct moem_progress *progress);
+
 int moem_engine_warmup(struct moem_engine *e, struct moem_progress *progress)
+{
+	int ret = eng_claim(e);
+
+	if (ret)
+		return ret;
+	eng_apply_knobs(e);
+	ret = warmup(e, progress);
+	eng_unclaim(e);
+	return ret;
+}
+
+static int warmup(struct moem_engine *e, struct moem_progress *progress)
 {
 	uint64_t hu, hb, du, db, nv, total = 0;
 	int ret = 0;
@@ -317,6 +358,10 @@ int moem_engine_warmup(struct moem_engine *e, struct moem_progress *progress)
 				moem_tiers_usage(e->tiers, &hu, &hb, &du, &db, &nv);
 				if (du + e->blob_bytes[pi] > db)
 					goto dram_full;
+				if (warmup_stopped(e)) {
+					ret = moem_errf(ECANCELED, "warm-up stopped");
+					goto dram_full;
+				}
 				ret = moem_tiers_stage(e->tiers, m, x, pi);
 				if (progress && nv > nv0)
 					moem_progress_add(progress, nv - nv0);
@@ -333,6 +378,10 @@ dram_full:
 			moem_tiers_usage(e->tiers, &hu, &hb, &du, &db, &nv);
 			if (hu + e->blob_bytes[0] > hb)
 				goto hbm_full;
+			if (warmup_stopped(e)) {
+				moem_tiers_drain(e->tiers);
+				return moem_errf(ECANCELED, "warm-up stopped");
+			}
 			ret = moem_tiers_prefetch(e->tiers, m, x, MOEM_PRIO_PREFETCH);
 			ret = ret < 0 && ret != -EAGAIN ? ret : 0;
 		}

@@ -114,3 +114,42 @@ int eng_warm_attach(struct moem_engine *e)
 	moem_tiers_set_note(e->tiers, dir_note, e);
 	return 0;
 }
+
+int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t *bad)
+{
+	const uint32_t n_versions = e->n_moe * e->cfg->n_experts * 2;
+	struct dir_ent *ent = entries(e);
+	char first[96] = "";
+	int ret = eng_claim(e);
+
+	*checked = *bad = 0;
+	if (ret)
+		return ret;
+	/* Nothing moves while we hold the engine once the loads in flight land. */
+	moem_tiers_drain(e->tiers);
+	for (uint32_t v = 0; v < n_versions; v++) {
+		uint32_t pi = v & 1, x = (v >> 1) % e->cfg->n_experts,
+			 m = (v >> 1) / e->cfg->n_experts;
+		const struct moem_pack_blob *b;
+		uint64_t doff = ent[v].doff;
+
+		if (__atomic_load_n(&ent[v].state, __ATOMIC_ACQUIRE) != 1)
+			continue;
+		(*checked)++;
+		b = pi < e->n_prec ? moem_pack_expert(e->pack, e->moe_layer[m], x, e->prec[pi])
+				   : NULL;
+		if (!b || doff > e->dram_bytes || b->size > e->dram_bytes - doff ||
+		    moem_pack_verify_blob(b, e->dram + doff)) {
+			if (!*bad)
+				snprintf(first, sizeof(first), "MoE layer %u expert %u %s at offset %llu",
+					 m, x, pi < e->n_prec ? moem_prec_name(e->prec[pi]) : "?",
+					 (unsigned long long)doff);
+			(*bad)++;
+		}
+	}
+	eng_unclaim(e);
+	if (*bad)
+		return moem_errf(EBADMSG, "%llu of %llu staged expert versions do not match the pack (first: %s)",
+				 (unsigned long long)*bad, (unsigned long long)*checked, first);
+	return 0;
+}
