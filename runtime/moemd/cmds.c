@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The control commands (Documentation/protocol.md). Everything here runs
+ * on the event loop and returns at once: status, knobs and trace settings
+ * go straight to the engine (which takes them from any thread); runs and
+ * verifications become worker jobs whose responses are sent when they
+ * finish (moemd_job_done).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <moem/dev.h>
+#include <moem/error.h>
+#include <moem/util.h>
+
+#include "moemd.h"
+
+static const char *const command_names[] = {
+	"hello", "status", "get", "set", "run", "stop-run", "trace", "verify", "shutdown",
+};
+
+static bool run_active(struct moemd *d)
+{
+	bool r;
+
+	pthread_mutex_lock(&d->lock);
+	r = d->cur && d->cur->kind == JOB_RUN;
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}
+
+static void reply_err(struct moemd *d, struct moemd_client *c, int64_t id, int err,
+		      const char *fmt, ...) MOEM_PRINTF(5, 6);
+
+static void reply_err(struct moemd *d, struct moemd_client *c, int64_t id, int err,
+		      const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	moemd_client_send(d, c, moem_ctl_error(id, err, msg));
+}
+
+/* The engine is there and may take work; else answer why not. */
+static bool need_ready(struct moemd *d, struct moemd_client *c, int64_t id)
+{
+	int s = moemd_state_get(d);
+
+	if (s == MOEMD_READY)
+		return true;
+	if (s == MOEMD_STAGING) {
+		uint64_t done = __atomic_load_n(&d->prog.done, __ATOMIC_RELAXED), total = d->prog.total;
+
+		reply_err(d, c, id, EAGAIN, "not ready: staging experts (%.0f%%)",
+			  total ? 100.0 * (double)done / (double)total : 0.0);
+	} else {
+		reply_err(d, c, id, EAGAIN, "not ready: moemd is %s", moemd_state_name(s));
+	}
+	return false;
+}
+
+static void cmd_hello(struct moemd *d, struct moemd_client *c, int64_t id)
+{
+	struct json_object *r = moem_ctl_ok(id), *cmds = json_object_new_array();
+
+	json_object_object_add(r, "moemd", json_object_new_string(MOEMD_VERSION));
+	json_object_object_add(r, "protocol", json_object_new_string("1.0"));
+	json_object_object_add(r, "protocol_major", json_object_new_int(MOEM_CTL_VERSION_MAJOR));
+	json_object_object_add(r, "protocol_minor", json_object_new_int(MOEM_CTL_VERSION_MINOR));
+	json_object_object_add(r, "pid", json_object_new_int(getpid()));
+	json_object_object_add(r, "state", json_object_new_string(moemd_state_name(moemd_state_get(d))));
+	json_object_object_add(r, "pack", json_object_new_string(d->cfg.ea.o.pack_path));
+	json_object_object_add(r, "pack_id", json_object_new_string(d->pack_id));
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(command_names); i++)
+		json_object_array_add(cmds, json_object_new_string(command_names[i]));
+	json_object_object_add(r, "commands", cmds);
+	moemd_client_send(d, c, r);
+}
+
+static void cmd_status(struct moemd *d, struct moemd_client *c, int64_t id)
+{
+	struct json_object *r = moemd_status_json(d);
+
+	if (!r) {
+		reply_err(d, c, id, ENOMEM, "out of memory");
+		return;
+	}
+	json_object_object_add(r, "v", json_object_new_int(MOEM_CTL_VERSION_MAJOR));
+	json_object_object_add(r, "id", json_object_new_int64(id));
+	json_object_object_add(r, "ok", json_object_new_boolean(1));
+	moemd_client_send(d, c, r);
+}
+
+static struct json_object *knob_json(enum moem_budget_knob k, uint64_t v)
+{
+	if (k == MOEM_BUDGET_REROUTE)
+		return json_object_new_string(moem_reroute_name((enum moem_reroute)v));
+	return json_object_new_uint64(v);
+}
+
+static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
+{
+	struct json_object *r, *knobs;
+	enum moem_budget_knob k;
+	const char *name;
+	int ret;
+
+	if (!need_ready(d, c, id))
+		return;
+	ret = moem_ctl_get_str(req, "knob", &name);
+	if (ret == -ENOENT) {
+		r = moem_ctl_ok(id);
+		knobs = json_object_new_object();
+		for (int i = 0; i < MOEM_BUDGET_NR; i++)
+			json_object_object_add(knobs, moem_budget_name((enum moem_budget_knob)i),
+					       knob_json((enum moem_budget_knob)i,
+							 moem_engine_get_knob(d->e, (enum moem_budget_knob)i)));
+		json_object_object_add(r, "knobs", knobs);
+		moemd_client_send(d, c, r);
+		return;
+	}
+	if (!ret)
+		ret = moem_budget_lookup(name, &k);
+	if (ret) {
+		reply_err(d, c, id, -ret, "%s", moem_last_error());
+		return;
+	}
+	r = moem_ctl_ok(id);
+	json_object_object_add(r, "knob", json_object_new_string(name));
+	json_object_object_add(r, "value", knob_json(k, moem_engine_get_knob(d->e, k)));
+	moemd_client_send(d, c, r);
+}
+
+static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
+{
+	enum moem_budget_knob k;
+	const char *name;
+	struct json_object *r;
+	char val[64];
+	uint64_t v;
+	int ret;
+
+	if (!need_ready(d, c, id))
+		return;
+	moem_clear_error();
+	ret = moem_ctl_get_str(req, "knob", &name);
+	if (ret == -ENOENT) {
+		reply_err(d, c, id, EINVAL, "set needs \"knob\" and \"value\"");
+		return;
+	}
+	if (!ret)
+		ret = moem_budget_lookup(name, &k);
+	if (!ret) {
+		ret = moem_ctl_get_scalar(req, "value", val, sizeof(val));
+		if (ret == -ENOENT)
+			ret = moem_errf(EINVAL, "set %s: no \"value\"", name);
+	}
+	if (!ret)
+		ret = moem_budget_parse(k, val, &v);
+	if (!ret)
+		ret = moem_engine_set_knob(d->e, k, v);
+	if (!ret)
+		ret = moem_engine_apply_knobs(d->e);
+	if (ret) {
+		reply_err(d, c, id, -ret, "%s", moem_last_error());
+		return;
+	}
+	moem_budget_format(k, v, val, sizeof(val));
+	moem_info("budgets: %s = %s from the control socket", name, val);
+	r = moem_ctl_ok(id);
+	json_object_object_add(r, "knob", json_object_new_string(name));
+	json_object_object_add(r, "value", knob_json(k, v));
+	json_object_object_add(r, "applied",
+			       json_object_new_string(run_active(d) ? "at the next layer boundary"
+								    : "now"));
+	moemd_client_send(d, c, r);
+}
+
+/* The run's workload: the daemon's defaults, overridden by the request's
+ * "workload" object (the same names as the config keys). */
+static int build_workload(struct moemd *d, struct json_object *req, struct moemd_job *j)
+{
+	struct json_object *wl = NULL;
+	int ret = moem_engine_args_copy(&j->wl, &d->cfg.ea);
+
+	if (ret)
+		return ret;
+	if (!json_object_object_get_ex(req, "workload", &wl) || json_object_is_type(wl, json_type_null))
+		return 0;
+	if (!json_object_is_type(wl, json_type_object))
+		return moem_errf(EINVAL, "\"workload\" must be an object");
+	json_object_object_foreach(wl, key, val)
+	{
+		const struct moem_arg_def *def = moem_engine_arg_find(key);
+		char buf[4096];
+
+		(void)val;
+		if (!def || def->cls != MOEM_ARG_WORKLOAD)
+			return moem_errf(EINVAL,
+					 "workload: unknown setting '%s' (workload, batch, steps, mix, seed)",
+					 key);
+		ret = moem_ctl_get_scalar(wl, key, buf, sizeof(buf));
+		if (ret == -ENOENT)
+			continue;
+		if (!ret)
+			ret = moem_engine_args_set(&j->wl, key, buf);
+		if (ret)
+			return moem_err_prefix(-ret, "workload");
+	}
+	return 0;
+}
+
+static void cmd_run(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
+{
+	struct moemd_job *j;
+	int ret;
+
+	if (!need_ready(d, c, id))
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		reply_err(d, c, id, ENOMEM, "out of memory");
+		return;
+	}
+	j->kind = JOB_RUN;
+	j->client = moemd_client_serial(c);
+	j->req_id = id;
+	moem_clear_error();
+	ret = build_workload(d, req, j);
+	if (ret) {
+		reply_err(d, c, id, -ret, "%s", moem_last_error());
+		moemd_job_free(j);
+		return;
+	}
+	j->run_id = d->next_run_id + 1;
+	ret = moemd_worker_submit(d, j);
+	if (ret) {
+		reply_err(d, c, id, EBUSY,
+			  "busy: a run is in progress (%llu of %llu steps); one run at a time, send stop-run or wait",
+			  (unsigned long long)__atomic_load_n(&d->run_steps_done, __ATOMIC_RELAXED),
+			  (unsigned long long)__atomic_load_n(&d->run_steps, __ATOMIC_RELAXED));
+		moemd_job_free(j);
+		return;
+	}
+	d->next_run_id++;
+}
+
+static void cmd_stop_run(struct moemd *d, struct moemd_client *c, int64_t id)
+{
+	struct json_object *r = moem_ctl_ok(id);
+	bool running = run_active(d);
+
+	if (running && d->e)
+		moem_engine_stop(d->e);
+	json_object_object_add(r, "stopping", json_object_new_boolean(running));
+	moemd_client_send(d, c, r);
+}
+
+static void cmd_trace(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
+{
+	const char *path = NULL;
+	bool on, logits = false;
+	struct json_object *r;
+	int ret;
+
+	if (!need_ready(d, c, id))
+		return;
+	moem_clear_error();
+	ret = moem_ctl_get_bool(req, "on", &on);
+	if (ret == -ENOENT)
+		ret = moem_errf(EINVAL, "trace needs \"on\": true (with \"path\") or false");
+	if (!ret && on) {
+		ret = moem_ctl_get_str(req, "path", &path);
+		if (ret == -ENOENT)
+			ret = moem_errf(EINVAL, "trace on needs a \"path\"");
+		else if (!ret && path[0] != '/')
+			ret = moem_errf(EINVAL, "trace path '%s' is relative: give an absolute path (moemd's working directory is not yours)",
+					path);
+	}
+	if (!ret && on) {
+		ret = moem_ctl_get_bool(req, "logits", &logits);
+		ret = ret == -ENOENT ? 0 : ret;
+	}
+	if (!ret)
+		ret = moem_engine_set_trace(d->e, on ? path : NULL, logits);
+	if (ret) {
+		reply_err(d, c, id, -ret, "%s", moem_last_error());
+		return;
+	}
+	moem_info("trace: %s%s", on ? path : "off", on ? " (from the next run)" : "");
+	r = moem_ctl_ok(id);
+	json_object_object_add(r, "on", json_object_new_boolean(on));
+	if (on)
+		json_object_object_add(r, "path", json_object_new_string(path));
+	json_object_object_add(r, "from", json_object_new_string("the next run"));
+	moemd_client_send(d, c, r);
+}
+
+static void cmd_verify(struct moemd *d, struct moemd_client *c, int64_t id)
+{
+	struct moemd_job *j;
+
+	if (!need_ready(d, c, id))
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		reply_err(d, c, id, ENOMEM, "out of memory");
+		return;
+	}
+	j->kind = JOB_VERIFY;
+	j->client = moemd_client_serial(c);
+	j->req_id = id;
+	if (moemd_worker_submit(d, j)) {
+		reply_err(d, c, id, EBUSY, "busy: a run is in progress; verify when it is done");
+		moemd_job_free(j);
+	}
+}
+
+static void cmd_shutdown(struct moemd *d, struct moemd_client *c, int64_t id)
+{
+	struct json_object *r = moem_ctl_ok(id);
+
+	json_object_object_add(r, "state", json_object_new_string("draining"));
+	moemd_client_send(d, c, r);
+	moemd_begin_exit(d, MOEMD_EXIT_OK, "shutdown requested on the control socket");
+}
+
+typedef void (*cmd_fn)(struct moemd *d, struct moemd_client *c, int64_t id,
+		       struct json_object *req);
+
+static void cmd_hello_(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *r)
+{
+	cmd_hello(d, c, id);
+}
+
+static void cmd_status_(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *r)
+{
+	cmd_status(d, c, id);
+}
+
+static void cmd_stop_run_(struct moemd *d, struct moemd_client *c, int64_t id,
+			  struct json_object *r)
+{
+	cmd_stop_run(d, c, id);
+}
+
+static void cmd_verify_(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *r)
+{
+	cmd_verify(d, c, id);
+}
+
+static void cmd_shutdown_(struct moemd *d, struct moemd_client *c, int64_t id,
+			  struct json_object *r)
+{
+	cmd_shutdown(d, c, id);
+}
+
+static const struct {
+	const char *name;
+	cmd_fn fn;
+	bool draining;	/* served while shutting down */
+} commands[] = {
+	{ "hello", cmd_hello_, true },	 { "status", cmd_status_, true },
+	{ "get", cmd_get, false },	 { "set", cmd_set, false },
+	{ "run", cmd_run, false },	 { "stop-run", cmd_stop_run_, false },
+	{ "trace", cmd_trace, false },	 { "verify", cmd_verify_, false },
+	{ "shutdown", cmd_shutdown_, false },
+};
+
+void moemd_dispatch(struct moemd *d, struct moemd_client *c, struct json_object *req, int64_t id,
+		    const char *cmd)
+{
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(commands); i++) {
+		if (strcmp(cmd, commands[i].name))
+			continue;
+		if (!commands[i].draining && moemd_state_get(d) == MOEMD_DRAINING)
+			reply_err(d, c, id, ESHUTDOWN, "moemd is shutting down");
+		else
+			commands[i].fn(d, c, id, req);
+		return;
+	}
+	reply_err(d, c, id, EOPNOTSUPP,
+		  "unknown command '%.64s' (hello, status, get, set, run, stop-run, trace, verify, shutdown)",
+		  cmd);
+}
+
+void moemd_job_done(struct moemd *d, struct moemd_job *j)
+{
+	struct moemd_client *c = j->client ? moemd_client_find(d, j->client) : NULL;
+	struct json_object *r;
+
+	if (j->kind == JOB_RUN)
+		d->runs_done++;
+	if (!c)
+		return; /* the client left: the result is in the log */
+	if (j->ret) {
+		r = moem_ctl_error(j->req_id, -j->ret, j->err);
+		if (j->kind == JOB_VERIFY) {
+			json_object_object_add(r, "checked", json_object_new_uint64(j->checked));
+			json_object_object_add(r, "bad", json_object_new_uint64(j->bad));
+		}
+		moemd_client_send(d, c, r);
+		return;
+	}
+	if (j->kind == JOB_RUN) {
+		r = moemd_run_json(j);
+	} else {
+		r = moem_ctl_ok(j->req_id);
+		json_object_object_add(r, "checked", json_object_new_uint64(j->checked));
+		json_object_object_add(r, "bad", json_object_new_uint64(j->bad));
+	}
+	moemd_client_send(d, c, r);
+}

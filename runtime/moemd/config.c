@@ -1,0 +1,391 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * moemd's settings: command-line flags and a config file with the same
+ * names (flags win), the engine's settings shared with `moem run`
+ * (engine_args.h) plus the daemon's own; SIGHUP reloads the file and
+ * applies what can change while the engine runs.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/config.h>
+#include <moem/error.h>
+#include <moem/pack.h>
+#include <moem/dev.h>
+
+#include "moemd.h"
+
+/* The daemon's own settings; "config" only on the command line. */
+static const struct {
+	const char *name;
+	bool flag;
+} daemon_opts[] = {
+	{ "config", false },	  { "socket", false }, { "log-level", false },
+	{ "no-warmup", true },	  { "cold", true },    { "sysfs-knobs", false },
+};
+
+void moemd_cfg_init(struct moemd_cfg *c)
+{
+	memset(c, 0, sizeof(*c));
+	moem_engine_args_init(&c->ea);
+	/* A daemon keeps its staged experts across restarts when it can. */
+	c->ea.o.pool.persistent = true;
+	c->log_level = MOEM_LOG_INFO;
+	c->sysfs_knobs = true;
+}
+
+void moemd_cfg_free(struct moemd_cfg *c)
+{
+	moem_engine_args_free(&c->ea);
+	free(c->socket);
+	free(c->config);
+	memset(c, 0, sizeof(*c));
+}
+
+static int set_str(char **field, const char *v)
+{
+	char *s = strdup(v);
+
+	if (!s)
+		return -ENOMEM;
+	free(*field);
+	*field = s;
+	return 0;
+}
+
+static int cfg_set(struct moemd_cfg *c, const char *name, const char *v)
+{
+	int ret = moem_engine_args_set(&c->ea, name, v);
+
+	if (ret != -ENOENT) {
+		if (!ret && !strcmp(name, "region"))
+			c->region_given = true;
+		return ret;
+	}
+	if (!strcmp(name, "socket")) {
+		if (!*v || strlen(v) >= 108)
+			return moem_errf(EINVAL, "socket '%s': a path of 1..107 bytes", v);
+		return set_str(&c->socket, v);
+	}
+	if (!strcmp(name, "log-level"))
+		return moem_log_level_parse(v, &c->log_level);
+	if (!strcmp(name, "no-warmup"))
+		return moem_arg_bool(name, v, &c->no_warmup);
+	if (!strcmp(name, "cold"))
+		return moem_arg_bool(name, v, &c->cold);
+	if (!strcmp(name, "sysfs-knobs"))
+		return moem_arg_bool(name, v, &c->sysfs_knobs);
+	return moem_errf(EINVAL, "unknown setting '%s'", name);
+}
+
+static int file_entry(void *arg, const char *section, const char *key, const char *value)
+{
+	if (!strcmp(key, "config"))
+		return moem_errf(EINVAL, "a config file cannot include another");
+	return cfg_set(arg, key, value);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: moemd --pack FILE [options]     (or: moemd --config FILE)\n"
+		"Serve a .moem pack: stage its experts, run workloads submitted on the\n"
+		"control socket, follow budget changes. Runs in the foreground.\n\n"
+		"daemon:\n"
+		"  --config FILE        settings as 'name = value' lines (flags win)\n"
+		"  --socket PATH        control socket (default %s)\n"
+		"  --log-level L        err, warn, info (default), debug\n"
+		"  --cold               destroy this pack's persistent region first\n"
+		"  --no-warmup          do not stage experts before serving\n"
+		"  --sysfs-knobs yes|no follow /sys/kernel/moem/budgets (default yes)\n"
+		"engine (as in 'moem run'):\n"
+		"  --pack FILE --hbm SIZE|PCT%% --dram SIZE|PCT%% --precisions HI[,LO] --fallback\n"
+		"  --route SPEC --evict SPEC --prefetch SPEC --precision SPEC --paging SPEC\n"
+		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
+		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
+		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
+		"default workload of 'run' requests:\n"
+		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed S\n"
+		"  --version, --help\n",
+		MOEM_CTL_SOCKET);
+}
+
+/* Long options: the engine's, the daemon's, help and version. */
+static struct option *build_opts(void)
+{
+	size_t n = 0, i = 0;
+	struct option *o;
+
+	while (moem_engine_arg_defs[n].name)
+		n++;
+	o = calloc(n + MOEM_ARRAY_SIZE(daemon_opts) + 3, sizeof(*o));
+	if (!o)
+		return NULL;
+	for (const struct moem_arg_def *d = moem_engine_arg_defs; d->name; d++, i++)
+		o[i] = (struct option){ d->name, d->flag ? optional_argument : required_argument,
+					NULL, 0 };
+	for (size_t k = 0; k < MOEM_ARRAY_SIZE(daemon_opts); k++, i++)
+		o[i] = (struct option){ daemon_opts[k].name,
+					daemon_opts[k].flag ? optional_argument : required_argument,
+					NULL, 0 };
+	o[i++] = (struct option){ "help", no_argument, NULL, 'h' };
+	o[i++] = (struct option){ "version", no_argument, NULL, 'V' };
+	return o;
+}
+
+/* The region name a pack gets by default: its id's first 16 hex digits. */
+static int default_region(struct moemd_cfg *c)
+{
+	struct moem_pack *p;
+	struct moem_pack_id id;
+	char hex[33], name[64];
+	int ret;
+
+	if (c->region_given || !c->ea.o.pack_path)
+		return 0;
+	ret = moem_pack_open(c->ea.o.pack_path, &p);
+	if (ret)
+		return ret;
+	moem_pack_get_id(p, &id);
+	moem_pack_close(p);
+	snprintf(name, sizeof(name), "moemd-%.16s", moem_pack_id_str(&id, hex));
+	ret = moem_engine_args_set(&c->ea, "region", name);
+	return ret;
+}
+
+/* The daemon may change directory; keep the pack's absolute path. */
+static int absolute_pack(struct moemd_cfg *c)
+{
+	char *abs = realpath(c->ea.o.pack_path, NULL);
+	int ret;
+
+	if (!abs)
+		return moem_errf(errno, "pack %s: %s", c->ea.o.pack_path, strerror(errno));
+	ret = moem_engine_args_set(&c->ea, "pack", abs);
+	free(abs);
+	return ret;
+}
+
+int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
+{
+	struct option *opts = build_opts();
+	int ch, idx, ret, rc = MOEMD_EXIT_CONFIG;
+
+	if (!opts)
+		return MOEMD_EXIT_FAIL;
+	/* Pass 1: the config file (and help), so that flags override it. */
+	opterr = 0;
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, "hV", opts, &idx)) != -1) {
+		if (ch == 'h') {
+			usage(stdout);
+			rc = -1;
+			goto out;
+		}
+		if (ch == 'V') {
+			printf("moemd %s (control protocol %d.%d)\n", MOEMD_VERSION,
+			       MOEM_CTL_VERSION_MAJOR, MOEM_CTL_VERSION_MINOR);
+			rc = -1;
+			goto out;
+		}
+		if (ch == 0 && !strcmp(opts[idx].name, "config")) {
+			/* Absolute, for SIGHUP whatever the directory then. */
+			char *abs = realpath(optarg, NULL);
+
+			if (!abs) {
+				ret = moem_errf(errno, "config %s: %s", optarg, strerror(errno));
+				goto fail;
+			}
+			free(c->config);
+			c->config = abs;
+		}
+	}
+	if (c->config) {
+		ret = moem_settings_load(c->config, file_entry, c);
+		if (ret)
+			goto fail;
+	}
+	/* Pass 2: every flag, in order. */
+	opterr = 1;
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, "hV", opts, &idx)) != -1) {
+		if (ch != 0) {
+			usage(stderr);
+			rc = MOEMD_EXIT_USAGE;
+			goto out;
+		}
+		if (!strcmp(opts[idx].name, "config"))
+			continue;
+		ret = cfg_set(c, opts[idx].name, optarg ? optarg : "");
+		if (ret) {
+			fprintf(stderr, "moemd: --%s: %s\n", opts[idx].name, moem_strerror(ret));
+			rc = MOEMD_EXIT_USAGE;
+			goto out;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "moemd: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		rc = MOEMD_EXIT_USAGE;
+		goto out;
+	}
+	if (!c->ea.o.pack_path) {
+		fprintf(stderr, "moemd: no pack: give --pack FILE or 'pack = FILE' in the config\n");
+		rc = MOEMD_EXIT_USAGE;
+		goto out;
+	}
+	if (!c->socket) {
+		ret = set_str(&c->socket, MOEM_CTL_SOCKET);
+		if (ret)
+			goto fail;
+	}
+	ret = absolute_pack(c);
+	if (!ret)
+		ret = moem_engine_args_resolve(&c->ea);
+	if (!ret)
+		ret = default_region(c);
+	if (ret)
+		goto fail;
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "moemd: %s\n", moem_strerror(ret));
+out:
+	free(opts);
+	return rc;
+}
+
+static bool str_differs(const char *a, const char *b)
+{
+	return (a == NULL) != (b == NULL) || (a && strcmp(a, b));
+}
+
+/* Apply a budget from the config again (a change of the file). */
+static void reload_budget(struct moemd *d, enum moem_budget_knob k, uint64_t now, uint64_t was)
+{
+	int ret;
+
+	if (now == was)
+		return;
+	ret = moem_engine_set_knob(d->e, k, now);
+	if (!ret)
+		ret = moem_engine_apply_knobs(d->e);
+	if (ret)
+		moem_warn("reload: %s %llu refused: %s", moem_budget_name(k),
+			  (unsigned long long)now, moem_strerror(ret));
+	else
+		moem_info("reload: %s = %llu", moem_budget_name(k), (unsigned long long)now);
+}
+
+/* The route setting maps onto the reroute knob when it names a kind
+ * with default parameters; anything else needs a restart. */
+static void reload_route(struct moemd *d, const char *now, const char *was)
+{
+	const char *spec = now ? now : "none";
+	enum moem_reroute r;
+	int ret;
+
+	if (!str_differs(now, was))
+		return;
+	if (strchr(spec, ':') || moem_reroute_parse(spec, &r)) {
+		moem_warn("reload: route '%s' is not a plain reroute kind (none, lynx, oea, cache-aware, piggyback): restart moemd to apply it",
+			  spec);
+		return;
+	}
+	ret = moem_engine_set_knob(d->e, MOEM_BUDGET_REROUTE, r);
+	if (!ret)
+		ret = moem_engine_apply_knobs(d->e);
+	if (ret)
+		moem_warn("reload: route '%s' refused: %s", spec, moem_strerror(ret));
+	else
+		moem_info("reload: route = %s", spec);
+}
+
+void moemd_reload(struct moemd *d)
+{
+	struct moemd_cfg n, *o = &d->cfg;
+	const struct moem_engine_opts *a, *b;
+	const char *restart[24];
+	int nr = 0, rc;
+
+	if (!o->config) {
+		moem_info("SIGHUP: no config file to reload (started without --config)");
+		return;
+	}
+	moemd_cfg_init(&n);
+	rc = moemd_cfg_parse(&n, d->argc, d->argv);
+	if (rc) {
+		moem_err("reload of %s failed: nothing changed", o->config);
+		moemd_cfg_free(&n);
+		return;
+	}
+	a = &n.ea.o;
+	b = &o->ea.o;
+	/* Live: log level, budgets, routing kind, defaults of later runs. */
+	if (n.log_level != o->log_level) {
+		moem_log_set_level(n.log_level);
+		moem_info("reload: log-level changed");
+	}
+	if (moemd_state_get(d) == MOEMD_READY) {
+		reload_budget(d, MOEM_BUDGET_HBM_BYTES, a->hbm_budget, b->hbm_budget);
+		reload_budget(d, MOEM_BUDGET_DRAM_BYTES, a->dram_budget, b->dram_budget);
+		reload_route(d, a->route, b->route);
+	}
+	/* Settings fixed at start: name the ones that changed. */
+#define RESTART_IF(cond, name)                  \
+	do {                                    \
+		if ((cond) && nr < 24)          \
+			restart[nr++] = (name); \
+	} while (0)
+	RESTART_IF(str_differs(a->pack_path, b->pack_path), "pack");
+	RESTART_IF(str_differs(n.ea.precisions, o->ea.precisions), "precisions");
+	RESTART_IF(a->allow_fallback != b->allow_fallback, "fallback");
+	RESTART_IF(str_differs(a->evict, b->evict), "evict");
+	RESTART_IF(str_differs(a->prefetch, b->prefetch), "prefetch");
+	RESTART_IF(str_differs(a->precision, b->precision), "precision");
+	RESTART_IF(str_differs(a->paging, b->paging), "paging");
+	RESTART_IF(str_differs(a->backend, b->backend), "backend");
+	RESTART_IF(a->threads != b->threads, "threads");
+	RESTART_IF(a->pool.provider != b->pool.provider, "pool");
+	RESTART_IF(str_differs(n.ea.region, o->ea.region), "region");
+	RESTART_IF(a->pool.persistent != b->pool.persistent, "persistent");
+	RESTART_IF(a->link_gbps != b->link_gbps, "link-gbps");
+	RESTART_IF(a->loader.mode != b->loader.mode, "loader");
+	RESTART_IF(a->no_verify != b->no_verify, "no-verify");
+	RESTART_IF(str_differs(n.socket, o->socket), "socket");
+	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
+#undef RESTART_IF
+	if (str_differs(a->trace_out, b->trace_out) || a->trace_logits != b->trace_logits) {
+		rc = moem_engine_set_trace(d->e, a->trace_out, a->trace_logits);
+		if (rc)
+			moem_warn("reload: trace-out refused: %s", moem_strerror(rc));
+		else
+			moem_info("reload: trace-out = %s (from the next run)",
+				  a->trace_out ? a->trace_out : "off");
+	}
+	for (int i = 0; i < nr; i++)
+		moem_warn("reload: '%s' changed: it takes effect when moemd restarts", restart[i]);
+	/* Take the live settings; keep the restart-only ones in force. The
+	 * swapped-out values are freed with n. */
+#define SWAP(x, y)                       \
+	do {                             \
+		__typeof__(x) t_ = (x);  \
+		(x) = (y);               \
+		(y) = t_;                \
+	} while (0)
+	o->log_level = n.log_level;
+	SWAP(o->ea.w, n.ea.w);
+	SWAP(o->ea.hbm, n.ea.hbm);
+	SWAP(o->ea.dram, n.ea.dram);
+	SWAP(o->ea.o.hbm_budget, n.ea.o.hbm_budget);
+	SWAP(o->ea.o.dram_budget, n.ea.o.dram_budget);
+	SWAP(o->ea.o.route, n.ea.o.route);
+	SWAP(o->ea.o.trace_out, n.ea.o.trace_out);
+	SWAP(o->ea.o.trace_logits, n.ea.o.trace_logits);
+#undef SWAP
+	moemd_cfg_free(&n);
+	moem_info("reloaded %s", o->config);
+}
