@@ -1,0 +1,494 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * moemctl: talk to moemd over its control socket (Documentation/protocol.md)
+ * and to moem.ko's budget knobs. Human output by default, --json for
+ * scripts (the daemon's response, one line).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <moem/dev.h>
+#include <moem/error.h>
+#include <moem/util.h>
+
+#include "moemctl.h"
+
+struct ctl_opts g = { .timeout_ms = 10000 };
+
+int fail(const char *what, int err)
+{
+	fprintf(stderr, "moemctl %s: %s\n", what, moem_strerror(err));
+	return 1;
+}
+
+struct moem_ctl *ctl_connect(void)
+{
+	struct moem_ctl *c;
+	int ret = moem_ctl_connect(g.socket, &c);
+
+	if (ret) {
+		fail("connect", ret);
+		return NULL;
+	}
+	return c;
+}
+
+int ctl_call(struct moem_ctl *c, const char *cmd, struct json_object *args, int timeout_ms,
+	     struct json_object **resp)
+{
+	int ret = moem_ctl_call(c, cmd, args, timeout_ms, resp);
+
+	if (ret) {
+		if (g.json && *resp)
+			print_json(*resp);
+		return fail(cmd, ret);
+	}
+	return 0;
+}
+
+void print_json(struct json_object *o)
+{
+	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+							 JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+struct json_object *jobj(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	return o && json_object_object_get_ex(o, key, &v) ? v : NULL;
+}
+
+uint64_t ju64(struct json_object *o, const char *key)
+{
+	struct json_object *v = jobj(o, key);
+
+	return v ? json_object_get_uint64(v) : 0;
+}
+
+double jdbl(struct json_object *o, const char *key)
+{
+	struct json_object *v = jobj(o, key);
+
+	return v ? json_object_get_double(v) : 0;
+}
+
+const char *jstr(struct json_object *o, const char *key)
+{
+	struct json_object *v = jobj(o, key);
+
+	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+}
+
+bool jbool(struct json_object *o, const char *key)
+{
+	struct json_object *v = jobj(o, key);
+
+	return v && json_object_get_boolean(v);
+}
+
+/* Call cmd with args; print the response as JSON or run human(). */
+static int simple(const char *cmd, struct json_object *args, void (*human)(struct json_object *))
+{
+	struct moem_ctl *c = ctl_connect();
+	struct json_object *r = NULL;
+	int rc;
+
+	if (!c) {
+		json_object_put(args);
+		return 1;
+	}
+	rc = ctl_call(c, cmd, args, g.timeout_ms, &r);
+	moem_ctl_close(c);
+	if (!rc) {
+		if (g.json)
+			print_json(r);
+		else if (human)
+			human(r);
+	}
+	json_object_put(r);
+	return rc;
+}
+
+/* Without moemd, status still says what moem.ko has. */
+static int kernel_only_status(void)
+{
+	uint64_t v;
+	char buf[64];
+	int fd;
+
+	for (int k = 0; k < MOEM_BUDGET_NR; k++) {
+		char path[128];
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "%s/budgets/%s", MOEM_SYSFS_ROOT,
+			 moem_budget_name((enum moem_budget_knob)k));
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			if (!k)
+				fprintf(stderr, "moemctl: moem.ko is not loaded either\n");
+			return 1;
+		}
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		buf[n > 0 ? n : 0] = 0;
+		if (!k)
+			fprintf(stderr, "moemctl: moem.ko budgets (sysfs):");
+		fprintf(stderr, " %s %s", moem_budget_name((enum moem_budget_knob)k),
+			strtok(buf, "\n") ? buf : "?");
+		(void)v;
+	}
+	fprintf(stderr, "\n");
+	return 1;
+}
+
+static void human_status(struct json_object *r)
+{
+	print_status(r);
+}
+
+static int cmd_status(int argc, char **argv)
+{
+	struct moem_ctl *c;
+	struct json_object *r = NULL;
+	int rc, ret;
+
+	if (argc != 1)
+		return 2;
+	ret = moem_ctl_connect(g.socket, &c);
+	if (ret) {
+		fail("status", ret);
+		return kernel_only_status();
+	}
+	rc = ctl_call(c, "status", NULL, g.timeout_ms, &r);
+	moem_ctl_close(c);
+	if (!rc)
+		g.json ? print_json(r) : human_status(r);
+	json_object_put(r);
+	return rc;
+}
+
+static void human_get(struct json_object *r)
+{
+	struct json_object *k = jobj(r, "knobs");
+
+	if (!k) {
+		printf("%s %s\n", jstr(r, "knob"), json_object_get_string(jobj(r, "value")));
+		return;
+	}
+	json_object_object_foreach(k, key, val)
+		printf("%s %s\n", key, json_object_get_string(val));
+}
+
+static int cmd_get(int argc, char **argv)
+{
+	struct json_object *args = json_object_new_object();
+
+	if (argc > 2)
+		return 2;
+	if (argc == 2)
+		json_object_object_add(args, "knob", json_object_new_string(argv[1]));
+	return simple("get", args, human_get);
+}
+
+/* moemctl set --via ioctl|sysfs: write moem.ko's knob; moemd follows. */
+static int set_kernel(const char *via, const char *knob, const char *value)
+{
+	enum moem_budget_knob k;
+	char path[128], buf[64];
+	uint64_t v;
+	int ret, fd;
+
+	ret = moem_budget_lookup(knob, &k);
+	if (!ret)
+		ret = moem_budget_parse(k, value, &v);
+	if (ret)
+		return fail("set", ret);
+	if (!strcmp(via, "ioctl")) {
+		ret = moem_dev_open(NULL, &fd);
+		if (!ret) {
+			ret = moem_dev_budget_set(fd, k, v);
+			close(fd);
+		}
+		if (ret)
+			return fail("set --via ioctl", ret);
+	} else {
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "%s/budgets/%s", MOEM_SYSFS_ROOT, knob);
+		moem_budget_format(k, v, buf, sizeof(buf));
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			return fail("set --via sysfs",
+				    moem_errf(errno, "%s: %s%s", path, strerror(errno),
+					      errno == ENOENT ? " (moem.ko not loaded)" : ""));
+		n = write(fd, buf, strlen(buf));
+		ret = n < 0 ? -errno : 0;
+		close(fd);
+		if (ret)
+			return fail("set --via sysfs",
+				    moem_errf(-ret, "write '%s' to %s: %s", buf, path, strerror(-ret)));
+	}
+	moem_budget_format(k, v, buf, sizeof(buf));
+	if (g.json)
+		printf("{\"ok\":true,\"knob\":\"%s\",\"value\":\"%s\",\"via\":\"%s\"}\n", knob, buf, via);
+	else
+		printf("%s = %s (moem.ko, via %s; moemd follows)\n", knob, buf, via);
+	return 0;
+}
+
+static void human_set(struct json_object *r)
+{
+	printf("%s = %s (applied %s)\n", jstr(r, "knob"), json_object_get_string(jobj(r, "value")),
+	       jstr(r, "applied"));
+}
+
+static int cmd_set(int argc, char **argv)
+{
+	static const struct option o[] = { { "via", required_argument, NULL, 'v' }, { 0 } };
+	const char *via = "socket";
+	struct json_object *args;
+	int ch;
+
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		if (ch != 'v')
+			return 2;
+		via = optarg;
+	}
+	if (argc - optind != 2)
+		return 2;
+	if (!strcmp(via, "ioctl") || !strcmp(via, "sysfs"))
+		return set_kernel(via, argv[optind], argv[optind + 1]);
+	if (strcmp(via, "socket")) {
+		fprintf(stderr, "moemctl set: --via socket, ioctl or sysfs\n");
+		return 2;
+	}
+	args = json_object_new_object();
+	json_object_object_add(args, "knob", json_object_new_string(argv[optind]));
+	json_object_object_add(args, "value", json_object_new_string(argv[optind + 1]));
+	return simple("set", args, human_set);
+}
+
+static void human_trace(struct json_object *r)
+{
+	if (jbool(r, "on"))
+		printf("trace on: %s (from the next run)\n", jstr(r, "path"));
+	else
+		printf("trace off\n");
+}
+
+static int cmd_trace(int argc, char **argv)
+{
+	struct json_object *args = json_object_new_object();
+	bool logits = argc == 4 && !strcmp(argv[3], "--logits");
+
+	if (argc >= 3 && !strcmp(argv[1], "on") && (argc == 3 || logits)) {
+		char *abs = realpath(argv[2], NULL);
+		char *dir = NULL;
+
+		/* The file need not exist: resolve its directory instead. */
+		if (!abs) {
+			const char *slash = strrchr(argv[2], '/');
+			char *d = slash ? strndup(argv[2], (size_t)(slash - argv[2])) : strdup(".");
+
+			dir = d ? realpath(*d ? d : "/", NULL) : NULL;
+			free(d);
+			if (dir && asprintf(&abs, "%s/%s", dir, slash ? slash + 1 : argv[2]) < 0)
+				abs = NULL;
+			free(dir);
+		}
+		json_object_object_add(args, "on", json_object_new_boolean(1));
+		json_object_object_add(args, "path", json_object_new_string(abs ? abs : argv[2]));
+		if (logits)
+			json_object_object_add(args, "logits", json_object_new_boolean(1));
+		free(abs);
+	} else if (argc == 2 && !strcmp(argv[1], "off")) {
+		json_object_object_add(args, "on", json_object_new_boolean(0));
+	} else {
+		json_object_put(args);
+		return 2;
+	}
+	return simple("trace", args, human_trace);
+}
+
+static void human_verify(struct json_object *r)
+{
+	printf("%llu staged expert versions match the pack\n", (unsigned long long)ju64(r, "checked"));
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+	int saved = g.timeout_ms;
+	int rc;
+
+	g.timeout_ms = -1; /* reads every staged byte */
+	rc = simple("verify", NULL, human_verify);
+	g.timeout_ms = saved;
+	return rc;
+}
+
+static void human_stop_run(struct json_object *r)
+{
+	printf("%s\n", jbool(r, "stopping") ? "the run stops after its current step" : "no run in progress");
+}
+
+static int cmd_stop_run(int argc, char **argv)
+{
+	return simple("stop-run", NULL, human_stop_run);
+}
+
+/* Ask moemd to exit and wait until it has (its socket closes). */
+static int cmd_stop(int argc, char **argv)
+{
+	struct moem_ctl *c = ctl_connect();
+	struct json_object *r = NULL;
+	char *line;
+	int rc;
+
+	if (!c)
+		return 1;
+	rc = ctl_call(c, "shutdown", NULL, g.timeout_ms, &r);
+	json_object_put(r);
+	if (!rc) {
+		/* moemd closes every connection when it exits. */
+		while (moem_ctl_recv_line(c, 15000, &line) == 0)
+			free(line);
+		if (!g.json)
+			printf("moemd stopped\n");
+		else
+			printf("{\"ok\":true,\"stopped\":true}\n");
+	}
+	moem_ctl_close(c);
+	return rc;
+}
+
+static void human_hello(struct json_object *r)
+{
+	printf("moemd %s, protocol %s, pid %llu, %s; pack %s (id %s)\n", jstr(r, "moemd"),
+	       jstr(r, "protocol"), (unsigned long long)ju64(r, "pid"), jstr(r, "state"),
+	       jstr(r, "pack"), jstr(r, "pack_id"));
+}
+
+static int cmd_hello(int argc, char **argv)
+{
+	return simple("hello", NULL, human_hello);
+}
+
+/* Send lines as they are (arguments, or stdin) and print every answer:
+ * for scripts and for testing the daemon's handling of bad input. */
+static int cmd_raw(int argc, char **argv)
+{
+	struct moem_ctl *c = ctl_connect();
+	char *line = NULL;
+	size_t cap = 0;
+	int n = 0, rc = 0;
+
+	if (!c)
+		return 1;
+	if (argc > 1) {
+		for (int i = 1; i < argc && !rc; i++, n++)
+			rc = moem_ctl_send_line(c, argv[i], strlen(argv[i]));
+	} else {
+		ssize_t len;
+
+		while (!rc && (len = getline(&line, &cap, stdin)) > 0) {
+			rc = moem_ctl_send_line(c, line, (size_t)len);
+			n++;
+		}
+		free(line);
+	}
+	for (int i = 0; i < n && !rc; i++) {
+		rc = moem_ctl_recv_line(c, g.timeout_ms, &line);
+		if (!rc) {
+			printf("%s\n", line);
+			free(line);
+		}
+	}
+	moem_ctl_close(c);
+	return rc ? fail("raw", rc) : 0;
+}
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *args, *help;
+} commands[] = {
+	{ "status", cmd_status, "", "pool, tiers, hit rates, stalls, policies, budgets, run" },
+	{ "get", cmd_get, "[KNOB]", "budget knobs in force" },
+	{ "set", cmd_set, "[--via socket|ioctl|sysfs] KNOB VALUE",
+	  "change a knob (hbm_bytes, dram_bytes, hi_precision_permille, prefetch_depth, reroute)" },
+	{ "run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
+	  "submit a workload and show its result" },
+	{ "stop-run", cmd_stop_run, "", "end the run in progress after its current step" },
+	{ "trace", cmd_trace, "on FILE [--logits] | off", "write the routing trace of later runs" },
+	{ "verify", cmd_verify, "", "check staged experts against the pack's checksums" },
+	{ "stop", cmd_stop, "", "drain and stop moemd (like SIGTERM)" },
+	{ "hello", cmd_hello, "", "versions and pack id" },
+	{ "raw", cmd_raw, "[LINE...]", "send protocol lines (or stdin) as they are" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: moemctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n\n");
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(commands); i++)
+		fprintf(f, "  %-8s %-40s %s\n", commands[i].name, commands[i].args, commands[i].help);
+	fprintf(f, "\nThe socket defaults to %s (or $MOEMD_SOCKET).\n", MOEM_CTL_SOCKET);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' }, { "json", no_argument, NULL, 'j' },
+		{ "timeout", required_argument, NULL, 't' }, { "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	int ch;
+
+	g.socket = getenv("MOEMD_SOCKET");
+	while ((ch = getopt_long(argc, argv, "+s:jt:h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 's':
+			g.socket = optarg;
+			break;
+		case 'j':
+			g.json = true;
+			break;
+		case 't':
+			g.timeout_ms = atoi(optarg);
+			if (g.timeout_ms <= 0) {
+				fprintf(stderr, "moemctl: --timeout wants milliseconds > 0\n");
+				return 2;
+			}
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(commands); i++) {
+		int rc;
+
+		if (strcmp(argv[optind], commands[i].name))
+			continue;
+		rc = commands[i].fn(argc - optind, argv + optind);
+		if (rc == 2)
+			fprintf(stderr, "usage: moemctl %s %s\n", commands[i].name, commands[i].args);
+		return rc;
+	}
+	fprintf(stderr, "moemctl: unknown command '%s'\n", argv[optind]);
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/* `moemctl status` for people: moemd's status response, one topic a line. */
+#include <stdio.h>
+#include <string.h>
+
+#include <moem/dev.h>
+#include <moem/util.h>
+
+#include "moemctl.h"
+
+static const char *bytes(uint64_t v, char *buf)
+{
+	return moem_fmt_bytes(v, buf, 32);
+}
+
+static void print_duration(const char *label, uint64_t ns)
+{
+	uint64_t s = ns / 1000000000ULL;
+
+	if (s >= 3600)
+		printf("%s%lluh%02llum", label, (unsigned long long)(s / 3600),
+		       (unsigned long long)(s / 60 % 60));
+	else if (s >= 60)
+		printf("%s%llum%02llus", label, (unsigned long long)(s / 60),
+		       (unsigned long long)(s % 60));
+	else
+		printf("%s%.1fs", label, (double)ns / 1e9);
+}
+
+static void print_budgets(const char *label, struct json_object *b)
+{
+	char v[32];
+
+	if (!b)
+		return;
+	printf("%-10s", label);
+	for (int k = 0; k < MOEM_BUDGET_NR; k++) {
+		const char *name = moem_budget_name((enum moem_budget_knob)k);
+
+		if (k == MOEM_BUDGET_REROUTE)
+			printf(" %s %s", name, jstr(b, name));
+		else if (k <= MOEM_BUDGET_DRAM_BYTES)
+			printf(" %s %s,", name, ju64(b, name) ? bytes(ju64(b, name), v) : "unset");
+		else
+			printf(" %s %llu,", name, (unsigned long long)ju64(b, name));
+	}
+	printf("\n");
+}
+
+void print_status(struct json_object *st)
+{
+	struct json_object *d = jobj(st, "daemon"), *k = jobj(st, "kernel"), *p = jobj(st, "pool"),
+			   *t = jobj(st, "tiers"), *c = jobj(st, "counters"),
+			   *pol = jobj(st, "policies"), *run = jobj(st, "run"), *tr = jobj(st, "trace");
+	char a[32], b[32];
+
+	printf("moemd %s (pid %llu), %s", jstr(d, "version"), (unsigned long long)ju64(d, "pid"),
+	       jstr(d, "state"));
+	print_duration(", up ", ju64(d, "uptime_ns"));
+	if (ju64(d, "ready_after_ns"))
+		print_duration(", ready after ", ju64(d, "ready_after_ns"));
+	printf("\npack      %s (id %.16s)\n", jstr(jobj(st, "pack"), "path"),
+	       jstr(jobj(st, "pack"), "id"));
+	if (!strcmp(jstr(d, "state"), "staging"))
+		printf("staging   %s of %s\n", bytes(ju64(d, "staged_bytes"), a),
+		       bytes(ju64(d, "staging_bytes"), b));
+	if (p) {
+		printf("pool      %s, %s", jstr(p, "provider"), bytes(ju64(p, "bytes"), a));
+		if (!strcmp(jstr(p, "provider"), "kmod"))
+			printf(", region '%s'%s%s", jstr(p, "region"),
+			       jbool(p, "persistent") ? ", persistent" : "",
+			       jbool(p, "warm") ? ", warm restart" : "");
+		if (jbool(p, "warm"))
+			printf(" (%llu staged versions adopted)", (unsigned long long)ju64(p, "adopted"));
+		printf("\n          %s\n", jstr(p, "why"));
+	}
+	if (jbool(k, "loaded"))
+		printf("kernel    moem.ko pool %s total, %s free, %llu regions%s\n",
+		       bytes(ju64(k, "pool_total_bytes"), a), bytes(ju64(k, "pool_free_bytes"), b),
+		       (unsigned long long)ju64(k, "pool_regions"),
+		       jbool(k, "following") ? "; moemd follows its budget knobs" : "");
+	else
+		printf("kernel    moem.ko not loaded\n");
+	if (jobj(st, "backend"))
+		printf("backend   %s%s%s\n", jstr(jobj(st, "backend"), "name"),
+		       *jstr(jobj(st, "backend"), "note") ? ": " : "",
+		       jstr(jobj(st, "backend"), "note"));
+	if (t) {
+		printf("tiers     HBM %s of %s (%llu hi + %llu lo versions resident)\n",
+		       bytes(ju64(t, "hbm_used"), a), bytes(ju64(t, "hbm_budget"), b),
+		       (unsigned long long)ju64(t, "hbm_resident_hi"),
+		       (unsigned long long)ju64(t, "hbm_resident_lo"));
+		printf("          DRAM %s of %s (%llu versions staged); link %.1f GB/s\n",
+		       bytes(ju64(t, "dram_used"), a), bytes(ju64(t, "dram_budget"), b),
+		       (unsigned long long)ju64(t, "dram_ready"), jdbl(t, "link_gbps"));
+	}
+	if (c)
+		printf("counters  %llu steps; hits %llu, misses %llu, fallbacks %llu (hit rate %.3f); stalls %.3f s\n",
+		       (unsigned long long)ju64(c, "steps"), (unsigned long long)ju64(c, "hits"),
+		       (unsigned long long)ju64(c, "misses"), (unsigned long long)ju64(c, "fallbacks"),
+		       jdbl(c, "hit_rate"), (double)ju64(c, "stall_ns") / 1e9);
+	if (pol) {
+		printf("policies  route %s, evict %s, prefetch %s", jstr(pol, "route"),
+		       jstr(pol, "evict"), jstr(pol, "prefetch"));
+		if (t && ju64(t, "prefetch_horizon"))
+			printf(" (horizon %llu)", (unsigned long long)ju64(t, "prefetch_horizon"));
+		printf(", precision %s, paging %s\n", jstr(pol, "precision"), jstr(pol, "paging"));
+	}
+	print_budgets("budgets", jobj(st, "budgets"));
+	if (jbool(k, "loaded"))
+		print_budgets("sysfs", jobj(k, "budgets"));
+	if (run) {
+		if (jbool(run, "active"))
+			printf("run       #%llu in progress: %llu of %llu steps\n",
+			       (unsigned long long)ju64(run, "id"),
+			       (unsigned long long)ju64(run, "steps_done"),
+			       (unsigned long long)ju64(run, "steps"));
+		else
+			printf("run       idle (%llu runs done)\n", (unsigned long long)ju64(d, "runs"));
+	}
+	if (tr)
+		printf("trace     %s%s\n", jbool(tr, "on") ? "on: " : "off",
+		       jbool(tr, "on") ? jstr(tr, "path") : "");
+}
