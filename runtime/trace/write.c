@@ -3,9 +3,13 @@
  * Streaming trace writer (trace.h). Records are assembled in memory one at
  * a time, checksummed and appended through a 1 MiB output buffer. A named
  * trace is written to a temporary file and renamed into place only after
- * a successful close.
+ * a successful close. The temporary file is unnamed (O_TMPFILE) where the
+ * file system allows it, so a writer killed mid-trace leaves nothing
+ * behind; elsewhere it is "<path>.XXXXXX".
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +30,7 @@ struct moem_trace_writer {
 	struct moem_trace_info info;
 	int fd;
 	char *path, *tmp; /* NULL in fd mode */
+	bool anon;	  /* fd is an O_TMPFILE: tmp is only a name to link it to */
 	uint8_t *rec;	  /* current record */
 	size_t rec_cap;
 	uint8_t *wbuf;
@@ -191,7 +196,15 @@ int moem_trace_writer_open(const char *path, const struct moem_trace_info *info,
 		writer_free(w);
 		return -ENOMEM;
 	}
-	w->fd = mkstemp(w->tmp);
+	{
+		char *dir = strdup(path);
+
+		w->fd = dir ? open(dirname(dir), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644) : -1;
+		free(dir);
+		w->anon = w->fd >= 0;
+	}
+	if (w->fd < 0)
+		w->fd = mkstemp(w->tmp);
 	if (w->fd < 0) {
 		ret = moem_errf(errno, "trace %s: cannot create a file next to it: %s", path,
 				strerror(errno));
@@ -348,9 +361,27 @@ void moem_trace_writer_abort(struct moem_trace_writer *w)
 		return;
 	if (w->tmp) {
 		close(w->fd);
-		unlink(w->tmp);
+		if (!w->anon)
+			unlink(w->tmp);
 	}
 	writer_free(w);
+}
+
+/* Give the unnamed file a temporary name next to path (then renamed). */
+static int link_anon(struct moem_trace_writer *w)
+{
+	char proc[64];
+	int fd;
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", w->fd);
+	fd = mkstemp(w->tmp); /* reserve a unique name */
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	unlink(w->tmp);
+	if (linkat(AT_FDCWD, proc, AT_FDCWD, w->tmp, AT_SYMLINK_FOLLOW) < 0)
+		return -errno;
+	return 0;
 }
 
 int moem_trace_writer_close(struct moem_trace_writer *w)
@@ -371,12 +402,18 @@ int moem_trace_writer_close(struct moem_trace_writer *w)
 		errno = EIO; /* a short pwrite sets none */
 		if (pwrite(w->fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || fsync(w->fd) < 0)
 			ret = moem_errf(errno, "trace %s: %s", w->path, strerror(errno));
+		if (!ret && w->anon) {
+			ret = link_anon(w);
+			if (ret)
+				ret = moem_errf(-ret, "trace %s: link: %s", w->path, strerror(-ret));
+			w->anon = ret != 0; /* named now, unless that failed */
+		}
 		if (close(w->fd) < 0 && !ret)
 			ret = moem_errf(errno, "trace %s: close: %s", w->path, strerror(errno));
 		w->fd = -1;
 		if (!ret && rename(w->tmp, w->path) < 0)
 			ret = moem_errf(errno, "trace %s: rename: %s", w->path, strerror(errno));
-		if (ret)
+		if (ret && !w->anon)
 			unlink(w->tmp);
 	}
 	writer_free(w);
