@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_emu.h"
 #include "emu.h"
@@ -218,13 +220,37 @@ CUAPI cuFuncSetAttribute(void *, int, int)
 	return OK;
 }
 
+/*
+ * For tests of fatal-error handling (moemd's exit status):
+ * MOEM_EMU_FAULT_LAUNCH=N makes the N-th kernel launch fault, as a kernel
+ * touching an illegal address would.
+ */
+static long fault_launch(void)
+{
+	static long at = -1, launches;
+
+	if (at < 0) {
+		const char *s = getenv("MOEM_EMU_FAULT_LAUNCH");
+
+		at = s ? atol(s) : 0;
+	}
+	return at > 0 && ++launches == at ? launches : 0;
+}
+
 CUAPI cuLaunchKernel(const struct kernel *f, unsigned int gx, unsigned int gy, unsigned int gz,
 		     unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem, void *,
 		     void **params, void **)
 {
+	long nth;
 	int r;
 
 	STICKY();
+	nth = fault_launch();
+	if (nth) {
+		fprintf(stderr, "emu: launch %ld (%s) faulted (MOEM_EMU_FAULT_LAUNCH)\n", nth, f->name);
+		sticky = E_ILLEGAL_ADDRESS;
+		return OK;
+	}
 	if (gz != 1 || !gx || !gy || gy > 65535)
 		return E_INVALID_VALUE;
 	r = emu_launch(f->run, params[0], dim3{ gx, gy, gz }, dim3{ bx, by, bz }, smem);
@@ -400,42 +426,86 @@ CUAPI cuEventElapsedTime_v2(float *ms, void *a, void *b)
 }
 
 /* Virtual memory management: not emulated. */
-CUAPI cuMemAddressReserve(uint64_t *, size_t, size_t, uint64_t, unsigned long long)
+/*
+ * Virtual memory management over host mappings, so that the tiers' CUDA
+ * device (VMM arena) runs here too: a reservation is a PROT_NONE range,
+ * a physical allocation a memfd (handle = fd + 1, never 0), a map an
+ * mmap of it over the reservation, access an mprotect. As on a GPU, a
+ * mapping outlives the release of its handle.
+ */
+#define EMU_VMM_GRAN (2u << 20)
+
+CUAPI cuMemGetAllocationGranularity(size_t *g, const void *, int)
 {
-	return E_NOT_SUPPORTED;
+	STICKY();
+	*g = EMU_VMM_GRAN;
+	return OK;
 }
 
-CUAPI cuMemAddressFree(uint64_t, size_t)
+CUAPI cuMemAddressReserve(uint64_t *p, size_t size, size_t, uint64_t, unsigned long long)
 {
-	return E_NOT_SUPPORTED;
+	void *m;
+
+	STICKY();
+	if (!size || size % EMU_VMM_GRAN)
+		return E_INVALID_VALUE;
+	m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return E_OUT_OF_MEMORY;
+	*p = (uint64_t)(uintptr_t)m;
+	return OK;
 }
 
-CUAPI cuMemCreate(void *, size_t, const void *, unsigned long long)
+CUAPI cuMemAddressFree(uint64_t p, size_t size)
 {
-	return E_NOT_SUPPORTED;
+	return munmap((void *)(uintptr_t)p, size) ? E_INVALID_VALUE : OK;
 }
 
-CUAPI cuMemRelease(unsigned long long)
+CUAPI cuMemCreate(unsigned long long *h, size_t size, const void *, unsigned long long)
 {
-	return E_NOT_SUPPORTED;
+	int fd;
+
+	STICKY();
+	if (!size || size % EMU_VMM_GRAN)
+		return E_INVALID_VALUE;
+	fd = memfd_create("emu-vmm", MFD_CLOEXEC);
+	if (fd < 0)
+		return E_OUT_OF_MEMORY;
+	if (ftruncate(fd, (off_t)size)) {
+		close(fd);
+		return E_OUT_OF_MEMORY;
+	}
+	*h = (unsigned long long)fd + 1;
+	return OK;
 }
 
-CUAPI cuMemMap(uint64_t, size_t, size_t, unsigned long long, unsigned long long)
+CUAPI cuMemRelease(unsigned long long h)
 {
-	return E_NOT_SUPPORTED;
+	return h && close((int)(h - 1)) == 0 ? OK : E_INVALID_VALUE;
 }
 
-CUAPI cuMemUnmap(uint64_t, size_t)
+CUAPI cuMemMap(uint64_t ptr, size_t size, size_t offset, unsigned long long h, unsigned long long)
 {
-	return E_NOT_SUPPORTED;
+	void *m;
+
+	STICKY();
+	if (!h)
+		return E_INVALID_VALUE;
+	m = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, (int)(h - 1),
+		 (off_t)offset);
+	return m == MAP_FAILED ? E_INVALID_VALUE : OK;
 }
 
-CUAPI cuMemSetAccess(uint64_t, size_t, const void *, size_t)
+CUAPI cuMemUnmap(uint64_t ptr, size_t size)
 {
-	return E_NOT_SUPPORTED;
+	void *m = mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+
+	return m == MAP_FAILED ? E_INVALID_VALUE : OK;
 }
 
-CUAPI cuMemGetAllocationGranularity(size_t *, const void *, int)
+CUAPI cuMemSetAccess(uint64_t ptr, size_t size, const void *, size_t)
 {
-	return E_NOT_SUPPORTED;
+	STICKY();
+	return mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) ? E_INVALID_VALUE : OK;
 }
