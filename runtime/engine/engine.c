@@ -4,6 +4,7 @@
  * device and tiers; upload the fixed weights; knobs and status.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -524,8 +525,11 @@ int moem_engine_apply_knobs(struct moem_engine *e)
 {
 	int ret;
 
-	if (eng_claim(e))
-		return 0; /* the holder applies them at its next layer boundary */
+	while (!eng_claim_brief(e)) {
+		if (__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) == ENG_BUSY_WORK)
+			return 0; /* the holder applies them (eng_unclaim_work) */
+		sched_yield(); /* another thread is applying: then it is our turn */
+	}
 	ret = eng_apply_knobs(e);
 	eng_unclaim(e);
 	return ret;

@@ -125,8 +125,18 @@ void eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
 /* warm.c: the staging directory of a persistent pool */
 int eng_warm_attach(struct moem_engine *e);
 void eng_warm_note(struct moem_engine *e);
-/* run.c: claim / give back the engine thread's role (runs, warm-up, verify) */
+/*
+ * run.c: claim / give back the engine thread's role. Runs, warm-up and
+ * verify claim it for their duration (-EBUSY if taken); applying knobs
+ * from another thread claims it briefly, only if free, and a long claim
+ * waits for that to end rather than fail.
+ */
+#define ENG_BUSY_WORK	1
+#define ENG_BUSY_BRIEF	2
 int eng_claim(struct moem_engine *e);
+bool eng_claim_brief(struct moem_engine *e);
 void eng_unclaim(struct moem_engine *e);
+/* Give back a long claim and apply knobs set meanwhile. */
+void eng_unclaim_work(struct moem_engine *e);
 
 #endif /* MOEM_ENGINE_INT_H */

@@ -5,6 +5,7 @@
  * step's final hidden states, so two runs can be compared by anyone.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,15 +142,44 @@ static int replay_rec(struct source *s, uint64_t step, uint32_t m, struct moem_t
 
 int eng_claim(struct moem_engine *e)
 {
-	if (__atomic_exchange_n(&e->busy, 1, __ATOMIC_ACQ_REL))
-		return moem_errf(EBUSY,
-				 "the engine is busy (a run, warm-up or verification is in progress)");
-	return 0;
+	for (;;) {
+		int was = 0;
+
+		if (__atomic_compare_exchange_n(&e->busy, &was, ENG_BUSY_WORK, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return 0;
+		if (was == ENG_BUSY_WORK)
+			return moem_errf(EBUSY,
+					 "the engine is busy (a run, warm-up or verification is in progress)");
+		sched_yield(); /* moem_engine_apply_knobs() holds it for a moment */
+	}
+}
+
+bool eng_claim_brief(struct moem_engine *e)
+{
+	int was = 0;
+
+	return __atomic_compare_exchange_n(&e->busy, &was, ENG_BUSY_BRIEF, false, __ATOMIC_ACQ_REL,
+					   __ATOMIC_ACQUIRE);
 }
 
 void eng_unclaim(struct moem_engine *e)
 {
 	__atomic_store_n(&e->busy, 0, __ATOMIC_RELEASE);
+}
+
+void eng_unclaim_work(struct moem_engine *e)
+{
+	uint32_t dirty;
+
+	eng_unclaim(e);
+	/* A knob set while we held the engine, after our last layer
+	 * boundary, was left to us: apply it now. */
+	pthread_mutex_lock(&e->knob_lock);
+	dirty = e->knob_dirty;
+	pthread_mutex_unlock(&e->knob_lock);
+	if (dirty)
+		moem_engine_apply_knobs(e);
 }
 
 static int open_trace_out(struct moem_engine *e, const struct moem_workload *w, const char *path)
@@ -315,7 +345,7 @@ out:
 	source_close(&src);
 	free(trace_path);
 	__atomic_store_n(&e->running, 0, __ATOMIC_RELEASE);
-	eng_unclaim(e);
+	eng_unclaim_work(e);
 	return ret;
 }
 
@@ -334,7 +364,7 @@ int moem_engine_warmup(struct moem_engine *e, struct moem_progress *progress)
 		return ret;
 	eng_apply_knobs(e);
 	ret = warmup(e, progress);
-	eng_unclaim(e);
+	eng_unclaim_work(e);
 	return ret;
 }
 

@@ -147,7 +147,7 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 			(*bad)++;
 		}
 	}
-	eng_unclaim(e);
+	eng_unclaim_work(e);
 	if (*bad)
 		return moem_errf(EBADMSG, "%llu of %llu staged expert versions do not match the pack (first: %s)",
 				 (unsigned long long)*bad, (unsigned long long)*checked, first);
