@@ -170,6 +170,7 @@ struct moem_engine_status {
 	uint64_t hbm_budget, hbm_used, dram_budget, dram_used;
 	uint64_t hbm_resident_hi, hbm_resident_lo, dram_ready;
 	uint64_t hits, misses, fallbacks, stall_ns, steps;
+	uint64_t bytes_nvme;		/* read from the pack since open (warm-up included) */
 	double link_gbps;
 	uint32_t prefetch_horizon;
 	bool running;

@@ -283,6 +283,7 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		return -ENOMEM;
 	e->o = *o;
 	pthread_mutex_init(&e->knob_lock, NULL);
+	pthread_mutex_init(&e->budget_lock, NULL);
 	snprintf(e->route_spec, sizeof(e->route_spec), "%s", or_default(o->route, "none"));
 	snprintf(e->evict_spec, sizeof(e->evict_spec), "%s", or_default(o->evict, "lru"));
 	snprintf(e->prefetch_spec, sizeof(e->prefetch_spec), "%s", or_default(o->prefetch, "none"));
@@ -359,6 +360,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		goto err;
 	e->knob[MOEM_BUDGET_HBM_BYTES] = e->o.hbm_budget;
 	e->knob[MOEM_BUDGET_DRAM_BYTES] = e->o.dram_budget;
+	e->applied_hbm = e->o.hbm_budget;
+	e->applied_dram = e->o.dram_budget;
 	e->knob[MOEM_BUDGET_HI_PRECISION_PERMILLE] = 1000;
 	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
 	e->knob[MOEM_BUDGET_REROUTE] = (uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
@@ -423,6 +426,7 @@ void moem_engine_close(struct moem_engine *e)
 	free(e->moe_idx);
 	free(e->trace_path);
 	pthread_mutex_destroy(&e->knob_lock);
+	pthread_mutex_destroy(&e->budget_lock);
 	free(e);
 }
 
@@ -461,6 +465,43 @@ uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob)
 	return v;
 }
 
+/*
+ * Give the tiers the budgets the knobs hold now. Any thread: the tiers
+ * take budget changes at any moment; budget_lock keeps two appliers from
+ * installing values out of order. The policies' derived numbers (DynaExq
+ * capacity, paging) are the engine thread's, in eng_apply_knobs().
+ */
+int eng_apply_budget(struct moem_engine *e, uint64_t *hbm_out, uint64_t *dram_out)
+{
+	uint64_t hbm, dram;
+	int ret = 0;
+
+	pthread_mutex_lock(&e->budget_lock);
+	pthread_mutex_lock(&e->knob_lock);
+	hbm = e->knob[MOEM_BUDGET_HBM_BYTES];
+	dram = e->knob[MOEM_BUDGET_DRAM_BYTES];
+	pthread_mutex_unlock(&e->knob_lock);
+	/* 0 means "no limit set": everything fits. */
+	hbm = !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm;
+	dram = !dram || dram > e->dram_bytes ? e->dram_bytes : dram;
+	if (hbm != e->applied_hbm || dram != e->applied_dram) {
+		ret = moem_tiers_set_budget(e->tiers, hbm, dram);
+		if (ret) {
+			moem_warn("budget change refused: %s", moem_last_error());
+		} else {
+			e->applied_hbm = hbm;
+			e->applied_dram = dram;
+			__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
+			moem_info("budgets applied: hbm %llu, dram %llu", (unsigned long long)hbm,
+				  (unsigned long long)dram);
+		}
+	}
+	pthread_mutex_unlock(&e->budget_lock);
+	*hbm_out = hbm;
+	*dram_out = dram;
+	return ret;
+}
+
 /* Apply knob changes at a layer boundary; the engine thread only. */
 int eng_apply_knobs(struct moem_engine *e)
 {
@@ -476,17 +517,9 @@ int eng_apply_knobs(struct moem_engine *e)
 	if (!dirty)
 		return 0;
 	if (dirty & ((1u << MOEM_BUDGET_HBM_BYTES) | (1u << MOEM_BUDGET_DRAM_BYTES))) {
-		uint64_t hbm = k[MOEM_BUDGET_HBM_BYTES], dram = k[MOEM_BUDGET_DRAM_BYTES];
+		uint64_t hbm, dram;
 
-		/* 0 means "no limit set": everything fits. */
-		hbm = !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm;
-		dram = !dram || dram > e->dram_bytes ? e->dram_bytes : dram;
-		ret = moem_tiers_set_budget(e->tiers, hbm, dram);
-		if (ret)
-			moem_warn("budget change refused: %s", moem_last_error());
-		else
-			moem_info("budgets applied: hbm %llu, dram %llu", (unsigned long long)hbm,
-				  (unsigned long long)dram);
+		ret = eng_apply_budget(e, &hbm, &dram);
 		if (!ret && e->dx) {
 			uint32_t n_hi;
 
@@ -526,8 +559,14 @@ int moem_engine_apply_knobs(struct moem_engine *e)
 	int ret;
 
 	while (!eng_claim_brief(e)) {
-		if (__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) == ENG_BUSY_WORK)
-			return 0; /* the holder applies them (eng_unclaim_work) */
+		if (__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) == ENG_BUSY_WORK) {
+			uint64_t hbm, dram;
+
+			/* A run (or warm-up) holds the engine: budgets take
+			 * effect in the tiers now, what the policies derive
+			 * from them at its next layer boundary. */
+			return eng_apply_budget(e, &hbm, &dram);
+		}
 		sched_yield(); /* another thread is applying: then it is our turn */
 	}
 	ret = eng_apply_knobs(e);
@@ -615,6 +654,7 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->misses = ts.misses;
 	st->fallbacks = ts.fallbacks;
 	st->stall_ns = ts.stall_ns;
+	st->bytes_nvme = ts.bytes_nvme;
 	st->link_gbps = ts.link_bw / 1e9;
 	st->prefetch_horizon = e->pf ? moem_prefetch_horizon(e->pf) : 0;
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);

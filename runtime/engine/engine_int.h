@@ -105,10 +105,15 @@ struct moem_engine {
 	char *trace_path;
 	bool trace_logits;
 	uint64_t knobs_applied_ns;	/* when a knob change last took effect */
+	/* Budgets go to the tiers from any thread, one at a time, with the
+	 * knob values current at that moment (eng_apply_budget). */
+	pthread_mutex_t budget_lock;
+	uint64_t applied_hbm, applied_dram;
 };
 
 /* engine.c */
 int eng_apply_knobs(struct moem_engine *e);
+int eng_apply_budget(struct moem_engine *e, uint64_t *hbm, uint64_t *dram);
 /* layer.c: run one model layer on the current batch (B tokens in e->h). */
 int eng_layer(struct moem_engine *e, uint32_t layer, uint32_t B, uint64_t step,
 	      const struct moem_trace_rec *replay, struct moem_step_stats *st);

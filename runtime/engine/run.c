@@ -393,6 +393,12 @@ static int warmup(struct moem_engine *e, struct moem_progress *progress)
 					goto dram_full;
 				}
 				ret = moem_tiers_stage(e->tiers, m, x, pi);
+				if (ret == -EAGAIN) {
+					/* Full after all: adopted versions of a warm
+					 * restart can leave no room where one fits. */
+					ret = 0;
+					goto dram_full;
+				}
 				if (progress && nv > nv0)
 					moem_progress_add(progress, nv - nv0);
 			}
