@@ -87,8 +87,10 @@ static void opened(struct moemd *d, struct moemd_job *j)
 		moem_info("warm restart: not available: the %s pool dies with this process (load moem.ko for a persistent region)",
 			  st.pool_provider);
 	moemd_state_set(d, MOEMD_READY);
-	moem_info("ready after %.2f s: %s, pool %s%s, HBM %s, DRAM %s", (double)(d->ready_ns - d->start_ns) / 1e9,
-		  st.backend, st.pool_provider, st.warm ? " (warm restart)" : "",
+	moem_info("ready after %.2f s (engine open %.2f s, warm-up %.2f s): %s, pool %s%s, HBM %s, DRAM %s",
+		  (double)(d->ready_ns - d->start_ns) / 1e9, (double)d->open_ns / 1e9,
+		  (double)d->warmup_ns / 1e9, st.backend, st.pool_provider,
+		  st.warm ? " (warm restart)" : "",
 		  moem_fmt_bytes(st.hbm_budget, hb, sizeof(hb)),
 		  moem_fmt_bytes(st.dram_budget, db, sizeof(db)));
 	moemd_notify("READY=1\nSTATUS=serving %s on %s", d->cfg.ea.o.pack_path, d->cfg.socket);
@@ -148,7 +150,7 @@ int moemd_loop(struct moemd *d)
 
 		__atomic_store_n(&d->heartbeat_ns, now, __ATOMIC_RELEASE);
 		staging_progress(d, now);
-		if (d->exiting && moemd_worker_idle(d))
+		if (d->exiting && (moemd_worker_idle(d) || d->exit_code == MOEMD_EXIT_DEVICE))
 			break;
 		if (d->exiting && now > d->drain_deadline) {
 			moem_err("the run did not stop within %llu s: exiting without draining",

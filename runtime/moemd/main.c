@@ -125,10 +125,14 @@ int main(int argc, char **argv)
 	rc = moemd_loop(d);
 out:
 	moemd_sysfs_close(d);
-	if (rc == MOEMD_EXIT_FAIL && d->exiting && !moemd_worker_idle(d)) {
-		/* The worker is stuck in the engine: do not wait for it. The
-		 * persistent region's directory is consistent at any instant. */
+	if ((rc == MOEMD_EXIT_FAIL && d->exiting && !moemd_worker_idle(d)) ||
+	    rc == MOEMD_EXIT_DEVICE) {
+		/* The worker is stuck in the engine, or the device is gone:
+		 * closing it could wait forever. Leave without: the kernel
+		 * frees the rest, and a persistent region's directory is
+		 * consistent at any instant. */
 		moemd_server_close(d);
+		moem_info("exit %d without closing the engine", rc);
 		_exit(rc);
 	}
 	moemd_worker_stop(d);

@@ -95,6 +95,7 @@ struct moemd {
 	struct moem_engine *e;
 	int state;			/* enum moemd_state, atomic */
 	uint64_t start_ns, ready_ns;
+	uint64_t open_ns, warmup_ns;	/* how long engine open and warm-up took */
 	struct moem_progress prog;
 	char pack_id[33];
 

@@ -107,6 +107,8 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "state", STR(moemd_state_name(state)));
 	ADD(o, "uptime_ns", U64(now - d->start_ns));
 	ADD(o, "ready_after_ns", U64(d->ready_ns ? d->ready_ns - d->start_ns : 0));
+	ADD(o, "open_ns", U64(d->open_ns));
+	ADD(o, "warmup_ns", U64(d->warmup_ns));
 	ADD(o, "socket", STR(d->cfg.socket));
 	ADD(o, "config", d->cfg.config ? STR(d->cfg.config) : NULL);
 	ADD(o, "requests", U64(d->requests));
@@ -167,6 +169,7 @@ struct json_object *moemd_status_json(struct moemd *d)
 		ADD(o, "hit_rate", DBL(acc ? (double)st.hits / (double)acc : 0.0));
 	}
 	ADD(o, "stall_ns", U64(st.stall_ns));
+	ADD(o, "bytes_nvme", U64(st.bytes_nvme));
 	ADD(r, "counters", o);
 
 	o = json_object_new_object();

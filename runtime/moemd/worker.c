@@ -71,8 +71,10 @@ static int open_engine(struct moemd *d)
 static void do_open(struct moemd *d, struct moemd_job *j)
 {
 	struct moem_engine_status st;
+	uint64_t t0 = moem_now_ns();
 	int ret = open_engine(d);
 
+	d->open_ns = moem_now_ns() - t0;
 	if (ret) {
 		job_fail(j, ret);
 		return;
@@ -86,7 +88,9 @@ static void do_open(struct moemd *d, struct moemd_job *j)
 	moemd_notify("STATUS=staging experts from NVMe");
 	/* The engine draws the bar on a terminal; status and the loop's log
 	 * lines read d->prog. */
+	t0 = moem_now_ns();
 	ret = moem_engine_warmup(d->e, &d->prog);
+	d->warmup_ns = moem_now_ns() - t0;
 	if (ret == -ECANCELED)
 		ret = 0; /* SIGTERM while staging: what is staged stays staged */
 	if (ret)

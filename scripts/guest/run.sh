@@ -13,6 +13,12 @@
 #     --timeout S     whole-run limit (default 900)
 #     --params STR    moem.ko parameters (default "max_pool_mb=256 prealloc_mb=32")
 #     --shell         interactive guest shell instead of the tests
+#     --script FILE   run FILE (busybox sh) in the guest instead of the
+#                     module's test sequence; the module is not loaded
+#     --check FILE    judge the log with FILE LOG PROG... (default check.sh)
+#     --disk-add FILE put FILE on the guest's disk too (/mnt, read-only)
+#     --disk-mb N     size of that disk (default 64)
+#     --env K=V       export K=V to the guest's script (repeatable)
 #
 # Fails on: a "not ok" TAP line, a program that exits non-zero or is
 # killed by its timeout, a program with no result, a failed rmmod, and any
@@ -29,8 +35,18 @@ ko=kmod/moem.ko
 tmo=900
 params="max_pool_mb=256 prealloc_mb=32"
 shell=0
+script=
+check=$here/check.sh
+disk_mb=64
+disk_add=()
+envs=()
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--script) script=$2; shift 2 ;;
+	--check) check=$2; shift 2 ;;
+	--disk-add) disk_add+=("$2"); shift 2 ;;
+	--disk-mb) disk_mb=$2; shift 2 ;;
+	--env) envs+=("$2"); shift 2 ;;
 	--work) work=$2; shift 2 ;;
 	--kimage) kimage=$2; shift 2 ;;
 	--kver) kver=$2; shift 2 ;;
@@ -72,6 +88,12 @@ cp "$here/init" "$root/init"
 chmod 755 "$root/init"
 cp "$ko" "$root/moem.ko"
 echo "$params" >"$root/moem.params"
+if [ -n "$script" ]; then
+	cp "$script" "$root/script.sh" && chmod 755 "$root/script.sh" || exit 1
+	for e in ${envs[@]+"${envs[@]}"}; do
+		printf 'export %q\n' "$e"
+	done >"$root/script.env"
+fi
 
 # Kernel modules for the virtio disk and ext4, in dependency order.
 resolve() {
@@ -108,8 +130,11 @@ done
 # offset 8*k is k, so a reader can check any range it lands.
 perl -e 'for my $i (0 .. 2047) { print pack("Q<*", map { $i * 512 + $_ } 0 .. 511) }' \
 	>"$work/disk/pattern.bin" || die "perl failed"
+for f in ${disk_add[@]+"${disk_add[@]}"}; do
+	cp "$f" "$work/disk/" || die "cannot put $f on the guest disk"
+done
 rm -f "$work/disk.img"
-truncate -s 64M "$work/disk.img" || die "cannot create $work/disk.img"
+truncate -s "${disk_mb}M" "$work/disk.img" || die "cannot create $work/disk.img"
 mke2fs -q -F -t ext4 -b 4096 -L moemtest -d "$work/disk" "$work/disk.img" ||
 	die "mke2fs failed"
 
@@ -132,7 +157,7 @@ secs=$((($(date +%s%N) - start) / 1000000))
 secs=$((secs / 1000)).$(((secs % 1000) / 100))
 tr -d '\r' <"$log" >"$log.txt"
 
-"$here/check.sh" "$log.txt" "$@"
+"$check" "$log.txt" "$@"
 rc=$?
 if [ $qrc -eq 124 ] || [ $qrc -eq 137 ]; then
 	echo "test-kmod: the guest did not finish within ${tmo}s"

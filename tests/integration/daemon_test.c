@@ -53,7 +53,7 @@ FIXTURE_SETUP(d)
 FIXTURE_TEARDOWN(d)
 {
 	if (self->m.pid > 0) {
-		if (!self->m.reaped && _metadata->passed == 0)
+		if (_metadata->passed == 0)
 			dmn_dump_log(&self->m);
 		dmn_stop_hard(&self->m);
 	}
