@@ -6,7 +6,8 @@
 #                           backend (tests/integration/*_test.c), then in the QEMU
 #                           guest with moem.ko: warm restart, the kill -9 loop on a
 #                           kmod region, sysfs budget changes (tests/integration/guest/)
-#   make test-daemon-host   the host part only
+#   make test-daemon-host   the host part only (with tests/integration/*_test.sh:
+#                           packaging/install.sh, the systemd unit, the example config)
 #   make test-daemon-guest  the guest part only
 #
 #   MOEM_KILL9_ITERS=N      kill -9 iterations on the host (default 100)
@@ -14,6 +15,7 @@
 
 INTEG_SRCS	:= $(wildcard tests/integration/*_test.c)
 INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
+INTEG_SCRIPTS	:= $(wildcard tests/integration/*_test.sh)
 INTEG_HDRS	:= $(wildcard tests/integration/*.h)
 GUEST_DMN_SRCS	:= $(wildcard tests/integration/guest/*_test.c)
 GUEST_DMN_BINS	:= $(GUEST_DMN_SRCS:tests/integration/guest/%.c=$(O)/guest-daemon/%)
@@ -37,7 +39,7 @@ INTEG_DEPS	:= $(if $(EMU_DIR),$(EMU_DIR)/libcuda.so.1)
 
 test-daemon-host: all $(INTEG_BINS) $(INTEG_DEPS)
 	$(Q)MOEM_BUILD=$(O) MOEM_KILL9_ITERS=$(MOEM_KILL9_ITERS) \
-		scripts/run-tests.sh --suite integration --timeout 900 $(INTEG_BINS)
+		scripts/run-tests.sh --suite integration --timeout 900 $(INTEG_BINS) $(INTEG_SCRIPTS)
 
 # The guest has no shared libraries: moemd, moemctl and the tests are
 # linked statically (sanitizers need their runtime, so never here).

@@ -1,21 +1,129 @@
 #!/bin/sh
 # SPDX-License-Identifier: GPL-2.0-only
-# The quick start's main job (make demo). At this stage: open the staging
-# pool with the embedded defaults (userspace provider unless moem.ko is
-# loaded) and report what served it; write a synthetic model with
-# Qwen3-30B-A3B expert shapes and pack it.
+#
+# The quick start's main job (make demo runs scripts/deps.sh and the build
+# first): a synthetic model with Qwen3-30B-A3B expert shapes (hidden 2048,
+# expert width 768; 4 layers x 32 experts, top-4), packed in bf16 + q4;
+# moemd serving it on the userspace pool (moem.ko's if loaded) and the CPU
+# backend (the GPU when there is one) under HBM and DRAM budgets smaller
+# than the model; one decode run per policy family through moemctl; a
+# table; the daemon stopped cleanly after each family. All numbers are on
+# a synthetic model and workload.
+#
+#   MOEM_BUILD=build  MOEM_DEMO_DIR=build/demo  MOEM_DEMO_STEPS=24  MOEM_DEMO_BATCH=8
+#   MOEM_DEMO_HBM=40%  MOEM_DEMO_DRAM=50%   (of the pack's expert bytes, bf16 + q4)
 set -eu
 B=${MOEM_BUILD:-build}
-echo "== moem demo: staging pool"
-"$B/bin/moem" pool --size 256M
-
-# A synthetic checkpoint (Documentation/synthetic-models.md) and its pack.
 D=${MOEM_DEMO_DIR:-$B/demo}
+STEPS=${MOEM_DEMO_STEPS:-24}
+BATCH=${MOEM_DEMO_BATCH:-8}
+HBM=${MOEM_DEMO_HBM:-40%}
+DRAM=${MOEM_DEMO_DRAM:-50%}
+SOCK=$D/moemd.sock
+BACKEND=
+PACK=$D/model.moem
+start=$(date +%s)
+pid=
+
+say() {
+	printf '== moem demo: %s\n' "$*"
+}
+
+stop_daemon() {
+	[ -n "$pid" ] || return 0
+	"$B/bin/moemctl" --socket "$SOCK" stop >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null && rc=0 || rc=$?
+	pid=
+	if [ $rc -ne 0 ]; then
+		cat "$D/moemd.log" >&2
+		echo "moem demo: moemd exited with status $rc" >&2
+	fi
+	return $rc
+}
+trap 'stop_daemon || true' EXIT INT TERM
+
 mkdir -p "$D"
-rm -rf "$D/model" "$D/model.moem"
-echo "== moem demo: synthetic model, Qwen3-30B-A3B expert shapes, 4 layers x 32 experts, top-4"
-"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --topk 4 --hidden 2048 \
-	--moe-intermediate 768 --seed 1 --out "$D/model"
-echo "== moem demo: pack (bf16 + q4)"
-"$B/bin/moem" pack --model "$D/model" --out "$D/model.moem" --precisions bf16,q4
-"$B/bin/moem" info "$D/model.moem"
+if [ ! -s "$PACK" ] || [ "$PACK" -ot "$B/bin/moem" ]; then
+	rm -rf "$D/model" "$PACK"
+	say "synthetic model, Qwen3-30B-A3B expert shapes, 4 layers x 32 experts, top-4"
+	"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --topk 4 --hidden 2048 \
+		--moe-intermediate 768 --seed 1 --out "$D/model"
+	say "pack (bf16 + q4)"
+	"$B/bin/moem" pack --model "$D/model" --out "$PACK" --precisions bf16,q4
+	rm -rf "$D/model" # the pack holds everything moemd needs
+fi
+"$B/bin/moem" info "$PACK" | head -n 12
+
+jget() {
+	printf '%s' "$1" | sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p"
+}
+
+# Start moemd with a policy family; wait until it serves.
+serve() {
+	family=$1
+	shift
+	say "moemd: $family (HBM $HBM, DRAM $DRAM of the expert bytes)"
+	rm -f "$D/moemd.log"
+	"$B/bin/moemd" --pack "$PACK" --socket "$SOCK" --hbm "$HBM" --dram "$DRAM" \
+		--precisions bf16,q4 --persistent=no --steps "$STEPS" --batch "$BATCH" \
+		"$@" 2>"$D/moemd.log" &
+	pid=$!
+	i=0
+	until "$B/bin/moemctl" --socket "$SOCK" hello 2>/dev/null | grep -q ', ready;'; do
+		i=$((i + 1))
+		if ! kill -0 "$pid" 2>/dev/null || [ $i -gt 1200 ]; then
+			cat "$D/moemd.log" >&2
+			echo "moem demo: moemd did not start" >&2
+			exit 1
+		fi
+		sleep 0.1
+	done
+	# What moemd chose and why (pool provider, backend, warm-up).
+	grep -E 'pool:|backend|ready after' "$D/moemd.log" | sed 's/^moemd: info: /   /'
+	[ -n "$BACKEND" ] || BACKEND=$(jget "$("$B/bin/moemctl" --socket "$SOCK" --json status)" name)
+}
+
+ROWS=$D/table.txt
+: >"$ROWS"
+# One run; a table row.
+run() {
+	label=$1
+	out=$("$B/bin/moemctl" --socket "$SOCK" --json run)
+	awk -v l="$label" -v t="$(jget "$out" tokens_per_s)" -v h="$(jget "$out" hit_rate)" \
+		-v s="$(jget "$out" stall_share)" -v n="$(jget "$out" bytes_nvme)" \
+		-v c="$(jget "$out" bytes_h2d)" -v T="$(jget "$out" mean_T)" \
+		'BEGIN { printf "%-44s %9.1f %8.3f %7.1f%% %7.1f %10.1f %10.1f\n", l, t, h, s * 100, T,
+			 n / 1048576, c / 1048576 }' | tee -a "$ROWS"
+	echo "$out" >>"$D/runs.jsonl"
+}
+
+: >"$D/runs.jsonl"
+serve "baseline: LRU, fetch on demand"
+run "baseline: on demand, LRU"
+# Routing is a live knob: LYNX and OEA on the same daemon.
+"$B/bin/moemctl" --socket "$SOCK" set reroute lynx >/dev/null
+run "LYNX batch re-routing (live knob), LRU"
+"$B/bin/moemctl" --socket "$SOCK" set reroute oea >/dev/null
+run "OEA batch re-routing (live knob), LRU"
+stop_daemon
+
+serve "cache-aware + ExpertFlow prefetch + two-level LRU" --route cache-aware \
+	--prefetch adaptive --evict lru2
+run "cache-aware, ExpertFlow prefetch, lru2"
+stop_daemon
+
+serve "DynaExq hot experts in bf16, the rest in q4" --precision dynaexq --fallback
+run "DynaExq bf16/q4 (+ lo fallback)"
+stop_daemon
+
+serve "FluxMoE paging" --paging fluxmoe
+run "FluxMoE paging"
+stop_daemon
+
+echo
+echo "moem demo: $STEPS steps x $BATCH tokens per run on the $BACKEND backend, HBM $HBM and DRAM $DRAM"
+echo "of the expert bytes (synthetic model and workload; results in $D/runs.jsonl)"
+printf '%-44s %9s %8s %8s %7s %10s %10s\n' "policy family" "tokens/s" "hit rate" "stalls" \
+	"mean T" "NVMe MiB" "to HBM MiB"
+cat "$ROWS"
+echo "moem demo: done in $(($(date +%s) - start)) s; moemd stopped cleanly after each family"
