@@ -143,6 +143,8 @@ int moemd_loop(struct moemd *d)
 {
 	struct pollfd p[MOEMD_MAX_CLIENTS + 3];
 	uint64_t who[MOEMD_MAX_CLIENTS];
+	/* Pass often enough for the watchdog to see the loop alive. */
+	int tick_ms = d->watchdog_usec ? (int)moem_clamp(d->watchdog_usec / 4000, 1, 1000) : 1000;
 
 	for (;;) {
 		uint64_t now = moem_now_ns();
@@ -171,7 +173,7 @@ int moemd_loop(struct moemd *d)
 				.events = (short)(POLLIN | (moemd_client_wants_write(c) ? POLLOUT : 0)),
 			};
 		}
-		r = poll(p, (nfds_t)n, d->exiting ? 50 : 1000);
+		r = poll(p, (nfds_t)n, d->exiting ? 50 : tick_ms);
 		if (r < 0 && errno != EINTR) {
 			moem_err("poll: %s", strerror(errno));
 			return MOEMD_EXIT_FAIL;

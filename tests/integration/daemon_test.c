@@ -594,6 +594,67 @@ TEST_F(d, configuration_errors)
 	shutdown_ok(_metadata, &self->m);
 }
 
+/* Everything the daemon told systemd on the NOTIFY_SOCKET, appended. */
+static void notify_read(int fd, char *buf, size_t len)
+{
+	size_t have = strlen(buf);
+
+	for (;;) {
+		ssize_t n = recv(fd, buf + have, len - 1 - have, MSG_DONTWAIT);
+
+		if (n <= 0 || have + (size_t)n >= len - 1)
+			break;
+		have += (size_t)n;
+		buf[have++] = '\n';
+		buf[have] = 0;
+	}
+}
+
+TEST_F_TIMEOUT(d, systemd_notify_and_watchdog, 60)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[300], msgs[8192] = "";
+	struct json_object *r;
+	int fd, watchdogs = 0;
+	const char *p;
+
+	snprintf(path, sizeof(path), "%s/notify", self->dir);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
+	setenv("NOTIFY_SOCKET", path, 1);
+	setenv("WATCHDOG_USEC", "200000", 1);
+	{
+		const char *x[] = { "--pool", "thp", NULL };
+
+		ASSERT_EQ(0, start(self, x));
+	}
+	unsetenv("NOTIFY_SOCKET");
+	unsetenv("WATCHDOG_USEC");
+	ASSERT_EQ(0, dmn_wait_ready(&self->m, 30000));
+	/* Serving: READY=1 once, then WATCHDOG=1 about every 100 ms. */
+	dmn_sleep_ms(700);
+	notify_read(fd, msgs, sizeof(msgs));
+	EXPECT_NE(NULL, strstr(msgs, "READY=1")) TH_LOG("%s", msgs);
+	EXPECT_NE(NULL, strstr(msgs, "STATUS=serving")) TH_LOG("%s", msgs);
+	for (p = msgs; (p = strstr(p, "WATCHDOG=1")); p++)
+		watchdogs++;
+	EXPECT_GE(watchdogs, 3) TH_LOG("%s", msgs);
+	EXPECT_TRUE(dmn_log_has(&self->m, "systemd watchdog"));
+	/* Reload says so; stopping says so. */
+	dmn_kill(&self->m, SIGHUP);
+	dmn_sleep_ms(200);
+	ASSERT_EQ(0, dmn_call(&self->m, "shutdown", NULL, &r));
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
+	EXPECT_EQ(0, dmn_exit_code(&self->m));
+	notify_read(fd, msgs, sizeof(msgs));
+	EXPECT_NE(NULL, strstr(msgs, "RELOADING=1")) TH_LOG("%s", msgs);
+	EXPECT_NE(NULL, strstr(msgs, "STOPPING=1")) TH_LOG("%s", msgs);
+	close(fd);
+}
+
 /*
  * A sticky device error: the CUDA backend on the kernel emulator's fake
  * libcuda.so.1, told to fault a kernel launch; moemd answers the run with
