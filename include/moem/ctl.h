@@ -25,10 +25,10 @@
 
 #include <json-c/json.h>
 
-#define MOEM_CTL_VERSION_MAJOR	1
-#define MOEM_CTL_VERSION_MINOR	0
-#define MOEM_CTL_SOCKET		"/run/moem/moemd.sock"
-#define MOEM_CTL_LINE_MAX	65536	/* bytes per line, newline excluded */
+#define MOEM_CTL_VERSION_MAJOR 1
+#define MOEM_CTL_VERSION_MINOR 0
+#define MOEM_CTL_SOCKET	       "/run/moem/moemd.sock"
+#define MOEM_CTL_LINE_MAX      65536 /* bytes per line, newline excluded */
 
 /* ---- line framing ---- */
 
@@ -36,8 +36,8 @@
 struct moem_ctl_lines {
 	char *buf;
 	size_t len, cap;
-	size_t skip;		/* bytes of the line handed out last, dropped next */
-	size_t max;		/* longest line accepted (MOEM_CTL_LINE_MAX if 0) */
+	size_t skip; /* bytes of the line handed out last, dropped next */
+	size_t max;  /* longest line accepted (MOEM_CTL_LINE_MAX if 0) */
 };
 
 void moem_ctl_lines_init(struct moem_ctl_lines *l, size_t max);
@@ -63,8 +63,8 @@ int moem_ctl_lines_next(struct moem_ctl_lines *l, char **line, size_t *len);
  * -EINVAL / -EPROTONOSUPPORT with a message; *id is the request's id when
  * it could be read, else -1.
  */
-int moem_ctl_parse_request(const char *line, size_t len, struct json_object **req,
-			   int64_t *id, const char **cmd);
+int moem_ctl_parse_request(const char *line, size_t len, struct json_object **req, int64_t *id,
+			   const char **cmd);
 /* {"v":1,"id":id,"ok":true}: add results to it. id < 0 gives "id":null. */
 struct json_object *moem_ctl_ok(int64_t id);
 /* {"v":1,"id":id,"ok":false,"error":msg,"errno":err} (err > 0). */

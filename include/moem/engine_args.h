@@ -20,13 +20,13 @@
 #include "engine.h"
 
 enum moem_arg_class {
-	MOEM_ARG_ENGINE = 0,	/* fixed when the engine opens */
-	MOEM_ARG_WORKLOAD = 1,	/* per run */
+	MOEM_ARG_ENGINE = 0,   /* fixed when the engine opens */
+	MOEM_ARG_WORKLOAD = 1, /* per run */
 };
 
 struct moem_arg_def {
 	const char *name;
-	bool flag;		/* boolean: no value on a command line */
+	bool flag; /* boolean: no value on a command line */
 	enum moem_arg_class cls;
 };
 
@@ -44,7 +44,7 @@ struct moem_engine_args {
 	struct moem_engine_opts o;
 	struct moem_workload w;
 	char *hbm, *dram, *precisions;
-	char *region;		/* the region setting (o.pool.name points here) */
+	char *region; /* the region setting (o.pool.name points here) */
 };
 
 /* Defaults: synthetic workload, batch 8, 32 steps, bf16, auto backend and pool. */

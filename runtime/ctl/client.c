@@ -22,7 +22,7 @@ struct moem_ctl {
 
 int moem_ctl_connect(const char *path, struct moem_ctl **out)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct moem_ctl *c;
 	int fd;
 
@@ -93,28 +93,31 @@ int moem_ctl_send_line(struct moem_ctl *c, const char *line, size_t len)
 
 int moem_ctl_recv_line(struct moem_ctl *c, int timeout_ms, char **out)
 {
-	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX
-					   : moem_now_ns() + (uint64_t)timeout_ms * 1000000;
+	uint64_t deadline =
+		timeout_ms < 0 ? UINT64_MAX : moem_now_ns() + (uint64_t)timeout_ms * 1000000;
 	char buf[65536], *line;
 	size_t len;
 	int ret;
 
 	for (;;) {
-		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		struct pollfd p = {.fd = c->fd, .events = POLLIN};
 		uint64_t now;
 		ssize_t r;
 
 		ret = moem_ctl_lines_next(&c->in, &line, &len);
 		if (ret < 0)
-			return moem_errf(EPROTO, "moemd sent a line longer than %zu bytes", c->in.max);
+			return moem_errf(EPROTO, "moemd sent a line longer than %zu bytes",
+					 c->in.max);
 		if (ret > 0) {
 			*out = strndup(line, len);
 			return *out ? 0 : -ENOMEM;
 		}
 		now = moem_now_ns();
 		if (now >= deadline)
-			return moem_errf(ETIMEDOUT, "no answer from moemd within %d ms", timeout_ms);
-		ret = poll(&p, 1, deadline == UINT64_MAX ? -1 : (int)((deadline - now) / 1000000 + 1));
+			return moem_errf(ETIMEDOUT, "no answer from moemd within %d ms",
+					 timeout_ms);
+		ret = poll(&p, 1,
+			   deadline == UINT64_MAX ? -1 : (int)((deadline - now) / 1000000 + 1));
 		if (ret < 0 && errno == EINTR)
 			continue;
 		if (ret < 0)
@@ -172,12 +175,13 @@ int moem_ctl_wait(struct moem_ctl *c, int64_t id, int timeout_ms, struct json_ob
 			json_object_put(r);
 			return moem_errf(EPROTO, "moemd sent something that is not a JSON object");
 		}
-		if (json_object_object_get_ex(r, "id", &v) && json_object_is_type(v, json_type_int) &&
-		    json_object_get_int64(v) == id)
+		if (json_object_object_get_ex(r, "id", &v) &&
+		    json_object_is_type(v, json_type_int) && json_object_get_int64(v) == id)
 			break;
-		if (json_object_object_get_ex(r, "id", &v) && json_object_is_type(v, json_type_null) &&
+		if (json_object_object_get_ex(r, "id", &v) &&
+		    json_object_is_type(v, json_type_null) &&
 		    json_object_object_get_ex(r, "ok", &e) && !json_object_get_boolean(e))
-			break; /* an error about the connection itself (too many clients) */
+			break;	    /* an error about the connection itself (too many clients) */
 		json_object_put(r); /* the answer to another request */
 	}
 	*resp = r;

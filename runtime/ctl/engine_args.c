@@ -11,32 +11,19 @@
 #include <moem/util.h>
 
 const struct moem_arg_def moem_engine_arg_defs[] = {
-	{ "pack", false, MOEM_ARG_ENGINE },
-	{ "hbm", false, MOEM_ARG_ENGINE },
-	{ "dram", false, MOEM_ARG_ENGINE },
-	{ "precisions", false, MOEM_ARG_ENGINE },
-	{ "fallback", true, MOEM_ARG_ENGINE },
-	{ "route", false, MOEM_ARG_ENGINE },
-	{ "evict", false, MOEM_ARG_ENGINE },
-	{ "prefetch", false, MOEM_ARG_ENGINE },
-	{ "precision", false, MOEM_ARG_ENGINE },
-	{ "paging", false, MOEM_ARG_ENGINE },
-	{ "backend", false, MOEM_ARG_ENGINE },
-	{ "threads", false, MOEM_ARG_ENGINE },
-	{ "pool", false, MOEM_ARG_ENGINE },
-	{ "region", false, MOEM_ARG_ENGINE },
-	{ "persistent", true, MOEM_ARG_ENGINE },
-	{ "link-gbps", false, MOEM_ARG_ENGINE },
-	{ "loader", false, MOEM_ARG_ENGINE },
-	{ "no-verify", true, MOEM_ARG_ENGINE },
-	{ "trace-out", false, MOEM_ARG_ENGINE },
-	{ "trace-logits", true, MOEM_ARG_ENGINE },
-	{ "workload", false, MOEM_ARG_WORKLOAD },
-	{ "batch", false, MOEM_ARG_WORKLOAD },
-	{ "steps", false, MOEM_ARG_WORKLOAD },
-	{ "mix", false, MOEM_ARG_WORKLOAD },
-	{ "seed", false, MOEM_ARG_WORKLOAD },
-	{ NULL, false, 0 },
+	{"pack", false, MOEM_ARG_ENGINE},	{"hbm", false, MOEM_ARG_ENGINE},
+	{"dram", false, MOEM_ARG_ENGINE},	{"precisions", false, MOEM_ARG_ENGINE},
+	{"fallback", true, MOEM_ARG_ENGINE},	{"route", false, MOEM_ARG_ENGINE},
+	{"evict", false, MOEM_ARG_ENGINE},	{"prefetch", false, MOEM_ARG_ENGINE},
+	{"precision", false, MOEM_ARG_ENGINE},	{"paging", false, MOEM_ARG_ENGINE},
+	{"backend", false, MOEM_ARG_ENGINE},	{"threads", false, MOEM_ARG_ENGINE},
+	{"pool", false, MOEM_ARG_ENGINE},	{"region", false, MOEM_ARG_ENGINE},
+	{"persistent", true, MOEM_ARG_ENGINE},	{"link-gbps", false, MOEM_ARG_ENGINE},
+	{"loader", false, MOEM_ARG_ENGINE},	{"no-verify", true, MOEM_ARG_ENGINE},
+	{"trace-out", false, MOEM_ARG_ENGINE},	{"trace-logits", true, MOEM_ARG_ENGINE},
+	{"workload", false, MOEM_ARG_WORKLOAD}, {"batch", false, MOEM_ARG_WORKLOAD},
+	{"steps", false, MOEM_ARG_WORKLOAD},	{"mix", false, MOEM_ARG_WORKLOAD},
+	{"seed", false, MOEM_ARG_WORKLOAD},	{NULL, false, 0},
 };
 
 const struct moem_arg_def *moem_engine_arg_find(const char *name)
@@ -61,8 +48,8 @@ void moem_engine_args_init(struct moem_engine_args *a)
 static const char **owned(struct moem_engine_args *a, int i)
 {
 	const char **f[N_OWNED] = {
-		&a->o.pack_path, &a->o.backend,	 &a->o.route,	  &a->o.evict, &a->o.prefetch,
-		&a->o.precision, &a->o.paging,	 &a->o.trace_out, &a->w.mix,   &a->w.path,
+		&a->o.pack_path, &a->o.backend, &a->o.route,	 &a->o.evict, &a->o.prefetch,
+		&a->o.precision, &a->o.paging,	&a->o.trace_out, &a->w.mix,   &a->w.path,
 	};
 
 	return f[i];
@@ -127,8 +114,8 @@ static int set_own(char **field, const char *v)
 
 int moem_arg_bool(const char *name, const char *v, bool *out)
 {
-	static const char *const yes[] = { "", "1", "yes", "true", "on" };
-	static const char *const no[] = { "0", "no", "false", "off" };
+	static const char *const yes[] = {"", "1", "yes", "true", "on"};
+	static const char *const no[] = {"0", "no", "false", "off"};
 
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(yes); i++)
 		if (!strcasecmp(v, yes[i])) {

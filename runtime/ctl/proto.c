@@ -107,7 +107,7 @@ struct json_object *moem_ctl_error(int64_t id, int err, const char *msg)
 char *moem_ctl_line(struct json_object *obj, size_t *len)
 {
 	const char *s = json_object_to_json_string_ext(obj, JSON_C_TO_STRING_PLAIN |
-							   JSON_C_TO_STRING_NOSLASHESCAPE);
+								    JSON_C_TO_STRING_NOSLASHESCAPE);
 	size_t n = strlen(s);
 	char *line = malloc(n + 2);
 
@@ -120,8 +120,8 @@ char *moem_ctl_line(struct json_object *obj, size_t *len)
 	return line;
 }
 
-int moem_ctl_parse_request(const char *line, size_t len, struct json_object **req,
-			   int64_t *id, const char **cmd)
+int moem_ctl_parse_request(const char *line, size_t len, struct json_object **req, int64_t *id,
+			   const char **cmd)
 {
 	struct json_tokener *tok;
 	struct json_object *o, *v;
@@ -150,11 +150,12 @@ int moem_ctl_parse_request(const char *line, size_t len, struct json_object **re
 	}
 	if (!o || jerr != json_tokener_success) {
 		const char *why = jerr == json_tokener_continue ? "incomplete JSON"
-								 : json_tokener_error_desc(jerr);
+								: json_tokener_error_desc(jerr);
 
 		json_tokener_free(tok);
 		json_object_put(o);
-		return moem_errf(EINVAL, "malformed request (%s): want one JSON object per line", why);
+		return moem_errf(EINVAL, "malformed request (%s): want one JSON object per line",
+				 why);
 	}
 	json_tokener_free(tok);
 	if (!json_object_is_type(o, json_type_object)) {
@@ -171,7 +172,8 @@ int moem_ctl_parse_request(const char *line, size_t len, struct json_object **re
 	}
 	if (!json_object_object_get_ex(o, "v", &v) || !json_object_is_type(v, json_type_int)) {
 		json_object_put(o);
-		return moem_errf(EINVAL, "request without a protocol version \"v\" (this moemd speaks %d)",
+		return moem_errf(EINVAL,
+				 "request without a protocol version \"v\" (this moemd speaks %d)",
 				 MOEM_CTL_VERSION_MAJOR);
 	}
 	major = json_object_get_int64(v);

@@ -33,11 +33,11 @@ static bool run_active(struct moemd *d)
 	return r;
 }
 
-static void reply_err(struct moemd *d, struct moemd_client *c, int64_t id, int err,
-		      const char *fmt, ...) MOEM_PRINTF(5, 6);
+static void reply_err(struct moemd *d, struct moemd_client *c, int64_t id, int err, const char *fmt,
+		      ...) MOEM_PRINTF(5, 6);
 
-static void reply_err(struct moemd *d, struct moemd_client *c, int64_t id, int err,
-		      const char *fmt, ...)
+static void reply_err(struct moemd *d, struct moemd_client *c, int64_t id, int err, const char *fmt,
+		      ...)
 {
 	char msg[768];
 	va_list ap;
@@ -56,7 +56,8 @@ static bool need_ready(struct moemd *d, struct moemd_client *c, int64_t id)
 	if (s == MOEMD_READY)
 		return true;
 	if (s == MOEMD_STAGING) {
-		uint64_t done = __atomic_load_n(&d->prog.done, __ATOMIC_RELAXED), total = d->prog.total;
+		uint64_t done = __atomic_load_n(&d->prog.done, __ATOMIC_RELAXED),
+			 total = d->prog.total;
 
 		reply_err(d, c, id, EAGAIN, "not ready: staging experts (%.0f%%)",
 			  total ? 100.0 * (double)done / (double)total : 0.0);
@@ -75,7 +76,8 @@ static void cmd_hello(struct moemd *d, struct moemd_client *c, int64_t id)
 	json_object_object_add(r, "protocol_major", json_object_new_int(MOEM_CTL_VERSION_MAJOR));
 	json_object_object_add(r, "protocol_minor", json_object_new_int(MOEM_CTL_VERSION_MINOR));
 	json_object_object_add(r, "pid", json_object_new_int(getpid()));
-	json_object_object_add(r, "state", json_object_new_string(moemd_state_name(moemd_state_get(d))));
+	json_object_object_add(r, "state",
+			       json_object_new_string(moemd_state_name(moemd_state_get(d))));
 	json_object_object_add(r, "pack", json_object_new_string(d->cfg.ea.o.pack_path));
 	json_object_object_add(r, "pack_id", json_object_new_string(d->pack_id));
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(command_names); i++)
@@ -119,9 +121,10 @@ static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 		r = moem_ctl_ok(id);
 		knobs = json_object_new_object();
 		for (int i = 0; i < MOEM_BUDGET_NR; i++)
-			json_object_object_add(knobs, moem_budget_name((enum moem_budget_knob)i),
-					       knob_json((enum moem_budget_knob)i,
-							 moem_engine_get_knob(d->e, (enum moem_budget_knob)i)));
+			json_object_object_add(
+				knobs, moem_budget_name((enum moem_budget_knob)i),
+				knob_json((enum moem_budget_knob)i,
+					  moem_engine_get_knob(d->e, (enum moem_budget_knob)i)));
 		json_object_object_add(r, "knobs", knobs);
 		moemd_client_send(d, c, r);
 		return;
@@ -177,9 +180,9 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	r = moem_ctl_ok(id);
 	json_object_object_add(r, "knob", json_object_new_string(name));
 	json_object_object_add(r, "value", knob_json(k, v));
-	json_object_object_add(r, "applied",
-			       json_object_new_string(run_active(d) ? "at the next layer boundary"
-								    : "now"));
+	json_object_object_add(
+		r, "applied",
+		json_object_new_string(run_active(d) ? "at the next layer boundary" : "now"));
 	moemd_client_send(d, c, r);
 }
 
@@ -192,19 +195,22 @@ static int build_workload(struct moemd *d, struct json_object *req, struct moemd
 
 	if (ret)
 		return ret;
-	if (!json_object_object_get_ex(req, "workload", &wl) || json_object_is_type(wl, json_type_null))
+	if (!json_object_object_get_ex(req, "workload", &wl) ||
+	    json_object_is_type(wl, json_type_null))
 		return 0;
 	if (!json_object_is_type(wl, json_type_object))
 		return moem_errf(EINVAL, "\"workload\" must be an object");
-	json_object_object_foreach(wl, key, val)
-	{
+	for (struct json_object_iterator it = json_object_iter_begin(wl),
+					 end = json_object_iter_end(wl);
+	     !json_object_iter_equal(&it, &end); json_object_iter_next(&it)) {
+		const char *key = json_object_iter_peek_name(&it);
 		const struct moem_arg_def *def = moem_engine_arg_find(key);
 		char buf[4096];
 
-		(void)val;
 		if (!def || def->cls != MOEM_ARG_WORKLOAD)
 			return moem_errf(EINVAL,
-					 "workload: unknown setting '%s' (workload, batch, steps, mix, seed)",
+					 "workload: unknown setting '%s' (workload, batch, steps, "
+					 "mix, seed)",
 					 key);
 		ret = moem_ctl_get_scalar(wl, key, buf, sizeof(buf));
 		if (ret == -ENOENT)
@@ -243,7 +249,8 @@ static void cmd_run(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	ret = moemd_worker_submit(d, j);
 	if (ret) {
 		reply_err(d, c, id, EBUSY,
-			  "busy: a run is in progress (%llu of %llu steps); one run at a time, send stop-run or wait",
+			  "busy: a run is in progress (%llu of %llu steps); one run at a time, "
+			  "send stop-run or wait",
 			  (unsigned long long)__atomic_load_n(&d->run_steps_done, __ATOMIC_RELAXED),
 			  (unsigned long long)__atomic_load_n(&d->run_steps, __ATOMIC_RELAXED));
 		moemd_job_free(j);
@@ -281,7 +288,9 @@ static void cmd_trace(struct moemd *d, struct moemd_client *c, int64_t id, struc
 		if (ret == -ENOENT)
 			ret = moem_errf(EINVAL, "trace on needs a \"path\"");
 		else if (!ret && path[0] != '/')
-			ret = moem_errf(EINVAL, "trace path '%s' is relative: give an absolute path (moemd's working directory is not yours)",
+			ret = moem_errf(EINVAL,
+					"trace path '%s' is relative: give an absolute path "
+					"(moemd's working directory is not yours)",
 					path);
 	}
 	if (!ret && on) {
@@ -365,13 +374,17 @@ static void cmd_shutdown_(struct moemd *d, struct moemd_client *c, int64_t id,
 static const struct {
 	const char *name;
 	cmd_fn fn;
-	bool draining;	/* served while shutting down */
+	bool draining; /* served while shutting down */
 } commands[] = {
-	{ "hello", cmd_hello_, true },	 { "status", cmd_status_, true },
-	{ "get", cmd_get, false },	 { "set", cmd_set, false },
-	{ "run", cmd_run, false },	 { "stop-run", cmd_stop_run_, false },
-	{ "trace", cmd_trace, false },	 { "verify", cmd_verify_, false },
-	{ "shutdown", cmd_shutdown_, false },
+	{"hello", cmd_hello_, true},
+	{"status", cmd_status_, true},
+	{"get", cmd_get, false},
+	{"set", cmd_set, false},
+	{"run", cmd_run, false},
+	{"stop-run", cmd_stop_run_, false},
+	{"trace", cmd_trace, false},
+	{"verify", cmd_verify_, false},
+	{"shutdown", cmd_shutdown_, false},
 };
 
 void moemd_dispatch(struct moemd *d, struct moemd_client *c, struct json_object *req, int64_t id,
@@ -387,7 +400,8 @@ void moemd_dispatch(struct moemd *d, struct moemd_client *c, struct json_object 
 		return;
 	}
 	reply_err(d, c, id, EOPNOTSUPP,
-		  "unknown command '%.64s' (hello, status, get, set, run, stop-run, trace, verify, shutdown)",
+		  "unknown command '%.64s' (hello, status, get, set, run, stop-run, trace, verify, "
+		  "shutdown)",
 		  cmd);
 }
 

@@ -23,8 +23,8 @@ static const struct {
 	const char *name;
 	bool flag;
 } daemon_opts[] = {
-	{ "config", false },	  { "socket", false }, { "log-level", false },
-	{ "no-warmup", true },	  { "cold", true },    { "sysfs-knobs", false },
+	{"config", false},   {"socket", false}, {"log-level", false},
+	{"no-warmup", true}, {"cold", true},	{"sysfs-knobs", false},
 };
 
 void moemd_cfg_init(struct moemd_cfg *c)
@@ -108,7 +108,8 @@ static void usage(FILE *f)
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
 		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
 		"default workload of 'run' requests:\n"
-		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed S\n"
+		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed "
+		"S\n"
 		"  --version, --help\n",
 		MOEM_CTL_SOCKET);
 }
@@ -125,14 +126,14 @@ static struct option *build_opts(void)
 	if (!o)
 		return NULL;
 	for (const struct moem_arg_def *d = moem_engine_arg_defs; d->name; d++, i++)
-		o[i] = (struct option){ d->name, d->flag ? optional_argument : required_argument,
-					NULL, 0 };
+		o[i] = (struct option){d->name, d->flag ? optional_argument : required_argument,
+				       NULL, 0};
 	for (size_t k = 0; k < MOEM_ARRAY_SIZE(daemon_opts); k++, i++)
-		o[i] = (struct option){ daemon_opts[k].name,
-					daemon_opts[k].flag ? optional_argument : required_argument,
-					NULL, 0 };
-	o[i++] = (struct option){ "help", no_argument, NULL, 'h' };
-	o[i++] = (struct option){ "version", no_argument, NULL, 'V' };
+		o[i] = (struct option){daemon_opts[k].name,
+				       daemon_opts[k].flag ? optional_argument : required_argument,
+				       NULL, 0};
+	o[i++] = (struct option){"help", no_argument, NULL, 'h'};
+	o[i++] = (struct option){"version", no_argument, NULL, 'V'};
 	return o;
 }
 
@@ -233,7 +234,8 @@ int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
 		goto out;
 	}
 	if (!c->ea.o.pack_path) {
-		fprintf(stderr, "moemd: no pack: give --pack FILE or 'pack = FILE' in the config\n");
+		fprintf(stderr,
+			"moemd: no pack: give --pack FILE or 'pack = FILE' in the config\n");
 		rc = MOEMD_EXIT_USAGE;
 		goto out;
 	}
@@ -291,7 +293,8 @@ static void reload_route(struct moemd *d, const char *now, const char *was)
 	if (!str_differs(now, was))
 		return;
 	if (strchr(spec, ':') || moem_reroute_parse(spec, &r)) {
-		moem_warn("reload: route '%s' is not a plain reroute kind (none, lynx, oea, cache-aware, piggyback): restart moemd to apply it",
+		moem_warn("reload: route '%s' is not a plain reroute kind (none, lynx, oea, "
+			  "cache-aware, piggyback): restart moemd to apply it",
 			  spec);
 		return;
 	}
@@ -368,13 +371,13 @@ void moemd_reload(struct moemd *d)
 	}
 	for (int i = 0; i < nr; i++)
 		moem_warn("reload: '%s' changed: it takes effect when moemd restarts", restart[i]);
-	/* Take the live settings; keep the restart-only ones in force. The
+		/* Take the live settings; keep the restart-only ones in force. The
 	 * swapped-out values are freed with n. */
-#define SWAP(x, y)                       \
-	do {                             \
-		__typeof__(x) t_ = (x);  \
-		(x) = (y);               \
-		(y) = t_;                \
+#define SWAP(x, y)                      \
+	do {                            \
+		__typeof__(x) t_ = (x); \
+		(x) = (y);              \
+		(y) = t_;               \
 	} while (0)
 	o->log_level = n.log_level;
 	SWAP(o->ea.w, n.ea.w);

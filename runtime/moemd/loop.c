@@ -84,14 +84,15 @@ static void opened(struct moemd *d, struct moemd_job *j)
 	if (ret)
 		moem_warn("%s", moem_strerror(ret));
 	if (strcmp(st.pool_provider, "kmod"))
-		moem_info("warm restart: not available: the %s pool dies with this process (load moem.ko for a persistent region)",
+		moem_info("warm restart: not available: the %s pool dies with this process (load "
+			  "moem.ko for a persistent region)",
 			  st.pool_provider);
 	moemd_state_set(d, MOEMD_READY);
-	moem_info("ready after %.2f s (engine open %.2f s, warm-up %.2f s): %s, pool %s%s, HBM %s, DRAM %s",
+	moem_info("ready after %.2f s (engine open %.2f s, warm-up %.2f s): %s, pool %s%s, HBM %s, "
+		  "DRAM %s",
 		  (double)(d->ready_ns - d->start_ns) / 1e9, (double)d->open_ns / 1e9,
 		  (double)d->warmup_ns / 1e9, st.backend, st.pool_provider,
-		  st.warm ? " (warm restart)" : "",
-		  moem_fmt_bytes(st.hbm_budget, hb, sizeof(hb)),
+		  st.warm ? " (warm restart)" : "", moem_fmt_bytes(st.hbm_budget, hb, sizeof(hb)),
 		  moem_fmt_bytes(st.dram_budget, db, sizeof(db)));
 	moemd_notify("READY=1\nSTATUS=serving %s on %s", d->cfg.ea.o.pack_path, d->cfg.socket);
 }
@@ -110,7 +111,8 @@ static void on_done(struct moemd *d)
 			char msg[256];
 
 			moem_engine_fatal(d->e, msg, sizeof(msg));
-			moem_err("fatal device error: %s: exiting with status %d so that the supervisor restarts moemd",
+			moem_err("fatal device error: %s: exiting with status %d so that the "
+				 "supervisor restarts moemd",
 				 msg, MOEMD_EXIT_DEVICE);
 			moemd_begin_exit(d, MOEMD_EXIT_DEVICE, "fatal device error");
 		}
@@ -134,7 +136,8 @@ static void staging_progress(struct moemd *d, uint64_t now)
 	done = __atomic_load_n(&d->prog.done, __ATOMIC_RELAXED);
 	total = d->prog.total;
 	moem_info("staging: %s of %s (%.0f%%)", moem_fmt_bytes(done, a, sizeof(a)),
-		  moem_fmt_bytes(total, b, sizeof(b)), total ? 100.0 * (double)done / (double)total : 0.0);
+		  moem_fmt_bytes(total, b, sizeof(b)),
+		  total ? 100.0 * (double)done / (double)total : 0.0);
 	moemd_notify("EXTEND_TIMEOUT_USEC=30000000\nSTATUS=staging experts: %.0f%%",
 		     total ? 100.0 * (double)done / (double)total : 0.0);
 }
@@ -159,9 +162,9 @@ int moemd_loop(struct moemd *d)
 				 MOEMD_DRAIN_NS / 1000000000ULL);
 			return MOEMD_EXIT_FAIL;
 		}
-		p[n++] = (struct pollfd){ .fd = d->sfd, .events = POLLIN };
-		p[n++] = (struct pollfd){ .fd = d->done_efd, .events = POLLIN };
-		p[n++] = (struct pollfd){ .fd = d->lfd, .events = d->exiting ? 0 : POLLIN };
+		p[n++] = (struct pollfd){.fd = d->sfd, .events = POLLIN};
+		p[n++] = (struct pollfd){.fd = d->done_efd, .events = POLLIN};
+		p[n++] = (struct pollfd){.fd = d->lfd, .events = d->exiting ? 0 : POLLIN};
 		for (int i = 0; i < MOEMD_MAX_CLIENTS; i++) {
 			struct moemd_client *c = d->clients[i];
 
@@ -170,7 +173,8 @@ int moemd_loop(struct moemd *d)
 			who[nc++] = moemd_client_serial(c);
 			p[n++] = (struct pollfd){
 				.fd = moemd_client_fd(c),
-				.events = (short)(POLLIN | (moemd_client_wants_write(c) ? POLLOUT : 0)),
+				.events = (short)(POLLIN |
+						  (moemd_client_wants_write(c) ? POLLOUT : 0)),
 			};
 		}
 		r = poll(p, (nfds_t)n, d->exiting ? 50 : tick_ms);

@@ -22,8 +22,8 @@
 /* Under systemd (stderr is the journal) prefix lines with their priority. */
 static void log_sink(enum moem_log_level lvl, const char *msg, void *arg)
 {
-	static const char *const name[] = { "error", "warning", "info", "debug" };
-	static const int prio[] = { 3, 4, 6, 7 };
+	static const char *const name[] = {"error", "warning", "info", "debug"};
+	static const int prio[] = {3, 4, 6, 7};
 	bool journal = arg != NULL;
 
 	if (journal)
@@ -61,14 +61,16 @@ static void log_choices(const struct moemd *d)
 		  o->hbm_budget ? moem_fmt_bytes(o->hbm_budget, hb, sizeof(hb)) : "the whole model",
 		  d->cfg.ea.hbm ? " ('" : "", d->cfg.ea.hbm ? d->cfg.ea.hbm : "",
 		  d->cfg.ea.hbm ? "')" : "",
-		  o->dram_budget ? moem_fmt_bytes(o->dram_budget, db, sizeof(db)) : "the whole model",
+		  o->dram_budget ? moem_fmt_bytes(o->dram_budget, db, sizeof(db))
+				 : "the whole model",
 		  d->cfg.ea.dram ? " ('" : "", d->cfg.ea.dram ? d->cfg.ea.dram : "",
 		  d->cfg.ea.dram ? "')" : "");
 	moem_info("policies: route %s, evict %s, prefetch %s, precision %s, paging %s",
 		  o->route ? o->route : "none", o->evict ? o->evict : "lru",
 		  o->prefetch ? o->prefetch : "none", o->precision ? o->precision : "none",
 		  o->paging ? o->paging : "none");
-	moem_info("region: %s (%s%s)", o->pool.name, d->cfg.region_given ? "as configured" : "named from the pack id",
+	moem_info("region: %s (%s%s)", o->pool.name,
+		  d->cfg.region_given ? "as configured" : "named from the pack id",
 		  o->pool.persistent ? ", persistent with moem.ko" : ", not persistent");
 }
 

@@ -30,43 +30,43 @@
 #define MOEMD_VERSION "0.1.0"
 
 /* Exit statuses (Documentation/admin-guide.md, "moemd exit status"). */
-#define MOEMD_EXIT_OK		0
-#define MOEMD_EXIT_FAIL		1	/* runtime failure: restart it */
-#define MOEMD_EXIT_USAGE	64	/* bad command line */
-#define MOEMD_EXIT_DEVICE	75	/* sticky device error: restart it */
-#define MOEMD_EXIT_CONFIG	78	/* bad configuration, foreign region */
+#define MOEMD_EXIT_OK	  0
+#define MOEMD_EXIT_FAIL	  1  /* runtime failure: restart it */
+#define MOEMD_EXIT_USAGE  64 /* bad command line */
+#define MOEMD_EXIT_DEVICE 75 /* sticky device error: restart it */
+#define MOEMD_EXIT_CONFIG 78 /* bad configuration, foreign region */
 
-#define MOEMD_MAX_CLIENTS	64
-#define MOEMD_OUT_MAX		(4u << 20) /* a client that reads nothing is dropped */
-#define MOEMD_DRAIN_NS		(9ULL * 1000000000) /* SIGTERM to exit, at most */
+#define MOEMD_MAX_CLIENTS 64
+#define MOEMD_OUT_MAX	  (4u << 20)	      /* a client that reads nothing is dropped */
+#define MOEMD_DRAIN_NS	  (9ULL * 1000000000) /* SIGTERM to exit, at most */
 
 enum moemd_state {
-	MOEMD_STARTING = 0,	/* opening the pack, pool, backend */
-	MOEMD_STAGING,		/* warm-up: NVMe -> DRAM -> HBM */
+	MOEMD_STARTING = 0, /* opening the pack, pool, backend */
+	MOEMD_STAGING,	    /* warm-up: NVMe -> DRAM -> HBM */
 	MOEMD_READY,
-	MOEMD_DRAINING,		/* SIGTERM or shutdown: no new work */
+	MOEMD_DRAINING, /* SIGTERM or shutdown: no new work */
 };
 
 /* Settings: the engine's (engine_args.h) and the daemon's own. */
 struct moemd_cfg {
 	struct moem_engine_args ea;
 	char *socket;
-	char *config;			/* the config file, or NULL */
+	char *config; /* the config file, or NULL */
 	enum moem_log_level log_level;
 	bool no_warmup;
-	bool cold;			/* destroy the region first: no warm restart */
-	bool sysfs_knobs;		/* follow /sys/kernel/moem/budgets (default yes) */
-	bool region_given;		/* region came from the user, not the pack id */
+	bool cold;	   /* destroy the region first: no warm restart */
+	bool sysfs_knobs;  /* follow /sys/kernel/moem/budgets (default yes) */
+	bool region_given; /* region came from the user, not the pack id */
 };
 
 enum moemd_job_kind { JOB_OPEN, JOB_RUN, JOB_VERIFY };
 
 struct moemd_job {
 	enum moemd_job_kind kind;
-	uint64_t client;		/* serial of the client to answer (0: none) */
+	uint64_t client; /* serial of the client to answer (0: none) */
 	int64_t req_id;
 	uint64_t run_id;
-	struct moem_engine_args wl;	/* JOB_RUN: the workload (wl.w) */
+	struct moem_engine_args wl; /* JOB_RUN: the workload (wl.w) */
 	/* results */
 	int ret;
 	bool fatal;
@@ -81,10 +81,10 @@ struct moemd_client;
 struct moemd_sysfs;
 
 struct moemd_knob_stats {
-	uint64_t sysfs_changes;		/* kernel knob changes applied */
-	uint64_t sysfs_refused;		/* ... refused by the engine */
-	uint64_t last_wake_ns;		/* poll() woke (moem_now_ns) */
-	uint64_t last_set_ns;		/* handed to the engine */
+	uint64_t sysfs_changes; /* kernel knob changes applied */
+	uint64_t sysfs_refused; /* ... refused by the engine */
+	uint64_t last_wake_ns;	/* poll() woke (moem_now_ns) */
+	uint64_t last_set_ns;	/* handed to the engine */
 	char last_knob[32];
 };
 
@@ -93,9 +93,9 @@ struct moemd {
 	int argc;
 	char **argv;
 	struct moem_engine *e;
-	int state;			/* enum moemd_state, atomic */
+	int state; /* enum moemd_state, atomic */
 	uint64_t start_ns, ready_ns;
-	uint64_t open_ns, warmup_ns;	/* how long engine open and warm-up took */
+	uint64_t open_ns, warmup_ns; /* how long engine open and warm-up took */
 	struct moem_progress prog;
 	char pack_id[33];
 
@@ -107,7 +107,7 @@ struct moemd {
 	struct moemd_job *queue, *cur, *done;
 	bool worker_exit;
 	int done_efd;
-	uint64_t run_steps_done, run_steps;	/* of cur, atomic */
+	uint64_t run_steps_done, run_steps; /* of cur, atomic */
 	uint64_t next_run_id;
 	uint64_t runs_done;
 
@@ -119,7 +119,7 @@ struct moemd {
 
 	/* signals, systemd */
 	int sfd;
-	uint64_t heartbeat_ns;		/* the loop's last pass, atomic */
+	uint64_t heartbeat_ns; /* the loop's last pass, atomic */
 	pthread_t watchdog;
 	bool watchdog_started;
 	uint64_t watchdog_usec;

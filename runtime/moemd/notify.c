@@ -28,7 +28,7 @@
 void moemd_notify(const char *fmt, ...)
 {
 	const char *path = getenv("NOTIFY_SOCKET");
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	socklen_t salen;
 	char msg[512];
 	va_list ap;
@@ -62,7 +62,7 @@ static void *watchdog_main(void *arg)
 	bool warned = false;
 
 	for (;;) {
-		struct pollfd p = { .fd = d->watchdog_efd, .events = POLLIN };
+		struct pollfd p = {.fd = d->watchdog_efd, .events = POLLIN};
 		uint64_t beat;
 
 		if (poll(&p, 1, period_ms) > 0)

@@ -78,7 +78,7 @@ static int make_parent(const char *path)
 
 int moemd_server_open(struct moemd *d)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	const char *path = d->cfg.socket;
 	char lock[128];
 	int fd, ret;
@@ -92,10 +92,10 @@ int moemd_server_open(struct moemd *d)
 	if (d->lock_fd < 0)
 		return moem_errf(errno, "lock file %s: %s", lock, strerror(errno));
 	if (flock(d->lock_fd, LOCK_EX | LOCK_NB)) {
-		ret = errno == EWOULDBLOCK ? moem_errf(EADDRINUSE,
-						       "another moemd serves %s (it holds %s)",
-						       path, lock)
-					   : moem_errf(errno, "flock %s: %s", lock, strerror(errno));
+		ret = errno == EWOULDBLOCK
+			      ? moem_errf(EADDRINUSE, "another moemd serves %s (it holds %s)", path,
+					  lock)
+			      : moem_errf(errno, "flock %s: %s", lock, strerror(errno));
 		close(d->lock_fd);
 		d->lock_fd = -1;
 		return ret;
@@ -162,7 +162,8 @@ void moemd_server_accept(struct moemd *d)
 		c = slot >= 0 ? calloc(1, sizeof(*c)) : NULL;
 		if (!c) {
 			static const char busy[] =
-				"{\"v\":1,\"id\":null,\"ok\":false,\"error\":\"too many control connections\",\"errno\":16}\n";
+				"{\"v\":1,\"id\":null,\"ok\":false,\"error\":\"too many control "
+				"connections\",\"errno\":16}\n";
 
 			if (send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 				moem_dbg("refusing a client: %s", strerror(errno));
@@ -251,8 +252,9 @@ static void client_requests(struct moemd *d, struct moemd_client *c)
 			d->bad_requests++;
 			moemd_client_send(d, c, moem_ctl_error(-1, E2BIG, moem_last_error()));
 			c->close_after_flush = true;
-			moem_warn("control client %llu sent a line longer than %d bytes: closing it",
-				  (unsigned long long)c->serial, MOEM_CTL_LINE_MAX);
+			moem_warn(
+				"control client %llu sent a line longer than %d bytes: closing it",
+				(unsigned long long)c->serial, MOEM_CTL_LINE_MAX);
 			return;
 		}
 		if (!len)
@@ -317,7 +319,7 @@ void moemd_server_flush(struct moemd *d, int ms)
 			struct moemd_client *c = d->clients[i];
 
 			if (c && c->out_len && client_flush(c) && c->out_len)
-				p[n++] = (struct pollfd){ .fd = c->fd, .events = POLLOUT };
+				p[n++] = (struct pollfd){.fd = c->fd, .events = POLLOUT};
 		}
 		if (!n || moem_now_ns() >= end)
 			return;

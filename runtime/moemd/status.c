@@ -29,10 +29,10 @@ const char *moemd_state_name(int state)
 }
 
 #define ADD(o, k, v) json_object_object_add(o, k, v)
-#define U64(v) json_object_new_uint64(v)
-#define STR(v) json_object_new_string(v)
-#define DBL(v) json_object_new_double(v)
-#define BOOL(v) json_object_new_boolean(v)
+#define U64(v)	     json_object_new_uint64(v)
+#define STR(v)	     json_object_new_string(v)
+#define DBL(v)	     json_object_new_double(v)
+#define BOOL(v)	     json_object_new_boolean(v)
 
 static struct json_object *knobs_json(const uint64_t *knob)
 {
@@ -69,7 +69,7 @@ static struct json_object *kernel_json(struct moemd *d)
 {
 	struct json_object *o = json_object_new_object();
 	uint64_t knob[MOEM_BUDGET_NR], seq, v;
-	static const char *const pool[] = { "total_bytes", "free_bytes", "max_bytes", "regions" };
+	static const char *const pool[] = {"total_bytes", "free_bytes", "max_bytes", "regions"};
 
 	if (sysfs_u64("pool/total_bytes", &v)) {
 		ADD(o, "loaded", BOOL(false));

@@ -71,7 +71,8 @@ int moemd_sysfs_open(struct moemd *d)
 	}
 	snprintf(path, sizeof(path), "%s/budgets", MOEM_SYSFS_ROOT);
 	if (access(path, F_OK)) {
-		moem_info("budgets: moem.ko not loaded (%s missing): set them through the control socket",
+		moem_info("budgets: moem.ko not loaded (%s missing): set them through the control "
+			  "socket",
 			  path);
 		return 0;
 	}
@@ -184,8 +185,8 @@ static void *watch_main(void *arg)
 	for (int k = 0; k < MOEM_BUDGET_NR; k++)
 		check(d, (enum moem_budget_knob)k, moem_now_ns());
 	for (int k = 0; k < MOEM_BUDGET_NR; k++)
-		p[k] = (struct pollfd){ .fd = s->fd[k], .events = POLLPRI | POLLERR };
-	p[MOEM_BUDGET_NR] = (struct pollfd){ .fd = s->stop_efd, .events = POLLIN };
+		p[k] = (struct pollfd){.fd = s->fd[k], .events = POLLPRI | POLLERR};
+	p[MOEM_BUDGET_NR] = (struct pollfd){.fd = s->stop_efd, .events = POLLIN};
 	for (;;) {
 		int n = poll(p, MOEM_BUDGET_NR + 1, -1);
 		uint64_t now = moem_now_ns();

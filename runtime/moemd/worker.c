@@ -60,7 +60,8 @@ static int open_engine(struct moemd *d)
 		/* Our own region (named from the pack id) staged with other
 		 * precisions or a different DRAM budget: start it afresh. */
 		moem_warn("%s", moem_strerror(ret));
-		moem_warn("region '%s' is this pack's but was staged differently: destroying it and staging from NVMe",
+		moem_warn("region '%s' is this pack's but was staged differently: destroying it "
+			  "and staging from NVMe",
 			  d->cfg.ea.o.pool.name);
 		destroy_region(d);
 		ret = moem_engine_open(&d->cfg.ea.o, &d->e);

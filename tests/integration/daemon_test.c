@@ -46,7 +46,7 @@ FIXTURE_SETUP(d)
 	ASSERT_NE(NULL, self->dir);
 	snprintf(self->pack, sizeof(self->pack), "%s/tiny.moem", self->dir);
 	ASSERT_EQ(0, dmn_make_pack(self->dir, self->pack, 2, 16, 4, 128, 128))
-		TH_LOG("%s", moem_last_error());
+	TH_LOG("%s", moem_last_error());
 	self->m.pid = 0;
 }
 
@@ -62,11 +62,12 @@ FIXTURE_TEARDOWN(d)
 }
 
 /* Start with the common test settings plus extra (NULL-terminated). */
-static int start(FIXTURE_DATA(d) *self, const char *const *extra)
+static int start(FIXTURE_DATA(d) * self, const char *const *extra)
 {
-	const char *args[40] = { "--pack",	 self->pack, "--backend",   "cpu",   "--threads",
-				 "1",		 "--hbm",    "30%",	    "--dram", "60%",
-				 "--precisions", "bf16,q4",  "--log-level", "debug" };
+	const char *args[40] = {"--pack",      self->pack, "--backend",	   "cpu",
+				"--threads",   "1",	   "--hbm",	   "30%",
+				"--dram",      "60%",	   "--precisions", "bf16,q4",
+				"--log-level", "debug"};
 	int n = 14;
 
 	for (int i = 0; extra && extra[i] && n < 38; i++)
@@ -75,14 +76,14 @@ static int start(FIXTURE_DATA(d) *self, const char *const *extra)
 	return dmn_start_argv(&self->m, self->dir, args);
 }
 
-#define START_READY(...)                                                               \
-	do {                                                                           \
-		const char *x_[] = { __VA_ARGS__ };                                     \
-		ASSERT_EQ(0, start(self, x_));                                         \
-		if (dmn_wait_ready(&self->m, 30000)) {                                 \
-			dmn_dump_log(&self->m);                                        \
-			ASSERT_TRUE(0) TH_LOG("moemd did not become ready");           \
-		}                                                                      \
+#define START_READY(...)                                                     \
+	do {                                                                 \
+		const char *x_[] = {__VA_ARGS__};                            \
+		ASSERT_EQ(0, start(self, x_));                               \
+		if (dmn_wait_ready(&self->m, 30000)) {                       \
+			dmn_dump_log(&self->m);                              \
+			ASSERT_TRUE(0) TH_LOG("moemd did not become ready"); \
+		}                                                            \
 	} while (0)
 
 static void shutdown_ok(struct __test_metadata *_metadata, struct dmn *m)
@@ -159,8 +160,8 @@ TEST_F(d, protocol_round_trips)
 	ASSERT_EQ(0, dmn_call(&self->m, "set",
 			      dmn_args("knob", "prefetch_depth", "value", "3", NULL), &r));
 	json_object_put(r);
-	ASSERT_EQ(0, dmn_call(&self->m, "set", dmn_args("knob", "reroute", "value", "oea", NULL),
-			      &r));
+	ASSERT_EQ(0,
+		  dmn_call(&self->m, "set", dmn_args("knob", "reroute", "value", "oea", NULL), &r));
 	json_object_put(r);
 	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
 	EXPECT_EQ(0, strncmp(dmn_str(r, "policies.route"), "oea", 3));
@@ -278,15 +279,19 @@ TEST_F_TIMEOUT(d, bad_input_keeps_serving, 120)
 		       "version 2 is not supported");
 	expect_refused(_metadata, &self->m, "{\"v\":1,\"id\":1,\"cmd\":\"reboot\"}",
 		       "unknown command 'reboot'");
-	expect_refused(_metadata, &self->m, "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm\",\"value\":1}",
+	expect_refused(_metadata, &self->m,
+		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm\",\"value\":1}",
 		       "unknown knob 'hbm'");
-	expect_refused(_metadata, &self->m, "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm_bytes\"}",
+	expect_refused(_metadata, &self->m,
+		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm_bytes\"}",
 		       "no \\\"value\\\"");
+	expect_refused(
+		_metadata, &self->m,
+		"{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm_bytes\",\"value\":\"2000T\"}",
+		"2^50");
 	expect_refused(_metadata, &self->m,
-		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm_bytes\",\"value\":\"2000T\"}",
-		       "2^50");
-	expect_refused(_metadata, &self->m,
-		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm_bytes\",\"value\":18446744073709551615}",
+		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm_bytes\",\"value\":"
+		       "18446744073709551615}",
 		       "hbm_bytes");
 	expect_refused(_metadata, &self->m,
 		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm_bytes\",\"value\":-5}",
@@ -297,29 +302,34 @@ TEST_F_TIMEOUT(d, bad_input_keeps_serving, 120)
 	expect_refused(_metadata, &self->m,
 		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hbm_bytes\",\"value\":\"10\"}",
 		       "below one expert");
+	expect_refused(
+		_metadata, &self->m,
+		"{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"dram_bytes\",\"value\":\"1T\"}",
+		"above the");
 	expect_refused(_metadata, &self->m,
-		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"dram_bytes\",\"value\":\"1T\"}",
-		       "above the");
-	expect_refused(_metadata, &self->m,
-		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hi_precision_permille\",\"value\":1001}",
+		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"hi_precision_permille\","
+		       "\"value\":1001}",
 		       "0..1000");
-	expect_refused(_metadata, &self->m,
-		       "{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"reroute\",\"value\":\"fastest\"}",
-		       "unknown reroute policy");
+	expect_refused(
+		_metadata, &self->m,
+		"{\"v\":1,\"id\":1,\"cmd\":\"set\",\"knob\":\"reroute\",\"value\":\"fastest\"}",
+		"unknown reroute policy");
 	expect_refused(_metadata, &self->m,
 		       "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"workload\":{\"batch\":1000}}", "batch");
 	expect_refused(_metadata, &self->m,
 		       "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"workload\":{\"steps\":1099511627777}}",
 		       "steps");
 	expect_refused(_metadata, &self->m,
-		       "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"workload\":{\"steps\":\"lots\"}}", "steps");
+		       "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"workload\":{\"steps\":\"lots\"}}",
+		       "steps");
 	expect_refused(_metadata, &self->m,
 		       "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"workload\":{\"colour\":\"red\"}}",
 		       "unknown setting 'colour'");
 	expect_refused(_metadata, &self->m, "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"workload\":7}",
 		       "must be an object");
 	expect_refused(_metadata, &self->m,
-		       "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"workload\":{\"workload\":\"hidden:/nonexistent/h.bin\"}}",
+		       "{\"v\":1,\"id\":1,\"cmd\":\"run\",\"workload\":{\"workload\":\"hidden:/"
+		       "nonexistent/h.bin\"}}",
 		       "/nonexistent/h.bin");
 	expect_refused(_metadata, &self->m,
 		       "{\"v\":1,\"id\":1,\"cmd\":\"trace\",\"on\":true,\"path\":\"rel.trace\"}",
@@ -355,7 +365,7 @@ TEST_F_TIMEOUT(d, bad_input_keeps_serving, 120)
 
 		if (i < MOEMD_TEST_MAX_CLIENTS) {
 			EXPECT_EQ(0, moem_ctl_call(many[i], "hello", NULL, 5000, &h))
-				TH_LOG("client %d: %s", i, moem_last_error());
+			TH_LOG("client %d: %s", i, moem_last_error());
 			json_object_put(h);
 			continue;
 		}
@@ -412,8 +422,8 @@ static uint64_t wait_status(struct dmn *m, const char *path, uint64_t want, int 
 
 TEST_F_TIMEOUT(d, budgets_change_during_a_run, 180)
 {
-	static const char *const hbm[] = { "400K", "800K", "300K", "1M" };
-	static const char *const dram[] = { "1M", "2M", "700K", "2M" };
+	static const char *const hbm[] = {"400K", "800K", "300K", "1M"};
+	static const char *const dram[] = {"1M", "2M", "700K", "2M"};
 	struct json_object *r;
 	struct moem_ctl *c;
 	char digest[65];
@@ -422,15 +432,17 @@ TEST_F_TIMEOUT(d, budgets_change_during_a_run, 180)
 
 	START_READY("--pool", "thp", NULL);
 	/* The reference: the same workload, budgets untouched. */
-	ASSERT_EQ(0, dmn_call(&self->m, "run", dmn_run_args("steps", "3000", "batch", "1", NULL), &r));
+	ASSERT_EQ(0,
+		  dmn_call(&self->m, "run", dmn_run_args("steps", "3000", "batch", "1", NULL), &r));
 	snprintf(digest, sizeof(digest), "%s", dmn_str(r, "digest"));
 	json_object_put(r);
 
 	ASSERT_EQ(0, dmn_connect(&self->m, 5000, &c));
-	ASSERT_EQ(0, moem_ctl_send(c, "run", dmn_run_args("steps", "3000", "batch", "1", NULL), &id));
+	ASSERT_EQ(0,
+		  moem_ctl_send(c, "run", dmn_run_args("steps", "3000", "batch", "1", NULL), &id));
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(hbm); i++) {
-		ASSERT_EQ(0, dmn_call(&self->m, "set", dmn_args("knob", "hbm_bytes", "value", hbm[i], NULL),
-				      &r));
+		ASSERT_EQ(0, dmn_call(&self->m, "set",
+				      dmn_args("knob", "hbm_bytes", "value", hbm[i], NULL), &r));
 		json_object_put(r);
 		ASSERT_EQ(0, dmn_call(&self->m, "set",
 				      dmn_args("knob", "dram_bytes", "value", dram[i], NULL), &r));
@@ -441,7 +453,7 @@ TEST_F_TIMEOUT(d, budgets_change_during_a_run, 180)
 		EXPECT_EQ(want, wait_status(&self->m, "tiers.dram_budget", want, 5000));
 		ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
 		EXPECT_TRUE(json_object_get_boolean(dmn_get(r, "run.active")))
-			TH_LOG("the run ended before budget change %zu: make it longer", i);
+		TH_LOG("the run ended before budget change %zu: make it longer", i);
 		EXPECT_EQ(want, dmn_u64(r, "budgets.dram_bytes"));
 		json_object_put(r);
 	}
@@ -515,7 +527,7 @@ TEST_F(d, sighup_reloads)
 		 self->pack);
 	write_conf(conf, body);
 	{
-		const char *args[] = { "--config", conf, NULL };
+		const char *args[] = {"--config", conf, NULL};
 
 		ASSERT_EQ(0, dmn_start_argv(&self->m, self->dir, args));
 	}
@@ -612,7 +624,7 @@ static void notify_read(int fd, char *buf, size_t len)
 
 TEST_F_TIMEOUT(d, systemd_notify_and_watchdog, 60)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	char path[300], msgs[8192] = "";
 	struct json_object *r;
 	int fd, watchdogs = 0;
@@ -626,7 +638,7 @@ TEST_F_TIMEOUT(d, systemd_notify_and_watchdog, 60)
 	setenv("NOTIFY_SOCKET", path, 1);
 	setenv("WATCHDOG_USEC", "200000", 1);
 	{
-		const char *x[] = { "--pool", "thp", NULL };
+		const char *x[] = {"--pool", "thp", NULL};
 
 		ASSERT_EQ(0, start(self, x));
 	}
@@ -679,9 +691,10 @@ TEST_F_TIMEOUT(d, fatal_device_error_exits_75, 120)
 	setenv("LD_LIBRARY_PATH", emu, 1);
 	setenv("MOEM_EMU_FAULT_LAUNCH", "40", 1);
 	{
-		const char *x[] = { "--pool", "thp", NULL };
-		const char *args[] = { "--pack", self->pack, "--backend", "cuda", "--hbm", "30%",
-				       "--dram", "60%", "--precisions", "bf16,q4", x[0], x[1], NULL };
+		const char *x[] = {"--pool", "thp", NULL};
+		const char *args[] = {"--pack", self->pack, "--backend", "cuda",	 "--hbm",
+				      "30%",	"--dram",   "60%",	 "--precisions", "bf16,q4",
+				      x[0],	x[1],	    NULL};
 
 		ret = dmn_start_argv(&self->m, self->dir, args);
 	}
@@ -699,7 +712,7 @@ TEST_F_TIMEOUT(d, fatal_device_error_exits_75, 120)
 	ret = dmn_call(&self->m, "run", dmn_run_args("steps", "50", NULL), &r);
 	EXPECT_NE(0, ret);
 	EXPECT_NE(NULL, strstr(dmn_str(r, "error"), "CUDA_ERROR_"))
-		TH_LOG("run answered: %s", json_object_to_json_string(r));
+	TH_LOG("run answered: %s", json_object_to_json_string(r));
 	json_object_put(r);
 	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
 	EXPECT_EQ(75, dmn_exit_code(&self->m));

@@ -35,7 +35,7 @@ struct dmn {
 	char dir[256];
 	char sock[256];
 	char log[256];
-	int status;		/* wait status once reaped */
+	int status; /* wait status once reaped */
 	bool reaped;
 };
 
@@ -46,7 +46,8 @@ static inline const char *dmn_binary(void)
 
 	if (b)
 		return b;
-	snprintf(path, sizeof(path), "%s/bin/moemd", getenv("MOEM_BUILD") ? getenv("MOEM_BUILD") : "build");
+	snprintf(path, sizeof(path), "%s/bin/moemd",
+		 getenv("MOEM_BUILD") ? getenv("MOEM_BUILD") : "build");
 	return path;
 }
 
@@ -80,7 +81,7 @@ static inline int dmn_make_pack(const char *dir, const char *path, uint32_t laye
 				uint32_t experts, uint32_t topk, uint32_t hidden, uint32_t inter)
 {
 	struct moem_mkmodel_opts mo;
-	struct moem_pack_opts po = { 0 };
+	struct moem_pack_opts po = {0};
 	char model[512];
 	int ret;
 
@@ -175,7 +176,7 @@ static inline uint64_t dmn_ms(void)
 
 static inline void dmn_sleep_ms(unsigned int ms)
 {
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
 
 	nanosleep(&ts, NULL);
 }
@@ -221,7 +222,8 @@ static inline struct json_object *dmn_get(struct json_object *o, const char *pat
 
 	while (v && path) {
 		dot = strchr(path, '.');
-		snprintf(key, sizeof(key), "%.*s", dot ? (int)(dot - path) : (int)strlen(path), path);
+		snprintf(key, sizeof(key), "%.*s", dot ? (int)(dot - path) : (int)strlen(path),
+			 path);
 		if (!json_object_object_get_ex(v, key, &v))
 			return NULL;
 		path = dot ? dot + 1 : NULL;

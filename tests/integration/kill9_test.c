@@ -41,8 +41,8 @@ static uint64_t meminfo(const char *key)
 /* Files in dir other than the expected ones; each is logged. */
 static int unexpected_files(struct __test_metadata *_metadata, const char *dir)
 {
-	static const char *const ok[] = { "moemd.sock", "moemd.sock.lock", "moemd.log",
-					  "tiny.moem", "run.trace" };
+	static const char *const ok[] = {"moemd.sock", "moemd.sock.lock", "moemd.log", "tiny.moem",
+					 "run.trace"};
 	struct dirent *e;
 	int bad = 0;
 	DIR *d = opendir(dir);
@@ -85,7 +85,7 @@ FIXTURE_SETUP(k)
 	ASSERT_NE(NULL, self->dir);
 	snprintf(self->pack, sizeof(self->pack), "%s/tiny.moem", self->dir);
 	ASSERT_EQ(0, dmn_make_pack(self->dir, self->pack, 2, 16, 4, 128, 128))
-		TH_LOG("%s", moem_last_error());
+	TH_LOG("%s", moem_last_error());
 }
 
 FIXTURE_TEARDOWN(k)
@@ -96,12 +96,13 @@ FIXTURE_TEARDOWN(k)
 	free(self->dir);
 }
 
-static int start(FIXTURE_DATA(k) *self, const char *trace)
+static int start(FIXTURE_DATA(k) * self, const char *trace)
 {
-	const char *args[] = { "--pack",     self->pack, "--backend", "cpu",	   "--threads",
-			       "1",	     "--hbm",	 "30%",	      "--dram",	   "60%",
-			       "--precisions", "bf16,q4", "--trace-out", trace, "--steps", "40",
-			       "--batch",    "4",	 NULL };
+	const char *args[] = {
+		"--pack",      self->pack, "--backend", "cpu", "--threads",    "1",
+		"--hbm",       "30%",	   "--dram",	"60%", "--precisions", "bf16,q4",
+		"--trace-out", trace,	   "--steps",	"40",  "--batch",      "4",
+		NULL};
 
 	return dmn_start_argv(&self->m, self->dir, args);
 }
@@ -137,14 +138,16 @@ TEST_F_TIMEOUT(k, kill9_loop, 900)
 			/* It must serve after the previous kill. */
 			if (dmn_wait_ready(&self->m, 30000)) {
 				dmn_dump_log(&self->m);
-				ASSERT_TRUE(0) TH_LOG("iteration %u: moemd did not serve again", it);
+				ASSERT_TRUE(0)
+				TH_LOG("iteration %u: moemd did not serve again", it);
 			}
 			if (what == 1) {
 				/* A complete run: the same digest every time. */
 				ASSERT_EQ(0, dmn_call(&self->m, "run", NULL, &r))
-					TH_LOG("iteration %u: %s", it, moem_last_error());
+				TH_LOG("iteration %u: %s", it, moem_last_error());
 				if (!digest[0])
-					snprintf(digest, sizeof(digest), "%s", dmn_str(r, "digest"));
+					snprintf(digest, sizeof(digest), "%s",
+						 dmn_str(r, "digest"));
 				EXPECT_STREQ(digest, dmn_str(r, "digest"));
 				json_object_put(r);
 				idle++;
@@ -153,7 +156,8 @@ TEST_F_TIMEOUT(k, kill9_loop, 900)
 
 				/* In the middle of a run (and of its trace). */
 				ASSERT_EQ(0, dmn_connect(&self->m, 5000, &c));
-				ASSERT_EQ(0, moem_ctl_send(c, "run", dmn_run_args("steps", "100000", NULL),
+				ASSERT_EQ(0, moem_ctl_send(c, "run",
+							   dmn_run_args("steps", "100000", NULL),
 							   &id));
 				dmn_sleep_ms(delay);
 				mid_run++;
@@ -196,8 +200,8 @@ TEST_F_TIMEOUT(k, kill9_loop, 900)
 	for (int i = 0; i < 100 && meminfo("HugePages_Free") < huge0; i++)
 		dmn_sleep_ms(100);
 	EXPECT_GE(meminfo("HugePages_Free"), huge0)
-		TH_LOG("HugePages_Free %llu, %llu before the loop",
-		       (unsigned long long)meminfo("HugePages_Free"), (unsigned long long)huge0);
+	TH_LOG("HugePages_Free %llu, %llu before the loop",
+	       (unsigned long long)meminfo("HugePages_Free"), (unsigned long long)huge0);
 }
 
 TEST_HARNESS_MAIN

@@ -82,8 +82,8 @@ TEST(requests)
 	const char *cmd;
 	int64_t id;
 
-	ASSERT_EQ(0, parse("{\"v\":1,\"id\":7,\"cmd\":\"status\",\"extra\":[1,2]} ", &id, &cmd,
-			   &req));
+	ASSERT_EQ(0,
+		  parse("{\"v\":1,\"id\":7,\"cmd\":\"status\",\"extra\":[1,2]} ", &id, &cmd, &req));
 	EXPECT_EQ(7, id);
 	EXPECT_STREQ("status", cmd);
 	json_object_put(req);
@@ -103,7 +103,8 @@ TEST(requests)
 	EXPECT_EQ(-EINVAL, parse("{\"id\":4,\"cmd\":\"status\"}", &id, &cmd, &req));
 	EXPECT_EQ(4, id);
 	EXPECT_NE(NULL, strstr(moem_last_error(), "\"v\""));
-	EXPECT_EQ(-EPROTONOSUPPORT, parse("{\"v\":2,\"id\":5,\"cmd\":\"status\"}", &id, &cmd, &req));
+	EXPECT_EQ(-EPROTONOSUPPORT,
+		  parse("{\"v\":2,\"id\":5,\"cmd\":\"status\"}", &id, &cmd, &req));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "version 2 is not supported"));
 	EXPECT_EQ(-EINVAL, parse("{\"v\":\"1\",\"id\":5,\"cmd\":\"status\"}", &id, &cmd, &req));
 	EXPECT_EQ(-EINVAL, parse("{\"v\":1,\"id\":5,\"cmd\":3}", &id, &cmd, &req));

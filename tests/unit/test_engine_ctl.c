@@ -26,8 +26,8 @@ FIXTURE(ec)
 FIXTURE_SETUP(ec)
 {
 	struct moem_mkmodel_opts mo;
-	struct moem_pack_opts po = { 0 };
-	struct moem_engine_opts o = { 0 };
+	struct moem_pack_opts po = {0};
+	struct moem_engine_opts o = {0};
 
 	moem_log_set_level(MOEM_LOG_WARN);
 	self->dir = st_tmpdir();
@@ -65,7 +65,7 @@ FIXTURE_TEARDOWN(ec)
 	free(self->pack);
 }
 
-static const struct moem_workload wl = { .kind = MOEM_WL_SYNTH, .batch = 4, .steps = 6 };
+static const struct moem_workload wl = {.kind = MOEM_WL_SYNTH, .batch = 4, .steps = 6};
 
 TEST_F(ec, knobs_apply_when_idle)
 {
@@ -96,7 +96,7 @@ struct setter {
 static void *set_loop(void *arg)
 {
 	struct setter *s = arg;
-	uint64_t v[] = { 700 << 10, 900 << 10 };
+	uint64_t v[] = {700 << 10, 900 << 10};
 
 	for (int i = 0; s->go; i++) {
 		moem_engine_set_knob(s->e, MOEM_BUDGET_HBM_BYTES, v[i & 1]);
@@ -107,7 +107,7 @@ static void *set_loop(void *arg)
 
 TEST_F(ec, knob_changes_never_fail_a_run)
 {
-	struct setter s = { self->e, 1 };
+	struct setter s = {self->e, 1};
 	struct moem_engine_status st;
 	struct moem_run_stats rs;
 	pthread_t t;
@@ -115,7 +115,7 @@ TEST_F(ec, knob_changes_never_fail_a_run)
 	ASSERT_EQ(0, pthread_create(&t, NULL, set_loop, &s));
 	for (int i = 0; i < 20; i++) {
 		ASSERT_EQ(0, moem_engine_run(self->e, &wl, NULL, NULL, &rs))
-			TH_LOG("run %d: %s", i, moem_last_error());
+		TH_LOG("run %d: %s", i, moem_last_error());
 	}
 	s.go = 0;
 	pthread_join(t, NULL);
@@ -152,7 +152,7 @@ TEST_F(ec, verify_staged)
 
 	ASSERT_EQ(0, moem_engine_warmup(self->e, NULL));
 	ASSERT_EQ(0, moem_engine_verify_staged(self->e, &checked, &bad))
-		TH_LOG("%s", moem_last_error());
+	TH_LOG("%s", moem_last_error());
 	moem_engine_get_status(self->e, &st);
 	EXPECT_EQ(st.dram_ready, checked);
 	EXPECT_GT(checked, 0u);

@@ -18,7 +18,7 @@
 
 #include "moemctl.h"
 
-struct ctl_opts g = { .timeout_ms = 10000 };
+struct ctl_opts g = {.timeout_ms = 10000};
 
 int fail(const char *what, int err)
 {
@@ -54,7 +54,7 @@ int ctl_call(struct moem_ctl *c, const char *cmd, struct json_object *args, int 
 void print_json(struct json_object *o)
 {
 	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-							 JSON_C_TO_STRING_NOSLASHESCAPE));
+								 JSON_C_TO_STRING_NOSLASHESCAPE));
 }
 
 struct json_object *jobj(struct json_object *o, const char *key)
@@ -181,8 +181,11 @@ static void human_get(struct json_object *r)
 		printf("%s %s\n", jstr(r, "knob"), json_object_get_string(jobj(r, "value")));
 		return;
 	}
-	json_object_object_foreach(k, key, val)
-		printf("%s %s\n", key, json_object_get_string(val));
+	for (struct json_object_iterator it = json_object_iter_begin(k),
+					 end = json_object_iter_end(k);
+	     !json_object_iter_equal(&it, &end); json_object_iter_next(&it))
+		printf("%s %s\n", json_object_iter_peek_name(&it),
+		       json_object_get_string(json_object_iter_peek_value(&it)));
 }
 
 static int cmd_get(int argc, char **argv)
@@ -231,12 +234,13 @@ static int set_kernel(const char *via, const char *knob, const char *value)
 		ret = n < 0 ? -errno : 0;
 		close(fd);
 		if (ret)
-			return fail("set --via sysfs",
-				    moem_errf(-ret, "write '%s' to %s: %s", buf, path, strerror(-ret)));
+			return fail("set --via sysfs", moem_errf(-ret, "write '%s' to %s: %s", buf,
+								 path, strerror(-ret)));
 	}
 	moem_budget_format(k, v, buf, sizeof(buf));
 	if (g.json)
-		printf("{\"ok\":true,\"knob\":\"%s\",\"value\":\"%s\",\"via\":\"%s\"}\n", knob, buf, via);
+		printf("{\"ok\":true,\"knob\":\"%s\",\"value\":\"%s\",\"via\":\"%s\"}\n", knob, buf,
+		       via);
 	else
 		printf("%s = %s (moem.ko, via %s; moemd follows)\n", knob, buf, via);
 	return 0;
@@ -250,7 +254,7 @@ static void human_set(struct json_object *r)
 
 static int cmd_set(int argc, char **argv)
 {
-	static const struct option o[] = { { "via", required_argument, NULL, 'v' }, { 0 } };
+	static const struct option o[] = {{"via", required_argument, NULL, 'v'}, {0}};
 	const char *via = "socket";
 	struct json_object *args;
 	int ch;
@@ -319,7 +323,8 @@ static int cmd_trace(int argc, char **argv)
 
 static void human_verify(struct json_object *r)
 {
-	printf("%llu staged expert versions match the pack\n", (unsigned long long)ju64(r, "checked"));
+	printf("%llu staged expert versions match the pack\n",
+	       (unsigned long long)ju64(r, "checked"));
 }
 
 static int cmd_verify(int argc, char **argv)
@@ -335,7 +340,8 @@ static int cmd_verify(int argc, char **argv)
 
 static void human_stop_run(struct json_object *r)
 {
-	printf("%s\n", jbool(r, "stopping") ? "the run stops after its current step" : "no run in progress");
+	printf("%s\n", jbool(r, "stopping") ? "the run stops after its current step"
+					    : "no run in progress");
 }
 
 static int cmd_stop_run(int argc, char **argv)
@@ -419,34 +425,37 @@ static const struct {
 	int (*fn)(int argc, char **argv);
 	const char *args, *help;
 } commands[] = {
-	{ "status", cmd_status, "", "pool, tiers, hit rates, stalls, policies, budgets, run" },
-	{ "get", cmd_get, "[KNOB]", "budget knobs in force" },
-	{ "set", cmd_set, "[--via socket|ioctl|sysfs] KNOB VALUE",
-	  "change a knob (hbm_bytes, dram_bytes, hi_precision_permille, prefetch_depth, reroute)" },
-	{ "run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
-	  "submit a workload and show its result" },
-	{ "stop-run", cmd_stop_run, "", "end the run in progress after its current step" },
-	{ "trace", cmd_trace, "on FILE [--logits] | off", "write the routing trace of later runs" },
-	{ "verify", cmd_verify, "", "check staged experts against the pack's checksums" },
-	{ "stop", cmd_stop, "", "drain and stop moemd (like SIGTERM)" },
-	{ "hello", cmd_hello, "", "versions and pack id" },
-	{ "raw", cmd_raw, "[LINE...]", "send protocol lines (or stdin) as they are" },
+	{"status", cmd_status, "", "pool, tiers, hit rates, stalls, policies, budgets, run"},
+	{"get", cmd_get, "[KNOB]", "budget knobs in force"},
+	{"set", cmd_set, "[--via socket|ioctl|sysfs] KNOB VALUE",
+	 "change a knob (hbm_bytes, dram_bytes, hi_precision_permille, prefetch_depth, reroute)"},
+	{"run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
+	 "submit a workload and show its result"},
+	{"stop-run", cmd_stop_run, "", "end the run in progress after its current step"},
+	{"trace", cmd_trace, "on FILE [--logits] | off", "write the routing trace of later runs"},
+	{"verify", cmd_verify, "", "check staged experts against the pack's checksums"},
+	{"stop", cmd_stop, "", "drain and stop moemd (like SIGTERM)"},
+	{"hello", cmd_hello, "", "versions and pack id"},
+	{"raw", cmd_raw, "[LINE...]", "send protocol lines (or stdin) as they are"},
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: moemctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n\n");
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(commands); i++)
-		fprintf(f, "  %-8s %-40s %s\n", commands[i].name, commands[i].args, commands[i].help);
+		fprintf(f, "  %-8s %-40s %s\n", commands[i].name, commands[i].args,
+			commands[i].help);
 	fprintf(f, "\nThe socket defaults to %s (or $MOEMD_SOCKET).\n", MOEM_CTL_SOCKET);
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "socket", required_argument, NULL, 's' }, { "json", no_argument, NULL, 'j' },
-		{ "timeout", required_argument, NULL, 't' }, { "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{"socket", required_argument, NULL, 's'},
+		{"json", no_argument, NULL, 'j'},
+		{"timeout", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
 	};
 	int ch;
 
@@ -485,7 +494,8 @@ int main(int argc, char **argv)
 			continue;
 		rc = commands[i].fn(argc - optind, argv + optind);
 		if (rc == 2)
-			fprintf(stderr, "usage: moemctl %s %s\n", commands[i].name, commands[i].args);
+			fprintf(stderr, "usage: moemctl %s %s\n", commands[i].name,
+				commands[i].args);
 		return rc;
 	}
 	fprintf(stderr, "moemctl: unknown command '%s'\n", argv[optind]);

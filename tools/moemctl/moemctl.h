@@ -13,7 +13,7 @@
 struct ctl_opts {
 	const char *socket;
 	bool json;
-	int timeout_ms;		/* per request; runs wait without a limit */
+	int timeout_ms; /* per request; runs wait without a limit */
 };
 
 extern struct ctl_opts g;

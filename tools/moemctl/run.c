@@ -23,25 +23,30 @@ void print_run(struct json_object *r)
 	printf("run %llu: %llu steps x %llu tokens%s\n", (unsigned long long)ju64(r, "run_id"),
 	       (unsigned long long)steps, (unsigned long long)ju64(r, "batch"),
 	       jbool(r, "stopped") ? " (stopped early)" : "");
-	printf("  experts      mean T %.1f per layer; hits %llu, misses %llu, fallbacks %llu (hit rate %.3f)\n",
+	printf("  experts      mean T %.1f per layer; hits %llu, misses %llu, fallbacks %llu (hit "
+	       "rate %.3f)\n",
 	       jdbl(r, "mean_T"), (unsigned long long)ju64(r, "hits"),
 	       (unsigned long long)ju64(r, "misses"), (unsigned long long)ju64(r, "fallbacks"),
 	       jdbl(r, "hit_rate"));
 	printf("  moved        NVMe->DRAM %s, DRAM->HBM %s; stalls %.1f ms (%.1f%% of time)\n",
 	       moem_fmt_bytes(ju64(r, "bytes_nvme"), a, sizeof(a)),
-	       moem_fmt_bytes(ju64(r, "bytes_h2d"), b, sizeof(b)), (double)ju64(r, "stall_ns") / 1e6,
-	       jdbl(r, "stall_share") * 100);
+	       moem_fmt_bytes(ju64(r, "bytes_h2d"), b, sizeof(b)),
+	       (double)ju64(r, "stall_ns") / 1e6, jdbl(r, "stall_share") * 100);
 	printf("  speed        %.1f tokens/s, %.1f ms per step; first step after %.1f ms\n",
-	       jdbl(r, "tokens_per_s"), steps ? (double)ju64(r, "step_ns") / (double)steps / 1e6 : 0.0,
+	       jdbl(r, "tokens_per_s"),
+	       steps ? (double)ju64(r, "step_ns") / (double)steps / 1e6 : 0.0,
 	       (double)ju64(r, "first_step_ns") / 1e6);
 	printf("  digest       %s\n", jstr(r, "digest"));
 }
 
 static const struct option run_opts[] = {
-	{ "workload", required_argument, NULL, 0 }, { "batch", required_argument, NULL, 0 },
-	{ "steps", required_argument, NULL, 0 },    { "mix", required_argument, NULL, 0 },
-	{ "seed", required_argument, NULL, 0 },	    { "help", no_argument, NULL, 'h' },
-	{ 0 },
+	{"workload", required_argument, NULL, 0},
+	{"batch", required_argument, NULL, 0},
+	{"steps", required_argument, NULL, 0},
+	{"mix", required_argument, NULL, 0},
+	{"seed", required_argument, NULL, 0},
+	{"help", no_argument, NULL, 'h'},
+	{0},
 };
 
 static void run_usage(FILE *f)
@@ -55,7 +60,7 @@ static void run_usage(FILE *f)
 /* Wait for the run's response; show progress from status meanwhile. */
 static int wait_run(struct moem_ctl *c, int64_t id, struct json_object **resp)
 {
-	struct moem_progress prog = { 0 };
+	struct moem_progress prog = {0};
 	struct moem_ctl *sc = NULL;
 	bool bar = isatty(STDERR_FILENO) && !g.json;
 	int ret;
@@ -72,7 +77,8 @@ static int wait_run(struct moem_ctl *c, int64_t id, struct json_object **resp)
 			run = jobj(st, "run");
 			if (jbool(run, "active")) {
 				if (!prog.total && ju64(run, "steps"))
-					moem_progress_start(&prog, "decoding", ju64(run, "steps"), false);
+					moem_progress_start(&prog, "decoding", ju64(run, "steps"),
+							    false);
 				moem_progress_set(&prog, ju64(run, "steps_done"));
 			}
 		}
@@ -86,7 +92,8 @@ static int wait_run(struct moem_ctl *c, int64_t id, struct json_object **resp)
 
 int cmd_run(int argc, char **argv)
 {
-	struct json_object *args = json_object_new_object(), *wl = json_object_new_object(), *r = NULL;
+	struct json_object *args = json_object_new_object(), *wl = json_object_new_object(),
+			   *r = NULL;
 	struct moem_ctl *c;
 	int ch, idx, ret;
 	int64_t id;

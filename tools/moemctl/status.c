@@ -51,7 +51,8 @@ void print_status(struct json_object *st)
 {
 	struct json_object *d = jobj(st, "daemon"), *k = jobj(st, "kernel"), *p = jobj(st, "pool"),
 			   *t = jobj(st, "tiers"), *c = jobj(st, "counters"),
-			   *pol = jobj(st, "policies"), *run = jobj(st, "run"), *tr = jobj(st, "trace");
+			   *pol = jobj(st, "policies"), *run = jobj(st, "run"),
+			   *tr = jobj(st, "trace");
 	char a[32], b[32];
 
 	printf("moemd %s (pid %llu), %s", jstr(d, "version"), (unsigned long long)ju64(d, "pid"),
@@ -71,7 +72,8 @@ void print_status(struct json_object *st)
 			       jbool(p, "persistent") ? ", persistent" : "",
 			       jbool(p, "warm") ? ", warm restart" : "");
 		if (jbool(p, "warm"))
-			printf(" (%llu staged versions adopted)", (unsigned long long)ju64(p, "adopted"));
+			printf(" (%llu staged versions adopted)",
+			       (unsigned long long)ju64(p, "adopted"));
 		printf("\n          %s\n", jstr(p, "why"));
 	}
 	if (jbool(k, "loaded"))
@@ -95,10 +97,12 @@ void print_status(struct json_object *st)
 		       (unsigned long long)ju64(t, "dram_ready"), jdbl(t, "link_gbps"));
 	}
 	if (c)
-		printf("counters  %llu steps; hits %llu, misses %llu, fallbacks %llu (hit rate %.3f); stalls %.3f s\n",
+		printf("counters  %llu steps; hits %llu, misses %llu, fallbacks %llu (hit rate "
+		       "%.3f); stalls %.3f s\n",
 		       (unsigned long long)ju64(c, "steps"), (unsigned long long)ju64(c, "hits"),
-		       (unsigned long long)ju64(c, "misses"), (unsigned long long)ju64(c, "fallbacks"),
-		       jdbl(c, "hit_rate"), (double)ju64(c, "stall_ns") / 1e9);
+		       (unsigned long long)ju64(c, "misses"),
+		       (unsigned long long)ju64(c, "fallbacks"), jdbl(c, "hit_rate"),
+		       (double)ju64(c, "stall_ns") / 1e9);
 	if (pol) {
 		printf("policies  route %s, evict %s, prefetch %s", jstr(pol, "route"),
 		       jstr(pol, "evict"), jstr(pol, "prefetch"));
@@ -116,7 +120,8 @@ void print_status(struct json_object *st)
 			       (unsigned long long)ju64(run, "steps_done"),
 			       (unsigned long long)ju64(run, "steps"));
 		else
-			printf("run       idle (%llu runs done)\n", (unsigned long long)ju64(d, "runs"));
+			printf("run       idle (%llu runs done)\n",
+			       (unsigned long long)ju64(d, "runs"));
 	}
 	if (tr)
 		printf("trace     %s%s\n", jbool(tr, "on") ? "on: " : "off",

@@ -44,7 +44,7 @@ static inline int g_region_of(const char *pack, char name[64])
 struct g_pool {
 	uint64_t total, free;
 	uint32_t regions;
-	char names[512];	/* region names, space-separated, sorted by the kernel */
+	char names[512]; /* region names, space-separated, sorted by the kernel */
 };
 
 static inline int g_pool_read(struct g_pool *p)
@@ -141,7 +141,8 @@ static inline int g_verify_region(const char *region, const char *pack_path, uin
 	cfg = moem_pack_config(pack);
 	h = (struct g_dir_hdr *)base;
 	ent = (struct g_dir_ent *)(base + 4096);
-	if (memcmp(h->magic, "MOEMDIR1", 8) || h->n_versions != cfg->n_layers * cfg->n_experts * 2 ||
+	if (memcmp(h->magic, "MOEMDIR1", 8) ||
+	    h->n_versions != cfg->n_layers * cfg->n_experts * 2 ||
 	    h->dir_bytes + h->data_bytes > ri.size) {
 		ret = -EBADMSG;
 		goto out;

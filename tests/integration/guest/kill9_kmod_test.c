@@ -44,11 +44,12 @@ FIXTURE_TEARDOWN(k)
 	free(self->dir);
 }
 
-static int start(FIXTURE_DATA(k) *self)
+static int start(FIXTURE_DATA(k) * self)
 {
-	const char *args[] = { "--pack", g_pack(), "--backend", "cpu", "--threads", "1", "--pool",
-			       "kmod", "--precisions", "bf16,q4", "--hbm", "25%", "--dram", "50%",
-			       "--steps", "3", "--batch", "2", NULL };
+	const char *args[] = {"--pack", g_pack(), "--backend",	  "cpu",     "--threads", "1",
+			      "--pool", "kmod",	  "--precisions", "bf16,q4", "--hbm",	  "25%",
+			      "--dram", "50%",	  "--steps",	  "3",	     "--batch",	  "2",
+			      NULL};
 
 	return dmn_start_argv(&self->m, self->dir, args);
 }
@@ -91,11 +92,12 @@ TEST_F_TIMEOUT(k, kill9_loop_kmod_region, 1800)
 		} else {
 			if (dmn_wait_ready(&self->m, 300000)) {
 				dmn_dump_log(&self->m);
-				ASSERT_TRUE(0) TH_LOG("iteration %u: moemd did not serve again", it);
+				ASSERT_TRUE(0)
+				TH_LOG("iteration %u: moemd did not serve again", it);
 			}
 			ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
 			EXPECT_TRUE(json_object_get_boolean(dmn_get(r, "pool.warm")))
-				TH_LOG("iteration %u: not a warm restart", it);
+			TH_LOG("iteration %u: not a warm restart", it);
 			EXPECT_GT(dmn_u64(r, "pool.adopted"), 0u);
 			json_object_put(r);
 			if (what == 1) {
@@ -108,7 +110,8 @@ TEST_F_TIMEOUT(k, kill9_loop_kmod_region, 1800)
 
 				ASSERT_EQ(0, dmn_connect(&self->m, 5000, &c));
 				ASSERT_EQ(0, moem_ctl_send(c, "run",
-							   dmn_run_args("steps", "100000", NULL), &id));
+							   dmn_run_args("steps", "100000", NULL),
+							   &id));
 				dmn_sleep_ms(delay);
 				mid++;
 			}
@@ -123,14 +126,16 @@ TEST_F_TIMEOUT(k, kill9_loop_kmod_region, 1800)
 		EXPECT_EQ(base.free, now.free) TH_LOG("iteration %u", it);
 		/* What the directory says is staged is whole. */
 		ASSERT_EQ(0, g_verify_region(self->region, g_pack(), &staged, &bad, false));
-		EXPECT_EQ(0u, bad) TH_LOG("iteration %u: %llu of %llu staged versions corrupt", it,
-					  (unsigned long long)bad, (unsigned long long)staged);
+		EXPECT_EQ(0u, bad)
+		TH_LOG("iteration %u: %llu of %llu staged versions corrupt", it,
+		       (unsigned long long)bad, (unsigned long long)staged);
 		if (!_metadata->passed)
 			break;
 	}
 	TH_LOG("%u kills (%u during start-up, %u after a run, %u mid-run) in %.1f s", iters, early,
 	       idle, mid, (double)(dmn_ms() - t0) / 1000);
-	printf("MOEM-RESULT kill -9 loop with moem.ko: %u iterations (%u start-up, %u idle, %u mid-run), pool and regions unchanged after each\n",
+	printf("MOEM-RESULT kill -9 loop with moem.ko: %u iterations (%u start-up, %u idle, %u "
+	       "mid-run), pool and regions unchanged after each\n",
 	       iters, early, idle, mid);
 	fflush(stdout);
 	/* Serves once more, then goes cleanly. */

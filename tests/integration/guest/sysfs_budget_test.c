@@ -68,11 +68,12 @@ FIXTURE_TEARDOWN(s)
 	free(self->dir);
 }
 
-static int start(FIXTURE_DATA(s) *self)
+static int start(FIXTURE_DATA(s) * self)
 {
-	const char *args[] = { "--pack", g_pack(), "--backend", "cpu", "--threads", "1", "--pool",
-			       "kmod", "--precisions", "bf16,q4", "--hbm", "25%", "--dram", "50%",
-			       "--batch", "1", "--log-level", "debug", NULL };
+	const char *args[] = {"--pack", g_pack(), "--backend",	  "cpu",     "--threads",   "1",
+			      "--pool", "kmod",	  "--precisions", "bf16,q4", "--hbm",	    "25%",
+			      "--dram", "50%",	  "--batch",	  "1",	     "--log-level", "debug",
+			      NULL};
 	int ret = dmn_start_argv(&self->m, self->dir, args);
 
 	return ret ? ret : dmn_wait_ready(&self->m, 300000);
@@ -81,7 +82,8 @@ static int start(FIXTURE_DATA(s) *self)
 /* Run moemctl with args; its stdout into out (NUL-terminated). */
 static int moemctl(const char *sock, char *out, size_t len, const char *const *args)
 {
-	const char *argv[16] = { getenv("MOEMCTL") ? getenv("MOEMCTL") : "moemctl", "--socket", sock };
+	const char *argv[16] = {getenv("MOEMCTL") ? getenv("MOEMCTL") : "moemctl", "--socket",
+				sock};
 	int p[2], n = 3, status;
 	size_t got = 0;
 	pid_t pid;
@@ -135,7 +137,7 @@ static int wait_applied(struct dmn *m, const char *path, uint64_t want, uint64_t
 
 TEST_F_TIMEOUT(s, sysfs_changes_during_a_run, 900)
 {
-	static const char *const hbm[] = { "8388608", "16777216", "6291456", "25165824", "12582912" };
+	static const char *const hbm[] = {"8388608", "16777216", "6291456", "25165824", "12582912"};
 	uint64_t lat[8], worst = 0, sum = 0, applied;
 	struct json_object *r;
 	struct moem_ctl *c;
@@ -150,7 +152,8 @@ TEST_F_TIMEOUT(s, sysfs_changes_during_a_run, 900)
 		bool active = false;
 
 		if (dmn_call(&self->m, "status", NULL, &r) == 0)
-			active = dmn_u64(r, "run.steps_done") > 0 && dmn_u64(r, "run.steps_done") != UINT64_MAX;
+			active = dmn_u64(r, "run.steps_done") > 0 &&
+				 dmn_u64(r, "run.steps_done") != UINT64_MAX;
 		json_object_put(r);
 		if (active)
 			break;
@@ -164,9 +167,10 @@ TEST_F_TIMEOUT(s, sysfs_changes_during_a_run, 900)
 		t0 = moem_now_ns();
 		ASSERT_EQ(0, knob_write("hbm_bytes", hbm[i]));
 		ASSERT_EQ(0, wait_applied(&self->m, "tiers.hbm_budget", want, &applied))
-			TH_LOG("hbm_bytes %s never applied", hbm[i]);
+		TH_LOG("hbm_bytes %s never applied", hbm[i]);
 		lat[n] = applied > t0 ? applied - t0 : 0;
-		TH_LOG("hbm_bytes %s applied %.1f ms after the write", hbm[i], (double)lat[n] / 1e6);
+		TH_LOG("hbm_bytes %s applied %.1f ms after the write", hbm[i],
+		       (double)lat[n] / 1e6);
 		EXPECT_LT(lat[n], 100000000u);
 		worst = moem_max(worst, lat[n]);
 		sum += lat[n++];
@@ -204,7 +208,7 @@ TEST_F_TIMEOUT(s, sysfs_changes_during_a_run, 900)
 
 	/* moemctl status shows what sysfs set (human output). */
 	{
-		const char *a[] = { "status", NULL };
+		const char *a[] = {"status", NULL};
 
 		EXPECT_EQ(0, moemctl(self->m.sock, out, sizeof(out), a));
 		EXPECT_NE(NULL, strstr(out, "hbm_bytes 12.00 MiB")) TH_LOG("%s", out);
@@ -214,13 +218,13 @@ TEST_F_TIMEOUT(s, sysfs_changes_during_a_run, 900)
 	}
 	/* moemctl set --via sysfs and --via ioctl: the kernel, then moemd. */
 	{
-		const char *a[] = { "set", "--via", "sysfs", "hbm_bytes", "10M", NULL };
+		const char *a[] = {"set", "--via", "sysfs", "hbm_bytes", "10M", NULL};
 
 		EXPECT_EQ(0, moemctl(self->m.sock, out, sizeof(out), a)) TH_LOG("%s", out);
 		EXPECT_EQ(0, wait_applied(&self->m, "tiers.hbm_budget", 10 << 20, &applied));
 	}
 	{
-		const char *a[] = { "set", "--via", "ioctl", "hbm_bytes", "14M", NULL };
+		const char *a[] = {"set", "--via", "ioctl", "hbm_bytes", "14M", NULL};
 
 		EXPECT_EQ(0, moemctl(self->m.sock, out, sizeof(out), a)) TH_LOG("%s", out);
 		EXPECT_EQ(0, wait_applied(&self->m, "tiers.hbm_budget", 14 << 20, &applied));
@@ -252,7 +256,8 @@ TEST_F_TIMEOUT(s, sysfs_changes_during_a_run, 900)
 	EXPECT_GT(dmn_u64(r, "steps"), 0u);
 	json_object_put(r);
 	moem_ctl_close(c);
-	printf("MOEM-RESULT sysfs budget write to applied during a run: mean %.1f ms, worst %.1f ms over %d changes (TCG guest; limit 100 ms)\n",
+	printf("MOEM-RESULT sysfs budget write to applied during a run: mean %.1f ms, worst %.1f "
+	       "ms over %d changes (TCG guest; limit 100 ms)\n",
 	       (double)sum / n / 1e6, (double)worst / 1e6, n);
 	fflush(stdout);
 	dmn_kill(&self->m, SIGTERM);

@@ -71,7 +71,7 @@ TEST_F_TIMEOUT(w, warm_restart_after_kill9, 900)
 		const char *args[] = ARGS("--cold", NULL);
 
 		ASSERT_EQ(0, g_start_to_first_step(&self->m, self->dir, args, &cold[i]))
-			TH_LOG("%s", moem_last_error());
+		TH_LOG("%s", moem_last_error());
 		ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
 		EXPECT_STREQ("kmod", dmn_str(r, "pool.provider"));
 		EXPECT_STREQ(self->region, dmn_str(r, "pool.region"));
@@ -109,7 +109,7 @@ TEST_F_TIMEOUT(w, warm_restart_after_kill9, 900)
 		const char *args[] = ARGS(NULL);
 
 		ASSERT_EQ(0, g_start_to_first_step(&self->m, self->dir, args, &warm[i]))
-			TH_LOG("%s", moem_last_error());
+		TH_LOG("%s", moem_last_error());
 		ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
 		EXPECT_TRUE(json_object_get_boolean(dmn_get(r, "pool.warm")));
 		adopted = dmn_u64(r, "pool.adopted");
@@ -119,7 +119,8 @@ TEST_F_TIMEOUT(w, warm_restart_after_kill9, 900)
 		open_warm = (double)dmn_u64(r, "daemon.open_ns") / 1e6;
 		fill_warm = (double)dmn_u64(r, "daemon.warmup_ns") / 1e6;
 		json_object_put(r);
-		ASSERT_EQ(0, dmn_call(&self->m, "verify", NULL, &r)) TH_LOG("%s", moem_last_error());
+		ASSERT_EQ(0, dmn_call(&self->m, "verify", NULL, &r))
+		TH_LOG("%s", moem_last_error());
 		EXPECT_EQ(staged, dmn_u64(r, "checked"));
 		EXPECT_EQ(0u, dmn_u64(r, "bad"));
 		json_object_put(r);
@@ -128,7 +129,11 @@ TEST_F_TIMEOUT(w, warm_restart_after_kill9, 900)
 	}
 	qsort(cold, 2, sizeof(double), cmp_double);
 	qsort(warm, 3, sizeof(double), cmp_double);
-	printf("MOEM-RESULT restart-to-first-step: cold %.0f ms (ready after %.0f ms, %.1f MiB staged from the virtio disk), warm %.0f ms (ready after %.0f ms: engine open and adoption of %llu versions %.0f ms, HBM fill %.0f ms; the rest is process start and the first step), warm/cold %.3f (synthetic pack, TCG guest, medians of 2 cold and 3 warm)\n",
+	printf("MOEM-RESULT restart-to-first-step: cold %.0f ms (ready after %.0f ms, %.1f MiB "
+	       "staged from the virtio disk), warm %.0f ms (ready after %.0f ms: engine open and "
+	       "adoption of %llu versions %.0f ms, HBM fill %.0f ms; the rest is process start and "
+	       "the first step), warm/cold %.3f (synthetic pack, TCG guest, medians of 2 cold and "
+	       "3 warm)\n",
 	       cold[0], ready_cold, (double)nvme_cold / (1 << 20), warm[1], ready_warm,
 	       (unsigned long long)adopted, open_warm, fill_warm, warm[1] / cold[0]);
 	fflush(stdout);
@@ -149,9 +154,9 @@ TEST_F_TIMEOUT(w, warm_restart_after_kill9, 900)
 
 TEST_F_TIMEOUT(w, foreign_region_refused, 600)
 {
-	const char *args[] = { "--pack", g_other_pack(), "--backend", "cpu", "--pool", "kmod",
-			       "--precisions", "bf16,q4", "--dram", "100%", "--region", self->region,
-			       NULL };
+	const char *args[] = {"--pack",	  g_other_pack(), "--backend", "cpu",	 "--pool",
+			      "kmod",	  "--precisions", "bf16,q4",   "--dram", "100%",
+			      "--region", self->region,	  NULL};
 	struct moem_pack *p;
 	struct moem_pack_id id;
 	struct g_pool before, after;
