@@ -33,8 +33,8 @@ struct ffn_job {
 };
 
 /* Row r of a matrix in layout l at base, as fp32 (== moem_dequantize_row). */
-static void dequant_row(const struct moem_qmat_layout *l, const uint8_t *base, uint32_t r,
-			float *out)
+MOEM_CPU_CLONES static void dequant_row(const struct moem_qmat_layout *l, const uint8_t *base,
+					uint32_t r, float *out)
 {
 	const uint8_t *q = base + l->data_off + (size_t)r * l->row_bytes;
 	const uint16_t *sc =
@@ -86,7 +86,7 @@ static inline float silu(float g)
 	return g / (1.0f + expf(-g));
 }
 
-static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
+MOEM_CPU_CLONES static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct ffn_job *j = arg;
 	const struct moem_ffn_args *a = j->a;
@@ -109,7 +109,7 @@ static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
 	}
 }
 
-static void down_rows(void *arg, uint32_t item, uint32_t worker)
+MOEM_CPU_CLONES static void down_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct ffn_job *j = arg;
 	const struct moem_ffn_args *a = j->a;
