@@ -139,7 +139,8 @@ int cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ff
 	uint32_t nw = moem_tpool_size(c->pool), total = 0;
 	struct ffn_job j = {.a = a};
 	size_t xf_n, act_n, off_n, w_n;
-	float *buf;
+	uint8_t *buf;
+	float *xf;
 
 	for (int p = 0; p < MOEM_PREC_NR; p++)
 		if (moem_expert_layout((enum moem_prec)p, a->H, a->I, &j.lay[p]))
@@ -154,10 +155,11 @@ int cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ff
 	buf = cpu_scratch(s, (xf_n + act_n + off_n + w_n) * sizeof(float));
 	if (!buf)
 		return -ENOMEM;
-	j.xf = buf;
-	j.act = buf + xf_n;
-	j.act_off = (uint32_t *)(j.act + act_n);
-	j.wbuf = (float *)j.act_off + off_n;
+	/* [xf floats][act floats][act_off u32][wbuf floats], all 4-byte units */
+	j.xf = xf = (float *)(void *)buf;
+	j.act = (float *)(void *)(buf + 4 * xf_n);
+	j.act_off = (uint32_t *)(void *)(buf + 4 * (xf_n + act_n));
+	j.wbuf = (float *)(void *)(buf + 4 * (xf_n + act_n + off_n));
 	total = 0;
 	for (uint32_t e = 0; e < a->n_experts; e++) {
 		j.act_off[e] = total;
@@ -165,7 +167,7 @@ int cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ff
 	}
 	j.rb1 = (a->I + GATEUP_ROWS - 1) / GATEUP_ROWS;
 	j.rb2 = (a->H + DOWN_ROWS - 1) / DOWN_ROWS;
-	cpu_convert_x(c->pool, moem_dptr_host(a->x), buf, a->B, a->H);
+	cpu_convert_x(c->pool, moem_dptr_host(a->x), xf, a->B, a->H);
 	moem_tpool_run(c->pool, a->n_experts * j.rb1, gateup_rows, &j);
 	moem_tpool_run(c->pool, a->n_experts * j.rb2, down_rows, &j);
 	return 0;
