@@ -95,8 +95,9 @@ test-gpu: all $(GPU_TEST_BINS) $(GPU_TOOLS)
 
 # Kernel benchmarks on the GPU machine: FFN bytes/s against the
 # device-to-device copy, router/re-route share, then PyTorch same shapes.
-bench-gpu: all $(O)/bench/kernels/bench_gpu
-	$(Q)$(O)/bench/kernels/bench_gpu --out $(O)/bench/kernels/gpu_results.txt; rc=$$?; \
+bench-gpu: all $(O)/bench/kernels/bench_kernels
+	$(Q)$(O)/bench/kernels/bench_kernels --backend cuda --out $(O)/bench/kernels/gpu_results.txt; \
+	rc=$$?; \
 	if [ $$rc -eq 4 ]; then exit 0; fi; [ $$rc -eq 0 ] || exit $$rc; \
 	python3 bench/kernels/torch_ffn.py --ours $(O)/bench/kernels/gpu_results.txt
 
