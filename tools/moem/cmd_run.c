@@ -13,7 +13,7 @@
 
 #include <json-c/json.h>
 
-#include <moem/config.h>
+#include <moem/settings.h>
 #include <moem/engine.h>
 #include <moem/error.h>
 #include <moem/log.h>
@@ -322,7 +322,7 @@ static int cmd_run(int argc, char **argv)
 			return 2;
 		}
 		if (!strcmp(run_opts[idx].name, "config"))
-			ret = moem_config_load(optarg, config_entry, &a);
+			ret = moem_settings_load(optarg, config_entry, &a);
 		else
 			ret = apply(&a, run_opts[idx].name, optarg ? optarg : "");
 		if (ret)
