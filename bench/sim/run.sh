@@ -60,7 +60,7 @@ field() { # trace, field, moem sim options...
 	t=$1
 	f=$2
 	shift 2
-	"$MOEM" sim "$OUT/$t.trace" "$@" --json | sed -n "s/^ *\"$f\": *\\([-0-9.e+]*\\),*$/\\1/p" |
+	"$MOEM" sim "$OUT/$t.trace" "$@" --json | sed -n "s/^ *\"$f\": *\\([-0-9.e+]*\\),*\$/\\1/p" |
 		head -n 1
 }
 
@@ -195,7 +195,7 @@ field() { # trace, field, moem sim options...
 		echo
 		for pct in 25% 40% 60%; do
 			echo "At $pct: $("$MOEM" sim "$OUT/$t.trace" --policy dynaexq --hbm $pct \
-				--json | sed -n 's/^ *"detail": "\(.*\)",$/\1/p')"
+				--json | sed -n 's/^ *"detail": *"\(.*\)",$/\1/p')"
 			echo
 		done
 	done

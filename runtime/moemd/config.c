@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <moem/config.h>
+#include <moem/settings.h>
 #include <moem/error.h>
 #include <moem/pack.h>
 #include <moem/dev.h>

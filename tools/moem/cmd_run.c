@@ -13,7 +13,7 @@
 
 #include <json-c/json.h>
 
-#include <moem/config.h>
+#include <moem/settings.h>
 #include <moem/engine.h>
 #include <moem/engine_args.h>
 #include <moem/error.h>

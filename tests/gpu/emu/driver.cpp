@@ -11,11 +11,10 @@
  */
 #include <chrono>
 #include <map>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "cuda_emu.h"
 #include "emu.h"
@@ -425,30 +424,21 @@ CUAPI cuEventElapsedTime_v2(float *ms, void *a, void *b)
 	return OK;
 }
 
-/* Virtual memory management: not emulated. */
 /*
- * Virtual memory management over host mappings, so that the tiers' CUDA
- * device (VMM arena) runs here too: a reservation is a PROT_NONE range,
- * a physical allocation a memfd (handle = fd + 1, never 0), a map an
- * mmap of it over the reservation, access an mprotect. As on a GPU, a
- * mapping outlives the release of its handle.
+ * Virtual memory management, emulated on host address space: a
+ * reservation is PROT_NONE, a mapped range becomes read-write (fresh
+ * zeroed pages), an unmapped one is released and faults again, so an
+ * access outside the mapped arena crashes like an illegal address would.
+ * Physical handles only count: the tiers never map one twice.
  */
-#define EMU_VMM_GRAN (2u << 20)
-
-CUAPI cuMemGetAllocationGranularity(size_t *g, const void *, int)
-{
-	STICKY();
-	*g = EMU_VMM_GRAN;
-	return OK;
-}
+static std::map<unsigned long long, size_t> vmm_handles;
+static unsigned long long vmm_next_handle = 1;
 
 CUAPI cuMemAddressReserve(uint64_t *p, size_t size, size_t, uint64_t, unsigned long long)
 {
 	void *m;
 
 	STICKY();
-	if (!size || size % EMU_VMM_GRAN)
-		return E_INVALID_VALUE;
 	m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED)
 		return E_OUT_OF_MEMORY;
@@ -463,49 +453,39 @@ CUAPI cuMemAddressFree(uint64_t p, size_t size)
 
 CUAPI cuMemCreate(unsigned long long *h, size_t size, const void *, unsigned long long)
 {
-	int fd;
-
 	STICKY();
-	if (!size || size % EMU_VMM_GRAN)
-		return E_INVALID_VALUE;
-	fd = memfd_create("emu-vmm", MFD_CLOEXEC);
-	if (fd < 0)
-		return E_OUT_OF_MEMORY;
-	if (ftruncate(fd, (off_t)size)) {
-		close(fd);
-		return E_OUT_OF_MEMORY;
-	}
-	*h = (unsigned long long)fd + 1;
+	*h = vmm_next_handle++;
+	vmm_handles[*h] = size;
 	return OK;
 }
 
 CUAPI cuMemRelease(unsigned long long h)
 {
-	return h && close((int)(h - 1)) == 0 ? OK : E_INVALID_VALUE;
+	return vmm_handles.erase(h) ? OK : E_INVALID_VALUE;
 }
 
-CUAPI cuMemMap(uint64_t ptr, size_t size, size_t offset, unsigned long long h, unsigned long long)
+CUAPI cuMemMap(uint64_t p, size_t size, size_t, unsigned long long h, unsigned long long)
 {
-	void *m;
-
 	STICKY();
-	if (!h)
+	if (!vmm_handles.count(h) || vmm_handles[h] != size)
 		return E_INVALID_VALUE;
-	m = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, (int)(h - 1),
-		 (off_t)offset);
-	return m == MAP_FAILED ? E_INVALID_VALUE : OK;
+	return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) ? E_INVALID_VALUE : OK;
 }
 
-CUAPI cuMemUnmap(uint64_t ptr, size_t size)
+CUAPI cuMemUnmap(uint64_t p, size_t size)
 {
-	void *m = mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-
-	return m == MAP_FAILED ? E_INVALID_VALUE : OK;
+	madvise((void *)(uintptr_t)p, size, MADV_DONTNEED);
+	return mprotect((void *)(uintptr_t)p, size, PROT_NONE) ? E_INVALID_VALUE : OK;
 }
 
-CUAPI cuMemSetAccess(uint64_t ptr, size_t size, const void *, size_t)
+CUAPI cuMemSetAccess(uint64_t, size_t, const void *, size_t)
 {
 	STICKY();
-	return mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) ? E_INVALID_VALUE : OK;
+	return OK;
+}
+
+CUAPI cuMemGetAllocationGranularity(size_t *g, const void *, int)
+{
+	*g = 2u << 20;
+	return OK;
 }

@@ -6,7 +6,7 @@
 
 #include <ini.h>
 
-#include <moem/config.h>
+#include <moem/settings.h>
 #include <moem/error.h>
 
 struct cfg_ctx {

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * Configuration files for moem tools and moemd: INI syntax (libinih),
+ * Settings files for moem tools and moemd: INI syntax (libinih),
  * "key = value" lines, '#' or ';' comments, optional [section] headers.
  * A key means the same as the command-line option of that name (without
  * the dashes): budgets, policies, pool and backend choices.
  */
-#ifndef MOEM_CONFIG_H
-#define MOEM_CONFIG_H
+#ifndef MOEM_SETTINGS_H
+#define MOEM_SETTINGS_H
 
 /*
  * Call fn(arg, section, key, value) for every setting in path, in file
@@ -18,4 +18,4 @@ typedef int (*moem_settings_fn)(void *arg, const char *section, const char *key,
 			      const char *value);
 int moem_settings_load(const char *path, moem_settings_fn fn, void *arg);
 
-#endif /* MOEM_CONFIG_H */
+#endif /* MOEM_SETTINGS_H */

@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# Tier benchmarks (issue: tiered residency).
+#   bench-tiers      transfer engine vs raw device copies (emulated device
+#                    here, CUDA on a GPU machine) and tokens/s at HBM =
+#                    100/50/25% of expert bytes with on-demand LRU
+#   bench-tiers-gpu  the same on the GPU (part of bench-gpu)
+
+BENCH_TIERS	:= $(O)/bench/tiers/bench_tiers
+BENCH_SUITES	+= bench-tiers
+
+$(BENCH_TIERS): $(O)/bench/tiers/bench_tiers.o $(LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
+
+.PHONY: bench-tiers bench-tiers-gpu
+bench-tiers: all $(BENCH_TIERS)
+	$(Q)$(BENCH_TIERS) --backend cpu
+	$(Q)MOEM_BUILD=$(O) bench/tiers/tokens.sh cpu
+
+bench-tiers-gpu: all $(BENCH_TIERS)
+	$(Q)$(BENCH_TIERS) --backend cuda
+	$(Q)MOEM_BUILD=$(O) bench/tiers/tokens.sh cuda
+
+bench-gpu: bench-tiers-gpu
