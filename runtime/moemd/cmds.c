@@ -410,8 +410,10 @@ void moemd_job_done(struct moemd *d, struct moemd_job *j)
 	struct moemd_client *c = j->client ? moemd_client_find(d, j->client) : NULL;
 	struct json_object *r;
 
-	if (j->kind == JOB_RUN)
+	if (j->kind == JOB_RUN && !j->ret)
 		d->runs_done++;
+	else if (j->kind == JOB_RUN)
+		d->runs_failed++;
 	if (!c)
 		return; /* the client left: the result is in the log */
 	if (j->ret) {

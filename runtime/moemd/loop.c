@@ -188,14 +188,15 @@ int moemd_loop(struct moemd *d)
 			on_signal(d);
 		if (p[1].revents)
 			on_done(d);
-		if (p[2].revents)
-			moemd_server_accept(d);
+		/* Clients first: slots of those that left are free for new ones. */
 		for (int i = 0; i < nc; i++) {
 			struct moemd_client *c = moemd_client_find(d, who[i]);
 
 			if (p[3 + i].revents && c)
 				moemd_client_io(d, c, p[3 + i].revents);
 		}
+		if (p[2].revents)
+			moemd_server_accept(d);
 	}
 	/* Answers to the last requests (the stopped run's result, shutdown). */
 	on_done(d);

@@ -109,7 +109,7 @@ struct moemd {
 	int done_efd;
 	uint64_t run_steps_done, run_steps; /* of cur, atomic */
 	uint64_t next_run_id;
-	uint64_t runs_done;
+	uint64_t runs_done, runs_failed;
 
 	/* control socket */
 	int lfd, lock_fd;

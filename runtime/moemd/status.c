@@ -114,6 +114,7 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "requests", U64(d->requests));
 	ADD(o, "bad_requests", U64(d->bad_requests));
 	ADD(o, "runs", U64(d->runs_done));
+	ADD(o, "runs_failed", U64(d->runs_failed));
 	ADD(o, "watchdog_usec", U64(d->watchdog_usec));
 	if (state == MOEMD_STAGING) {
 		ADD(o, "staged_bytes", U64(__atomic_load_n(&d->prog.done, __ATOMIC_RELAXED)));
