@@ -180,9 +180,11 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	r = moem_ctl_ok(id);
 	json_object_object_add(r, "knob", json_object_new_string(name));
 	json_object_object_add(r, "value", knob_json(k, v));
-	json_object_object_add(
-		r, "applied",
-		json_object_new_string(run_active(d) ? "at the next layer boundary" : "now"));
+	json_object_object_add(r, "applied",
+			       json_object_new_string(run_active(d) && k != MOEM_BUDGET_HBM_BYTES &&
+								      k != MOEM_BUDGET_DRAM_BYTES
+							      ? "at the next layer boundary"
+							      : "now"));
 	moemd_client_send(d, c, r);
 }
 
