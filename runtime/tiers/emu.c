@@ -144,6 +144,7 @@ static int emu_copy(struct moem_tierdev *d, moem_dptr dst, const void *src, uint
 {
 	struct emu_dev *e = to_emu(d);
 	struct emu_piece *p = calloc(1, sizeof(*p));
+	uint64_t s;
 
 	if (!p)
 		return -ENOMEM;
@@ -152,7 +153,7 @@ static int emu_copy(struct moem_tierdev *d, moem_dptr dst, const void *src, uint
 	p->bytes = bytes;
 	p->wait = wait_compute;
 	pthread_mutex_lock(&e->lock);
-	p->seq = ++e->copy_issued;
+	p->seq = s = ++e->copy_issued;
 	if (e->tail)
 		e->tail->next = p;
 	else
@@ -160,7 +161,7 @@ static int emu_copy(struct moem_tierdev *d, moem_dptr dst, const void *src, uint
 	e->tail = p;
 	pthread_cond_broadcast(&e->cond);
 	pthread_mutex_unlock(&e->lock);
-	*seq = p->seq;
+	*seq = s; /* not p->seq: the copy thread may have done and freed p */
 	return 0;
 }
 
