@@ -361,7 +361,8 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(n.socket, o->socket), "socket");
 	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
 #undef RESTART_IF
-	if (str_differs(a->trace_out, b->trace_out) || a->trace_logits != b->trace_logits) {
+	if (moemd_state_get(d) == MOEMD_READY &&
+	    (str_differs(a->trace_out, b->trace_out) || a->trace_logits != b->trace_logits)) {
 		rc = moem_engine_set_trace(d->e, a->trace_out, a->trace_logits);
 		if (rc)
 			moem_warn("reload: trace-out refused: %s", moem_strerror(rc));
@@ -381,13 +382,21 @@ void moemd_reload(struct moemd *d)
 	} while (0)
 	o->log_level = n.log_level;
 	SWAP(o->ea.w, n.ea.w);
-	SWAP(o->ea.hbm, n.ea.hbm);
-	SWAP(o->ea.dram, n.ea.dram);
-	SWAP(o->ea.o.hbm_budget, n.ea.o.hbm_budget);
-	SWAP(o->ea.o.dram_budget, n.ea.o.dram_budget);
-	SWAP(o->ea.o.route, n.ea.o.route);
-	SWAP(o->ea.o.trace_out, n.ea.o.trace_out);
-	SWAP(o->ea.o.trace_logits, n.ea.o.trace_logits);
+	if (moemd_state_get(d) == MOEMD_READY) {
+		/* Applied above; before that they wait for the next reload. */
+		SWAP(o->ea.hbm, n.ea.hbm);
+		SWAP(o->ea.dram, n.ea.dram);
+		SWAP(o->ea.o.hbm_budget, n.ea.o.hbm_budget);
+		SWAP(o->ea.o.dram_budget, n.ea.o.dram_budget);
+		SWAP(o->ea.o.route, n.ea.o.route);
+	} else {
+		moem_warn("reload: budgets and route apply once moemd is ready: send SIGHUP again "
+			  "then");
+	}
+	if (moemd_state_get(d) == MOEMD_READY) {
+		SWAP(o->ea.o.trace_out, n.ea.o.trace_out);
+		SWAP(o->ea.o.trace_logits, n.ea.o.trace_logits);
+	}
 #undef SWAP
 	moemd_cfg_free(&n);
 	moem_info("reloaded %s", o->config);

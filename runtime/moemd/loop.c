@@ -71,8 +71,14 @@ static void opened(struct moemd *d, struct moemd_job *j)
 	int ret;
 
 	if (j->ret) {
+		/* A setting the pack or the region refuses will be refused
+		 * again: do not ask for a restart. A missing device or memory
+		 * may come back. */
+		bool config = j->ret == -EEXIST || j->ret == -EINVAL || j->ret == -ERANGE ||
+			      j->ret == -ENOENT;
+
 		moem_err("cannot serve %s: %s", d->cfg.ea.o.pack_path, j->err);
-		moemd_begin_exit(d, j->ret == -EEXIST ? MOEMD_EXIT_CONFIG : MOEMD_EXIT_FAIL,
+		moemd_begin_exit(d, config ? MOEMD_EXIT_CONFIG : MOEMD_EXIT_FAIL,
 				 "the engine did not start");
 		return;
 	}
