@@ -19,6 +19,7 @@
 #     --disk-add FILE put FILE on the guest's disk too (/mnt, read-only)
 #     --disk-mb N     size of that disk (default 64)
 #     --env K=V       export K=V to the guest's script (repeatable)
+#     --mem MB        guest memory (default 2048)
 #
 # Fails on: a "not ok" TAP line, a program that exits non-zero or is
 # killed by its timeout, a program with no result, a failed rmmod, and any
@@ -38,6 +39,7 @@ shell=0
 script=
 check=$here/check.sh
 disk_mb=64
+mem_mb=2048
 disk_add=()
 envs=()
 while [ $# -gt 0 ]; do
@@ -47,6 +49,7 @@ while [ $# -gt 0 ]; do
 	--disk-add) disk_add+=("$2"); shift 2 ;;
 	--disk-mb) disk_mb=$2; shift 2 ;;
 	--env) envs+=("$2"); shift 2 ;;
+	--mem) mem_mb=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
 	--kimage) kimage=$2; shift 2 ;;
 	--kver) kver=$2; shift 2 ;;
@@ -145,11 +148,11 @@ append="console=ttyS0 quiet panic=-1 nokaslr"
 log=$work/guest.log
 start=$(date +%s%N)
 if [ $shell -eq 1 ]; then
-	exec "$qemu" -accel tcg -m 2048 -smp 2 -nographic -no-reboot -kernel "$kimage" \
+	exec "$qemu" -accel tcg -m "$mem_mb" -smp 2 -nographic -no-reboot -kernel "$kimage" \
 		-initrd "$work/initramfs.cpio" -append "$append" \
 		-drive "file=$work/disk.img,if=virtio,format=raw" -nic none
 fi
-timeout -k 10 "$tmo" "$qemu" -accel tcg -m 2048 -smp 2 -nographic -no-reboot \
+timeout -k 10 "$tmo" "$qemu" -accel tcg -m "$mem_mb" -smp 2 -nographic -no-reboot \
 	-kernel "$kimage" -initrd "$work/initramfs.cpio" -append "$append" \
 	-drive "file=$work/disk.img,if=virtio,format=raw" -nic none </dev/null >"$log" 2>&1
 qrc=$?
