@@ -195,10 +195,48 @@ TEST_F(d, protocol_round_trips)
 	EXPECT_STREQ(trace, dmn_str(r, "trace.path"));
 	json_object_put(r);
 	ASSERT_EQ(0, dmn_call(&self->m, "run", dmn_run_args("steps", "4", "batch", "2", NULL), &r));
+	snprintf(digest, sizeof(digest), "%s", dmn_str(r, "digest"));
 	json_object_put(r);
 	ASSERT_EQ(0, moem_trace_open(trace, &tr)) TH_LOG("%s", moem_last_error());
 	EXPECT_EQ(2u, moem_trace_reader_info(tr)->n_layers);
 	moem_trace_close(tr);
+
+	/* The other two workload kinds over the socket: the generator's
+	 * hidden states from a file, and the routing trace just written,
+	 * replayed; both reproduce the synthetic run's outputs. */
+	{
+		char hid[600], wl[700];
+
+		{
+			struct json_object *a = json_object_new_object();
+
+			json_object_object_add(a, "on", json_object_new_boolean(0));
+			ASSERT_EQ(0, dmn_call(&self->m, "trace", a, &r));
+			json_object_put(r);
+		}
+		snprintf(hid, sizeof(hid), "%s/h.bin", self->dir);
+		ASSERT_EQ(0, moem_hidden_write_synth(self->pack, NULL, 0, 2, 4, hid))
+		TH_LOG("%s", moem_last_error());
+		snprintf(wl, sizeof(wl), "hidden:%s", hid);
+		ASSERT_EQ(0,
+			  dmn_call(&self->m, "run",
+				   dmn_run_args("workload", wl, "steps", "4", "batch", "2", NULL),
+				   &r))
+		TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(4u, dmn_u64(r, "steps"));
+		EXPECT_STREQ(digest, dmn_str(r, "digest"));
+		json_object_put(r);
+		snprintf(wl, sizeof(wl), "trace:%s", trace);
+		ASSERT_EQ(0,
+			  dmn_call(&self->m, "run",
+				   dmn_run_args("workload", wl, "steps", "4", "batch", "2", NULL),
+				   &r))
+		TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(4u, dmn_u64(r, "steps"));
+		EXPECT_STREQ(digest, dmn_str(r, "digest"));
+		json_object_put(r);
+		unlink(hid);
+	}
 	ASSERT_EQ(0, unlink(trace));
 	{
 		struct json_object *a = json_object_new_object();
@@ -424,8 +462,8 @@ static uint64_t wait_status(struct dmn *m, const char *path, uint64_t want, int 
 
 TEST_F_TIMEOUT(d, budgets_change_during_a_run, 180)
 {
-	static const char *const hbm[] = { "400K", "800K", "300K", "1M" };
-	static const char *const dram[] = { "1M", "2M", "700K", "2M" };
+	static const char *const hbm[] = {"400K", "800K", "300K", "1M"};
+	static const char *const dram[] = {"1M", "2M", "700K", "2M"};
 	struct json_object *r;
 	struct moem_ctl *c;
 	char digest[65], steps[32];
@@ -476,7 +514,8 @@ TEST_F_TIMEOUT(d, budgets_change_during_a_run, 180)
 	json_object_put(r);
 	/* Every step ran, and budgets are lossless: the same steps with the
 	 * budgets left alone give the same outputs. */
-	ASSERT_EQ(0, dmn_call(&self->m, "run", dmn_run_args("steps", steps, "batch", "2", NULL), &r));
+	ASSERT_EQ(0,
+		  dmn_call(&self->m, "run", dmn_run_args("steps", steps, "batch", "2", NULL), &r));
 	EXPECT_STREQ(digest, dmn_str(r, "digest"));
 	json_object_put(r);
 	shutdown_ok(_metadata, &self->m);
