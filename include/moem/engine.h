@@ -157,7 +157,7 @@ bool moem_engine_fatal(struct moem_engine *e, char *msg, size_t len);
  * Check every expert version the staging directory says is in the pool
  * against the pack's checksums (adopted ones after a warm restart
  * included). Waits for loads in flight; -EBUSY while a run holds the
- * engine. *checked = versions read, *bad = mismatches (the first one is
+ * engine; moem_engine_stop() ends it early (-ECANCELED). *checked = versions read, *bad = mismatches (the first one is
  * described in the message, and the call returns -EBADMSG).
  */
 int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t *bad);

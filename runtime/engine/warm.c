@@ -127,6 +127,7 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 		return ret;
 	/* Nothing moves while we hold the engine once the loads in flight land. */
 	moem_tiers_drain(e->tiers);
+	__atomic_store_n(&e->stop, 0, __ATOMIC_RELEASE);
 	for (uint32_t v = 0; v < n_versions; v++) {
 		uint32_t pi = v & 1, x = (v >> 1) % e->cfg->n_experts,
 			 m = (v >> 1) / e->cfg->n_experts;
@@ -135,6 +136,11 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 
 		if (__atomic_load_n(&ent[v].state, __ATOMIC_ACQUIRE) != 1)
 			continue;
+		if (__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
+			eng_unclaim_work(e);
+			return moem_errf(ECANCELED, "verification stopped after %llu versions",
+					 (unsigned long long)*checked);
+		}
 		(*checked)++;
 		b = pi < e->n_prec ? moem_pack_expert(e->pack, e->moe_layer[m], x, e->prec[pi])
 				   : NULL;

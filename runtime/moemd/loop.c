@@ -33,6 +33,7 @@ void moemd_begin_exit(struct moemd *d, int code, const char *why)
 	}
 	d->exiting = true;
 	d->exit_code = code;
+	d->exit_from = moemd_state_get(d);
 	d->drain_deadline = moem_now_ns() + MOEMD_DRAIN_NS;
 	moem_info("stopping: %s", why);
 	moemd_notify("STOPPING=1\nSTATUS=stopping: %s", why);
@@ -163,6 +164,12 @@ int moemd_loop(struct moemd *d)
 		staging_progress(d, now);
 		if (d->exiting && (moemd_worker_idle(d) || d->exit_code == MOEMD_EXIT_DEVICE))
 			break;
+		if (d->exiting && d->exit_from == MOEMD_STARTING) {
+			/* Opening the engine cannot be interrupted and no work is
+			 * in flight: leave without waiting (main's _exit path). */
+			d->abandon = true;
+			break;
+		}
 		if (d->exiting && now > d->drain_deadline) {
 			moem_err("the run did not stop within %llu s: exiting without draining",
 				 MOEMD_DRAIN_NS / 1000000000ULL);

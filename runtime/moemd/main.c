@@ -128,7 +128,7 @@ int main(int argc, char **argv)
 out:
 	moemd_sysfs_close(d);
 	if ((rc == MOEMD_EXIT_FAIL && d->exiting && !moemd_worker_idle(d)) ||
-	    rc == MOEMD_EXIT_DEVICE) {
+	    rc == MOEMD_EXIT_DEVICE || d->abandon) {
 		/* The worker is stuck in the engine, or the device is gone:
 		 * closing it could wait forever. Leave without: the kernel
 		 * frees the rest, and a persistent region's directory is

@@ -169,6 +169,11 @@ static void *worker_main(void *arg)
 		d->cur = j;
 		pthread_mutex_unlock(&d->lock);
 
+		if (j->kind != JOB_OPEN && moemd_state_get(d) == MOEMD_DRAINING) {
+			/* Submitted just before the exit began: do not start it. */
+			job_fail(j, moem_errf(ESHUTDOWN, "moemd is shutting down"));
+			goto done;
+		}
 		switch (j->kind) {
 		case JOB_OPEN:
 			do_open(d, j);
@@ -180,6 +185,7 @@ static void *worker_main(void *arg)
 			do_verify(d, j);
 			break;
 		}
+	done:
 		j->done_ns = moem_now_ns();
 
 		pthread_mutex_lock(&d->lock);
