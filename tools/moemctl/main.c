@@ -443,7 +443,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: moemctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n\n");
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(commands); i++)
-		fprintf(f, "  %-8s %-40s %s\n", commands[i].name, commands[i].args,
+		fprintf(f, "  %s %s\n      %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
 	fprintf(f, "\nThe socket defaults to %s (or $MOEMD_SOCKET).\n", MOEM_CTL_SOCKET);
 }
