@@ -12,7 +12,8 @@
  *    prefetch priority, report stalls, early landings, bandwidth and layer
  *    time;
  *  - precision (DynaExq): device histogram read once per interval into the
- *    hotness EMA; transitions become plan changes plus promotion fetches;
+ *    hotness EMA; transitions become plan changes plus promotion fetches,
+ *    announced by the moem:promote/demote probes;
  *  - paging (FluxMoE): a protected resident set per layer sized by the rho
  *    controller, and the next layer streamed into the two-layer window.
  */
@@ -22,6 +23,7 @@
 
 #include <moem/error.h>
 #include <moem/log.h>
+#include <moem/usdt.h>
 #include <moem/util.h>
 
 #include "engine_int.h"
@@ -367,6 +369,10 @@ static void precision_layer(struct moem_engine *e, uint64_t now)
 			moem_dynaexq_cancel(e->dx, &a);
 			break;
 		}
+		if (a.promote)
+			MOEM_USDT_PROMOTE(a.layer, a.expert, (uint32_t)e->prec[1], (uint32_t)e->prec[0]);
+		else
+			MOEM_USDT_DEMOTE(a.layer, a.expert, (uint32_t)e->prec[0], (uint32_t)e->prec[1]);
 		e->dx_inflight[e->n_dx_inflight++] = a;
 	}
 }
