@@ -283,6 +283,7 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 			}
 		}
 	st->active += T;
+	eng_count_routes(e, m, B);
 	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
 			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
 	if (e->trace) {

@@ -13,6 +13,7 @@
 
 #include <json-c/json.h>
 
+#include <moem/bpf.h>
 #include <moem/config.h>
 #include <moem/engine.h>
 #include <moem/error.h>
@@ -25,7 +26,7 @@
 struct run_args {
 	struct moem_engine_opts o;
 	struct moem_workload w;
-	const char *hbm, *dram, *precisions;
+	const char *hbm, *dram, *precisions, *counts_out;
 	bool json, no_warmup, quiet;
 	struct moem_progress prog;
 };
@@ -56,6 +57,8 @@ static const struct option run_opts[] = {
 	{ "no-verify", no_argument, NULL, 0 },
 	{ "trace-out", required_argument, NULL, 0 },
 	{ "trace-logits", no_argument, NULL, 0 },
+	{ "hotness", required_argument, NULL, 0 },
+	{ "counts-out", required_argument, NULL, 0 },
 	{ "no-warmup", no_argument, NULL, 0 },
 	{ "config", required_argument, NULL, 0 },
 	{ "json", no_argument, NULL, 0 },
@@ -76,6 +79,7 @@ static void run_usage(FILE *f)
 		"                [--backend auto|cpu|cuda] [--threads N] [--pool auto|kmod|hugetlb|thp]\n"
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
+		"                [--hotness engine|bpf] [--counts-out FILE]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
 		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
 		"A config file holds the same settings as 'name = value' lines.\n");
@@ -164,6 +168,10 @@ static int apply(struct run_args *a, const char *name, const char *v)
 		a->o.trace_out = strdup(v);
 	else if (!strcmp(name, "trace-logits"))
 		a->o.trace_logits = true;
+	else if (!strcmp(name, "hotness"))
+		a->o.hotness = strdup(v);
+	else if (!strcmp(name, "counts-out"))
+		a->counts_out = strdup(v);
 	else if (!strcmp(name, "no-warmup"))
 		a->no_warmup = true;
 	else if (!strcmp(name, "json"))
@@ -256,6 +264,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_STR("prefetch", st->prefetch);
 	J_STR("precision", st->precision);
 	J_STR("paging", st->paging);
+	J_STR("hotness", st->hotness);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
 	J_U64("batch", a->w.batch);
@@ -361,6 +370,23 @@ static int cmd_run(int argc, char **argv)
 	if (ret) {
 		moem_engine_close(e);
 		return moem_tool_fail("run", ret, NULL);
+	}
+	if (a.counts_out) {
+		uint32_t L, N;
+		uint64_t *cnt;
+
+		moem_engine_moe_shape(e, &L, &N);
+		cnt = calloc((size_t)L * N, sizeof(*cnt));
+		ret = cnt ? 0 : -ENOMEM;
+		if (cnt) {
+			moem_engine_expert_counts(e, cnt);
+			ret = moem_expert_counts_write(a.counts_out, cnt, L, N);
+			free(cnt);
+		}
+		if (ret) {
+			moem_engine_close(e);
+			return moem_tool_fail("run", ret, "--counts-out");
+		}
 	}
 	moem_engine_get_status(e, &st);
 	if (a.json)
