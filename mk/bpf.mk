@@ -60,3 +60,12 @@ endif
 
 .PHONY: bpf
 bpf: $(BPF_SKELS)
+
+# tests/integration/bpf*.sh against moem run (skip, exit 4, where BPF is
+# not permitted); test_bpf (the tracer on the engine in one process) is a
+# unit test.
+TEST_SUITES	+= test-bpf
+.PHONY: test-bpf
+test-bpf: all
+	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite bpf --timeout 600 \
+		$(wildcard tests/integration/bpf*.sh)

@@ -400,11 +400,14 @@ static int record_finish(struct recorder *rc, struct moem_bpf_route *r, const ch
 		if (!ret && !quiet)
 			fprintf(stderr,
 				"moem trace record: %s: %" PRIu64 " records, %u MoE layers x %u "
-				"experts, top-%u%s; %" PRIu64 " probes, %" PRIu64 " fetches, %" PRIu64
-				" stalls, %" PRIu64 " promotions, %" PRIu64 " demotions\n",
+				"experts, top-%u%s\n"
+				"moem trace record: probes: %" PRIu64 " route, %" PRIu64 " fetch (%" PRIu64
+				" bytes NVMe->DRAM, %" PRIu64 " bytes DRAM->HBM), %" PRIu64 " stall, %" PRIu64
+				" promote, %" PRIu64 " demote\n",
 				rc->out, n, rc->info.n_layers, rc->info.n_experts, rc->info.top_k,
 				rc->runs ? " (several runs, steps made consecutive)" : "", st.routes,
-				st.fetches, st.stalls, st.promotes, st.demotes);
+				st.fetches, st.fetch_nvme_bytes, st.fetch_hbm_bytes, st.stalls,
+				st.promotes, st.demotes);
 	}
 	if (!ret && hot_out) {
 		struct moem_hot_entry *e;
