@@ -20,7 +20,7 @@ BPF_SKELS	:= $(BPF_NAMES:%=$(BPF_OUT)/%.skel.h)
 
 BPF_MISSING	:= $(strip \
 	$(if $(shell command -v $(CLANG) 2>/dev/null),,$(CLANG)) \
-	$(if $(BPFTOOL),,bpftool) \
+	$(if $(wildcard $(BPFTOOL)),,bpftool) \
 	$(if $(wildcard /usr/include/bpf/libbpf.h),,libbpf-dev) \
 	$(if $(wildcard $(VMLINUX_BTF)),,kernel BTF ($(VMLINUX_BTF))))
 
@@ -52,7 +52,15 @@ $(O)/runtime/bpf/%.o: CPPFLAGS += -I$(BPF_OUT) -Ibpf
 $(O)/runtime/bpf/route.o: $(BPF_OUT)/moem_route.skel.h
 $(O)/runtime/bpf/pool.o: $(BPF_OUT)/moem_pool.skel.h
 LDLIBS		+= -lbpf -lelf -lz
-BPF_STATIC_LIBS	:= -l:libbpf.a -l:libelf.a -l:libz.a
+
+# The guest test (make test-kmod): the pool tracer watching the kselftest
+# programs, static like them (Debian ships libbpf.a, libelf.a and libz.a).
+GUEST_EXTRA_BINS += $(O)/kselftest/bpf_pool_watch
+$(O)/kselftest/bpf_pool_watch: tests/integration/bpf_pool_watch.c $(LIB)
+	$(call msg,KSFT,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(KSFT_CFLAGS) -o $@ $< $(LIB) -l:libbpf.a -l:libelf.a -l:libz.a \
+		-lpthread
 else
 $(info moem: BPF tracing not built (missing: $(BPF_MISSING)))
 $(O)/runtime/bpf/%.o: CPPFLAGS += -DMOEM_NO_BPF -Ibpf
@@ -69,3 +77,4 @@ TEST_SUITES	+= test-bpf
 test-bpf: all
 	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite bpf --timeout 600 \
 		$(wildcard tests/integration/bpf*.sh)
+

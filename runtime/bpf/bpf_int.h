@@ -23,4 +23,11 @@ int bpf_load_error(int err, const char *what);
 /* Sum a per-CPU u64 array map's slots [0, n) into out[]. */
 int bpf_percpu_sum(int map_fd, unsigned int n, uint64_t *out);
 
+/*
+ * Compare root/events/moem/<event>/format with the records the pool
+ * program reads (bpf/moem_pool.h): -EPROTO naming the field that differs,
+ * -ENOENT for a missing file. root is tracefs's mount point.
+ */
+int bpf_pool_check_layouts(const char *root);
+
 #endif /* MOEM_BPF_INT_H */

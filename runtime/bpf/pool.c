@@ -14,9 +14,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <linux/types.h>
+
 #include <moem/error.h>
 
 #include "bpf_int.h"
+#include "moem_pool.h"
+
+_Static_assert((int)MOEM_PEV_NR == (int)MOEM_BPF_POOL_NR, "event types differ");
 
 static const char *const type_names[MOEM_BPF_POOL_NR] = {
 	"chunk_alloc",	  "chunk_free",	    "region_create", "region_open",
@@ -68,49 +73,6 @@ void moem_bpf_pool_format(const struct moem_bpf_pool_ev *e, char *buf, size_t n)
 		break;
 	}
 }
-
-#ifdef MOEM_NO_BPF
-int moem_bpf_pool_open(struct moem_bpf_pool **out)
-{
-	return moem_errf(EOPNOTSUPP, "moem was built without BPF tracing (no clang, bpftool, "
-				     "libbpf or kernel BTF at build time; see mk/bpf.mk)");
-}
-
-void moem_bpf_pool_close(struct moem_bpf_pool *p)
-{
-}
-
-int moem_bpf_pool_fd(const struct moem_bpf_pool *p)
-{
-	return -EOPNOTSUPP;
-}
-
-int moem_bpf_pool_poll(struct moem_bpf_pool *p, int timeout_ms, moem_bpf_pool_fn fn, void *arg)
-{
-	return -EOPNOTSUPP;
-}
-
-int moem_bpf_pool_stats(const struct moem_bpf_pool *p, struct moem_bpf_pool_stats *st)
-{
-	return -EOPNOTSUPP;
-}
-#else
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-#include <linux/types.h>
-
-#include "moem_pool.h"
-#include "moem_pool.skel.h"
-
-_Static_assert((int)MOEM_PEV_NR == (int)MOEM_BPF_POOL_NR, "event types differ");
-
-struct moem_bpf_pool {
-	struct moem_pool_bpf *skel;
-	struct ring_buffer *rb;
-	moem_bpf_pool_fn fn;
-	void *arg;
-	int cb_ret;
-};
 
 /* ---- tracefs layout check ----------------------------------------------- */
 
@@ -171,13 +133,6 @@ static const struct field *const layouts[MOEM_PEV_NR] = {
 	f_region_destroy, f_region_release, f_mmap,	     f_budget_change,
 };
 
-/* libbpf's choice (tracefs under debugfs if that exists), so we check what it attaches. */
-static const char *tracefs(void)
-{
-	return access("/sys/kernel/debug/tracing", F_OK) == 0 ? "/sys/kernel/debug/tracing" :
-								  "/sys/kernel/tracing";
-}
-
 /* "\tfield:unsigned long pfn;\toffset:16;\tsize:8;\tsigned:0;" -> name, offset, size */
 static bool parse_field(char *line, char *name, size_t name_len, unsigned int *off,
 			unsigned int *size)
@@ -193,11 +148,14 @@ static bool parse_field(char *line, char *name, size_t name_len, unsigned int *o
 	if (!semi || !o || !s)
 		return false;
 	*semi = 0;
-	p = strchr(decl, '[');
+	/* The name is the last word, less an array size: "__data_loc char[] name",
+	 * "char comm[16]". */
+	p = strrchr(decl, ' ');
+	p = p ? p + 1 : decl;
+	snprintf(name, name_len, "%s", p);
+	p = strchr(name, '[');
 	if (p)
 		*p = 0;
-	p = strrchr(decl, ' ');
-	snprintf(name, name_len, "%s", p ? p + 1 : decl);
 	*off = (unsigned int)strtoul(o + 7, NULL, 10);
 	*size = (unsigned int)strtoul(s + 5, NULL, 10);
 	return true;
@@ -240,11 +198,65 @@ static int check_layout(const char *root, unsigned int ev)
 	return 0;
 }
 
+int bpf_pool_check_layouts(const char *root)
+{
+	int ret = 0;
+
+	for (unsigned int ev = 0; ev < MOEM_PEV_NR && !ret; ev++)
+		ret = check_layout(root, ev);
+	return ret;
+}
+
+#ifdef MOEM_NO_BPF
+int moem_bpf_pool_open(struct moem_bpf_pool **out)
+{
+	return moem_errf(EOPNOTSUPP, "moem was built without BPF tracing (no clang, bpftool, "
+				     "libbpf or kernel BTF at build time; see mk/bpf.mk)");
+}
+
+void moem_bpf_pool_close(struct moem_bpf_pool *p)
+{
+}
+
+int moem_bpf_pool_fd(const struct moem_bpf_pool *p)
+{
+	return -EOPNOTSUPP;
+}
+
+int moem_bpf_pool_poll(struct moem_bpf_pool *p, int timeout_ms, moem_bpf_pool_fn fn, void *arg)
+{
+	return -EOPNOTSUPP;
+}
+
+int moem_bpf_pool_stats(const struct moem_bpf_pool *p, struct moem_bpf_pool_stats *st)
+{
+	return -EOPNOTSUPP;
+}
+#else
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "moem_pool.skel.h"
+
+/* libbpf's choice (tracefs under debugfs if that exists), so we check what it attaches. */
+static const char *tracefs(void)
+{
+	return access("/sys/kernel/debug/tracing", F_OK) == 0 ? "/sys/kernel/debug/tracing" :
+								  "/sys/kernel/tracing";
+}
+
+struct moem_bpf_pool {
+	struct moem_pool_bpf *skel;
+	struct ring_buffer *rb;
+	moem_bpf_pool_fn fn;
+	void *arg;
+	int cb_ret;
+};
+
 static int check_tracefs(void)
 {
 	const char *root = tracefs();
 	char path[256];
-	int ret = 0;
 
 	snprintf(path, sizeof(path), "%s/events", root);
 	if (access(path, F_OK))
@@ -255,9 +267,7 @@ static int check_tracefs(void)
 	if (access(path, F_OK))
 		return moem_errf(ENOENT, "moem.ko is not loaded: no moem tracepoints in %s/events",
 				 root);
-	for (unsigned int ev = 0; ev < MOEM_PEV_NR && !ret; ev++)
-		ret = check_layout(root, ev);
-	return ret;
+	return bpf_pool_check_layouts(root);
 }
 
 /* ---- the tracer --------------------------------------------------------- */
