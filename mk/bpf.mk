@@ -78,3 +78,18 @@ test-bpf: all
 	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite bpf --timeout 600 \
 		$(wildcard tests/integration/bpf*.sh)
 
+# bench-trace: the tracing overhead (bench/trace/run.sh): decode step time
+# with the route tracer and a recorder attached vs not, one engine, one
+# model, alternating (bench_trace), and the cost of one probe (bench_probe).
+BENCH_TRACE_BINS := $(O)/bench/trace/bench_probe $(O)/bench/trace/bench_trace
+BENCH_SUITES	+= bench-trace
+.SECONDARY: $(BENCH_TRACE_BINS:%=%.o)
+
+$(O)/bench/trace/%: $(O)/bench/trace/%.o $(LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
+
+.PHONY: bench-trace
+bench-trace: all $(BENCH_TRACE_BINS)
+	$(Q)MOEM=$(O)/bin/moem BIN=$(O)/bench/trace OUT=$(O)/bench/trace bench/trace/run.sh
