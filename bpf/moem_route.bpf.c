@@ -54,7 +54,7 @@ static __always_inline void stat_add(__u32 slot, __u64 v)
 
 static __always_inline void hot_add(__u32 layer, __s32 expert, __u32 n_experts)
 {
-	struct moem_hot_key key = { layer, (__u32)expert };
+	struct moem_hot_key key = {layer, (__u32)expert};
 	__u64 one = 1, *v;
 
 	if (expert < 0 || (__u32)expert >= n_experts)
@@ -149,7 +149,7 @@ SEC("usdt")
 int BPF_USDT(moem_route, __u32 layer, __u64 step, __u32 tokens, __u32 k, const __s32 *ids,
 	     const float *w, __u32 n_layers, __u32 n_experts, __u32 flags)
 {
-	struct count_ctx c = { ids, 0, layer, n_experts, 0 };
+	struct count_ctx c = {ids, 0, layer, n_experts, 0};
 	struct moem_route_ev h;
 	__u64 id = bpf_get_current_pid_tgid();
 	long err = 0;

@@ -43,21 +43,21 @@ struct moem_route_ev {
 
 /* Slots of the per-CPU counter array moem_stats. */
 enum moem_route_stat {
-	MOEM_ST_ROUTES = 0,	/* route probes seen */
-	MOEM_ST_RECORDS,	/* records put in the ring buffer */
-	MOEM_ST_DROP_RING,	/* records lost: ring buffer full */
-	MOEM_ST_DROP_BIG,	/* records lost: more than MOEM_ROUTE_MAX_IDS ids */
-	MOEM_ST_READ_FAIL,	/* ids/weights unreadable: record and counts lost */
-	MOEM_ST_HOT_FAIL,	/* moem_hot update failed (map full, no memory) */
-	MOEM_ST_HOT_RANGE,	/* ids outside moem_hot's bounds, not counted */
-	MOEM_ST_FETCH,		/* moem:fetch probes */
+	MOEM_ST_ROUTES = 0,	  /* route probes seen */
+	MOEM_ST_RECORDS,	  /* records put in the ring buffer */
+	MOEM_ST_DROP_RING,	  /* records lost: ring buffer full */
+	MOEM_ST_DROP_BIG,	  /* records lost: more than MOEM_ROUTE_MAX_IDS ids */
+	MOEM_ST_READ_FAIL,	  /* ids/weights unreadable: record and counts lost */
+	MOEM_ST_HOT_FAIL,	  /* moem_hot update failed (map full, no memory) */
+	MOEM_ST_HOT_RANGE,	  /* ids outside moem_hot's bounds, not counted */
+	MOEM_ST_FETCH,		  /* moem:fetch probes */
 	MOEM_ST_FETCH_NVME_BYTES, /* bytes fetched NVMe -> DRAM */
 	MOEM_ST_FETCH_HBM_BYTES,  /* bytes fetched DRAM -> HBM */
-	MOEM_ST_FETCH_NS,	/* sum of fetch latencies */
-	MOEM_ST_STALL,		/* moem:stall probes */
-	MOEM_ST_STALL_NS,	/* sum of stall times */
-	MOEM_ST_PROMOTE,	/* moem:promote probes */
-	MOEM_ST_DEMOTE,		/* moem:demote probes */
+	MOEM_ST_FETCH_NS,	  /* sum of fetch latencies */
+	MOEM_ST_STALL,		  /* moem:stall probes */
+	MOEM_ST_STALL_NS,	  /* sum of stall times */
+	MOEM_ST_PROMOTE,	  /* moem:promote probes */
+	MOEM_ST_DEMOTE,		  /* moem:demote probes */
 	MOEM_ST_NR
 };
 

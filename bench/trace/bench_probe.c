@@ -68,8 +68,8 @@ static int drain(void *arg, const struct moem_bpf_route_rec *r)
 
 static int attached(bool records, uint64_t n, double *ns)
 {
-	struct moem_bpf_route_opts o = { .pid = getpid(), .records = records,
-					 .ring_bytes = 64u << 20 };
+	struct moem_bpf_route_opts o = {
+		.pid = getpid(), .records = records, .ring_bytes = 64u << 20};
 	struct moem_bpf_route *r;
 	uint64_t t0, got = 0;
 	int ret = moem_bpf_route_open(&o, &r);

@@ -47,7 +47,7 @@ struct recorder {
 	struct moem_bpf_route *r;
 	struct moem_trace_writer *w;
 	const char *path;
-	uint64_t base, last;	/* steps continue across the engine's runs */
+	uint64_t base, last; /* steps continue across the engine's runs */
 	volatile int stop;
 	int err;
 	uint64_t records, lost;
@@ -60,18 +60,19 @@ static int write_rec(void *arg, const struct moem_bpf_route_rec *r)
 	int ret;
 
 	if (!rc->w) {
-		struct moem_trace_info ti = { .source = MOEM_TRACE_SRC_BPF,
-					      .flags = r->flags & MOEM_TRACE_F_SYNTHETIC,
-					      .n_layers = r->n_layers, .n_experts = r->n_experts,
-					      .top_k = r->k };
+		struct moem_trace_info ti = {.source = MOEM_TRACE_SRC_BPF,
+					     .flags = r->flags & MOEM_TRACE_F_SYNTHETIC,
+					     .n_layers = r->n_layers,
+					     .n_experts = r->n_experts,
+					     .top_k = r->k};
 
 		snprintf(ti.desc, sizeof(ti.desc), "bench_trace");
 		ret = moem_trace_writer_open(rc->path, &ti, &rc->w);
 		if (ret)
 			return ret;
 	}
-	t = (struct moem_trace_rec){ rc->base + r->step, r->layer, r->tokens, r->ids, r->w,
-				     NULL, NULL };
+	t = (struct moem_trace_rec){
+		rc->base + r->step, r->layer, r->tokens, r->ids, r->w, NULL, NULL};
 	rc->last = t.step;
 	rc->records++;
 	return moem_trace_write(rc->w, &t);
@@ -94,7 +95,7 @@ static void *recorder_main(void *arg)
 static int traced_half(struct moem_engine *e, const struct moem_workload *w, struct recorder *rc,
 		       struct samples *x)
 {
-	struct moem_bpf_route_opts o = { .pid = getpid(), .records = true, .io = true };
+	struct moem_bpf_route_opts o = {.pid = getpid(), .records = true, .io = true};
 	struct moem_bpf_route_stats st;
 	pthread_t th;
 	int ret = moem_bpf_route_open(&o, &rc->r);
@@ -129,24 +130,27 @@ static double median_ms(struct samples *x)
 	qsort(x->ns, x->n, sizeof(*x->ns), cmp_u64);
 	if (!x->n)
 		return 0;
-	return (x->n % 2 ? (double)x->ns[x->n / 2] :
-			   ((double)x->ns[x->n / 2 - 1] + (double)x->ns[x->n / 2]) / 2) /
+	return (x->n % 2 ? (double)x->ns[x->n / 2]
+			 : ((double)x->ns[x->n / 2 - 1] + (double)x->ns[x->n / 2]) / 2) /
 	       1e6;
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "pack", required_argument, NULL, 'p' },   { "rounds", required_argument, NULL, 'r' },
-		{ "steps", required_argument, NULL, 's' },  { "batch", required_argument, NULL, 'b' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "trace-out", required_argument, NULL, 'o' }, { 0 },
+		{"pack", required_argument, NULL, 'p'},
+		{"rounds", required_argument, NULL, 'r'},
+		{"steps", required_argument, NULL, 's'},
+		{"batch", required_argument, NULL, 'b'},
+		{"threads", required_argument, NULL, 't'},
+		{"trace-out", required_argument, NULL, 'o'},
+		{0},
 	};
-	struct moem_engine_opts o = { .backend = "cpu", .hi = MOEM_PREC_BF16,
-				      .pool.provider = MOEM_POOL_AUTO };
-	struct moem_workload w = { .kind = MOEM_WL_SYNTH, .batch = 1, .steps = 8, .seed = 5 };
-	struct recorder rc = { .path = "bench_trace.trace" };
-	struct samples u = { 0 }, t = { 0 };
+	struct moem_engine_opts o = {
+		.backend = "cpu", .hi = MOEM_PREC_BF16, .pool.provider = MOEM_POOL_AUTO};
+	struct moem_workload w = {.kind = MOEM_WL_SYNTH, .batch = 1, .steps = 8, .seed = 5};
+	struct recorder rc = {.path = "bench_trace.trace"};
+	struct samples u = {0}, t = {0};
 	unsigned long rounds = 12;
 	struct moem_engine *e;
 	int c, ret;
@@ -213,7 +217,7 @@ int main(int argc, char **argv)
 				ret = moem_engine_run(e, &w, on_step, &u, NULL);
 		}
 		if (!ret) {
-			struct samples a = { u.ns + u0, u.n - u0, 0 }, b = { t.ns + t0, t.n - t0, 0 };
+			struct samples a = {u.ns + u0, u.n - u0, 0}, b = {t.ns + t0, t.n - t0, 0};
 			uint64_t *sa = malloc(a.n * 8), *sb = malloc(b.n * 8);
 
 			/* Per-round medians for the log (on copies: the totals stay unsorted). */
@@ -222,7 +226,9 @@ int main(int argc, char **argv)
 				memcpy(sb, b.ns, b.n * 8);
 				a.ns = sa;
 				b.ns = sb;
-				fprintf(stderr, "bench_trace: round %lu: untraced %.3f ms, traced %.3f ms\n",
+				fprintf(stderr,
+					"bench_trace: round %lu: untraced %.3f ms, traced %.3f "
+					"ms\n",
 					r + 1, median_ms(&a), median_ms(&b));
 			}
 			free(sa);
@@ -239,7 +245,8 @@ int main(int argc, char **argv)
 	moem_engine_close(e);
 	if (rc.w)
 		ret = moem_trace_writer_close(rc.w);
-	printf("bench_trace: %lu rounds x %llu steps each way, batch %u; %llu records traced to %s, "
+	printf("bench_trace: %lu rounds x %llu steps each way, batch %u; %llu records traced to "
+	       "%s, "
 	       "%llu lost\n",
 	       rounds, (unsigned long long)w.steps, w.batch, (unsigned long long)rc.records,
 	       rc.path, (unsigned long long)rc.lost);

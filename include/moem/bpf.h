@@ -46,36 +46,39 @@ int moem_bpf_check_perm(void);
 #define MOEM_BPF_HOT_LAYERS  256
 #define MOEM_BPF_HOT_EXPERTS 1024
 
+/*
+ * binary: the file holding the probes: the executable libmoem is linked
+ * into (the default, /proc/<pid>/exe) or libmoem.so.
+ */
 struct moem_bpf_route_opts {
-	pid_t pid;		/* process to trace; -1: every process running binary */
-	const char *binary;	/* file holding the probes (the executable libmoem is
-				 * linked into, or libmoem.so); NULL: /proc/<pid>/exe */
-	bool records;		/* stream route records (else only count moem_hot) */
-	bool io;		/* also count moem:fetch/stall/promote/demote */
-	uint32_t ring_bytes;	/* ring buffer size, a power of two >= 4096 (0: 8 MiB) */
+	pid_t pid;	     /* process to trace; -1: every process running binary */
+	const char *binary;  /* NULL: /proc/<pid>/exe */
+	bool records;	     /* stream route records (else only count moem_hot) */
+	bool io;	     /* also count moem:fetch/stall/promote/demote */
+	uint32_t ring_bytes; /* ring buffer size, a power of two >= 4096 (0: 8 MiB) */
 };
 
 /* One route record as the probe saw it (moem:route's arguments). */
 struct moem_bpf_route_rec {
 	uint64_t step;
-	uint64_t ts_ns;		/* CLOCK_MONOTONIC at the probe */
+	uint64_t ts_ns; /* CLOCK_MONOTONIC at the probe */
 	uint32_t pid, tid;
 	uint32_t layer, tokens, k;
 	uint32_t n_layers, n_experts;
-	uint32_t flags;		/* trace.h MOEM_TRACE_F_* */
-	const int32_t *ids;	/* [tokens][k], -1 unused; valid during the callback */
-	const float *w;		/* [tokens][k] */
+	uint32_t flags;	    /* trace.h MOEM_TRACE_F_* */
+	const int32_t *ids; /* [tokens][k], -1 unused; valid during the callback */
+	const float *w;	    /* [tokens][k] */
 };
 
 /* Counters kept by the programs since the tracer was opened. */
 struct moem_bpf_route_stats {
-	uint64_t routes;	/* moem:route probes seen */
-	uint64_t records;	/* records put in the ring buffer */
-	uint64_t dropped_ring;	/* records lost to a full ring buffer */
-	uint64_t dropped_big;	/* records over 4096 ids (neither counted nor recorded) */
-	uint64_t read_fail;	/* records whose ids or weights could not be read */
-	uint64_t hot_fail;	/* moem_hot updates that failed (map full, no memory) */
-	uint64_t hot_range;	/* ids outside moem_hot's 256 x 1024 bounds */
+	uint64_t routes;       /* moem:route probes seen */
+	uint64_t records;      /* records put in the ring buffer */
+	uint64_t dropped_ring; /* records lost to a full ring buffer */
+	uint64_t dropped_big;  /* records over 4096 ids (neither counted nor recorded) */
+	uint64_t read_fail;    /* records whose ids or weights could not be read */
+	uint64_t hot_fail;     /* moem_hot updates that failed (map full, no memory) */
+	uint64_t hot_range;    /* ids outside moem_hot's 256 x 1024 bounds */
 	uint64_t fetches, fetch_nvme_bytes, fetch_hbm_bytes, fetch_ns;
 	uint64_t stalls, stall_ns;
 	uint64_t promotes, demotes;
@@ -101,8 +104,7 @@ int moem_bpf_route_fd(const struct moem_bpf_route *r);
  * 0: not at all) for the first. Returns records handled, fn's non-zero
  * value, or -errno (-EINTR if a signal arrived).
  */
-int moem_bpf_route_poll(struct moem_bpf_route *r, int timeout_ms, moem_bpf_route_fn fn,
-			void *arg);
+int moem_bpf_route_poll(struct moem_bpf_route *r, int timeout_ms, moem_bpf_route_fn fn, void *arg);
 int moem_bpf_route_stats(const struct moem_bpf_route *r, struct moem_bpf_route_stats *st);
 
 /* moem_hot's entries, sorted by (layer, expert). */
@@ -121,8 +123,8 @@ int moem_bpf_hot_read(struct moem_bpf_route *r, struct moem_hot_entry **out, siz
  * element written; entries outside the shape are ignored). One batched
  * lookup where the kernel has it.
  */
-int moem_bpf_hot_read_dense(struct moem_bpf_route *r, uint32_t n_layers,
-			    uint32_t n_experts, uint64_t *counts);
+int moem_bpf_hot_read_dense(struct moem_bpf_route *r, uint32_t n_layers, uint32_t n_experts,
+			    uint64_t *counts);
 
 /*
  * The expert-count text format shared by `moem run --counts-out` and
@@ -162,18 +164,18 @@ enum moem_bpf_pool_type {
  *   budget_change   a old, b new, c seq
  */
 struct moem_bpf_pool_ev {
-	uint64_t ts_ns;		/* CLOCK_MONOTONIC */
+	uint64_t ts_ns; /* CLOCK_MONOTONIC */
 	enum moem_bpf_pool_type type;
 	uint32_t pid, tid;
 	char comm[16];
-	uint64_t id;		/* region id (chunk events: 0 = the pool itself) */
+	uint64_t id; /* region id (chunk events: 0 = the pool itself) */
 	uint64_t a, b, c, d;
 	char name[64];
 };
 
 struct moem_bpf_pool_stats {
-	uint64_t events[MOEM_BPF_POOL_NR];	/* seen, per type */
-	uint64_t dropped;			/* lost to a full ring buffer */
+	uint64_t events[MOEM_BPF_POOL_NR]; /* seen, per type */
+	uint64_t dropped;		   /* lost to a full ring buffer */
 };
 
 struct moem_bpf_pool;

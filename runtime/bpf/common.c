@@ -31,13 +31,13 @@ bool moem_bpf_built(void)
 
 int moem_bpf_check_perm(void)
 {
-	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
 
 	memset(d, 0, sizeof(d));
 	if (syscall(SYS_capget, &h, d))
 		return moem_errf(errno, "capget: %s", strerror(errno));
-#define HAS(c) (d[(c) >> 5].effective & (1u << ((c) & 31)))
+#define HAS(c) (d[(c) >> 5].effective & (1u << ((c)&31)))
 	if (HAS(CAP_SYS_ADMIN) || (HAS(CAP_BPF) && HAS(CAP_PERFMON)))
 		return 0;
 #undef HAS

@@ -35,7 +35,7 @@ const char *moem_bpf_pool_type_name(enum moem_bpf_pool_type t)
 
 void moem_bpf_pool_format(const struct moem_bpf_pool_ev *e, char *buf, size_t n)
 {
-	static const char *const why[] = { "pool", "kernel", "pinned" };
+	static const char *const why[] = {"pool", "kernel", "pinned"};
 	const unsigned long long id = e->id, a = e->a, b = e->b, c = e->c, d = e->d;
 
 	switch (e->type) {
@@ -48,8 +48,8 @@ void moem_bpf_pool_format(const struct moem_bpf_pool_ev *e, char *buf, size_t n)
 			 c < 3 ? why[c] : "?");
 		break;
 	case MOEM_BPF_POOL_REGION_CREATE:
-		snprintf(buf, n, "name=%s id=%llu size=%llu flags=0x%llx mode=0%llo uid=%llu", e->name,
-			 id, a, b, c, d);
+		snprintf(buf, n, "name=%s id=%llu size=%llu flags=0x%llx mode=0%llo uid=%llu",
+			 e->name, id, a, b, c, d);
 		break;
 	case MOEM_BPF_POOL_REGION_OPEN:
 		snprintf(buf, n, "name=%s id=%llu flags=0x%llx uid=%llu", e->name, id, b, d);
@@ -81,51 +81,71 @@ struct field {
 	unsigned int off, size;
 };
 
-#define F(s, m, nm) { nm, offsetof(struct s, m), sizeof(((struct s *)0)->m) }
-#define COMMON(s)                                                                          \
-	F(s, c.type, "common_type"), F(s, c.flags, "common_flags"),                        \
+#define F(s, m, nm)                                                   \
+	{                                                             \
+		nm, offsetof(struct s, m), sizeof(((struct s *)0)->m) \
+	}
+#define COMMON(s)                                                   \
+	F(s, c.type, "common_type"), F(s, c.flags, "common_flags"), \
 		F(s, c.preempt_count, "common_preempt_count"), F(s, c.pid, "common_pid")
 
 static const struct field f_chunk_alloc[] = {
-	COMMON(moem_tp_chunk_alloc), F(moem_tp_chunk_alloc, id, "id"),
-	F(moem_tp_chunk_alloc, pfn, "pfn"), F(moem_tp_chunk_alloc, nid, "nid"),
-	F(moem_tp_chunk_alloc, fresh, "fresh"), { NULL, 0, 0 },
+	COMMON(moem_tp_chunk_alloc),
+	F(moem_tp_chunk_alloc, id, "id"),
+	F(moem_tp_chunk_alloc, pfn, "pfn"),
+	F(moem_tp_chunk_alloc, nid, "nid"),
+	F(moem_tp_chunk_alloc, fresh, "fresh"),
+	{NULL, 0, 0},
 };
 static const struct field f_chunk_free[] = {
-	COMMON(moem_tp_chunk_free), F(moem_tp_chunk_free, id, "id"),
+	COMMON(moem_tp_chunk_free),	   F(moem_tp_chunk_free, id, "id"),
 	F(moem_tp_chunk_free, pfn, "pfn"), F(moem_tp_chunk_free, nid, "nid"),
-	F(moem_tp_chunk_free, why, "why"), { NULL, 0, 0 },
+	F(moem_tp_chunk_free, why, "why"), {NULL, 0, 0},
 };
 static const struct field f_region_create[] = {
-	COMMON(moem_tp_region_create), F(moem_tp_region_create, name, "name"),
-	F(moem_tp_region_create, id, "id"), F(moem_tp_region_create, size, "size"),
-	F(moem_tp_region_create, flags, "flags"), F(moem_tp_region_create, mode, "mode"),
-	F(moem_tp_region_create, uid, "uid"), { NULL, 0, 0 },
+	COMMON(moem_tp_region_create),
+	F(moem_tp_region_create, name, "name"),
+	F(moem_tp_region_create, id, "id"),
+	F(moem_tp_region_create, size, "size"),
+	F(moem_tp_region_create, flags, "flags"),
+	F(moem_tp_region_create, mode, "mode"),
+	F(moem_tp_region_create, uid, "uid"),
+	{NULL, 0, 0},
 };
 static const struct field f_region_open[] = {
-	COMMON(moem_tp_region_open), F(moem_tp_region_open, name, "name"),
-	F(moem_tp_region_open, id, "id"), F(moem_tp_region_open, flags, "flags"),
-	F(moem_tp_region_open, uid, "uid"), { NULL, 0, 0 },
+	COMMON(moem_tp_region_open),	    F(moem_tp_region_open, name, "name"),
+	F(moem_tp_region_open, id, "id"),   F(moem_tp_region_open, flags, "flags"),
+	F(moem_tp_region_open, uid, "uid"), {NULL, 0, 0},
 };
 static const struct field f_region_destroy[] = {
-	COMMON(moem_tp_region_destroy), F(moem_tp_region_destroy, name, "name"),
-	F(moem_tp_region_destroy, id, "id"), F(moem_tp_region_destroy, nr_maps, "nr_maps"),
-	F(moem_tp_region_destroy, nr_files, "nr_files"), { NULL, 0, 0 },
+	COMMON(moem_tp_region_destroy),
+	F(moem_tp_region_destroy, name, "name"),
+	F(moem_tp_region_destroy, id, "id"),
+	F(moem_tp_region_destroy, nr_maps, "nr_maps"),
+	F(moem_tp_region_destroy, nr_files, "nr_files"),
+	{NULL, 0, 0},
 };
 static const struct field f_region_release[] = {
-	COMMON(moem_tp_region_release), F(moem_tp_region_release, name, "name"),
-	F(moem_tp_region_release, id, "id"), F(moem_tp_region_release, size, "size"),
-	{ NULL, 0, 0 },
+	COMMON(moem_tp_region_release),
+	F(moem_tp_region_release, name, "name"),
+	F(moem_tp_region_release, id, "id"),
+	F(moem_tp_region_release, size, "size"),
+	{NULL, 0, 0},
 };
 static const struct field f_mmap[] = {
-	COMMON(moem_tp_mmap), F(moem_tp_mmap, name, "name"), F(moem_tp_mmap, id, "id"),
-	F(moem_tp_mmap, start, "start"), F(moem_tp_mmap, pgoff, "pgoff"),
-	F(moem_tp_mmap, len, "len"), F(moem_tp_mmap, writable, "writable"), { NULL, 0, 0 },
+	COMMON(moem_tp_mmap),
+	F(moem_tp_mmap, name, "name"),
+	F(moem_tp_mmap, id, "id"),
+	F(moem_tp_mmap, start, "start"),
+	F(moem_tp_mmap, pgoff, "pgoff"),
+	F(moem_tp_mmap, len, "len"),
+	F(moem_tp_mmap, writable, "writable"),
+	{NULL, 0, 0},
 };
 static const struct field f_budget_change[] = {
-	COMMON(moem_tp_budget_change), F(moem_tp_budget_change, knob, "knob"),
+	COMMON(moem_tp_budget_change),	      F(moem_tp_budget_change, knob, "knob"),
 	F(moem_tp_budget_change, old, "old"), F(moem_tp_budget_change, value, "value"),
-	F(moem_tp_budget_change, seq, "seq"), { NULL, 0, 0 },
+	F(moem_tp_budget_change, seq, "seq"), {NULL, 0, 0},
 };
 
 static const struct field *const layouts[MOEM_PEV_NR] = {
@@ -180,12 +200,12 @@ static int check_layout(const char *root, unsigned int ev)
 				continue;
 			if (want[i].off != off || want[i].size != size) {
 				fclose(f);
-				return moem_errf(EPROTO,
-						 "tracepoint moem/moem_%s: field %s is at offset %u "
-						 "(%u bytes) in tracefs but at %u (%u bytes) in this "
-						 "moem: moem.ko and moem come from different sources",
-						 type_names[ev], name, off, size, want[i].off,
-						 want[i].size);
+				return moem_errf(
+					EPROTO,
+					"tracepoint moem/moem_%s: field %s is at offset %u "
+					"(%u bytes) in tracefs but at %u (%u bytes) in this "
+					"moem: moem.ko and moem come from different sources",
+					type_names[ev], name, off, size, want[i].off, want[i].size);
 			}
 			found |= 1u << i;
 		}
@@ -241,8 +261,8 @@ int moem_bpf_pool_stats(const struct moem_bpf_pool *p, struct moem_bpf_pool_stat
 /* libbpf's choice (tracefs under debugfs if that exists), so we check what it attaches. */
 static const char *tracefs(void)
 {
-	return access("/sys/kernel/debug/tracing", F_OK) == 0 ? "/sys/kernel/debug/tracing" :
-								  "/sys/kernel/tracing";
+	return access("/sys/kernel/debug/tracing", F_OK) == 0 ? "/sys/kernel/debug/tracing"
+							      : "/sys/kernel/tracing";
 }
 
 struct moem_bpf_pool {
@@ -260,8 +280,9 @@ static int check_tracefs(void)
 
 	snprintf(path, sizeof(path), "%s/events", root);
 	if (access(path, F_OK))
-		return moem_errf(ENOENT, "tracefs is not mounted at %s (mount -t tracefs nodev "
-					 "/sys/kernel/tracing)",
+		return moem_errf(ENOENT,
+				 "tracefs is not mounted at %s (mount -t tracefs nodev "
+				 "/sys/kernel/tracing)",
 				 root);
 	snprintf(path, sizeof(path), "%s/events/moem", root);
 	if (access(path, F_OK))

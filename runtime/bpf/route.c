@@ -37,8 +37,7 @@ int moem_bpf_route_fd(const struct moem_bpf_route *r)
 	return -EOPNOTSUPP;
 }
 
-int moem_bpf_route_poll(struct moem_bpf_route *r, int timeout_ms, moem_bpf_route_fn fn,
-			void *arg)
+int moem_bpf_route_poll(struct moem_bpf_route *r, int timeout_ms, moem_bpf_route_fn fn, void *arg)
 {
 	return not_built();
 }
@@ -53,8 +52,8 @@ int moem_bpf_hot_read(struct moem_bpf_route *r, struct moem_hot_entry **out, siz
 	return not_built();
 }
 
-int moem_bpf_hot_read_dense(struct moem_bpf_route *r, uint32_t n_layers,
-			    uint32_t n_experts, uint64_t *counts)
+int moem_bpf_hot_read_dense(struct moem_bpf_route *r, uint32_t n_layers, uint32_t n_experts,
+			    uint64_t *counts)
 {
 	return not_built();
 }
@@ -87,7 +86,7 @@ struct moem_bpf_route {
 	bool no_batch; /* the kernel lacks BPF_MAP_LOOKUP_BATCH for hash maps */
 };
 
-static const char *const probe_names[] = { "route", "fetch", "stall", "promote", "demote" };
+static const char *const probe_names[] = {"route", "fetch", "stall", "promote", "demote"};
 
 static int sample(void *ctx, void *data, size_t size)
 {
@@ -112,7 +111,8 @@ static int sample(void *ctx, void *data, size_t size)
 	rec.n_experts = h->n_experts;
 	rec.flags = h->flags;
 	rec.ids = (const int32_t *)(h + 1);
-	rec.w = (const float *)(rec.ids + n);
+	/* The record is ids[n] then w[n] (moem_route.h). */
+	rec.w = (const float *)((const void *)((const char *)(h + 1) + 4 * n));
 	if (r->fn)
 		r->cb_ret = r->fn(r->arg, &rec);
 	return r->cb_ret ? -ECANCELED : 0;
@@ -131,8 +131,9 @@ static int attach(struct moem_bpf_route *r, struct bpf_program *p, pid_t pid, co
 		if (!required)
 			return 0; /* a binary without the engine has no fetch probes */
 		if (err == ENOENT || err == ESRCH)
-			return moem_errf(ENOENT, "%s has no moem:%s probe (is libmoem linked into it? "
-						 "name the file that holds it with --binary)",
+			return moem_errf(ENOENT,
+					 "%s has no moem:%s probe (is libmoem linked into it? "
+					 "name the file that holds it with --binary)",
 					 bin, name);
 		return bpf_load_error(err, "attaching to the moem:route probe");
 	}
@@ -230,8 +231,7 @@ int moem_bpf_route_fd(const struct moem_bpf_route *r)
 	return r->rb ? ring_buffer__epoll_fd(r->rb) : -EINVAL;
 }
 
-int moem_bpf_route_poll(struct moem_bpf_route *r, int timeout_ms, moem_bpf_route_fn fn,
-			void *arg)
+int moem_bpf_route_poll(struct moem_bpf_route *r, int timeout_ms, moem_bpf_route_fn fn, void *arg)
 {
 	int ret;
 
@@ -346,7 +346,7 @@ static void add_entry(void *arg, const struct moem_hot_key *k, uint64_t v)
 		l->e = e;
 		l->cap = cap;
 	}
-	l->e[l->n++] = (struct moem_hot_entry){ k->layer, k->expert, v };
+	l->e[l->n++] = (struct moem_hot_entry){k->layer, k->expert, v};
 }
 
 static int cmp_entry(const void *a, const void *b)
@@ -360,7 +360,7 @@ static int cmp_entry(const void *a, const void *b)
 
 int moem_bpf_hot_read(struct moem_bpf_route *r, struct moem_hot_entry **out, size_t *n)
 {
-	struct list l = { 0 };
+	struct list l = {0};
 	int ret = hot_each(r, add_entry, &l);
 
 	if (!ret)
@@ -389,10 +389,10 @@ static void put_dense(void *arg, const struct moem_hot_key *k, uint64_t v)
 		d->c[(size_t)k->layer * d->N + k->expert] = v;
 }
 
-int moem_bpf_hot_read_dense(struct moem_bpf_route *r, uint32_t n_layers,
-			    uint32_t n_experts, uint64_t *counts)
+int moem_bpf_hot_read_dense(struct moem_bpf_route *r, uint32_t n_layers, uint32_t n_experts,
+			    uint64_t *counts)
 {
-	struct dense d = { n_layers, n_experts, counts };
+	struct dense d = {n_layers, n_experts, counts};
 
 	memset(counts, 0, sizeof(*counts) * n_layers * n_experts);
 	return hot_each(r, put_dense, &d);

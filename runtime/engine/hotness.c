@@ -27,7 +27,7 @@ int eng_hotness_open(struct moem_engine *e)
 {
 	const char *h = e->o.hotness && *e->o.hotness ? e->o.hotness : "engine";
 	const size_t cells = (size_t)e->n_moe * e->cfg->n_experts;
-	struct moem_bpf_route_opts o = { .pid = getpid() };
+	struct moem_bpf_route_opts o = {.pid = getpid()};
 	int ret;
 
 	if (strcmp(h, "engine") && strcmp(h, "bpf"))

@@ -55,8 +55,8 @@ int main(void)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	sigprocmask(SIG_BLOCK, &set, NULL);
-	fds[0] = (struct pollfd){ .fd = moem_bpf_pool_fd(p), .events = POLLIN };
-	fds[1] = (struct pollfd){ .fd = signalfd(-1, &set, 0), .events = POLLIN };
+	fds[0] = (struct pollfd){.fd = moem_bpf_pool_fd(p), .events = POLLIN};
+	fds[1] = (struct pollfd){.fd = signalfd(-1, &set, 0), .events = POLLIN};
 	if (fds[1].fd < 0) {
 		printf("MOEM-BPF error signalfd: %d\n", errno);
 		return 1;

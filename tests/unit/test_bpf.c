@@ -39,7 +39,7 @@ FIXTURE(bpf)
 FIXTURE_SETUP(bpf)
 {
 	struct moem_mkmodel_opts mo;
-	struct moem_pack_opts po = { 0 };
+	struct moem_pack_opts po = {0};
 
 	moem_log_set_level(MOEM_LOG_ERR);
 	self->dir = st_tmpdir();
@@ -69,9 +69,9 @@ FIXTURE_TEARDOWN(bpf)
 	free(self->trace);
 }
 
-static struct moem_engine_opts eng_opts(FIXTURE_DATA(bpf) *self)
+static struct moem_engine_opts eng_opts(FIXTURE_DATA(bpf) * self)
 {
-	struct moem_engine_opts o = { 0 };
+	struct moem_engine_opts o = {0};
 
 	o.pack_path = self->pack;
 	o.backend = "cpu";
@@ -81,7 +81,7 @@ static struct moem_engine_opts eng_opts(FIXTURE_DATA(bpf) *self)
 	return o;
 }
 
-static const struct moem_workload wl = { .kind = MOEM_WL_SYNTH, .batch = BATCH, .steps = STEPS };
+static const struct moem_workload wl = {.kind = MOEM_WL_SYNTH, .batch = BATCH, .steps = STEPS};
 
 /* Records as the ring buffer delivered them. */
 struct got {
@@ -140,10 +140,10 @@ static const char *why_no_bpf(void)
 	return moem_bpf_built() ? moem_last_error() : "libmoem was built without BPF";
 }
 
-#define SKIP_UNLESS_BPF(ret)                                                               \
-	do {                                                                               \
-		if ((ret) == -EPERM || (ret) == -EOPNOTSUPP)                               \
-			SKIP(return, "BPF not permitted here: %s", why_no_bpf());            \
+#define SKIP_UNLESS_BPF(ret)                                                      \
+	do {                                                                      \
+		if ((ret) == -EPERM || (ret) == -EOPNOTSUPP)                      \
+			SKIP(return, "BPF not permitted here: %s", why_no_bpf()); \
 	} while (0)
 
 static void expect_counts_equal(struct __test_metadata *_metadata, struct moem_engine *e,
@@ -170,7 +170,7 @@ static void expect_counts_equal(struct __test_metadata *_metadata, struct moem_e
 
 TEST_F(bpf, self_trace_equals_engine)
 {
-	struct moem_bpf_route_opts ro = { .records = true, .io = true };
+	struct moem_bpf_route_opts ro = {.records = true, .io = true};
 	struct moem_engine_opts o = eng_opts(self);
 	struct moem_bpf_route_stats st;
 	struct moem_trace_reader *tr;
@@ -178,7 +178,7 @@ TEST_F(bpf, self_trace_equals_engine)
 	struct moem_bpf_route *r = NULL;
 	struct moem_engine *e;
 	struct got *g = calloc(1, sizeof(*g));
-	struct poller p = { NULL, g };
+	struct poller p = {NULL, g};
 	uint32_t i = 0;
 	int ret;
 
@@ -227,7 +227,7 @@ TEST_F(bpf, self_trace_equals_engine)
 TEST_F(bpf, full_ring_drops_are_counted)
 {
 	/* One page: 7 records of 64 ids fit; nobody reads during the run. */
-	struct moem_bpf_route_opts ro = { .records = true, .ring_bytes = 4096 };
+	struct moem_bpf_route_opts ro = {.records = true, .ring_bytes = 4096};
 	struct moem_engine_opts o = eng_opts(self);
 	struct moem_bpf_route_stats st;
 	struct moem_bpf_route *r = NULL;
@@ -287,7 +287,7 @@ TEST_F(bpf, engine_hotness_bpf)
 /* Drop CAP_SYS_ADMIN, CAP_BPF and CAP_PERFMON from this (forked) test. */
 static int drop_caps(void)
 {
-	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
 
 	if (syscall(SYS_capget, &h, d))
@@ -300,7 +300,7 @@ static int drop_caps(void)
 
 TEST_F(bpf, without_privileges)
 {
-	struct moem_bpf_route_opts ro = { .records = true, .pid = getpid() };
+	struct moem_bpf_route_opts ro = {.records = true, .pid = getpid()};
 	struct moem_engine_opts o = eng_opts(self);
 	struct moem_engine_status st;
 	struct moem_bpf_route *r = NULL;
@@ -331,7 +331,7 @@ TEST_F(bpf, without_privileges)
 
 TEST(bad_options)
 {
-	struct moem_bpf_route_opts o = { .records = true };
+	struct moem_bpf_route_opts o = {.records = true};
 	struct moem_bpf_route *r = NULL;
 	pid_t gone;
 
@@ -359,8 +359,8 @@ TEST(bad_options)
 	/* A program without libmoem has no moem probes. */
 	o.binary = "/bin/sh";
 	EXPECT_EQ(-ENOENT, moem_bpf_route_open(&o, &r));
-	EXPECT_NE(NULL, strstr(moem_last_error(), "no moem:route probe")) TH_LOG("%s",
-										  moem_last_error());
+	EXPECT_NE(NULL, strstr(moem_last_error(), "no moem:route probe"))
+	TH_LOG("%s", moem_last_error());
 	EXPECT_EQ(NULL, r);
 }
 
@@ -384,8 +384,13 @@ TEST(pool_needs_the_module)
 
 TEST(pool_event_text)
 {
-	struct moem_bpf_pool_ev e = { .type = MOEM_BPF_POOL_REGION_CREATE, .id = 3,
-				      .a = 4194304, .b = 1, .c = 0600, .d = 0, .name = "w" };
+	struct moem_bpf_pool_ev e = {.type = MOEM_BPF_POOL_REGION_CREATE,
+				     .id = 3,
+				     .a = 4194304,
+				     .b = 1,
+				     .c = 0600,
+				     .d = 0,
+				     .name = "w"};
 	char buf[256];
 
 	moem_bpf_pool_format(&e, buf, sizeof(buf));
@@ -402,9 +407,9 @@ TEST(pool_event_text)
 
 TEST(counts_text)
 {
-	const uint64_t dense[2][3] = { { 0, 7, 0 }, { 12345678901ULL, 0, 1 } };
-	const struct moem_hot_entry ent[] = { { 0, 1, 7 }, { 1, 0, 12345678901ULL }, { 1, 1, 0 },
-					      { 1, 2, 1 } };
+	const uint64_t dense[2][3] = {{0, 7, 0}, {12345678901ULL, 0, 1}};
+	const struct moem_hot_entry ent[] = {
+		{0, 1, 7}, {1, 0, 12345678901ULL}, {1, 1, 0}, {1, 2, 1}};
 	const char want[] = "# moem expert counts: layer expert count (MoE-layer index, non-zero "
 			    "only)\n0 1 7\n1 0 12345678901\n1 2 1\n";
 	char *dir = st_tmpdir(), *a = st_path(dir, "a.txt"), *b = st_path(dir, "b.txt");

@@ -15,51 +15,51 @@
 #include "kselftest_harness.h"
 #include "store_test_util.h"
 
-#define COMMON                                                                             \
-	"\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"             \
-	"\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"             \
-	"\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"     \
+#define COMMON                                                                         \
+	"\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"         \
+	"\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"         \
+	"\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n" \
 	"\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n"
 
 /* kmod/trace.h's records, as tracefs describes them on x86-64. */
 static const struct {
 	const char *event, *fields;
 } formats[] = {
-	{ "moem_chunk_alloc", "\tfield:u64 id;\toffset:8;\tsize:8;\tsigned:0;\n"
-			      "\tfield:unsigned long pfn;\toffset:16;\tsize:8;\tsigned:0;\n"
-			      "\tfield:int nid;\toffset:24;\tsize:4;\tsigned:1;\n"
-			      "\tfield:bool fresh;\toffset:28;\tsize:1;\tsigned:0;\n" },
-	{ "moem_chunk_free", "\tfield:u64 id;\toffset:8;\tsize:8;\tsigned:0;\n"
+	{"moem_chunk_alloc", "\tfield:u64 id;\toffset:8;\tsize:8;\tsigned:0;\n"
 			     "\tfield:unsigned long pfn;\toffset:16;\tsize:8;\tsigned:0;\n"
 			     "\tfield:int nid;\toffset:24;\tsize:4;\tsigned:1;\n"
-			     "\tfield:int why;\toffset:28;\tsize:4;\tsigned:1;\n" },
-	{ "moem_region_create", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
+			     "\tfield:bool fresh;\toffset:28;\tsize:1;\tsigned:0;\n"},
+	{"moem_chunk_free", "\tfield:u64 id;\toffset:8;\tsize:8;\tsigned:0;\n"
+			    "\tfield:unsigned long pfn;\toffset:16;\tsize:8;\tsigned:0;\n"
+			    "\tfield:int nid;\toffset:24;\tsize:4;\tsigned:1;\n"
+			    "\tfield:int why;\toffset:28;\tsize:4;\tsigned:1;\n"},
+	{"moem_region_create", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
+			       "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
+			       "\tfield:u64 size;\toffset:24;\tsize:8;\tsigned:0;\n"
+			       "\tfield:u32 flags;\toffset:32;\tsize:4;\tsigned:0;\n"
+			       "\tfield:u32 mode;\toffset:36;\tsize:4;\tsigned:0;\n"
+			       "\tfield:u32 uid;\toffset:40;\tsize:4;\tsigned:0;\n"},
+	{"moem_region_open", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
+			     "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
+			     "\tfield:u32 flags;\toffset:24;\tsize:4;\tsigned:0;\n"
+			     "\tfield:u32 uid;\toffset:28;\tsize:4;\tsigned:0;\n"},
+	{"moem_region_destroy", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
 				"\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
-				"\tfield:u64 size;\toffset:24;\tsize:8;\tsigned:0;\n"
-				"\tfield:u32 flags;\toffset:32;\tsize:4;\tsigned:0;\n"
-				"\tfield:u32 mode;\toffset:36;\tsize:4;\tsigned:0;\n"
-				"\tfield:u32 uid;\toffset:40;\tsize:4;\tsigned:0;\n" },
-	{ "moem_region_open", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
-			      "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
-			      "\tfield:u32 flags;\toffset:24;\tsize:4;\tsigned:0;\n"
-			      "\tfield:u32 uid;\toffset:28;\tsize:4;\tsigned:0;\n" },
-	{ "moem_region_destroy", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
-				 "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
-				 "\tfield:int nr_maps;\toffset:24;\tsize:4;\tsigned:1;\n"
-				 "\tfield:int nr_files;\toffset:28;\tsize:4;\tsigned:1;\n" },
-	{ "moem_region_release", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
-				 "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
-				 "\tfield:u64 size;\toffset:24;\tsize:8;\tsigned:0;\n" },
-	{ "moem_mmap", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
-		       "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
-		       "\tfield:unsigned long start;\toffset:24;\tsize:8;\tsigned:0;\n"
-		       "\tfield:unsigned long pgoff;\toffset:32;\tsize:8;\tsigned:0;\n"
-		       "\tfield:unsigned long len;\toffset:40;\tsize:8;\tsigned:0;\n"
-		       "\tfield:bool writable;\toffset:48;\tsize:1;\tsigned:0;\n" },
-	{ "moem_budget_change", "\tfield:__data_loc char[] knob;\toffset:8;\tsize:4;\tsigned:1;\n"
-				"\tfield:u64 old;\toffset:16;\tsize:8;\tsigned:0;\n"
-				"\tfield:u64 value;\toffset:24;\tsize:8;\tsigned:0;\n"
-				"\tfield:u64 seq;\toffset:32;\tsize:8;\tsigned:0;\n" },
+				"\tfield:int nr_maps;\toffset:24;\tsize:4;\tsigned:1;\n"
+				"\tfield:int nr_files;\toffset:28;\tsize:4;\tsigned:1;\n"},
+	{"moem_region_release", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
+				"\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
+				"\tfield:u64 size;\toffset:24;\tsize:8;\tsigned:0;\n"},
+	{"moem_mmap", "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
+		      "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
+		      "\tfield:unsigned long start;\toffset:24;\tsize:8;\tsigned:0;\n"
+		      "\tfield:unsigned long pgoff;\toffset:32;\tsize:8;\tsigned:0;\n"
+		      "\tfield:unsigned long len;\toffset:40;\tsize:8;\tsigned:0;\n"
+		      "\tfield:bool writable;\toffset:48;\tsize:1;\tsigned:0;\n"},
+	{"moem_budget_change", "\tfield:__data_loc char[] knob;\toffset:8;\tsize:4;\tsigned:1;\n"
+			       "\tfield:u64 old;\toffset:16;\tsize:8;\tsigned:0;\n"
+			       "\tfield:u64 value;\toffset:24;\tsize:8;\tsigned:0;\n"
+			       "\tfield:u64 seq;\toffset:32;\tsize:8;\tsigned:0;\n"},
 };
 
 static void write_format(struct __test_metadata *_metadata, const char *root, const char *ev,
@@ -114,7 +114,8 @@ TEST_F(fmt, moved_field_is_refused)
 		     "\tfield:u32 mode;\toffset:36;\tsize:4;\tsigned:0;\n"
 		     "\tfield:u32 uid;\toffset:40;\tsize:4;\tsigned:0;\n");
 	EXPECT_EQ(-EPROTO, bpf_pool_check_layouts(self->root));
-	EXPECT_NE(NULL, strstr(moem_last_error(), "moem_region_create: field flags is at offset 12"))
+	EXPECT_NE(NULL,
+		  strstr(moem_last_error(), "moem_region_create: field flags is at offset 12"))
 	TH_LOG("%s", moem_last_error());
 }
 
@@ -142,18 +143,19 @@ TEST_F(fmt, missing_field_is_refused)
 /* A kernel whose common header grew (PREEMPT_RT's extra counters) shifts every field. */
 TEST_F(fmt, shifted_common_header_is_refused)
 {
-	write_format(_metadata, self->root, "moem_mmap",
-		     "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
-		     "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
-		     "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
-		     "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n"
-		     "\tfield:unsigned char common_migrate_disable;\toffset:8;\tsize:1;\tsigned:0;\n\n",
-		     "\tfield:__data_loc char[] name;\toffset:12;\tsize:4;\tsigned:1;\n"
-		     "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
-		     "\tfield:unsigned long start;\toffset:24;\tsize:8;\tsigned:0;\n"
-		     "\tfield:unsigned long pgoff;\toffset:32;\tsize:8;\tsigned:0;\n"
-		     "\tfield:unsigned long len;\toffset:40;\tsize:8;\tsigned:0;\n"
-		     "\tfield:bool writable;\toffset:48;\tsize:1;\tsigned:0;\n");
+	write_format(
+		_metadata, self->root, "moem_mmap",
+		"\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+		"\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+		"\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+		"\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n"
+		"\tfield:unsigned char common_migrate_disable;\toffset:8;\tsize:1;\tsigned:0;\n\n",
+		"\tfield:__data_loc char[] name;\toffset:12;\tsize:4;\tsigned:1;\n"
+		"\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
+		"\tfield:unsigned long start;\toffset:24;\tsize:8;\tsigned:0;\n"
+		"\tfield:unsigned long pgoff;\toffset:32;\tsize:8;\tsigned:0;\n"
+		"\tfield:unsigned long len;\toffset:40;\tsize:8;\tsigned:0;\n"
+		"\tfield:bool writable;\toffset:48;\tsize:1;\tsigned:0;\n");
 	EXPECT_EQ(-EPROTO, bpf_pool_check_layouts(self->root));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "moem_mmap: field name is at offset 12"));
 }

@@ -33,14 +33,14 @@
 /* ---- the traced process ------------------------------------------------- */
 
 struct target {
-	pid_t pid;		/* traced process, or -1: every process running binary */
-	const char *binary;	/* --binary */
-	char *exec_path;	/* --exec BIN, resolved like execvp would */
+	pid_t pid;	    /* traced process, or -1: every process running binary */
+	const char *binary; /* --binary */
+	char *exec_path;    /* --exec BIN, resolved like execvp would */
 	char **exec_argv;
-	pid_t child;		/* the started BIN (0: none) */
-	int go_fd;		/* releases the child into exec */
-	int pidfd;		/* readable when the traced process exits (-1: none) */
-	int status;		/* the child's wait status */
+	pid_t child; /* the started BIN (0: none) */
+	int go_fd;   /* releases the child into exec */
+	int pidfd;   /* readable when the traced process exits (-1: none) */
+	int status;  /* the child's wait status */
 	bool exited;
 };
 
@@ -165,7 +165,7 @@ struct loop {
 
 static int loop_add(struct loop *l, int fd, int tag)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = (uint32_t)tag };
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)tag};
 
 	if (fd >= 0 && epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev))
 		return moem_errf(errno, "epoll: %s", strerror(errno));
@@ -190,7 +190,8 @@ static int loop_open(struct loop *l, int ring_fd, int pidfd, uint64_t interval_m
 		return moem_errf(errno, "epoll/signalfd: %s", strerror(errno));
 	if (interval_ms) {
 		struct itimerspec its = {
-			.it_interval = { (time_t)(interval_ms / 1000), (long)(interval_ms % 1000) * 1000000 },
+			.it_interval = {(time_t)(interval_ms / 1000),
+					(long)(interval_ms % 1000) * 1000000},
 		};
 
 		its.it_value = its.it_interval;
@@ -333,13 +334,14 @@ static int on_route(void *arg, const struct moem_bpf_route_rec *r)
 				 r->pid, r->n_layers, r->n_experts, r->k, (int)rc->pid,
 				 rc->info.n_layers, rc->info.n_experts, rc->info.top_k);
 	step = r->step + rc->base;
-	if (rc->any && (step < rc->last_step || (step == rc->last_step && r->layer <= rc->last_layer))) {
+	if (rc->any &&
+	    (step < rc->last_step || (step == rc->last_step && r->layer <= rc->last_layer))) {
 		/* A new run in the same process starts again at step 0: go on after the last. */
 		rc->base = rc->last_step + 1 - r->step;
 		step = rc->last_step + 1;
 		rc->runs++;
 	}
-	t = (struct moem_trace_rec){ step, r->layer, r->tokens, r->ids, r->w, NULL, NULL };
+	t = (struct moem_trace_rec){step, r->layer, r->tokens, r->ids, r->w, NULL, NULL};
 	ret = moem_trace_write(rc->w, &t);
 	if (ret)
 		return ret;
@@ -352,13 +354,17 @@ static int on_route(void *arg, const struct moem_bpf_route_rec *r)
 static void record_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: moem trace record -o FILE (--pid P | --exec BIN [ARGS...] | -- BIN [ARGS...])\n"
-		"                         [--binary PATH] [--hot-out FILE] [--ring-mb N] [--quiet]\n"
+		"usage: moem trace record -o FILE (--pid P | --exec BIN [ARGS...] | -- BIN "
+		"[ARGS...])\n"
+		"                         [--binary PATH] [--hot-out FILE] [--ring-mb N] "
+		"[--quiet]\n"
 		"Record the routing of a process running libmoem from its moem:route probes into\n"
 		"a trace (Documentation/trace-format.md, source bpf) until it exits or on Ctrl-C.\n"
-		"  -o, --out FILE    the trace (\"-\": stdout); written next to FILE, renamed at the end\n"
+		"  -o, --out FILE    the trace (\"-\": stdout); written next to FILE, renamed at "
+		"the end\n"
 		"  -p, --pid P       trace process P (the probes of /proc/P/exe)\n"
-		"  -e, --exec BIN    start BIN with the remaining arguments, traced from its first\n"
+		"  -e, --exec BIN    start BIN with the remaining arguments, traced from its "
+		"first\n"
 		"                    instruction (must come last)\n"
 		"  --binary PATH     the file holding libmoem's probes (default: the executable)\n"
 		"  --hot-out FILE    at the end, moem_hot as \"layer expert count\" lines\n"
@@ -376,23 +382,25 @@ static int record_finish(struct recorder *rc, struct moem_bpf_route *r, const ch
 		ret = moem_bpf_route_stats(r, &st);
 	lost = ret ? 0 : st.dropped_ring + st.dropped_big + st.read_fail;
 	if (!ret && !rc->w)
-		ret = moem_errf(ENODATA, "no route records seen (did the process decode anything?): "
-					 "no trace written");
+		ret = moem_errf(ENODATA,
+				"no route records seen (did the process decode anything?): "
+				"no trace written");
 	if (!ret && lost) {
 		char d[MOEM_TRACE_DESC_MAX];
 
 		snprintf(d, sizeof(d), "%.36s; %" PRIu64 " records DROPPED", rc->info.desc, lost);
 		moem_trace_writer_set_desc(rc->w, d);
 		fprintf(stderr,
-			"moem trace record: %" PRIu64 " records were lost (ring buffer full %" PRIu64
-			", too large %" PRIu64 ", unreadable %" PRIu64 "): the trace lacks them and "
+			"moem trace record: %" PRIu64
+			" records were lost (ring buffer full %" PRIu64 ", too large %" PRIu64
+			", unreadable %" PRIu64 "): the trace lacks them and "
 			"says so; try --ring-mb\n",
 			lost, st.dropped_ring, st.dropped_big, st.read_fail);
 	}
 	if (rc->w) {
 		uint64_t n = moem_trace_writer_count(rc->w);
-		int r2 = ret ? (moem_trace_writer_abort(rc->w), ret) :
-			       moem_trace_writer_close(rc->w);
+		int r2 = ret ? (moem_trace_writer_abort(rc->w), ret)
+			     : moem_trace_writer_close(rc->w);
 
 		rc->w = NULL;
 		if (!ret && r2)
@@ -401,13 +409,14 @@ static int record_finish(struct recorder *rc, struct moem_bpf_route *r, const ch
 			fprintf(stderr,
 				"moem trace record: %s: %" PRIu64 " records, %u MoE layers x %u "
 				"experts, top-%u%s\n"
-				"moem trace record: probes: %" PRIu64 " route, %" PRIu64 " fetch (%" PRIu64
-				" bytes NVMe->DRAM, %" PRIu64 " bytes DRAM->HBM), %" PRIu64 " stall, %" PRIu64
+				"moem trace record: probes: %" PRIu64 " route, %" PRIu64
+				" fetch (%" PRIu64 " bytes NVMe->DRAM, %" PRIu64
+				" bytes DRAM->HBM), %" PRIu64 " stall, %" PRIu64
 				" promote, %" PRIu64 " demote\n",
 				rc->out, n, rc->info.n_layers, rc->info.n_experts, rc->info.top_k,
-				rc->runs ? " (several runs, steps made consecutive)" : "", st.routes,
-				st.fetches, st.fetch_nvme_bytes, st.fetch_hbm_bytes, st.stalls,
-				st.promotes, st.demotes);
+				rc->runs ? " (several runs, steps made consecutive)" : "",
+				st.routes, st.fetches, st.fetch_nvme_bytes, st.fetch_hbm_bytes,
+				st.stalls, st.promotes, st.demotes);
 	}
 	if (!ret && hot_out) {
 		struct moem_hot_entry *e;
@@ -425,19 +434,23 @@ static int record_finish(struct recorder *rc, struct moem_bpf_route *r, const ch
 int cmd_trace_record(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "out", required_argument, NULL, 'o' },   { "pid", required_argument, NULL, 'p' },
-		{ "exec", required_argument, NULL, 'e' },  { "binary", required_argument, NULL, 'b' },
-		{ "hot-out", required_argument, NULL, 'H' }, { "ring-mb", required_argument, NULL, 'r' },
-		{ "quiet", no_argument, NULL, 'q' },	   { "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{"out", required_argument, NULL, 'o'},
+		{"pid", required_argument, NULL, 'p'},
+		{"exec", required_argument, NULL, 'e'},
+		{"binary", required_argument, NULL, 'b'},
+		{"hot-out", required_argument, NULL, 'H'},
+		{"ring-mb", required_argument, NULL, 'r'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
 	};
-	struct target t = { .pid = -1, .go_fd = -1, .pidfd = -1 };
-	struct moem_bpf_route_opts ro = { .records = true, .io = true };
-	struct recorder rc = { 0 };
+	struct target t = {.pid = -1, .go_fd = -1, .pidfd = -1};
+	struct moem_bpf_route_opts ro = {.records = true, .io = true};
+	struct recorder rc = {0};
 	struct moem_bpf_route *r = NULL;
 	const char *hot_out = NULL;
 	bool quiet = false, stop = false;
-	struct loop l = { -1, -1, -1 };
+	struct loop l = {-1, -1, -1};
 	double v;
 	int c, ret, sig = 0;
 
@@ -576,8 +589,7 @@ static int cmp_cell(const void *a, const void *b)
 	return x->expert < y->expert ? -1 : x->expert > y->expert;
 }
 
-static void top_layer(const struct top *tp, uint32_t layer, struct cell *c, size_t n,
-		      double secs)
+static void top_layer(const struct top *tp, uint32_t layer, struct cell *c, size_t n, double secs)
 {
 	uint64_t sum = 0;
 
@@ -616,7 +628,8 @@ static int top_refresh(struct top *tp, struct moem_bpf_route *r)
 	       moem_fmt_bytes(st.fetch_hbm_bytes, b2, sizeof(b2)), st.stalls, st.stall_ns / 1e6,
 	       st.promotes, st.demotes);
 	printf("layer %10s  hottest experts %s: expert, share of the layer's routes\n",
-	       tp->total ? "routes" : "routes/s", tp->total ? "since start" : "in the last interval");
+	       tp->total ? "routes" : "routes/s",
+	       tp->total ? "since start" : "in the last interval");
 	for (size_t i = 0; i <= n; i++) {
 		if (i == n || (nc && e[i].layer != e[i - 1].layer)) {
 			if (nc)
@@ -626,7 +639,8 @@ static int top_refresh(struct top *tp, struct moem_bpf_route *r)
 				break;
 		}
 		if (e[i].layer < MOEM_BPF_HOT_LAYERS && e[i].expert < MOEM_BPF_HOT_EXPERTS) {
-			uint64_t *p = &tp->prev[(size_t)e[i].layer * MOEM_BPF_HOT_EXPERTS + e[i].expert];
+			uint64_t *p =
+				&tp->prev[(size_t)e[i].layer * MOEM_BPF_HOT_EXPERTS + e[i].expert];
 
 			cells[nc].expert = e[i].expert;
 			cells[nc++].v = tp->total ? e[i].count : e[i].count - *p;
@@ -656,23 +670,28 @@ static void top_usage(FILE *f)
 		"  -n, --experts N    experts shown per layer (default 8)\n"
 		"  --count N          stop after N refreshes\n"
 		"  --total            counts since start instead of per interval\n"
-		"Ends when the process exits or on Ctrl-C. Needs CAP_BPF and CAP_PERFMON (or root).\n");
+		"Ends when the process exits or on Ctrl-C. Needs CAP_BPF and CAP_PERFMON (or "
+		"root).\n");
 }
 
 int cmd_trace_top(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "pid", required_argument, NULL, 'p' },    { "exec", required_argument, NULL, 'e' },
-		{ "binary", required_argument, NULL, 'b' }, { "interval", required_argument, NULL, 'i' },
-		{ "experts", required_argument, NULL, 'n' }, { "count", required_argument, NULL, 'c' },
-		{ "total", no_argument, NULL, 't' },	    { "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{"pid", required_argument, NULL, 'p'},
+		{"exec", required_argument, NULL, 'e'},
+		{"binary", required_argument, NULL, 'b'},
+		{"interval", required_argument, NULL, 'i'},
+		{"experts", required_argument, NULL, 'n'},
+		{"count", required_argument, NULL, 'c'},
+		{"total", no_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
 	};
-	struct target t = { .pid = -1, .go_fd = -1, .pidfd = -1 };
-	struct moem_bpf_route_opts ro = { .io = true };
-	struct top tp = { .show = 8, .interval = 1 };
+	struct target t = {.pid = -1, .go_fd = -1, .pidfd = -1};
+	struct moem_bpf_route_opts ro = {.io = true};
+	struct top tp = {.show = 8, .interval = 1};
 	struct moem_bpf_route *r = NULL;
-	struct loop l = { -1, -1, -1 };
+	struct loop l = {-1, -1, -1};
 	double v, count = 0;
 	char what[96], comm[32];
 	int c, ret, sig = 0;
@@ -815,9 +834,10 @@ static int pool_events(const char *s, uint32_t *mask)
 			if (!strcmp(tok, moem_bpf_pool_type_name(i)))
 				break;
 		if (i == MOEM_BPF_POOL_NR)
-			ret = moem_errf(EINVAL, "--events: unknown event '%s' (chunk_alloc, "
-						"chunk_free, region_create, region_open, "
-						"region_destroy, region_release, mmap, budget_change)",
+			ret = moem_errf(EINVAL,
+					"--events: unknown event '%s' (chunk_alloc, "
+					"chunk_free, region_create, region_open, "
+					"region_destroy, region_release, mmap, budget_change)",
 					tok);
 		*mask |= 1u << i;
 	}
@@ -830,7 +850,8 @@ static void pool_usage(FILE *f)
 	fprintf(f,
 		"usage: moem trace pool [--events a,b,..] [--count N] [--duration S]\n"
 		"moem.ko's tracepoint events, live: time (s), task, pid, event, fields.\n"
-		"  --events LIST   only these (chunk_alloc, chunk_free, region_create, region_open,\n"
+		"  --events LIST   only these (chunk_alloc, chunk_free, region_create, "
+		"region_open,\n"
 		"                  region_destroy, region_release, mmap, budget_change)\n"
 		"  --count N       stop after N events\n"
 		"  --duration S    stop after S seconds\n"
@@ -841,14 +862,16 @@ static void pool_usage(FILE *f)
 int cmd_trace_pool(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "events", required_argument, NULL, 'E' }, { "count", required_argument, NULL, 'c' },
-		{ "duration", required_argument, NULL, 'd' }, { "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{"events", required_argument, NULL, 'E'},
+		{"count", required_argument, NULL, 'c'},
+		{"duration", required_argument, NULL, 'd'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
 	};
-	struct pool_print pp = { .mask = (1u << MOEM_BPF_POOL_NR) - 1 };
+	struct pool_print pp = {.mask = (1u << MOEM_BPF_POOL_NR) - 1};
 	struct moem_bpf_pool_stats st;
 	struct moem_bpf_pool *p = NULL;
-	struct loop l = { -1, -1, -1 };
+	struct loop l = {-1, -1, -1};
 	double v, duration = 0;
 	int c, ret, sig = 0;
 	bool stop = false;
