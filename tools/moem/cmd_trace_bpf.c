@@ -70,7 +70,7 @@ static char *resolve_bin(const char *bin)
  * attached to its pid first: the uprobes and their semaphores are armed in
  * whatever the pid maps next, so it is traced from its first instruction.
  */
-static int start_child(struct target *t)
+static int start_child(struct target *t, bool stdout_taken)
 {
 	int fds[2];
 	char c;
@@ -90,6 +90,9 @@ static int start_child(struct target *t)
 		close(fds[1]);
 		if (read(fds[0], &c, 1) != 1)
 			_exit(126); /* the tracer gave up */
+		/* The trace goes to stdout: the program's output must not. */
+		if (stdout_taken && dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+			_exit(126);
 		execv(t->exec_path, t->exec_argv);
 		fprintf(stderr, "moem trace: cannot run %s: %s\n", t->exec_path, strerror(errno));
 		_exit(127);
@@ -360,8 +363,8 @@ static void record_usage(FILE *f)
 		"[--quiet]\n"
 		"Record the routing of a process running libmoem from its moem:route probes into\n"
 		"a trace (Documentation/trace-format.md, source bpf) until it exits or on Ctrl-C.\n"
-		"  -o, --out FILE    the trace (\"-\": stdout); written next to FILE, renamed at "
-		"the end\n"
+		"  -o, --out FILE    the trace, written next to FILE and renamed at the end\n"
+		"                    (\"-\": stdout; BIN's own stdout then goes to stderr)\n"
 		"  -p, --pid P       trace process P (the probes of /proc/P/exe)\n"
 		"  -e, --exec BIN    start BIN with the remaining arguments, traced from its "
 		"first\n"
@@ -506,7 +509,7 @@ int cmd_trace_record(int argc, char **argv)
 	if (need_perm())
 		return 1;
 	signal(SIGPIPE, SIG_IGN);
-	ret = t.exec_argv ? start_child(&t) : 0;
+	ret = t.exec_argv ? start_child(&t, !strcmp(rc.out, "-")) : 0;
 	if (!ret) {
 		ro.pid = t.pid;
 		ro.binary = t.binary ? t.binary : t.exec_path;
@@ -744,7 +747,7 @@ int cmd_trace_top(int argc, char **argv)
 	tp.prev = calloc((size_t)MOEM_BPF_HOT_LAYERS * MOEM_BPF_HOT_EXPERTS, sizeof(uint64_t));
 	if (!tp.prev)
 		return moem_tool_fail("trace top", -ENOMEM, NULL);
-	ret = t.exec_argv ? start_child(&t) : 0;
+	ret = t.exec_argv ? start_child(&t, false) : 0;
 	if (!ret) {
 		ro.pid = t.pid;
 		ro.binary = t.binary ? t.binary : t.exec_path;
