@@ -7,6 +7,7 @@
  * (token, slot) pairs, so the policy sees the same numbers either way; the
  * tracer's map is what operators read with bpftool while the engine runs.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <moem/bpf.h>
 #include <moem/error.h>
 #include <moem/log.h>
+#include <moem/usdt.h>
 
 #include "engine_int.h"
 
@@ -50,7 +52,15 @@ int eng_hotness_open(struct moem_engine *e)
 	e->hot_delta = calloc(e->cfg->n_experts, sizeof(uint32_t));
 	if (!e->hot_prev || !e->hot_cur || !e->hot_delta)
 		return -ENOMEM;
-	/* The probes are in whichever file holds libmoem: here, the executable. */
+	/* The probes are in whichever file holds libmoem: the executable, or a
+	 * shared object that libmoem was linked into. */
+	{
+		Dl_info dl;
+
+		if (dladdr(&moem_route_semaphore, &dl) && dl.dli_fname &&
+		    strstr(dl.dli_fname, ".so"))
+			o.binary = dl.dli_fname;
+	}
 	ret = moem_bpf_route_open(&o, &e->hot_bpf);
 	if (ret) {
 		moem_warn("hotness bpf: %s; using the engine's counters", moem_strerror(ret));
