@@ -82,9 +82,12 @@ $(O)/%.o: %.c
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
+# An archive keeps the first of two definitions of a symbol silently; a
+# relocatable link of every object refuses them, so a clash fails the build.
 $(LIB): $(LIB_OBJS) $(LIB_EXTRA_OBJS)
 	$(call msg,AR,$@)
 	$(Q)rm -f $@
+	$(Q)$(LD) -r -o $(O)/libmoem.check.o $^ && rm -f $(O)/libmoem.check.o
 	$(Q)$(AR) rcs $@ $^
 
 # Each program links its own objects, libmoem and per-program libraries

@@ -27,8 +27,8 @@ template <int P, int NT> MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 	const uint32_t r0 = (blockIdx.x * RT + rt) * 16;
 	const uint8_t *blob = reinterpret_cast<const uint8_t *>(d.blob);
 	const uint8_t *const wb[2] = { blob + p.mat_off[0], blob + p.mat_off[1] };
-	const SrcGatherBf16 src = { reinterpret_cast<const uint16_t *>(p.x),
-				    reinterpret_cast<const uint32_t *>(p.assign) + d.assign_off, p.H };
+	const SrcBf16 src = { reinterpret_cast<const uint16_t *>(p.x),
+			      reinterpret_cast<const uint32_t *>(p.assign) + d.assign_off, p.H };
 	float acc[2][NT][4] = {};
 	float *act = reinterpret_cast<float *>(p.act);
 

@@ -51,20 +51,6 @@ template <> struct Prec<P_Q2> {
 	typedef uint32_t Raw;
 };
 
-/*
- * Where the lane's q-th column (0..E-1) sits in its register order (two
- * bf16 per register, register 2j / 2j+1 feeding mma step j's low / high
- * k half). q4 decodes pairs (q, q + 4) of each 8, q2 pairs (q, q + 8).
- */
-template <int P> MOEM_DEVI int perm(int q)
-{
-	if (P == P_Q4)
-		return 2 * (4 * (q >> 3) + (q & 3)) + ((q >> 2) & 1);
-	if (P == P_Q2)
-		return 2 * (q & 7) + (q >> 3);
-	return q;
-}
-
 MOEM_DEVI void decode(uint4 raw, uint32_t (&r)[4]) /* bf16 */
 {
 	r[0] = raw.x;
@@ -112,86 +98,123 @@ template <int P> MOEM_DEVI void decode_any(const typename Prec<P>::Raw &raw,
 		decode_q<P>(raw, r);
 }
 
-/* B operand sources: 8 consecutive columns of token n, as bf16 hi (+ lo). */
-struct SrcGatherBf16 { /* x rows of an expert's tokens */
+/*
+ * B operand sources. piece<P>() returns the 8 bf16 values (hi, and lo for
+ * an fp32 source) that fill one 16-byte staging piece starting at column
+ * col of token n, in register order; sum() adds columns [col, col + len)
+ * in order, in fp32.
+ */
+MOEM_DEVI void unpack8(uint4 v, uint16_t (&h)[8])
+{
+	const uint32_t w[4] = { v.x, v.y, v.z, v.w };
+
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		h[i] = (uint16_t)(w[i / 2] >> (16 * (i & 1)));
+}
+
+/* Register order inside a piece: q4 pairs (q, q + 4), q2 pairs (q, q + 8). */
+template <int P> MOEM_DEVI int piece_src(int i)
+{
+	return P == P_Q4 || P == P_Q2 ? (i >> 1) + 4 * (i & 1) : i;
+}
+
+struct SrcBf16 { /* rows of bf16 x */
 	const uint16_t *x;
-	const uint32_t *assign;
-	uint32_t H;
+	const uint32_t *assign; /* token of n (low 16 bits); NULL: token n */
+	uint32_t K;
 
 	MOEM_DEVI const uint16_t *row(int n) const
 	{
-		return x + (size_t)(assign[n] & 0xffffu) * H;
+		return x + (size_t)(assign ? assign[n] & 0xffffu : (uint32_t)n) * K;
 	}
-	MOEM_DEVI void load8(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	template <int P>
+	MOEM_DEVI void piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
 	{
-		const uint4 v = *reinterpret_cast<const uint4 *>(row(n) + col);
-		const uint32_t w[4] = { v.x, v.y, v.z, v.w };
+		const uint16_t *r = row(n) + col;
+		uint16_t v[8];
 
+		if (P == P_Q2) { /* columns 0..3 and 8..11 */
+			const uint2 a = *reinterpret_cast<const uint2 *>(r);
+			const uint2 b = *reinterpret_cast<const uint2 *>(r + 8);
+
+			unpack8(uint4{ a.x, a.y, b.x, b.y }, v);
+		} else {
+			unpack8(*reinterpret_cast<const uint4 *>(r), v);
+		}
 #pragma unroll
 		for (int i = 0; i < 8; i++) {
-			h[i] = (uint16_t)(w[i / 2] >> (16 * (i & 1)));
+			h[i] = v[piece_src<P>(i)];
 			l[i] = 0;
 		}
 	}
-	MOEM_DEVI float value(int n, uint32_t col) const
+	MOEM_DEVI float sum(int n, uint32_t col, int len) const
 	{
-		return bf16_bits_to_f32(row(n)[col]);
-	}
-};
+		const uint4 *p = reinterpret_cast<const uint4 *>(row(n) + col);
+		float s = 0.0f;
 
-struct SrcContigBf16 { /* rows n of x */
-	const uint16_t *x;
-	uint32_t K;
+		for (int i = 0; i < len / 8; i++) {
+			uint16_t v[8];
 
-	MOEM_DEVI void load8(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
-	{
-		const uint4 v = *reinterpret_cast<const uint4 *>(x + (size_t)n * K + col);
-		const uint32_t w[4] = { v.x, v.y, v.z, v.w };
-
+			unpack8(p[i], v);
 #pragma unroll
-		for (int i = 0; i < 8; i++) {
-			h[i] = (uint16_t)(w[i / 2] >> (16 * (i & 1)));
-			l[i] = 0;
+			for (int j = 0; j < 8; j++)
+				s = __fadd_rn(s, bf16_bits_to_f32(v[j]));
 		}
-	}
-	MOEM_DEVI float value(int n, uint32_t col) const
-	{
-		return bf16_bits_to_f32(x[(size_t)n * K + col]);
+		return s;
 	}
 };
 
-struct SrcF32 { /* rows n of the fp32 activation scratch */
+struct SrcF32 { /* rows n of the fp32 activation scratch, split hi + lo */
 	const float *a;
 	uint32_t K;
 
-	MOEM_DEVI void load8(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	template <int P>
+	MOEM_DEVI void piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
 	{
-		const float4 *p = reinterpret_cast<const float4 *>(a + (size_t)n * K + col);
-		const float4 v0 = p[0], v1 = p[1];
+		const float *r = a + (size_t)n * K + col;
+		const float4 v0 = *reinterpret_cast<const float4 *>(r);
+		const float4 v1 = *reinterpret_cast<const float4 *>(r + (P == P_Q2 ? 8 : 4));
 		const float v[8] = { v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w };
 
 #pragma unroll
 		for (int i = 0; i < 8; i++) {
-			const __nv_bfloat16 hb = __float2bfloat16_rn(v[i]);
-			const __nv_bfloat16 lb = __float2bfloat16_rn(v[i] - __bfloat162float(hb));
+			const float x = v[piece_src<P>(i)];
+			const __nv_bfloat16 hb = __float2bfloat16_rn(x);
+			const __nv_bfloat16 lb = __float2bfloat16_rn(x - __bfloat162float(hb));
 
 			h[i] = __bfloat16_as_ushort(hb);
 			l[i] = __bfloat16_as_ushort(lb);
 		}
 	}
-	MOEM_DEVI float value(int n, uint32_t col) const
+	MOEM_DEVI float sum(int n, uint32_t col, int len) const
 	{
-		return a[(size_t)n * K + col];
+		const float *r = a + (size_t)n * K + col;
+		float s = 0.0f;
+
+		for (int i = 0; i < len; i++)
+			s = __fadd_rn(s, r[i]);
+		return s;
 	}
 };
 
+MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
+{
+	return uint4{ v[0] | (uint32_t)v[1] << 16, v[2] | (uint32_t)v[3] << 16,
+		      v[4] | (uint32_t)v[5] << 16, v[6] | (uint32_t)v[7] << 16 };
+}
+
 /*
  * Stage columns [kc, kc + len) of the n-tiles' B rows into shared memory
- * in the lanes' register order: 16-byte piece pc of lane t's iteration
- * it sits at piece index it * E/2 + pc * 4 + t of the token's row, so the
- * quad's four lanes read 64 contiguous bytes and rows are 64 bytes apart
- * (RS) from one n-tile row to the next: conflict-free 128-bit loads.
- * Asymmetric formats also get xs[n][group] = sum of the group's columns.
+ * in the lanes' register order. Lane t's E columns of iteration it start
+ * at it * S + t * E; its register r holds the bf16 pair decode() puts in
+ * A register r: natural pairs for bf16 and q8, (8i + s, 8i + 4 + s) for
+ * q4 (word i), (r, r + 8) for q2. Its 16-byte piece c (registers 4c..4c+3)
+ * is stored at piece index it * E/2 + c * 4 + t of the token's row, so
+ * the quad's lanes read 64 contiguous bytes and token rows are RS (= 64
+ * mod 128) bytes apart: conflict-free 128-bit loads. Each thread builds
+ * whole pieces (one 16-byte store each). Asymmetric formats also get
+ * xs[n][group] = sum of the group's columns (fp32, in column order).
  */
 template <int P, int NT, bool HILO, class Src>
 MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8_t *hi,
@@ -203,27 +226,22 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 	const int pieces = len / 8;
 
 	for (int idx = threadIdx.x; idx < NPAD * pieces; idx += blockDim.x) {
-		const int n = idx / pieces, pc = idx - n * pieces;
+		const int n = idx / pieces, q = idx - n * pieces;
+		const int it = q / (E / 2), c = (q % (E / 2)) / 4, t = q % 4;
+		/* q2 pieces take columns 4c..4c+3 and 4c+8..4c+11 of the lane's 16 */
+		const uint32_t col = kc + it * S + t * E + (P == P_Q2 ? 4 * c : 8 * c);
 		uint16_t h[8], l[8];
 
 		if (n < n_tok) {
-			src.load8(n, kc + pc * 8, h, l);
+			src.template piece<P>(n, col, h, l);
 		} else {
 #pragma unroll
 			for (int i = 0; i < 8; i++)
 				h[i] = l[i] = 0;
 		}
-#pragma unroll
-		for (int e = 0; e < 8; e++) {
-			const int col = pc * 8 + e, it = col / S, w = col % S, t = w / E;
-			const int p = perm<P>(w % E);
-			const uint32_t off = n * RS + ((it * (E / 2) + (p >> 3) * 4 + t) << 4) +
-					     (p & 7) * 2;
-
-			*reinterpret_cast<uint16_t *>(hi + off) = h[e];
-			if (HILO)
-				*reinterpret_cast<uint16_t *>(lo + off) = l[e];
-		}
+		*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
+		if (HILO)
+			*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
 	}
 	if constexpr (PR::ASYM != 0) {
 		constexpr int G = PR::G;
@@ -231,12 +249,8 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 
 		for (int idx = threadIdx.x; idx < NPAD * ng; idx += blockDim.x) {
 			const int n = idx / ng, gl = idx - n * ng;
-			float s = 0.0f;
 
-			if (n < n_tok)
-				for (int i = 0; i < G; i++)
-					s = __fadd_rn(s, src.value(n, kc + gl * G + i));
-			xs[n * (KC / G) + gl] = s;
+			xs[n * (KC / G) + gl] = n < n_tok ? src.sum(n, kc + gl * G, G) : 0.0f;
 		}
 	}
 }

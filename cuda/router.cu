@@ -14,7 +14,7 @@ template <int NT> MOEM_DEVI void router(const moem_kgemm_params &p)
 	const uint32_t r0 = blockIdx.x * 16;
 	const moem_kq_mat mq = { 0, 0, p.K * 2, 0 };
 	const uint8_t *const wb[1] = { reinterpret_cast<const uint8_t *>(p.w) };
-	const SrcContigBf16 src = { reinterpret_cast<const uint16_t *>(p.x), p.K };
+	const SrcBf16 src = { reinterpret_cast<const uint16_t *>(p.x), nullptr, p.K };
 	float acc[1][NT][4] = {};
 	float *out = reinterpret_cast<float *>(p.out);
 

@@ -91,12 +91,13 @@ $(O)/tests/gpu/%: tests/gpu/%.c $(LIB)
 .PHONY: test-gpu bench-gpu
 test-gpu: all $(GPU_TEST_BINS) $(GPU_TOOLS)
 	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite gpu --timeout 900 $(GPU_TEST_BINS) \
-		tests/gpu/torch_check.sh tests/gpu/memcheck.sh
+		tests/gpu/torch_check.sh tests/gpu/memcheck.sh tests/gpu/engine_same_outputs.sh
 
 # Kernel benchmarks on the GPU machine: FFN bytes/s against the
 # device-to-device copy, router/re-route share, then PyTorch same shapes.
-bench-gpu: all $(O)/bench/kernels/bench_gpu
-	$(Q)$(O)/bench/kernels/bench_gpu --out $(O)/bench/kernels/gpu_results.txt; rc=$$?; \
+bench-gpu: all $(O)/bench/kernels/bench_kernels
+	$(Q)$(O)/bench/kernels/bench_kernels --backend cuda --out $(O)/bench/kernels/gpu_results.txt; \
+	rc=$$?; \
 	if [ $$rc -eq 4 ]; then exit 0; fi; [ $$rc -eq 0 ] || exit $$rc; \
 	python3 bench/kernels/torch_ffn.py --ours $(O)/bench/kernels/gpu_results.txt
 
@@ -127,5 +128,6 @@ $(EMU_DIR)/libcuda.so.1: $(EMU_SRCS) $(EMU_HDRS) $(EMU_KOBJS)
 .PHONY: test-gpu-emu
 test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
 	$(Q)LD_LIBRARY_PATH=$(EMU_DIR) MOEM_GPU_EMU=1 MOEM_BUILD=$(O) \
-		scripts/run-tests.sh --suite gpu-emu --timeout 1200 $(GPU_TEST_BINS)
+		scripts/run-tests.sh --suite gpu-emu --timeout 1200 $(GPU_TEST_BINS) \
+		tests/gpu/engine_same_outputs.sh
 endif

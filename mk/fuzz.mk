@@ -20,7 +20,7 @@ FUZZ_LIB_OBJS	:= $(FUZZ_LIB_SRCS:%.c=$(O)/fuzz/obj/%.o)
 FUZZ_CFLAGS	:= -g -O1 -std=gnu11 -pthread -fno-omit-frame-pointer \
 		   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
 		   -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-FUZZ_LDLIBS	:= -ljson-c -lxxhash -lm -lpthread
+FUZZ_LDLIBS	:= -ljson-c -lxxhash -linih -lm -lpthread
 
 $(O)/fuzz/obj/%.o: %.c
 	$(call msg,FUZZCC,$@)

@@ -104,7 +104,11 @@ static void emit(const struct moem_route_cfg *c, const float *zr, const struct c
 
 static void emit_empty(const struct moem_route_cfg *c, uint32_t t, struct moem_route_out *out)
 {
-	emit(c, NULL, NULL, 0, t, out);
+	for (uint32_t j = 0; j < c->top_k; j++) {
+		out->ids[(size_t)t * c->top_k + j] = -1;
+		out->w[(size_t)t * c->top_k + j] = 0;
+	}
+	out->cnt[t] = 0;
 }
 
 /* Top-cap experts of row zr by logit, optionally restricted to mask. */

@@ -69,19 +69,15 @@ static int get_u32(struct json_object *obj, const char *key, uint32_t *v)
 
 int moem_synth_from_json(struct json_object *obj, struct moem_synth_params *p)
 {
-	static const struct {
+	const struct {
 		const char *key;
-		size_t off;
+		double *v;
 	} dbl[] = {
-		{ "zipf_s", offsetof(struct moem_synth_params, zipf_s) },
-		{ "overlap", offsetof(struct moem_synth_params, overlap) },
-		{ "reshuffle", offsetof(struct moem_synth_params, reshuffle) },
-		{ "layer_corr", offsetof(struct moem_synth_params, layer_corr) },
-		{ "persist", offsetof(struct moem_synth_params, persist) },
-		{ "drift", offsetof(struct moem_synth_params, drift) },
-		{ "mean_seq_len", offsetof(struct moem_synth_params, mean_seq_len) },
-		{ "boost", offsetof(struct moem_synth_params, boost) },
-		{ "noise", offsetof(struct moem_synth_params, noise) },
+		{ "zipf_s", &p->zipf_s },	  { "overlap", &p->overlap },
+		{ "reshuffle", &p->reshuffle },	  { "layer_corr", &p->layer_corr },
+		{ "persist", &p->persist },	  { "drift", &p->drift },
+		{ "mean_seq_len", &p->mean_seq_len }, { "boost", &p->boost },
+		{ "noise", &p->noise },
 	};
 	struct json_object *f, *names;
 	uint32_t version;
@@ -101,7 +97,7 @@ int moem_synth_from_json(struct json_object *obj, struct moem_synth_params *p)
 	    (ret = get_u32(obj, "top_k", &p->top_k)))
 		return ret;
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(dbl); i++) {
-		ret = get_num(obj, dbl[i].key, (double *)((char *)p + dbl[i].off));
+		ret = get_num(obj, dbl[i].key, dbl[i].v);
 		if (ret)
 			return ret;
 	}

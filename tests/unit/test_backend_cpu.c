@@ -108,6 +108,102 @@ TEST_F(cpu, router_matches_double_reference)
 	moem_be_free(self->be, a.logits);
 }
 
+/* Position of e in token t's ranking by logit (0 = its top-1; ties: lower id). */
+static uint32_t rank_of(const float *zr, uint32_t N, uint32_t e)
+{
+	uint32_t r = 0;
+
+	for (uint32_t f = 0; f < N; f++)
+		r += zr[f] > zr[e] || (zr[f] == zr[e] && f < e);
+	return r;
+}
+
+/*
+ * LYNX: T(lynx) <= T(top-k). OEA (k0 = ceil(k/2)): each token keeps its
+ * own top-k0, chooses only from S_base = union of the top-k0 (plus the
+ * resident set for piggyback), and the union of the choices is S_base.
+ * Top-k: weights against a double softmax renormalised over the choice.
+ */
+static void check_invariants(struct __test_metadata *_metadata, enum moem_route_mode mode,
+			     uint32_t B, uint32_t N, uint32_t k, const float *z, const uint8_t *pad,
+			     const uint8_t *res, const int32_t *ids, const float *w,
+			     const uint32_t *cnt)
+{
+	const uint32_t k0 = moem_oea_default_k0(k);
+	uint8_t base[1024] = {0}, used[1024] = {0}, vanilla[1024] = {0};
+	uint32_t t_route = 0, t_vanilla = 0;
+
+	for (uint32_t t = 0; t < B; t++) {
+		if (pad && pad[t])
+			continue;
+		for (uint32_t e = 0; e < N; e++) {
+			uint32_t r = rank_of(z + (size_t)t * N, N, e);
+
+			vanilla[e] |= r < k;
+			base[e] |= r < k0;
+		}
+	}
+	for (uint32_t e = 0; mode == MOEM_ROUTE_PIGGYBACK && e < N; e++)
+		base[e] |= res[e] != 0;
+	for (uint32_t t = 0; t < B; t++)
+		for (uint32_t j = 0; j < cnt[t]; j++)
+			used[ids[t * k + j]] = 1;
+	for (uint32_t e = 0; e < N; e++) {
+		t_route += used[e];
+		t_vanilla += vanilla[e];
+	}
+	if (mode == MOEM_ROUTE_LYNX) {
+		ASSERT_LE(t_route, t_vanilla);
+	}
+	if (mode == MOEM_ROUTE_OEA || mode == MOEM_ROUTE_PIGGYBACK) {
+		for (uint32_t t = 0; t < B; t++) {
+			if (pad && pad[t])
+				continue;
+			for (uint32_t e = 0; e < N; e++) {
+				int chosen = 0;
+
+				for (uint32_t j = 0; j < cnt[t]; j++)
+					chosen |= ids[t * k + j] == (int32_t)e;
+				if (rank_of(z + (size_t)t * N, N, e) < k0) {
+					ASSERT_TRUE(chosen)
+					TH_LOG("token %u lost its top-k0 %u", t, e);
+				}
+				if (chosen) {
+					ASSERT_TRUE(base[e])
+					TH_LOG("token %u chose %u outside S_base", t, e);
+				}
+			}
+		}
+		if (mode == MOEM_ROUTE_OEA) {
+			for (uint32_t e = 0; e < N; e++) {
+				ASSERT_EQ(base[e], used[e])
+				TH_LOG("union of choices != S_base at %u", e);
+			}
+		}
+	}
+	if (mode == MOEM_ROUTE_TOPK) {
+		for (uint32_t t = 0; t < B; t++) {
+			const float *zr = z + (size_t)t * N;
+			double m = -INFINITY, sum = 0, chosen = 0;
+
+			if (pad && pad[t])
+				continue;
+			for (uint32_t e = 0; e < N; e++)
+				m = fmax(m, zr[e]);
+			for (uint32_t e = 0; e < N; e++)
+				sum += exp(zr[e] - m);
+			for (uint32_t j = 0; j < cnt[t]; j++)
+				chosen += exp(zr[ids[t * k + j]] - m) / sum;
+			for (uint32_t j = 0; j < cnt[t]; j++) {
+				double ref = exp(zr[ids[t * k + j]] - m) / sum / chosen;
+
+				ASSERT_LT(fabs(w[t * k + j] - ref), 1e-6 * ref + 1e-12);
+				ASSERT_EQ(j, rank_of(zr, N, ids[t * k + j]));
+			}
+		}
+	}
+}
+
 /* One route call through the backend and the same through route.c. */
 static void check_route(struct __test_metadata *_metadata, struct moem_backend *be,
 			enum moem_route_mode mode, uint32_t B, uint32_t N, uint32_t k,
@@ -146,7 +242,8 @@ static void check_route(struct __test_metadata *_metadata, struct moem_backend *
 	EXPECT_EQ(0, memcmp(ids, rids, 4 * B * k));
 	EXPECT_EQ(0, memcmp(w, rw, 4 * B * k));
 	EXPECT_EQ(0, memcmp(cnt, rcnt, 4 * B));
-	/* Invariants seen through the op: own top-1 kept by LYNX; OEA <= k. */
+	/* Invariants seen through the op (ALGORITHMS.md sec. 1, 2). */
+	check_invariants(_metadata, mode, B, N, k, z, pad, res, ids, w, cnt);
 	for (uint32_t t = 0; t < B; t++) {
 		if (pad && pad[t]) {
 			EXPECT_EQ(0u, cnt[t]);

@@ -76,36 +76,49 @@ static int write_str(const char *path, const char *s)
 
 #define NR_HUGE "/proc/sys/vm/nr_hugepages"
 
-TEST(hugetlb_provider)
+/* The reservation is restored in teardown, whatever the test's outcome. */
+FIXTURE(huge)
+{
+	char old[32];
+	bool reserved;
+};
+
+FIXTURE_SETUP(huge)
+{
+	FILE *f = fopen(NR_HUGE, "r");
+
+	self->reserved = false;
+	if (f && fgets(self->old, sizeof(self->old), f) && geteuid() == 0 &&
+	    write_str(NR_HUGE, "8") == 0)
+		self->reserved = true;
+	if (f)
+		fclose(f);
+}
+
+FIXTURE_TEARDOWN(huge)
+{
+	if (self->reserved)
+		write_str(NR_HUGE, self->old);
+}
+
+TEST_F(huge, hugetlb_provider)
 {
 	struct moem_pool_opts o = { .provider = MOEM_POOL_HUGETLB, .size = 8 * MOEM_MiB };
 	struct moem_pool_info info;
 	struct moem_pool *p;
-	char old[32] = "0\n";
-	FILE *f = fopen(NR_HUGE, "r");
-	int ret;
 
-	if (!f || !fgets(old, sizeof(old), f) || geteuid() != 0 ||
-	    write_str(NR_HUGE, "8") < 0) {
-		if (f)
-			fclose(f);
+	if (!self->reserved)
 		SKIP(return, "cannot reserve huge pages (needs root and hugetlbfs)");
-	}
-	fclose(f);
-	ret = moem_pool_open(&o, &p);
-	if (ret == 0) {
-		moem_pool_get_info(p, &info);
-		EXPECT_EQ(MOEM_POOL_HUGETLB, info.provider);
-		EXPECT_EQ(2 * MOEM_MiB, info.page_bytes) TH_LOG("%s", info.backing);
-		EXPECT_EQ(8 * MOEM_MiB, info.huge_bytes);
-		fill_check(_metadata, p);
-		moem_pool_close(p);
-	}
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	EXPECT_EQ(MOEM_POOL_HUGETLB, info.provider);
+	EXPECT_EQ(2 * MOEM_MiB, info.page_bytes) TH_LOG("%s", info.backing);
+	EXPECT_EQ(8 * MOEM_MiB, info.huge_bytes);
+	fill_check(_metadata, p);
+	moem_pool_close(p);
 	/* more than reserved: a clean -ENOSPC, not a SIGBUS later */
 	o.size = 64 * MOEM_MiB;
 	EXPECT_EQ(-ENOSPC, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
-	write_str(NR_HUGE, old);
-	ASSERT_EQ(0, ret) TH_LOG("%s", moem_last_error());
 }
 
 TEST(kmod_absent)

@@ -14,7 +14,7 @@
 #include <json-c/json.h>
 
 #include <moem/bpf.h>
-#include <moem/config.h>
+#include <moem/settings.h>
 #include <moem/engine.h>
 #include <moem/error.h>
 #include <moem/log.h>
@@ -331,7 +331,7 @@ static int cmd_run(int argc, char **argv)
 			return 2;
 		}
 		if (!strcmp(run_opts[idx].name, "config"))
-			ret = moem_config_load(optarg, config_entry, &a);
+			ret = moem_settings_load(optarg, config_entry, &a);
 		else
 			ret = apply(&a, run_opts[idx].name, optarg ? optarg : "");
 		if (ret)

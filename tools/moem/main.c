@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* moem: the command-line front end (pack, run, sim, trace, mkmodel, info, ...). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,6 +9,14 @@
 #include "cmd.h"
 
 extern const struct moem_cmd __start_moem_cmds[], __stop_moem_cmds[];
+
+/* The linker brackets the section; count entries by address, not by
+ * comparing pointers to two different objects. */
+static size_t n_cmds(void)
+{
+	return ((uintptr_t)__stop_moem_cmds - (uintptr_t)__start_moem_cmds) /
+	       sizeof(struct moem_cmd);
+}
 
 int moem_tool_fail(const char *cmd, int err, const char *what)
 {
@@ -21,8 +30,8 @@ int moem_tool_fail(const char *cmd, int err, const char *what)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: moem <command> [options]   (moem <command> --help)\n\ncommands:\n");
-	for (const struct moem_cmd *c = __start_moem_cmds; c < __stop_moem_cmds; c++)
-		fprintf(f, "  %-10s %s\n", c->name, c->summary);
+	for (size_t i = 0; i < n_cmds(); i++)
+		fprintf(f, "  %-10s %s\n", __start_moem_cmds[i].name, __start_moem_cmds[i].summary);
 }
 
 int main(int argc, char **argv)
@@ -32,9 +41,9 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	for (const struct moem_cmd *c = __start_moem_cmds; c < __stop_moem_cmds; c++)
-		if (!strcmp(c->name, argv[1]))
-			return c->fn(argc - 1, argv + 1);
+	for (size_t i = 0; i < n_cmds(); i++)
+		if (!strcmp(__start_moem_cmds[i].name, argv[1]))
+			return __start_moem_cmds[i].fn(argc - 1, argv + 1);
 	fprintf(stderr, "moem: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

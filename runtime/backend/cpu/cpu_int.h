@@ -63,6 +63,17 @@ void cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32
 
 /* ---- fixed-order vector helpers ------------------------------------------ */
 
+/*
+ * Hot row functions get an AVX2 clone on x86-64, picked at load time. The
+ * clones run the same operations in the same order (no FMA: the files
+ * are built with -ffp-contract=off), so results do not depend on the CPU.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MOEM_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MOEM_CPU_CLONES
+#endif
+
 typedef float v8f __attribute__((vector_size(32)));
 
 /* Macros, not functions: a 32-byte vector in a function signature changes

@@ -33,8 +33,8 @@ struct ffn_job {
 };
 
 /* Row r of a matrix in layout l at base, as fp32 (== moem_dequantize_row). */
-static void dequant_row(const struct moem_qmat_layout *l, const uint8_t *base, uint32_t r,
-			float *out)
+MOEM_CPU_CLONES static void dequant_row(const struct moem_qmat_layout *l, const uint8_t *base,
+					uint32_t r, float *out)
 {
 	const uint8_t *q = base + l->data_off + (size_t)r * l->row_bytes;
 	const uint16_t *sc =
@@ -86,7 +86,7 @@ static inline float silu(float g)
 	return g / (1.0f + expf(-g));
 }
 
-static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
+MOEM_CPU_CLONES static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct ffn_job *j = arg;
 	const struct moem_ffn_args *a = j->a;
@@ -109,7 +109,7 @@ static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
 	}
 }
 
-static void down_rows(void *arg, uint32_t item, uint32_t worker)
+MOEM_CPU_CLONES static void down_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct ffn_job *j = arg;
 	const struct moem_ffn_args *a = j->a;
@@ -139,7 +139,8 @@ int cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ff
 	uint32_t nw = moem_tpool_size(c->pool), total = 0;
 	struct ffn_job j = {.a = a};
 	size_t xf_n, act_n, off_n, w_n;
-	float *buf;
+	uint8_t *buf;
+	float *xf;
 
 	for (int p = 0; p < MOEM_PREC_NR; p++)
 		if (moem_expert_layout((enum moem_prec)p, a->H, a->I, &j.lay[p]))
@@ -154,10 +155,11 @@ int cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ff
 	buf = cpu_scratch(s, (xf_n + act_n + off_n + w_n) * sizeof(float));
 	if (!buf)
 		return -ENOMEM;
-	j.xf = buf;
-	j.act = buf + xf_n;
-	j.act_off = (uint32_t *)(j.act + act_n);
-	j.wbuf = (float *)j.act_off + off_n;
+	/* [xf floats][act floats][act_off u32][wbuf floats], all 4-byte units */
+	j.xf = xf = (float *)(void *)buf;
+	j.act = (float *)(void *)(buf + 4 * xf_n);
+	j.act_off = (uint32_t *)(void *)(buf + 4 * (xf_n + act_n));
+	j.wbuf = (float *)(void *)(buf + 4 * (xf_n + act_n + off_n));
 	total = 0;
 	for (uint32_t e = 0; e < a->n_experts; e++) {
 		j.act_off[e] = total;
@@ -165,7 +167,7 @@ int cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ff
 	}
 	j.rb1 = (a->I + GATEUP_ROWS - 1) / GATEUP_ROWS;
 	j.rb2 = (a->H + DOWN_ROWS - 1) / DOWN_ROWS;
-	cpu_convert_x(c->pool, moem_dptr_host(a->x), buf, a->B, a->H);
+	cpu_convert_x(c->pool, moem_dptr_host(a->x), xf, a->B, a->H);
 	moem_tpool_run(c->pool, a->n_experts * j.rb1, gateup_rows, &j);
 	moem_tpool_run(c->pool, a->n_experts * j.rb2, down_rows, &j);
 	return 0;

@@ -18,7 +18,7 @@ struct router_job {
 	float *wbuf;	 /* [workers][H] */
 };
 
-static void router_rows(void *arg, uint32_t item, uint32_t worker)
+MOEM_CPU_CLONES static void router_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct router_job *j = arg;
 	const struct moem_router_args *a = j->a;

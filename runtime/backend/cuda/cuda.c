@@ -374,7 +374,10 @@ int moem_cuda_backend_open(const struct moem_backend_opts *opts, struct moem_bac
 	ret = probe(api, opts, &dev);
 	if (ret)
 		return ret;
-	api->cuDeviceGetName(name, sizeof(name), dev);
+	ret = moem_cuda_check(NULL, api->cuDeviceGetName(name, sizeof(name), dev),
+			      "cuDeviceGetName");
+	if (ret)
+		return moem_err_prefix(ENODEV, "no CUDA device");
 	if (!moem_cuda_fatbins[0].name)
 		return moem_errf(ENODEV,
 				 "CUDA device %s present, but libmoem was built without CUDA "
@@ -390,13 +393,21 @@ int moem_cuda_backend_open(const struct moem_backend_opts *opts, struct moem_bac
 	info = &cb->base.info;
 	info->kind = MOEM_BACKEND_CUDA;
 	info->kernels = true;
-	api->cuDriverGetVersion(&info->driver_version);
-	api->cuDeviceGetAttribute(&info->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-				  dev);
-	api->cuDeviceGetAttribute(&info->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-				  dev);
-	api->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-	api->cuDeviceTotalMem(&total, dev);
+	if ((ret = ck(cb, api->cuDriverGetVersion(&info->driver_version), "cuDriverGetVersion")) ||
+	    (ret = ck(cb,
+		      api->cuDeviceGetAttribute(&info->cc_major,
+						CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+		      "cuDeviceGetAttribute")) ||
+	    (ret = ck(cb,
+		      api->cuDeviceGetAttribute(&info->cc_minor,
+						CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+		      "cuDeviceGetAttribute")) ||
+	    (ret = ck(
+		     cb,
+		     api->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+		     "cuDeviceGetAttribute")) ||
+	    (ret = ck(cb, api->cuDeviceTotalMem(&total, dev), "cuDeviceTotalMem")))
+		goto err_free;
 	info->sm_count = (uint32_t)sms;
 	info->mem_total = total;
 	snprintf(info->device, sizeof(info->device), "%s (sm_%d%d, %d SMs)", name, info->cc_major,
@@ -424,7 +435,7 @@ int moem_cuda_backend_open(const struct moem_backend_opts *opts, struct moem_bac
 err_mods:
 	cuda_kernels_unload(cb);
 err_ctx:
-	api->cuDevicePrimaryCtxRelease(dev);
+	ck_unwind(NULL, api->cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
 err_free:
 	free(cb);
 	return ret;

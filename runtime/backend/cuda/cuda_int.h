@@ -7,6 +7,8 @@
 #ifndef MOEM_CUDA_INT_H
 #define MOEM_CUDA_INT_H
 
+#include <stdio.h>
+
 #include <moem/cuda_api.h>
 
 #include "../backend_int.h"
@@ -93,6 +95,20 @@ static inline struct cuda_stream *cuda_stream_of(struct moem_stream *s)
 static inline int ck(struct cuda_backend *cb, CUresult r, const char *what)
 {
 	return moem_cuda_check(&cb->base, r, what);
+}
+
+/*
+ * Check a result on an error-unwinding path: a sticky error still marks
+ * the backend fatal, but the thread's message keeps the first error.
+ */
+static inline void ck_unwind(struct cuda_backend *cb, CUresult r, const char *what)
+{
+	char es[160], msg[256];
+
+	if (r != CUDA_SUCCESS && moem_cuda_is_sticky(r) && cb) {
+		snprintf(msg, sizeof(msg), "%s: %s", what, moem_cuda_strerror(r, es, sizeof(es)));
+		moem_backend_set_fatal(&cb->base, msg);
+	}
 }
 
 /* Make the backend's context current on this thread (cached per thread). */

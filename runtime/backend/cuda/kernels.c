@@ -41,7 +41,7 @@ const char *cuda_kernel_name(enum cuda_kernel k, char *buf, size_t len)
 void cuda_kernels_unload(struct cuda_backend *cb)
 {
 	for (uint32_t i = 0; i < cb->n_mods; i++)
-		ck(cb, cb->api->cuModuleUnload(cb->mods[i]), "cuModuleUnload");
+		ck_unwind(cb, cb->api->cuModuleUnload(cb->mods[i]), "cuModuleUnload");
 	free(cb->mods);
 	cb->mods = NULL;
 	cb->n_mods = 0;

@@ -22,7 +22,7 @@ static int ring_init(struct cuda_backend *cb, struct cuda_stream *cs)
 		return ret;
 	ret = ck(cb, cb->api->cuMemAlloc(&cs->ring_d, CUDA_RING_BYTES), "cuMemAlloc(ring)");
 	if (ret) {
-		cb->api->cuMemFreeHost(h);
+		ck_unwind(cb, cb->api->cuMemFreeHost(h), "cuMemFreeHost(ring)");
 		return ret;
 	}
 	cs->ring_h = h;

@@ -11,6 +11,7 @@
  */
 #include <chrono>
 #include <map>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,43 +400,68 @@ CUAPI cuEventElapsedTime_v2(float *ms, void *a, void *b)
 	return OK;
 }
 
-/* Virtual memory management: not emulated. */
-CUAPI cuMemAddressReserve(uint64_t *, size_t, size_t, uint64_t, unsigned long long)
+/*
+ * Virtual memory management, emulated on host address space: a
+ * reservation is PROT_NONE, a mapped range becomes read-write (fresh
+ * zeroed pages), an unmapped one is released and faults again, so an
+ * access outside the mapped arena crashes like an illegal address would.
+ * Physical handles only count: the tiers never map one twice.
+ */
+static std::map<unsigned long long, size_t> vmm_handles;
+static unsigned long long vmm_next_handle = 1;
+
+CUAPI cuMemAddressReserve(uint64_t *p, size_t size, size_t, uint64_t, unsigned long long)
 {
-	return E_NOT_SUPPORTED;
+	void *m;
+
+	STICKY();
+	m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return E_OUT_OF_MEMORY;
+	*p = (uint64_t)(uintptr_t)m;
+	return OK;
 }
 
-CUAPI cuMemAddressFree(uint64_t, size_t)
+CUAPI cuMemAddressFree(uint64_t p, size_t size)
 {
-	return E_NOT_SUPPORTED;
+	return munmap((void *)(uintptr_t)p, size) ? E_INVALID_VALUE : OK;
 }
 
-CUAPI cuMemCreate(void *, size_t, const void *, unsigned long long)
+CUAPI cuMemCreate(unsigned long long *h, size_t size, const void *, unsigned long long)
 {
-	return E_NOT_SUPPORTED;
+	STICKY();
+	*h = vmm_next_handle++;
+	vmm_handles[*h] = size;
+	return OK;
 }
 
-CUAPI cuMemRelease(unsigned long long)
+CUAPI cuMemRelease(unsigned long long h)
 {
-	return E_NOT_SUPPORTED;
+	return vmm_handles.erase(h) ? OK : E_INVALID_VALUE;
 }
 
-CUAPI cuMemMap(uint64_t, size_t, size_t, unsigned long long, unsigned long long)
+CUAPI cuMemMap(uint64_t p, size_t size, size_t, unsigned long long h, unsigned long long)
 {
-	return E_NOT_SUPPORTED;
+	STICKY();
+	if (!vmm_handles.count(h) || vmm_handles[h] != size)
+		return E_INVALID_VALUE;
+	return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) ? E_INVALID_VALUE : OK;
 }
 
-CUAPI cuMemUnmap(uint64_t, size_t)
+CUAPI cuMemUnmap(uint64_t p, size_t size)
 {
-	return E_NOT_SUPPORTED;
+	madvise((void *)(uintptr_t)p, size, MADV_DONTNEED);
+	return mprotect((void *)(uintptr_t)p, size, PROT_NONE) ? E_INVALID_VALUE : OK;
 }
 
 CUAPI cuMemSetAccess(uint64_t, size_t, const void *, size_t)
 {
-	return E_NOT_SUPPORTED;
+	STICKY();
+	return OK;
 }
 
-CUAPI cuMemGetAllocationGranularity(size_t *, const void *, int)
+CUAPI cuMemGetAllocationGranularity(size_t *g, const void *, int)
 {
-	return E_NOT_SUPPORTED;
+	*g = 2u << 20;
+	return OK;
 }

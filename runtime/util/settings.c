@@ -6,11 +6,11 @@
 
 #include <ini.h>
 
-#include <moem/config.h>
+#include <moem/settings.h>
 #include <moem/error.h>
 
 struct cfg_ctx {
-	moem_config_fn fn;
+	moem_settings_fn fn;
 	void *arg;
 	const char *path;
 	int err;
@@ -31,7 +31,7 @@ static int on_entry(void *user, const char *section, const char *name, const cha
 	return 1;
 }
 
-int moem_config_load(const char *path, moem_config_fn fn, void *arg)
+int moem_settings_load(const char *path, moem_settings_fn fn, void *arg)
 {
 	struct cfg_ctx c = { fn, arg, path, 0, 0 };
 	FILE *f = fopen(path, "r");

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * Configuration files for moem tools and moemd: INI syntax (libinih),
+ * Settings files for moem tools and moemd: INI syntax (libinih),
  * "key = value" lines, '#' or ';' comments, optional [section] headers.
  * A key means the same as the command-line option of that name (without
  * the dashes): budgets, policies, pool and backend choices.
  */
-#ifndef MOEM_CONFIG_H
-#define MOEM_CONFIG_H
+#ifndef MOEM_SETTINGS_H
+#define MOEM_SETTINGS_H
 
 /*
  * Call fn(arg, section, key, value) for every setting in path, in file
@@ -14,8 +14,8 @@
  * the file and line in the message) is returned. -ENOENT if the file does
  * not exist, -EINVAL for a syntax error naming the line.
  */
-typedef int (*moem_config_fn)(void *arg, const char *section, const char *key,
+typedef int (*moem_settings_fn)(void *arg, const char *section, const char *key,
 			      const char *value);
-int moem_config_load(const char *path, moem_config_fn fn, void *arg);
+int moem_settings_load(const char *path, moem_settings_fn fn, void *arg);
 
-#endif /* MOEM_CONFIG_H */
+#endif /* MOEM_SETTINGS_H */

@@ -1,0 +1,539 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Kernel benchmarks at Qwen3-30B-A3B shapes (H 2048, I 768, N 128, k 8),
+ * synthetic weights and activations, on one backend:
+ *
+ *  1. copy: device-to-device copy bandwidth (cuMemcpyDtoD on CUDA; on the
+ *     CPU a memcpy split over the backend's thread count), measured in this
+ *     run: the peer the FFN is compared with. A copy reads and writes, so
+ *     its memory traffic (2 x bytes / s) is what a read-only kernel can
+ *     reach.
+ *  2. ffn: grouped expert FFN, every expert of a call taking B tokens, for
+ *     B = 1, 4, 16, 64 and each precision; weight bytes read per second,
+ *     and that as a fraction of the copy traffic. Calls alternate between
+ *     two expert sets larger than the last-level cache.
+ *  3. layer: rmsnorm -> router -> route (topk, lynx, oea) -> FFN of the
+ *     experts chosen -> combine at B = 1, 4, 16, 64, timed per op; the
+ *     router + re-routing share of the layer.
+ *
+ * Prints a table and RESULT key=value lines (also written to --out).
+ *   bench_kernels [--backend cpu|cuda] [--threads N] [--quick] [--out FILE]
+ * Exit 4 when the backend is absent (no CUDA device: skip).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/backend.h>
+#include <moem/error.h>
+#include <moem/util.h>
+
+#include "../../tests/unit/test_backend_util.h"
+
+#define QH 2048
+#define QI 768
+#define QN 128
+#define QK 8
+
+static const uint32_t batches[] = {1, 4, 16, 64};
+
+/* Run x unless an earlier step failed (ret holds the first error). */
+#define STEP(x)                    \
+	do {                       \
+		if (!ret)          \
+			ret = (x); \
+	} while (0)
+static FILE *out_file;
+static int quick;
+
+static void result(const char *key, double v)
+{
+	printf("RESULT %s=%.4g\n", key, v);
+	if (out_file)
+		fprintf(out_file, "%s=%.6g\n", key, v);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Seconds of work between two events (CUDA) or host clock (CPU: ops are synchronous). */
+struct timer {
+	struct moem_backend *be;
+	struct moem_event *a, *b;
+	uint64_t t0;
+};
+
+static int timer_start(struct timer *t)
+{
+	t->t0 = moem_now_ns();
+	return moem_be_event_record(t->be, t->a, NULL);
+}
+
+static int timer_stop(struct timer *t, double *sec)
+{
+	float ms;
+	int ret = moem_be_event_record(t->be, t->b, NULL);
+
+	if (!ret)
+		ret = moem_be_event_sync(t->be, t->b);
+	if (!ret)
+		ret = moem_be_event_elapsed(t->be, t->a, t->b, &ms);
+	if (ret)
+		return ret;
+	*sec = moem_backend_kind(t->be) == MOEM_BACKEND_CUDA ? ms / 1e3
+							     : (moem_now_ns() - t->t0) / 1e9;
+	return 0;
+}
+
+/* ---- 1. copy bandwidth ---------------------------------------------------- */
+
+/* On the CPU backend a device pointer is the host address (backend.h). */
+static uint8_t *cpu_ptr(moem_dptr p)
+{
+	return (uint8_t *)(uintptr_t)p;
+}
+
+struct mc_job {
+	uint8_t *dst;
+	const uint8_t *src;
+	size_t n;
+};
+
+static void *mc_run(void *v)
+{
+	struct mc_job *j = v;
+
+	memcpy(j->dst, j->src, j->n);
+	return NULL;
+}
+
+/* memcpy of bytes split over n threads (the CPU backend's parallelism). */
+static double host_copy_seconds(uint8_t *dst, const uint8_t *src, size_t bytes, uint32_t n)
+{
+	pthread_t th[256];
+	struct mc_job jobs[256];
+	uint64_t t0 = moem_now_ns();
+
+	for (uint32_t i = 0; i < n; i++) {
+		size_t a = bytes * i / n, b = bytes * (i + 1) / n;
+
+		jobs[i] = (struct mc_job){dst + a, src + a, b - a};
+		if (i && pthread_create(&th[i], NULL, mc_run, &jobs[i]))
+			mc_run(&jobs[i]), th[i] = 0;
+	}
+	mc_run(&jobs[0]);
+	for (uint32_t i = 1; i < n; i++)
+		if (th[i])
+			pthread_join(th[i], NULL);
+	return (moem_now_ns() - t0) / 1e9;
+}
+
+static int bench_copy(struct moem_backend *be, struct timer *tm, double *traffic)
+{
+	struct moem_backend_info info;
+	uint64_t bytes;
+	moem_dptr a, b;
+	double s[10], gbps;
+	int reps = quick ? 3 : 10, ret;
+
+	moem_backend_get_info(be, &info);
+	bytes = info.kind == MOEM_BACKEND_CUDA ? (1ull << 30) : (256ull << 20);
+	if ((ret = moem_be_alloc(be, bytes, &a)) || (ret = moem_be_alloc(be, bytes, &b)))
+		return ret;
+	moem_be_memset(be, a, 1, bytes, NULL);
+	moem_be_memset(be, b, 2, bytes, NULL);
+	for (int r = 0; r < reps + 1; r++) {
+		if (info.kind == MOEM_BACKEND_CUDA) {
+			if ((ret = timer_start(tm)) ||
+			    (ret = moem_be_dtod(be, b, a, bytes, NULL)) ||
+			    (ret = timer_stop(tm, &s[r ? r - 1 : 0])))
+				return ret;
+		} else {
+			s[r ? r - 1 : 0] =
+				host_copy_seconds(cpu_ptr(b), cpu_ptr(a), bytes, info.threads);
+		}
+	}
+	gbps = bytes / median(s, reps) / 1e9;
+	*traffic = 2 * gbps;
+	printf("copy: %s %.1f GB/s copied, %.1f GB/s traffic (read + write), %u thread%s\n",
+	       info.kind == MOEM_BACKEND_CUDA ? "cuMemcpyDtoD" : "memcpy", gbps, *traffic,
+	       info.kind == MOEM_BACKEND_CUDA ? 1 : info.threads,
+	       info.kind == MOEM_BACKEND_CUDA || info.threads == 1 ? "" : "s");
+	result("copy_gbps", gbps);
+	result("copy_traffic_gbps", *traffic);
+	if (info.kind == MOEM_BACKEND_CPU) {
+		double s1[10];
+
+		for (int r = 0; r < reps; r++)
+			s1[r] = host_copy_seconds(cpu_ptr(b), cpu_ptr(a), bytes, 1);
+		result("copy_1thread_gbps", bytes / median(s1, reps) / 1e9);
+	}
+	moem_be_free(be, a);
+	moem_be_free(be, b);
+	return 0;
+}
+
+/* ---- 2. expert FFN bandwidth --------------------------------------------- */
+
+/* n device copies of one expert blob of precision p. */
+static int upload_experts(struct moem_backend *be, enum moem_prec p, uint32_t n, moem_dptr *d,
+			  uint64_t *bytes)
+{
+	struct tb_expert ex;
+	int ret = tb_expert_make(&ex, p, QH, QI, 7 + p);
+
+	for (uint32_t i = 0; !ret && i < n; i++) {
+		d[i] = tb_put(be, ex.blob, ex.l.bytes);
+		if (!d[i])
+			ret = -ENOMEM;
+	}
+	*bytes = ex.l.bytes;
+	tb_expert_free(&ex);
+	return ret;
+}
+
+static int bench_ffn(struct moem_backend *be, struct timer *tm, double traffic)
+{
+	const int gpu = moem_backend_kind(be) == MOEM_BACKEND_CUDA;
+	const uint64_t target = gpu ? (256ull << 20) : (64ull << 20);
+	static const enum moem_prec precs[] = {MOEM_PREC_BF16, MOEM_PREC_Q4, MOEM_PREC_Q8,
+					       MOEM_PREC_Q2};
+	double t_b1[MOEM_PREC_NR] = {0}, bytes_of[MOEM_PREC_NR] = {0};
+	uint16_t *x = tb_rand_bf16(3, 64 * QH, 1.0);
+	moem_dptr dx = tb_put(be, x, 2 * 64 * QH), dout = 0, *blobs;
+	struct moem_ffn_assign *as = malloc(sizeof(*as) * 64 * 256);
+	struct moem_ffn_expert *fe = malloc(sizeof(*fe) * 256);
+	char key[64];
+	int ret = 0;
+
+	blobs = calloc(512, sizeof(*blobs));
+	printf("\nffn: expert FFN (SwiGLU), H %d I %d, every expert of a call takes B tokens; "
+	       "weight bytes read / s\n",
+	       QH, QI);
+	printf("  prec     B   experts/call   us/expert     GB/s   of copy traffic\n");
+	for (unsigned int pi = 0; !ret && pi < sizeof(precs) / sizeof(precs[0]); pi++) {
+		enum moem_prec p = precs[pi];
+		uint64_t eb;
+		uint32_t ne;
+
+		if (quick && p != MOEM_PREC_BF16 && p != MOEM_PREC_Q4)
+			continue;
+		{
+			struct moem_expert_layout l;
+
+			moem_expert_layout(p, QH, QI, &l);
+			eb = l.bytes;
+		}
+		ne = (uint32_t)moem_min((target + eb - 1) / eb, 256);
+		ret = upload_experts(be, p, 2 * ne, blobs, &eb);
+		if (ret)
+			break;
+		bytes_of[p] = (double)eb;
+		for (unsigned int bi = 0; !ret && bi < 4; bi++) {
+			uint32_t B = batches[bi], na = 0;
+			int reps = quick ? 3 : gpu ? 20 : (B >= 16 ? 3 : 5);
+			double s[20], sec;
+			struct moem_ffn_args a;
+
+			if (!dout && (ret = moem_be_alloc(be, 4ull * 64 * 256 * QH, &dout)))
+				break;
+			for (uint32_t e = 0; e < ne; e++) {
+				fe[e] = (struct moem_ffn_expert){0, p, na, B};
+				for (uint32_t t = 0; t < B; t++)
+					as[na++] = (struct moem_ffn_assign){(uint16_t)t,
+									    (uint16_t)(e % 64)};
+			}
+			/* one output slot per expert: at most 64 experts per call */
+			a = (struct moem_ffn_args){B,  QH, QI, moem_min(ne, 64), dx, dout, 0,
+						   fe, na, as};
+			for (int r = 0; r < reps + 1 && !ret; r++) {
+				for (uint32_t e = 0; e < ne; e++) /* alternate the two sets */
+					fe[e].blob = blobs[(r & 1) * ne + e];
+				ret = timer_start(tm);
+				for (uint32_t e0 = 0; e0 < ne; e0 += 64) {
+					a.n_experts = moem_min(64, ne - e0);
+					a.experts = fe + e0;
+					STEP(moem_op_ffn(be, NULL, &a));
+				}
+				STEP(timer_stop(tm, &sec));
+				if (r)
+					s[r - 1] = sec;
+			}
+			if (ret)
+				break;
+			sec = median(s, reps);
+			printf("  %-5s %4u   %12u   %9.2f   %6.1f   %5.2f\n", moem_prec_name(p), B,
+			       ne, sec / ne * 1e6, eb * ne / sec / 1e9,
+			       eb * ne / sec / 1e9 / traffic);
+			snprintf(key, sizeof(key), "ffn_%s_B%u_gbps", moem_prec_name(p), B);
+			result(key, eb * ne / sec / 1e9);
+			snprintf(key, sizeof(key), "ffn_%s_B%u_ratio", moem_prec_name(p), B);
+			result(key, eb * ne / sec / 1e9 / traffic);
+			snprintf(key, sizeof(key), "ffn_%s_B%u_us_per_expert", moem_prec_name(p),
+				 B);
+			result(key, sec / ne * 1e6);
+			if (B == 1)
+				t_b1[p] = sec / ne;
+		}
+		for (uint32_t i = 0; i < 2 * ne; i++)
+			moem_be_free(be, blobs[i]);
+	}
+	if (!ret && t_b1[MOEM_PREC_Q4] > 0) {
+		double sp = t_b1[MOEM_PREC_BF16] / t_b1[MOEM_PREC_Q4];
+		double ideal = bytes_of[MOEM_PREC_BF16] / bytes_of[MOEM_PREC_Q4];
+
+		printf("  q4 speedup over bf16 at B=1: %.2fx (bytes ratio, the ideal: %.2fx)\n", sp,
+		       ideal);
+		result("ffn_q4_speedup_B1", sp);
+		result("ffn_q4_speedup_ideal", ideal);
+	}
+	moem_be_free(be, dx);
+	moem_be_free(be, dout);
+	free(x);
+	free(as);
+	free(fe);
+	free(blobs);
+	return ret;
+}
+
+/* ---- 3. the MoE layer and the routing share --------------------------------- */
+
+struct layer {
+	moem_dptr h, h0, normw, y, gate, logits, ids, w, cnt, routed;
+	moem_dptr blobs[QN];
+	uint32_t nblob;
+};
+
+static int layer_setup(struct moem_backend *be, struct layer *L)
+{
+	const int gpu = moem_backend_kind(be) == MOEM_BACKEND_CUDA;
+	float *h = tb_rand_f32(11, 64 * QH, 1.0);
+	uint16_t *nw = tb_rand_bf16(12, QH, 0.3), *g = tb_rand_bf16(13, QN * QH, 0.05);
+	uint64_t eb;
+	int ret;
+
+	memset(L, 0, sizeof(*L));
+	L->h0 = tb_put(be, h, 4 * 64 * QH);
+	L->h = tb_zeros(be, 4 * 64 * QH);
+	L->normw = tb_put(be, nw, 2 * QH);
+	L->y = tb_zeros(be, 2 * 64 * QH);
+	L->gate = tb_put(be, g, 2 * QN * QH);
+	L->logits = tb_zeros(be, 4 * 64 * QN);
+	L->ids = tb_zeros(be, 4 * 64 * QK);
+	L->w = tb_zeros(be, 4 * 64 * QK);
+	L->cnt = tb_zeros(be, 4 * 64);
+	L->routed = tb_zeros(be, 4ull * 64 * QK * QH);
+	/* bf16 experts; on the CPU 16 distinct blobs (> the LLC) shared by id mod 16 */
+	L->nblob = gpu ? QN : 16;
+	ret = upload_experts(be, MOEM_PREC_BF16, L->nblob, L->blobs, &eb);
+	free(h);
+	free(nw);
+	free(g);
+	return ret;
+}
+
+static void layer_free(struct moem_backend *be, struct layer *L)
+{
+	moem_dptr *p[] = {&L->h,      &L->h0,  &L->normw, &L->y,   &L->gate,
+			  &L->logits, &L->ids, &L->w,	  &L->cnt, &L->routed};
+
+	for (unsigned int i = 0; i < sizeof(p) / sizeof(p[0]); i++)
+		moem_be_free(be, *p[i]);
+	for (uint32_t i = 0; i < L->nblob; i++)
+		moem_be_free(be, L->blobs[i]);
+}
+
+static int bench_layer(struct moem_backend *be, struct timer *tm)
+{
+	static const char *const mode_names[] = {"topk", "lynx", "oea"};
+	struct moem_ffn_expert fe[QN];
+	struct moem_ffn_assign as[64 * QK];
+	int32_t ids[64 * QK];
+	uint32_t cnt[64];
+	struct layer L;
+	char key[64];
+	int ret = layer_setup(be, &L);
+
+	printf("\nlayer: one MoE layer at Qwen3-30B-A3B shapes (N %d, k %d, bf16 experts, "
+	       "synthetic router); us of device time\n",
+	       QN, QK);
+	printf("  mode   B   T(active)   rmsnorm   router    route      ffn  combine    layer   "
+	       "router+route share\n");
+	for (int m = 0; !ret && m < 3; m++)
+		for (unsigned int bi = 0; !ret && bi < 4; bi++) {
+			const uint32_t B = batches[bi];
+			int reps = quick ? 2 : moem_backend_kind(be) == MOEM_BACKEND_CUDA ? 20 : 3;
+			double t[5][20], med[5], total = 0;
+			uint32_t T = 0;
+
+			for (int r = 0; r < reps + 1 && !ret; r++) {
+				struct moem_rmsnorm_args na = {B, QH, 1e-6f, L.h, L.normw, L.y};
+				struct moem_router_args ra = {B, QH, QN, L.y, L.gate, L.logits};
+				struct moem_route_args ro = {.mode = (enum moem_route_mode)m,
+							     .cfg = {QN, QK, true, 1.0f},
+							     .B = B,
+							     .logits = L.logits,
+							     .ids = L.ids,
+							     .w = L.w,
+							     .cnt = L.cnt};
+				struct moem_combine_args ca = {B,   QH,	   L.h, QK, L.routed,
+							       L.w, L.cnt, 0,	0};
+				uint32_t ne = 0, na_ = 0;
+				double sec[5];
+
+				ret = moem_be_dtod(be, L.h, L.h0, 4ull * B * QH, NULL);
+				STEP(timer_start(tm));
+				STEP(moem_op_rmsnorm(be, NULL, &na));
+				STEP(timer_stop(tm, &sec[0]));
+				STEP(timer_start(tm));
+				STEP(moem_op_router(be, NULL, &ra));
+				STEP(timer_stop(tm, &sec[1]));
+				STEP(timer_start(tm));
+				STEP(moem_op_route(be, NULL, &ro));
+				STEP(timer_stop(tm, &sec[2]));
+				/* host: group the (token, slot) pairs by expert */
+				STEP(tb_get(be, ids, L.ids, 4ull * B * QK));
+				STEP(tb_get(be, cnt, L.cnt, 4ull * B));
+				if (ret)
+					break;
+				for (uint32_t e = 0; e < QN; e++) {
+					uint32_t first = na_;
+
+					for (uint32_t tk = 0; tk < B; tk++)
+						for (uint32_t j = 0; j < cnt[tk]; j++)
+							if (ids[tk * QK + j] == (int32_t)e)
+								as[na_++] =
+									(struct moem_ffn_assign){
+										(uint16_t)tk,
+										(uint16_t)j};
+					if (na_ > first)
+						fe[ne++] = (struct moem_ffn_expert){
+							L.blobs[e % L.nblob], MOEM_PREC_BF16, first,
+							na_ - first};
+				}
+				T = ne;
+				{
+					struct moem_ffn_args fa = {B,	     QH, QI, QK,  L.y,
+								   L.routed, ne, fe, na_, as};
+
+					STEP(timer_start(tm));
+					STEP(moem_op_ffn(be, NULL, &fa));
+					STEP(timer_stop(tm, &sec[3]));
+				}
+				STEP(timer_start(tm));
+				STEP(moem_op_combine(be, NULL, &ca));
+				STEP(timer_stop(tm, &sec[4]));
+				if (r)
+					for (int i = 0; i < 5; i++)
+						t[i][r - 1] = sec[i];
+			}
+			if (ret)
+				break;
+			for (int i = 0; i < 5; i++) {
+				med[i] = median(t[i], reps) * 1e6;
+				total += med[i];
+			}
+			printf("  %-5s %3u   %9u   %7.1f  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f   "
+			       "%6.2f%%\n",
+			       mode_names[m], B, T, med[0], med[1], med[2], med[3], med[4], total,
+			       100 * (med[1] + med[2]) / total);
+			snprintf(key, sizeof(key), "layer_%s_B%u_T", mode_names[m], B);
+			result(key, T);
+			snprintf(key, sizeof(key), "layer_%s_B%u_us", mode_names[m], B);
+			result(key, total);
+			snprintf(key, sizeof(key), "router_B%u_us", B);
+			if (m == 0)
+				result(key, med[1]);
+			snprintf(key, sizeof(key), "route_%s_B%u_us", mode_names[m], B);
+			result(key, med[2]);
+			snprintf(key, sizeof(key), "route_share_%s_B%u_pct", mode_names[m], B);
+			result(key, 100 * (med[1] + med[2]) / total);
+		}
+	layer_free(be, &L);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"backend", required_argument, NULL, 'b'},
+		{"threads", required_argument, NULL, 't'},
+		{"quick", no_argument, NULL, 'q'},
+		{"out", required_argument, NULL, 'o'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	struct moem_backend_opts bo = {0};
+	const char *name = "cpu", *out = NULL;
+	struct moem_backend_info info;
+	struct moem_backend *be;
+	struct timer tm;
+	double traffic = 0;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, "b:t:qo:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'b':
+			name = optarg;
+			break;
+		case 't':
+			bo.threads = (uint32_t)atoi(optarg);
+			break;
+		case 'q':
+			quick = 1;
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		default:
+			fprintf(c == 'h' ? stdout : stderr,
+				"usage: bench_kernels [--backend cpu|cuda] [--threads N] [--quick] "
+				"[--out FILE]\n");
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	ret = moem_backend_open(name, &bo, &be);
+	if (ret == -ENODEV) {
+		printf("SKIP %s\n", moem_last_error());
+		return 4;
+	}
+	if (ret) {
+		fprintf(stderr, "bench_kernels: %s\n", moem_strerror(ret));
+		return 1;
+	}
+	if (out && !(out_file = fopen(out, "w"))) {
+		fprintf(stderr, "bench_kernels: %s: %s\n", out, strerror(errno));
+		return 1;
+	}
+	moem_backend_get_info(be, &info);
+	printf("bench_kernels: %s backend, %s%s (synthetic weights and activations)\n",
+	       moem_backend_name(be), info.device, quick ? ", quick" : "");
+	tm.be = be;
+	if ((ret = moem_be_event_create(be, &tm.a)) || (ret = moem_be_event_create(be, &tm.b)))
+		goto out;
+	ret = bench_copy(be, &tm, &traffic);
+	STEP(bench_ffn(be, &tm, traffic));
+	STEP(bench_layer(be, &tm));
+	moem_be_event_destroy(be, tm.a);
+	moem_be_event_destroy(be, tm.b);
+out:
+	if (ret)
+		fprintf(stderr, "bench_kernels: %s\n", moem_strerror(ret));
+	if (out_file)
+		fclose(out_file);
+	moem_backend_close(be);
+	return ret ? 1 : 0;
+}
