@@ -8,17 +8,12 @@
  * All three need CAP_BPF and CAP_PERFMON (or root) and say so up front.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/signalfd.h>
-#include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,257 +24,7 @@
 
 #include "cmd.h"
 #include "cmd_trace_bpf.h"
-
-/* ---- the traced process ------------------------------------------------- */
-
-struct target {
-	pid_t pid;	    /* traced process, or -1: every process running binary */
-	const char *binary; /* --binary */
-	char *exec_path;    /* --exec BIN, resolved like execvp would */
-	char **exec_argv;
-	pid_t child; /* the started BIN (0: none) */
-	int go_fd;   /* releases the child into exec */
-	int pidfd;   /* readable when the traced process exits (-1: none) */
-	int status;  /* the child's wait status */
-	bool exited;
-};
-
-static char *resolve_bin(const char *bin)
-{
-	const char *path = getenv("PATH");
-	char *dirs, *d, *save = NULL, *out = NULL;
-
-	if (strchr(bin, '/'))
-		return access(bin, X_OK) ? NULL : strdup(bin);
-	dirs = strdup(path ? path : "/usr/local/bin:/usr/bin:/bin");
-	for (d = dirs ? strtok_r(dirs, ":", &save) : NULL; d && !out;
-	     d = strtok_r(NULL, ":", &save)) {
-		if (asprintf(&out, "%s/%s", *d ? d : ".", bin) < 0)
-			out = NULL;
-		else if (access(out, X_OK)) {
-			free(out);
-			out = NULL;
-		}
-	}
-	free(dirs);
-	return out;
-}
-
-/*
- * Fork the program to trace and hold it before exec, so the probes can be
- * attached to its pid first: the uprobes and their semaphores are armed in
- * whatever the pid maps next, so it is traced from its first instruction.
- */
-static int start_child(struct target *t, bool stdout_taken)
-{
-	int fds[2];
-	char c;
-
-	t->exec_path = resolve_bin(t->exec_argv[0]);
-	if (!t->exec_path)
-		return moem_errf(ENOENT, "%s: no such program", t->exec_argv[0]);
-	if (pipe2(fds, O_CLOEXEC))
-		return moem_errf(errno, "pipe: %s", strerror(errno));
-	t->child = fork();
-	if (t->child < 0) {
-		close(fds[0]);
-		close(fds[1]);
-		return moem_errf(errno, "fork: %s", strerror(errno));
-	}
-	if (!t->child) {
-		close(fds[1]);
-		if (read(fds[0], &c, 1) != 1)
-			_exit(126); /* the tracer gave up */
-		/* The trace goes to stdout: the program's output must not. */
-		if (stdout_taken && dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
-			_exit(126);
-		execv(t->exec_path, t->exec_argv);
-		fprintf(stderr, "moem trace: cannot run %s: %s\n", t->exec_path, strerror(errno));
-		_exit(127);
-	}
-	close(fds[0]);
-	t->go_fd = fds[1];
-	t->pid = t->child;
-	return 0;
-}
-
-static int release_child(struct target *t)
-{
-	int ret = write(t->go_fd, "g", 1) == 1 ? 0 : -errno;
-
-	close(t->go_fd);
-	t->go_fd = -1;
-	return ret;
-}
-
-static int open_pidfd(struct target *t)
-{
-	if (t->pid < 0)
-		return 0;
-	t->pidfd = (int)syscall(SYS_pidfd_open, t->pid, 0);
-	if (t->pidfd < 0)
-		return moem_errf(errno == ESRCH ? ESRCH : errno, "process %d: %s", (int)t->pid,
-				 strerror(errno));
-	return 0;
-}
-
-static void target_end(struct target *t, bool kill_child)
-{
-	if (t->go_fd >= 0) {
-		close(t->go_fd); /* never released: it exits without running */
-		t->go_fd = -1;
-	}
-	if (t->child > 0 && !t->exited) {
-		if (kill_child)
-			kill(t->child, SIGKILL);
-		if (waitpid(t->child, &t->status, 0) == t->child)
-			t->exited = true;
-	}
-	if (t->pidfd >= 0)
-		close(t->pidfd);
-	t->pidfd = -1;
-	free(t->exec_path);
-	t->exec_path = NULL;
-}
-
-static void comm_of(pid_t pid, char *buf, size_t n)
-{
-	char path[64];
-	FILE *f;
-
-	snprintf(buf, n, "?");
-	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-	f = fopen(path, "r");
-	if (f) {
-		if (fgets(buf, (int)n, f))
-			buf[strcspn(buf, "\n")] = 0;
-		fclose(f);
-	}
-}
-
-/* ---- the event loop ------------------------------------------------------ */
-
-enum { EV_RING = 1, EV_EXIT, EV_SIGNAL, EV_TIMER };
-
-struct loop {
-	int ep, sfd, tfd;
-	sigset_t old;
-};
-
-static int loop_add(struct loop *l, int fd, int tag)
-{
-	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)tag};
-
-	if (fd >= 0 && epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev))
-		return moem_errf(errno, "epoll: %s", strerror(errno));
-	return 0;
-}
-
-/* SIGINT/SIGTERM/SIGHUP end the command cleanly; interval_ms > 0 ticks. */
-static int loop_open(struct loop *l, int ring_fd, int pidfd, uint64_t interval_ms)
-{
-	sigset_t set;
-	int ret;
-
-	l->ep = l->sfd = l->tfd = -1;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	sigprocmask(SIG_BLOCK, &set, &l->old);
-	l->ep = epoll_create1(EPOLL_CLOEXEC);
-	l->sfd = signalfd(-1, &set, SFD_CLOEXEC);
-	if (l->ep < 0 || l->sfd < 0)
-		return moem_errf(errno, "epoll/signalfd: %s", strerror(errno));
-	if (interval_ms) {
-		struct itimerspec its = {
-			.it_interval = {(time_t)(interval_ms / 1000),
-					(long)(interval_ms % 1000) * 1000000},
-		};
-
-		its.it_value = its.it_interval;
-		l->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
-		if (l->tfd < 0 || timerfd_settime(l->tfd, 0, &its, NULL))
-			return moem_errf(errno, "timerfd: %s", strerror(errno));
-	}
-	ret = loop_add(l, ring_fd, EV_RING);
-	if (!ret)
-		ret = loop_add(l, pidfd, EV_EXIT);
-	if (!ret)
-		ret = loop_add(l, l->sfd, EV_SIGNAL);
-	if (!ret)
-		ret = loop_add(l, l->tfd, EV_TIMER);
-	return ret;
-}
-
-static void loop_close(struct loop *l)
-{
-	if (l->ep >= 0)
-		close(l->ep);
-	if (l->sfd >= 0)
-		close(l->sfd);
-	if (l->tfd >= 0)
-		close(l->tfd);
-	sigprocmask(SIG_SETMASK, &l->old, NULL);
-}
-
-/* Wait for the next event: EV_* (signal: *sig set), or -errno. */
-static int loop_wait(struct loop *l, int *sig)
-{
-	struct epoll_event ev;
-	int n;
-
-	do
-		n = epoll_wait(l->ep, &ev, 1, -1);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return moem_errf(errno, "epoll_wait: %s", strerror(errno));
-	if (ev.data.u32 == EV_SIGNAL) {
-		struct signalfd_siginfo si;
-
-		*sig = read(l->sfd, &si, sizeof(si)) == sizeof(si) ? (int)si.ssi_signo : SIGINT;
-	} else if (ev.data.u32 == EV_TIMER) {
-		uint64_t ticks;
-
-		if (read(l->tfd, &ticks, sizeof(ticks)) < 0)
-			ticks = 0;
-	}
-	return (int)ev.data.u32;
-}
-
-static int need_perm(void)
-{
-	int ret = moem_bpf_check_perm();
-
-	if (ret)
-		fprintf(stderr, "moem trace: %s\n", moem_strerror(ret));
-	return ret;
-}
-
-static int parse_num(const char *what, const char *s, double lo, double hi, double *v)
-{
-	char *end;
-
-	*v = strtod(s, &end);
-	if (!*s || *end || !(*v >= lo && *v <= hi)) {
-		fprintf(stderr, "moem trace: %s '%s': want a number in %g..%g\n", what, s, lo, hi);
-		return -1;
-	}
-	return 0;
-}
-
-/* The target options record and top share; returns 0, or an exit status. */
-static int target_opts_done(struct target *t, int argc, char **argv, const char *cmd)
-{
-	if (!t->exec_argv && optind < argc)
-		t->exec_argv = argv + optind; /* moem trace record -o F -- BIN ARGS */
-	if ((t->pid > 0) + (t->exec_argv != NULL) + (t->pid < 0 && t->binary) != 1) {
-		fprintf(stderr, "moem trace %s: give one of --pid P, --exec BIN [ARGS...]%s\n", cmd,
-			strcmp(cmd, "top") ? "" : " or --binary PATH (every process running it)");
-		return 2;
-	}
-	return 0;
-}
+#include "trace_target.h"
 
 /* ---- record -------------------------------------------------------------- */
 
@@ -304,7 +49,7 @@ static int rec_open(struct recorder *rc, const struct moem_bpf_route_rec *r)
 	rc->info.n_layers = r->n_layers;
 	rc->info.n_experts = r->n_experts;
 	rc->info.top_k = r->k;
-	comm_of((pid_t)r->pid, comm, sizeof(comm));
+	trace_comm_of((pid_t)r->pid, comm, sizeof(comm));
 	snprintf(rc->info.desc, sizeof(rc->info.desc), "moem trace record, pid %u (%s)", r->pid,
 		 comm);
 	if (!strcmp(rc->out, "-"))
@@ -463,7 +208,7 @@ int cmd_trace_record(int argc, char **argv)
 			rc.out = optarg;
 			break;
 		case 'p':
-			if (parse_num("--pid", optarg, 1, 4194304, &v))
+			if (trace_parse_num("--pid", optarg, 1, 4194304, &v))
 				return 2;
 			t.pid = (pid_t)v;
 			break;
@@ -480,7 +225,7 @@ int cmd_trace_record(int argc, char **argv)
 			hot_out = optarg;
 			break;
 		case 'r':
-			if (parse_num("--ring-mb", optarg, 1, 1024, &v) ||
+			if (trace_parse_num("--ring-mb", optarg, 1, 1024, &v) ||
 			    ((unsigned int)v & ((unsigned int)v - 1))) {
 				fprintf(stderr, "moem trace record: --ring-mb: a power of two\n");
 				return 2;
@@ -503,27 +248,27 @@ int cmd_trace_record(int argc, char **argv)
 		record_usage(stderr);
 		return 2;
 	}
-	ret = target_opts_done(&t, argc, argv, "record");
+	ret = trace_target_opts_done(&t, argc, argv, "record");
 	if (ret)
 		return ret;
-	if (need_perm())
+	if (trace_need_perm())
 		return 1;
 	signal(SIGPIPE, SIG_IGN);
-	ret = t.exec_argv ? start_child(&t, !strcmp(rc.out, "-")) : 0;
+	ret = t.exec_argv ? trace_start_child(&t, !strcmp(rc.out, "-")) : 0;
 	if (!ret) {
 		ro.pid = t.pid;
 		ro.binary = t.binary ? t.binary : t.exec_path;
 		ret = moem_bpf_route_open(&ro, &r);
 	}
 	if (!ret)
-		ret = open_pidfd(&t);
+		ret = trace_open_pidfd(&t);
 	if (!ret)
-		ret = loop_open(&l, moem_bpf_route_fd(r), t.pidfd, 0);
+		ret = trace_loop_open(&l, moem_bpf_route_fd(r), t.pidfd, 0);
 	if (!ret && t.child)
-		ret = release_child(&t);
+		ret = trace_release_child(&t);
 	if (ret) {
-		loop_close(&l);
-		target_end(&t, true);
+		trace_loop_close(&l);
+		trace_target_end(&t, true);
 		moem_bpf_route_close(r);
 		return moem_tool_fail("trace record", ret, NULL);
 	}
@@ -531,7 +276,7 @@ int cmd_trace_record(int argc, char **argv)
 		fprintf(stderr, "moem trace record: tracing pid %d into %s (Ctrl-C to stop)\n",
 			(int)t.pid, rc.out);
 	while (!ret && !stop) {
-		switch ((ret = loop_wait(&l, &sig))) {
+		switch ((ret = trace_loop_wait(&l, &sig))) {
 		case EV_RING:
 			ret = moem_bpf_route_poll(r, 0, on_route, &rc);
 			ret = ret < 0 ? ret : 0;
@@ -552,9 +297,9 @@ int cmd_trace_record(int argc, char **argv)
 	if (sig && t.child)
 		kill(t.child, sig);
 	ret = record_finish(&rc, r, hot_out, quiet, ret);
-	loop_close(&l);
+	trace_loop_close(&l);
 	moem_bpf_route_close(r);
-	target_end(&t, false);
+	trace_target_end(&t, false);
 	if (ret)
 		return moem_tool_fail("trace record", ret, NULL);
 	if (t.child && t.exited && !(WIFEXITED(t.status) && WEXITSTATUS(t.status) == 0)) {
@@ -703,7 +448,7 @@ int cmd_trace_top(int argc, char **argv)
 	while (!t.exec_argv && (c = getopt_long(argc, argv, "+p:e:i:n:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
-			if (parse_num("--pid", optarg, 1, 4194304, &v))
+			if (trace_parse_num("--pid", optarg, 1, 4194304, &v))
 				return 2;
 			t.pid = (pid_t)v;
 			break;
@@ -716,16 +461,16 @@ int cmd_trace_top(int argc, char **argv)
 			t.binary = optarg;
 			break;
 		case 'i':
-			if (parse_num("--interval", optarg, 0.05, 3600, &tp.interval))
+			if (trace_parse_num("--interval", optarg, 0.05, 3600, &tp.interval))
 				return 2;
 			break;
 		case 'n':
-			if (parse_num("--experts", optarg, 1, MOEM_BPF_HOT_EXPERTS, &v))
+			if (trace_parse_num("--experts", optarg, 1, MOEM_BPF_HOT_EXPERTS, &v))
 				return 2;
 			tp.show = (unsigned int)v;
 			break;
 		case 'c':
-			if (parse_num("--count", optarg, 1, 1e12, &count))
+			if (trace_parse_num("--count", optarg, 1, 1e12, &count))
 				return 2;
 			break;
 		case 't':
@@ -739,30 +484,30 @@ int cmd_trace_top(int argc, char **argv)
 			return 2;
 		}
 	}
-	ret = target_opts_done(&t, argc, argv, "top");
+	ret = trace_target_opts_done(&t, argc, argv, "top");
 	if (ret)
 		return ret;
-	if (need_perm())
+	if (trace_need_perm())
 		return 1;
 	tp.prev = calloc((size_t)MOEM_BPF_HOT_LAYERS * MOEM_BPF_HOT_EXPERTS, sizeof(uint64_t));
 	if (!tp.prev)
 		return moem_tool_fail("trace top", -ENOMEM, NULL);
-	ret = t.exec_argv ? start_child(&t, false) : 0;
+	ret = t.exec_argv ? trace_start_child(&t, false) : 0;
 	if (!ret) {
 		ro.pid = t.pid;
 		ro.binary = t.binary ? t.binary : t.exec_path;
 		ret = moem_bpf_route_open(&ro, &r);
 	}
 	if (!ret)
-		ret = open_pidfd(&t);
+		ret = trace_open_pidfd(&t);
 	if (!ret)
-		ret = loop_open(&l, -1, t.pidfd, (uint64_t)(tp.interval * 1000));
+		ret = trace_loop_open(&l, -1, t.pidfd, (uint64_t)(tp.interval * 1000));
 	if (!ret && t.child)
-		ret = release_child(&t);
+		ret = trace_release_child(&t);
 	if (ret)
 		goto out;
 	if (t.pid > 0) {
-		comm_of(t.pid, comm, sizeof(comm));
+		trace_comm_of(t.pid, comm, sizeof(comm));
 		snprintf(what, sizeof(what), "pid %d (%s)", (int)t.pid,
 			 t.exec_argv ? t.exec_argv[0] : comm);
 	} else {
@@ -772,7 +517,7 @@ int cmd_trace_top(int argc, char **argv)
 	tp.tty = isatty(STDOUT_FILENO);
 	tp.t0 = tp.last = moem_now_ns();
 	for (uint64_t i = 0; !ret && !stop && (!count || i < (uint64_t)count);) {
-		switch (loop_wait(&l, &sig)) {
+		switch (trace_loop_wait(&l, &sig)) {
 		case EV_TIMER:
 			ret = top_refresh(&tp, r);
 			i++;
@@ -792,9 +537,9 @@ int cmd_trace_top(int argc, char **argv)
 	if (sig && t.child)
 		kill(t.child, sig);
 out:
-	loop_close(&l);
+	trace_loop_close(&l);
 	moem_bpf_route_close(r);
-	target_end(&t, ret != 0 && !sig);
+	trace_target_end(&t, ret != 0 && !sig);
 	free(tp.prev);
 	if (ret)
 		return moem_tool_fail("trace top", ret, NULL);
@@ -887,12 +632,12 @@ int cmd_trace_pool(int argc, char **argv)
 				return moem_tool_fail("trace pool", ret, NULL);
 			break;
 		case 'c':
-			if (parse_num("--count", optarg, 1, 1e15, &v))
+			if (trace_parse_num("--count", optarg, 1, 1e15, &v))
 				return 2;
 			pp.limit = (uint64_t)v;
 			break;
 		case 'd':
-			if (parse_num("--duration", optarg, 0.01, 1e7, &duration))
+			if (trace_parse_num("--duration", optarg, 0.01, 1e7, &duration))
 				return 2;
 			break;
 		case 'h':
@@ -907,18 +652,18 @@ int cmd_trace_pool(int argc, char **argv)
 		pool_usage(stderr);
 		return 2;
 	}
-	if (need_perm())
+	if (trace_need_perm())
 		return 1;
 	ret = moem_bpf_pool_open(&p);
 	if (!ret)
-		ret = loop_open(&l, moem_bpf_pool_fd(p), -1, (uint64_t)(duration * 1000));
+		ret = trace_loop_open(&l, moem_bpf_pool_fd(p), -1, (uint64_t)(duration * 1000));
 	if (ret)
 		goto out;
 	pp.t0 = moem_now_ns();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	fprintf(stderr, "moem trace pool: watching moem.ko's tracepoints (Ctrl-C to stop)\n");
 	while (!ret && !stop) {
-		switch (loop_wait(&l, &sig)) {
+		switch (trace_loop_wait(&l, &sig)) {
 		case EV_RING:
 			ret = moem_bpf_pool_poll(p, 0, on_pool, &pp);
 			if (ret == 1)
@@ -945,7 +690,7 @@ int cmd_trace_pool(int argc, char **argv)
 		fprintf(stderr, "; dropped %" PRIu64 "\n", st.dropped);
 	}
 out:
-	loop_close(&l);
+	trace_loop_close(&l);
 	moem_bpf_pool_close(p);
 	if (ret)
 		return moem_tool_fail("trace pool", ret, NULL);
