@@ -152,7 +152,7 @@ int trace_loop_open(struct loop *l, int ring_fd, int pidfd, uint64_t interval_ms
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGHUP);
-	sigprocmask(SIG_BLOCK, &set, &l->old);
+	l->masked = !sigprocmask(SIG_BLOCK, &set, &l->old);
 	l->ep = epoll_create1(EPOLL_CLOEXEC);
 	l->sfd = signalfd(-1, &set, SFD_CLOEXEC);
 	if (l->ep < 0 || l->sfd < 0)
@@ -186,7 +186,9 @@ void trace_loop_close(struct loop *l)
 		close(l->sfd);
 	if (l->tfd >= 0)
 		close(l->tfd);
-	sigprocmask(SIG_SETMASK, &l->old, NULL);
+	if (l->masked)
+		sigprocmask(SIG_SETMASK, &l->old, NULL);
+	l->masked = false;
 }
 
 /* Wait for the next event: EV_* (signal: *sig set), or -errno. */

@@ -31,6 +31,7 @@ enum { EV_RING = 1, EV_EXIT, EV_SIGNAL, EV_TIMER };
 struct loop {
 	int ep, sfd, tfd;
 	sigset_t old;
+	bool masked; /* old holds the mask to restore */
 };
 
 /*
