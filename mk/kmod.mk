@@ -37,10 +37,11 @@ kselftest-build: $(KSFT_BINS)
 
 # run.sh exits 77 when qemu or the guest kernel is missing: a skip, not a
 # failure of `make test` (it says why).
-test-kmod: kmod kselftest-build
+# GUEST_EXTRA_BINS: helpers other areas put in the guest (mk/bpf.mk).
+test-kmod: kmod kselftest-build $(GUEST_EXTRA_BINS)
 	$(Q)KVER=$(KVER) KIMAGE=$(KIMAGE) scripts/guest/run.sh --work $(O)/guest --ko $(KMOD) \
-		$(KSFT_BINS); rc=$$?; [ $$rc -eq 77 ] && rc=0; exit $$rc
+		$(KSFT_BINS) $(GUEST_EXTRA_BINS); rc=$$?; [ $$rc -eq 77 ] && rc=0; exit $$rc
 
-kmod-shell: kmod kselftest-build
+kmod-shell: kmod kselftest-build $(GUEST_EXTRA_BINS)
 	$(Q)KVER=$(KVER) KIMAGE=$(KIMAGE) scripts/guest/run.sh --work $(O)/guest --ko $(KMOD) \
-		--shell $(KSFT_BINS)
+		--shell $(KSFT_BINS) $(GUEST_EXTRA_BINS)

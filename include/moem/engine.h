@@ -60,6 +60,13 @@ struct moem_engine_opts {
 	bool no_verify;		/* turn verify_blobs off */
 	const char *trace_out;	/* write the routing trace here (NULL: none) */
 	bool trace_logits;	/* with router logits */
+	/* Where DynaExq's per-interval expert counts come from: "engine"
+	 * (default: the backend's router histogram) or "bpf" (moem_hot, kept
+	 * by a route tracer this engine attaches to its own process, bpf.h;
+	 * visible to `bpftool map dump name moem_hot` while the engine runs).
+	 * If the tracer cannot be loaded the engine says why and uses its own
+	 * counters: the runtime never needs BPF. */
+	const char *hotness;
 };
 
 enum moem_workload_kind {
@@ -183,8 +190,22 @@ struct moem_engine_status {
 	uint64_t knobs_applied_ns;	/* moem_now_ns() of the last applied change */
 	char trace_path[256];		/* "" when not tracing */
 	char pack_id[33];
+	char hotness[96];	/* "engine", "bpf", or "engine (bpf refused: why)" */
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
+
+/* The model's MoE layers and experts per layer. */
+void moem_engine_moe_shape(const struct moem_engine *e, uint32_t *n_moe, uint32_t *n_experts);
+
+/*
+ * Cumulative route counts since moem_engine_open(), counted by the engine
+ * from the routing it executes: out[m * n_experts + x] is how many
+ * (token, slot) pairs MoE layer m sent to expert x (moem_engine_moe_shape()
+ * gives the shape). Exact; the same numbers a route tracer's moem_hot
+ * holds when attached from the start. Call it between runs (during one,
+ * a layer may be half counted).
+ */
+void moem_engine_expert_counts(const struct moem_engine *e, uint64_t *out);
 
 /*
  * Hidden-state files: "MOEMHID1", u32 version 1, u32 hidden, u32 batch,

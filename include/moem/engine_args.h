@@ -6,7 +6,7 @@
  *
  *   pack hbm dram precisions fallback route evict prefetch precision
  *   paging backend threads pool region persistent link-gbps loader
- *   no-verify trace-out trace-logits           (engine settings)
+ *   no-verify trace-out trace-logits hotness   (engine settings)
  *   workload batch steps mix seed              (workload settings)
  *
  * Boolean settings take no value on a command line; in a file they take

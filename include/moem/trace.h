@@ -102,6 +102,13 @@ int moem_trace_write(struct moem_trace_writer *w, const struct moem_trace_rec *r
 /* Records written so far. */
 uint64_t moem_trace_writer_count(const struct moem_trace_writer *w);
 /*
+ * Replace the header's desc (truncated to MOEM_TRACE_DESC_MAX - 1 bytes).
+ * A named trace gets it when moem_trace_writer_close() patches the header
+ * (a recorder learns of dropped records only at the end); an fd trace
+ * keeps what it was opened with.
+ */
+void moem_trace_writer_set_desc(struct moem_trace_writer *w, const char *desc);
+/*
  * Write the end record, flush, fsync and rename into place. Returns the
  * first error of the writer's life; on error the temporary file is
  * removed. Frees w either way.

@@ -21,6 +21,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"persistent", true, MOEM_ARG_ENGINE},	{"link-gbps", false, MOEM_ARG_ENGINE},
 	{"loader", false, MOEM_ARG_ENGINE},	{"no-verify", true, MOEM_ARG_ENGINE},
 	{"trace-out", false, MOEM_ARG_ENGINE},	{"trace-logits", true, MOEM_ARG_ENGINE},
+	{"hotness", false, MOEM_ARG_ENGINE},
 	{"workload", false, MOEM_ARG_WORKLOAD}, {"batch", false, MOEM_ARG_WORKLOAD},
 	{"steps", false, MOEM_ARG_WORKLOAD},	{"mix", false, MOEM_ARG_WORKLOAD},
 	{"seed", false, MOEM_ARG_WORKLOAD},	{NULL, false, 0},
@@ -44,12 +45,13 @@ void moem_engine_args_init(struct moem_engine_args *a)
 }
 
 /* The const char * fields of o and w that the struct owns. */
-#define N_OWNED 10
+#define N_OWNED 11
 static const char **owned(struct moem_engine_args *a, int i)
 {
 	const char **f[N_OWNED] = {
 		&a->o.pack_path, &a->o.backend, &a->o.route,	 &a->o.evict, &a->o.prefetch,
 		&a->o.precision, &a->o.paging,	&a->o.trace_out, &a->w.mix,   &a->w.path,
+		&a->o.hotness,
 	};
 
 	return f[i];
@@ -224,6 +226,8 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 		return set_str(&a->o.backend, v);
 	if (!strcmp(name, "trace-out"))
 		return set_str(&a->o.trace_out, v);
+	if (!strcmp(name, "hotness"))
+		return set_str(&a->o.hotness, v);
 	if (!strcmp(name, "mix"))
 		return set_str(&a->w.mix, v);
 	if (!strcmp(name, "threads")) {

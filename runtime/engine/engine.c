@@ -356,6 +356,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	ret = load_fixed(e);
 	if (!ret)
 		ret = alloc_acts(e);
+	if (!ret)
+		ret = eng_hotness_open(e);
 	if (ret)
 		goto err;
 	e->knob[MOEM_BUDGET_HBM_BYTES] = e->o.hbm_budget;
@@ -379,6 +381,7 @@ void moem_engine_close(struct moem_engine *e)
 		return;
 	if (e->trace)
 		moem_trace_writer_abort(e->trace);
+	eng_hotness_close(e);
 	moem_tiers_destroy(e->tiers);
 	if (e->hev.ev.destroy)
 		e->hev.ev.destroy(&e->hev.ev);
@@ -658,4 +661,5 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->link_gbps = ts.link_bw / 1e9;
 	st->prefetch_horizon = e->pf ? moem_prefetch_horizon(e->pf) : 0;
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);
+	snprintf(st->hotness, sizeof(st->hotness), "%s", e->hotness);
 }

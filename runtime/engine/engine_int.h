@@ -109,6 +109,13 @@ struct moem_engine {
 	 * knob values current at that moment (eng_apply_budget). */
 	pthread_mutex_t budget_lock;
 	uint64_t applied_hbm, applied_dram;
+
+	/* Route counts and the hotness source (hotness.c). */
+	uint64_t *route_counts;		/* [n_moe][N] since open, from the host ids */
+	struct moem_bpf_route *hot_bpf;	/* hotness "bpf": our own moem_hot, or NULL */
+	uint64_t *hot_prev, *hot_cur;	/* [n_moe][N] moem_hot at the last interval, now */
+	uint32_t *hot_delta;		/* [N] */
+	char hotness[96];		/* what serves, for status */
 };
 
 /* engine.c */
@@ -127,6 +134,12 @@ void eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t ste
 		     uint64_t layer_ns);
 void eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
 		    uint64_t bytes_streamed);
+/* hotness.c: route counts, and DynaExq's counts from moem_hot */
+int eng_hotness_open(struct moem_engine *e);
+void eng_hotness_close(struct moem_engine *e);
+void eng_count_routes(struct moem_engine *e, uint32_t m, uint32_t B);
+/* Feed DynaExq one interval of counts from moem_hot; false: not served. */
+bool eng_hotness_interval(struct moem_engine *e);
 /* warm.c: the staging directory of a persistent pool */
 int eng_warm_attach(struct moem_engine *e);
 void eng_warm_note(struct moem_engine *e);

@@ -283,7 +283,9 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 			}
 		}
 	st->active += T;
-	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host);
+	eng_count_routes(e, m, B);
+	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
+			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
 	if (e->trace) {
 		struct moem_trace_rec r = { step, m, B, e->ids_host, e->w_host,
 					    e->o.trace_logits ? e->logits_host : NULL, NULL };

@@ -11,8 +11,9 @@
  *  - prefetch (ExpertFlow): observe each layer's routing, plan, issue at
  *    prefetch priority, report stalls, early landings, bandwidth and layer
  *    time;
- *  - precision (DynaExq): device histogram read once per interval into the
- *    hotness EMA; transitions become plan changes plus promotion fetches;
+ *  - precision (DynaExq): device histogram (or moem_hot, hotness "bpf")
+ *    read once per interval into the hotness EMA; transitions become plan
+ *    changes plus promotion fetches, announced by moem:promote/demote;
  *  - paging (FluxMoE): a protected resident set per layer sized by the rho
  *    controller, and the next layer streamed into the two-layer window.
  */
@@ -22,6 +23,7 @@
 
 #include <moem/error.h>
 #include <moem/log.h>
+#include <moem/usdt.h>
 #include <moem/util.h>
 
 #include "engine_int.h"
@@ -321,10 +323,12 @@ static void precision_layer(struct moem_engine *e, uint64_t now)
 	if (now - e->interval_start_ns >= 200000000ULL || !e->interval_start_ns) {
 		const uint32_t N = e->cfg->n_experts;
 
-		if (e->interval_start_ns &&
-		    moem_be_dtoh(e->be, e->counts_host, e->counts, (uint64_t)e->n_moe * N * 4,
-				 NULL) == 0 &&
-		    moem_be_stream_sync(e->be, NULL) == 0) {
+		if (e->interval_start_ns && eng_hotness_interval(e)) {
+			/* moem_hot served this interval (hotness "bpf") */
+		} else if (e->interval_start_ns &&
+			   moem_be_dtoh(e->be, e->counts_host, e->counts,
+					(uint64_t)e->n_moe * N * 4, NULL) == 0 &&
+			   moem_be_stream_sync(e->be, NULL) == 0) {
 			for (uint32_t m = 0; m < e->n_moe; m++)
 				moem_dynaexq_add_counts(e->dx, m, e->counts_host + (size_t)m * N);
 			moem_be_memset(e->be, e->counts, 0, (uint64_t)e->n_moe * N * 4, NULL);
@@ -367,6 +371,10 @@ static void precision_layer(struct moem_engine *e, uint64_t now)
 			moem_dynaexq_cancel(e->dx, &a);
 			break;
 		}
+		if (a.promote)
+			MOEM_USDT_PROMOTE(a.layer, a.expert, (uint32_t)e->prec[1], (uint32_t)e->prec[0]);
+		else
+			MOEM_USDT_DEMOTE(a.layer, a.expert, (uint32_t)e->prec[0], (uint32_t)e->prec[1]);
 		e->dx_inflight[e->n_dx_inflight++] = a;
 	}
 }

@@ -311,7 +311,7 @@ void moemd_reload(struct moemd *d)
 {
 	struct moemd_cfg n, *o = &d->cfg;
 	const struct moem_engine_opts *a, *b;
-	const char *restart[24];
+	const char *restart[32];
 	int nr = 0, rc;
 
 	if (!o->config) {
@@ -340,7 +340,7 @@ void moemd_reload(struct moemd *d)
 	/* Settings fixed at start: name the ones that changed. */
 #define RESTART_IF(cond, name)                  \
 	do {                                    \
-		if ((cond) && nr < 24)          \
+		if ((cond) && nr < 32)          \
 			restart[nr++] = (name); \
 	} while (0)
 	RESTART_IF(str_differs(a->pack_path, b->pack_path), "pack");
@@ -358,6 +358,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(a->link_gbps != b->link_gbps, "link-gbps");
 	RESTART_IF(a->loader.mode != b->loader.mode, "loader");
 	RESTART_IF(a->no_verify != b->no_verify, "no-verify");
+	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");
 	RESTART_IF(str_differs(n.socket, o->socket), "socket");
 	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
 #undef RESTART_IF

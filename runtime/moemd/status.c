@@ -179,6 +179,7 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "prefetch", STR(st.prefetch));
 	ADD(o, "precision", STR(st.precision));
 	ADD(o, "paging", STR(st.paging));
+	ADD(o, "hotness", STR(st.hotness));
 	ADD(r, "policies", o);
 
 	ADD(r, "budgets", knobs_json(st.knob));

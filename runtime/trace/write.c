@@ -355,6 +355,12 @@ uint64_t moem_trace_writer_count(const struct moem_trace_writer *w)
 	return w->count;
 }
 
+void moem_trace_writer_set_desc(struct moem_trace_writer *w, const char *desc)
+{
+	memset(w->info.desc, 0, sizeof(w->info.desc));
+	snprintf(w->info.desc, sizeof(w->info.desc), "%s", desc);
+}
+
 void moem_trace_writer_abort(struct moem_trace_writer *w)
 {
 	if (!w)

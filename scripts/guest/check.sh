@@ -4,7 +4,8 @@
 # Judge a guest log written by scripts/guest/init:
 #   scripts/guest/check.sh LOG PROG...
 # Every PROG named *_test must have run in both phases and exited 0 with
-# no "not ok" TAP line; every MOEM-STEP must be ok; the run must reach
+# no "not ok" TAP line; every MOEM-STEP must be ok (bpf-pool too when
+# bpf_pool_watch is among the PROGs); the run must reach
 # MOEM-DONE; and no kernel log section after boot may hold a kernel
 # problem report. Prints a summary; exit 0 pass, 1 fail.
 set -u
@@ -17,6 +18,11 @@ bad() {
 }
 
 phases="compat file"
+# The BPF tracepoint watcher (mk/bpf.mk) must have passed if it was given.
+want_bpf=0
+for t in "$@"; do
+	[ "$(basename "$t")" = bpf_pool_watch ] && want_bpf=1
+done
 for t in "$@"; do
 	name=$(basename "$t")
 	case "$name" in
@@ -57,6 +63,11 @@ for s in insmod rmmod-busy hold-persist rmmod sysfs-gone insmod-file regions-emp
 done
 [ "$(grep -c '^MOEM-STEP insmod-refused .* ok$' "$log")" -eq 7 ] ||
 	bad "not every bad parameter set was refused"
+if [ $want_bpf -eq 1 ]; then
+	grep -qE '^MOEM-STEP bpf-pool ok' "$log" &&
+		grep -E '^MOEM-STEP bpf-pool ok' "$log" | sed 's/^MOEM-STEP /  PASS  /' ||
+		bad "step bpf-pool did not pass (a BPF program on moem.ko's tracepoints)"
+fi
 grep -q '^MOEM-DONE' "$log" || bad "the guest did not reach the end of its script"
 
 # Kernel problem reports anywhere after boot (and panics anywhere).

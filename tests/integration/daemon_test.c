@@ -103,7 +103,7 @@ TEST_F(d, start_stop)
 	struct moem_pack_id id;
 	char hex[33];
 
-	START_READY("--pool", "auto", NULL);
+	START_READY("--pool", "auto", "--hotness", "engine", NULL);
 	ASSERT_EQ(0, moem_pack_open(self->pack, &p));
 	moem_pack_get_id(p, &id);
 	moem_pack_close(p);
@@ -125,6 +125,7 @@ TEST_F(d, start_stop)
 	EXPECT_EQ(dmn_u64(r, "tiers.hbm_budget"), dmn_u64(r, "budgets.hbm_bytes"));
 	EXPECT_GT(dmn_u64(r, "tiers.dram_ready"), 0u); /* warm-up staged something */
 	EXPECT_STREQ("none", dmn_str(r, "policies.route"));
+	EXPECT_EQ(0, strncmp(dmn_str(r, "policies.hotness"), "engine", 6));
 	json_object_put(r);
 	EXPECT_TRUE(dmn_log_has(&self->m, "pool:"));
 	EXPECT_TRUE(dmn_log_has(&self->m, "ready after"));

@@ -13,6 +13,7 @@
 
 #include <json-c/json.h>
 
+#include <moem/bpf.h>
 #include <moem/settings.h>
 #include <moem/engine.h>
 #include <moem/engine_args.h>
@@ -25,6 +26,7 @@
 
 struct run_args {
 	struct moem_engine_args ea;
+	char *counts_out;
 	bool json, no_warmup, quiet;
 	struct moem_progress prog;
 };
@@ -55,6 +57,8 @@ static const struct option run_opts[] = {
 	{ "no-verify", no_argument, NULL, 0 },
 	{ "trace-out", required_argument, NULL, 0 },
 	{ "trace-logits", no_argument, NULL, 0 },
+	{ "hotness", required_argument, NULL, 0 },
+	{ "counts-out", required_argument, NULL, 0 },
 	{ "no-warmup", no_argument, NULL, 0 },
 	{ "config", required_argument, NULL, 0 },
 	{ "json", no_argument, NULL, 0 },
@@ -75,6 +79,7 @@ static void run_usage(FILE *f)
 		"                [--backend auto|cpu|cuda] [--threads N] [--pool auto|kmod|hugetlb|thp]\n"
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
+		"                [--hotness engine|bpf] [--counts-out FILE]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
 		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
 		"A config file holds the same settings as 'name = value' lines.\n");
@@ -86,6 +91,15 @@ static int apply(struct run_args *a, const char *name, const char *v)
 
 	if (ret != -ENOENT)
 		return ret;
+	if (!strcmp(name, "counts-out")) {
+		char *s = strdup(v);
+
+		if (!s)
+			return -ENOMEM;
+		free(a->counts_out);
+		a->counts_out = s;
+		return 0;
+	}
 	if (!strcmp(name, "no-warmup"))
 		return moem_arg_bool(name, v, &a->no_warmup);
 	if (!strcmp(name, "json"))
@@ -126,6 +140,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_STR("prefetch", st->prefetch);
 	J_STR("precision", st->precision);
 	J_STR("paging", st->paging);
+	J_STR("hotness", st->hotness);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
 	J_U64("batch", a->ea.w.batch);
@@ -240,6 +255,23 @@ static int cmd_run(int argc, char **argv)
 		moem_tool_fail("run", ret, NULL);
 		goto out;
 	}
+	if (a.counts_out) {
+		uint32_t L, N;
+		uint64_t *cnt;
+
+		moem_engine_moe_shape(e, &L, &N);
+		cnt = calloc((size_t)L * N, sizeof(*cnt));
+		ret = cnt ? 0 : -ENOMEM;
+		if (cnt) {
+			moem_engine_expert_counts(e, cnt);
+			ret = moem_expert_counts_write(a.counts_out, cnt, L, N);
+			free(cnt);
+		}
+		if (ret) {
+			moem_tool_fail("run", ret, "--counts-out");
+			goto out;
+		}
+	}
 	moem_engine_get_status(e, &st);
 	if (a.json)
 		print_json(&a, &rs, &st);
@@ -249,6 +281,7 @@ static int cmd_run(int argc, char **argv)
 out:
 	moem_engine_close(e);
 	moem_engine_args_free(&a.ea);
+	free(a.counts_out);
 	return rc;
 }
 

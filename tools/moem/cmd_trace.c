@@ -6,6 +6,7 @@
  *   dump    JSON lines (one header line, one line per record)
  *   import  JSON lines -> binary trace (how an engine run or any other
  *           router log becomes a trace)
+ *   record, top, pool: eBPF tracing (cmd_trace_bpf.c)
  */
 #include <errno.h>
 #include <getopt.h>
@@ -22,6 +23,7 @@
 #include <moem/trace.h>
 
 #include "cmd.h"
+#include "cmd_trace_bpf.h"
 
 static void trace_usage(FILE *f)
 {
@@ -30,6 +32,9 @@ static void trace_usage(FILE *f)
 		"       moem trace info FILE [--json]\n"
 		"       moem trace dump FILE            (JSON lines on stdout)\n"
 		"       moem trace import --out FILE [IN.jsonl|-]\n"
+		"       moem trace record -o FILE (--pid P | --exec BIN [ARGS...])  (eBPF)\n"
+		"       moem trace top (--pid P | --exec BIN [ARGS...] | --binary PATH)\n"
+		"       moem trace pool                 (moem.ko events)\n"
 		"\n"
 		"gen options (defaults: Qwen3-30B-A3B shape and synth.h defaults):\n"
 		"  --layers L (48)  --experts N (128)  --top-k K (8)  --batch B (1)\n"
@@ -440,9 +445,16 @@ static int cmd_trace(int argc, char **argv)
 		return trace_dump(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "import"))
 		return trace_import(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "record"))
+		return cmd_trace_record(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "top"))
+		return cmd_trace_top(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "pool"))
+		return cmd_trace_pool(argc - 1, argv + 1);
 	fprintf(stderr, "moem trace: unknown subcommand '%s'\n", argv[1]);
 	trace_usage(stderr);
 	return 2;
 }
 
-MOEM_CMD(trace_cmd, "trace", "generate, inspect, dump and import routing traces", cmd_trace);
+MOEM_CMD(trace_cmd, "trace", "generate, inspect, dump, import and record routing traces",
+	 cmd_trace);

@@ -108,7 +108,10 @@ void print_status(struct json_object *st)
 		       jstr(pol, "evict"), jstr(pol, "prefetch"));
 		if (t && ju64(t, "prefetch_horizon"))
 			printf(" (horizon %llu)", (unsigned long long)ju64(t, "prefetch_horizon"));
-		printf(", precision %s, paging %s\n", jstr(pol, "precision"), jstr(pol, "paging"));
+		printf(", precision %s, paging %s", jstr(pol, "precision"), jstr(pol, "paging"));
+		if (*jstr(pol, "hotness"))
+			printf(", hotness %s", jstr(pol, "hotness"));
+		printf("\n");
 	}
 	print_budgets("budgets", jobj(st, "budgets"));
 	if (jbool(k, "loaded"))
