@@ -61,7 +61,7 @@ static int open_auto(const struct moem_pool_opts *opts, struct moem_pool *pool)
 	ret = moem_pool_thp_open(opts, pool);
 	if (ret == 0)
 		snprintf(pool->info.why, sizeof(pool->info.why),
-			 "%s, %llu of %llu huge pages free: using THP + mlock pool", kmod_why,
+			 "%s, %llu huge pages free, %llu needed: using THP + mlock pool", kmod_why,
 			 (unsigned long long)free_huge, (unsigned long long)need);
 	return ret;
 }
