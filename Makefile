@@ -71,7 +71,10 @@ endif
 # Suites `make test` runs, in order; mk/*.mk append theirs.
 TEST_SUITES := test-unit
 BENCH_SUITES :=
-CHECK_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null | grep -v '^tests/include/')
+# clang-format covers userspace; moem.ko and its uapi header follow the
+# kernel's own style and are checked by checkpatch.pl (check-patch).
+CHECK_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null | \
+	       grep -v -e '^tests/include/' -e '^kmod/' -e '^include/uapi/')
 
 all: $(LIB) $(PROGS)
 

@@ -80,7 +80,7 @@ static double raw_gbps(struct moem_tierdev *d, moem_dptr dst, const uint8_t *src
 static double engine_gbps(struct moem_xfer *x, moem_dptr dst, const uint8_t *src, uint64_t total,
 			  uint64_t req_bytes, struct req *reqs)
 {
-	struct done_ctr c = { PTHREAD_MUTEX_INITIALIZER, 0, 0 };
+	struct done_ctr c = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
 	uint64_t n = total / req_bytes, t0 = moem_now_ns();
 
 	for (uint64_t i = 0; i < n; i++) {
@@ -102,7 +102,7 @@ static double engine_gbps(struct moem_xfer *x, moem_dptr dst, const uint8_t *src
 static double miss_latency_us(struct moem_xfer *x, moem_dptr dst, const uint8_t *src,
 			      uint64_t req_bytes, uint32_t backlog, struct req *reqs)
 {
-	struct done_ctr c = { PTHREAD_MUTEX_INITIALIZER, 0, 0 };
+	struct done_ctr c = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
 	struct req *miss = &reqs[backlog];
 	uint64_t t0;
 
@@ -126,22 +126,22 @@ static double miss_latency_us(struct moem_xfer *x, moem_dptr dst, const uint8_t 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "backend", required_argument, NULL, 'b' },
-		{ "mib", required_argument, NULL, 'm' },
-		{ "reps", required_argument, NULL, 'r' },
-		{ "expert", required_argument, NULL, 'e' },
-		{ "link-gbps", required_argument, NULL, 'l' },
-		{ 0 },
+		{"backend", required_argument, NULL, 'b'},
+		{"mib", required_argument, NULL, 'm'},
+		{"reps", required_argument, NULL, 'r'},
+		{"expert", required_argument, NULL, 'e'},
+		{"link-gbps", required_argument, NULL, 'l'},
+		{0},
 	};
 	const char *backend = "auto";
 	uint64_t mib = 0, req_bytes = 9437184; /* one Qwen3-30B-A3B bf16 expert */
 	double link = 25, eng[16], raw[16], lat0, lat;
-	struct moem_pool_opts po = { .provider = MOEM_POOL_AUTO, .dev_path = "/nonexistent" };
+	struct moem_pool_opts po = {.provider = MOEM_POOL_AUTO, .dev_path = "/nonexistent"};
 	struct moem_backend *be = NULL;
 	struct moem_tierdev *dev = NULL;
 	struct moem_xfer *x = NULL;
 	struct moem_pool *pool = NULL;
-	struct moem_xfer_opts xo = { 0 };
+	struct moem_xfer_opts xo = {0};
 	struct req *reqs = NULL;
 	moem_dptr base = 0;
 	int c, reps = 5, ret;
@@ -183,7 +183,7 @@ int main(int argc, char **argv)
 	if (cuda) {
 		ret = moem_tierdev_cuda_create(be, &dev);
 	} else {
-		struct moem_emu_opts eo = { .link_gbps = link, .link_lat_us = 10 };
+		struct moem_emu_opts eo = {.link_gbps = link, .link_lat_us = 10};
 
 		ret = moem_tierdev_emu_create(&eo, &dev);
 	}
@@ -208,7 +208,8 @@ int main(int argc, char **argv)
 		struct moem_pool_info pi;
 
 		moem_pool_get_info(pool, &pi);
-		printf("bench_tiers: %s device, %llu MiB pinned (%s pool), %llu-byte experts, %d reps%s\n",
+		printf("bench_tiers: %s device, %llu MiB pinned (%s pool), %llu-byte experts, %d "
+		       "reps%s\n",
 		       cuda ? "cuda" : "emulated", (unsigned long long)mib,
 		       moem_pool_provider_name(pi.provider), (unsigned long long)req_bytes, reps,
 		       cuda ? "" : " (modelled link: the ratio is the engine's own overhead)");
@@ -230,11 +231,14 @@ int main(int argc, char **argv)
 		double ideal_us = (double)req_bytes / (w * 1e3);
 
 		printf("expert ready: %.0f us alone, %.0f us behind 16 queued prefetches; "
-		       "bytes/bandwidth = %.0f us\n", lat0, lat, ideal_us);
-		printf("RESULT staging_vs_raw ratio=%.3f engine_gbps=%.2f raw_gbps=%.2f device=%s\n",
+		       "bytes/bandwidth = %.0f us\n",
+		       lat0, lat, ideal_us);
+		printf("RESULT staging_vs_raw ratio=%.3f engine_gbps=%.2f raw_gbps=%.2f "
+		       "device=%s\n",
 		       e / w, e, w, cuda ? "cuda" : "emulated");
 		printf("RESULT expert_ready ratio=%.2f alone_us=%.0f backlog_us=%.0f ideal_us=%.0f "
-		       "device=%s\n", lat / ideal_us, lat0, lat, ideal_us, cuda ? "cuda" : "emulated");
+		       "device=%s\n",
+		       lat / ideal_us, lat0, lat, ideal_us, cuda ? "cuda" : "emulated");
 	}
 	moem_xfer_destroy(x);
 	dev->ops->unmap(dev, base, moem_pool_size(pool));

@@ -12,9 +12,9 @@
 #include <linux/moem.h>
 
 /* This library's version, checked against the module's at open. */
-#define MOEM_LIB_VERSION	((1 << 16) | 0)
-#define MOEM_DEV_PATH		"/dev/moem"
-#define MOEM_SYSFS_ROOT		"/sys/kernel/moem"
+#define MOEM_LIB_VERSION ((1 << 16) | 0)
+#define MOEM_DEV_PATH	 "/dev/moem"
+#define MOEM_SYSFS_ROOT	 "/sys/kernel/moem"
 
 /*
  * Open the control device and check the ABI: -ENODEV if absent, -EPROTO
@@ -22,8 +22,8 @@
  */
 int moem_dev_open(const char *path, int *fd);
 int moem_dev_version(int fd, struct moem_version *v);
-int moem_dev_region_create(int fd, const char *name, uint64_t size, uint32_t flags,
-			   uint32_t mode, int *region_fd);
+int moem_dev_region_create(int fd, const char *name, uint64_t size, uint32_t flags, uint32_t mode,
+			   int *region_fd);
 int moem_dev_region_open(int fd, const char *name, uint32_t flags, int *region_fd);
 int moem_dev_region_info(int fd, const char *name, struct moem_region_info *info);
 int moem_dev_region_fd_info(int region_fd, struct moem_region_info *info, char *name);

@@ -36,8 +36,8 @@
 
 struct moem_engine_opts {
 	const char *pack_path;
-	const char *backend;	/* "auto" (default), "cpu", "cuda" */
-	uint32_t threads;	/* CPU backend threads (0: online CPUs) */
+	const char *backend; /* "auto" (default), "cpu", "cuda" */
+	uint32_t threads;    /* CPU backend threads (0: online CPUs) */
 	/* Budgets in bytes; a percentage is resolved by the caller with
 	 * moem_engine_pack_bytes(). 0 = the whole model fits. */
 	uint64_t hbm_budget, dram_budget;
@@ -48,18 +48,18 @@ struct moem_engine_opts {
 	 * fallback and the precision policy's low version. */
 	enum moem_prec hi, lo;
 	bool two_prec;
-	bool allow_fallback;	/* take lo instead of waiting for hi */
+	bool allow_fallback; /* take lo instead of waiting for hi */
 	/* Policies, as spec strings (NULL = default): route "none" | "lynx[..]"
 	 * | "oea[..]" | "cache-aware" | "piggyback[..]"; evict "lru" | "lru2"
 	 * | "lfu" | "pred"; prefetch "none" | "adaptive[..]" | "fixed:S=..";
 	 * precision "none" | "dynaexq[..]"; paging "none" | "fluxmoe[..]". */
 	const char *route, *evict, *prefetch, *precision, *paging;
-	double link_gbps;	/* emulated device: modelled H2D link (default 25) */
+	double link_gbps; /* emulated device: modelled H2D link (default 25) */
 	struct moem_loader_opts loader;
-	bool verify_blobs;	/* check each staged blob's checksum (default on) */
-	bool no_verify;		/* turn verify_blobs off */
-	const char *trace_out;	/* write the routing trace here (NULL: none) */
-	bool trace_logits;	/* with router logits */
+	bool verify_blobs;     /* check each staged blob's checksum (default on) */
+	bool no_verify;	       /* turn verify_blobs off */
+	const char *trace_out; /* write the routing trace here (NULL: none) */
+	bool trace_logits;     /* with router logits */
 	/* Where DynaExq's per-interval expert counts come from: "engine"
 	 * (default: the backend's router histogram) or "bpf" (moem_hot, kept
 	 * by a route tracer this engine attaches to its own process, bpf.h;
@@ -70,17 +70,17 @@ struct moem_engine_opts {
 };
 
 enum moem_workload_kind {
-	MOEM_WL_SYNTH = 0,	/* the pack's synthetic workload (mix, seed) */
-	MOEM_WL_HIDDEN = 1,	/* a hidden-state file (moem_hidden_*) */
-	MOEM_WL_TRACE = 2,	/* replay a routing trace's decisions */
+	MOEM_WL_SYNTH = 0,  /* the pack's synthetic workload (mix, seed) */
+	MOEM_WL_HIDDEN = 1, /* a hidden-state file (moem_hidden_*) */
+	MOEM_WL_TRACE = 2,  /* replay a routing trace's decisions */
 };
 
 struct moem_workload {
 	enum moem_workload_kind kind;
-	const char *mix;	/* synth: "text:0.5,code:0.5" (NULL: uniform) */
-	uint64_t seed;		/* synth: overrides the pack's seed if non-zero */
-	const char *path;	/* hidden-state file or trace */
-	uint32_t batch;		/* tokens per step, 1..64 */
+	const char *mix;  /* synth: "text:0.5,code:0.5" (NULL: uniform) */
+	uint64_t seed;	  /* synth: overrides the pack's seed if non-zero */
+	const char *path; /* hidden-state file or trace */
+	uint32_t batch;	  /* tokens per step, 1..64 */
 	uint64_t steps;
 };
 
@@ -88,7 +88,7 @@ struct moem_workload {
 struct moem_step_stats {
 	uint64_t step;
 	uint32_t tokens;
-	uint64_t active;	/* sum over MoE layers of T */
+	uint64_t active; /* sum over MoE layers of T */
 	uint64_t hits, misses, fallbacks;
 	uint64_t stall_ns;
 	uint64_t bytes_nvme, bytes_h2d;
@@ -96,15 +96,15 @@ struct moem_step_stats {
 };
 
 struct moem_run_stats {
-	struct moem_step_stats total;	/* .step = steps run */
+	struct moem_step_stats total; /* .step = steps run */
 	uint32_t moe_layers;
-	double mean_T;			/* per MoE layer-step */
-	double hit_rate;		/* hits / (hits + misses + fallbacks) */
-	double stall_share;		/* stall_ns / step_ns */
+	double mean_T;	    /* per MoE layer-step */
+	double hit_rate;    /* hits / (hits + misses + fallbacks) */
+	double stall_share; /* stall_ns / step_ns */
 	double tokens_per_s;
-	uint8_t digest[32];		/* SHA-256 of every step's final hidden states */
+	uint8_t digest[32]; /* SHA-256 of every step's final hidden states */
 	char digest_hex[65];
-	bool stopped;			/* moem_engine_stop() ended it early */
+	bool stopped; /* moem_engine_stop() ended it early */
 };
 
 /* Called after every step; a non-zero return stops the run with it. */
@@ -177,7 +177,7 @@ struct moem_engine_status {
 	uint64_t hbm_budget, hbm_used, dram_budget, dram_used;
 	uint64_t hbm_resident_hi, hbm_resident_lo, dram_ready;
 	uint64_t hits, misses, fallbacks, stall_ns, steps;
-	uint64_t bytes_nvme;		/* read from the pack since open (warm-up included) */
+	uint64_t bytes_nvme; /* read from the pack since open (warm-up included) */
 	double link_gbps;
 	uint32_t prefetch_horizon;
 	bool running;
@@ -186,11 +186,11 @@ struct moem_engine_status {
 	uint64_t adopted;
 	char pool_region[64];
 	bool pool_persistent;
-	uint64_t knob[MOEM_BUDGET_NR];	/* knob values in force or pending */
-	uint64_t knobs_applied_ns;	/* moem_now_ns() of the last applied change */
-	char trace_path[256];		/* "" when not tracing */
+	uint64_t knob[MOEM_BUDGET_NR]; /* knob values in force or pending */
+	uint64_t knobs_applied_ns;     /* moem_now_ns() of the last applied change */
+	char trace_path[256];	       /* "" when not tracing */
 	char pack_id[33];
-	char hotness[96];	/* "engine", "bpf", or "engine (bpf refused: why)" */
+	char hotness[96]; /* "engine", "bpf", or "engine (bpf refused: why)" */
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
 
@@ -211,7 +211,7 @@ void moem_engine_expert_counts(const struct moem_engine *e, uint64_t *out);
  * Hidden-state files: "MOEMHID1", u32 version 1, u32 hidden, u32 batch,
  * u32 reserved 0, u64 steps, then f32 [steps][batch][hidden] little endian.
  */
-int moem_hidden_write_synth(const char *pack_path, const char *mix, uint64_t seed,
-			    uint32_t batch, uint64_t steps, const char *out_path);
+int moem_hidden_write_synth(const char *pack_path, const char *mix, uint64_t seed, uint32_t batch,
+			    uint64_t steps, const char *out_path);
 
 #endif /* MOEM_ENGINE_H */

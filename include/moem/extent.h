@@ -13,12 +13,12 @@
 #include <stdint.h>
 
 struct moem_extent {
-	uint64_t *bits;		/* 1 = used, over capacity granules */
-	uint64_t capacity;	/* granules the range can ever hold */
-	uint64_t limit;		/* granules usable now (<= capacity) */
-	uint64_t used;		/* granules allocated */
-	uint64_t hint;		/* where the next search starts (next fit) */
-	uint32_t shift;		/* log2(granule bytes) */
+	uint64_t *bits;	   /* 1 = used, over capacity granules */
+	uint64_t capacity; /* granules the range can ever hold */
+	uint64_t limit;	   /* granules usable now (<= capacity) */
+	uint64_t used;	   /* granules allocated */
+	uint64_t hint;	   /* where the next search starts (next fit) */
+	uint32_t shift;	   /* log2(granule bytes) */
 };
 
 /* capacity_bytes and the initial limit are rounded down to granules. */

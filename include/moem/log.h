@@ -26,9 +26,9 @@ int moem_log_level_parse(const char *s, enum moem_log_level *out);
 void moem_log_set_sink(moem_log_fn fn, void *arg);
 void moem_log(enum moem_log_level lvl, const char *fmt, ...) MOEM_PRINTF(2, 3);
 
-#define moem_err(...)	moem_log(MOEM_LOG_ERR, __VA_ARGS__)
-#define moem_warn(...)	moem_log(MOEM_LOG_WARN, __VA_ARGS__)
-#define moem_info(...)	moem_log(MOEM_LOG_INFO, __VA_ARGS__)
-#define moem_dbg(...)	moem_log(MOEM_LOG_DEBUG, __VA_ARGS__)
+#define moem_err(...)  moem_log(MOEM_LOG_ERR, __VA_ARGS__)
+#define moem_warn(...) moem_log(MOEM_LOG_WARN, __VA_ARGS__)
+#define moem_info(...) moem_log(MOEM_LOG_INFO, __VA_ARGS__)
+#define moem_dbg(...)  moem_log(MOEM_LOG_DEBUG, __VA_ARGS__)
 
 #endif /* MOEM_LOG_H */

@@ -20,43 +20,38 @@ enum moem_arch {
 };
 
 /* Source dtype of a checkpoint tensor. */
-enum moem_dtype {
-	MOEM_DTYPE_BF16 = 0,
-	MOEM_DTYPE_F16 = 1,
-	MOEM_DTYPE_F32 = 2,
-	MOEM_DTYPE_NR
-};
+enum moem_dtype { MOEM_DTYPE_BF16 = 0, MOEM_DTYPE_F16 = 1, MOEM_DTYPE_F32 = 2, MOEM_DTYPE_NR };
 
-#define MOEM_MAX_LAYERS		256
-#define MOEM_MAX_EXPERTS	1024
-#define MOEM_MAX_TOPK		64
+#define MOEM_MAX_LAYERS	 256
+#define MOEM_MAX_EXPERTS 1024
+#define MOEM_MAX_TOPK	 64
 
 struct moem_model_config {
 	enum moem_arch arch;
-	enum moem_dtype dtype;		/* torch_dtype of the checkpoint */
-	uint32_t hidden;		/* hidden_size */
-	uint32_t n_layers;		/* num_hidden_layers */
-	uint32_t n_experts;		/* routed experts per MoE layer */
-	uint32_t top_k;			/* num_experts_per_tok */
-	uint32_t moe_inter;		/* routed expert FFN width */
-	uint32_t dense_inter;		/* dense-layer FFN width (intermediate_size) */
-	uint32_t n_shared;		/* shared experts per MoE layer (deepseek_v2) */
-	uint32_t shared_inter;		/* width of one shared expert */
-	uint32_t first_dense;		/* layers [0, first_dense) are dense
+	enum moem_dtype dtype;			   /* torch_dtype of the checkpoint */
+	uint32_t hidden;			   /* hidden_size */
+	uint32_t n_layers;			   /* num_hidden_layers */
+	uint32_t n_experts;			   /* routed experts per MoE layer */
+	uint32_t top_k;				   /* num_experts_per_tok */
+	uint32_t moe_inter;			   /* routed expert FFN width */
+	uint32_t dense_inter;			   /* dense-layer FFN width (intermediate_size) */
+	uint32_t n_shared;			   /* shared experts per MoE layer (deepseek_v2) */
+	uint32_t shared_inter;			   /* width of one shared expert */
+	uint32_t first_dense;			   /* layers [0, first_dense) are dense
 					 * (deepseek first_k_dense_replace) */
-	uint32_t sparse_step;		/* qwen3 decoder_sparse_step (1 = every layer) */
+	uint32_t sparse_step;			   /* qwen3 decoder_sparse_step (1 = every layer) */
 	uint64_t dense_mask[MOEM_MAX_LAYERS / 64]; /* extra dense layers
 						    * (qwen3 mlp_only_layers) */
-	bool norm_topk_prob;		/* renormalise the top-k weights to sum 1 */
-	float routed_scaling;		/* deepseek routed_scaling_factor, else 1 */
-	float rms_eps;			/* rms_norm_eps */
-	uint32_t vocab;			/* vocab_size */
-	uint32_t n_heads, n_kv_heads, head_dim; /* attention shape (unused by MoE-stack mode) */
+	bool norm_topk_prob;			   /* renormalise the top-k weights to sum 1 */
+	float routed_scaling;			   /* deepseek routed_scaling_factor, else 1 */
+	float rms_eps;				   /* rms_norm_eps */
+	uint32_t vocab;				   /* vocab_size */
+	uint32_t n_heads, n_kv_heads, head_dim;	   /* attention shape (unused by MoE-stack mode) */
 	/* Added by the store: what full-model decode and tensor naming need. */
-	float rope_theta;		/* rope_theta (10000 when absent) */
-	bool tie_embeddings;		/* tie_word_embeddings: no lm_head.weight */
-	uint32_t q_lora_rank;		/* deepseek_v2 MLA (0 = no q LoRA: plain q_proj) */
-	uint32_t kv_lora_rank;		/* deepseek_v2 MLA */
+	float rope_theta;      /* rope_theta (10000 when absent) */
+	bool tie_embeddings;   /* tie_word_embeddings: no lm_head.weight */
+	uint32_t q_lora_rank;  /* deepseek_v2 MLA (0 = no q LoRA: plain q_proj) */
+	uint32_t kv_lora_rank; /* deepseek_v2 MLA */
 	uint32_t qk_nope_dim, qk_rope_dim, v_head_dim; /* deepseek_v2 MLA head parts */
 };
 

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 enum moem_pool_provider {
-	MOEM_POOL_AUTO = 0,	/* kmod, else hugetlb if reserved, else thp */
+	MOEM_POOL_AUTO = 0, /* kmod, else hugetlb if reserved, else thp */
 	MOEM_POOL_KMOD,
 	MOEM_POOL_HUGETLB,
 	MOEM_POOL_THP,
@@ -28,27 +28,27 @@ enum moem_pool_provider {
 
 struct moem_pool_opts {
 	enum moem_pool_provider provider;
-	uint64_t size;		/* bytes; rounded up to 2 MiB. 0 with attach: take the
+	uint64_t size;	      /* bytes; rounded up to 2 MiB. 0 with attach: take the
 				 * existing region's size */
-	const char *name;	/* kmod region name (default "moem") */
-	const char *dev_path;	/* default "/dev/moem" */
-	bool persistent;	/* kmod: region outlives the process */
-	bool attach;		/* kmod: open the named region if it exists */
-	uint32_t mode;		/* kmod: region permission bits (default 0600) */
-	bool no_lock;		/* thp: do not mlock (tests of the unlocked path) */
+	const char *name;     /* kmod region name (default "moem") */
+	const char *dev_path; /* default "/dev/moem" */
+	bool persistent;      /* kmod: region outlives the process */
+	bool attach;	      /* kmod: open the named region if it exists */
+	uint32_t mode;	      /* kmod: region permission bits (default 0600) */
+	bool no_lock;	      /* thp: do not mlock (tests of the unlocked path) */
 };
 
 struct moem_pool_info {
 	enum moem_pool_provider provider;
 	uint64_t size;
-	uint64_t page_bytes;	/* size of the backing pages: 2 MiB or 4 KiB */
-	uint64_t huge_bytes;	/* bytes the kernel reports as backed by 2 MiB pages */
-	bool pinned;		/* cannot be swapped or migrated by reclaim */
-	bool attached;		/* kmod: an existing region was opened */
+	uint64_t page_bytes; /* size of the backing pages: 2 MiB or 4 KiB */
+	uint64_t huge_bytes; /* bytes the kernel reports as backed by 2 MiB pages */
+	bool pinned;	     /* cannot be swapped or migrated by reclaim */
+	bool attached;	     /* kmod: an existing region was opened */
 	bool persistent;
-	char region[64];	/* kmod region name */
-	char why[192];		/* why this provider ("kmod not loaded: ...") */
-	char backing[128];	/* what the kernel says of the pages */
+	char region[64];   /* kmod region name */
+	char why[192];	   /* why this provider ("kmod not loaded: ...") */
+	char backing[128]; /* what the kernel says of the pages */
 };
 
 struct moem_pool;

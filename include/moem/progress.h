@@ -14,7 +14,7 @@ struct moem_progress {
 	const char *label;
 	uint64_t total, done;
 	uint64_t start_ns, last_draw_ns;
-	bool bytes;	/* show done/total as sizes and a rate */
+	bool bytes; /* show done/total as sizes and a rate */
 	bool enabled;
 	int lock;
 };

@@ -48,17 +48,17 @@ enum moem_prec {
 	MOEM_PREC_NR
 };
 
-#define MOEM_QPLANE_ALIGN	256u
-#define MOEM_QMAT_ALIGN		4096u
+#define MOEM_QPLANE_ALIGN 256u
+#define MOEM_QMAT_ALIGN	  4096u
 
 struct moem_qmat_layout {
 	enum moem_prec prec;
 	uint32_t rows, cols;
-	uint32_t group;		/* elements per scale group (0 for bf16) */
+	uint32_t group; /* elements per scale group (0 for bf16) */
 	uint32_t groups_per_row;
-	uint32_t row_bytes;	/* bytes of one data row */
+	uint32_t row_bytes;		       /* bytes of one data row */
 	uint64_t data_off, scale_off, min_off; /* scale/min 0 when absent */
-	uint64_t bytes;		/* whole matrix, multiple of MOEM_QPLANE_ALIGN */
+	uint64_t bytes;			       /* whole matrix, multiple of MOEM_QPLANE_ALIGN */
 };
 
 enum moem_expert_mat { MOEM_MAT_GATE = 0, MOEM_MAT_UP = 1, MOEM_MAT_DOWN = 2, MOEM_MAT_NR };
@@ -67,8 +67,8 @@ struct moem_expert_layout {
 	enum moem_prec prec;
 	uint32_t hidden, inter;
 	struct moem_qmat_layout mat[MOEM_MAT_NR];
-	uint64_t mat_off[MOEM_MAT_NR];	/* offset of each matrix in the blob */
-	uint64_t bytes;			/* whole blob, multiple of MOEM_QMAT_ALIGN */
+	uint64_t mat_off[MOEM_MAT_NR]; /* offset of each matrix in the blob */
+	uint64_t bytes;		       /* whole blob, multiple of MOEM_QMAT_ALIGN */
 };
 
 /* "bf16", "q8", "q4", "q2". */
@@ -85,8 +85,7 @@ double moem_prec_bits_per_weight(enum moem_prec p);
  * a dimension is zero, cols is not a multiple of the group size, or the
  * size overflows.
  */
-int moem_qmat_layout(enum moem_prec p, uint32_t rows, uint32_t cols,
-		     struct moem_qmat_layout *out);
+int moem_qmat_layout(enum moem_prec p, uint32_t rows, uint32_t cols, struct moem_qmat_layout *out);
 int moem_expert_layout(enum moem_prec p, uint32_t hidden, uint32_t inter,
 		       struct moem_expert_layout *out);
 
@@ -95,12 +94,11 @@ int moem_expert_layout(enum moem_prec p, uint32_t hidden, uint32_t inter,
  * moem_qmat_layout() says; dst_len must be at least layout.bytes. Padding
  * bytes between planes are zeroed. -ERANGE if a scale overflows fp16.
  */
-int moem_quantize(enum moem_prec p, const uint16_t *src, uint32_t rows, uint32_t cols,
-		  void *dst, uint64_t dst_len);
+int moem_quantize(enum moem_prec p, const uint16_t *src, uint32_t rows, uint32_t cols, void *dst,
+		  uint64_t dst_len);
 
 /* Dequantize row r of a matrix in the layout above into out[cols]. */
-void moem_dequantize_row(const struct moem_qmat_layout *l, const void *mat, uint32_t r,
-			 float *out);
+void moem_dequantize_row(const struct moem_qmat_layout *l, const void *mat, uint32_t r, float *out);
 
 /*
  * Worst-case |x - dequant(quant(x))| for one group of a matrix, from the
@@ -116,7 +114,6 @@ double moem_quant_group_bound(const struct moem_qmat_layout *l, const void *mat,
  * x[hidden] in float; the blob in layout l (any precision); y[hidden].
  * Slow and simple on purpose: the oracle for kernels and error reports.
  */
-int moem_ffn_ref(const struct moem_expert_layout *l, const void *blob, const float *x,
-		 double *y);
+int moem_ffn_ref(const struct moem_expert_layout *l, const void *blob, const float *x, double *y);
 
 #endif /* MOEM_QUANT_H */

@@ -26,16 +26,16 @@
 #include <stdint.h>
 
 struct moem_route_cfg {
-	uint32_t n_experts;	/* N */
-	uint32_t top_k;		/* k */
+	uint32_t n_experts; /* N */
+	uint32_t top_k;	    /* k */
 	bool norm_topk_prob;
-	float routed_scaling;	/* 1.0 unless the model says otherwise */
+	float routed_scaling; /* 1.0 unless the model says otherwise */
 };
 
 struct moem_route_out {
-	int32_t *ids;		/* [B][k] */
-	float *w;		/* [B][k] */
-	uint32_t *cnt;		/* [B] */
+	int32_t *ids;  /* [B][k] */
+	float *w;      /* [B][k] */
+	uint32_t *cnt; /* [B] */
 };
 
 /* LYNX parameters (ALGORITHMS.md sec. 1): moem default alpha 2, beta 4. */
@@ -45,8 +45,8 @@ struct moem_lynx_params {
 };
 
 /* Vanilla routing: top-k by logit per token. */
-int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z,
-		    const uint8_t *pad, struct moem_route_out *out);
+int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z, const uint8_t *pad,
+		    struct moem_route_out *out);
 
 /*
  * LYNX: bin[t,e] = max(-beta, ceil(alpha * (z[t,e] - max_j z[t,j]))),
@@ -54,8 +54,8 @@ int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z,
  * takes its own top-1 and then the best keys up to k. Callers apply it only
  * to memory-bound (decode) batches.
  */
-int moem_route_lynx(const struct moem_route_cfg *c, const struct moem_lynx_params *p,
-		    uint32_t B, const float *z, const uint8_t *pad, struct moem_route_out *out);
+int moem_route_lynx(const struct moem_route_cfg *c, const struct moem_lynx_params *p, uint32_t B,
+		    const float *z, const uint8_t *pad, struct moem_route_out *out);
 
 /*
  * OEA (simplified, p = 1, k_max = k, maxP = N): S_base = union of each
@@ -80,7 +80,7 @@ uint32_t moem_route_active(const struct moem_route_cfg *c, uint32_t B,
 			   const struct moem_route_out *out, uint8_t *active);
 
 /* Fill w for a chosen set by the model's rule (used by every router). */
-void moem_route_weights(const struct moem_route_cfg *c, const float *z_row,
-			const int32_t *ids, uint32_t cnt, float *w);
+void moem_route_weights(const struct moem_route_cfg *c, const float *z_row, const int32_t *ids,
+			uint32_t cnt, float *w);
 
 #endif /* MOEM_ROUTE_H */

@@ -14,8 +14,7 @@
  * the file and line in the message) is returned. -ENOENT if the file does
  * not exist, -EINVAL for a syntax error naming the line.
  */
-typedef int (*moem_settings_fn)(void *arg, const char *section, const char *key,
-			      const char *value);
+typedef int (*moem_settings_fn)(void *arg, const char *section, const char *key, const char *value);
 int moem_settings_load(const char *path, moem_settings_fn fn, void *arg);
 
 #endif /* MOEM_SETTINGS_H */

@@ -46,26 +46,26 @@
 
 #include "rng.h"
 
-#define MOEM_SYNTH_MAX_WORKLOADS	8
-#define MOEM_SYNTH_NAME_MAX		16
+#define MOEM_SYNTH_MAX_WORKLOADS 8
+#define MOEM_SYNTH_NAME_MAX	 16
 
 struct json_object;
 
 struct moem_synth_params {
-	uint32_t n_layers;	/* MoE layers (dense layers are not counted) */
-	uint32_t n_experts;	/* N */
-	uint32_t top_k;		/* K: intents per token per layer */
-	uint32_t n_workloads;	/* W, 1..MOEM_SYNTH_MAX_WORKLOADS */
+	uint32_t n_layers;    /* MoE layers (dense layers are not counted) */
+	uint32_t n_experts;   /* N */
+	uint32_t top_k;	      /* K: intents per token per layer */
+	uint32_t n_workloads; /* W, 1..MOEM_SYNTH_MAX_WORKLOADS */
 	char workload[MOEM_SYNTH_MAX_WORKLOADS][MOEM_SYNTH_NAME_MAX];
-	double zipf_s;		/* Zipf exponent over ranks (default 1.0) */
-	double overlap;		/* ranking overlap across workloads, 0..1 (0.3) */
-	double reshuffle;	/* ranking noise between layers, 0..1 (0.1) */
-	double layer_corr;	/* follow M[m] from the previous layer (0.6) */
-	double persist;		/* intent kept to the next token (0.5) */
-	double drift;		/* swaps per (workload, layer) per step (0.02) */
-	double mean_seq_len;	/* mean decode length of a sequence (256) */
-	double boost;		/* logit of the first intent (4.5) */
-	double noise;		/* std of logit noise (1.0) */
+	double zipf_s;	     /* Zipf exponent over ranks (default 1.0) */
+	double overlap;	     /* ranking overlap across workloads, 0..1 (0.3) */
+	double reshuffle;    /* ranking noise between layers, 0..1 (0.1) */
+	double layer_corr;   /* follow M[m] from the previous layer (0.6) */
+	double persist;	     /* intent kept to the next token (0.5) */
+	double drift;	     /* swaps per (workload, layer) per step (0.02) */
+	double mean_seq_len; /* mean decode length of a sequence (256) */
+	double boost;	     /* logit of the first intent (4.5) */
+	double noise;	     /* std of logit noise (1.0) */
 	uint64_t seed;
 };
 

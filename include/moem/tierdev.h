@@ -68,9 +68,9 @@ struct moem_tierdev {
 };
 
 struct moem_emu_opts {
-	double link_gbps;	/* modelled host -> device bandwidth, GB/s (default 25) */
-	double link_lat_us;	/* per-piece latency (10 us when opts are NULL) */
-	uint64_t granularity;	/* default 2 MiB */
+	double link_gbps;     /* modelled host -> device bandwidth, GB/s (default 25) */
+	double link_lat_us;   /* per-piece latency (10 us when opts are NULL) */
+	uint64_t granularity; /* default 2 MiB */
 	/* Compute marks complete only through moem_tierdev_emu_finish(), as
 	 * if kernels were still running on a GPU (tests of the WAR rules). */
 	bool manual_compute;

@@ -39,20 +39,20 @@
 #include "tierdev.h"
 #include "xfer.h"
 
-#define MOEM_TIER_HI	0u
-#define MOEM_TIER_LO	1u
+#define MOEM_TIER_HI 0u
+#define MOEM_TIER_LO 1u
 
 struct moem_tiers_cfg {
-	uint32_t n_layers;	/* MoE layers */
-	uint32_t n_experts;	/* routed experts per MoE layer */
-	uint32_t n_prec;	/* 1 (hi only) or 2 (hi and lo) */
-	uint64_t bytes[2];	/* blob bytes of the hi and lo versions */
-	enum moem_prec prec[2];	/* their precisions (for probes and reports) */
-	uint64_t hbm_budget;	/* bytes */
-	uint64_t hbm_capacity;	/* VA reserved = the largest HBM budget ever
+	uint32_t n_layers;	    /* MoE layers */
+	uint32_t n_experts;	    /* routed experts per MoE layer */
+	uint32_t n_prec;	    /* 1 (hi only) or 2 (hi and lo) */
+	uint64_t bytes[2];	    /* blob bytes of the hi and lo versions */
+	enum moem_prec prec[2];	    /* their precisions (for probes and reports) */
+	uint64_t hbm_budget;	    /* bytes */
+	uint64_t hbm_capacity;	    /* VA reserved = the largest HBM budget ever
 				 * accepted (0: every version of every expert) */
-	uint64_t dram_budget;	/* bytes of the pool used for staging */
-	bool allow_fallback;	/* take the other version instead of waiting */
+	uint64_t dram_budget;	    /* bytes of the pool used for staging */
+	bool allow_fallback;	    /* take the other version instead of waiting */
 	uint32_t hbm_granule_shift; /* slot granule, default 16 (64 KiB) */
 	struct moem_xfer_opts xfer;
 };
@@ -120,23 +120,23 @@ struct moem_xref {
 };
 
 enum moem_acquire {
-	MOEM_ACQ_HIT = 0,	/* the planned version, pinned in *ref */
-	MOEM_ACQ_FALLBACK = 1,	/* the other version, pinned in *ref */
-	MOEM_ACQ_PENDING = 2,	/* a fetch is on its way: call moem_tiers_wait() */
+	MOEM_ACQ_HIT = 0,      /* the planned version, pinned in *ref */
+	MOEM_ACQ_FALLBACK = 1, /* the other version, pinned in *ref */
+	MOEM_ACQ_PENDING = 2,  /* a fetch is on its way: call moem_tiers_wait() */
 };
 
 struct moem_tiers_stats {
 	uint64_t hits, misses, fallbacks;
-	uint64_t stall_ns;		/* time spent in moem_tiers_wait */
-	uint64_t bytes_nvme;		/* NVMe -> DRAM */
-	uint64_t bytes_h2d[MOEM_PRIO_NR];/* DRAM -> HBM by priority */
+	uint64_t stall_ns;		  /* time spent in moem_tiers_wait */
+	uint64_t bytes_nvme;		  /* NVMe -> DRAM */
+	uint64_t bytes_h2d[MOEM_PRIO_NR]; /* DRAM -> HBM by priority */
 	uint64_t evict_hbm, evict_dram;
 	uint64_t hbm_used, hbm_budget, hbm_mapped;
 	uint64_t dram_used, dram_budget;
-	uint64_t hbm_resident[2];	/* resident versions by precision */
+	uint64_t hbm_resident[2]; /* resident versions by precision */
 	uint64_t dram_ready;
-	double link_bw;			/* bytes/s, transfer engine EWMA */
-	uint64_t link_busy_ns;		/* device time of all copies */
+	double link_bw;	       /* bytes/s, transfer engine EWMA */
+	uint64_t link_busy_ns; /* device time of all copies */
 };
 
 struct moem_tiers;
@@ -146,9 +146,8 @@ struct moem_tiers;
  * The tiers own neither the device, the pool, the stager nor the evictors.
  */
 int moem_tiers_create(const struct moem_tiers_cfg *cfg, struct moem_tierdev *dev, void *pool,
-		      uint64_t pool_bytes, struct moem_stager *stager,
-		      struct moem_evictor *hbm_ev, struct moem_evictor *dram_ev,
-		      struct moem_tiers **out);
+		      uint64_t pool_bytes, struct moem_stager *stager, struct moem_evictor *hbm_ev,
+		      struct moem_evictor *dram_ev, struct moem_tiers **out);
 /* Drains all loads and copies, unmaps and releases the arena. */
 void moem_tiers_destroy(struct moem_tiers *t);
 
@@ -176,8 +175,7 @@ void moem_tiers_release(struct moem_tiers *t, const struct moem_xref *refs, uint
  * -EAGAIN if it would have to evict something the evictor will not give
  * up, -ENOSPC if it can never fit.
  */
-int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert,
-			enum moem_prio prio);
+int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert, enum moem_prio prio);
 /* NVMe -> DRAM only (warm-up): 0, or -EAGAIN if the DRAM budget is full. */
 int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
 /* Set the planned precision; publishes it at once if it is resident. */

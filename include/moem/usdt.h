@@ -31,44 +31,44 @@
 #ifndef MOEM_USDT_H
 #define MOEM_USDT_H
 
-#define _SDT_HAS_SEMAPHORES 1
+#define _SDT_HAS_SEMAPHORES	1
 #define STAP_SDT_ARG_CONSTRAINT nr
 #include <sys/sdt.h>
 
-#define MOEM_TIER_NVME	0
-#define MOEM_TIER_DRAM	1
-#define MOEM_TIER_HBM	2
+#define MOEM_TIER_NVME 0
+#define MOEM_TIER_DRAM 1
+#define MOEM_TIER_HBM  2
 
 extern unsigned short moem_route_semaphore, moem_fetch_semaphore, moem_stall_semaphore,
 	moem_promote_semaphore, moem_demote_semaphore;
 
 #define MOEM_USDT_ENABLED(name) __builtin_expect(moem_##name##_semaphore, 0)
 
-#define MOEM_USDT_ROUTE(layer, step, tokens, k, ids, w, n_layers, n_experts, flags)       \
+#define MOEM_USDT_ROUTE(layer, step, tokens, k, ids, w, n_layers, n_experts, flags)          \
 	do {                                                                                 \
-		if (MOEM_USDT_ENABLED(route))                                               \
-			DTRACE_PROBE9(moem, route, layer, step, tokens, k, ids, w, n_layers,  \
-				      n_experts, flags);                                      \
+		if (MOEM_USDT_ENABLED(route))                                                \
+			DTRACE_PROBE9(moem, route, layer, step, tokens, k, ids, w, n_layers, \
+				      n_experts, flags);                                     \
 	} while (0)
-#define MOEM_USDT_FETCH(layer, expert, prec, from, to, bytes, ns)                          \
-	do {                                                                                 \
-		if (MOEM_USDT_ENABLED(fetch))                                               \
+#define MOEM_USDT_FETCH(layer, expert, prec, from, to, bytes, ns)                             \
+	do {                                                                                  \
+		if (MOEM_USDT_ENABLED(fetch))                                                 \
 			DTRACE_PROBE7(moem, fetch, layer, expert, prec, from, to, bytes, ns); \
 	} while (0)
-#define MOEM_USDT_STALL(layer, expert, ns)                                                 \
-	do {                                                                                 \
-		if (MOEM_USDT_ENABLED(stall))                                               \
-			DTRACE_PROBE3(moem, stall, layer, expert, ns);                        \
+#define MOEM_USDT_STALL(layer, expert, ns)                             \
+	do {                                                           \
+		if (MOEM_USDT_ENABLED(stall))                          \
+			DTRACE_PROBE3(moem, stall, layer, expert, ns); \
 	} while (0)
-#define MOEM_USDT_PROMOTE(layer, expert, from, to)                                         \
-	do {                                                                                 \
-		if (MOEM_USDT_ENABLED(promote))                                             \
-			DTRACE_PROBE4(moem, promote, layer, expert, from, to);                \
+#define MOEM_USDT_PROMOTE(layer, expert, from, to)                             \
+	do {                                                                   \
+		if (MOEM_USDT_ENABLED(promote))                                \
+			DTRACE_PROBE4(moem, promote, layer, expert, from, to); \
 	} while (0)
-#define MOEM_USDT_DEMOTE(layer, expert, from, to)                                          \
-	do {                                                                                 \
-		if (MOEM_USDT_ENABLED(demote))                                              \
-			DTRACE_PROBE4(moem, demote, layer, expert, from, to);                 \
+#define MOEM_USDT_DEMOTE(layer, expert, from, to)                             \
+	do {                                                                  \
+		if (MOEM_USDT_ENABLED(demote))                                \
+			DTRACE_PROBE4(moem, demote, layer, expert, from, to); \
 	} while (0)
 
 #endif /* MOEM_USDT_H */

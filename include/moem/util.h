@@ -11,20 +11,20 @@
 #include <stdint.h>
 #include <time.h>
 
-#define MOEM_ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
-#define MOEM_KiB		(1024ULL)
-#define MOEM_MiB		(1024ULL * 1024)
-#define MOEM_GiB		(1024ULL * 1024 * 1024)
-#define MOEM_CHUNK_BYTES	(2ULL * 1024 * 1024)
+#define MOEM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MOEM_KiB	   (1024ULL)
+#define MOEM_MiB	   (1024ULL * 1024)
+#define MOEM_GiB	   (1024ULL * 1024 * 1024)
+#define MOEM_CHUNK_BYTES   (2ULL * 1024 * 1024)
 
-#define moem_likely(x)		__builtin_expect(!!(x), 1)
-#define moem_unlikely(x)	__builtin_expect(!!(x), 0)
-#define MOEM_UNUSED		__attribute__((unused))
-#define MOEM_PRINTF(a, b)	__attribute__((format(printf, a, b)))
+#define moem_likely(x)	  __builtin_expect(!!(x), 1)
+#define moem_unlikely(x)  __builtin_expect(!!(x), 0)
+#define MOEM_UNUSED	  __attribute__((unused))
+#define MOEM_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-#define moem_min(a, b)		((a) < (b) ? (a) : (b))
-#define moem_max(a, b)		((a) > (b) ? (a) : (b))
-#define moem_clamp(x, lo, hi)	moem_min(moem_max((x), (lo)), (hi))
+#define moem_min(a, b)	      ((a) < (b) ? (a) : (b))
+#define moem_max(a, b)	      ((a) > (b) ? (a) : (b))
+#define moem_clamp(x, lo, hi) moem_min(moem_max((x), (lo)), (hi))
 
 /* Round up to a power-of-two alignment; the caller checks for overflow. */
 static inline uint64_t moem_align_up(uint64_t x, uint64_t a)

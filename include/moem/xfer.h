@@ -15,12 +15,7 @@
 
 #include "tierdev.h"
 
-enum moem_prio {
-	MOEM_PRIO_MISS = 0,
-	MOEM_PRIO_PREFETCH = 1,
-	MOEM_PRIO_PROMOTE = 2,
-	MOEM_PRIO_NR
-};
+enum moem_prio { MOEM_PRIO_MISS = 0, MOEM_PRIO_PREFETCH = 1, MOEM_PRIO_PROMOTE = 2, MOEM_PRIO_NR };
 
 struct moem_xfer_req;
 typedef void (*moem_xfer_done_fn)(struct moem_xfer_req *r, int status);
@@ -30,9 +25,9 @@ struct moem_xfer_req {
 	moem_dptr dst;
 	const void *src;
 	uint64_t bytes;
-	uint64_t wait_compute;	/* compute seq the first piece waits for */
+	uint64_t wait_compute; /* compute seq the first piece waits for */
 	enum moem_prio prio;
-	moem_xfer_done_fn done;	/* runs once, on the engine's thread, no lock held */
+	moem_xfer_done_fn done; /* runs once, on the engine's thread, no lock held */
 	void *arg;
 	/* Owned by the engine. */
 	uint64_t issued, completed;
@@ -42,18 +37,18 @@ struct moem_xfer_req {
 };
 
 struct moem_xfer_opts {
-	uint64_t piece_bytes;	/* default 8 MiB */
-	uint32_t max_inflight;	/* pieces on the copy engine at once, default 2 */
-	double ewma_alpha;	/* default 0.2 */
-	double initial_bw;	/* bytes/s before the first measurement (default 16e9) */
+	uint64_t piece_bytes;  /* default 8 MiB */
+	uint32_t max_inflight; /* pieces on the copy engine at once, default 2 */
+	double ewma_alpha;     /* default 0.2 */
+	double initial_bw;     /* bytes/s before the first measurement (default 16e9) */
 };
 
 struct moem_xfer_stats {
 	uint64_t bytes[MOEM_PRIO_NR];
 	uint64_t requests[MOEM_PRIO_NR];
 	uint64_t pieces;
-	uint64_t queue_ns[MOEM_PRIO_NR];	/* submit -> first piece issued, summed */
-	uint64_t busy_ns;			/* device time of all pieces */
+	uint64_t queue_ns[MOEM_PRIO_NR]; /* submit -> first piece issued, summed */
+	uint64_t busy_ns;		 /* device time of all pieces */
 };
 
 struct moem_xfer;

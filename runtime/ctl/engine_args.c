@@ -11,20 +11,33 @@
 #include <moem/util.h>
 
 const struct moem_arg_def moem_engine_arg_defs[] = {
-	{"pack", false, MOEM_ARG_ENGINE},	{"hbm", false, MOEM_ARG_ENGINE},
-	{"dram", false, MOEM_ARG_ENGINE},	{"precisions", false, MOEM_ARG_ENGINE},
-	{"fallback", true, MOEM_ARG_ENGINE},	{"route", false, MOEM_ARG_ENGINE},
-	{"evict", false, MOEM_ARG_ENGINE},	{"prefetch", false, MOEM_ARG_ENGINE},
-	{"precision", false, MOEM_ARG_ENGINE},	{"paging", false, MOEM_ARG_ENGINE},
-	{"backend", false, MOEM_ARG_ENGINE},	{"threads", false, MOEM_ARG_ENGINE},
-	{"pool", false, MOEM_ARG_ENGINE},	{"region", false, MOEM_ARG_ENGINE},
-	{"persistent", true, MOEM_ARG_ENGINE},	{"link-gbps", false, MOEM_ARG_ENGINE},
-	{"loader", false, MOEM_ARG_ENGINE},	{"no-verify", true, MOEM_ARG_ENGINE},
-	{"trace-out", false, MOEM_ARG_ENGINE},	{"trace-logits", true, MOEM_ARG_ENGINE},
+	{"pack", false, MOEM_ARG_ENGINE},
+	{"hbm", false, MOEM_ARG_ENGINE},
+	{"dram", false, MOEM_ARG_ENGINE},
+	{"precisions", false, MOEM_ARG_ENGINE},
+	{"fallback", true, MOEM_ARG_ENGINE},
+	{"route", false, MOEM_ARG_ENGINE},
+	{"evict", false, MOEM_ARG_ENGINE},
+	{"prefetch", false, MOEM_ARG_ENGINE},
+	{"precision", false, MOEM_ARG_ENGINE},
+	{"paging", false, MOEM_ARG_ENGINE},
+	{"backend", false, MOEM_ARG_ENGINE},
+	{"threads", false, MOEM_ARG_ENGINE},
+	{"pool", false, MOEM_ARG_ENGINE},
+	{"region", false, MOEM_ARG_ENGINE},
+	{"persistent", true, MOEM_ARG_ENGINE},
+	{"link-gbps", false, MOEM_ARG_ENGINE},
+	{"loader", false, MOEM_ARG_ENGINE},
+	{"no-verify", true, MOEM_ARG_ENGINE},
+	{"trace-out", false, MOEM_ARG_ENGINE},
+	{"trace-logits", true, MOEM_ARG_ENGINE},
 	{"hotness", false, MOEM_ARG_ENGINE},
-	{"workload", false, MOEM_ARG_WORKLOAD}, {"batch", false, MOEM_ARG_WORKLOAD},
-	{"steps", false, MOEM_ARG_WORKLOAD},	{"mix", false, MOEM_ARG_WORKLOAD},
-	{"seed", false, MOEM_ARG_WORKLOAD},	{NULL, false, 0},
+	{"workload", false, MOEM_ARG_WORKLOAD},
+	{"batch", false, MOEM_ARG_WORKLOAD},
+	{"steps", false, MOEM_ARG_WORKLOAD},
+	{"mix", false, MOEM_ARG_WORKLOAD},
+	{"seed", false, MOEM_ARG_WORKLOAD},
+	{NULL, false, 0},
 };
 
 const struct moem_arg_def *moem_engine_arg_find(const char *name)
@@ -49,9 +62,9 @@ void moem_engine_args_init(struct moem_engine_args *a)
 static const char **owned(struct moem_engine_args *a, int i)
 {
 	const char **f[N_OWNED] = {
-		&a->o.pack_path, &a->o.backend, &a->o.route,	 &a->o.evict, &a->o.prefetch,
-		&a->o.precision, &a->o.paging,	&a->o.trace_out, &a->w.mix,   &a->w.path,
-		&a->o.hotness,
+		&a->o.pack_path, &a->o.backend,	  &a->o.route,	 &a->o.evict,
+		&a->o.prefetch,	 &a->o.precision, &a->o.paging,	 &a->o.trace_out,
+		&a->w.mix,	 &a->w.path,	  &a->o.hotness,
 	};
 
 	return f[i];

@@ -43,7 +43,8 @@ int moem_budget_lookup(const char *name, enum moem_budget_knob *out)
 		}
 	}
 	return moem_errf(EINVAL,
-			 "unknown knob '%s' (hbm_bytes, dram_bytes, hi_precision_permille, prefetch_depth, reroute)",
+			 "unknown knob '%s' (hbm_bytes, dram_bytes, hi_precision_permille, "
+			 "prefetch_depth, reroute)",
 			 name);
 }
 
@@ -60,8 +61,8 @@ int moem_reroute_parse(const char *s, enum moem_reroute *out)
 			return 0;
 		}
 	}
-	return moem_errf(EINVAL, "unknown reroute policy '%s' (none, lynx, oea, cache-aware, piggyback)",
-			 s);
+	return moem_errf(
+		EINVAL, "unknown reroute policy '%s' (none, lynx, oea, cache-aware, piggyback)", s);
 }
 
 int moem_budget_validate(enum moem_budget_knob knob, uint64_t v)
@@ -114,11 +115,13 @@ int moem_budget_parse(enum moem_budget_knob knob, const char *s, uint64_t *value
 		unsigned long long v;
 
 		if (!*s || *s == '-' || *s == '+')
-			return moem_errf(EINVAL, "%s: '%s' is not a number", moem_budget_name(knob), s);
+			return moem_errf(EINVAL, "%s: '%s' is not a number", moem_budget_name(knob),
+					 s);
 		errno = 0;
 		v = strtoull(s, &end, 10);
 		if (errno || *end)
-			return moem_errf(EINVAL, "%s: '%s' is not a number", moem_budget_name(knob), s);
+			return moem_errf(EINVAL, "%s: '%s' is not a number", moem_budget_name(knob),
+					 s);
 		*value = v;
 	}
 	return moem_budget_validate(knob, *value);

@@ -60,12 +60,12 @@ int moem_dev_open(const char *path, int *out)
 	if ((v.abi_version >> 16) != (MOEM_ABI_VERSION >> 16) ||
 	    v.min_lib_version > MOEM_LIB_VERSION) {
 		close(fd);
-		return moem_errf(EPROTO,
-				 "%s: module ABI %u.%u needs library >= %u.%u; this is %u.%u (ABI %u.x)",
-				 path, v.abi_version >> 16, v.abi_version & 0xffff,
-				 v.min_lib_version >> 16, v.min_lib_version & 0xffff,
-				 MOEM_LIB_VERSION >> 16, MOEM_LIB_VERSION & 0xffff,
-				 MOEM_ABI_VERSION >> 16);
+		return moem_errf(
+			EPROTO,
+			"%s: module ABI %u.%u needs library >= %u.%u; this is %u.%u (ABI %u.x)",
+			path, v.abi_version >> 16, v.abi_version & 0xffff, v.min_lib_version >> 16,
+			v.min_lib_version & 0xffff, MOEM_LIB_VERSION >> 16,
+			MOEM_LIB_VERSION & 0xffff, MOEM_ABI_VERSION >> 16);
 	}
 	*out = fd;
 	return 0;

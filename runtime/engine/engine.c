@@ -111,8 +111,8 @@ static int load_fixed(struct moem_engine *e)
 	for (uint32_t l = 0; l < c->n_layers && !ret; l++) {
 		const struct moem_pack_blob *b;
 
-		ret = upload_bf16(e, moem_pack_tensor_role(e->pack, MOEM_TR_POST_NORM, l), c->hidden,
-				  &e->norm[l]);
+		ret = upload_bf16(e, moem_pack_tensor_role(e->pack, MOEM_TR_POST_NORM, l),
+				  c->hidden, &e->norm[l]);
 		if (ret)
 			break;
 		if (e->moe_idx[l] < 0) {
@@ -146,11 +146,11 @@ static int alloc_acts(struct moem_engine *e)
 		moem_dptr *p;
 		uint64_t bytes;
 	} a[] = {
-		{ &e->h, B * H * 4 },	     { &e->xb, B * H * 2 },
-		{ &e->logits, B * N * 4 },   { &e->ids, B * K * 4 },
-		{ &e->w, B * K * 4 },	     { &e->cnt, B * 4 },
-		{ &e->out, B * K * H * 4 },  { &e->shout, B * H * 4 },
-		{ &e->resident, N },	     { &e->counts, (uint64_t)e->n_moe * N * 4 },
+		{&e->h, B * H * 4},	  {&e->xb, B * H * 2},
+		{&e->logits, B * N * 4},  {&e->ids, B * K * 4},
+		{&e->w, B * K * 4},	  {&e->cnt, B * 4},
+		{&e->out, B * K * H * 4}, {&e->shout, B * H * 4},
+		{&e->resident, N},	  {&e->counts, (uint64_t)e->n_moe * N * 4},
 	};
 	int ret;
 
@@ -188,20 +188,21 @@ static int pick_precisions(struct moem_engine *e)
 	for (uint32_t i = 0; i < e->n_prec; i++) {
 		if (!(mask & (1u << e->prec[i])))
 			return moem_errf(ENOENT, "the pack has no %s experts (it has:%s%s%s%s)",
-					 moem_prec_name(e->prec[i]),
-					 mask & 1 ? " bf16" : "", mask & 2 ? " q8" : "",
-					 mask & 4 ? " q4" : "", mask & 8 ? " q2" : "");
+					 moem_prec_name(e->prec[i]), mask & 1 ? " bf16" : "",
+					 mask & 2 ? " q8" : "", mask & 4 ? " q4" : "",
+					 mask & 8 ? " q2" : "");
 		ret = moem_expert_layout(e->prec[i], c->hidden, c->moe_inter, &l);
 		if (ret)
 			return ret;
 		e->blob_bytes[i] = l.bytes;
 	}
 	if (e->n_prec == 2 && e->prec[0] == e->prec[1])
-		return moem_errf(EINVAL, "hi and lo precisions are both %s", moem_prec_name(e->prec[0]));
+		return moem_errf(EINVAL, "hi and lo precisions are both %s",
+				 moem_prec_name(e->prec[0]));
 	e->arena_bytes = 0;
 	for (uint32_t i = 0; i < e->n_prec; i++)
-		e->arena_bytes += (uint64_t)e->n_moe * c->n_experts *
-				  moem_align_up(e->blob_bytes[i], 65536);
+		e->arena_bytes +=
+			(uint64_t)e->n_moe * c->n_experts * moem_align_up(e->blob_bytes[i], 65536);
 	return 0;
 }
 
@@ -241,14 +242,14 @@ static int open_tiers(struct moem_engine *e)
 		.n_layers = e->n_moe,
 		.n_experts = e->cfg->n_experts,
 		.n_prec = e->n_prec,
-		.bytes = { e->blob_bytes[0], e->blob_bytes[1] },
-		.prec = { e->prec[0], e->prec[1] },
+		.bytes = {e->blob_bytes[0], e->blob_bytes[1]},
+		.prec = {e->prec[0], e->prec[1]},
 		.hbm_budget = e->o.hbm_budget,
 		.hbm_capacity = e->arena_bytes,
 		.dram_budget = e->o.dram_budget,
 		.allow_fallback = e->o.allow_fallback,
 	};
-	struct moem_emu_opts eo = { .link_gbps = e->o.link_gbps, .link_lat_us = 10 };
+	struct moem_emu_opts eo = {.link_gbps = e->o.link_gbps, .link_lat_us = 10};
 	int ret;
 
 	if (moem_backend_kind(e->be) == MOEM_BACKEND_CUDA)
@@ -272,7 +273,7 @@ static int open_tiers(struct moem_engine *e)
 
 int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 {
-	struct moem_backend_opts bo = { .threads = o->threads };
+	struct moem_backend_opts bo = {.threads = o->threads};
 	struct moem_engine *e;
 	int ret;
 
@@ -366,7 +367,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	e->applied_dram = e->o.dram_budget;
 	e->knob[MOEM_BUDGET_HI_PRECISION_PERMILLE] = 1000;
 	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
-	e->knob[MOEM_BUDGET_REROUTE] = (uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
+	e->knob[MOEM_BUDGET_REROUTE] =
+		(uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
 	e->prefetch_cap = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
 	*out = e;
 	return 0;
@@ -393,8 +395,8 @@ void moem_engine_close(struct moem_engine *e)
 	moem_pack_stager_destroy(e->stager);
 	moem_loader_destroy(e->ld);
 	if (e->be) {
-		moem_dptr bufs[] = { e->h, e->xb, e->logits, e->ids, e->w, e->cnt, e->out, e->shout,
-				     e->resident, e->counts };
+		moem_dptr bufs[] = {e->h,   e->xb,  e->logits, e->ids,	    e->w,
+				    e->cnt, e->out, e->shout,  e->resident, e->counts};
 
 		moem_be_sync(e->be);
 		for (size_t i = 0; i < MOEM_ARRAY_SIZE(bufs); i++)
@@ -544,8 +546,8 @@ int eng_apply_knobs(struct moem_engine *e)
 		e->prefetch_cap = (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH];
 	__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
 	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dx) {
-		uint32_t n_hi = (uint32_t)(k[MOEM_BUDGET_HI_PRECISION_PERMILLE] * e->cfg->n_experts /
-					   1000);
+		uint32_t n_hi =
+			(uint32_t)(k[MOEM_BUDGET_HI_PRECISION_PERMILLE] * e->cfg->n_experts / 1000);
 		uint32_t cap;
 
 		if (moem_dynaexq_n_hi(k[MOEM_BUDGET_HBM_BYTES] ? k[MOEM_BUDGET_HBM_BYTES]

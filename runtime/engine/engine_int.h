@@ -22,8 +22,8 @@ struct eng_evictor {
 	struct moem_evictor ev;
 	struct moem_evict *pol;
 	enum moem_evict_kind kind;
-	uint64_t pos;		/* the layer clock, set by the engine */
-	uint8_t *protect;	/* [versions]: never evicted (paging resident set) */
+	uint64_t pos;	  /* the layer clock, set by the engine */
+	uint8_t *protect; /* [versions]: never evicted (paging resident set) */
 	bool (*ok)(void *arg, uint32_t id);
 	void *ok_arg;
 };
@@ -35,13 +35,13 @@ struct moem_engine {
 	struct moem_pack *pack;
 	const struct moem_model_config *cfg;
 	uint32_t n_moe;
-	uint32_t *moe_layer;	/* [n_moe] model layer of each MoE layer */
-	int32_t *moe_idx;	/* [n_layers] MoE index or -1 */
+	uint32_t *moe_layer; /* [n_moe] model layer of each MoE layer */
+	int32_t *moe_idx;    /* [n_layers] MoE index or -1 */
 
 	struct moem_backend *be;
 	struct moem_pool *pool;
 	struct moem_pool_info pool_info;
-	uint8_t *dram;		/* staging area inside the pool (after the directory) */
+	uint8_t *dram; /* staging area inside the pool (after the directory) */
 	uint64_t dram_bytes;
 	struct moem_loader *ld;
 	uint32_t ld_file;
@@ -53,15 +53,15 @@ struct moem_engine {
 	uint32_t n_prec;
 	enum moem_prec prec[2];
 	uint64_t blob_bytes[2];
-	uint64_t arena_bytes;	/* every managed version of every expert */
-	bool warm;		/* staged experts were adopted from a persistent region */
+	uint64_t arena_bytes; /* every managed version of every expert */
+	bool warm;	      /* staged experts were adopted from a persistent region */
 	uint64_t adopted;
 
 	/* Fixed weights, resident for the engine's lifetime. */
-	moem_dptr *gate;	/* [n_moe] bf16 [N][H] */
-	moem_dptr *norm;	/* [n_layers] bf16 [H] (post-attention norm) */
-	moem_dptr *shared;	/* [n_layers] shared-expert blob or 0 */
-	moem_dptr *dense;	/* [n_layers] dense MLP blob or 0 */
+	moem_dptr *gate;   /* [n_moe] bf16 [N][H] */
+	moem_dptr *norm;   /* [n_layers] bf16 [H] (post-attention norm) */
+	moem_dptr *shared; /* [n_layers] shared-expert blob or 0 */
+	moem_dptr *dense;  /* [n_layers] dense MLP blob or 0 */
 	struct moem_expert_layout shared_l, dense_l;
 	uint64_t fixed_bytes;
 
@@ -72,29 +72,29 @@ struct moem_engine {
 	float *w_host;
 	uint32_t *cnt_host;
 	uint8_t *res_host;
-	uint32_t *counts_host;	/* [n_moe][N] histogram read back per interval */
+	uint32_t *counts_host; /* [n_moe][N] histogram read back per interval */
 
 	/* Policies. */
 	struct moem_route_policy rp;
 	struct moem_prefetch *pf;
 	struct moem_dynaexq *dx;
 	struct moem_paging *pg;
-	struct moem_hot *hot;	/* paging's hotness */
-	uint64_t pos;		/* layer clock: step * n_moe + MoE layer */
+	struct moem_hot *hot; /* paging's hotness */
+	uint64_t pos;	      /* layer clock: step * n_moe + MoE layer */
 	uint64_t interval_start_ns;
 	struct moem_dx_action *dx_inflight;
 	uint32_t n_dx_inflight, cap_dx_inflight;
-	uint32_t prefetch_cap;	/* knob: 0 = off, else the largest horizon */
+	uint32_t prefetch_cap;		    /* knob: 0 = off, else the largest horizon */
 	uint64_t pf_last_bytes, pf_last_ns; /* transfer totals fed to prefetch */
 	uint64_t last_layer_ns;
 
 	/* Knobs from other threads, applied at layer boundaries. */
 	pthread_mutex_t knob_lock;
 	uint64_t knob[MOEM_BUDGET_NR];
-	uint32_t knob_dirty;	/* bit per knob */
+	uint32_t knob_dirty; /* bit per knob */
 	volatile int stop;
-	volatile int running;	/* a moem_engine_run() is in progress */
-	volatile int busy;	/* the engine thread's role is taken (eng_claim) */
+	volatile int running; /* a moem_engine_run() is in progress */
+	volatile int busy;    /* the engine thread's role is taken (eng_claim) */
 
 	/* Totals for status (under knob_lock). */
 	struct moem_step_stats total;
@@ -104,7 +104,7 @@ struct moem_engine {
 	/* The trace the next run writes (under knob_lock; NULL: none). */
 	char *trace_path;
 	bool trace_logits;
-	uint64_t knobs_applied_ns;	/* when a knob change last took effect */
+	uint64_t knobs_applied_ns; /* when a knob change last took effect */
 	/* Budgets go to the tiers from any thread, one at a time, with the
 	 * knob values current at that moment (eng_apply_budget). */
 	pthread_mutex_t budget_lock;
@@ -112,7 +112,7 @@ struct moem_engine {
 
 	/* Route counts and the hotness source (hotness.c). */
 	uint64_t *route_counts;		/* [n_moe][N] since open, from the host ids */
-	struct moem_bpf_route *hot_bpf;	/* hotness "bpf": our own moem_hot, or NULL */
+	struct moem_bpf_route *hot_bpf; /* hotness "bpf": our own moem_hot, or NULL */
 	uint64_t *hot_prev, *hot_cur;	/* [n_moe][N] moem_hot at the last interval, now */
 	uint32_t *hot_delta;		/* [N] */
 	char hotness[96];		/* what serves, for status */
@@ -149,8 +149,8 @@ void eng_warm_note(struct moem_engine *e);
  * from another thread claims it briefly, only if free, and a long claim
  * waits for that to end rather than fail.
  */
-#define ENG_BUSY_WORK	1
-#define ENG_BUSY_BRIEF	2
+#define ENG_BUSY_WORK  1
+#define ENG_BUSY_BRIEF 2
 int eng_claim(struct moem_engine *e);
 bool eng_claim_brief(struct moem_engine *e);
 void eng_unclaim(struct moem_engine *e);

@@ -46,8 +46,9 @@ int moem_hidden_open(const char *path, uint32_t hidden, struct moem_hidden *h)
 	}
 	if (hdr.hidden != hidden || !hdr.batch || hdr.batch > 64 || !hdr.steps) {
 		close(h->fd);
-		return moem_errf(EINVAL, "%s: hidden %u, batch %u, %llu steps (the model has hidden %u)",
-				 path, hdr.hidden, hdr.batch, (unsigned long long)hdr.steps, hidden);
+		return moem_errf(
+			EINVAL, "%s: hidden %u, batch %u, %llu steps (the model has hidden %u)",
+			path, hdr.hidden, hdr.batch, (unsigned long long)hdr.steps, hidden);
 	}
 	if (__builtin_mul_overflow(hdr.steps, (uint64_t)hdr.batch * hidden * 4, &need) ||
 	    need + sizeof(hdr) != (uint64_t)st.st_size) {
@@ -84,8 +85,8 @@ void moem_hidden_close(struct moem_hidden *h)
 	h->fd = -1;
 }
 
-int moem_hidden_write_synth(const char *pack_path, const char *mix, uint64_t seed,
-			    uint32_t batch, uint64_t steps, const char *out_path)
+int moem_hidden_write_synth(const char *pack_path, const char *mix, uint64_t seed, uint32_t batch,
+			    uint64_t steps, const char *out_path)
 {
 	struct moem_synth_params sp;
 	double m[MOEM_SYNTH_MAX_WORKLOADS];

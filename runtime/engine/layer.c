@@ -19,7 +19,7 @@
 
 struct group {
 	uint32_t expert;
-	uint32_t first, n;	/* into assign[] */
+	uint32_t first, n; /* into assign[] */
 	int pending;
 	struct moem_xref ref;
 };
@@ -40,9 +40,16 @@ static int run_groups(struct layer_ctx *c, struct group **gs, uint32_t n)
 	struct moem_ffn_expert ex[MOEM_MAX_EXPERTS];
 	struct moem_xref refs[MOEM_MAX_EXPERTS];
 	struct moem_ffn_args a = {
-		.B = c->B, .H = e->cfg->hidden, .I = e->cfg->moe_inter, .n_slots = e->cfg->top_k,
-		.x = e->xb, .out = e->out, .n_experts = n, .experts = ex,
-		.n_assign = c->n_assign, .assign = c->assign,
+		.B = c->B,
+		.H = e->cfg->hidden,
+		.I = e->cfg->moe_inter,
+		.n_slots = e->cfg->top_k,
+		.x = e->xb,
+		.out = e->out,
+		.n_experts = n,
+		.experts = ex,
+		.n_assign = c->n_assign,
+		.assign = c->assign,
 	};
 	uint64_t seq;
 	int ret;
@@ -71,8 +78,9 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 
 	if (rp) {
 		if (rp->tokens != B || rp->layer != m)
-			return moem_errf(EINVAL, "replayed trace record (step %llu layer %u, %u tokens) "
-						 "does not match the run (layer %u, %u tokens)",
+			return moem_errf(EINVAL,
+					 "replayed trace record (step %llu layer %u, %u tokens) "
+					 "does not match the run (layer %u, %u tokens)",
 					 (unsigned long long)rp->step, rp->layer, rp->tokens, m, B);
 		memcpy(e->ids_host, rp->ids, sizeof(int32_t) * B * K);
 		memcpy(e->w_host, rp->w, sizeof(float) * B * K);
@@ -84,11 +92,16 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 			ret = moem_be_htod(e->be, e->cnt, e->cnt_host, sizeof(uint32_t) * B, NULL);
 		return ret;
 	} else {
-		struct moem_router_args ra = { B, c->hidden, N, e->xb, e->gate[m], e->logits };
+		struct moem_router_args ra = {B, c->hidden, N, e->xb, e->gate[m], e->logits};
 		struct moem_route_args a = {
-			.cfg = { N, K, c->norm_topk_prob, c->routed_scaling },
-			.lynx = e->rp.lynx, .k0 = e->rp.k0, .B = B, .logits = e->logits,
-			.ids = e->ids, .w = e->w, .cnt = e->cnt,
+			.cfg = {N, K, c->norm_topk_prob, c->routed_scaling},
+			.lynx = e->rp.lynx,
+			.k0 = e->rp.k0,
+			.B = B,
+			.logits = e->logits,
+			.ids = e->ids,
+			.w = e->w,
+			.cnt = e->cnt,
 		};
 
 		switch (e->rp.kind) {
@@ -116,7 +129,8 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 		if (!ret)
 			ret = moem_op_route(e->be, NULL, &a);
 		if (!ret)
-			ret = moem_be_dtoh(e->be, e->ids_host, e->ids, sizeof(int32_t) * B * K, NULL);
+			ret = moem_be_dtoh(e->be, e->ids_host, e->ids, sizeof(int32_t) * B * K,
+					   NULL);
 		if (!ret)
 			ret = moem_be_dtoh(e->be, e->w_host, e->w, sizeof(float) * B * K, NULL);
 		if (!ret)
@@ -132,17 +146,24 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 
 static int dense_layer(struct moem_engine *e, uint32_t l, uint32_t B)
 {
-	struct moem_ffn_expert ex = { e->dense[l], MOEM_PREC_BF16, 0, B };
+	struct moem_ffn_expert ex = {e->dense[l], MOEM_PREC_BF16, 0, B};
 	struct moem_ffn_assign as[ENG_MAX_B];
-	struct moem_ffn_args a = { .B = B, .H = e->cfg->hidden, .I = e->dense_l.inter,
-				   .n_slots = 1, .x = e->xb, .out = e->shout, .n_experts = 1,
-				   .experts = &ex, .n_assign = B, .assign = as };
-	struct moem_combine_args c = { .B = B, .H = e->cfg->hidden, .h = e->h, .k = 0,
-				       .n_shared = 1, .shared = e->shout };
+	struct moem_ffn_args a = {.B = B,
+				  .H = e->cfg->hidden,
+				  .I = e->dense_l.inter,
+				  .n_slots = 1,
+				  .x = e->xb,
+				  .out = e->shout,
+				  .n_experts = 1,
+				  .experts = &ex,
+				  .n_assign = B,
+				  .assign = as};
+	struct moem_combine_args c = {
+		.B = B, .H = e->cfg->hidden, .h = e->h, .k = 0, .n_shared = 1, .shared = e->shout};
 	int ret;
 
 	for (uint32_t t = 0; t < B; t++)
-		as[t] = (struct moem_ffn_assign){ (uint16_t)t, 0 };
+		as[t] = (struct moem_ffn_assign){(uint16_t)t, 0};
 	ret = moem_op_ffn(e->be, NULL, &a);
 	if (!ret)
 		ret = moem_op_combine(e->be, NULL, &c);
@@ -167,7 +188,7 @@ static void build_groups(struct layer_ctx *c, const uint32_t *order, uint32_t n)
 			for (uint32_t j = 0; j < e->cnt_host[t]; j++)
 				if (e->ids_host[t * K + j] == (int32_t)order[i])
 					c->assign[c->n_assign++] =
-						(struct moem_ffn_assign){ (uint16_t)t, (uint16_t)j };
+						(struct moem_ffn_assign){(uint16_t)t, (uint16_t)j};
 		g->n = c->n_assign - g->first;
 	}
 }
@@ -213,7 +234,8 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 			} else if (done_pend < n_pend) {
 				ret = finish_pending(c, pend[done_pend++], st);
 			} else {
-				return moem_errf(ENOSPC, "layer %u expert %u: no HBM slot can be freed",
+				return moem_errf(ENOSPC,
+						 "layer %u expert %u: no HBM slot can be freed",
 						 e->moe_layer[c->m], g->expert);
 			}
 			if (ret)
@@ -248,9 +270,9 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 {
 	const struct moem_model_config *cfg = e->cfg;
 	const uint32_t N = cfg->n_experts, K = cfg->top_k;
-	struct moem_rmsnorm_args ra = { B, cfg->hidden, cfg->rms_eps, e->h, e->norm[l], e->xb };
+	struct moem_rmsnorm_args ra = {B, cfg->hidden, cfg->rms_eps, e->h, e->norm[l], e->xb};
 	static __thread struct layer_ctx c;
-	uint8_t active[MOEM_MAX_EXPERTS] = { 0 };
+	uint8_t active[MOEM_MAX_EXPERTS] = {0};
 	uint32_t order[MOEM_MAX_EXPERTS], n_order, n_res, T = 0, m;
 	uint64_t t0 = moem_now_ns();
 	int ret;
@@ -267,7 +289,7 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	if (ret)
 		return ret;
 	{
-		struct moem_hist_args h = { B, K, N, m, e->n_moe, e->ids, e->cnt, e->counts };
+		struct moem_hist_args h = {B, K, N, m, e->n_moe, e->ids, e->cnt, e->counts};
 
 		ret = moem_op_histogram(e->be, NULL, &h);
 		if (ret)
@@ -287,8 +309,10 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
 			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
 	if (e->trace) {
-		struct moem_trace_rec r = { step, m, B, e->ids_host, e->w_host,
-					    e->o.trace_logits ? e->logits_host : NULL, NULL };
+		struct moem_trace_rec r = {step,      m,
+					   B,	      e->ids_host,
+					   e->w_host, e->o.trace_logits ? e->logits_host : NULL,
+					   NULL};
 
 		ret = moem_trace_write(e->trace, &r);
 		if (ret)
@@ -310,22 +334,34 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	if (ret)
 		return ret;
 	if (e->shared[l]) {
-		struct moem_ffn_expert ex = { e->shared[l], MOEM_PREC_BF16, 0, B };
-		struct moem_ffn_args a = { .B = B, .H = cfg->hidden, .I = e->shared_l.inter,
-					   .n_slots = 1, .x = e->xb, .out = e->shout,
-					   .n_experts = 1, .experts = &ex, .n_assign = B,
-					   .assign = c.assign };
+		struct moem_ffn_expert ex = {e->shared[l], MOEM_PREC_BF16, 0, B};
+		struct moem_ffn_args a = {.B = B,
+					  .H = cfg->hidden,
+					  .I = e->shared_l.inter,
+					  .n_slots = 1,
+					  .x = e->xb,
+					  .out = e->shout,
+					  .n_experts = 1,
+					  .experts = &ex,
+					  .n_assign = B,
+					  .assign = c.assign};
 
 		for (uint32_t t = 0; t < B; t++)
-			c.assign[t] = (struct moem_ffn_assign){ (uint16_t)t, 0 };
+			c.assign[t] = (struct moem_ffn_assign){(uint16_t)t, 0};
 		ret = moem_op_ffn(e->be, NULL, &a);
 		if (ret)
 			return ret;
 	}
 	{
-		struct moem_combine_args a = { .B = B, .H = cfg->hidden, .h = e->h, .k = K,
-					       .routed = e->out, .w = e->w, .cnt = e->cnt,
-					       .n_shared = e->shared[l] ? 1 : 0, .shared = e->shout };
+		struct moem_combine_args a = {.B = B,
+					      .H = cfg->hidden,
+					      .h = e->h,
+					      .k = K,
+					      .routed = e->out,
+					      .w = e->w,
+					      .cnt = e->cnt,
+					      .n_shared = e->shared[l] ? 1 : 0,
+					      .shared = e->shout};
 
 		ret = moem_op_combine(e->be, NULL, &a);
 		if (ret)

@@ -67,8 +67,8 @@ static int ev_pick(struct moem_evictor *ev, uint32_t incoming, enum moem_prio pr
 	if (prio == MOEM_PRIO_MISS || incoming == MOEM_NO_VERSION)
 		return moem_evict_victim(x->pol, x->pos, 0, ev_ok, x, id);
 	if (x->kind == MOEM_EVICT_PRED)
-		return moem_evict_victim_below(x->pol, x->pos,
-					       moem_evict_get_score(x->pol, incoming), ev_ok, x, id);
+		return moem_evict_victim_below(
+			x->pol, x->pos, moem_evict_get_score(x->pol, incoming), ev_ok, x, id);
 	return moem_evict_victim(x->pol, x->pos, MOEM_EVICT_LOW_ONLY, ev_ok, x, id);
 }
 
@@ -150,8 +150,8 @@ static int open_precision(struct moem_engine *e)
 	e->o.allow_fallback = true;
 	ret = moem_dynaexq_create(&c, &e->dx);
 	if (!ret)
-		moem_info("precision: dynaexq %s/%s, %u hi experts per layer",
-			  moem_prec_name(c.hi), moem_prec_name(c.lo), c.n_hi);
+		moem_info("precision: dynaexq %s/%s, %u hi experts per layer", moem_prec_name(c.hi),
+			  moem_prec_name(c.lo), c.n_hi);
 	return ret;
 }
 
@@ -179,7 +179,8 @@ static int open_paging(struct moem_engine *e)
 		return moem_err_prefix(-ret, "--paging");
 	if (e->o.hbm_budget < window)
 		return moem_errf(ENOSPC,
-				 "--paging fluxmoe needs an HBM budget of at least two layers of experts (%llu bytes), have %llu",
+				 "--paging fluxmoe needs an HBM budget of at least two layers of "
+				 "experts (%llu bytes), have %llu",
 				 (unsigned long long)window, (unsigned long long)e->o.hbm_budget);
 	c.n_layers = e->n_moe;
 	c.n_experts = e->cfg->n_experts;
@@ -224,7 +225,8 @@ int eng_policies_open(struct moem_engine *e)
 	}
 	if (!is_none(e->paging_spec)) {
 		if (e->pf)
-			return moem_errf(EINVAL, "--paging and --prefetch are alternatives: pick one");
+			return moem_errf(EINVAL,
+					 "--paging and --prefetch are alternatives: pick one");
 		ret = open_paging(e);
 		if (ret)
 			return ret;
@@ -372,9 +374,11 @@ static void precision_layer(struct moem_engine *e, uint64_t now)
 			break;
 		}
 		if (a.promote)
-			MOEM_USDT_PROMOTE(a.layer, a.expert, (uint32_t)e->prec[1], (uint32_t)e->prec[0]);
+			MOEM_USDT_PROMOTE(a.layer, a.expert, (uint32_t)e->prec[1],
+					  (uint32_t)e->prec[0]);
 		else
-			MOEM_USDT_DEMOTE(a.layer, a.expert, (uint32_t)e->prec[0], (uint32_t)e->prec[1]);
+			MOEM_USDT_DEMOTE(a.layer, a.expert, (uint32_t)e->prec[0],
+					 (uint32_t)e->prec[1]);
 		e->dx_inflight[e->n_dx_inflight++] = a;
 	}
 }

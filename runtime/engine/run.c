@@ -50,7 +50,8 @@ static int open_synth(struct moem_engine *e, const struct moem_workload *w, stru
 	if (ret == -ENOENT && !required)
 		return 0;
 	if (ret)
-		return moem_errf(-ret, "the pack is not a synthetic model: give a hidden-state file");
+		return moem_errf(-ret,
+				 "the pack is not a synthetic model: give a hidden-state file");
 	if (w->seed)
 		sp.seed = w->seed;
 	ret = moem_synth_parse_mix(&sp, w->mix, mix);
@@ -77,11 +78,12 @@ static int open_source(struct moem_engine *e, const struct moem_workload *w, str
 		if (ret)
 			return ret;
 		if (s->hid.batch != w->batch)
-			return moem_errf(EINVAL, "%s holds batches of %u tokens, the run asks for %u",
+			return moem_errf(EINVAL,
+					 "%s holds batches of %u tokens, the run asks for %u",
 					 w->path, s->hid.batch, w->batch);
 		if (s->hid.steps < w->steps)
-			return moem_errf(EINVAL, "%s holds %llu steps, the run asks for %llu", w->path,
-					 (unsigned long long)s->hid.steps,
+			return moem_errf(EINVAL, "%s holds %llu steps, the run asks for %llu",
+					 w->path, (unsigned long long)s->hid.steps,
 					 (unsigned long long)w->steps);
 		return 0;
 	case MOEM_WL_TRACE:
@@ -92,7 +94,8 @@ static int open_source(struct moem_engine *e, const struct moem_workload *w, str
 		if (ti->n_layers != e->n_moe || ti->n_experts != e->cfg->n_experts ||
 		    ti->top_k != e->cfg->top_k)
 			return moem_errf(EINVAL,
-					 "%s: trace shape %u layers x %u experts, top-%u; the model is %u x %u, top-%u",
+					 "%s: trace shape %u layers x %u experts, top-%u; the "
+					 "model is %u x %u, top-%u",
 					 w->path, ti->n_layers, ti->n_experts, ti->top_k, e->n_moe,
 					 e->cfg->n_experts, e->cfg->top_k);
 		/* Hidden states only feed the FFN here: synthetic if we can. */
@@ -145,12 +148,12 @@ int eng_claim(struct moem_engine *e)
 	for (;;) {
 		int was = 0;
 
-		if (__atomic_compare_exchange_n(&e->busy, &was, ENG_BUSY_WORK, false, __ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE))
+		if (__atomic_compare_exchange_n(&e->busy, &was, ENG_BUSY_WORK, false,
+						__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			return 0;
 		if (was == ENG_BUSY_WORK)
-			return moem_errf(EBUSY,
-					 "the engine is busy (a run, warm-up or verification is in progress)");
+			return moem_errf(EBUSY, "the engine is busy (a run, warm-up or "
+						"verification is in progress)");
 		sched_yield(); /* moem_engine_apply_knobs() holds it for a moment */
 	}
 }
@@ -218,7 +221,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 	int ret;
 
 	if (!B || B > ENG_MAX_B)
-		return moem_errf(EINVAL, "batch %u: moem decodes 1..%d tokens per step", B, ENG_MAX_B);
+		return moem_errf(EINVAL, "batch %u: moem decodes 1..%d tokens per step", B,
+				 ENG_MAX_B);
 	if (!w->steps)
 		return moem_errf(EINVAL, "no steps to run");
 	if (eng_claim(e))
@@ -231,7 +235,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 	ret = open_source(e, w, &src);
 	if (ret)
 		goto out;
-	e->trace_synthetic = moem_pack_synth(e->pack, &(struct moem_synth_params){ 0 }) == 0;
+	e->trace_synthetic = moem_pack_synth(e->pack, &(struct moem_synth_params){0}) == 0;
 	pthread_mutex_lock(&e->knob_lock);
 	if (e->trace_path)
 		trace_path = strdup(e->trace_path);
@@ -249,7 +253,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 	}
 	rs.moe_layers = e->n_moe;
 	for (step = 0; step < w->steps; step++) {
-		struct moem_step_stats st = { .step = step, .tokens = B };
+		struct moem_step_stats st = {.step = step, .tokens = B};
 		uint64_t s0 = moem_now_ns();
 
 		if (__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
@@ -287,7 +291,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		for (int p = 0; p < MOEM_PRIO_NR; p++)
 			st.bytes_h2d += t1.bytes_h2d[p] - t0.bytes_h2d[p];
 		st.step_ns = moem_now_ns() - s0;
-		eng_after_step(e, step, st.step_ns - moem_min(st.stall_ns, st.step_ns), st.bytes_h2d);
+		eng_after_step(e, step, st.step_ns - moem_min(st.stall_ns, st.step_ns),
+			       st.bytes_h2d);
 		pthread_mutex_lock(&e->knob_lock);
 		e->total.step++;
 		e->total.active += st.active;
@@ -325,7 +330,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 
 		rs.hit_rate = acc ? (double)rs.total.hits / (double)acc : 1.0;
 	}
-	rs.stall_share = rs.total.step_ns ? (double)rs.total.stall_ns / (double)rs.total.step_ns : 0;
+	rs.stall_share =
+		rs.total.step_ns ? (double)rs.total.stall_ns / (double)rs.total.step_ns : 0;
 	rs.tokens_per_s = rs.total.step_ns ? (double)rs.total.tokens * 1e9 / rs.total.step_ns : 0;
 	if (e->trace) {
 		int r = moem_trace_writer_close(e->trace);
@@ -379,7 +385,8 @@ static int warmup(struct moem_engine *e, struct moem_progress *progress)
 		total += (uint64_t)e->n_moe * e->cfg->n_experts * e->blob_bytes[pi];
 	moem_tiers_usage(e->tiers, &hu, &hb, &du, &db, &nv);
 	if (progress)
-		moem_progress_start(progress, "staging", moem_min(total, db) - moem_min(du, db), true);
+		moem_progress_start(progress, "staging", moem_min(total, db) - moem_min(du, db),
+				    true);
 	for (uint32_t m = 0; m < e->n_moe && !ret; m++)
 		for (uint32_t x = 0; x < e->cfg->n_experts && !ret; x++)
 			for (uint32_t pi = 0; pi < e->n_prec && !ret; pi++) {

@@ -21,7 +21,7 @@
 
 #include "engine_int.h"
 
-#define DIR_MAGIC "MOEMDIR1"
+#define DIR_MAGIC   "MOEMDIR1"
 #define DIR_VERSION 1
 
 struct dir_hdr {
@@ -88,7 +88,9 @@ int eng_warm_attach(struct moem_engine *e)
 
 			memcpy(hid.b, have->pack_id, 16);
 			return moem_errf(EEXIST,
-					 "pool region '%s' holds experts staged for pack %s (or another precision or size), not for %s: destroy it or use another region name",
+					 "pool region '%s' holds experts staged for pack %s (or "
+					 "another precision or size), not for %s: destroy it or "
+					 "use another region name",
 					 e->pool_info.region, moem_pack_id_str(&hid, a),
 					 moem_pack_id_str((struct moem_pack_id *)want.pack_id, b));
 		}
@@ -101,7 +103,8 @@ int eng_warm_attach(struct moem_engine *e)
 				ent[v].state = 0; /* outside the budget now: restage */
 		}
 		e->warm = true;
-		moem_info("warm restart: %llu staged expert versions adopted from region '%s' in %.1f ms",
+		moem_info("warm restart: %llu staged expert versions adopted from region '%s' in "
+			  "%.1f ms",
 			  (unsigned long long)e->adopted, e->pool_info.region,
 			  (double)(moem_now_ns() - t0) / 1e6);
 	} else {
@@ -147,15 +150,18 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 		if (!b || doff > e->dram_bytes || b->size > e->dram_bytes - doff ||
 		    moem_pack_verify_blob(b, e->dram + doff)) {
 			if (!*bad)
-				snprintf(first, sizeof(first), "MoE layer %u expert %u %s at offset %llu",
-					 m, x, pi < e->n_prec ? moem_prec_name(e->prec[pi]) : "?",
+				snprintf(first, sizeof(first),
+					 "MoE layer %u expert %u %s at offset %llu", m, x,
+					 pi < e->n_prec ? moem_prec_name(e->prec[pi]) : "?",
 					 (unsigned long long)doff);
 			(*bad)++;
 		}
 	}
 	eng_unclaim_work(e);
 	if (*bad)
-		return moem_errf(EBADMSG, "%llu of %llu staged expert versions do not match the pack (first: %s)",
-				 (unsigned long long)*bad, (unsigned long long)*checked, first);
+		return moem_errf(
+			EBADMSG,
+			"%llu of %llu staged expert versions do not match the pack (first: %s)",
+			(unsigned long long)*bad, (unsigned long long)*checked, first);
 	return 0;
 }

@@ -313,8 +313,7 @@ static int ur_start(struct moem_loader *ld)
 	} else {
 		ret = io_uring_register_files_sparse(&ur->ring, ld->opts.max_files);
 		if (ret < 0)
-			ld_why_add(ld, "registered files refused (%s): plain fds",
-				   strerror(-ret));
+			ld_why_add(ld, "registered files refused (%s): plain fds", strerror(-ret));
 		else
 			ld->registered_files = true;
 	}

@@ -89,11 +89,12 @@ int moem_model_config_validate(const struct moem_model_config *c)
 		return moem_errf(EINVAL, "config: num_hidden_layers %u out of range 1..%u",
 				 c->n_layers, MOEM_MAX_LAYERS);
 	if (!c->n_experts || c->n_experts > MOEM_MAX_EXPERTS)
-		return moem_errf(EINVAL, "config: expert count %u out of range 1..%u",
-				 c->n_experts, MOEM_MAX_EXPERTS);
+		return moem_errf(EINVAL, "config: expert count %u out of range 1..%u", c->n_experts,
+				 MOEM_MAX_EXPERTS);
 	if (!c->top_k || c->top_k > c->n_experts || c->top_k > MOEM_MAX_TOPK)
 		return moem_errf(EINVAL, "config: num_experts_per_tok %u out of range 1..%u",
-				 c->top_k, c->n_experts < MOEM_MAX_TOPK ? c->n_experts : MOEM_MAX_TOPK);
+				 c->top_k,
+				 c->n_experts < MOEM_MAX_TOPK ? c->n_experts : MOEM_MAX_TOPK);
 	if (!c->moe_inter || c->moe_inter > 262144)
 		return moem_errf(EINVAL, "config: expert intermediate size %u out of range",
 				 c->moe_inter);
@@ -108,7 +109,8 @@ int moem_model_config_validate(const struct moem_model_config *c)
 	if (moem_n_moe_layers(c) < c->n_layers && !c->dense_inter)
 		return moem_errf(EINVAL, "config: dense layers need intermediate_size");
 	if (!(c->rms_eps > 0 && c->rms_eps < 1))
-		return moem_errf(EINVAL, "config: rms_norm_eps %g out of range", (double)c->rms_eps);
+		return moem_errf(EINVAL, "config: rms_norm_eps %g out of range",
+				 (double)c->rms_eps);
 	if (!(c->routed_scaling > 0 && c->routed_scaling < 1000))
 		return moem_errf(EINVAL, "config: routed_scaling_factor %g out of range",
 				 (double)c->routed_scaling);

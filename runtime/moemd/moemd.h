@@ -132,8 +132,8 @@ struct moemd {
 
 	int exit_code;
 	bool exiting;
-	int exit_from;			/* the state when the exit began */
-	bool abandon;			/* leave the worker as it is (_exit) */
+	int exit_from; /* the state when the exit began */
+	bool abandon;  /* leave the worker as it is (_exit) */
 	uint64_t drain_deadline;
 	uint64_t last_progress_log_ns;
 };

@@ -74,8 +74,8 @@ int moem_pool_open(const struct moem_pool_opts *in, struct moem_pool **out)
 
 	if ((unsigned int)opts.provider >= MOEM_POOL_NR)
 		return moem_errf(EINVAL, "bad pool provider %d", (int)opts.provider);
-	if (!opts.size && !(opts.attach && opts.provider != MOEM_POOL_HUGETLB &&
-			    opts.provider != MOEM_POOL_THP))
+	if (!opts.size &&
+	    !(opts.attach && opts.provider != MOEM_POOL_HUGETLB && opts.provider != MOEM_POOL_THP))
 		return moem_errf(EINVAL, "pool size 0");
 	if (moem_align_up_overflow(opts.size, MOEM_CHUNK_BYTES, &opts.size) ||
 	    opts.size > (1ULL << 50))

@@ -8,8 +8,8 @@
 struct moem_pool {
 	void *base;
 	uint64_t size;
-	int dev_fd;		/* kmod: /dev/moem, else -1 */
-	int fd;			/* kmod region fd or hugetlb memfd, else -1 */
+	int dev_fd; /* kmod: /dev/moem, else -1 */
+	int fd;	    /* kmod region fd or hugetlb memfd, else -1 */
 	struct moem_pool_info info;
 };
 

@@ -65,7 +65,9 @@ int moem_pool_thp_open(const struct moem_pool_opts *opts, struct moem_pool *pool
 		 "smaps: %llu of %llu MiB in transparent huge pages, %s",
 		 (unsigned long long)(pool->info.huge_bytes >> 20),
 		 (unsigned long long)(opts->size >> 20),
-		 locked ? "mlocked" : lock_err ? "NOT locked (mlock refused)" : "not locked");
+		 locked	    ? "mlocked"
+		 : lock_err ? "NOT locked (mlock refused)"
+			    : "not locked");
 	if (!locked && lock_err)
 		snprintf(pool->info.why, sizeof(pool->info.why),
 			 "thp pool: mlock failed (%s): pages are not pinned", strerror(lock_err));

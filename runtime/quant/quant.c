@@ -14,15 +14,15 @@
 struct prec_desc {
 	const char *name;
 	uint32_t bits;	/* per weight in the data plane */
-	uint32_t group;	/* 0 for bf16 */
+	uint32_t group; /* 0 for bf16 */
 	int has_min;
 };
 
 static const struct prec_desc precs[MOEM_PREC_NR] = {
-	[MOEM_PREC_BF16] = { "bf16", 16, 0, 0 },
-	[MOEM_PREC_Q8] = { "q8", 8, 128, 0 },
-	[MOEM_PREC_Q4] = { "q4", 4, 128, 1 },
-	[MOEM_PREC_Q2] = { "q2", 2, 64, 1 },
+	[MOEM_PREC_BF16] = {"bf16", 16, 0, 0},
+	[MOEM_PREC_Q8] = {"q8", 8, 128, 0},
+	[MOEM_PREC_Q4] = {"q4", 4, 128, 1},
+	[MOEM_PREC_Q2] = {"q2", 2, 64, 1},
 };
 
 const char *moem_prec_name(enum moem_prec p)
@@ -73,8 +73,7 @@ double moem_prec_bits_per_weight(enum moem_prec p)
 	return d->bits + (16.0 * (1 + d->has_min)) / d->group;
 }
 
-int moem_qmat_layout(enum moem_prec p, uint32_t rows, uint32_t cols,
-		     struct moem_qmat_layout *l)
+int moem_qmat_layout(enum moem_prec p, uint32_t rows, uint32_t cols, struct moem_qmat_layout *l)
 {
 	const struct prec_desc *d;
 	uint64_t data, plane, off;
@@ -248,7 +247,8 @@ void moem_dequantize_row(const struct moem_qmat_layout *l, const void *mat, uint
 {
 	const uint8_t *base = mat;
 	const uint8_t *q = base + l->data_off + (size_t)r * l->row_bytes;
-	const uint16_t *sc = (const uint16_t *)(base + l->scale_off) + (size_t)r * l->groups_per_row;
+	const uint16_t *sc =
+		(const uint16_t *)(base + l->scale_off) + (size_t)r * l->groups_per_row;
 	const uint16_t *mn = (const uint16_t *)(base + l->min_off) + (size_t)r * l->groups_per_row;
 	uint32_t bits = l->prec == MOEM_PREC_Q4 ? 4 : 2, per_byte = 8 / bits;
 
@@ -268,7 +268,8 @@ void moem_dequantize_row(const struct moem_qmat_layout *l, const void *mat, uint
 	default:
 		for (uint32_t i = 0; i < l->cols; i++) {
 			uint32_t g = i / l->group;
-			uint32_t qi = (q[i / per_byte] >> ((i % per_byte) * bits)) & ((1u << bits) - 1);
+			uint32_t qi =
+				(q[i / per_byte] >> ((i % per_byte) * bits)) & ((1u << bits) - 1);
 
 			out[i] = (float)qi * moem_f16_to_f32(sc[g]) + moem_f16_to_f32(mn[g]);
 		}

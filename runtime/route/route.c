@@ -118,7 +118,7 @@ static uint32_t row_topk(const struct moem_route_cfg *c, const float *zr, const 
 	uint32_t n = 0;
 
 	for (uint32_t e = 0; e < c->n_experts; e++) {
-		struct cand x = { clean(zr[e]), 0, (int32_t)e };
+		struct cand x = {clean(zr[e]), 0, (int32_t)e};
 
 		if (!mask || mask[e])
 			cand_insert(list, &n, cap, x);
@@ -126,8 +126,8 @@ static uint32_t row_topk(const struct moem_route_cfg *c, const float *zr, const 
 	return n;
 }
 
-int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z,
-		    const uint8_t *pad, struct moem_route_out *out)
+int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z, const uint8_t *pad,
+		    struct moem_route_out *out)
 {
 	struct cand list[64];
 	int ret = check_cfg(c, B);
@@ -150,7 +150,7 @@ int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z,
 static uint32_t lynx_vanilla_t(const struct moem_route_cfg *c, uint32_t B, const float *z,
 			       const uint8_t *pad)
 {
-	uint8_t seen[1024] = { 0 };
+	uint8_t seen[1024] = {0};
 	struct cand list[64];
 	uint32_t T = 0;
 
@@ -220,7 +220,7 @@ int moem_route_lynx(const struct moem_route_cfg *c, const struct moem_lynx_param
 	}
 	for (uint32_t t = 0; t < B; t++) {
 		const float *zr = z + (size_t)t * N;
-		struct cand top1 = { -INFINITY, 0, 0 }, x;
+		struct cand top1 = {-INFINITY, 0, 0}, x;
 		uint32_t n = 0;
 
 		if (pad && pad[t]) {

@@ -27,7 +27,7 @@ struct sim_xfer {
 	double bpn;		  /* bytes per ns for this transfer */
 	uint32_t prev, next;	  /* queue links (or free list) */
 	struct moem_dx_action dx; /* promotions and demotions */
-	uint64_t tpos; /* prefetch: the tick it was predicted for */
+	uint64_t tpos;		  /* prefetch: the tick it was predicted for */
 	bool counted;		  /* issued in a counted step */
 };
 

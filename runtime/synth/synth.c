@@ -24,21 +24,21 @@ struct moem_synth {
 	struct moem_synth_params p;
 	uint32_t batch;
 	double mix_cdf[MOEM_SYNTH_MAX_WORKLOADS];
-	double *zipf_cdf;	/* [N] over ranks */
-	uint16_t *rank;		/* [W][L][N]: rank -> expert */
-	uint16_t *pos;		/* [W][L][N]: expert -> rank */
-	uint16_t *map;		/* [L-1][N]: M[m] */
-	struct synth_slot *slot;/* [B] */
-	uint16_t *intent;	/* [B][L][K] */
+	double *zipf_cdf;	 /* [N] over ranks */
+	uint16_t *rank;		 /* [W][L][N]: rank -> expert */
+	uint16_t *pos;		 /* [W][L][N]: expert -> rank */
+	uint16_t *map;		 /* [L-1][N]: M[m] */
+	struct synth_slot *slot; /* [B] */
+	uint16_t *intent;	 /* [B][L][K] */
 	struct moem_rng rng, noise_rng;
-	uint64_t step;		/* steps produced so far */
+	uint64_t step; /* steps produced so far */
 	uint64_t next_seq;
 };
 
 void moem_synth_defaults(struct moem_synth_params *p, uint32_t n_layers, uint32_t n_experts,
 			 uint32_t top_k, uint64_t seed)
 {
-	static const char *const names[] = { "text", "math", "code" };
+	static const char *const names[] = {"text", "math", "code"};
 
 	memset(p, 0, sizeof(*p));
 	p->n_layers = n_layers;
@@ -80,7 +80,8 @@ int moem_synth_validate(const struct moem_synth_params *p)
 		return moem_errf(EINVAL, "synth: %u workloads, want 1..%d", p->n_workloads,
 				 MOEM_SYNTH_MAX_WORKLOADS);
 	for (uint32_t w = 0; w < p->n_workloads; w++) {
-		if (!p->workload[w][0] || strchr(p->workload[w], ':') || strchr(p->workload[w], ','))
+		if (!p->workload[w][0] || strchr(p->workload[w], ':') ||
+		    strchr(p->workload[w], ','))
 			return moem_errf(EINVAL, "synth: bad workload name '%s'", p->workload[w]);
 		for (uint32_t v = 0; v < w; v++)
 			if (!strcmp(p->workload[v], p->workload[w]))
@@ -89,7 +90,8 @@ int moem_synth_validate(const struct moem_synth_params *p)
 	}
 	if (!(p->zipf_s >= 0.0 && p->zipf_s <= 4.0))
 		return moem_errf(EINVAL, "synth: zipf_s %g not in [0, 4]", p->zipf_s);
-	if ((ret = check_unit("overlap", p->overlap)) || (ret = check_unit("reshuffle", p->reshuffle)) ||
+	if ((ret = check_unit("overlap", p->overlap)) ||
+	    (ret = check_unit("reshuffle", p->reshuffle)) ||
 	    (ret = check_unit("layer_corr", p->layer_corr)) ||
 	    (ret = check_unit("persist", p->persist)) || (ret = check_unit("drift", p->drift)))
 		return ret;
@@ -224,7 +226,8 @@ static void build_rankings(struct moem_synth *g)
 				next[r] = map[cur[r]];
 			swaps = (uint32_t)lround(g->p.reshuffle * N);
 			for (uint32_t s = 0; s < swaps; s++) {
-				uint32_t a = moem_rng_below(&g->rng, N), b = moem_rng_below(&g->rng, N);
+				uint32_t a = moem_rng_below(&g->rng, N),
+					 b = moem_rng_below(&g->rng, N);
 				uint16_t t = next[a];
 
 				next[a] = next[b];
@@ -371,8 +374,8 @@ static void start_sequence(struct moem_synth *g, uint32_t b)
 	s->workload = w;
 	s->seq_id = g->next_seq++;
 	/* geometric length >= 1 with mean mean_seq_len */
-	s->remaining = q >= 1.0 ? 1 : 1 + (uint64_t)floor(log(1.0 - moem_rng_f64(&g->rng)) /
-							   log(1.0 - q));
+	s->remaining =
+		q >= 1.0 ? 1 : 1 + (uint64_t)floor(log(1.0 - moem_rng_f64(&g->rng)) / log(1.0 - q));
 	for (uint32_t m = 0; m < g->p.n_layers; m++) {
 		memset(intents_of(g, b, m), 0xff, sizeof(uint16_t) * g->p.top_k);
 		for (uint32_t j = 0; j < g->p.top_k; j++)
@@ -401,8 +404,7 @@ void moem_synth_step(struct moem_synth *g)
 		} else {
 			for (uint32_t m = 0; m < g->p.n_layers; m++)
 				for (uint32_t j = 0; j < g->p.top_k; j++)
-					choose(g, b, m, j,
-					       moem_rng_f64(&g->rng) < g->p.persist);
+					choose(g, b, m, j, moem_rng_f64(&g->rng) < g->p.persist);
 		}
 		s->remaining--;
 	}

@@ -73,11 +73,15 @@ int moem_synth_from_json(struct json_object *obj, struct moem_synth_params *p)
 		const char *key;
 		double *v;
 	} dbl[] = {
-		{ "zipf_s", &p->zipf_s },	  { "overlap", &p->overlap },
-		{ "reshuffle", &p->reshuffle },	  { "layer_corr", &p->layer_corr },
-		{ "persist", &p->persist },	  { "drift", &p->drift },
-		{ "mean_seq_len", &p->mean_seq_len }, { "boost", &p->boost },
-		{ "noise", &p->noise },
+		{"zipf_s", &p->zipf_s},
+		{"overlap", &p->overlap},
+		{"reshuffle", &p->reshuffle},
+		{"layer_corr", &p->layer_corr},
+		{"persist", &p->persist},
+		{"drift", &p->drift},
+		{"mean_seq_len", &p->mean_seq_len},
+		{"boost", &p->boost},
+		{"noise", &p->noise},
 	};
 	struct json_object *f, *names;
 	uint32_t version;
@@ -109,8 +113,8 @@ int moem_synth_from_json(struct json_object *obj, struct moem_synth_params *p)
 		return moem_errf(EINVAL, "moem_synth.json: missing \"workloads\" array");
 	p->n_workloads = (uint32_t)json_object_array_length(names);
 	if (!p->n_workloads || p->n_workloads > MOEM_SYNTH_MAX_WORKLOADS)
-		return moem_errf(EINVAL, "moem_synth.json: %u workloads, want 1..%d", p->n_workloads,
-				 MOEM_SYNTH_MAX_WORKLOADS);
+		return moem_errf(EINVAL, "moem_synth.json: %u workloads, want 1..%d",
+				 p->n_workloads, MOEM_SYNTH_MAX_WORKLOADS);
 	for (uint32_t w = 0; w < p->n_workloads; w++) {
 		const char *s = json_object_get_string(json_object_array_get_idx(names, w));
 

@@ -29,7 +29,7 @@
 #include <moem/tiers.h>
 #include <moem/util.h>
 
-#define RING 512
+#define RING	  512
 #define REG_PIECE (1ULL << 30)
 
 struct cuda_dev {
@@ -45,10 +45,10 @@ struct cuda_dev {
 	CUmemGenericAllocationHandle *chunk; /* [res_bytes / gran], 0 = unmapped */
 	pthread_mutex_t lock;
 	struct moem_event *c0[RING], *c1[RING]; /* copy start/end */
-	struct moem_event *k[RING];		  /* compute marks */
+	struct moem_event *k[RING];		/* compute marks */
 	uint64_t c_issued, c_done, k_marked, k_done;
 	uint64_t c_ns[RING];
-	void *reg[64];				  /* registered host pieces */
+	void *reg[64]; /* registered host pieces */
 	uint32_t n_reg;
 };
 
@@ -182,7 +182,8 @@ static int cu_host_register(struct moem_tierdev *d, void *p, uint64_t bytes)
 					(unsigned long long)bytes);
 			break;
 		}
-		ret = moem_be_host_register(c->be, (char *)p + off, moem_min(REG_PIECE, bytes - off));
+		ret = moem_be_host_register(c->be, (char *)p + off,
+					    moem_min(REG_PIECE, bytes - off));
 		if (!ret)
 			c->reg[c->n_reg++] = (char *)p + off;
 	}
@@ -418,8 +419,9 @@ int moem_tierdev_cuda_create(struct moem_backend *be, struct moem_tierdev **out)
 	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	prop.location.id = c->cudev;
-	ret = moem_cuda_check(be, c->api->cuMemGetAllocationGranularity(
-					  &g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+	ret = moem_cuda_check(be,
+			      c->api->cuMemGetAllocationGranularity(
+				      &g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
 			      "cuMemGetAllocationGranularity");
 	if (ret)
 		goto err_lock;

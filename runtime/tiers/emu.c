@@ -29,10 +29,10 @@ struct emu_dev {
 	struct moem_emu_opts o;
 	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t cond;	/* new piece, or a piece done, or stop */
+	pthread_cond_t cond; /* new piece, or a piece done, or stop */
 	struct emu_piece *head, *tail;
 	uint64_t copy_issued, copy_completed;
-	uint64_t *piece_ns;	/* ring of recent piece times */
+	uint64_t *piece_ns; /* ring of recent piece times */
 	uint32_t ns_ring;
 	uint64_t compute_seq, compute_fin; /* marked, completed (manual mode) */
 	bool stop;
@@ -93,7 +93,7 @@ static void emu_host_unregister(struct moem_tierdev *d, void *p)
 
 static void sleep_until(uint64_t t_ns)
 {
-	struct timespec ts = { (time_t)(t_ns / 1000000000ULL), (long)(t_ns % 1000000000ULL) };
+	struct timespec ts = {(time_t)(t_ns / 1000000000ULL), (long)(t_ns % 1000000000ULL)};
 
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;

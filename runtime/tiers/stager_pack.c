@@ -16,7 +16,7 @@ struct pack_stager {
 	enum moem_prec prec[2];
 	bool verify;
 	uint32_t n_moe;
-	uint32_t *layer_of;	/* MoE index -> model layer */
+	uint32_t *layer_of; /* MoE index -> model layer */
 };
 
 struct stage_op {
@@ -46,7 +46,8 @@ static int stage_read(struct moem_stager *s, uint32_t layer, uint32_t expert, ui
 	int ret;
 
 	if (layer >= ps->n_moe || pi > 1)
-		return moem_errf(EINVAL, "stage: MoE layer %u / precision %u out of range", layer, pi);
+		return moem_errf(EINVAL, "stage: MoE layer %u / precision %u out of range", layer,
+				 pi);
 	b = moem_pack_expert(ps->pack, ps->layer_of[layer], expert, ps->prec[pi]);
 	if (!b)
 		return moem_errf(ENOENT, "stage: pack has no blob for layer %u expert %u %s",
@@ -57,7 +58,7 @@ static int stage_read(struct moem_stager *s, uint32_t layer, uint32_t expert, ui
 	op = malloc(sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	*op = (struct stage_op){ b, dst, ps->verify, done, arg };
+	*op = (struct stage_op){b, dst, ps->verify, done, arg};
 	ret = moem_loader_read(ps->ld, ps->file, b->offset, b->size, dst, stage_done, op);
 	if (ret)
 		free(op);

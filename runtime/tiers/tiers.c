@@ -23,18 +23,18 @@
 enum { H_ABSENT, H_COPYING, H_RESIDENT };
 enum { D_ABSENT, D_LOADING, D_READY };
 
-#define PUB_VALID	(1ULL << 63)
-#define PUB_LO		(1ULL << 62)
-#define PUB_OFF(h)	((h) & (PUB_LO - 1))
+#define PUB_VALID  (1ULL << 63)
+#define PUB_LO	   (1ULL << 62)
+#define PUB_OFF(h) ((h) & (PUB_LO - 1))
 
 struct ver {
 	struct moem_xfer_req req; /* first: the xfer callback casts back */
 	struct moem_tiers *t;
 	uint32_t id;
 	uint8_t hs, ds;
-	uint8_t want_hbm;	/* an HBM slot waits for this DRAM load */
-	uint8_t copying;	/* req is with the transfer engine */
-	uint8_t prefetched;	/* fetched at prefetch priority, not used since */
+	uint8_t want_hbm;   /* an HBM slot waits for this DRAM load */
+	uint8_t copying;    /* req is with the transfer engine */
+	uint8_t prefetched; /* fetched at prefetch priority, not used since */
 	uint64_t landed_ns, load_ns;
 	uint16_t hpins, dpins, waiters;
 	int err;
@@ -58,13 +58,13 @@ struct moem_tiers {
 	uint64_t capacity, mapped, gran, slot_gran;
 	uint64_t hbm_budget, dram_budget;
 	struct moem_extent hx, dx;
-	struct ver *v;		/* [L * N * 2] */
-	uint64_t *pub;		/* [L * N] */
-	uint8_t *plan;		/* [L * N] */
+	struct ver *v; /* [L * N * 2] */
+	uint64_t *pub; /* [L * N] */
+	uint8_t *plan; /* [L * N] */
 	struct grave *grave;
 	uint32_t n_grave, cap_grave;
-	struct ver *loads;	/* loads to start once the lock is dropped */
-	uint32_t inflight;	/* loads + copies */
+	struct ver *loads; /* loads to start once the lock is dropped */
+	uint32_t inflight; /* loads + copies */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct moem_tiers_stats st;
@@ -104,10 +104,11 @@ static void publish_best(struct moem_tiers *t, uint32_t le)
 {
 	uint32_t want = t->plan[le];
 	struct ver *a = &t->v[le * 2 + want], *b = &t->v[le * 2 + (want ^ 1)];
-	struct ver *p = a->hs == H_RESIDENT ? a : (t->c.n_prec > 1 && b->hs == H_RESIDENT ? b : NULL);
+	struct ver *p =
+		a->hs == H_RESIDENT ? a : (t->c.n_prec > 1 && b->hs == H_RESIDENT ? b : NULL);
 
-	__atomic_store_n(&t->pub[le],
-			 p ? PUB_VALID | (pi_of(p) ? PUB_LO : 0) | p->hoff : 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&t->pub[le], p ? PUB_VALID | (pi_of(p) ? PUB_LO : 0) | p->hoff : 0,
+			 __ATOMIC_RELEASE);
 }
 
 /* ---- the arena's graveyard: freed space and its last reader ------------ */
@@ -136,7 +137,7 @@ static int grave_add(struct moem_tiers *t, uint64_t off, uint64_t len, uint64_t 
 		t->grave = g;
 		t->cap_grave = cap;
 	}
-	t->grave[t->n_grave++] = (struct grave){ off, len, seq };
+	t->grave[t->n_grave++] = (struct grave){off, len, seq};
 	return 0;
 }
 
@@ -192,8 +193,8 @@ static void dram_evict(struct moem_tiers *t, struct ver *v)
 	t->st.evict_dram++;
 }
 
-static int hbm_alloc(struct moem_tiers *t, const struct ver *in, enum moem_prio prio,
-		     uint64_t *off, uint64_t *wait_seq)
+static int hbm_alloc(struct moem_tiers *t, const struct ver *in, enum moem_prio prio, uint64_t *off,
+		     uint64_t *wait_seq)
 {
 	uint64_t bytes = vbytes(t, in);
 	uint64_t need = hbm_need(t, bytes);
@@ -221,7 +222,8 @@ static int dram_alloc(struct moem_tiers *t, const struct ver *in, uint64_t *off)
 	uint32_t id;
 
 	if (bytes > t->dram_budget)
-		return moem_errf(ENOSPC, "expert version of %llu bytes exceeds the DRAM budget %llu",
+		return moem_errf(ENOSPC,
+				 "expert version of %llu bytes exceeds the DRAM budget %llu",
 				 (unsigned long long)bytes, (unsigned long long)t->dram_budget);
 	for (;;) {
 		if (moem_extent_used_bytes(&t->dx) + moem_align_up(bytes, 4096) <= t->dram_budget &&
@@ -264,8 +266,8 @@ static void apply_budgets(struct moem_tiers *t)
 		new_mapped = moem_align_up(t->hbm_budget, t->gran);
 		if (new_mapped < t->mapped) {
 			grave_prune(t);
-			t->dev->ops->compute_wait(t->dev, grave_seq(t, new_mapped,
-								    t->mapped - new_mapped));
+			t->dev->ops->compute_wait(t->dev,
+						  grave_seq(t, new_mapped, t->mapped - new_mapped));
 			if (t->dev->ops->unmap(t->dev, t->base + new_mapped,
 					       t->mapped - new_mapped) == 0)
 				t->mapped = new_mapped;
@@ -398,8 +400,8 @@ static void flush_loads(struct moem_tiers *t)
 		uint32_t le = le_of(t, v);
 		int ret;
 
-		ret = t->stager->read(t->stager, le / t->c.n_experts, le % t->c.n_experts,
-				      pi_of(v), t->pool + v->doff, vbytes(t, v), on_load_done, v);
+		ret = t->stager->read(t->stager, le / t->c.n_experts, le % t->c.n_experts, pi_of(v),
+				      t->pool + v->doff, vbytes(t, v), on_load_done, v);
 		if (ret)
 			on_load_done(v, ret);
 		v = next;
@@ -458,8 +460,7 @@ static int check_le(const struct moem_tiers *t, uint32_t layer, uint32_t expert)
 	return 0;
 }
 
-int moem_tiers_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert,
-		       struct moem_xref *ref)
+int moem_tiers_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert, struct moem_xref *ref)
 {
 	uint32_t le = layer * t->c.n_experts + expert, pi;
 	struct ver *v;
@@ -554,8 +555,7 @@ void moem_tiers_release(struct moem_tiers *t, const struct moem_xref *refs, uint
 	pthread_mutex_unlock(&t->lock);
 }
 
-int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert,
-			enum moem_prio prio)
+int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert, enum moem_prio prio)
 {
 	uint32_t le = layer * t->c.n_experts + expert;
 	int ret = check_le(t, layer, expert);
@@ -622,7 +622,8 @@ uint32_t moem_tiers_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert)
 void moem_tiers_resident_mask(struct moem_tiers *t, uint32_t layer, uint8_t *mask)
 {
 	for (uint32_t e = 0; e < t->c.n_experts; e++)
-		mask[e] = __atomic_load_n(&t->pub[layer * t->c.n_experts + e], __ATOMIC_ACQUIRE) != 0;
+		mask[e] =
+			__atomic_load_n(&t->pub[layer * t->c.n_experts + e], __ATOMIC_ACQUIRE) != 0;
 }
 
 int moem_tiers_set_budget(struct moem_tiers *t, uint64_t hbm, uint64_t dram)
@@ -766,15 +767,16 @@ int moem_tiers_check(struct moem_tiers *t)
 			continue;
 		v = &t->v[le * 2 + (h & PUB_LO ? 1 : 0)];
 		if (v->hs != H_RESIDENT || v->hoff != PUB_OFF(h))
-			ret = moem_errf(EFAULT, "handle %u publishes a version that is not resident",
-					le);
+			ret = moem_errf(EFAULT,
+					"handle %u publishes a version that is not resident", le);
 	}
 	for (uint32_t i = 0; i < nv && !ret; i++) {
 		const struct ver *v = &t->v[i];
 		uint64_t hn = hbm_need(t, vbytes(t, v)), dn = moem_align_up(vbytes(t, v), 4096);
 
 		if (i % 2 >= t->c.n_prec && (v->hs != H_ABSENT || v->ds != D_ABSENT))
-			ret = moem_errf(EFAULT, "version %u of an unmanaged precision is present", i);
+			ret = moem_errf(EFAULT, "version %u of an unmanaged precision is present",
+					i);
 		if (v->hs != H_ABSENT) {
 			hsum += hn;
 			if (v->hoff + hn > t->mapped)
@@ -788,8 +790,8 @@ int moem_tiers_check(struct moem_tiers *t)
 
 				if (w->hs != H_ABSENT && w->hoff < v->hoff + hn &&
 				    v->hoff < w->hoff + wn)
-					ret = moem_errf(EFAULT, "versions %u and %u overlap in HBM", j,
-							i);
+					ret = moem_errf(EFAULT, "versions %u and %u overlap in HBM",
+							j, i);
 			}
 		}
 		if (v->ds != D_ABSENT) {
@@ -824,9 +826,8 @@ int moem_tiers_check(struct moem_tiers *t)
 /* ---- life cycle ---------------------------------------------------------- */
 
 int moem_tiers_create(const struct moem_tiers_cfg *cfg, struct moem_tierdev *dev, void *pool,
-		      uint64_t pool_bytes, struct moem_stager *stager,
-		      struct moem_evictor *hbm_ev, struct moem_evictor *dram_ev,
-		      struct moem_tiers **out)
+		      uint64_t pool_bytes, struct moem_stager *stager, struct moem_evictor *hbm_ev,
+		      struct moem_evictor *dram_ev, struct moem_tiers **out)
 {
 	struct moem_tiers *t;
 	uint64_t nle, all = 0;

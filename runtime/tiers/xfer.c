@@ -24,14 +24,14 @@ struct moem_xfer {
 	struct moem_xfer_opts o;
 	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t cond;	/* work arrived / went idle / stop */
+	pthread_cond_t cond; /* work arrived / went idle / stop */
 	struct moem_xfer_req *head[MOEM_PRIO_NR], *tail[MOEM_PRIO_NR];
-	struct inflight *fl;	/* ring of max_inflight */
+	struct inflight *fl; /* ring of max_inflight */
 	uint32_t fl_head, fl_count;
-	uint64_t outstanding;	/* requests submitted and not done */
+	uint64_t outstanding; /* requests submitted and not done */
 	double bw;
 	struct moem_xfer_stats st;
-	int failed;		/* sticky: a piece failed */
+	int failed; /* sticky: a piece failed */
 	int stop;
 };
 
@@ -85,8 +85,9 @@ static int issue(struct moem_xfer *x)
 
 		/* Only the first piece waits for the slot's last reader; the
 		 * copy engine is FIFO, so later pieces are behind it anyway. */
-		ret = x->dev->ops->copy(x->dev, r->dst + r->issued, (const char *)r->src + r->issued,
-					n, r->issued ? 0 : r->wait_compute, &seq);
+		ret = x->dev->ops->copy(x->dev, r->dst + r->issued,
+					(const char *)r->src + r->issued, n,
+					r->issued ? 0 : r->wait_compute, &seq);
 		if (ret)
 			return ret;
 		if (!r->issued) {

@@ -411,7 +411,8 @@ int moem_trace_writer_close(struct moem_trace_writer *w)
 		if (!ret && w->anon) {
 			ret = link_anon(w);
 			if (ret)
-				ret = moem_errf(-ret, "trace %s: link: %s", w->path, strerror(-ret));
+				ret = moem_errf(-ret, "trace %s: link: %s", w->path,
+						strerror(-ret));
 			w->anon = ret != 0; /* named now, unless that failed */
 		}
 		if (close(w->fd) < 0 && !ret)

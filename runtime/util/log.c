@@ -11,7 +11,7 @@ static enum moem_log_level log_level = MOEM_LOG_INFO;
 static moem_log_fn log_sink;
 static void *log_sink_arg;
 
-static const char *const level_names[] = { "err", "warn", "info", "debug" };
+static const char *const level_names[] = {"err", "warn", "info", "debug"};
 
 void moem_log_set_level(enum moem_log_level lvl)
 {

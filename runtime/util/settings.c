@@ -33,7 +33,7 @@ static int on_entry(void *user, const char *section, const char *name, const cha
 
 int moem_settings_load(const char *path, moem_settings_fn fn, void *arg)
 {
-	struct cfg_ctx c = { fn, arg, path, 0, 0 };
+	struct cfg_ctx c = {fn, arg, path, 0, 0};
 	FILE *f = fopen(path, "r");
 	int r;
 

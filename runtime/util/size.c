@@ -33,19 +33,23 @@ int moem_parse_size(const char *s, const uint64_t *pct_of, uint64_t *out)
 	switch (*end) {
 	case 0:
 		break;
-	case 'k': case 'K':
+	case 'k':
+	case 'K':
 		mult = 0x1p10;
 		end++;
 		break;
-	case 'm': case 'M':
+	case 'm':
+	case 'M':
 		mult = 0x1p20;
 		end++;
 		break;
-	case 'g': case 'G':
+	case 'g':
+	case 'G':
 		mult = 0x1p30;
 		end++;
 		break;
-	case 't': case 'T':
+	case 't':
+	case 'T':
 		mult = 0x1p40;
 		end++;
 		break;
@@ -69,7 +73,7 @@ int moem_parse_size(const char *s, const uint64_t *pct_of, uint64_t *out)
 
 char *moem_fmt_bytes(uint64_t bytes, char *buf, size_t len)
 {
-	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
 	double v = (double)bytes;
 	size_t u = 0;
 

@@ -2,8 +2,8 @@
 /* The USDT semaphores (usdt.h): in .probes, where tracers look for them. */
 #include <moem/usdt.h>
 
-#define SEM(name)                                                                         \
-	__extension__ unsigned short moem_##name##_semaphore                                \
+#define SEM(name)                                            \
+	__extension__ unsigned short moem_##name##_semaphore \
 		__attribute__((unused, section(".probes")))
 
 SEM(route);

@@ -24,11 +24,11 @@ FIXTURE(eng)
 	uint64_t expert_bytes;
 };
 
-static void make_pack(struct __test_metadata *_metadata, FIXTURE_DATA(eng) *self,
+static void make_pack(struct __test_metadata *_metadata, FIXTURE_DATA(eng) * self,
 		      enum moem_arch arch, uint32_t experts, uint32_t top_k)
 {
 	struct moem_mkmodel_opts mo;
-	struct moem_pack_opts po = { 0 };
+	struct moem_pack_opts po = {0};
 
 	st_tiny_opts(&mo, arch, self->model);
 	mo.cfg.n_experts = experts;
@@ -61,9 +61,9 @@ FIXTURE_TEARDOWN(eng)
 	free(self->pack);
 }
 
-static struct moem_engine_opts base_opts(FIXTURE_DATA(eng) *self)
+static struct moem_engine_opts base_opts(FIXTURE_DATA(eng) * self)
 {
-	struct moem_engine_opts o = { 0 };
+	struct moem_engine_opts o = {0};
 
 	o.pack_path = self->pack;
 	o.backend = "cpu";
@@ -75,8 +75,8 @@ static struct moem_engine_opts base_opts(FIXTURE_DATA(eng) *self)
 }
 
 static int run(struct __test_metadata *_metadata, struct moem_engine_opts *o,
-	       const struct moem_workload *w, moem_step_fn fn, void *arg,
-	       struct moem_run_stats *rs, struct moem_engine **keep)
+	       const struct moem_workload *w, moem_step_fn fn, void *arg, struct moem_run_stats *rs,
+	       struct moem_engine **keep)
 {
 	struct moem_engine *e;
 	int ret = moem_engine_open(o, &e);
@@ -93,27 +93,27 @@ static int run(struct __test_metadata *_metadata, struct moem_engine_opts *o,
 	return ret;
 }
 
-static const struct moem_workload wl = { .kind = MOEM_WL_SYNTH, .batch = 8, .steps = 12 };
+static const struct moem_workload wl = {.kind = MOEM_WL_SYNTH, .batch = 8, .steps = 12};
 
 TEST_F(eng, small_budgets_same_outputs)
 {
 	const char *variants[][3] = {
 		/* route, evict, prefetch */
-		{ "none", "lru", "none" },
-		{ "cache-aware", "lru2", "adaptive" },
-		{ "none", "lfu", "fixed:S=1" },
-		{ "cache-aware", "pred", "adaptive" },
+		{"none", "lru", "none"},
+		{"cache-aware", "lru2", "adaptive"},
+		{"none", "lfu", "fixed:S=1"},
+		{"cache-aware", "pred", "adaptive"},
 	};
 	struct moem_engine_opts o = base_opts(self);
 	struct moem_run_stats ref, rs;
 
-	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL)) TH_LOG("%s",
-									     moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL))
+	TH_LOG("%s", moem_last_error());
 	EXPECT_EQ(1.0, ref.hit_rate);
 	EXPECT_EQ(12u, ref.total.step);
 	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
 		o = base_opts(self);
-		o.hbm_budget = self->expert_bytes / 5;  /* ~13 of 64 experts */
+		o.hbm_budget = self->expert_bytes / 5;	/* ~13 of 64 experts */
 		o.dram_budget = self->expert_bytes / 3; /* ~21 of 64 */
 		o.route = variants[v][0];
 		o.evict = variants[v][1];
@@ -168,7 +168,7 @@ TEST_F(eng, budget_shrink_and_grow_mid_run)
 {
 	struct moem_engine_opts o = base_opts(self);
 	struct moem_run_stats ref, rs;
-	struct budget_script bs = { 0 };
+	struct budget_script bs = {0};
 	struct moem_engine_status st;
 	struct moem_engine *e;
 
@@ -180,8 +180,8 @@ TEST_F(eng, budget_shrink_and_grow_mid_run)
 	bs.e = e;
 	bs.small = self->expert_bytes / 8;
 	bs.big = self->expert_bytes;
-	ASSERT_EQ(0, moem_engine_run(e, &wl, change_budgets, &bs, &rs)) TH_LOG("%s",
-									  moem_last_error());
+	ASSERT_EQ(0, moem_engine_run(e, &wl, change_budgets, &bs, &rs))
+	TH_LOG("%s", moem_last_error());
 	EXPECT_EQ(0, bs.fails);
 	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
 	EXPECT_GT(rs.total.misses, 0u); /* the shrink evicted */
@@ -208,8 +208,8 @@ TEST_F(eng, hidden_file_and_trace_replay_match)
 	int r;
 
 	o.trace_out = trace;
-	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &ref, NULL)) TH_LOG("%s",
-									   moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &ref, NULL))
+	TH_LOG("%s", moem_last_error());
 	/* the trace has one record per (step, MoE layer) */
 	ASSERT_EQ(0, moem_trace_open(trace, &tr)) TH_LOG("%s", moem_last_error());
 	while ((r = moem_trace_next(tr, &rec)) == 1)
@@ -222,15 +222,13 @@ TEST_F(eng, hidden_file_and_trace_replay_match)
 	o.trace_out = NULL;
 	w.kind = MOEM_WL_HIDDEN;
 	w.path = hid;
-	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &rs, NULL)) TH_LOG("%s",
-									  moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &rs, NULL)) TH_LOG("%s", moem_last_error());
 	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
 	/* replaying the recorded routing with the same states: same outputs */
 	w.kind = MOEM_WL_TRACE;
 	w.path = trace;
 	o.hbm_budget = self->expert_bytes / 4;
-	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &rs, NULL)) TH_LOG("%s",
-									  moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &w, NULL, NULL, &rs, NULL)) TH_LOG("%s", moem_last_error());
 	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
 	/* a hidden-state file of the wrong batch is refused */
 	w.kind = MOEM_WL_HIDDEN;
@@ -249,30 +247,30 @@ TEST_F(eng, policies_that_change_routing_or_precision)
 
 	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL));
 	o.route = "lynx";
-	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL)) TH_LOG("%s",
-									  moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
+	TH_LOG("%s", moem_last_error());
 	EXPECT_LE(rs.mean_T, ref.mean_T); /* LYNX never activates more */
 	o.route = "oea";
 	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL));
 	EXPECT_LT(rs.mean_T, ref.mean_T);
 	o.route = "piggyback";
 	o.hbm_budget = self->expert_bytes / 4;
-	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL)) TH_LOG("%s",
-									  moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
+	TH_LOG("%s", moem_last_error());
 	/* DynaExq: two precisions, hot experts promoted, never a wait on them */
 	o = base_opts(self);
 	o.two_prec = true;
 	o.lo = MOEM_PREC_Q4;
 	o.precision = "dynaexq:interval_ms=1";
 	o.hbm_budget = self->expert_bytes; /* all q4 plus some bf16 */
-	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL)) TH_LOG("%s",
-									  moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
+	TH_LOG("%s", moem_last_error());
 	o.paging = "fluxmoe";
 	o.precision = NULL;
 	o.two_prec = false;
 	o.hbm_budget = 5 << 20; /* two of three layers (4 MiB of 64 KiB slots) + residents */
-	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL)) TH_LOG("%s",
-									  moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
+	TH_LOG("%s", moem_last_error());
 	EXPECT_STREQ(ref.digest_hex, rs.digest_hex); /* paging is lossless */
 }
 
@@ -285,8 +283,8 @@ TEST_F(eng, dense_and_shared_layers)
 	mkdir(self->dir, 0700);
 	make_pack(_metadata, self, MOEM_ARCH_DEEPSEEK_V2, 8, 2);
 	o = base_opts(self);
-	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL)) TH_LOG("%s",
-									   moem_last_error());
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL))
+	TH_LOG("%s", moem_last_error());
 	o.hbm_budget = self->expert_bytes / 4;
 	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL));
 	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);

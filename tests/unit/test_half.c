@@ -53,13 +53,14 @@ TEST(f32_to_f16_matches_hardware)
 
 		if (isnan(f))
 			continue;
-		ASSERT_EQ(moem_f32_to_f16(f), hw_f32_to_f16(f)) TH_LOG("u=%#llx", (unsigned long long)u);
+		ASSERT_EQ(moem_f32_to_f16(f), hw_f32_to_f16(f))
+		TH_LOG("u=%#llx", (unsigned long long)u);
 	}
 	/* ... and every fp16 value's neighbours and halfway points. */
 	for (uint32_t h = 0; h < 0x7c00; h++) {
 		float lo = moem_f16_to_f32((uint16_t)h), hi = moem_f16_to_f32((uint16_t)(h + 1));
 		float mid = (float)(((double)lo + hi) / 2);
-		float probes[] = { lo, mid, nextafterf(mid, 0), nextafterf(mid, INFINITY), -mid };
+		float probes[] = {lo, mid, nextafterf(mid, 0), nextafterf(mid, INFINITY), -mid};
 
 		for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
 			ASSERT_EQ(moem_f32_to_f16(probes[i]), hw_f32_to_f16(probes[i]))
@@ -85,7 +86,8 @@ TEST(bf16_round_to_nearest_even)
 		float f = (float)(moem_rng_normal(&r) * 100);
 		uint16_t b = moem_f32_to_bf16(f);
 		float back = moem_bf16_to_f32(b);
-		float up = moem_bf16_to_f32((uint16_t)(b + 1)), dn = moem_bf16_to_f32((uint16_t)(b - 1));
+		float up = moem_bf16_to_f32((uint16_t)(b + 1)),
+		      dn = moem_bf16_to_f32((uint16_t)(b - 1));
 
 		/* nearest: no neighbour is strictly closer */
 		ASSERT_LE(fabsf(back - f), fabsf(up - f));

@@ -34,7 +34,7 @@ static void fill_check(struct __test_metadata *_metadata, struct moem_pool *p)
 
 TEST(thp_provider)
 {
-	struct moem_pool_opts o = { .provider = MOEM_POOL_THP, .size = 6 * MOEM_MiB + 1 };
+	struct moem_pool_opts o = {.provider = MOEM_POOL_THP, .size = 6 * MOEM_MiB + 1};
 	struct moem_pool_info info;
 	struct moem_pool *p;
 
@@ -50,8 +50,8 @@ TEST(thp_provider)
 
 TEST(thp_unlocked)
 {
-	struct moem_pool_opts o = { .provider = MOEM_POOL_THP, .size = 4 * MOEM_MiB,
-				    .no_lock = true };
+	struct moem_pool_opts o = {
+		.provider = MOEM_POOL_THP, .size = 4 * MOEM_MiB, .no_lock = true};
 	struct moem_pool_info info;
 	struct moem_pool *p;
 
@@ -103,7 +103,7 @@ FIXTURE_TEARDOWN(huge)
 
 TEST_F(huge, hugetlb_provider)
 {
-	struct moem_pool_opts o = { .provider = MOEM_POOL_HUGETLB, .size = 8 * MOEM_MiB };
+	struct moem_pool_opts o = {.provider = MOEM_POOL_HUGETLB, .size = 8 * MOEM_MiB};
 	struct moem_pool_info info;
 	struct moem_pool *p;
 
@@ -123,8 +123,8 @@ TEST_F(huge, hugetlb_provider)
 
 TEST(kmod_absent)
 {
-	struct moem_pool_opts o = { .provider = MOEM_POOL_KMOD, .size = 2 * MOEM_MiB,
-				    .dev_path = "/nonexistent/moem" };
+	struct moem_pool_opts o = {
+		.provider = MOEM_POOL_KMOD, .size = 2 * MOEM_MiB, .dev_path = "/nonexistent/moem"};
 	struct moem_pool *p;
 
 	EXPECT_EQ(-ENODEV, moem_pool_open(&o, &p));
@@ -133,7 +133,7 @@ TEST(kmod_absent)
 
 TEST(auto_explains_choice)
 {
-	struct moem_pool_opts o = { .size = 4 * MOEM_MiB, .dev_path = "/nonexistent/moem" };
+	struct moem_pool_opts o = {.size = 4 * MOEM_MiB, .dev_path = "/nonexistent/moem"};
 	struct moem_pool_info info;
 	struct moem_pool *p;
 
@@ -146,7 +146,7 @@ TEST(auto_explains_choice)
 
 TEST(bad_opts)
 {
-	struct moem_pool_opts o = { .provider = MOEM_POOL_THP };
+	struct moem_pool_opts o = {.provider = MOEM_POOL_THP};
 	struct moem_pool *p;
 
 	EXPECT_EQ(-EINVAL, moem_pool_open(&o, &p));

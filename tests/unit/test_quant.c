@@ -166,9 +166,11 @@ TEST(ffn_error_order)
 
 		ASSERT_EQ(0, moem_expert_layout((enum moem_prec)p, H, I, &l));
 		blob = calloc(1, l.bytes);
-		ASSERT_EQ(0, moem_quantize(l.prec, gate, I, H, blob + l.mat_off[0], l.mat[0].bytes));
+		ASSERT_EQ(0,
+			  moem_quantize(l.prec, gate, I, H, blob + l.mat_off[0], l.mat[0].bytes));
 		ASSERT_EQ(0, moem_quantize(l.prec, up, I, H, blob + l.mat_off[1], l.mat[1].bytes));
-		ASSERT_EQ(0, moem_quantize(l.prec, down, H, I, blob + l.mat_off[2], l.mat[2].bytes));
+		ASSERT_EQ(0,
+			  moem_quantize(l.prec, down, H, I, blob + l.mat_off[2], l.mat[2].bytes));
 		ASSERT_EQ(0, moem_ffn_ref(&l, blob, x, y));
 		if (p == MOEM_PREC_BF16) {
 			ref = malloc(sizeof(double) * H);

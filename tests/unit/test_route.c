@@ -65,7 +65,7 @@ static int contains(const int32_t *ids, uint32_t n, int32_t e)
 
 TEST(topk_matches_bruteforce_and_weights)
 {
-	struct moem_route_cfg c = { 64, 8, true, 1.0f };
+	struct moem_route_cfg c = {64, 8, true, 1.0f};
 	static float z[MAXB * MAXN];
 	struct moem_rng r;
 	struct routed o;
@@ -86,7 +86,8 @@ TEST(topk_matches_bruteforce_and_weights)
 				uint32_t better = 0;
 
 				for (uint32_t f = 0; f < 64; f++)
-					better += zr[f] > zr[e] || (zr[f] == zr[e] && (int32_t)f < e);
+					better +=
+						zr[f] > zr[e] || (zr[f] == zr[e] && (int32_t)f < e);
 				ASSERT_EQ((uint32_t)j, better);
 				sum += o.w[t * 8 + j];
 				if (j) {
@@ -112,7 +113,7 @@ TEST(topk_matches_bruteforce_and_weights)
 static void check_lynx(struct __test_metadata *_metadata, const struct moem_route_cfg *c,
 		       uint32_t B, const float *z, const uint8_t *pad, uint32_t *t_l, uint32_t *t_v)
 {
-	struct moem_lynx_params p = { 2.0f, 4 };
+	struct moem_lynx_params p = {2.0f, 4};
 	static struct routed v, l;
 
 	routed_init(&v);
@@ -124,7 +125,7 @@ static void check_lynx(struct __test_metadata *_metadata, const struct moem_rout
 			ASSERT_EQ(0u, l.cnt[t]);
 			continue;
 		}
-		ASSERT_EQ(c->top_k, l.cnt[t]); /* |S_i| = k */
+		ASSERT_EQ(c->top_k, l.cnt[t]);			     /* |S_i| = k */
 		ASSERT_EQ(v.ids[t * c->top_k], l.ids[t * c->top_k]); /* own top-1 kept */
 		for (uint32_t j = 1; j < c->top_k; j++) {
 			ASSERT_FALSE(contains(l.ids + t * c->top_k, j, l.ids[t * c->top_k + j]));
@@ -136,7 +137,7 @@ static void check_lynx(struct __test_metadata *_metadata, const struct moem_rout
 
 TEST(lynx_invariants_random)
 {
-	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	struct moem_route_cfg c = {128, 8, true, 1.0f};
 	static float z[MAXB * MAXN];
 	uint64_t sum_l = 0, sum_v = 0, worse = 0;
 	uint8_t pad[MAXB];
@@ -162,10 +163,10 @@ TEST(lynx_invariants_random)
 
 TEST(lynx_degenerate_batches)
 {
-	struct moem_route_cfg c = { 32, 4, true, 1.0f };
+	struct moem_route_cfg c = {32, 4, true, 1.0f};
 	static float z[MAXB * MAXN];
 	static struct routed v, l;
-	struct moem_lynx_params p = { 2.0f, 4 };
+	struct moem_lynx_params p = {2.0f, 4};
 	struct moem_rng r;
 	uint32_t tl, tv;
 
@@ -210,11 +211,11 @@ TEST(lynx_degenerate_batches)
  */
 TEST(lynx_t_falls_with_alpha_beta)
 {
-	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	struct moem_route_cfg c = {128, 8, true, 1.0f};
 	static float z[32 * MAXN];
 	static struct routed l;
-	const float alphas[] = { 4.0f, 2.0f, 1.0f };
-	uint64_t T[3] = { 0 };
+	const float alphas[] = {4.0f, 2.0f, 1.0f};
+	uint64_t T[3] = {0};
 	struct moem_rng r;
 
 	routed_init(&l);
@@ -222,7 +223,7 @@ TEST(lynx_t_falls_with_alpha_beta)
 	for (int it = 0; it < 50; it++) {
 		gen(&r, z, 32, 128, 0);
 		for (int a = 0; a < 3; a++) {
-			struct moem_lynx_params p = { alphas[a], (uint32_t)(2 * alphas[a]) };
+			struct moem_lynx_params p = {alphas[a], (uint32_t)(2 * alphas[a])};
 
 			ASSERT_EQ(0, moem_route_lynx(&c, &p, 32, z, NULL, &l.out));
 			T[a] += moem_route_active(&c, 32, &l.out, NULL);
@@ -236,7 +237,7 @@ TEST(lynx_t_falls_with_alpha_beta)
 
 TEST(oea_invariants)
 {
-	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	struct moem_route_cfg c = {128, 8, true, 1.0f};
 	static float z[MAXB * MAXN];
 	static struct routed o, base, van;
 	uint8_t pad[MAXB], sbase[MAXN];
@@ -250,7 +251,7 @@ TEST(oea_invariants)
 		uint32_t B = 1 + moem_rng_below(&r, MAXB);
 		uint32_t k0 = 1 + moem_rng_below(&r, 8);
 		struct moem_route_cfg c0 = c;
-		uint8_t uni[MAXN] = { 0 };
+		uint8_t uni[MAXN] = {0};
 
 		gen(&r, z, B, 128, it % 3);
 		for (uint32_t t = 0; t < B; t++)
@@ -292,11 +293,11 @@ TEST(oea_invariants)
 
 TEST(oea_t_falls_with_k0_and_padding_is_inert)
 {
-	struct moem_route_cfg c = { 128, 8, true, 1.0f };
+	struct moem_route_cfg c = {128, 8, true, 1.0f};
 	static float z[40 * MAXN];
 	static struct routed o, o2;
-	uint64_t T[9] = { 0 };
-	uint8_t pad[40] = { 0 };
+	uint64_t T[9] = {0};
+	uint8_t pad[40] = {0};
 	struct moem_rng r;
 
 	routed_init(&o);
@@ -324,10 +325,10 @@ TEST(oea_t_falls_with_k0_and_padding_is_inert)
 
 TEST(piggyback_uses_resident_experts)
 {
-	struct moem_route_cfg c = { 64, 8, true, 1.0f };
+	struct moem_route_cfg c = {64, 8, true, 1.0f};
 	static float z[16 * 64];
 	static struct routed o, p;
-	uint8_t resident[64] = { 0 }, act_o[64], act_p[64];
+	uint8_t resident[64] = {0}, act_o[64], act_p[64];
 	struct moem_rng r;
 	uint32_t used_extra = 0;
 

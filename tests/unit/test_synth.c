@@ -109,8 +109,8 @@ TEST(zipf_skew_and_workload_rankings_differ)
 			top += sorted[i];
 		ASSERT_GT(total, 0);
 		/* uniform would give ~10%; Zipf(1) over 128 ranks gives far more */
-		EXPECT_GT((double)top / total, 0.35) TH_LOG("workload %d top share %.2f", w,
-							    (double)top / total);
+		EXPECT_GT((double)top / total, 0.35)
+		TH_LOG("workload %d top share %.2f", w, (double)top / total);
 	}
 	/* hottest 13 of text vs of math: rankings differ across workloads */
 	for (int i = 0; i < 13; i++) {
@@ -154,7 +154,8 @@ TEST(layer_correlation_and_persistence)
 	for (int s = 0; s < 2000; s++) {
 		moem_synth_step(g);
 		for (uint32_t t = 0; t < 8; t++) {
-			const uint16_t *a = moem_synth_intents(g, t, 0), *b = moem_synth_intents(g, t, 1);
+			const uint16_t *a = moem_synth_intents(g, t, 0),
+				       *b = moem_synth_intents(g, t, 1);
 
 			for (int i = 0; i < 8; i++) {
 				trans[a[i]][b[i]]++;
@@ -172,7 +173,8 @@ TEST(layer_correlation_and_persistence)
 	for (int s = 0; s < 500; s++) {
 		moem_synth_step(g);
 		for (uint32_t t = 0; t < 8; t++) {
-			const uint16_t *a = moem_synth_intents(g, t, 0), *b = moem_synth_intents(g, t, 1);
+			const uint16_t *a = moem_synth_intents(g, t, 0),
+				       *b = moem_synth_intents(g, t, 1);
 
 			for (int i = 0; i < 8; i++) {
 				uint32_t best = 0;

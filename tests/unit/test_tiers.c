@@ -90,7 +90,7 @@ static int stager_read(struct moem_stager *s, uint32_t l, uint32_t e, uint32_t p
 
 	if (!j)
 		return -ENOMEM;
-	*j = (struct job){ l, e, pi, dst, bytes, done, arg, NULL };
+	*j = (struct job){l, e, pi, dst, bytes, done, arg, NULL};
 	pthread_mutex_lock(&r->lock);
 	j->next = r->jobs;
 	r->jobs = j;
@@ -122,8 +122,8 @@ static void stager_fini(struct rstager *r)
 
 /* ---- fixture ------------------------------------------------------------- */
 
-#define L 4
-#define N 16
+#define L	 4
+#define N	 16
 #define HI_BYTES (5 * 65536 + 1234)
 #define LO_BYTES (2 * 65536 + 100)
 
@@ -137,15 +137,22 @@ FIXTURE(tiers)
 	uint64_t pool_bytes;
 };
 
-static int make(struct __test_metadata *_metadata, FIXTURE_DATA(tiers) *self, uint64_t hbm,
+static int make(struct __test_metadata *_metadata, FIXTURE_DATA(tiers) * self, uint64_t hbm,
 		uint64_t dram, bool fallback, bool manual)
 {
-	struct moem_emu_opts eo = { .link_gbps = 50, .link_lat_us = 2,
-				    .granularity = 1 << 20, .manual_compute = manual };
+	struct moem_emu_opts eo = {.link_gbps = 50,
+				   .link_lat_us = 2,
+				   .granularity = 1 << 20,
+				   .manual_compute = manual};
 	struct moem_tiers_cfg c = {
-		.n_layers = L, .n_experts = N, .n_prec = 2, .bytes = { HI_BYTES, LO_BYTES },
-		.hbm_budget = hbm, .dram_budget = dram, .allow_fallback = fallback,
-		.xfer = { .piece_bytes = 128 << 10 },
+		.n_layers = L,
+		.n_experts = N,
+		.n_prec = 2,
+		.bytes = {HI_BYTES, LO_BYTES},
+		.hbm_budget = hbm,
+		.dram_budget = dram,
+		.allow_fallback = fallback,
+		.xfer = {.piece_bytes = 128 << 10},
 	};
 
 	ASSERT_EQ(0, moem_tierdev_emu_create(&eo, &self->dev));
@@ -377,7 +384,7 @@ static void *budget_changer(void *arg)
 
 TEST_F(tiers, randomized_stress)
 {
-	struct budget_thread bt = { .seed = 7 };
+	struct budget_thread bt = {.seed = 7};
 	struct moem_xref refs[N];
 	struct moem_tiers_stats s;
 	struct moem_rng r;
@@ -390,7 +397,7 @@ TEST_F(tiers, randomized_stress)
 	pthread_create(&th, NULL, budget_changer, &bt);
 	for (int step = 0; step < steps; step++) {
 		for (uint32_t l = 0; l < L; l++) {
-			uint8_t want[N] = { 0 };
+			uint8_t want[N] = {0};
 			uint32_t n = 0, T = 1 + moem_rng_below(&r, 6);
 
 			for (uint32_t i = 0; i < T; i++)
@@ -425,12 +432,14 @@ TEST_F(tiers, randomized_stress)
 				if (moem_rng_below(&r, 4) == 0)
 					moem_tiers_set_plan(self->t, ll, ee, moem_rng_below(&r, 2));
 				else
-					moem_tiers_prefetch(self->t, ll, ee,
-							    (enum moem_prio)(1 + moem_rng_below(&r, 2)));
+					moem_tiers_prefetch(
+						self->t, ll, ee,
+						(enum moem_prio)(1 + moem_rng_below(&r, 2)));
 			}
-			moem_tiers_release(self->t, refs, n, self->dev->ops->compute_mark(self->dev));
-			ASSERT_EQ(0, moem_tiers_check(self->t)) TH_LOG("step %d: %s", step,
-								       moem_last_error());
+			moem_tiers_release(self->t, refs, n,
+					   self->dev->ops->compute_mark(self->dev));
+			ASSERT_EQ(0, moem_tiers_check(self->t))
+			TH_LOG("step %d: %s", step, moem_last_error());
 		}
 	}
 	bt.stop = 1;

@@ -62,7 +62,7 @@ TEST(extent_random_no_overlap)
 	struct moem_extent x;
 	struct moem_rng r;
 	static uint8_t owner[4096];
-	uint64_t off[64] = { 0 }, len[64] = { 0 };
+	uint64_t off[64] = {0}, len[64] = {0};
 
 	ASSERT_EQ(0, moem_extent_init(&x, 4096ULL << 12, 4096ULL << 12, 12));
 	moem_rng_seed(&r, 1, 0);
@@ -125,8 +125,8 @@ FIXTURE(xfer)
 
 FIXTURE_SETUP(xfer)
 {
-	struct moem_emu_opts eo = { .link_gbps = 1, .link_lat_us = 0 };
-	struct moem_xfer_opts xo = { .piece_bytes = 1 << 20, .max_inflight = 2 };
+	struct moem_emu_opts eo = {.link_gbps = 1, .link_lat_us = 0};
+	struct moem_xfer_opts xo = {.piece_bytes = 1 << 20, .max_inflight = 2};
 
 	ASSERT_EQ(0, moem_tierdev_emu_create(&eo, &self->dev));
 	ASSERT_EQ(0, self->dev->ops->reserve(self->dev, 64 << 20, &self->base));
@@ -149,7 +149,7 @@ FIXTURE_TEARDOWN(xfer)
 
 TEST_F(xfer, copies_exact_bytes_in_pieces)
 {
-	struct tagged t = { .log = &self->log, .tag = 1 };
+	struct tagged t = {.log = &self->log, .tag = 1};
 	struct moem_xfer_stats st;
 
 	t.req.dst = self->base + 4096;
@@ -189,7 +189,7 @@ TEST_F(xfer, copies_exact_bytes_in_pieces)
 
 TEST_F(xfer, miss_overtakes_prefetches)
 {
-	struct tagged pf[4], miss = { .log = &self->log, .tag = 100 };
+	struct tagged pf[4], miss = {.log = &self->log, .tag = 100};
 
 	for (int i = 0; i < 4; i++) {
 		memset(&pf[i], 0, sizeof(pf[i]));
@@ -219,15 +219,24 @@ TEST_F(xfer, miss_overtakes_prefetches)
 
 TEST_F(xfer, raise_and_cancel)
 {
-	struct tagged a = { .log = &self->log, .tag = 1 }, b = { .log = &self->log, .tag = 2 };
-	struct tagged c = { .log = &self->log, .tag = 3 };
+	struct tagged a = {.log = &self->log, .tag = 1}, b = {.log = &self->log, .tag = 2};
+	struct tagged c = {.log = &self->log, .tag = 3};
 
-	a.req = (struct moem_xfer_req){ .dst = self->base, .src = self->src, .bytes = 16 << 20,
-					.prio = MOEM_PRIO_PROMOTE, .done = on_done };
-	b.req = (struct moem_xfer_req){ .dst = self->base + (16 << 20), .src = self->src,
-					.bytes = 2 << 20, .prio = MOEM_PRIO_PROMOTE, .done = on_done };
-	c.req = (struct moem_xfer_req){ .dst = self->base + (20 << 20), .src = self->src,
-					.bytes = 2 << 20, .prio = MOEM_PRIO_PROMOTE, .done = on_done };
+	a.req = (struct moem_xfer_req){.dst = self->base,
+				       .src = self->src,
+				       .bytes = 16 << 20,
+				       .prio = MOEM_PRIO_PROMOTE,
+				       .done = on_done};
+	b.req = (struct moem_xfer_req){.dst = self->base + (16 << 20),
+				       .src = self->src,
+				       .bytes = 2 << 20,
+				       .prio = MOEM_PRIO_PROMOTE,
+				       .done = on_done};
+	c.req = (struct moem_xfer_req){.dst = self->base + (20 << 20),
+				       .src = self->src,
+				       .bytes = 2 << 20,
+				       .prio = MOEM_PRIO_PROMOTE,
+				       .done = on_done};
 	ASSERT_EQ(0, moem_xfer_submit(self->x, &a.req));
 	ASSERT_EQ(0, moem_xfer_submit(self->x, &b.req));
 	ASSERT_EQ(0, moem_xfer_submit(self->x, &c.req));
@@ -242,8 +251,7 @@ TEST_F(xfer, raise_and_cancel)
 
 TEST_F(xfer, bad_requests)
 {
-	struct moem_xfer_req r = { .dst = self->base, .src = self->src, .bytes = 0,
-				   .done = on_done };
+	struct moem_xfer_req r = {.dst = self->base, .src = self->src, .bytes = 0, .done = on_done};
 
 	EXPECT_EQ(-EINVAL, moem_xfer_submit(self->x, &r));
 	r.bytes = 10;

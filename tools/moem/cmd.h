@@ -13,11 +13,10 @@ struct moem_cmd {
 	int (*fn)(int argc, char **argv); /* argv[0] is the command name */
 };
 
-#define MOEM_CMD(var, nm, sum, f)                                                          \
-	static const struct moem_cmd var __attribute__((used, section("moem_cmds"),         \
-							 aligned(sizeof(void *)))) = {         \
-		.name = nm, .summary = sum, .fn = f                                          \
-	}
+#define MOEM_CMD(var, nm, sum, f)                                                        \
+	static const struct moem_cmd var                                                 \
+		__attribute__((used, section("moem_cmds"), aligned(sizeof(void *)))) = { \
+			.name = nm, .summary = sum, .fn = f}
 
 /* Print "moem <cmd>: <message>" for a library error and return exit status 1. */
 int moem_tool_fail(const char *cmd, int err, const char *what);

@@ -21,16 +21,12 @@ static void pool_usage(FILE *f)
 static int cmd_pool(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "size", required_argument, NULL, 's' },
-		{ "provider", required_argument, NULL, 'p' },
-		{ "name", required_argument, NULL, 'n' },
-		{ "persistent", no_argument, NULL, 'P' },
-		{ "attach", no_argument, NULL, 'a' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
+		{"size", required_argument, NULL, 's'}, {"provider", required_argument, NULL, 'p'},
+		{"name", required_argument, NULL, 'n'}, {"persistent", no_argument, NULL, 'P'},
+		{"attach", no_argument, NULL, 'a'},	{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},	{0},
 	};
-	struct moem_pool_opts o = { .size = 64 * MOEM_MiB };
+	struct moem_pool_opts o = {.size = 64 * MOEM_MiB};
 	struct moem_pool_info info;
 	struct moem_pool *pool;
 	int c, ret, json = 0;

@@ -32,51 +32,53 @@ struct run_args {
 };
 
 static const struct option run_opts[] = {
-	{ "pack", required_argument, NULL, 0 },
-	{ "hbm", required_argument, NULL, 0 },
-	{ "dram", required_argument, NULL, 0 },
-	{ "batch", required_argument, NULL, 0 },
-	{ "steps", required_argument, NULL, 0 },
-	{ "workload", required_argument, NULL, 0 },
-	{ "mix", required_argument, NULL, 0 },
-	{ "seed", required_argument, NULL, 0 },
-	{ "precisions", required_argument, NULL, 0 },
-	{ "fallback", no_argument, NULL, 0 },
-	{ "route", required_argument, NULL, 0 },
-	{ "evict", required_argument, NULL, 0 },
-	{ "prefetch", required_argument, NULL, 0 },
-	{ "precision", required_argument, NULL, 0 },
-	{ "paging", required_argument, NULL, 0 },
-	{ "backend", required_argument, NULL, 0 },
-	{ "threads", required_argument, NULL, 0 },
-	{ "pool", required_argument, NULL, 0 },
-	{ "region", required_argument, NULL, 0 },
-	{ "persistent", no_argument, NULL, 0 },
-	{ "link-gbps", required_argument, NULL, 0 },
-	{ "loader", required_argument, NULL, 0 },
-	{ "no-verify", no_argument, NULL, 0 },
-	{ "trace-out", required_argument, NULL, 0 },
-	{ "trace-logits", no_argument, NULL, 0 },
-	{ "hotness", required_argument, NULL, 0 },
-	{ "counts-out", required_argument, NULL, 0 },
-	{ "no-warmup", no_argument, NULL, 0 },
-	{ "config", required_argument, NULL, 0 },
-	{ "json", no_argument, NULL, 0 },
-	{ "quiet", no_argument, NULL, 0 },
-	{ "help", no_argument, NULL, 'h' },
-	{ 0 },
+	{"pack", required_argument, NULL, 0},
+	{"hbm", required_argument, NULL, 0},
+	{"dram", required_argument, NULL, 0},
+	{"batch", required_argument, NULL, 0},
+	{"steps", required_argument, NULL, 0},
+	{"workload", required_argument, NULL, 0},
+	{"mix", required_argument, NULL, 0},
+	{"seed", required_argument, NULL, 0},
+	{"precisions", required_argument, NULL, 0},
+	{"fallback", no_argument, NULL, 0},
+	{"route", required_argument, NULL, 0},
+	{"evict", required_argument, NULL, 0},
+	{"prefetch", required_argument, NULL, 0},
+	{"precision", required_argument, NULL, 0},
+	{"paging", required_argument, NULL, 0},
+	{"backend", required_argument, NULL, 0},
+	{"threads", required_argument, NULL, 0},
+	{"pool", required_argument, NULL, 0},
+	{"region", required_argument, NULL, 0},
+	{"persistent", no_argument, NULL, 0},
+	{"link-gbps", required_argument, NULL, 0},
+	{"loader", required_argument, NULL, 0},
+	{"no-verify", no_argument, NULL, 0},
+	{"trace-out", required_argument, NULL, 0},
+	{"trace-logits", no_argument, NULL, 0},
+	{"hotness", required_argument, NULL, 0},
+	{"counts-out", required_argument, NULL, 0},
+	{"no-warmup", no_argument, NULL, 0},
+	{"config", required_argument, NULL, 0},
+	{"json", no_argument, NULL, 0},
+	{"quiet", no_argument, NULL, 0},
+	{"help", no_argument, NULL, 'h'},
+	{0},
 };
 
 static void run_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: moem run --pack FILE [--hbm SIZE|PCT%%] [--dram SIZE|PCT%%] [--batch B]\n"
-		"                [--steps N] [--workload synth|hidden:FILE|trace:FILE] [--mix W:x,..]\n"
+		"                [--steps N] [--workload synth|hidden:FILE|trace:FILE] [--mix "
+		"W:x,..]\n"
 		"                [--seed S] [--precisions HI[,LO]] [--fallback]\n"
 		"                [--route none|lynx|oea|cache-aware|piggyback[:k=v,..]]\n"
 		"                [--evict lru|lru2|lfu|pred] [--prefetch none|adaptive|fixed:S=N]\n"
 		"                [--precision none|dynaexq] [--paging none|fluxmoe]\n"
-		"                [--backend auto|cpu|cuda] [--threads N] [--pool auto|kmod|hugetlb|thp]\n"
+		"                [--backend auto|cpu|cuda] [--threads N] [--pool "
+		"auto|kmod|hugetlb|thp]\n"
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
 		"                [--hotness engine|bpf] [--counts-out FILE]\n"
@@ -191,7 +193,7 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 
 static int cmd_run(int argc, char **argv)
 {
-	struct run_args a = { 0 };
+	struct run_args a = {0};
 	struct moem_engine_status st;
 	struct moem_engine *e = NULL;
 	struct moem_run_stats rs;
@@ -219,8 +221,8 @@ static int cmd_run(int argc, char **argv)
 		}
 	}
 	if (optind != argc || !a.ea.o.pack_path) {
-		fprintf(stderr, "moem run: %s\n", optind != argc ? "unexpected argument" :
-				"--pack is required");
+		fprintf(stderr, "moem run: %s\n",
+			optind != argc ? "unexpected argument" : "--pack is required");
 		run_usage(stderr);
 		rc = 2;
 		goto out;
