@@ -571,15 +571,23 @@ int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert, e
 	return ret;
 }
 
+/* check_le() plus a managed precision index. */
+static int check_version(const struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi)
+{
+	int ret = check_le(t, layer, expert);
+
+	if (!ret && pi >= t->c.n_prec)
+		ret = moem_errf(EINVAL, "precision index %u: only %u managed", pi, t->c.n_prec);
+	return ret;
+}
+
 int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi)
 {
 	uint32_t le = layer * t->c.n_experts + expert;
-	int ret = check_le(t, layer, expert);
+	int ret = check_version(t, layer, expert, pi);
 
 	if (ret)
 		return ret;
-	if (pi >= t->c.n_prec)
-		return moem_errf(EINVAL, "precision index %u: only %u managed", pi, t->c.n_prec);
 	pthread_mutex_lock(&t->lock);
 	if (t->v[le * 2 + pi].ds == D_ABSENT)
 		ret = start_load(t, &t->v[le * 2 + pi]);
@@ -601,12 +609,10 @@ int moem_tiers_published(struct moem_tiers *t, uint32_t layer, uint32_t expert)
 int moem_tiers_set_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi)
 {
 	uint32_t le = layer * t->c.n_experts + expert;
-	int ret = check_le(t, layer, expert);
+	int ret = check_version(t, layer, expert, pi);
 
 	if (ret)
 		return ret;
-	if (pi >= t->c.n_prec)
-		return moem_errf(EINVAL, "precision index %u: only %u managed", pi, t->c.n_prec);
 	pthread_mutex_lock(&t->lock);
 	t->plan[le] = (uint8_t)pi;
 	publish_best(t, le);
