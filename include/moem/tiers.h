@@ -176,11 +176,17 @@ void moem_tiers_release(struct moem_tiers *t, const struct moem_xref *refs, uint
  * up, -ENOSPC if it can never fit.
  */
 int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert, enum moem_prio prio);
-/* NVMe -> DRAM only (warm-up): 0, or -EAGAIN if the DRAM budget is full. */
+/*
+ * NVMe -> DRAM only (warm-up): 0, or -EAGAIN if the DRAM budget is full.
+ * It never evicts: warm-up after a warm restart must not push out what
+ * the restart adopted (and so lose it if the process dies again).
+ */
 int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
 /* Set the planned precision; publishes it at once if it is resident. */
 int moem_tiers_set_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
 uint32_t moem_tiers_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert);
+/* True if version (layer, expert, pi) is staged in DRAM (READY). */
+bool moem_tiers_staged(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
 /* Precision index of the version (layer, expert) resolves to, or -1. */
 int moem_tiers_published(struct moem_tiers *t, uint32_t layer, uint32_t expert);
 /* mask[e] = 1 if some version of (layer, e) is published in HBM. */

@@ -401,8 +401,9 @@ static int warmup(struct moem_engine *e, struct moem_progress *progress)
 				}
 				ret = moem_tiers_stage(e->tiers, m, x, pi);
 				if (ret == -EAGAIN) {
-					/* Full after all: adopted versions of a warm
-					 * restart can leave no room where one fits. */
+					/* Full after all (staging never evicts):
+					 * adopted versions of a warm restart can leave
+					 * no room where one fits. */
 					ret = 0;
 					goto dram_full;
 				}
@@ -415,12 +416,15 @@ dram_full:
 		moem_progress_finish(progress);
 	if (ret)
 		return ret;
-	/* Then HBM, planned versions, up to its budget. */
+	/* Then HBM, planned versions, up to its budget, from what DRAM holds
+	 * (a load here would evict staged versions from DRAM). */
 	for (uint32_t m = 0; m < e->n_moe && !ret; m++)
 		for (uint32_t x = 0; x < e->cfg->n_experts && !ret; x++) {
 			moem_tiers_usage(e->tiers, &hu, &hb, &du, &db, &nv);
 			if (hu + e->blob_bytes[0] > hb)
 				goto hbm_full;
+			if (!moem_tiers_staged(e->tiers, m, x, moem_tiers_plan(e->tiers, m, x)))
+				continue;
 			if (warmup_stopped(e)) {
 				moem_tiers_drain(e->tiers);
 				return moem_errf(ECANCELED, "warm-up stopped");

@@ -216,7 +216,7 @@ static int hbm_alloc(struct moem_tiers *t, const struct ver *in, enum moem_prio 
 	return 0;
 }
 
-static int dram_alloc(struct moem_tiers *t, const struct ver *in, uint64_t *off)
+static int dram_alloc(struct moem_tiers *t, const struct ver *in, bool evict, uint64_t *off)
 {
 	uint64_t bytes = vbytes(t, in);
 	uint32_t id;
@@ -229,7 +229,7 @@ static int dram_alloc(struct moem_tiers *t, const struct ver *in, uint64_t *off)
 		if (moem_extent_used_bytes(&t->dx) + moem_align_up(bytes, 4096) <= t->dram_budget &&
 		    moem_extent_alloc(&t->dx, bytes, off) == 0)
 			return 0;
-		if (t->dev_ev->pick(t->dev_ev, in->id, MOEM_PRIO_MISS, dram_ok, t, &id))
+		if (!evict || t->dev_ev->pick(t->dev_ev, in->id, MOEM_PRIO_MISS, dram_ok, t, &id))
 			return -EAGAIN;
 		dram_evict(t, &t->v[id]);
 	}
@@ -368,10 +368,10 @@ static void on_load_done(void *arg, int status)
 	pthread_mutex_unlock(&t->lock);
 }
 
-static int start_load(struct moem_tiers *t, struct ver *v)
+static int start_load(struct moem_tiers *t, struct ver *v, bool evict)
 {
 	uint64_t off;
-	int ret = dram_alloc(t, v, &off);
+	int ret = dram_alloc(t, v, evict, &off);
 
 	if (ret)
 		return ret;
@@ -439,7 +439,7 @@ static int fetch(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 	}
 	v->want_hbm = 1;
 	if (v->ds == D_ABSENT) {
-		ret = start_load(t, v);
+		ret = start_load(t, v, true);
 		if (ret) {
 			v->want_hbm = 0;
 			v->hs = H_ABSENT;
@@ -590,10 +590,22 @@ int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint
 		return ret;
 	pthread_mutex_lock(&t->lock);
 	if (t->v[le * 2 + pi].ds == D_ABSENT)
-		ret = start_load(t, &t->v[le * 2 + pi]);
+		ret = start_load(t, &t->v[le * 2 + pi], false);
 	pthread_mutex_unlock(&t->lock);
 	flush_loads(t);
 	return ret;
+}
+
+bool moem_tiers_staged(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi)
+{
+	bool r;
+
+	if (check_version(t, layer, expert, pi))
+		return false;
+	pthread_mutex_lock(&t->lock);
+	r = t->v[(layer * t->c.n_experts + expert) * 2 + pi].ds == D_READY;
+	pthread_mutex_unlock(&t->lock);
+	return r;
 }
 
 int moem_tiers_published(struct moem_tiers *t, uint32_t layer, uint32_t expert)

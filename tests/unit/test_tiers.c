@@ -359,6 +359,29 @@ TEST_F(tiers, load_failure_is_reported)
 	EXPECT_EQ(-EINVAL, moem_tiers_set_plan(self->t, 0, N, 0));
 }
 
+/* Warm-up staging fills free DRAM and stops; it never evicts what is staged. */
+TEST_F(tiers, staging_never_evicts)
+{
+	struct moem_tiers_stats s;
+	uint32_t staged = 0;
+	int ret = 0;
+
+	/* room for 5 hi versions of 5 * 64 KiB + 1234 bytes */
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 5 * 6 * 65536, false, false));
+	for (uint32_t e = 0; e < N && ret == 0; e++) {
+		ret = moem_tiers_stage(self->t, 0, e, MOEM_TIER_HI);
+		staged += ret == 0;
+	}
+	EXPECT_EQ(-EAGAIN, ret);
+	moem_tiers_drain(self->t);
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ(staged, s.dram_ready);
+	EXPECT_EQ(0u, s.evict_dram);
+	EXPECT_TRUE(moem_tiers_staged(self->t, 0, 0, MOEM_TIER_HI));
+	EXPECT_FALSE(moem_tiers_staged(self->t, 0, N - 1, MOEM_TIER_HI));
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+}
+
 struct budget_thread {
 	struct moem_tiers *t;
 	volatile int stop;
