@@ -70,6 +70,7 @@ struct moem_tiers {
 	struct moem_tiers_stats st;
 	moem_tiers_note_fn note;
 	void *note_arg;
+	uint64_t n_resident[2], n_ready; /* versions RESIDENT by pi, READY */
 };
 
 static inline void note(struct moem_tiers *t, const struct ver *v, int ready)
@@ -176,6 +177,7 @@ static void hbm_evict(struct moem_tiers *t, struct ver *v)
 
 	t->hev->del(t->hev, v->id);
 	v->hs = H_ABSENT;
+	t->n_resident[pi_of(v)]--;
 	/* If the graveyard cannot grow, wait for the reader here instead. */
 	if (grave_add(t, v->hoff, need, v->last_use))
 		t->dev->ops->compute_wait(t->dev, v->last_use);
@@ -188,6 +190,7 @@ static void dram_evict(struct moem_tiers *t, struct ver *v)
 {
 	t->dev_ev->del(t->dev_ev, v->id);
 	v->ds = D_ABSENT;
+	t->n_ready--;
 	note(t, v, 0);
 	moem_extent_free(&t->dx, v->doff, vbytes(t, v));
 	t->st.evict_dram++;
@@ -247,6 +250,15 @@ static void apply_budgets(struct moem_tiers *t)
 	uint64_t lim = t->hbm_budget & ~(t->slot_gran - 1), new_mapped;
 	uint32_t id;
 
+	/* Called on every release and completion: nothing to do once both
+	 * tiers are within budget and their limits and mapping are in place. */
+	if (moem_extent_used_bytes(&t->hx) <= t->hbm_budget &&
+	    moem_extent_used_bytes(&t->dx) <= t->dram_budget &&
+	    moem_extent_limit_bytes(&t->hx) == moem_min(lim, t->mapped) &&
+	    moem_extent_limit_bytes(&t->dx) == (t->dram_budget & ~4095ULL) &&
+	    t->mapped == moem_align_up(t->hbm_budget, t->gran))
+		return;
+
 	for (uint32_t i = 0; i < t->c.n_layers * t->c.n_experts * 2; i++) {
 		struct ver *v = &t->v[i];
 
@@ -293,6 +305,7 @@ static void on_copy_done(struct moem_xfer_req *r, int status)
 		v->err = status;
 	} else {
 		v->hs = H_RESIDENT;
+		t->n_resident[pi_of(v)]++;
 		v->landed_ns = moem_now_ns();
 		MOEM_USDT_FETCH(le_of(t, v) / t->c.n_experts, le_of(t, v) % t->c.n_experts,
 				(uint32_t)t->c.prec[pi_of(v)], MOEM_TIER_DRAM, MOEM_TIER_HBM,
@@ -354,6 +367,7 @@ static void on_load_done(void *arg, int status)
 		}
 	} else {
 		v->ds = D_READY;
+		t->n_ready++;
 		t->dev_ev->add(t->dev_ev, v->id);
 		t->st.bytes_nvme += vbytes(t, v);
 		MOEM_USDT_FETCH(le_of(t, v) / t->c.n_experts, le_of(t, v) % t->c.n_experts,
@@ -712,6 +726,7 @@ int moem_tiers_adopt(struct moem_tiers *t, uint32_t vid, uint64_t doff)
 		goto out;
 	}
 	v->ds = D_READY;
+	t->n_ready++;
 	v->doff = doff;
 	t->dev_ev->add(t->dev_ev, vid);
 out:
@@ -736,11 +751,9 @@ void moem_tiers_get_stats(struct moem_tiers *t, struct moem_tiers_stats *s)
 	s->hbm_mapped = t->mapped;
 	s->dram_used = moem_extent_used_bytes(&t->dx);
 	s->dram_budget = t->dram_budget;
-	s->hbm_resident[0] = s->hbm_resident[1] = s->dram_ready = 0;
-	for (uint32_t i = 0; i < t->c.n_layers * t->c.n_experts * 2; i++) {
-		s->hbm_resident[i & 1] += t->v[i].hs == H_RESIDENT;
-		s->dram_ready += t->v[i].ds == D_READY;
-	}
+	s->hbm_resident[0] = t->n_resident[0];
+	s->hbm_resident[1] = t->n_resident[1];
+	s->dram_ready = t->n_ready;
 	pthread_mutex_unlock(&t->lock);
 	s->link_bw = moem_xfer_bandwidth(t->xfer);
 	{
@@ -773,7 +786,7 @@ const void *moem_tiers_host_view(struct moem_tiers *t, const struct moem_xref *r
 int moem_tiers_check(struct moem_tiers *t)
 {
 	const uint32_t nv = t->c.n_layers * t->c.n_experts * 2;
-	uint64_t hsum = 0, dsum = 0, h_above = 0, d_above = 0;
+	uint64_t hsum = 0, dsum = 0, h_above = 0, d_above = 0, res[2] = {0, 0}, ready = 0;
 	int ret = 0;
 
 	pthread_mutex_lock(&t->lock);
@@ -817,6 +830,8 @@ int moem_tiers_check(struct moem_tiers *t)
 			if (v->ds == D_READY && v->doff + dn > t->dram_budget && !v->dpins)
 				d_above++;
 		}
+		res[i & 1] += v->hs == H_RESIDENT;
+		ready += v->ds == D_READY;
 		if (v->hs == H_RESIDENT && v->copying)
 			ret = moem_errf(EFAULT, "version %u resident while copying", i);
 		if (v->dpins != (v->copying ? 1 : 0))
@@ -825,6 +840,15 @@ int moem_tiers_check(struct moem_tiers *t)
 		if (v->hpins && v->hs != H_RESIDENT)
 			ret = moem_errf(EFAULT, "version %u pinned but not resident", i);
 	}
+	if (!ret &&
+	    (res[0] != t->n_resident[0] || res[1] != t->n_resident[1] || ready != t->n_ready))
+		ret = moem_errf(EFAULT,
+				"version counters: %llu/%llu resident, %llu ready counted as "
+				"%llu/%llu, %llu",
+				(unsigned long long)res[0], (unsigned long long)res[1],
+				(unsigned long long)ready, (unsigned long long)t->n_resident[0],
+				(unsigned long long)t->n_resident[1],
+				(unsigned long long)t->n_ready);
 	if (!ret && hsum != moem_extent_used_bytes(&t->hx))
 		ret = moem_errf(EFAULT, "HBM accounting: versions hold %llu, allocator says %llu",
 				(unsigned long long)hsum,
