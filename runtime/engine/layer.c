@@ -144,13 +144,18 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 	}
 }
 
-static int dense_layer(struct moem_engine *e, uint32_t l, uint32_t B)
+/*
+ * An FFN every token uses with weight 1 (a dense layer's MLP, a layer's
+ * shared experts): one bf16 blob resident for the engine's lifetime, its
+ * output in slot 0 of e->shout for combine.
+ */
+static int fixed_ffn(struct moem_engine *e, moem_dptr blob, uint32_t inter, uint32_t B)
 {
-	struct moem_ffn_expert ex = {e->dense[l], MOEM_PREC_BF16, 0, B};
+	struct moem_ffn_expert ex = {blob, MOEM_PREC_BF16, 0, B};
 	struct moem_ffn_assign as[ENG_MAX_B];
 	struct moem_ffn_args a = {.B = B,
 				  .H = e->cfg->hidden,
-				  .I = e->dense_l.inter,
+				  .I = inter,
 				  .n_slots = 1,
 				  .x = e->xb,
 				  .out = e->shout,
@@ -158,13 +163,18 @@ static int dense_layer(struct moem_engine *e, uint32_t l, uint32_t B)
 				  .experts = &ex,
 				  .n_assign = B,
 				  .assign = as};
-	struct moem_combine_args c = {
-		.B = B, .H = e->cfg->hidden, .h = e->h, .k = 0, .n_shared = 1, .shared = e->shout};
-	int ret;
 
 	for (uint32_t t = 0; t < B; t++)
 		as[t] = (struct moem_ffn_assign){(uint16_t)t, 0};
-	ret = moem_op_ffn(e->be, NULL, &a);
+	return moem_op_ffn(e->be, NULL, &a);
+}
+
+static int dense_layer(struct moem_engine *e, uint32_t l, uint32_t B)
+{
+	struct moem_combine_args c = {
+		.B = B, .H = e->cfg->hidden, .h = e->h, .k = 0, .n_shared = 1, .shared = e->shout};
+	int ret = fixed_ffn(e, e->dense[l], e->dense_l.inter, B);
+
 	if (!ret)
 		ret = moem_op_combine(e->be, NULL, &c);
 	return ret;
@@ -334,21 +344,7 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	if (ret)
 		return ret;
 	if (e->shared[l]) {
-		struct moem_ffn_expert ex = {e->shared[l], MOEM_PREC_BF16, 0, B};
-		struct moem_ffn_args a = {.B = B,
-					  .H = cfg->hidden,
-					  .I = e->shared_l.inter,
-					  .n_slots = 1,
-					  .x = e->xb,
-					  .out = e->shout,
-					  .n_experts = 1,
-					  .experts = &ex,
-					  .n_assign = B,
-					  .assign = c.assign};
-
-		for (uint32_t t = 0; t < B; t++)
-			c.assign[t] = (struct moem_ffn_assign){(uint16_t)t, 0};
-		ret = moem_op_ffn(e->be, NULL, &a);
+		ret = fixed_ffn(e, e->shared[l], e->shared_l.inter, B);
 		if (ret)
 			return ret;
 	}
