@@ -528,8 +528,8 @@ int eng_apply_knobs(struct moem_engine *e)
 		if (!ret && e->dx) {
 			uint32_t n_hi;
 
-			if (moem_dynaexq_n_hi(hbm, 0, e->n_moe, e->cfg->n_experts, e->blob_bytes[0],
-					      e->blob_bytes[1], 2 * e->blob_bytes[0], &n_hi) == 0)
+			if (eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) ==
+			    0)
 				moem_dynaexq_set_n_hi(e->dx, n_hi);
 		}
 		if (!ret && e->pg)
@@ -546,15 +546,12 @@ int eng_apply_knobs(struct moem_engine *e)
 		e->prefetch_cap = (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH];
 	__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
 	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dx) {
-		uint32_t n_hi =
-			(uint32_t)(k[MOEM_BUDGET_HI_PRECISION_PERMILLE] * e->cfg->n_experts / 1000);
-		uint32_t cap;
+		uint64_t hbm = k[MOEM_BUDGET_HBM_BYTES];
+		uint32_t n_hi;
 
-		if (moem_dynaexq_n_hi(k[MOEM_BUDGET_HBM_BYTES] ? k[MOEM_BUDGET_HBM_BYTES]
-							       : e->arena_bytes,
-				      0, e->n_moe, e->cfg->n_experts, e->blob_bytes[0],
-				      e->blob_bytes[1], 2 * e->blob_bytes[0], &cap) == 0)
-			moem_dynaexq_set_n_hi(e->dx, moem_min(n_hi, cap));
+		if (eng_dynaexq_n_hi(e, !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm,
+				     k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
+			moem_dynaexq_set_n_hi(e->dx, n_hi);
 	}
 	return ret;
 }

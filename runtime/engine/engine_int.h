@@ -129,6 +129,7 @@ int eng_policies_open(struct moem_engine *e);
 void eng_policies_close(struct moem_engine *e);
 int eng_evictor_init(struct moem_engine *e);
 int eng_policies_attach(struct moem_engine *e);
+int eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille, uint32_t *n_hi);
 void eng_prefetch(struct moem_engine *e, uint32_t m);
 void eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
 		     uint64_t layer_ns);

@@ -117,6 +117,22 @@ static bool is_none(const char *s)
 	return !strcmp(s, "none");
 }
 
+/*
+ * DynaExq's hi experts per layer: the budget formula of ALGORITHMS.md for
+ * an HBM budget (the arena's expert bytes), capped by the
+ * hi_precision_permille knob (a share of each layer's experts).
+ */
+int eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille, uint32_t *n_hi)
+{
+	uint32_t cap = (uint32_t)(permille * e->cfg->n_experts / 1000);
+	int ret = moem_dynaexq_n_hi(hbm, 0, e->n_moe, e->cfg->n_experts, e->blob_bytes[0],
+				    e->blob_bytes[1], 2 * e->blob_bytes[0], n_hi);
+
+	if (!ret && *n_hi > cap)
+		*n_hi = cap;
+	return ret;
+}
+
 static int open_precision(struct moem_engine *e)
 {
 	struct moem_dynaexq_cfg c;
@@ -140,9 +156,7 @@ static int open_precision(struct moem_engine *e)
 	c.hi = e->prec[0];
 	c.lo = e->prec[1];
 	if (!n_hi_given) {
-		ret = moem_dynaexq_n_hi(e->o.hbm_budget, 0, e->n_moe, e->cfg->n_experts,
-					e->blob_bytes[0], e->blob_bytes[1], 2 * e->blob_bytes[0],
-					&c.n_hi);
+		ret = eng_dynaexq_n_hi(e, e->o.hbm_budget, MOEM_BUDGET_PERMILLE_MAX, &c.n_hi);
 		if (ret)
 			return moem_err_prefix(-ret, "--precision dynaexq");
 	}
