@@ -54,17 +54,17 @@ CFLAGS	+= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-rec
 LDFLAGS	+= -fsanitize=address,undefined
 endif
 
-# libmoem: every runtime/<part>/[<sub>/]*.c except the daemon's main program.
+# libmoem: every runtime/<group>/[<part>/]*.c except the daemon's main program.
 LIB	:= $(O)/libmoem.a
-LIB_SRCS := $(filter-out runtime/moemd/%,$(wildcard runtime/*/*.c runtime/*/*/*.c))
+LIB_SRCS := $(filter-out runtime/serve/moemd/%,$(wildcard runtime/*/*.c runtime/*/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(O)/%.o)
 # Extra objects (the embedded CUDA fatbin, BPF skeleton users) from mk/*.mk.
 LIB_EXTRA_OBJS :=
 
-# Programs: tools/<prog>/*.c -> $(O)/bin/<prog>; moemd from runtime/moemd.
+# Programs: tools/<prog>/*.c -> $(O)/bin/<prog>; moemd from runtime/serve/moemd.
 TOOL_DIRS := $(patsubst tools/%/,%,$(sort $(dir $(wildcard tools/*/*.c))))
 PROGS	:= $(TOOL_DIRS:%=$(O)/bin/%)
-ifneq ($(wildcard runtime/moemd/*.c),)
+ifneq ($(wildcard runtime/serve/moemd/*.c),)
 PROGS	+= $(O)/bin/moemd
 endif
 
@@ -103,7 +103,7 @@ $(O)/bin/$(1): $(patsubst %.c,$(O)/%.o,$(wildcard tools/$(1)/*.c)) $(LIB)
 endef
 $(foreach p,$(TOOL_DIRS),$(eval $(call prog_rule,$(p))))
 
-$(O)/bin/moemd: $(patsubst %.c,$(O)/%.o,$(wildcard runtime/moemd/*.c)) $(LIB)
+$(O)/bin/moemd: $(patsubst %.c,$(O)/%.o,$(wildcard runtime/serve/moemd/*.c)) $(LIB)
 	$(call msg,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(moemd_LDLIBS) $(LDLIBS)
@@ -119,7 +119,7 @@ $(O)/tests/unit/%: tests/unit/%.c $(LIB)
 	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-sign-compare -Wno-misleading-indentation $(LDFLAGS) -o $@ $< \
 		$(LIB) $(unit_LDLIBS) $(LDLIBS)
 
-.PHONY: all deps test test-unit check check-format check-cppcheck check-patch demo \
+.PHONY: all deps test test-unit check check-headers check-format check-cppcheck check-patch demo \
 	bench clean help tests-build
 
 deps:
@@ -134,7 +134,16 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)scripts/run-suites.sh $(MAKE) $(TEST_SUITES)
 
-check: check-format check-cppcheck check-patch
+check: check-format check-cppcheck check-patch check-headers
+
+# Every public header compiles on its own, and the umbrella includes each.
+check-headers:
+	$(Q)for h in include/moem/*.h; do \
+		printf '#include <moem/%s>\n' "$${h##*/}" | \
+			$(CC) $(CPPFLAGS) -std=gnu11 -Wall -Werror -fsyntax-only -x c - || exit 1; \
+		[ "$$h" = include/moem/moem.h ] || grep -q "^#include \"$${h##*/}\"" include/moem/moem.h || \
+			{ echo "include/moem/moem.h does not include $${h##*/}"; exit 1; }; \
+	done
 
 check-format:
 	$(Q)clang-format --dry-run --Werror $(filter-out %.cu %.cuh,$(CHECK_SRCS))

@@ -3,7 +3,7 @@
  * moem.ko's tracepoints (system "moem", kmod/trace.h) into the ring buffer
  * moem_pool_ev, for `moem trace pool`. Classic tracepoints: the module has
  * no BTF, so the context layouts come from moem_pool.h, which the loader
- * (runtime/bpf/pool.c) checks against tracefs before attaching.
+ * (runtime/observe/bpf/pool.c) checks against tracefs before attaching.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

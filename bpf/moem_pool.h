@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the moem.ko tracepoint program (moem_pool.bpf.c) shares with its
- * loader (runtime/bpf/pool.c).
+ * loader (runtime/observe/bpf/pool.c).
  *
  * moem.ko is built without BTF, so its tracepoints are attached as classic
  * tracepoints whose context is the record tracefs describes in

@@ -8,7 +8,7 @@
  *                record (ids and weights) into the ring buffer moem_routes;
  *  - moem:fetch, moem:stall, moem:promote, moem:demote add to moem_stats.
  *
- * The loader is runtime/bpf/route.c; moem_route.h has the shared layouts;
+ * The loader is runtime/observe/bpf/route.c; moem_route.h has the shared layouts;
  * Documentation/tracing.md explains how to read the maps with bpftool.
  */
 #include "vmlinux.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * What the USDT router program (moem_route.bpf.c) shares with its loader
- * (runtime/bpf/route.c): the moem_hot key, the ring buffer's route record
+ * (runtime/observe/bpf/route.c): the moem_hot key, the ring buffer's route record
  * and the counter slots. Plain __u32/__u64 fields, no holes, so the BPF
  * program (vmlinux.h types) and user space (<linux/types.h>) agree.
  */

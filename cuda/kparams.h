@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Kernel parameter blocks: the ABI between the host launchers
- * (runtime/backend/cuda/, C) and the kernels (the .cu files in cuda/,
+ * (runtime/compute/cuda/, C) and the kernels (the .cu files in cuda/,
  * CUDA C++). Plain fixed-width fields with explicit padding so both
  * compilers lay them out identically; every kernel takes one of these by
  * value.
  *
  * Kernels are extern "C" with the stable names listed in
- * runtime/backend/cuda/kernels.c.
+ * runtime/compute/cuda/kernels.c.
  */
 #ifndef MOEM_CUDA_KPARAMS_H
 #define MOEM_CUDA_KPARAMS_H

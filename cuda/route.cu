@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * Routing kernel: top-k, LYNX, OEA and the resident-set piggyback, making
- * exactly the choices of runtime/route/route.c on the same logits. One
+ * exactly the choices of runtime/compute/route/route.c on the same logits. One
  * block of 1024 threads; a warp routes tokens t = warp, warp + 32, ...
  * What keeps the choices identical:
  *  - candidates compare as in route.c: higher primary key, then higher

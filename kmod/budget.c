@@ -4,7 +4,7 @@
  * applies them. Written through /sys/kernel/moem/budgets/<knob> (0644) or
  * MOEM_IOC_BUDGET_SET; every accepted write bumps a global sequence number
  * and wakes poll()ers of the knob's file and of budgets/seq. The rules are
- * runtime/dev/budget.c's: sizes in plain decimal bytes up to 2^50, permille
+ * runtime/storage/dev/budget.c's: sizes in plain decimal bytes up to 2^50, permille
  * 0..1000, prefetch depth 0..64, reroute one of the policy names.
  */
 #include <linux/kernel.h>

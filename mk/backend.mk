@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
-# Compute backends (runtime/backend/). The CPU backend promises bitwise
+# Compute backends (runtime/compute/{backend,cpu,cuda}/). The CPU backend promises bitwise
 # reproducible results and a combine op identical to the CUDA kernel's:
 # no a*b+c contraction into FMA on any architecture.
-$(O)/runtime/backend/%.o: CFLAGS += -ffp-contract=off
+$(O)/runtime/compute/backend/%.o: CFLAGS += -ffp-contract=off
+$(O)/runtime/compute/cpu/%.o: CFLAGS += -ffp-contract=off
+$(O)/runtime/compute/cuda/%.o: CFLAGS += -ffp-contract=off
 # The CPU backend's row kernels (dequantize, dot) want the vectorizer.
-$(O)/runtime/backend/cpu/%.o: CFLAGS += -O3
+$(O)/runtime/compute/cpu/%.o: CFLAGS += -O3
 
 # Kernel benchmarks (bench/kernels): `make bench` runs the CPU variant;
 # mk/cuda.mk's bench-gpu runs the same program on the CUDA backend.

@@ -3,10 +3,10 @@
 # eBPF tracing (Documentation/tracing.md): the CO-RE programs in bpf/ are
 # built with clang -target bpf against a vmlinux.h generated from the
 # build machine's BTF, turned into skeletons by `bpftool gen skeleton`
-# (all under $(O)/bpf/) and loaded by runtime/bpf/ with libbpf.
+# (all under $(O)/bpf/) and loaded by runtime/observe/bpf/ with libbpf.
 #
 # Without clang, bpftool, libbpf's headers or kernel BTF, libmoem is built
-# without the programs (runtime/bpf/ compiled with -DMOEM_NO_BPF: every
+# without the programs (runtime/observe/bpf/ compiled with -DMOEM_NO_BPF: every
 # tracer returns -EOPNOTSUPP and says why) and the BPF tests skip.
 #
 #   make test-bpf     moem trace record/top against moem run (root; else skip)
@@ -48,9 +48,9 @@ $(BPF_OUT)/%.skel.h: $(BPF_OUT)/%.bpf.o
 
 .SECONDARY: $(BPF_NAMES:%=$(BPF_OUT)/%.bpf.o)
 
-$(O)/runtime/bpf/%.o: CPPFLAGS += -I$(BPF_OUT) -Ibpf
-$(O)/runtime/bpf/route.o: $(BPF_OUT)/moem_route.skel.h
-$(O)/runtime/bpf/pool.o: $(BPF_OUT)/moem_pool.skel.h
+$(O)/runtime/observe/bpf/%.o: CPPFLAGS += -I$(BPF_OUT) -Ibpf
+$(O)/runtime/observe/bpf/route.o: $(BPF_OUT)/moem_route.skel.h
+$(O)/runtime/observe/bpf/pool.o: $(BPF_OUT)/moem_pool.skel.h
 LDLIBS		+= -lbpf -lelf -lz
 
 # The guest test (make test-kmod): the pool tracer watching the kselftest
@@ -63,7 +63,7 @@ $(O)/kselftest/bpf_pool_watch: tests/integration/bpf_pool_watch.c $(LIB)
 		-lpthread
 else
 $(info moem: BPF tracing not built (missing: $(BPF_MISSING)))
-$(O)/runtime/bpf/%.o: CPPFLAGS += -DMOEM_NO_BPF -Ibpf
+$(O)/runtime/observe/bpf/%.o: CPPFLAGS += -DMOEM_NO_BPF -Ibpf
 endif
 
 .PHONY: bpf

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
 # libFuzzer harnesses for the store's parsers and moemd's control protocol
-# (runtime/ctl/proto.c): tests/fuzz/fuzz_<name>.c,
+# (runtime/serve/ctl/proto.c): tests/fuzz/fuzz_<name>.c,
 # seed corpus in tests/fuzz/corpus/<name>/. The harnesses and the library
 # sources they need are built with clang -fsanitize=fuzzer,address,undefined
 # (libmoem.a itself is built with gcc and is not used here).
@@ -14,9 +14,9 @@ FUZZ_SECONDS		?= 60
 FUZZ_SHORT_SECONDS	?= 10
 FUZZ_NAMES	:= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS	:= $(FUZZ_NAMES:%=$(O)/fuzz/fuzz_%)
-FUZZ_LIB_SRCS	:= $(wildcard runtime/store/*.c) runtime/model/model.c \
-		   $(wildcard runtime/quant/*.c) $(wildcard runtime/synth/*.c) \
-		   $(wildcard runtime/util/*.c) runtime/ctl/proto.c
+FUZZ_LIB_SRCS	:= $(wildcard runtime/storage/store/*.c) runtime/model/model.c \
+		   $(wildcard runtime/compute/quant/*.c) $(wildcard runtime/model/synth/*.c) \
+		   $(wildcard runtime/core/*.c) runtime/serve/ctl/proto.c
 FUZZ_LIB_OBJS	:= $(FUZZ_LIB_SRCS:%.c=$(O)/fuzz/obj/%.o)
 FUZZ_CFLAGS	:= -g -O1 -std=gnu11 -pthread -fno-omit-frame-pointer \
 		   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \

@@ -49,7 +49,7 @@ GUEST_CFLAGS	:= $(filter-out -fsanitize=% -fno-sanitize-recover=% -fPIC,$(CFLAGS
 		   -Wno-sign-compare -Wno-misleading-indentation
 GUEST_LDLIBS	:= $(LDLIBS)
 
-$(O)/guest-daemon/moemd: $(patsubst %.c,$(O)/%.o,$(wildcard runtime/moemd/*.c)) $(LIB)
+$(O)/guest-daemon/moemd: $(patsubst %.c,$(O)/%.o,$(wildcard runtime/serve/moemd/*.c)) $(LIB)
 	$(call msg,LDSTATIC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(GUEST_CFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(GUEST_LDLIBS) 2>$@.ldlog || \

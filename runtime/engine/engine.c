@@ -261,7 +261,7 @@ static int open_tiers(struct moem_engine *e)
 	ret = moem_evictor_lru_create(e->n_moe * e->cfg->n_experts * 2, &e->dram_ev);
 	if (ret)
 		return ret;
-	ret = eng_evictor_init(e);
+	ret = moem_eng_evictor_init(e);
 	if (ret)
 		return ret;
 	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev.ev,
@@ -343,22 +343,22 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 				      e->o.verify_blobs, &e->stager);
 	if (ret)
 		goto err;
-	ret = eng_policies_open(e);
+	ret = moem_eng_policies_open(e);
 	if (ret)
 		goto err;
 	ret = open_tiers(e);
 	if (ret)
 		goto err;
-	ret = eng_policies_attach(e);
+	ret = moem_eng_policies_attach(e);
 	if (!ret)
-		ret = eng_warm_attach(e);
+		ret = moem_eng_warm_attach(e);
 	if (ret)
 		goto err;
 	ret = load_fixed(e);
 	if (!ret)
 		ret = alloc_acts(e);
 	if (!ret)
-		ret = eng_hotness_open(e);
+		ret = moem_eng_hotness_open(e);
 	if (ret)
 		goto err;
 	e->knob[MOEM_BUDGET_HBM_BYTES] = e->o.hbm_budget;
@@ -383,7 +383,7 @@ void moem_engine_close(struct moem_engine *e)
 		return;
 	if (e->trace)
 		moem_trace_writer_abort(e->trace);
-	eng_hotness_close(e);
+	moem_eng_hotness_close(e);
 	moem_tiers_destroy(e->tiers);
 	if (e->hev.ev.destroy)
 		e->hev.ev.destroy(&e->hev.ev);
@@ -391,7 +391,7 @@ void moem_engine_close(struct moem_engine *e)
 		e->dram_ev->destroy(e->dram_ev);
 	if (e->dev)
 		e->dev->ops->destroy(e->dev);
-	eng_policies_close(e);
+	moem_eng_policies_close(e);
 	moem_pack_stager_destroy(e->stager);
 	moem_loader_destroy(e->ld);
 	if (e->be) {
@@ -474,9 +474,9 @@ uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob)
  * Give the tiers the budgets the knobs hold now. Any thread: the tiers
  * take budget changes at any moment; budget_lock keeps two appliers from
  * installing values out of order. The policies' derived numbers (DynaExq
- * capacity, paging) are the engine thread's, in eng_apply_knobs().
+ * capacity, paging) are the engine thread's, in moem_eng_apply_knobs().
  */
-int eng_apply_budget(struct moem_engine *e, uint64_t *hbm_out, uint64_t *dram_out)
+int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm_out, uint64_t *dram_out)
 {
 	uint64_t hbm, dram;
 	int ret = 0;
@@ -508,7 +508,7 @@ int eng_apply_budget(struct moem_engine *e, uint64_t *hbm_out, uint64_t *dram_ou
 }
 
 /* Apply knob changes at a layer boundary; the engine thread only. */
-int eng_apply_knobs(struct moem_engine *e)
+int moem_eng_apply_knobs(struct moem_engine *e)
 {
 	uint64_t k[MOEM_BUDGET_NR];
 	uint32_t dirty;
@@ -524,16 +524,16 @@ int eng_apply_knobs(struct moem_engine *e)
 	if (dirty & ((1u << MOEM_BUDGET_HBM_BYTES) | (1u << MOEM_BUDGET_DRAM_BYTES))) {
 		uint64_t hbm, dram;
 
-		ret = eng_apply_budget(e, &hbm, &dram);
+		ret = moem_eng_apply_budget(e, &hbm, &dram);
 		if (!ret && e->dx) {
 			uint32_t n_hi;
 
-			if (eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) ==
+			if (moem_eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) ==
 			    0)
 				moem_dynaexq_set_n_hi(e->dx, n_hi);
 		}
 		if (!ret && e->pg)
-			eng_after_step(e, UINT64_MAX, 0, 0); /* recompute the capacity */
+			moem_eng_after_step(e, UINT64_MAX, 0, 0); /* recompute the capacity */
 	}
 	if (dirty & (1u << MOEM_BUDGET_REROUTE)) {
 		pthread_mutex_lock(&e->knob_lock); /* status reads rp */
@@ -549,7 +549,7 @@ int eng_apply_knobs(struct moem_engine *e)
 		uint64_t hbm = k[MOEM_BUDGET_HBM_BYTES];
 		uint32_t n_hi;
 
-		if (eng_dynaexq_n_hi(e, !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm,
+		if (moem_eng_dynaexq_n_hi(e, !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm,
 				     k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
 			moem_dynaexq_set_n_hi(e->dx, n_hi);
 	}
@@ -560,19 +560,19 @@ int moem_engine_apply_knobs(struct moem_engine *e)
 {
 	int ret;
 
-	while (!eng_claim_brief(e)) {
+	while (!moem_eng_claim_brief(e)) {
 		if (__atomic_load_n(&e->busy, __ATOMIC_ACQUIRE) == ENG_BUSY_WORK) {
 			uint64_t hbm, dram;
 
 			/* A run (or warm-up) holds the engine: budgets take
 			 * effect in the tiers now, what the policies derive
 			 * from them at its next layer boundary. */
-			return eng_apply_budget(e, &hbm, &dram);
+			return moem_eng_apply_budget(e, &hbm, &dram);
 		}
 		sched_yield(); /* another thread is applying: then it is our turn */
 	}
-	ret = eng_apply_knobs(e);
-	eng_unclaim(e);
+	ret = moem_eng_apply_knobs(e);
+	moem_eng_unclaim(e);
 	return ret;
 }
 

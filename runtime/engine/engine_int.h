@@ -94,7 +94,7 @@ struct moem_engine {
 	uint32_t knob_dirty; /* bit per knob */
 	volatile int stop;
 	volatile int running; /* a moem_engine_run() is in progress */
-	volatile int busy;    /* the engine thread's role is taken (eng_claim) */
+	volatile int busy;    /* the engine thread's role is taken (moem_eng_claim) */
 
 	/* Totals for status (under knob_lock). */
 	struct moem_step_stats total;
@@ -106,7 +106,7 @@ struct moem_engine {
 	bool trace_logits;
 	uint64_t knobs_applied_ns; /* when a knob change last took effect */
 	/* Budgets go to the tiers from any thread, one at a time, with the
-	 * knob values current at that moment (eng_apply_budget). */
+	 * knob values current at that moment (moem_eng_apply_budget). */
 	pthread_mutex_t budget_lock;
 	uint64_t applied_hbm, applied_dram;
 
@@ -119,30 +119,30 @@ struct moem_engine {
 };
 
 /* engine.c */
-int eng_apply_knobs(struct moem_engine *e);
-int eng_apply_budget(struct moem_engine *e, uint64_t *hbm, uint64_t *dram);
+int moem_eng_apply_knobs(struct moem_engine *e);
+int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm, uint64_t *dram);
 /* layer.c: run one model layer on the current batch (B tokens in e->h). */
-int eng_layer(struct moem_engine *e, uint32_t layer, uint32_t B, uint64_t step,
+int moem_eng_layer(struct moem_engine *e, uint32_t layer, uint32_t B, uint64_t step,
 	      const struct moem_trace_rec *replay, struct moem_step_stats *st);
 /* policy glue (policies.c) */
-int eng_policies_open(struct moem_engine *e);
-void eng_policies_close(struct moem_engine *e);
-int eng_evictor_init(struct moem_engine *e);
-int eng_policies_attach(struct moem_engine *e);
-int eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille, uint32_t *n_hi);
-void eng_prefetch(struct moem_engine *e, uint32_t m);
-void eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
+int moem_eng_policies_open(struct moem_engine *e);
+void moem_eng_policies_close(struct moem_engine *e);
+int moem_eng_evictor_init(struct moem_engine *e);
+int moem_eng_policies_attach(struct moem_engine *e);
+int moem_eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille, uint32_t *n_hi);
+void moem_eng_prefetch(struct moem_engine *e, uint32_t m);
+void moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
 		     uint64_t layer_ns);
-void eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
+void moem_eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
 		    uint64_t bytes_streamed);
 /* hotness.c: route counts, and DynaExq's counts from moem_hot */
-int eng_hotness_open(struct moem_engine *e);
-void eng_hotness_close(struct moem_engine *e);
-void eng_count_routes(struct moem_engine *e, uint32_t m, uint32_t B);
+int moem_eng_hotness_open(struct moem_engine *e);
+void moem_eng_hotness_close(struct moem_engine *e);
+void moem_eng_count_routes(struct moem_engine *e, uint32_t m, uint32_t B);
 /* Feed DynaExq one interval of counts from moem_hot; false: not served. */
-bool eng_hotness_interval(struct moem_engine *e);
+bool moem_eng_hotness_interval(struct moem_engine *e);
 /* warm.c: the staging directory of a persistent pool */
-int eng_warm_attach(struct moem_engine *e);
+int moem_eng_warm_attach(struct moem_engine *e);
 void eng_warm_note(struct moem_engine *e);
 /*
  * run.c: claim / give back the engine thread's role. Runs, warm-up and
@@ -152,10 +152,10 @@ void eng_warm_note(struct moem_engine *e);
  */
 #define ENG_BUSY_WORK  1
 #define ENG_BUSY_BRIEF 2
-int eng_claim(struct moem_engine *e);
-bool eng_claim_brief(struct moem_engine *e);
-void eng_unclaim(struct moem_engine *e);
+int moem_eng_claim(struct moem_engine *e);
+bool moem_eng_claim_brief(struct moem_engine *e);
+void moem_eng_unclaim(struct moem_engine *e);
 /* Give back a long claim and apply knobs set meanwhile. */
-void eng_unclaim_work(struct moem_engine *e);
+void moem_eng_unclaim_work(struct moem_engine *e);
 
 #endif /* MOEM_ENGINE_INT_H */

@@ -25,7 +25,7 @@ static void note(struct moem_engine *e, const char *s)
 	snprintf(e->hotness, sizeof(e->hotness), "%s", s);
 }
 
-int eng_hotness_open(struct moem_engine *e)
+int moem_eng_hotness_open(struct moem_engine *e)
 {
 	const char *h = e->o.hotness && *e->o.hotness ? e->o.hotness : "engine";
 	const size_t cells = (size_t)e->n_moe * e->cfg->n_experts;
@@ -74,7 +74,7 @@ int eng_hotness_open(struct moem_engine *e)
 	return 0;
 }
 
-void eng_hotness_close(struct moem_engine *e)
+void moem_eng_hotness_close(struct moem_engine *e)
 {
 	moem_bpf_route_close(e->hot_bpf);
 	e->hot_bpf = NULL;
@@ -87,7 +87,7 @@ void eng_hotness_close(struct moem_engine *e)
 }
 
 /* The same pairs the histogram op and moem_hot count: ids in [0, N). */
-void eng_count_routes(struct moem_engine *e, uint32_t m, uint32_t B)
+void moem_eng_count_routes(struct moem_engine *e, uint32_t m, uint32_t B)
 {
 	const uint32_t K = e->cfg->top_k, N = e->cfg->n_experts;
 	uint64_t *row = e->route_counts + (size_t)m * N;
@@ -100,7 +100,7 @@ void eng_count_routes(struct moem_engine *e, uint32_t m, uint32_t B)
 	}
 }
 
-bool eng_hotness_interval(struct moem_engine *e)
+bool moem_eng_hotness_interval(struct moem_engine *e)
 {
 	const uint32_t N = e->cfg->n_experts;
 	int ret;

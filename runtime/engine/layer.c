@@ -268,14 +268,14 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 		ready[n_ready++] = g;
 	}
 	/* Look ahead now: this layer's hits are pinned, its misses queued first. */
-	eng_prefetch(e, c->m);
+	moem_eng_prefetch(e, c->m);
 	ret = run_groups(c, ready, n_ready);
 	while (!ret && done_pend < n_pend)
 		ret = finish_pending(c, pend[done_pend++], st);
 	return ret;
 }
 
-int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
+int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	      const struct moem_trace_rec *replay, struct moem_step_stats *st)
 {
 	const struct moem_model_config *cfg = e->cfg;
@@ -315,7 +315,7 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 			}
 		}
 	st->active += T;
-	eng_count_routes(e, m, B);
+	moem_eng_count_routes(e, m, B);
 	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
 			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
 	if (e->trace) {
@@ -364,6 +364,6 @@ int eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 			return ret;
 	}
 	e->last_layer_ns = moem_now_ns() - t0;
-	eng_after_layer(e, m, B, step, e->last_layer_ns);
+	moem_eng_after_layer(e, m, B, step, e->last_layer_ns);
 	return 0;
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The engine's policy glue: the policies of runtime/policy/ run unchanged
+ * The engine's policy glue: the policies of runtime/placement/policy/ run unchanged
  * (the same code the simulator scores); this file feeds them events and
  * turns their decisions into tier operations.
  *
@@ -82,7 +82,7 @@ static void ev_destroy(struct moem_evictor *ev)
 	x->protect = NULL;
 }
 
-int eng_evictor_init(struct moem_engine *e)
+int moem_eng_evictor_init(struct moem_engine *e)
 {
 	struct moem_evict_cfg c;
 	int ret;
@@ -122,7 +122,7 @@ static bool is_none(const char *s)
  * an HBM budget (the arena's expert bytes), capped by the
  * hi_precision_permille knob (a share of each layer's experts).
  */
-int eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille, uint32_t *n_hi)
+int moem_eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille, uint32_t *n_hi)
 {
 	uint32_t cap = (uint32_t)(permille * e->cfg->n_experts / 1000);
 	int ret = moem_dynaexq_n_hi(hbm, 0, e->n_moe, e->cfg->n_experts, e->blob_bytes[0],
@@ -156,7 +156,7 @@ static int open_precision(struct moem_engine *e)
 	c.hi = e->prec[0];
 	c.lo = e->prec[1];
 	if (!n_hi_given) {
-		ret = eng_dynaexq_n_hi(e, e->o.hbm_budget, MOEM_BUDGET_PERMILLE_MAX, &c.n_hi);
+		ret = moem_eng_dynaexq_n_hi(e, e->o.hbm_budget, MOEM_BUDGET_PERMILLE_MAX, &c.n_hi);
 		if (ret)
 			return moem_err_prefix(-ret, "--precision dynaexq");
 	}
@@ -207,7 +207,7 @@ static int open_paging(struct moem_engine *e)
 	return ret;
 }
 
-int eng_policies_open(struct moem_engine *e)
+int moem_eng_policies_open(struct moem_engine *e)
 {
 	struct moem_prefetch_cfg pc;
 	int ret;
@@ -249,7 +249,7 @@ int eng_policies_open(struct moem_engine *e)
 }
 
 /* After the tiers exist: DynaExq starts with every expert planned lo. */
-int eng_policies_attach(struct moem_engine *e)
+int moem_eng_policies_attach(struct moem_engine *e)
 {
 	int ret = 0;
 
@@ -259,7 +259,7 @@ int eng_policies_attach(struct moem_engine *e)
 	return ret;
 }
 
-void eng_policies_close(struct moem_engine *e)
+void moem_eng_policies_close(struct moem_engine *e)
 {
 	moem_prefetch_destroy(e->pf);
 	moem_dynaexq_destroy(e->dx);
@@ -282,7 +282,7 @@ static uint32_t vid(const struct moem_engine *e, uint32_t m, uint32_t x, uint32_
  * ExpertFlow: after layer m's routing was observed at tick pos, plan and
  * issue prefetches for the ticks ahead (up to the prefetch_depth knob).
  */
-void eng_prefetch(struct moem_engine *e, uint32_t m)
+void moem_eng_prefetch(struct moem_engine *e, uint32_t m)
 {
 	struct moem_prefetch_req req[256];
 	uint32_t n, planned = 0, fetched = 0;
@@ -339,7 +339,7 @@ static void precision_layer(struct moem_engine *e, uint64_t now)
 	if (now - e->interval_start_ns >= 200000000ULL || !e->interval_start_ns) {
 		const uint32_t N = e->cfg->n_experts;
 
-		if (e->interval_start_ns && eng_hotness_interval(e)) {
+		if (e->interval_start_ns && moem_eng_hotness_interval(e)) {
 			/* moem_hot served this interval (hotness "bpf") */
 		} else if (e->interval_start_ns &&
 			   moem_be_dtoh(e->be, e->counts_host, e->counts,
@@ -419,7 +419,7 @@ static void paging_layer(struct moem_engine *e, uint32_t m, uint64_t step, uint6
 			break;
 }
 
-void eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
+void moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
 		     uint64_t layer_ns)
 {
 	uint64_t now = moem_now_ns();
@@ -434,7 +434,7 @@ void eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t ste
 	}
 }
 
-void eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
+void moem_eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
 		    uint64_t bytes_streamed)
 {
 	struct moem_tiers_stats ts;

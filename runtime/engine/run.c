@@ -143,7 +143,7 @@ static int replay_rec(struct source *s, uint64_t step, uint32_t m, struct moem_t
 	return 0;
 }
 
-int eng_claim(struct moem_engine *e)
+int moem_eng_claim(struct moem_engine *e)
 {
 	for (;;) {
 		int was = 0;
@@ -158,7 +158,7 @@ int eng_claim(struct moem_engine *e)
 	}
 }
 
-bool eng_claim_brief(struct moem_engine *e)
+bool moem_eng_claim_brief(struct moem_engine *e)
 {
 	int was = 0;
 
@@ -166,16 +166,16 @@ bool eng_claim_brief(struct moem_engine *e)
 					   __ATOMIC_ACQUIRE);
 }
 
-void eng_unclaim(struct moem_engine *e)
+void moem_eng_unclaim(struct moem_engine *e)
 {
 	__atomic_store_n(&e->busy, 0, __ATOMIC_RELEASE);
 }
 
-void eng_unclaim_work(struct moem_engine *e)
+void moem_eng_unclaim_work(struct moem_engine *e)
 {
 	uint32_t dirty;
 
-	eng_unclaim(e);
+	moem_eng_unclaim(e);
 	/* A knob set while we held the engine, after our last layer
 	 * boundary, was left to us: apply it now. */
 	pthread_mutex_lock(&e->knob_lock);
@@ -225,7 +225,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 				 ENG_MAX_B);
 	if (!w->steps)
 		return moem_errf(EINVAL, "no steps to run");
-	if (eng_claim(e))
+	if (moem_eng_claim(e))
 		return -EBUSY;
 	__atomic_store_n(&e->running, 1, __ATOMIC_RELEASE);
 	memset(&src, 0, sizeof(src));
@@ -267,11 +267,11 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		for (uint32_t l = 0; l < e->cfg->n_layers && !ret; l++) {
 			struct moem_trace_rec *rec = NULL;
 
-			eng_apply_knobs(e);
+			moem_eng_apply_knobs(e);
 			if (src.tr && e->moe_idx[l] >= 0)
 				ret = replay_rec(&src, step, (uint32_t)e->moe_idx[l], &rec);
 			if (!ret)
-				ret = eng_layer(e, l, B, step, rec, &st);
+				ret = moem_eng_layer(e, l, B, step, rec, &st);
 		}
 		if (!ret)
 			ret = moem_be_dtoh(e->be, e->h_host, e->h, sizeof(float) * B * H, NULL);
@@ -291,7 +291,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		for (int p = 0; p < MOEM_PRIO_NR; p++)
 			st.bytes_h2d += t1.bytes_h2d[p] - t0.bytes_h2d[p];
 		st.step_ns = moem_now_ns() - s0;
-		eng_after_step(e, step, st.step_ns - moem_min(st.stall_ns, st.step_ns),
+		moem_eng_after_step(e, step, st.step_ns - moem_min(st.stall_ns, st.step_ns),
 			       st.bytes_h2d);
 		pthread_mutex_lock(&e->knob_lock);
 		e->total.step++;
@@ -351,7 +351,7 @@ out:
 	source_close(&src);
 	free(trace_path);
 	__atomic_store_n(&e->running, 0, __ATOMIC_RELEASE);
-	eng_unclaim_work(e);
+	moem_eng_unclaim_work(e);
 	return ret;
 }
 
@@ -364,13 +364,13 @@ static int warmup(struct moem_engine *e, struct moem_progress *progress);
 
 int moem_engine_warmup(struct moem_engine *e, struct moem_progress *progress)
 {
-	int ret = eng_claim(e);
+	int ret = moem_eng_claim(e);
 
 	if (ret)
 		return ret;
-	eng_apply_knobs(e);
+	moem_eng_apply_knobs(e);
 	ret = warmup(e, progress);
-	eng_unclaim_work(e);
+	moem_eng_unclaim_work(e);
 	return ret;
 }
 

@@ -74,7 +74,7 @@ static void fill_hdr(struct moem_engine *e, struct dir_hdr *h)
 	h->data_bytes = e->dram_bytes;
 }
 
-int eng_warm_attach(struct moem_engine *e)
+int moem_eng_warm_attach(struct moem_engine *e)
 {
 	struct dir_hdr want, *have = moem_pool_base(e->pool);
 	struct dir_ent *ent = entries(e);
@@ -123,7 +123,7 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 	const uint32_t n_versions = e->n_moe * e->cfg->n_experts * 2;
 	struct dir_ent *ent = entries(e);
 	char first[96] = "";
-	int ret = eng_claim(e);
+	int ret = moem_eng_claim(e);
 
 	*checked = *bad = 0;
 	if (ret)
@@ -140,7 +140,7 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 		if (__atomic_load_n(&ent[v].state, __ATOMIC_ACQUIRE) != 1)
 			continue;
 		if (__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
-			eng_unclaim_work(e);
+			moem_eng_unclaim_work(e);
 			return moem_errf(ECANCELED, "verification stopped after %llu versions",
 					 (unsigned long long)*checked);
 		}
@@ -157,7 +157,7 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 			(*bad)++;
 		}
 	}
-	eng_unclaim_work(e);
+	moem_eng_unclaim_work(e);
 	if (*bad)
 		return moem_errf(
 			EBADMSG,

@@ -11,7 +11,7 @@
 
 #include <moem/store.h>
 
-#include "../../runtime/store/store_int.h"
+#include "../../runtime/storage/store/store_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (moem_config_parse((const char *)data, size, &c))
 		return 0;
-	if (!store_arch_tensors(&c, false, &s, &n))
+	if (!moem_store_arch_tensors(&c, false, &s, &n))
 		free(s);
 	if (moem_config_to_json(&c, &j))
 		return 0;

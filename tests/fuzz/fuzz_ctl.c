@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * libFuzzer harness: moemd's control-protocol input path (runtime/ctl/
+ * libFuzzer harness: moemd's control-protocol input path (runtime/serve/ctl/
  * proto.c) as the daemon drives it on untrusted socket bytes: the input
  * is fed to the line buffer in pieces (sizes taken from the input), each
  * complete line is checked as a request, and the arguments of accepted

@@ -18,7 +18,7 @@
 #include "kselftest_harness.h"
 #include "daemon_util.h"
 
-/* MOEMD_MAX_CLIENTS in runtime/moemd/moemd.h */
+/* MOEMD_MAX_CLIENTS in runtime/serve/moemd/moemd.h */
 #define MOEMD_TEST_MAX_CLIENTS 64
 
 /* Wait until the daemon holds n descriptors (closed clients are reaped

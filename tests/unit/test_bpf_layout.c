@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The pool tracer's check of moem.ko's tracepoint records against tracefs
- * (runtime/bpf/pool.c): format files as Linux 6.1 writes them for
+ * (runtime/observe/bpf/pool.c): format files as Linux 6.1 writes them for
  * kmod/trace.h pass; a field at another offset or size, a missing field,
  * an extra common field that shifts the record, and a missing file are
  * refused with a message naming what differs. Needs no BPF.
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../../runtime/bpf/bpf_int.h"
+#include "../../runtime/observe/bpf/bpf_int.h"
 #include "kselftest_harness.h"
 #include "store_test_util.h"
 
@@ -101,7 +101,7 @@ FIXTURE_TEARDOWN(fmt)
 
 TEST_F(fmt, linux_6_1_layouts_pass)
 {
-	EXPECT_EQ(0, bpf_pool_check_layouts(self->root)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0, moem_bpf_pool_check_layouts(self->root)) TH_LOG("%s", moem_last_error());
 }
 
 TEST_F(fmt, moved_field_is_refused)
@@ -113,7 +113,7 @@ TEST_F(fmt, moved_field_is_refused)
 		     "\tfield:u64 size;\toffset:24;\tsize:8;\tsigned:0;\n"
 		     "\tfield:u32 mode;\toffset:36;\tsize:4;\tsigned:0;\n"
 		     "\tfield:u32 uid;\toffset:40;\tsize:4;\tsigned:0;\n");
-	EXPECT_EQ(-EPROTO, bpf_pool_check_layouts(self->root));
+	EXPECT_EQ(-EPROTO, moem_bpf_pool_check_layouts(self->root));
 	EXPECT_NE(NULL,
 		  strstr(moem_last_error(), "moem_region_create: field flags is at offset 12"))
 	TH_LOG("%s", moem_last_error());
@@ -126,7 +126,7 @@ TEST_F(fmt, resized_field_is_refused)
 		     "\tfield:unsigned long pfn;\toffset:16;\tsize:8;\tsigned:0;\n"
 		     "\tfield:int nid;\toffset:24;\tsize:4;\tsigned:1;\n"
 		     "\tfield:u8 why;\toffset:28;\tsize:1;\tsigned:0;\n");
-	EXPECT_EQ(-EPROTO, bpf_pool_check_layouts(self->root));
+	EXPECT_EQ(-EPROTO, moem_bpf_pool_check_layouts(self->root));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "field why is at offset 28 (1 bytes)"));
 }
 
@@ -136,7 +136,7 @@ TEST_F(fmt, missing_field_is_refused)
 		     "\tfield:__data_loc char[] name;\toffset:8;\tsize:4;\tsigned:1;\n"
 		     "\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;\n"
 		     "\tfield:u32 flags;\toffset:24;\tsize:4;\tsigned:0;\n");
-	EXPECT_EQ(-EPROTO, bpf_pool_check_layouts(self->root));
+	EXPECT_EQ(-EPROTO, moem_bpf_pool_check_layouts(self->root));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "moem_region_open has no field uid"));
 }
 
@@ -156,7 +156,7 @@ TEST_F(fmt, shifted_common_header_is_refused)
 		"\tfield:unsigned long pgoff;\toffset:32;\tsize:8;\tsigned:0;\n"
 		"\tfield:unsigned long len;\toffset:40;\tsize:8;\tsigned:0;\n"
 		"\tfield:bool writable;\toffset:48;\tsize:1;\tsigned:0;\n");
-	EXPECT_EQ(-EPROTO, bpf_pool_check_layouts(self->root));
+	EXPECT_EQ(-EPROTO, moem_bpf_pool_check_layouts(self->root));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "moem_mmap: field name is at offset 12"));
 }
 
@@ -166,7 +166,7 @@ TEST_F(fmt, missing_event_is_refused)
 
 	snprintf(path, sizeof(path), "%s/events/moem/moem_budget_change/format", self->root);
 	ASSERT_EQ(0, unlink(path));
-	EXPECT_EQ(-ENOENT, bpf_pool_check_layouts(self->root));
+	EXPECT_EQ(-ENOENT, moem_bpf_pool_check_layouts(self->root));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "moem_budget_change/format"));
 }
 

@@ -13,7 +13,7 @@
 
 #include <moem/pack.h>
 
-#include "../../runtime/store/pack_fmt.h"
+#include "../../runtime/storage/store/pack_fmt.h"
 #include "kselftest_harness.h"
 #include "store_test_util.h"
 
@@ -85,7 +85,7 @@ static void resign(uint8_t *img)
 		if (s->offset + s->size <= h->data_offset)
 			s->xxh3 = XXH3_64bits(img + s->offset, s->size);
 	}
-	pack_compute_id(h, img + PACK_HDR_SIZE, h->data_offset - PACK_HDR_SIZE, h->id);
+	moem_pack_compute_id(h, img + PACK_HDR_SIZE, h->data_offset - PACK_HDR_SIZE, h->id);
 	h->header_xxh3 = XXH3_64bits(h, PACK_HDR_SUM_OFF);
 }
 

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The CPU backend: "device" memory is host memory, copies are memcpy, and
+ * every call runs to completion before it returns, so streams are
+ * trivially ordered and events are always complete (they keep the
+ * host-clock time of their record for elapsed()). The tiers layer can
+ * emulate HBM and PCIe timing on top of this through the same interface.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <moem/error.h>
+#include <moem/util.h>
+
+#include "cpu_int.h"
+
+void *moem_cpu_scratch(struct moem_stream *s, size_t bytes)
+{
+	struct cpu_stream *cs = (struct cpu_stream *)s;
+	void *p;
+
+	if (bytes <= cs->cap)
+		return cs->scratch;
+	bytes = moem_align_up(bytes, 4096);
+	p = aligned_alloc(64, bytes);
+	if (!p) {
+		moem_errf(ENOMEM, "cpu backend: cannot allocate %zu bytes of scratch", bytes);
+		return NULL;
+	}
+	free(cs->scratch);
+	cs->scratch = p;
+	cs->cap = bytes;
+	return p;
+}
+
+static void cpu_close(struct moem_backend *be)
+{
+	struct cpu_backend *c = cpu_of(be);
+
+	moem_tpool_destroy(c->pool);
+	free(c->dflt.scratch);
+	free(c);
+}
+
+static int cpu_alloc(struct moem_backend *be, uint64_t bytes, moem_dptr *out)
+{
+	uint64_t len;
+	void *p;
+
+	if (moem_align_up_overflow(bytes, MOEM_BE_ALIGN, &len) || len > SIZE_MAX)
+		return moem_errf(EINVAL, "alloc: %llu bytes", (unsigned long long)bytes);
+	p = aligned_alloc(MOEM_BE_ALIGN, len);
+	if (!p) {
+		char b[32];
+
+		return moem_errf(ENOMEM, "cpu backend: cannot allocate %s",
+				 moem_fmt_bytes(bytes, b, sizeof(b)));
+	}
+	*out = (moem_dptr)(uintptr_t)p;
+	return 0;
+}
+
+static void cpu_free(struct moem_backend *be, moem_dptr p)
+{
+	free(moem_dptr_host(p));
+}
+
+static int cpu_mem_info(struct moem_backend *be, uint64_t *free_bytes, uint64_t *total)
+{
+	struct sysinfo si;
+
+	if (sysinfo(&si))
+		return -errno;
+	*free_bytes = (uint64_t)si.freeram * si.mem_unit;
+	*total = (uint64_t)si.totalram * si.mem_unit;
+	return 0;
+}
+
+static int cpu_memset(struct moem_backend *be, moem_dptr p, int v, uint64_t bytes,
+		      struct moem_stream *s)
+{
+	memset(moem_dptr_host(p), v, bytes);
+	return 0;
+}
+
+static int cpu_htod(struct moem_backend *be, moem_dptr dst, const void *src, uint64_t bytes,
+		    struct moem_stream *s)
+{
+	memmove(moem_dptr_host(dst), src, bytes);
+	return 0;
+}
+
+static int cpu_dtoh(struct moem_backend *be, void *dst, moem_dptr src, uint64_t bytes,
+		    struct moem_stream *s)
+{
+	memmove(dst, moem_dptr_host(src), bytes);
+	return 0;
+}
+
+static int cpu_dtod(struct moem_backend *be, moem_dptr dst, moem_dptr src, uint64_t bytes,
+		    struct moem_stream *s)
+{
+	memmove(moem_dptr_host(dst), moem_dptr_host(src), bytes);
+	return 0;
+}
+
+static int cpu_host_register(struct moem_backend *be, void *p, uint64_t bytes)
+{
+	return 0;
+}
+
+static int cpu_host_unregister(struct moem_backend *be, void *p)
+{
+	return 0;
+}
+
+static int cpu_stream_create(struct moem_backend *be, struct moem_stream **out)
+{
+	struct cpu_stream *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->base.be = be;
+	*out = &s->base;
+	return 0;
+}
+
+static void cpu_stream_destroy(struct moem_backend *be, struct moem_stream *s)
+{
+	struct cpu_stream *cs = (struct cpu_stream *)s;
+
+	free(cs->scratch);
+	free(cs);
+}
+
+static int cpu_nop_stream(struct moem_backend *be, struct moem_stream *s)
+{
+	return 0;
+}
+
+static int cpu_stream_wait(struct moem_backend *be, struct moem_stream *s, struct moem_event *ev)
+{
+	return 0;
+}
+
+static int cpu_sync(struct moem_backend *be)
+{
+	return 0;
+}
+
+static int cpu_event_create(struct moem_backend *be, struct moem_event **out)
+{
+	struct cpu_event *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return -ENOMEM;
+	e->base.be = be;
+	*out = &e->base;
+	return 0;
+}
+
+static void cpu_event_destroy(struct moem_backend *be, struct moem_event *ev)
+{
+	free(ev);
+}
+
+static int cpu_event_record(struct moem_backend *be, struct moem_event *ev, struct moem_stream *s)
+{
+	struct cpu_event *e = (struct cpu_event *)ev;
+
+	e->ns = moem_now_ns();
+	e->recorded = 1;
+	return 0;
+}
+
+static int cpu_event_done(struct moem_backend *be, struct moem_event *ev)
+{
+	return 0;
+}
+
+static int cpu_event_elapsed(struct moem_backend *be, struct moem_event *a, struct moem_event *b,
+			     float *ms)
+{
+	struct cpu_event *x = (struct cpu_event *)a, *y = (struct cpu_event *)b;
+
+	if (!x->recorded || !y->recorded)
+		return moem_errf(EINVAL, "event elapsed: event was never recorded");
+	*ms = (float)(((double)y->ns - (double)x->ns) / 1e6);
+	return 0;
+}
+
+static const struct moem_backend_ops cpu_ops = {
+	.name = "cpu",
+	.close = cpu_close,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.mem_info = cpu_mem_info,
+	.memset = cpu_memset,
+	.htod = cpu_htod,
+	.dtoh = cpu_dtoh,
+	.dtod = cpu_dtod,
+	.host_register = cpu_host_register,
+	.host_unregister = cpu_host_unregister,
+	.stream_create = cpu_stream_create,
+	.stream_destroy = cpu_stream_destroy,
+	.stream_sync = cpu_nop_stream,
+	.stream_wait = cpu_stream_wait,
+	.sync = cpu_sync,
+	.event_create = cpu_event_create,
+	.event_destroy = cpu_event_destroy,
+	.event_record = cpu_event_record,
+	.event_query = cpu_event_done,
+	.event_sync = cpu_event_done,
+	.event_elapsed = cpu_event_elapsed,
+	.rmsnorm = moem_cpu_rmsnorm,
+	.router = moem_cpu_router,
+	.route = moem_cpu_route,
+	.ffn = moem_cpu_ffn,
+	.combine = moem_cpu_combine,
+	.quantize = moem_cpu_quantize,
+	.histogram = moem_cpu_histogram,
+};
+
+int moem_cpu_backend_open(const struct moem_backend_opts *opts, struct moem_backend **out)
+{
+	struct cpu_backend *c;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t n = opts->threads;
+	uint64_t fr;
+	int ret;
+
+	if (!n)
+		n = ncpu > 0 ? (uint32_t)moem_min(ncpu, 256) : 1;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	ret = moem_tpool_create(n, &c->pool);
+	if (ret) {
+		free(c);
+		return ret;
+	}
+	c->base.ops = &cpu_ops;
+	c->base.kind = MOEM_BACKEND_CPU;
+	c->dflt.base.be = &c->base;
+	c->base.dflt = &c->dflt.base;
+	c->base.info.kind = MOEM_BACKEND_CPU;
+	c->base.info.threads = n;
+	cpu_mem_info(&c->base, &fr, &c->base.info.mem_total);
+	snprintf(c->base.info.device, sizeof(c->base.info.device), "cpu: %u thread%s", n,
+		 n == 1 ? "" : "s");
+	*out = &c->base;
+	return 0;
+}

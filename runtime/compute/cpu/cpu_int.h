@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The CPU backend's internals: handles, per-stream scratch, and the
+ * fixed-order vector kernels every op builds on. These files are compiled
+ * with -ffp-contract=off (mk/backend.mk) so that a*b+c is always two
+ * roundings on every architecture: results are bitwise reproducible and
+ * the combine op matches the CUDA kernel exactly.
+ */
+#ifndef MOEM_CPU_INT_H
+#define MOEM_CPU_INT_H
+
+#include <stddef.h>
+#include <string.h>
+
+#include <moem/half.h>
+#include <moem/util.h>
+
+#include "../backend/backend_int.h"
+#include "tpool.h"
+
+struct cpu_stream {
+	struct moem_stream base;
+	void *scratch; /* grown on demand; ops on one stream never overlap */
+	size_t cap;
+};
+
+struct cpu_event {
+	struct moem_event base;
+	uint64_t ns;
+	int recorded;
+};
+
+struct cpu_backend {
+	struct moem_backend base;
+	struct moem_tpool *pool;
+	struct cpu_stream dflt;
+};
+
+static inline struct cpu_backend *cpu_of(struct moem_backend *be)
+{
+	return (struct cpu_backend *)be;
+}
+
+/*
+ * Scratch memory of at least bytes for the op running on s, 64-byte
+ * aligned; NULL (and -ENOMEM recorded) if it cannot grow. Valid until the
+ * next call on the same stream.
+ */
+void *moem_cpu_scratch(struct moem_stream *s, size_t bytes);
+
+/* Ops (cpu/<op>.c), called by the ops table after backend.c's checks. */
+int moem_cpu_rmsnorm(struct moem_backend *be, struct moem_stream *s, const struct moem_rmsnorm_args *a);
+int moem_cpu_router(struct moem_backend *be, struct moem_stream *s, const struct moem_router_args *a);
+int moem_cpu_route(struct moem_backend *be, struct moem_stream *s, const struct moem_route_args *a);
+int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a);
+int moem_cpu_combine(struct moem_backend *be, struct moem_stream *s, const struct moem_combine_args *a);
+int moem_cpu_quantize(struct moem_backend *be, struct moem_stream *s,
+		 const struct moem_quantize_args *a);
+int moem_cpu_histogram(struct moem_backend *be, struct moem_stream *s, const struct moem_hist_args *a);
+
+/* xf[t][:] = float(x[t][:]) for t < B, on the pool (router.c). */
+void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32_t B, uint32_t H);
+
+/* ---- fixed-order vector helpers ------------------------------------------ */
+
+/*
+ * Hot row functions get an AVX2 clone on x86-64, picked at load time. The
+ * clones run the same operations in the same order (no FMA: the files
+ * are built with -ffp-contract=off), so results do not depend on the CPU.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MOEM_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MOEM_CPU_CLONES
+#endif
+
+typedef float v8f __attribute__((vector_size(32)));
+
+/* Macros, not functions: a 32-byte vector in a function signature changes
+ * the ABI between builds with and without AVX (gcc -Wpsabi). */
+#define V8_LOAD(v, p) memcpy(&(v), (p), sizeof(v))
+/* ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)): one fixed order. */
+#define V8_HSUM(v) \
+	((((v)[0] + (v)[1]) + ((v)[2] + (v)[3])) + (((v)[4] + (v)[5]) + ((v)[6] + (v)[7])))
+
+/*
+ * Dot product of n floats, n % 8 == 0: lane j of two 8-wide accumulators
+ * sums elements i = j (mod 8) alternately, then the accumulators are
+ * added and reduced by V8_HSUM(). The order depends only on n.
+ */
+static inline float dot_f32(const float *a, const float *b, uint32_t n)
+{
+	v8f acc0 = {0}, acc1 = {0}, x0, y0, x1, y1;
+	uint32_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		V8_LOAD(x0, a + i);
+		V8_LOAD(y0, b + i);
+		V8_LOAD(x1, a + i + 8);
+		V8_LOAD(y1, b + i + 8);
+		acc0 += x0 * y0;
+		acc1 += x1 * y1;
+	}
+	if (i < n) {
+		V8_LOAD(x0, a + i);
+		V8_LOAD(y0, b + i);
+		acc0 += x0 * y0;
+	}
+	acc0 += acc1;
+	return V8_HSUM(acc0);
+}
+
+/* out[i] = float(bf16 in[i]): exact. */
+static inline void bf16_to_f32_row(const uint16_t *in, float *out, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)in[i] << 16;
+
+		memcpy(&out[i], &u, sizeof(u));
+	}
+}
+
+#endif /* MOEM_CPU_INT_H */

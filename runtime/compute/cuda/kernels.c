@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The embedded modules and the kernel table: every kernel is looked up by
+ * its stable extern "C" name; a missing one fails the open, so a build
+ * whose fatbins do not match this table cannot run half-loaded.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <moem/error.h>
+
+#include "cuda_int.h"
+
+static const char *const fixed_names[K_ROUTER] = {
+	[K_RMSNORM] = "moem_rmsnorm",	   [K_ROUTE] = "moem_route",
+	[K_COMBINE] = "moem_combine",	   [K_HIST] = "moem_histogram",
+	[K_QUANT_Q8] = "moem_quantize_q8", [K_QUANT_Q4] = "moem_quantize_q4",
+	[K_QUANT_Q2] = "moem_quantize_q2",
+};
+
+static const char *const prec_names[4] = {"bf16", "q8", "q4", "q2"};
+
+const char *moem_cuda_kernel_name(enum cuda_kernel k, char *buf, size_t len)
+{
+	static const int nt[4] = {1, 2, 4, 8};
+
+	if (k < K_ROUTER)
+		snprintf(buf, len, "%s", fixed_names[k]);
+	else if (k < K_FFN_GATEUP)
+		snprintf(buf, len, "moem_router_n%d", nt[k - K_ROUTER]);
+	else if (k < K_FFN_DOWN)
+		snprintf(buf, len, "moem_ffn_gateup_%s_n%d", prec_names[(k - K_FFN_GATEUP) / 4],
+			 nt[(k - K_FFN_GATEUP) % 4]);
+	else
+		snprintf(buf, len, "moem_ffn_down_%s_n%d", prec_names[(k - K_FFN_DOWN) / 4],
+			 nt[(k - K_FFN_DOWN) % 4]);
+	return buf;
+}
+
+void moem_cuda_kernels_unload(struct cuda_backend *cb)
+{
+	for (uint32_t i = 0; i < cb->n_mods; i++)
+		ck_unwind(cb, cb->api->cuModuleUnload(cb->mods[i]), "cuModuleUnload");
+	free(cb->mods);
+	cb->mods = NULL;
+	cb->n_mods = 0;
+}
+
+int moem_cuda_kernels_load(struct cuda_backend *cb)
+{
+	const struct moem_cuda_api *api = cb->api;
+	uint32_t n = 0;
+	char what[128];
+	int ret;
+
+	while (moem_cuda_fatbins[n].name)
+		n++;
+	cb->mods = calloc(n ? n : 1, sizeof(*cb->mods));
+	if (!cb->mods)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "cuModuleLoadData(%s)", moem_cuda_fatbins[i].name);
+		ret = ck(cb, api->cuModuleLoadData(&cb->mods[i], moem_cuda_fatbins[i].start), what);
+		if (ret)
+			goto err;
+		cb->n_mods++;
+	}
+	for (int k = 0; k < K_NR; k++) {
+		char name[64];
+		CUresult r = CUDA_ERROR_NOT_FOUND;
+
+		moem_cuda_kernel_name(k, name, sizeof(name));
+		for (uint32_t i = 0; i < cb->n_mods && r != CUDA_SUCCESS; i++)
+			r = api->cuModuleGetFunction(&cb->fn[k], cb->mods[i], name);
+		if (r != CUDA_SUCCESS) {
+			ret = moem_errf(ENOENT,
+					"cuda backend: kernel %s not found in the embedded "
+					"fatbins (stale build?)",
+					name);
+			goto err;
+		}
+	}
+	return 0;
+
+err:
+	moem_cuda_kernels_unload(cb);
+	return ret;
+}
+
+int moem_cuda_launch(struct cuda_backend *cb, enum cuda_kernel k, uint32_t gx, uint32_t gy,
+		uint32_t block, uint32_t smem, struct cuda_stream *cs, void *params)
+{
+	void *args[1] = {params};
+	CUresult r;
+	char name[64];
+
+	r = cb->api->cuLaunchKernel(cb->fn[k], gx, gy, 1, block, 1, 1, smem, cs->s, args, NULL);
+	if (moem_likely(r == CUDA_SUCCESS))
+		return 0;
+	moem_cuda_kernel_name(k, name, sizeof(name));
+	return ck(cb, r, name);
+}

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Host launchers of the CUDA ops: parameter blocks (cuda/kparams.h),
+ * grids, and the FFN's grouping of experts into launches. backend.c has
+ * checked every argument already.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <moem/error.h>
+#include <moem/util.h>
+
+#include "cuda_int.h"
+
+#define ENTER(cb)                         \
+	do {                              \
+		int __r = moem_cuda_enter(cb); \
+		if (__r)                  \
+			return __r;       \
+	} while (0)
+
+/* n-tile class of a token count: 0..3 for 8, 16, 32, 64 tokens. */
+static uint32_t nt_class(uint32_t n)
+{
+	return n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
+}
+
+int moem_cuda_rmsnorm(struct moem_backend *be, struct moem_stream *s, const struct moem_rmsnorm_args *a)
+{
+	struct cuda_backend *cb = cuda_of(be);
+	struct moem_krmsnorm_params p = {
+		.x = a->x,
+		.w = a->weight,
+		.y = a->y,
+		.B = a->B,
+		.H = a->H,
+		.eps = a->eps,
+	};
+
+	ENTER(cb);
+	return moem_cuda_launch(cb, K_RMSNORM, a->B, 1, 256, 0, cuda_stream_of(s), &p);
+}
+
+int moem_cuda_router(struct moem_backend *be, struct moem_stream *s, const struct moem_router_args *a)
+{
+	struct cuda_backend *cb = cuda_of(be);
+	int ret = 0;
+
+	ENTER(cb);
+	/* The tile engine takes up to 64 tokens: one launch per chunk. */
+	for (uint32_t t0 = 0; !ret && t0 < a->B; t0 += MOEM_BE_MAX_TOKENS) {
+		uint32_t n = moem_min(MOEM_BE_MAX_TOKENS, a->B - t0), c = nt_class(n);
+		struct moem_kgemm_params p = {
+			.w = a->gate,
+			.x = a->x + (uint64_t)t0 * a->H * 2,
+			.out = a->logits + (uint64_t)t0 * a->N * 4,
+			.rows = a->N,
+			.K = a->H,
+			.n_tok = n,
+			.out_stride = a->N,
+		};
+
+		ret = moem_cuda_launch(cb, K_ROUTER + c, (a->N + 15) / 16, 1, MOEM_K_THREADS,
+				  moem_k_smem(0, 1u << c, 0), cuda_stream_of(s), &p);
+	}
+	return ret;
+}
+
+int moem_cuda_route(struct moem_backend *be, struct moem_stream *s, const struct moem_route_args *a)
+{
+	struct cuda_backend *cb = cuda_of(be);
+	struct moem_kroute_params p = {
+		.logits = a->logits,
+		.pad = a->pad,
+		.resident = a->resident,
+		.ids = a->ids,
+		.w = a->w,
+		.cnt = a->cnt,
+		.mode = a->mode,
+		.B = a->B,
+		.N = a->cfg.n_experts,
+		.k = a->cfg.top_k,
+		.k0 = a->k0,
+		.beta = a->lynx.beta,
+		.norm_topk_prob = a->cfg.norm_topk_prob,
+		.alpha = a->lynx.alpha,
+		.routed_scaling = a->cfg.routed_scaling,
+	};
+
+	ENTER(cb);
+	return moem_cuda_launch(cb, K_ROUTE, 1, 1, MOEM_K_ROUTE_THREADS, 0, cuda_stream_of(s), &p);
+}
+
+int moem_cuda_combine(struct moem_backend *be, struct moem_stream *s, const struct moem_combine_args *a)
+{
+	struct cuda_backend *cb = cuda_of(be);
+	struct moem_kcombine_params p = {
+		.h = a->h,
+		.routed = a->routed,
+		.w = a->w,
+		.cnt = a->cnt,
+		.shared = a->shared,
+		.B = a->B,
+		.H = a->H,
+		.k = a->k,
+		.n_shared = a->n_shared,
+	};
+
+	ENTER(cb);
+	return moem_cuda_launch(cb, K_COMBINE, (a->H + 255) / 256, a->B, 256, 0, cuda_stream_of(s), &p);
+}
+
+int moem_cuda_histogram(struct moem_backend *be, struct moem_stream *s, const struct moem_hist_args *a)
+{
+	struct cuda_backend *cb = cuda_of(be);
+	struct moem_khist_params p = {
+		.ids = a->ids,
+		.cnt = a->cnt,
+		.counts = a->counts + (uint64_t)a->layer * a->N * 4,
+		.B = a->B,
+		.k = a->k,
+		.N = a->N,
+	};
+
+	ENTER(cb);
+	return moem_cuda_launch(cb, K_HIST, (a->B * a->k + 255) / 256, 1, 256, 0, cuda_stream_of(s), &p);
+}
+
+int moem_cuda_quantize(struct moem_backend *be, struct moem_stream *s,
+		  const struct moem_quantize_args *a)
+{
+	struct cuda_backend *cb = cuda_of(be);
+	struct cuda_stream *cs = cuda_stream_of(s);
+	struct moem_qmat_layout l;
+	struct moem_kquant_params p;
+	int ret;
+
+	ENTER(cb);
+	moem_qmat_layout(a->prec, a->rows, a->cols, &l); /* checked by backend.c */
+	/* moem_quantize() zeroes the whole matrix first: so do we. */
+	ret = ck(cb, cb->api->cuMemsetD8Async(a->dst, 0, l.bytes, cs->s), "cuMemsetD8Async");
+	if (ret)
+		return ret;
+	if (a->prec == MOEM_PREC_BF16)
+		return ck(cb,
+			  cb->api->cuMemcpyDtoDAsync(a->dst, a->src, (size_t)a->rows * a->cols * 2,
+						     cs->s),
+			  "cuMemcpyDtoDAsync");
+	p = (struct moem_kquant_params){
+		.src = a->src,
+		.dst = a->dst,
+		.status = a->status,
+		.scale_off = l.scale_off,
+		.min_off = l.min_off,
+		.rows = a->rows,
+		.cols = a->cols,
+		.row_bytes = l.row_bytes,
+		.groups_per_row = l.groups_per_row,
+		.row_base = a->row_base,
+	};
+	return moem_cuda_launch(cb, K_QUANT_Q8 + (a->prec - MOEM_PREC_Q8), a->rows, 1, 256, 0, cs, &p);
+}
+
+/*
+ * Grouped FFN: experts are bucketed by (precision, n-tile class); each
+ * bucket is one gate/up launch and one down launch (blockIdx.y = expert).
+ * Descriptors and the compact assignment list go through the stream's
+ * ring; activations through its scratch, expert e's rows at act_off[e].
+ */
+int moem_cuda_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a)
+{
+	struct cuda_backend *cb = cuda_of(be);
+	struct cuda_stream *cs = cuda_stream_of(s);
+	uint32_t cnt[16] = {0}, first[16], total = 0, n_desc = a->n_experts;
+	uint32_t desc_bytes, len, off, act_off = 0, fill[16], afill = 0;
+	struct moem_kffn_desc *desc;
+	uint32_t *asg;
+	CUdeviceptr ring_d, act;
+	void *ring_h;
+	int ret, err;
+
+	ENTER(cb);
+	for (uint32_t e = 0; e < n_desc; e++) {
+		const struct moem_ffn_expert *ex = &a->experts[e];
+
+		cnt[ex->prec * 4 + nt_class(ex->n)]++;
+		total += ex->n; /* <= 64 * 64: (token, slot) pairs are unique */
+	}
+	ret = moem_cuda_scratch(cb, cs, (uint64_t)total * a->I * sizeof(float), &act);
+	if (ret)
+		return ret;
+	desc_bytes = (uint32_t)moem_align_up((uint64_t)n_desc * sizeof(*desc), 16);
+	len = desc_bytes + total * 4;
+	ret = moem_cuda_ring_get(cb, cs, len, &ring_h, &ring_d, &off);
+	if (ret)
+		return ret;
+	desc = ring_h;
+	asg = (uint32_t *)((uint8_t *)ring_h + desc_bytes);
+	for (uint32_t b = 0, acc = 0; b < 16; b++) {
+		first[b] = acc;
+		fill[b] = acc;
+		acc += cnt[b];
+	}
+	for (uint32_t e = 0; e < n_desc; e++) {
+		const struct moem_ffn_expert *ex = &a->experts[e];
+		struct moem_kffn_desc *d = &desc[fill[ex->prec * 4 + nt_class(ex->n)]++];
+
+		d->blob = ex->blob;
+		d->assign_off = afill;
+		d->n = ex->n;
+		d->act_off = act_off;
+		d->pad = 0;
+		act_off += ex->n;
+		for (uint32_t j = 0; j < ex->n; j++) {
+			const struct moem_ffn_assign *as = &a->assign[ex->first + j];
+
+			asg[afill++] = as->token | (uint32_t)as->slot << 16;
+		}
+	}
+	ret = moem_cuda_ring_copy(cb, cs, off, len);
+	for (int pass = 0; !ret && pass < 2; pass++) {
+		for (uint32_t b = 0; !ret && b < 16; b++) {
+			uint32_t prec = b / 4, c = b % 4, nt = 1u << c, rt = nt < 4 ? nt : 4;
+			uint32_t rows = pass ? a->H : a->I;
+			struct moem_expert_layout l;
+			struct moem_kffn_params p;
+
+			if (!cnt[b])
+				continue;
+			moem_expert_layout((enum moem_prec)prec, a->H, a->I, &l);
+			memset(&p, 0, sizeof(p));
+			p.desc = ring_d + (uint64_t)first[b] * sizeof(*desc);
+			p.assign = ring_d + desc_bytes;
+			p.x = a->x;
+			p.act = act;
+			p.out = a->out;
+			for (int m = 0; m < MOEM_MAT_NR; m++) {
+				p.mat_off[m] = l.mat_off[m];
+				p.mat[m].scale_off = l.mat[m].scale_off;
+				p.mat[m].min_off = l.mat[m].min_off;
+				p.mat[m].row_bytes = l.mat[m].row_bytes;
+				p.mat[m].groups_per_row = l.mat[m].groups_per_row;
+			}
+			p.H = a->H;
+			p.I = a->I;
+			p.n_slots = a->n_slots;
+			ret = moem_cuda_launch(cb, (pass ? K_FFN_DOWN : K_FFN_GATEUP) + b,
+					  (rows + 16 * rt - 1) / (16 * rt), cnt[b], MOEM_K_THREADS,
+					  moem_k_smem(prec, nt, pass), cs, &p);
+		}
+	}
+	/* Even after a failed launch the copy may be queued: keep the region. */
+	err = moem_cuda_ring_commit(cb, cs, off, len);
+	return ret ? ret : err;
+}

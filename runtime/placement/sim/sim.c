@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The trace simulator's driver (sim.h): reads the trace record by record
+ * (one per layer tick), plays the engine's per-layer sequence with
+ * modelled time, and hands the policy-specific part to sim_cache.c or
+ * sim_modes.c:
+ *
+ *   t0           layer starts; completed transfers are delivered
+ *   t_r = t0 + layer_ns   attention and router done: routing known,
+ *                misses issued (miss priority), prefetch planned
+ *   end          last expert of the layer computed; stall = end - t_r -
+ *                the experts' compute
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/error.h>
+#include <moem/route.h>
+
+#include "sim_int.h"
+
+void moem_sim_cost_default(struct moem_sim_cost *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->hidden = 2048;
+	c->inter = 768;
+	c->prec = MOEM_PREC_BF16;
+	c->pcie_gbps = 25;
+	c->nvme_gbps = 7;
+	c->hbm_gbps = 3000;
+	c->layer_ns = 20000;
+	c->token_ns = 20;
+	c->piece_bytes = 8 * MOEM_MiB;
+}
+
+int moem_sim_cost_finish(struct moem_sim_cost *c)
+{
+	for (int p = 0; p < MOEM_PREC_NR; p++) {
+		struct moem_expert_layout l;
+		int ret = moem_expert_layout((enum moem_prec)p, c->hidden, c->inter, &l);
+
+		if (ret)
+			return moem_err_prefix(-ret, "sim: expert shape %ux%u", c->hidden,
+					       c->inter);
+		c->expert_bytes[p] = l.bytes;
+	}
+	if (!(c->pcie_gbps > 0 && c->pcie_gbps < 1e5) ||
+	    !(c->nvme_gbps > 0 && c->nvme_gbps < 1e5) || !(c->hbm_gbps > 0 && c->hbm_gbps < 1e6))
+		return moem_errf(EINVAL, "sim: bandwidths must be in (0, 1e5) GB/s");
+	if (c->layer_ns > 1000000000ull || c->token_ns > 1000000000ull)
+		return moem_errf(EINVAL, "sim: layer/token times above one second");
+	if (c->piece_bytes < 4096 || c->piece_bytes > MOEM_GiB)
+		return moem_errf(EINVAL, "sim: piece size must be 4 KiB..1 GiB");
+	if (!(c->jitter >= 0 && c->jitter <= 1))
+		return moem_errf(EINVAL, "sim: jitter %g not in [0, 1]", c->jitter);
+	return 0;
+}
+
+static bool any_key(void *arg, uint32_t key)
+{
+	return true;
+}
+
+/*
+ * Bandwidth of a transfer of key into HBM. With a DRAM budget below the
+ * model, DRAM is an LRU cache (in units of the served precision's expert
+ * size) and a DRAM miss is read from NVMe through a pipelined bounce:
+ * min(PCIe, NVMe) bandwidth, then kept in DRAM.
+ */
+double moem_sim_link_bpn(struct sim *s, uint32_t key, uint64_t bytes)
+{
+	double bpn = s->pcie_bpn;
+
+	if (s->dram_lru && s->in_dram[key]) {
+		moem_evict_access(s->dram_lru, key, s->pos);
+	} else if (s->dram_lru) {
+		bool room = true;
+
+		bpn = fmin(s->pcie_bpn, s->nvme_bpn);
+		if (s->counted)
+			s->r->bytes_nvme += bytes;
+		while (!moem_tier_budget_try_reserve(&s->dram, s->size)) {
+			uint32_t v;
+
+			if (moem_evict_victim(s->dram_lru, s->pos, 0, any_key, NULL, &v)) {
+				room = false;
+				break;
+			}
+			moem_evict_remove(s->dram_lru, v);
+			s->in_dram[v] = 0;
+			moem_tier_budget_release(&s->dram, s->size);
+		}
+		if (room) {
+			s->in_dram[key] = 1;
+			moem_evict_insert(s->dram_lru, key, s->pos);
+		}
+	}
+	if (s->c->jitter > 0) {
+		double f = 1 + s->c->jitter * moem_rng_normal(&s->rng);
+
+		bpn *= f < 0.1 ? 0.1 : f;
+	}
+	return bpn;
+}
+
+uint64_t moem_sim_expert_ns(const struct sim *s, uint64_t bytes, uint32_t tokens)
+{
+	return (uint64_t)((double)bytes / s->hbm_bpn + 0.5) + (uint64_t)tokens * s->c->token_ns;
+}
+
+void moem_sim_on_done(struct sim *s, struct sim_xfer *x)
+{
+	if (x->counted) {
+		s->r->bytes_pcie += x->bytes;
+		if (x->kind == XK_DEMAND)
+			s->r->bytes_demand += x->bytes;
+		else if (x->kind == XK_PREFETCH)
+			s->r->bytes_prefetch += x->bytes;
+		else
+			s->r->bytes_other += x->bytes;
+	}
+	switch (s->p->mode) {
+	case MOEM_SIM_DYNAEXQ:
+		moem_sim_dynaexq_done(s, x);
+		break;
+	case MOEM_SIM_FLUXMOE:
+		moem_sim_fluxmoe_done(s, x);
+		break;
+	default:
+		moem_sim_cache_done(s, x);
+		break;
+	}
+}
+
+void moem_sim_advance(struct sim *s, uint64_t t)
+{
+	moem_sim_ce_run(s, t, SIM_NONE);
+	moem_sim_ce_deliver(s, t);
+}
+
+static void sim_free(struct sim *s)
+{
+	moem_evict_destroy(s->ev);
+	moem_evict_destroy(s->dram_lru);
+	moem_prefetch_destroy(s->pf);
+	moem_dynaexq_destroy(s->dx);
+	moem_paging_destroy(s->pg);
+	moem_hot_destroy(s->hot);
+	moem_sim_ce_free(s);
+	free(s->k);
+	free(s->in_dram);
+	free(s->pin);
+	free(s->ids);
+	free(s->w);
+	free(s->cnt);
+	free(s->act);
+	free(s->res);
+	free(s->tok);
+	free(s->order);
+	free(s->prob);
+	free(s->pend);
+	free(s->keys);
+	free(s->req);
+	free(s->next_use);
+	free(s->resident);
+	free(s->window_done);
+	free(s->window_last);
+	free(s->window_left);
+	moem_access_log_free(&s->log);
+}
+
+static int sim_alloc(struct sim *s, uint32_t max_tokens)
+{
+	const size_t LN = (size_t)s->L * s->N, B = max_tokens ? max_tokens : MOEM_TRACE_MAX_TOKENS;
+
+	s->k = calloc(LN, sizeof(*s->k));
+	s->in_dram = calloc(LN, 1);
+	s->pin = calloc(LN, sizeof(*s->pin));
+	s->ids = malloc(B * s->K * sizeof(*s->ids));
+	s->w = malloc(B * s->K * sizeof(*s->w));
+	s->cnt = malloc(B * sizeof(*s->cnt));
+	s->act = malloc(s->N);
+	s->res = malloc(s->N);
+	s->tok = malloc(s->N * sizeof(*s->tok));
+	s->order = malloc(s->N * sizeof(*s->order));
+	s->prob = malloc(s->N * sizeof(*s->prob));
+	s->pend = malloc(s->N * sizeof(*s->pend));
+	s->keys = malloc(s->N * sizeof(*s->keys));
+	s->req = malloc(4096 * sizeof(*s->req));
+	if (!s->k || !s->in_dram || !s->pin || !s->ids || !s->w || !s->cnt || !s->act || !s->res ||
+	    !s->tok || !s->order || !s->prob || !s->pend || !s->keys || !s->req)
+		return -ENOMEM;
+	moem_access_log_init(&s->log, (uint32_t)LN);
+	return moem_sim_ce_init(s, 1024);
+}
+
+/* Route one record with the policy (or take the trace's routing). */
+static int route(struct sim *s, const struct moem_trace_rec *rec, uint32_t m,
+		 struct moem_route_out *out)
+{
+	if (moem_route_policy_needs_logits(&s->rp)) {
+		for (uint32_t e = 0; e < s->N; e++) {
+			const struct sim_key *k = &s->k[moem_key(m, e, s->N)];
+
+			s->res[e] = k->st == K_RES;
+		}
+		return moem_route_policy_apply(&s->rp, &s->rc, rec->tokens, rec->logits, NULL,
+					       s->res, true, out);
+	}
+	memcpy(out->ids, rec->ids, (size_t)rec->tokens * s->K * sizeof(*out->ids));
+	memcpy(out->w, rec->w, (size_t)rec->tokens * s->K * sizeof(*out->w));
+	memcpy(out->cnt, rec->cnt, rec->tokens * sizeof(*out->cnt));
+	return 0;
+}
+
+static int layer(struct sim *s, const struct moem_trace_rec *rec)
+{
+	struct moem_route_out out = {s->ids, s->w, s->cnt};
+	const uint32_t m = rec->layer;
+	uint64_t t0 = s->now, t_r, end = 0;
+	uint32_t T = 0;
+	int ret;
+
+	s->pos = moem_pos(rec->step, m, s->L);
+	if (!s->any_step || rec->step != s->last_step) {
+		if (s->any_step && s->counted)
+			s->counted_steps++;
+		if (s->p->mode == MOEM_SIM_FLUXMOE && s->any_step)
+			moem_sim_fluxmoe_step(s);
+		s->any_step = true;
+		s->last_step = rec->step;
+		s->counted = rec->step >= s->o->warmup_steps;
+		if (s->counted && !s->r->steps++)
+			s->count_start_ns = t0;
+		if (s->counted && s->count_from == SIM_INF)
+			s->count_from = s->log.n_pos;
+	}
+	moem_sim_advance(s, t0);
+	if (s->p->mode == MOEM_SIM_FLUXMOE) {
+		/* the next layer's window loads start with this layer */
+		ret = moem_sim_fluxmoe_begin(s, m);
+		if (ret)
+			return ret;
+	}
+	t_r = t0 + s->c->layer_ns;
+	moem_sim_advance(s, t_r);
+	s->now = t_r;
+	ret = route(s, rec, m, &out);
+	if (ret)
+		return ret;
+	s->tokens = rec->tokens;
+	memset(s->tok, 0, s->N * sizeof(*s->tok));
+	for (uint32_t t = 0; t < rec->tokens; t++)
+		for (uint32_t j = 0; j < out.cnt[t]; j++)
+			s->tok[out.ids[(size_t)t * s->K + j]]++;
+	for (uint32_t e = 0; e < s->N; e++) {
+		s->act[e] = s->tok[e] > 0;
+		if (s->act[e]) {
+			s->keys[T++] = moem_key(m, e, s->N);
+			s->pin[moem_key(m, e, s->N)] = s->pos + 1;
+		}
+	}
+	ret = moem_access_log_add(&s->log, s->keys, T);
+	if (ret)
+		return ret;
+	if (s->counted) {
+		s->r->layer_steps++;
+		s->r->tokens += rec->tokens;
+		s->r->accesses += T;
+		s->r->mean_T += T;
+	}
+	switch (s->p->mode) {
+	case MOEM_SIM_DYNAEXQ:
+		ret = moem_sim_dynaexq_layer(s, t_r, T, &end);
+		break;
+	case MOEM_SIM_FLUXMOE:
+		ret = moem_sim_fluxmoe_layer(s, t0, t_r, T, &end);
+		break;
+	default:
+		ret = moem_sim_cache_layer(s, t_r, T, &end);
+		break;
+	}
+	if (ret)
+		return ret;
+	s->now = end;
+	return 0;
+}
+
+static void detail(struct sim *s)
+{
+	char a[48], b[48];
+	struct moem_sim_result *r = s->r;
+
+	switch (s->p->mode) {
+	case MOEM_SIM_CACHE:
+		moem_evict_format(&s->p->evict, a, sizeof(a));
+		if (s->p->prefetch)
+			moem_prefetch_format(&s->p->pf, b, sizeof(b));
+		else
+			strcpy(b, "none");
+		snprintf(r->detail, sizeof(r->detail), "route=%s evict=%s prefetch=%s order=%s",
+			 s->p->route, a, b, s->p->ordered ? "cache-aware" : "fifo");
+		break;
+	case MOEM_SIM_BELADY:
+		snprintf(r->detail, sizeof(r->detail),
+			 "route=%s evict=belady-min (oracle) "
+			 "order=%s",
+			 s->p->route, s->p->ordered ? "cache-aware" : "fifo");
+		break;
+	default:
+		break; /* filled by the mode's setup */
+	}
+}
+
+int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
+		 const struct moem_sim_policy *p, const struct moem_sim_opts *o,
+		 struct moem_sim_result *r)
+{
+	struct moem_sim_cost c = *cost;
+	const struct moem_trace_info *info;
+	struct moem_trace_reader *tr = NULL;
+	struct moem_trace_rec rec;
+	struct sim s = {0};
+	uint64_t bh = 0, ba = 0;
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->policy, sizeof(r->policy), "%s", p->label);
+	ret = moem_sim_cost_finish(&c);
+	if (ret)
+		return ret;
+	ret = moem_trace_open(trace, &tr);
+	if (ret)
+		return ret;
+	info = moem_trace_reader_info(tr);
+	s.c = &c;
+	s.p = p;
+	s.o = o;
+	s.r = r;
+	s.L = info->n_layers;
+	s.N = info->n_experts;
+	s.K = info->top_k;
+	s.size = c.expert_bytes[c.prec];
+	s.pcie_bpn = c.pcie_gbps; /* GB/s = bytes/ns */
+	s.nvme_bpn = c.nvme_gbps;
+	s.hbm_bpn = c.hbm_gbps;
+	s.count_from = SIM_INF;
+	s.rc = (struct moem_route_cfg){s.N, s.K, true, 1.0f};
+	moem_rng_seed(&s.rng, o->seed, 7);
+	r->hbm_bytes = c.hbm_bytes;
+	r->slots =
+		(uint32_t)(c.hbm_bytes / s.size > UINT32_MAX ? UINT32_MAX : c.hbm_bytes / s.size);
+	ret = moem_route_policy_parse(p->route, s.K, &s.rp);
+	if (ret)
+		goto out;
+	if (moem_route_policy_needs_logits(&s.rp) && !(info->flags & MOEM_TRACE_F_LOGITS)) {
+		ret = moem_errf(EINVAL,
+				"policy %s: route %s re-routes from router logits, and "
+				"%s has none (generate it with --logits)",
+				p->label, p->route, trace);
+		goto out;
+	}
+	ret = sim_alloc(&s, info->max_tokens);
+	if (ret)
+		goto out;
+	moem_tier_budget_init(&s.hbm, c.hbm_bytes);
+	if (c.dram_bytes && c.dram_bytes < (uint64_t)s.L * s.N * s.size) {
+		struct moem_evict_cfg dc = {MOEM_EVICT_LRU, s.L, s.N, 0, 0, 0};
+
+		moem_tier_budget_init(&s.dram, c.dram_bytes);
+		ret = moem_evict_create(&dc, &s.dram_lru);
+		if (ret)
+			goto out;
+	}
+	switch (p->mode) {
+	case MOEM_SIM_DYNAEXQ:
+		ret = moem_sim_dynaexq_setup(&s);
+		break;
+	case MOEM_SIM_FLUXMOE:
+		ret = moem_sim_fluxmoe_setup(&s);
+		break;
+	case MOEM_SIM_BELADY:
+		ret = moem_sim_oracle_prepass(&s, trace);
+		if (!ret)
+			ret = moem_sim_cache_setup(&s);
+		break;
+	default:
+		ret = moem_sim_cache_setup(&s);
+		break;
+	}
+	if (ret)
+		goto out;
+	detail(&s);
+	while ((ret = moem_trace_next(tr, &rec)) > 0) {
+		if (o->max_steps && rec.step >= o->max_steps)
+			break;
+		ret = layer(&s, &rec);
+		if (ret)
+			goto out;
+	}
+	if (ret < 0)
+		goto out;
+	if (s.any_step && s.counted)
+		s.counted_steps++;
+	/* drain: what is still in flight completes (its bytes moved) */
+	moem_sim_ce_run(&s, SIM_INF, SIM_NONE);
+	moem_sim_ce_deliver(&s, SIM_INF);
+	if (s.count_from != SIM_INF) {
+		ret = moem_belady(&s.log, r->slots, s.count_from, &bh, &ba);
+		if (ret)
+			goto out;
+	}
+	r->total_ns = s.count_from != SIM_INF ? s.now - s.count_start_ns : 0;
+	r->steps = s.counted_steps;
+	r->step_ns = r->steps ? (double)r->total_ns / r->steps : 0;
+	r->hit_rate = r->accesses ? (double)r->hits / r->accesses : 0;
+	r->belady_hit_rate = ba ? (double)bh / ba : 0;
+	r->frac_belady = r->belady_hit_rate > 0 ? r->hit_rate / r->belady_hit_rate : 0;
+	r->mean_T = r->layer_steps ? r->mean_T / r->layer_steps : 0;
+	r->hbm_peak = s.hbm.peak;
+	r->mean_S = s.s_n ? (double)s.s_sum / s.s_n : 0;
+	r->hi_frac =
+		r->accesses && p->mode == MOEM_SIM_DYNAEXQ ? (double)s.hi_uses / r->accesses : 0;
+	ret = 0;
+out:
+	sim_free(&s);
+	moem_trace_close(tr);
+	return ret;
+}

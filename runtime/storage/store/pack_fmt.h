@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * On-disk structures of the .moem pack, version 1.0
+ * (Documentation/pack-format.md). Little-endian, no implicit padding
+ * (sizes are asserted below). Shared by the writer and the reader only.
+ */
+#ifndef MOEM_PACK_FMT_H
+#define MOEM_PACK_FMT_H
+
+#include <stdint.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the .moem pack format is little-endian; add byte swapping for this target"
+#endif
+
+#define PACK_MAGIC	  "MOEMPACK"
+#define PACK_HDR_SIZE	  4096u
+#define PACK_MAX_SECTIONS 32u
+#define PACK_HDR_SUM_OFF  (PACK_HDR_SIZE - 8)
+/* Sections live in [4096, data_offset); at most this much of them. */
+#define PACK_MAX_META	  (256ULL << 20)
+/* Header flags: none defined in 1.0; any set bit is refused. */
+#define PACK_KNOWN_FLAGS  0ULL
+
+enum pack_section_type {
+	PACK_SECT_CONFIG = 1,	   /* struct pack_config */
+	PACK_SECT_STRINGS = 2,	   /* NUL-terminated tensor names */
+	PACK_SECT_TENSORS = 3,	   /* struct pack_tensor[] sorted by name */
+	PACK_SECT_BLOBS = 4,	   /* struct pack_blob[] in file order */
+	PACK_SECT_CONFIG_JSON = 5, /* the checkpoint's config.json (optional) */
+	PACK_SECT_SYNTH_JSON = 6,  /* moem_synth.json (optional) */
+};
+
+/* A reader may skip a section type it does not know only if this is set. */
+#define PACK_SECT_F_OPTIONAL 1u
+
+struct pack_section {
+	uint32_t type;
+	uint32_t flags;
+	uint64_t offset; /* from the start of the file, multiple of 8 */
+	uint64_t size;
+	uint64_t xxh3; /* XXH3-64 of the section bytes */
+};
+
+struct pack_header {
+	char magic[8]; /* "MOEMPACK" */
+	uint16_t major, minor;
+	uint32_t header_size; /* 4096 */
+	uint64_t file_size;
+	uint64_t flags;
+	uint8_t id[16]; /* XXH3-128, canonical (big-endian) byte order */
+	uint32_t n_sections;
+	uint32_t prec_mask;   /* routed-expert precisions, 1 << enum moem_prec */
+	uint64_t data_offset; /* first byte of the data area, multiple of 4096 */
+	uint8_t reserved0[64];
+	struct pack_section sect[PACK_MAX_SECTIONS];
+	uint8_t reserved1[PACK_HDR_SIZE - 128 - 32 * PACK_MAX_SECTIONS - 8];
+	uint64_t header_xxh3; /* XXH3-64 of bytes [0, 4088) */
+};
+
+struct pack_config {
+	uint32_t size; /* sizeof(struct pack_config) */
+	uint32_t arch, dtype;
+	uint32_t hidden, n_layers, n_experts, top_k;
+	uint32_t moe_inter, dense_inter, n_shared, shared_inter;
+	uint32_t first_dense, sparse_step, norm_topk_prob;
+	float routed_scaling, rms_eps, rope_theta;
+	uint32_t vocab, n_heads, n_kv_heads, head_dim, tie_embeddings;
+	uint32_t q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
+	uint32_t reserved0;
+	uint64_t dense_mask[4];
+	uint8_t reserved1[112];
+};
+
+struct pack_tensor {
+	uint32_t name_off, name_len; /* in the string table; name_len excludes the NUL */
+	uint8_t dtype, ndim, role, reserved0;
+	uint32_t layer; /* UINT32_MAX for model-level tensors */
+	uint64_t shape[4];
+	uint64_t offset, size, xxh3;
+	uint64_t reserved1;
+};
+
+struct pack_blob {
+	uint8_t kind, prec, quantizer, reserved0;
+	uint32_t layer, expert;
+	uint32_t inter; /* FFN width of this blob */
+	uint64_t offset, size, xxh3;
+	uint64_t reserved1;
+};
+
+_Static_assert(sizeof(struct pack_header) == PACK_HDR_SIZE, "pack header size");
+_Static_assert(sizeof(struct pack_section) == 32, "pack section size");
+_Static_assert(sizeof(struct pack_config) == 256, "pack config size");
+_Static_assert(sizeof(struct pack_tensor) == 80, "pack tensor entry size");
+_Static_assert(sizeof(struct pack_blob) == 48, "pack blob entry size");
+
+struct moem_model_config;
+
+/* Convert the model config to and from its on-disk form. */
+void moem_pack_config_encode(const struct moem_model_config *c, struct pack_config *d);
+/* -EINVAL with a message if d is not a valid config. */
+int moem_pack_config_decode(const struct pack_config *d, struct moem_model_config *c);
+
+/*
+ * The pack id: XXH3-128 over the header with id and header_xxh3 zeroed
+ * (bytes [0, 4088)) followed by the section area [4096, data_offset).
+ */
+int moem_pack_compute_id(const struct pack_header *h, const void *meta, uint64_t meta_len,
+		    uint8_t id[16]);
+
+#endif /* MOEM_PACK_FMT_H */
