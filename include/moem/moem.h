@@ -41,5 +41,6 @@
 #include "bpf.h"
 #include "ctl.h"
 #include "sched.h"
+#include "openai.h"
 
 #endif /* MOEM_MOEM_H */
