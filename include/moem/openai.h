@@ -119,7 +119,7 @@ struct moem_oai_usage {
 	uint32_t prompt_tokens, completion_tokens;
 };
 
-/* "stop", "length", or NULL (still running) for an enum moem_finish. */
+/* "stop", "length", or NULL (still running) for an enum moem_sched_finish. */
 const char *moem_oai_finish_name(int finish);
 
 /*

@@ -39,17 +39,17 @@ struct moem_sched_opts {
 };
 
 /* Why a request left. */
-enum moem_finish {
-	MOEM_FINISH_NONE = 0, /* still running */
-	MOEM_FINISH_STOP,     /* end of sequence token, stop token or stop string */
-	MOEM_FINISH_LENGTH,   /* max tokens, or the context is full */
-	MOEM_FINISH_CANCEL,   /* moem_sched_cancel(): the client left */
-	MOEM_FINISH_ERROR,    /* the model failed it (the error is given) */
+enum moem_sched_finish {
+	MOEM_SCHED_RUNNING = 0, /* still running */
+	MOEM_SCHED_STOP,	/* end of sequence token, stop token or stop string */
+	MOEM_SCHED_LENGTH,	/* max tokens, or the context is full */
+	MOEM_SCHED_CANCEL,	/* moem_sched_cancel(): the client left */
+	MOEM_SCHED_ERROR,	/* the model failed it (the error is given) */
 };
 
 /* One piece of a step's work. */
 struct moem_sched_item {
-	void *seq;	/* the backend's sequence */
+	uint64_t seq;	/* the backend's sequence */
 	void *req;	/* the request it serves */
 	uint32_t first; /* prefill: index of the first prompt token of the chunk */
 	uint32_t n;	/* prefill: prompt tokens in the chunk; decode: 1 */
@@ -64,17 +64,18 @@ struct moem_sched_out {
 	uint32_t n_top;
 	int32_t top_id[MOEM_SCHED_TOP_MAX];
 	float top_logprob[MOEM_SCHED_TOP_MAX];
-	enum moem_finish finish; /* the model's: STOP (eos, stop id) or LENGTH */
+	enum moem_sched_finish finish; /* the model's: STOP (eos, stop id) or LENGTH */
 };
 
 struct moem_sched_ops {
 	/*
 	 * Start a sequence for req (prompt_len tokens): 0 and *seq; -ENOSPC
-	 * if the KV budget cannot hold it now (it stays first in the queue
-	 * and nothing behind it starts: first come, first served); any other
-	 * -errno fails the request with it.
+	 * or -EMFILE if the KV budget or the model's sequence slots cannot
+	 * hold it now (it stays first in the queue and nothing behind it
+	 * starts: first come, first served; with nothing running it would
+	 * never start, and fails); any other -errno fails the request.
 	 */
-	int (*start)(void *be, void *req, uint32_t prompt_len, void **seq);
+	int (*start)(void *be, void *req, uint32_t prompt_len, uint64_t *seq);
 	/*
 	 * Run one step over items[0..n): out[i] for items[i]. -errno fails
 	 * every request of the step (the scheduler ends their sequences).
@@ -82,7 +83,7 @@ struct moem_sched_ops {
 	int (*step)(void *be, const struct moem_sched_item *items, uint32_t n,
 		    struct moem_sched_out *out);
 	/* Free a sequence and its KV blocks (finished, cancelled or failed). */
-	void (*end)(void *be, void *seq);
+	void (*end)(void *be, uint64_t seq);
 };
 
 /* What one step did. */
@@ -99,11 +100,11 @@ struct moem_sched_sink {
 	/*
 	 * A token for req (out->token >= 0). Return true to end the request
 	 * now (a stop string matched): its sequence is ended at once, and
-	 * done() follows with MOEM_FINISH_STOP.
+	 * done() follows with MOEM_SCHED_STOP.
 	 */
 	bool (*token)(void *arg, void *req, const struct moem_sched_out *out);
-	/* req left the scheduler for good (err < 0 with MOEM_FINISH_ERROR). */
-	void (*done)(void *arg, void *req, enum moem_finish why, int err);
+	/* req left the scheduler for good (err < 0 with MOEM_SCHED_ERROR). */
+	void (*done)(void *arg, void *req, enum moem_sched_finish why, int err);
 	/* After each step (may be NULL). */
 	void (*stepped)(void *arg, const struct moem_sched_step_info *info);
 	/* A request was submitted or cancelled: the model thread should run
@@ -128,7 +129,7 @@ void moem_sched_opts_default(struct moem_sched_opts *o);
 
 int moem_sched_create(const struct moem_sched_opts *o, const struct moem_sched_ops *ops, void *be,
 		      const struct moem_sched_sink *sink, struct moem_sched **out);
-/* Ends every request (done() with MOEM_FINISH_CANCEL) and frees the scheduler. */
+/* Ends every request (done() with MOEM_SCHED_CANCEL) and frees the scheduler. */
 void moem_sched_destroy(struct moem_sched *s);
 
 /*
@@ -139,7 +140,7 @@ void moem_sched_destroy(struct moem_sched *s);
 int moem_sched_submit(struct moem_sched *s, void *req, uint32_t prompt_len);
 /*
  * Any thread: end req at the next step boundary (done() with
- * MOEM_FINISH_CANCEL, unless it finished first). Unknown or finished
+ * MOEM_SCHED_CANCEL, unless it finished first). Unknown or finished
  * requests are ignored.
  */
 void moem_sched_cancel(struct moem_sched *s, void *req);

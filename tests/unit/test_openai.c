@@ -288,7 +288,7 @@ TEST(response_shapes)
 	t[0].top[0].text = "he";
 	t[0].top[0].len = 2;
 	t[0].top[0].logprob = -0.25f;
-	s = moem_oai_response(&r, "hello\xe2", 6, t, 2, MOEM_FINISH_LENGTH, &u, &len);
+	s = moem_oai_response(&r, "hello\xe2", 6, t, 2, MOEM_SCHED_LENGTH, &u, &len);
 	ASSERT_NE(NULL, s);
 	EXPECT_EQ(strlen(s), len);
 	o = parse_json(s);
@@ -308,7 +308,7 @@ TEST(response_shapes)
 	/* Chat: message with role; logprobs with bytes. */
 	r.ep = MOEM_OAI_CHAT;
 	r.id = "chatcmpl-1";
-	s = moem_oai_response(&r, "hi", 2, t, 1, MOEM_FINISH_STOP, &u, &len);
+	s = moem_oai_response(&r, "hi", 2, t, 1, MOEM_SCHED_STOP, &u, &len);
 	o = parse_json(s);
 	ASSERT_NE(NULL, o);
 	EXPECT_STREQ("chat.completion", jpath(o, "object", -1, NULL));
@@ -351,7 +351,7 @@ TEST(chunk_shapes)
 	json_object_put(o);
 	free(s);
 
-	s = moem_oai_chunk(&r, false, "", 0, NULL, 0, MOEM_FINISH_STOP, &len);
+	s = moem_oai_chunk(&r, false, "", 0, NULL, 0, MOEM_SCHED_STOP, &len);
 	o = parse_json(s + 6);
 	ASSERT_NE(NULL, o);
 	EXPECT_STREQ("stop", jpath(o, "choices", 0, "finish_reason"));

@@ -26,7 +26,7 @@ struct freq {
 	uint32_t stop_at; /* the sink ends it after this many (0: never) */
 	uint32_t prefilled;
 	int done; /* done() calls */
-	enum moem_finish why;
+	enum moem_sched_finish why;
 	int err;
 	bool started;
 	uint64_t first_step, last_step;
@@ -50,7 +50,7 @@ struct fake {
 	uint32_t done_count;
 };
 
-static int f_start(void *be, void *req, uint32_t prompt_len, void **seq)
+static int f_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 {
 	struct fake *f = be;
 	struct freq *r = req;
@@ -68,7 +68,7 @@ static int f_start(void *be, void *req, uint32_t prompt_len, void **seq)
 	r->started = true;
 	f->kv_used += need;
 	f->starts++;
-	*seq = s;
+	*seq = (uintptr_t)s;
 	return 0;
 }
 
@@ -83,7 +83,7 @@ static int f_step(void *be, const struct moem_sched_item *it, uint32_t n,
 	if (f->fail_step && f->step_no == (uint64_t)f->fail_step)
 		return -EIO;
 	for (uint32_t i = 0; i < n; i++) {
-		struct fseq *s = it[i].seq;
+		struct fseq *s = (struct fseq *)(uintptr_t)it[i].seq;
 		struct freq *r = s->r;
 
 		if (r != it[i].req)
@@ -112,7 +112,7 @@ static int f_step(void *be, const struct moem_sched_item *it, uint32_t n,
 		out[i].logprob = -0.5f;
 		s->generated++;
 		if (s->generated >= r->max_tokens)
-			out[i].finish = MOEM_FINISH_LENGTH;
+			out[i].finish = MOEM_SCHED_LENGTH;
 	}
 	if (tokens > f->max_step_tokens)
 		f->max_step_tokens = tokens;
@@ -123,10 +123,10 @@ static int f_step(void *be, const struct moem_sched_item *it, uint32_t n,
 	return 0;
 }
 
-static void f_end(void *be, void *seq)
+static void f_end(void *be, uint64_t seq)
 {
 	struct fake *f = be;
-	struct fseq *s = seq;
+	struct fseq *s = (struct fseq *)(uintptr_t)seq;
 
 	f->kv_used -= (uint64_t)s->r->prompt + s->r->max_tokens;
 	f->ends++;
@@ -143,7 +143,7 @@ static bool k_token(void *arg, void *req, const struct moem_sched_out *o)
 	return r->stop_at && r->got >= r->stop_at;
 }
 
-static void k_done(void *arg, void *req, enum moem_finish why, int err)
+static void k_done(void *arg, void *req, enum moem_sched_finish why, int err)
 {
 	struct fake *f = arg;
 	struct freq *r = req;
@@ -218,7 +218,7 @@ TEST(one_request_prefill_in_chunks_then_decode)
 	/* 20 prompt tokens in chunks of 8: 3 steps (the last samples), then 4 decodes. */
 	EXPECT_EQ(7, run_until_idle(s, 100));
 	EXPECT_EQ(1, r.done);
-	EXPECT_EQ(MOEM_FINISH_LENGTH, r.why);
+	EXPECT_EQ(MOEM_SCHED_LENGTH, r.why);
 	EXPECT_EQ(5u, r.got);
 	EXPECT_EQ(20u, r.prefilled);
 	EXPECT_EQ(0u, f.bad);
@@ -354,7 +354,7 @@ TEST(kv_full_waits_in_order_and_too_big_fails)
 	ASSERT_EQ(0, moem_sched_submit(s, &huge, huge.prompt));
 	EXPECT_EQ(0, run_until_idle(s, 10));
 	EXPECT_EQ(1, huge.done);
-	EXPECT_EQ(MOEM_FINISH_ERROR, huge.why);
+	EXPECT_EQ(MOEM_SCHED_ERROR, huge.why);
 	EXPECT_EQ(-E2BIG, huge.err);
 	EXPECT_EQ(0u, f.kv_used);
 	moem_sched_destroy(s);
@@ -379,7 +379,7 @@ TEST(cancel_frees_at_the_next_boundary)
 	EXPECT_EQ(0, run.done); /* not before the boundary */
 	EXPECT_EQ(0, moem_sched_step(s));
 	EXPECT_EQ(1, run.done);
-	EXPECT_EQ(MOEM_FINISH_CANCEL, run.why);
+	EXPECT_EQ(MOEM_SCHED_CANCEL, run.why);
 	EXPECT_EQ(0u, f.kv_used);
 	EXPECT_EQ(2u, run.got);
 
@@ -391,10 +391,10 @@ TEST(cancel_frees_at_the_next_boundary)
 	moem_sched_cancel(s, &queued); /* twice: once is enough */
 	EXPECT_GE(run_until_idle(s, 100), 1);
 	EXPECT_EQ(1, queued.done);
-	EXPECT_EQ(MOEM_FINISH_CANCEL, queued.why);
+	EXPECT_EQ(MOEM_SCHED_CANCEL, queued.why);
 	EXPECT_FALSE(queued.started);
 	EXPECT_EQ(5u, other.got);
-	EXPECT_EQ(MOEM_FINISH_LENGTH, other.why);
+	EXPECT_EQ(MOEM_SCHED_LENGTH, other.why);
 	moem_sched_cancel(s, &other); /* finished: ignored */
 	EXPECT_FALSE(moem_sched_busy(s));
 	moem_sched_get_stats(s, &st);
@@ -451,13 +451,13 @@ TEST(failed_step_fails_its_requests_only)
 	ASSERT_EQ(1, moem_sched_step(s));
 	EXPECT_EQ(-EIO, moem_sched_step(s));
 	EXPECT_EQ(1, a.done);
-	EXPECT_EQ(MOEM_FINISH_ERROR, a.why);
+	EXPECT_EQ(MOEM_SCHED_ERROR, a.why);
 	EXPECT_EQ(-EIO, a.err);
 	EXPECT_EQ(0u, f.kv_used);
 	/* The scheduler goes on with the next request. */
 	ASSERT_EQ(0, moem_sched_submit(s, &b, b.prompt));
 	EXPECT_GE(run_until_idle(s, 100), 1);
-	EXPECT_EQ(MOEM_FINISH_LENGTH, b.why);
+	EXPECT_EQ(MOEM_SCHED_LENGTH, b.why);
 	EXPECT_EQ(10u, b.got);
 	moem_sched_destroy(s);
 }
@@ -471,7 +471,7 @@ TEST(sink_stop_ends_the_sequence)
 	ASSERT_EQ(0, moem_sched_submit(s, &a, a.prompt));
 	EXPECT_EQ(3, run_until_idle(s, 100));
 	EXPECT_EQ(1, a.done);
-	EXPECT_EQ(MOEM_FINISH_STOP, a.why);
+	EXPECT_EQ(MOEM_SCHED_STOP, a.why);
 	EXPECT_EQ(3u, a.got);
 	EXPECT_EQ(0u, f.kv_used);
 	moem_sched_destroy(s);
@@ -490,8 +490,8 @@ TEST(destroy_ends_everything)
 	moem_sched_destroy(s);
 	EXPECT_EQ(1, a.done);
 	EXPECT_EQ(1, b.done);
-	EXPECT_EQ(MOEM_FINISH_CANCEL, a.why);
-	EXPECT_EQ(MOEM_FINISH_CANCEL, b.why);
+	EXPECT_EQ(MOEM_SCHED_CANCEL, a.why);
+	EXPECT_EQ(MOEM_SCHED_CANCEL, b.why);
 	EXPECT_EQ(0u, f.kv_used);
 }
 
@@ -552,10 +552,10 @@ TEST(threads_submit_and_cancel_while_stepping)
 			continue;
 		expect++;
 		ASSERT_EQ(1, r[i].done) TH_LOG("request %u", i);
-		if (r[i].why == MOEM_FINISH_LENGTH) {
+		if (r[i].why == MOEM_SCHED_LENGTH) {
 			EXPECT_EQ(r[i].max_tokens, r[i].got);
 		} else {
-			ASSERT_EQ(MOEM_FINISH_CANCEL, r[i].why);
+			ASSERT_EQ(MOEM_SCHED_CANCEL, r[i].why);
 		}
 	}
 	EXPECT_EQ(expect + refused, (uint32_t)MAXR);

@@ -141,9 +141,9 @@ char *moem_oai_error_chunk(const struct moem_oai_error *e, size_t *out_len)
 const char *moem_oai_finish_name(int finish)
 {
 	switch (finish) {
-	case MOEM_FINISH_STOP:
+	case MOEM_SCHED_STOP:
 		return "stop";
-	case MOEM_FINISH_LENGTH:
+	case MOEM_SCHED_LENGTH:
 		return "length";
 	default:
 		return NULL;

@@ -17,12 +17,13 @@
 
 struct entry {
 	void *req;
-	void *seq; /* once started */
+	uint64_t seq; /* once started */
+	bool started;
 	uint32_t prompt_len, computed;
 	bool cancel;   /* moem_sched_cancel() asked */
 	bool decoding; /* the prompt is prefilled: one token a step */
 	bool leaving;  /* finished this step: dropped at the end of it */
-	enum moem_finish why;
+	enum moem_sched_finish why;
 	int err; /* why it failed to start */
 	struct entry *next;
 };
@@ -108,13 +109,13 @@ void moem_sched_destroy(struct moem_sched *s)
 		return;
 	for (e = s->wait_head; e; e = next) {
 		next = e->next;
-		s->sink.done(s->sink.arg, e->req, MOEM_FINISH_CANCEL, 0);
+		s->sink.done(s->sink.arg, e->req, MOEM_SCHED_CANCEL, 0);
 		free(e);
 	}
 	for (uint32_t i = 0; i < s->n_run; i++) {
 		e = s->run[i];
 		s->ops->end(s->be, e->seq);
-		s->sink.done(s->sink.arg, e->req, MOEM_FINISH_CANCEL, 0);
+		s->sink.done(s->sink.arg, e->req, MOEM_SCHED_CANCEL, 0);
 		free(e);
 	}
 	free(s->run);
@@ -355,8 +356,9 @@ static void admit(struct moem_sched *s, uint32_t *budget, uint32_t *n,
 		pthread_mutex_unlock(&s->lock);
 
 		ret = s->ops->start(s->be, e->req, e->prompt_len, &e->seq);
+		e->started = !ret;
 		pthread_mutex_lock(&s->lock);
-		if (ret == -ENOSPC && s->n_run) {
+		if ((ret == -ENOSPC || ret == -EMFILE) && s->n_run) {
 			/* Not now: first in line again, once others have left. */
 			e->next = s->wait_head;
 			s->wait_head = e;
@@ -375,9 +377,9 @@ static void admit(struct moem_sched *s, uint32_t *budget, uint32_t *n,
 			/* Refused for good (or -ENOSPC with nothing running: it
 			 * would never start). */
 			pthread_mutex_unlock(&s->lock);
-			if (e->seq)
+			if (e->started)
 				s->ops->end(s->be, e->seq);
-			e->seq = NULL;
+			e->started = false;
 			e->err = ret;
 			e->next = *failed;
 			*failed = e;
@@ -389,14 +391,14 @@ static void admit(struct moem_sched *s, uint32_t *budget, uint32_t *n,
 }
 
 /* Model thread: file e as gone (it must already be off the lists). */
-static void finish(struct moem_sched *s, struct entry *e, enum moem_finish why, int err)
+static void finish(struct moem_sched *s, struct entry *e, enum moem_sched_finish why, int err)
 {
-	if (e->seq)
+	if (e->started)
 		s->ops->end(s->be, e->seq);
 	pthread_mutex_lock(&s->lock);
-	if (why == MOEM_FINISH_CANCEL)
+	if (why == MOEM_SCHED_CANCEL)
 		s->st.cancelled++;
-	else if (why == MOEM_FINISH_ERROR)
+	else if (why == MOEM_SCHED_ERROR)
 		s->st.failed++;
 	else
 		s->st.finished++;
@@ -436,7 +438,7 @@ int moem_sched_step(struct moem_sched *s)
 	pthread_mutex_unlock(&s->lock);
 	for (e = drop; e; e = next) {
 		next = e->next;
-		finish(s, e, MOEM_FINISH_CANCEL, 0);
+		finish(s, e, MOEM_SCHED_CANCEL, 0);
 	}
 	if (ret)
 		return ret;
@@ -461,7 +463,7 @@ int moem_sched_step(struct moem_sched *s)
 	admit(s, &budget, &n, &info, &failed);
 	for (e = failed; e; e = next) {
 		next = e->next;
-		finish(s, e, MOEM_FINISH_ERROR, e->err);
+		finish(s, e, MOEM_SCHED_ERROR, e->err);
 	}
 	if (!n)
 		return 0;
@@ -480,12 +482,12 @@ int moem_sched_step(struct moem_sched *s)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct moem_sched_item *it = &s->items[i];
 		const struct moem_sched_out *o = &s->outs[i];
-		enum moem_finish why;
+		enum moem_sched_finish why;
 
 		e = s->item_entry[i];
 		if (ret) {
 			e->leaving = true;
-			e->why = MOEM_FINISH_ERROR;
+			e->why = MOEM_SCHED_ERROR;
 			continue;
 		}
 		if (!it->decode)
@@ -495,8 +497,8 @@ int moem_sched_step(struct moem_sched *s)
 		/* A stop string wins over the model's reason of the same token. */
 		why = o->finish;
 		if (o->token >= 0 && s->sink.token(s->sink.arg, e->req, o))
-			why = MOEM_FINISH_STOP;
-		if (why != MOEM_FINISH_NONE) {
+			why = MOEM_SCHED_STOP;
+		if (why != MOEM_SCHED_RUNNING) {
 			e->leaving = true;
 			e->why = why;
 		}
