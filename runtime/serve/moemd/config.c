@@ -209,6 +209,9 @@ static int serve_defaults(struct moemd_cfg *c)
 	size_t n;
 	int ret;
 
+	/* The default chunk follows a smaller step budget. */
+	if (c->sched.prefill_chunk == 256 && c->sched.step_tokens < 256)
+		c->sched.prefill_chunk = c->sched.step_tokens;
 	ret = moem_sched_opts_check(&c->sched);
 	if (ret)
 		return ret;
