@@ -349,6 +349,9 @@ int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oa
 				s->model_err[0] ? s->model_err : "it is still starting");
 		return -EAGAIN;
 	}
+	/* OpenAI's default for completions; chat runs to the end of the context. */
+	if (!r->rq.max_tokens && r->rq.ep == MOEM_OAI_COMPLETIONS)
+		r->rq.max_tokens = 16;
 	ret = moemd_model_prompt(s->model, &r->rq, &r->prompt, &r->n_prompt, e);
 	if (ret)
 		return ret;
