@@ -274,3 +274,53 @@ char *moemd_metrics_text(struct moemd *d, size_t *len)
 	*len = o.len;
 	return o.buf;
 }
+
+static double hist_mean(const struct moemd_hist *h)
+{
+	return h->n ? h->sum / (double)h->n : 0.0;
+}
+
+struct json_object *moemd_serving_json(struct moemd_srv *s)
+{
+	struct json_object *o = json_object_new_object();
+	struct moem_sched_stats st = {0};
+	uint64_t kv_used = 0, kv_budget = 0, kv_seqs = 0, answered = 0;
+	struct moemd_srv c;
+
+	if (!o)
+		return NULL;
+	if (s->sched)
+		moem_sched_get_stats(s->sched, &st);
+	pthread_mutex_lock(&s->lock);
+	c = *s;
+	pthread_mutex_unlock(&s->lock);
+	for (int e = 0; e < EP_NR; e++)
+		for (int k = 0; k < MOEMD_STATUS_NR; k++)
+			answered += c.http_status[e][k];
+	json_object_object_add(o, "listen", json_object_new_string(s->mhd ? s->listen_addr : ""));
+	json_object_object_add(o, "model", json_object_new_string(s->cfg.model_name));
+	json_object_object_add(o, "ready", json_object_new_boolean(c.ready && !c.closing));
+	json_object_object_add(o, "why_not", json_object_new_string(c.model_err));
+	json_object_object_add(o, "api_key", json_object_new_boolean(s->cfg.api_key != NULL));
+	json_object_object_add(o, "http_answers", json_object_new_uint64(answered));
+	json_object_object_add(o, "queue", json_object_new_uint64(st.waiting));
+	json_object_object_add(o, "running", json_object_new_uint64(st.running));
+	json_object_object_add(o, "live", json_object_new_uint64(c.n_live));
+	json_object_object_add(o, "finished", json_object_new_uint64(st.finished));
+	json_object_object_add(o, "cancelled", json_object_new_uint64(st.cancelled));
+	json_object_object_add(o, "failed", json_object_new_uint64(st.failed));
+	json_object_object_add(o, "refused", json_object_new_uint64(st.refused));
+	json_object_object_add(o, "prompt_tokens", json_object_new_uint64(c.prompt_tokens));
+	json_object_object_add(o, "generated_tokens", json_object_new_uint64(c.generated_tokens));
+	json_object_object_add(o, "ttft_mean_s", json_object_new_double(hist_mean(&c.ttft)));
+	json_object_object_add(o, "itl_mean_s", json_object_new_double(hist_mean(&c.itl)));
+	json_object_object_add(o, "step_mean_s", json_object_new_double(hist_mean(&c.step)));
+	if (s->model && moemd_model_kv(s->model, &kv_used, &kv_budget, &kv_seqs)) {
+		json_object_object_add(o, "kv_used", json_object_new_uint64(kv_used));
+		json_object_object_add(o, "kv_budget", json_object_new_uint64(kv_budget));
+	}
+	json_object_object_add(o, "max_batch", json_object_new_uint64(s->sched_opts.max_running));
+	json_object_object_add(o, "step_tokens", json_object_new_uint64(s->sched_opts.step_tokens));
+	json_object_object_add(o, "max_queue", json_object_new_uint64(s->sched_opts.max_waiting));
+	return o;
+}

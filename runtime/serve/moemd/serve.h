@@ -165,6 +165,8 @@ void moemd_serve_close(struct moemd *d);
 int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oai_error *e);
 
 /* metrics.c */
+/* The "serving" object of the control socket's status. */
+struct json_object *moemd_serving_json(struct moemd_srv *s);
 void moemd_hist_add(struct moemd_hist *h, double seconds);
 /* The Prometheus text of everything (malloc()ed). */
 char *moemd_metrics_text(struct moemd *d, size_t *len);
