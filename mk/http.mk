@@ -26,3 +26,12 @@ $(FAKE_MOEMD): $(FAKE_MOEMD_OBJS) $(LIB)
 
 # The server tests (tests/integration/serve_test.sh, http_test.c) use it.
 test-daemon-host: $(FAKE_MOEMD)
+
+# The serving benchmark (bench/serve/bench_serve.sh): requests/s, output
+# tokens/s, TTFT and ITL percentiles at 1, 4, 16 clients, all-resident vs
+# 25% HBM, top-k vs LYNX vs OEA; skipped with moemd's reason while it
+# cannot serve the pack (no decoder or tokenizer yet).
+BENCH_SUITES	+= bench-serve
+.PHONY: bench-serve
+bench-serve: all
+	$(Q)MOEM_BUILD=$(O) bench/serve/bench_serve.sh
