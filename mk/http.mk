@@ -11,7 +11,7 @@ MOEMD_HTTP_SRCS := runtime/serve/moemd/http.c runtime/serve/moemd/api.c
 # A test-only moemd whose model is tests/serve/fake_model.c (it says
 # why): the server machinery's tests run on it (tests/serve/).
 FAKE_MOEMD	:= $(O)/tests/serve/moemd-fakemodel
-FAKE_MOEMD_OBJS	:= $(patsubst %.c,$(O)/%.o,$(filter-out runtime/serve/moemd/model.c,\
+FAKE_MOEMD_OBJS	:= $(patsubst %.c,$(O)/%.o,$(filter-out runtime/serve/moemd/model%.c,\
 		   $(wildcard runtime/serve/moemd/*.c))) $(O)/tests/serve/fake_model.o
 
 $(O)/tests/serve/fake_model.o: tests/serve/fake_model.c
