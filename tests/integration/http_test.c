@@ -189,6 +189,16 @@ FIXTURE_TEARDOWN(http)
 			kill(self->d.pid, SIGKILL);
 		EXPECT_TRUE(WIFEXITED(self->d.status) && WEXITSTATUS(self->d.status) == 0);
 	}
+	/* A sanitizer build (SAN=1) reports at exit, into the log. */
+	{
+		FILE *f = fopen(self->d.log, "r");
+		char line[512];
+
+		while (f && fgets(line, sizeof(line), f))
+			EXPECT_EQ(NULL, strstr(line, "Sanitizer")) TH_LOG("%s", line);
+		if (f)
+			fclose(f);
+	}
 	dmn_rm_rf(self->dir);
 	free(self->dir);
 }
