@@ -49,17 +49,22 @@ static inline struct cpu_backend *cpu_of(struct moem_backend *be)
 void *moem_cpu_scratch(struct moem_stream *s, size_t bytes);
 
 /* Ops (cpu/<op>.c), called by the ops table after backend.c's checks. */
-int moem_cpu_rmsnorm(struct moem_backend *be, struct moem_stream *s, const struct moem_rmsnorm_args *a);
-int moem_cpu_router(struct moem_backend *be, struct moem_stream *s, const struct moem_router_args *a);
+int moem_cpu_rmsnorm(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_rmsnorm_args *a);
+int moem_cpu_router(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_router_args *a);
 int moem_cpu_route(struct moem_backend *be, struct moem_stream *s, const struct moem_route_args *a);
 int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a);
-int moem_cpu_combine(struct moem_backend *be, struct moem_stream *s, const struct moem_combine_args *a);
+int moem_cpu_combine(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_combine_args *a);
 int moem_cpu_quantize(struct moem_backend *be, struct moem_stream *s,
-		 const struct moem_quantize_args *a);
-int moem_cpu_histogram(struct moem_backend *be, struct moem_stream *s, const struct moem_hist_args *a);
+		      const struct moem_quantize_args *a);
+int moem_cpu_histogram(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_hist_args *a);
 
 /* xf[t][:] = float(x[t][:]) for t < B, on the pool (router.c). */
-void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32_t B, uint32_t H);
+void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32_t B,
+			uint32_t H);
 
 /* ---- fixed-order vector helpers ------------------------------------------ */
 

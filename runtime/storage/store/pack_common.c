@@ -91,7 +91,7 @@ int moem_pack_config_decode(const struct pack_config *d, struct moem_model_confi
 }
 
 int moem_pack_compute_id(const struct pack_header *h, const void *meta, uint64_t meta_len,
-		    uint8_t id[16])
+			 uint8_t id[16])
 {
 	struct pack_header z = *h;
 	XXH3_state_t *st = XXH3_createState();

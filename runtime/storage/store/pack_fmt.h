@@ -107,6 +107,6 @@ int moem_pack_config_decode(const struct pack_config *d, struct moem_model_confi
  * (bytes [0, 4088)) followed by the section area [4096, data_offset).
  */
 int moem_pack_compute_id(const struct pack_header *h, const void *meta, uint64_t meta_len,
-		    uint8_t id[16]);
+			 uint8_t id[16]);
 
 #endif /* MOEM_PACK_FMT_H */

@@ -450,7 +450,8 @@ static int parse_json_sections(struct moem_pack *p, const struct pack_section **
 	s = found[PACK_SECT_SYNTH_JSON];
 	if (!s)
 		return 0;
-	ret = moem_store_json_parse(sect_data(p, s), (size_t)s->size, 8, "pack moem_synth.json", &o);
+	ret = moem_store_json_parse(sect_data(p, s), (size_t)s->size, 8, "pack moem_synth.json",
+				    &o);
 	if (ret)
 		return ret;
 	ret = moem_synth_from_json(o, &p->synth);
