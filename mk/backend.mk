@@ -8,6 +8,15 @@ $(O)/runtime/compute/cpu/%.o: CFLAGS += -ffp-contract=off
 $(O)/runtime/compute/cuda/%.o: CFLAGS += -ffp-contract=off
 # The CPU backend's row kernels (dequantize, dot) want the vectorizer.
 $(O)/runtime/compute/cpu/%.o: CFLAGS += -O3
+# The vector kernels (kern_avx2.c, kern_avx512.c) are built for their
+# instruction set and only called after isa.c has checked the CPU runs it;
+# inside them FMA is what the kernels ask for by name, so contraction
+# stays off as everywhere in the backend.
+$(O)/runtime/compute/cpu/kern_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
+$(O)/runtime/compute/cpu/kern_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw \
+	-mavx512vl -mavx512bf16 -mavx512vnni
+# NUMA topology and page placement (runtime/compute/cpu/numa.c).
+LDLIBS	+= -lnuma
 
 # Kernel benchmarks (bench/kernels): `make bench` runs the CPU variant;
 # mk/cuda.mk's bench-gpu runs the same program on the CUDA backend.
@@ -21,3 +30,14 @@ $(O)/bench/kernels/%: bench/kernels/%.c $(LIB)
 .PHONY: bench-kernels
 bench-kernels: $(O)/bench/kernels/bench_kernels
 	$(Q)$(O)/bench/kernels/bench_kernels --backend cpu --out $(O)/bench/kernels/cpu_results.txt
+
+# test_cpu_kern also runs the AVX-512 kernels built against SIMDe's portable
+# AVX-512 (libsimde-dev), so that their logic is tested without AVX-512.
+CPU_KERN_EMU := $(O)/tests/unit/kern_avx512_emu.o
+$(CPU_KERN_EMU): runtime/compute/cpu/kern_avx512.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -ffp-contract=off -mavx2 -mfma -mf16c -Wno-psabi \
+		-DMOEM_CPU_SIMDE -c -o $@ $<
+$(O)/tests/unit/test_cpu_kern: $(CPU_KERN_EMU)
+$(O)/tests/unit/test_cpu_kern: unit_LDLIBS += $(CPU_KERN_EMU)
