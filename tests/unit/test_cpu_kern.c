@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include <moem/backend.h>
+#include <moem/engine_args.h>
 #include <moem/error.h>
 #include <moem/rng.h>
 
@@ -471,6 +472,32 @@ TEST(numa_work_follows_expert_pages)
 	free(x);
 	free(o1);
 	free(o2);
+}
+
+/* The engine settings that size and steer the CPU backend, and their errors. */
+TEST(cpu_settings)
+{
+	struct moem_engine_args a;
+	char n[16];
+
+	moem_engine_args_init(&a);
+	snprintf(n, sizeof(n), "%u", moem_cpu_count());
+	EXPECT_EQ(0, moem_engine_args_set(&a, "cpu-threads", n));
+	EXPECT_EQ(moem_cpu_count(), a.o.threads);
+	EXPECT_EQ(0, moem_engine_args_set(&a, "cpu-threads", "1"));
+	EXPECT_EQ(1u, a.o.threads);
+	EXPECT_GT(0, moem_engine_args_set(&a, "cpu-threads", "0"));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "cpu-threads")) TH_LOG("%s", moem_last_error());
+	snprintf(n, sizeof(n), "%u", moem_cpu_count() + 1);
+	EXPECT_GT(0, moem_engine_args_set(&a, "cpu-threads", n));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "lets moem use")) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(1u, a.o.threads);				/* unchanged by the refusals */
+	EXPECT_EQ(0, moem_engine_args_set(&a, "threads", "0")); /* older name: every CPU */
+	EXPECT_EQ(0, moem_engine_args_set(&a, "cpu-isa", "scalar"));
+	EXPECT_EQ(MOEM_CPU_ISA_SCALAR, a.o.cpu_isa);
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "cpu-isa", "sse9"));
+	EXPECT_EQ(MOEM_CPU_ISA_SCALAR, a.o.cpu_isa);
+	moem_engine_args_free(&a);
 }
 
 TEST_HARNESS_MAIN
