@@ -27,9 +27,23 @@ $(O)/bench/kernels/%: bench/kernels/%.c $(LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
+# On the CPU: bench_kernels, then PyTorch's bf16 on the same shapes and
+# threads (skipped, and said so in the table, when /usr/bin/python3 has no
+# torch), then Documentation/benchmarks/cpu-kernels.md from both.
+# BENCH_KERNELS_ARGS passes options (e.g. --threads 1, --isa scalar).
+BENCH_KERNELS_ARGS ?=
 .PHONY: bench-kernels
 bench-kernels: $(O)/bench/kernels/bench_kernels
-	$(Q)$(O)/bench/kernels/bench_kernels --backend cpu --out $(O)/bench/kernels/cpu_results.txt
+	$(Q)$(O)/bench/kernels/bench_kernels --backend cpu $(BENCH_KERNELS_ARGS) \
+		--out $(O)/bench/kernels/cpu_results.txt
+	$(Q)/usr/bin/python3 bench/kernels/torch_ffn.py --cpu \
+		--ours $(O)/bench/kernels/cpu_results.txt >$(O)/bench/kernels/torch_cpu.txt; \
+		rc=$$?; cat $(O)/bench/kernels/torch_cpu.txt; \
+		[ $$rc -eq 0 ] || [ $$rc -eq 4 ] || exit $$rc; \
+		[ $$rc -eq 0 ] || rm -f $(O)/bench/kernels/torch_cpu.txt
+	$(Q)python3 bench/kernels/cpu_table.py --ours $(O)/bench/kernels/cpu_results.txt \
+		--torch $(O)/bench/kernels/torch_cpu.txt --out Documentation/benchmarks/cpu-kernels.md \
+		--command "make bench-kernels BENCH_KERNELS_ARGS='$(BENCH_KERNELS_ARGS)'"
 
 # test_cpu_kern also runs the AVX-512 kernels built against SIMDe's portable
 # AVX-512 (libsimde-dev), so that their logic is tested without AVX-512.
