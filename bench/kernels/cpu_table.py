@@ -92,6 +92,12 @@ def main():
     L.append(f"- Date: {now}")
     L.append(f"- Machine: {machine()}")
     L.append(f"- Command: `{a.command}`")
+    try:
+        load = open("/proc/loadavg").read().split()[:3]
+        L.append(f"- Load average when the table was written: {' '.join(load)} "
+                 f"({os.cpu_count()} CPUs; other work on the machine slows peers and kernels alike)")
+    except OSError:
+        pass
     L.append(f"- Kernels: `{isa}`, {threads} worker thread{'s' if threads != 1 else ''}")
     L.append(f"- Peers: read {o['read_gbps']:.1f} GB/s; peak "
              f"{f(o.get('peak_bf16_gflops'), '{:.0f}')} GFLOP/s (bf16 instruction), "
