@@ -18,6 +18,7 @@ linux-headers-amd64 linux-image-amd64 kmod
 qemu-system-x86 busybox-static cpio e2fsprogs
 fio gnuplot-nox
 cppcheck clang-format
+libnuma-dev libsimde-dev python3-torch
 "
 
 missing() {

@@ -62,20 +62,71 @@ enum moem_backend_kind {
 #define MOEM_BE_MAX_EXPERTS 1024 /* router outputs N */
 #define MOEM_BE_ALIGN	    256u /* moem_be_alloc() alignment; blob alignment */
 
+/*
+ * The instruction set the CPU backend's expert FFN kernels use
+ * (Documentation/backends.md, "CPU kernels"):
+ *  scalar  the reference: plain C, bitwise reproducible on every x86-64
+ *          and the oracle the others are tested against;
+ *  avx2    AVX2 + FMA + F16C: bf16 weights in fp32 FMA, q8/q4/q2 as int8
+ *          dot products (vpmaddubsw) on activations quantized per token;
+ *  avx512  AVX-512 F/BW/VL with BF16 (vdpbf16ps) and VNNI (vpdpbusd).
+ * AUTO takes $MOEM_CPU_ISA when it is set, else the best the CPU has. The
+ * vector paths give the same bits for any thread count and batch split,
+ * but not the same bits as scalar (within the tolerance backends.md
+ * derives).
+ */
+enum moem_cpu_isa {
+	MOEM_CPU_ISA_AUTO = 0,
+	MOEM_CPU_ISA_SCALAR = 1,
+	MOEM_CPU_ISA_AVX2 = 2,
+	MOEM_CPU_ISA_AVX512 = 3,
+	MOEM_CPU_ISA_NR
+};
+
+/* "auto", "scalar", "avx2", "avx512". */
+const char *moem_cpu_isa_name(enum moem_cpu_isa isa);
+/* Parse one of those names; -EINVAL with a message for anything else. */
+int moem_cpu_isa_parse(const char *s, enum moem_cpu_isa *out);
+/*
+ * 0 if this CPU (and the kernel's saved vector state) runs isa, else
+ * -ENOTSUP with a message naming the missing features. AUTO is always 0.
+ */
+int moem_cpu_isa_check(enum moem_cpu_isa isa);
+/* The best ISA this CPU runs. */
+enum moem_cpu_isa moem_cpu_isa_best(void);
+/*
+ * Resolve AUTO: $MOEM_CPU_ISA if set (-EINVAL for a bad name, -ENOTSUP
+ * for a path the CPU lacks, naming the variable), else the best. Other
+ * values are checked as moem_cpu_isa_check() does.
+ */
+int moem_cpu_isa_resolve(enum moem_cpu_isa want, enum moem_cpu_isa *out);
+/* CPUs this process may run on (sched_getaffinity), at least 1. */
+uint32_t moem_cpu_count(void);
+
 struct moem_backend_opts {
 	uint32_t threads; /* CPU: worker threads, 0 = online CPUs (max 256) */
 	int32_t device;	  /* CUDA: device ordinal */
+	/* CPU: kernel instruction set (above); a path the CPU lacks fails
+	 * the open with -ENOTSUP instead of dying on SIGILL later. */
+	enum moem_cpu_isa isa;
+	/* CPU: do not pin the workers. They are pinned, one CPU each, spread
+	 * over the NUMA nodes, whenever threads <= moem_cpu_count(). */
+	bool no_pin;
 };
 
 struct moem_backend_info {
 	enum moem_backend_kind kind;
 	uint32_t threads;	/* CPU worker threads (CUDA: 0) */
+	enum moem_cpu_isa isa;	/* CPU: the kernels' instruction set (CUDA: AUTO) */
+	bool pinned;		/* CPU: workers pinned to one CPU each */
+	uint32_t numa_nodes;	/* CPU: NUMA nodes the workers run on (1 without libnuma) */
 	int cc_major, cc_minor; /* CUDA compute capability (CPU: 0) */
 	uint32_t sm_count;
 	uint64_t mem_total; /* device memory (CPU: physical RAM) */
 	int driver_version; /* cuDriverGetVersion(), e.g. 13000 (CPU: 0) */
 	bool kernels;	    /* CUDA: kernels embedded (false: built without nvcc) */
-	char device[128];   /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cpu: 16 threads" */
+	char device
+		[128]; /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cpu: 16 threads, avx512, pinned" */
 };
 
 /*
