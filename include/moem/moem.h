@@ -38,6 +38,7 @@
 #include "tiers.h"
 #include "engine.h"
 #include "engine_args.h"
+#include "decode.h"
 #include "bpf.h"
 #include "ctl.h"
 
