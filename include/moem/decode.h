@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "sample.h"
 
 #define MOEM_DECODE_MAX_TOP_LOGPROBS 20
 #define MOEM_DECODE_MAX_STOP	     16 /* stop sequences per sequence */
@@ -48,34 +49,6 @@ struct moem_decoder_opts {
 	uint32_t max_step_tokens; /* tokens of one step, all items (0: 512; at most 4096) */
 	uint32_t max_context;	  /* prompt + generated tokens (0: max_position_embeddings) */
 };
-
-/*
- * Sampling, applied in this order to the next-token logits (HF generate's
- * order): repetition penalty (logit / p if > 0, else * p, for every token
- * already in the prompt or output), frequency and presence penalties
- * (OpenAI's: logit -= count * frequency + (count > 0) * presence, over
- * generated tokens), temperature, top-k, top-p, min-p, then a draw from
- * the remaining distribution with the sequence's own generator (seed).
- * temperature 0 is greedy (argmax, lowest id on ties) whatever the rest
- * says. Log-probabilities are those of the distribution after the
- * penalties and temperature, before top-k/p/min-p truncation (log-softmax
- * of the processed logits), as OpenAI's API reports them.
- */
-struct moem_sampling {
-	float temperature;	  /* 0 (greedy) .. 100 */
-	uint32_t top_k;		  /* 0: off */
-	float top_p;		  /* (0, 1]; 1: off */
-	float min_p;		  /* [0, 1]; 0: off */
-	float repetition_penalty; /* (0, 100]; 1: off */
-	float presence_penalty;	  /* [-2, 2]; 0: off */
-	float frequency_penalty;  /* [-2, 2]; 0: off */
-	uint64_t seed;		  /* the same seed gives the same tokens */
-};
-
-/* Greedy: temperature 0, top_p 1, repetition_penalty 1, the rest 0. */
-void moem_sampling_defaults(struct moem_sampling *s);
-/* -EINVAL with a message naming the first value out of range. */
-int moem_sampling_check(const struct moem_sampling *s);
 
 /* Called with the logits of every position a sequence computes (see want_logits). */
 typedef void (*moem_logits_fn)(void *arg, uint64_t seq, uint32_t pos, const float *logits,
