@@ -79,6 +79,10 @@ void moem_sample(const struct moem_sampling *s, float *l, uint32_t V, const uint
 	double mx = -INFINITY, sum = 0, lse;
 	int32_t best;
 
+	*token = 0;
+	*logprob = 0;
+	if (!V)
+		return;
 	for (uint32_t v = 0; v < V; v++) {
 		if (seen && seen[v] && s->repetition_penalty != 1.0f)
 			l[v] = l[v] > 0 ? l[v] / s->repetition_penalty
