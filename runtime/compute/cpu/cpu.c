@@ -226,6 +226,14 @@ static const struct moem_backend_ops cpu_ops = {
 	.combine = moem_cpu_combine,
 	.quantize = moem_cpu_quantize,
 	.histogram = moem_cpu_histogram,
+	.embed = moem_cpu_embed,
+	.matmul = moem_cpu_matmul,
+	.rownorm = moem_cpu_rownorm,
+	.convert = moem_cpu_convert,
+	.rope = moem_cpu_rope,
+	.head_matmul = moem_cpu_head_matmul,
+	.kv_store = moem_cpu_kv_store,
+	.attention = moem_cpu_attention,
 };
 
 static const struct moem_cpu_kern *kern_for(enum moem_cpu_isa isa)

@@ -120,6 +120,22 @@ int moem_cpu_quantize(struct moem_backend *be, struct moem_stream *s,
 int moem_cpu_histogram(struct moem_backend *be, struct moem_stream *s,
 		       const struct moem_hist_args *a);
 
+/* Full decode (decode_ops.c, attention.c). */
+int moem_cpu_embed(struct moem_backend *be, struct moem_stream *s, const struct moem_embed_args *a);
+int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_matmul_args *a);
+int moem_cpu_rownorm(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_rownorm_args *a);
+int moem_cpu_convert(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_convert_args *a);
+int moem_cpu_rope(struct moem_backend *be, struct moem_stream *s, const struct moem_rope_args *a);
+int moem_cpu_head_matmul(struct moem_backend *be, struct moem_stream *s,
+			 const struct moem_head_matmul_args *a);
+int moem_cpu_kv_store(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_kv_store_args *a);
+int moem_cpu_attention(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_attn_args *a);
+
 /* xf[t][:] = float(x[t][:]) for t < B, on the pool (router.c). */
 void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32_t B,
 			uint32_t H);

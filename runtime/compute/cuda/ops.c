@@ -71,7 +71,13 @@ int moem_cuda_router(struct moem_backend *be, struct moem_stream *s,
 int moem_cuda_route(struct moem_backend *be, struct moem_stream *s, const struct moem_route_args *a)
 {
 	struct cuda_backend *cb = cuda_of(be);
-	struct moem_kroute_params p = {
+	float scale;
+	bool norm;
+	struct moem_kroute_params p;
+
+	/* The kernel implements "normalise, then scale": flatten the rule. */
+	moem_route_rule_flat(&a->cfg, &norm, &scale);
+	p = (struct moem_kroute_params){
 		.logits = a->logits,
 		.pad = a->pad,
 		.resident = a->resident,
@@ -84,9 +90,9 @@ int moem_cuda_route(struct moem_backend *be, struct moem_stream *s, const struct
 		.k = a->cfg.top_k,
 		.k0 = a->k0,
 		.beta = a->lynx.beta,
-		.norm_topk_prob = a->cfg.norm_topk_prob,
+		.norm_topk_prob = norm,
 		.alpha = a->lynx.alpha,
-		.routed_scaling = a->cfg.routed_scaling,
+		.routed_scaling = scale,
 	};
 
 	ENTER(cb);
