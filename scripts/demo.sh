@@ -148,7 +148,7 @@ done
 base=${url%/v1}
 i=0
 until code=$(curl -s -o "$D/health.json" -w '%{http_code}' "$base/health") &&
-	{ [ "$code" = 200 ] || grep -q 'no full decoder' "$D/health.json"; }; do
+	{ [ "$code" = 200 ] || grep -q 'cannot generate text yet' "$D/health.json"; }; do
 	i=$((i + 1))
 	[ $i -gt 1200 ] && break
 	sleep 0.1

@@ -52,7 +52,7 @@ for hbm in 100% 25%; do
 			[ -n "$url" ] || break
 			code=$(curl -s -o "$tmp/health" -w '%{http_code}' "${url%/v1}/health")
 			[ "$code" = 200 ] && break
-			grep -q 'no full decoder' "$tmp/health" && break
+			grep -q 'cannot generate text yet' "$tmp/health" && break
 			sleep 0.01
 		done
 		if [ "$code" != 200 ]; then

@@ -80,7 +80,7 @@ ready() {
 	for _ in $(seq 3000); do
 		code=$(curl -s -o "$tmp/health" -w '%{http_code}' "${url%/v1}/health")
 		[ "$code" = 200 ] && return 0
-		grep -q 'no full decoder' "$tmp/health" 2>/dev/null && return 1
+		grep -q 'cannot generate text yet' "$tmp/health" 2>/dev/null && return 1
 		kill -0 "$pid" 2>/dev/null || return 1
 		sleep 0.01
 	done

@@ -17,12 +17,22 @@
 
 #ifndef MOEMD_HAVE_MODEL
 
+#if __has_include(<moem/decode.h>)
+#define MOEMD_MISSING "it has no tokenizer (issue 20)"
+#elif __has_include(<moem/tokenizer.h>)
+#define MOEMD_MISSING "it has no full decoder (issue 19)"
+#else
+#define MOEMD_MISSING "it has no full decoder (issue 19) and no tokenizer (issue 20)"
+#endif
+
 int moemd_model_open(struct moemd *d, struct moemd_model **out)
 {
 	(void)d;
 	*out = NULL;
-	return moem_errf(ENOSYS, "this moemd has no full decoder and tokenizer yet (issues 19 "
-				 "and 20): it serves the control socket only");
+	return moem_errf(ENOSYS,
+			 "this moemd cannot generate text yet: %s: it serves the "
+			 "control socket only",
+			 MOEMD_MISSING);
 }
 
 void moemd_model_close(struct moemd_model *m)
