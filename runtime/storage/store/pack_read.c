@@ -51,6 +51,7 @@ struct moem_pack {
 	size_t config_json_len;
 	bool has_synth;
 	struct moem_synth_params synth;
+	struct pack_tok_view tok; /* points into meta */
 };
 
 static int p_read(const struct moem_pack *p, void *buf, size_t len, uint64_t off)
@@ -139,7 +140,7 @@ static int check_sections(struct moem_pack *p, const struct pack_header *h,
 		    XXH3_64bits(p->meta + s->offset - PACK_HDR_SIZE, (size_t)s->size) != s->xxh3)
 			return moem_errf(EBADMSG, "%s: section %u (type %u) checksum mismatch",
 					 p->path, i, s->type);
-		if (s->type >= PACK_SECT_CONFIG && s->type <= PACK_SECT_SYNTH_JSON) {
+		if (s->type >= PACK_SECT_CONFIG && s->type <= PACK_SECT_TOKENIZER) {
 			if (found[s->type])
 				return moem_errf(EINVAL, "%s: section type %u appears twice",
 						 p->path, s->type);
@@ -467,7 +468,7 @@ static int parse_json_sections(struct moem_pack *p, const struct pack_section **
 
 static int parse(struct moem_pack *p)
 {
-	const struct pack_section *found[PACK_SECT_SYNTH_JSON + 1] = {0};
+	const struct pack_section *found[PACK_SECT_TOKENIZER + 1] = {0};
 	struct pack_header h;
 	struct pack_config pc;
 	uint8_t id[16];
@@ -515,6 +516,9 @@ static int parse(struct moem_pack *p)
 		ret = check_overlaps(p);
 	if (!ret)
 		ret = parse_json_sections(p, found);
+	if (!ret && found[PACK_SECT_TOKENIZER])
+		ret = moem_pack_tok_parse(sect_data(p, found[PACK_SECT_TOKENIZER]),
+					  found[PACK_SECT_TOKENIZER]->size, p->path, &p->tok);
 	return ret;
 }
 
@@ -597,6 +601,32 @@ void moem_pack_close(struct moem_pack *p)
 	free(p->config_json);
 	free(p->path);
 	free(p);
+}
+
+int moem_pack_has_tokenizer(const struct moem_pack *p)
+{
+	if (!p->tok.version)
+		return 0;
+	if (p->tok.version != PACK_TOK_VERSION)
+		return moem_errf(EPROTONOSUPPORT,
+				 "%s: tokenizer section version %u is newer than this moem reads (%u)",
+				 p->path, p->tok.version, PACK_TOK_VERSION);
+	return 1;
+}
+
+const char *moem_pack_tokenizer_file(const struct moem_pack *p, const char *name, size_t *len)
+{
+	if (len)
+		*len = 0;
+	if (p->tok.version != PACK_TOK_VERSION)
+		return NULL;
+	for (uint32_t i = 0; i < p->tok.n; i++)
+		if (!strcmp(p->tok.name[i], name)) {
+			if (len)
+				*len = p->tok.len[i];
+			return p->tok.data[i];
+		}
+	return NULL;
 }
 
 const char *moem_pack_path(const struct moem_pack *p)
