@@ -18,6 +18,7 @@
 #include "store.h"
 #include "pack.h"
 #include "tokenizer.h"
+#include "chat.h"
 #include "pool.h"
 #include "dev.h"
 #include "loader.h"

@@ -87,8 +87,8 @@ struct moem_tok_info {
 	uint32_t vocab_size; /* 1 + the largest id, model or added: the embedding rows needed */
 	uint32_t n_model;    /* tokens of the BPE model */
 	uint32_t n_merges;
-	uint32_t n_added;   /* added tokens (special or not) */
-	uint32_t n_special; /* of which special */
+	uint32_t n_added;			/* added tokens (special or not) */
+	uint32_t n_special;			/* of which special */
 	int64_t bos_id, eos_id, pad_id, unk_id; /* -1 where the files name none */
 	bool post_bos; /* encode with ADD_SPECIAL puts a special token first (tokenizer.json) */
 	/*
@@ -97,7 +97,7 @@ struct moem_tok_info {
 	 * tokenizer.json adds none, its config asks for one.
 	 */
 	bool add_bos;
-	const char *chat_template;		/* NULL if the files have none */
+	const char *chat_template; /* NULL if the files have none */
 };
 
 void moem_tok_info(const struct moem_tokenizer *t, struct moem_tok_info *info);

@@ -108,7 +108,8 @@ int tok_added_load(struct tok_added_vocab *a, struct json_object *arr)
 		return moem_errf(EINVAL, "tokenizer.json: \"added_tokens\" is not an array");
 	n = json_object_array_length(arr);
 	if (n > TOK_MAX_ADDED)
-		return moem_errf(E2BIG, "tokenizer.json: %zu added tokens is more than moem reads", n);
+		return moem_errf(E2BIG, "tokenizer.json: %zu added tokens is more than moem reads",
+				 n);
 	a->v = calloc(n + 1, sizeof(*a->v));
 	if (!a->v)
 		return -ENOMEM;
@@ -129,7 +130,8 @@ int tok_added_load(struct tok_added_vocab *a, struct json_object *arr)
 		if (!ret && !len)
 			ret = moem_errf(EINVAL, "added token %zu has empty content", i);
 		if (!ret && t->id >= TOK_MAX_ADDED * 4)
-			ret = moem_errf(ERANGE, "added token \"%.40s\": id %u is too large", s, t->id);
+			ret = moem_errf(ERANGE, "added token \"%.40s\": id %u is too large", s,
+					t->id);
 		if (!ret)
 			ret = tok_json_bool(o, "special", false, "added token", &t->special);
 		if (!ret)
@@ -140,7 +142,8 @@ int tok_added_load(struct tok_added_vocab *a, struct json_object *arr)
 		if (!ret)
 			ret = tok_json_bool(o, "rstrip", false, "added token", &t->rstrip);
 		if (!ret)
-			ret = tok_json_bool(o, "single_word", false, "added token", &t->single_word);
+			ret = tok_json_bool(o, "single_word", false, "added token",
+					    &t->single_word);
 		if (ret)
 			break;
 		t->content = strndup(s, len);

@@ -41,7 +41,8 @@ static int load_vocab(struct tok_bpe *m, struct json_object *vocab)
 
 	if (!vocab || !json_object_is_type(vocab, json_type_object))
 		return moem_errf(EINVAL, "model: \"vocab\" is not an object");
-	json_object_object_foreach(vocab, k0, v0) {
+	json_object_object_foreach(vocab, k0, v0)
+	{
 		int64_t id;
 
 		if (!json_object_is_type(v0, json_type_int))
@@ -67,13 +68,15 @@ static int load_vocab(struct tok_bpe *m, struct json_object *vocab)
 	if (ret)
 		return ret;
 	w = m->arena;
-	json_object_object_foreach(vocab, k, v) {
+	json_object_object_foreach(vocab, k, v)
+	{
 		uint32_t id = (uint32_t)json_object_get_int64(v);
 		size_t len = strlen(k);
 
 		/* json-c keys are C strings; a token with a NUL cannot be looked up. */
 		if (m->tok[id])
-			return moem_errf(EINVAL, "model vocab: id %u is given to \"%.40s\" and \"%.40s\"",
+			return moem_errf(EINVAL,
+					 "model vocab: id %u is given to \"%.40s\" and \"%.40s\"",
 					 id, m->tok[id], k);
 		memcpy(w, k, len + 1);
 		m->tok[id] = w;
@@ -92,8 +95,9 @@ static int lookup(const struct tok_bpe *m, const char *s, size_t n, size_t i, co
 {
 	if (tok_strmap_get(&m->vocab, s, n, id))
 		return 0;
-	return moem_errf(EINVAL, "model merges: merge %zu references %s \"%.*s\", not in the vocabulary",
-			 i, what, (int)moem_min(n, (size_t)60), s);
+	return moem_errf(EINVAL,
+			 "model merges: merge %zu references %s \"%.*s\", not in the vocabulary", i,
+			 what, (int)moem_min(n, (size_t)60), s);
 }
 
 static int load_merge(struct tok_bpe *m, size_t i, const char *a, size_t na, const char *b,
@@ -148,7 +152,8 @@ static int load_merges(struct tok_bpe *m, struct json_object *merges)
 			size_t len = (size_t)json_object_get_string_len(e);
 
 			if (!sp || strchr(sp + 1, ' '))
-				ret = moem_errf(EINVAL, "model merges: merge %zu \"%.40s\" is not \"a b\"",
+				ret = moem_errf(EINVAL,
+						"model merges: merge %zu \"%.40s\" is not \"a b\"",
 						i, s);
 			else
 				ret = load_merge(m, i, s, (size_t)(sp - s), sp + 1,
@@ -161,10 +166,12 @@ static int load_merges(struct tok_bpe *m, struct json_object *merges)
 			struct json_object *b = json_object_array_get_idx(e, 1);
 
 			ret = load_merge(m, i, json_object_get_string(a),
-					 (size_t)json_object_get_string_len(a), json_object_get_string(b),
+					 (size_t)json_object_get_string_len(a),
+					 json_object_get_string(b),
 					 (size_t)json_object_get_string_len(b), &tmp);
 		} else {
-			ret = moem_errf(EINVAL, "model merges: merge %zu is not \"a b\" or [a, b]", i);
+			ret = moem_errf(EINVAL, "model merges: merge %zu is not \"a b\" or [a, b]",
+					i);
 		}
 	}
 	tok_buf_free(&tmp);
@@ -198,10 +205,11 @@ int tok_bpe_load(struct tok_bpe *m, struct json_object *o)
 	if (!type)
 		return moem_errf(EINVAL, "model: no \"type\"");
 	if (strcmp(type, "BPE"))
-		return moem_errf(ENOTSUP,
-				 "model type \"%s\" is not supported (moem reads BPE: byte-level as "
-				 "Qwen3/DeepSeek/OLMoE, SentencePiece-style as Mixtral/Llama)",
-				 type);
+		return moem_errf(
+			ENOTSUP,
+			"model type \"%s\" is not supported (moem reads BPE: byte-level as "
+			"Qwen3/DeepSeek/OLMoE, SentencePiece-style as Mixtral/Llama)",
+			type);
 	if (json_object_object_get_ex(o, "dropout", &v) && v &&
 	    !json_object_is_type(v, json_type_null))
 		return moem_errf(ENOTSUP, "model: BPE dropout is not supported (encoding would not "
@@ -227,8 +235,8 @@ int tok_bpe_load(struct tok_bpe *m, struct json_object *o)
 	unk = opt_str(o, "unk_token", &unk_len);
 	if (unk) {
 		if (!tok_strmap_get(&m->vocab, unk, unk_len, &m->unk_id))
-			return moem_errf(EINVAL, "model: unk_token \"%.40s\" is not in the vocabulary",
-					 unk);
+			return moem_errf(
+				EINVAL, "model: unk_token \"%.40s\" is not in the vocabulary", unk);
 		m->has_unk = true;
 	}
 	m->all_bytes = true;
@@ -426,7 +434,8 @@ int tok_bpe_encode(const struct tok_bpe *m, struct tok_ctx *c, const char *w, si
 				all = all && m->byte_id[(unsigned char)s[k]] != UINT32_MAX;
 			if (all) {
 				for (size_t k = 0; k < sl; k++)
-					if ((ret = sym_push(c, &n, m->byte_id[(unsigned char)s[k]])))
+					if ((ret = sym_push(c, &n,
+							    m->byte_id[(unsigned char)s[k]])))
 						return ret;
 				continue;
 			}

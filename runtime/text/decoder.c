@@ -234,9 +234,8 @@ int tok_dec_apply(const struct tok_dec *d, struct tok_ctx *c, struct tok_pieces 
 
 	out->n = 0;
 	if (d) {
-		const struct tok_dec *const *items = d->kind == TOK_DEC_SEQUENCE
-							     ? (const struct tok_dec *const *)d->items
-							     : &d;
+		const struct tok_dec *const *items =
+			d->kind == TOK_DEC_SEQUENCE ? (const struct tok_dec *const *)d->items : &d;
 		size_t n = d->kind == TOK_DEC_SEQUENCE ? d->n_items : 1;
 
 		for (size_t i = 0; !ret && i < n; i++) {

@@ -70,7 +70,8 @@ static int cfg_token(struct json_object *cfg, const char *key, const char **s)
 		return 0;
 	}
 	if (json_object_is_type(v, json_type_object) &&
-	    json_object_object_get_ex(v, "content", &c) && json_object_is_type(c, json_type_string)) {
+	    json_object_object_get_ex(v, "content", &c) &&
+	    json_object_is_type(c, json_type_string)) {
 		*s = json_object_get_string(c);
 		return 0;
 	}
@@ -133,8 +134,9 @@ static int load_config(struct moem_tokenizer *t, struct json_object *cfg)
 	t->pad_id = find_id(t, pad);
 	t->unk_id = find_id(t, unk);
 	if ((bos && t->bos_id < 0) || (eos && t->eos_id < 0))
-		return moem_errf(EINVAL, "tokenizer_config.json: bos/eos token \"%.40s\" is not in "
-					 "the vocabulary",
+		return moem_errf(EINVAL,
+				 "tokenizer_config.json: bos/eos token \"%.40s\" is not in "
+				 "the vocabulary",
 				 bos && t->bos_id < 0 ? bos : eos);
 	if (bos && !(t->bos_str = strdup(bos)))
 		return -ENOMEM;
@@ -153,7 +155,8 @@ static int load_config(struct moem_tokenizer *t, struct json_object *cfg)
 	if (!ret)
 		ret = cfg_template(t, cfg);
 	if (!ret && ((t->add_bos && t->bos_id < 0) || (t->add_eos && t->eos_id < 0)))
-		ret = moem_errf(EINVAL, "tokenizer_config.json: add_bos/eos_token without the token");
+		ret = moem_errf(EINVAL,
+				"tokenizer_config.json: add_bos/eos_token without the token");
 	return ret;
 }
 
@@ -196,11 +199,13 @@ static int finish(struct moem_tokenizer *t, struct tok_ctx *c)
 		t->n_special += a->special;
 		/* An added token with a model id must be that model token. */
 		if (a->id < t->bpe.n_ids && t->bpe.tok[a->id] &&
-		    (t->bpe.tok_len[a->id] != a->len || memcmp(t->bpe.tok[a->id], a->content, a->len)))
-			return moem_errf(EINVAL,
-					 "added token \"%.40s\" has id %u, which the model gives to "
-					 "\"%.40s\"",
-					 a->content, a->id, t->bpe.tok[a->id]);
+		    (t->bpe.tok_len[a->id] != a->len ||
+		     memcmp(t->bpe.tok[a->id], a->content, a->len)))
+			return moem_errf(
+				EINVAL,
+				"added token \"%.40s\" has id %u, which the model gives to "
+				"\"%.40s\"",
+				a->content, a->id, t->bpe.tok[a->id]);
 	}
 	t->vocab_size = vs;
 	t->added_of = malloc((size_t)vs * sizeof(*t->added_of));
@@ -275,7 +280,8 @@ int moem_tok_load(struct moem_tokenizer **out, const struct moem_tok_files *f)
 		return moem_errf(EINVAL, "no tokenizer.json");
 	if ((f->config_json && f->config_json_len > TOK_SIDE_MAX) ||
 	    (f->generation_json && f->generation_json_len > TOK_SIDE_MAX))
-		return moem_errf(EFBIG, "tokenizer side file larger than %u MiB", TOK_SIDE_MAX >> 20);
+		return moem_errf(EFBIG, "tokenizer side file larger than %u MiB",
+				 TOK_SIDE_MAX >> 20);
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
@@ -443,8 +449,9 @@ int moem_tok_load_pack(struct moem_tokenizer **out, const struct moem_pack *pk)
 		return ret;
 	f.tokenizer_json = moem_pack_tokenizer_file(pk, "tokenizer.json", &f.tokenizer_json_len);
 	if (!f.tokenizer_json)
-		return moem_errf(ENOENT, "%s: the pack has no tokenizer (pack it with moem pack "
-					 "from a checkpoint that has tokenizer.json)",
+		return moem_errf(ENOENT,
+				 "%s: the pack has no tokenizer (pack it with moem pack "
+				 "from a checkpoint that has tokenizer.json)",
 				 moem_pack_path(pk));
 	f.config_json = moem_pack_tokenizer_file(pk, "tokenizer_config.json", &f.config_json_len);
 	f.generation_json =

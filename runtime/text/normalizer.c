@@ -53,9 +53,9 @@ static int unicode_form(enum tok_norm_kind k, const char *s, size_t len, struct 
 	}
 	n = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &dst, opt);
 	if (n < 0)
-		return n == UTF8PROC_ERROR_NOMEM ? -ENOMEM
-						 : moem_errf(EILSEQ, "normalizer: %s",
-							     utf8proc_errmsg(n));
+		return n == UTF8PROC_ERROR_NOMEM
+			       ? -ENOMEM
+			       : moem_errf(EILSEQ, "normalizer: %s", utf8proc_errmsg(n));
 	ret = tok_buf_put(out, dst, (size_t)n);
 	free(dst);
 	return ret;
@@ -223,11 +223,11 @@ int tok_norm_load(struct tok_norm **out, struct json_object *o)
 		const char *name;
 		enum tok_norm_kind kind;
 	} kinds[] = {
-		{"Sequence", TOK_NORM_SEQUENCE},     {"NFC", TOK_NORM_NFC},
-		{"NFD", TOK_NORM_NFD},		     {"NFKC", TOK_NORM_NFKC},
-		{"NFKD", TOK_NORM_NFKD},	     {"Lowercase", TOK_NORM_LOWERCASE},
-		{"Prepend", TOK_NORM_PREPEND},	     {"Replace", TOK_NORM_REPLACE},
-		{"Strip", TOK_NORM_STRIP},	     {"StripAccents", TOK_NORM_STRIP_ACCENTS},
+		{"Sequence", TOK_NORM_SEQUENCE}, {"NFC", TOK_NORM_NFC},
+		{"NFD", TOK_NORM_NFD},		 {"NFKC", TOK_NORM_NFKC},
+		{"NFKD", TOK_NORM_NFKD},	 {"Lowercase", TOK_NORM_LOWERCASE},
+		{"Prepend", TOK_NORM_PREPEND},	 {"Replace", TOK_NORM_REPLACE},
+		{"Strip", TOK_NORM_STRIP},	 {"StripAccents", TOK_NORM_STRIP_ACCENTS},
 	};
 	struct tok_norm *nm;
 	const char *type;
@@ -245,10 +245,11 @@ int tok_norm_load(struct tok_norm **out, struct json_object *o)
 		if (!strcmp(kinds[i].name, type))
 			break;
 	if (i == MOEM_ARRAY_SIZE(kinds))
-		return moem_errf(ENOTSUP,
-				 "normalizer \"%s\" is not supported (moem reads NFC, NFD, NFKC, "
-				 "NFKD, Lowercase, StripAccents, Strip, Prepend, Replace, Sequence)",
-				 type);
+		return moem_errf(
+			ENOTSUP,
+			"normalizer \"%s\" is not supported (moem reads NFC, NFD, NFKC, "
+			"NFKD, Lowercase, StripAccents, Strip, Prepend, Replace, Sequence)",
+			type);
 	nm = calloc(1, sizeof(*nm));
 	if (!nm)
 		return -ENOMEM;
@@ -286,7 +287,8 @@ int tok_norm_load(struct tok_norm **out, struct json_object *o)
 	case TOK_NORM_STRIP:
 		ret = tok_json_bool(o, "strip_left", false, "normalizer Strip", &nm->left);
 		if (!ret)
-			ret = tok_json_bool(o, "strip_right", false, "normalizer Strip", &nm->right);
+			ret = tok_json_bool(o, "strip_right", false, "normalizer Strip",
+					    &nm->right);
 		break;
 	default:
 		break;

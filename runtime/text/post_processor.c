@@ -58,15 +58,17 @@ static int load_template(struct tok_post *p, struct json_object *o)
 			continue;
 		}
 		if (!json_object_object_get_ex(it, "SpecialToken", &st))
-			return moem_errf(EINVAL, "%s: item %zu is neither SpecialToken nor Sequence",
-					 what, i);
+			return moem_errf(EINVAL,
+					 "%s: item %zu is neither SpecialToken nor Sequence", what,
+					 i);
 		ret = tok_json_str(st, "id", true, what, &name, NULL);
 		if (ret)
 			return ret;
 		if (!specials || !json_object_object_get_ex(specials, name, &sp) ||
 		    !json_object_object_get_ex(sp, "ids", &ids) ||
 		    !json_object_is_type(ids, json_type_array))
-			return moem_errf(EINVAL, "%s: special token \"%.40s\" has no ids", what, name);
+			return moem_errf(EINVAL, "%s: special token \"%.40s\" has no ids", what,
+					 name);
 		{
 			size_t n = json_object_array_length(ids);
 			uint32_t *v = calloc(n + 1, sizeof(*v));
@@ -79,8 +81,9 @@ static int load_template(struct tok_post *p, struct json_object *o)
 
 				if (!json_object_is_type(x, json_type_int) || id < 0 ||
 				    id > UINT32_MAX)
-					ret = moem_errf(EINVAL, "%s: special token \"%.40s\": bad id",
-							what, name);
+					ret = moem_errf(EINVAL,
+							"%s: special token \"%.40s\": bad id", what,
+							name);
 				else
 					v[k] = (uint32_t)id;
 			}
@@ -161,7 +164,9 @@ int tok_post_load(struct tok_post **out, struct json_object *o)
 				if (!ret && p->items[i])
 					p->n_items++;
 				else if (!ret)
-					ret = moem_errf(EINVAL, "post-processor Sequence: item %zu is null", i);
+					ret = moem_errf(EINVAL,
+							"post-processor Sequence: item %zu is null",
+							i);
 			}
 		}
 	} else {

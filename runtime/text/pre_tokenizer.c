@@ -236,7 +236,8 @@ static int apply_piece(const struct tok_pretok *p, struct tok_ctx *c, bool first
 	case TOK_PRE_DIGITS:
 		ret = find_chars(CC_DIGIT, c, s, len);
 		return ret ? ret
-			   : emit(c, p->individual_digits ? TOK_SPLIT_ISOLATED : TOK_SPLIT_CONTIGUOUS,
+			   : emit(c,
+				  p->individual_digits ? TOK_SPLIT_ISOLATED : TOK_SPLIT_CONTIGUOUS,
 				  false, s, out);
 	case TOK_PRE_PUNCTUATION:
 		ret = find_chars(CC_PUNCT, c, s, len);
@@ -304,8 +305,8 @@ int tok_pretok_apply(const struct tok_pretok *p, struct tok_ctx *c, bool first,
 	if (p->kind == TOK_PRE_BYTELEVEL)
 		return apply_byte_level(p, c, in, out);
 	for (size_t i = 0; i < in->n; i++) {
-		int ret = apply_piece(p, c, first && i == 0, in->text.p + in->v[i].off, in->v[i].len,
-				      out);
+		int ret = apply_piece(p, c, first && i == 0, in->text.p + in->v[i].off,
+				      in->v[i].len, out);
 
 		if (ret)
 			return ret;
@@ -324,9 +325,9 @@ int tok_pretok_run(const struct tok_pretok *p, struct tok_ctx *c, bool first, co
 	if (ret)
 		return ret;
 	if (p) {
-		const struct tok_pretok *const *items = p->kind == TOK_PRE_SEQUENCE
-								? (const struct tok_pretok *const *)p->items
-								: &p;
+		const struct tok_pretok *const *items =
+			p->kind == TOK_PRE_SEQUENCE ? (const struct tok_pretok *const *)p->items
+						    : &p;
 		size_t n = p->kind == TOK_PRE_SEQUENCE ? p->n_items : 1;
 
 		for (size_t i = 0; i < n; i++) {
@@ -376,7 +377,8 @@ static int load_metaspace(struct tok_pretok *p, struct json_object *o)
 	if (ret)
 		return ret;
 	if (!n || n > 4 || tok_utf8_len((unsigned char)s[0]) != n)
-		return moem_errf(EINVAL, "pre-tokenizer Metaspace: replacement must be one character");
+		return moem_errf(EINVAL,
+				 "pre-tokenizer Metaspace: replacement must be one character");
 	memcpy(p->replacement, s, n);
 	p->repl_len = n;
 	ret = tok_json_bool(o, "split", true, "pre-tokenizer Metaspace", &p->split);
@@ -424,7 +426,8 @@ int tok_pretok_load(struct tok_pretok **out, struct json_object *o)
 		p->kind = TOK_PRE_SEQUENCE;
 		if (!json_object_object_get_ex(o, "pretokenizers", &v) ||
 		    !json_object_is_type(v, json_type_array)) {
-			ret = moem_errf(EINVAL, "pre-tokenizer Sequence: no \"pretokenizers\" array");
+			ret = moem_errf(EINVAL,
+					"pre-tokenizer Sequence: no \"pretokenizers\" array");
 			goto err_free;
 		}
 		p->items = calloc(json_object_array_length(v) + 1, sizeof(*p->items));

@@ -23,8 +23,8 @@ int tok_regex_compile(struct tok_regex *re, const char *pattern, size_t len, con
 	re->src = strndup(pattern, len);
 	if (!re->src)
 		return -ENOMEM;
-	re->code = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &err, &erroff,
-				 NULL);
+	re->code =
+		pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);
 	if (!re->code) {
 		PCRE2_UCHAR msg[160];
 

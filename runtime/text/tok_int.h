@@ -64,7 +64,7 @@ struct tok_strmap {
 	struct tok_strmap_slot {
 		const char *key;
 		uint32_t len, val;
-	} *slot;
+	} * slot;
 	size_t cap, n;
 };
 
@@ -79,7 +79,7 @@ struct tok_pairmap {
 	struct tok_pair_slot {
 		uint64_t key; /* (a << 32 | b) + 1; 0 is empty */
 		uint32_t rank, id;
-	} *slot;
+	} * slot;
 	size_t cap, n;
 };
 
@@ -179,18 +179,18 @@ struct tok_ctx {
 	struct tok_seg {
 		size_t s, e;
 		bool m;
-	} *seg;
+	} * seg;
 	size_t seg_n, seg_cap;
 	/* BPE work area: the word's symbols and the merge queue */
 	struct tok_sym {
 		uint32_t id;
 		int32_t prev, next;
 		bool gone;
-	} *sym;
+	} * sym;
 	size_t sym_cap;
 	struct tok_merge {
 		uint32_t rank, pos, id;
-	} *heap;
+	} * heap;
 	size_t heap_n, heap_cap;
 };
 
@@ -252,12 +252,12 @@ enum tok_prepend_scheme { TOK_PREPEND_ALWAYS, TOK_PREPEND_NEVER, TOK_PREPEND_FIR
 
 struct tok_pretok {
 	enum tok_pretok_kind kind;
-	struct tok_pattern pat;		 /* Split; ByteLevel with use_regex */
+	struct tok_pattern pat;		  /* Split; ByteLevel with use_regex */
 	enum tok_split_behavior behavior; /* Split, Punctuation */
-	bool invert;			 /* Split */
+	bool invert;			  /* Split */
 	bool add_prefix_space, use_regex; /* ByteLevel */
-	bool individual_digits;		 /* Digits */
-	char replacement[8];		 /* Metaspace: the character, UTF-8 */
+	bool individual_digits;		  /* Digits */
+	char replacement[8];		  /* Metaspace: the character, UTF-8 */
 	size_t repl_len;
 	enum tok_prepend_scheme prepend; /* Metaspace */
 	bool split;			 /* Metaspace */
@@ -322,7 +322,7 @@ struct tok_trie {
 		uint32_t sibling;
 		int32_t added; /* index in added[], -1 = no token ends here */
 		unsigned char byte;
-	} *node;
+	} * node;
 	uint32_t n, cap;
 	uint8_t first[32]; /* bitmap of bytes a token can start with */
 };
@@ -404,7 +404,7 @@ struct tok_dec {
 	bool prepend_first; /* Metaspace: the first token's leading space goes */
 	char *content;	    /* Strip (one character), Replace */
 	size_t content_len;
-	uint32_t start, stop; /* Strip */
+	uint32_t start, stop;	/* Strip */
 	struct tok_pattern pat; /* Replace */
 	struct tok_dec **items;
 	size_t n_items;

@@ -14,7 +14,7 @@
 /* tokenizer.json nests a few levels; 64 bounds hostile input. */
 #define TOK_JSON_DEPTH 64
 /* The largest real tokenizer.json files are ~20 MB. */
-#define TOK_JSON_MAX (256u << 20)
+#define TOK_JSON_MAX   (256u << 20)
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -325,8 +325,8 @@ int tok_json_parse(const char *buf, size_t len, const char *what, struct json_ob
 		json_object_put(obj);
 		if (jerr == json_tokener_continue || jerr == json_tokener_success)
 			return moem_errf(EINVAL, "%s: JSON ends early (%zu bytes)", what, len);
-		return moem_errf(EINVAL, "%s: bad JSON at byte %zu: %s", what, end > len ? len : end,
-				 json_tokener_error_desc(jerr));
+		return moem_errf(EINVAL, "%s: bad JSON at byte %zu: %s", what,
+				 end > len ? len : end, json_tokener_error_desc(jerr));
 	}
 	*out = obj;
 	return 0;

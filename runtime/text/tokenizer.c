@@ -38,8 +38,8 @@ void tok_ctx_free(struct tok_ctx *c)
 }
 
 /* Pre-tokenize and BPE one piece of normalized text. */
-static int encode_text(const struct moem_tokenizer *t, struct tok_ctx *c, bool first,
-		       const char *s, size_t len, struct moem_tok_ids *ids)
+static int encode_text(const struct moem_tokenizer *t, struct tok_ctx *c, bool first, const char *s,
+		       size_t len, struct moem_tok_ids *ids)
 {
 	struct tok_pieces *pieces;
 	int ret = tok_pretok_run(t->pre, c, first, s, len, &pieces);
@@ -68,7 +68,8 @@ static int encode(const struct moem_tokenizer *t, struct tok_ctx *c, const char 
 		}
 		ret = tok_norm_apply(t->norm, c, text + r->off, r->len, &nbuf);
 		if (!ret)
-			ret = tok_added_split(&t->added, &t->added.norm, nbuf.p, nbuf.n, skip, &norm);
+			ret = tok_added_split(&t->added, &t->added.norm, nbuf.p, nbuf.n, skip,
+					      &norm);
 		for (size_t k = 0; !ret && k < norm.n; k++) {
 			const struct tok_split *s = &norm.v[k];
 
@@ -111,8 +112,8 @@ int moem_tok_encode(const struct moem_tokenizer *t, const char *text, size_t len
 }
 
 /* Decode into c->norm (NUL-terminated). */
-static int decode(const struct moem_tokenizer *t, struct tok_ctx *c, const uint32_t *ids,
-		  size_t n, unsigned flags)
+static int decode(const struct moem_tokenizer *t, struct tok_ctx *c, const uint32_t *ids, size_t n,
+		  unsigned flags)
 {
 	struct tok_pieces *in = &c->a;
 	int ret = 0;
@@ -131,8 +132,9 @@ static int decode(const struct moem_tokenizer *t, struct tok_ctx *c, const uint3
 			continue;
 		}
 		if (id >= t->bpe.n_ids || !t->bpe.tok[id])
-			return moem_errf(ERANGE, "decode: token id %u is not in the vocabulary (%u)",
-					 id, t->vocab_size);
+			return moem_errf(ERANGE,
+					 "decode: token id %u is not in the vocabulary (%u)", id,
+					 t->vocab_size);
 		ret = tok_pieces_add(in, t->bpe.tok[id], t->bpe.tok_len[id]);
 	}
 	return ret ? ret : tok_dec_apply(t->dec, c, in, &c->norm);

@@ -24,7 +24,8 @@ static void detokenize_usage(FILE *f)
 		"  --skip-special  leave special tokens out\n"
 		"  --stream        decode one id at a time as a model produces them (the text is\n"
 		"                  the same; it shows the streaming decoder at work)\n"
-		"  --jsonl         each input line is a JSON array of ids; prints a JSON string per line\n");
+		"  --jsonl         each input line is a JSON array of ids; prints a JSON string "
+		"per line\n");
 }
 
 static int parse_ids(const char *s, struct moem_tok_ids *ids)
@@ -79,7 +80,45 @@ static int decode_stream(const struct moem_tokenizer *t, const struct moem_tok_i
 	return ret;
 }
 
-static int decode_jsonl(const struct moem_tokenizer *t, char *line, unsigned flags)
+/* The streamed pieces of ids, concatenated (what a client of the stream sees). */
+static int stream_all(const struct moem_tokenizer *t, const struct moem_tok_ids *ids,
+		      unsigned flags, char **text, size_t *len)
+{
+	struct moem_tok_stream *st;
+	const char *piece;
+	size_t n, cap = 64;
+	char *b = malloc(cap);
+	int ret = b ? moem_tok_stream_new(t, flags, &st) : -ENOMEM;
+
+	*len = 0;
+	for (size_t i = 0; !ret && i <= ids->n; i++) {
+		ret = i < ids->n ? moem_tok_stream_push(st, ids->ids[i], &piece, &n)
+				 : moem_tok_stream_flush(st, &piece, &n);
+		while (!ret && *len + n + 1 > cap) {
+			char *nb = realloc(b, cap * 2);
+
+			if (!nb)
+				ret = -ENOMEM;
+			else
+				b = nb, cap *= 2;
+		}
+		if (!ret) {
+			memcpy(b + *len, piece, n);
+			*len += n;
+		}
+	}
+	if (b && !ret)
+		moem_tok_stream_free(st);
+	if (ret) {
+		free(b);
+		return ret;
+	}
+	b[*len] = 0;
+	*text = b;
+	return 0;
+}
+
+static int decode_jsonl(const struct moem_tokenizer *t, char *line, unsigned flags, int stream)
 {
 	struct moem_tok_ids ids = {0};
 	struct json_object *o;
@@ -91,7 +130,9 @@ static int decode_jsonl(const struct moem_tokenizer *t, char *line, unsigned fla
 		if (*p == '[' || *p == ']')
 			*p = ' ';
 	ret = parse_ids(line, &ids);
-	if (!ret)
+	if (!ret && stream)
+		ret = stream_all(t, &ids, flags, &text, &len);
+	else if (!ret)
 		ret = moem_tok_decode(t, ids.ids, ids.n, flags, &text, &len);
 	moem_tok_ids_free(&ids);
 	if (ret)
@@ -175,7 +216,7 @@ static int cmd_detokenize(int argc, char **argv)
 			nl = strchr(p, '\n');
 			if (nl)
 				*nl = 0;
-			ret = decode_jsonl(src.tok, p, flags);
+			ret = decode_jsonl(src.tok, p, flags, stream);
 			if (ret) {
 				fprintf(stderr, "moem detokenize: line %zu: %s\n", line,
 					moem_strerror(ret));

@@ -18,19 +18,21 @@ static void tokenize_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: moem tokenize (--pack PACK | --tokenizer FILE|DIR) [--json] [--lines]\n"
-		"                     [--jsonl] [--no-special] [--split-special] [--file F] [TEXT...]\n"
+		"                     [--jsonl] [--no-special] [--split-special] [--file F] "
+		"[TEXT...]\n"
 		"Turn text into token ids. The text is TEXT (words joined by spaces), the file F\n"
 		"('-' for standard input), or standard input. It must be UTF-8.\n"
-		"  --json           {\"ids\": [...], \"tokens\": [...]} (one object per line with --lines)\n"
+		"  --json           {\"ids\": [...], \"tokens\": [...]} (one object per line with "
+		"--lines)\n"
 		"  --lines          encode each line on its own (without its newline)\n"
-		"  --jsonl          each line is a JSON string to encode; prints a JSON array of ids\n"
+		"  --jsonl          each line is a JSON string to encode; prints a JSON array of "
+		"ids\n"
 		"                   per line (or an object with --json)\n"
 		"  --no-special     no BOS/EOS from the post-processor (add_special_tokens=False)\n"
 		"  --split-special  special tokens written in the text are plain text\n");
 }
 
-static int emit(const struct moem_tokenizer *t, const struct moem_tok_ids *ids, int json,
-		int jsonl)
+static int emit(const struct moem_tokenizer *t, const struct moem_tok_ids *ids, int json, int jsonl)
 {
 	if (!json && jsonl) {
 		putchar('[');

@@ -132,7 +132,7 @@ int moem_pack_config_decode(const struct pack_config *d, struct moem_model_confi
  * (bytes [0, 4088)) followed by the section area [4096, data_offset).
  */
 int moem_pack_compute_id(const struct pack_header *h, const void *meta, uint64_t meta_len,
-		    uint8_t id[16]);
+			 uint8_t id[16]);
 
 /* The files of a TOKENIZER section, as the reader found them (pack_tok.c). */
 struct pack_tok_view {
@@ -149,7 +149,6 @@ struct pack_tok_view {
  */
 int moem_pack_tok_build(const char *dir, void **out, size_t *len);
 /* Validate a TOKENIZER section; v points into data. A newer version is left unread. */
-int moem_pack_tok_parse(const void *data, uint64_t len, const char *path,
-			struct pack_tok_view *v);
+int moem_pack_tok_parse(const void *data, uint64_t len, const char *path, struct pack_tok_view *v);
 
 #endif /* MOEM_PACK_FMT_H */

@@ -451,7 +451,8 @@ static int parse_json_sections(struct moem_pack *p, const struct pack_section **
 	s = found[PACK_SECT_SYNTH_JSON];
 	if (!s)
 		return 0;
-	ret = moem_store_json_parse(sect_data(p, s), (size_t)s->size, 8, "pack moem_synth.json", &o);
+	ret = moem_store_json_parse(sect_data(p, s), (size_t)s->size, 8, "pack moem_synth.json",
+				    &o);
 	if (ret)
 		return ret;
 	ret = moem_synth_from_json(o, &p->synth);
@@ -608,9 +609,10 @@ int moem_pack_has_tokenizer(const struct moem_pack *p)
 	if (!p->tok.version)
 		return 0;
 	if (p->tok.version != PACK_TOK_VERSION)
-		return moem_errf(EPROTONOSUPPORT,
-				 "%s: tokenizer section version %u is newer than this moem reads (%u)",
-				 p->path, p->tok.version, PACK_TOK_VERSION);
+		return moem_errf(
+			EPROTONOSUPPORT,
+			"%s: tokenizer section version %u is newer than this moem reads (%u)",
+			p->path, p->tok.version, PACK_TOK_VERSION);
 	return 1;
 }
 
