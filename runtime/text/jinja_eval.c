@@ -370,7 +370,7 @@ static int eval_seq(struct jctx *c, const struct jnode *n, struct jv *out)
 		if (!d)
 			return -ENOMEM;
 		for (size_t i = 0; i + 1 < n->nargs; i += 2) {
-			struct jv k, v;
+			struct jv k = jv_undef(), v = jv_undef();
 			int ret = jinja_eval(c, n->args[i], &k);
 
 			if (!ret)
@@ -614,7 +614,8 @@ static int run_for(struct jctx *c, const struct jnode *n)
 	scope.vars = jv_dict_new(c->a);
 	if (!scope.vars)
 		return -ENOMEM;
-	c->scope = &scope;
+	/* The loop's scope lives until the loop ends; it is unlinked below. */
+	c->scope = &scope; /* cppcheck-suppress autoVariables */
 	l = all;
 	if (n->c) {
 		/* The loop filter runs before loop.index and friends are counted. */

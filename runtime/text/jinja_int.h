@@ -246,10 +246,10 @@ struct jv *jinja_lookup(struct jctx *c, const char *name, size_t n);
 int jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n, struct jv *out);
 int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const char *const *kw,
 	       size_t nargs, struct jv *out);
-int jinja_filter(struct jctx *c, const char *name, size_t n, const struct jv *args,
-		 const char *const *kw, size_t nargs, struct jv *out);
-int jinja_test(struct jctx *c, const char *name, size_t n, const struct jv *args, size_t nargs,
-	       bool *out);
+int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *args,
+		 const char *const *kw, size_t n, struct jv *out);
+int jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *args, size_t n,
+	       bool *r);
 /* Is this filter or test name known (checked at parse time)? */
 bool jinja_filter_known(const char *name, size_t n);
 bool jinja_test_known(const char *name, size_t n);
