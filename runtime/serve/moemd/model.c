@@ -4,21 +4,13 @@
  * prompts and streamed text, and the full decoder (decode.h) on moemd's
  * engine, driven by the scheduler through moemd_model_ops. The decoder
  * reserves a sequence's KV blocks (prompt + max tokens) when it starts,
- * so -ENOSPC there means "wait", and a running sequence never runs out.
- *
- * Compiled when this tree has both headers (MOEMD_HAVE_MODEL, serve.h);
- * model_none.c stands in otherwise.
- */
-#include "moemd.h"
-#include "serve.h"
-
-#ifdef MOEMD_HAVE_MODEL
-
+ * so -ENOSPC there means "wait", and a running sequence never runs out. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/chat.h>
 #include <moem/decode.h>
 #include <moem/error.h>
 #include <moem/log.h>
@@ -26,9 +18,14 @@
 #include <moem/tokenizer.h>
 #include <moem/util.h>
 
+#include "moemd.h"
+#include "serve.h"
+
 struct moemd_model {
 	struct moem_decoder *dec;
 	struct moem_tokenizer *tok;
+	struct moem_chat_template *chat; /* NULL: the pack has none */
+	char chat_err[160];
 	struct moem_tok_info info;
 	uint32_t max_context;
 	uint64_t next_seed;
@@ -84,6 +81,18 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 		goto fail;
 	}
 	moem_tok_info(m->tok, &m->info);
+	if (m->info.chat_template) {
+		ret = moem_chat_from_tokenizer(m->tok, &m->chat);
+		if (ret) {
+			/* Completions still work; chat says why not. */
+			snprintf(m->chat_err, sizeof(m->chat_err), "the chat template: %s",
+				 moem_strerror(ret));
+			moem_warn("serving: %s: /v1/chat/completions will answer 400", m->chat_err);
+			m->chat = NULL;
+		}
+	} else {
+		snprintf(m->chat_err, sizeof(m->chat_err), "this model has no chat template");
+	}
 	o.max_seqs = moem_min(d->cfg.sched.max_running, 1024u);
 	o.max_step_tokens = d->cfg.sched.step_tokens;
 	ret = moem_decoder_open(d->e, &o, &m->dec);
@@ -113,9 +122,52 @@ void moemd_model_close(struct moemd_model *m)
 		return;
 	if (m->dec)
 		moem_decoder_close(m->dec);
+	if (m->chat)
+		moem_chat_free(m->chat);
 	if (m->tok)
 		moem_tok_free(m->tok);
 	free(m);
+}
+
+/* The conversation through the pack's chat template, ready to answer. */
+static int render_chat(struct moemd_model *m, const struct moem_oai_request *rq, char **text,
+		       struct moem_oai_error *e)
+{
+	struct json_object *a = json_object_new_array();
+	struct moem_chat_args ca = {0};
+	size_t len;
+	int ret;
+
+	if (!m->chat)
+		return moem_oai_errorf(e, 400, "invalid_request_error", "messages",
+				       "%s: use /v1/completions", m->chat_err);
+	if (!a)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < rq->n_messages; i++) {
+		struct json_object *msg = json_object_new_object();
+		/* "developer" is OpenAI's newer name for the system turn. */
+		const char *role =
+			strcmp(rq->messages[i].role, "developer") ? rq->messages[i].role : "system";
+
+		json_object_object_add(msg, "role", json_object_new_string(role));
+		json_object_object_add(msg, "content",
+				       json_object_new_string(rq->messages[i].content));
+		json_object_array_add(a, msg);
+	}
+	ca.messages_json = json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN);
+	ca.messages_len = strlen(ca.messages_json);
+	ca.bos_token = moem_tok_special_str(m->tok, "bos_token");
+	ca.eos_token = moem_tok_special_str(m->tok, "eos_token");
+	ca.add_generation_prompt = true;
+	ret = moem_chat_render(m->chat, &ca, text, &len);
+	json_object_put(a);
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret)
+		return moem_oai_errorf(e, 400, "invalid_request_error", "messages",
+				       "the chat template refused the conversation: %s",
+				       moem_strerror(ret));
+	return 0;
 }
 
 int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq, int32_t **ids,
@@ -123,16 +175,33 @@ int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq,
 {
 	struct moem_tok_ids t = {0};
 	uint32_t max_new, k = 0;
+	char *text = NULL;
 	bool bos;
 	int ret;
 
 	*ids = NULL;
-	if (rq->ep == MOEM_OAI_CHAT)
-		/* Chat templates come with issue 20's renderer (chat.h). */
-		return moem_oai_errorf(e, 503, "server_error", NULL,
-				       "chat templates are not in this build yet: use "
-				       "/v1/completions");
-	if (rq->n_prompt_ids) {
+	if (rq->ep == MOEM_OAI_CHAT) {
+		ret = render_chat(m, rq, &text, e);
+		if (ret)
+			return ret;
+		/* The template wrote the special tokens (BOS included). */
+		ret = moem_tok_encode(m->tok, text, strlen(text), 0, &t);
+		free(text);
+		if (ret) {
+			moem_tok_ids_free(&t);
+			return moem_oai_errorf(e, 400, "invalid_request_error", "messages", "%s",
+					       moem_strerror(ret));
+		}
+		*ids = malloc((t.n ? t.n : 1) * sizeof(**ids));
+		if (!*ids) {
+			moem_tok_ids_free(&t);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < t.n; i++)
+			(*ids)[k++] = (int32_t)t.ids[i];
+		*n = k;
+		moem_tok_ids_free(&t);
+	} else if (rq->n_prompt_ids) {
 		*ids = malloc(rq->n_prompt_ids * sizeof(**ids));
 		if (!*ids)
 			return -ENOMEM;
@@ -169,7 +238,8 @@ int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq,
 		*n = k;
 		moem_tok_ids_free(&t);
 	}
-	max_new = rq->max_tokens ? rq->max_tokens : 16;
+	/* Chat without max_tokens runs to the end of the context. */
+	max_new = rq->max_tokens ? rq->max_tokens : 1;
 	if (!*n || *n >= m->max_context || max_new > m->max_context - *n) {
 		free(*ids);
 		*ids = NULL;
@@ -326,5 +396,3 @@ const struct moem_sched_ops moemd_model_ops = {
 	.step = m_step,
 	.end = m_end,
 };
-
-#endif /* MOEMD_HAVE_MODEL */

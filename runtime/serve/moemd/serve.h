@@ -171,13 +171,7 @@ void moemd_hist_add(struct moemd_hist *h, double seconds);
 /* The Prometheus text of everything (malloc()ed). */
 char *moemd_metrics_text(struct moemd *d, size_t *len);
 
-/*
- * model.c: the model behind the API (the pack's tokenizer, the full
- * decoder); model_none.c when this tree has not got them.
- */
-#if __has_include(<moem/decode.h>) && __has_include(<moem/tokenizer.h>)
-#define MOEMD_HAVE_MODEL 1
-#endif
+/* model.c: the model behind the API (the pack's tokenizer, the full decoder) */
 struct moemd_model;
 int moemd_model_open(struct moemd *d, struct moemd_model **out);
 void moemd_model_close(struct moemd_model *m);
