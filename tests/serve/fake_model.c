@@ -13,11 +13,14 @@
  * predict every answer (tests/serve/fake.mjs has the same rule). KV is a
  * budget of FAKE_KV_TOKENS tokens, reserved as prompt + max tokens like
  * the real decoder's blocks, so waiting and refusals happen for real.
+ * A step with a sequence whose prompt starts with "slow " takes 1 ms of
+ * "compute", so that a test can act while such a request surely runs.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <moem/error.h>
 #include <moem/log.h>
@@ -35,10 +38,12 @@ struct fseq {
 	bool used;
 	uint32_t prompt, max_new, generated, computed;
 	uint32_t offset;
+	bool slow;
 };
 
 struct moemd_model {
 	pthread_mutex_t lock; /* kv figures are read by /metrics threads */
+
 	uint64_t kv_used;
 	uint32_t seqs;
 	struct fseq seq[FAKE_MAX_SEQS];
@@ -227,10 +232,13 @@ static int f_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 	}
 	for (uint32_t i = 0; i < r->n_prompt; i++)
 		off += (uint32_t)r->prompt[i];
-	m->seq[slot] = (struct fseq){.used = true,
-				     .prompt = prompt_len,
-				     .max_new = max_new,
-				     .offset = (uint32_t)(off % (sizeof(FAKE_TEXT) - 1))};
+	m->seq[slot] = (struct fseq){
+		.used = true,
+		.prompt = prompt_len,
+		.max_new = max_new,
+		.offset = (uint32_t)(off % (sizeof(FAKE_TEXT) - 1)),
+		.slow = r->n_prompt >= 5 && !memcmp(r->prompt, (int32_t[]){'s', 'l', 'o', 'w', ' '},
+						    5 * sizeof(int32_t))};
 	m->kv_used += need;
 	m->seqs++;
 	pthread_mutex_unlock(&m->lock);
@@ -243,6 +251,14 @@ static int f_step(void *be, const struct moem_sched_item *it, uint32_t n,
 {
 	struct moemd_model *m = be;
 
+	for (uint32_t i = 0; i < n; i++) {
+		if (it[i].seq < FAKE_MAX_SEQS && m->seq[it[i].seq].used && m->seq[it[i].seq].slow) {
+			struct timespec ms = {0, 1000000};
+
+			nanosleep(&ms, NULL);
+			break;
+		}
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		struct fseq *q;
 		uint32_t k;

@@ -252,18 +252,22 @@ int moemd_api_generate(struct moemd_srv *s, struct MHD_Connection *c, enum moem_
 
 void moemd_api_closed(struct moemd_srv *s, struct moemd_sreq *r)
 {
-	bool running;
+	bool running, counted;
 
 	pthread_mutex_lock(&r->lock);
 	running = !r->done;
+	counted = r->gone;
+	r->gone = true;
 	r->conn = NULL;
 	r->suspended = false;
 	pthread_mutex_unlock(&r->lock);
 	if (running && s->sched) {
 		/* The client left: its sequence and KV blocks go at the next step. */
-		pthread_mutex_lock(&s->lock);
-		s->disconnects++;
-		pthread_mutex_unlock(&s->lock);
+		if (!counted) {
+			pthread_mutex_lock(&s->lock);
+			s->disconnects++;
+			pthread_mutex_unlock(&s->lock);
+		}
 		moem_sched_cancel(s->sched, r);
 	}
 	moemd_sreq_put(r);

@@ -434,14 +434,20 @@ static void reap_disconnected(struct moemd_srv *s)
 	polled = n ? poll(p, (nfds_t)n, 0) : 0;
 	for (int i = 0; i < n; i++) {
 		if (polled > 0 && (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-			pthread_mutex_lock(&s->lock);
-			s->disconnects++;
-			pthread_mutex_unlock(&s->lock);
-			moem_sched_cancel(s->sched, who[i]);
+			bool first;
+
 			/* Let libmicrohttpd see the closed socket and finish it. */
 			pthread_mutex_lock(&who[i]->lock);
+			first = !who[i]->gone;
+			who[i]->gone = true;
 			wake_conn(who[i]);
 			pthread_mutex_unlock(&who[i]->lock);
+			if (first) {
+				pthread_mutex_lock(&s->lock);
+				s->disconnects++;
+				pthread_mutex_unlock(&s->lock);
+			}
+			moem_sched_cancel(s->sched, who[i]);
 		}
 		moemd_sreq_put(who[i]);
 	}

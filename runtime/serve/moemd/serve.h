@@ -84,6 +84,7 @@ struct moemd_sreq {
 	bool first_sent;
 	bool done; /* the scheduler is finished with it */
 	bool queued_response;
+	bool gone; /* its client left (counted once) */
 	enum moem_sched_finish finish;
 	int err;
 	struct moem_oai_error oerr;
