@@ -390,8 +390,12 @@ TEST(same_bits_for_any_threads_and_batch)
 static int mm_run(struct moem_backend *be, const uint16_t *x, const uint16_t *w, uint32_t B,
 		  uint32_t K, uint32_t R, float *y)
 {
-	struct moem_matmul_args a = {B, K, R, tb_put(be, x, 2 * (size_t)B * K),
-				     tb_put(be, w, 2 * (size_t)R * K), tb_zeros(be, 4 * (size_t)B * R)};
+	struct moem_matmul_args a = {B,
+				     K,
+				     R,
+				     tb_put(be, x, 2 * (size_t)B * K),
+				     tb_put(be, w, 2 * (size_t)R * K),
+				     tb_zeros(be, 4 * (size_t)B * R)};
 	int ret = moem_op_matmul(be, NULL, &a);
 
 	if (!ret)
@@ -411,8 +415,8 @@ static int mm_run(struct moem_backend *be, const uint16_t *x, const uint16_t *w,
  */
 TEST(matmul_every_path_matches_scalar)
 {
-	static const uint32_t shapes[][3] = {{1, 2048, 300}, {7, 512, 129}, {64, 264, 40},
-					     {3, 8, 17}};
+	static const uint32_t shapes[][3] = {
+		{1, 2048, 300}, {7, 512, 129}, {64, 264, 40}, {3, 8, 17}};
 	struct kcase kc[4];
 	int nk = kcases(kc);
 
@@ -448,7 +452,8 @@ TEST(matmul_every_path_matches_scalar)
 			ASSERT_EQ(0, mm_run(be, x, w, B, K, R, got));
 			moem_backend_close(be);
 			for (uint32_t t = 0; t < B; t++) {
-				EXPECT_LE(row_err(got + (size_t)t * R, want + (size_t)t * R, R), tol)
+				EXPECT_LE(row_err(got + (size_t)t * R, want + (size_t)t * R, R),
+					  tol)
 				TH_LOG("%s B %u K %u R %u token %u", kc[k].name, B, K, R, t);
 			}
 			ASSERT_EQ(0, open_kern(kc[k].k, 3, &be));
@@ -458,8 +463,8 @@ TEST(matmul_every_path_matches_scalar)
 			EXPECT_EQ(0, memcmp(got, got3, 4 * (size_t)B * R))
 			TH_LOG("%s K %u: 3 threads differ from 1", kc[k].name, K);
 			EXPECT_EQ(0, memcmp(solo, got + (size_t)(B - 1) * R, 4 * (size_t)R))
-			TH_LOG("%s K %u: the last token alone differs from in the batch", kc[k].name,
-			       K);
+			TH_LOG("%s K %u: the last token alone differs from in the batch",
+			       kc[k].name, K);
 		}
 		free(x);
 		free(w);
