@@ -75,16 +75,18 @@ int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
 	size_t xn = (size_t)a->B * a->K, wn = (size_t)nw * a->K;
 	float *buf;
 	uint32_t *ident;
+	void *mem;
 
 	/* AVX-512 steps over K 32 at a time, AVX2 and the scalar table 8 (K % 8 == 0) */
 	if (k->isa == MOEM_CPU_ISA_AVX512 && a->K % 32)
 		k = moem_cpu_isa_check(MOEM_CPU_ISA_AVX2) ? &moem_cpu_kern_scalar
 							  : &moem_cpu_kern_avx2;
 	j.rows = k->rows[MOEM_PREC_BF16];
-	buf = moem_cpu_scratch(s, (xn + wn) * sizeof(float) + (size_t)a->B * sizeof(uint32_t));
-	if (!buf)
+	mem = moem_cpu_scratch(s, (size_t)a->B * sizeof(uint32_t) + (xn + wn) * sizeof(float));
+	if (!mem)
 		return -ENOMEM;
-	ident = (uint32_t *)(buf + xn + wn);
+	ident = mem; /* B ids first: the floats after them stay 4-byte aligned */
+	buf = (float *)(void *)(ident + a->B);
 	for (uint32_t t = 0; t < a->B; t++)
 		ident[t] = t;
 	j.ident = ident;
