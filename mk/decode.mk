@@ -10,5 +10,5 @@ TEST_SUITES += test-decode
 .PHONY: test-decode
 test-decode: all
 	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite decode --timeout 900 \
-		tests/decode/decode_cli.sh tests/decode/fused_ckpt.sh tests/ref/check.sh \
-		tests/llama/logits.sh
+		tests/decode/decode_cli.sh tests/decode/eval_cli.sh tests/decode/fused_ckpt.sh \
+		tests/ref/check.sh tests/llama/logits.sh

@@ -203,8 +203,10 @@ int moem_dec_run_set(struct moem_dec_run *r, const char *name, const char *v)
 		return num_u(name, v, 1024, &r->dopt.block_tokens);
 	if (!strcmp(name, "max-seqs"))
 		return num_u(name, v, 1024, &r->dopt.max_seqs);
-	if (!strcmp(name, "prefill-chunk"))
+	if (!strcmp(name, "prefill-chunk")) {
+		r->chunk_set = true;
 		return num_u(name, v, 4096, &r->chunk);
+	}
 	if (!strcmp(name, "no-warmup")) {
 		r->no_warmup = true;
 		return 0;

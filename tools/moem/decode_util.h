@@ -34,6 +34,7 @@ struct moem_dec_run {
 	struct moem_decoder_opts dopt;
 	struct moem_seq_params sp; /* template: sampling, stops, eos, top logprobs */
 	uint32_t chunk;		   /* prefill tokens per sequence per step (0: all) */
+	bool chunk_set;		   /* --prefill-chunk was given */
 	bool json, quiet, no_warmup;
 	char *logits_out;
 	FILE *logits_f;
