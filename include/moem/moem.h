@@ -17,6 +17,8 @@
 #include "safetensors.h"
 #include "store.h"
 #include "pack.h"
+#include "tokenizer.h"
+#include "chat.h"
 #include "pool.h"
 #include "dev.h"
 #include "loader.h"
