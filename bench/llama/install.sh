@@ -7,7 +7,7 @@
 # (NODE_LLAMA_CPP_SKIP_DOWNLOAD, --ignore-scripts); llama.h and ggml's
 # headers of the same release from the source bundle the package ships;
 # and bench/llama/llama_peer.c built against them. Idempotent.
-# Exit 77 when npm or the registry is not reachable.
+# Exit 77 when npm is not installed or the registry is not reachable.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 dir=${1:-build/llama-peer}
@@ -32,8 +32,13 @@ if [ ! -f "$dir/npm/.done-$ver" ]; then
 	if ! (cd "$dir/npm" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --save-exact \
 		--ignore-scripts --omit=optional --no-audit --no-fund --loglevel=error \
 		"node-llama-cpp@$ver" "@node-llama-cpp/linux-x64@$ver" >"$dir/npm.log" 2>&1); then
-		echo "llama-peer: npm install failed (registry unreachable?): see $dir/npm.log" >&2
-		exit 77
+		if grep -qiE 'ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|network' "$dir/npm.log"; then
+			echo "llama-peer: the npm registry is unreachable: see $dir/npm.log" >&2
+			exit 77
+		fi
+		cat "$dir/npm.log" >&2
+		echo "llama-peer: npm install failed" >&2
+		exit 1
 	fi
 	touch "$dir/npm/.done-$ver"
 fi
