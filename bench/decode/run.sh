@@ -81,7 +81,7 @@ if [ -n "${DOC:-}" ]; then
 			"load average $(cut -d' ' -f1-3 /proc/loadavg) at the start of the write-up"
 		echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
 		echo "- moem: $(git -C "$(dirname "$0")" describe --always --dirty 2>/dev/null || echo unknown)," \
-			"backend $("$moem" backend | sed -n 's/ *device: //p')"
+			"backend $("$moem" backend | sed -n 's/^  device: //p')"
 		echo
 		echo "Time split: shares of decode-only steps (attention = embedding, norms," \
 			"projections, RoPE and attention; MoE = the expert half, waiting included;" \

@@ -106,7 +106,7 @@ if [ -n "${DOC:-}" ]; then
 			"load average $(cut -d' ' -f1-3 /proc/loadavg) at the end of the run"
 		echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
 		echo "- moem: $(git -C "$here" describe --always --dirty 2>/dev/null || echo unknown)," \
-			"backend $("$moem" backend | sed -n 's/ *device: //p')"
+			"backend $("$moem" backend | sed -n 's/^  device: //p')"
 		echo "- llama.cpp: node-llama-cpp 3.21.1's prebuilt linux-x64 CPU build" \
 			"(llama.cpp $(sed -n 's/.*"tag": "\(.*\)".*/\1/p' \
 				"$B/llama-peer/npm/node_modules/node-llama-cpp/llama/llama.cpp.info.json")," \
