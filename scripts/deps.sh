@@ -17,7 +17,7 @@ clang llvm libclang-rt-14-dev libbpf-dev bpftool systemtap-sdt-dev
 linux-headers-amd64 linux-image-amd64 kmod
 qemu-system-x86 busybox-static cpio e2fsprogs
 fio gnuplot-nox
-cppcheck clang-format
+cppcheck clang-format valgrind help2man
 "
 
 missing() {

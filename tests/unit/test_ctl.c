@@ -6,6 +6,7 @@
  * the settings parser's acceptance and refusals.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <moem/ctl.h>
@@ -121,6 +122,66 @@ TEST(requests)
 		deep[n] = 0;
 		EXPECT_EQ(-EINVAL, parse(deep, &id, &cmd, &req));
 	}
+}
+
+/*
+ * Every JSON value that is not an object is refused with its type named.
+ * The type used to be read after the value was released: the test-valgrind
+ * suite runs this program under valgrind, which sees such a read inside
+ * json-c where ASan cannot.
+ */
+TEST(requests_not_objects)
+{
+	static const struct {
+		const char *line, *type;
+	} cases[] = {
+		{"[1,2]", "array"},  {"[]", "array"},	   {"\"x\"", "string"},
+		{"12", "int"},	     {"-7", "int"},	   {"1.5", "double"},
+		{"true", "boolean"}, {"false", "boolean"}, {"  \"status\"  ", "string"},
+	};
+	struct json_object *req;
+	const char *cmd;
+	int64_t id;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "a request is a JSON object, not %s", cases[i].type);
+		EXPECT_EQ(-EINVAL, parse(cases[i].line, &id, &cmd, &req))
+		TH_LOG("%s", cases[i].line);
+		EXPECT_EQ(NULL, req);
+		EXPECT_EQ(-1, id);
+		EXPECT_STREQ(want, moem_last_error()) TH_LOG("%s", cases[i].line);
+	}
+	/* null is no value at all: malformed. */
+	EXPECT_EQ(-EINVAL, parse("null", &id, &cmd, &req));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "malformed request"));
+}
+
+/* An id is answered as it was sent: one that does not fit is refused. */
+TEST(request_ids_that_do_not_fit)
+{
+	static const char *const too_big[] = {
+		"{\"v\":1,\"id\":18446744073709551616,\"cmd\":\"status\"}", /* 2^64 */
+		"{\"v\":1,\"id\":18446744073709551615,\"cmd\":\"status\"}",
+		"{\"v\":1,\"id\":9223372036854775808,\"cmd\":\"status\"}", /* 2^63 */
+		"{\"v\":1,\"id\":123456789012345678901234567890,\"cmd\":\"status\"}",
+	};
+	struct json_object *req;
+	const char *cmd;
+	int64_t id;
+
+	for (size_t i = 0; i < sizeof(too_big) / sizeof(too_big[0]); i++) {
+		EXPECT_EQ(-EINVAL, parse(too_big[i], &id, &cmd, &req)) TH_LOG("%s", too_big[i]);
+		EXPECT_EQ(-1, id);
+		EXPECT_EQ(NULL, req);
+		EXPECT_NE(NULL, strstr(moem_last_error(), "does not fit"));
+	}
+	ASSERT_EQ(0, parse("{\"v\":1,\"id\":9223372036854775807,\"cmd\":\"status\"}", &id, &cmd,
+			   &req));
+	EXPECT_EQ(INT64_MAX, id);
+	json_object_put(req);
+	EXPECT_EQ(-EINVAL, parse("{\"v\":1,\"id\":1e3,\"cmd\":\"status\"}", &id, &cmd, &req));
 }
 
 TEST(responses_and_getters)
