@@ -155,6 +155,10 @@ void moem_engine_stop(struct moem_engine *e);
  * (NULL: stop tracing). A run in progress keeps what it started with.
  */
 int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits);
+/* The same, with moem_trace_writer_open_ex()'s flags (MOEM_TRACE_W_EXCL:
+ * a path a client chose, where no foreign file may be replaced). */
+int moem_engine_set_trace_ex(struct moem_engine *e, const char *path, bool logits,
+			     unsigned int flags);
 /*
  * True once the backend saw a sticky device error (the process must exit
  * and be restarted); msg (may be NULL) receives the error.

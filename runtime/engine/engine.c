@@ -583,6 +583,12 @@ void moem_engine_stop(struct moem_engine *e)
 
 int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits)
 {
+	return moem_engine_set_trace_ex(e, path, logits, 0);
+}
+
+int moem_engine_set_trace_ex(struct moem_engine *e, const char *path, bool logits,
+			     unsigned int flags)
+{
 	char *p = NULL;
 
 	if (path && !*path)
@@ -599,6 +605,7 @@ int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits)
 	free(e->trace_path);
 	e->trace_path = p;
 	e->trace_logits = logits;
+	e->trace_flags = flags;
 	pthread_mutex_unlock(&e->knob_lock);
 	return 0;
 }

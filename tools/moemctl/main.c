@@ -293,25 +293,11 @@ static int cmd_trace(int argc, char **argv)
 	bool logits = argc == 4 && !strcmp(argv[3], "--logits");
 
 	if (argc >= 3 && !strcmp(argv[1], "on") && (argc == 3 || logits)) {
-		char *abs = realpath(argv[2], NULL);
-		char *dir = NULL;
-
-		/* The file need not exist: resolve its directory instead. */
-		if (!abs) {
-			const char *slash = strrchr(argv[2], '/');
-			char *d = slash ? strndup(argv[2], (size_t)(slash - argv[2])) : strdup(".");
-
-			dir = d ? realpath(*d ? d : "/", NULL) : NULL;
-			free(d);
-			if (dir && asprintf(&abs, "%s/%s", dir, slash ? slash + 1 : argv[2]) < 0)
-				abs = NULL;
-			free(dir);
-		}
+		/* A name: moemd writes it inside its trace-dir, nowhere else. */
 		json_object_object_add(args, "on", json_object_new_boolean(1));
-		json_object_object_add(args, "path", json_object_new_string(abs ? abs : argv[2]));
+		json_object_object_add(args, "name", json_object_new_string(argv[2]));
 		if (logits)
 			json_object_object_add(args, "logits", json_object_new_boolean(1));
-		free(abs);
 	} else if (argc == 2 && !strcmp(argv[1], "off")) {
 		json_object_object_add(args, "on", json_object_new_boolean(0));
 	} else {
@@ -432,7 +418,8 @@ static const struct {
 	{"run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
 	 "submit a workload and show its result"},
 	{"stop-run", cmd_stop_run, "", "end the run in progress after its current step"},
-	{"trace", cmd_trace, "on FILE [--logits] | off", "write the routing trace of later runs"},
+	{"trace", cmd_trace, "on NAME [--logits] | off",
+	 "write the routing trace of later runs to NAME in moemd's trace-dir"},
 	{"verify", cmd_verify, "", "check staged experts against the pack's checksums"},
 	{"stop", cmd_stop, "", "drain and stop moemd (like SIGTERM)"},
 	{"hello", cmd_hello, "", "versions and pack id"},

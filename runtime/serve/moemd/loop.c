@@ -151,8 +151,8 @@ static void staging_progress(struct moemd *d, uint64_t now)
 
 int moemd_loop(struct moemd *d)
 {
-	struct pollfd p[MOEMD_MAX_CLIENTS + 3];
-	uint64_t who[MOEMD_MAX_CLIENTS];
+	struct pollfd p[MOEMD_CLIENT_SLOTS + 3];
+	uint64_t who[MOEMD_CLIENT_SLOTS];
 	/* Pass often enough for the watchdog to see the loop alive. */
 	int tick_ms = d->watchdog_usec ? (int)moem_clamp(d->watchdog_usec / 4000, 1, 1000) : 1000;
 
@@ -178,7 +178,8 @@ int moemd_loop(struct moemd *d)
 		p[n++] = (struct pollfd){.fd = d->sfd, .events = POLLIN};
 		p[n++] = (struct pollfd){.fd = d->done_efd, .events = POLLIN};
 		p[n++] = (struct pollfd){.fd = d->lfd, .events = d->exiting ? 0 : POLLIN};
-		for (int i = 0; i < MOEMD_MAX_CLIENTS; i++) {
+		moemd_server_reap_idle(d, now);
+		for (int i = 0; i < MOEMD_CLIENT_SLOTS; i++) {
 			struct moemd_client *c = d->clients[i];
 
 			if (!c)
@@ -186,8 +187,7 @@ int moemd_loop(struct moemd *d)
 			who[nc++] = moemd_client_serial(c);
 			p[n++] = (struct pollfd){
 				.fd = moemd_client_fd(c),
-				.events = (short)(POLLIN |
-						  (moemd_client_wants_write(c) ? POLLOUT : 0)),
+				.events = moemd_client_events(c),
 			};
 		}
 		r = poll(p, (nfds_t)n, d->exiting ? 50 : tick_ms);
