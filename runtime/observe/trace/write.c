@@ -50,7 +50,7 @@ struct moem_trace_writer {
 };
 
 int moem_trc_check_info(const char *what, uint32_t flags, uint32_t source, uint32_t n_layers,
-		   uint32_t n_experts, uint32_t top_k, uint32_t max_tokens)
+			uint32_t n_experts, uint32_t top_k, uint32_t max_tokens)
 {
 	if (flags & ~MOEM_TRACE_F_KNOWN)
 		return moem_errf(EPROTO, "%s: unknown header flags 0x%x", what,
@@ -151,8 +151,8 @@ static int writer_new(const struct moem_trace_info *info, struct moem_trace_writ
 	struct moem_trace_writer *w;
 	int ret;
 
-	ret = moem_trc_check_info("trace", info->flags, info->source, info->n_layers, info->n_experts,
-			     info->top_k, info->max_tokens);
+	ret = moem_trc_check_info("trace", info->flags, info->source, info->n_layers,
+				  info->n_experts, info->top_k, info->max_tokens);
 	if (ret)
 		return ret == -EBADMSG ? -EINVAL : ret;
 	w = calloc(1, sizeof(*w));
@@ -188,40 +188,60 @@ static int start(struct moem_trace_writer *w)
 	return emit(w, h, sizeof(h));
 }
 
-/* Files exclusive writers of this process wrote: those they may replace. */
+/*
+ * Files exclusive writers of this process wrote: those they may replace.
+ * An inode number alone is not a file (a deleted trace's number is
+ * reused), so the size and modification time it had when it was linked
+ * in are part of its identity: a file changed since is not ours anymore.
+ */
 #define WRITTEN_MAX 256
+struct written_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+};
 static struct {
 	pthread_mutex_t lock;
-	dev_t dev[WRITTEN_MAX];
-	ino_t ino[WRITTEN_MAX];
+	struct written_id id[WRITTEN_MAX];
 	unsigned int n, next;
 } written = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static bool same_file(const struct written_id *w, const struct stat *st)
+{
+	return w->dev == st->st_dev && w->ino == st->st_ino && w->size == st->st_size &&
+	       w->mtime.tv_sec == st->st_mtim.tv_sec && w->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
 
 static void written_add(const struct stat *st)
 {
 	pthread_mutex_lock(&written.lock);
-	written.dev[written.next] = st->st_dev;
-	written.ino[written.next] = st->st_ino;
+	written.id[written.next] =
+		(struct written_id){st->st_dev, st->st_ino, st->st_size, st->st_mtim};
 	written.next = (written.next + 1) % WRITTEN_MAX;
 	if (written.n < WRITTEN_MAX)
 		written.n++;
 	pthread_mutex_unlock(&written.lock);
 }
 
-static bool written_here(const struct stat *st)
+/* Is st a file we wrote? forget: and drop it (it is being removed). */
+static bool written_here(const struct stat *st, bool forget)
 {
 	bool found = false;
 
 	pthread_mutex_lock(&written.lock);
-	for (unsigned int i = 0; i < written.n && !found; i++)
-		found = written.dev[i] == st->st_dev && written.ino[i] == st->st_ino;
+	for (unsigned int i = 0; i < written.n && !found; i++) {
+		found = same_file(&written.id[i], st);
+		if (found && forget)
+			memset(&written.id[i], 0, sizeof(written.id[i]));
+	}
 	pthread_mutex_unlock(&written.lock);
 	return found;
 }
 
 /* What is at path now: 0 (nothing, or a trace we wrote: *ours says which),
  * or -EEXIST for anything else. The name itself is never followed. */
-static int excl_target(const char *path, bool *ours)
+static int excl_target(const char *path, bool forget, bool *ours)
 {
 	struct stat st;
 
@@ -231,7 +251,7 @@ static int excl_target(const char *path, bool *ours)
 			return 0;
 		return moem_errf(errno, "trace %s: %s", path, strerror(errno));
 	}
-	if (S_ISREG(st.st_mode) && st.st_nlink == 1 && written_here(&st)) {
+	if (S_ISREG(st.st_mode) && st.st_nlink == 1 && written_here(&st, forget)) {
 		*ours = true;
 		return 0;
 	}
@@ -258,7 +278,7 @@ int moem_trace_dest_check(const char *path)
 	else if (access(dir, W_OK | X_OK))
 		ret = moem_errf(errno, "trace directory %s: %s", dir, strerror(errno));
 	else
-		ret = excl_target(path, &ours);
+		ret = excl_target(path, false, &ours);
 	free(copy);
 	return ret;
 }
@@ -495,7 +515,7 @@ static int link_excl(struct moem_trace_writer *w)
 
 	if (fstat(w->fd, &st))
 		return moem_errf(errno, "trace %s: %s", w->path, strerror(errno));
-	ret = excl_target(w->path, &ours);
+	ret = excl_target(w->path, true, &ours);
 	if (ret)
 		return ret;
 	if (ours && unlink(w->path) && errno != ENOENT)
