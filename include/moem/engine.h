@@ -175,8 +175,10 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 
 struct moem_engine_status {
 	char backend[32], backend_note[192];
-	char pool_provider[16], pool_why[192];
+	char pool_provider[16], pool_why[320];
 	uint64_t pool_bytes;
+	bool pool_pinned;	    /* every byte locked or pinned */
+	uint64_t pool_pinned_bytes; /* what the kernel says is */
 	char route[64], evict[64], prefetch[64], precision[64], paging[64];
 	uint64_t hbm_budget, hbm_used, dram_budget, dram_used;
 	uint64_t hbm_resident_hi, hbm_resident_lo, dram_ready;

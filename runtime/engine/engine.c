@@ -630,6 +630,8 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 		 moem_pool_provider_name(e->pool_info.provider));
 	snprintf(st->pool_why, sizeof(st->pool_why), "%s", e->pool_info.why);
 	st->pool_bytes = e->pool_info.size;
+	st->pool_pinned = e->pool_info.pinned;
+	st->pool_pinned_bytes = e->pool_info.pinned_bytes;
 	pthread_mutex_lock(&e->knob_lock);
 	moem_route_policy_format(&e->rp, st->route, sizeof(st->route));
 	snprintf(st->evict, sizeof(st->evict), "%s", e->evict_spec);

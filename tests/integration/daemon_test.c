@@ -676,6 +676,60 @@ TEST_F(d, configuration_errors)
 	shutdown_ok(_metadata, &self->m);
 }
 
+/*
+ * A daemon that may not lock memory (another uid, RLIMIT_MEMLOCK below the
+ * pool) serves, and says loudly that its pool is not pinned: in its log
+ * and in status (the bytes the kernel says are locked: none). With
+ * --require-pinned it refuses to start (78).
+ */
+TEST_F_TIMEOUT(d, not_pinned_as_non_root, 90)
+{
+	const uid_t nobody = 65534;
+	char run[600];
+	struct json_object *r;
+
+	if (geteuid())
+		SKIP(return, "needs root (to start moemd as another uid)");
+	snprintf(run, sizeof(run), "%s/run", self->dir);
+	ASSERT_EQ(0, mkdir(run, 0755));
+	ASSERT_EQ(0, chown(run, nobody, nobody));
+	ASSERT_EQ(0, chmod(self->dir, 0755));
+	{
+		const char *args[] = {"--pack",	      self->pack, "--backend", "cpu",	 "--pool",
+				      "thp",	      "--hbm",	  "30%",       "--dram", "60%",
+				      "--precisions", "bf16,q4",  NULL};
+
+		ASSERT_EQ(0, dmn_start_argv_as(&self->m, run, nobody, 64 << 10, args));
+	}
+	if (dmn_wait_ready(&self->m, 30000)) {
+		dmn_dump_log(&self->m);
+		ASSERT_TRUE(0);
+	}
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_FALSE(json_object_get_boolean(dmn_get(r, "pool.pinned")));
+	EXPECT_EQ(0u, dmn_u64(r, "pool.pinned_bytes"));
+	EXPECT_NE(NULL, strstr(dmn_str(r, "pool.why"), "NOT PINNED"))
+	TH_LOG("%s", dmn_str(r, "pool.why"));
+	EXPECT_EQ(NULL, strstr(dmn_str(r, "pool.why"), "using THP + mlock"));
+	json_object_put(r);
+	EXPECT_TRUE(dmn_log_has(&self->m, "is NOT PINNED"));
+	/* Runs still work on it. */
+	ASSERT_EQ(0, dmn_call(&self->m, "run", dmn_run_args("steps", "2", NULL), &r));
+	json_object_put(r);
+	shutdown_ok(_metadata, &self->m);
+	{
+		const char *args[] = {"--pack",		  self->pack, "--backend",    "cpu",
+				      "--pool",		  "thp",      "--hbm",	      "30%",
+				      "--dram",		  "60%",      "--precisions", "bf16,q4",
+				      "--require-pinned", NULL};
+
+		ASSERT_EQ(0, dmn_start_argv_as(&self->m, run, nobody, 64 << 10, args));
+	}
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 30000));
+	EXPECT_EQ(78, dmn_exit_code(&self->m));
+	EXPECT_TRUE(dmn_log_has(&self->m, "require-pinned refuses it"));
+}
+
 /* Everything the daemon told systemd on the NOTIFY_SOCKET, appended. */
 static void notify_read(int fd, char *buf, size_t len)
 {

@@ -58,6 +58,8 @@ static const struct option run_opts[] = {
 	{"trace-out", required_argument, NULL, 0},
 	{"trace-logits", no_argument, NULL, 0},
 	{"hotness", required_argument, NULL, 0},
+	{"mem-reserve", required_argument, NULL, 0},
+	{"require-pinned", no_argument, NULL, 0},
 	{"counts-out", required_argument, NULL, 0},
 	{"no-warmup", no_argument, NULL, 0},
 	{"config", required_argument, NULL, 0},
@@ -82,6 +84,7 @@ static void run_usage(FILE *f)
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
 		"                [--hotness engine|bpf] [--counts-out FILE]\n"
+		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
 		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
 		"A config file holds the same settings as 'name = value' lines.\n");
@@ -137,6 +140,8 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_STR("pack", a->ea.o.pack_path);
 	J_STR("backend", st->backend);
 	J_STR("pool", st->pool_provider);
+	json_object_object_add(o, "pool_pinned", json_object_new_boolean(st->pool_pinned));
+	J_U64("pool_pinned_bytes", st->pool_pinned_bytes);
 	J_STR("route", st->route);
 	J_STR("evict", st->evict);
 	J_STR("prefetch", st->prefetch);

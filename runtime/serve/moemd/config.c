@@ -23,10 +23,10 @@ static const struct {
 	const char *name;
 	bool flag;
 } daemon_opts[] = {
-	{"config", false},	    {"socket", false},	      {"log-level", false},
-	{"no-warmup", true},	    {"cold", true},	      {"sysfs-knobs", false},
-	{"trace-dir", false},	    {"workload-dir", false},  {"client-idle-timeout", false},
-	{"clients-per-uid", false}, {"require-pinned", true},
+	{"config", false},	    {"socket", false},	     {"log-level", false},
+	{"no-warmup", true},	    {"cold", true},	     {"sysfs-knobs", false},
+	{"trace-dir", false},	    {"workload-dir", false}, {"client-idle-timeout", false},
+	{"clients-per-uid", false},
 };
 
 void moemd_cfg_init(struct moemd_cfg *c)
@@ -127,8 +127,6 @@ static int cfg_set(struct moemd_cfg *c, const char *name, const char *v)
 		return moem_arg_bool(name, v, &c->cold);
 	if (!strcmp(name, "sysfs-knobs"))
 		return moem_arg_bool(name, v, &c->sysfs_knobs);
-	if (!strcmp(name, "require-pinned"))
-		return moem_arg_bool(name, v, &c->require_pinned);
 	if (!strcmp(name, "trace-dir"))
 		return set_dir(name, &c->trace_dir, v);
 	if (!strcmp(name, "workload-dir"))
@@ -160,7 +158,6 @@ static void usage(FILE *f)
 		"  --cold               destroy this pack's persistent region first\n"
 		"  --no-warmup          do not stage experts before serving\n"
 		"  --sysfs-knobs yes|no follow /sys/kernel/moem/budgets (default yes)\n"
-		"  --require-pinned     refuse to serve on a pool that is not pinned\n"
 		"what clients may do (Documentation/admin-guide.md, \"Security model\"):\n"
 		"  --trace-dir DIR      'trace on NAME' writes DIR/NAME (default: refused)\n"
 		"  --workload-dir DIR   'run' may read hidden:NAME, trace:NAME there (default: "
@@ -174,6 +171,8 @@ static void usage(FILE *f)
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
 		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
+		"  --mem-reserve SIZE|PCT%% memory left to the machine (default 1/16 of RAM)\n"
+		"  --require-pinned     refuse to serve on a pool that is not pinned\n"
 		"default workload of 'run' requests:\n"
 		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed "
 		"S\n"
@@ -428,7 +427,8 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");
 	RESTART_IF(str_differs(n.socket, o->socket), "socket");
 	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
-	RESTART_IF(n.require_pinned != o->require_pinned, "require-pinned");
+	RESTART_IF(a->pool.require_pinned != b->pool.require_pinned, "require-pinned");
+	RESTART_IF(a->pool.mem_reserve != b->pool.mem_reserve, "mem-reserve");
 #undef RESTART_IF
 	if (moemd_state_get(d) == MOEMD_READY &&
 	    (str_differs(a->trace_out, b->trace_out) || a->trace_logits != b->trace_logits)) {

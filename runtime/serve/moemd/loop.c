@@ -76,7 +76,7 @@ static void opened(struct moemd *d, struct moemd_job *j)
 		 * again: do not ask for a restart. A missing device or memory
 		 * may come back. */
 		bool config = j->ret == -EEXIST || j->ret == -EINVAL || j->ret == -ERANGE ||
-			      j->ret == -ENOENT;
+			      j->ret == -ENOENT || j->ret == -EPERM;
 
 		moem_err("cannot serve %s: %s", d->cfg.ea.o.pack_path, j->err);
 		moemd_begin_exit(d, config ? MOEMD_EXIT_CONFIG : MOEMD_EXIT_FAIL,
@@ -90,6 +90,11 @@ static void opened(struct moemd *d, struct moemd_job *j)
 	ret = moemd_sysfs_start(d);
 	if (ret)
 		moem_warn("%s", moem_strerror(ret));
+	if (!st.pool_pinned)
+		moem_warn("the %s pool is NOT PINNED (%llu of %llu bytes locked): staged experts "
+			  "may be swapped out; %s (require-pinned refuses this)",
+			  st.pool_provider, (unsigned long long)st.pool_pinned_bytes,
+			  (unsigned long long)st.pool_bytes, st.pool_why);
 	if (strcmp(st.pool_provider, "kmod"))
 		moem_info("warm restart: not available: the %s pool dies with this process (load "
 			  "moem.ko for a persistent region)",

@@ -67,7 +67,6 @@ struct moemd_cfg {
 	char *workload_dir;	  /* run's hidden:NAME / trace:NAME are read here */
 	uint32_t idle_timeout_ms; /* 0: never close an idle client */
 	uint32_t clients_per_uid; /* 0: no per-uid limit */
-	bool require_pinned;	  /* refuse to serve on an unpinned pool */
 };
 
 enum moemd_job_kind { JOB_OPEN, JOB_RUN, JOB_VERIFY };

@@ -144,6 +144,8 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "provider", STR(st.pool_provider));
 	ADD(o, "why", STR(st.pool_why));
 	ADD(o, "bytes", U64(st.pool_bytes));
+	ADD(o, "pinned", BOOL(st.pool_pinned));
+	ADD(o, "pinned_bytes", U64(st.pool_pinned_bytes));
 	ADD(o, "region", STR(st.pool_region));
 	ADD(o, "persistent", BOOL(st.pool_persistent));
 	ADD(o, "warm", BOOL(st.warm));
