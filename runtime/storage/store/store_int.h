@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 struct json_object;
 
@@ -24,6 +25,9 @@ struct json_object;
  * cannot be opened or read; what names the file in messages.
  */
 int moem_store_read_file(const char *path, uint64_t max, char **buf, size_t *len);
+/* Open a regular file for reading without blocking on a FIFO (or a
+ * device): the fd, with *st, or -errno with a message saying what path is. */
+int moem_store_open_regular(const char *path, struct stat *st);
 
 /*
  * Parse buf[0, len) as exactly one JSON value (trailing whitespace only,
@@ -31,7 +35,7 @@ int moem_store_read_file(const char *path, uint64_t max, char **buf, size_t *len
  * message "<what>: ..." that says where parsing stopped.
  */
 int moem_store_json_parse(const char *buf, size_t len, int depth, const char *what,
-		     struct json_object **out);
+			  struct json_object **out);
 
 /*
  * Field getters on a JSON object. A field that is absent or null gives
@@ -40,15 +44,15 @@ int moem_store_json_parse(const char *buf, size_t len, int depth, const char *wh
  * wrong type or range gives -EINVAL naming it.
  */
 int moem_store_json_u32(struct json_object *o, const char *key, bool required, const char *what,
-		   uint32_t *out);
+			uint32_t *out);
 int moem_store_json_u64(struct json_object *o, const char *key, bool required, const char *what,
-		   uint64_t *out);
+			uint64_t *out);
 int moem_store_json_f64(struct json_object *o, const char *key, bool required, const char *what,
-		   double *out);
+			double *out);
 int moem_store_json_bool(struct json_object *o, const char *key, bool required, const char *what,
-		    bool *out);
+			 bool *out);
 int moem_store_json_str(struct json_object *o, const char *key, bool required, const char *what,
-		   const char **out);
+			const char **out);
 
 /* A non-negative JSON integer as u64 (shape entries, offsets). */
 int moem_store_json_as_u64(struct json_object *v, uint64_t *out);
@@ -71,7 +75,7 @@ int moem_store_config_check(const struct moem_model_config *c);
 struct moem_tensor_spec;
 /* moem_arch_tensors(), optionally without the FFN (expert/shared/dense) matrices. */
 int moem_store_arch_tensors(const struct moem_model_config *c, bool with_ffn,
-		       struct moem_tensor_spec **out, size_t *n);
+			    struct moem_tensor_spec **out, size_t *n);
 
 /* Online CPUs, clamped to [1, 16]: the default worker count. */
 uint32_t moem_store_default_threads(void);
