@@ -515,7 +515,20 @@ TEST_F_TIMEOUT(d, budgets_change_during_a_run, 180)
 		EXPECT_TRUE(json_object_get_boolean(dmn_get(r, "run.active")));
 		EXPECT_EQ(want, dmn_u64(r, "budgets.dram_bytes"));
 		json_object_put(r);
-		dmn_sleep_ms(50); /* let some steps run under each budget */
+		/* Some steps run under each budget. */
+		{
+			uint64_t s0, s;
+
+			ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+			s0 = s = dmn_u64(r, "run.steps_done");
+			json_object_put(r);
+			for (uint64_t end = dmn_ms() + 30000; s < s0 + 3 && dmn_ms() < end;
+			     dmn_sleep_ms(2)) {
+				ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+				s = dmn_u64(r, "run.steps_done");
+				json_object_put(r);
+			}
+		}
 	}
 	ASSERT_EQ(0, dmn_call(&self->m, "stop-run", NULL, &r));
 	EXPECT_TRUE(json_object_get_boolean(dmn_get(r, "stopping")));
@@ -769,18 +782,23 @@ TEST_F_TIMEOUT(d, systemd_notify_and_watchdog, 60)
 	unsetenv("NOTIFY_SOCKET");
 	unsetenv("WATCHDOG_USEC");
 	ASSERT_EQ(0, dmn_wait_ready(&self->m, 30000));
-	/* Serving: READY=1 once, then WATCHDOG=1 about every 100 ms. */
-	dmn_sleep_ms(700);
-	notify_read(fd, msgs, sizeof(msgs));
+	/* Serving: READY=1 once, then WATCHDOG=1 about every 100 ms: wait
+	 * for three of them (a generous deadline for a busy machine). */
+	for (uint64_t end = dmn_ms() + 20000; watchdogs < 3 && dmn_ms() < end; dmn_sleep_ms(20)) {
+		notify_read(fd, msgs, sizeof(msgs));
+		watchdogs = 0;
+		for (p = msgs; (p = strstr(p, "WATCHDOG=1")); p++)
+			watchdogs++;
+	}
 	EXPECT_NE(NULL, strstr(msgs, "READY=1")) TH_LOG("%s", msgs);
 	EXPECT_NE(NULL, strstr(msgs, "STATUS=serving")) TH_LOG("%s", msgs);
-	for (p = msgs; (p = strstr(p, "WATCHDOG=1")); p++)
-		watchdogs++;
 	EXPECT_GE(watchdogs, 3) TH_LOG("%s", msgs);
 	EXPECT_TRUE(dmn_log_has(&self->m, "systemd watchdog"));
 	/* Reload says so; stopping says so. */
 	dmn_kill(&self->m, SIGHUP);
-	dmn_sleep_ms(200);
+	for (uint64_t end = dmn_ms() + 20000; !strstr(msgs, "RELOADING=1") && dmn_ms() < end;
+	     dmn_sleep_ms(10))
+		notify_read(fd, msgs, sizeof(msgs));
 	ASSERT_EQ(0, dmn_call(&self->m, "shutdown", NULL, &r));
 	json_object_put(r);
 	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
