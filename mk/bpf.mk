@@ -62,7 +62,7 @@ $(O)/kselftest/bpf_pool_watch: tests/integration/bpf_pool_watch.c $(LIB)
 	$(Q)$(CC) $(CPPFLAGS) $(KSFT_CFLAGS) -o $@ $< $(LIB) -l:libbpf.a -l:libelf.a -l:libz.a \
 		-lpthread
 else
-$(info moem: BPF tracing not built (missing: $(BPF_MISSING)))
+$(call config_note,BPF tracing not built (missing: $(BPF_MISSING)))
 $(O)/runtime/observe/bpf/%.o: CPPFLAGS += -DMOEM_NO_BPF -Ibpf
 endif
 
