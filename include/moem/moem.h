@@ -40,5 +40,6 @@
 #include "engine_args.h"
 #include "bpf.h"
 #include "ctl.h"
+#include "version.h"
 
 #endif /* MOEM_MOEM_H */

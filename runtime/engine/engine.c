@@ -33,8 +33,11 @@ int moem_engine_pack_bytes(const char *pack_path, enum moem_prec p, uint64_t *by
 		return ret;
 	c = moem_pack_config(pack);
 	ret = moem_expert_layout(p, c->hidden, c->moe_inter, &l);
+	/* As the HBM arena holds them (64 KiB slots): 100% is what the whole
+	 * model takes there, the budget an engine uses when given none. */
 	if (!ret)
-		*bytes = (uint64_t)moem_n_moe_layers(c) * c->n_experts * l.bytes;
+		*bytes = (uint64_t)moem_n_moe_layers(c) * c->n_experts *
+			 moem_align_up(l.bytes, 65536);
 	moem_pack_close(pack);
 	return ret;
 }

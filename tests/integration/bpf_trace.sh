@@ -109,7 +109,7 @@ else
 fi
 
 # --- a synthetic model -----------------------------------------------------
-"$M" mkmodel --out "$tmp/model" --layers 4 --experts 16 --topk 4 --hidden 256 \
+"$M" mkmodel --out "$tmp/model" --layers 4 --experts 16 --top-k 4 --hidden 256 \
 	--moe-intermediate 128 --seed 7 >/dev/null || fail "mkmodel"
 "$M" pack --model "$tmp/model" --out "$tmp/m.moem" --precisions bf16,q4 --quiet \
 	>/dev/null 2>&1 || fail "pack"

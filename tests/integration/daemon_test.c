@@ -165,6 +165,30 @@ TEST_F(d, protocol_round_trips)
 	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
 	EXPECT_EQ(614400u, dmn_u64(r, "tiers.hbm_budget")); /* idle: applied at once */
 	json_object_put(r);
+	/* A percentage, as on the command line: of the served expert bytes
+	 * (here bf16 + q4); 100% is the whole model, as is 0 (no limit). */
+	{
+		uint64_t bf16, q4, whole, want;
+
+		ASSERT_EQ(0, moem_engine_pack_bytes(self->pack, MOEM_PREC_BF16, &bf16));
+		ASSERT_EQ(0, moem_engine_pack_bytes(self->pack, MOEM_PREC_Q4, &q4));
+		whole = bf16 + q4;
+		ASSERT_EQ(0, moem_parse_size("45%", &whole, &want));
+		ASSERT_EQ(0, dmn_call(&self->m, "set",
+				      dmn_args("knob", "hbm_bytes", "value", "45%", NULL), &r))
+		TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(want, dmn_u64(r, "value"));
+		json_object_put(r);
+		ASSERT_EQ(0, dmn_call(&self->m, "set",
+				      dmn_args("knob", "hbm_bytes", "value", "0", NULL), &r));
+		json_object_put(r);
+		ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+		EXPECT_EQ(whole, dmn_u64(r, "tiers.hbm_budget"));
+		json_object_put(r);
+		ASSERT_EQ(0, dmn_call(&self->m, "set",
+				      dmn_args("knob", "hbm_bytes", "value", "600K", NULL), &r));
+		json_object_put(r);
+	}
 	ASSERT_EQ(0, dmn_call(&self->m, "set",
 			      dmn_args("knob", "prefetch_depth", "value", "3", NULL), &r));
 	json_object_put(r);

@@ -257,13 +257,20 @@ TEST(engine_args)
 	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "link-gbps", "0"));
 	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "pool", "nvram"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "hbm", "12M"));
+	/* 0 means what the knob's 0 means: no limit, the whole model. */
 	EXPECT_EQ(0, moem_engine_args_set(&a, "dram", "0"));
+	EXPECT_EQ(0, moem_engine_args_resolve(&a)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0u, a.o.dram_budget);
+	EXPECT_EQ(0, moem_engine_args_set(&a, "mem-reserve", "lots"));
 	EXPECT_EQ(-EINVAL, moem_engine_args_resolve(&a));
-	EXPECT_NE(NULL, strstr(moem_last_error(), "must hold one expert"));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "mem-reserve"));
+	EXPECT_EQ(0, moem_engine_args_set(&a, "mem-reserve", "512M"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "dram", "1G"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "precisions", "q4,q2"));
 	ASSERT_EQ(0, moem_engine_args_resolve(&a));
 	EXPECT_EQ(12u << 20, a.o.hbm_budget);
+	EXPECT_EQ(512u << 20, a.o.pool.mem_reserve);
+	EXPECT_TRUE(a.o.pool.fit);
 	EXPECT_EQ(MOEM_PREC_Q4, a.o.hi);
 	EXPECT_EQ(MOEM_PREC_Q2, a.o.lo);
 	EXPECT_TRUE(a.o.two_prec);

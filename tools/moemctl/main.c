@@ -15,6 +15,7 @@
 #include <moem/dev.h>
 #include <moem/error.h>
 #include <moem/util.h>
+#include <moem/version.h>
 
 #include "moemctl.h"
 
@@ -208,6 +209,11 @@ static int set_kernel(const char *via, const char *knob, const char *value)
 	int ret, fd;
 
 	ret = moem_budget_lookup(knob, &k);
+	if (!ret && strchr(value, '%'))
+		ret = moem_errf(EINVAL,
+				"%s %s: moem.ko does not know the pack, so it takes bytes; a "
+				"percentage goes through moemd (moemctl set %s %s)",
+				knob, value, knob, value);
 	if (!ret)
 		ret = moem_budget_parse(k, value, &v);
 	if (ret)
@@ -414,7 +420,8 @@ static const struct {
 	{"status", cmd_status, "", "pool, tiers, hit rates, stalls, policies, budgets, run"},
 	{"get", cmd_get, "[KNOB]", "budget knobs in force"},
 	{"set", cmd_set, "[--via socket|ioctl|sysfs] KNOB VALUE",
-	 "change a knob (hbm_bytes, dram_bytes, hi_precision_permille, prefetch_depth, reroute)"},
+	 "change a knob (hbm_bytes, dram_bytes: bytes, 12G, or 40% of the expert bytes;\n"
+	 "      hi_precision_permille, prefetch_depth, reroute)"},
 	{"run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
 	 "submit a workload and show its result"},
 	{"stop-run", cmd_stop_run, "", "end the run in progress after its current step"},
@@ -428,11 +435,13 @@ static const struct {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: moemctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n\n");
+	fprintf(f, "usage: moemctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n"
+		   "Talk to moemd over its control socket, and to moem.ko's budget knobs.\n\n");
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(commands); i++)
 		fprintf(f, "  %s %s\n      %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
 	fprintf(f, "\nThe socket defaults to %s (or $MOEMD_SOCKET).\n", MOEM_CTL_SOCKET);
+	fprintf(f, "  --version   the version of moemctl and its protocol\n");
 }
 
 int main(int argc, char **argv)
@@ -442,12 +451,13 @@ int main(int argc, char **argv)
 		{"json", no_argument, NULL, 'j'},
 		{"timeout", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{0},
 	};
 	int ch;
 
 	g.socket = getenv("MOEMD_SOCKET");
-	while ((ch = getopt_long(argc, argv, "+s:jt:h", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "+s:jt:hV", opts, NULL)) != -1) {
 		switch (ch) {
 		case 's':
 			g.socket = optarg;
@@ -464,6 +474,10 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("moemctl %s (control protocol %d.%d)\n", MOEM_VERSION,
+			       MOEM_CTL_VERSION_MAJOR, MOEM_CTL_VERSION_MINOR);
 			return 0;
 		default:
 			usage(stderr);

@@ -321,11 +321,9 @@ static int resolve_size(const char *name, const char *s, const uint64_t *expert_
 {
 	int ret = moem_parse_size(s, expert_bytes, out);
 
+	/* 0, as for the knobs: no limit, the whole model. */
 	if (ret)
 		return moem_err_prefix(-ret, "%s", name);
-	if (!*out)
-		return moem_errf(EINVAL, "%s 0: the %s budget must hold one expert", name,
-				 !strcmp(name, "hbm") ? "HBM" : "DRAM");
 	return 0;
 }
 

@@ -144,6 +144,26 @@ static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	moemd_client_send(d, c, r);
 }
 
+/* hbm_bytes / dram_bytes given as a percentage: of the pack's expert
+ * bytes in the precisions served, as on the command line. */
+static int budget_pct(struct moemd *d, enum moem_budget_knob k, const char *val, uint64_t *v)
+{
+	const struct moem_engine_opts *o = &d->cfg.ea.o;
+	uint64_t total = 0, b;
+	int ret;
+
+	for (int p = 0; p < (o->two_prec ? 2 : 1); p++) {
+		ret = moem_engine_pack_bytes(o->pack_path, p ? o->lo : o->hi, &b);
+		if (ret)
+			return ret;
+		total += b;
+	}
+	ret = moem_parse_size(val, &total, v);
+	if (ret)
+		return moem_err_prefix(-ret, "%s", moem_budget_name(k));
+	return moem_budget_validate(k, *v);
+}
+
 static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
 {
 	enum moem_budget_knob k;
@@ -168,7 +188,9 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 		if (ret == -ENOENT)
 			ret = moem_errf(EINVAL, "set %s: no \"value\"", name);
 	}
-	if (!ret)
+	if (!ret && (k == MOEM_BUDGET_HBM_BYTES || k == MOEM_BUDGET_DRAM_BYTES) && strchr(val, '%'))
+		ret = budget_pct(d, k, val, &v);
+	else if (!ret)
 		ret = moem_budget_parse(k, val, &v);
 	if (!ret)
 		ret = moem_engine_set_knob(d->e, k, v);

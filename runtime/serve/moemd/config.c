@@ -158,7 +158,7 @@ static void usage(FILE *f)
 		"  --cold               destroy this pack's persistent region first\n"
 		"  --no-warmup          do not stage experts before serving\n"
 		"  --sysfs-knobs yes|no follow /sys/kernel/moem/budgets (default yes)\n"
-		"what clients may do (Documentation/admin-guide.md, \"Security model\"):\n"
+		"what clients may do (admin guide, Security model):\n"
 		"  --trace-dir DIR      'trace on NAME' writes DIR/NAME (default: refused)\n"
 		"  --workload-dir DIR   'run' may read hidden:NAME, trace:NAME there (default: "
 		"refused)\n"

@@ -27,8 +27,9 @@
 #include <moem/engine_args.h>
 #include <moem/log.h>
 #include <moem/progress.h>
+#include <moem/version.h>
 
-#define MOEMD_VERSION "0.1.0"
+#define MOEMD_VERSION MOEM_VERSION
 
 /* Exit statuses (Documentation/admin-guide.md, "moemd exit status"). */
 #define MOEMD_EXIT_OK	  0
