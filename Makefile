@@ -62,6 +62,19 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(O)/%.o)
 # Extra objects (the embedded CUDA fatbin, BPF skeleton users) from mk/*.mk.
 LIB_EXTRA_OBJS :=
 
+# Static programs for the test guest (mk/kmod.mk, mk/integration.mk,
+# mk/bpf.mk) cannot carry the sanitizers' runtime: under SAN=1 they link
+# objects and a libmoem built without sanitizers, under $(O)/nosan/
+# (GUEST_O, GUEST_LIB); otherwise the normal ones.
+ifeq ($(SAN),1)
+GUEST_O		:= $(O)/nosan
+GUEST_LIB	:= $(O)/nosan/libmoem.a
+else
+GUEST_O		:= $(O)
+GUEST_LIB	:= $(LIB)
+endif
+guest_objs = $(patsubst %.c,$(GUEST_O)/%.o,$(1))
+
 # Programs: tools/<prog>/*.c -> $(O)/bin/<prog>; moemd from runtime/serve/moemd.
 TOOL_DIRS := $(patsubst tools/%/,%,$(sort $(dir $(wildcard tools/*/*.c))))
 PROGS	:= $(TOOL_DIRS:%=$(O)/bin/%)
@@ -112,6 +125,30 @@ $(LIB): $(LIB_OBJS) $(LIB_EXTRA_OBJS) $(BUILD_CONFIG)
 	$(Q)rm -f $@
 	$(Q)$(LD) -r -o $(O)/libmoem.check.o $(filter %.o,$^) && rm -f $(O)/libmoem.check.o
 	$(Q)$(AR) rcs $@ $(filter %.o,$^)
+
+ifeq ($(SAN),1)
+NOSAN_CFLAGS = $(filter-out -fsanitize=% -fno-sanitize-recover=%,$(CFLAGS))
+$(O)/nosan/%.o: %.c $(BUILD_CONFIG)
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(NOSAN_CFLAGS) -c -o $@ $<
+
+# The same per-directory flags as mk/backend.mk gives the instrumented ones.
+$(O)/nosan/runtime/compute/%.o: CFLAGS += -ffp-contract=off
+$(O)/nosan/runtime/compute/cpu/%.o: CFLAGS += -O3
+
+$(O)/nosan/cuda/fatbins.o: $(O)/cuda/fatbins.o
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(NOSAN_CFLAGS) -Wno-missing-prototypes -c -o $@ $(O)/cuda/fatbins.c
+
+NOSAN_OBJS := $(call guest_objs,$(LIB_SRCS)) \
+	      $(patsubst $(O)/cuda/fatbins.o,$(O)/nosan/cuda/fatbins.o,$(LIB_EXTRA_OBJS))
+$(GUEST_LIB): $(NOSAN_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@
+	$(Q)$(AR) rcs $@ $^
+endif
 
 # Each program links its own objects, libmoem and per-program libraries
 # (<prog>_LDLIBS from mk/*.mk).
