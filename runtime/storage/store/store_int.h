@@ -72,6 +72,13 @@ struct moem_model_config;
  */
 int moem_store_config_check(const struct moem_model_config *c);
 
+/*
+ * eos_token_id of a config.json or generation_config.json object (what
+ * names the file): an id or a list of ids into c->eos, null for none.
+ * -ENOENT when absent (c unchanged), -EINVAL with a message when malformed.
+ */
+int moem_store_parse_eos(struct json_object *o, const char *what, struct moem_model_config *c);
+
 struct moem_tensor_spec;
 /* moem_arch_tensors(), optionally without the FFN (expert/shared/dense) matrices. */
 int moem_store_arch_tensors(const struct moem_model_config *c, bool with_ffn,
