@@ -447,12 +447,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"json", no_argument, NULL, 'j'},
-		{"timeout", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{0},
+		{"socket", required_argument, NULL, 's'},  {"json", no_argument, NULL, 'j'},
+		{"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},	   {0},
 	};
 	int ch;
 

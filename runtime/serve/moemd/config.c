@@ -177,7 +177,7 @@ static void usage(FILE *f)
 		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed "
 		"S\n"
 		"  --version, --help\n",
-		MOEM_CTL_SOCKET, MOEMD_IDLE_MS / 1000, MOEMD_PER_UID);
+		MOEM_CTL_SOCKET, (unsigned int)(MOEMD_IDLE_MS / 1000), (unsigned int)MOEMD_PER_UID);
 }
 
 /* Long options: the engine's, the daemon's, help and version. */
