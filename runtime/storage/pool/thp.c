@@ -78,7 +78,7 @@ int moem_pool_thp_open(const struct moem_pool_opts *in, struct moem_pool *pool)
 		 "smaps: %llu of %llu MiB in transparent huge pages, %s",
 		 (unsigned long long)(pool->info.huge_bytes >> 20),
 		 (unsigned long long)(opts->size >> 20),
-		 locked	    ? "mlocked"
+		 locked	    ? "mlock() succeeded"
 		 : lock_err ? "NOT locked (mlock refused)"
 			    : "not locked");
 	if (!locked && lock_err == ENOMEM && !getrlimit(RLIMIT_MEMLOCK, &rl) &&
@@ -94,5 +94,13 @@ int moem_pool_thp_open(const struct moem_pool_opts *in, struct moem_pool *pool)
 			 strerror(lock_err));
 	else if (!locked)
 		snprintf(pool->info.why, sizeof(pool->info.why), "NOT PINNED: not locked (asked)");
+	else if (!pool->info.pinned)
+		/* mlock() said yes, the kernel says otherwise (a sanitizer's
+		 * interceptor returns 0 without locking): believe the kernel. */
+		snprintf(pool->info.why, sizeof(pool->info.why),
+			 "NOT PINNED: mlock returned success but the kernel reports %llu of %llu "
+			 "MiB locked",
+			 (unsigned long long)(pool->info.pinned_bytes >> 20),
+			 (unsigned long long)(opts->size >> 20));
 	return 0;
 }
