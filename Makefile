@@ -127,27 +127,13 @@ $(LIB): $(LIB_OBJS) $(LIB_EXTRA_OBJS) $(BUILD_CONFIG)
 	$(Q)$(AR) rcs $@ $(filter %.o,$^)
 
 ifeq ($(SAN),1)
-NOSAN_CFLAGS = $(filter-out -fsanitize=% -fno-sanitize-recover=%,$(CFLAGS))
-$(O)/nosan/%.o: %.c $(BUILD_CONFIG)
-	$(call msg,CC,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(NOSAN_CFLAGS) -c -o $@ $<
-
-# The same per-directory flags as mk/backend.mk gives the instrumented ones.
-$(O)/nosan/runtime/compute/%.o: CFLAGS += -ffp-contract=off
-$(O)/nosan/runtime/compute/cpu/%.o: CFLAGS += -O3
-
-$(O)/nosan/cuda/fatbins.o: $(O)/cuda/fatbins.o
-	$(call msg,CC,$@)
-	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(NOSAN_CFLAGS) -Wno-missing-prototypes -c -o $@ $(O)/cuda/fatbins.c
-
-NOSAN_OBJS := $(call guest_objs,$(LIB_SRCS)) \
-	      $(patsubst $(O)/cuda/fatbins.o,$(O)/nosan/cuda/fatbins.o,$(LIB_EXTRA_OBJS))
-$(GUEST_LIB): $(NOSAN_OBJS)
-	$(call msg,AR,$@)
-	$(Q)rm -f $@
-	$(Q)$(AR) rcs $@ $^
+# A make of its own builds them, with every per-directory flag mk/*.mk
+# gives (-mavx2 for the AVX2 kernels, ...), SAN=0 and no CUDA kernels
+# (the guest has no GPU).
+GUEST_PROG_OBJS := $(call guest_objs,$(wildcard runtime/serve/moemd/*.c tools/moemctl/*.c))
+.PHONY: nosan-force
+$(GUEST_LIB) $(GUEST_PROG_OBJS) &: nosan-force
+	$(Q)$(MAKE) --no-print-directory O=$(GUEST_O) SAN=0 NVCC= $(GUEST_LIB) $(GUEST_PROG_OBJS)
 endif
 
 # Each program links its own objects, libmoem and per-program libraries

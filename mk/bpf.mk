@@ -48,10 +48,9 @@ $(BPF_OUT)/%.skel.h: $(BPF_OUT)/%.bpf.o
 
 .SECONDARY: $(BPF_NAMES:%=$(BPF_OUT)/%.bpf.o)
 
-$(O)/runtime/observe/bpf/%.o $(O)/nosan/runtime/observe/bpf/%.o: CPPFLAGS += -I$(BPF_OUT) -Ibpf
-$(O)/runtime/observe/bpf/route.o $(O)/nosan/runtime/observe/bpf/route.o: \
-	$(BPF_OUT)/moem_route.skel.h
-$(O)/runtime/observe/bpf/pool.o $(O)/nosan/runtime/observe/bpf/pool.o: $(BPF_OUT)/moem_pool.skel.h
+$(O)/runtime/observe/bpf/%.o: CPPFLAGS += -I$(BPF_OUT) -Ibpf
+$(O)/runtime/observe/bpf/route.o: $(BPF_OUT)/moem_route.skel.h
+$(O)/runtime/observe/bpf/pool.o: $(BPF_OUT)/moem_pool.skel.h
 LDLIBS		+= -lbpf -lelf -lz
 
 # The guest test (make test-kmod): the pool tracer watching the kselftest
@@ -64,7 +63,7 @@ $(O)/kselftest/bpf_pool_watch: tests/integration/bpf_pool_watch.c $(GUEST_LIB)
 		-lpthread
 else
 $(call config_note,BPF tracing not built (missing: $(BPF_MISSING)))
-$(O)/runtime/observe/bpf/%.o $(O)/nosan/runtime/observe/bpf/%.o: CPPFLAGS += -DMOEM_NO_BPF -Ibpf
+$(O)/runtime/observe/bpf/%.o: CPPFLAGS += -DMOEM_NO_BPF -Ibpf
 endif
 
 .PHONY: bpf
