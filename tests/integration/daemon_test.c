@@ -872,6 +872,9 @@ TEST_F_TIMEOUT(d, fatal_device_error_exits_75, 120)
 	free(old);
 	ASSERT_EQ(0, ret);
 	if (dmn_wait_ready(&self->m, 60000)) {
+		/* A build without nvcc has no kernels for the emulator to run. */
+		if (dmn_log_has(&self->m, "built without CUDA kernels"))
+			SKIP(return, "libmoem was built without CUDA kernels (no nvcc)");
 		dmn_dump_log(&self->m);
 		ASSERT_TRUE(0);
 	}
