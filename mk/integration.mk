@@ -50,7 +50,16 @@ GUEST_CFLAGS	:= $(filter-out -fsanitize=% -fno-sanitize-recover=% -fPIC,$(CFLAGS
 		   -Wno-sign-compare -Wno-misleading-indentation
 GUEST_LDLIBS	:= $(LDLIBS)
 
-$(O)/guest-daemon/moemd: $(call guest_objs,$(wildcard runtime/serve/moemd/*.c)) $(GUEST_LIB)
+# Without the HTTP listener (tests/integration/guest/moemd_nohttp.c says why).
+GUEST_MOEMD_OBJS := $(patsubst %.c,$(GUEST_O)/%.o,$(filter-out $(MOEMD_HTTP_SRCS),\
+		    $(wildcard runtime/serve/moemd/*.c))) $(O)/guest-daemon/obj/moemd_nohttp.o
+
+$(O)/guest-daemon/obj/moemd_nohttp.o: tests/integration/guest/moemd_nohttp.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) -Iruntime/serve/moemd $(GUEST_CFLAGS) -c -o $@ $<
+
+$(O)/guest-daemon/moemd: $(GUEST_MOEMD_OBJS) $(GUEST_LIB)
 	$(call msg,LDSTATIC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(GUEST_CFLAGS) -o $@ $(filter %.o,$^) $(GUEST_LIB) $(GUEST_LDLIBS) 2>$@.ldlog || \

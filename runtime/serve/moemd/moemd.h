@@ -28,6 +28,9 @@
 #include <moem/log.h>
 #include <moem/progress.h>
 #include <moem/version.h>
+#include <moem/sched.h>
+
+#include "serve.h"
 
 #define MOEMD_VERSION MOEM_VERSION
 
@@ -60,14 +63,16 @@ struct moemd_cfg {
 	char *config; /* the config file, or NULL */
 	enum moem_log_level log_level;
 	bool no_warmup;
-	bool cold;	   /* destroy the region first: no warm restart */
-	bool sysfs_knobs;  /* follow /sys/kernel/moem/budgets (default yes) */
-	bool region_given; /* region came from the user, not the pack id */
+	bool cold;		      /* destroy the region first: no warm restart */
+	bool sysfs_knobs;	      /* follow /sys/kernel/moem/budgets (default yes) */
+	bool region_given;	      /* region came from the user, not the pack id */
 	/* Where clients may name files (NULL: nowhere), and admission. */
 	char *trace_dir;	  /* trace on NAME writes here */
 	char *workload_dir;	  /* run's hidden:NAME / trace:NAME are read here */
 	uint32_t idle_timeout_ms; /* 0: never close an idle client */
 	uint32_t clients_per_uid; /* 0: no per-uid limit */
+	struct moemd_http_cfg http;   /* the OpenAI API (serve.h) */
+	struct moem_sched_opts sched; /* continuous batching */
 };
 
 enum moemd_job_kind { JOB_OPEN, JOB_RUN, JOB_VERIFY };
@@ -136,6 +141,9 @@ struct moemd {
 	bool watchdog_started;
 	uint64_t watchdog_usec;
 	int watchdog_efd;
+
+	/* the model server (serve.h) */
+	struct moemd_srv *srv;
 
 	/* kernel budgets */
 	struct moemd_sysfs *sysfs;
