@@ -63,14 +63,14 @@ struct moemd_cfg {
 	char *config; /* the config file, or NULL */
 	enum moem_log_level log_level;
 	bool no_warmup;
-	bool cold;		      /* destroy the region first: no warm restart */
-	bool sysfs_knobs;	      /* follow /sys/kernel/moem/budgets (default yes) */
-	bool region_given;	      /* region came from the user, not the pack id */
+	bool cold;	   /* destroy the region first: no warm restart */
+	bool sysfs_knobs;  /* follow /sys/kernel/moem/budgets (default yes) */
+	bool region_given; /* region came from the user, not the pack id */
 	/* Where clients may name files (NULL: nowhere), and admission. */
-	char *trace_dir;	  /* trace on NAME writes here */
-	char *workload_dir;	  /* run's hidden:NAME / trace:NAME are read here */
-	uint32_t idle_timeout_ms; /* 0: never close an idle client */
-	uint32_t clients_per_uid; /* 0: no per-uid limit */
+	char *trace_dir;	      /* trace on NAME writes here */
+	char *workload_dir;	      /* run's hidden:NAME / trace:NAME are read here */
+	uint32_t idle_timeout_ms;     /* 0: never close an idle client */
+	uint32_t clients_per_uid;     /* 0: no per-uid limit */
 	struct moemd_http_cfg http;   /* the OpenAI API (serve.h) */
 	struct moem_sched_opts sched; /* continuous batching */
 };
