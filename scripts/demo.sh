@@ -46,7 +46,7 @@ mkdir -p "$D"
 if [ ! -s "$PACK" ] || [ "$PACK" -ot "$B/bin/moem" ]; then
 	rm -rf "$D/model" "$PACK"
 	say "synthetic model, Qwen3-30B-A3B expert shapes, 4 layers x 32 experts, top-4"
-	"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --topk 4 --hidden 2048 \
+	"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --top-k 4 --hidden 2048 \
 		--moe-intermediate 768 --seed 1 --out "$D/model"
 	say "pack (bf16 + q4)"
 	"$B/bin/moem" pack --model "$D/model" --out "$PACK" --precisions bf16,q4
@@ -93,8 +93,9 @@ run() {
 		-v s="$(jget "$out" stall_share)" -v n="$(jget "$out" bytes_nvme)" \
 		-v c="$(jget "$out" bytes_h2d)" -v T="$(jget "$out" mean_T)" \
 		'BEGIN { printf "%-44s %9.1f %8.3f %7.1f%% %7.1f %10.1f %10.1f\n", l, t, h, s * 100, T,
-			 n / 1048576, c / 1048576 }' | tee -a "$ROWS"
+			 n / 1048576, c / 1048576 }' >>"$ROWS"
 	echo "$out" >>"$D/runs.jsonl"
+	say "ran: $label (the table is at the end)"
 }
 
 : >"$D/runs.jsonl"
@@ -126,6 +127,16 @@ echo "of the expert bytes (synthetic model and workload; results in $D/runs.json
 printf '%-44s %9s %8s %8s %7s %10s %10s\n' "policy family" "tokens/s" "hit rate" "stalls" \
 	"mean T" "NVMe MiB" "to HBM MiB"
 cat "$ROWS"
+cat <<'LEGEND'
+
+  tokens/s    tokens decoded per second (batch x steps / wall time)
+  hit rate    expert uses served from HBM without waiting
+  stalls      share of the run's time spent waiting for experts to arrive
+  mean T      distinct experts one MoE layer activates per step (a batch's
+              tokens share experts: T is what must be resident, at most E)
+  NVMe MiB    bytes read from the pack into DRAM during the run
+  to HBM MiB  bytes copied from DRAM into HBM during the run
+LEGEND
 
 # Last: moemd as a model server, and one chat request with curl.
 say "moemd serving the OpenAI API on 127.0.0.1 (any free port)"

@@ -45,6 +45,7 @@
 #include "decode.h"
 #include "bpf.h"
 #include "ctl.h"
+#include "version.h"
 #include "sched.h"
 #include "openai.h"
 

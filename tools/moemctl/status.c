@@ -108,6 +108,10 @@ void print_status(struct json_object *st)
 		if (jbool(p, "warm"))
 			printf(" (%llu staged versions adopted)",
 			       (unsigned long long)ju64(p, "adopted"));
+		if (jbool(p, "pinned"))
+			printf(", pinned");
+		else
+			printf(", NOT PINNED (%s locked)", bytes(ju64(p, "pinned_bytes"), b));
 		printf("\n          %s\n", jstr(p, "why"));
 	}
 	if (jbool(k, "loaded"))

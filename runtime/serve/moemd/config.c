@@ -29,6 +29,11 @@ static const struct {
 	{"no-warmup", true},
 	{"cold", true},
 	{"sysfs-knobs", false},
+	/* what control-socket clients may do */
+	{"trace-dir", false},
+	{"workload-dir", false},
+	{"client-idle-timeout", false},
+	{"clients-per-uid", false},
 	/* the model server (http_cfg.c) */
 	{"listen", false},
 	{"api-key", false},
@@ -53,6 +58,8 @@ void moemd_cfg_init(struct moemd_cfg *c)
 	c->ea.o.pool.persistent = true;
 	c->log_level = MOEM_LOG_INFO;
 	c->sysfs_knobs = true;
+	c->idle_timeout_ms = MOEMD_IDLE_MS;
+	c->clients_per_uid = MOEMD_PER_UID;
 	moemd_http_cfg_init(&c->http);
 	moem_sched_opts_default(&c->sched);
 }
@@ -62,6 +69,8 @@ void moemd_cfg_free(struct moemd_cfg *c)
 	moem_engine_args_free(&c->ea);
 	free(c->socket);
 	free(c->config);
+	free(c->trace_dir);
+	free(c->workload_dir);
 	moemd_http_cfg_free(&c->http);
 	memset(c, 0, sizeof(*c));
 }
@@ -74,6 +83,49 @@ static int set_str(char **field, const char *v)
 		return -ENOMEM;
 	free(*field);
 	*field = s;
+	return 0;
+}
+
+/* A directory clients may name files in: absolute, so that it means the
+ * same whatever the daemon's working directory; "" or "none" unsets it. */
+static int set_dir(const char *name, char **field, const char *v)
+{
+	if (!*v || !strcmp(v, "none")) {
+		free(*field);
+		*field = NULL;
+		return 0;
+	}
+	if (v[0] != '/')
+		return moem_errf(EINVAL, "%s '%s': give an absolute directory", name, v);
+	return set_str(field, v);
+}
+
+/* Seconds (decimals allowed) as milliseconds; 0 = never. */
+static int set_seconds(const char *name, const char *v, uint32_t *ms)
+{
+	char *end;
+	double x;
+
+	errno = 0;
+	x = strtod(v, &end);
+	if (errno || end == v || *end || !(x >= 0 && x <= 86400))
+		return moem_errf(EINVAL, "%s '%s': want seconds in 0..86400 (0: never)", name, v);
+	*ms = (uint32_t)(x * 1000 + 0.5);
+	if (x > 0 && !*ms)
+		*ms = 1;
+	return 0;
+}
+
+static int set_count(const char *name, const char *v, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long x;
+
+	errno = 0;
+	x = strtoul(v, &end, 10);
+	if (errno || end == v || *end || *v == '-' || x > max)
+		return moem_errf(EINVAL, "%s '%s': want 0..%u (0: no limit)", name, v, max);
+	*out = (uint32_t)x;
 	return 0;
 }
 
@@ -99,6 +151,14 @@ static int cfg_set(struct moemd_cfg *c, const char *name, const char *v)
 		return moem_arg_bool(name, v, &c->cold);
 	if (!strcmp(name, "sysfs-knobs"))
 		return moem_arg_bool(name, v, &c->sysfs_knobs);
+	if (!strcmp(name, "trace-dir"))
+		return set_dir(name, &c->trace_dir, v);
+	if (!strcmp(name, "workload-dir"))
+		return set_dir(name, &c->workload_dir, v);
+	if (!strcmp(name, "client-idle-timeout"))
+		return set_seconds(name, v, &c->idle_timeout_ms);
+	if (!strcmp(name, "clients-per-uid"))
+		return set_count(name, v, MOEMD_MAX_CLIENTS, &c->clients_per_uid);
 	ret = moemd_http_cfg_set(&c->http, &c->sched, name, v);
 	if (ret != -ENOENT)
 		return ret;
@@ -125,6 +185,13 @@ static void usage(FILE *f)
 		"  --cold               destroy this pack's persistent region first\n"
 		"  --no-warmup          do not stage experts before serving\n"
 		"  --sysfs-knobs yes|no follow /sys/kernel/moem/budgets (default yes)\n"
+		"what clients may do (admin guide, Security model):\n"
+		"  --trace-dir DIR      'trace on NAME' writes DIR/NAME (default: refused)\n"
+		"  --workload-dir DIR   'run' may read hidden:NAME, trace:NAME there (default: "
+		"refused)\n"
+		"  --client-idle-timeout S  close a client silent for S seconds (default %u, 0: "
+		"never)\n"
+		"  --clients-per-uid N  connections one uid may hold (default %u, 0: no limit)\n"
 		"OpenAI-compatible HTTP API:\n"
 		"  --listen ADDR:PORT   (default %s; 'none': off)\n"
 		"  --api-key KEY | --api-key-file FILE   require 'Authorization: Bearer KEY'\n"
@@ -138,11 +205,14 @@ static void usage(FILE *f)
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
 		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
+		"  --mem-reserve SIZE|PCT%% memory left to the machine (default 1/16 of RAM)\n"
+		"  --require-pinned     refuse to serve on a pool that is not pinned\n"
 		"default workload of 'run' requests:\n"
 		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed "
 		"S\n"
 		"  --version, --help\n",
-		MOEM_CTL_SOCKET, MOEMD_HTTP_DEFAULT_LISTEN);
+		MOEM_CTL_SOCKET, (unsigned int)(MOEMD_IDLE_MS / 1000), (unsigned int)MOEMD_PER_UID,
+		MOEMD_HTTP_DEFAULT_LISTEN);
 }
 
 /* Long options: the engine's, the daemon's, help and version. */
@@ -425,6 +495,8 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");
 	RESTART_IF(str_differs(n.socket, o->socket), "socket");
 	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
+	RESTART_IF(a->pool.require_pinned != b->pool.require_pinned, "require-pinned");
+	RESTART_IF(a->pool.mem_reserve != b->pool.mem_reserve, "mem-reserve");
 	RESTART_IF(str_differs(n.http.listen, o->http.listen), "listen");
 	RESTART_IF(str_differs(n.http.api_key, o->http.api_key), "api-key");
 	RESTART_IF(str_differs(n.http.model_name, o->http.model_name), "model-name");
@@ -467,6 +539,15 @@ void moemd_reload(struct moemd *d)
 		(y) = t_;               \
 	} while (0)
 	o->log_level = n.log_level;
+	/* What clients may do: from the next request on. */
+	if (str_differs(n.trace_dir, o->trace_dir) || str_differs(n.workload_dir, o->workload_dir))
+		moem_info("reload: trace-dir %s, workload-dir %s",
+			  n.trace_dir ? n.trace_dir : "(none)",
+			  n.workload_dir ? n.workload_dir : "(none)");
+	SWAP(o->trace_dir, n.trace_dir);
+	SWAP(o->workload_dir, n.workload_dir);
+	o->idle_timeout_ms = n.idle_timeout_ms;
+	o->clients_per_uid = n.clients_per_uid;
 	SWAP(o->ea.w, n.ea.w);
 	if (moemd_state_get(d) == MOEMD_READY) {
 		/* Applied above; before that they wait for the next reload. */

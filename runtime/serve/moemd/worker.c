@@ -23,6 +23,8 @@ void moemd_job_free(struct moemd_job *j)
 	if (!j)
 		return;
 	moem_engine_args_free(&j->wl);
+	if (j->wl_fd > 0)
+		close(j->wl_fd);
 	free(j);
 }
 
