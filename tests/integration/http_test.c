@@ -49,17 +49,32 @@ static int wait_port(struct dmn *d, int timeout_ms)
 	return -1;
 }
 
-static int tcp(int port)
+/*
+ * rcvbuf > 0 caps the receive buffer before connecting, so the kernel turns
+ * off its autotuning: a client that never reads then holds kilobytes, not
+ * the megabytes loopback autotuning allows (tcp_rmem max), and the server's
+ * own buffer is what fills.
+ */
+static int tcp_buf(int port, int rcvbuf)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && rcvbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf))) {
+		close(fd);
+		return -1;
+	}
 	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		close(fd);
 		return -1;
 	}
 	return fd;
+}
+
+static int tcp(int port)
+{
+	return tcp_buf(port, 0);
 }
 
 /* Read until the server closes (Connection: close) or the deadline. */
@@ -133,6 +148,22 @@ static double metric(int port, const char *name)
 	return p ? atof(p + strlen(key)) : -1;
 }
 
+/*
+ * Wait until a counter reaches at least want. A request just sent may not
+ * be parsed yet, so "nothing running" alone is no proof that it ended.
+ */
+static bool reaches(int port, const char *name, double want, int timeout_ms)
+{
+	uint64_t end = dmn_ms() + (uint64_t)timeout_ms;
+
+	while (dmn_ms() < end) {
+		if (metric(port, name) >= want)
+			return true;
+		dmn_sleep_ms(20);
+	}
+	return false;
+}
+
 /* Wait until nothing is running or queued, and no request is live. */
 static bool settles(int port, int timeout_ms)
 {
@@ -194,8 +225,12 @@ FIXTURE_TEARDOWN(http)
 		FILE *f = fopen(self->d.log, "r");
 		char line[512];
 
-		while (f && fgets(line, sizeof(line), f))
+		while (f && fgets(line, sizeof(line), f)) {
 			EXPECT_EQ(NULL, strstr(line, "Sanitizer")) TH_LOG("%s", line);
+			/* A failed test shows what the daemon said. */
+			if (!_metadata->passed)
+				TH_LOG("moemd: %s", line);
+		}
 		if (f)
 			fclose(f);
 	}
@@ -285,7 +320,7 @@ TEST_F_TIMEOUT(http, slow_client_is_dropped, 120)
 
 TEST_F_TIMEOUT(http, unread_stream_and_departed_clients, 120)
 {
-	const char *stream = "{\"model\":\"t\",\"prompt\":\"never read\",\"max_tokens\":7000,"
+	const char *stream = "{\"model\":\"t\",\"prompt\":\"never read\",\"max_tokens\":8000,"
 			     "\"stream\":true}";
 	/* "slow ": the fake model takes 1 ms a step for it (4000 tokens: 4 s). */
 	const char *whole = "{\"model\":\"t\",\"prompt\":\"slow gone\",\"max_tokens\":4000}";
@@ -296,9 +331,10 @@ TEST_F_TIMEOUT(http, unread_stream_and_departed_clients, 120)
 	snprintf(head, sizeof(head),
 		 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
 		 strlen(stream), stream);
-	fd = tcp(self->port);
+	fd = tcp_buf(self->port, 4096);
 	ASSERT_GE(fd, 0);
 	send(fd, head, strlen(head), MSG_NOSIGNAL);
+	EXPECT_TRUE(reaches(self->port, "moem_requests_cancelled_total", 1, 60000));
 	EXPECT_TRUE(settles(self->port, 60000));
 	EXPECT_EQ(1.0, metric(self->port, "moem_requests_cancelled_total"));
 	/* A client that leaves while its whole answer is computed. */
@@ -312,6 +348,7 @@ TEST_F_TIMEOUT(http, unread_stream_and_departed_clients, 120)
 	     metric(self->port, "moem_running_sequences") < 1 && dmn_ms() < end;)
 		dmn_sleep_ms(5);
 	close(fd2);
+	EXPECT_TRUE(reaches(self->port, "moem_requests_cancelled_total", 2, 60000));
 	EXPECT_TRUE(settles(self->port, 60000));
 	EXPECT_EQ(2.0, metric(self->port, "moem_requests_cancelled_total"));
 	EXPECT_EQ(1.0, metric(self->port, "moem_client_disconnects_total"));

@@ -273,7 +273,7 @@ static int open_listener(struct moemd_srv *s, const char *spec)
 	socklen_t sl = sizeof(ss);
 	char host[64], port[16], hbuf[64], pbuf[16];
 	const char *colon = strrchr(spec, ':');
-	int fd = -1, one = 1, ret;
+	int fd = -1, one = 1, sndbuf, ret;
 
 	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host) ||
 	    strlen(colon + 1) >= sizeof(port) || !colon[1])
@@ -296,6 +296,15 @@ static int open_listener(struct moemd_srv *s, const char *spec)
 		goto out;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/*
+	 * Accepted connections inherit a fixed send buffer. Left to autotuning
+	 * the kernel grows each one to tcp_wmem's maximum (4 MiB): 1024 clients
+	 * that stop reading would pin 4 GiB of kernel memory, and a stream would
+	 * be cancelled only after megabytes more than stream-buffer said.
+	 */
+	sndbuf = (int)moem_min(moem_max(s->cfg.stream_buffer, (uint64_t)(64 * 1024)),
+			       (uint64_t)MOEM_MiB);
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 	if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 1024)) {
 		ret = moem_errf(errno, "listen '%s': %s", spec, strerror(errno));
 		close(fd);
