@@ -26,6 +26,7 @@
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 
+#include "compat.h"
 #include "internal.h"
 #include "trace.h"
 
@@ -132,7 +133,7 @@ int moem_region_mmap(struct file *file, struct vm_area_struct *vma)
 	 * Not inherited across fork, never grown by mremap, not in core
 	 * dumps; VM_MIXEDMAP so pages can be inserted at fault time too.
 	 */
-	vma->vm_flags |= VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP | VM_MIXEDMAP;
+	moem_vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP | VM_MIXEDMAP);
 	vma->vm_ops = &moem_vm_ops;
 	vma->vm_private_data = file;
 	/* On error the caller zaps what was inserted and never calls ->close. */

@@ -13,6 +13,8 @@
 
 #include <linux/tracepoint.h>
 
+#include "compat.h"
+
 /* A chunk handed to region id (0: the pool itself, at load). */
 TRACE_EVENT(moem_chunk_alloc,
 	TP_PROTO(u64 id, unsigned long pfn, int nid, bool fresh),
@@ -66,7 +68,7 @@ TRACE_EVENT(moem_region_create,
 		__field(u32, uid)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->size = size;
 		__entry->flags = flags;
@@ -87,7 +89,7 @@ TRACE_EVENT(moem_region_open,
 		__field(u32, uid)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->flags = flags;
 		__entry->uid = uid;
@@ -107,7 +109,7 @@ TRACE_EVENT(moem_region_destroy,
 		__field(int, nr_files)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->nr_maps = nr_maps;
 		__entry->nr_files = nr_files;
@@ -126,7 +128,7 @@ TRACE_EVENT(moem_region_release,
 		__field(u64, size)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->size = size;
 	),
@@ -146,7 +148,7 @@ TRACE_EVENT(moem_mmap,
 		__field(bool, writable)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->start = start;
 		__entry->pgoff = pgoff;
@@ -168,7 +170,7 @@ TRACE_EVENT(moem_budget_change,
 		__field(u64, seq)
 	),
 	TP_fast_assign(
-		__assign_str(knob, knob);
+		moem_assign_str(knob, knob);
 		__entry->old = old;
 		__entry->value = value;
 		__entry->seq = seq;
