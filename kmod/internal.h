@@ -31,9 +31,6 @@
 
 extern struct mutex moem_lock;
 
-/* Module parameters after validation (main.c). */
-extern bool moem_iouring_compat;
-
 /*
  * Pool (pool.c). A chunk is one order-9 compound page; the pool holds at
  * least floor chunks (prealloc_mb) and at most max chunks (max_pool_mb).

@@ -26,15 +26,6 @@ static int node = NUMA_NO_NODE;
 module_param(node, int, 0444);
 MODULE_PARM_DESC(node, "NUMA node the pool's memory comes from (-1: any)");
 
-/*
- * Off by default: a mapping without a file lets its owner oops Linux < 6.5
- * through remap_file_pages() (see mmap.c and the admin guide). io_uring
- * itself accepts file-backed fixed buffers from 6.5 on.
- */
-bool moem_iouring_compat;
-module_param_named(iouring_compat, moem_iouring_compat, bool, 0444);
-MODULE_PARM_DESC(iouring_compat, "map regions without a file, for io_uring < 6.5 (unsafe)");
-
 static int __init moem_check_params(unsigned long *max_chunks, unsigned long *floor_chunks)
 {
 	u64 ram_mb = (u64)totalram_pages() >> (20 - PAGE_SHIFT);
@@ -83,9 +74,8 @@ static int __init moem_init(void)
 	ret = moem_chardev_init();
 	if (ret)
 		goto err_sysfs;
-	pr_info("ABI %u.%u, pool %u MiB preallocated, ceiling %u MiB, node %d%s\n", MOEM_ABI_MAJOR,
-		MOEM_ABI_MINOR, prealloc_mb, max_pool_mb, node,
-		moem_iouring_compat ? ", mappings without a file (iouring_compat)" : "");
+	pr_info("ABI %u.%u, pool %u MiB preallocated, ceiling %u MiB, node %d\n", MOEM_ABI_MAJOR,
+		MOEM_ABI_MINOR, prealloc_mb, max_pool_mb, node);
 	return 0;
 
 err_sysfs:

@@ -10,14 +10,13 @@
  * the module. Holding the file rather than a bare module reference means
  * the final module_put happens in __fput, outside this module's text.
  *
- * io_uring on Linux < 6.5 refuses fixed buffers over any file-backed VMA
- * that is not shmem or hugetlbfs (io_uring/rsrc.c io_pin_pages). With
- * iouring_compat=1 a successful ->mmap therefore drops vma->vm_file, which
- * mm/mmap.c tolerates ("->mmap() can change vma->vm_file"); the VMA keeps
- * its own file reference in vm_private_data and names itself through
- * vm_ops->name. The cost: remap_file_pages() on such a mapping does
- * get_file(vma->vm_file) unchecked and oopses Linux 6.1, so the mode is
- * opt-in (Documentation/admin-guide.md).
+ * The VMA never needs dirty tracking: no ->page_mkwrite or ->pfn_mkwrite,
+ * and the anon inode's backing device cannot write back. From Linux 6.5
+ * on, get_user_pages refuses FOLL_LONGTERM | FOLL_WRITE pins (io_uring
+ * fixed buffers, CUDA host registration, RDMA) of any VMA that needs it
+ * (mm/gup.c writable_file_mapping_allowed()), so a ->page_mkwrite would
+ * break all of them. The VMA always keeps its file: a shared mapping
+ * without one oopses remap_file_pages() (what iouring_compat did).
  */
 #include <linux/file.h>
 #include <linux/fs.h>
@@ -60,30 +59,10 @@ static vm_fault_t moem_vma_fault(struct vm_fault *vmf)
 	return vmf_insert_page(vmf->vma, vmf->address, moem_region_page(r, vmf->pgoff));
 }
 
-/*
- * A write to a present read-only entry (after mprotect, or soft-dirty
- * tracking through /proc/pid/clear_refs) lands in wp_page_shared(), which
- * without ->page_mkwrite calls file_update_time(vma->vm_file): a NULL
- * dereference once the file is dropped. Lock the page as the contract
- * asks; the pages have no address_space to update.
- */
-static vm_fault_t moem_vma_page_mkwrite(struct vm_fault *vmf)
-{
-	lock_page(vmf->page);
-	return VM_FAULT_LOCKED;
-}
-
-static const char *moem_vma_name(struct vm_area_struct *vma)
-{
-	return moem_vma_region(vma)->vma_name;
-}
-
 static const struct vm_operations_struct moem_vm_ops = {
 	.open = moem_vma_open,
 	.close = moem_vma_close,
 	.fault = moem_vma_fault,
-	.page_mkwrite = moem_vma_page_mkwrite,
-	.name = moem_vma_name,
 };
 
 /* Insert every page of the VMA, one chunk's worth per call. */
@@ -144,10 +123,5 @@ int moem_region_mmap(struct file *file, struct vm_area_struct *vma)
 	atomic_inc(&r->nr_maps);
 	trace_moem_mmap(r->name, r->id, vma->vm_start, vma->vm_pgoff, vma->vm_end - vma->vm_start,
 			vma->vm_flags & VM_WRITE);
-	if (moem_iouring_compat) {
-		/* The caller of ->mmap still holds its own file reference. */
-		fput(vma->vm_file);
-		vma->vm_file = NULL;
-	}
 	return 0;
 }
