@@ -35,7 +35,10 @@ TRACE_EVENT(moem_chunk_alloc,
 		  __entry->nid, __entry->fresh ? "kernel" : "pool")
 );
 
-/* A chunk leaving region id: to the free list, the kernel, or dropped pinned. */
+/*
+ * A chunk leaving region id: to the free list, to the kernel, or held
+ * back still pinned (a second event follows when the pin is gone).
+ */
 TRACE_EVENT(moem_chunk_free,
 	TP_PROTO(u64 id, unsigned long pfn, int nid, int why),
 	TP_ARGS(id, pfn, nid, why),
