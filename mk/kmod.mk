@@ -62,3 +62,15 @@ kmod-shell: kmod kselftest-build $(GUEST_EXTRA_BINS)
 	$(Q)scripts/guest/run.sh --work $(O)/guest/shell --ko $(KMOD) \
 		--shell $(KSFT_BINS) $(GUEST_EXTRA_BINS)
 
+# What Linux 6.1 costs the loader: plain O_DIRECT io_uring reads into
+# region-shaped memory (pinned per request) against fixed buffers, with
+# fio's fixed-buffer read as the peer (bench/kmod/).
+BENCH_SUITES += bench-kmod-pin
+.PHONY: bench-kmod-pin
+$(O)/bench/kmod/pin-cost: bench/kmod/pin_cost.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -luring
+
+bench-kmod-pin: $(O)/bench/kmod/pin-cost
+	$(Q)bench/kmod/pin_cost.sh $(O)/bench/kmod/pin-cost --dir $(O)/bench
