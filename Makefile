@@ -185,4 +185,5 @@ clean:
 help:
 	@sed -n '3,16p' Makefile | sed 's/^# \{0,1\}//'
 
--include $(shell find $(O) -name '*.d' 2>/dev/null)
+# The debug guest kernel (make test-kmod-debug) is built under $(O) too: not ours.
+-include $(shell find $(O) -path $(O)/kernel-debug -prune -o -name '*.d' -type f -print 2>/dev/null)

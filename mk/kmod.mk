@@ -8,6 +8,9 @@
 #                         6.1 and 6.12), warnings as errors
 #   make test-kmod        the guest suite under qemu -accel tcg, on each kernel of
 #                         KVERS in turn, with a result line for each
+#   make test-kmod-debug  the suite on a debug build of 6.12 (KASAN, lockdep,
+#                         kmemleak, ...) made once into $(O)/kernel-debug; long,
+#                         not part of `make test`
 #   make kmod-shell       the KVER guest with moem.ko loaded and a shell on the console
 
 KMOD	:= kmod/moem.ko
@@ -21,10 +24,11 @@ KSFT_CFLAGS := $(filter-out -fsanitize=% -fno-sanitize-recover=% -fPIC,$(CFLAGS)
 KSFT_LDLIBS := -luring -lpthread
 KMOD_SRCS := Kbuild kmod/Kbuild $(wildcard kmod/*.c kmod/*.h) include/uapi/linux/moem.h
 KMOD_ALL := $(foreach v,$(KVERS),$(O)/kmod/$(v)/moem.ko)
+KDEBUG	:= $(O)/kernel-debug
 
 TEST_SUITES += test-kmod
 
-.PHONY: kmod kmod-all kmod-clean test-kmod kselftest-build kmod-shell
+.PHONY: kmod kmod-all kmod-clean test-kmod test-kmod-debug kselftest-build kmod-shell
 
 # kbuild must not see this Makefile's command-line O= (its own O= means
 # something else), so drop command-line variables from what it inherits.
@@ -57,6 +61,16 @@ kselftest-build: $(KSFT_BINS)
 test-kmod: $(KMOD_ALL) kselftest-build $(GUEST_EXTRA_BINS)
 	$(Q)scripts/guest/test-kernels.sh $(O) "$(KVERS)" $(KSFT_BINS) $(GUEST_EXTRA_BINS); \
 		rc=$$?; [ $$rc -eq 77 ] && rc=0; exit $$rc
+
+# The debug kernel: built once (scripts/guest/debug-kernel.sh says how long),
+# then moem.ko against it and the whole suite with kmemleak scans.
+test-kmod-debug: kselftest-build $(GUEST_EXTRA_BINS)
+	$(Q)scripts/deps.sh --ensure --debug-kernel
+	$(Q)scripts/guest/debug-kernel.sh $(KDEBUG)
+	$(Q)scripts/guest/build-kmod.sh $(KDEBUG)/obj $(O)/kmod/debug
+	$(Q)scripts/guest/run.sh --debug --work $(O)/guest/debug --kver debug \
+		--kimage $(KDEBUG)/obj/arch/x86/boot/bzImage --moddir $(KDEBUG)/obj \
+		--ko $(O)/kmod/debug/moem.ko --timeout 7200 --mem 3072 $(KSFT_BINS) $(GUEST_EXTRA_BINS)
 
 kmod-shell: kmod kselftest-build $(GUEST_EXTRA_BINS)
 	$(Q)scripts/guest/run.sh --work $(O)/guest/shell --ko $(KMOD) \
