@@ -8,6 +8,7 @@
  */
 #include <poll.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 
 #include <moem/dev.h>
 
@@ -305,12 +306,15 @@ struct waiter {
 	int ret; /* poll()'s result */
 	short revents;
 	int ready;
+	pid_t tid;
 };
 
 static void *wait_thread(void *arg)
 {
 	struct waiter *w = arg;
 	char buf[64];
+
+	w->tid = (pid_t)syscall(SYS_gettid);
 	struct pollfd pfd;
 	int fd = open(w->path, O_RDONLY);
 
@@ -330,12 +334,27 @@ static void *wait_thread(void *arg)
 	return NULL;
 }
 
+/* Is thread tid blocked in poll() or ppoll() right now? */
+static bool in_poll(pid_t tid)
+{
+	char path[64], buf[32];
+	long nr;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+	if (sysfs_read(path, buf, sizeof(buf)))
+		return false;
+	nr = strtol(buf, NULL, 10);
+	return nr == SYS_poll || nr == SYS_ppoll;
+}
+
+/* Start the waiter and return once it sleeps in poll() (10 s at most). */
 static void start_waiter(struct waiter *w, pthread_t *th)
 {
 	pthread_create(th, NULL, wait_thread, w);
 	while (!__atomic_load_n(&w->ready, __ATOMIC_ACQUIRE))
 		usleep(1000);
-	usleep(50 * 1000); /* let it block in poll() */
+	for (int i = 0; i < 10000 && !in_poll(w->tid); i++)
+		usleep(1000);
 }
 
 TEST_F(moem, poll_wakes_on_change)
