@@ -15,7 +15,9 @@
  *                           user);
  *   moem_hold pin NAME      create and map NAME, pin its first chunk for
  *                           the long term (an AF_XDP umem: FOLL_LONGTERM,
- *                           as GPU and RDMA registration), unmap and close
+ *                           as GPU and RDMA registration; an io_uring
+ *                           fixed buffer where the kernel has no AF_XDP
+ *                           but takes region memory), unmap and close
  *                           it, print "ready" and sleep until killed:
  *                           the region is dead but its chunk pinned, and
  *                           rmmod must be safe.
@@ -29,6 +31,8 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <liburing.h>
 
 #include <linux/moem.h>
 
@@ -81,10 +85,19 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "pin")) {
+		struct io_uring ring;
 		int xsk = umem_pin(p, c.size / 2);
 
+		/* A kernel without AF_XDP (the debug build): an io_uring fixed buffer. */
+		if (xsk == -EAFNOSUPPORT && iouring_takes_file_buffers()) {
+			struct iovec iov = {p, c.size / 2};
+
+			xsk = io_uring_queue_init(2, &ring, 0);
+			if (!xsk)
+				xsk = io_uring_register_buffers(&ring, &iov, 1);
+		}
 		if (xsk < 0) {
-			fprintf(stderr, "AF_XDP umem over the region: %s\n", strerror(-xsk));
+			fprintf(stderr, "long-term pin of the region: %s\n", strerror(-xsk));
 			return 1;
 		}
 		munmap(p, c.size);
