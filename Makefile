@@ -6,7 +6,7 @@
 # append to the variables below.
 #
 #   make            libmoem, moem, moemctl, moemd
-#   make kmod       moem.ko against KDIR (default: Debian linux-headers-amd64)
+#   make kmod       kmod/moem.ko for KVER (the running kernel, else Debian's 6.1)
 #   make test       every suite that can run here
 #   make check      cppcheck, clang-format --dry-run, checkpatch.pl
 #   make demo       the quick start: deps, build, main job
@@ -35,12 +35,26 @@ Q := @
 msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
-# The guest kernel and its headers: Debian's linux-image-amd64 and
-# linux-headers-amd64 (the newest installed, whatever the host runs).
-KVER	?= $(lastword $(sort $(patsubst /usr/src/linux-headers-%,%,$(wildcard /usr/src/linux-headers-*-amd64))))
-KDIR	?= /usr/src/linux-headers-$(KVER)
-KIMAGE	?= /boot/vmlinuz-$(KVER)
-export KVER KDIR KIMAGE
+# The kernels (scripts/guest/kernels.sh): KVERS, the newest installed build
+# of each series (Debian 12's 6.1 and 6.12), is what `make test-kmod` builds
+# and tests, each in turn; KVER is what `make kmod` builds kmod/moem.ko for:
+# the running kernel if its headers are installed, else the first of KVERS
+# (it says which). Set either on the command line to choose.
+MOEM_KERNEL_CACHE ?= /var/cache/moem/kernels
+export MOEM_KERNEL_CACHE
+ifeq ($(origin KVERS),undefined)
+KVERS	:= $(shell scripts/guest/kernels.sh list)
+endif
+ifeq ($(origin KVER),undefined)
+KVER	:= $(shell scripts/guest/kernels.sh default)
+endif
+ifeq ($(origin KROOT),undefined)
+KROOT	:= $(shell scripts/guest/kernels.sh root $(KVER) 2>/dev/null)
+endif
+KDIR	?= $(KROOT)/usr/src/linux-headers-$(KVER)
+KIMAGE	?= $(KROOT)/boot/vmlinuz-$(KVER)
+KMODDIR	?= $(KROOT)/lib/modules/$(KVER)
+export KVER KDIR KIMAGE KMODDIR
 
 CPPFLAGS := -Iinclude -Iinclude/uapi -D_GNU_SOURCE
 CFLAGS	?= -O2 -g
@@ -249,4 +263,5 @@ export HELP_TEXT
 help:
 	@printf '%s\n' "$$HELP_TEXT"
 
--include $(shell find $(O) -name '*.d' 2>/dev/null)
+# The debug guest kernel (make test-kmod-debug) is built under $(O) too: not ours.
+-include $(shell find $(O) -path $(O)/kernel-debug -prune -o -name '*.d' -type f -print 2>/dev/null)
