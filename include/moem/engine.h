@@ -185,8 +185,10 @@ struct moem_engine_status {
 	char route[64], evict[64], prefetch[64], precision[64], paging[64];
 	uint64_t hbm_budget, hbm_used, dram_budget, dram_used;
 	uint64_t hbm_resident_hi, hbm_resident_lo, dram_ready;
-	uint64_t hits, misses, fallbacks, stall_ns, steps;
-	uint64_t bytes_nvme; /* read from the pack since open (warm-up included) */
+	uint64_t hits, misses, fallbacks, stall_ns, steps; /* hits/misses/fallbacks: HBM */
+	uint64_t dram_hits, dram_misses; /* of the HBM misses: staged in DRAM, or not yet */
+	uint64_t bytes_nvme;		 /* read from the pack since open (warm-up included) */
+	uint64_t bytes_h2d;		 /* DRAM -> HBM since open (warm-up included) */
 	double link_gbps;
 	uint32_t prefetch_horizon;
 	bool running;

@@ -126,7 +126,10 @@ enum moem_acquire {
 };
 
 struct moem_tiers_stats {
-	uint64_t hits, misses, fallbacks;
+	uint64_t hits, misses, fallbacks; /* HBM: acquires */
+	/* DRAM, for the HBM misses: the bytes were staged already (hit) or
+	 * still had to come from NVMe (miss). */
+	uint64_t dram_hits, dram_misses;
 	uint64_t stall_ns;		  /* time spent in moem_tiers_wait */
 	uint64_t bytes_nvme;		  /* NVMe -> DRAM */
 	uint64_t bytes_h2d[MOEM_PRIO_NR]; /* DRAM -> HBM by priority */

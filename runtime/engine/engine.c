@@ -669,6 +669,11 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->fallbacks = ts.fallbacks;
 	st->stall_ns = ts.stall_ns;
 	st->bytes_nvme = ts.bytes_nvme;
+	st->dram_hits = ts.dram_hits;
+	st->dram_misses = ts.dram_misses;
+	st->bytes_h2d = 0;
+	for (int p = 0; p < MOEM_PRIO_NR; p++)
+		st->bytes_h2d += ts.bytes_h2d[p];
 	st->link_gbps = ts.link_bw / 1e9;
 	st->prefetch_horizon = e->pf ? moem_prefetch_horizon(e->pf) : 0;
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);

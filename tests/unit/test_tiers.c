@@ -227,6 +227,9 @@ TEST_F(tiers, miss_then_hit_and_bytes)
 	moem_tiers_get_stats(self->t, &s);
 	EXPECT_EQ(1u, s.hits);
 	EXPECT_EQ(1u, s.misses);
+	/* The miss found nothing staged: a DRAM miss too. */
+	EXPECT_EQ(1u, s.dram_misses);
+	EXPECT_EQ(0u, s.dram_hits);
 	EXPECT_EQ((uint64_t)HI_BYTES, s.bytes_nvme);
 	EXPECT_EQ((uint64_t)HI_BYTES, s.bytes_h2d[MOEM_PRIO_MISS]);
 	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
@@ -256,6 +259,11 @@ TEST_F(tiers, budget_bounds_and_eviction)
 	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
 	EXPECT_EQ(MOEM_ACQ_PENDING, get(_metadata, self->t, 0, 0, &r));
 	moem_tiers_release(self->t, &r, 1, self->dev->ops->compute_mark(self->dev));
+	/* Every first use came from NVMe; the second use of (0, 0) missed
+	 * HBM but found it still staged in DRAM. */
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ((uint64_t)N, s.dram_misses);
+	EXPECT_EQ(1u, s.dram_hits);
 	/* one version larger than the budget is refused clearly */
 	EXPECT_EQ(-ERANGE, moem_tiers_set_budget(self->t, 65536, 16 << 20));
 	EXPECT_EQ(-ERANGE, moem_tiers_set_budget(self->t, 1ULL << 40, 16 << 20));

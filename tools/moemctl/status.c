@@ -134,13 +134,20 @@ void print_status(struct json_object *st)
 		       bytes(ju64(t, "dram_used"), a), bytes(ju64(t, "dram_budget"), b),
 		       (unsigned long long)ju64(t, "dram_ready"), jdbl(t, "link_gbps"));
 	}
-	if (c)
-		printf("counters  %llu steps; hits %llu, misses %llu, fallbacks %llu (hit rate "
+	if (c) {
+		printf("counters  %llu steps; HBM hits %llu, misses %llu, fallbacks %llu (hit rate "
 		       "%.3f); stalls %.3f s\n",
 		       (unsigned long long)ju64(c, "steps"), (unsigned long long)ju64(c, "hits"),
 		       (unsigned long long)ju64(c, "misses"),
 		       (unsigned long long)ju64(c, "fallbacks"), jdbl(c, "hit_rate"),
 		       (double)ju64(c, "stall_ns") / 1e9);
+		printf("          DRAM hits %llu, misses %llu (of the HBM misses); moved "
+		       "NVMe->DRAM "
+		       "%s, DRAM->HBM %s\n",
+		       (unsigned long long)ju64(c, "dram_hits"),
+		       (unsigned long long)ju64(c, "dram_misses"), bytes(ju64(c, "bytes_nvme"), a),
+		       bytes(ju64(c, "bytes_h2d"), b));
+	}
 	if (pol) {
 		printf("policies  route %s, evict %s, prefetch %s", jstr(pol, "route"),
 		       jstr(pol, "evict"), jstr(pol, "prefetch"));

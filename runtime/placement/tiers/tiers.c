@@ -479,6 +479,7 @@ int moem_tiers_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert, st
 	uint32_t le = layer * t->c.n_experts + expert, pi;
 	struct ver *v;
 	uint64_t h;
+	bool staged;
 	int ret = check_le(t, layer, expert);
 
 	if (ret)
@@ -512,10 +513,15 @@ int moem_tiers_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert, st
 	/* A prefetch still in flight when the layer needs it came too late. */
 	ref->prefetched = v->hs == H_COPYING && v->req.prio == MOEM_PRIO_PREFETCH;
 	ref->landed_ns = 0;
+	staged = v->ds == D_READY;
 	ret = fetch(t, v, MOEM_PRIO_MISS);
 	if (ret >= 0) {
 		v->waiters++;
 		t->st.misses++;
+		if (staged)
+			t->st.dram_hits++;
+		else
+			t->st.dram_misses++;
 		ref->pi = pi;
 		ref->addr = 0;
 		ret = MOEM_ACQ_PENDING;

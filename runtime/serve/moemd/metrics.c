@@ -205,10 +205,15 @@ static void engine(struct out *o, struct moemd *d)
 		return;
 	moem_engine_get_status(d->e, &st);
 	help(o, "moem_expert_hits_total", "counter",
-	     "expert uses served from the tier without waiting");
+	     "hbm: expert uses served without waiting; dram: HBM misses already staged in DRAM");
 	put(o, "moem_expert_hits_total{tier=\"hbm\"} %llu\n", (unsigned long long)st.hits);
-	help(o, "moem_expert_misses_total", "counter", "expert uses that waited for a transfer");
+	put(o, "moem_expert_hits_total{tier=\"dram\"} %llu\n", (unsigned long long)st.dram_hits);
+	help(o, "moem_expert_misses_total", "counter",
+	     "hbm: expert uses that waited for a copy; dram: HBM misses read from NVMe too");
 	put(o, "moem_expert_misses_total{tier=\"hbm\"} %llu\n", (unsigned long long)st.misses);
+	put(o, "moem_expert_misses_total{tier=\"dram\"} %llu\n",
+	    (unsigned long long)st.dram_misses);
+	/* A fallback is decided where the expert is used: HBM only. */
 	help(o, "moem_expert_fallbacks_total", "counter",
 	     "expert uses served by the low-precision version instead of waiting");
 	put(o, "moem_expert_fallbacks_total{tier=\"hbm\"} %llu\n",
@@ -218,6 +223,8 @@ static void engine(struct out *o, struct moemd *d)
 	help(o, "moem_moved_bytes_total", "counter", "bytes moved between tiers");
 	put(o, "moem_moved_bytes_total{from=\"nvme\",to=\"dram\"} %llu\n",
 	    (unsigned long long)st.bytes_nvme);
+	put(o, "moem_moved_bytes_total{from=\"dram\",to=\"hbm\"} %llu\n",
+	    (unsigned long long)st.bytes_h2d);
 	help(o, "moem_budget_bytes", "gauge", "budget of each tier");
 	put(o, "moem_budget_bytes{tier=\"hbm\"} %llu\n", (unsigned long long)st.hbm_budget);
 	put(o, "moem_budget_bytes{tier=\"dram\"} %llu\n", (unsigned long long)st.dram_budget);

@@ -177,7 +177,10 @@ struct json_object *moemd_status_json(struct moemd *d)
 		ADD(o, "hit_rate", DBL(acc ? (double)st.hits / (double)acc : 0.0));
 	}
 	ADD(o, "stall_ns", U64(st.stall_ns));
+	ADD(o, "dram_hits", U64(st.dram_hits));
+	ADD(o, "dram_misses", U64(st.dram_misses));
 	ADD(o, "bytes_nvme", U64(st.bytes_nvme));
+	ADD(o, "bytes_h2d", U64(st.bytes_h2d));
 	ADD(r, "counters", o);
 
 	o = json_object_new_object();
