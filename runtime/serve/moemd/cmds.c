@@ -110,11 +110,24 @@ static struct json_object *knob_json(enum moem_budget_knob k, uint64_t v)
 	return json_object_new_uint64(v);
 }
 
+/* An engine knob by name; the error lists the batching settings too. */
+static int knob_lookup(const char *name, enum moem_budget_knob *k)
+{
+	if (!moem_budget_lookup(name, k))
+		return 0;
+	return moem_errf(EINVAL,
+			 "unknown knob '%s' (hbm_bytes, dram_bytes, hi_precision_permille, "
+			 "prefetch_depth, reroute; batching: max_batch, max_queue, step_tokens, "
+			 "prefill_chunk)",
+			 name);
+}
+
 static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
 {
 	struct json_object *r, *knobs;
 	enum moem_budget_knob k;
 	const char *name;
+	uint32_t now;
 	int ret;
 
 	if (!need_ready(d, c, id))
@@ -128,12 +141,21 @@ static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 				knobs, moem_budget_name((enum moem_budget_knob)i),
 				knob_json((enum moem_budget_knob)i,
 					  moem_engine_get_knob(d->e, (enum moem_budget_knob)i)));
+		moemd_serve_knobs_json(d->srv, knobs);
 		json_object_object_add(r, "knobs", knobs);
 		moemd_client_send(d, c, r);
 		return;
 	}
+	if (!ret && !moemd_serve_knob(d->srv, name, NULL, &now)) {
+		/* A batching setting of the model server. */
+		r = moem_ctl_ok(id);
+		json_object_object_add(r, "knob", json_object_new_string(name));
+		json_object_object_add(r, "value", json_object_new_uint64(now));
+		moemd_client_send(d, c, r);
+		return;
+	}
 	if (!ret)
-		ret = moem_budget_lookup(name, &k);
+		ret = knob_lookup(name, &k);
 	if (ret) {
 		reply_err(d, c, id, -ret, "%s", moem_last_error());
 		return;
@@ -181,12 +203,28 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 		reply_err(d, c, id, EINVAL, "set needs \"knob\" and \"value\"");
 		return;
 	}
-	if (!ret)
-		ret = moem_budget_lookup(name, &k);
 	if (!ret) {
 		ret = moem_ctl_get_scalar(req, "value", val, sizeof(val));
 		if (ret == -ENOENT)
 			ret = moem_errf(EINVAL, "set %s: no \"value\"", name);
+	}
+	if (!ret) {
+		/* The model server's batching settings, then the engine's knobs. */
+		uint32_t now;
+
+		ret = moemd_serve_knob(d->srv, name, val, &now);
+		if (!ret) {
+			moem_info("batching: %s = %u from the control socket", name, now);
+			r = moem_ctl_ok(id);
+			json_object_object_add(r, "knob", json_object_new_string(name));
+			json_object_object_add(r, "value", json_object_new_uint64(now));
+			json_object_object_add(r, "applied",
+					       json_object_new_string("at the next step boundary"));
+			moemd_client_send(d, c, r);
+			return;
+		}
+		if (ret == -ENOENT)
+			ret = knob_lookup(name, &k);
 	}
 	if (!ret && (k == MOEM_BUDGET_HBM_BYTES || k == MOEM_BUDGET_DRAM_BYTES) && strchr(val, '%'))
 		ret = budget_pct(d, k, val, &v);

@@ -506,12 +506,13 @@ void moemd_reload(struct moemd *d)
 		   "http settings");
 	if (memcmp(&n.sched, &o->sched, sizeof(n.sched)) && d->srv) {
 		/* Batching settings apply at the next step boundary. */
-		rc = d->srv->sched ? moem_sched_set_opts(d->srv->sched, &n.sched) : 0;
+		rc = d->srv->sched ? moemd_serve_set_opts(d->srv, &n.sched) : 0;
 		if (rc) {
 			moem_warn("reload: batching settings refused: %s", moem_strerror(rc));
 		} else {
 			o->sched = n.sched;
-			d->srv->sched_opts = n.sched;
+			if (!d->srv->sched)
+				d->srv->sched_opts = n.sched;
 			moem_info("reload: max-queue %u, max-batch %u, step-tokens %u, "
 				  "prefill-chunk %u",
 				  n.sched.max_waiting, n.sched.max_running, n.sched.step_tokens,

@@ -184,13 +184,13 @@ static void serving(struct out *o, struct moemd_srv *s)
 	hist(o, "moem_step_duration_seconds", "one scheduler step (prefill chunks and decodes)",
 	     &c.step);
 	one(o, "moem_sched_max_batch_sequences", "gauge", "setting: sequences in a batch at most",
-	    s->sched_opts.max_running);
+	    c.sched_opts.max_running);
 	one(o, "moem_sched_step_token_budget_tokens", "gauge", "setting: tokens in a step at most",
-	    s->sched_opts.step_tokens);
+	    c.sched_opts.step_tokens);
 	one(o, "moem_sched_prefill_chunk_tokens", "gauge",
-	    "setting: prompt tokens of one sequence in a step", s->sched_opts.prefill_chunk);
+	    "setting: prompt tokens of one sequence in a step", c.sched_opts.prefill_chunk);
 	one(o, "moem_sched_queue_max_requests", "gauge", "setting: waiting requests at most",
-	    s->sched_opts.max_waiting);
+	    c.sched_opts.max_waiting);
 }
 
 static void engine(struct out *o, struct moemd *d)
@@ -326,8 +326,10 @@ struct json_object *moemd_serving_json(struct moemd_srv *s)
 		json_object_object_add(o, "kv_used", json_object_new_uint64(kv_used));
 		json_object_object_add(o, "kv_budget", json_object_new_uint64(kv_budget));
 	}
-	json_object_object_add(o, "max_batch", json_object_new_uint64(s->sched_opts.max_running));
-	json_object_object_add(o, "step_tokens", json_object_new_uint64(s->sched_opts.step_tokens));
-	json_object_object_add(o, "max_queue", json_object_new_uint64(s->sched_opts.max_waiting));
+	json_object_object_add(o, "max_batch", json_object_new_uint64(c.sched_opts.max_running));
+	json_object_object_add(o, "step_tokens", json_object_new_uint64(c.sched_opts.step_tokens));
+	json_object_object_add(o, "max_queue", json_object_new_uint64(c.sched_opts.max_waiting));
+	json_object_object_add(o, "prefill_chunk",
+			       json_object_new_uint64(c.sched_opts.prefill_chunk));
 	return o;
 }

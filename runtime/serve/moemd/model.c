@@ -28,6 +28,7 @@ struct moemd_model {
 	char chat_err[160];
 	struct moem_tok_info info;
 	uint32_t max_context;
+	uint32_t max_seqs, max_step_tokens; /* what the decoder was opened for */
 	uint64_t next_seed;
 };
 
@@ -98,6 +99,8 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 	ret = moem_decoder_open(d->e, &o, &m->dec);
 	if (ret)
 		goto fail;
+	m->max_seqs = o.max_seqs;
+	m->max_step_tokens = o.max_step_tokens;
 	moem_decoder_kv_usage(m->dec, &u);
 	m->max_context = u.max_context;
 	ret = first_step(m);
@@ -307,6 +310,12 @@ bool moemd_model_kv(struct moemd_model *m, uint64_t *used, uint64_t *budget, uin
 	*budget = u.budget_bytes;
 	*seqs = u.seqs;
 	return true;
+}
+
+void moemd_model_limits(struct moemd_model *m, uint32_t *seqs, uint32_t *step_tokens)
+{
+	*seqs = m->max_seqs;
+	*step_tokens = m->max_step_tokens;
 }
 
 static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)

@@ -525,3 +525,98 @@ void moemd_serve_close(struct moemd *d)
 	moemd_model_close(s->model);
 	s->model = NULL;
 }
+
+/* Batching setting names on the control socket (set/get) and their config keys. */
+static const struct {
+	const char *knob, *key;
+} batch_knobs[] = {
+	{"max_batch", "max-batch"},
+	{"max_queue", "max-queue"},
+	{"step_tokens", "step-tokens"},
+	{"prefill_chunk", "prefill-chunk"},
+};
+
+static uint32_t *opt_field(struct moem_sched_opts *o, unsigned int i)
+{
+	uint32_t *f[] = {&o->max_running, &o->max_waiting, &o->step_tokens, &o->prefill_chunk};
+
+	return f[i];
+}
+
+static int batch_knob(const char *name)
+{
+	for (unsigned int i = 0; i < MOEM_ARRAY_SIZE(batch_knobs); i++)
+		if (!strcmp(name, batch_knobs[i].knob) || !strcmp(name, batch_knobs[i].key))
+			return (int)i;
+	return -1;
+}
+
+int moemd_serve_set_opts(struct moemd_srv *s, const struct moem_sched_opts *o)
+{
+	uint32_t seqs, tokens;
+	int ret = moem_sched_opts_check(o);
+
+	if (ret)
+		return ret;
+	if (!s->sched)
+		return moem_errf(EAGAIN, "batching settings: the model is not being served%s%s",
+				 s->model_err[0] ? ": " : "", s->model_err);
+	/* The decoder's slots and step buffers are sized when it opens. */
+	moemd_model_limits(s->model, &seqs, &tokens);
+	if (o->max_running > seqs)
+		return moem_errf(ERANGE,
+				 "max-batch %u: the decoder was opened for %u sequences (moemd's "
+				 "max-batch at start); restart moemd to raise it",
+				 o->max_running, seqs);
+	if (o->step_tokens > tokens)
+		return moem_errf(ERANGE,
+				 "step-tokens %u: the decoder was opened for %u tokens a step "
+				 "(moemd's step-tokens at start); restart moemd to raise it",
+				 o->step_tokens, tokens);
+	ret = moem_sched_set_opts(s->sched, o);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&s->lock);
+	s->sched_opts = *o;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+int moemd_serve_knob(struct moemd_srv *s, const char *name, const char *value, uint32_t *now)
+{
+	struct moem_sched_opts o;
+	int i = batch_knob(name), ret;
+
+	if (i < 0)
+		return -ENOENT;
+	if (!s || !s->sched)
+		return moem_errf(EAGAIN, "%s: the model is not being served%s%s", name,
+				 s && s->model_err[0] ? ": " : "", s ? s->model_err : "");
+	moem_sched_get_opts(s->sched, &o);
+	if (value) {
+		/* The same parser and bounds as the config key. */
+		struct moemd_http_cfg scratch;
+
+		moemd_http_cfg_init(&scratch);
+		ret = moemd_http_cfg_set(&scratch, &o, batch_knobs[i].key, value);
+		moemd_http_cfg_free(&scratch);
+		if (!ret)
+			ret = moemd_serve_set_opts(s, &o);
+		if (ret)
+			return ret;
+	}
+	*now = *opt_field(&o, (unsigned int)i);
+	return 0;
+}
+
+void moemd_serve_knobs_json(struct moemd_srv *s, struct json_object *o)
+{
+	struct moem_sched_opts so;
+
+	if (!s || !s->sched)
+		return;
+	moem_sched_get_opts(s->sched, &so);
+	for (unsigned int i = 0; i < MOEM_ARRAY_SIZE(batch_knobs); i++)
+		json_object_object_add(o, batch_knobs[i].knob,
+				       json_object_new_uint64(*opt_field(&so, i)));
+}

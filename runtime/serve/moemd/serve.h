@@ -25,6 +25,7 @@
 
 struct moemd;
 struct MHD_Connection;
+struct json_object;
 
 /* HTTP settings (config keys of the same names). */
 struct moemd_http_cfg {
@@ -160,10 +161,22 @@ void moemd_serve_open(struct moemd *d);
 /* Worker thread: one scheduler step if there is work; true if it ran one. */
 bool moemd_serve_step(struct moemd *d);
 bool moemd_serve_busy(struct moemd *d);
+/* Any thread: API requests between arrival and their last byte. */
+uint32_t moemd_serve_live(struct moemd_srv *s);
 /* Worker thread: close the scheduler and the model (before the engine). */
 void moemd_serve_close(struct moemd *d);
 /* HTTP thread: queue r (429/503 in *e on refusal). */
 int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oai_error *e);
+/*
+ * Batching settings, live (applied at the next step boundary): checked,
+ * and bounded by what the decoder was opened for (-ERANGE beyond).
+ */
+int moemd_serve_set_opts(struct moemd_srv *s, const struct moem_sched_opts *o);
+/* The control socket's get/set of one (max_batch, max_queue, step_tokens,
+ * prefill_chunk; value NULL: get): -ENOENT if name is not one of them. */
+int moemd_serve_knob(struct moemd_srv *s, const char *name, const char *value, uint32_t *now);
+/* Add every batching setting in force to o. */
+void moemd_serve_knobs_json(struct moemd_srv *s, struct json_object *o);
 
 /* metrics.c */
 /* The "serving" object of the control socket's status. */
@@ -192,5 +205,7 @@ bool moemd_model_is_eos(struct moemd_model *m, int32_t id);
 extern const struct moem_sched_ops moemd_model_ops;
 /* KV usage for metrics and status: bytes used, budget; false without a decoder. */
 bool moemd_model_kv(struct moemd_model *m, uint64_t *used, uint64_t *budget, uint64_t *seqs);
+/* What the decoder was opened for: sequences at once, tokens a step. */
+void moemd_model_limits(struct moemd_model *m, uint32_t *seqs, uint32_t *step_tokens);
 
 #endif /* MOEMD_SERVE_H */
