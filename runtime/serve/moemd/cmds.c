@@ -356,6 +356,15 @@ static void cmd_run(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 
 	if (!need_ready(d, c, id))
 		return;
+	/* A run takes the engine for its whole length: never under live
+	 * API requests (requests that come during a run wait in the queue). */
+	if (moemd_serve_live(d->srv)) {
+		reply_err(d, c, id, EBUSY,
+			  "serving: %u API requests in flight; a run takes the engine for "
+			  "its whole length, so it starts only when none is",
+			  moemd_serve_live(d->srv));
+		return;
+	}
 	j = calloc(1, sizeof(*j));
 	if (!j) {
 		reply_err(d, c, id, ENOMEM, "out of memory");
@@ -462,6 +471,15 @@ static void cmd_verify(struct moemd *d, struct moemd_client *c, int64_t id)
 
 	if (!need_ready(d, c, id))
 		return;
+	/* A run takes the engine for its whole length: never under live
+	 * API requests (requests that come during a run wait in the queue). */
+	if (moemd_serve_live(d->srv)) {
+		reply_err(d, c, id, EBUSY,
+			  "serving: %u API requests in flight; a run takes the engine for "
+			  "its whole length, so it starts only when none is",
+			  moemd_serve_live(d->srv));
+		return;
+	}
 	j = calloc(1, sizeof(*j));
 	if (!j) {
 		reply_err(d, c, id, ENOMEM, "out of memory");

@@ -453,6 +453,18 @@ static void reap_disconnected(struct moemd_srv *s)
 	}
 }
 
+uint32_t moemd_serve_live(struct moemd_srv *s)
+{
+	uint32_t n;
+
+	if (!s)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	n = s->n_live;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
 bool moemd_serve_busy(struct moemd *d)
 {
 	return d->srv && d->srv->sched && moem_sched_busy(d->srv->sched);
