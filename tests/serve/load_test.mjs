@@ -1,21 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0-only
-// Load, bounded: MOEM_CLIENTS concurrent streaming clients (official
-// 'openai' client) send MOEM_REQUESTS requests in all, of different
-// prompt lengths; about one in five is abandoned mid-stream (the
-// connection is closed); meanwhile the HBM budget is changed through
-// moemctl. Then: every request that was not abandoned completed (429s
-// are retried after their Retry-After), with the fake model's exact text
-// when MOEM_FAKE=1; /metrics comes back to no running sequence, no queue,
-// no live request and no KV in use; moemd's resident memory is back
-// within the tolerance below of what it was after a first warm-up wave.
+// Load, bounded, on moemd's real decoder: MOEM_CLIENTS concurrent
+// streaming clients (official 'openai' client) send MOEM_REQUESTS
+// requests in all, drawn from a set of prompts of different lengths;
+// about one in five is abandoned mid-stream (the connection is closed);
+// meanwhile the HBM budget is changed through moemctl. Greedy answers do
+// not depend on load or budgets (lossless policies), so each prompt's
+// answer is first taken alone, and every request that was not abandoned
+// must complete (429s are retried) with exactly that text, finish reason
+// and usage. Then /metrics must come back to no running sequence, no
+// queue, no live request and no KV in use, and moemd's resident memory
+// to within the tolerance below of what it was after a warm-up wave.
 import OpenAI from 'openai';
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { fakeAnswer } from './fake.mjs';
 
 const url = process.env.MOEM_URL;
 const base = url.replace(/\/v1$/, '');
-const fake = process.env.MOEM_FAKE === '1';
 const N = Number(process.env.MOEM_CLIENTS || 8);
 const TOTAL = Number(process.env.MOEM_REQUESTS || 64);
 const pid = Number(process.env.MOEM_PID);
@@ -41,14 +41,23 @@ async function metrics() {
 	return { t, get };
 }
 
+// The prompts: different lengths (the longest spans several prefill chunks).
+const words = ['alpha', 'river', 'stone', 'light', 'seven', 'north', 'quiet', 'paper'];
+const PROMPTS = Array.from({ length: 12 }, (_, k) => ({
+	prompt: `request ${k}: ` + Array.from({ length: 2 + k * k * 3 }, (_, j) => words[(j * 5 + k) % 8]).join(' '),
+	max_tokens: 6 + ((k * 7) % 26),
+}));
+const want = [];
+
 async function one(i) {
-	const prompt = `request ${i}: ` + 'x'.repeat(Math.floor(rnd() * 300));
-	const max_tokens = 8 + Math.floor(rnd() * 40);
+	const k = Math.floor(rnd() * PROMPTS.length);
+	const { prompt, max_tokens } = PROMPTS[k];
 	const abandonAt = rnd() < 0.2 ? 1 + Math.floor(rnd() * 5) : -1;
 	for (;;) {
 		let stream;
 		try {
-			stream = await client.completions.create({ model, prompt, max_tokens, temperature: 0, stream: true });
+			stream = await client.completions.create({ model, prompt, max_tokens, temperature: 0, stream: true,
+				stream_options: { include_usage: true } });
 		} catch (e) {
 			if (e.status === 429) {
 				stats.refused++;
@@ -59,9 +68,10 @@ async function one(i) {
 			console.log(`# request ${i}: ${e.status} ${e.message}`);
 			return;
 		}
-		let text = '', chunks = 0, finish = null;
+		let text = '', chunks = 0, finish = null, usage = null;
 		try {
 			for await (const c of stream) {
+				if (c.usage) usage = c.usage;
 				for (const ch of c.choices) {
 					text += ch.text;
 					if (ch.finish_reason) finish = ch.finish_reason;
@@ -78,9 +88,14 @@ async function one(i) {
 			console.log(`# request ${i}: stream failed: ${e.message}`);
 			return;
 		}
-		if (finish !== 'length' || (fake && text !== fakeAnswer(prompt, max_tokens))) {
+		const w = want[k];
+		if (text !== w.text || finish !== w.finish || !usage ||
+		    usage.completion_tokens !== w.usage.completion_tokens ||
+		    usage.prompt_tokens !== w.usage.prompt_tokens) {
 			stats.wrong++;
-			console.log(`# request ${i}: finish ${finish}, text '${text}'`);
+			console.log(`# request ${i} (prompt ${k}): finish ${finish}, usage ${JSON.stringify(usage)}, ` +
+				    `text ${JSON.stringify(text)}; alone: ${w.finish}, ${JSON.stringify(w.usage)}, ` +
+				    `${JSON.stringify(w.text)}`);
 		}
 		stats.done++;
 		return;
@@ -95,18 +110,28 @@ async function wave(count, start) {
 	}));
 }
 
-// Budget changes while requests stream: HBM budget down and up again.
-let changes = 0, changing = true;
+// Live changes while requests stream: the HBM budget down and up again,
+// and the batching settings (moemctl set, applied at step boundaries).
+let changes = 0, batchChanges = 0, changing = true;
 const budgets = ['256K', '512K', '0'];
+const batching = [['max_batch', '3'], ['prefill_chunk', '16'], ['max_batch', '64'], ['prefill_chunk', '256']];
+const moemctl = (args) => new Promise((res) => execFile(process.env.MOEMCTL,
+	['--socket', process.env.MOEM_SOCK, 'set', ...args], (err) => res(!err)));
 async function changer() {
-	while (changing && process.env.MOEMCTL) {
-		await new Promise((res) => execFile(process.env.MOEMCTL,
-			['--socket', process.env.MOEM_SOCK, 'set', 'hbm_bytes', budgets[changes % budgets.length]],
-			(err) => { if (!err) changes++; res(); }));
+	for (let i = 0; changing && process.env.MOEMCTL; i++) {
+		if (await moemctl(['hbm_bytes', budgets[i % budgets.length]])) changes++;
+		if (await moemctl(batching[i % batching.length])) batchChanges++;
 		await new Promise((r) => setTimeout(r, 20));
 	}
+	await moemctl(['max_batch', '64']);
+	await moemctl(['prefill_chunk', '256']);
 }
 
+// Each prompt's answer alone, before any load.
+for (const p of PROMPTS) {
+	const r = await client.completions.create({ model, ...p, temperature: 0 });
+	want.push({ text: r.choices[0].text, finish: r.choices[0].finish_reason, usage: r.usage });
+}
 await wave(N, 0); // warm-up: every client once
 const rss0 = rssMiB();
 const ch = changer();
@@ -130,9 +155,11 @@ let n = 0, failed = 0;
 const ok = (c, what) => { n++; if (!c) failed++; console.log(`${c ? 'ok' : 'not ok'} ${n} ${what}`); };
 ok(stats.done === expect && !stats.errors, `${N} clients: ${stats.done} of ${expect} completed, ` +
    `${stats.abandoned} abandoned, ${stats.refused} refused (429) and retried, ${stats.errors} errors`);
-ok(!stats.wrong, `${N} clients: every completed answer is the expected one (${stats.wrong} wrong)`);
+ok(!stats.wrong, `${N} clients: every completed answer is the one its prompt got alone (${stats.wrong} differ)`);
 ok(settled, `${N} clients: no running sequence, queue, live request or KV in use after the run`);
 ok(!process.env.MOEMCTL || changes > 0, `${N} clients: ${changes} HBM budget changes during the run`);
+ok(!process.env.MOEMCTL || batchChanges > 0,
+   `${N} clients: ${batchChanges} batching setting changes (max_batch, prefill_chunk) during the run`);
 // Under AddressSanitizer freed memory stays in its quarantine: RSS says nothing.
 const asan = readFileSync(`/proc/${pid}/maps`, 'utf8').includes('libasan');
 ok(asan || rss1 - rss0 < TOLERANCE_MIB, `${N} clients: RSS ${rss0.toFixed(1)} MiB after warm-up, ` +

@@ -59,6 +59,9 @@ int moemd_api_health(struct moemd_srv *s, struct MHD_Connection *c)
 
 	json_object_object_add(o, "status", json_object_new_string(ok ? "ok" : "unavailable"));
 	json_object_object_add(o, "state", json_object_new_string(why));
+	/* It will not serve: say so, so that nobody waits for it. */
+	if (!ok && s->model_err[0])
+		json_object_object_add(o, "error", json_object_new_string(s->model_err));
 	txt = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 	snprintf(buf, sizeof(buf), "%s", txt ? txt : "{}");
 	json_object_put(o);
