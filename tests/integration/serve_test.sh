@@ -64,7 +64,8 @@ start() {
 		--pool thp "$@" >"$tmp/log" 2>&1 &
 	pid=$!
 	url=
-	for _ in $(seq 3000); do
+	local end=$((SECONDS + 120))
+	while [ $SECONDS -lt $end ]; do
 		url=$(sed -n 's|.*OpenAI API on \(http://[^ ]*/v1\).*|\1|p' "$tmp/log")
 		[ -n "$url" ] && return 0
 		kill -0 "$pid" 2>/dev/null || break
@@ -76,8 +77,8 @@ start() {
 
 # ready: wait for /health to answer 200 (0), or to say why not (1).
 ready() {
-	local code
-	for _ in $(seq 3000); do
+	local code end=$((SECONDS + 120))
+	while [ $SECONDS -lt $end ]; do
 		code=$(curl -s -o "$tmp/health" -w '%{http_code}' "${url%/v1}/health")
 		[ "$code" = 200 ] && return 0
 		grep -q '"error"' "$tmp/health" 2>/dev/null && return 1
@@ -161,7 +162,8 @@ if start "$B/bin/moemd" --api-key sk-test-12345678 && ready; then
 		>/dev/null 2>&1 &
 	cpid=$!
 	running=
-	for _ in $(seq 6000); do
+	end=$((SECONDS + 120))
+	while [ $SECONDS -lt $end ]; do
 		curl -s -H 'Authorization: Bearer sk-test-12345678' "${url%/v1}/metrics" |
 			grep -q '^moem_live_requests 1$' && running=1 && break
 		sleep 0.01

@@ -140,7 +140,7 @@ changing = false;
 await ch;
 
 let m, settled = false;
-for (const end = Date.now() + 60000; Date.now() < end;) {
+for (const end = Date.now() + 120000; Date.now() < end;) {
 	m = await metrics();
 	if (m.get('moem_running_sequences') === 0 && m.get('moem_queue_requests') === 0 &&
 	    m.get('moem_live_requests') === 0 && m.get('moem_used_bytes{tier="kv"}') === 0) {
