@@ -434,6 +434,7 @@ TEST_F_TIMEOUT(http, unread_stream_and_departed_clients, 120)
 	/* Long enough to be running still when its client leaves. */
 	const char *whole = "{\"model\":\"t\",\"prompt\":\"gone\",\"max_tokens\":20000}";
 	char head[256];
+	double gone;
 	int fd, fd2;
 
 	/* A stream whose client never reads: cancelled once 64K wait unsent. */
@@ -446,6 +447,14 @@ TEST_F_TIMEOUT(http, unread_stream_and_departed_clients, 120)
 	EXPECT_TRUE(reaches(self->port, "moem_requests_cancelled_total", 1, 60000));
 	EXPECT_TRUE(settles(self->port, 60000));
 	EXPECT_EQ(1.0, metric(self->port, "moem_requests_cancelled_total"));
+	/*
+	 * Which limit ends it depends on the machine's speed: the 64K stream
+	 * buffer, or the 2 s --http-timeout first when the model is slow to
+	 * fill it (libmicrohttpd then closes the socket, and the step
+	 * boundary sees a disconnect). Either is right; count from here.
+	 */
+	gone = metric(self->port, "moem_client_disconnects_total");
+	EXPECT_GE(gone, 0.0);
 	/* A client that leaves while its whole answer is computed. */
 	snprintf(head, sizeof(head),
 		 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
@@ -460,7 +469,7 @@ TEST_F_TIMEOUT(http, unread_stream_and_departed_clients, 120)
 	EXPECT_TRUE(reaches(self->port, "moem_requests_cancelled_total", 2, 60000));
 	EXPECT_TRUE(settles(self->port, 60000));
 	EXPECT_EQ(2.0, metric(self->port, "moem_requests_cancelled_total"));
-	EXPECT_EQ(1.0, metric(self->port, "moem_client_disconnects_total"));
+	EXPECT_EQ(gone + 1, metric(self->port, "moem_client_disconnects_total"));
 	close(fd);
 	EXPECT_TRUE(healthy(_metadata, self));
 }
