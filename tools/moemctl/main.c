@@ -418,10 +418,11 @@ static const struct {
 	const char *args, *help;
 } commands[] = {
 	{"status", cmd_status, "", "pool, tiers, hit rates, stalls, policies, budgets, run"},
-	{"get", cmd_get, "[KNOB]", "budget knobs in force"},
+	{"get", cmd_get, "[KNOB]", "budget knobs and batching settings in force"},
 	{"set", cmd_set, "[--via socket|ioctl|sysfs] KNOB VALUE",
 	 "change a knob (hbm_bytes, dram_bytes: bytes, 12G, or 40% of the expert bytes;\n"
-	 "      hi_precision_permille, prefetch_depth, reroute)"},
+	 "      hi_precision_permille, prefetch_depth, reroute; the model server's\n"
+	 "      max_batch, max_queue, step_tokens, prefill_chunk, socket only)"},
 	{"run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
 	 "submit a workload and show its result"},
 	{"stop-run", cmd_stop_run, "", "end the run in progress after its current step"},
