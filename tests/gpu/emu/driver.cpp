@@ -26,6 +26,7 @@ enum {
 	OK = 0,
 	E_INVALID_VALUE = 1,
 	E_OUT_OF_MEMORY = 2,
+	E_NO_DEVICE = 100,
 	E_NOT_FOUND = 500,
 	E_NOT_READY = 600,
 	E_ILLEGAL_ADDRESS = 700,
@@ -75,9 +76,12 @@ static const struct kernel kernels[] = { KERNELS(ENTRY) };
 
 /* ---- driver API ----------------------------------------------------------- */
 
+/* As the real driver: CUDA_VISIBLE_DEVICES="" (or a negative id) hides the device. */
 CUAPI cuInit(unsigned int)
 {
-	return OK;
+	const char *v = getenv("CUDA_VISIBLE_DEVICES");
+
+	return v && (!*v || *v == '-') ? E_NO_DEVICE : OK;
 }
 
 CUAPI cuDriverGetVersion(int *v)
@@ -106,6 +110,9 @@ CUAPI cuGetErrorName(int e, const char **s)
 		break;
 	case E_NOT_SUPPORTED:
 		*s = "CUDA_ERROR_NOT_SUPPORTED";
+		break;
+	case E_NO_DEVICE:
+		*s = "CUDA_ERROR_NO_DEVICE";
 		break;
 	default:
 		*s = "CUDA_ERROR_INVALID_VALUE";
