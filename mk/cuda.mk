@@ -101,21 +101,29 @@ $(O)/tests/gpu/%: tests/gpu/%.c $(LIB)
 ifeq ($(shell uname -m),x86_64)
 EMU_DIR		:= $(O)/tests/gpu/emu
 EMU_KOBJS	:= $(CUDA_NAMES:%=$(EMU_DIR)/k_%.o)
-EMU_SRCS	:= tests/gpu/emu/sched.cpp tests/gpu/emu/driver.cpp
+EMU_SRCS	:= $(wildcard tests/gpu/emu/*.cpp)
 EMU_HDRS	:= tests/gpu/emu/cuda_emu.h tests/gpu/emu/emu.h
 EMU_CXXFLAGS	:= -std=c++20 -O2 -g -fPIC -ffp-contract=off -fno-ipa-reference -Wall \
 		   -Wno-unused-function -Wno-unknown-pragmas -Iinclude
+# Kernels: misaligned accesses trap (CUDA_ERROR_MISALIGNED_ADDRESS).
+EMU_KFLAGS	:= $(EMU_CXXFLAGS) -DMOEM_KERNEL_EMU -include tests/gpu/emu/cuda_emu.h \
+		   -fsanitize=alignment -fsanitize-undefined-trap-on-error
 TEST_SUITES	+= test-gpu-emu
 
-$(EMU_DIR)/k_%.o: cuda/%.cu $(CUDA_HDRS) $(EMU_HDRS)
-	$(call msg,CXX,$@)
+# Each kernel file with its kernels registered (tests/gpu/emu/kernels.sh).
+$(EMU_DIR)/k_%.cpp: cuda/%.cu $(CUDA_HDRS) $(EMU_HDRS) tests/gpu/emu/kernels.sh
+	$(call msg,GEN,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(EMU_CXXFLAGS) -DMOEM_KERNEL_EMU -include tests/gpu/emu/cuda_emu.h \
-		-x c++ -c -o $@ $<
+	$(Q)tests/gpu/emu/kernels.sh "$(CXX)" "$(EMU_KFLAGS)" $< $@
+
+$(EMU_DIR)/k_%.o: $(EMU_DIR)/k_%.cpp
+	$(call msg,CXX,$@)
+	$(Q)$(CXX) $(EMU_KFLAGS) -c -o $@ $<
 
 $(EMU_DIR)/libcuda.so.1: $(EMU_SRCS) $(EMU_HDRS) $(EMU_KOBJS)
 	$(call msg,LD,$@)
-	$(Q)$(CXX) $(EMU_CXXFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $(EMU_SRCS) $(EMU_KOBJS)
+	$(Q)$(CXX) $(EMU_CXXFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $(EMU_SRCS) $(EMU_KOBJS) \
+		-lpthread
 
 .PHONY: test-gpu-emu
 test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
