@@ -17,6 +17,8 @@
 #include "safetensors.h"
 #include "store.h"
 #include "pack.h"
+#include "tokenizer.h"
+#include "chat.h"
 #include "pool.h"
 #include "dev.h"
 #include "loader.h"
@@ -38,6 +40,9 @@
 #include "tiers.h"
 #include "engine.h"
 #include "engine_args.h"
+#include "sample.h"
+#include "rope.h"
+#include "decode.h"
 #include "bpf.h"
 #include "ctl.h"
 

@@ -273,7 +273,7 @@ static int open_tiers(struct moem_engine *e)
 
 int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 {
-	struct moem_backend_opts bo = {.threads = o->threads};
+	struct moem_backend_opts bo = {.threads = o->threads, .isa = o->cpu_isa};
 	struct moem_engine *e;
 	int ret;
 
@@ -528,8 +528,8 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		if (!ret && e->dx) {
 			uint32_t n_hi;
 
-			if (moem_eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) ==
-			    0)
+			if (moem_eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE],
+						  &n_hi) == 0)
 				moem_dynaexq_set_n_hi(e->dx, n_hi);
 		}
 		if (!ret && e->pg)
@@ -550,7 +550,7 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		uint32_t n_hi;
 
 		if (moem_eng_dynaexq_n_hi(e, !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm,
-				     k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
+					  k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
 			moem_dynaexq_set_n_hi(e->dx, n_hi);
 	}
 	return ret;

@@ -94,7 +94,7 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 	} else {
 		struct moem_router_args ra = {B, c->hidden, N, e->xb, e->gate[m], e->logits};
 		struct moem_route_args a = {
-			.cfg = {N, K, c->norm_topk_prob, c->routed_scaling},
+			.cfg = moem_route_cfg_of(c),
 			.lynx = e->rp.lynx,
 			.k0 = e->rp.k0,
 			.B = B,
@@ -276,7 +276,7 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 }
 
 int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
-	      const struct moem_trace_rec *replay, struct moem_step_stats *st)
+		   const struct moem_trace_rec *replay, struct moem_step_stats *st)
 {
 	const struct moem_model_config *cfg = e->cfg;
 	const uint32_t N = cfg->n_experts, K = cfg->top_k;

@@ -256,7 +256,7 @@ static void prefetch(struct sim *s)
 			continue;
 		}
 		id = moem_sim_ce_add(s, key, XK_PREFETCH, PRIO_PREFETCH, s->size,
-				moem_sim_link_bpn(s, key, s->size));
+				     moem_sim_link_bpn(s, key, s->size));
 		if (id == SIM_NONE) {
 			moem_tier_budget_release(&s->hbm, s->size);
 			continue;
@@ -326,7 +326,7 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 			if (ret)
 				return ret;
 			id = moem_sim_ce_add(s, key, XK_DEMAND, PRIO_MISS, s->size,
-					moem_sim_link_bpn(s, key, s->size));
+					     moem_sim_link_bpn(s, key, s->size));
 			if (id == SIM_NONE)
 				return -ENOMEM;
 			k->st = K_FLIGHT;

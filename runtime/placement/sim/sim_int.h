@@ -112,7 +112,8 @@ struct sim {
 int moem_sim_ce_init(struct sim *s, uint32_t cap);
 void moem_sim_ce_free(struct sim *s);
 /* Queue a transfer issued at s->now; returns its id or SIM_NONE (-ENOMEM). */
-uint32_t moem_sim_ce_add(struct sim *s, uint32_t key, int kind, int prio, uint64_t bytes, double bpn);
+uint32_t moem_sim_ce_add(struct sim *s, uint32_t key, int kind, int prio, uint64_t bytes,
+			 double bpn);
 /* A waiting transfer is needed now: move it to the miss queue. */
 void moem_sim_ce_boost(struct sim *s, uint32_t id);
 /* Drop a transfer that has not started; false if it has. */

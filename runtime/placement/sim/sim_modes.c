@@ -111,7 +111,7 @@ int moem_sim_dynaexq_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *en
 			break;
 		}
 		id = moem_sim_ce_add(s, key, a.promote ? XK_PROMOTE : XK_DEMOTE, PRIO_LOW, need,
-				moem_sim_link_bpn(s, key, need));
+				     moem_sim_link_bpn(s, key, need));
 		if (id == SIM_NONE) {
 			moem_tier_budget_release(&s->hbm, need);
 			moem_dynaexq_cancel(s->dx, &a);
@@ -185,7 +185,7 @@ static int load_layer(struct sim *s, uint32_t l)
 		if (s->resident[key])
 			continue;
 		id = moem_sim_ce_add(s, key, XK_PAGE, PRIO_PREFETCH, s->size,
-				moem_sim_link_bpn(s, key, s->size));
+				     moem_sim_link_bpn(s, key, s->size));
 		if (id == SIM_NONE)
 			return -ENOMEM;
 		s->window_last[l] = id;
