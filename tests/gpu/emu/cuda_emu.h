@@ -268,7 +268,7 @@ static inline uint4 ld_stream(const uint4 *p)
 	return *p;
 }
 
-static inline uint32_t ld_stream(const uint32_t *p)
+static inline uint2 ld_stream(const uint2 *p)
 {
 	return *p;
 }
