@@ -197,15 +197,23 @@ static void gen_logits(struct moem_rng *r, float *z, uint32_t B, uint32_t N, int
 	}
 }
 
-TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 120)
+/*
+ * {B, N, k, k0}: k0 0 is OEA's default ceil(k / 2). Top-k above 32 (up to
+ * the model limit, 64) and k0 above 32 mark every chosen expert.
+ */
+TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 240)
 {
-	static const uint32_t cfgs[][3] = {{1, 128, 8}, {16, 128, 8},	{64, 128, 8}, {300, 64, 6},
-					   {7, 8, 2},	{33, 1024, 64}, {5, 16, 1}};
+	static const uint32_t cfgs[][4] = {
+		{1, 128, 8, 0},	   {16, 128, 8, 0},   {64, 128, 8, 0}, {300, 64, 6, 0},
+		{7, 8, 2, 0},	   {33, 1024, 64, 0}, {5, 16, 1, 0},   {24, 256, 48, 40},
+		{40, 128, 64, 64}, {12, 64, 40, 0},
+	};
+	const int n_cfg = sizeof(cfgs) / sizeof(cfgs[0]);
 	struct moem_rng r;
 	int checked = 0;
 
 	moem_rng_seed(&r, 3, 0);
-	for (int ci = 0; ci < 7; ci++)
+	for (int ci = 0; ci < n_cfg; ci++)
 		for (int kind = 0; kind < 4; kind++)
 			for (int mode = 0; mode < MOEM_ROUTE_NR; mode++) {
 				const uint32_t B = cfgs[ci][0], N = cfgs[ci][1], k = cfgs[ci][2];
@@ -218,6 +226,7 @@ TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 120)
 				struct moem_route_args a = {
 					.mode = (enum moem_route_mode)mode,
 					.cfg = {N, k, kind != 2, kind == 1 ? 2.5f : 1.0f},
+					.k0 = cfgs[ci][3],
 					.B = B,
 				};
 
