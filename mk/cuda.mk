@@ -131,3 +131,17 @@ test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
 		scripts/run-tests.sh --suite gpu-emu --timeout 1200 $(GPU_TEST_BINS) \
 		tests/gpu/engine_same_outputs.sh
 endif
+
+# bench/tiers/bench_uvm.c: UVM against moem's VMM staging at one HBM budget
+# (bench/tiers/uvm.sh, in the GPU bundle). With the toolkit's cupti.h it
+# reads the driver's unified memory counters through libcupti (dlopen()ed).
+CUDA_HOME	?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(NVCC))))
+BENCH_UVM_CPPFLAGS := $(if $(wildcard $(CUDA_HOME)/include/cupti.h),-DMOEM_HAVE_CUPTI \
+		      -idirafter $(CUDA_HOME)/include)
+CUPTI_LIB	:= $(firstword $(wildcard $(CUDA_HOME)/lib64/libcupti.so.[0-9]* \
+		   $(CUDA_HOME)/lib/libcupti.so.[0-9]*))
+
+$(O)/bench/tiers/bench_uvm: bench/tiers/bench_uvm.c $(LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(BENCH_UVM_CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)

@@ -72,7 +72,11 @@ gb_rpath	= -s -Wl,--disable-new-dtags,-rpath,'$$ORIGIN/$(1)'
 GB_TOOLS	:= $(TOOL_DIRS:%=$(GB)/bin/%) $(if $(wildcard runtime/serve/moemd/*.c),$(GB)/bin/moemd)
 GB_TESTS	:= $(patsubst tests/gpu/%.c,$(GB)/tests/gpu/%,$(wildcard tests/gpu/test_*.c) \
 		   tests/gpu/dump_ops.c)
-GB_BENCH	:= $(GB)/bench/kernels/bench_kernels $(GB)/bench/tiers/bench_tiers
+GB_BENCH	:= $(GB)/bench/kernels/bench_kernels $(GB)/bench/tiers/bench_tiers \
+		   $(GB)/bench/tiers/bench_uvm
+# CUPTI, for the UVM bench's page-fault and migration counters (dlopen()ed;
+# the GPU machine may have no toolkit).
+GB_CUPTI	:= $(if $(CUPTI_LIB),$(GB)/lib/$(notdir $(CUPTI_LIB)))
 # Scripts, at the same paths relative to the bundle as to the tree, so
 # that MOEM_BUILD=<bundle> finds the programs where the scripts look.
 GB_SCRIPTS	:= $(GB)/run-gpu.sh $(GB)/scripts/run-tests.sh \
@@ -119,6 +123,15 @@ $(GB)/bench/tiers/bench_tiers: $(O)/bench/tiers/bench_tiers.o $(GB_LIB)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $(call gb_rpath,../../lib) -o $@ $< $(GB_LIB) \
 		-Wl,--as-needed $(LDLIBS)
 
+$(GB)/bench/tiers/bench_uvm: bench/tiers/bench_uvm.c $(GB_LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(BENCH_UVM_CPPFLAGS) $(GB_CFLAGS) $(LDFLAGS) \
+		$(call gb_rpath,../../lib) -o $@ $< $(GB_LIB) -Wl,--as-needed $(LDLIBS)
+
+$(GB_CUPTI): $(CUPTI_LIB)
+	$(Q)mkdir -p $(@D) && cp -L $< $@ && chmod 0644 $@
+
 $(GB)/run-gpu.sh: scripts/run-gpu.sh
 	$(Q)mkdir -p $(@D) && cp $< $@
 $(GB)/scripts/%: scripts/%
@@ -129,7 +142,7 @@ $(GB)/bench/%: bench/%
 	$(Q)mkdir -p $(@D) && cp $< $@
 
 # Gather the libraries, write what was built, check the size.
-gpu-bundle-stage: $(GB_LIB) $(GB_TOOLS) $(GB_TESTS) $(GB_BENCH) $(GB_SCRIPTS)
+gpu-bundle-stage: $(GB_LIB) $(GB_TOOLS) $(GB_TESTS) $(GB_BENCH) $(GB_SCRIPTS) $(GB_CUPTI)
 	$(call msg,BUNDLE,$(GB))
 	$(Q)scripts/gpu-bundle-libs.sh --copy $(GB)
 	$(Q){ echo "moem GPU bundle"; \

@@ -16,6 +16,7 @@
 #   --bench    kernel benchmarks (FFN weight bytes/s against the device's
 #              copy bandwidth, and against PyTorch's bf16 grouped matmul when
 #              torch is installed), tier benchmarks, UVM against VMM staging
+#              at one HBM budget (page faults and bytes through CUPTI)
 #   --all      both, interleaved so the most telling run first (default)
 #   --budget S start no phase after S seconds (default 510: the whole run
 #              ends inside 9 minutes on one H100); phases left out say so
@@ -177,6 +178,7 @@ if [ "$smoke" = 1 ]; then
 	done
 	want bench && phase bench_kernels 300 "$K/bench_kernels" --backend cuda --smoke \
 		--out "$out/kernels.txt"
+	want bench && phase uvm_vs_vmm 300 "$R/uvm.sh" --smoke cuda
 else
 	want tests && phase gpu_ops 180 "$T/test_gpu_ops"
 	want tests && phase gpu_fatal 60 "$T/test_gpu_fatal"
@@ -196,6 +198,7 @@ else
 	fi
 	want bench && phase bench_tiers 60 "$R/bench_tiers" --backend cuda
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
+	want bench && phase uvm_vs_vmm 120 "$R/uvm.sh" cuda
 	if want tests; then
 		if have_torch; then
 			phase torch_check 60 "$T/torch_check.sh"

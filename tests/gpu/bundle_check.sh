@@ -54,7 +54,8 @@ for f in run-gpu.sh BUILD-INFO scripts/run-tests.sh bin/moem lib/libmoem.so \
 	tests/gpu/test_gpu_ops tests/gpu/test_gpu_fatal tests/gpu/dump_ops \
 	tests/gpu/engine_same_outputs.sh tests/gpu/torch_check.py \
 	bench/kernels/bench_kernels bench/kernels/torch_ffn.py bench/tiers/bench_tiers \
-	bench/tiers/tokens.sh; do
+	bench/tiers/tokens.sh bench/tiers/bench_uvm bench/tiers/uvm.sh \
+	tests/gpu/test_gpu_driver tests/gpu/test_gpu_tierdev; do
 	[ -e "$GB/$f" ] || bad "the bundle lacks $f"
 done
 if scripts/gpu-bundle-libs.sh --check "$GB" >"$tmp/libs" 2>&1; then
@@ -104,7 +105,7 @@ if [ -n "${EMU_DIR:-}" ] && [ $real_gpu = 0 ]; then
 	else
 		bad "run-gpu.sh --smoke on the kernel emulator: exit $rc"
 	fi
-	for p in gpu_ops gpu_fatal bench_kernels; do
+	for p in gpu_ops gpu_fatal test_gpu_driver test_gpu_tierdev bench_kernels uvm_vs_vmm; do
 		grep -q "{\"name\":\"$p\",\"status\":\"pass\"" "$out/summary.json" || bad "phase $p did not pass"
 	done
 	grep -q '^ffn_bf16_B1_gbps ' "$out/results.txt" || bad "no FFN result in results.txt"

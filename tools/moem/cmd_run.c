@@ -60,6 +60,7 @@ static const struct option run_opts[] = {
 	{"trace-out", required_argument, NULL, 0},
 	{"trace-logits", no_argument, NULL, 0},
 	{"hotness", required_argument, NULL, 0},
+	{"hbm-mode", required_argument, NULL, 0},
 	{"counts-out", required_argument, NULL, 0},
 	{"no-warmup", no_argument, NULL, 0},
 	{"config", required_argument, NULL, 0},
@@ -84,7 +85,7 @@ static void run_usage(FILE *f)
 		"auto|kmod|hugetlb|thp]\n"
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
-		"                [--hotness engine|bpf] [--counts-out FILE]\n"
+		"                [--hotness engine|bpf] [--counts-out FILE] [--hbm-mode vmm|uvm]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
 		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
 		"A config file holds the same settings as 'name = value' lines.\n");
@@ -146,6 +147,9 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_STR("precision", st->precision);
 	J_STR("paging", st->paging);
 	J_STR("hotness", st->hotness);
+	J_STR("hbm_mode", st->hbm_mode);
+	J_U64("uvm_prefetches", st->uvm_prefetches);
+	J_U64("uvm_prefetch_bytes", st->uvm_prefetch_bytes);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
 	J_U64("batch", a->ea.w.batch);
@@ -177,7 +181,9 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 	printf("moem run: %llu steps x %u tokens on %s (%s), pool %s\n",
 	       (unsigned long long)rs->total.step, a->ea.w.batch, st->backend,
 	       *st->backend_note ? st->backend_note : "as asked", st->pool_provider);
-	printf("  budgets      HBM %s, DRAM %s\n", moem_fmt_bytes(st->hbm_budget, b1, sizeof(b1)),
+	printf("  budgets      HBM %s (%s), DRAM %s\n",
+	       moem_fmt_bytes(st->hbm_budget, b1, sizeof(b1)),
+	       strcmp(st->hbm_mode, "uvm") ? "VMM staging" : "UVM, paged by the driver",
 	       moem_fmt_bytes(st->dram_budget, b2, sizeof(b2)));
 	printf("  policies     route %s, evict %s, prefetch %s, precision %s, paging %s\n",
 	       st->route, st->evict, st->prefetch, st->precision, st->paging);

@@ -12,35 +12,21 @@
 #include <moem/util.h>
 
 const struct moem_arg_def moem_engine_arg_defs[] = {
-	{"pack", false, MOEM_ARG_ENGINE},
-	{"hbm", false, MOEM_ARG_ENGINE},
-	{"dram", false, MOEM_ARG_ENGINE},
-	{"precisions", false, MOEM_ARG_ENGINE},
-	{"fallback", true, MOEM_ARG_ENGINE},
-	{"route", false, MOEM_ARG_ENGINE},
-	{"evict", false, MOEM_ARG_ENGINE},
-	{"prefetch", false, MOEM_ARG_ENGINE},
-	{"precision", false, MOEM_ARG_ENGINE},
-	{"paging", false, MOEM_ARG_ENGINE},
-	{"backend", false, MOEM_ARG_ENGINE},
-	{"threads", false, MOEM_ARG_ENGINE},
-	{"cpu-threads", false, MOEM_ARG_ENGINE},
-	{"cpu-isa", false, MOEM_ARG_ENGINE},
-	{"pool", false, MOEM_ARG_ENGINE},
-	{"region", false, MOEM_ARG_ENGINE},
-	{"persistent", true, MOEM_ARG_ENGINE},
-	{"link-gbps", false, MOEM_ARG_ENGINE},
-	{"loader", false, MOEM_ARG_ENGINE},
-	{"no-verify", true, MOEM_ARG_ENGINE},
-	{"trace-out", false, MOEM_ARG_ENGINE},
-	{"trace-logits", true, MOEM_ARG_ENGINE},
-	{"hotness", false, MOEM_ARG_ENGINE},
-	{"workload", false, MOEM_ARG_WORKLOAD},
-	{"batch", false, MOEM_ARG_WORKLOAD},
-	{"steps", false, MOEM_ARG_WORKLOAD},
-	{"mix", false, MOEM_ARG_WORKLOAD},
-	{"seed", false, MOEM_ARG_WORKLOAD},
-	{NULL, false, 0},
+	{"pack", false, MOEM_ARG_ENGINE},	 {"hbm", false, MOEM_ARG_ENGINE},
+	{"dram", false, MOEM_ARG_ENGINE},	 {"precisions", false, MOEM_ARG_ENGINE},
+	{"fallback", true, MOEM_ARG_ENGINE},	 {"route", false, MOEM_ARG_ENGINE},
+	{"evict", false, MOEM_ARG_ENGINE},	 {"prefetch", false, MOEM_ARG_ENGINE},
+	{"precision", false, MOEM_ARG_ENGINE},	 {"paging", false, MOEM_ARG_ENGINE},
+	{"backend", false, MOEM_ARG_ENGINE},	 {"threads", false, MOEM_ARG_ENGINE},
+	{"cpu-threads", false, MOEM_ARG_ENGINE}, {"cpu-isa", false, MOEM_ARG_ENGINE},
+	{"pool", false, MOEM_ARG_ENGINE},	 {"region", false, MOEM_ARG_ENGINE},
+	{"persistent", true, MOEM_ARG_ENGINE},	 {"link-gbps", false, MOEM_ARG_ENGINE},
+	{"loader", false, MOEM_ARG_ENGINE},	 {"no-verify", true, MOEM_ARG_ENGINE},
+	{"trace-out", false, MOEM_ARG_ENGINE},	 {"trace-logits", true, MOEM_ARG_ENGINE},
+	{"hotness", false, MOEM_ARG_ENGINE},	 {"hbm-mode", false, MOEM_ARG_ENGINE},
+	{"workload", false, MOEM_ARG_WORKLOAD},	 {"batch", false, MOEM_ARG_WORKLOAD},
+	{"steps", false, MOEM_ARG_WORKLOAD},	 {"mix", false, MOEM_ARG_WORKLOAD},
+	{"seed", false, MOEM_ARG_WORKLOAD},	 {NULL, false, 0},
 };
 
 const struct moem_arg_def *moem_engine_arg_find(const char *name)
@@ -61,13 +47,13 @@ void moem_engine_args_init(struct moem_engine_args *a)
 }
 
 /* The const char * fields of o and w that the struct owns. */
-#define N_OWNED 11
+#define N_OWNED 12
 static const char **owned(struct moem_engine_args *a, int i)
 {
 	const char **f[N_OWNED] = {
 		&a->o.pack_path, &a->o.backend,	  &a->o.route,	 &a->o.evict,
 		&a->o.prefetch,	 &a->o.precision, &a->o.paging,	 &a->o.trace_out,
-		&a->w.mix,	 &a->w.path,	  &a->o.hotness,
+		&a->w.mix,	 &a->w.path,	  &a->o.hotness, &a->o.hbm_mode,
 	};
 
 	return f[i];
@@ -244,6 +230,11 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 		return set_str(&a->o.trace_out, v);
 	if (!strcmp(name, "hotness"))
 		return set_str(&a->o.hotness, v);
+	if (!strcmp(name, "hbm-mode")) {
+		if (strcmp(v, "vmm") && strcmp(v, "uvm"))
+			return moem_errf(EINVAL, "hbm-mode '%s': want vmm or uvm", v);
+		return set_str(&a->o.hbm_mode, v);
+	}
 	if (!strcmp(name, "mix"))
 		return set_str(&a->w.mix, v);
 	if (!strcmp(name, "threads") || !strcmp(name, "cpu-threads")) {
