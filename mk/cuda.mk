@@ -65,7 +65,7 @@ $(CUDA_TABLE): $(CUDA_STAMP) mk/cuda.mk
 	  done; \
 	  echo '	{ 0, 0, 0 },'; echo '};'; } > $@
 else
-$(info moem: nvcc not found (PATH, /usr/local/cuda/bin): libmoem is built without CUDA kernels)
+$(call config_note,nvcc not found (PATH$(comma) /usr/local/cuda/bin): libmoem is built without CUDA kernels)
 
 $(CUDA_TABLE): $(CUDA_STAMP) mk/cuda.mk
 	$(call msg,GEN,$@)

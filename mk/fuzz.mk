@@ -17,7 +17,7 @@ FUZZ_BINS	:= $(FUZZ_NAMES:%=$(O)/fuzz/fuzz_%)
 FUZZ_LIB_SRCS	:= $(wildcard runtime/storage/store/*.c) runtime/model/model.c \
 		   $(wildcard runtime/compute/quant/*.c) $(wildcard runtime/model/synth/*.c) \
 		   $(wildcard runtime/core/*.c) runtime/serve/ctl/proto.c \
-		   $(wildcard runtime/text/*.c)
+		   $(wildcard runtime/serve/api/*.c) $(wildcard runtime/text/*.c)
 FUZZ_LIB_OBJS	:= $(FUZZ_LIB_SRCS:%.c=$(O)/fuzz/obj/%.o)
 FUZZ_CFLAGS	:= -g -O1 -std=gnu11 -pthread -fno-omit-frame-pointer \
 		   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \

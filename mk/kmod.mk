@@ -28,10 +28,10 @@ kmod:
 kmod-clean:
 	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR) MAKEOVERRIDES= O= clean
 
-$(O)/kselftest/%: tests/kselftest/%.c tests/kselftest/moem_test.h $(LIB)
+$(O)/kselftest/%: tests/kselftest/%.c tests/kselftest/moem_test.h $(GUEST_LIB)
 	$(call msg,KSFT,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(KSFT_CFLAGS) -o $@ $< $(LIB) $(KSFT_LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(KSFT_CFLAGS) -o $@ $< $(GUEST_LIB) $(KSFT_LDLIBS)
 
 kselftest-build: $(KSFT_BINS)
 

@@ -164,6 +164,10 @@ void moem_engine_stop(struct moem_engine *e);
  * (NULL: stop tracing). A run in progress keeps what it started with.
  */
 int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits);
+/* The same, with moem_trace_writer_open_ex()'s flags (MOEM_TRACE_W_EXCL:
+ * a path a client chose, where no foreign file may be replaced). */
+int moem_engine_set_trace_ex(struct moem_engine *e, const char *path, bool logits,
+			     unsigned int flags);
 /*
  * True once the backend saw a sticky device error (the process must exit
  * and be restarted); msg (may be NULL) receives the error.
@@ -180,8 +184,10 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 
 struct moem_engine_status {
 	char backend[32], backend_note[192];
-	char pool_provider[16], pool_why[192];
+	char pool_provider[16], pool_why[320];
 	uint64_t pool_bytes;
+	bool pool_pinned;	    /* every byte locked or pinned */
+	uint64_t pool_pinned_bytes; /* what the kernel says is */
 	char route[64], evict[64], prefetch[64], precision[64], paging[64];
 	uint64_t hbm_budget, hbm_used, dram_budget, dram_used;
 	uint64_t hbm_resident_hi, hbm_resident_lo, dram_ready;

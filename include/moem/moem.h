@@ -45,5 +45,8 @@
 #include "decode.h"
 #include "bpf.h"
 #include "ctl.h"
+#include "version.h"
+#include "sched.h"
+#include "openai.h"
 
 #endif /* MOEM_MOEM_H */

@@ -33,8 +33,11 @@ int moem_engine_pack_bytes(const char *pack_path, enum moem_prec p, uint64_t *by
 		return ret;
 	c = moem_pack_config(pack);
 	ret = moem_expert_layout(p, c->hidden, c->moe_inter, &l);
+	/* As the HBM arena holds them (64 KiB slots): 100% is what the whole
+	 * model takes there, the budget an engine uses when given none. */
 	if (!ret)
-		*bytes = (uint64_t)moem_n_moe_layers(c) * c->n_experts * l.bytes;
+		*bytes = (uint64_t)moem_n_moe_layers(c) * c->n_experts *
+			 moem_align_up(l.bytes, 65536);
 	moem_pack_close(pack);
 	return ret;
 }
@@ -597,6 +600,12 @@ void moem_engine_stop(struct moem_engine *e)
 
 int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits)
 {
+	return moem_engine_set_trace_ex(e, path, logits, 0);
+}
+
+int moem_engine_set_trace_ex(struct moem_engine *e, const char *path, bool logits,
+			     unsigned int flags)
+{
 	char *p = NULL;
 
 	if (path && !*path)
@@ -613,6 +622,7 @@ int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits)
 	free(e->trace_path);
 	e->trace_path = p;
 	e->trace_logits = logits;
+	e->trace_flags = flags;
 	pthread_mutex_unlock(&e->knob_lock);
 	return 0;
 }
@@ -637,6 +647,8 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 		 moem_pool_provider_name(e->pool_info.provider));
 	snprintf(st->pool_why, sizeof(st->pool_why), "%s", e->pool_info.why);
 	st->pool_bytes = e->pool_info.size;
+	st->pool_pinned = e->pool_info.pinned;
+	st->pool_pinned_bytes = e->pool_info.pinned_bytes;
 	pthread_mutex_lock(&e->knob_lock);
 	moem_route_policy_format(&e->rp, st->route, sizeof(st->route));
 	snprintf(st->evict, sizeof(st->evict), "%s", e->evict_spec);

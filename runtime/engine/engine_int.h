@@ -105,6 +105,7 @@ struct moem_engine {
 	/* The trace the next run writes (under knob_lock; NULL: none). */
 	char *trace_path;
 	bool trace_logits;
+	unsigned int trace_flags;  /* moem_trace_writer_open_ex() flags */
 	uint64_t knobs_applied_ns; /* when a knob change last took effect */
 	/* Budgets go to the tiers from any thread, one at a time, with the
 	 * knob values current at that moment (moem_eng_apply_budget). */

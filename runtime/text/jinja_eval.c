@@ -524,10 +524,12 @@ int jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 		c->line = n->line;
 		if (!strcmp(n->name, "in")) {
 			ret = contains(c, &b, &a, &r);
-			*out = jv_bool(r != n->negate);
+			if (!ret)
+				*out = jv_bool(r != n->negate);
 		} else if (strchr("=!<>", n->name[0])) {
 			ret = compare(c, n->name, &a, &b, &r);
-			*out = jv_bool(r);
+			if (!ret)
+				*out = jv_bool(r);
 		} else {
 			ret = arith(c, n->name, &a, &b, out);
 		}

@@ -11,23 +11,43 @@
 #include <moem/error.h>
 #include <moem/util.h>
 
+/* One setting per line: adding one is a one-line change. */
+/* clang-format off */
 const struct moem_arg_def moem_engine_arg_defs[] = {
-	{"pack", false, MOEM_ARG_ENGINE},	 {"hbm", false, MOEM_ARG_ENGINE},
-	{"dram", false, MOEM_ARG_ENGINE},	 {"precisions", false, MOEM_ARG_ENGINE},
-	{"fallback", true, MOEM_ARG_ENGINE},	 {"route", false, MOEM_ARG_ENGINE},
-	{"evict", false, MOEM_ARG_ENGINE},	 {"prefetch", false, MOEM_ARG_ENGINE},
-	{"precision", false, MOEM_ARG_ENGINE},	 {"paging", false, MOEM_ARG_ENGINE},
-	{"backend", false, MOEM_ARG_ENGINE},	 {"threads", false, MOEM_ARG_ENGINE},
-	{"cpu-threads", false, MOEM_ARG_ENGINE}, {"cpu-isa", false, MOEM_ARG_ENGINE},
-	{"pool", false, MOEM_ARG_ENGINE},	 {"region", false, MOEM_ARG_ENGINE},
-	{"persistent", true, MOEM_ARG_ENGINE},	 {"link-gbps", false, MOEM_ARG_ENGINE},
-	{"loader", false, MOEM_ARG_ENGINE},	 {"no-verify", true, MOEM_ARG_ENGINE},
-	{"trace-out", false, MOEM_ARG_ENGINE},	 {"trace-logits", true, MOEM_ARG_ENGINE},
-	{"hotness", false, MOEM_ARG_ENGINE},	 {"hbm-mode", false, MOEM_ARG_ENGINE},
-	{"workload", false, MOEM_ARG_WORKLOAD},	 {"batch", false, MOEM_ARG_WORKLOAD},
-	{"steps", false, MOEM_ARG_WORKLOAD},	 {"mix", false, MOEM_ARG_WORKLOAD},
-	{"seed", false, MOEM_ARG_WORKLOAD},	 {NULL, false, 0},
+	{"pack", false, MOEM_ARG_ENGINE},
+	{"hbm", false, MOEM_ARG_ENGINE},
+	{"dram", false, MOEM_ARG_ENGINE},
+	{"precisions", false, MOEM_ARG_ENGINE},
+	{"fallback", true, MOEM_ARG_ENGINE},
+	{"route", false, MOEM_ARG_ENGINE},
+	{"evict", false, MOEM_ARG_ENGINE},
+	{"prefetch", false, MOEM_ARG_ENGINE},
+	{"precision", false, MOEM_ARG_ENGINE},
+	{"paging", false, MOEM_ARG_ENGINE},
+	{"backend", false, MOEM_ARG_ENGINE},
+	{"threads", false, MOEM_ARG_ENGINE},
+	{"cpu-threads", false, MOEM_ARG_ENGINE},
+	{"cpu-isa", false, MOEM_ARG_ENGINE},
+	{"pool", false, MOEM_ARG_ENGINE},
+	{"region", false, MOEM_ARG_ENGINE},
+	{"persistent", true, MOEM_ARG_ENGINE},
+	{"link-gbps", false, MOEM_ARG_ENGINE},
+	{"loader", false, MOEM_ARG_ENGINE},
+	{"no-verify", true, MOEM_ARG_ENGINE},
+	{"trace-out", false, MOEM_ARG_ENGINE},
+	{"trace-logits", true, MOEM_ARG_ENGINE},
+	{"hotness", false, MOEM_ARG_ENGINE},
+	{"hbm-mode", false, MOEM_ARG_ENGINE},
+	{"mem-reserve", false, MOEM_ARG_ENGINE},
+	{"require-pinned", true, MOEM_ARG_ENGINE},
+	{"workload", false, MOEM_ARG_WORKLOAD},
+	{"batch", false, MOEM_ARG_WORKLOAD},
+	{"steps", false, MOEM_ARG_WORKLOAD},
+	{"mix", false, MOEM_ARG_WORKLOAD},
+	{"seed", false, MOEM_ARG_WORKLOAD},
+	{NULL, false, 0},
 };
+/* clang-format on */
 
 const struct moem_arg_def *moem_engine_arg_find(const char *name)
 {
@@ -44,6 +64,9 @@ void moem_engine_args_init(struct moem_engine_args *a)
 	a->w.batch = 8;
 	a->w.steps = 32;
 	a->o.hi = MOEM_PREC_BF16;
+	/* A pool sized from a budget larger than the machine shrinks to what
+	 * fits (and says so) rather than failing or waking the OOM killer. */
+	a->o.pool.fit = true;
 }
 
 /* The const char * fields of o and w that the struct owns. */
@@ -67,6 +90,7 @@ void moem_engine_args_free(struct moem_engine_args *a)
 	free(a->dram);
 	free(a->precisions);
 	free(a->region);
+	free(a->mem_reserve);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -91,6 +115,7 @@ int moem_engine_args_copy(struct moem_engine_args *dst, const struct moem_engine
 	ret |= dup_str(&dst->dram, src->dram);
 	ret |= dup_str(&dst->precisions, src->precisions);
 	ret |= dup_str(&dst->region, src->region);
+	ret |= dup_str(&dst->mem_reserve, src->mem_reserve);
 	dst->o.pool.name = dst->region;
 	if (ret) {
 		moem_engine_args_free(dst);
@@ -189,6 +214,8 @@ static int set_flag(struct moem_engine_args *a, const char *name, const char *v)
 		a->o.pool.persistent = b;
 	else if (!strcmp(name, "no-verify"))
 		a->o.no_verify = b;
+	else if (!strcmp(name, "require-pinned"))
+		a->o.pool.require_pinned = b;
 	else
 		a->o.trace_logits = b;
 	return 0;
@@ -237,6 +264,8 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 	}
 	if (!strcmp(name, "mix"))
 		return set_str(&a->w.mix, v);
+	if (!strcmp(name, "mem-reserve"))
+		return set_own(&a->mem_reserve, v);
 	if (!strcmp(name, "threads") || !strcmp(name, "cpu-threads")) {
 		/* one worker per CPU at most: the workers are pinned, one CPU each;
 		 * "threads 0" (the older name) still means every CPU */
@@ -312,11 +341,9 @@ static int resolve_size(const char *name, const char *s, const uint64_t *expert_
 {
 	int ret = moem_parse_size(s, expert_bytes, out);
 
+	/* 0, as for the knobs: no limit, the whole model. */
 	if (ret)
 		return moem_err_prefix(-ret, "%s", name);
-	if (!*out)
-		return moem_errf(EINVAL, "%s 0: the %s budget must hold one expert", name,
-				 !strcmp(name, "hbm") ? "HBM" : "DRAM");
 	return 0;
 }
 
@@ -336,6 +363,18 @@ int moem_engine_args_resolve(struct moem_engine_args *a)
 				return ret;
 			expert_bytes += b;
 		}
+	}
+	if (a->mem_reserve) {
+		/* Bytes, or a percentage of the machine's memory. */
+		struct moem_pool_mem m;
+
+		ret = moem_pool_headroom(0, &m);
+		if (!ret)
+			ret = moem_parse_size(a->mem_reserve, &m.total, &a->o.pool.mem_reserve);
+		if (ret)
+			return moem_err_prefix(-ret, "mem-reserve");
+		if (!a->o.pool.mem_reserve)
+			a->o.pool.mem_reserve = 1; /* "0": leave nothing (not the default) */
 	}
 	a->o.hbm_budget = a->o.dram_budget = 0;
 	if (a->hbm) {

@@ -34,12 +34,22 @@ int moem_pool_kmod_open(const struct moem_pool_opts *opts, struct moem_pool *poo
 			goto err_dev;
 	}
 	if (!attached) {
+		uint64_t size = opts->size, free_bytes, room;
+
 		if (!opts->size) {
 			ret = moem_errf(ENOENT, "region '%s' does not exist and no size was given",
 					opts->name);
 			goto err_dev;
 		}
-		ret = moem_dev_region_create(dev_fd, opts->name, opts->size,
+		/* moem.ko's free chunks, then new ones up to its ceiling and
+		 * to what the machine can give. */
+		if (moem_pool_kmod_room(&free_bytes, &room) == 0) {
+			ret = moem_pool_fit(opts, pool, free_bytes, room,
+					    "moem.ko's ceiling (max_pool_mb)", &size);
+			if (ret)
+				goto err_dev;
+		}
+		ret = moem_dev_region_create(dev_fd, opts->name, size,
 					     opts->persistent ? MOEM_REGION_PERSISTENT : 0,
 					     opts->mode, &fd);
 		if (ret)
@@ -67,6 +77,7 @@ int moem_pool_kmod_open(const struct moem_pool_opts *opts, struct moem_pool *poo
 	pool->info.page_bytes = MOEM_CHUNK_SIZE;
 	pool->info.huge_bytes = ri.size;
 	pool->info.pinned = true;
+	pool->info.pinned_bytes = ri.size;
 	pool->info.attached = attached;
 	pool->info.persistent = ri.flags & MOEM_REGION_PERSISTENT;
 	snprintf(pool->info.region, sizeof(pool->info.region), "%s", opts->name);

@@ -503,13 +503,9 @@ int moem_pack_open(const char *path, struct moem_pack **out)
 	p = pack_alloc(path);
 	if (!p)
 		return -ENOMEM;
-	p->fd = open(path, O_RDONLY | O_CLOEXEC);
+	p->fd = moem_store_open_regular(path, &st);
 	if (p->fd < 0) {
-		ret = moem_errf(errno, "%s: %s", path, strerror(errno));
-		goto err;
-	}
-	if (fstat(p->fd, &st) || !S_ISREG(st.st_mode)) {
-		ret = moem_errf(EINVAL, "%s: not a regular file", path);
+		ret = p->fd;
 		goto err;
 	}
 	p->size = (uint64_t)st.st_size;
