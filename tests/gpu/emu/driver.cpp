@@ -19,6 +19,7 @@
 #include "cuda_emu.h"
 #include "emu.h"
 #include "../../../cuda/kparams.h"
+#include "../../../cuda/decode_kparams.h"
 
 #define CUAPI extern "C" __attribute__((visibility("default"))) int
 
@@ -67,7 +68,19 @@ struct kernel {
 	X(moem_router_n2, moem_kgemm_params)                                                       \
 	X(moem_router_n4, moem_kgemm_params)                                                       \
 	X(moem_router_n8, moem_kgemm_params)                                                       \
-	FFN_NT(X, bf16) FFN_NT(X, q8) FFN_NT(X, q4) FFN_NT(X, q2)
+	FFN_NT(X, bf16) FFN_NT(X, q8) FFN_NT(X, q4) FFN_NT(X, q2) DECODE_KERNELS(X)
+/* The full-decode kernels (cuda/decode_kparams.h). */
+#define DECODE_KERNELS(X)                                                                          \
+	X(moem_embed, moem_kembed_params)                                                          \
+	X(moem_matmul, moem_kmatmul_params)                                                        \
+	X(moem_rownorm, moem_krownorm_params)                                                      \
+	X(moem_convert, moem_kconvert_params)                                                      \
+	X(moem_convert_seq, moem_kconvert_params)                                                  \
+	X(moem_rope, moem_krope_params)                                                            \
+	X(moem_head_matmul, moem_khead_mm_params)                                                  \
+	X(moem_kv_store, moem_kkv_store_params)                                                    \
+	X(moem_attn_part, moem_kattn_params)                                                       \
+	X(moem_attn_merge, moem_kattn_params)
 
 KERNELS(DECL)
 
