@@ -5,9 +5,11 @@
  * owns one weight row and streams it once per group of four tokens (a
  * decode step's GEMV reads every weight byte once; a prefill chunk's
  * tokens re-read the row from L1/L2). Lane l takes the 8 columns at
- * 8 * (l + 32 j), FMAs them in j order into its own fp32 sum, and the warp
- * adds the 32 sums in a fixed butterfly: every (token, row) is computed
- * the same way whatever the batch, so batching never changes a bit.
+ * 8 * (l + 32 j), FMAs them in j order into its own fp32 sum, and one
+ * lane adds the 32 sums in lane order (through shared memory: one
+ * exchange per token group instead of a five-step butterfly per token):
+ * every (token, row) is computed the same way whatever the batch, so
+ * batching never changes a bit.
  */
 #include "common.cuh"
 #include "decode_kparams.h"
@@ -36,14 +38,15 @@ MOEM_DEVI void load8(const uint16_t *p, bool vec, float (&v)[8])
 extern "C" __global__ void __launch_bounds__(MOEM_K_MM_ROWS * 32)
 	moem_matmul(const moem_kmatmul_params p)
 {
-	const uint32_t lane = threadIdx.x & 31,
-		       r = blockIdx.x * MOEM_K_MM_ROWS + (threadIdx.x >> 5);
+	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint32_t r = blockIdx.x * MOEM_K_MM_ROWS + warp;
 	const uint32_t t0 = blockIdx.y * MOEM_K_MM_TOKENS;
 	const uint32_t t1 = min(t0 + MOEM_K_MM_TOKENS, p.B);
 	const uint16_t *w = reinterpret_cast<const uint16_t *>(p.w) + (size_t)r * p.K;
 	const uint16_t *x = reinterpret_cast<const uint16_t *>(p.x);
 	float *y = reinterpret_cast<float *>(p.y);
 	const bool vec = p.vec != 0;
+	__shared__ float red[MOEM_K_MM_ROWS][MM_GROUP][32];
 
 	if (r >= p.R)
 		return; /* whole warps: no collective below is left half-empty */
@@ -67,14 +70,18 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_MM_ROWS * 32)
 					acc[g] = fmaf(wv[i], xv[i], acc[g]);
 			}
 		}
+		/* lane g adds the 32 lanes' sums of token g in lane order */
 #pragma unroll
-		for (uint32_t g = 0; g < MM_GROUP; g++) {
-#pragma unroll
-			for (int off = 16; off; off >>= 1)
-				acc[g] = __fadd_rn(acc[g],
-						   __shfl_xor_sync(0xffffffffu, acc[g], off));
-			if (lane == 0 && g < ng)
-				y[(size_t)(tg + g) * p.R + r] = acc[g];
+		for (uint32_t g = 0; g < MM_GROUP; g++)
+			red[warp][g][lane] = acc[g];
+		__syncwarp();
+		if (lane < ng) {
+			float s = 0.0f;
+
+			for (int l = 0; l < 32; l++)
+				s = __fadd_rn(s, red[warp][lane][l]);
+			y[(size_t)(tg + lane) * p.R + r] = s;
 		}
+		__syncwarp();
 	}
 }
