@@ -91,7 +91,8 @@ $(O)/tests/gpu/%: tests/gpu/%.c $(LIB)
 .PHONY: test-gpu bench-gpu
 test-gpu: all $(GPU_TEST_BINS) $(GPU_TOOLS)
 	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite gpu --timeout 900 $(GPU_TEST_BINS) \
-		tests/gpu/torch_check.sh tests/gpu/memcheck.sh tests/gpu/engine_same_outputs.sh
+		tests/gpu/torch_check.sh tests/gpu/memcheck.sh tests/gpu/engine_same_outputs.sh \
+		tests/gpu/decode_same_tokens.sh
 
 # Kernel benchmarks on the GPU machine: FFN bytes/s against the
 # device-to-device copy, router/re-route share, then PyTorch same shapes.
@@ -129,5 +130,5 @@ $(EMU_DIR)/libcuda.so.1: $(EMU_SRCS) $(EMU_HDRS) $(EMU_KOBJS)
 test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
 	$(Q)LD_LIBRARY_PATH=$(EMU_DIR) MOEM_GPU_EMU=1 MOEM_BUILD=$(O) \
 		scripts/run-tests.sh --suite gpu-emu --timeout 1200 $(GPU_TEST_BINS) \
-		tests/gpu/engine_same_outputs.sh
+		tests/gpu/engine_same_outputs.sh tests/gpu/decode_same_tokens.sh
 endif
