@@ -48,7 +48,7 @@ CFLAGS	+= -std=gnu11 -pthread -fPIC -MMD -MP \
 	   -Wformat=2 -Wno-format-truncation -Wshadow=local -Wvla -Werror=implicit-function-declaration \
 	   -Werror=incompatible-pointer-types -Werror=return-type
 LDFLAGS	?=
-LDLIBS	:= -ljson-c -luring -lxxhash -lcrypto -linih -lm -ldl -lpthread
+LDLIBS	:= -ljson-c -luring -lxxhash -lcrypto -linih -lpcre2-8 -lutf8proc -lm -ldl -lpthread
 ifeq ($(SAN),1)
 CFLAGS	+= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS	+= -fsanitize=address,undefined
@@ -128,7 +128,7 @@ deps:
 tests-build: all $(UNIT_BINS)
 
 test-unit: tests-build
-	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite unit $(UNIT_BINS)
+	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite unit --timeout 900 $(UNIT_BINS)
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory all

@@ -49,7 +49,16 @@ GUEST_CFLAGS	:= $(filter-out -fsanitize=% -fno-sanitize-recover=% -fPIC,$(CFLAGS
 		   -Wno-sign-compare -Wno-misleading-indentation
 GUEST_LDLIBS	:= $(LDLIBS)
 
-$(O)/guest-daemon/moemd: $(patsubst %.c,$(O)/%.o,$(wildcard runtime/serve/moemd/*.c)) $(LIB)
+# Without the HTTP listener (tests/integration/guest/moemd_nohttp.c says why).
+GUEST_MOEMD_OBJS := $(patsubst %.c,$(O)/%.o,$(filter-out $(MOEMD_HTTP_SRCS),\
+		    $(wildcard runtime/serve/moemd/*.c))) $(O)/guest-daemon/obj/moemd_nohttp.o
+
+$(O)/guest-daemon/obj/moemd_nohttp.o: tests/integration/guest/moemd_nohttp.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) -Iruntime/serve/moemd $(GUEST_CFLAGS) -c -o $@ $<
+
+$(O)/guest-daemon/moemd: $(GUEST_MOEMD_OBJS) $(LIB)
 	$(call msg,LDSTATIC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(GUEST_CFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(GUEST_LDLIBS) 2>$@.ldlog || \

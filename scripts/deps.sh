@@ -13,6 +13,8 @@ set -eu
 PKGS="
 build-essential pkg-config git
 libjson-c-dev liburing-dev libxxhash-dev libssl-dev libsystemd-dev libinih-dev
+libmicrohttpd-dev
+libpcre2-dev libutf8proc-dev nodejs
 clang llvm libclang-rt-14-dev libbpf-dev bpftool systemtap-sdt-dev
 linux-headers-amd64 linux-image-amd64 kmod
 qemu-system-x86 busybox-static cpio e2fsprogs

@@ -23,8 +23,26 @@ static const struct {
 	const char *name;
 	bool flag;
 } daemon_opts[] = {
-	{"config", false},   {"socket", false}, {"log-level", false},
-	{"no-warmup", true}, {"cold", true},	{"sysfs-knobs", false},
+	{"config", false},
+	{"socket", false},
+	{"log-level", false},
+	{"no-warmup", true},
+	{"cold", true},
+	{"sysfs-knobs", false},
+	/* the model server (http_cfg.c) */
+	{"listen", false},
+	{"api-key", false},
+	{"api-key-file", false},
+	{"model-name", false},
+	{"max-queue", false},
+	{"max-batch", false},
+	{"step-tokens", false},
+	{"prefill-chunk", false},
+	{"max-body", false},
+	{"http-threads", false},
+	{"http-connections", false},
+	{"http-timeout", false},
+	{"stream-buffer", false},
 };
 
 void moemd_cfg_init(struct moemd_cfg *c)
@@ -35,6 +53,8 @@ void moemd_cfg_init(struct moemd_cfg *c)
 	c->ea.o.pool.persistent = true;
 	c->log_level = MOEM_LOG_INFO;
 	c->sysfs_knobs = true;
+	moemd_http_cfg_init(&c->http);
+	moem_sched_opts_default(&c->sched);
 }
 
 void moemd_cfg_free(struct moemd_cfg *c)
@@ -42,6 +62,7 @@ void moemd_cfg_free(struct moemd_cfg *c)
 	moem_engine_args_free(&c->ea);
 	free(c->socket);
 	free(c->config);
+	moemd_http_cfg_free(&c->http);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -78,6 +99,9 @@ static int cfg_set(struct moemd_cfg *c, const char *name, const char *v)
 		return moem_arg_bool(name, v, &c->cold);
 	if (!strcmp(name, "sysfs-knobs"))
 		return moem_arg_bool(name, v, &c->sysfs_knobs);
+	ret = moemd_http_cfg_set(&c->http, &c->sched, name, v);
+	if (ret != -ENOENT)
+		return ret;
 	return moem_errf(EINVAL, "unknown setting '%s'", name);
 }
 
@@ -101,6 +125,13 @@ static void usage(FILE *f)
 		"  --cold               destroy this pack's persistent region first\n"
 		"  --no-warmup          do not stage experts before serving\n"
 		"  --sysfs-knobs yes|no follow /sys/kernel/moem/budgets (default yes)\n"
+		"OpenAI-compatible HTTP API:\n"
+		"  --listen ADDR:PORT   (default %s; 'none': off)\n"
+		"  --api-key KEY | --api-key-file FILE   require 'Authorization: Bearer KEY'\n"
+		"  --model-name NAME    the served model id (default: the pack's file name)\n"
+		"  --max-queue N --max-batch N --step-tokens N --prefill-chunk N\n"
+		"  --max-body SIZE --http-threads N --http-connections N --http-timeout S\n"
+		"  --stream-buffer SIZE\n"
 		"engine (as in 'moem run'):\n"
 		"  --pack FILE --hbm SIZE|PCT%% --dram SIZE|PCT%% --precisions HI[,LO] --fallback\n"
 		"  --route SPEC --evict SPEC --prefetch SPEC --precision SPEC --paging SPEC\n"
@@ -111,7 +142,7 @@ static void usage(FILE *f)
 		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed "
 		"S\n"
 		"  --version, --help\n",
-		MOEM_CTL_SOCKET);
+		MOEM_CTL_SOCKET, MOEMD_HTTP_DEFAULT_LISTEN);
 }
 
 /* Long options: the engine's, the daemon's, help and version. */
@@ -168,6 +199,35 @@ static int absolute_pack(struct moemd_cfg *c)
 	ret = moem_engine_args_set(&c->ea, "pack", abs);
 	free(abs);
 	return ret;
+}
+
+/* The served model's name from the pack's file name; the listen default. */
+static int serve_defaults(struct moemd_cfg *c)
+{
+	const char *base = strrchr(c->ea.o.pack_path, '/');
+	char name[129];
+	size_t n;
+	int ret;
+
+	/* The default chunk follows a smaller step budget. */
+	if (c->sched.prefill_chunk == 256 && c->sched.step_tokens < 256)
+		c->sched.prefill_chunk = c->sched.step_tokens;
+	ret = moem_sched_opts_check(&c->sched);
+	if (ret)
+		return ret;
+	if (!c->http.listen) {
+		c->http.listen = strdup(MOEMD_HTTP_DEFAULT_LISTEN);
+		if (!c->http.listen)
+			return -ENOMEM;
+	}
+	if (c->http.model_name)
+		return 0;
+	base = base ? base + 1 : c->ea.o.pack_path;
+	snprintf(name, sizeof(name), "%s", base);
+	n = strlen(name);
+	if (n > 5 && !strcmp(name + n - 5, ".moem"))
+		name[n - 5] = 0;
+	return set_str(&c->http.model_name, name[0] ? name : "moem");
 }
 
 int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
@@ -244,6 +304,9 @@ int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
 		if (ret)
 			goto fail;
 	}
+	ret = serve_defaults(c);
+	if (ret)
+		goto fail;
 	ret = absolute_pack(c);
 	if (!ret)
 		ret = moem_engine_args_resolve(&c->ea);
@@ -362,6 +425,27 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");
 	RESTART_IF(str_differs(n.socket, o->socket), "socket");
 	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
+	RESTART_IF(str_differs(n.http.listen, o->http.listen), "listen");
+	RESTART_IF(str_differs(n.http.api_key, o->http.api_key), "api-key");
+	RESTART_IF(str_differs(n.http.model_name, o->http.model_name), "model-name");
+	RESTART_IF(n.http.max_body != o->http.max_body || n.http.threads != o->http.threads ||
+			   n.http.max_conns != o->http.max_conns ||
+			   n.http.timeout_s != o->http.timeout_s,
+		   "http settings");
+	if (memcmp(&n.sched, &o->sched, sizeof(n.sched)) && d->srv) {
+		/* Batching settings apply at the next step boundary. */
+		rc = d->srv->sched ? moem_sched_set_opts(d->srv->sched, &n.sched) : 0;
+		if (rc) {
+			moem_warn("reload: batching settings refused: %s", moem_strerror(rc));
+		} else {
+			o->sched = n.sched;
+			d->srv->sched_opts = n.sched;
+			moem_info("reload: max-queue %u, max-batch %u, step-tokens %u, "
+				  "prefill-chunk %u",
+				  n.sched.max_waiting, n.sched.max_running, n.sched.step_tokens,
+				  n.sched.prefill_chunk);
+		}
+	}
 #undef RESTART_IF
 	if (moemd_state_get(d) == MOEMD_READY &&
 	    (str_differs(a->trace_out, b->trace_out) || a->trace_logits != b->trace_logits)) {

@@ -26,6 +26,9 @@
 #include <moem/engine_args.h>
 #include <moem/log.h>
 #include <moem/progress.h>
+#include <moem/sched.h>
+
+#include "serve.h"
 
 #define MOEMD_VERSION "0.1.0"
 
@@ -54,9 +57,11 @@ struct moemd_cfg {
 	char *config; /* the config file, or NULL */
 	enum moem_log_level log_level;
 	bool no_warmup;
-	bool cold;	   /* destroy the region first: no warm restart */
-	bool sysfs_knobs;  /* follow /sys/kernel/moem/budgets (default yes) */
-	bool region_given; /* region came from the user, not the pack id */
+	bool cold;		      /* destroy the region first: no warm restart */
+	bool sysfs_knobs;	      /* follow /sys/kernel/moem/budgets (default yes) */
+	bool region_given;	      /* region came from the user, not the pack id */
+	struct moemd_http_cfg http;   /* the OpenAI API (serve.h) */
+	struct moem_sched_opts sched; /* continuous batching */
 };
 
 enum moemd_job_kind { JOB_OPEN, JOB_RUN, JOB_VERIFY };
@@ -124,6 +129,9 @@ struct moemd {
 	bool watchdog_started;
 	uint64_t watchdog_usec;
 	int watchdog_efd;
+
+	/* the model server (serve.h) */
+	struct moemd_srv *srv;
 
 	/* kernel budgets */
 	struct moemd_sysfs *sysfs;

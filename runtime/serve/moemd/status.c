@@ -127,6 +127,8 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "id", STR(d->pack_id));
 	ADD(r, "pack", o);
 	ADD(r, "kernel", kernel_json(d));
+	if (d->srv)
+		ADD(r, "serving", moemd_serving_json(d->srv));
 
 	if (state == MOEMD_STARTING || state == MOEMD_STAGING || !d->e)
 		return r;

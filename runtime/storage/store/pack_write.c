@@ -48,6 +48,8 @@ struct pw_ctx {
 	uint32_t n_blobs;
 	char *strings;
 	size_t strings_len;
+	void *tok; /* the TOKENIZER section, or NULL */
+	size_t tok_len;
 	struct pw_job *jobs;
 	size_t n_jobs, next;
 	struct moem_progress *prog;
@@ -396,6 +398,8 @@ static uint64_t plan_layout(struct pw_ctx *x, struct meta_plan *m, size_t cfg_js
 	add_section(m, PACK_SECT_CONFIG_JSON, PACK_SECT_F_OPTIONAL, cfg_json);
 	if (synth_json)
 		add_section(m, PACK_SECT_SYNTH_JSON, PACK_SECT_F_OPTIONAL, synth_json);
+	if (x->tok_len)
+		add_section(m, PACK_SECT_TOKENIZER, PACK_SECT_F_OPTIONAL, x->tok_len);
 	off = m->h.data_offset = moem_align_up(m->off, MOEM_PACK_ALIGN);
 	for (uint32_t i = 0; i < x->n_tens; i++) {
 		x->tens[i].offset = off;
@@ -431,6 +435,7 @@ static int write_meta(struct pw_ctx *x, struct meta_plan *m, const char *cfg_jso
 				  : s->type == PACK_SECT_TENSORS     ? (const void *)x->tens
 				  : s->type == PACK_SECT_BLOBS	     ? (const void *)x->blobs
 				  : s->type == PACK_SECT_CONFIG_JSON ? (const void *)cfg_json
+				  : s->type == PACK_SECT_TOKENIZER   ? (const void *)x->tok
 								     : (const void *)synth_json;
 
 		if (s->size)
@@ -489,6 +494,9 @@ int moem_pack_write(const struct moem_pack_opts *o)
 		ret = plan_blobs(&x, o->prec_mask);
 	if (ret)
 		goto out;
+	ret = moem_pack_tok_build(o->model_dir, &x.tok, &x.tok_len);
+	if (ret)
+		goto out;
 	cfg_json = moem_ckpt_config_text(x.ck, &cfg_len);
 	synth_json = moem_ckpt_synth_text(x.ck, &synth_len);
 	memcpy(m.h.magic, PACK_MAGIC, 8);
@@ -545,6 +553,7 @@ out:
 	free(x.tens_file);
 	free(x.tens_src);
 	free(x.strings);
+	free(x.tok);
 	moem_ckpt_close(x.ck);
 	return ret;
 }
