@@ -243,10 +243,6 @@ int moem_dec_run_open(struct moem_dec_run *r)
 		return ret;
 	if (r->quiet || r->json)
 		moem_log_set_level(MOEM_LOG_WARN);
-	if (!r->ea.o.backend) /* full decode runs on the CPU backend for now */
-		ret = moem_engine_args_set(&r->ea, "backend", "cpu");
-	if (ret)
-		return ret;
 	ret = moem_engine_open(&r->ea.o, &r->e);
 	if (!ret && !r->no_warmup)
 		ret = moem_engine_warmup(r->e, NULL);
