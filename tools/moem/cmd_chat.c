@@ -18,6 +18,7 @@
 
 #include <moem/chat.h>
 #include <moem/error.h>
+#include <moem/util.h>
 
 #include "cmd.h"
 #include "gen_util.h"
@@ -100,7 +101,8 @@ static int answer(struct chat *c)
 	int ret = render(c, &ids, &n);
 
 	if (!ret)
-		ret = moem_gen_run(&c->g, ids, n, c->g.r.json ? NULL : stdout, &o);
+		ret = moem_gen_run(&c->g, ids, n, c->g.r.json && !c->g.json_stream ? NULL : stdout,
+				   &o);
 	free(ids);
 	if (ret) {
 		if (o.len)
@@ -177,6 +179,16 @@ static long read_line(char **line, size_t *cap)
 	return (long)n + 1;
 }
 
+/* A message must be UTF-8: the tokenizer says where it is not. */
+static int check_text(struct chat *c, const char *s, size_t len)
+{
+	struct moem_tok_ids ids = {0};
+	int ret = moem_tok_encode(c->g.tok, s, len, 0, &ids);
+
+	moem_tok_ids_free(&ids);
+	return ret;
+}
+
 static int interactive(struct chat *c)
 {
 	char *line = NULL;
@@ -196,7 +208,7 @@ static int interactive(struct chat *c)
 		}
 		n = read_line(&line, &cap);
 		if (n <= 0) {
-			rc = n < 0 ? 1 : 0;
+			rc |= n < 0;
 			break;
 		}
 		if (n - 1 > CHAT_LINE_MAX) {
@@ -212,13 +224,16 @@ static int interactive(struct chat *c)
 		}
 		if (!line[0])
 			continue;
-		json_object_array_add(c->msgs, message("user", line, (size_t)(n - 1)));
-		ret = answer(c);
+		ret = check_text(c, line, (size_t)(n - 1));
+		if (!ret) {
+			json_object_array_add(c->msgs, message("user", line, (size_t)(n - 1)));
+			ret = answer(c);
+			if (ret) /* the conversation stays as it was */
+				json_object_array_del_idx(c->msgs,
+							  json_object_array_length(c->msgs) - 1, 1);
+		}
 		if (ret) {
-			/* The conversation stays as it was: say why and go on. */
 			fprintf(stderr, "moem chat: %s (message dropped)\n", moem_strerror(ret));
-			json_object_array_del_idx(c->msgs, json_object_array_length(c->msgs) - 1,
-						  1);
 			rc = 1;
 		}
 	}
@@ -228,8 +243,7 @@ static int interactive(struct chat *c)
 
 static int cmd_chat(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		MOEM_GEN_OPTIONS,
+	static const struct option own[] = {
 		{"system", required_argument, NULL, 's'},
 		{"conversation", required_argument, NULL, 'c'},
 		{"template", required_argument, NULL, 'T'},
@@ -237,6 +251,7 @@ static int cmd_chat(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
+	struct option opts[MOEM_GEN_N_OPTS + MOEM_ARRAY_SIZE(own)];
 	struct chat c = {0};
 	const char *system = NULL, *conv = NULL, *tmpl = NULL;
 	char *tsrc = NULL;
@@ -244,6 +259,8 @@ static int cmd_chat(int argc, char **argv)
 	int opt, idx, ret, rc = 1;
 
 	moem_gen_init(&c.g);
+	moem_gen_options(opts);
+	memcpy(opts + MOEM_GEN_N_OPTS, own, sizeof(own));
 	c.msgs = json_object_new_array();
 	c.base = json_object_new_array();
 	while ((opt = getopt_long(argc, argv, "h", opts, &idx)) != -1) {

@@ -15,6 +15,7 @@
 #include <json-c/json.h>
 
 #include <moem/error.h>
+#include <moem/util.h>
 
 #include "cmd.h"
 #include "gen_util.h"
@@ -37,8 +38,7 @@ static void gen_usage(FILE *f)
 
 static int cmd_generate(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		MOEM_GEN_OPTIONS,
+	static const struct option own[] = {
 		{"prompt", required_argument, NULL, 'p'},
 		{"prompt-file", required_argument, NULL, 'f'},
 		{"no-add-special", no_argument, NULL, 'n'},
@@ -46,6 +46,7 @@ static int cmd_generate(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
+	struct option opts[MOEM_GEN_N_OPTS + MOEM_ARRAY_SIZE(own)];
 	struct moem_gen g;
 	struct moem_gen_out o = {0};
 	const char *prompt = NULL, *pfile = NULL;
@@ -57,6 +58,8 @@ static int cmd_generate(int argc, char **argv)
 	int c, idx, ret, rc = 1;
 
 	moem_gen_init(&g);
+	moem_gen_options(opts);
+	memcpy(opts + MOEM_GEN_N_OPTS, own, sizeof(own));
 	while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
 		switch (c) {
 		case 0:
@@ -123,7 +126,7 @@ static int cmd_generate(int argc, char **argv)
 			"moem generate: %s is a synthetic model (random weights): what "
 			"it writes is gibberish\n",
 			g.r.ea.o.pack_path);
-	ret = moem_gen_run(&g, ids, n, g.r.json ? NULL : stdout, &o);
+	ret = moem_gen_run(&g, ids, n, g.r.json && !g.json_stream ? NULL : stdout, &o);
 	if (ret) {
 		if (!g.r.json && o.len)
 			putchar('\n');

@@ -13,6 +13,67 @@
 
 #include "gen_util.h"
 
+static const char *const opt_names[MOEM_GEN_N_OPTS] = {
+	"pack",
+	"hbm",
+	"dram",
+	"precisions",
+	"fallback",
+	"route",
+	"evict",
+	"prefetch",
+	"precision",
+	"paging",
+	"backend",
+	"threads",
+	"pool",
+	"link-gbps",
+	"loader",
+	"no-verify",
+	"max-new",
+	"temperature",
+	"top-k",
+	"top-p",
+	"min-p",
+	"seed",
+	"repetition-penalty",
+	"presence-penalty",
+	"frequency-penalty",
+	"stop",
+	"stop-ids",
+	"eos",
+	"no-model-eos",
+	"logprobs",
+	"kv-bytes",
+	"kv-block",
+	"prefill-chunk",
+	"no-warmup",
+	"special",
+	"json",
+	"json-stream",
+	"quiet",
+};
+
+/* Options without an argument. */
+static bool is_flag(const char *name)
+{
+	static const char *const flags[] = {"fallback", "no-verify", "no-model-eos", "no-warmup",
+					    "special",	"json",	     "json-stream",  "quiet"};
+
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(flags); i++)
+		if (!strcmp(name, flags[i]))
+			return true;
+	return false;
+}
+
+void moem_gen_options(struct option *out)
+{
+	for (size_t i = 0; i < MOEM_GEN_N_OPTS; i++)
+		out[i] = (struct option){opt_names[i],
+					 is_flag(opt_names[i]) ? no_argument : required_argument,
+					 NULL, 0};
+}
+
 void moem_gen_init(struct moem_gen *g)
 {
 	memset(g, 0, sizeof(*g));
@@ -48,6 +109,10 @@ int moem_gen_set(struct moem_gen *g, const char *name, const char *v)
 	if (!strcmp(name, "special")) {
 		g->special = true;
 		return 0;
+	}
+	if (!strcmp(name, "json-stream")) {
+		g->json_stream = true;
+		return moem_dec_run_set(&g->r, "json", v);
 	}
 	return moem_dec_run_set(&g->r, name, v);
 }
@@ -141,6 +206,7 @@ int moem_gen_encode(struct moem_gen *g, const char *text, size_t len, bool add_s
 
 void moem_gen_out_free(struct moem_gen_out *o)
 {
+	free(o->prompt);
 	free(o->toks);
 	free(o->lp);
 	free(o->top_ids);
@@ -182,8 +248,11 @@ static int keep_token(struct moem_gen_out *o, const struct moem_token_out *t, ui
 }
 
 /* Show text: append it to o->text and write it to stream at once. */
-static int show(struct moem_gen_out *o, FILE *stream, const char *s, size_t len)
+static int show(const struct moem_gen *g, struct moem_gen_out *o, FILE *stream, const char *s,
+		size_t len)
 {
+	int bad = 0;
+
 	if (!len)
 		return 0;
 	if (o->len + len + 1 > o->text_cap) {
@@ -198,33 +267,45 @@ static int show(struct moem_gen_out *o, FILE *stream, const char *s, size_t len)
 	memcpy(o->text + o->len, s, len);
 	o->len += len;
 	o->text[o->len] = 0;
-	if (stream && (fwrite(s, 1, len, stream) != len || fflush(stream)))
+	if (stream && g->json_stream) {
+		struct json_object *j = json_object_new_object();
+
+		json_object_object_add(j, "text", json_object_new_string_len(s, (int)len));
+		bad = fprintf(stream, "%s\n",
+			      json_object_to_json_string_ext(
+				      j, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)) <
+		      0;
+		json_object_put(j);
+	} else if (stream) {
+		bad = fwrite(s, 1, len, stream) != len;
+	}
+	if (stream && (bad || fflush(stream)))
 		return moem_errf(EIO, "writing the text: %s", strerror(errno));
 	return 0;
 }
 
 /* Text from the streaming decoder goes through the stop matcher; 1 once a stop matched. */
-static int pass(struct moem_text_stop *sm, struct moem_gen_out *o, FILE *stream, const char *s,
-		size_t len)
+static int pass(const struct moem_gen *g, struct moem_text_stop *sm, struct moem_gen_out *o,
+		FILE *stream, const char *s, size_t len)
 {
 	const char *out;
 	size_t olen;
 	int m = moem_text_stop_feed(sm, s, len, &out, &olen);
-	int ret = m < 0 ? m : show(o, stream, out, olen);
+	int ret = m < 0 ? m : show(g, o, stream, out, olen);
 
 	return ret ? ret : m;
 }
 
 /* The end of the text: what the streaming decoder and the matcher still hold. */
-static int finish_text(struct moem_tok_stream *ts, struct moem_text_stop *sm,
-		       struct moem_gen_out *o, FILE *stream)
+static int finish_text(const struct moem_gen *g, struct moem_tok_stream *ts,
+		       struct moem_text_stop *sm, struct moem_gen_out *o, FILE *stream)
 {
 	const char *s;
 	size_t len;
 	int ret = moem_tok_stream_flush(ts, &s, &len);
 
 	if (!ret)
-		ret = pass(sm, o, stream, s, len);
+		ret = pass(g, sm, o, stream, s, len);
 	if (ret == 1) {
 		o->finish = MOEM_FINISH_STOP;
 		o->stop = moem_text_stop_matched(sm);
@@ -232,7 +313,7 @@ static int finish_text(struct moem_tok_stream *ts, struct moem_text_stop *sm,
 	}
 	if (!ret) {
 		moem_text_stop_flush(sm, &s, &len);
-		ret = show(o, stream, s, len);
+		ret = show(g, o, stream, s, len);
 	}
 	return ret;
 }
@@ -269,6 +350,10 @@ int moem_gen_run(struct moem_gen *g, const int32_t *prompt, uint32_t n, FILE *st
 	moem_gen_out_free(o);
 	o->stop = -1;
 	o->n_prompt = n;
+	o->prompt = malloc(sizeof(*o->prompt) * (n ? n : 1));
+	if (!o->prompt)
+		return -ENOMEM;
+	memcpy(o->prompt, prompt, sizeof(*prompt) * n);
 	p.prompt = prompt;
 	p.n_prompt = n;
 	ret = moem_tok_stream_new(g->tok, g->special ? 0 : MOEM_TOK_SKIP_SPECIAL, &ts);
@@ -311,7 +396,7 @@ int moem_gen_run(struct moem_gen *g, const int32_t *prompt, uint32_t n, FILE *st
 
 				ret = moem_tok_stream_push(ts, (uint32_t)t.token, &s, &len);
 				if (!ret)
-					ret = pass(sm, o, stream, s, len);
+					ret = pass(g, sm, o, stream, s, len);
 			}
 			if (ret == 1) { /* a stop string: the sequence ends here */
 				o->finish = MOEM_FINISH_STOP;
@@ -322,7 +407,7 @@ int moem_gen_run(struct moem_gen *g, const int32_t *prompt, uint32_t n, FILE *st
 		}
 		if (!ret && t.finish) {
 			o->finish = t.finish;
-			ret = finish_text(ts, sm, o, stream);
+			ret = finish_text(g, ts, sm, o, stream);
 			break;
 		}
 	}
@@ -386,6 +471,10 @@ struct json_object *moem_gen_json(const struct moem_gen *g, const struct moem_ge
 		}
 		json_object_object_add(j, "top_logprobs", tl);
 	}
+	tk = json_object_new_array();
+	for (uint32_t i = 0; i < o->n_prompt; i++)
+		json_object_array_add(tk, json_object_new_int(o->prompt[i]));
+	json_object_object_add(j, "prompt_ids", tk);
 	json_object_object_add(j, "prompt_tokens", json_object_new_uint64(o->n_prompt));
 	json_object_object_add(j, "generated_tokens", json_object_new_uint64(o->n));
 	json_object_object_add(j, "ttft_ms",

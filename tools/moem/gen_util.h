@@ -22,50 +22,31 @@
 
 struct json_object;
 
-/* The long options both commands take (val 0: dispatched by name to moem_gen_set()). */
-#define MOEM_GEN_OPTIONS                                                                           \
-	{"pack", required_argument, NULL, 0}, {"hbm", required_argument, NULL, 0},                 \
-		{"dram", required_argument, NULL, 0}, {"precisions", required_argument, NULL, 0},  \
-		{"fallback", no_argument, NULL, 0}, {"route", required_argument, NULL, 0},         \
-		{"evict", required_argument, NULL, 0}, {"prefetch", required_argument, NULL, 0},   \
-		{"precision", required_argument, NULL, 0}, {"paging", required_argument, NULL, 0}, \
-		{"backend", required_argument, NULL, 0}, {"threads", required_argument, NULL, 0},  \
-		{"pool", required_argument, NULL, 0}, {"link-gbps", required_argument, NULL, 0},   \
-		{"loader", required_argument, NULL, 0}, {"no-verify", no_argument, NULL, 0},       \
-		{"max-new", required_argument, NULL, 0},                                           \
-		{"temperature", required_argument, NULL, 0},                                       \
-		{"top-k", required_argument, NULL, 0}, {"top-p", required_argument, NULL, 0},      \
-		{"min-p", required_argument, NULL, 0},                                             \
-		{"repetition-penalty", required_argument, NULL, 0},                                \
-		{"presence-penalty", required_argument, NULL, 0},                                  \
-		{"frequency-penalty", required_argument, NULL, 0},                                 \
-		{"seed", required_argument, NULL, 0}, {"stop", required_argument, NULL, 0},        \
-		{"stop-ids", required_argument, NULL, 0}, {"eos", required_argument, NULL, 0},     \
-		{"no-model-eos", no_argument, NULL, 0}, {"logprobs", required_argument, NULL, 0},  \
-		{"kv-bytes", required_argument, NULL, 0},                                          \
-		{"kv-block", required_argument, NULL, 0},                                          \
-		{"prefill-chunk", required_argument, NULL, 0},                                     \
-		{"no-warmup", no_argument, NULL, 0}, {"special", no_argument, NULL, 0},            \
-		{"json", no_argument, NULL, 0},                                                    \
-	{                                                                                          \
-		"quiet", no_argument, NULL, 0                                                      \
-	}
+/*
+ * The long options both commands take, all with val 0 (dispatched by name
+ * to moem_gen_set()): written to out[0..MOEM_GEN_N_OPTS); the caller adds
+ * its own and the terminating {0}.
+ */
+#define MOEM_GEN_N_OPTS 38
+void moem_gen_options(struct option *out);
 
 /* The usage lines of those options. */
-#define MOEM_GEN_USAGE                                                                          \
-	"  --max-new N              tokens to generate at most (128)\n"                         \
-	"  --temperature T --top-k K --top-p P --min-p P --repetition-penalty R\n"              \
-	"  --presence-penalty X --frequency-penalty X --seed S\n"                               \
-	"                           sampling, as moem decode (greedy unless --temperature)\n"   \
-	"  --stop TEXT              end when the text contains TEXT (not shown); repeatable\n"  \
-	"  --stop-ids ID,..         end on this token-id sequence; --eos ID,.. more end ids\n"  \
-	"  --no-model-eos           ignore the model's and tokenizer's end-of-sequence ids\n"   \
-	"  --special                show special tokens the model writes (hidden by default)\n" \
-	"  --logprobs N             with --json: N alternatives per token\n"                    \
-	"  --json                   no streaming: one JSON object with the text, token ids,\n"  \
-	"                           timings and counters\n"                                     \
-	"  --kv-bytes SIZE --kv-block N --prefill-chunk N --no-warmup --quiet\n"                \
-	"  budgets and policies as moem run: --hbm --dram --precisions --route --evict\n"       \
+#define MOEM_GEN_USAGE                                                                           \
+	"  --max-new N              tokens to generate at most (128)\n"                          \
+	"  --temperature T --top-k K --top-p P --min-p P --repetition-penalty R\n"               \
+	"  --presence-penalty X --frequency-penalty X --seed S\n"                                \
+	"                           sampling, as moem decode (greedy unless --temperature)\n"    \
+	"  --stop TEXT              end when the text contains TEXT (not shown); repeatable\n"   \
+	"  --stop-ids ID,..         end on this token-id sequence; --eos ID,.. more end ids\n"   \
+	"  --no-model-eos           ignore the model's and tokenizer's end-of-sequence ids\n"    \
+	"  --special                show special tokens the model writes (hidden by default)\n"  \
+	"  --logprobs N             with --json: N alternatives per token\n"                     \
+	"  --json                   no streaming: one JSON object with the text, token ids,\n"   \
+	"                           timings and counters\n"                                      \
+	"  --json-stream            each piece of text as it comes as a line {\"text\": ...},\n" \
+	"                           then the --json object\n"                                    \
+	"  --kv-bytes SIZE --kv-block N --prefill-chunk N --no-warmup --quiet\n"                 \
+	"  budgets and policies as moem run: --hbm --dram --precisions --route --evict\n"        \
 	"  --prefetch --precision --paging --backend --threads --pool --loader ...\n"
 
 struct moem_gen {
@@ -75,14 +56,16 @@ struct moem_gen {
 	struct moem_tok_info ti;
 	char *stops[MOEM_TEXT_STOP_MAX];
 	uint32_t n_stops;
-	bool special;	/* --special: special tokens shown */
-	bool synthetic; /* the pack is a synthetic model: its text is gibberish */
-	uint32_t vocab; /* the model's */
+	bool special;	  /* --special: special tokens shown */
+	bool json_stream; /* --json-stream: each piece of text as a JSON line */
+	bool synthetic;	  /* the pack is a synthetic model: its text is gibberish */
+	uint32_t vocab;	  /* the model's */
 };
 
 /* One generation: what was shown, the ids and the figures. */
 struct moem_gen_out {
-	int32_t *toks; /* generated ids (an end-of-sequence id included) */
+	int32_t *prompt; /* the prompt's ids (a copy) */
+	int32_t *toks;	 /* generated ids (an end-of-sequence id included) */
 	float *lp;
 	int32_t *top_ids; /* [n][top] with --logprobs */
 	float *top_lp;
