@@ -15,7 +15,7 @@ $(BENCH_TOK): $(O)/bench/text/bench_tok.o $(LIB)
 
 .PHONY: test-text bench-text
 test-text: all
-	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite text --timeout 1200 tests/text/run.sh
+	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite text --timeout 1200 tests/text/run.sh tests/text/generate.sh
 
 bench-text: all $(BENCH_TOK)
 	$(Q)MOEM_BUILD=$(O) tests/text/run.sh --bench
