@@ -70,6 +70,12 @@ struct moem_engine_opts {
 	 * If the tracer cannot be loaded the engine says why and uses its own
 	 * counters: the runtime never needs BPF. */
 	const char *hotness;
+	/* How experts reach HBM: "vmm" (default: moem stages them into a CUDA
+	 * VMM arena under the budget, its policies choose) or "uvm" (managed
+	 * memory, the driver pages them on demand; the HBM budget bounds the
+	 * device memory its pages may use, the prefetch policy, if any, only
+	 * issues cuMemPrefetchAsync; CUDA backend). */
+	const char *hbm_mode;
 };
 
 enum moem_workload_kind {
@@ -202,6 +208,9 @@ struct moem_engine_status {
 	char trace_path[256];	       /* "" when not tracing */
 	char pack_id[33];
 	char hotness[96]; /* "engine", "bpf", or "engine (bpf refused: why)" */
+	char hbm_mode[8]; /* "vmm" or "uvm" */
+	/* UVM mode: prefetches issued to the driver (tierdev.h) */
+	uint64_t uvm_prefetches, uvm_prefetch_bytes;
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
 

@@ -247,7 +247,8 @@ static int open_tiers(struct moem_engine *e)
 		.n_prec = e->n_prec,
 		.bytes = {e->blob_bytes[0], e->blob_bytes[1]},
 		.prec = {e->prec[0], e->prec[1]},
-		.hbm_budget = e->o.hbm_budget,
+		/* UVM: the driver pages; the budget goes to the device (balloon) */
+		.hbm_budget = e->uvm ? e->arena_bytes : e->o.hbm_budget,
 		.hbm_capacity = e->arena_bytes,
 		.dram_budget = e->o.dram_budget,
 		.allow_fallback = e->o.allow_fallback,
@@ -255,7 +256,9 @@ static int open_tiers(struct moem_engine *e)
 	struct moem_emu_opts eo = {.link_gbps = e->o.link_gbps, .link_lat_us = 10};
 	int ret;
 
-	if (moem_backend_kind(e->be) == MOEM_BACKEND_CUDA)
+	if (e->uvm)
+		ret = moem_tierdev_uvm_create(e->be, &e->dev);
+	else if (moem_backend_kind(e->be) == MOEM_BACKEND_CUDA)
 		ret = moem_tierdev_cuda_create(e->be, &e->dev);
 	else
 		ret = moem_tierdev_emu_create(&eo, &e->dev);
@@ -293,6 +296,11 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	snprintf(e->prefetch_spec, sizeof(e->prefetch_spec), "%s", or_default(o->prefetch, "none"));
 	snprintf(e->prec_spec, sizeof(e->prec_spec), "%s", or_default(o->precision, "none"));
 	snprintf(e->paging_spec, sizeof(e->paging_spec), "%s", or_default(o->paging, "none"));
+	if (o->hbm_mode && strcmp(o->hbm_mode, "vmm") && strcmp(o->hbm_mode, "uvm")) {
+		ret = moem_errf(EINVAL, "hbm mode '%s': want vmm or uvm", o->hbm_mode);
+		goto err;
+	}
+	e->uvm = o->hbm_mode && !strcmp(o->hbm_mode, "uvm");
 	if (!(e->o.link_gbps > 0))
 		e->o.link_gbps = 25;
 	if (!o->no_verify)
@@ -362,6 +370,9 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		ret = alloc_acts(e);
 	if (!ret)
 		ret = moem_eng_hotness_open(e);
+	/* After the fixed weights and activations: the rest is for managed pages. */
+	if (!ret && e->uvm)
+		ret = moem_tierdev_uvm_set_budget(e->dev, e->o.hbm_budget);
 	if (ret)
 		goto err;
 	e->knob[MOEM_BUDGET_HBM_BYTES] = e->o.hbm_budget;
@@ -493,7 +504,10 @@ int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm_out, uint64_t *dr
 	hbm = !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm;
 	dram = !dram || dram > e->dram_bytes ? e->dram_bytes : dram;
 	if (hbm != e->applied_hbm || dram != e->applied_dram) {
-		ret = moem_tiers_set_budget(e->tiers, hbm, dram);
+		/* UVM: the tiers keep the whole arena, the device the budget */
+		ret = moem_tiers_set_budget(e->tiers, e->uvm ? e->arena_bytes : hbm, dram);
+		if (!ret && e->uvm && hbm != e->applied_hbm)
+			ret = moem_tierdev_uvm_set_budget(e->dev, hbm);
 		if (ret) {
 			moem_warn("budget change refused: %s", moem_last_error());
 		} else {
@@ -678,4 +692,12 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->prefetch_horizon = e->pf ? moem_prefetch_horizon(e->pf) : 0;
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);
 	snprintf(st->hotness, sizeof(st->hotness), "%s", e->hotness);
+	snprintf(st->hbm_mode, sizeof(st->hbm_mode), "%s", e->uvm ? "uvm" : "vmm");
+	if (e->uvm) {
+		struct moem_uvm_stats us;
+
+		moem_tierdev_uvm_stats(e->dev, &us);
+		st->uvm_prefetches = us.prefetches;
+		st->uvm_prefetch_bytes = us.prefetch_bytes;
+	}
 }

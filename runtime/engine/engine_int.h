@@ -47,6 +47,7 @@ struct moem_engine {
 	uint32_t ld_file;
 	struct moem_stager *stager;
 	struct moem_tierdev *dev;
+	bool uvm; /* hbm_mode "uvm": dev is the UVM device, the tiers never evict */
 	struct eng_evictor hev;
 	struct moem_evictor *dram_ev;
 	struct moem_tiers *tiers;

@@ -322,10 +322,20 @@ void moem_eng_prefetch(struct moem_engine *e, uint32_t m)
 			moem_evict_score(e->hev.pol, vid(e, req[i].layer, req[i].expert, pi),
 					 req[i].prob);
 		r = moem_tiers_prefetch(e->tiers, req[i].layer, req[i].expert, MOEM_PRIO_PREFETCH);
-		if (r == 1)
+		if (r == 1) {
 			fetched++;
-		else if (r == -EAGAIN)
+		} else if (r == 0 && e->uvm) {
+			/* in managed memory already: ask the driver to bring it over */
+			moem_dptr addr;
+			uint64_t len;
+
+			if (moem_tiers_published_range(e->tiers, req[i].layer, req[i].expert, &addr,
+						       &len) >= 0 &&
+			    moem_tierdev_uvm_prefetch(e->dev, addr, len) == 0)
+				fetched++;
+		} else if (r == -EAGAIN) {
 			break; /* nothing the policy will give up: stop for this layer */
+		}
 	}
 	moem_prefetch_issued(e->pf, planned, fetched);
 	moem_evict_set_horizon(e->hev.pol, moem_prefetch_horizon(e->pf));

@@ -67,6 +67,7 @@ static const struct option run_opts[] = {
 	{"trace-out", required_argument, NULL, 0},
 	{"trace-logits", no_argument, NULL, 0},
 	{"hotness", required_argument, NULL, 0},
+	{"hbm-mode", required_argument, NULL, 0},
 	{"mem-reserve", required_argument, NULL, 0},
 	{"require-pinned", no_argument, NULL, 0},
 	{"counts-out", required_argument, NULL, 0},
@@ -95,7 +96,7 @@ static void run_usage(FILE *f)
 		"auto|kmod|hugetlb|thp]\n"
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
-		"                [--hotness engine|bpf] [--counts-out FILE]\n"
+		"                [--hotness engine|bpf] [--counts-out FILE] [--hbm-mode vmm|uvm]\n"
 		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
 		"                [--ready-fd FD] [--until-eof FD]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
@@ -205,6 +206,9 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_STR("precision", st->precision);
 	J_STR("paging", st->paging);
 	J_STR("hotness", st->hotness);
+	J_STR("hbm_mode", st->hbm_mode);
+	J_U64("uvm_prefetches", st->uvm_prefetches);
+	J_U64("uvm_prefetch_bytes", st->uvm_prefetch_bytes);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
 	J_U64("batch", a->ea.w.batch);
@@ -236,7 +240,9 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 	printf("moem run: %llu steps x %u tokens on %s (%s), pool %s\n",
 	       (unsigned long long)rs->total.step, a->ea.w.batch, st->backend,
 	       *st->backend_note ? st->backend_note : "as asked", st->pool_provider);
-	printf("  budgets      HBM %s, DRAM %s\n", moem_fmt_bytes(st->hbm_budget, b1, sizeof(b1)),
+	printf("  budgets      HBM %s (%s), DRAM %s\n",
+	       moem_fmt_bytes(st->hbm_budget, b1, sizeof(b1)),
+	       strcmp(st->hbm_mode, "uvm") ? "VMM staging" : "UVM, paged by the driver",
 	       moem_fmt_bytes(st->dram_budget, b2, sizeof(b2)));
 	printf("  policies     route %s, evict %s, prefetch %s, precision %s, paging %s\n",
 	       st->route, st->evict, st->prefetch, st->precision, st->paging);

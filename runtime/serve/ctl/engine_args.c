@@ -11,6 +11,8 @@
 #include <moem/error.h>
 #include <moem/util.h>
 
+/* One setting per line: adding one is a one-line change. */
+/* clang-format off */
 const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"pack", false, MOEM_ARG_ENGINE},
 	{"hbm", false, MOEM_ARG_ENGINE},
@@ -35,6 +37,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"trace-out", false, MOEM_ARG_ENGINE},
 	{"trace-logits", true, MOEM_ARG_ENGINE},
 	{"hotness", false, MOEM_ARG_ENGINE},
+	{"hbm-mode", false, MOEM_ARG_ENGINE},
 	{"mem-reserve", false, MOEM_ARG_ENGINE},
 	{"require-pinned", true, MOEM_ARG_ENGINE},
 	{"workload", false, MOEM_ARG_WORKLOAD},
@@ -44,6 +47,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"seed", false, MOEM_ARG_WORKLOAD},
 	{NULL, false, 0},
 };
+/* clang-format on */
 
 const struct moem_arg_def *moem_engine_arg_find(const char *name)
 {
@@ -66,13 +70,13 @@ void moem_engine_args_init(struct moem_engine_args *a)
 }
 
 /* The const char * fields of o and w that the struct owns. */
-#define N_OWNED 11
+#define N_OWNED 12
 static const char **owned(struct moem_engine_args *a, int i)
 {
 	const char **f[N_OWNED] = {
 		&a->o.pack_path, &a->o.backend,	  &a->o.route,	 &a->o.evict,
 		&a->o.prefetch,	 &a->o.precision, &a->o.paging,	 &a->o.trace_out,
-		&a->w.mix,	 &a->w.path,	  &a->o.hotness,
+		&a->w.mix,	 &a->w.path,	  &a->o.hotness, &a->o.hbm_mode,
 	};
 
 	return f[i];
@@ -253,6 +257,11 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 		return set_str(&a->o.trace_out, v);
 	if (!strcmp(name, "hotness"))
 		return set_str(&a->o.hotness, v);
+	if (!strcmp(name, "hbm-mode")) {
+		if (strcmp(v, "vmm") && strcmp(v, "uvm"))
+			return moem_errf(EINVAL, "hbm-mode '%s': want vmm or uvm", v);
+		return set_str(&a->o.hbm_mode, v);
+	}
 	if (!strcmp(name, "mix"))
 		return set_str(&a->w.mix, v);
 	if (!strcmp(name, "mem-reserve"))
