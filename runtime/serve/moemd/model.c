@@ -280,17 +280,16 @@ int moemd_model_detok_flush(struct moemd_model *m, void *dt, const char **text, 
 	return moem_tok_stream_flush(dt, text, len);
 }
 
-const char *moemd_model_token_text(struct moemd_model *m, int32_t id, size_t *len)
+char *moemd_model_token_text(struct moemd_model *m, int32_t id, size_t *len)
 {
-	static __thread char *buf;
 	uint32_t u = (uint32_t)id;
+	char *buf = NULL;
 	size_t n = 0;
 
-	free(buf);
-	buf = NULL;
 	if (moem_tok_decode(m->tok, &u, 1, 0, &buf, &n)) {
+		/* An id the tokenizer does not have: no text. */
 		*len = 0;
-		return "";
+		return strdup("");
 	}
 	*len = n;
 	return buf;

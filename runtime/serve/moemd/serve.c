@@ -96,7 +96,6 @@ static int push_event(struct moemd_sreq *r, char *ev, size_t n)
 static int keep_token(struct moemd_srv *s, struct moemd_sreq *r, const struct moem_sched_out *o)
 {
 	struct moemd_tok *t;
-	const char *txt;
 	size_t len;
 
 	if (r->n_toks == r->toks_cap) {
@@ -110,19 +109,15 @@ static int keep_token(struct moemd_srv *s, struct moemd_sreq *r, const struct mo
 	}
 	t = &r->toks[r->n_toks];
 	memset(t, 0, sizeof(*t));
-	txt = moemd_model_token_text(s->model, o->token, &len);
-	t->text = malloc(len + 1);
+	t->text = moemd_model_token_text(s->model, o->token, &len);
 	if (!t->text)
 		return -ENOMEM;
-	memcpy(t->text, txt, len);
 	t->len = len;
 	t->logprob = o->logprob;
 	for (uint32_t k = 0; k < o->n_top && k < r->rq.top_logprobs; k++) {
-		txt = moemd_model_token_text(s->model, o->top_id[k], &len);
-		t->top_text[k] = malloc(len + 1);
+		t->top_text[k] = moemd_model_token_text(s->model, o->top_id[k], &len);
 		if (!t->top_text[k])
 			break;
-		memcpy(t->top_text[k], txt, len);
 		t->top_len[k] = len;
 		t->top_logprob[k] = o->top_logprob[k];
 		t->n_top = k + 1;

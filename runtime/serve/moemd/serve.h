@@ -199,8 +199,8 @@ void moemd_model_detok_free(struct moemd_model *m, void *dt);
 int moemd_model_detok_push(struct moemd_model *m, void *dt, int32_t id, const char **text,
 			   size_t *len);
 int moemd_model_detok_flush(struct moemd_model *m, void *dt, const char **text, size_t *len);
-/* A token's own bytes, for logprobs. */
-const char *moemd_model_token_text(struct moemd_model *m, int32_t id, size_t *len);
+/* A token's own bytes, for logprobs: malloc'ed, the caller's to free (NULL: no memory). */
+char *moemd_model_token_text(struct moemd_model *m, int32_t id, size_t *len);
 bool moemd_model_is_eos(struct moemd_model *m, int32_t id);
 extern const struct moem_sched_ops moemd_model_ops;
 /* KV usage for metrics and status: bytes used, budget; false without a decoder. */
