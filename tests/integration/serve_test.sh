@@ -94,7 +94,10 @@ stop() {
 	wait "$pid"
 	local rc=$?
 	pid=
-	[ $rc -eq 0 ] || bad "moemd exited $rc after SIGTERM"
+	[ $rc -eq 0 ] || {
+		tail -n 40 "$tmp/log"
+		bad "moemd exited $rc after SIGTERM"
+	}
 }
 
 # 1. The server machinery on the fake model.
