@@ -82,11 +82,8 @@ int moem_tierdev_emu_create(const struct moem_emu_opts *o, struct moem_tierdev *
 void moem_tierdev_emu_finish(struct moem_tierdev *d, uint64_t seq);
 
 /*
- * The CUDA device of an open CUDA backend: VMM arena, a dedicated copy
- * stream, compute marks on the backend's default stream. -EINVAL for a
- * backend that is not CUDA.
+ * The CUDA implementation is the CUDA backend's (moem_tierdev_cuda_create(),
+ * cuda_api.h): whoever opens the tiers hands them a device.
  */
-struct moem_backend;
-int moem_tierdev_cuda_create(struct moem_backend *be, struct moem_tierdev **out);
 
 #endif /* MOEM_TIERDEV_H */

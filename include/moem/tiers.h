@@ -59,7 +59,9 @@ struct moem_tiers_cfg {
 
 /*
  * NVMe -> DRAM: start reading version (layer, expert, pi) into dst and call
- * done(arg, status) once, from any thread (never from inside read()).
+ * done(arg, status) once, from any thread (never from inside read()). The
+ * tiers do not know where the bytes come from: the engine hands them a
+ * stager over its pack and loader (runtime/engine/stager.c).
  */
 struct moem_stager {
 	int (*read)(struct moem_stager *s, uint32_t layer, uint32_t expert, uint32_t pi, void *dst,
@@ -85,19 +87,6 @@ struct moem_evictor {
 		    bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *id);
 	void (*destroy)(struct moem_evictor *ev);
 };
-
-/*
- * The stager that reads expert blobs of a pack through the io_uring loader
- * (O_DIRECT, fixed buffers over the pool). MoE layer m of the tiers is the
- * m-th MoE layer of the model; pi 0/1 read precisions hi/lo of the pack.
- * With verify, every blob's XXH3 checksum is checked on arrival (-EBADMSG).
- */
-struct moem_pack;
-struct moem_loader;
-int moem_pack_stager_create(struct moem_pack *pack, struct moem_loader *ld, uint32_t file_idx,
-			    enum moem_prec hi, enum moem_prec lo, bool verify,
-			    struct moem_stager **out);
-void moem_pack_stager_destroy(struct moem_stager *s);
 
 /* Plain LRU over n_ids ids. */
 int moem_evictor_lru_create(uint32_t n_ids, struct moem_evictor **out);

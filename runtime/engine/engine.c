@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/cuda_api.h>
 #include <moem/dev.h>
 #include <moem/error.h>
 #include <moem/half.h>
@@ -339,8 +340,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		ret = moem_loader_register_memory(e->ld, e->dram, e->dram_bytes);
 	if (ret)
 		goto err;
-	ret = moem_pack_stager_create(e->pack, e->ld, e->ld_file, e->prec[0], e->prec[1],
-				      e->o.verify_blobs, &e->stager);
+	ret = moem_eng_stager_create(e->pack, e->ld, e->ld_file, e->prec[0], e->prec[1],
+				     e->o.verify_blobs, &e->stager);
 	if (ret)
 		goto err;
 	ret = moem_eng_policies_open(e);
@@ -392,7 +393,7 @@ void moem_engine_close(struct moem_engine *e)
 	if (e->dev)
 		e->dev->ops->destroy(e->dev);
 	moem_eng_policies_close(e);
-	moem_pack_stager_destroy(e->stager);
+	moem_eng_stager_destroy(e->stager);
 	moem_loader_destroy(e->ld);
 	if (e->be) {
 		moem_dptr bufs[] = {e->h,   e->xb,  e->logits, e->ids,	    e->w,

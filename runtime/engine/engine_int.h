@@ -118,6 +118,17 @@ struct moem_engine {
 	char hotness[96];		/* what serves, for status */
 };
 
+/*
+ * stager.c: the tiers' source of bytes, the pack's expert blobs read
+ * through the io_uring loader (O_DIRECT, fixed buffers over the pool).
+ * MoE layer m of the tiers is the m-th MoE layer of the model; pi 0/1 read
+ * precisions hi/lo of the pack. With verify, every blob's XXH3 checksum is
+ * checked on arrival (-EBADMSG).
+ */
+int moem_eng_stager_create(struct moem_pack *pack, struct moem_loader *ld, uint32_t file_idx,
+			   enum moem_prec hi, enum moem_prec lo, bool verify,
+			   struct moem_stager **out);
+void moem_eng_stager_destroy(struct moem_stager *s);
 /* engine.c */
 int moem_eng_apply_knobs(struct moem_engine *e);
 int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm, uint64_t *dram);
