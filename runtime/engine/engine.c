@@ -529,8 +529,8 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		if (!ret && e->dx) {
 			uint32_t n_hi;
 
-			if (moem_eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) ==
-			    0)
+			if (moem_eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE],
+						  &n_hi) == 0)
 				moem_dynaexq_set_n_hi(e->dx, n_hi);
 		}
 		if (!ret && e->pg)
@@ -551,7 +551,7 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		uint32_t n_hi;
 
 		if (moem_eng_dynaexq_n_hi(e, !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm,
-				     k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
+					  k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
 			moem_dynaexq_set_n_hi(e->dx, n_hi);
 	}
 	return ret;

@@ -134,18 +134,19 @@ int moem_eng_apply_knobs(struct moem_engine *e);
 int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm, uint64_t *dram);
 /* layer.c: run one model layer on the current batch (B tokens in e->h). */
 int moem_eng_layer(struct moem_engine *e, uint32_t layer, uint32_t B, uint64_t step,
-	      const struct moem_trace_rec *replay, struct moem_step_stats *st);
+		   const struct moem_trace_rec *replay, struct moem_step_stats *st);
 /* policy glue (policies.c) */
 int moem_eng_policies_open(struct moem_engine *e);
 void moem_eng_policies_close(struct moem_engine *e);
 int moem_eng_evictor_init(struct moem_engine *e);
 int moem_eng_policies_attach(struct moem_engine *e);
-int moem_eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille, uint32_t *n_hi);
+int moem_eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille,
+			  uint32_t *n_hi);
 void moem_eng_prefetch(struct moem_engine *e, uint32_t m);
 void moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
-		     uint64_t layer_ns);
+			  uint64_t layer_ns);
 void moem_eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
-		    uint64_t bytes_streamed);
+			 uint64_t bytes_streamed);
 /* hotness.c: route counts, and DynaExq's counts from moem_hot */
 int moem_eng_hotness_open(struct moem_engine *e);
 void moem_eng_hotness_close(struct moem_engine *e);

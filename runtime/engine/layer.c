@@ -276,7 +276,7 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 }
 
 int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
-	      const struct moem_trace_rec *replay, struct moem_step_stats *st)
+		   const struct moem_trace_rec *replay, struct moem_step_stats *st)
 {
 	const struct moem_model_config *cfg = e->cfg;
 	const uint32_t N = cfg->n_experts, K = cfg->top_k;

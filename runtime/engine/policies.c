@@ -122,7 +122,8 @@ static bool is_none(const char *s)
  * an HBM budget (the arena's expert bytes), capped by the
  * hi_precision_permille knob (a share of each layer's experts).
  */
-int moem_eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille, uint32_t *n_hi)
+int moem_eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille,
+			  uint32_t *n_hi)
 {
 	uint32_t cap = (uint32_t)(permille * e->cfg->n_experts / 1000);
 	int ret = moem_dynaexq_n_hi(hbm, 0, e->n_moe, e->cfg->n_experts, e->blob_bytes[0],
@@ -420,7 +421,7 @@ static void paging_layer(struct moem_engine *e, uint32_t m, uint64_t step, uint6
 }
 
 void moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
-		     uint64_t layer_ns)
+			  uint64_t layer_ns)
 {
 	uint64_t now = moem_now_ns();
 
@@ -435,7 +436,7 @@ void moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_
 }
 
 void moem_eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
-		    uint64_t bytes_streamed)
+			 uint64_t bytes_streamed)
 {
 	struct moem_tiers_stats ts;
 
