@@ -330,15 +330,15 @@ static int cmd_sim(int argc, char **argv)
 		case O_HBMBW:
 			if (parse_dbl(optarg, opts[ch - O_POLICY].name, 1e-3, 1e5, &d))
 				return 2;
-			*(ch == O_PCIE	 ? &c.pcie_gbps
-			  : ch == O_NVME ? &c.nvme_gbps
-					 : &c.hbm_gbps) = d;
+			*(ch == O_PCIE	 ? &c.cost.link_gbps
+			  : ch == O_NVME ? &c.cost.nvme_gbps
+					 : &c.cost.hbm_gbps) = d;
 			break;
 		case O_LAYER:
 		case O_TOKEN:
 			if (parse_u64(optarg, opts[ch - O_POLICY].name, &v))
 				return 2;
-			*(ch == O_LAYER ? &c.layer_ns : &c.token_ns) = v;
+			*(ch == O_LAYER ? &c.cost.layer_ns : &c.cost.token_ns) = v;
 			break;
 		case O_PIECE:
 			if ((ret = moem_parse_size(optarg, NULL, &c.piece_bytes)))
@@ -494,11 +494,11 @@ static int cmd_sim(int argc, char **argv)
 		json_object_object_add(cm, "expert_bytes",
 				       json_object_new_uint64(c.expert_bytes[c.prec]));
 		json_object_object_add(cm, "total_expert_bytes", json_object_new_uint64(total));
-		json_object_object_add(cm, "pcie_gbps", json_object_new_double(c.pcie_gbps));
-		json_object_object_add(cm, "nvme_gbps", json_object_new_double(c.nvme_gbps));
-		json_object_object_add(cm, "hbm_gbps", json_object_new_double(c.hbm_gbps));
-		json_object_object_add(cm, "layer_ns", json_object_new_uint64(c.layer_ns));
-		json_object_object_add(cm, "token_ns", json_object_new_uint64(c.token_ns));
+		json_object_object_add(cm, "pcie_gbps", json_object_new_double(c.cost.link_gbps));
+		json_object_object_add(cm, "nvme_gbps", json_object_new_double(c.cost.nvme_gbps));
+		json_object_object_add(cm, "hbm_gbps", json_object_new_double(c.cost.hbm_gbps));
+		json_object_object_add(cm, "layer_ns", json_object_new_uint64(c.cost.layer_ns));
+		json_object_object_add(cm, "token_ns", json_object_new_uint64(c.cost.token_ns));
 		json_object_object_add(cm, "dram_bytes", json_object_new_uint64(c.dram_bytes));
 		json_object_object_add(cm, "jitter", json_object_new_double(c.jitter));
 		json_object_object_add(cm, "seed", json_object_new_uint64(o.seed));
@@ -524,8 +524,8 @@ static int cmd_sim(int argc, char **argv)
 		       "GB/s, "
 		       "HBM %g GB/s, layer %.1f us\n",
 		       moem_prec_name(c.prec), c.expert_bytes[c.prec] / (double)MOEM_MiB,
-		       total / (double)MOEM_GiB, c.pcie_gbps, c.nvme_gbps, c.hbm_gbps,
-		       c.layer_ns / 1e3);
+		       total / (double)MOEM_GiB, c.cost.link_gbps, c.cost.nvme_gbps, c.cost.hbm_gbps,
+		       c.cost.layer_ns / 1e3);
 		if (!sweep)
 			printf("budget: HBM %.1f%% of expert bytes (%.2f GiB)\n", rows[0].pct,
 			       rows[0].r.hbm_bytes / (double)MOEM_GiB);

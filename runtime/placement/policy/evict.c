@@ -82,7 +82,7 @@ int moem_evict_create(const struct moem_evict_cfg *c, struct moem_evict **out)
 
 	if ((unsigned)c->kind >= MOEM_EVICT_NR)
 		return moem_errf(EINVAL, "evict: bad kind %d", c->kind);
-	if (!c->n_layers || c->n_layers > 256 || !c->n_experts || c->n_experts > 1024)
+	if (!c->n_layers || c->n_layers > 256 || !c->n_experts || c->n_experts > 2048)
 		return moem_errf(EINVAL, "evict: shape %u x %u out of range", c->n_layers,
 				 c->n_experts);
 	ev = calloc(1, sizeof(*ev));

@@ -87,7 +87,8 @@ static int grow(struct sim_ce *ce)
 	return 0;
 }
 
-uint32_t moem_sim_ce_add(struct sim *s, uint32_t key, int kind, int prio, uint64_t bytes, double bpn)
+uint32_t moem_sim_ce_add(struct sim *s, uint32_t key, int kind, int prio, uint64_t bytes,
+			 double bpn)
 {
 	struct sim_ce *ce = &s->ce;
 	struct sim_xfer *x;
