@@ -69,9 +69,10 @@ struct moem_stager {
 };
 
 /*
- * Victim choice for one tier, called with the tiers lock held. Ids are
- * version ids: (layer * n_experts + expert) * 2 + pi. add/del track the
- * evictable population, touch records a use; pick returns the best victim
+ * Victim choice for one tier, called with the tiers lock held, from any
+ * thread. Ids are version ids: (layer * n_experts + expert) * 2 + pi.
+ * add/del track the population holding space (HBM: from the moment a
+ * fetch takes its slot, in flight included; DRAM: ready versions), touch records a use; pick returns the best victim
  * among ids for which ok() is true, or -ENOENT. incoming is the version
  * that needs the space (MOEM_NO_VERSION for a budget shrink) and prio why
  * it is fetched: a policy may refuse to evict for a speculative fetch
@@ -171,6 +172,20 @@ int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert, e
  * the restart adopted (and so lose it if the process dies again).
  */
 int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
+/*
+ * Withdraw the fetch of (layer, expert)'s planned version if none of its
+ * copy was issued yet (a prefetch that became useless): 0 and the slot is
+ * free again (a DRAM load already running completes into DRAM), -EBUSY if
+ * it cannot be withdrawn (started, waited for, or not in flight).
+ */
+int moem_tiers_cancel(struct moem_tiers *t, uint32_t layer, uint32_t expert);
+/* HBM state of (layer, expert)'s planned version, or -EINVAL. */
+enum moem_tier_state {
+	MOEM_TIER_ABSENT = 0,
+	MOEM_TIER_COPYING = 1,
+	MOEM_TIER_RESIDENT = 2,
+};
+int moem_tiers_state(struct moem_tiers *t, uint32_t layer, uint32_t expert);
 /* Set the planned precision; publishes it at once if it is resident. */
 int moem_tiers_set_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
 uint32_t moem_tiers_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert);

@@ -262,11 +262,8 @@ static int open_tiers(struct moem_engine *e)
 	ret = moem_evictor_lru_create(e->n_moe * e->cfg->n_experts * 2, &e->dram_ev);
 	if (ret)
 		return ret;
-	ret = moem_eng_evictor_init(e);
-	if (ret)
-		return ret;
-	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev.ev,
-				e->dram_ev, &e->tiers);
+	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev, e->dram_ev,
+				&e->tiers);
 	if (ret)
 		return moem_err_prefix(-ret, "tiers");
 	return 0;
@@ -344,13 +341,13 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 				     e->o.verify_blobs, &e->stager);
 	if (ret)
 		goto err;
-	ret = moem_eng_policies_open(e);
+	ret = moem_eng_placement_open(e);
 	if (ret)
 		goto err;
 	ret = open_tiers(e);
 	if (ret)
 		goto err;
-	ret = moem_eng_policies_attach(e);
+	ret = moem_eng_placement_attach(e);
 	if (!ret)
 		ret = moem_eng_warm_attach(e);
 	if (ret)
@@ -367,10 +364,10 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	e->applied_hbm = e->o.hbm_budget;
 	e->applied_dram = e->o.dram_budget;
 	e->knob[MOEM_BUDGET_HI_PRECISION_PERMILLE] = 1000;
-	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
+	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->dcfg.prefetch ? MOEM_BUDGET_PREFETCH_MAX : 0;
 	e->knob[MOEM_BUDGET_REROUTE] =
 		(uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
-	e->prefetch_cap = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
+	moem_driver_set_depth(e->drv, (uint32_t)e->knob[MOEM_BUDGET_PREFETCH_DEPTH]);
 	*out = e;
 	return 0;
 err:
@@ -386,13 +383,11 @@ void moem_engine_close(struct moem_engine *e)
 		moem_trace_writer_abort(e->trace);
 	moem_eng_hotness_close(e);
 	moem_tiers_destroy(e->tiers);
-	if (e->hev.ev.destroy)
-		e->hev.ev.destroy(&e->hev.ev);
 	if (e->dram_ev)
 		e->dram_ev->destroy(e->dram_ev);
 	if (e->dev)
 		e->dev->ops->destroy(e->dev);
-	moem_eng_policies_close(e);
+	moem_eng_placement_close(e);
 	moem_eng_stager_destroy(e->stager);
 	moem_loader_destroy(e->ld);
 	if (e->be) {
@@ -427,7 +422,6 @@ void moem_engine_close(struct moem_engine *e)
 	free(e->cnt_host);
 	free(e->res_host);
 	free(e->counts_host);
-	free(e->dx_inflight);
 	free(e->moe_layer);
 	free(e->moe_idx);
 	free(e->trace_path);
@@ -526,15 +520,15 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		uint64_t hbm, dram;
 
 		ret = moem_eng_apply_budget(e, &hbm, &dram);
-		if (!ret && e->dx) {
+		if (!ret && e->dcfg.dynaexq) {
 			uint32_t n_hi;
 
 			if (moem_eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE],
 						  &n_hi) == 0)
-				moem_dynaexq_set_n_hi(e->dx, n_hi);
+				moem_driver_set_n_hi(e->drv, n_hi);
 		}
-		if (!ret && e->pg)
-			moem_eng_after_step(e, UINT64_MAX, 0, 0); /* recompute the capacity */
+		if (!ret && e->dcfg.paging)
+			moem_driver_set_capacity(e->drv, moem_eng_paging_capacity(e, hbm));
 	}
 	if (dirty & (1u << MOEM_BUDGET_REROUTE)) {
 		pthread_mutex_lock(&e->knob_lock); /* status reads rp */
@@ -544,15 +538,15 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		moem_info("reroute policy: %s", moem_route_kind_name(e->rp.kind));
 	}
 	if (dirty & (1u << MOEM_BUDGET_PREFETCH_DEPTH))
-		e->prefetch_cap = (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH];
+		moem_driver_set_depth(e->drv, (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH]);
 	__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
-	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dx) {
+	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dcfg.dynaexq) {
 		uint64_t hbm = k[MOEM_BUDGET_HBM_BYTES];
 		uint32_t n_hi;
 
 		if (moem_eng_dynaexq_n_hi(e, !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm,
 					  k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
-			moem_dynaexq_set_n_hi(e->dx, n_hi);
+			moem_driver_set_n_hi(e->drv, n_hi);
 	}
 	return ret;
 }
@@ -659,7 +653,7 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->stall_ns = ts.stall_ns;
 	st->bytes_nvme = ts.bytes_nvme;
 	st->link_gbps = ts.link_bw / 1e9;
-	st->prefetch_horizon = e->pf ? moem_prefetch_horizon(e->pf) : 0;
+	st->prefetch_horizon = moem_driver_horizon(e->drv);
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);
 	snprintf(st->hotness, sizeof(st->hotness), "%s", e->hotness);
 }

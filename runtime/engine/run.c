@@ -291,7 +291,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		for (int p = 0; p < MOEM_PRIO_NR; p++)
 			st.bytes_h2d += t1.bytes_h2d[p] - t0.bytes_h2d[p];
 		st.step_ns = moem_now_ns() - s0;
-		moem_eng_after_step(e, step, st.step_ns - moem_min(st.stall_ns, st.step_ns),
+		moem_eng_after_step(e, st.step_ns - moem_min(st.stall_ns, st.step_ns),
 				    st.bytes_h2d);
 		pthread_mutex_lock(&e->knob_lock);
 		e->total.step++;

@@ -23,8 +23,7 @@ static void on_copy_done(struct moem_xfer_req *r, int status)
 	v->copying = 0;
 	t->inflight--;
 	if (status) {
-		v->hs = H_ABSENT;
-		moem_extent_free(&t->hx, v->hoff, moem_tr_hbm_need(t, moem_tr_vbytes(t, v)));
+		moem_tr_unslot(t, v);
 		v->err = status;
 	} else {
 		v->hs = H_RESIDENT;
@@ -35,7 +34,6 @@ static void on_copy_done(struct moem_xfer_req *r, int status)
 				(uint32_t)t->c.prec[moem_tr_pi(v)], MOEM_TIER_DRAM, MOEM_TIER_HBM,
 				moem_tr_vbytes(t, v), v->landed_ns - r->t_submit);
 		v->prefetched = r->prio == MOEM_PRIO_PREFETCH;
-		t->hev->add(t->hev, v->id);
 		t->st.bytes_h2d[r->prio] += moem_tr_vbytes(t, v);
 		moem_tr_publish(t, moem_tr_le(t, v));
 	}
@@ -65,11 +63,18 @@ int moem_tr_start_copy(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 		t->inflight--;
 		v->dpins--;
 		v->copying = 0;
-		v->hs = H_ABSENT;
-		moem_extent_free(&t->hx, v->hoff, moem_tr_hbm_need(t, moem_tr_vbytes(t, v)));
+		moem_tr_unslot(t, v);
 		v->err = ret;
 	}
 	return ret;
+}
+
+/* A version that holds a slot but never landed gives it back. */
+void moem_tr_unslot(struct moem_tiers *t, struct ver *v)
+{
+	v->hs = H_ABSENT;
+	moem_extent_free(&t->hx, v->hoff, moem_tr_hbm_need(t, moem_tr_vbytes(t, v)));
+	t->hev->del(t->hev, v->id);
 }
 
 /* Make sure version v is resident or on its way to HBM at prio. */
@@ -97,6 +102,8 @@ int moem_tr_fetch(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 	v->wait_seq = ws;
 	v->err = 0;
 	v->req.prio = prio;
+	/* it holds a slot from now on: the evictor orders it (never picks it in flight) */
+	t->hev->add(t->hev, v->id);
 	if (v->ds == D_READY) {
 		ret = moem_tr_start_copy(t, v, prio);
 		return ret ? ret : 1;
@@ -106,8 +113,7 @@ int moem_tr_fetch(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 		ret = moem_tr_start_load(t, v, true);
 		if (ret) {
 			v->want_hbm = 0;
-			v->hs = H_ABSENT;
-			moem_extent_free(&t->hx, off, moem_tr_hbm_need(t, moem_tr_vbytes(t, v)));
+			moem_tr_unslot(t, v);
 			return ret;
 		}
 	}
@@ -128,4 +134,53 @@ int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert, e
 	pthread_mutex_unlock(&t->lock);
 	moem_tr_flush_loads(t);
 	return ret;
+}
+
+int moem_tiers_cancel(struct moem_tiers *t, uint32_t layer, uint32_t expert)
+{
+	uint32_t le = layer * t->c.n_experts + expert;
+	struct ver *v;
+	int ret = moem_tr_check_le(t, layer, expert);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&t->lock);
+	v = &t->v[le * 2 + t->plan[le]];
+	ret = -EBUSY;
+	if (v->hs == H_COPYING && !v->waiters) {
+		if (v->copying && moem_xfer_cancel(t->xfer, &v->req) == 0) {
+			/* the copy never started: its DRAM pin and its slot go */
+			v->copying = 0;
+			v->dpins--;
+			t->inflight--;
+			moem_tr_unslot(t, v);
+			ret = 0;
+		} else if (!v->copying && v->want_hbm) {
+			/* still loading into DRAM: the load goes on, the copy will not */
+			v->want_hbm = 0;
+			moem_tr_unslot(t, v);
+			ret = 0;
+		}
+	}
+	if (!ret) {
+		moem_tr_apply_budgets(t);
+		pthread_cond_broadcast(&t->cond);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+int moem_tiers_state(struct moem_tiers *t, uint32_t layer, uint32_t expert)
+{
+	uint32_t le = layer * t->c.n_experts + expert;
+	int st;
+
+	if (moem_tr_check_le(t, layer, expert))
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	st = t->v[le * 2 + t->plan[le]].hs;
+	pthread_mutex_unlock(&t->lock);
+	return st == H_RESIDENT	 ? MOEM_TIER_RESIDENT
+	       : st == H_COPYING ? MOEM_TIER_COPYING
+				 : MOEM_TIER_ABSENT;
 }

@@ -64,9 +64,7 @@ static void on_load_done(void *arg, int status)
 		moem_tr_note(t, v, 0);
 		if (v->want_hbm) {
 			v->want_hbm = 0;
-			v->hs = H_ABSENT;
-			moem_extent_free(&t->hx, v->hoff,
-					 moem_tr_hbm_need(t, moem_tr_vbytes(t, v)));
+			moem_tr_unslot(t, v);
 		}
 	} else {
 		v->ds = D_READY;

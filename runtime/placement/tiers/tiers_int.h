@@ -137,6 +137,8 @@ void moem_tr_flush_loads(struct moem_tiers *t);
 
 /* move.c: copy a DRAM-ready version into its HBM slot at prio. */
 int moem_tr_start_copy(struct moem_tiers *t, struct ver *v, enum moem_prio prio);
+/* move.c: a version holding a slot that never landed gives it back. */
+void moem_tr_unslot(struct moem_tiers *t, struct ver *v);
 /* move.c: v resident or on its way at prio: 1 started, 0 there or under way, -errno. */
 int moem_tr_fetch(struct moem_tiers *t, struct ver *v, enum moem_prio prio);
 
