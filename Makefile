@@ -128,7 +128,7 @@ deps:
 tests-build: all $(UNIT_BINS)
 
 test-unit: tests-build
-	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite unit $(UNIT_BINS)
+	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite unit --timeout 900 $(UNIT_BINS)
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory all

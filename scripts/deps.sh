@@ -16,8 +16,9 @@ libjson-c-dev liburing-dev libxxhash-dev libssl-dev libsystemd-dev libinih-dev
 clang llvm libclang-rt-14-dev libbpf-dev bpftool systemtap-sdt-dev
 linux-headers-amd64 linux-image-amd64 kmod
 qemu-system-x86 busybox-static cpio e2fsprogs
-fio gnuplot-nox
+fio gnuplot-nox python3-torch
 cppcheck clang-format
+libnuma-dev libsimde-dev python3-torch
 "
 
 missing() {

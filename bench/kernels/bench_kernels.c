@@ -17,12 +17,16 @@
  *     router + re-routing share of the layer.
  *
  * Prints a table and RESULT key=value lines (also written to --out).
- *   bench_kernels [--backend cpu|cuda] [--threads N] [--quick] [--out FILE]
+ *   bench_kernels [--backend cpu|cuda] [--threads N] [--isa ISA] [--quick] [--out FILE]
+ * On the CPU also: a read-only streaming peer and register-only peak
+ * loops (section 1b), each FFN row as a fraction of both.
  * Exit 4 when the backend is absent (no CUDA device: skip).
  */
 #include <errno.h>
 #include <getopt.h>
+#include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +190,246 @@ static int bench_copy(struct moem_backend *be, struct timer *tm, double *traffic
 	return 0;
 }
 
+/* ---- 1b. CPU peers: read-only streaming, and register-only peaks ---------- */
+
+/*
+ * The peers of the CPU FFN, run on as many threads as the backend has,
+ * each pinned to one of the CPUs this process may use (as the backend's
+ * workers are):
+ *  - read: every thread sums its slice of a buffer far larger than the
+ *    last-level cache with the widest loads the ISA has: the memory limit
+ *    of a batch-1 GEMV, which reads each weight once;
+ *  - peak: register-only loops of the instruction the FFN's inner loop is
+ *    built on, 12 independent chains: FMA (fp32, bf16 on AVX2), vdpbf16ps
+ *    (bf16 on AVX-512), vpmaddubsw + vpmaddwd (int8 on AVX2), vpdpbusd
+ *    (int8 on AVX-512). Operations count 2 per multiply-add.
+ */
+struct peer_job {
+	int kind; /* 0 read, 1 fma, 2 dpbf16, 3 maddubs, 4 dpbusd */
+	const uint8_t *p;
+	size_t n;
+	uint64_t iters;
+	int cpu;
+	double sink;
+};
+
+__attribute__((target("avx2"))) static double read_avx2(const uint8_t *p, size_t n)
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+
+	for (size_t i = 0; i + 128 <= n; i += 128) {
+		a0 = _mm256_add_epi64(a0,
+				      _mm256_load_si256((const __m256i *)(const void *)(p + i)));
+		a1 = _mm256_add_epi64(
+			a1, _mm256_load_si256((const __m256i *)(const void *)(p + i + 32)));
+		a2 = _mm256_add_epi64(
+			a2, _mm256_load_si256((const __m256i *)(const void *)(p + i + 64)));
+		a3 = _mm256_add_epi64(
+			a3, _mm256_load_si256((const __m256i *)(const void *)(p + i + 96)));
+	}
+	a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+	return (double)_mm256_extract_epi64(a0, 0);
+}
+
+__attribute__((target("avx512f"))) static double read_avx512(const uint8_t *p, size_t n)
+{
+	__m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+
+	for (size_t i = 0; i + 256 <= n; i += 256) {
+		a0 = _mm512_add_epi64(a0, _mm512_load_si512((const void *)(p + i)));
+		a1 = _mm512_add_epi64(a1, _mm512_load_si512((const void *)(p + i + 64)));
+		a2 = _mm512_add_epi64(a2, _mm512_load_si512((const void *)(p + i + 128)));
+		a3 = _mm512_add_epi64(a3, _mm512_load_si512((const void *)(p + i + 192)));
+	}
+	a0 = _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3));
+	return (double)_mm512_reduce_add_epi64(a0);
+}
+
+#define CHAINS12(op)           \
+	do {                   \
+		c0 = op(c0);   \
+		c1 = op(c1);   \
+		c2 = op(c2);   \
+		c3 = op(c3);   \
+		c4 = op(c4);   \
+		c5 = op(c5);   \
+		c6 = op(c6);   \
+		c7 = op(c7);   \
+		c8 = op(c8);   \
+		c9 = op(c9);   \
+		c10 = op(c10); \
+		c11 = op(c11); \
+	} while (0)
+
+__attribute__((target("avx2,fma"))) static double peak_fma(uint64_t iters)
+{
+	__m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
+	__m256 c0 = y, c1 = y, c2 = y, c3 = y, c4 = y, c5 = y, c6 = y, c7 = y, c8 = y, c9 = y,
+	       c10 = y, c11 = y;
+#define FMA(c) _mm256_fmadd_ps(c, x, y)
+	for (uint64_t i = 0; i < iters; i++)
+		CHAINS12(FMA);
+#undef FMA
+	c0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
+			   _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
+	c0 = _mm256_add_ps(c0, _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11)));
+	return _mm256_cvtss_f32(c0);
+}
+
+__attribute__((target("avx2"))) static double peak_maddubs(uint64_t iters)
+{
+	__m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1);
+	__m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+		c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+#define DOT(c) _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one))
+	for (uint64_t i = 0; i < iters; i++) {
+		CHAINS12(DOT);
+		__asm__ volatile("" : "+x"(a), "+x"(b)); /* keep the products in the loop */
+	}
+#undef DOT
+	c0 = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+			      _mm256_add_epi32(_mm256_add_epi32(c4, c5), _mm256_add_epi32(c6, c7)));
+	c0 = _mm256_add_epi32(
+		c0, _mm256_add_epi32(_mm256_add_epi32(c8, c9), _mm256_add_epi32(c10, c11)));
+	return (double)_mm256_extract_epi32(c0, 0);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(uint64_t iters)
+{
+	__m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = a;
+	__m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+	       c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+#define DP(c) _mm512_dpbf16_ps(c, a, b)
+	for (uint64_t i = 0; i < iters; i++)
+		CHAINS12(DP);
+#undef DP
+	c0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+			   _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
+	c0 = _mm512_add_ps(c0, _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)));
+	return _mm512_reduce_add_ps(c0);
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static double peak_dpbusd(uint64_t iters)
+{
+	__m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+	__m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+		c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+#define DP(c) _mm512_dpbusd_epi32(c, a, b)
+	for (uint64_t i = 0; i < iters; i++)
+		CHAINS12(DP);
+#undef DP
+	c0 = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+			      _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
+	c0 = _mm512_add_epi32(
+		c0, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
+	return (double)_mm512_reduce_add_epi32(c0);
+}
+
+static void *peer_run(void *v)
+{
+	struct peer_job *j = v;
+
+	if (j->cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(j->cpu, &set);
+		sched_setaffinity(0, sizeof(set), &set);
+	}
+	switch (j->kind) {
+	case 0:
+		j->sink = __builtin_cpu_supports("avx512f") ? read_avx512(j->p, j->n)
+							    : read_avx2(j->p, j->n);
+		break;
+	case 1:
+		j->sink = peak_fma(j->iters);
+		break;
+	case 2:
+		j->sink = peak_dpbf16(j->iters);
+		break;
+	case 3:
+		j->sink = peak_maddubs(j->iters);
+		break;
+	default:
+		j->sink = peak_dpbusd(j->iters);
+		break;
+	}
+	return NULL;
+}
+
+/* Seconds for kind on n pinned threads (each reads bytes / n, or runs iters). */
+static double peer_seconds(int kind, const uint8_t *buf, size_t bytes, uint64_t iters, uint32_t n)
+{
+	pthread_t th[256];
+	struct peer_job jobs[256];
+	int cpus[256], nc = 0;
+	cpu_set_t set;
+	uint64_t t0;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		for (int c = 0; c < CPU_SETSIZE && nc < 256; c++)
+			if (CPU_ISSET(c, &set))
+				cpus[nc++] = c;
+	t0 = moem_now_ns();
+	for (uint32_t i = 0; i < n; i++) {
+		size_t a = (bytes / n * i) & ~(size_t)255, b = (bytes / n * (i + 1)) & ~(size_t)255;
+
+		jobs[i] = (struct peer_job){
+			kind, buf + a, b - a, iters, n <= (uint32_t)nc ? cpus[i] : -1, 0};
+		if (pthread_create(&th[i], NULL, peer_run, &jobs[i]))
+			peer_run(&jobs[i]), th[i] = 0;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (th[i])
+			pthread_join(th[i], NULL);
+	return (moem_now_ns() - t0) / 1e9;
+}
+
+/* What the CPU FFN of each precision is compared with, per the backend's ISA. */
+static double cpu_peak[MOEM_PREC_NR], cpu_read_gbps;
+
+static int bench_cpu_peers(struct moem_backend *be)
+{
+	struct moem_backend_info info;
+	const size_t bytes = 512ull << 20;
+	const uint64_t iters = quick ? (1u << 22) : (1u << 24);
+	double s[10], fma, dot, opsper;
+	int reps = quick ? 3 : 7, avx512;
+	uint8_t *buf;
+
+	moem_backend_get_info(be, &info);
+	buf = aligned_alloc(4096, bytes);
+	if (!buf)
+		return -ENOMEM;
+	memset(buf, 1, bytes);
+	for (int r = 0; r < reps; r++)
+		s[r] = peer_seconds(0, buf, bytes, 0, info.threads);
+	free(buf);
+	cpu_read_gbps = bytes / median(s, reps) / 1e9;
+	printf("read: %.1f GB/s, read-only stream over %zu MiB on %u pinned thread%s\n",
+	       cpu_read_gbps, bytes >> 20, info.threads, info.threads == 1 ? "" : "s");
+	result("read_gbps", cpu_read_gbps);
+	if (info.isa == MOEM_CPU_ISA_SCALAR)
+		return 0; /* no vector peak to hold plain C to */
+	avx512 = info.isa == MOEM_CPU_ISA_AVX512;
+	/* 12 chains x iters instructions per thread; ops per instruction: */
+	opsper = 12.0 * iters * info.threads;
+	for (int r = 0; r < reps; r++)
+		s[r] = peer_seconds(avx512 ? 2 : 1, NULL, 0, iters, info.threads);
+	fma = opsper * (avx512 ? 64 : 16) / median(s, reps) / 1e9;
+	for (int r = 0; r < reps; r++)
+		s[r] = peer_seconds(avx512 ? 4 : 3, NULL, 0, iters, info.threads);
+	dot = opsper * (avx512 ? 128 : 64) / median(s, reps) / 1e9;
+	printf("peak: %.0f GFLOP/s %s, %.0f Gop/s int8 %s (register-only loops, %u threads)\n", fma,
+	       avx512 ? "vdpbf16ps" : "fp32 FMA", dot, avx512 ? "vpdpbusd" : "vpmaddubsw+vpmaddwd",
+	       info.threads);
+	result("peak_bf16_gflops", fma);
+	result("peak_int8_gops", dot);
+	cpu_peak[MOEM_PREC_BF16] = fma;
+	cpu_peak[MOEM_PREC_Q8] = cpu_peak[MOEM_PREC_Q4] = cpu_peak[MOEM_PREC_Q2] = dot;
+	return 0;
+}
+
 /* ---- 2. expert FFN bandwidth --------------------------------------------- */
 
 /* n device copies of one expert blob of precision p. */
@@ -223,7 +467,8 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double traffic)
 	printf("\nffn: expert FFN (SwiGLU), H %d I %d, every expert of a call takes B tokens; "
 	       "weight bytes read / s\n",
 	       QH, QI);
-	printf("  prec     B   experts/call   us/expert     GB/s   of copy traffic\n");
+	printf("  prec     B   experts/call   us/expert     GB/s   of copy traffic%s\n",
+	       cpu_read_gbps > 0 ? "   of read   GFLOP/s   of peak" : "");
 	for (unsigned int pi = 0; !ret && pi < sizeof(precs) / sizeof(precs[0]); pi++) {
 		enum moem_prec p = precs[pi];
 		uint64_t eb;
@@ -275,9 +520,33 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double traffic)
 			if (ret)
 				break;
 			sec = median(s, reps);
-			printf("  %-5s %4u   %12u   %9.2f   %6.1f   %5.2f\n", moem_prec_name(p), B,
-			       ne, sec / ne * 1e6, eb * ne / sec / 1e9,
-			       eb * ne / sec / 1e9 / traffic);
+			{
+				/* 2 ops per multiply-add, three H x I matrices, B tokens */
+				double gf = 2.0 * B * 3 * QH * QI * ne / sec / 1e9;
+				double rr =
+					cpu_read_gbps > 0 ? eb * ne / sec / 1e9 / cpu_read_gbps : 0;
+				double pr = cpu_peak[p] > 0 ? gf / cpu_peak[p] : 0;
+
+				printf("  %-5s %4u   %12u   %9.2f   %6.1f   %5.2f",
+				       moem_prec_name(p), B, ne, sec / ne * 1e6,
+				       eb * ne / sec / 1e9, eb * ne / sec / 1e9 / traffic);
+				if (cpu_read_gbps > 0)
+					printf("   %7.2f   %7.1f   %7.2f", rr, gf, pr);
+				printf("\n");
+				if (cpu_read_gbps > 0) {
+					snprintf(key, sizeof(key), "ffn_%s_B%u_read_ratio",
+						 moem_prec_name(p), B);
+					result(key, rr);
+					snprintf(key, sizeof(key), "ffn_%s_B%u_gflops",
+						 moem_prec_name(p), B);
+					result(key, gf);
+				}
+				if (pr > 0) {
+					snprintf(key, sizeof(key), "ffn_%s_B%u_peak_ratio",
+						 moem_prec_name(p), B);
+					result(key, pr);
+				}
+			}
 			snprintf(key, sizeof(key), "ffn_%s_B%u_gbps", moem_prec_name(p), B);
 			result(key, eb * ne / sec / 1e9);
 			snprintf(key, sizeof(key), "ffn_%s_B%u_ratio", moem_prec_name(p), B);
@@ -471,6 +740,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{"backend", required_argument, NULL, 'b'},
 		{"threads", required_argument, NULL, 't'},
+		{"isa", required_argument, NULL, 'i'},
 		{"quick", no_argument, NULL, 'q'},
 		{"out", required_argument, NULL, 'o'},
 		{"help", no_argument, NULL, 'h'},
@@ -484,13 +754,19 @@ int main(int argc, char **argv)
 	double traffic = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "b:t:qo:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:t:i:qo:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'b':
 			name = optarg;
 			break;
 		case 't':
 			bo.threads = (uint32_t)atoi(optarg);
+			break;
+		case 'i':
+			if (moem_cpu_isa_parse(optarg, &bo.isa)) {
+				fprintf(stderr, "bench_kernels: %s\n", moem_last_error());
+				return 2;
+			}
 			break;
 		case 'q':
 			quick = 1;
@@ -500,8 +776,8 @@ int main(int argc, char **argv)
 			break;
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
-				"usage: bench_kernels [--backend cpu|cuda] [--threads N] [--quick] "
-				"[--out FILE]\n");
+				"usage: bench_kernels [--backend cpu|cuda] [--threads N] "
+				"[--isa auto|scalar|avx2|avx512] [--quick] [--out FILE]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -521,10 +797,15 @@ int main(int argc, char **argv)
 	moem_backend_get_info(be, &info);
 	printf("bench_kernels: %s backend, %s%s (synthetic weights and activations)\n",
 	       moem_backend_name(be), info.device, quick ? ", quick" : "");
+	if (info.kind == MOEM_BACKEND_CPU && out_file)
+		fprintf(out_file, "cpu_isa=%s\nthreads=%u\n", moem_cpu_isa_name(info.isa),
+			info.threads);
 	tm.be = be;
 	if ((ret = moem_be_event_create(be, &tm.a)) || (ret = moem_be_event_create(be, &tm.b)))
 		goto out;
 	ret = bench_copy(be, &tm, &traffic);
+	if (!ret && info.kind == MOEM_BACKEND_CPU)
+		ret = bench_cpu_peers(be);
 	STEP(bench_ffn(be, &tm, traffic));
 	STEP(bench_layer(be, &tm));
 	moem_be_event_destroy(be, tm.a);

@@ -10,8 +10,15 @@ in a CUDA graph (no launch overhead: the stronger peer). Reports weight
 bytes/s and, given bench_kernels' --out file, moem / torch ratios:
     RESULT ffn_bf16_B16_vs_torch_graph=...
 Exit 4 (skip) without torch or a GPU.
-usage: torch_ffn.py [--ours FILE] [--quick]
+With --cpu (make bench-kernels): the same on the CPU, torch.set_num_threads
+to bench_kernels' thread count, 64 MiB per expert set as bench_kernels
+uses there, eager only; the ratios are moem's us/expert in each
+precision against torch's bf16:
+    RESULT ffn_q4_B16_vs_torch_cpu=...   (> 1: moem is faster)
+Exit 4 (skip) without torch.
+usage: torch_ffn.py [--ours FILE] [--quick] [--cpu]
 """
+import time
 import argparse
 import sys
 
@@ -22,12 +29,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", help="bench_kernels --out file (key=value lines)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cpu", action="store_true")
     args = ap.parse_args()
     try:
         import torch
     except ImportError:
         print("SKIP python3 has no torch")
         return 4
+    if args.cpu:
+        return cpu_main(torch, args)
     if not torch.cuda.is_available():
         print("SKIP no CUDA device for torch")
         return 4
@@ -99,6 +109,58 @@ def main():
             print(f"RESULT ffn_bf16_B{B}_vs_torch_graph={ours[key] / gg:.4g}")
             print(f"RESULT ffn_bf16_B{B}_vs_torch_eager={ours[key] / ge:.4g}")
         print(line)
+    return 0
+
+
+def cpu_main(torch, args):
+    ours = {}
+    if args.ours:
+        for line in open(args.ours):
+            k, _, v = line.strip().partition("=")
+            if v:
+                try:
+                    ours[k] = float(v)
+                except ValueError:
+                    ours[k] = v
+    threads = int(ours.get("threads", 0)) or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    expert_bytes = 3 * H * I * 2
+    n = (64 << 20) // expert_bytes + 1           # per set, as bench_kernels does on the CPU
+    sets = [[tuple(torch.randn(s, dtype=torch.bfloat16) * 0.02
+                   for s in ((I, H), (I, H), (H, I))) for _ in range(n)] for _ in range(2)]
+    print(f"torch {torch.__version__} on the CPU, {threads} threads: {n} experts per set, "
+          f"2 sets, bf16 torch.matmul, eager")
+    print("   B   torch us/expert   GB/s   moem/torch speed: " +
+          "  ".join(f"{p:>5}" for p in ("bf16", "q8", "q4", "q2")))
+    reps = 3 if args.quick else 7
+
+    def run(x, s):
+        for wg, wu, wd in sets[s]:
+            a = torch.nn.functional.silu(torch.matmul(x, wg.t())) * torch.matmul(x, wu.t())
+            torch.matmul(a, wd.t())
+
+    with torch.no_grad():
+        for B in (1, 4, 16, 64):
+            x = torch.randn(B, H, dtype=torch.bfloat16)
+            run(x, 0)
+            times = []
+            for r in range(reps):
+                t0 = time.perf_counter()
+                run(x, (r + 1) & 1)
+                times.append(time.perf_counter() - t0)
+            t = sorted(times)[len(times) // 2] / n
+            line = f"{B:4d}   {t * 1e6:15.1f} {expert_bytes / t / 1e9:6.1f}   " + " " * 19
+            print(f"RESULT torch_cpu_ffn_bf16_B{B}_us_per_expert={t * 1e6:.4g}")
+            for p in ("bf16", "q8", "q4", "q2"):
+                key = f"ffn_{p}_B{B}_us_per_expert"
+                if key in ours:
+                    r = t * 1e6 / ours[key]
+                    line += f"{r:7.2f}"
+                    print(f"RESULT ffn_{p}_B{B}_vs_torch_cpu={r:.4g}")
+                else:
+                    line += "      -"
+            print(line)
     return 0
 
 

@@ -62,20 +62,71 @@ enum moem_backend_kind {
 #define MOEM_BE_MAX_EXPERTS 1024 /* router outputs N */
 #define MOEM_BE_ALIGN	    256u /* moem_be_alloc() alignment; blob alignment */
 
+/*
+ * The instruction set the CPU backend's expert FFN kernels use
+ * (Documentation/backends.md, "CPU kernels"):
+ *  scalar  the reference: plain C, bitwise reproducible on every x86-64
+ *          and the oracle the others are tested against;
+ *  avx2    AVX2 + FMA + F16C: bf16 weights in fp32 FMA, q8/q4/q2 as int8
+ *          dot products (vpmaddubsw) on activations quantized per token;
+ *  avx512  AVX-512 F/BW/VL with BF16 (vdpbf16ps) and VNNI (vpdpbusd).
+ * AUTO takes $MOEM_CPU_ISA when it is set, else the best the CPU has. The
+ * vector paths give the same bits for any thread count and batch split,
+ * but not the same bits as scalar (within the tolerance backends.md
+ * derives).
+ */
+enum moem_cpu_isa {
+	MOEM_CPU_ISA_AUTO = 0,
+	MOEM_CPU_ISA_SCALAR = 1,
+	MOEM_CPU_ISA_AVX2 = 2,
+	MOEM_CPU_ISA_AVX512 = 3,
+	MOEM_CPU_ISA_NR
+};
+
+/* "auto", "scalar", "avx2", "avx512". */
+const char *moem_cpu_isa_name(enum moem_cpu_isa isa);
+/* Parse one of those names; -EINVAL with a message for anything else. */
+int moem_cpu_isa_parse(const char *s, enum moem_cpu_isa *out);
+/*
+ * 0 if this CPU (and the kernel's saved vector state) runs isa, else
+ * -ENOTSUP with a message naming the missing features. AUTO is always 0.
+ */
+int moem_cpu_isa_check(enum moem_cpu_isa isa);
+/* The best ISA this CPU runs. */
+enum moem_cpu_isa moem_cpu_isa_best(void);
+/*
+ * Resolve AUTO: $MOEM_CPU_ISA if set (-EINVAL for a bad name, -ENOTSUP
+ * for a path the CPU lacks, naming the variable), else the best. Other
+ * values are checked as moem_cpu_isa_check() does.
+ */
+int moem_cpu_isa_resolve(enum moem_cpu_isa want, enum moem_cpu_isa *out);
+/* CPUs this process may run on (sched_getaffinity), at least 1. */
+uint32_t moem_cpu_count(void);
+
 struct moem_backend_opts {
 	uint32_t threads; /* CPU: worker threads, 0 = online CPUs (max 256) */
 	int32_t device;	  /* CUDA: device ordinal */
+	/* CPU: kernel instruction set (above); a path the CPU lacks fails
+	 * the open with -ENOTSUP instead of dying on SIGILL later. */
+	enum moem_cpu_isa isa;
+	/* CPU: do not pin the workers. They are pinned, one CPU each, spread
+	 * over the NUMA nodes, whenever threads <= moem_cpu_count(). */
+	bool no_pin;
 };
 
 struct moem_backend_info {
 	enum moem_backend_kind kind;
 	uint32_t threads;	/* CPU worker threads (CUDA: 0) */
+	enum moem_cpu_isa isa;	/* CPU: the kernels' instruction set (CUDA: AUTO) */
+	bool pinned;		/* CPU: workers pinned to one CPU each */
+	uint32_t numa_nodes;	/* CPU: NUMA nodes the workers run on (1 without libnuma) */
 	int cc_major, cc_minor; /* CUDA compute capability (CPU: 0) */
 	uint32_t sm_count;
 	uint64_t mem_total; /* device memory (CPU: physical RAM) */
 	int driver_version; /* cuDriverGetVersion(), e.g. 13000 (CPU: 0) */
 	bool kernels;	    /* CUDA: kernels embedded (false: built without nvcc) */
-	char device[128];   /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cpu: 16 threads" */
+	char device
+		[128]; /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cpu: 16 threads, avx512, pinned" */
 };
 
 /*
@@ -313,5 +364,161 @@ struct moem_hist_args {
 };
 int moem_op_histogram(struct moem_backend *be, struct moem_stream *s,
 		      const struct moem_hist_args *a);
+
+/* ---- full-decode ops (decode.h) ------------------------------------------
+ *
+ * The attention half of a layer, the embedding and lm_head. Each row
+ * (token, or token and head) is computed by one thread in a fixed order,
+ * so results do not depend on the batch a row is part of or the thread
+ * count: decoding a sequence alone or in a batch gives the same bits.
+ * Backends without a kernel for one of these return -EOPNOTSUPP with a
+ * message naming the op (Documentation/backends.md lists which exist).
+ */
+
+/* h[t][:] = float(table[ids[t]][:]) (bf16 table). ids are checked < V. */
+struct moem_embed_args {
+	uint32_t B, H, V;
+	moem_dptr ids;	 /* i32 [B] */
+	moem_dptr table; /* bf16 [V][H] */
+	moem_dptr h;	 /* f32 [B][H] */
+};
+int moem_op_embed(struct moem_backend *be, struct moem_stream *s, const struct moem_embed_args *a);
+
+/*
+ * Dense projection: y[t][r] = sum_i x[t][i] * W[r][i], fp32 accumulation
+ * (the router's numerics without its size limits): attention
+ * projections, MLA's down/up projections, lm_head.
+ */
+struct moem_matmul_args {
+	uint32_t B, K, R; /* tokens, input width (% 8 == 0), output rows */
+	moem_dptr x;	  /* bf16 [B][K] */
+	moem_dptr w;	  /* bf16 [R][K] */
+	moem_dptr y;	  /* f32 [B][R] */
+};
+int moem_op_matmul(struct moem_backend *be, struct moem_stream *s,
+		   const struct moem_matmul_args *a);
+
+/*
+ * RMSNorm of rows of a f32 matrix, in place or into bf16:
+ * row r = x + r * x_stride (n floats); y = (x * rsqrt(mean(x^2) + eps)) * w,
+ * the mean in double as moem_op_rmsnorm. q_norm/k_norm (per head or over
+ * the whole projection) and MLA's q_a/kv_a layernorms.
+ */
+struct moem_rownorm_args {
+	uint32_t rows, n;
+	uint32_t x_stride, y_stride; /* floats / elements between rows */
+	float eps;
+	moem_dptr x;	  /* f32 */
+	moem_dptr weight; /* bf16 [n] */
+	moem_dptr y;	  /* f32 (may be x) or bf16 */
+	bool y_bf16;
+};
+int moem_op_rownorm(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_rownorm_args *a);
+
+/*
+ * Convert rows of f32 to bf16 (y_bf16) or copy them as f32, clamping to
+ * [-clip, clip] when clip > 0: x row r at x + r * x_stride, y row r at
+ * y + r * y_stride, n values each. OLMoE's clip_qkv, attention outputs
+ * into o_proj, and MLA's rearrangements.
+ */
+struct moem_convert_args {
+	uint32_t rows, n, x_stride, y_stride;
+	float clip;
+	moem_dptr x; /* f32 */
+	moem_dptr y; /* bf16 or f32; may equal x when both are f32 */
+	bool y_bf16;
+};
+int moem_op_convert(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_convert_args *a);
+
+/*
+ * RoPE in place on T tokens x n_heads heads: the dim values at
+ * x + t * tok_stride + h * head_stride + off are rotated by the angles
+ * of position pos[t]: cos/sin[pos][i] for i < dim / 2. pairs: (x[2i],
+ * x[2i+1]) as a complex number (DeepSeek); else (x[i], x[i + dim/2])
+ * (rotate_half: Qwen3, Mixtral, OLMoE).
+ */
+struct moem_rope_args {
+	uint32_t T, n_heads, tok_stride, head_stride, off, dim;
+	bool pairs;
+	uint32_t n_pos;	    /* rows of the tables */
+	moem_dptr x;	    /* f32 */
+	moem_dptr pos;	    /* i32 [T], each < n_pos */
+	moem_dptr cos, sin; /* f32 [n_pos][dim / 2] */
+};
+int moem_op_rope(struct moem_backend *be, struct moem_stream *s, const struct moem_rope_args *a);
+
+/*
+ * Per-head projection (MLA's absorbed kv_b_proj): for token t, head h,
+ *   y[t][h][o] = sum_i x[t][h][i] * W_h[o][i]      (!transpose)
+ *   y[t][h][o] = sum_i x[t][h][i] * W_h[i][o]      (transpose)
+ * W_h = w + h * w_head_stride (bf16 elements, row stride w_row_stride),
+ * x[t][h] = x + t * x_tok_stride + h * x_head_stride (f32), y likewise.
+ */
+struct moem_head_matmul_args {
+	uint32_t T, n_heads, in_dim, out_dim;
+	bool transpose;
+	moem_dptr x;
+	uint32_t x_tok_stride, x_head_stride;
+	moem_dptr w;
+	uint64_t w_head_stride;
+	uint32_t w_row_stride;
+	moem_dptr y;
+	uint32_t y_tok_stride, y_head_stride;
+};
+int moem_op_head_matmul(struct moem_backend *be, struct moem_stream *s,
+			const struct moem_head_matmul_args *a);
+
+/*
+ * Paged KV cache, f32: block b of the pool holds, for each of n_layers
+ * layers, block_tokens entries of entry floats; token j of a sequence
+ * lives in block table[j / block_tokens], slot j % block_tokens. Store
+ * writes src row t (entry floats at src + t * src_stride) as the entry
+ * of position pos[t] of the sequence whose block table starts at
+ * tables + tab[t] (i32 block ids).
+ */
+struct moem_kv_geom {
+	moem_dptr pool;
+	uint32_t n_blocks, n_layers, block_tokens, entry;
+	uint32_t layer;
+	moem_dptr tables; /* i32 block ids */
+};
+
+struct moem_kv_store_args {
+	struct moem_kv_geom kv;
+	uint32_t T, src_stride;
+	moem_dptr src; /* f32 */
+	moem_dptr pos; /* i32 [T] */
+	moem_dptr tab; /* u32 [T] offset of each token's block table in tables */
+};
+int moem_op_kv_store(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_kv_store_args *a);
+
+/*
+ * Attention over the paged cache for T query tokens, each of its own
+ * sequence and position: token t, head h (kv head g = h / (n_heads /
+ * n_kv_heads)) attends the keys of positions j, lo <= j <= pos[t]
+ * (lo = pos - window + 1 with a sliding window, else 0):
+ *   s_j = scale * q . K_j,  p = softmax(s),  out = sum_j p_j V_j
+ * q head h at q + t * q_stride + h * qk_dim; K_j head g at entry offset
+ * k_off + g * qk_dim, V_j at v_off + g * v_dim (MLA: one kv head whose
+ * value is the prefix of its key, the compressed latent). Softmax with
+ * the max subtracted, sums in fixed key order; on the GPU the keys are
+ * split across blocks and merged (flash-decoding).
+ */
+struct moem_attn_args {
+	struct moem_kv_geom kv;
+	uint32_t T, n_heads, n_kv_heads, qk_dim, v_dim, k_off, v_off;
+	uint32_t q_stride;
+	uint32_t window; /* 0: none */
+	float scale;
+	moem_dptr q;   /* f32 */
+	moem_dptr pos; /* i32 [T] */
+	moem_dptr tab; /* u32 [T] */
+	moem_dptr out; /* f32 [T][n_heads][v_dim] */
+};
+int moem_op_attention(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_attn_args *a);
 
 #endif /* MOEM_BACKEND_H */

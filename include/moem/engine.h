@@ -30,6 +30,7 @@
 
 #include <linux/moem.h>
 
+#include "backend.h"
 #include "loader.h"
 #include "pool.h"
 #include "quant.h"
@@ -38,6 +39,8 @@ struct moem_engine_opts {
 	const char *pack_path;
 	const char *backend; /* "auto" (default), "cpu", "cuda" */
 	uint32_t threads;    /* CPU backend threads (0: online CPUs) */
+	/* CPU backend kernels (auto: $MOEM_CPU_ISA, else the best the CPU has) */
+	enum moem_cpu_isa cpu_isa;
 	/* Budgets in bytes; a percentage is resolved by the caller with
 	 * moem_engine_pack_bytes(). 0 = the whole model fits. */
 	uint64_t hbm_budget, dram_budget;

@@ -5,7 +5,8 @@
  * so every front end reads the same files the same way:
  *
  *   pack hbm dram precisions fallback route evict prefetch precision
- *   paging backend threads pool region persistent link-gbps loader
+ *   paging backend threads cpu-threads cpu-isa pool region persistent
+ *   link-gbps loader
  *   no-verify trace-out trace-logits hotness   (engine settings)
  *   workload batch steps mix seed              (workload settings)
  *

@@ -25,6 +25,23 @@ enum moem_dtype { MOEM_DTYPE_BF16 = 0, MOEM_DTYPE_F16 = 1, MOEM_DTYPE_F32 = 2, M
 #define MOEM_MAX_LAYERS	 256
 #define MOEM_MAX_EXPERTS 1024
 #define MOEM_MAX_TOPK	 64
+#define MOEM_MAX_EOS	 8
+
+/* rope_scaling (rope_parameters in transformers 5) that moem implements. */
+enum moem_rope_kind {
+	MOEM_ROPE_DEFAULT = 0, /* no scaling */
+	MOEM_ROPE_YARN = 1,    /* deepseek_v2's YaRN, as DeepSeek's own modeling code has it */
+};
+
+/* YaRN parameters (rope_scaling fields, DeepSeek's defaults when absent). */
+struct moem_rope_yarn {
+	float factor;	       /* "factor" (> 1 to scale) */
+	uint32_t orig_max_pos; /* "original_max_position_embeddings" (4096) */
+	float beta_fast;       /* 32 */
+	float beta_slow;       /* 1 */
+	float mscale;	       /* 1 */
+	float mscale_all_dim;  /* 0 */
+};
 
 struct moem_model_config {
 	enum moem_arch arch;
@@ -53,6 +70,17 @@ struct moem_model_config {
 	uint32_t q_lora_rank;  /* deepseek_v2 MLA (0 = no q LoRA: plain q_proj) */
 	uint32_t kv_lora_rank; /* deepseek_v2 MLA */
 	uint32_t qk_nope_dim, qk_rope_dim, v_head_dim; /* deepseek_v2 MLA head parts */
+	/*
+	 * Full decode (pack format 1.1; zero in a 1.0 pack): context, the
+	 * attention options of each architecture, end-of-sequence ids.
+	 */
+	uint32_t max_pos;	 /* max_position_embeddings */
+	uint32_t sliding_window; /* mixtral sliding_window: keys with pos > q - W; 0 = all */
+	float clip_qkv;		 /* olmoe clip_qkv: |q|, |k|, |v| <= c; 0 = none */
+	enum moem_rope_kind rope_kind;
+	struct moem_rope_yarn yarn; /* MOEM_ROPE_YARN only */
+	uint32_t n_eos;		    /* generation_config.json's eos_token_id, else config.json's */
+	int32_t eos[MOEM_MAX_EOS];
 };
 
 /* "qwen3_moe", "mixtral", "olmoe", "deepseek_v2" (the HF model_type). */

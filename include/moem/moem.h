@@ -40,6 +40,9 @@
 #include "tiers.h"
 #include "engine.h"
 #include "engine_args.h"
+#include "sample.h"
+#include "rope.h"
+#include "decode.h"
 #include "bpf.h"
 #include "ctl.h"
 

@@ -33,7 +33,12 @@
 #include "synth.h"
 
 #define MOEM_PACK_MAJOR 1
-#define MOEM_PACK_MINOR 0
+/*
+ * Minor versions add what older readers may skip: 1.1 records the
+ * config fields full decode needs (context, RoPE scaling, sliding window,
+ * clip_qkv, eos ids); a 1.0 pack still serves MoE-stack runs.
+ */
+#define MOEM_PACK_MINOR 1
 #define MOEM_PACK_ALIGN 4096u /* every tensor and blob offset */
 
 /* ---- writing ---- */

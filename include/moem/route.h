@@ -15,9 +15,10 @@
  *  - ties in a score are broken towards the lower expert id, so results
  *    are deterministic;
  *  - weights follow the model's rule for whatever set S_t was chosen:
- *    p = softmax(z[t]) over all N; w = p[e] for e in S_t; if
- *    norm_topk_prob, w /= sum of w over S_t; then w *= routed_scaling.
- *    (Qwen3, Mixtral: renormalised; OLMoE: not; DeepSeek-V2: scaled.)
+ *    p = softmax(z[t]) over all N; w = p[e] for e in S_t; then the
+ *    weight rule (enum moem_weight_rule) renormalises and/or scales.
+ *    (Qwen3, Mixtral: renormalised; OLMoE: not; DeepSeek-V2: one or the
+ *    other, as its own modeling code does.)
  */
 #ifndef MOEM_ROUTE_H
 #define MOEM_ROUTE_H
@@ -25,12 +26,48 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "model.h"
+
+/*
+ * How top-k weights become route weights. DeepSeek-V2's modeling code
+ * renormalises when norm_topk_prob (and k > 1) and otherwise multiplies
+ * by routed_scaling_factor, never both; DeepSeek-V3's renormalises and
+ * then scales. With routed_scaling 1 (every other architecture) the two
+ * agree.
+ */
+enum moem_weight_rule {
+	MOEM_WRULE_NORM_THEN_SCALE = 0, /* w /= sum if norm_topk_prob; w *= scaling */
+	MOEM_WRULE_NORM_OR_SCALE =
+		1, /* DeepSeek-V2: w /= sum if norm and k > 1, else w *= scaling */
+};
+
 struct moem_route_cfg {
 	uint32_t n_experts; /* N */
 	uint32_t top_k;	    /* k */
 	bool norm_topk_prob;
 	float routed_scaling; /* 1.0 unless the model says otherwise */
+	enum moem_weight_rule rule;
 };
+
+/* The routing configuration a model's own code uses. */
+static inline struct moem_route_cfg moem_route_cfg_of(const struct moem_model_config *c)
+{
+	struct moem_route_cfg r = {c->n_experts, c->top_k, c->norm_topk_prob, c->routed_scaling,
+				   c->arch == MOEM_ARCH_DEEPSEEK_V2 ? MOEM_WRULE_NORM_OR_SCALE
+								    : MOEM_WRULE_NORM_THEN_SCALE};
+
+	return r;
+}
+
+/*
+ * The rule as (renormalise?, scale) for kernels that implement only
+ * "normalise then scale": NORM_OR_SCALE with renormalisation scales by 1.
+ */
+static inline void moem_route_rule_flat(const struct moem_route_cfg *c, bool *norm, float *scale)
+{
+	*norm = c->norm_topk_prob && (c->rule != MOEM_WRULE_NORM_OR_SCALE || c->top_k > 1);
+	*scale = c->rule == MOEM_WRULE_NORM_OR_SCALE && *norm ? 1.0f : c->routed_scaling;
+}
 
 struct moem_route_out {
 	int32_t *ids;  /* [B][k] */

@@ -271,7 +271,7 @@ static int open_tiers(struct moem_engine *e)
 
 int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 {
-	struct moem_backend_opts bo = {.threads = o->threads};
+	struct moem_backend_opts bo = {.threads = o->threads, .isa = o->cpu_isa};
 	struct moem_engine *e;
 	int ret;
 

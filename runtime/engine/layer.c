@@ -99,7 +99,7 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 	} else {
 		struct moem_router_args ra = {B, c->hidden, N, e->xb, e->gate[m], e->logits};
 		struct moem_route_args a = {
-			.cfg = {N, K, c->norm_topk_prob, c->routed_scaling},
+			.cfg = moem_route_cfg_of(c),
 			.lynx = e->rp.lynx,
 			.k0 = e->rp.k0,
 			.B = B,

@@ -62,7 +62,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: dump_ops DIR\n");
 		return 2;
 	}
-	ret = moem_backend_open(name ? name : "cuda", NULL, &be);
+	/* the CPU backend, when asked for, as the reference: its scalar kernels */
+	ret = moem_backend_open(name ? name : "cuda",
+				&(struct moem_backend_opts){.isa = MOEM_CPU_ISA_SCALAR}, &be);
 	if (ret == -ENODEV) {
 		printf("SKIP %s\n", moem_last_error());
 		return 4;

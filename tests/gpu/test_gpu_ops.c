@@ -42,7 +42,10 @@ FIXTURE(pair)
 FIXTURE_SETUP(pair)
 {
 	ASSERT_EQ(0, moem_backend_open(gpu_name(), NULL, &self->g)) TH_LOG("%s", moem_last_error());
-	ASSERT_EQ(0, moem_backend_open("cpu", NULL, &self->c));
+	/* the reference: the CPU backend's scalar kernels */
+	ASSERT_EQ(0,
+		  moem_backend_open("cpu", &(struct moem_backend_opts){.isa = MOEM_CPU_ISA_SCALAR},
+				    &self->c));
 }
 
 FIXTURE_TEARDOWN(pair)

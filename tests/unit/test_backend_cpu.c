@@ -25,7 +25,8 @@ FIXTURE(cpu)
 
 FIXTURE_SETUP(cpu)
 {
-	struct moem_backend_opts o = {.threads = 3};
+	/* the scalar kernels: these tests hold them to the double-precision oracle */
+	struct moem_backend_opts o = {.threads = 3, .isa = MOEM_CPU_ISA_SCALAR};
 
 	ASSERT_EQ(0, moem_backend_open("cpu", &o, &self->be));
 }

@@ -193,6 +193,8 @@ TEST(bitwise_same_for_threads_order_and_splits)
 /* The same layer in double precision from the same bf16/quantized data. */
 TEST(layer_matches_double_reference)
 {
+	/* the scalar kernels against the double-precision reference */
+	struct moem_backend_opts o = {.isa = MOEM_CPU_ISA_SCALAR};
 	struct moem_backend *be;
 	struct layer L;
 	float *got = malloc(4 * LB * LH), xf[LH];
@@ -202,7 +204,7 @@ TEST(layer_matches_double_reference)
 	layer_make(&L);
 	for (int e = 0; e < LN; e++)
 		order[e] = e;
-	ASSERT_EQ(0, moem_backend_open("cpu", NULL, &be));
+	ASSERT_EQ(0, moem_backend_open("cpu", &o, &be));
 	ASSERT_EQ(0, run_layer(be, &L, order, 1, got));
 	for (uint32_t t = 0; t < LB; t++) {
 		double ss = 0, r, z[LN], y[LH], acc[LH];

@@ -157,7 +157,7 @@ TEST_F(bad, versions_and_flags)
 
 	hdr(c)->major = 2;
 	EXPECT_EQ(-EPROTONOSUPPORT, try_open(self, c, self->len, true));
-	EXPECT_MSG("pack format 2.0; this moem reads major version 1");
+	EXPECT_MSG("pack format 2.1; this moem reads major version 1");
 	hdr(c)->major = 1;
 	hdr(c)->minor = 7; /* a newer minor is readable */
 	EXPECT_EQ(0, try_open(self, c, self->len, true));

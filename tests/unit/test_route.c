@@ -110,6 +110,63 @@ TEST(topk_matches_bruteforce_and_weights)
 	}
 }
 
+/*
+ * The weight rules, on one token whose top-2 of 4 experts hold 0.4 + 0.2
+ * of the softmax mass: DeepSeek-V2 normalises OR scales, DeepSeek-V3's
+ * rule normalises AND scales.
+ */
+TEST(weight_rules)
+{
+	const float z[4] = {logf(0.4f), logf(0.2f), logf(0.3f) - 10, logf(0.1f)};
+	struct moem_model_config m = {.arch = MOEM_ARCH_DEEPSEEK_V2, .n_experts = 4, .top_k = 2};
+	struct moem_route_cfg c;
+	int32_t ids[2];
+	float w[2];
+	uint32_t cnt;
+	struct moem_route_out o = {ids, w, &cnt};
+	double p0, p1, s;
+
+	/* the softmax the rules start from */
+	s = 0.4 + 0.2 + 0.3 * exp(-10) + 0.1;
+	p0 = 0.4 / s;
+	p1 = 0.2 / s;
+	m.routed_scaling = 16.0f;
+	/* DeepSeek-V2, norm_topk_prob: normalised, not scaled */
+	m.norm_topk_prob = true;
+	c = moem_route_cfg_of(&m);
+	EXPECT_EQ(MOEM_WRULE_NORM_OR_SCALE, c.rule);
+	ASSERT_EQ(0, moem_route_topk(&c, 1, z, NULL, &o));
+	ASSERT_EQ(0, ids[0]);
+	ASSERT_EQ(1, ids[1]);
+	EXPECT_LT(fabs(w[0] - p0 / (p0 + p1)), 1e-6);
+	EXPECT_LT(fabs(w[1] - p1 / (p0 + p1)), 1e-6);
+	/* DeepSeek-V2 without norm_topk_prob: scaled, not normalised */
+	m.norm_topk_prob = false;
+	c = moem_route_cfg_of(&m);
+	ASSERT_EQ(0, moem_route_topk(&c, 1, z, NULL, &o));
+	EXPECT_LT(fabs(w[0] - 16 * p0), 1e-5);
+	EXPECT_LT(fabs(w[1] - 16 * p1), 1e-5);
+	/* DeepSeek-V2 with k = 1 never normalises: scaled */
+	m.norm_topk_prob = true;
+	m.top_k = 1;
+	c = moem_route_cfg_of(&m);
+	ASSERT_EQ(0, moem_route_topk(&c, 1, z, NULL, &o));
+	EXPECT_LT(fabs(w[0] - 16 * p0), 1e-5);
+	/* normalise then scale (DeepSeek-V3's rule) */
+	c = (struct moem_route_cfg){4, 2, true, 16.0f, MOEM_WRULE_NORM_THEN_SCALE};
+	ASSERT_EQ(0, moem_route_topk(&c, 1, z, NULL, &o));
+	EXPECT_LT(fabs(w[0] - 16 * p0 / (p0 + p1)), 1e-5);
+	EXPECT_LT(fabs(w[1] - 16 * p1 / (p0 + p1)), 1e-5);
+	/* other architectures take the same weights under either rule */
+	m.arch = MOEM_ARCH_QWEN3_MOE;
+	m.top_k = 2;
+	m.routed_scaling = 1.0f;
+	c = moem_route_cfg_of(&m);
+	EXPECT_EQ(MOEM_WRULE_NORM_THEN_SCALE, c.rule);
+	ASSERT_EQ(0, moem_route_topk(&c, 1, z, NULL, &o));
+	EXPECT_LT(fabs(w[0] - p0 / (p0 + p1)), 1e-6);
+}
+
 static void check_lynx(struct __test_metadata *_metadata, const struct moem_route_cfg *c,
 		       uint32_t B, const float *z, const uint8_t *pad, uint32_t *t_l, uint32_t *t_v)
 {

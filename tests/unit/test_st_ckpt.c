@@ -150,6 +150,33 @@ TEST_F(ckpt, side_files)
 	free(s);
 }
 
+/* generation_config.json's eos_token_id wins over config.json's (HF generate()). */
+TEST_F(ckpt, generation_config_eos)
+{
+	static const char gen_ok[] = "{\"eos_token_id\":[11,12],\"do_sample\":true}";
+	static const char gen_bad[] = "{\"eos_token_id\":\"x\"}";
+	char *g = st_path(self->dir, "generation_config.json");
+	struct moem_ckpt *c;
+
+	self->o.cfg.n_eos = 1;
+	self->o.cfg.eos[0] = 3;
+	ASSERT_EQ(0, write_ckpt(&self->o, NULL, NULL, NULL));
+	ASSERT_EQ(0, moem_ckpt_open(self->dir, &c));
+	EXPECT_EQ(1u, moem_ckpt_config(c)->n_eos);
+	EXPECT_EQ(3, moem_ckpt_config(c)->eos[0]);
+	moem_ckpt_close(c);
+	ASSERT_EQ(0, st_write_file(g, gen_ok, strlen(gen_ok)));
+	ASSERT_EQ(0, moem_ckpt_open(self->dir, &c));
+	EXPECT_EQ(2u, moem_ckpt_config(c)->n_eos);
+	EXPECT_EQ(12, moem_ckpt_config(c)->eos[1]);
+	moem_ckpt_close(c);
+	ASSERT_EQ(0, st_write_file(g, gen_bad, strlen(gen_bad)));
+	moem_clear_error();
+	EXPECT_EQ(-EINVAL, moem_ckpt_open(self->dir, &c));
+	EXPECT_MSG("generation_config.json: eos_token_id is not a token id");
+	free(g);
+}
+
 /* Rewrite the shard index with a change applied by fn. */
 static void edit_index(struct __test_metadata *_metadata, const char *dir,
 		       void (*fn)(struct json_object *wm))

@@ -176,8 +176,9 @@ TEST(deepseek_v2)
 	EXPECT_MSG("scoring_func");
 	ASSERT_EQ(0, parse_edit(deepseek, "\"q_lora_rank\":null", "\"q_lora_rank\":1536", &c));
 	EXPECT_EQ(1536u, c.q_lora_rank);
-	EXPECT_EQ(-EINVAL, parse_edit(deepseek, "\"q_lora_rank\":null,", "", &c));
-	EXPECT_MSG("q_lora_rank");
+	/* absent: DeepseekV2Config's default (1536), not "none" */
+	ASSERT_EQ(0, parse_edit(deepseek, "\"q_lora_rank\":null,", "", &c));
+	EXPECT_EQ(1536u, c.q_lora_rank);
 	/* moe_layer_freq 2: odd layers are dense */
 	ASSERT_EQ(0, parse_edit(deepseek, "\"moe_layer_freq\":1", "\"moe_layer_freq\":2", &c));
 	EXPECT_TRUE(moem_layer_is_moe(&c, 2));
@@ -186,6 +187,88 @@ TEST(deepseek_v2)
 	ASSERT_EQ(0, parse_edit(deepseek, "\"routed_scaling_factor\":1.0",
 				"\"routed_scaling_factor\":16.0", &c));
 	EXPECT_EQ(16.0f, c.routed_scaling);
+}
+
+TEST(decode_fields)
+{
+	struct moem_model_config c;
+
+	ASSERT_EQ(0, parse(qwen3, &c));
+	EXPECT_EQ(40960u, c.max_pos);
+	EXPECT_EQ(1u, c.n_eos);
+	EXPECT_EQ(151645, c.eos[0]);
+	EXPECT_EQ(MOEM_ROPE_DEFAULT, c.rope_kind);
+	EXPECT_EQ(0u, c.sliding_window);
+	ASSERT_EQ(0, parse_edit(qwen3, "\"eos_token_id\":151645", "\"eos_token_id\":[7,9]", &c));
+	EXPECT_EQ(2u, c.n_eos);
+	EXPECT_EQ(9, c.eos[1]);
+	/* transformers 5 carries rope_theta inside rope_parameters */
+	ASSERT_EQ(0,
+		  parse_edit(qwen3, "\"rope_scaling\":null",
+			     "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":500.0}",
+			     &c));
+	EXPECT_EQ(500.0f, c.rope_theta);
+	ASSERT_EQ(0, parse(mixtral, &c));
+	EXPECT_EQ(0u, c.sliding_window);
+	ASSERT_EQ(0, parse_edit(mixtral, "\"sliding_window\":null", "\"sliding_window\":4096", &c));
+	EXPECT_EQ(4096u, c.sliding_window);
+	ASSERT_EQ(0, parse_edit(olmoe, "\"clip_qkv\":null", "\"clip_qkv\":8.0", &c));
+	EXPECT_EQ(8.0f, c.clip_qkv);
+	ASSERT_EQ(0, parse(deepseek, &c));
+	EXPECT_EQ(MOEM_ROPE_YARN, c.rope_kind);
+	EXPECT_EQ(40.0f, c.yarn.factor);
+	EXPECT_EQ(4096u, c.yarn.orig_max_pos);
+	EXPECT_EQ(32.0f, c.yarn.beta_fast);
+	EXPECT_EQ(1.0f, c.yarn.beta_slow);
+	EXPECT_EQ(0.707f, c.yarn.mscale);
+	EXPECT_EQ(0.707f, c.yarn.mscale_all_dim);
+	EXPECT_EQ(163840u, c.max_pos);
+}
+
+/* A field left out takes the transformers config class's default. */
+TEST(class_defaults)
+{
+	struct moem_model_config c;
+
+	ASSERT_EQ(0, parse_edit(deepseek, "\"n_shared_experts\":2,", "", &c));
+	EXPECT_EQ(2u, c.n_shared); /* DeepseekV2Config.n_shared_experts, not 0 */
+	ASSERT_EQ(0, parse_edit(deepseek, "\"kv_lora_rank\":512,", "", &c));
+	EXPECT_EQ(512u, c.kv_lora_rank);
+	ASSERT_EQ(0, parse_edit(qwen3, "\"num_key_value_heads\":4,", "", &c));
+	EXPECT_EQ(4u, c.n_kv_heads);
+	ASSERT_EQ(0, parse_edit(mixtral, "\"num_key_value_heads\":8,", "", &c));
+	EXPECT_EQ(8u, c.n_kv_heads);
+	ASSERT_EQ(0, parse_edit(olmoe, "\"num_key_value_heads\":16,", "", &c));
+	EXPECT_EQ(16u, c.n_kv_heads);
+	ASSERT_EQ(0, parse_edit(olmoe, "\"max_position_embeddings\":4096,", "", &c));
+	EXPECT_EQ(4096u, c.max_pos);
+	ASSERT_EQ(0, parse_edit(mixtral, "\"eos_token_id\":2,", "", &c));
+	EXPECT_EQ(1u, c.n_eos);
+	EXPECT_EQ(2, c.eos[0]);
+}
+
+/* Options the decoder does not implement are refused, never ignored. */
+TEST(unimplemented_fields_refused)
+{
+	struct moem_model_config c;
+
+	EXPECT_EQ(-EINVAL, parse_edit(qwen3, "\"use_sliding_window\":false",
+				      "\"use_sliding_window\":true", &c));
+	EXPECT_MSG("\"use_sliding_window\": true is not implemented");
+	EXPECT_EQ(-EINVAL,
+		  parse_edit(olmoe, "\"attention_bias\":false", "\"attention_bias\":true", &c));
+	EXPECT_MSG("\"attention_bias\"");
+	EXPECT_EQ(-EINVAL,
+		  parse_edit(qwen3, "\"rope_scaling\":null",
+			     "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}", &c));
+	EXPECT_MSG("rope_scaling type \"yarn\" is not implemented for qwen3_moe");
+	EXPECT_EQ(-EINVAL, parse_edit(deepseek, "\"type\":\"yarn\"", "\"type\":\"linear\"", &c));
+	EXPECT_MSG("rope_scaling type \"linear\"");
+	EXPECT_EQ(-EINVAL, parse_edit(mixtral, "\"use_cache\":true",
+				      "\"quantization_config\":{\"quant_method\":\"fp8\"}", &c));
+	EXPECT_MSG("\"quantization_config\" is not implemented");
+	EXPECT_EQ(-EINVAL, parse_edit(olmoe, "\"clip_qkv\":null", "\"clip_qkv\":-1.0", &c));
+	EXPECT_MSG("clip_qkv");
 }
 
 TEST(refusals_name_the_field)

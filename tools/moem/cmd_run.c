@@ -49,6 +49,8 @@ static const struct option run_opts[] = {
 	{"paging", required_argument, NULL, 0},
 	{"backend", required_argument, NULL, 0},
 	{"threads", required_argument, NULL, 0},
+	{"cpu-threads", required_argument, NULL, 0},
+	{"cpu-isa", required_argument, NULL, 0},
 	{"pool", required_argument, NULL, 0},
 	{"region", required_argument, NULL, 0},
 	{"persistent", no_argument, NULL, 0},
@@ -77,7 +79,8 @@ static void run_usage(FILE *f)
 		"                [--route none|lynx|oea|cache-aware|piggyback[:k=v,..]]\n"
 		"                [--evict lru|lru2|lfu|pred] [--prefetch none|adaptive|fixed:S=N]\n"
 		"                [--precision none|dynaexq] [--paging none|fluxmoe]\n"
-		"                [--backend auto|cpu|cuda] [--threads N] [--pool "
+		"                [--backend auto|cpu|cuda] [--cpu-threads N]\n"
+		"                [--cpu-isa auto|scalar|avx2|avx512] [--pool "
 		"auto|kmod|hugetlb|thp]\n"
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"

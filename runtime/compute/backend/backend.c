@@ -343,6 +343,8 @@ int moem_op_route(struct moem_backend *be, struct moem_stream *s, const struct m
 	    (ret = need(a->logits, "route", "logits")) || (ret = need(a->ids, "route", "ids")) ||
 	    (ret = need(a->w, "route", "w")) || (ret = need(a->cnt, "route", "cnt")))
 		return ret;
+	if ((unsigned int)a->cfg.rule > MOEM_WRULE_NORM_OR_SCALE)
+		return moem_errf(EINVAL, "route: unknown weight rule %d", (int)a->cfg.rule);
 	if (!isfinite(a->cfg.routed_scaling) || a->cfg.routed_scaling <= 0)
 		return moem_errf(EINVAL, "route: routed_scaling %g", (double)a->cfg.routed_scaling);
 	if (a->mode == MOEM_ROUTE_LYNX) {

@@ -57,6 +57,22 @@ struct moem_backend_ops {
 			const struct moem_quantize_args *a);
 	int (*histogram)(struct moem_backend *be, struct moem_stream *s,
 			 const struct moem_hist_args *a);
+	/* Full decode; NULL where the backend has no kernel yet (-EOPNOTSUPP). */
+	int (*embed)(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_embed_args *a);
+	int (*matmul)(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_matmul_args *a);
+	int (*rownorm)(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_rownorm_args *a);
+	int (*convert)(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_convert_args *a);
+	int (*rope)(struct moem_backend *be, struct moem_stream *s, const struct moem_rope_args *a);
+	int (*head_matmul)(struct moem_backend *be, struct moem_stream *s,
+			   const struct moem_head_matmul_args *a);
+	int (*kv_store)(struct moem_backend *be, struct moem_stream *s,
+			const struct moem_kv_store_args *a);
+	int (*attention)(struct moem_backend *be, struct moem_stream *s,
+			 const struct moem_attn_args *a);
 };
 
 /* Embedded first in every implementation's backend struct. */

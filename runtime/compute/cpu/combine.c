@@ -34,7 +34,8 @@ static void combine_token(void *arg, uint32_t t, uint32_t worker)
 	}
 }
 
-int moem_cpu_combine(struct moem_backend *be, struct moem_stream *s, const struct moem_combine_args *a)
+int moem_cpu_combine(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_combine_args *a)
 {
 	struct combine_job j = {a};
 

@@ -7,6 +7,7 @@
  * emulate HBM and PCIe timing on top of this through the same interface.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include <moem/util.h>
 
 #include "cpu_int.h"
+#include "kern.h"
 
 void *moem_cpu_scratch(struct moem_stream *s, size_t bytes)
 {
@@ -43,6 +45,7 @@ static void cpu_close(struct moem_backend *be)
 
 	moem_tpool_destroy(c->pool);
 	free(c->dflt.scratch);
+	free(c->node_items);
 	free(c);
 }
 
@@ -223,23 +226,78 @@ static const struct moem_backend_ops cpu_ops = {
 	.combine = moem_cpu_combine,
 	.quantize = moem_cpu_quantize,
 	.histogram = moem_cpu_histogram,
+	.embed = moem_cpu_embed,
+	.matmul = moem_cpu_matmul,
+	.rownorm = moem_cpu_rownorm,
+	.convert = moem_cpu_convert,
+	.rope = moem_cpu_rope,
+	.head_matmul = moem_cpu_head_matmul,
+	.kv_store = moem_cpu_kv_store,
+	.attention = moem_cpu_attention,
 };
 
-int moem_cpu_backend_open(const struct moem_backend_opts *opts, struct moem_backend **out)
+static const struct moem_cpu_kern *kern_for(enum moem_cpu_isa isa)
 {
+	switch (isa) {
+	case MOEM_CPU_ISA_AVX512:
+		return &moem_cpu_kern_avx512;
+	case MOEM_CPU_ISA_AVX2:
+		return &moem_cpu_kern_avx2;
+	default:
+		return &moem_cpu_kern_scalar;
+	}
+}
+
+int moem_cpu_backend_open_hooks(const struct moem_backend_opts *opts,
+				const struct moem_cpu_hooks *hooks, struct moem_backend **out)
+{
+	static const struct moem_cpu_hooks none;
+	int cpu[256];
+	uint16_t node[256];
+	struct moem_tpool_place place = {.cpu = cpu, .node = node};
 	struct cpu_backend *c;
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	uint32_t n = opts->threads;
+	enum moem_cpu_isa isa;
+	uint32_t n = opts->threads, nodes_used = 0;
+	bool pin, seen[MOEM_TPOOL_MAX_NODES] = {0};
 	uint64_t fr;
 	int ret;
 
-	if (!n)
-		n = ncpu > 0 ? (uint32_t)moem_min(ncpu, 256) : 1;
+	if (!hooks)
+		hooks = &none;
+	ret = moem_cpu_isa_resolve(opts->isa, &isa);
+	if (ret)
+		return ret;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	ret = moem_tpool_create(n, &c->pool);
+	c->hooks = *hooks;
+	c->kern = hooks->kern ? hooks->kern : kern_for(isa);
+	if (hooks->topo)
+		c->topo = *hooks->topo;
+	else
+		moem_cpu_topo_detect(&c->topo);
+	if (!n)
+		n = moem_min(moem_cpu_count(), 256);
+	/* a made-up topology names CPUs that may not exist: never pin to them */
+	pin = !opts->no_pin && !hooks->topo && n <= c->topo.n_cpus;
+	place.n_nodes = c->topo.n_nodes;
+	for (uint32_t i = 0; i < n; i++) {
+		cpu[i] = pin && i ? c->topo.cpu[i] : -1;
+		node[i] = c->topo.node[i % c->topo.n_cpus];
+		if (!seen[node[i]]) {
+			seen[node[i]] = true;
+			nodes_used++;
+		}
+	}
+	c->node_items =
+		calloc((size_t)c->topo.n_nodes * (c->topo.n_nodes + 1), sizeof(*c->node_items));
+	if (!c->node_items) {
+		free(c);
+		return -ENOMEM;
+	}
+	ret = moem_tpool_create(n, &place, &c->pool);
 	if (ret) {
+		free(c->node_items);
 		free(c);
 		return ret;
 	}
@@ -249,9 +307,32 @@ int moem_cpu_backend_open(const struct moem_backend_opts *opts, struct moem_back
 	c->base.dflt = &c->dflt.base;
 	c->base.info.kind = MOEM_BACKEND_CPU;
 	c->base.info.threads = n;
+	c->base.info.isa = c->kern->isa;
+	c->base.info.pinned = pin;
+	c->base.info.numa_nodes = nodes_used;
 	cpu_mem_info(&c->base, &fr, &c->base.info.mem_total);
-	snprintf(c->base.info.device, sizeof(c->base.info.device), "cpu: %u thread%s", n,
-		 n == 1 ? "" : "s");
+	snprintf(c->base.info.device, sizeof(c->base.info.device), "cpu: %u thread%s, %s%s", n,
+		 n == 1 ? "" : "s", moem_cpu_isa_name(c->kern->isa), pin ? ", pinned" : "");
+	if (nodes_used > 1) {
+		size_t len = strlen(c->base.info.device);
+
+		snprintf(c->base.info.device + len, sizeof(c->base.info.device) - len,
+			 ", %u NUMA nodes", nodes_used);
+	}
 	*out = &c->base;
 	return 0;
+}
+
+int moem_cpu_backend_open(const struct moem_backend_opts *opts, struct moem_backend **out)
+{
+	return moem_cpu_backend_open_hooks(opts, NULL, out);
+}
+
+uint64_t moem_cpu_backend_node_items(struct moem_backend *be, uint32_t w, uint32_t e)
+{
+	struct cpu_backend *c = cpu_of(be);
+
+	if (w >= c->topo.n_nodes || e > c->topo.n_nodes)
+		return 0;
+	return atomic_load(&c->node_items[(size_t)w * (c->topo.n_nodes + 1) + e]);
 }

@@ -9,6 +9,7 @@
 #ifndef MOEM_CPU_INT_H
 #define MOEM_CPU_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -30,11 +31,68 @@ struct cpu_event {
 	int recorded;
 };
 
+struct moem_cpu_kern;
+
+/* What CPUID and XGETBV say (isa.c). */
+struct moem_cpu_feat {
+	bool avx, avx2, fma, f16c;
+	bool avx512f, avx512bw, avx512vl, avx512bf16, avx512vnni;
+	bool amx_tile, amx_bf16, amx_int8;
+	bool os_avx, os_avx512, os_amx; /* XCR0: the OS saves that state */
+};
+void moem_cpu_features(struct moem_cpu_feat *f);
+
+#define MOEM_CPU_MAX_CPUS 1024
+#define MOEM_CPU_NODE_ANY 0xffffu
+
+/*
+ * The CPUs this process may use, grouped by NUMA node (numa.c). Nodes are
+ * numbered densely (0..n_nodes-1, node_id[] the system's numbers);
+ * cpu[] lists the CPUs round-robin over the nodes, so the first n of
+ * them spread evenly, which is how workers are placed.
+ */
+struct moem_cpu_topo {
+	uint32_t n_nodes, n_cpus;
+	int node_id[MOEM_TPOOL_MAX_NODES];
+	int cpu[MOEM_CPU_MAX_CPUS];
+	uint16_t node[MOEM_CPU_MAX_CPUS];
+};
+/* From libnuma (one node when it reports none). */
+void moem_cpu_topo_detect(struct moem_cpu_topo *t);
+/* Dense node index of the page at addr under t, or MOEM_CPU_NODE_ANY. */
+uint16_t moem_cpu_topo_node_of(const struct moem_cpu_topo *t, const void *addr);
+
+/*
+ * Test hooks (internal): a kernel table instead of the ISA's, a made-up
+ * topology (its CPUs are not pinned to) and a made-up page -> node map
+ * returning a dense node index. Any may be NULL.
+ */
+struct moem_cpu_hooks {
+	const struct moem_cpu_kern *kern;
+	const struct moem_cpu_topo *topo;
+	uint16_t (*node_of)(const void *addr, void *arg);
+	void *node_arg;
+};
+int moem_cpu_backend_open_hooks(const struct moem_backend_opts *opts,
+				const struct moem_cpu_hooks *hooks, struct moem_backend **out);
+/*
+ * FFN work items (blocks of rows) run so far by workers of node w on
+ * experts whose pages are on node e (e == n_nodes: node unknown).
+ */
+uint64_t moem_cpu_backend_node_items(struct moem_backend *be, uint32_t w, uint32_t e);
+
 struct cpu_backend {
 	struct moem_backend base;
 	struct moem_tpool *pool;
 	struct cpu_stream dflt;
+	const struct moem_cpu_kern *kern;
+	struct moem_cpu_topo topo;
+	struct moem_cpu_hooks hooks;
+	_Atomic uint64_t *node_items; /* [n_nodes][n_nodes + 1] */
 };
+
+/* Dense node of an expert blob's pages (hooks, else libnuma). */
+uint16_t moem_cpu_node_of(struct cpu_backend *c, const void *addr);
 
 static inline struct cpu_backend *cpu_of(struct moem_backend *be)
 {
@@ -49,17 +107,38 @@ static inline struct cpu_backend *cpu_of(struct moem_backend *be)
 void *moem_cpu_scratch(struct moem_stream *s, size_t bytes);
 
 /* Ops (cpu/<op>.c), called by the ops table after backend.c's checks. */
-int moem_cpu_rmsnorm(struct moem_backend *be, struct moem_stream *s, const struct moem_rmsnorm_args *a);
-int moem_cpu_router(struct moem_backend *be, struct moem_stream *s, const struct moem_router_args *a);
+int moem_cpu_rmsnorm(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_rmsnorm_args *a);
+int moem_cpu_router(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_router_args *a);
 int moem_cpu_route(struct moem_backend *be, struct moem_stream *s, const struct moem_route_args *a);
 int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a);
-int moem_cpu_combine(struct moem_backend *be, struct moem_stream *s, const struct moem_combine_args *a);
+int moem_cpu_combine(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_combine_args *a);
 int moem_cpu_quantize(struct moem_backend *be, struct moem_stream *s,
-		 const struct moem_quantize_args *a);
-int moem_cpu_histogram(struct moem_backend *be, struct moem_stream *s, const struct moem_hist_args *a);
+		      const struct moem_quantize_args *a);
+int moem_cpu_histogram(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_hist_args *a);
+
+/* Full decode (decode_ops.c, attention.c). */
+int moem_cpu_embed(struct moem_backend *be, struct moem_stream *s, const struct moem_embed_args *a);
+int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_matmul_args *a);
+int moem_cpu_rownorm(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_rownorm_args *a);
+int moem_cpu_convert(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_convert_args *a);
+int moem_cpu_rope(struct moem_backend *be, struct moem_stream *s, const struct moem_rope_args *a);
+int moem_cpu_head_matmul(struct moem_backend *be, struct moem_stream *s,
+			 const struct moem_head_matmul_args *a);
+int moem_cpu_kv_store(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_kv_store_args *a);
+int moem_cpu_attention(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_attn_args *a);
 
 /* xf[t][:] = float(x[t][:]) for t < B, on the pool (router.c). */
-void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32_t B, uint32_t H);
+void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32_t B,
+			uint32_t H);
 
 /* ---- fixed-order vector helpers ------------------------------------------ */
 

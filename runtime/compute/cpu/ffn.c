@@ -1,92 +1,130 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * CPU grouped expert FFN (backend.h moem_op_ffn). Two passes over the
- * thread pool, each item a block of rows of one expert:
- *   1. gate/up: dequantize rows i of gate and up once (fp32, exactly the
- *      values moem_dequantize_row() gives), dot them with each of the
- *      expert's tokens, act[a][i] = silu(g) * u;
- *   2. down: dequantize row h of down, dot it with each act row, write
- *      out[token][slot][h].
- * Every output element is produced by one item with dot_f32()'s fixed
- * order, so results are bitwise independent of thread count, scheduling
- * and expert order.
+ * CPU grouped expert FFN (backend.h moem_op_ffn) on the row kernels of
+ * the backend's instruction set (kern.h). Passes over the thread pool:
+ *   0. prepare the input rows in the forms the call's kernels read
+ *      (fp32, bf16, int8 per 64-element block; kern.h);
+ *   1. gate/up: items are (expert, block of rows); act[a][i] =
+ *      silu(gate . x) * (up . x) for each of the expert's tokens;
+ *   2. prepare the act rows the same way;
+ *   3. down: items are (expert, block of output rows); out[token][slot][h].
+ * Every output element is produced by one item with the kernel's fixed
+ * order, so results are bitwise independent of thread count, scheduling,
+ * expert order and how tokens share a call. Items of an expert run on
+ * the workers of the NUMA node that holds its blob (tpool.h).
  */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 
 #include <moem/error.h>
 
 #include "cpu_int.h"
+#include "kern.h"
 
 #define GATEUP_ROWS 16
 #define DOWN_ROWS   32
+#define QB	    MOEM_CPU_QBLOCK
 
-struct ffn_job {
-	const struct moem_ffn_args *a;
-	struct moem_expert_layout lay[MOEM_PREC_NR];
-	const float *xf;   /* [B][H] */
-	float *act;	   /* [sum n][I], expert e's rows start at act_off[e] */
-	uint32_t *act_off; /* [n_experts] */
-	float *wbuf;	   /* [workers][2][wlen] */
-	uint32_t wlen;
-	uint32_t rb1, rb2; /* row blocks per expert in pass 1 and 2 */
+/* One prepared operand (the FFN input, or act). */
+struct act_buf {
+	struct cpu_act a;
+	const float *f32; /* source values, [rows][K] */
+	uint32_t rows;
+	uint32_t fmts; /* 1 << enum cpu_act_fmt */
+	uint32_t ext;  /* formats given, not made here (input: bf16; act: fp32) */
 };
 
-/* Row r of a matrix in layout l at base, as fp32 (== moem_dequantize_row). */
-MOEM_CPU_CLONES static void dequant_row(const struct moem_qmat_layout *l, const uint8_t *base,
-					uint32_t r, float *out)
-{
-	const uint8_t *q = base + l->data_off + (size_t)r * l->row_bytes;
-	const uint16_t *sc =
-		(const uint16_t *)(base + l->scale_off) + (size_t)r * l->groups_per_row;
-	const uint16_t *mn = (const uint16_t *)(base + l->min_off) + (size_t)r * l->groups_per_row;
-	const uint32_t G = l->group;
-
-	switch (l->prec) {
-	case MOEM_PREC_BF16:
-		bf16_to_f32_row((const uint16_t *)q, out, l->cols);
-		break;
-	case MOEM_PREC_Q8:
-		for (uint32_t g = 0; g < l->groups_per_row; g++) {
-			const int8_t *qg = (const int8_t *)q + (size_t)g * G;
-			float s = moem_f16_to_f32(sc[g]), *o = out + (size_t)g * G;
-
-			for (uint32_t i = 0; i < G; i++)
-				o[i] = (float)qg[i] * s;
-		}
-		break;
-	case MOEM_PREC_Q4:
-		for (uint32_t g = 0; g < l->groups_per_row; g++) {
-			const uint8_t *qg = q + (size_t)g * G / 2;
-			float s = moem_f16_to_f32(sc[g]), m = moem_f16_to_f32(mn[g]);
-			float *o = out + (size_t)g * G;
-
-			for (uint32_t i = 0; i < G / 2; i++) {
-				o[2 * i] = (float)(qg[i] & 15u) * s + m;
-				o[2 * i + 1] = (float)(qg[i] >> 4) * s + m;
-			}
-		}
-		break;
-	default: /* q2 */
-		for (uint32_t g = 0; g < l->groups_per_row; g++) {
-			const uint8_t *qg = q + (size_t)g * G / 4;
-			float s = moem_f16_to_f32(sc[g]), m = moem_f16_to_f32(mn[g]);
-			float *o = out + (size_t)g * G;
-
-			for (uint32_t i = 0; i < G / 4; i++)
-				for (uint32_t b = 0; b < 4; b++)
-					o[4 * i + b] = (float)((qg[i] >> (2 * b)) & 3u) * s + m;
-		}
-		break;
-	}
-}
+struct ffn_job {
+	struct cpu_backend *c;
+	const struct moem_ffn_args *a;
+	const struct moem_cpu_kern *k;
+	struct moem_expert_layout lay[MOEM_PREC_NR];
+	struct act_buf in, act;
+	float *actf;	   /* [total][I] */
+	uint32_t *act_off; /* [n_experts]: first act row of each expert */
+	uint32_t *tok;	   /* [total]: input row (token) of each act row */
+	uint32_t *ident;   /* [total]: 0..total-1 */
+	uint16_t *enode;   /* [n_experts]: node of the blob */
+	uint16_t *inode;   /* [items]: node of each item */
+	float *wbuf;	   /* [workers][wlen] */
+	size_t wlen;
+	uint32_t rb1, rb2; /* row blocks per expert in pass 1 and 3 */
+};
 
 static inline float silu(float g)
 {
 	return g / (1.0f + expf(-g));
 }
 
-MOEM_CPU_CLONES static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
+/* ---- activation preparation ----------------------------------------------- */
+
+/*
+ * Quantize one row of K floats in blocks of 64 (kern.h): sx = amax / 127,
+ * q = rne(x / sx); a non-finite block gets sx = NaN so the outputs that
+ * read it are NaN, as the fp32 paths would give.
+ */
+static void quantize_row(struct act_buf *b, uint32_t row)
+{
+	const uint32_t K = b->a.K, NB = K / QB;
+	const float *x = b->f32 + (size_t)row * K;
+	float *qs = (float *)b->a.qs + (size_t)row * NB, *xs = (float *)b->a.xs + (size_t)row * NB;
+
+	for (uint32_t blk = 0; blk < NB; blk++) {
+		const float *xb = x + (size_t)blk * QB;
+		size_t o = (size_t)row * K + (size_t)blk * QB;
+		float amax = 0.0f, sum = 0.0f, sx;
+		int8_t q[QB];
+
+		for (uint32_t i = 0; i < QB; i++) {
+			float v = fabsf(xb[i]);
+
+			if (!(v <= amax))
+				amax = v; /* NaN sticks */
+			sum += xb[i];
+		}
+		sx = amax / 127.0f;
+		for (uint32_t i = 0; i < QB; i++) {
+			float r = sx > 0.0f && isfinite(sx) ? nearbyintf(xb[i] / sx) : 0.0f;
+
+			q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
+		}
+		qs[blk] = isfinite(sx) ? sx : NAN;
+		xs[blk] = sum;
+		if (b->fmts & (1u << CPU_ACT_QNAT))
+			memcpy((int8_t *)b->a.v[CPU_ACT_QNAT] + o, q, QB);
+		if (b->fmts & (1u << CPU_ACT_QU8))
+			for (uint32_t i = 0; i < QB; i++)
+				((uint8_t *)b->a.v[CPU_ACT_QU8])[o + i] = (uint8_t)(q[i] + 128);
+		if (b->fmts & (1u << CPU_ACT_QEO))
+			for (uint32_t i = 0; i < QB; i++)
+				((int8_t *)b->a.v[CPU_ACT_QEO])[o + (i & 1) * 32 + i / 2] = q[i];
+		if (b->fmts & (1u << CPU_ACT_QM4))
+			for (uint32_t i = 0; i < QB; i++)
+				((int8_t *)b->a.v[CPU_ACT_QM4])[o + (i & 3) * 16 + i / 4] = q[i];
+	}
+}
+
+static void prep_row(void *arg, uint32_t row, uint32_t worker)
+{
+	struct act_buf *b = arg;
+	const uint32_t K = b->a.K;
+
+	if (b->fmts & ~b->ext & (1u << CPU_ACT_BF16)) {
+		uint16_t *o = (uint16_t *)b->a.v[CPU_ACT_BF16] + (size_t)row * K;
+
+		for (uint32_t i = 0; i < K; i++)
+			o[i] = moem_f32_to_bf16(b->f32[(size_t)row * K + i]);
+	}
+	if (b->fmts & ((1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
+		       (1u << CPU_ACT_QM4)))
+		quantize_row(b, row);
+}
+
+/* ---- passes ------------------------------------------------------------- */
+
+static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct ffn_job *j = arg;
 	const struct moem_ffn_args *a = j->a;
@@ -94,22 +132,29 @@ MOEM_CPU_CLONES static void gateup_rows(void *arg, uint32_t item, uint32_t worke
 	const struct moem_ffn_expert *ex = &a->experts[e];
 	const struct moem_expert_layout *l = &j->lay[ex->prec];
 	const uint8_t *blob = moem_dptr_host(ex->blob);
-	float *wg = j->wbuf + (size_t)worker * 2 * j->wlen, *wu = wg + j->wlen;
-	uint32_t r0 = blk * GATEUP_ROWS, r1 = moem_min(r0 + GATEUP_ROWS, a->I);
+	float *w = j->wbuf + (size_t)worker * j->wlen;
+	float *g = w + moem_max(a->H, a->I), *u = g + 64 * GATEUP_ROWS;
+	uint32_t r0 = blk * GATEUP_ROWS, r1 = moem_min(r0 + GATEUP_ROWS, a->I), nr = r1 - r0;
+	const uint32_t *tok = j->tok + j->act_off[e];
+	moem_cpu_rows_fn rows = j->k->rows[ex->prec];
 
-	for (uint32_t r = r0; r < r1; r++) {
-		dequant_row(&l->mat[MOEM_MAT_GATE], blob + l->mat_off[MOEM_MAT_GATE], r, wg);
-		dequant_row(&l->mat[MOEM_MAT_UP], blob + l->mat_off[MOEM_MAT_UP], r, wu);
-		for (uint32_t t = 0; t < ex->n; t++) {
-			const float *x = j->xf + (size_t)a->assign[ex->first + t].token * a->H;
-			float g = dot_f32(wg, x, a->H), u = dot_f32(wu, x, a->H);
-
-			j->act[((size_t)j->act_off[e] + t) * a->I + r] = silu(g) * u;
-		}
-	}
+	rows(&l->mat[MOEM_MAT_GATE], blob + l->mat_off[MOEM_MAT_GATE], r0, r1, &j->in.a, tok, ex->n,
+	     g, nr, w);
+	rows(&l->mat[MOEM_MAT_UP], blob + l->mat_off[MOEM_MAT_UP], r0, r1, &j->in.a, tok, ex->n, u,
+	     nr, w);
+	for (uint32_t t = 0; t < ex->n; t++)
+		for (uint32_t r = 0; r < nr; r++)
+			j->actf[((size_t)j->act_off[e] + t) * a->I + r0 + r] =
+				silu(g[t * nr + r]) * u[t * nr + r];
+	if (j->c->topo.n_nodes > 1)
+		atomic_fetch_add_explicit(
+			&j->c->node_items[moem_tpool_worker_node(j->c->pool, worker) *
+						  (j->c->topo.n_nodes + 1) +
+					  moem_min(j->enode[e], j->c->topo.n_nodes)],
+			1, memory_order_relaxed);
 }
 
-MOEM_CPU_CLONES static void down_rows(void *arg, uint32_t item, uint32_t worker)
+static void down_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct ffn_job *j = arg;
 	const struct moem_ffn_args *a = j->a;
@@ -118,57 +163,171 @@ MOEM_CPU_CLONES static void down_rows(void *arg, uint32_t item, uint32_t worker)
 	const struct moem_expert_layout *l = &j->lay[ex->prec];
 	const uint8_t *blob = moem_dptr_host(ex->blob);
 	float *out = moem_dptr_host(a->out);
-	float *wd = j->wbuf + (size_t)worker * 2 * j->wlen;
-	uint32_t h0 = blk * DOWN_ROWS, h1 = moem_min(h0 + DOWN_ROWS, a->H);
+	float *w = j->wbuf + (size_t)worker * j->wlen, *y = w + moem_max(a->H, a->I);
+	uint32_t h0 = blk * DOWN_ROWS, h1 = moem_min(h0 + DOWN_ROWS, a->H), nr = h1 - h0;
 
-	for (uint32_t h = h0; h < h1; h++) {
-		dequant_row(&l->mat[MOEM_MAT_DOWN], blob + l->mat_off[MOEM_MAT_DOWN], h, wd);
-		for (uint32_t t = 0; t < ex->n; t++) {
-			const struct moem_ffn_assign *as = &a->assign[ex->first + t];
-			const float *act = j->act + ((size_t)j->act_off[e] + t) * a->I;
+	j->k->rows[ex->prec](&l->mat[MOEM_MAT_DOWN], blob + l->mat_off[MOEM_MAT_DOWN], h0, h1,
+			     &j->act.a, j->ident + j->act_off[e], ex->n, y, nr, w);
+	for (uint32_t t = 0; t < ex->n; t++) {
+		const struct moem_ffn_assign *as = &a->assign[ex->first + t];
 
-			out[((size_t)as->token * a->n_slots + as->slot) * a->H + h] =
-				dot_f32(wd, act, a->I);
-		}
+		memcpy(out + ((size_t)as->token * a->n_slots + as->slot) * a->H + h0, y + t * nr,
+		       sizeof(float) * nr);
 	}
+	if (j->c->topo.n_nodes > 1)
+		atomic_fetch_add_explicit(
+			&j->c->node_items[moem_tpool_worker_node(j->c->pool, worker) *
+						  (j->c->topo.n_nodes + 1) +
+					  moem_min(j->enode[e], j->c->topo.n_nodes)],
+			1, memory_order_relaxed);
+}
+
+/* ---- scratch layout ------------------------------------------------------- */
+
+/* Bump allocator over one scratch block; sizes first, then pointers. */
+struct carve {
+	uint8_t *base;
+	size_t used;
+};
+
+static void *carve(struct carve *c, size_t bytes)
+{
+	void *p = c->base ? c->base + c->used : NULL;
+
+	c->used += (bytes + 63) & ~(size_t)63;
+	return p;
+}
+
+/* Lay out an operand's formats (sizes only when c->base is NULL). */
+static void carve_act(struct carve *c, struct act_buf *b, uint32_t rows, uint32_t K)
+{
+	const size_t n = (size_t)rows * K, nb = (size_t)rows * (K / QB);
+	const bool q = b->fmts & ((1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
+				  (1u << CPU_ACT_QM4));
+
+	b->rows = rows;
+	b->a.K = K;
+	if (b->fmts & ~b->ext & (1u << CPU_ACT_F32))
+		b->a.v[CPU_ACT_F32] = carve(c, 4 * n);
+	if (b->fmts & ~b->ext & (1u << CPU_ACT_BF16))
+		b->a.v[CPU_ACT_BF16] = carve(c, 2 * n);
+	for (int f = CPU_ACT_QNAT; f < CPU_ACT_NR; f++)
+		if (b->fmts & (1u << f))
+			b->a.v[f] = carve(c, n);
+	if (q) {
+		b->a.qs = carve(c, 4 * nb);
+		b->a.xs = carve(c, 4 * nb);
+	}
+}
+
+static void convert_rows(void *arg, uint32_t t, uint32_t worker)
+{
+	struct act_buf *b = arg;
+	const uint16_t *x = b->a.v[CPU_ACT_BF16];
+
+	bf16_to_f32_row(x + (size_t)t * b->a.K, (float *)b->f32 + (size_t)t * b->a.K, b->a.K);
+}
+
+int moem_cpu_prepare_act(const float *x, uint32_t rows, uint32_t K, uint32_t fmts,
+			 struct cpu_act *out)
+{
+	struct act_buf b = {.f32 = x, .fmts = fmts, .ext = 1u << CPU_ACT_F32};
+	struct carve cv = {0};
+
+	carve_act(&cv, &b, rows, K);
+	cv.base = aligned_alloc(64, cv.used + 64);
+	if (!cv.base)
+		return -ENOMEM;
+	cv.used = 0;
+	carve_act(&cv, &b, rows, K);
+	b.a.v[CPU_ACT_F32] = x;
+	for (uint32_t r = 0; r < rows; r++)
+		prep_row(&b, r, 0);
+	*out = b.a;
+	out->mem = cv.base;
+	return 0;
+}
+
+void moem_cpu_free_act(struct cpu_act *a)
+{
+	free(a->mem);
+	a->mem = NULL;
 }
 
 int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a)
 {
 	struct cpu_backend *c = cpu_of(be);
-	uint32_t nw = moem_tpool_size(c->pool), total = 0;
-	struct ffn_job j = {.a = a};
-	size_t xf_n, act_n, off_n, w_n;
-	uint8_t *buf;
-	float *xf;
+	const uint32_t nw = moem_tpool_size(c->pool);
+	struct ffn_job j = {.c = c, .a = a, .k = c->kern};
+	struct carve cv = {0};
+	uint32_t total = 0, fmts = 0, items;
+	bool need_f32;
+	int ret = 0;
 
 	for (int p = 0; p < MOEM_PREC_NR; p++)
 		if (moem_expert_layout((enum moem_prec)p, a->H, a->I, &j.lay[p]))
 			memset(&j.lay[p], 0, sizeof(j.lay[p])); /* checked per expert upstream */
-	for (uint32_t e = 0; e < a->n_experts; e++)
+	for (uint32_t e = 0; e < a->n_experts; e++) {
 		total += a->experts[e].n; /* <= 64 * 64: assignments are unique */
-	j.wlen = moem_max(a->H, a->I);
-	xf_n = (size_t)a->B * a->H;
-	act_n = (size_t)total * a->I;
-	off_n = (a->n_experts + 15) & ~15u;
-	w_n = (size_t)nw * 2 * j.wlen;
-	buf = moem_cpu_scratch(s, (xf_n + act_n + off_n + w_n) * sizeof(float));
-	if (!buf)
-		return -ENOMEM;
-	/* [xf floats][act floats][act_off u32][wbuf floats], all 4-byte units */
-	j.xf = xf = (float *)(void *)buf;
-	j.act = (float *)(void *)(buf + 4 * xf_n);
-	j.act_off = (uint32_t *)(void *)(buf + 4 * (xf_n + act_n));
-	j.wbuf = (float *)(void *)(buf + 4 * (xf_n + act_n + off_n));
+		fmts |= 1u << j.k->fmt[a->experts[e].prec];
+	}
+	/* fp32 values are the source of every other form */
+	need_f32 = fmts & ~(1u << CPU_ACT_BF16);
+	j.in.fmts = fmts | (need_f32 ? 1u << CPU_ACT_F32 : 0);
+	j.act.fmts = fmts;
+	/* the input is bf16 already; act is fp32 already */
+	j.in.a.v[CPU_ACT_BF16] = moem_dptr_host(a->x);
+	j.in.ext = 1u << CPU_ACT_BF16;
+	j.act.ext = 1u << CPU_ACT_F32;
+	j.wlen = moem_max(a->H, a->I) + 2 * 64 * moem_max(GATEUP_ROWS, DOWN_ROWS);
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass) {
+			cv.base = moem_cpu_scratch(s, cv.used);
+			if (!cv.base)
+				return -ENOMEM;
+			cv.used = 0;
+		}
+		carve_act(&cv, &j.in, a->B, a->H);
+		j.in.f32 = j.in.a.v[CPU_ACT_F32];
+		j.actf = carve(&cv, (size_t)4 * total * a->I);
+		j.act.a.v[CPU_ACT_F32] = j.actf;
+		j.act.f32 = j.actf;
+		carve_act(&cv, &j.act, total, a->I);
+		j.act_off = carve(&cv, 4 * (size_t)a->n_experts);
+		j.tok = carve(&cv, 4 * (size_t)total);
+		j.ident = carve(&cv, 4 * (size_t)total);
+		j.enode = carve(&cv, 2 * (size_t)a->n_experts);
+		items = a->n_experts * moem_max((a->I + GATEUP_ROWS - 1) / GATEUP_ROWS,
+						(a->H + DOWN_ROWS - 1) / DOWN_ROWS);
+		j.inode = carve(&cv, 2 * (size_t)items);
+		j.wbuf = carve(&cv, 4 * j.wlen * nw);
+	}
 	total = 0;
 	for (uint32_t e = 0; e < a->n_experts; e++) {
+		const struct moem_ffn_expert *ex = &a->experts[e];
+
 		j.act_off[e] = total;
-		total += a->experts[e].n;
+		for (uint32_t t = 0; t < ex->n; t++, total++) {
+			j.tok[total] = a->assign[ex->first + t].token;
+			j.ident[total] = total;
+		}
+		j.enode[e] = moem_cpu_node_of(c, moem_dptr_host(ex->blob));
 	}
 	j.rb1 = (a->I + GATEUP_ROWS - 1) / GATEUP_ROWS;
 	j.rb2 = (a->H + DOWN_ROWS - 1) / DOWN_ROWS;
-	moem_cpu_convert_x(c->pool, moem_dptr_host(a->x), xf, a->B, a->H);
-	moem_tpool_run(c->pool, a->n_experts * j.rb1, gateup_rows, &j);
-	moem_tpool_run(c->pool, a->n_experts * j.rb2, down_rows, &j);
-	return 0;
+
+	if (need_f32)
+		moem_tpool_run(c->pool, a->B, convert_rows, &j.in);
+	if (j.in.fmts & ~((1u << CPU_ACT_F32) | (1u << CPU_ACT_BF16)))
+		moem_tpool_run(c->pool, a->B, prep_row, &j.in);
+	for (uint32_t i = 0; i < a->n_experts * j.rb1; i++)
+		j.inode[i] = j.enode[i / j.rb1];
+	ret = moem_tpool_run_nodes(c->pool, a->n_experts * j.rb1, gateup_rows, &j, j.inode);
+	if (ret)
+		return ret;
+	if (j.act.fmts & ~(1u << CPU_ACT_F32))
+		moem_tpool_run(c->pool, total, prep_row, &j.act);
+	for (uint32_t i = 0; i < a->n_experts * j.rb2; i++)
+		j.inode[i] = j.enode[i / j.rb2];
+	return moem_tpool_run_nodes(c->pool, a->n_experts * j.rb2, down_rows, &j, j.inode);
 }

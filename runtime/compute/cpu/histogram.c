@@ -2,7 +2,8 @@
 /* CPU router-hit histogram (backend.h moem_hist_args). */
 #include "cpu_int.h"
 
-int moem_cpu_histogram(struct moem_backend *be, struct moem_stream *s, const struct moem_hist_args *a)
+int moem_cpu_histogram(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_hist_args *a)
 {
 	const int32_t *ids = moem_dptr_host(a->ids);
 	const uint32_t *cnt = moem_dptr_host(a->cnt);

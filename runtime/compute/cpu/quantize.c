@@ -56,7 +56,8 @@ static uint64_t first_failure(const struct moem_quantize_args *a, const uint16_t
 	return MOEM_QSTATUS_OK;
 }
 
-int moem_cpu_quantize(struct moem_backend *be, struct moem_stream *s, const struct moem_quantize_args *a)
+int moem_cpu_quantize(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_quantize_args *a)
 {
 	const uint16_t *src = moem_dptr_host(a->src);
 	uint64_t *status = moem_dptr_host(a->status), key;

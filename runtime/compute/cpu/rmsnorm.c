@@ -26,7 +26,8 @@ static void rmsnorm_token(void *arg, uint32_t t, uint32_t worker)
 		y[i] = moem_f32_to_bf16((x[i] * r) * moem_bf16_to_f32(w[i]));
 }
 
-int moem_cpu_rmsnorm(struct moem_backend *be, struct moem_stream *s, const struct moem_rmsnorm_args *a)
+int moem_cpu_rmsnorm(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_rmsnorm_args *a)
 {
 	struct rmsnorm_job j = {a};
 

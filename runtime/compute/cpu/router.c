@@ -48,14 +48,16 @@ static void convert_row(void *arg, uint32_t t, uint32_t worker)
 }
 
 /* xf[t][:] = float(x[t][:]) for t < B, on the pool. */
-void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32_t B, uint32_t H)
+void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, uint32_t B,
+			uint32_t H)
 {
 	struct convert_job c = {x, xf, H};
 
 	moem_tpool_run(pool, B, convert_row, &c);
 }
 
-int moem_cpu_router(struct moem_backend *be, struct moem_stream *s, const struct moem_router_args *a)
+int moem_cpu_router(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_router_args *a)
 {
 	struct cpu_backend *c = cpu_of(be);
 	uint32_t nw = moem_tpool_size(c->pool);

@@ -1,41 +1,62 @@
 // SPDX-License-Identifier: GPL-2.0-only
-/* Fork-join thread pool (tpool.h): one job at a time, items by atomic counter. */
+/*
+ * Fork-join thread pool (tpool.h): one job at a time, items by atomic
+ * counters, one list per NUMA node plus one any worker may take.
+ */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <moem/error.h>
 
 #include "tpool.h"
 
-struct moem_tpool {
+struct node_list {
+	const uint32_t *items; /* NULL: the identity 0..n-1 */
 	uint32_t n;
+	atomic_uint next;
+};
+
+struct moem_tpool {
+	uint32_t n, n_nodes, pinned;
 	pthread_t *threads;
+	uint16_t *wnode;	/* [n] node of each worker */
+	uint32_t *wcount;	/* [n_nodes] workers per node */
 	pthread_mutex_t submit; /* one job at a time */
 	pthread_mutex_t lock;
 	pthread_cond_t go, done;
 	uint64_t gen;  /* job generation, under lock */
 	uint32_t busy; /* workers still in the current job, under lock */
 	int stop;
-	/* the current job */
+	/* the current job: lists[0..n_nodes) per node, lists[n_nodes] for anyone */
 	moem_tpool_fn fn;
 	void *arg;
-	uint32_t n_items;
-	atomic_uint next;
+	struct node_list lists[MOEM_TPOOL_MAX_NODES + 1];
+	uint32_t *order; /* run_nodes' item lists, grown under submit */
+	uint32_t order_cap;
 };
 
 struct worker_arg {
 	struct moem_tpool *p;
 	uint32_t id;
+	int cpu;
 };
 
-static void drain(struct moem_tpool *p, uint32_t worker)
+static void drain_list(struct moem_tpool *p, struct node_list *l, uint32_t worker)
 {
 	uint32_t i;
 
-	while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n_items)
-		p->fn(p->arg, i, worker);
+	while ((i = atomic_fetch_add_explicit(&l->next, 1, memory_order_relaxed)) < l->n)
+		p->fn(p->arg, l->items ? l->items[i] : i, worker);
+}
+
+static void drain(struct moem_tpool *p, uint32_t worker)
+{
+	drain_list(p, &p->lists[p->wnode[worker]], worker);
+	drain_list(p, &p->lists[p->n_nodes], worker);
 }
 
 static void *worker_main(void *v)
@@ -62,43 +83,81 @@ static void *worker_main(void *v)
 	return NULL;
 }
 
-int moem_tpool_create(uint32_t n, struct moem_tpool **out)
+/* Start worker i, pinned to cpu (>= 0) from its first instruction. */
+static int start_worker(struct moem_tpool *p, uint32_t i, int cpu)
+{
+	struct worker_arg *wa = malloc(sizeof(*wa));
+	pthread_attr_t attr;
+	int ret;
+
+	if (!wa)
+		return -ENOMEM;
+	*wa = (struct worker_arg){p, i, cpu};
+	ret = -pthread_attr_init(&attr);
+	if (!ret && cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(cpu, &set);
+		ret = -pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	}
+	if (!ret)
+		ret = -pthread_create(&p->threads[i], &attr, worker_main, wa);
+	pthread_attr_destroy(&attr);
+	if (ret) {
+		free(wa);
+		if (cpu >= 0)
+			return moem_errf(-ret, "cpu backend: cannot start worker %u on CPU %d", i,
+					 cpu);
+		return moem_errf(-ret, "cpu backend: cannot start worker thread %u", i);
+	}
+	return 0;
+}
+
+int moem_tpool_create(uint32_t n, const struct moem_tpool_place *place, struct moem_tpool **out)
 {
 	struct moem_tpool *p;
-	uint32_t i;
+	uint32_t i = 1;
 	int ret;
 
 	*out = NULL;
 	if (!n)
 		n = 1;
+	if (place && (!place->n_nodes || place->n_nodes > MOEM_TPOOL_MAX_NODES))
+		return moem_errf(EINVAL, "cpu backend: %u NUMA nodes (1..%d)", place->n_nodes,
+				 MOEM_TPOOL_MAX_NODES);
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->n = n;
+	p->n_nodes = place ? place->n_nodes : 1;
 	p->threads = calloc(n, sizeof(*p->threads));
-	if (!p->threads) {
+	p->wnode = calloc(n, sizeof(*p->wnode));
+	p->wcount = calloc(p->n_nodes, sizeof(*p->wcount));
+	if (!p->threads || !p->wnode || !p->wcount) {
+		free(p->threads);
+		free(p->wnode);
+		free(p->wcount);
 		free(p);
 		return -ENOMEM;
+	}
+	for (uint32_t w = 0; w < n; w++) {
+		uint16_t nd = place ? place->node[w] : 0;
+
+		p->wnode[w] = nd < p->n_nodes ? nd : 0;
+		p->wcount[p->wnode[w]]++;
 	}
 	pthread_mutex_init(&p->submit, NULL);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->go, NULL);
 	pthread_cond_init(&p->done, NULL);
-	for (i = 1; i < n; i++) {
-		struct worker_arg *wa = malloc(sizeof(*wa));
+	for (; i < n; i++) {
+		int cpu = place && place->cpu ? place->cpu[i] : -1;
 
-		if (!wa) {
-			ret = -ENOMEM;
+		ret = start_worker(p, i, cpu);
+		if (ret)
 			goto err_stop;
-		}
-		wa->p = p;
-		wa->id = i;
-		ret = -pthread_create(&p->threads[i], NULL, worker_main, wa);
-		if (ret) {
-			free(wa);
-			moem_errf(-ret, "cpu backend: cannot start worker thread %u", i);
-			goto err_stop;
-		}
+		p->pinned += cpu >= 0;
 	}
 	*out = p;
 	return 0;
@@ -124,6 +183,9 @@ void moem_tpool_destroy(struct moem_tpool *p)
 	pthread_mutex_destroy(&p->lock);
 	pthread_mutex_destroy(&p->submit);
 	free(p->threads);
+	free(p->wnode);
+	free(p->wcount);
+	free(p->order);
 	free(p);
 }
 
@@ -132,18 +194,30 @@ uint32_t moem_tpool_size(const struct moem_tpool *p)
 	return p->n;
 }
 
-void moem_tpool_run(struct moem_tpool *p, uint32_t n_items, moem_tpool_fn fn, void *arg)
+uint32_t moem_tpool_nodes(const struct moem_tpool *p)
 {
-	if (!n_items)
-		return;
-	pthread_mutex_lock(&p->submit);
+	return p->n_nodes;
+}
+
+uint32_t moem_tpool_pinned(const struct moem_tpool *p)
+{
+	return p->pinned;
+}
+
+uint32_t moem_tpool_worker_node(const struct moem_tpool *p, uint32_t w)
+{
+	return w < p->n ? p->wnode[w] : 0;
+}
+
+/* Run the job set up in p->lists on every worker; called with submit held. */
+static void run_locked(struct moem_tpool *p, moem_tpool_fn fn, void *arg, uint32_t n_items)
+{
 	p->fn = fn;
 	p->arg = arg;
-	p->n_items = n_items;
-	atomic_store(&p->next, 0);
 	if (p->n == 1 || n_items == 1) {
-		drain(p, 0);
-		pthread_mutex_unlock(&p->submit);
+		/* the caller alone: its own node's list and then every other */
+		for (uint32_t l = 0; l <= p->n_nodes; l++)
+			drain_list(p, &p->lists[l], 0);
 		return;
 	}
 	pthread_mutex_lock(&p->lock);
@@ -156,5 +230,62 @@ void moem_tpool_run(struct moem_tpool *p, uint32_t n_items, moem_tpool_fn fn, vo
 	while (p->busy)
 		pthread_cond_wait(&p->done, &p->lock);
 	pthread_mutex_unlock(&p->lock);
+}
+
+void moem_tpool_run(struct moem_tpool *p, uint32_t n_items, moem_tpool_fn fn, void *arg)
+{
+	if (!n_items)
+		return;
+	pthread_mutex_lock(&p->submit);
+	for (uint32_t l = 0; l < p->n_nodes; l++) {
+		p->lists[l].n = 0;
+		atomic_store(&p->lists[l].next, 0);
+	}
+	p->lists[p->n_nodes].items = NULL;
+	p->lists[p->n_nodes].n = n_items;
+	atomic_store(&p->lists[p->n_nodes].next, 0);
+	run_locked(p, fn, arg, n_items);
 	pthread_mutex_unlock(&p->submit);
+}
+
+int moem_tpool_run_nodes(struct moem_tpool *p, uint32_t n_items, moem_tpool_fn fn, void *arg,
+			 const uint16_t *item_node)
+{
+	uint32_t count[MOEM_TPOOL_MAX_NODES + 1] = {0}, pos[MOEM_TPOOL_MAX_NODES + 1];
+	const uint32_t any = p->n_nodes;
+
+	if (p->n_nodes == 1 || !item_node) {
+		moem_tpool_run(p, n_items, fn, arg);
+		return 0;
+	}
+	if (!n_items)
+		return 0;
+	pthread_mutex_lock(&p->submit);
+	if (p->order_cap < n_items) {
+		uint32_t *o = realloc(p->order, sizeof(*o) * n_items);
+
+		if (!o) {
+			pthread_mutex_unlock(&p->submit);
+			return moem_errf(ENOMEM, "cpu backend: no memory for %u work items",
+					 n_items);
+		}
+		p->order = o;
+		p->order_cap = n_items;
+	}
+#define ITEM_LIST(i) (item_node[i] < any && p->wcount[item_node[i]] ? item_node[i] : any)
+	for (uint32_t i = 0; i < n_items; i++)
+		count[ITEM_LIST(i)]++;
+	for (uint32_t l = 0, at = 0; l <= any; l++) {
+		pos[l] = at;
+		p->lists[l].items = p->order + at;
+		p->lists[l].n = count[l];
+		atomic_store(&p->lists[l].next, 0);
+		at += count[l];
+	}
+	for (uint32_t i = 0; i < n_items; i++)
+		p->order[pos[ITEM_LIST(i)]++] = i;
+#undef ITEM_LIST
+	run_locked(p, fn, arg, n_items);
+	pthread_mutex_unlock(&p->submit);
+	return 0;
 }

@@ -4,6 +4,11 @@
  * dynamically (an atomic counter), so which thread runs an item varies;
  * callers make each item write its own outputs with a fixed internal
  * order, which keeps results bitwise independent of the thread count.
+ *
+ * Worker 0 is the calling thread; workers 1..n-1 are threads of the pool,
+ * each pinned to one CPU when a placement says so. Every worker belongs
+ * to a NUMA node, and moem_tpool_run_nodes() runs each item on a worker
+ * of the item's node (the memory it reads is there).
  */
 #ifndef MOEM_CPU_TPOOL_H
 #define MOEM_CPU_TPOOL_H
@@ -15,14 +20,40 @@ struct moem_tpool;
 /* fn(arg, item, worker): worker in [0, moem_tpool_size()), for scratch. */
 typedef void (*moem_tpool_fn)(void *arg, uint32_t item, uint32_t worker);
 
-/* n workers in all (the caller is worker 0, so n - 1 threads). */
-int moem_tpool_create(uint32_t n, struct moem_tpool **out);
+#define MOEM_TPOOL_MAX_NODES 64
+
+/*
+ * Where the workers run: cpu[i] (-1: not pinned; cpu[0] is ignored, the
+ * caller is never pinned) and node[i] < n_nodes for worker i.
+ */
+struct moem_tpool_place {
+	uint32_t n_nodes;
+	const int *cpu;
+	const uint16_t *node;
+};
+
+/* n workers in all (the caller is worker 0, so n - 1 threads). place may be NULL (one node). */
+int moem_tpool_create(uint32_t n, const struct moem_tpool_place *place, struct moem_tpool **out);
 void moem_tpool_destroy(struct moem_tpool *p);
 uint32_t moem_tpool_size(const struct moem_tpool *p);
+uint32_t moem_tpool_nodes(const struct moem_tpool *p);
+/* How many workers are pinned. */
+uint32_t moem_tpool_pinned(const struct moem_tpool *p);
+/* The node worker w belongs to. */
+uint32_t moem_tpool_worker_node(const struct moem_tpool *p, uint32_t w);
 /*
  * Run fn over items [0, n_items) and return when all are done. Calls from
  * several threads are serialised.
  */
 void moem_tpool_run(struct moem_tpool *p, uint32_t n_items, moem_tpool_fn fn, void *arg);
+/*
+ * The same, with item i run by a worker of node item_node[i]; items of a
+ * node that has no worker (or >= the pool's nodes) run on any worker.
+ * Workers of one node do not take another node's items: for a
+ * memory-bound expert a remote worker would only add traffic on the
+ * interconnect. -ENOMEM (nothing run) if the pool cannot grow its lists.
+ */
+int moem_tpool_run_nodes(struct moem_tpool *p, uint32_t n_items, moem_tpool_fn fn, void *arg,
+			 const uint16_t *item_node);
 
 #endif /* MOEM_CPU_TPOOL_H */

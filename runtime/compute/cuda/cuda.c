@@ -28,11 +28,11 @@ int moem_cuda_enter(struct cuda_backend *cb)
 	return ret;
 }
 
-#define ENTER(cb)                         \
-	do {                              \
+#define ENTER(cb)                              \
+	do {                                   \
 		int __r = moem_cuda_enter(cb); \
-		if (__r)                  \
-			return __r;       \
+		if (__r)                       \
+			return __r;            \
 	} while (0)
 
 static CUstream cs_of(struct moem_stream *s)

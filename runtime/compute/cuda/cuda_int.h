@@ -120,28 +120,36 @@ void moem_cuda_kernels_unload(struct cuda_backend *cb);
 
 /* Launch kernel k with one parameter block (a struct moem_k*_params). */
 int moem_cuda_launch(struct cuda_backend *cb, enum cuda_kernel k, uint32_t gx, uint32_t gy,
-		uint32_t block, uint32_t smem, struct cuda_stream *cs, void *params);
+		     uint32_t block, uint32_t smem, struct cuda_stream *cs, void *params);
 
 /*
  * Reserve len bytes of the stream's descriptor ring: *host to fill,
  * *dev for the kernels, *off for moem_cuda_ring_commit().
  */
 int moem_cuda_ring_get(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t len, void **host,
-		  CUdeviceptr *dev, uint32_t *off);
+		       CUdeviceptr *dev, uint32_t *off);
 /* Copy [off, off + len) to the device and queue it (after the launches). */
-int moem_cuda_ring_copy(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t off, uint32_t len);
-int moem_cuda_ring_commit(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t off, uint32_t len);
+int moem_cuda_ring_copy(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t off,
+			uint32_t len);
+int moem_cuda_ring_commit(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t off,
+			  uint32_t len);
 void moem_cuda_ring_free(struct cuda_backend *cb, struct cuda_stream *cs);
 /* Device scratch of at least bytes for this stream's next op. */
-int moem_cuda_scratch(struct cuda_backend *cb, struct cuda_stream *cs, uint64_t bytes, CUdeviceptr *out);
+int moem_cuda_scratch(struct cuda_backend *cb, struct cuda_stream *cs, uint64_t bytes,
+		      CUdeviceptr *out);
 
-int moem_cuda_rmsnorm(struct moem_backend *be, struct moem_stream *s, const struct moem_rmsnorm_args *a);
-int moem_cuda_router(struct moem_backend *be, struct moem_stream *s, const struct moem_router_args *a);
-int moem_cuda_route(struct moem_backend *be, struct moem_stream *s, const struct moem_route_args *a);
+int moem_cuda_rmsnorm(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_rmsnorm_args *a);
+int moem_cuda_router(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_router_args *a);
+int moem_cuda_route(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_route_args *a);
 int moem_cuda_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a);
-int moem_cuda_combine(struct moem_backend *be, struct moem_stream *s, const struct moem_combine_args *a);
+int moem_cuda_combine(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_combine_args *a);
 int moem_cuda_quantize(struct moem_backend *be, struct moem_stream *s,
-		  const struct moem_quantize_args *a);
-int moem_cuda_histogram(struct moem_backend *be, struct moem_stream *s, const struct moem_hist_args *a);
+		       const struct moem_quantize_args *a);
+int moem_cuda_histogram(struct moem_backend *be, struct moem_stream *s,
+			const struct moem_hist_args *a);
 
 #endif /* MOEM_CUDA_INT_H */

@@ -89,7 +89,7 @@ err:
 }
 
 int moem_cuda_launch(struct cuda_backend *cb, enum cuda_kernel k, uint32_t gx, uint32_t gy,
-		uint32_t block, uint32_t smem, struct cuda_stream *cs, void *params)
+		     uint32_t block, uint32_t smem, struct cuda_stream *cs, void *params)
 {
 	void *args[1] = {params};
 	CUresult r;

@@ -12,11 +12,11 @@
 
 #include "cuda_int.h"
 
-#define ENTER(cb)                         \
-	do {                              \
+#define ENTER(cb)                              \
+	do {                                   \
 		int __r = moem_cuda_enter(cb); \
-		if (__r)                  \
-			return __r;       \
+		if (__r)                       \
+			return __r;            \
 	} while (0)
 
 /* n-tile class of a token count: 0..3 for 8, 16, 32, 64 tokens. */
@@ -25,7 +25,8 @@ static uint32_t nt_class(uint32_t n)
 	return n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
 }
 
-int moem_cuda_rmsnorm(struct moem_backend *be, struct moem_stream *s, const struct moem_rmsnorm_args *a)
+int moem_cuda_rmsnorm(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_rmsnorm_args *a)
 {
 	struct cuda_backend *cb = cuda_of(be);
 	struct moem_krmsnorm_params p = {
@@ -41,7 +42,8 @@ int moem_cuda_rmsnorm(struct moem_backend *be, struct moem_stream *s, const stru
 	return moem_cuda_launch(cb, K_RMSNORM, a->B, 1, 256, 0, cuda_stream_of(s), &p);
 }
 
-int moem_cuda_router(struct moem_backend *be, struct moem_stream *s, const struct moem_router_args *a)
+int moem_cuda_router(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_router_args *a)
 {
 	struct cuda_backend *cb = cuda_of(be);
 	int ret = 0;
@@ -61,7 +63,7 @@ int moem_cuda_router(struct moem_backend *be, struct moem_stream *s, const struc
 		};
 
 		ret = moem_cuda_launch(cb, K_ROUTER + c, (a->N + 15) / 16, 1, MOEM_K_THREADS,
-				  moem_k_smem(0, 1u << c, 0), cuda_stream_of(s), &p);
+				       moem_k_smem(0, 1u << c, 0), cuda_stream_of(s), &p);
 	}
 	return ret;
 }
@@ -69,7 +71,13 @@ int moem_cuda_router(struct moem_backend *be, struct moem_stream *s, const struc
 int moem_cuda_route(struct moem_backend *be, struct moem_stream *s, const struct moem_route_args *a)
 {
 	struct cuda_backend *cb = cuda_of(be);
-	struct moem_kroute_params p = {
+	float scale;
+	bool norm;
+	struct moem_kroute_params p;
+
+	/* The kernel implements "normalise, then scale": flatten the rule. */
+	moem_route_rule_flat(&a->cfg, &norm, &scale);
+	p = (struct moem_kroute_params){
 		.logits = a->logits,
 		.pad = a->pad,
 		.resident = a->resident,
@@ -82,16 +90,17 @@ int moem_cuda_route(struct moem_backend *be, struct moem_stream *s, const struct
 		.k = a->cfg.top_k,
 		.k0 = a->k0,
 		.beta = a->lynx.beta,
-		.norm_topk_prob = a->cfg.norm_topk_prob,
+		.norm_topk_prob = norm,
 		.alpha = a->lynx.alpha,
-		.routed_scaling = a->cfg.routed_scaling,
+		.routed_scaling = scale,
 	};
 
 	ENTER(cb);
 	return moem_cuda_launch(cb, K_ROUTE, 1, 1, MOEM_K_ROUTE_THREADS, 0, cuda_stream_of(s), &p);
 }
 
-int moem_cuda_combine(struct moem_backend *be, struct moem_stream *s, const struct moem_combine_args *a)
+int moem_cuda_combine(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_combine_args *a)
 {
 	struct cuda_backend *cb = cuda_of(be);
 	struct moem_kcombine_params p = {
@@ -107,10 +116,12 @@ int moem_cuda_combine(struct moem_backend *be, struct moem_stream *s, const stru
 	};
 
 	ENTER(cb);
-	return moem_cuda_launch(cb, K_COMBINE, (a->H + 255) / 256, a->B, 256, 0, cuda_stream_of(s), &p);
+	return moem_cuda_launch(cb, K_COMBINE, (a->H + 255) / 256, a->B, 256, 0, cuda_stream_of(s),
+				&p);
 }
 
-int moem_cuda_histogram(struct moem_backend *be, struct moem_stream *s, const struct moem_hist_args *a)
+int moem_cuda_histogram(struct moem_backend *be, struct moem_stream *s,
+			const struct moem_hist_args *a)
 {
 	struct cuda_backend *cb = cuda_of(be);
 	struct moem_khist_params p = {
@@ -123,11 +134,12 @@ int moem_cuda_histogram(struct moem_backend *be, struct moem_stream *s, const st
 	};
 
 	ENTER(cb);
-	return moem_cuda_launch(cb, K_HIST, (a->B * a->k + 255) / 256, 1, 256, 0, cuda_stream_of(s), &p);
+	return moem_cuda_launch(cb, K_HIST, (a->B * a->k + 255) / 256, 1, 256, 0, cuda_stream_of(s),
+				&p);
 }
 
 int moem_cuda_quantize(struct moem_backend *be, struct moem_stream *s,
-		  const struct moem_quantize_args *a)
+		       const struct moem_quantize_args *a)
 {
 	struct cuda_backend *cb = cuda_of(be);
 	struct cuda_stream *cs = cuda_stream_of(s);
@@ -158,7 +170,8 @@ int moem_cuda_quantize(struct moem_backend *be, struct moem_stream *s,
 		.groups_per_row = l.groups_per_row,
 		.row_base = a->row_base,
 	};
-	return moem_cuda_launch(cb, K_QUANT_Q8 + (a->prec - MOEM_PREC_Q8), a->rows, 1, 256, 0, cs, &p);
+	return moem_cuda_launch(cb, K_QUANT_Q8 + (a->prec - MOEM_PREC_Q8), a->rows, 1, 256, 0, cs,
+				&p);
 }
 
 /*
@@ -245,8 +258,8 @@ int moem_cuda_ffn(struct moem_backend *be, struct moem_stream *s, const struct m
 			p.I = a->I;
 			p.n_slots = a->n_slots;
 			ret = moem_cuda_launch(cb, (pass ? K_FFN_DOWN : K_FFN_GATEUP) + b,
-					  (rows + 16 * rt - 1) / (16 * rt), cnt[b], MOEM_K_THREADS,
-					  moem_k_smem(prec, nt, pass), cs, &p);
+					       (rows + 16 * rt - 1) / (16 * rt), cnt[b],
+					       MOEM_K_THREADS, moem_k_smem(prec, nt, pass), cs, &p);
 		}
 	}
 	/* Even after a failed launch the copy may be queued: keep the region. */

@@ -58,7 +58,7 @@ static int pop_oldest(struct cuda_backend *cb, struct cuda_stream *cs)
 }
 
 int moem_cuda_ring_get(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t len, void **host,
-		  CUdeviceptr *dev, uint32_t *off)
+		       CUdeviceptr *dev, uint32_t *off)
 {
 	uint32_t start;
 	int ret;
@@ -100,7 +100,8 @@ int moem_cuda_ring_copy(struct cuda_backend *cb, struct cuda_stream *cs, uint32_
 		  "cuMemcpyHtoDAsync(descriptors)");
 }
 
-int moem_cuda_ring_commit(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t off, uint32_t len)
+int moem_cuda_ring_commit(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t off,
+			  uint32_t len)
 {
 	struct cuda_ring_rec *r = &cs->recs[(cs->rec_first + cs->rec_n) % CUDA_RING_RECS];
 	int ret;
@@ -120,7 +121,8 @@ int moem_cuda_ring_commit(struct cuda_backend *cb, struct cuda_stream *cs, uint3
 	return 0;
 }
 
-int moem_cuda_scratch(struct cuda_backend *cb, struct cuda_stream *cs, uint64_t bytes, CUdeviceptr *out)
+int moem_cuda_scratch(struct cuda_backend *cb, struct cuda_stream *cs, uint64_t bytes,
+		      CUdeviceptr *out)
 {
 	CUdeviceptr p;
 	int ret;

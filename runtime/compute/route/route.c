@@ -34,6 +34,8 @@ void moem_route_weights(const struct moem_route_cfg *c, const float *z, const in
 			uint32_t cnt, float *w)
 {
 	double m = -INFINITY, sum = 0, chosen = 0, p[64];
+	float scale;
+	bool norm;
 
 	if (!cnt)
 		return;
@@ -45,12 +47,13 @@ void moem_route_weights(const struct moem_route_cfg *c, const float *z, const in
 		p[j] = exp(clean(z[ids[j]]) - m) / sum;
 		chosen += p[j];
 	}
+	moem_route_rule_flat(c, &norm, &scale);
 	for (uint32_t j = 0; j < cnt; j++) {
 		double v = p[j];
 
-		if (c->norm_topk_prob && chosen > 0)
+		if (norm && chosen > 0)
 			v /= chosen;
-		w[j] = (float)(v * c->routed_scaling);
+		w[j] = (float)(v * scale);
 	}
 }
 

@@ -102,7 +102,7 @@ static int read_header(struct moem_trace_reader *r)
 	memcpy(r->info.desc, h + TRC_H_DESC, MOEM_TRACE_DESC_MAX);
 	r->info.desc[MOEM_TRACE_DESC_MAX - 1] = 0;
 	ret = moem_trc_check_info("trace", flags, source, r->info.n_layers, r->info.n_experts,
-			     r->info.top_k, r->info.max_tokens);
+				  r->info.top_k, r->info.max_tokens);
 	if (ret)
 		return moem_err_prefix(-ret, "%s", r->path);
 	r->header_bytes = hb;

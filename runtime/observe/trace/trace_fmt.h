@@ -130,6 +130,6 @@ static inline uint64_t trc_route_bytes(uint32_t tokens, uint32_t k, uint32_t n_e
 
 /* Shape checks shared by writer and reader; message via moem_errf. */
 int moem_trc_check_info(const char *what, uint32_t flags, uint32_t source, uint32_t n_layers,
-		   uint32_t n_experts, uint32_t top_k, uint32_t max_tokens);
+			uint32_t n_experts, uint32_t top_k, uint32_t max_tokens);
 
 #endif /* MOEM_TRACE_FMT_H */

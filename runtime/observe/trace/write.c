@@ -43,7 +43,7 @@ struct moem_trace_writer {
 };
 
 int moem_trc_check_info(const char *what, uint32_t flags, uint32_t source, uint32_t n_layers,
-		   uint32_t n_experts, uint32_t top_k, uint32_t max_tokens)
+			uint32_t n_experts, uint32_t top_k, uint32_t max_tokens)
 {
 	if (flags & ~MOEM_TRACE_F_KNOWN)
 		return moem_errf(EPROTO, "%s: unknown header flags 0x%x", what,
@@ -144,8 +144,8 @@ static int writer_new(const struct moem_trace_info *info, struct moem_trace_writ
 	struct moem_trace_writer *w;
 	int ret;
 
-	ret = moem_trc_check_info("trace", info->flags, info->source, info->n_layers, info->n_experts,
-			     info->top_k, info->max_tokens);
+	ret = moem_trc_check_info("trace", info->flags, info->source, info->n_layers,
+				  info->n_experts, info->top_k, info->max_tokens);
 	if (ret)
 		return ret == -EBADMSG ? -EINVAL : ret;
 	w = calloc(1, sizeof(*w));

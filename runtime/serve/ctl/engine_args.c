@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include <moem/backend.h>
 #include <moem/engine_args.h>
 #include <moem/error.h>
 #include <moem/util.h>
@@ -23,6 +24,8 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"paging", false, MOEM_ARG_ENGINE},
 	{"backend", false, MOEM_ARG_ENGINE},
 	{"threads", false, MOEM_ARG_ENGINE},
+	{"cpu-threads", false, MOEM_ARG_ENGINE},
+	{"cpu-isa", false, MOEM_ARG_ENGINE},
 	{"pool", false, MOEM_ARG_ENGINE},
 	{"region", false, MOEM_ARG_ENGINE},
 	{"persistent", true, MOEM_ARG_ENGINE},
@@ -243,12 +246,20 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 		return set_str(&a->o.hotness, v);
 	if (!strcmp(name, "mix"))
 		return set_str(&a->w.mix, v);
-	if (!strcmp(name, "threads")) {
-		ret = parse_u64(name, v, 0, 256, &x);
-		if (!ret)
-			a->o.threads = (uint32_t)x;
-		return ret;
+	if (!strcmp(name, "threads") || !strcmp(name, "cpu-threads")) {
+		/* one worker per CPU at most: the workers are pinned, one CPU each;
+		 * "threads 0" (the older name) still means every CPU */
+		uint32_t ncpu = moem_cpu_count();
+
+		ret = parse_u64(name, v, name[0] == 't' ? 0 : 1, ncpu, &x);
+		if (ret)
+			return moem_err_prefix(-ret, "%s: this machine lets moem use %u CPU%s",
+					       name, ncpu, ncpu == 1 ? "" : "s");
+		a->o.threads = (uint32_t)x;
+		return 0;
 	}
+	if (!strcmp(name, "cpu-isa"))
+		return moem_cpu_isa_parse(v, &a->o.cpu_isa);
 	if (!strcmp(name, "pool"))
 		return moem_pool_provider_parse(v, &a->o.pool.provider);
 	if (!strcmp(name, "region")) {

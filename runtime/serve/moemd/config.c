@@ -352,6 +352,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(a->paging, b->paging), "paging");
 	RESTART_IF(str_differs(a->backend, b->backend), "backend");
 	RESTART_IF(a->threads != b->threads, "threads");
+	RESTART_IF(a->cpu_isa != b->cpu_isa, "cpu-isa");
 	RESTART_IF(a->pool.provider != b->pool.provider, "pool");
 	RESTART_IF(str_differs(n.ea.region, o->ea.region), "region");
 	RESTART_IF(a->pool.persistent != b->pool.persistent, "persistent");

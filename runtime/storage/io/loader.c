@@ -124,7 +124,8 @@ int moem_loader_create(const struct moem_loader_opts *opts, struct moem_loader *
 		else if (o.mode == MOEM_LOADER_URING)
 			goto err_sync;
 		else
-			moem_ld_why_add(ld, "io_uring unavailable (%s): pread pool", moem_last_error());
+			moem_ld_why_add(ld, "io_uring unavailable (%s): pread pool",
+					moem_last_error());
 	}
 	if (ld->eng == &moem_ld_pread_engine) {
 		ret = moem_ld_pread_engine.start(ld);
@@ -285,7 +286,7 @@ int moem_loader_drain(struct moem_loader *ld)
 }
 
 void moem_ld_carve(struct moem_loader *ld, struct ld_read *rd, uint64_t *off, uint32_t *len,
-	      uint8_t **dst, int *buf)
+		   uint8_t **dst, int *buf)
 {
 	uint64_t n = moem_min(rd->len - rd->carved, (uint64_t)ld->opts.req_size), room;
 	uint8_t *d = rd->dst + rd->carved;
@@ -317,16 +318,16 @@ void moem_ld_read_fail(struct ld_read *rd, int err, const char *fmt, ...)
 	va_end(ap);
 }
 
-uint64_t moem_ld_request_result(struct moem_loader *ld, struct ld_read *rd, uint64_t off, uint64_t want,
-			   int64_t res)
+uint64_t moem_ld_request_result(struct moem_loader *ld, struct ld_read *rd, uint64_t off,
+				uint64_t want, int64_t res)
 {
 	struct ld_file *f = rd->file;
 	struct stat st;
 
 	if (res < 0) {
 		moem_ld_read_fail(rd, (int)-res, "%s: read of %llu bytes at offset %llu failed: %s",
-			     f->path, (unsigned long long)want, (unsigned long long)off,
-			     strerror((int)-res));
+				  f->path, (unsigned long long)want, (unsigned long long)off,
+				  strerror((int)-res));
 		return 0;
 	}
 	__atomic_fetch_add(&ld->st_bytes, (uint64_t)res, __ATOMIC_RELAXED);

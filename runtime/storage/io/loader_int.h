@@ -108,7 +108,8 @@ struct moem_loader {
 extern __thread struct moem_loader *moem_ld_current;
 
 /* Append a reason to ld->why ("; "-separated); ld->lock held or single-threaded. */
-void moem_ld_why_add(struct moem_loader *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void moem_ld_why_add(struct moem_loader *ld, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /*
  * Hand out the next request of rd (the head of its queue): at most
@@ -116,7 +117,7 @@ void moem_ld_why_add(struct moem_loader *ld, const char *fmt, ...) __attribute__
  * piece index or -1. rd->carved and rd->inflight advance.
  */
 void moem_ld_carve(struct moem_loader *ld, struct ld_read *rd, uint64_t *off, uint32_t *len,
-	      uint8_t **dst, int *buf);
+		   uint8_t **dst, int *buf);
 
 /* True when rd has nothing left to carve (done, failed or cancelled). */
 static inline bool ld_read_carved(const struct ld_read *rd)
@@ -134,8 +135,8 @@ void moem_ld_read_fail(struct ld_read *rd, int err, const char *fmt, ...)
  * reissue (a short read that is not at end of file), 0 otherwise;
  * counts bytes and fails rd on errors.
  */
-uint64_t moem_ld_request_result(struct moem_loader *ld, struct ld_read *rd, uint64_t off, uint64_t want,
-			   int64_t res);
+uint64_t moem_ld_request_result(struct moem_loader *ld, struct ld_read *rd, uint64_t off,
+				uint64_t want, int64_t res);
 
 /* rd has no request in flight and nothing left to carve: run its
  * callback, free it, and let drain know. Call without ld->lock. */

@@ -53,10 +53,10 @@ static void pr_cancel_queued(struct moem_loader *ld, struct ld_read **done)
 	while ((rd = ld->head)) {
 		ld->head = rd->next;
 		moem_ld_read_fail(rd, ECANCELED,
-			     "%s: read of %llu bytes at offset %llu cancelled: the loader is "
-			     "shutting down",
-			     rd->file->path, (unsigned long long)rd->len,
-			     (unsigned long long)rd->off);
+				  "%s: read of %llu bytes at offset %llu cancelled: the loader is "
+				  "shutting down",
+				  rd->file->path, (unsigned long long)rd->len,
+				  (unsigned long long)rd->off);
 		rd->carved = rd->len;
 		if (!rd->inflight) {
 			rd->next = *done;

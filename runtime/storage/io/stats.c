@@ -31,8 +31,8 @@ void moem_loader_get_stats(struct moem_loader *ld, struct moem_loader_stats *st)
 	char mode[96];
 
 	memset(st, 0, sizeof(*st));
-	st->engine =
-		ld->eng == &moem_ld_uring_engine ? MOEM_LOADER_ENGINE_URING : MOEM_LOADER_ENGINE_PREAD;
+	st->engine = ld->eng == &moem_ld_uring_engine ? MOEM_LOADER_ENGINE_URING
+						      : MOEM_LOADER_ENGINE_PREAD;
 	st->queue_depth = ld->opts.queue_depth;
 	st->req_size = ld->opts.req_size;
 	st->threads = ld->opts.threads;

@@ -187,10 +187,10 @@ static void ur_cancel_queued(struct moem_loader *ld, struct ur *ur)
 	while ((rd = ur->q_head)) {
 		ur->q_head = rd->next;
 		moem_ld_read_fail(rd, ECANCELED,
-			     "%s: read of %llu bytes at offset %llu cancelled: the loader is "
-			     "shutting down",
-			     rd->file->path, (unsigned long long)rd->len,
-			     (unsigned long long)rd->off);
+				  "%s: read of %llu bytes at offset %llu cancelled: the loader is "
+				  "shutting down",
+				  rd->file->path, (unsigned long long)rd->len,
+				  (unsigned long long)rd->off);
 		rd->carved = rd->len;
 		if (!rd->inflight)
 			moem_ld_read_finish(ld, rd);
@@ -313,7 +313,8 @@ static int ur_start(struct moem_loader *ld)
 	} else {
 		ret = io_uring_register_files_sparse(&ur->ring, ld->opts.max_files);
 		if (ret < 0)
-			moem_ld_why_add(ld, "registered files refused (%s): plain fds", strerror(-ret));
+			moem_ld_why_add(ld, "registered files refused (%s): plain fds",
+					strerror(-ret));
 		else
 			ld->registered_files = true;
 	}
@@ -385,7 +386,7 @@ static void ur_add_file(struct moem_loader *ld, uint32_t idx)
 		f->registered = true;
 	else
 		moem_ld_why_add(ld, "%s: not a registered file (%s)", f->path,
-			   strerror(ret < 0 ? -ret : EIO));
+				strerror(ret < 0 ? -ret : EIO));
 }
 
 static int ur_register(struct ur *ur, const struct ld_region *regions, uint32_t nr,
@@ -460,13 +461,13 @@ static void ur_set_memory(struct moem_loader *ld)
 	ret = ur_register(ur, ld->regions, ld->nr_regions, ld->opts.piece_max, true, &iov, &n);
 	if (ret < 0) {
 		moem_ld_why_add(ld, "fixed buffers refused (%s%s): plain reads into the new memory",
-			   strerror(-ret), ur_refusal_hint(-ret));
+				strerror(-ret), ur_refusal_hint(-ret));
 		/* Put back what was registered before this region came. */
 		ret = ur_register(ur, ld->regions, ld->nr_regions, ld->opts.piece_max, false, &iov,
 				  &n);
 		if (ret < 0) {
 			moem_ld_why_add(ld, "fixed buffers lost on re-registration (%s)",
-				   strerror(-ret));
+					strerror(-ret));
 			n = 0;
 		}
 	} else {

@@ -305,6 +305,38 @@ static int check_tensors(struct moem_ckpt *c)
 	return 0;
 }
 
+/*
+ * generation_config.json, when present: its eos_token_id is what HF's
+ * generate() stops on, so it takes precedence over config.json's.
+ */
+static int load_generation(struct moem_ckpt *c)
+{
+	char *path = moem_store_path_join(c->dir, "generation_config.json"), *text = NULL;
+	struct json_object *o = NULL;
+	size_t len;
+	int ret;
+
+	if (!path)
+		return -ENOMEM;
+	if (!file_exists(path)) {
+		free(path);
+		return 0;
+	}
+	ret = moem_store_read_file(path, STORE_JSON_MAX, &text, &len);
+	free(path);
+	if (!ret)
+		ret = moem_store_json_parse(text, len, 8, "generation_config.json", &o);
+	if (!ret && !json_object_is_type(o, json_type_object))
+		ret = moem_errf(EINVAL, "generation_config.json: not a JSON object");
+	if (!ret)
+		ret = moem_store_parse_eos(o, "generation_config.json", &c->cfg);
+	if (ret == -ENOENT)
+		ret = 0;
+	json_object_put(o);
+	free(text);
+	return ret;
+}
+
 static int load_synth(struct moem_ckpt *c)
 {
 	char *path = moem_store_path_join(c->dir, "moem_synth.json");
@@ -364,7 +396,9 @@ int moem_ckpt_open(const char *dir, struct moem_ckpt **out)
 		moem_err_prefix(-ret, "%s", dir);
 		goto err;
 	}
-	ret = load_synth(c);
+	ret = load_generation(c);
+	if (!ret)
+		ret = load_synth(c);
 	if (ret)
 		goto err;
 	free(path);

@@ -153,11 +153,17 @@ static int fill_arch(const struct moem_model_config *c, struct json_object *o)
 		if (c->arch == MOEM_ARCH_MIXTRAL) {
 			if (!c->norm_topk_prob)
 				return moem_errf(EINVAL, "mixtral always renormalises top-k");
-			json_object_object_add(o, "sliding_window", NULL);
+			if (c->sliding_window)
+				add_u(o, "sliding_window", c->sliding_window);
+			else
+				json_object_object_add(o, "sliding_window", NULL);
 		} else {
 			add_b(o, "norm_topk_prob", c->norm_topk_prob);
 			add_b(o, "attention_bias", false);
-			json_object_object_add(o, "clip_qkv", NULL);
+			if (c->clip_qkv > 0)
+				json_object_object_add(o, "clip_qkv", new_float(c->clip_qkv));
+			else
+				json_object_object_add(o, "clip_qkv", NULL);
 		}
 		return 0;
 	default:
@@ -193,6 +199,50 @@ static int fill_arch(const struct moem_model_config *c, struct json_object *o)
 	}
 }
 
+/* rope_scaling as DeepSeek's configs write YaRN, or null. */
+static int add_rope(const struct moem_model_config *c, struct json_object *o)
+{
+	struct json_object *r;
+
+	if (c->rope_kind != MOEM_ROPE_YARN) {
+		json_object_object_add(o, "rope_scaling", NULL);
+		return 0;
+	}
+	r = json_object_new_object();
+	if (!r)
+		return -ENOMEM;
+	add_s(r, "type", "yarn");
+	json_object_object_add(r, "factor", new_float(c->yarn.factor));
+	add_u(r, "original_max_position_embeddings", c->yarn.orig_max_pos);
+	json_object_object_add(r, "beta_fast", new_float(c->yarn.beta_fast));
+	json_object_object_add(r, "beta_slow", new_float(c->yarn.beta_slow));
+	json_object_object_add(r, "mscale", new_float(c->yarn.mscale));
+	json_object_object_add(r, "mscale_all_dim", new_float(c->yarn.mscale_all_dim));
+	json_object_object_add(o, "rope_scaling", r);
+	return 0;
+}
+
+static int add_eos(const struct moem_model_config *c, struct json_object *o)
+{
+	struct json_object *a;
+
+	if (c->n_eos == 1) {
+		add_u(o, "eos_token_id", (uint64_t)c->eos[0]);
+		return 0;
+	}
+	if (!c->n_eos) {
+		json_object_object_add(o, "eos_token_id", NULL);
+		return 0;
+	}
+	a = json_object_new_array();
+	if (!a)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < c->n_eos; i++)
+		json_object_array_add(a, json_object_new_uint64((uint64_t)c->eos[i]));
+	json_object_object_add(o, "eos_token_id", a);
+	return 0;
+}
+
 int moem_config_to_json(const struct moem_model_config *c, struct json_object **out)
 {
 	static const char *const dtypes[MOEM_DTYPE_NR] = {"bfloat16", "float16", "float32"};
@@ -215,7 +265,7 @@ int moem_config_to_json(const struct moem_model_config *c, struct json_object **
 	add_u(o, "num_key_value_heads", c->n_kv_heads);
 	add_u(o, "num_experts_per_tok", c->top_k);
 	add_u(o, "vocab_size", c->vocab);
-	add_u(o, "max_position_embeddings", 4096);
+	add_u(o, "max_position_embeddings", c->max_pos ? c->max_pos : 4096);
 	json_object_object_add(o, "rms_norm_eps", new_float(c->rms_eps));
 	json_object_object_add(o, "rope_theta", new_float(c->rope_theta));
 	json_object_object_add(o, "initializer_range", new_float(0.02f));
@@ -223,6 +273,10 @@ int moem_config_to_json(const struct moem_model_config *c, struct json_object **
 	add_b(o, "tie_word_embeddings", c->tie_embeddings);
 	add_b(o, "use_cache", true);
 	ret = fill_arch(c, o);
+	if (!ret && c->arch != MOEM_ARCH_QWEN3_MOE)
+		ret = add_rope(c, o);
+	if (!ret)
+		ret = add_eos(c, o);
 	if (ret) {
 		json_object_put(o);
 		return ret;

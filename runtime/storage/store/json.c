@@ -12,7 +12,7 @@
 #include "store_int.h"
 
 int moem_store_json_parse(const char *buf, size_t len, int depth, const char *what,
-		     struct json_object **out)
+			  struct json_object **out)
 {
 	struct json_tokener *tok;
 	struct json_object *obj;
@@ -77,7 +77,7 @@ int moem_store_json_as_u64(struct json_object *v, uint64_t *out)
 }
 
 int moem_store_json_u64(struct json_object *o, const char *key, bool required, const char *what,
-		   uint64_t *out)
+			uint64_t *out)
 {
 	struct json_object *v;
 	int ret = get_field(o, key, required, what, &v);
@@ -91,7 +91,7 @@ int moem_store_json_u64(struct json_object *o, const char *key, bool required, c
 }
 
 int moem_store_json_u32(struct json_object *o, const char *key, bool required, const char *what,
-		   uint32_t *out)
+			uint32_t *out)
 {
 	uint64_t v;
 	int ret = moem_store_json_u64(o, key, required, what, &v);
@@ -106,7 +106,7 @@ int moem_store_json_u32(struct json_object *o, const char *key, bool required, c
 }
 
 int moem_store_json_f64(struct json_object *o, const char *key, bool required, const char *what,
-		   double *out)
+			double *out)
 {
 	struct json_object *v;
 	int ret = get_field(o, key, required, what, &v);
@@ -122,7 +122,7 @@ int moem_store_json_f64(struct json_object *o, const char *key, bool required, c
 }
 
 int moem_store_json_bool(struct json_object *o, const char *key, bool required, const char *what,
-		    bool *out)
+			 bool *out)
 {
 	struct json_object *v;
 	int ret = get_field(o, key, required, what, &v);
@@ -136,7 +136,7 @@ int moem_store_json_bool(struct json_object *o, const char *key, bool required, 
 }
 
 int moem_store_json_str(struct json_object *o, const char *key, bool required, const char *what,
-		   const char **out)
+			const char **out)
 {
 	struct json_object *v;
 	int ret = get_field(o, key, required, what, &v);

@@ -248,7 +248,7 @@ static int gen_tensor(struct mk_ctx *x, const struct mk_job *j, float *val, uint
 		}
 		store_elems(x->cfg.dtype, val, m, raw);
 		ret = moem_store_pwrite_all(j->file->fd, raw, (size_t)m * esz, j->off + i * esz,
-				       j->file->final);
+					    j->file->final);
 		if (ret)
 			return ret;
 		if (x->prog)

@@ -226,7 +226,7 @@ int moem_arch_tensors(const struct moem_model_config *c, struct moem_tensor_spec
 }
 
 int moem_store_arch_tensors(const struct moem_model_config *c, bool with_ffn,
-		       struct moem_tensor_spec **out, size_t *n)
+			    struct moem_tensor_spec **out, size_t *n)
 {
 	struct spec_list l = {0};
 	uint64_t h = c->hidden;

@@ -42,6 +42,18 @@ void moem_pack_config_encode(const struct moem_model_config *c, struct pack_conf
 	d->qk_rope_dim = c->qk_rope_dim;
 	d->v_head_dim = c->v_head_dim;
 	memcpy(d->dense_mask, c->dense_mask, sizeof(d->dense_mask));
+	d->max_pos = c->max_pos;
+	d->sliding_window = c->sliding_window;
+	d->clip_qkv = c->clip_qkv;
+	d->rope_kind = c->rope_kind;
+	d->yarn_factor = c->yarn.factor;
+	d->yarn_orig_max_pos = c->yarn.orig_max_pos;
+	d->yarn_beta_fast = c->yarn.beta_fast;
+	d->yarn_beta_slow = c->yarn.beta_slow;
+	d->yarn_mscale = c->yarn.mscale;
+	d->yarn_mscale_all_dim = c->yarn.mscale_all_dim;
+	d->n_eos = c->n_eos;
+	memcpy(d->eos, c->eos, sizeof(d->eos));
 }
 
 int moem_pack_config_decode(const struct pack_config *d, struct moem_model_config *c)
@@ -84,6 +96,21 @@ int moem_pack_config_decode(const struct pack_config *d, struct moem_model_confi
 	c->qk_rope_dim = d->qk_rope_dim;
 	c->v_head_dim = d->v_head_dim;
 	memcpy(c->dense_mask, d->dense_mask, sizeof(c->dense_mask));
+	if (d->rope_kind > MOEM_ROPE_YARN || d->n_eos > MOEM_MAX_EOS)
+		return moem_errf(EINVAL, "pack config: unknown rope kind %u or %u eos ids",
+				 d->rope_kind, d->n_eos);
+	c->max_pos = d->max_pos;
+	c->sliding_window = d->sliding_window;
+	c->clip_qkv = d->clip_qkv;
+	c->rope_kind = (enum moem_rope_kind)d->rope_kind;
+	c->yarn.factor = d->yarn_factor;
+	c->yarn.orig_max_pos = d->yarn_orig_max_pos;
+	c->yarn.beta_fast = d->yarn_beta_fast;
+	c->yarn.beta_slow = d->yarn_beta_slow;
+	c->yarn.mscale = d->yarn_mscale;
+	c->yarn.mscale_all_dim = d->yarn_mscale_all_dim;
+	c->n_eos = d->n_eos;
+	memcpy(c->eos, d->eos, sizeof(c->eos));
 	ret = moem_store_config_check(c);
 	if (ret)
 		return moem_err_prefix(-ret, "pack");
@@ -91,7 +118,7 @@ int moem_pack_config_decode(const struct pack_config *d, struct moem_model_confi
 }
 
 int moem_pack_compute_id(const struct pack_header *h, const void *meta, uint64_t meta_len,
-		    uint8_t id[16])
+			 uint8_t id[16])
 {
 	struct pack_header z = *h;
 	XXH3_state_t *st = XXH3_createState();

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * On-disk structures of the .moem pack, version 1.0
+ * On-disk structures of the .moem pack, version 1.1
  * (Documentation/pack-format.md). Little-endian, no implicit padding
  * (sizes are asserted below). Shared by the writer and the reader only.
  */
@@ -69,7 +69,16 @@ struct pack_config {
 	uint32_t q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
 	uint32_t reserved0;
 	uint64_t dense_mask[4];
-	uint8_t reserved1[112];
+	/* 1.1: full decode. All zero in a 1.0 pack. */
+	uint32_t max_pos, sliding_window;
+	float clip_qkv;
+	uint32_t rope_kind; /* enum moem_rope_kind */
+	float yarn_factor;
+	uint32_t yarn_orig_max_pos;
+	float yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+	uint32_t n_eos;
+	int32_t eos[8];
+	uint8_t reserved1[36];
 };
 
 struct pack_tensor {
@@ -107,6 +116,6 @@ int moem_pack_config_decode(const struct pack_config *d, struct moem_model_confi
  * (bytes [0, 4088)) followed by the section area [4096, data_offset).
  */
 int moem_pack_compute_id(const struct pack_header *h, const void *meta, uint64_t meta_len,
-		    uint8_t id[16]);
+			 uint8_t id[16]);
 
 #endif /* MOEM_PACK_FMT_H */

@@ -31,7 +31,7 @@ int moem_store_read_file(const char *path, uint64_t max, char **buf, size_t *len
  * message "<what>: ..." that says where parsing stopped.
  */
 int moem_store_json_parse(const char *buf, size_t len, int depth, const char *what,
-		     struct json_object **out);
+			  struct json_object **out);
 
 /*
  * Field getters on a JSON object. A field that is absent or null gives
@@ -40,15 +40,15 @@ int moem_store_json_parse(const char *buf, size_t len, int depth, const char *wh
  * wrong type or range gives -EINVAL naming it.
  */
 int moem_store_json_u32(struct json_object *o, const char *key, bool required, const char *what,
-		   uint32_t *out);
+			uint32_t *out);
 int moem_store_json_u64(struct json_object *o, const char *key, bool required, const char *what,
-		   uint64_t *out);
+			uint64_t *out);
 int moem_store_json_f64(struct json_object *o, const char *key, bool required, const char *what,
-		   double *out);
+			double *out);
 int moem_store_json_bool(struct json_object *o, const char *key, bool required, const char *what,
-		    bool *out);
+			 bool *out);
 int moem_store_json_str(struct json_object *o, const char *key, bool required, const char *what,
-		   const char **out);
+			const char **out);
 
 /* A non-negative JSON integer as u64 (shape entries, offsets). */
 int moem_store_json_as_u64(struct json_object *v, uint64_t *out);
@@ -68,10 +68,17 @@ struct moem_model_config;
  */
 int moem_store_config_check(const struct moem_model_config *c);
 
+/*
+ * eos_token_id of a config.json or generation_config.json object (what
+ * names the file): an id or a list of ids into c->eos, null for none.
+ * -ENOENT when absent (c unchanged), -EINVAL with a message when malformed.
+ */
+int moem_store_parse_eos(struct json_object *o, const char *what, struct moem_model_config *c);
+
 struct moem_tensor_spec;
 /* moem_arch_tensors(), optionally without the FFN (expert/shared/dense) matrices. */
 int moem_store_arch_tensors(const struct moem_model_config *c, bool with_ffn,
-		       struct moem_tensor_spec **out, size_t *n);
+			    struct moem_tensor_spec **out, size_t *n);
 
 /* Online CPUs, clamped to [1, 16]: the default worker count. */
 uint32_t moem_store_default_threads(void);

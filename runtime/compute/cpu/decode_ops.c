@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * CPU reference of the full-decode ops that are not attention
+ * (backend.h): embedding, dense and per-head projections, row norms,
+ * conversions, RoPE. One work item writes its own outputs in a fixed
+ * order, so results do not depend on the batch or the thread count.
+ */
+#include <errno.h>
+#include <math.h>
+
+#include <moem/error.h>
+
+#include "cpu_int.h"
+
+/* ---- embed ---- */
+
+static void embed_row(void *arg, uint32_t t, uint32_t worker)
+{
+	const struct moem_embed_args *a = arg;
+	const int32_t id = ((const int32_t *)moem_dptr_host(a->ids))[t];
+	float *h = (float *)moem_dptr_host(a->h) + (size_t)t * a->H;
+
+	if (id < 0 || (uint32_t)id >= a->V) {
+		memset(h, 0, sizeof(float) * a->H); /* the decoder checks ids first */
+		return;
+	}
+	bf16_to_f32_row((const uint16_t *)moem_dptr_host(a->table) + (size_t)id * a->H, h, a->H);
+}
+
+int moem_cpu_embed(struct moem_backend *be, struct moem_stream *s, const struct moem_embed_args *a)
+{
+	moem_tpool_run(cpu_of(be)->pool, a->B, embed_row, (void *)a);
+	return 0;
+}
+
+/* ---- matmul ---- */
+
+#define MM_ROWS 8
+
+struct mm_job {
+	const struct moem_matmul_args *a;
+	const float *xf; /* [B][K] */
+	float *wbuf;	 /* [workers][K] */
+};
+
+MOEM_CPU_CLONES static void mm_rows(void *arg, uint32_t item, uint32_t worker)
+{
+	struct mm_job *j = arg;
+	const struct moem_matmul_args *a = j->a;
+	const uint16_t *w = moem_dptr_host(a->w);
+	float *y = moem_dptr_host(a->y);
+	float *wf = j->wbuf + (size_t)worker * a->K;
+	uint32_t r0 = item * MM_ROWS, r1 = moem_min(r0 + MM_ROWS, a->R);
+
+	for (uint32_t r = r0; r < r1; r++) {
+		bf16_to_f32_row(w + (size_t)r * a->K, wf, a->K);
+		for (uint32_t t = 0; t < a->B; t++)
+			y[(size_t)t * a->R + r] = dot_f32(wf, j->xf + (size_t)t * a->K, a->K);
+	}
+}
+
+int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_matmul_args *a)
+{
+	struct cpu_backend *c = cpu_of(be);
+	uint32_t nw = moem_tpool_size(c->pool);
+	struct mm_job j = {a};
+	float *buf = moem_cpu_scratch(s, ((size_t)a->B + nw) * a->K * sizeof(float));
+
+	if (!buf)
+		return -ENOMEM;
+	j.xf = buf;
+	j.wbuf = buf + (size_t)a->B * a->K;
+	moem_cpu_convert_x(c->pool, moem_dptr_host(a->x), buf, a->B, a->K);
+	moem_tpool_run(c->pool, (a->R + MM_ROWS - 1) / MM_ROWS, mm_rows, &j);
+	return 0;
+}
+
+/* ---- rownorm ---- */
+
+static void rownorm_row(void *arg, uint32_t r, uint32_t worker)
+{
+	const struct moem_rownorm_args *a = arg;
+	const float *x = (const float *)moem_dptr_host(a->x) + (size_t)r * a->x_stride;
+	const uint16_t *w = moem_dptr_host(a->weight);
+	double ss = 0;
+	float ms, rs;
+
+	for (uint32_t i = 0; i < a->n; i++)
+		ss += (double)x[i] * x[i];
+	ms = (float)(ss / a->n);
+	rs = 1.0f / sqrtf(ms + a->eps);
+	if (a->y_bf16) {
+		uint16_t *y = (uint16_t *)moem_dptr_host(a->y) + (size_t)r * a->y_stride;
+
+		for (uint32_t i = 0; i < a->n; i++)
+			y[i] = moem_f32_to_bf16((x[i] * rs) * moem_bf16_to_f32(w[i]));
+	} else {
+		float *y = (float *)moem_dptr_host(a->y) + (size_t)r * a->y_stride;
+
+		for (uint32_t i = 0; i < a->n; i++)
+			y[i] = (x[i] * rs) * moem_bf16_to_f32(w[i]);
+	}
+}
+
+int moem_cpu_rownorm(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_rownorm_args *a)
+{
+	moem_tpool_run(cpu_of(be)->pool, a->rows, rownorm_row, (void *)a);
+	return 0;
+}
+
+/* ---- convert ---- */
+
+static void convert_row2(void *arg, uint32_t r, uint32_t worker)
+{
+	const struct moem_convert_args *a = arg;
+	const float *x = (const float *)moem_dptr_host(a->x) + (size_t)r * a->x_stride;
+	const float c = a->clip;
+
+	for (uint32_t i = 0; i < a->n; i++) {
+		float v = x[i];
+
+		if (c > 0)
+			v = v > c ? c : v < -c ? -c : v;
+		if (a->y_bf16)
+			((uint16_t *)moem_dptr_host(a->y))[(size_t)r * a->y_stride + i] =
+				moem_f32_to_bf16(v);
+		else
+			((float *)moem_dptr_host(a->y))[(size_t)r * a->y_stride + i] = v;
+	}
+}
+
+int moem_cpu_convert(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_convert_args *a)
+{
+	/* In place with overlapping strides would race: run it on one thread. */
+	if (a->x == a->y && a->x_stride != a->y_stride) {
+		for (uint32_t r = 0; r < a->rows; r++)
+			convert_row2((void *)a, r, 0);
+		return 0;
+	}
+	moem_tpool_run(cpu_of(be)->pool, a->rows, convert_row2, (void *)a);
+	return 0;
+}
+
+/* ---- rope ---- */
+
+static void rope_token(void *arg, uint32_t t, uint32_t worker)
+{
+	const struct moem_rope_args *a = arg;
+	const int32_t p = ((const int32_t *)moem_dptr_host(a->pos))[t];
+	const uint32_t half = a->dim / 2;
+	const float *cs, *sn;
+
+	if (p < 0 || (uint32_t)p >= a->n_pos)
+		return; /* the decoder never asks for a position past its tables */
+	cs = (const float *)moem_dptr_host(a->cos) + (size_t)p * half;
+	sn = (const float *)moem_dptr_host(a->sin) + (size_t)p * half;
+	for (uint32_t h = 0; h < a->n_heads; h++) {
+		float *x = (float *)moem_dptr_host(a->x) + (size_t)t * a->tok_stride +
+			   (size_t)h * a->head_stride + a->off;
+
+		for (uint32_t i = 0; i < half; i++) {
+			float *p0 = a->pairs ? &x[2 * i] : &x[i];
+			float *p1 = a->pairs ? &x[2 * i + 1] : &x[i + half];
+			float x0 = *p0, x1 = *p1;
+
+			*p0 = x0 * cs[i] - x1 * sn[i];
+			*p1 = x1 * cs[i] + x0 * sn[i];
+		}
+	}
+}
+
+int moem_cpu_rope(struct moem_backend *be, struct moem_stream *s, const struct moem_rope_args *a)
+{
+	moem_tpool_run(cpu_of(be)->pool, a->T, rope_token, (void *)a);
+	return 0;
+}
+
+/* ---- head_matmul ---- */
+
+static void head_mm(void *arg, uint32_t item, uint32_t worker)
+{
+	const struct moem_head_matmul_args *a = arg;
+	const uint32_t t = item / a->n_heads, h = item % a->n_heads;
+	const float *x = (const float *)moem_dptr_host(a->x) + (size_t)t * a->x_tok_stride +
+			 (size_t)h * a->x_head_stride;
+	const uint16_t *w = (const uint16_t *)moem_dptr_host(a->w) + (size_t)h * a->w_head_stride;
+	float *y = (float *)moem_dptr_host(a->y) + (size_t)t * a->y_tok_stride +
+		   (size_t)h * a->y_head_stride;
+
+	if (a->transpose) {
+		for (uint32_t o = 0; o < a->out_dim; o++)
+			y[o] = 0.0f;
+		for (uint32_t i = 0; i < a->in_dim; i++) {
+			const uint16_t *wr = w + (size_t)i * a->w_row_stride;
+
+			for (uint32_t o = 0; o < a->out_dim; o++)
+				y[o] += x[i] * moem_bf16_to_f32(wr[o]);
+		}
+		return;
+	}
+	for (uint32_t o = 0; o < a->out_dim; o++) {
+		const uint16_t *wr = w + (size_t)o * a->w_row_stride;
+		float acc = 0.0f;
+
+		for (uint32_t i = 0; i < a->in_dim; i++)
+			acc += x[i] * moem_bf16_to_f32(wr[i]);
+		y[o] = acc;
+	}
+}
+
+int moem_cpu_head_matmul(struct moem_backend *be, struct moem_stream *s,
+			 const struct moem_head_matmul_args *a)
+{
+	moem_tpool_run(cpu_of(be)->pool, a->T * a->n_heads, head_mm, (void *)a);
+	return 0;
+}

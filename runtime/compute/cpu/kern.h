@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The expert FFN's row kernels, one table per instruction set (isa.c
+ * picks; ffn.c drives). A kernel computes, for rows r0..r1 of one weight
+ * matrix and T activation rows,
+ *
+ *   y[i * ldy + (r - r0)] = sum_k W[r][k] * act[tok[i]][k]
+ *
+ * with one fixed order of operations per output element that depends on
+ * nothing but K: not on T, not on which other rows or tokens share the
+ * call, not on the thread. That is what keeps results bitwise the same
+ * for any thread count, expert order or batch split.
+ *
+ * scratch holds K floats of the calling worker's own.
+ *
+ * Activations are prepared once per call (ffn.c) in the form each
+ * kernel reads, named by enum cpu_act_fmt:
+ *   F32    float [rows][K]
+ *   BF16   bf16  [rows][K] (the FFN input as is; act rounded to nearest)
+ *   Q*     int8  [rows][K] quantized per token in blocks of 64:
+ *          sx = amax / 127, q = rne(x / sx), block b's 64 values stored
+ *          in the order the weight format unpacks to (below), plus
+ *          qs[row][b] = sx and xs[row][b] = the float sum of the block's
+ *          unquantized values (for the min term of q4/q2).
+ *          QNAT natural order (q8 weights); QU8 natural order, q + 128 as
+ *          u8 (the unsigned operand of vpdpbusd, with the weights signed);
+ *          QEO evens then odds (q4: low nibbles, then high nibbles);
+ *          QM4 element 4j+i at i * 16 + j (q2: bit pair i of byte j).
+ */
+#ifndef MOEM_CPU_KERN_H
+#define MOEM_CPU_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <moem/backend.h>
+#include <moem/half.h>
+#include <moem/quant.h>
+
+#define MOEM_CPU_QBLOCK 64 /* activation quantization block */
+
+enum cpu_act_fmt {
+	CPU_ACT_F32 = 0,
+	CPU_ACT_BF16,
+	CPU_ACT_QNAT,
+	CPU_ACT_QU8,
+	CPU_ACT_QEO,
+	CPU_ACT_QM4,
+	CPU_ACT_NR
+};
+
+struct cpu_act {
+	uint32_t K;
+	const void *v[CPU_ACT_NR]; /* [rows][K] per format, NULL if not prepared */
+	const float *qs;	   /* [rows][K / 64] block scales */
+	const float *xs;	   /* [rows][K / 64] block sums */
+	void *mem;		   /* what moem_cpu_prepare_act() allocated */
+};
+
+/*
+ * Prepare rows x K fp32 values (K % 64 == 0) in the formats of the mask
+ * fmts (1 << enum cpu_act_fmt), as the FFN does, into memory of its own
+ * (moem_cpu_free_act()). For tests of single kernels. -ENOMEM.
+ */
+int moem_cpu_prepare_act(const float *x, uint32_t rows, uint32_t K, uint32_t fmts,
+			 struct cpu_act *out);
+void moem_cpu_free_act(struct cpu_act *a);
+
+typedef void (*moem_cpu_rows_fn)(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,
+				 uint32_t r1, const struct cpu_act *x, const uint32_t *tok,
+				 uint32_t T, float *y, uint32_t ldy, float *scratch);
+
+struct moem_cpu_kern {
+	enum moem_cpu_isa isa;
+	moem_cpu_rows_fn rows[MOEM_PREC_NR];
+	enum cpu_act_fmt fmt[MOEM_PREC_NR]; /* what rows[p] reads */
+};
+
+/* The tables (kern_*.c); the vector ones are only called after isa.c's check. */
+extern const struct moem_cpu_kern moem_cpu_kern_scalar;
+extern const struct moem_cpu_kern moem_cpu_kern_avx2;
+extern const struct moem_cpu_kern moem_cpu_kern_avx512;
+/* kern_avx512.c built against SIMDe's portable AVX-512 (unit tests only). */
+extern const struct moem_cpu_kern moem_cpu_kern_avx512_emu;
+
+#endif /* MOEM_CPU_KERN_H */

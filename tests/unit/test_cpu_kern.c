@@ -1,0 +1,503 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The CPU backend's vector kernels (runtime/compute/cpu/kern_*.c) against
+ * the scalar reference kernels: every instruction set this CPU runs, and
+ * the AVX-512 kernels also built against SIMDe's portable AVX-512 so that
+ * their logic is tested on any x86-64; all precisions; random shapes;
+ * batch 1..64; the same bits for 1, 2 and N threads and for a token
+ * alone or in a batch; ISA selection and its errors; NUMA placement of
+ * work on a made-up two-node topology.
+ *
+ * Tolerances (max |vector - scalar| / max |scalar| over one output row
+ * of H values), from what each path changes against the reference:
+ *  - bf16 on AVX2: the same fp32 products summed in another order. A sum
+ *    of K terms moves by ~sqrt(K) 2^-24 of its scale in practice (K <=
+ *    640 here: 1.5e-6); three matmuls and silu: 1e-5 (measured 4e-7).
+ *  - bf16 on AVX-512: act (fp32) is rounded to bf16 for vdpbf16ps, at
+ *    most 2^-9 relative per element, random in sign, so an output moves
+ *    by ~2^-9/sqrt(3) = 1.1e-3 of the scale of its terms; the max over a
+ *    row of H outputs is ~3.5 sigma, and a row's largest output can be
+ *    smaller than its terms' scale: 8e-3 (measured 3.2e-3).
+ *  - q8/q4/q2 (both ISAs): activations are quantized to int8 per block
+ *    of 64, error uniform in +-amax/254; for Gaussian data amax/rms ~ 3
+ *    in a block, so ~0.7% per element of x, more for act's heavier
+ *    tails, and an output row of H = 128 averages little: q8 6e-2
+ *    (measured 2.6e-2). q4 and q2 codes are not centred (0..15, 0..3;
+ *    the min is added exactly from the block sums), so the activation
+ *    error is multiplied by the codes' mean rather than the weights'
+ *    spread, 2-3x: 0.15 (measured 7.4e-2). For scale: q4's own error
+ *    against bf16 weights is ~15% (test_backend_cpu).
+ * No data-independent bound exists for a relative error under
+ * cancellation, so each tolerance is about twice the worst measured on
+ * these seeds, and the estimates above say why that size is right.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/backend.h>
+#include <moem/engine_args.h>
+#include <moem/error.h>
+#include <moem/rng.h>
+
+#include "../../runtime/compute/cpu/cpu_int.h"
+#include "../../runtime/compute/cpu/kern.h"
+#include "kselftest_harness.h"
+#include "test_backend_util.h"
+
+static const double tol_f32 = 1e-5, tol_bf16 = 8e-3, tol_q8 = 6e-2, tol_q = 0.15;
+
+static double tol_for(const struct moem_cpu_kern *k, enum moem_prec p)
+{
+	switch (k->fmt[p]) {
+	case CPU_ACT_F32:
+		return tol_f32;
+	case CPU_ACT_BF16:
+		return tol_bf16;
+	default:
+		return p == MOEM_PREC_Q8 ? tol_q8 : tol_q;
+	}
+}
+
+/* The kernel tables this run tests: what the CPU runs, and the AVX-512 code on SIMDe. */
+struct kcase {
+	const char *name;
+	const struct moem_cpu_kern *k;
+};
+
+static int kcases(struct kcase *out)
+{
+	int n = 0;
+
+	if (moem_cpu_isa_check(MOEM_CPU_ISA_AVX2) == 0)
+		out[n++] = (struct kcase){"avx2", &moem_cpu_kern_avx2};
+	if (moem_cpu_isa_check(MOEM_CPU_ISA_AVX512) == 0)
+		out[n++] = (struct kcase){"avx512", &moem_cpu_kern_avx512};
+	out[n++] = (struct kcase){"avx512 on SIMDe", &moem_cpu_kern_avx512_emu};
+	return n;
+}
+
+static int open_kern(const struct moem_cpu_kern *k, uint32_t threads, struct moem_backend **be)
+{
+	struct moem_backend_opts o = {.threads = threads, .isa = MOEM_CPU_ISA_SCALAR};
+	struct moem_cpu_hooks h = {.kern = k};
+
+	return moem_cpu_backend_open_hooks(&o, &h, be);
+}
+
+/* One grouped FFN call: experts ex[0..ne), expert j takes tokens tok[j][0..n[j]) into slot j. */
+struct call {
+	uint32_t B, H, I, ne;
+	struct tb_expert ex[6];
+	uint16_t *x;
+	uint32_t n[6];
+	uint16_t tok[6][64];
+};
+
+static void call_make(struct call *c, uint64_t seed, uint32_t B, uint32_t H, uint32_t I,
+		      uint32_t ne)
+{
+	struct moem_rng r;
+
+	moem_rng_seed(&r, seed, 0);
+	memset(c, 0, sizeof(*c));
+	c->B = B;
+	c->H = H;
+	c->I = I;
+	c->ne = ne;
+	for (uint32_t j = 0; j < ne; j++) {
+		tb_expert_make(&c->ex[j], (enum moem_prec)(j % MOEM_PREC_NR), H, I, seed * 7 + j);
+		for (uint32_t t = 0; t < B; t++)
+			if (j == 0 || moem_rng_below(&r, 3))
+				c->tok[j][c->n[j]++] = (uint16_t)t;
+		if (!c->n[j])
+			c->tok[j][c->n[j]++] = (uint16_t)(j % B);
+	}
+	c->x = tb_rand_bf16(seed * 13 + 1, (size_t)B * H, 1.0);
+}
+
+static void call_free(struct call *c)
+{
+	for (uint32_t j = 0; j < c->ne; j++)
+		tb_expert_free(&c->ex[j]);
+	free(c->x);
+}
+
+/* Run c on be into out [B][ne][H] (NaN where no expert wrote). */
+static int call_run(struct moem_backend *be, const struct call *c, float *out)
+{
+	struct moem_ffn_expert fe[6];
+	struct moem_ffn_assign as[6 * 64];
+	struct moem_ffn_args a = {.B = c->B, .H = c->H, .I = c->I, .n_slots = c->ne};
+	size_t outn = (size_t)c->B * c->ne * c->H;
+	uint32_t na = 0;
+	int ret;
+
+	for (size_t i = 0; i < outn; i++)
+		out[i] = NAN;
+	for (uint32_t j = 0; j < c->ne; j++) {
+		fe[j] = (struct moem_ffn_expert){tb_put(be, c->ex[j].blob, c->ex[j].l.bytes),
+						 c->ex[j].l.prec, na, c->n[j]};
+		for (uint32_t t = 0; t < c->n[j]; t++)
+			as[na++] = (struct moem_ffn_assign){c->tok[j][t], (uint16_t)j};
+	}
+	a.x = tb_put(be, c->x, 2 * (size_t)c->B * c->H);
+	a.out = tb_put(be, out, 4 * outn);
+	a.n_experts = c->ne;
+	a.experts = fe;
+	a.n_assign = na;
+	a.assign = as;
+	ret = moem_op_ffn(be, NULL, &a);
+	if (!ret)
+		ret = tb_get(be, out, a.out, 4 * outn);
+	for (uint32_t j = 0; j < c->ne; j++)
+		moem_be_free(be, fe[j].blob);
+	moem_be_free(be, a.x);
+	moem_be_free(be, a.out);
+	return ret;
+}
+
+static double row_err(const float *a, const float *ref, uint32_t H)
+{
+	double num = 0, den = 0;
+
+	for (uint32_t h = 0; h < H; h++) {
+		num = fmax(num, fabs((double)a[h] - ref[h]));
+		den = fmax(den, fabs((double)ref[h]));
+	}
+	return den > 0 ? num / den : num;
+}
+
+TEST(isa_names_checks_and_errors)
+{
+	struct moem_backend_opts o = {.threads = 1};
+	struct moem_backend *be;
+	struct moem_backend_info info;
+	enum moem_cpu_isa isa;
+
+	ASSERT_EQ(0, moem_cpu_isa_parse("avx2", &isa));
+	EXPECT_EQ(MOEM_CPU_ISA_AVX2, isa);
+	EXPECT_EQ(-EINVAL, moem_cpu_isa_parse("avx3", &isa));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "avx3"));
+	EXPECT_EQ(0, moem_cpu_isa_check(MOEM_CPU_ISA_SCALAR));
+	EXPECT_EQ(-EINVAL, moem_cpu_isa_check((enum moem_cpu_isa)9));
+	/* the best path opens, and says which it is */
+	o.isa = moem_cpu_isa_best();
+	ASSERT_EQ(0, moem_backend_open("cpu", &o, &be)) TH_LOG("%s", moem_last_error());
+	moem_backend_get_info(be, &info);
+	EXPECT_EQ(o.isa, info.isa);
+	EXPECT_NE(NULL, strstr(info.device, moem_cpu_isa_name(o.isa))) TH_LOG("%s", info.device);
+	moem_backend_close(be);
+	/* a path the CPU lacks is a clear error at open, never SIGILL later */
+	for (int i = MOEM_CPU_ISA_AVX2; i < MOEM_CPU_ISA_NR; i++) {
+		if (moem_cpu_isa_check((enum moem_cpu_isa)i) == 0)
+			continue;
+		o.isa = (enum moem_cpu_isa)i;
+		EXPECT_EQ(-ENOTSUP, moem_backend_open("cpu", &o, &be));
+		EXPECT_NE(NULL, strstr(moem_last_error(), "lacks")) TH_LOG("%s", moem_last_error());
+	}
+	/* the environment override, and its errors */
+	o.isa = MOEM_CPU_ISA_AUTO;
+	setenv("MOEM_CPU_ISA", "scalar", 1);
+	ASSERT_EQ(0, moem_backend_open("cpu", &o, &be));
+	moem_backend_get_info(be, &info);
+	EXPECT_EQ(MOEM_CPU_ISA_SCALAR, info.isa);
+	moem_backend_close(be);
+	setenv("MOEM_CPU_ISA", "neon", 1);
+	EXPECT_EQ(-EINVAL, moem_backend_open("cpu", &o, &be));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "MOEM_CPU_ISA=neon"))
+	TH_LOG("%s", moem_last_error());
+	if (moem_cpu_isa_check(MOEM_CPU_ISA_AVX512)) {
+		setenv("MOEM_CPU_ISA", "avx512", 1);
+		EXPECT_EQ(-ENOTSUP, moem_backend_open("cpu", &o, &be));
+		EXPECT_NE(NULL, strstr(moem_last_error(), "MOEM_CPU_ISA=avx512"));
+	}
+	/* an explicit choice is not overridden by the environment */
+	o.isa = MOEM_CPU_ISA_SCALAR;
+	EXPECT_EQ(0, moem_backend_open("cpu", &o, &be));
+	moem_backend_close(be);
+	unsetenv("MOEM_CPU_ISA");
+}
+
+/* Whole grouped FFN calls, every path against the scalar backend, random shapes and batches. */
+TEST(ffn_every_path_matches_scalar)
+{
+	static const uint32_t shapes[][2] = {{128, 128}, {384, 256}, {640, 384}, {256, 640}};
+	static const uint32_t batches[] = {1, 2, 3, 5, 8, 13, 31, 64};
+	struct kcase kc[3];
+	int nk = kcases(kc);
+	struct moem_backend *ref;
+	double worst[3][MOEM_PREC_NR] = {{0}};
+
+	ASSERT_EQ(0, open_kern(&moem_cpu_kern_scalar, 2, &ref));
+	for (unsigned int s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (unsigned int bi = s % 2; bi < sizeof(batches) / sizeof(batches[0]); bi += 2) {
+			struct call c;
+			float *want, *got;
+			size_t n;
+
+			call_make(&c, 100 + s * 10 + bi, batches[bi], shapes[s][0], shapes[s][1],
+				  5);
+			n = (size_t)c.B * c.ne * c.H;
+			want = malloc(4 * n);
+			got = malloc(4 * n);
+			ASSERT_EQ(0, call_run(ref, &c, want)) TH_LOG("%s", moem_last_error());
+			for (int k = 0; k < nk; k++) {
+				struct moem_backend *be;
+
+				ASSERT_EQ(0, open_kern(kc[k].k, 2, &be));
+				ASSERT_EQ(0, call_run(be, &c, got)) TH_LOG("%s", moem_last_error());
+				moem_backend_close(be);
+				for (uint32_t j = 0; j < c.ne; j++)
+					for (uint32_t i = 0; i < c.n[j]; i++) {
+						size_t o = ((size_t)c.tok[j][i] * c.ne + j) * c.H;
+						enum moem_prec p = c.ex[j].l.prec;
+						double e = row_err(got + o, want + o, c.H);
+
+						worst[k][p] = fmax(worst[k][p], e);
+						ASSERT_LE(e, tol_for(kc[k].k, p))
+						TH_LOG("%s %s H %u I %u B %u token %u: err %g",
+						       kc[k].name, moem_prec_name(p), c.H, c.I, c.B,
+						       c.tok[j][i], e);
+					}
+			}
+			free(want);
+			free(got);
+			call_free(&c);
+		}
+	for (int k = 0; k < nk; k++)
+		TH_LOG("%s: worst rel err bf16 %.2e q8 %.2e q4 %.2e q2 %.2e", kc[k].name,
+		       worst[k][0], worst[k][1], worst[k][2], worst[k][3]);
+	moem_backend_close(ref);
+}
+
+/* The kernels alone on odd row ranges and token subsets: the tile edges. */
+TEST(rows_odd_ranges_match_scalar)
+{
+	struct kcase kc[3];
+	int nk = kcases(kc);
+	struct moem_rng r;
+
+	moem_rng_seed(&r, 5, 0);
+	for (int p = 0; p < MOEM_PREC_NR; p++) {
+		const uint32_t H = 384, I = 256, B = 11;
+		struct tb_expert ex;
+		const struct moem_qmat_layout *l;
+		float *xf = tb_rand_f32(40 + p, (size_t)B * H, 1.0);
+
+		for (size_t i = 0; i < (size_t)B * H; i++) /* FFN inputs are bf16 */
+			xf[i] = moem_bf16_to_f32(moem_f32_to_bf16(xf[i]));
+
+		ASSERT_EQ(0, tb_expert_make(&ex, (enum moem_prec)p, H, I, 50 + p));
+		l = &ex.l.mat[MOEM_MAT_GATE];
+		for (int k = 0; k < nk; k++) {
+			uint32_t fmts = (1u << CPU_ACT_F32) | (1u << kc[k].k->fmt[p]);
+			for (int trial = 0; trial < 6; trial++) {
+				uint32_t r0 = (uint32_t)moem_rng_below(&r, I - 8);
+				uint32_t r1 = r0 + 1 + (uint32_t)moem_rng_below(&r, 9);
+				uint32_t T = 1 + (uint32_t)moem_rng_below(&r, B), tok[16];
+				float want[16 * 16], got[16 * 16], scratch[1024];
+				struct cpu_act a;
+
+				if (r1 > I)
+					r1 = I;
+				for (uint32_t t = 0; t < T; t++)
+					tok[t] = (uint32_t)moem_rng_below(&r, B);
+				ASSERT_EQ(0, moem_cpu_prepare_act(xf, B, H, fmts, &a));
+				moem_cpu_kern_scalar.rows[p](l,
+							     ex.blob + ex.l.mat_off[MOEM_MAT_GATE],
+							     r0, r1, &a, tok, T, want, 16, scratch);
+				kc[k].k->rows[p](l, ex.blob + ex.l.mat_off[MOEM_MAT_GATE], r0, r1,
+						 &a, tok, T, got, 16, scratch);
+				moem_cpu_free_act(&a);
+				for (uint32_t t = 0; t < T; t++) {
+					double num = 0, den = 0;
+
+					for (uint32_t i = 0; i < r1 - r0; i++) {
+						num = fmax(num, fabs(got[t * 16 + i] -
+								     want[t * 16 + i]));
+						den = fmax(den, fabs(want[t * 16 + i]));
+					}
+					/* a few rows: scale by the row's own size, plus slack */
+					ASSERT_LE(num, 2 * tol_for(kc[k].k, p) * den + 1e-6)
+					TH_LOG("%s %s rows %u..%u T %u", kc[k].name,
+					       moem_prec_name(p), r0, r1, T);
+				}
+			}
+		}
+		free(xf);
+		tb_expert_free(&ex);
+	}
+}
+
+/* Bits do not depend on the thread count, nor on which tokens share a call. */
+TEST(same_bits_for_any_threads_and_batch)
+{
+	static const uint32_t threads[] = {1, 2, 5};
+	struct kcase kc[4];
+	int nk = kcases(kc);
+	struct call c, one;
+
+	kc[nk++] = (struct kcase){"scalar", &moem_cpu_kern_scalar};
+	call_make(&c, 7, 37, 384, 256, 4);
+	for (int k = 0; k < nk; k++) {
+		size_t n = (size_t)c.B * c.ne * c.H;
+		float *first = malloc(4 * n), *got = malloc(4 * n), *solo = malloc(4 * c.ne * c.H);
+
+		for (unsigned int ti = 0; ti < 3; ti++) {
+			struct moem_backend *be;
+
+			ASSERT_EQ(0, open_kern(kc[k].k, threads[ti], &be));
+			ASSERT_EQ(0, call_run(be, &c, ti ? got : first));
+			if (ti) {
+				EXPECT_EQ(0, memcmp(first, got, 4 * n))
+				TH_LOG("%s: %u threads differ from 1", kc[k].name, threads[ti]);
+			}
+			moem_backend_close(be);
+		}
+		/* token 0 alone (every expert takes it) against its row in the batch */
+		{
+			struct moem_backend *be;
+
+			one = c;
+			one.B = 1;
+			one.x = c.x;
+			for (uint32_t j = 0; j < c.ne; j++) {
+				one.n[j] = 1;
+				one.tok[j][0] = 0;
+			}
+			ASSERT_EQ(0, open_kern(kc[k].k, 2, &be));
+			ASSERT_EQ(0, call_run(be, &one, solo));
+			moem_backend_close(be);
+			for (uint32_t j = 0; j < c.ne; j++) {
+				if (c.tok[j][0] != 0)
+					continue;
+				EXPECT_EQ(0, memcmp(solo + (size_t)j * c.H, first + (size_t)j * c.H,
+						    4 * c.H))
+				TH_LOG("%s: expert %u, token 0 alone differs from in a batch of %u",
+				       kc[k].name, j, c.B);
+			}
+		}
+		free(first);
+		free(got);
+		free(solo);
+	}
+	call_free(&c);
+}
+
+/* Page -> node for the made-up topology: expert j's blob on node j % 2. */
+struct fake_nodes {
+	const void *blob[8];
+	int n;
+};
+
+static uint16_t fake_node_of(const void *addr, void *arg)
+{
+	struct fake_nodes *f = arg;
+
+	for (int i = 0; i < f->n; i++)
+		if (f->blob[i] == addr)
+			return (uint16_t)(i % 2);
+	return MOEM_CPU_NODE_ANY;
+}
+
+/*
+ * Two nodes, four workers (the caller and a thread on node 0, two
+ * threads on node 1): every FFN item runs on a worker of its expert's
+ * node, both nodes work, and the result is the one-node result.
+ */
+TEST(numa_work_follows_expert_pages)
+{
+	struct moem_cpu_topo topo = {.n_nodes = 2, .n_cpus = 4, .node_id = {0, 1}};
+	struct fake_nodes fn = {0};
+	struct moem_cpu_hooks h = {.topo = &topo, .node_of = fake_node_of, .node_arg = &fn};
+	struct moem_backend_opts o = {.threads = 4, .isa = MOEM_CPU_ISA_SCALAR};
+	struct moem_ffn_expert fe[4];
+	struct moem_ffn_assign as[4 * 8];
+	struct moem_backend *be, *one;
+	struct tb_expert ex[4];
+	uint16_t *x = tb_rand_bf16(3, 8 * 256, 1.0);
+	float *o1 = malloc(4 * 8 * 4 * 256), *o2 = malloc(4 * 8 * 4 * 256);
+	struct moem_ffn_args a = {.B = 8, .H = 256, .I = 128, .n_slots = 4};
+	struct moem_backend_info info;
+
+	for (int i = 0; i < 4; i++) {
+		topo.cpu[i] = i;
+		topo.node[i] = (uint16_t)(i % 2);
+	}
+	ASSERT_EQ(0, moem_cpu_backend_open_hooks(&o, &h, &be)) TH_LOG("%s", moem_last_error());
+	moem_backend_get_info(be, &info);
+	EXPECT_EQ(2u, info.numa_nodes);
+	EXPECT_FALSE(info.pinned); /* never to made-up CPUs */
+	ASSERT_EQ(0, open_kern(&moem_cpu_kern_scalar, 4, &one));
+	for (int run = 0; run < 2; run++) {
+		struct moem_backend *b = run ? one : be;
+		uint32_t na = 0;
+
+		a.x = tb_put(b, x, 2 * 8 * 256);
+		a.out = tb_zeros(b, 4 * 8 * 4 * 256);
+		for (uint32_t j = 0; j < 4; j++) {
+			if (!run)
+				ASSERT_EQ(0, tb_expert_make(&ex[j], (enum moem_prec)j, 256, 128,
+							    60 + j));
+			fe[j] = (struct moem_ffn_expert){tb_put(b, ex[j].blob, ex[j].l.bytes),
+							 ex[j].l.prec, na, 8};
+			fn.blob[j] = moem_dptr_host(fe[j].blob);
+			for (uint16_t t = 0; t < 8; t++)
+				as[na++] = (struct moem_ffn_assign){t, (uint16_t)j};
+		}
+		fn.n = 4;
+		a.n_experts = 4;
+		a.experts = fe;
+		a.n_assign = na;
+		a.assign = as;
+		ASSERT_EQ(0, moem_op_ffn(b, NULL, &a)) TH_LOG("%s", moem_last_error());
+		ASSERT_EQ(0, tb_get(b, run ? o2 : o1, a.out, 4 * 8 * 4 * 256));
+		for (uint32_t j = 0; j < 4; j++)
+			moem_be_free(b, fe[j].blob);
+		moem_be_free(b, a.x);
+		moem_be_free(b, a.out);
+	}
+	EXPECT_EQ(0, memcmp(o1, o2, 4 * 8 * 4 * 256));
+	/* 4 experts x (128/16 gate/up + 256/32 down) items, half per node */
+	EXPECT_EQ(0u, moem_cpu_backend_node_items(be, 0, 1));
+	EXPECT_EQ(0u, moem_cpu_backend_node_items(be, 1, 0));
+	EXPECT_EQ(32u, moem_cpu_backend_node_items(be, 0, 0));
+	EXPECT_EQ(32u, moem_cpu_backend_node_items(be, 1, 1));
+	moem_backend_close(be);
+	moem_backend_close(one);
+	for (int j = 0; j < 4; j++)
+		tb_expert_free(&ex[j]);
+	free(x);
+	free(o1);
+	free(o2);
+}
+
+/* The engine settings that size and steer the CPU backend, and their errors. */
+TEST(cpu_settings)
+{
+	struct moem_engine_args a;
+	char n[16];
+
+	moem_engine_args_init(&a);
+	snprintf(n, sizeof(n), "%u", moem_cpu_count());
+	EXPECT_EQ(0, moem_engine_args_set(&a, "cpu-threads", n));
+	EXPECT_EQ(moem_cpu_count(), a.o.threads);
+	EXPECT_EQ(0, moem_engine_args_set(&a, "cpu-threads", "1"));
+	EXPECT_EQ(1u, a.o.threads);
+	EXPECT_GT(0, moem_engine_args_set(&a, "cpu-threads", "0"));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "cpu-threads")) TH_LOG("%s", moem_last_error());
+	snprintf(n, sizeof(n), "%u", moem_cpu_count() + 1);
+	EXPECT_GT(0, moem_engine_args_set(&a, "cpu-threads", n));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "lets moem use")) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(1u, a.o.threads);				/* unchanged by the refusals */
+	EXPECT_EQ(0, moem_engine_args_set(&a, "threads", "0")); /* older name: every CPU */
+	EXPECT_EQ(0, moem_engine_args_set(&a, "cpu-isa", "scalar"));
+	EXPECT_EQ(MOEM_CPU_ISA_SCALAR, a.o.cpu_isa);
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "cpu-isa", "sse9"));
+	EXPECT_EQ(MOEM_CPU_ISA_SCALAR, a.o.cpu_isa);
+	moem_engine_args_free(&a);
+}
+
+TEST_HARNESS_MAIN
