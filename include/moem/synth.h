@@ -57,19 +57,23 @@ struct moem_synth_params {
 	uint32_t top_k;	      /* K: intents per token per layer */
 	uint32_t n_workloads; /* W, 1..MOEM_SYNTH_MAX_WORKLOADS */
 	char workload[MOEM_SYNTH_MAX_WORKLOADS][MOEM_SYNTH_NAME_MAX];
-	double zipf_s;	     /* Zipf exponent over ranks (default 1.0) */
-	double overlap;	     /* ranking overlap across workloads, 0..1 (0.3) */
+	double zipf_s;	     /* Zipf exponent over ranks (default 1.7) */
+	double overlap;	     /* ranking overlap across workloads, 0..1 (0.8) */
 	double reshuffle;    /* ranking noise between layers, 0..1 (0.1) */
 	double layer_corr;   /* follow M[m] from the previous layer (0.6) */
 	double persist;	     /* intent kept to the next token (0.5) */
 	double drift;	     /* swaps per (workload, layer) per step (0.02) */
 	double mean_seq_len; /* mean decode length of a sequence (256) */
 	double boost;	     /* logit of the first intent (4.5) */
-	double noise;	     /* std of logit noise (1.0) */
+	double noise;	     /* std of logit noise (0.5) */
 	uint64_t seed;
 };
 
-/* Fill the defaults above for the given shape (workloads text, math, code). */
+/*
+ * Fill the defaults above for the given shape (workloads text, math,
+ * code): they reproduce published routing statistics (the sources are
+ * listed next to moem_synth_defaults() in runtime/model/synth/synth.c).
+ */
 void moem_synth_defaults(struct moem_synth_params *p, uint32_t n_layers, uint32_t n_experts,
 			 uint32_t top_k, uint64_t seed);
 /* Range checks with a message naming the field. */
