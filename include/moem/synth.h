@@ -123,6 +123,25 @@ double moem_synth_intent_logit(const struct moem_synth_params *p, uint32_t j);
 void moem_synth_logits(struct moem_synth *g, uint32_t b, uint32_t m, float *z);
 
 /*
+ * Pre-gate logits z[N] for slot b: layer (m + d)'s router applied to layer
+ * m's input hidden state, d >= 1 (d = 0 is the layer's own logits, as
+ * moem_synth_logits()). A real residual stream carries the later layers'
+ * routing only in part, the less the farther: each of the token's intents
+ * at layer m + d is seen with probability
+ *   p(d) = MOEM_SYNTH_PG_FAR + (MOEM_SYNTH_PG_NEAR - MOEM_SYNTH_PG_FAR)
+ *          * exp(-(d - 1) / MOEM_SYNTH_PG_DECAY)
+ * and otherwise replaced by a popular expert of the workload (what a gate
+ * applied to an unrelated state still favours), observed with the usual
+ * logit noise. Sources, next to the definitions in synth.c: ExpertFlow
+ * Table 2 (pre-gate accuracy decays with distance towards 26-33%). From a
+ * stream of its own: pre-gates never change the routing a seed gives.
+ */
+#define MOEM_SYNTH_PG_NEAR  0.85
+#define MOEM_SYNTH_PG_FAR   0.10
+#define MOEM_SYNTH_PG_DECAY 2.0
+void moem_synth_pregate(struct moem_synth *g, uint32_t b, uint32_t m, uint32_t d, float *z);
+
+/*
  * Router basis: u[m][e][0..hidden) unit vectors for all MoE layers,
  * deterministic from p->seed; orthonormal when n_layers * N <= hidden.
  * out holds n_layers * n_experts * hidden floats.

@@ -310,6 +310,54 @@ TEST(published_bands)
 	}
 }
 
+/* Pre-gate picks: accurate one layer ahead, decaying towards ExpertFlow's asymptote. */
+TEST(pregate_accuracy_decays)
+{
+	const uint32_t L = 12, N = 128, K = 8, B = 8;
+	struct moem_synth_params p;
+	struct moem_synth *g;
+	static float z[8 * 128], pz[8 * 128];
+	static int32_t act[12][8 * 8], pg[8 * 8];
+	uint8_t seen[128];
+	double acc[7] = {0}, n[7] = {0};
+
+	moem_synth_defaults(&p, L, N, K, 33);
+	g = mk(_metadata, &p, NULL, B);
+	for (int s = 0; s < 80; s++) {
+		moem_synth_step(g);
+		for (uint32_t m = 0; m < L; m++)
+			route_batch(g, B, m, z, act[m], seen);
+		for (uint32_t m = 0; m + 6 < L; m++)
+			for (uint32_t d = 1; d <= 6; d++) {
+				struct moem_route_cfg rc = {N, K, true, 1.0f};
+				float w[8 * 8];
+				uint32_t cnt[8];
+				struct moem_route_out out = {pg, w, cnt};
+
+				for (uint32_t b = 0; b < B; b++)
+					moem_synth_pregate(g, b, m, d, pz + (size_t)b * N);
+				moem_route_topk(&rc, B, pz, NULL, &out);
+				for (uint32_t t = 0; t < B; t++)
+					for (uint32_t i = 0; i < K; i++) {
+						for (uint32_t j = 0; j < K; j++)
+							acc[d] += pg[t * K + j] == act[m + d][t * K + i];
+						n[d]++;
+					}
+			}
+	}
+	TH_LOG("pre-gate accuracy at 1..6 layers ahead: %.2f %.2f %.2f %.2f %.2f %.2f",
+	       acc[1] / n[1], acc[2] / n[2], acc[3] / n[3], acc[4] / n[4], acc[5] / n[5],
+	       acc[6] / n[6]);
+	EXPECT_GT(acc[1] / n[1], 0.75);
+	EXPECT_LT(acc[1] / n[1], 0.95);
+	for (int d = 2; d <= 6; d++)
+		EXPECT_LT(acc[d] / n[d], acc[d - 1] / n[d - 1]);
+	/* ExpertFlow Table 2: the asymptote is 26-33%; six layers out is close to it */
+	EXPECT_GT(acc[6] / n[6], 0.25);
+	EXPECT_LT(acc[6] / n[6], 0.45);
+	moem_synth_destroy(g);
+}
+
 TEST(mix_parsing)
 {
 	struct moem_synth_params p;
