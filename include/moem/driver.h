@@ -23,12 +23,12 @@
  * The call sequence for MoE layer m at tick pos (the engine's layer.c and
  * the simulator's sim.c both follow it):
  *
- *   moem_driver_pregate(pos + d, prob) optional: layer m+d's router on the
- *                                      current hidden state (pre-gate)
  *   moem_driver_routed(pos, ids, keys) routing known: stale prefetches
  *                                      are cancelled, the predictor
  *                                      learns, the layer's experts are
  *                                      pinned against eviction
+ *   moem_driver_pregate(pos + d, prob) optional: layer m+d's router on the
+ *                                      current hidden state (pre-gate)
  *   for each active expert: the owner makes it resident (its own
  *   mechanism; room comes from moem_driver_pick()), then
  *   moem_driver_used(key, state)       hit / in flight / missed
@@ -90,9 +90,11 @@ struct moem_driver_ops {
 	/* Precision index key resolves to now (published), or -1. */
 	int (*published)(void *arg, uint32_t key);
 	/*
-	 * FluxMoE: keep key's version in HBM as part of the resident set
-	 * (keep), reserving its bytes, or let it go (!keep). 0, or -EAGAIN
-	 * if there is no room to keep it. May be NULL without paging.
+	 * FluxMoE: key joins the resident set (keep: 0 if its planned version
+	 * is in HBM now, which the driver then protects from eviction; -EAGAIN
+	 * if it is not, and the driver tries again at a later step) or leaves
+	 * it (!keep: 0; it stays cached until evicted). May be NULL without
+	 * paging.
 	 */
 	int (*keep)(void *arg, uint32_t key, bool keep);
 };
@@ -110,8 +112,10 @@ struct moem_driver_cfg {
 	bool dx_count_ids;	    /* count routed ids (else the owner feeds counts) */
 	bool paging;
 	struct moem_paging_cfg pg; /* capacity and initial from the owner */
+	uint32_t pg_window;	   /* FluxMoE: experts of the next layer paged in at most */
 	struct moem_cost cost;
 	uint64_t expert_bytes; /* bytes of a planned (hi) version, for the horizon */
+	uint64_t hbm_slots;    /* expert versions the HBM budget holds (0: no LRU duel) */
 };
 
 /* Counters since creation (an owner subtracts a snapshot to leave out a warm-up). */
@@ -128,7 +132,12 @@ void moem_driver_destroy(struct moem_driver *d);
 
 /* ---- events ------------------------------------------------------------- */
 
-/* Pre-gate activation probabilities [N] for the layer at target_pos. */
+/*
+ * Pre-gate activation probabilities [N] for the layer at target_pos (after
+ * moem_driver_routed() of the layer whose input gave them): the predictor
+ * weighs them by their measured recall at that distance, and pred's
+ * scores of that layer follow at once.
+ */
 void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float *prob);
 /*
  * The routing of tick pos is known: ids[tokens][top_k] (-1 unused; kept
@@ -151,6 +160,12 @@ void moem_driver_layer_time(struct moem_driver *d, uint64_t ns);
 void moem_driver_transfer(struct moem_driver *d, uint64_t bytes, uint64_t ns);
 /* Plan prefetches for the ticks ahead of the current one and issue them. */
 int moem_driver_lookahead(struct moem_driver *d);
+/*
+ * FluxMoE: page in the next layer's window (its most likely experts, from
+ * the pre-gate and the predictor) as the current layer starts, at
+ * prefetch priority and within the link time the cost model says is idle.
+ */
+int moem_driver_page_next(struct moem_driver *d);
 /*
  * The layer is done: DynaExq counts, ticks (now_ns is the owner's clock,
  * for the hotness interval) and starts transitions; FluxMoE makes its one
@@ -193,6 +208,8 @@ bool moem_driver_use_hi(struct moem_driver *d, uint32_t layer, uint32_t expert);
 bool moem_driver_resident(const struct moem_driver *d, uint32_t key);
 /* FluxMoE: the keys of layer's window (not resident), written to keys; the count. */
 uint32_t moem_driver_window(const struct moem_driver *d, uint32_t layer, uint32_t *keys);
+/* The HBM budget moved: the versions it holds (the LRU duel's shadow size). */
+void moem_driver_set_slots(struct moem_driver *d, uint64_t slots);
 /* New budget-derived sizes: DynaExq's n_hi per layer, FluxMoE's capacity. */
 void moem_driver_set_n_hi(struct moem_driver *d, uint32_t n_hi);
 void moem_driver_set_capacity(struct moem_driver *d, uint32_t capacity);

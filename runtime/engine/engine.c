@@ -529,6 +529,8 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		}
 		if (!ret && e->dcfg.paging)
 			moem_driver_set_capacity(e->drv, moem_eng_paging_capacity(e, hbm));
+		if (!ret)
+			moem_driver_set_slots(e->drv, hbm / moem_align_up(e->blob_bytes[0], 65536));
 	}
 	if (dirty & (1u << MOEM_BUDGET_REROUTE)) {
 		pthread_mutex_lock(&e->knob_lock); /* status reads rp */

@@ -246,6 +246,7 @@ int moem_eng_placement_open(struct moem_engine *e)
 	dc->n_experts = e->cfg->n_experts;
 	dc->top_k = e->cfg->top_k;
 	dc->expert_bytes = e->blob_bytes[0];
+	dc->hbm_slots = e->o.hbm_budget / moem_align_up(e->blob_bytes[0], 65536);
 	dc->pf_queue = 64;
 	moem_cost_default(&dc->cost);
 	dc->cost.link_gbps = e->o.link_gbps;

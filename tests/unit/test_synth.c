@@ -340,7 +340,8 @@ TEST(pregate_accuracy_decays)
 				for (uint32_t t = 0; t < B; t++)
 					for (uint32_t i = 0; i < K; i++) {
 						for (uint32_t j = 0; j < K; j++)
-							acc[d] += pg[t * K + j] == act[m + d][t * K + i];
+							acc[d] += pg[t * K + j] ==
+								  act[m + d][t * K + i];
 						n[d]++;
 					}
 			}

@@ -427,8 +427,12 @@ TEST(versions_and_unknown_records)
 
 TEST(json_lines_round_trip)
 {
-	struct moem_trace_gen_opts o = {
-		.batch = 3, .steps = 4, .logits = true, .pregate = 2, .hidden = 256, .moe_inter = 128};
+	struct moem_trace_gen_opts o = {.batch = 3,
+					.steps = 4,
+					.logits = true,
+					.pregate = 2,
+					.hidden = 256,
+					.moe_inter = 128};
 	struct moem_trace_writer *w;
 	struct moem_trace_reader *r;
 	struct moem_trace_info in;

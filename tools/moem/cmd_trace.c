@@ -27,29 +27,28 @@
 
 static void trace_usage(FILE *f)
 {
-	fprintf(f,
-		"usage: moem trace gen --seed S --out FILE [options]\n"
-		"       moem trace info FILE [--json]\n"
-		"       moem trace dump FILE            (JSON lines on stdout)\n"
-		"       moem trace import --out FILE [IN.jsonl|-]\n"
-		"       moem trace record -o FILE (--pid P | --exec BIN [ARGS...])  (eBPF)\n"
-		"       moem trace top (--pid P | --exec BIN [ARGS...] | --binary PATH)\n"
-		"       moem trace pool                 (moem.ko events)\n"
-		"\n"
-		"gen options (defaults: Qwen3-30B-A3B shape and synth.h defaults):\n"
-		"  --layers L (48)  --experts N (128)  --top-k K (8)  --batch B (1)\n"
-		"  --steps S (1000) --mix text:0.5,math:0.3,code:0.2 (uniform)\n"
-		"  --workloads a,b,c  --zipf S (1.7)  --overlap X (0.8) --reshuffle X (0.1)\n"
-		"  --layer-corr X (0.6) --persist X (0.5) --drift X (0.02) --seq-len X (256)\n"
-		"  --boost X (4.5) --noise X (0.5)\n"
-		"  --pregate D (2)  pre-gate picks of the D layers ahead in every record\n"
-		"  --hidden H --inter I (2048, 768)  expert shape the header records\n"
-		"  --uniform        uniform routing: zipf 0, no layer correlation,\n"
-		"                   persistence or drift (E[T] = N(1-(1-k/N)^B))\n"
-		"  --model DIR      take the workload and expert shape of a synthetic model\n"
-		"                   (DIR/moem_synth.json, DIR/config.json)\n"
-		"  --logits         store router logits (needed to re-route: lynx, oea, "
-		"piggyback)\n");
+	fprintf(f, "usage: moem trace gen --seed S --out FILE [options]\n"
+		   "       moem trace info FILE [--json]\n"
+		   "       moem trace dump FILE            (JSON lines on stdout)\n"
+		   "       moem trace import --out FILE [IN.jsonl|-]\n"
+		   "       moem trace record -o FILE (--pid P | --exec BIN [ARGS...])  (eBPF)\n"
+		   "       moem trace top (--pid P | --exec BIN [ARGS...] | --binary PATH)\n"
+		   "       moem trace pool                 (moem.ko events)\n"
+		   "\n"
+		   "gen options (defaults: Qwen3-30B-A3B shape and synth.h defaults):\n"
+		   "  --layers L (48)  --experts N (128)  --top-k K (8)  --batch B (1)\n"
+		   "  --steps S (1000) --mix text:0.5,math:0.3,code:0.2 (uniform)\n"
+		   "  --workloads a,b,c  --zipf S (1.7)  --overlap X (0.8) --reshuffle X (0.1)\n"
+		   "  --layer-corr X (0.6) --persist X (0.5) --drift X (0.02) --seq-len X (256)\n"
+		   "  --boost X (4.5) --noise X (0.5)\n"
+		   "  --pregate D (2)  pre-gate picks of the D layers ahead in every record\n"
+		   "  --hidden H --inter I (2048, 768)  expert shape the header records\n"
+		   "  --uniform        uniform routing: zipf 0, no layer correlation,\n"
+		   "                   persistence or drift (E[T] = N(1-(1-k/N)^B))\n"
+		   "  --model DIR      take the workload and expert shape of a synthetic model\n"
+		   "                   (DIR/moem_synth.json, DIR/config.json)\n"
+		   "  --logits         store router logits (needed to re-route: lynx, oea, "
+		   "piggyback)\n");
 }
 
 static int parse_u64(const char *s, const char *what, uint64_t lo, uint64_t hi, uint64_t *v)
@@ -405,8 +404,8 @@ static int trace_info(int argc, char **argv)
 		       in->flags & MOEM_TRACE_F_SYNTHETIC ? "true" : "false",
 		       in->flags & MOEM_TRACE_F_LOGITS ? "true" : "false", in->n_layers,
 		       in->n_experts, in->top_k, in->max_tokens, in->hidden, in->moe_inter,
-		       in->pregate_depth, in->seed, recs, steps,
-		       recs ? (double)tokens / recs : 0.0, recs ? (double)tsum / recs : 0.0);
+		       in->pregate_depth, in->seed, recs, steps, recs ? (double)tokens / recs : 0.0,
+		       recs ? (double)tsum / recs : 0.0);
 	} else {
 		printf("trace %s (format %u.%u)\n", path, in->version_major, in->version_minor);
 		printf("  source:     %s%s\n", moem_trace_source_name(in->source),
@@ -417,8 +416,8 @@ static int trace_info(int argc, char **argv)
 		printf("  logits:     %s\n", in->flags & MOEM_TRACE_F_LOGITS ? "yes" : "no");
 		if (in->hidden)
 			printf("  experts:    hidden %u, width %u\n", in->hidden, in->moe_inter);
-		printf("  pre-gate:   %s%.0u\n",
-		       in->pregate_depth ? "layers ahead: " : "none", in->pregate_depth);
+		printf("  pre-gate:   %s%.0u\n", in->pregate_depth ? "layers ahead: " : "none",
+		       in->pregate_depth);
 		printf("  records:    %" PRIu64 " (%" PRIu64 " steps), max batch %u\n", recs, steps,
 		       in->max_tokens);
 		printf("  mean batch: %.2f tokens; mean T %.2f experts per layer-step\n",

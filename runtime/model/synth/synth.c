@@ -495,9 +495,8 @@ void moem_synth_pregate(struct moem_synth *g, uint32_t b, uint32_t m, uint32_t d
 	const uint32_t t = (m + d) % L, w = g->slot[b].workload;
 	const uint16_t *in = moem_synth_intents(g, b, t);
 	const uint16_t *rk = rank_of(g, w, t);
-	double p = MOEM_SYNTH_PG_FAR +
-		   (MOEM_SYNTH_PG_NEAR - MOEM_SYNTH_PG_FAR) * exp(-(double)(d ? d - 1 : 0) /
-								  MOEM_SYNTH_PG_DECAY);
+	double p = MOEM_SYNTH_PG_FAR + (MOEM_SYNTH_PG_NEAR - MOEM_SYNTH_PG_FAR) *
+					       exp(-(double)(d ? d - 1 : 0) / MOEM_SYNTH_PG_DECAY);
 
 	for (uint32_t e = 0; e < N; e++)
 		z[e] = (float)(g->p.noise * moem_rng_normal(&g->pg_rng));

@@ -98,7 +98,8 @@ int moem_trace_gen(const struct moem_trace_gen_opts *o, struct moem_trace_writer
 	for (uint64_t s = 0; s < o->steps; s++) {
 		moem_synth_step(g);
 		for (uint32_t m = 0; m < p->n_layers; m++) {
-			struct moem_trace_rec rec = {s, m, B, ids, wt, o->logits ? z : NULL, NULL, pg};
+			struct moem_trace_rec rec = {s,	   m, B, ids, wt, o->logits ? z : NULL,
+						     NULL, pg};
 
 			ret = pregate(g, o, m, z, pg);
 			for (uint32_t b = 0; b < B; b++)

@@ -220,8 +220,7 @@ static int get_pregate(struct json_object *o, const struct moem_trace_info *in, 
 	if (!json_object_object_get_ex(o, "pregate", &a) ||
 	    json_object_get_type(a) != json_type_array ||
 	    json_object_array_length(a) != in->pregate_depth)
-		return moem_errf(EINVAL, "\"pregate\" missing or not %u arrays",
-				 in->pregate_depth);
+		return moem_errf(EINVAL, "\"pregate\" missing or not %u arrays", in->pregate_depth);
 	for (uint32_t d = 0; d < in->pregate_depth && !ret; d++) {
 		struct json_object *rows = json_object_array_get_idx(a, d);
 		uint32_t n = tokens;

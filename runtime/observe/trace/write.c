@@ -274,8 +274,8 @@ static int check_picks(const int32_t *id, uint32_t k, uint32_t N, uint32_t t, co
 					 what, t, j, id[j]);
 		for (uint32_t i = 0; i < j; i++)
 			if (id[i] == id[j])
-				return moem_errf(EINVAL, "trace: %stoken %u: expert %d twice", what, t,
-						 id[j]);
+				return moem_errf(EINVAL, "trace: %stoken %u: expert %d twice", what,
+						 t, id[j]);
 	}
 	return 0;
 }
@@ -313,8 +313,9 @@ static int check_rec(const struct moem_trace_writer *w, const struct moem_trace_
 			return ret;
 		for (uint32_t j = 0; j < k; j++) {
 			if (id[j] < 0 && wt[j] != 0)
-				return moem_errf(EINVAL, "trace: token %u slot %u unused but weighted",
-						 t, j);
+				return moem_errf(EINVAL,
+						 "trace: token %u slot %u unused but weighted", t,
+						 j);
 			if (!isfinite(wt[j]) || wt[j] < 0)
 				return moem_errf(EINVAL, "trace: token %u: weight %g", t,
 						 (double)wt[j]);

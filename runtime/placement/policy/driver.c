@@ -21,6 +21,74 @@ static void drv_unlock(struct moem_driver *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
+#define DUEL_EMA    (1.0 / 2048) /* over about two thousand accesses */
+#define DUEL_MARGIN 0.002
+
+static int duel_create(struct moem_driver *d, const struct moem_evict_cfg *ec)
+{
+	struct moem_evict_cfg lc = *ec;
+	int ret;
+
+	lc.kind = MOEM_EVICT_LRU;
+	ret = moem_evict_create(ec, &d->sh[0]);
+	if (!ret)
+		ret = moem_evict_create(&lc, &d->sh[1]);
+	for (int i = 0; i < 2 && !ret; i++) {
+		d->sh_in[i] = calloc((size_t)d->L * d->N * 2, 1);
+		if (!d->sh_in[i])
+			ret = -ENOMEM;
+	}
+	d->slots = d->c.hbm_slots;
+	return ret;
+}
+
+static bool sh_ok(void *arg, uint32_t vid)
+{
+	const struct moem_driver *d = arg;
+
+	return d->pin[vid / 2] != d->pos + 1;
+}
+
+/* A demand access replayed on both shadows (lock held). */
+static void duel_access(struct moem_driver *d, uint32_t vid)
+{
+	for (int i = 0; i < 2 && d->sh[0]; i++) {
+		struct moem_evict *ev = d->sh[i];
+		bool hit = d->sh_in[i][vid];
+		uint32_t v;
+
+		d->sh_hit[i] += DUEL_EMA * ((hit ? 1.0 : 0.0) - d->sh_hit[i]);
+		if (!hit) {
+			while (d->sh_n[i] >= d->slots && d->sh_n[i] &&
+			       !moem_evict_victim(ev, d->pos, 0, sh_ok, d, &v)) {
+				moem_evict_remove(ev, v);
+				d->sh_in[i][v] = 0;
+				d->sh_n[i]--;
+			}
+			moem_evict_insert(ev, vid, d->pos);
+			d->sh_in[i][vid] = 1;
+			d->sh_n[i]++;
+		}
+		moem_evict_access(ev, vid, d->pos);
+	}
+	if (d->sh[0])
+		d->follow_lru = d->sh_hit[1] > d->sh_hit[0] + DUEL_MARGIN;
+}
+
+void moem_drv_set_score(struct moem_driver *d, uint32_t vid, float score)
+{
+	moem_evict_score(d->ev, vid, score);
+	if (d->sh[0])
+		moem_evict_score(d->sh[0], vid, score);
+}
+
+void moem_driver_set_slots(struct moem_driver *d, uint64_t slots)
+{
+	drv_lock(d);
+	d->slots = slots;
+	drv_unlock(d);
+}
+
 int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver_ops *ops,
 		       void *arg, struct moem_driver **out)
 {
@@ -68,7 +136,7 @@ int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver
 	ret = moem_evict_create(&ec, &d->ev);
 	if (ret)
 		goto err;
-	if (c->predictor || c->prefetch) {
+	if (c->predictor || c->prefetch || c->paging) {
 		struct moem_prefetch_cfg pc = c->pf;
 
 		pc.n_layers = d->L;
@@ -82,6 +150,8 @@ int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver
 			goto err;
 	}
 	ret = moem_drv_modes_create(d);
+	if (!ret && c->hbm_slots && ec.kind != MOEM_EVICT_LRU)
+		ret = duel_create(d, &ec);
 	if (ret)
 		goto err;
 	*out = d;
@@ -97,6 +167,10 @@ void moem_driver_destroy(struct moem_driver *d)
 		return;
 	moem_drv_modes_destroy(d);
 	moem_evict_destroy(d->ev);
+	for (int i = 0; i < 2; i++) {
+		moem_evict_destroy(d->sh[i]);
+		free(d->sh_in[i]);
+	}
 	moem_prefetch_destroy(d->pf);
 	moem_drv_flight_free(d);
 	free(d->plan);
@@ -135,7 +209,8 @@ int moem_driver_pick(struct moem_driver *d, uint32_t incoming, enum moem_prio pr
 	d->ok = ok;
 	d->ok_arg = arg;
 	if (prio == MOEM_PRIO_MISS || incoming >= 2 * d->L * d->N)
-		ret = moem_evict_victim(d->ev, d->pos, 0, drv_ok, d, vid);
+		ret = moem_evict_victim(d->ev, d->pos, d->follow_lru ? MOEM_EVICT_RECENCY : 0,
+					drv_ok, d, vid);
 	else if (d->c.evict.kind == MOEM_EVICT_PRED)
 		/* never evict something worth more than what comes in */
 		ret = moem_evict_victim_below(d->ev, d->pos, moem_evict_get_score(d->ev, incoming),
@@ -168,6 +243,59 @@ void moem_driver_removed(struct moem_driver *d, uint32_t vid)
 	drv_unlock(d);
 }
 
+/* ---- pred's scores: an online Belady ----------------------------------------- */
+
+/*
+ * Belady MIN evicts the expert whose next use is farthest. pred estimates
+ * that time: an expert of layer l is used at the layer's next run (tick
+ * next) with the predictor's probability q (pre-gate, persistence,
+ * cross-layer chain, frequency), so its next use is expected at
+ * next + L (1 - q) / q ticks. The score is minus that (lowest evicted
+ * first), relative to a base the driver moves forward now and then so
+ * that floats keep their precision. (Ranking by q alone ignores when the
+ * layer runs next: the pre-gate would then push out the next layers'
+ * unpredicted experts ahead of experts needed later than them.)
+ */
+#define SCORE_REBASE (1u << 20)
+
+static uint64_t next_run(const struct moem_driver *d, uint32_t l)
+{
+	uint64_t t = d->pos - d->pos % d->L + l;
+
+	return t <= d->pos ? t + d->L : t;
+}
+
+static float score_of(const struct moem_driver *d, uint64_t next, float q)
+{
+	double qq = q > 1e-4f ? q : 1e-4f;
+
+	return (float)-((double)(next - d->score_base) + (double)d->L * (1 - qq) / qq);
+}
+
+/* Score layer l's experts (lock held; -errno while the predictor does not know the layer). */
+int moem_drv_score_layer(struct moem_driver *d, uint32_t l)
+{
+	uint64_t next = next_run(d, l);
+	int ret;
+
+	if (d->pos - d->score_base > SCORE_REBASE) {
+		moem_evict_rebase(d->ev, (float)(d->pos - d->score_base));
+		if (d->sh[0])
+			moem_evict_rebase(d->sh[0], (float)(d->pos - d->score_base));
+		d->score_base = d->pos;
+	}
+	ret = moem_prefetch_reuse(d->pf, l, d->prob);
+	for (uint32_t e = 0; !ret && e < d->N; e++)
+		moem_drv_set_score(d, moem_drv_vid(d, l * d->N + e), score_of(d, next, d->prob[e]));
+	return ret;
+}
+
+/* The score of an expert a prefetch brings for tick tpos with probability q. */
+float moem_drv_score_incoming(struct moem_driver *d, uint64_t tpos, float q)
+{
+	return score_of(d, tpos, q);
+}
+
 /* ---- per layer ------------------------------------------------------------- */
 
 int moem_driver_routed(struct moem_driver *d, uint64_t pos, uint32_t tokens, const int32_t *ids,
@@ -178,6 +306,7 @@ int moem_driver_routed(struct moem_driver *d, uint64_t pos, uint32_t tokens, con
 
 	drv_lock(d);
 	d->pos = pos;
+	d->layer_misses = 0;
 	d->ids = ids;
 	d->tokens = tokens;
 	for (uint32_t i = 0; i < T; i++)
@@ -192,13 +321,26 @@ int moem_driver_routed(struct moem_driver *d, uint64_t pos, uint32_t tokens, con
 	 * misses cause already rank this layer's unused experts for its next run.
 	 */
 	if (d->pf && !moem_prefetch_observe(d->pf, pos, tokens, ids) &&
-	    d->c.evict.kind == MOEM_EVICT_PRED && !moem_prefetch_reuse(d->pf, m, d->prob))
-		for (uint32_t e = 0; e < d->N; e++)
-			moem_evict_score(d->ev, moem_drv_vid(d, m * d->N + e), d->prob[e]);
+	    d->c.evict.kind == MOEM_EVICT_PRED)
+		moem_drv_score_layer(d, m);
 	drv_unlock(d);
 	if (d->dx)
 		moem_drv_dx_poll(d);
 	return ret;
+}
+
+void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float *prob)
+{
+	const uint32_t l = (uint32_t)(target_pos % d->L);
+
+	drv_lock(d);
+	if (d->pf && target_pos > d->pos) {
+		moem_prefetch_pregate(d->pf, target_pos, prob);
+		/* the layer's experts are ranked for their next run, now with the pre-gate */
+		if (d->c.evict.kind == MOEM_EVICT_PRED)
+			moem_drv_score_layer(d, l);
+	}
+	drv_unlock(d);
 }
 
 void moem_driver_used(struct moem_driver *d, uint32_t key, enum moem_res state, bool early)
@@ -219,7 +361,9 @@ void moem_driver_used(struct moem_driver *d, uint32_t key, enum moem_res state, 
 		if (d->fl_seq[key])
 			d->fl_used[key] = 1; /* needed now: no longer speculative */
 	}
+	d->layer_misses += state != MOEM_RES_RESIDENT;
 	moem_evict_access(d->ev, moem_drv_vid(d, key), d->pos);
+	duel_access(d, moem_drv_vid(d, key));
 	drv_unlock(d);
 }
 

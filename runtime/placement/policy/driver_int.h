@@ -45,7 +45,9 @@ struct moem_driver {
 	struct drv_flight *fl; /* issue order; an entry is live iff fl_seq[key] == seq */
 	uint32_t n_fl, cap_fl, live_fl, next_seq;
 	struct moem_prefetch_req *req;
-	float *prob; /* [N] scratch */
+	float *prob;	       /* [N] scratch */
+	uint64_t score_base;   /* pred's scores are ticks relative to this */
+	uint32_t layer_misses; /* the current layer's experts not resident when needed */
 	/* DynaExq transitions in flight. */
 	struct moem_dx_action *dx_fl;
 	uint32_t n_dx_fl, cap_dx_fl;
@@ -54,6 +56,17 @@ struct moem_driver {
 	/* The current layer's routing (routed() .. layer_end()). */
 	const int32_t *ids;
 	uint32_t tokens;
+	/*
+	 * The LRU duel: two shadow caches of the budget's size replay the
+	 * demand accesses, one under the policy, one under LRU; while LRU's
+	 * would have hit more often lately, victims come in LRU order, so no
+	 * policy does worse than plain LRU for long.
+	 */
+	struct moem_evict *sh[2]; /* [0] the policy, [1] LRU */
+	uint8_t *sh_in[2];	  /* [L * N * 2] membership */
+	uint64_t sh_n[2], slots;
+	double sh_hit[2]; /* hit rates, EMA over accesses */
+	bool follow_lru;
 	/* The owner's ok() during a pick. */
 	bool (*ok)(void *arg, uint32_t vid);
 	void *ok_arg;
@@ -64,6 +77,12 @@ static inline uint32_t moem_drv_vid(const struct moem_driver *d, uint32_t key)
 {
 	return key * 2 + d->plan[key];
 }
+
+/* driver.c: a pred score, on the policy and its shadow (lock held) */
+void moem_drv_set_score(struct moem_driver *d, uint32_t vid, float score);
+/* driver.c: pred's scores (lock held) */
+int moem_drv_score_layer(struct moem_driver *d, uint32_t l);
+float moem_drv_score_incoming(struct moem_driver *d, uint64_t tpos, float q);
 
 /* driver_prefetch.c */
 void moem_drv_flight_free(struct moem_driver *d);

@@ -145,9 +145,10 @@ static int issue(struct moem_driver *d, const struct moem_prefetch_req *r)
 
 	pthread_mutex_lock(&d->lock);
 	vid = moem_drv_vid(d, key);
-	/* what comes in is worth its predicted probability (pred compares) */
+	/* what comes in is worth its expected next use (pred compares) */
 	old = moem_evict_get_score(d->ev, vid);
-	moem_evict_score(d->ev, vid, r->prob);
+	if (d->c.evict.kind == MOEM_EVICT_PRED)
+		moem_evict_score(d->ev, vid, moem_drv_score_incoming(d, r->pos, r->prob));
 	pthread_mutex_unlock(&d->lock);
 	ret = d->ops->fetch(d->arg, key, MOEM_PRIO_PREFETCH, r->pos);
 	pthread_mutex_lock(&d->lock);
@@ -165,10 +166,73 @@ static int issue(struct moem_driver *d, const struct moem_prefetch_req *r)
 	return ret;
 }
 
+/* What the link still has to move (this layer's misses, prefetches in flight), in bytes. */
+static double backlog_bytes(const struct moem_driver *d)
+{
+	return (double)(d->layer_misses + d->live_fl) * (double)d->c.expert_bytes;
+}
+
+static int cmp_prob(const void *a, const void *b, void *arg)
+{
+	const float *p = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	if (p[x] != p[y])
+		return p[x] > p[y] ? -1 : 1;
+	return x < y ? -1 : 1;
+}
+
+int moem_driver_page_next(struct moem_driver *d)
+{
+	const uint32_t N = d->N;
+	uint32_t order[1024], n = 0;
+	struct moem_prefetch_req r;
+	double bw, lns, backlog;
+	uint64_t target;
+
+	if (!d->c.paging || (uint32_t)(d->pos % d->L) + 1 >= d->L)
+		return 0; /* the next step's first layer needs the next token */
+	poll_landed(d);
+	pthread_mutex_lock(&d->lock);
+	target = d->pos + 1;
+	if (moem_prefetch_predict(d->pf, target, d->prob)) {
+		pthread_mutex_unlock(&d->lock);
+		return 0;
+	}
+	moem_prefetch_rates(d->pf, &bw, &lns);
+	backlog = backlog_bytes(d);
+	pthread_mutex_unlock(&d->lock);
+	for (uint32_t e = 0; e < N; e++)
+		order[e] = e;
+	qsort_r(order, N, sizeof(*order), cmp_prob, d->prob);
+	for (uint32_t i = 0; i < N && n < d->c.pg_window; i++) {
+		uint32_t e = order[i];
+		int ret;
+
+		if (d->prob[e] < d->c.pf.q_min ||
+		    backlog + (double)d->c.expert_bytes > bw * lns * 2)
+			break; /* the rest is less likely, or the link has no idle time for it */
+		r = (struct moem_prefetch_req){target, (uint32_t)(target % d->L), e, d->prob[e]};
+		if (d->ops->state(d->arg, r.layer * N + e) != MOEM_RES_ABSENT) {
+			n++;
+			continue;
+		}
+		ret = issue(d, &r);
+		if (ret < 0 && ret != -EAGAIN)
+			return ret;
+		if (ret == 1) {
+			backlog += (double)d->c.expert_bytes;
+			n++;
+		}
+	}
+	return 0;
+}
+
 int moem_driver_lookahead(struct moem_driver *d)
 {
 	uint32_t S, n, planned = 0, fetched = 0;
 	float refused = -1; /* no room was found for a prefetch this likely */
+	double bw, lns, backlog;
 	uint64_t pos;
 
 	if (!d->c.prefetch)
@@ -181,6 +245,16 @@ int moem_driver_lookahead(struct moem_driver *d)
 	d->st.s_n++;
 	moem_evict_set_horizon(d->ev, S);
 	n = moem_prefetch_plan(d->pf, pos, d->req, 4096);
+	/*
+	 * The cost model: a prefetch pays only with link time the layers before
+	 * its target leave idle. What the link still has to move (this layer's
+	 * misses, the prefetches in flight) plus it must fit in the compute time
+	 * until its tick; otherwise it delays the misses ahead of it and saves
+	 * nothing (a saturated link moves the same bytes either way), and a
+	 * wrong one costs a miss its place.
+	 */
+	moem_prefetch_rates(d->pf, &bw, &lns);
+	backlog = backlog_bytes(d);
 	pthread_mutex_unlock(&d->lock);
 	for (uint32_t i = 0; i < n; i++) {
 		const struct moem_prefetch_req *r = &d->req[i];
@@ -201,7 +275,11 @@ int moem_driver_lookahead(struct moem_driver *d)
 		 */
 		if (r->prob <= refused)
 			continue;
+		if (backlog + (double)d->c.expert_bytes > bw * lns * (double)(r->pos - pos))
+			continue;
 		ret = issue(d, r);
+		if (ret == 1)
+			backlog += (double)d->c.expert_bytes;
 		if (ret == -EAGAIN)
 			refused = d->c.evict.kind == MOEM_EVICT_PRED ? r->prob : INFINITY;
 		else if (ret < 0)

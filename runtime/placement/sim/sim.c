@@ -118,9 +118,6 @@ void moem_sim_on_done(struct sim *s, struct sim_xfer *x)
 	case MOEM_SIM_DYNAEXQ:
 		moem_sim_dynaexq_done(s, x);
 		break;
-	case MOEM_SIM_FLUXMOE:
-		moem_sim_fluxmoe_done(s, x);
-		break;
 	default:
 		moem_sim_cache_done(s, x);
 		break;
@@ -148,11 +145,8 @@ static void sim_free(struct sim *s)
 	free(s->tok);
 	free(s->pend);
 	free(s->keys);
+	free(s->pgprob);
 	free(s->next_use);
-	free(s->window_done);
-	free(s->window_last);
-	free(s->window_left);
-	free(s->wkeys);
 	moem_access_log_free(&s->log);
 }
 
@@ -170,8 +164,9 @@ static int sim_alloc(struct sim *s, uint32_t max_tokens)
 	s->tok = malloc(s->N * sizeof(*s->tok));
 	s->pend = malloc(s->N * sizeof(*s->pend));
 	s->keys = malloc(s->N * sizeof(*s->keys));
+	s->pgprob = malloc(s->N * sizeof(*s->pgprob));
 	if (!s->k || !s->in_dram || !s->ids || !s->w || !s->cnt || !s->act || !s->res || !s->tok ||
-	    !s->pend || !s->keys)
+	    !s->pend || !s->keys || !s->pgprob)
 		return -ENOMEM;
 	moem_access_log_init(&s->log, (uint32_t)LN);
 	return moem_sim_ce_init(s, 1024);
@@ -194,6 +189,31 @@ static int route(struct sim *s, const struct moem_trace_rec *rec, uint32_t m,
 	memcpy(out->w, rec->w, (size_t)rec->tokens * s->K * sizeof(*out->w));
 	memcpy(out->cnt, rec->cnt, rec->tokens * sizeof(*out->cnt));
 	return 0;
+}
+
+/*
+ * The trace's pre-gate picks of the layers ahead (what the engine's
+ * routers of those layers chose from this layer's input): as activation
+ * probabilities, 1 - exp(-tokens picking the expert).
+ */
+static void pregate(struct sim *s, const struct moem_trace_rec *rec)
+{
+	for (uint32_t d = 1; d <= s->pg_depth && rec->layer + d < s->L; d++) {
+		const int32_t *ids = rec->pregate + (size_t)(d - 1) * rec->tokens * s->K;
+
+		memset(s->tok, 0, s->N * sizeof(*s->tok));
+		for (size_t i = 0; i < (size_t)rec->tokens * s->K; i++)
+			if (ids[i] >= 0)
+				s->tok[ids[i]]++;
+		for (uint32_t e = 0; e < s->N; e++)
+			s->pgprob[e] = s->tok[e] ? (float)(1.0 - exp(-(double)s->tok[e])) : 0.0f;
+		moem_driver_pregate(s->d, s->pos + d, s->pgprob);
+	}
+	/* s->tok is the layer's own count again */
+	memset(s->tok, 0, s->N * sizeof(*s->tok));
+	for (uint32_t t = 0; t < rec->tokens; t++)
+		for (uint32_t j = 0; j < s->cnt[t]; j++)
+			s->tok[s->ids[(size_t)t * s->K + j]]++;
 }
 
 /* A new step begins with this record: counting, and FluxMoE's controller. */
@@ -226,12 +246,6 @@ static int layer(struct sim *s, const struct moem_trace_rec *rec)
 	if (!s->any_step || rec->step != s->last_step)
 		new_step(s, rec->step, t0);
 	moem_sim_advance(s, t0);
-	if (s->p->mode == MOEM_SIM_FLUXMOE) {
-		/* the next layer's window loads start with this layer */
-		ret = moem_sim_fluxmoe_begin(s, m);
-		if (ret)
-			return ret;
-	}
 	t_r = t0 + s->c->cost.layer_ns;
 	moem_sim_advance(s, t_r);
 	s->now = t_r;
@@ -260,15 +274,20 @@ static int layer(struct sim *s, const struct moem_trace_rec *rec)
 	ret = moem_driver_routed(s->d, s->pos, rec->tokens, s->ids, s->keys, T);
 	if (ret)
 		return ret;
+	if (rec->pregate)
+		pregate(s, rec);
+	/* FluxMoE: the next layer's window loads start with this layer */
+	ret = moem_driver_page_next(s->d);
+	if (ret)
+		return ret;
 	switch (s->p->mode) {
 	case MOEM_SIM_DYNAEXQ:
 		ret = moem_sim_dynaexq_layer(s, t_r, T, &end);
 		break;
-	case MOEM_SIM_FLUXMOE:
-		ret = moem_sim_fluxmoe_layer(s, t0, t_r, T, &end);
-		break;
 	default:
 		ret = moem_sim_cache_layer(s, t_r, T, &end);
+		if (!ret)
+			ret = moem_driver_layer_end(s->d, t0);
 		break;
 	}
 	if (ret)
@@ -314,7 +333,7 @@ static const struct moem_driver_ops sim_ops = {
 };
 
 /* The driver for the policy: its components and the sizes the budget gives. */
-static int open_driver(struct sim *s, const char *trace)
+static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
 {
 	const struct moem_sim_policy *p = s->p;
 	struct moem_driver_cfg dc;
@@ -327,7 +346,8 @@ static int open_driver(struct sim *s, const char *trace)
 	dc.evict = p->evict;
 	dc.cost = s->c->cost;
 	dc.expert_bytes = s->size;
-	if (p->mode == MOEM_SIM_CACHE) {
+	dc.hbm_slots = s->c->hbm_bytes / s->size;
+	if (p->mode == MOEM_SIM_CACHE || p->mode == MOEM_SIM_FLUXMOE) {
 		dc.prefetch = p->prefetch;
 		dc.pf = p->pf;
 		dc.pf_queue = p->pf_queue;
@@ -339,7 +359,7 @@ static int open_driver(struct sim *s, const char *trace)
 		ret = moem_sim_dynaexq_setup(s, &dc);
 		break;
 	case MOEM_SIM_FLUXMOE:
-		ret = moem_sim_fluxmoe_setup(s, &dc);
+		ret = moem_sim_fluxmoe_setup(s, &dc, max_tokens);
 		break;
 	case MOEM_SIM_BELADY:
 		ret = moem_sim_oracle_prepass(s, trace);
@@ -425,6 +445,7 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	s.N = info->n_experts;
 	s.K = info->top_k;
 	s.size = c.expert_bytes[c.prec];
+	s.pg_depth = p->pregate ? info->pregate_depth : 0;
 	s.count_from = SIM_INF;
 	s.rc = (struct moem_route_cfg){s.N, s.K, true, 1.0f};
 	moem_rng_seed(&s.rng, o->seed, 7);
@@ -434,6 +455,14 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	ret = moem_route_policy_parse(p->route, s.K, &s.rp);
 	if (ret)
 		goto out;
+	if (c.hbm_bytes < s.size && p->mode != MOEM_SIM_DYNAEXQ) {
+		ret = moem_errf(ENOSPC,
+				"policy %s: the HBM budget (%llu bytes) is below one expert: "
+				"the smallest budget that runs is %llu bytes",
+				p->label, (unsigned long long)c.hbm_bytes,
+				(unsigned long long)s.size);
+		goto out;
+	}
 	if (moem_route_policy_needs_logits(&s.rp) && !(info->flags & MOEM_TRACE_F_LOGITS)) {
 		ret = moem_errf(EINVAL,
 				"policy %s: route %s re-routes from router logits, and "
@@ -453,7 +482,7 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 		if (ret)
 			goto out;
 	}
-	ret = open_driver(&s, trace);
+	ret = open_driver(&s, trace, info->max_tokens);
 	if (ret)
 		goto out;
 	detail(&s);

@@ -55,6 +55,23 @@ static int oracle_victim(struct sim *s, uint32_t *v)
 	return 0;
 }
 
+/* Let the policy evict this layer's experts (resident ones only, or all); true if any. */
+static bool unpin_layer(struct sim *s, bool resident_only)
+{
+	bool any = false;
+
+	s->unpin_stage = resident_only ? 1 : 2;
+	for (uint32_t i = 0; i < s->layer_T; i++) {
+		uint32_t key = s->keys[i];
+
+		if (resident_only && s->k[key].st != K_RES)
+			continue;
+		moem_driver_unpin(s->d, key);
+		any = true;
+	}
+	return any;
+}
+
 /*
  * Reserve bytes of HBM for a miss of key, evicting as the driver (or the
  * oracle) says; failing that, withdraw a waiting prefetch, and as a last
@@ -79,6 +96,15 @@ static int make_room(struct sim *s, uint32_t key, uint64_t bytes)
 			continue;
 		}
 		if (moem_driver_reclaim(s->d))
+			continue;
+		/*
+		 * A budget of fewer experts than the layer needs: as the engine
+		 * does, what of this layer is resident runs and lets its slot go,
+		 * then misses land and run, then the rest may be evicted too.
+		 */
+		if (s->unpin_stage == 0 && unpin_layer(s, true))
+			continue;
+		if (!s->ce.queued && s->unpin_stage < 2 && unpin_layer(s, false))
 			continue;
 		if (!s->ce.queued)
 			return moem_errf(ENOSPC,
@@ -207,6 +233,8 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	int ret;
 
 	s->npend = 0;
+	s->unpin_stage = 0;
+	s->layer_T = T;
 	memset(s->res, 0, s->N); /* experts that hit, for the execution order */
 	for (uint32_t i = 0; i < T; i++) {
 		uint32_t key = s->keys[i];
@@ -221,6 +249,7 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 			if (s->counted)
 				s->r->hits++;
 		} else if (was == MOEM_RES_FLIGHT) {
+			s->step_bytes += s->size;
 			if (s->counted)
 				s->r->late++;
 			moem_sim_ce_boost(s, k->xfer);
@@ -229,6 +258,7 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 			ret = moem_sim_cache_fetch(s, key, MOEM_PRIO_MISS, s->pos);
 			if (ret < 0)
 				return ret;
+			s->step_bytes += s->size;
 			s->pend[s->npend++] = key;
 		}
 		moem_driver_used(s->d, key, was, k->ready_ns + s->c->cost.layer_ns < t_r);
@@ -260,6 +290,7 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	if (cur < s->now + sum)
 		cur = s->now + sum;
 	layer_comp = s->c->cost.layer_ns + sum;
+	s->tau_comp += (double)layer_comp;
 	if (s->counted) {
 		s->r->stall_ns += cur - t_r - sum;
 		s->r->compute_ns += layer_comp;

@@ -88,7 +88,10 @@ struct sim {
 	uint8_t *act, *res;
 	uint32_t *tok;
 	uint32_t *pend, npend;
+	uint32_t layer_T, unpin_stage; /* a budget below a layer's needs (make_room) */
 	uint32_t *keys;
+	float *pgprob;	   /* [N] a pre-gate's activation probabilities */
+	uint32_t pg_depth; /* pre-gate layers the policy reads from the trace */
 	/* accesses, for the Belady bound (and the oracle's next uses) */
 	struct moem_access_log log;
 	uint64_t count_from; /* first counted tick index in log */
@@ -98,12 +101,8 @@ struct sim {
 	enum moem_prec dx_hi, dx_lo;
 	uint64_t hi_uses;
 	/* fluxmoe */
-	uint64_t *window_done; /* [L]: when the layer's window loads land */
-	uint32_t *window_last; /* [L]: last transfer of the layer's loads */
-	uint32_t *window_left; /* [L]: loads not yet delivered */
-	uint32_t *wkeys;       /* [N]: scratch for a window's keys */
-	uint64_t window_bytes;
-	double tau_comp; /* this step's compute */
+	uint64_t step_bytes; /* this step's misses' bytes (streamed on demand) */
+	double tau_comp;     /* this step's compute */
 };
 
 /* ce.c */
@@ -146,10 +145,7 @@ int moem_sim_dynaexq_setup(struct sim *s, struct moem_driver_cfg *dc);
 int moem_sim_dynaexq_stage(struct sim *s);
 int moem_sim_dynaexq_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end);
 void moem_sim_dynaexq_done(struct sim *s, struct sim_xfer *x);
-int moem_sim_fluxmoe_setup(struct sim *s, struct moem_driver_cfg *dc);
+int moem_sim_fluxmoe_setup(struct sim *s, struct moem_driver_cfg *dc, uint32_t max_tokens);
 void moem_sim_fluxmoe_step(struct sim *s);
-int moem_sim_fluxmoe_begin(struct sim *s, uint32_t layer);
-void moem_sim_fluxmoe_done(struct sim *s, struct sim_xfer *x);
-int moem_sim_fluxmoe_layer(struct sim *s, uint64_t t0, uint64_t t_r, uint32_t T, uint64_t *end);
 
 #endif /* MOEM_SIM_INT_H */

@@ -5,6 +5,7 @@
  * through the budget tracker, timing the forward pass).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,134 +141,51 @@ void moem_sim_dynaexq_done(struct sim *s, struct sim_xfer *x)
 	k->bytes = x->bytes;
 }
 
-/* ---- FluxMoE: resident set + two-layer window ---- */
-
-int moem_sim_fluxmoe_setup(struct sim *s, struct moem_driver_cfg *dc)
+/*
+ * ---- FluxMoE: a resident set sized by the rho controller, the next
+ * layer's window paged in as a layer starts, the rest an expert cache ----
+ *
+ * The window is what a layer needs that is not resident: at most the
+ * experts a batch activates, N (1 - (1 - k/N)^B) under uniform routing
+ * (an upper estimate for real, skewed routing), twice (this layer's and
+ * the next's). What the window and the resident set leave is a cache under
+ * the preset's eviction policy, so paging never does worse than caching.
+ */
+int moem_sim_fluxmoe_setup(struct sim *s, struct moem_driver_cfg *dc, uint32_t max_tokens)
 {
 	struct moem_paging_cfg c = s->p->pg;
-	uint64_t window;
+	double B = max_tokens ? max_tokens : 1;
+	uint32_t W = (uint32_t)ceil(s->N * (1 - pow(1 - (double)s->K / s->N, B)));
+	uint64_t window = 2ull * W * s->size;
 
-	window = 2ull * s->N * s->size;
-	if (!moem_tier_budget_try_reserve(&s->hbm, window))
-		return moem_errf(ENOSPC,
-				 "fluxmoe: the HBM budget (%llu bytes) is below the "
-				 "two-layer window (%llu bytes)",
-				 (unsigned long long)s->c->hbm_bytes, (unsigned long long)window);
-	s->window_bytes = window;
-	c.capacity = (uint32_t)((s->c->hbm_bytes - window) / ((uint64_t)s->L * s->size));
+	c.capacity = s->c->hbm_bytes > window
+			     ? (uint32_t)((s->c->hbm_bytes - window) / (2ull * s->L * s->size))
+			     : 0;
 	if (c.capacity > s->N)
 		c.capacity = s->N;
 	if (!s->p->pg_initial_given)
 		c.initial = c.capacity;
 	dc->paging = true;
 	dc->pg = c;
-	s->window_done = calloc(s->L, sizeof(*s->window_done));
-	s->window_last = malloc(s->L * sizeof(*s->window_last));
-	s->window_left = calloc(s->L, sizeof(*s->window_left));
-	s->wkeys = malloc(s->N * sizeof(*s->wkeys));
-	if (!s->window_done || !s->window_last || !s->window_left || !s->wkeys)
-		return -ENOMEM;
-	for (uint32_t l = 0; l < s->L; l++)
-		s->window_last[l] = SIM_NONE;
+	dc->pg_window = W;
 	snprintf(s->r->detail, sizeof(s->r->detail),
-		 "fluxmoe window=2x%u experts capacity=%u/layer start=%u theta=%g", s->N,
-		 c.capacity, c.initial < c.capacity ? c.initial : c.capacity, c.theta);
+		 "fluxmoe window=2x%u experts capacity=%u/layer start=%u theta=%g evict=%s", W,
+		 c.capacity, c.initial < c.capacity ? c.initial : c.capacity, c.theta,
+		 moem_evict_kind_name(s->p->evict.kind));
 	return 0;
 }
 
-/* Queue the window loads of layer l: every expert not in the resident set. */
-static int load_layer(struct sim *s, uint32_t l)
-{
-	uint32_t n = moem_driver_window(s->d, l, s->wkeys);
-
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t key = s->wkeys[i], id;
-
-		id = moem_sim_ce_add(s, key, XK_PAGE, PRIO_PREFETCH, s->size,
-				     moem_sim_link_bpn(s, key, s->size));
-		if (id == SIM_NONE)
-			return -ENOMEM;
-		s->window_last[l] = id;
-		s->window_left[l]++;
-	}
-	return 0;
-}
-
-int moem_sim_fluxmoe_begin(struct sim *s, uint32_t layer)
-{
-	int ret = 0;
-
-	/* cold start: the first layer loads itself */
-	if (s->pos == 0 || (!s->window_left[layer] && s->window_last[layer] == SIM_NONE))
-		ret = load_layer(s, layer);
-	/* WAR: layer - 1's blocks are free (its compute ended at this layer's start) */
-	if (!ret)
-		ret = load_layer(s, (layer + 1) % s->L);
-	return ret;
-}
-
-void moem_sim_fluxmoe_done(struct sim *s, struct sim_xfer *x)
-{
-	uint32_t l = x->key / s->N;
-
-	if (x->done_ns > s->window_done[l])
-		s->window_done[l] = x->done_ns;
-	if (s->window_left[l])
-		s->window_left[l]--;
-}
-
+/* Once per step: the rho controller on the step's compute and streaming time. */
 void moem_sim_fluxmoe_step(struct sim *s)
 {
-	double load = 0;
-
-	for (uint32_t key = 0; key < s->L * s->N; key++)
-		if (!moem_driver_resident(s->d, key))
-			load += (double)s->size / s->c->cost.link_gbps;
-	moem_driver_step_end(s->d, s->tau_comp, load);
+	moem_driver_step_end(s->d, s->tau_comp, (double)s->step_bytes / s->c->cost.link_gbps);
 	s->tau_comp = 0;
+	s->step_bytes = 0;
 }
 
 int moem_sim_fluxmoe_keep(void *arg, uint32_t key, bool keep)
 {
-	struct sim *s = arg;
+	const struct sim *s = arg;
 
-	if (keep) {
-		if (!moem_tier_budget_try_reserve(&s->hbm, s->size))
-			return -EAGAIN;
-		s->k[key].st = K_RES; /* kept from the window: no transfer */
-	} else {
-		s->k[key].st = K_ABSENT;
-		moem_tier_budget_release(&s->hbm, s->size);
-	}
-	return 0;
-}
-
-int moem_sim_fluxmoe_layer(struct sim *s, uint64_t t0, uint64_t t_r, uint32_t T, uint64_t *end)
-{
-	const uint32_t m = (uint32_t)(s->pos % s->L);
-	uint64_t ready, sum = 0, start;
-
-	/* RAW: the layer's kernels wait for its window loads */
-	if (s->window_left[m]) {
-		moem_sim_ce_run(s, SIM_INF, s->window_last[m]);
-		ready = s->ce.x[s->window_last[m]].done_ns;
-	} else {
-		ready = s->window_done[m];
-	}
-	start = ready > t_r ? ready : t_r;
-	for (uint32_t i = 0; i < T; i++) {
-		uint32_t key = s->keys[i];
-
-		sum += moem_cost_gpu_ns(&s->c->cost, s->size, s->tok[key % s->N]);
-		if (s->counted && moem_driver_resident(s->d, key))
-			s->r->hits++;
-	}
-	s->tau_comp += (double)(s->c->cost.layer_ns + sum);
-	if (s->counted) {
-		s->r->stall_ns += start - t_r;
-		s->r->compute_ns += s->c->cost.layer_ns + sum;
-	}
-	*end = start + sum;
-	/* the driver's one staggered migration for this layer this step */
-	return moem_driver_layer_end(s->d, t0);
+	return !keep || s->k[key].st == K_RES ? 0 : -EAGAIN;
 }
