@@ -38,8 +38,8 @@ static int pregate(struct moem_synth *g, const struct moem_trace_gen_opts *o, ui
 {
 	const uint32_t B = o->batch, N = o->synth.n_experts, K = o->synth.top_k;
 	struct moem_route_cfg rc = {N, K, true, 1.0f};
-	float wt[MOEM_TRACE_MAX_TOPK * 64];
-	uint32_t cnt[64];
+	float wt[MOEM_TRACE_MAX_TOPK * 64] = {0};
+	uint32_t cnt[64] = {0};
 	int ret = 0;
 
 	for (uint32_t d = 1; d <= o->pregate && !ret; d++) {
