@@ -242,8 +242,9 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 			/*
 			 * Every HBM slot is pinned by this layer or in flight for it:
 			 * run what is resident and let it go, else finish the oldest
-			 * miss, else let the policy take this layer's experts not
-			 * acquired yet (a budget of a few experts); then try again.
+			 * miss, else cancel prefetches for later layers, else let the
+			 * policy take this layer's experts not acquired yet (a budget
+			 * of a few experts); then try again.
 			 */
 			if (n_ready) {
 				ret = run_groups(c, ready, n_ready);
@@ -252,10 +253,13 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 				n_ready = 0;
 			} else if (done_pend < n_pend) {
 				ret = finish_pending(c, pend[done_pend++], st);
+			} else if (moem_driver_reclaim(e->drv)) {
+				ret = 0; /* prefetches for later layers gave their slots back */
 			} else if (!unpinned) {
 				for (uint32_t j = i; j < c->n_groups; j++)
 					moem_driver_unpin(e->drv, key_of(c, &c->g[j]));
 				unpinned = true;
+				ret = 0;
 			} else {
 				return moem_errf(ENOSPC,
 						 "layer %u expert %u: no HBM slot can be freed",

@@ -654,8 +654,10 @@ int moem_prefetch_reuse(struct moem_prefetch *pf, uint32_t layer, float *prob)
 {
 	uint64_t target;
 
-	if (layer >= pf->L || pf->obs_pos[layer] == NONE64)
-		return moem_errf(EINVAL, "prefetch: layer %u not observed yet", layer);
+	if (layer >= pf->L)
+		return moem_errf(EINVAL, "prefetch: layer %u of %u", layer, pf->L);
+	if (pf->obs_pos[layer] == NONE64)
+		return -ENOENT; /* not observed yet: the caller's normal case, no message */
 	target = pf->obs_pos[layer] + pf->L;
 	mix(pf, target, (uint32_t)(target - pf->last_pos), pf->v);
 	for (uint32_t e = 0; e < pf->N; e++)
