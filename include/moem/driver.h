@@ -213,6 +213,8 @@ void moem_driver_set_slots(struct moem_driver *d, uint64_t slots);
 /* New budget-derived sizes: DynaExq's n_hi per layer, FluxMoE's capacity. */
 void moem_driver_set_n_hi(struct moem_driver *d, uint32_t n_hi);
 void moem_driver_set_capacity(struct moem_driver *d, uint32_t capacity);
+/* FluxMoE: experts of the next layer paged in at most (the batch moved). */
+void moem_driver_set_window(struct moem_driver *d, uint32_t window);
 /* The cost model the driver decides with (the engine updates it from measurements). */
 const struct moem_cost *moem_driver_cost(const struct moem_driver *d);
 

@@ -70,6 +70,12 @@ struct moem_engine_opts {
 	 * If the tracer cannot be loaded the engine says why and uses its own
 	 * counters: the runtime never needs BPF. */
 	const char *hotness;
+	/*
+	 * Pre-gate: the routers of the next pregate layers applied to each
+	 * MoE layer's input, for prefetch, FluxMoE's window and pred's
+	 * ranking (and written to the trace). 0: the default, 2; -1: none.
+	 */
+	int32_t pregate;
 };
 
 enum moem_workload_kind {

@@ -165,6 +165,16 @@ static int alloc_acts(struct moem_engine *e)
 		return ret;
 	e->h_host = calloc(B * H, sizeof(float));
 	e->logits_host = calloc(B * N, sizeof(float));
+	if (e->pg_depth) {
+		ret = moem_be_alloc(e->be, B * N * 4, &e->pg_logits);
+		if (ret)
+			return ret;
+		e->pg_logits_host = calloc(B * N, sizeof(float));
+		e->pg_prob = calloc(N, sizeof(float));
+		e->pg_ids = calloc((size_t)e->pg_depth * B * K, sizeof(int32_t));
+		if (!e->pg_logits_host || !e->pg_prob || !e->pg_ids)
+			return -ENOMEM;
+	}
 	e->ids_host = calloc(B * K, sizeof(int32_t));
 	e->w_host = calloc(B * K, sizeof(float));
 	e->cnt_host = calloc(B, sizeof(uint32_t));
@@ -273,6 +283,7 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 {
 	struct moem_backend_opts bo = {.threads = o->threads, .isa = o->cpu_isa};
 	struct moem_engine *e;
+	bool paged;
 	int ret;
 
 	if (!o->pack_path)
@@ -281,10 +292,14 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	if (!e)
 		return -ENOMEM;
 	e->o = *o;
+	e->batch = 8;
 	pthread_mutex_init(&e->knob_lock, NULL);
 	pthread_mutex_init(&e->budget_lock, NULL);
 	snprintf(e->route_spec, sizeof(e->route_spec), "%s", or_default(o->route, "none"));
-	snprintf(e->evict_spec, sizeof(e->evict_spec), "%s", or_default(o->evict, "lru"));
+	/* FluxMoE's cache is pred's unless told otherwise: paging never below LRU */
+	paged = o->paging && *o->paging && strcmp(o->paging, "none");
+	snprintf(e->evict_spec, sizeof(e->evict_spec), "%s",
+		 or_default(o->evict, paged ? "pred" : "lru"));
 	snprintf(e->prefetch_spec, sizeof(e->prefetch_spec), "%s", or_default(o->prefetch, "none"));
 	snprintf(e->prec_spec, sizeof(e->prec_spec), "%s", or_default(o->precision, "none"));
 	snprintf(e->paging_spec, sizeof(e->paging_spec), "%s", or_default(o->paging, "none"));
@@ -317,6 +332,12 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	ret = pick_precisions(e);
 	if (ret)
 		goto err;
+	/* pre-gate depth: the default 2, none, or what was asked, within the step */
+	e->pg_depth = o->pregate == 0 ? 2 : o->pregate < 0 ? 0 : (uint32_t)o->pregate;
+	if (e->pg_depth > MOEM_TRACE_MAX_PREGATE)
+		e->pg_depth = MOEM_TRACE_MAX_PREGATE;
+	if (e->pg_depth >= e->n_moe)
+		e->pg_depth = e->n_moe - 1;
 	if (!e->o.hbm_budget || e->o.hbm_budget > e->arena_bytes)
 		e->o.hbm_budget = e->arena_bytes;
 	if (!e->o.dram_budget)
@@ -395,6 +416,8 @@ void moem_engine_close(struct moem_engine *e)
 				    e->cnt, e->out, e->shout,  e->resident, e->counts};
 
 		moem_be_sync(e->be);
+		if (e->pg_logits)
+			moem_be_free(e->be, e->pg_logits);
 		for (size_t i = 0; i < MOEM_ARRAY_SIZE(bufs); i++)
 			moem_be_free(e->be, bufs[i]);
 		for (uint32_t i = 0; e->gate && i < e->n_moe; i++)
@@ -417,6 +440,9 @@ void moem_engine_close(struct moem_engine *e)
 	free(e->dense);
 	free(e->h_host);
 	free(e->logits_host);
+	free(e->pg_logits_host);
+	free(e->pg_prob);
+	free(e->pg_ids);
 	free(e->ids_host);
 	free(e->w_host);
 	free(e->cnt_host);
@@ -527,8 +553,8 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 						  &n_hi) == 0)
 				moem_driver_set_n_hi(e->drv, n_hi);
 		}
-		if (!ret && e->dcfg.paging)
-			moem_driver_set_capacity(e->drv, moem_eng_paging_capacity(e, hbm));
+		if (!ret)
+			moem_eng_paging_batch(e, e->batch, hbm);
 		if (!ret)
 			moem_driver_set_slots(e->drv, hbm / moem_align_up(e->blob_bytes[0], 65536));
 	}

@@ -72,7 +72,13 @@ struct moem_engine {
 	uint64_t pos; /* layer clock: step * n_moe + MoE layer */
 	uint64_t interval_start_ns;
 	uint64_t pf_last_bytes, pf_last_ns; /* transfer totals fed to the driver */
+	/* Pre-gate: layers ahead, their router logits (device, host), picks [D][B][K]. */
+	uint32_t pg_depth, replay_pg_depth; /* ours, and the replayed trace's */
+	moem_dptr pg_logits;
+	float *pg_logits_host, *pg_prob;
+	int32_t *pg_ids;
 	uint64_t last_layer_ns;
+	uint32_t batch; /* the current (or last) run's tokens per step */
 
 	/* Knobs from other threads, applied at layer boundaries. */
 	pthread_mutex_t knob_lock;
@@ -131,11 +137,20 @@ int moem_eng_placement_attach(struct moem_engine *e);
 void moem_eng_placement_close(struct moem_engine *e);
 int moem_eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille,
 			  uint32_t *n_hi);
-uint32_t moem_eng_paging_capacity(const struct moem_engine *e, uint64_t hbm);
+uint32_t moem_eng_paging_window(const struct moem_engine *e, uint32_t B);
+uint32_t moem_eng_paging_capacity(const struct moem_engine *e, uint64_t hbm, uint32_t B);
+/* A run of batch B starts (or the budget moved): FluxMoE's window and resident set. */
+void moem_eng_paging_batch(struct moem_engine *e, uint32_t B, uint64_t hbm);
 /* Routing of MoE layer m known: T active experts, ascending. */
 int moem_eng_routed(struct moem_engine *e, uint32_t m, uint32_t B, const uint8_t *active);
 /* An acquire's outcome for the driver (ret as moem_tiers_acquire). */
 void moem_eng_used(struct moem_engine *e, const struct moem_xref *ref, int ret);
+/*
+ * The pre-gate of MoE layer m's input: the next pg_depth layers' routers
+ * on it (or the replayed trace's picks), top-k per token, to the driver.
+ */
+int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
+		     const struct moem_trace_rec *replay);
 /* Plan and issue prefetches (the layer's misses are queued). */
 void moem_eng_lookahead(struct moem_engine *e);
 int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns);

@@ -332,17 +332,23 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	moem_eng_count_routes(e, m, B);
 	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
 			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
+	ret = moem_eng_routed(e, m, B, active);
+	if (!ret)
+		ret = moem_eng_pregate(e, m, B, replay);
+	if (ret)
+		return ret;
 	if (e->trace) {
 		struct moem_trace_rec r = {step,      m,
 					   B,	      e->ids_host,
 					   e->w_host, e->o.trace_logits ? e->logits_host : NULL,
-					   NULL};
+					   NULL,      e->pg_depth ? e->pg_ids : NULL};
 
 		ret = moem_trace_write(e->trace, &r);
 		if (ret)
 			return ret;
 	}
-	ret = moem_eng_routed(e, m, B, active);
+	/* FluxMoE: the next layer's window starts loading with this layer */
+	ret = moem_driver_page_next(e->drv);
 	if (ret)
 		return ret;
 	if (moem_route_policy_ordered(&e->rp)) {

@@ -16,11 +16,13 @@
  *    window is streamed at prefetch priority.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <moem/error.h>
 #include <moem/log.h>
+#include <moem/route.h>
 #include <moem/usdt.h>
 #include <moem/util.h>
 
@@ -123,14 +125,8 @@ static int op_published(void *arg, uint32_t key)
 
 static int op_keep(void *arg, uint32_t key, bool keep)
 {
-	struct moem_engine *e = arg;
-
-	if (!keep)
-		return 0; /* it stays cached until the policy evicts it */
-	return moem_tiers_prefetch(e->tiers, key / e->cfg->n_experts, key % e->cfg->n_experts,
-				   MOEM_PRIO_PROMOTE) < 0
-		       ? -EAGAIN
-		       : 0;
+	/* joins the resident set only while it is in HBM; leaving, it stays cached */
+	return !keep || op_state(arg, key) == MOEM_RES_RESIDENT ? 0 : -EAGAIN;
 }
 
 static const struct moem_driver_ops eng_ops = {
@@ -198,14 +194,27 @@ static int open_precision(struct moem_engine *e, struct moem_driver_cfg *dc)
 	return 0;
 }
 
-uint32_t moem_eng_paging_capacity(const struct moem_engine *e, uint64_t hbm)
+/*
+ * FluxMoE's window: what a layer needs that is not resident, at most the
+ * experts a batch of B activates, N (1 - (1 - k/N)^B) under uniform
+ * routing (an upper estimate), for this layer and the next.
+ */
+uint32_t moem_eng_paging_window(const struct moem_engine *e, uint32_t B)
+{
+	const double N = e->cfg->n_experts, k = e->cfg->top_k;
+
+	return (uint32_t)ceil(N * (1 - pow(1 - k / N, B)));
+}
+
+/* The resident set per layer: half of what two windows leave (the rest is a cache). */
+uint32_t moem_eng_paging_capacity(const struct moem_engine *e, uint64_t hbm, uint32_t B)
 {
 	uint64_t s = moem_align_up(e->blob_bytes[0], 65536);
-	uint64_t window = 2ULL * e->cfg->n_experts * s;
+	uint64_t window = 2ULL * moem_eng_paging_window(e, B) * s;
 
 	if (hbm <= window)
 		return 0;
-	return (uint32_t)moem_min((hbm - window) / ((uint64_t)e->n_moe * s),
+	return (uint32_t)moem_min((hbm - window) / (2ULL * e->n_moe * s),
 				  (uint64_t)e->cfg->n_experts);
 }
 
@@ -213,24 +222,31 @@ static int open_paging(struct moem_engine *e, struct moem_driver_cfg *dc)
 {
 	struct moem_paging_cfg c;
 	bool initial_given = false;
-	uint64_t window = 2ULL * e->cfg->n_experts * moem_align_up(e->blob_bytes[0], 65536);
 	int ret;
 
 	moem_paging_default(&c, e->n_moe, e->cfg->n_experts);
 	ret = moem_paging_parse(e->paging_spec, &c, &initial_given);
 	if (ret)
 		return moem_err_prefix(-ret, "--paging");
-	if (e->o.hbm_budget < window)
-		return moem_errf(ENOSPC,
-				 "--paging fluxmoe needs an HBM budget of at least two layers of "
-				 "experts (%llu bytes), have %llu",
-				 (unsigned long long)window, (unsigned long long)e->o.hbm_budget);
-	c.capacity = moem_eng_paging_capacity(e, e->o.hbm_budget);
+	if (e->n_moe < 2)
+		return moem_errf(EINVAL, "--paging fluxmoe pages the next layer: the model has "
+					 "one MoE layer");
+	/* sized for a batch of 8 until a run says its batch (moem_eng_paging_batch) */
+	c.capacity = moem_eng_paging_capacity(e, e->o.hbm_budget, 8);
 	if (!initial_given || c.initial > c.capacity)
-		c.initial = c.capacity / 2;
+		c.initial = c.capacity;
 	dc->paging = true;
 	dc->pg = c;
+	dc->pg_window = moem_eng_paging_window(e, 8);
 	return 0;
+}
+
+void moem_eng_paging_batch(struct moem_engine *e, uint32_t B, uint64_t hbm)
+{
+	if (!e->dcfg.paging)
+		return;
+	moem_driver_set_window(e->drv, moem_eng_paging_window(e, B));
+	moem_driver_set_capacity(e->drv, moem_eng_paging_capacity(e, hbm, B));
 }
 
 int moem_eng_placement_open(struct moem_engine *e)
@@ -334,6 +350,57 @@ void moem_eng_used(struct moem_engine *e, const struct moem_xref *ref, int ret)
 	moem_driver_used(e->drv, key_of(e, ref->layer, ref->expert), st, early);
 }
 
+int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
+		     const struct moem_trace_rec *replay)
+{
+	const struct moem_model_config *c = e->cfg;
+	const uint32_t N = c->n_experts, K = c->top_k, D = e->pg_depth;
+	struct moem_route_cfg rc = {N, K, true, 1.0f};
+	int ret = 0;
+
+	for (uint32_t d = 1; d <= D && !ret; d++) {
+		int32_t *ids = e->pg_ids + (size_t)(d - 1) * B * K;
+		uint32_t cnt[ENG_MAX_B];
+		float w[ENG_MAX_B * MOEM_MAX_TOPK];
+		struct moem_route_out out = {ids, w, cnt};
+		struct moem_router_args ra = {
+			B,	     c->hidden, N, e->xb, e->gate[m + d < e->n_moe ? m + d : 0],
+			e->pg_logits};
+
+		if (m + d >= e->n_moe) {
+			/* past the step's last layer: the next token decides */
+			for (size_t i = 0; i < (size_t)B * K; i++)
+				ids[i] = -1;
+			continue;
+		}
+		if (replay && replay->pregate && d <= e->replay_pg_depth) {
+			memcpy(ids, replay->pregate + (size_t)(d - 1) * B * K,
+			       sizeof(*ids) * B * K);
+		} else {
+			ret = moem_op_router(e->be, NULL, &ra);
+			if (!ret)
+				ret = moem_be_dtoh(e->be, e->pg_logits_host, e->pg_logits,
+						   sizeof(float) * B * N, NULL);
+			if (!ret)
+				ret = moem_be_stream_sync(e->be, NULL);
+			if (!ret)
+				ret = moem_route_topk(&rc, B, e->pg_logits_host, NULL, &out);
+			if (ret)
+				return ret;
+		}
+		/* activation probability: 1 - exp(-tokens that pick the expert) */
+		for (uint32_t x = 0; x < N; x++)
+			e->pg_prob[x] = 0;
+		for (size_t i = 0; i < (size_t)B * K; i++)
+			if (ids[i] >= 0 && (uint32_t)ids[i] < N)
+				e->pg_prob[ids[i]] += 1;
+		for (uint32_t x = 0; x < N; x++)
+			e->pg_prob[x] = e->pg_prob[x] > 0 ? 1.0f - expf(-e->pg_prob[x]) : 0.0f;
+		moem_driver_pregate(e->drv, e->pos + d, e->pg_prob);
+	}
+	return ret;
+}
+
 void moem_eng_lookahead(struct moem_engine *e)
 {
 	struct moem_tiers_stats ts;
@@ -374,22 +441,11 @@ static void precision_counts(struct moem_engine *e, uint64_t now)
 int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns)
 {
 	uint64_t now = moem_now_ns();
-	uint32_t keys[MOEM_MAX_EXPERTS], n;
-	int ret;
 
 	moem_driver_layer_time(e->drv, layer_ns);
 	if (e->dcfg.dynaexq)
 		precision_counts(e, now);
-	ret = moem_driver_layer_end(e->drv, now);
-	if (ret || !e->dcfg.paging)
-		return ret;
-	/* FluxMoE: stream the next layer's window */
-	n = moem_driver_window(e->drv, (m + 1) % e->n_moe, keys);
-	for (uint32_t i = 0; i < n; i++)
-		if (moem_tiers_prefetch(e->tiers, (m + 1) % e->n_moe, keys[i] % e->cfg->n_experts,
-					MOEM_PRIO_PREFETCH) == -EAGAIN)
-			break;
-	return 0;
+	return moem_driver_layer_end(e->drv, now);
 }
 
 void moem_eng_after_step(struct moem_engine *e, uint64_t compute_ns, uint64_t bytes_streamed)

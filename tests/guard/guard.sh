@@ -61,8 +61,7 @@ sim sim-b8-dram.json b8.trace --dram 50%
 	die "pack failed"
 # "budgets | batches | moem run options". DynaExq's digest follows when a
 # promotion lands (the forward pass never waits for one), so its interval
-# is set beyond the run: the lo-only digest is pinned. FluxMoE at 60% and
-# batch 1 fails at random today (issue 17), so that case is not pinned.
+# is set beyond the run: the lo-only digest is pinned.
 families=(
 	"30% 60% | 1 8 | --evict lru"
 	"30% 60% | 1 8 | --evict lru2"
@@ -75,8 +74,8 @@ families=(
 	"30% 60% | 1 8 | --route oea"
 	"30% 60% | 1 8 | --route piggyback"
 	"30% 60% | 1 8 | --precisions bf16,q4 --precision dynaexq:interval_ms=1000000"
-	"30% | 1 8 | --paging fluxmoe"
-	"60% | 8 | --paging fluxmoe"
+	"30% 60% | 1 8 | --paging fluxmoe"
+	"30% 60% | 1 8 | --paging fluxmoe --pregate 0"
 )
 for fam in "${families[@]}"; do
 	budgets=${fam%% |*}

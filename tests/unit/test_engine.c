@@ -5,7 +5,8 @@
  * (with every lossless policy), budgets shrink and grow in the middle of
  * a run without a failed step, hidden-state files and trace replay give
  * the same numbers as the generator they came from, deepseek_v2's dense
- * and shared layers run, and bad input is refused with a message.
+ * and shared layers run, the pre-gate is computed and recorded, and bad
+ * input is refused with a message.
  */
 #include <errno.h>
 #include <string.h>
@@ -272,6 +273,84 @@ TEST_F(eng, policies_that_change_routing_or_precision)
 	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
 	TH_LOG("%s", moem_last_error());
 	EXPECT_STREQ(ref.digest_hex, rs.digest_hex); /* paging is lossless */
+}
+
+/*
+ * The pre-gate: every record of an engine trace carries the picks of the
+ * next layers' routers on its input (none past the step's last layer),
+ * and they predict the next layer's routing far better than chance (the
+ * residual stream changes little from one layer to the next). FluxMoE
+ * runs, lossless, at a budget below two layers of experts, with the
+ * pre-gate and without.
+ */
+TEST_F(eng, pregate_in_trace_and_fluxmoe_small_budget)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs;
+	struct moem_trace_reader *tr;
+	struct moem_trace_rec rec;
+	char *trace = st_path(self->dir, "pg.trace");
+	int32_t prev[8][2][4];
+	uint64_t hit = 0, total = 0, picked = 0;
+	uint32_t prev_layer = 99;
+	int r;
+
+	o.trace_out = trace;
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL))
+	TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_trace_open(trace, &tr)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(2u, moem_trace_reader_info(tr)->pregate_depth);
+	while ((r = moem_trace_next(tr, &rec)) == 1) {
+		ASSERT_NE(NULL, rec.pregate);
+		ASSERT_EQ(8u, rec.tokens);
+		if (rec.layer == prev_layer + 1) {
+			/* the previous layer's distance-1 picks against this routing */
+			for (uint32_t t = 0; t < 8; t++)
+				for (uint32_t j = 0; j < 4; j++) {
+					int32_t x = rec.ids[t * 4 + j];
+
+					if (x < 0)
+						continue;
+					total++;
+					for (uint32_t i = 0; i < 4; i++)
+						hit += prev[t][0][i] == x;
+				}
+		}
+		for (uint32_t d = 0; d < 2; d++)
+			for (uint32_t t = 0; t < 8; t++)
+				for (uint32_t i = 0; i < 4; i++) {
+					int32_t x = rec.pregate[(d * 8 + t) * 4 + i];
+
+					/* 3 MoE layers: nothing past the last */
+					if (rec.layer + d + 1 >= 3) {
+						EXPECT_EQ(-1, x);
+					} else {
+						EXPECT_TRUE(x >= 0 && x < 16);
+					}
+					picked += x >= 0;
+					prev[t][d][i] = x;
+				}
+		prev_layer = rec.layer;
+	}
+	EXPECT_EQ(0, r);
+	moem_trace_close(tr);
+	ASSERT_GT(total, 0u);
+	ASSERT_GT(picked, 0u);
+	TH_LOG("pre-gate recall at distance 1: %.3f (chance 0.25)", (double)hit / total);
+	EXPECT_GT((double)hit / total, 0.5);
+	/* FluxMoE at a quarter of the experts (two layers are two thirds), lossless */
+	o = base_opts(self);
+	o.paging = "fluxmoe";
+	o.hbm_budget = self->expert_bytes / 4;
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	EXPECT_GT(rs.total.misses, 0u);
+	o.pregate = -1;
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	free(trace);
 }
 
 TEST_F(eng, dense_and_shared_layers)

@@ -60,6 +60,7 @@ static const struct option run_opts[] = {
 	{"trace-out", required_argument, NULL, 0},
 	{"trace-logits", no_argument, NULL, 0},
 	{"hotness", required_argument, NULL, 0},
+	{"pregate", required_argument, NULL, 0},
 	{"counts-out", required_argument, NULL, 0},
 	{"no-warmup", no_argument, NULL, 0},
 	{"config", required_argument, NULL, 0},
@@ -84,9 +85,11 @@ static void run_usage(FILE *f)
 		"auto|kmod|hugetlb|thp]\n"
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
-		"                [--hotness engine|bpf] [--counts-out FILE]\n"
+		"                [--hotness engine|bpf] [--pregate D] [--counts-out FILE]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
 		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
+		"--pregate D: the next D layers' routers on each MoE layer's input guide\n"
+		"prefetch, paging and pred (default 2, 0 none).\n"
 		"A config file holds the same settings as 'name = value' lines.\n");
 }
 

@@ -214,6 +214,13 @@ void moem_driver_set_capacity(struct moem_driver *d, uint32_t capacity)
 	pthread_mutex_unlock(&d->lock);
 }
 
+void moem_driver_set_window(struct moem_driver *d, uint32_t window)
+{
+	pthread_mutex_lock(&d->lock);
+	d->c.pg_window = window;
+	pthread_mutex_unlock(&d->lock);
+}
+
 bool moem_driver_resident(const struct moem_driver *d, uint32_t key)
 {
 	return d->resident && key < d->L * d->N && d->resident[key];
