@@ -49,11 +49,11 @@ MOEM_DEVI uint4 ld_stream(const uint4 *p)
 	return v;
 }
 
-MOEM_DEVI uint32_t ld_stream(const uint32_t *p)
+MOEM_DEVI uint2 ld_stream(const uint2 *p)
 {
-	uint32_t v;
+	uint2 v;
 
-	asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+	asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
 	return v;
 }
 

@@ -7,8 +7,11 @@
  * about streaming W at HBM speed:
  *
  *  - W is read straight from global memory into mma A fragments, 16 bytes
- *    per lane per load (q2: 4), L1 bypassed, several loads in flight per
- *    warp (a D-deep register pipeline); every weight byte is read once.
+ *    per lane per load (q2: 8, two groups' worth, exchanged within the quad
+ *    by one shuffle), L1 bypassed, several loads in flight per warp (a
+ *    D-deep register pipeline) and the first ones issued before the
+ *    activations are staged, so that the staging hides behind them; every
+ *    weight byte is read once.
  *  - The k order inside one mma is free as long as A and B agree, so each
  *    lane takes E consecutive columns of its two rows (g, g+8) and the
  *    activations (B) are staged in shared memory pre-permuted to that
@@ -17,7 +20,8 @@
  *  - Quantized formats are factored per group: sum((q*s + m) * x) =
  *    s * sum(q * x) + m * sum(x); the tensor core computes sum(q * x)
  *    exactly (small integers times bf16), group sums of x come with the
- *    staging, and scales are applied per group in fp32.
+ *    staging (a warp per group, a fixed shuffle tree), and scales are
+ *    applied per group in fp32.
  *  - An fp32 B operand (the down projection's SwiGLU activations) is
  *    split into hi = bf16(a) and lo = bf16(a - hi), two mmas: ~16
  *    significant bits instead of bf16's 8.
@@ -26,7 +30,8 @@
  *    ones; split-K partials are added in a fixed order.
  *
  * One iteration of a lane covers E columns; the 4 lanes of a quad cover
- * S = 4E columns, which never straddle a quantization group.
+ * S = 4E columns, which never straddle a quantization group. A load unit
+ * is IPL iterations (q2: two, one 8-byte load per lane and row).
  */
 #ifndef MOEM_CUDA_GEMM_CUH
 #define MOEM_CUDA_GEMM_CUH
@@ -35,21 +40,32 @@
 
 template <int P> struct Prec;
 template <> struct Prec<P_BF16> {
-	static constexpr int E = 8, G = 0, ASYM = 0, BITS = 16;
+	static constexpr int E = 8, G = 0, ASYM = 0, BITS = 16, IPL = 1;
 	typedef uint4 Raw;
 };
 template <> struct Prec<P_Q8> {
-	static constexpr int E = 16, G = 128, ASYM = 0, BITS = 8;
+	static constexpr int E = 16, G = 128, ASYM = 0, BITS = 8, IPL = 1;
 	typedef uint4 Raw;
 };
 template <> struct Prec<P_Q4> {
-	static constexpr int E = 32, G = 128, ASYM = 1, BITS = 4;
+	static constexpr int E = 32, G = 128, ASYM = 1, BITS = 4, IPL = 1;
 	typedef uint4 Raw;
 };
+/*
+ * q2: a lane loads 8 bytes of a row, lanes 0-1 of a quad group 2u's 16
+ * bytes, lanes 2-3 group 2u+1's; one shuffle (lane t with t ^ 2) leaves
+ * lane t with word lane_col(t) of both groups (lane_col: 0, 2, 1, 3).
+ */
 template <> struct Prec<P_Q2> {
-	static constexpr int E = 16, G = 64, ASYM = 1, BITS = 2;
-	typedef uint32_t Raw;
+	static constexpr int E = 16, G = 64, ASYM = 1, BITS = 2, IPL = 2;
+	typedef uint2 Raw;
 };
+
+/* Which E columns of an iteration's S lane t takes (the quad order). */
+template <int P> MOEM_DEVI int lane_col(int t)
+{
+	return P == P_Q2 ? ((t & 1) << 1) | (t >> 1) : t;
+}
 
 MOEM_DEVI void decode(uint4 raw, uint32_t (&r)[4]) /* bf16 */
 {
@@ -87,15 +103,25 @@ MOEM_DEVI void decode_q2(uint32_t w, uint32_t (&r)[8])
 		r[k] = bf16x2_minus128(((w >> (2 * k)) & 0x00030003u) | 0x43004300u);
 }
 
-template <int P> MOEM_DEVI void decode_any(const typename Prec<P>::Raw &raw,
+/* Iteration h of a load unit: the registers of one row's E columns. */
+template <int P> MOEM_DEVI void decode_any(const typename Prec<P>::Raw &raw, int h,
 					   uint32_t (&r)[Prec<P>::E / 2])
 {
 	if constexpr (P == P_BF16)
 		decode(raw, r);
 	else if constexpr (P == P_Q2)
-		decode_q2(raw, r);
+		decode_q2(h ? raw.y : raw.x, r);
 	else
 		decode_q<P>(raw, r);
+}
+
+/* q2: from the loaded words (group A's or B's half) to lane_col order. */
+MOEM_DEVI uint2 q2_exchange(uint2 w, int t)
+{
+	const bool up = t >= 2;
+	const uint32_t got = __shfl_xor_sync(0xffffffffu, up ? w.x : w.y, 2);
+
+	return uint2{ up ? got : w.x, up ? w.y : got };
 }
 
 /*
@@ -148,20 +174,23 @@ struct SrcBf16 { /* rows of bf16 x */
 			l[i] = 0;
 		}
 	}
-	MOEM_DEVI float sum(int n, uint32_t col, int len) const
+	/* Columns [col, col + PER) of token n added in order (PER 2 or 4). */
+	template <int PER> MOEM_DEVI float lane_sum(int n, uint32_t col) const
 	{
-		const uint4 *p = reinterpret_cast<const uint4 *>(row(n) + col);
-		float s = 0.0f;
+		const uint16_t *r = row(n) + col;
 
-		for (int i = 0; i < len / 8; i++) {
-			uint16_t v[8];
+		if constexpr (PER == 4) {
+			const uint2 v = *reinterpret_cast<const uint2 *>(r);
 
-			unpack8(p[i], v);
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-				s = __fadd_rn(s, bf16_bits_to_f32(v[j]));
+			return __fadd_rn(__fadd_rn(__fadd_rn(bf16_bits_to_f32(v.x & 0xffffu),
+							     bf16_bits_to_f32(v.x >> 16)),
+						   bf16_bits_to_f32(v.y & 0xffffu)),
+					 bf16_bits_to_f32(v.y >> 16));
+		} else {
+			const uint32_t v = *reinterpret_cast<const uint32_t *>(r);
+
+			return __fadd_rn(bf16_bits_to_f32(v & 0xffffu), bf16_bits_to_f32(v >> 16));
 		}
-		return s;
 	}
 };
 
@@ -187,14 +216,19 @@ struct SrcF32 { /* rows n of the fp32 activation scratch, split hi + lo */
 			l[i] = __bfloat16_as_ushort(lb);
 		}
 	}
-	MOEM_DEVI float sum(int n, uint32_t col, int len) const
+	template <int PER> MOEM_DEVI float lane_sum(int n, uint32_t col) const
 	{
 		const float *r = a + (size_t)n * K + col;
-		float s = 0.0f;
 
-		for (int i = 0; i < len; i++)
-			s = __fadd_rn(s, r[i]);
-		return s;
+		if constexpr (PER == 4) {
+			const float4 v = *reinterpret_cast<const float4 *>(r);
+
+			return __fadd_rn(__fadd_rn(__fadd_rn(v.x, v.y), v.z), v.w);
+		} else {
+			const float2 v = *reinterpret_cast<const float2 *>(r);
+
+			return __fadd_rn(v.x, v.y);
+		}
 	}
 };
 
@@ -214,7 +248,9 @@ MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
  * the quad's lanes read 64 contiguous bytes and token rows are RS (= 64
  * mod 128) bytes apart: conflict-free 128-bit loads. Each thread builds
  * whole pieces (one 16-byte store each). Asymmetric formats also get
- * xs[n][group] = sum of the group's columns (fp32, in column order).
+ * xs[n][group] = sum of the group's columns (fp32): a warp per group, each
+ * lane adding its G/32 columns in order, then a butterfly of shuffles (the
+ * same tree every time: deterministic).
  */
 template <int P, int NT, bool HILO, class Src>
 MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8_t *hi,
@@ -229,7 +265,7 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 		const int n = idx / pieces, q = idx - n * pieces;
 		const int it = q / (E / 2), c = (q % (E / 2)) / 4, t = q % 4;
 		/* q2 pieces take columns 4c..4c+3 and 4c+8..4c+11 of the lane's 16 */
-		const uint32_t col = kc + it * S + t * E + (P == P_Q2 ? 4 * c : 8 * c);
+		const uint32_t col = kc + it * S + lane_col<P>(t) * E + (P == P_Q2 ? 4 * c : 8 * c);
 		uint16_t h[8], l[8];
 
 		if (n < n_tok) {
@@ -244,27 +280,35 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 			*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
 	}
 	if constexpr (PR::ASYM != 0) {
-		constexpr int G = PR::G;
-		const int ng = len / G;
+		constexpr int G = PR::G, PER = G / 32;
+		const int ng = len / G, lane = threadIdx.x & 31;
 
-		for (int idx = threadIdx.x; idx < NPAD * ng; idx += blockDim.x) {
+		for (int idx = threadIdx.x >> 5; idx < NPAD * ng; idx += blockDim.x >> 5) {
 			const int n = idx / ng, gl = idx - n * ng;
+			float v = n < n_tok ? src.template lane_sum<PER>(n, kc + gl * G + lane * PER)
+					    : 0.0f;
 
-			xs[n * (KC / G) + gl] = n < n_tok ? src.sum(n, kc + gl * G, G) : 0.0f;
+#pragma unroll
+			for (int off = 16; off; off >>= 1)
+				v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+			if (lane == 0)
+				xs[n * (KC / G) + gl] = v;
 		}
 	}
 }
 
-/* One pipeline slot: a lane's raw weights for MATS matrices, rows g and g+8. */
+/* One pipeline slot: a lane's raw weights of one load unit for MATS
+ * matrices, rows g and g+8, and the fp16 scale | min << 16 of each of its
+ * IPL groups (one register each). */
 template <int P, int MATS> struct RawSlot {
 	typename Prec<P>::Raw w[MATS][2];
-	uint16_t s[MATS][2], m[MATS][2];
+	uint32_t sm[MATS][2][Prec<P>::IPL];
 };
 
 /*
  * acc[m][nt][c] += sum over k < K of W_m[row][k] * B[n][k] for the warp's
  * rows r0 + g (c = 0, 1) and r0 + g + 8 (c = 2, 3) and tokens
- * n = nt * 8 + 2t + (c & 1). The warp takes iterations ks, ks + KS, ...
+ * n = nt * 8 + 2t + (c & 1). The warp takes load units ks, ks + KS, ...
  * of each staged chunk. All threads of the block must call it (it
  * synchronises the block); rows beyond `rows` are computed on the last
  * row and must not be stored. Ends with a __syncthreads(): smem is free.
@@ -276,10 +320,11 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 {
 	typedef Prec<P> PR;
 	typedef RawSlot<P, MATS> Slot;
-	constexpr int E = PR::E, S = 4 * E, REGS = E / 2, PIECES = E / 8;
+	constexpr int E = PR::E, S = 4 * E, REGS = E / 2, PIECES = E / 8, IPL = PR::IPL;
 	constexpr int NPAD = NT * MOEM_K_NTILE, G = PR::G;
 	constexpr uint32_t KC = moem_k_kc(NT, HILO), RS = moem_k_rowstride(NT, HILO);
-	constexpr int D = MATS == 2 ? 3 : 4; /* iterations in flight per warp */
+	/* load units in flight per warp: 12-16 bytes of each row per lane */
+	constexpr int D = MATS == 2 && NT >= 8 ? (IPL > 1 ? 1 : 2) : IPL > 1 ? 2 : MATS == 2 ? 3 : 4;
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const uint32_t rg = min(r0 + g, rows - 1), rg8 = min(r0 + g + 8, rows - 1);
 	uint8_t *const hi = smem, *const lo = smem + NPAD * RS;
@@ -287,50 +332,64 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 
 	for (uint32_t kc = 0; kc < K; kc += KC) {
 		const uint32_t len = min(KC, K - kc);
-		const int nit = len / S;
+		const int nit = len / S, nu = (nit + IPL - 1) / IPL;
 
-		auto load = [&](Slot &sl, int it) {
-			const uint32_t boff = (kc + it * S + t * E) * PR::BITS / 8;
-			const uint32_t grp = G ? (kc + it * S) / (G ? G : 1) : 0;
+		/* Load unit u: iterations u * IPL ..; an odd q2 tail has one. */
+		auto load = [&](Slot &sl, int u) {
+			const int it0 = u * IPL;
+			const bool half = IPL > 1 && it0 + 1 >= nit;
+			const uint32_t boff = (kc + it0 * S) * PR::BITS / 8 +
+					      t * (uint32_t)sizeof(typename PR::Raw);
 
 #pragma unroll
 			for (int m = 0; m < MATS; m++) {
 				const uint8_t *w0 = wb[m] + (size_t)rg * mq.row_bytes + boff;
 				const uint8_t *w1 = wb[m] + (size_t)rg8 * mq.row_bytes + boff;
 
-				sl.w[m][0] = ld_stream(reinterpret_cast<const typename PR::Raw *>(w0));
-				sl.w[m][1] = ld_stream(reinterpret_cast<const typename PR::Raw *>(w1));
-				if (G) {
-					const uint16_t *sc = reinterpret_cast<const uint16_t *>(
-						wb[m] + mq.scale_off);
-
-					sl.s[m][0] = __ldg(sc + (size_t)rg * mq.groups_per_row + grp);
-					sl.s[m][1] = __ldg(sc + (size_t)rg8 * mq.groups_per_row + grp);
+				if (IPL > 1 && half && t >= 2) {
+					/* lanes 2-3 would read the absent second group */
+					sl.w[m][0] = sl.w[m][1] = typename PR::Raw{};
+				} else {
+					sl.w[m][0] = ld_stream(
+						reinterpret_cast<const typename PR::Raw *>(w0));
+					sl.w[m][1] = ld_stream(
+						reinterpret_cast<const typename PR::Raw *>(w1));
 				}
-				if (PR::ASYM) {
-					const uint16_t *mn = reinterpret_cast<const uint16_t *>(
-						wb[m] + mq.min_off);
+#pragma unroll
+				for (int h = 0; h < IPL; h++) {
+					const uint32_t grp = G ? (kc + (it0 + h) * S) / (G ? G : 1) : 0;
+					const size_t o0 = (size_t)rg * mq.groups_per_row + grp;
+					const size_t o1 = (size_t)rg8 * mq.groups_per_row + grp;
+					const uint16_t *sc =
+						reinterpret_cast<const uint16_t *>(wb[m] + mq.scale_off);
+					const uint16_t *mn =
+						reinterpret_cast<const uint16_t *>(wb[m] + mq.min_off);
 
-					sl.m[m][0] = __ldg(mn + (size_t)rg * mq.groups_per_row + grp);
-					sl.m[m][1] = __ldg(mn + (size_t)rg8 * mq.groups_per_row + grp);
+					sl.sm[m][0][h] = sl.sm[m][1][h] = 0;
+					if (G && !(h && half)) {
+						sl.sm[m][0][h] = __ldg(sc + o0);
+						sl.sm[m][1][h] = __ldg(sc + o1);
+						if (PR::ASYM) {
+							sl.sm[m][0][h] |= (uint32_t)__ldg(mn + o0) << 16;
+							sl.sm[m][1][h] |= (uint32_t)__ldg(mn + o1) << 16;
+						}
+					}
 				}
 			}
 		};
 
-		auto compute = [&](const Slot &sl, int it) {
-			uint32_t a[MATS][2][REGS];
+		/* One iteration: the mmas over its S columns, then the group's scale. */
+		auto iteration = [&](const uint32_t (&a)[MATS][2][REGS], const Slot &sl, int h,
+				     int it) {
 			float tmp[MATS][NT][4];
 
 #pragma unroll
-			for (int m = 0; m < MATS; m++) {
-				decode_any<P>(sl.w[m][0], a[m][0]);
-				decode_any<P>(sl.w[m][1], a[m][1]);
+			for (int m = 0; m < MATS; m++)
 #pragma unroll
 				for (int nt = 0; nt < NT; nt++)
 #pragma unroll
 					for (int c = 0; c < 4; c++)
 						tmp[m][nt][c] = 0.0f;
-			}
 #pragma unroll
 			for (int pc = 0; pc < PIECES; pc++) {
 				const uint32_t off = (it * (E / 2) + pc * 4 + t) << 4;
@@ -345,13 +404,13 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 						bl[nt] = *reinterpret_cast<const uint4 *>(lo + ro);
 				}
 #pragma unroll
-				for (int h = 0; h < 2; h++) {
-					const int j = pc * 2 + h;
+				for (int hh = 0; hh < 2; hh++) {
+					const int j = pc * 2 + hh;
 
 #pragma unroll
 					for (int nt = 0; nt < NT; nt++) {
-						const uint32_t b0 = h ? bh[nt].z : bh[nt].x;
-						const uint32_t b1 = h ? bh[nt].w : bh[nt].y;
+						const uint32_t b0 = hh ? bh[nt].z : bh[nt].x;
+						const uint32_t b1 = hh ? bh[nt].w : bh[nt].y;
 
 #pragma unroll
 						for (int m = 0; m < MATS; m++) {
@@ -365,8 +424,8 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 									 a[m][1][2 * j],
 									 a[m][0][2 * j + 1],
 									 a[m][1][2 * j + 1],
-									 h ? bl[nt].z : bl[nt].x,
-									 h ? bl[nt].w : bl[nt].y);
+									 hh ? bl[nt].z : bl[nt].x,
+									 hh ? bl[nt].w : bl[nt].y);
 						}
 					}
 				}
@@ -376,8 +435,8 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 
 #pragma unroll
 				for (int m = 0; m < MATS; m++) {
-					const float s0 = f16_bits_to_f32(sl.s[m][0]);
-					const float s1 = f16_bits_to_f32(sl.s[m][1]);
+					const float s0 = f16_bits_to_f32(sl.sm[m][0][h] & 0xffffu);
+					const float s1 = f16_bits_to_f32(sl.sm[m][1][h] & 0xffffu);
 
 #pragma unroll
 					for (int nt = 0; nt < NT; nt++) {
@@ -392,8 +451,8 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 							const float x0 = xs[n0 * (KC / (G ? G : 1)) + gl];
 							const float x1 =
 								xs[(n0 + 1) * (KC / (G ? G : 1)) + gl];
-							const float m0 = f16_bits_to_f32(sl.m[m][0]);
-							const float m1 = f16_bits_to_f32(sl.m[m][1]);
+							const float m0 = f16_bits_to_f32(sl.sm[m][0][h] >> 16);
+							const float m1 = f16_bits_to_f32(sl.sm[m][1][h] >> 16);
 
 							c[0] += m0 * x0;
 							c[1] += m0 * x1;
@@ -405,26 +464,50 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 			}
 		};
 
-		stage<P, NT, HILO>(src, n_tok, kc, len, hi, lo, xs);
-		__syncthreads();
+		auto compute = [&](Slot &sl, int u) {
+			if constexpr (P == P_Q2) {
+#pragma unroll
+				for (int m = 0; m < MATS; m++) {
+					sl.w[m][0] = q2_exchange(sl.w[m][0], t);
+					sl.w[m][1] = q2_exchange(sl.w[m][1], t);
+				}
+			}
+#pragma unroll
+			for (int h = 0; h < IPL; h++) {
+				uint32_t a[MATS][2][REGS];
+
+				if (u * IPL + h >= nit) /* an odd q2 tail (warp-uniform) */
+					break;
+#pragma unroll
+				for (int m = 0; m < MATS; m++) {
+					decode_any<P>(sl.w[m][0], h, a[m][0]);
+					decode_any<P>(sl.w[m][1], h, a[m][1]);
+				}
+				iteration(a, sl, h, u * IPL + h);
+			}
+		};
+
 		{
 			Slot buf[D];
 
+			/* The first weights are on their way while the block stages. */
 #pragma unroll
 			for (int d = 0; d < D; d++)
-				if (ks + d * KS < nit)
+				if (ks + d * KS < nu)
 					load(buf[d], ks + d * KS);
-			for (int base = ks; base < nit; base += D * KS) {
+			stage<P, NT, HILO>(src, n_tok, kc, len, hi, lo, xs);
+			__syncthreads();
+			for (int base = ks; base < nu; base += D * KS) {
 #pragma unroll
 				for (int d = 0; d < D; d++) {
-					const int it = base + d * KS;
+					const int u = base + d * KS;
 
-					if (it < nit) {
-						const Slot cur = buf[d];
+					if (u < nu) {
+						Slot cur = buf[d];
 
-						if (it + D * KS < nit)
-							load(buf[d], it + D * KS);
-						compute(cur, it);
+						if (u + D * KS < nu)
+							load(buf[d], u + D * KS);
+						compute(cur, u);
 					}
 				}
 			}

@@ -92,6 +92,14 @@ template <class Key> MOEM_DEVI int warp_select(int N, int cap, Key key, int *lis
 	return n;
 }
 
+/* set[list[i]] = 1 for i < n (up to the 64 of the model limit), by the warp. */
+MOEM_DEVI void mark(uint8_t *set, const int *list, int n)
+{
+	for (int i = threadIdx.x & 31; i < n; i += 32)
+		set[list[i]] = 1;
+	__syncwarp();
+}
+
 /* route.h moem_route_weights() for ids[0..n) of row z, written by the warp. */
 MOEM_DEVI void emit(const moem_kroute_params &p, int t, const float *z, const int *list, int n)
 {
@@ -206,9 +214,7 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 			const int n = warp_select(N, p.k0, KeyLogit{ logits + (size_t)t * N, nullptr },
 						  list);
 
-			if (lane < n)
-				base[list[lane]] = 1;
-			__syncwarp();
+			mark(base, list, n);
 		}
 		__syncthreads();
 		/* Phase 2: each token's top-k of its logits masked to S_base. */
@@ -285,9 +291,7 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 			/* Vanilla top-k, only to count T(vanilla). */
 			const int nv = warp_select(N, k, KeyLogit{ z, nullptr }, list);
 
-			if (lane < nv)
-				act_v[list[lane]] = 1;
-			__syncwarp();
+			mark(act_v, list, nv);
 			/* Slot 0: the token's own top-1; slots 1..k-1 by key. */
 			warp_select(N, 1, KeyLogit{ z, nullptr }, list);
 			n = 1;
@@ -295,9 +299,7 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 				n += warp_select(N, k - 1,
 						 KeyLynx{ z, rowmax[t], p.alpha, (int)p.beta, list[0], sdiv },
 						 list + 1);
-			if (lane < n)
-				act_l[list[lane]] = 1;
-			__syncwarp();
+			mark(act_l, list, n);
 		}
 		emit(p, t, z, list, n);
 	}

@@ -2,11 +2,13 @@
 /*
  * Budget knobs: values the kernel stores and validates for moemd, which
  * applies them. Written through /sys/kernel/moem/budgets/<knob> (0644) or
- * MOEM_IOC_BUDGET_SET; every accepted write bumps a global sequence number
- * and wakes poll()ers of the knob's file and of budgets/seq. The rules are
- * runtime/storage/dev/budget.c's: sizes in plain decimal bytes up to 2^50, permille
- * 0..1000, prefetch depth 0..64, reroute one of the policy names.
+ * MOEM_IOC_BUDGET_SET, both needing CAP_SYS_ADMIN; every accepted write
+ * bumps a global sequence number and wakes poll()ers of the knob's file
+ * and of budgets/seq. The rules are runtime/storage/dev/budget.c's: sizes
+ * in plain decimal bytes up to 2^50, permille 0..1000, prefetch depth
+ * 0..64, reroute one of the policy names.
  */
+#include <linux/capability.h>
 #include <linux/kernel.h>
 #include <linux/kobject.h>
 #include <linux/mutex.h>
@@ -85,22 +87,20 @@ int moem_budget_set(u32 knob, u64 value, u64 *seq)
 	return 0;
 }
 
-/* Parse what a user wrote to budgets/<knob>; one trailing newline allowed. */
-static int moem_budget_parse(u32 knob, const char *buf, u64 *value)
+/* Parse what a user wrote to budgets/<knob> (sysfs.c's rules). */
+static int moem_budget_parse(u32 knob, const char *buf, size_t count, u64 *value)
 {
 	int ret;
 
 	if (knob == MOEM_BUDGET_REROUTE) {
-		ret = sysfs_match_string(moem_reroute_names, buf);
+		ret = moem_sysfs_match(moem_reroute_names, ARRAY_SIZE(moem_reroute_names), buf,
+				       count);
 		if (ret < 0)
-			return -EINVAL;
+			return ret;
 		*value = ret;
 		return 0;
 	}
-	/* Plain decimal: kstrtou64 would also take a leading '+'. */
-	if (buf[0] < '0' || buf[0] > '9')
-		return -EINVAL;
-	return kstrtou64(buf, 10, value);
+	return moem_sysfs_parse_u64(buf, count, value);
 }
 
 struct moem_budget_attr {
@@ -131,9 +131,12 @@ static ssize_t budget_store(struct kobject *kobj, struct kobj_attribute *attr, c
 	u64 v;
 	int ret;
 
-	ret = moem_budget_parse(knob, buf, &v);
+	/* The ioctl's rule: a root without CAP_SYS_ADMIN writes neither. */
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	ret = moem_budget_parse(knob, buf, count, &v);
 	if (ret)
-		return -EINVAL; /* kstrtou64's -ERANGE too: one answer for a bad value */
+		return ret;
 	ret = moem_budget_set(knob, v, NULL);
 	return ret ? ret : count;
 }

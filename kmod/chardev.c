@@ -133,7 +133,7 @@ static long moem_ioc_open(struct moem_region_open __user *uarg)
 	if (IS_ERR(r))
 		return PTR_ERR(r);
 	rdonly = o.flags & MOEM_OPEN_RDONLY;
-	ret = moem_region_may_open(r, rdonly);
+	ret = moem_region_may_open(r, o.flags);
 	if (ret)
 		goto out_put;
 	ret = moem_install_region_fd(r, rdonly, uarg, &o, sizeof(o), &o.fd);
@@ -207,6 +207,7 @@ static long moem_ioc_pool_stats(struct moem_pool_stats __user *uarg)
 	struct moem_pool_stats st;
 
 	memset(&st, 0, sizeof(st));
+	moem_regions_reap_now();
 	moem_pool_stats(&st);
 	st.nr_regions = moem_region_count();
 	return copy_to_user(uarg, &st, sizeof(st)) ? -EFAULT : 0;

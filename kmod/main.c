@@ -27,15 +27,16 @@ module_param(node, int, 0444);
 MODULE_PARM_DESC(node, "NUMA node the pool's memory comes from (-1: any)");
 
 /*
- * Off by default: a mapping without a file lets its owner oops Linux < 6.5
- * through remap_file_pages() (see mmap.c and the admin guide). io_uring
- * itself accepts file-backed fixed buffers from 6.5 on.
+ * Bytes one user without CAP_SYS_ADMIN may own in regions (user.c); -1:
+ * a quarter of the ceiling. Live value: /sys/kernel/moem/pool/user_max_bytes.
  */
-bool moem_iouring_compat;
-module_param_named(iouring_compat, moem_iouring_compat, bool, 0444);
-MODULE_PARM_DESC(iouring_compat, "map regions without a file, for io_uring < 6.5 (unsafe)");
+static int user_max_mb = -1;
+module_param(user_max_mb, int, 0444);
+MODULE_PARM_DESC(user_max_mb,
+		 "MiB of regions one non-admin user may own, a multiple of 2 (-1: max_pool_mb / 4)");
 
-static int __init moem_check_params(unsigned long *max_chunks, unsigned long *floor_chunks)
+static int __init moem_check_params(unsigned long *max_chunks, unsigned long *floor_chunks,
+				    u64 *user_max)
 {
 	u64 ram_mb = (u64)totalram_pages() >> (20 - PAGE_SHIFT);
 	const unsigned int chunk_mb = MOEM_CHUNK_SIZE >> 20;
@@ -60,22 +61,35 @@ static int __init moem_check_params(unsigned long *max_chunks, unsigned long *fl
 		pr_err("prealloc_mb=%u is above max_pool_mb=%u\n", prealloc_mb, max_pool_mb);
 		return -EINVAL;
 	}
+	if (user_max_mb == -1)
+		user_max_mb = rounddown(max_pool_mb / 4, chunk_mb);
+	if (user_max_mb < 0 || user_max_mb % chunk_mb || (unsigned int)user_max_mb > max_pool_mb) {
+		pr_err("user_max_mb=%d must be -1 or a multiple of %u up to max_pool_mb=%u\n",
+		       user_max_mb, chunk_mb, max_pool_mb);
+		return -EINVAL;
+	}
 	*max_chunks = max_pool_mb / chunk_mb;
 	*floor_chunks = prealloc_mb / chunk_mb;
+	*user_max = (u64)user_max_mb << 20;
 	return 0;
 }
 
 static int __init moem_init(void)
 {
 	unsigned long max_chunks, floor_chunks;
+	u64 user_max;
 	int ret;
 
-	ret = moem_check_params(&max_chunks, &floor_chunks);
+	ret = moem_check_params(&max_chunks, &floor_chunks, &user_max);
+	if (ret)
+		return ret;
+	moem_user_set_max(user_max);
+	ret = moem_fs_init();
 	if (ret)
 		return ret;
 	ret = moem_pool_init(max_chunks, floor_chunks, node);
 	if (ret)
-		return ret;
+		goto err_fs;
 	ret = moem_sysfs_init();
 	if (ret)
 		goto err_pool;
@@ -83,15 +97,16 @@ static int __init moem_init(void)
 	ret = moem_chardev_init();
 	if (ret)
 		goto err_sysfs;
-	pr_info("ABI %u.%u, pool %u MiB preallocated, ceiling %u MiB, node %d%s\n", MOEM_ABI_MAJOR,
-		MOEM_ABI_MINOR, prealloc_mb, max_pool_mb, node,
-		moem_iouring_compat ? ", mappings without a file (iouring_compat)" : "");
+	pr_info("ABI %u.%u, pool %u MiB preallocated, ceiling %u MiB, %d MiB per user, node %d\n",
+		MOEM_ABI_MAJOR, MOEM_ABI_MINOR, prealloc_mb, max_pool_mb, user_max_mb, node);
 	return 0;
 
 err_sysfs:
 	moem_sysfs_exit();
 err_pool:
 	moem_pool_exit();
+err_fs:
+	moem_fs_exit();
 	return ret;
 }
 
@@ -100,7 +115,11 @@ static void __exit moem_exit(void)
 	moem_chardev_exit();
 	moem_regions_exit();
 	moem_sysfs_exit();
+	/* Pinned memory of dead regions: the pinners free it when they unpin. */
+	moem_regions_exit_held();
 	moem_pool_exit();
+	moem_users_exit();
+	moem_fs_exit();
 }
 
 module_init(moem_init);

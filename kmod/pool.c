@@ -4,17 +4,23 @@
  * on one NUMA node (or any), handed to regions zeroed.
  *
  * Accounting, all in chunks and under moem_lock:
- *   total    chunks the pool holds (on the free list or in a region);
- *   free     held chunks in no region (the free list);
+ *   total    chunks the pool holds (on the free list, in a region, or in a
+ *            region held back because a chunk of it is still pinned);
+ *   free     chunks on the free list;
  *   pending  chunks being allocated for a create in flight;
- *   floor    chunks carved at load (prealloc_mb), kept even when unused;
+ *   floor    chunks carved at load (prealloc_mb), kept while loaded;
  *   max      the ceiling (max_pool_mb): total + pending never exceeds it.
- * A chunk a region gives back goes to the free list while total <= floor,
- * else back to the buddy allocator, so once every region is gone total
- * and free return exactly to the floor. A chunk that someone still holds
- * a reference to when its region dies (io_uring fixed buffers, an O_DIRECT
- * read in flight, any get_user_pages pin) is never reused: it leaves the
- * pool and returns to the kernel when the last reference drops.
+ * The free list holds floor chunks only, uncharged: they are the
+ * administrator's reserve. A region takes free chunks first and allocates
+ * the rest with __GFP_ACCOUNT, charged to the creator's memory cgroup;
+ * when it dies its floor chunks go back on the free list and the others
+ * back to the kernel (uncharging them), so once every region is gone
+ * total == free == floor exactly.
+ *
+ * A chunk someone else holds a reference to (io_uring fixed buffers, an
+ * O_DIRECT read in flight, any get_user_pages pin) could still be written
+ * by them: its region is never returned while that lasts (region.c holds
+ * it back and retries), so the chunk is neither reused nor uncounted.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -33,14 +39,22 @@ static struct {
 	int node;
 } pool;
 
-static gfp_t moem_pool_gfp(void)
+/* Floor chunks belong to the module; growth is charged to its creator. */
+static gfp_t moem_pool_gfp(bool account)
 {
 	/* Fail cleanly under pressure instead of waking the OOM killer. */
 	gfp_t gfp = GFP_KERNEL | __GFP_COMP | __GFP_NOWARN | __GFP_RETRY_MAYFAIL;
 
+	if (account)
+		gfp |= __GFP_ACCOUNT;
 	if (pool.node != NUMA_NO_NODE)
 		gfp |= __GFP_THISNODE;
 	return gfp;
+}
+
+static struct page *moem_chunk_alloc(bool account)
+{
+	return alloc_pages_node(pool.node, moem_pool_gfp(account), MOEM_CHUNK_ORDER);
 }
 
 static void moem_chunk_zero(struct page *head)
@@ -51,16 +65,48 @@ static void moem_chunk_zero(struct page *head)
 		clear_highpage(nth_page(head, i));
 }
 
-/* Give one chunk back to the kernel; why is enum moem_chunk_free_why. */
-static void moem_chunk_release_locked(struct page *head, u64 id, int why)
+/*
+ * Our allocation reference is the only one once no mapping exists: any
+ * other is a pin (or a transient get_page) whose holder may still write.
+ */
+static bool moem_chunk_pinned(struct page *head)
+{
+	return page_count(head) != 1;
+}
+
+bool moem_pool_pinned(struct page **chunks, unsigned long nr)
+{
+	unsigned long i;
+
+	for (i = 0; i < nr; i++) {
+		if (moem_chunk_pinned(chunks[i]))
+			return true;
+	}
+	return false;
+}
+
+void moem_pool_trace_pinned(struct page **chunks, unsigned long nr, u64 id)
+{
+	unsigned long i;
+
+	for (i = 0; i < nr; i++) {
+		if (moem_chunk_pinned(chunks[i]))
+			trace_moem_chunk_free(id, page_to_pfn(chunks[i]), page_to_nid(chunks[i]),
+					      MOEM_CHUNK_FREE_PINNED);
+	}
+}
+
+/* Give one chunk back to the kernel; a pinner's reference outlives ours. */
+static void moem_chunk_release_locked(struct page *head, u64 id)
 {
 	lockdep_assert_held(&moem_lock);
-	trace_moem_chunk_free(id, page_to_pfn(head), page_to_nid(head), why);
+	trace_moem_chunk_free(id, page_to_pfn(head), page_to_nid(head), MOEM_CHUNK_FREE_KERNEL);
 	pool.total--;
 	__free_pages(head, MOEM_CHUNK_ORDER);
 }
 
-void moem_pool_put_locked(struct page **chunks, unsigned long nr, u64 id)
+void moem_pool_put_locked(struct page **chunks, unsigned long nr, unsigned long nr_floor, u64 id,
+			  bool force)
 {
 	unsigned long i;
 
@@ -68,30 +114,21 @@ void moem_pool_put_locked(struct page **chunks, unsigned long nr, u64 id)
 	for (i = 0; i < nr; i++) {
 		struct page *head = chunks[i];
 
-		/*
-		 * Only our own allocation reference may remain: no mapping
-		 * exists any more, so any other reference is a pin whose
-		 * holder may still write to the chunk.
-		 */
-		if (page_count(head) != 1) {
-			moem_chunk_release_locked(head, id, MOEM_CHUNK_FREE_PINNED);
-		} else if (pool.total > pool.floor) {
-			moem_chunk_release_locked(head, id, MOEM_CHUNK_FREE_KERNEL);
-		} else {
-			trace_moem_chunk_free(id, page_to_pfn(head), page_to_nid(head),
-					      MOEM_CHUNK_FREE_POOL);
-			list_add(&head->lru, &pool.free_list);
-			pool.free++;
+		if (i >= nr_floor || (force && moem_chunk_pinned(head))) {
+			/* At unload a pinned floor chunk is the pinner's to free. */
+			if (i < nr_floor)
+				pool.floor--;
+			moem_chunk_release_locked(head, id);
+			continue;
 		}
+		trace_moem_chunk_free(id, page_to_pfn(head), page_to_nid(head),
+				      MOEM_CHUNK_FREE_POOL);
+		list_add(&head->lru, &pool.free_list);
+		pool.free++;
 	}
 }
 
-static struct page *moem_chunk_alloc(void)
-{
-	return alloc_pages_node(pool.node, moem_pool_gfp(), MOEM_CHUNK_ORDER);
-}
-
-int moem_pool_get(struct page **chunks, unsigned long nr, u64 id)
+int moem_pool_get(struct page **chunks, unsigned long nr, u64 id, unsigned long *nr_floor)
 {
 	unsigned long i, reused, grow, grown = 0;
 	int ret = 0;
@@ -121,7 +158,8 @@ int moem_pool_get(struct page **chunks, unsigned long nr, u64 id)
 			ret = -EINTR;
 			break;
 		}
-		head = moem_chunk_alloc();
+		/* The memory cgroup's limit fails this with NULL, not the OOM killer. */
+		head = moem_chunk_alloc(true);
 		if (!head) {
 			ret = -ENOMEM;
 			break;
@@ -147,11 +185,13 @@ int moem_pool_get(struct page **chunks, unsigned long nr, u64 id)
 		moem_chunk_zero(chunks[i]);
 		cond_resched();
 	}
+	*nr_floor = reused;
 	return 0;
 
 err_put:
+	/* Nobody has seen these chunks: no pins, nothing to hold back. */
 	mutex_lock(&moem_lock);
-	moem_pool_put_locked(chunks, reused + grown, id);
+	moem_pool_put_locked(chunks, reused + grown, reused, id, false);
 	mutex_unlock(&moem_lock);
 	return ret;
 }
@@ -178,13 +218,14 @@ int moem_pool_init(unsigned long max_chunks, unsigned long floor_chunks, int nod
 
 	INIT_LIST_HEAD(&pool.free_list);
 	pool.max = max_chunks;
-	pool.floor = floor_chunks;
+	pool.floor = 0;
 	pool.node = node;
 	pool.total = 0;
 	pool.free = 0;
 	pool.pending = 0;
 	for (i = 0; i < floor_chunks; i++) {
-		struct page *head = moem_chunk_alloc();
+		/* The reserve is the module's, not the memory cgroup of insmod's. */
+		struct page *head = moem_chunk_alloc(false);
 
 		if (!head) {
 			pr_err("could not preallocate %lu MiB: only %lu MiB available\n",
@@ -198,6 +239,7 @@ int moem_pool_init(unsigned long max_chunks, unsigned long floor_chunks, int nod
 		list_add(&head->lru, &pool.free_list);
 		pool.total++;
 		pool.free++;
+		pool.floor++;
 		mutex_unlock(&moem_lock);
 		cond_resched();
 	}
@@ -210,11 +252,12 @@ void moem_pool_exit(void)
 
 	mutex_lock(&moem_lock);
 	/* Every region is gone by now: what is left is the free list. */
-	WARN_ON(pool.total != pool.free || pool.pending);
+	WARN_ON(pool.total != pool.free || pool.free != pool.floor || pool.pending);
 	list_for_each_entry_safe(head, tmp, &pool.free_list, lru) {
 		list_del(&head->lru);
 		pool.free--;
-		moem_chunk_release_locked(head, 0, MOEM_CHUNK_FREE_KERNEL);
+		pool.floor--;
+		moem_chunk_release_locked(head, 0);
 	}
 	mutex_unlock(&moem_lock);
 }

@@ -1,18 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * Named regions: the namespace, ownership, lifetime and region fds.
+ * Named regions: the namespace, ownership, quota, lifetime and region fds.
  *
- * A region is a run of pool chunks with a name. CREATE and OPEN return a
- * region fd (an anon-inode file holding a region reference); only region
- * fds can be mmap()ed. A persistent region is also referenced by the
- * namespace, so it outlives every fd and mapping until DESTROY or module
- * unload; a non-persistent region loses its name with its last reference.
- * DESTROY removes the name at once; mappings and fds that still exist keep
- * the memory until they go, then it returns to the pool.
+ * A region is a run of pool chunks with a name and an inode of its own
+ * (fs.c). CREATE and OPEN return a region fd (a file holding a region
+ * reference); only region fds can be mmap()ed. Mappings do not hold the
+ * fd's file: they hold the region's map file (mmap.c), which exists while
+ * any mapping does and holds a region reference of its own, so closing an
+ * fd really closes it (nr_files drops) while its mappings live on.
+ *
+ * A persistent region is also referenced by the namespace, so it outlives
+ * every fd and mapping until DESTROY or module unload; a non-persistent
+ * region loses its name with its last reference. DESTROY removes the name
+ * at once; mappings and fds that still exist keep the memory until they
+ * go, then it returns to the pool. If a chunk is still pinned then (an
+ * io_uring fixed buffer that was never unregistered, RDMA, a GPU's host
+ * registration), the region is held back whole: its memory stays counted
+ * in the pool and against its owner's quota, and is returned by the first
+ * pool operation, or the reaper that runs every second, after the pin goes.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/anon_inodes.h>
 #include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/file.h>
@@ -21,15 +29,20 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
+#include <linux/workqueue.h>
 
 #include "internal.h"
 #include "trace.h"
 
-/* Guards the namespace and the pool counters (internal.h says how). */
+/* Guards the namespace, the held list and the pool counters (internal.h). */
 DEFINE_MUTEX(moem_lock);
 static LIST_HEAD(moem_regions); /* named regions, oldest first */
+static LIST_HEAD(moem_held);	/* released regions with a chunk still pinned */
 static u32 moem_nr_named;
 static atomic64_t moem_next_id = ATOMIC64_INIT(0);
+
+static void moem_reap_fn(struct work_struct *work);
+static DECLARE_DELAYED_WORK(moem_reap_work, moem_reap_fn);
 
 int moem_name_from_user(char *name, u64 uptr)
 {
@@ -83,43 +96,79 @@ static void moem_region_unname_locked(struct moem_region *r)
 	kobject_del(&r->kobj);
 }
 
+/* The memory goes back: chunks to the pool, bytes off the owner's quota. */
+static void moem_region_return_locked(struct moem_region *r, bool force)
+{
+	lockdep_assert_held(&moem_lock);
+	trace_moem_region_release(r->name, r->id, r->size);
+	moem_pool_put_locked(r->chunks, r->nr_chunks, r->nr_floor, r->id, force);
+	moem_user_uncharge_locked(r->owner, r->size);
+}
+
+/* What is left once the memory went back (or was never taken). */
+static void moem_region_free(struct moem_region *r)
+{
+	mutex_destroy(&r->map_lock);
+	kvfree(r->chunks);
+	if (r->inode)
+		iput(r->inode);
+	kobject_put(&r->kobj); /* frees r */
+}
+
 int moem_region_new(const char *name, u64 size, u32 flags, u32 mode, struct moem_region **out)
 {
 	struct moem_region *r;
+	kuid_t owner = current_euid();
 	int ret;
 
 	ret = moem_region_check_size(size);
 	if (ret)
 		return ret;
-	r = kzalloc(sizeof(*r), GFP_KERNEL);
-	if (!r)
-		return -ENOMEM;
+	/* Memory a pin held back may be free now: count it before deciding. */
+	moem_regions_reap_now();
+	ret = moem_user_charge(owner, size);
+	if (ret)
+		return ret;
+	r = kzalloc(sizeof(*r), GFP_KERNEL_ACCOUNT);
+	if (!r) {
+		ret = -ENOMEM;
+		goto err_uncharge;
+	}
 	kref_init(&r->ref);
 	kobject_init(&r->kobj, &moem_region_ktype);
 	INIT_LIST_HEAD(&r->node);
+	mutex_init(&r->map_lock);
 	strscpy(r->name, name, sizeof(r->name));
-	snprintf(r->vma_name, sizeof(r->vma_name), "[moem:%s]", name);
+	snprintf(r->file_name, sizeof(r->file_name), "[moem:%s]", name);
 	r->id = atomic64_inc_return(&moem_next_id);
 	r->size = size;
 	r->nr_chunks = size >> MOEM_CHUNK_SHIFT;
-	r->owner = current_euid();
+	r->owner = owner;
 	r->mode = mode;
 	r->flags = flags;
-	r->chunks = kvcalloc(r->nr_chunks, sizeof(*r->chunks), GFP_KERNEL | __GFP_NOWARN);
+	r->inode = moem_fs_inode();
+	if (IS_ERR(r->inode)) {
+		ret = PTR_ERR(r->inode);
+		r->inode = NULL;
+		goto err_free;
+	}
+	r->chunks = kvcalloc(r->nr_chunks, sizeof(*r->chunks), GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!r->chunks) {
 		ret = -ENOMEM;
-		goto err_put_kobj;
+		goto err_free;
 	}
-	ret = moem_pool_get(r->chunks, r->nr_chunks, r->id);
+	ret = moem_pool_get(r->chunks, r->nr_chunks, r->id, &r->nr_floor);
 	if (ret)
-		goto err_free_chunks;
+		goto err_free;
 	*out = r;
 	return 0;
 
-err_free_chunks:
-	kvfree(r->chunks);
-err_put_kobj:
-	kobject_put(&r->kobj); /* frees r */
+err_free:
+	moem_region_free(r);
+err_uncharge:
+	mutex_lock(&moem_lock);
+	moem_user_uncharge_locked(owner, size);
+	mutex_unlock(&moem_lock);
 	return ret;
 }
 
@@ -174,10 +223,18 @@ struct moem_region *moem_region_lookup(const char *name)
 	return r ? r : ERR_PTR(-ENOENT);
 }
 
-int moem_region_may_open(const struct moem_region *r, bool rdonly)
+int moem_region_may_open(const struct moem_region *r, u32 flags)
 {
-	u32 need = rdonly ? 4 : 6, bits;
+	u32 need = (flags & MOEM_OPEN_RDONLY) ? 4 : 6, bits;
 
+	/*
+	 * OWNED: the caller trusts what it finds only if nobody else can
+	 * have put it there: its own region, writable by no one else. Not
+	 * even CAP_SYS_ADMIN passes for another owner's region.
+	 */
+	if ((flags & MOEM_OPEN_OWNED) &&
+	    (!uid_eq(current_euid(), r->owner) || (r->mode & 0022)))
+		return -EPERM;
 	/* Only owner and other bits: a region has no group. */
 	if (uid_eq(current_euid(), r->owner))
 		bits = (r->mode >> 6) & 7;
@@ -240,17 +297,59 @@ static void moem_region_release(struct kref *ref)
 	lockdep_assert_held(&moem_lock);
 	if (r->named)
 		moem_region_unname_locked(r);
-	trace_moem_region_release(r->name, r->id, r->size);
-	moem_pool_put_locked(r->chunks, r->nr_chunks, r->id);
+	if (moem_pool_pinned(r->chunks, r->nr_chunks)) {
+		/* Not reusable yet, and still counted: held until the pin goes. */
+		moem_pool_trace_pinned(r->chunks, r->nr_chunks, r->id);
+		list_add_tail(&r->node, &moem_held);
+		mutex_unlock(&moem_lock);
+		schedule_delayed_work(&moem_reap_work, HZ);
+		return;
+	}
+	moem_region_return_locked(r, false);
 	mutex_unlock(&moem_lock);
-	kvfree(r->chunks);
-	kobject_put(&r->kobj); /* frees r */
+	moem_region_free(r);
 }
 
 void moem_region_put(struct moem_region *r)
 {
 	lockdep_assert_not_held(&moem_lock);
 	kref_put_mutex(&r->ref, moem_region_release, &moem_lock);
+}
+
+/*
+ * Return every held region whose pins are gone (all of them with force,
+ * at unload: still pinned chunks are then the pinner's to free). True if
+ * some are still held.
+ */
+static bool moem_regions_reap(bool force)
+{
+	struct moem_region *r, *tmp;
+	LIST_HEAD(done);
+	bool more;
+
+	mutex_lock(&moem_lock);
+	list_for_each_entry_safe(r, tmp, &moem_held, node) {
+		if (!force && moem_pool_pinned(r->chunks, r->nr_chunks))
+			continue;
+		list_move_tail(&r->node, &done);
+		moem_region_return_locked(r, force);
+	}
+	more = !list_empty(&moem_held);
+	mutex_unlock(&moem_lock);
+	list_for_each_entry_safe(r, tmp, &done, node)
+		moem_region_free(r);
+	return more;
+}
+
+static void moem_reap_fn(struct work_struct *work)
+{
+	if (moem_regions_reap(false))
+		schedule_delayed_work(&moem_reap_work, HZ);
+}
+
+void moem_regions_reap_now(void)
+{
+	moem_regions_reap(false);
 }
 
 void moem_region_fill_info(const struct moem_region *r, struct moem_region_info *info)
@@ -351,6 +450,13 @@ void moem_regions_exit(void)
 	}
 }
 
+void moem_regions_exit_held(void)
+{
+	/* After sysfs is gone nothing schedules the reaper again. */
+	cancel_delayed_work_sync(&moem_reap_work);
+	moem_regions_reap(true);
+}
+
 /* Region fds. */
 
 static int moem_region_file_release(struct inode *inode, struct file *file)
@@ -409,7 +515,8 @@ struct file *moem_region_file(struct moem_region *r, bool rdonly)
 
 	/* The file's reference; it also pins the module (fops owner). */
 	moem_region_get(r);
-	file = anon_inode_getfile(r->vma_name, &moem_region_fops, r, rdonly ? O_RDONLY : O_RDWR);
+	file = moem_fs_file(r->inode, r->file_name, rdonly ? O_RDONLY : O_RDWR, &moem_region_fops,
+			    r);
 	if (IS_ERR(file)) {
 		moem_region_put(r);
 		return file;

@@ -1,14 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * /sys/kernel/moem: abi_version; pool/ (the numbers POOL_STATS returns);
- * budgets/ (budget.c); regions/<name>/ for each named region, added on
- * create and removed on destroy. Documented in
- * Documentation/ABI/testing/sysfs-kernel-moem.
+ * /sys/kernel/moem: abi_version; pool/ (the numbers POOL_STATS returns, and
+ * the per-user quota user_max_bytes); budgets/ (budget.c); regions/<name>/
+ * for each named region, added on create and removed on destroy.
+ * Documented in Documentation/ABI/testing/sysfs-kernel-moem.
+ *
+ * Writable files follow one rule, the ioctls' too: the writer needs
+ * CAP_SYS_ADMIN (the files are 0644 root, so it is root with that
+ * capability), and a value is exactly what was written: plain decimal or
+ * a name, at most one trailing newline, nothing after it, no NUL.
  *
  * Region attributes never take moem_lock: kobject_del() runs under it and
  * waits for their readers.
  */
+#include <linux/capability.h>
+#include <linux/kernel.h>
 #include <linux/kobject.h>
+#include <linux/string.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
 #include <linux/uidgid.h>
@@ -17,6 +25,55 @@
 
 struct kobject *moem_kobj;
 struct kobject *moem_regions_kobj;
+
+/* The value part of what was written: count bytes minus one trailing newline. */
+static int moem_sysfs_value_len(const char *buf, size_t count, size_t *len)
+{
+	if (count && buf[count - 1] == '\n')
+		count--;
+	/* An embedded NUL would end the parse early ("7\0xyz" is not 7). */
+	if (!count || memchr(buf, '\0', count) || memchr(buf, '\n', count))
+		return -EINVAL;
+	*len = count;
+	return 0;
+}
+
+int moem_sysfs_parse_u64(const char *buf, size_t count, u64 *value)
+{
+	char tmp[24];
+	size_t len, i;
+	int ret;
+
+	ret = moem_sysfs_value_len(buf, count, &len);
+	if (ret)
+		return ret;
+	if (len >= sizeof(tmp))
+		return -EINVAL;
+	/* Plain decimal: kstrtou64 would also take a leading '+'. */
+	for (i = 0; i < len; i++) {
+		if (buf[i] < '0' || buf[i] > '9')
+			return -EINVAL;
+	}
+	memcpy(tmp, buf, len);
+	tmp[len] = '\0';
+	/* One answer for a bad value: -ERANGE (too big) is -EINVAL too. */
+	return kstrtou64(tmp, 10, value) ? -EINVAL : 0;
+}
+
+int moem_sysfs_match(const char *const *names, size_t n, const char *buf, size_t count)
+{
+	size_t len, i;
+	int ret;
+
+	ret = moem_sysfs_value_len(buf, count, &len);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++) {
+		if (names[i] && strlen(names[i]) == len && !memcmp(names[i], buf, len))
+			return i;
+	}
+	return -EINVAL;
+}
 
 static ssize_t abi_version_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
 {
@@ -46,6 +103,7 @@ static ssize_t pool_u64_show(struct kobject *kobj, struct kobj_attribute *attr, 
 	size_t offset = container_of(attr, struct moem_pool_attr, attr)->offset;
 	struct moem_pool_stats st;
 
+	moem_regions_reap_now();
 	moem_pool_stats(&st);
 	return sysfs_emit(buf, "%llu\n", *(u64 *)((char *)&st + offset));
 }
@@ -87,6 +145,30 @@ static ssize_t pool_regions_show(struct kobject *kobj, struct kobj_attribute *at
 
 static struct kobj_attribute pool_regions_attr = __ATTR(regions, 0444, pool_regions_show, NULL);
 
+static ssize_t pool_user_max_bytes_show(struct kobject *kobj, struct kobj_attribute *attr,
+					char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", moem_user_get_max());
+}
+
+/* 0..max_bytes in chunk multiples; 0: users without CAP_SYS_ADMIN get nothing. */
+static ssize_t pool_user_max_bytes_store(struct kobject *kobj, struct kobj_attribute *attr,
+					 const char *buf, size_t count)
+{
+	u64 v;
+
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	if (moem_sysfs_parse_u64(buf, count, &v) || !IS_ALIGNED(v, MOEM_CHUNK_SIZE) ||
+	    v > moem_pool_max_bytes())
+		return -EINVAL;
+	moem_user_set_max(v);
+	return count;
+}
+
+static struct kobj_attribute pool_user_max_bytes_attr =
+	__ATTR(user_max_bytes, 0644, pool_user_max_bytes_show, pool_user_max_bytes_store);
+
 static struct attribute *moem_pool_attrs[] = {
 	&pool_total_bytes_attr.attr.attr,
 	&pool_free_bytes_attr.attr.attr,
@@ -94,6 +176,7 @@ static struct attribute *moem_pool_attrs[] = {
 	&pool_chunk_bytes_attr.attr.attr,
 	&pool_node_attr.attr,
 	&pool_regions_attr.attr,
+	&pool_user_max_bytes_attr.attr,
 	NULL,
 };
 

@@ -13,6 +13,8 @@
 
 #include <linux/tracepoint.h>
 
+#include "compat.h"
+
 /* A chunk handed to region id (0: the pool itself, at load). */
 TRACE_EVENT(moem_chunk_alloc,
 	TP_PROTO(u64 id, unsigned long pfn, int nid, bool fresh),
@@ -33,7 +35,10 @@ TRACE_EVENT(moem_chunk_alloc,
 		  __entry->nid, __entry->fresh ? "kernel" : "pool")
 );
 
-/* A chunk leaving region id: to the free list, the kernel, or dropped pinned. */
+/*
+ * A chunk leaving region id: to the free list, to the kernel, or held
+ * back still pinned (a second event follows when the pin is gone).
+ */
 TRACE_EVENT(moem_chunk_free,
 	TP_PROTO(u64 id, unsigned long pfn, int nid, int why),
 	TP_ARGS(id, pfn, nid, why),
@@ -66,7 +71,7 @@ TRACE_EVENT(moem_region_create,
 		__field(u32, uid)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->size = size;
 		__entry->flags = flags;
@@ -87,7 +92,7 @@ TRACE_EVENT(moem_region_open,
 		__field(u32, uid)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->flags = flags;
 		__entry->uid = uid;
@@ -107,7 +112,7 @@ TRACE_EVENT(moem_region_destroy,
 		__field(int, nr_files)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->nr_maps = nr_maps;
 		__entry->nr_files = nr_files;
@@ -126,7 +131,7 @@ TRACE_EVENT(moem_region_release,
 		__field(u64, size)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->size = size;
 	),
@@ -146,7 +151,7 @@ TRACE_EVENT(moem_mmap,
 		__field(bool, writable)
 	),
 	TP_fast_assign(
-		__assign_str(name, name);
+		moem_assign_str(name, name);
 		__entry->id = id;
 		__entry->start = start;
 		__entry->pgoff = pgoff;
@@ -168,7 +173,7 @@ TRACE_EVENT(moem_budget_change,
 		__field(u64, seq)
 	),
 	TP_fast_assign(
-		__assign_str(knob, knob);
+		moem_assign_str(knob, knob);
 		__entry->old = old;
 		__entry->value = value;
 		__entry->seq = seq;

@@ -23,3 +23,22 @@ $(BENCH_LOADER): $(O)/bench/loader/bench_loader.o $(LIB)
 bench-loader: $(BENCH_LOADER)
 	$(Q)mkdir -p $(dir $(BENCH_LOADER_FILE))
 	$(Q)$(BENCH_LOADER) --file $(BENCH_LOADER_FILE) --size $(BENCH_LOADER_SIZE) $(BENCH_LOADER_ARGS)
+
+# bench-decode: moem decode on a synthetic qwen3_moe (bench/decode/run.sh):
+# tokens/s at batch 1 and 8, prompt tokens/s, all resident and 25% HBM,
+# the time split. DOC=Documentation/benchmarks/decode.md writes the page.
+BENCH_SUITES		+= bench-decode
+
+.PHONY: bench-decode
+bench-decode: all
+	$(Q)MOEM_BUILD=$(O) DOC=$(DOC) sh bench/decode/run.sh
+
+# bench-llama: moem against llama.cpp (node-llama-cpp's prebuilt CPU build)
+# on the same synthetic qwen3_moe, bf16/q8/q4 against BF16/Q8_0/Q4_K_M, 1
+# and 2 threads, then moem at 25% HBM (bench/llama/run.sh). Skips without
+# the npm registry. DOC=Documentation/benchmarks/llama-cpp.md writes the page.
+BENCH_SUITES		+= bench-llama
+
+.PHONY: bench-llama
+bench-llama: all
+	$(Q)MOEM_BUILD=$(O) DOC=$(DOC) sh bench/llama/run.sh || [ $$? -eq 77 ]

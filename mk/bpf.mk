@@ -56,13 +56,13 @@ LDLIBS		+= -lbpf -lelf -lz
 # The guest test (make test-kmod): the pool tracer watching the kselftest
 # programs, static like them (Debian ships libbpf.a, libelf.a and libz.a).
 GUEST_EXTRA_BINS += $(O)/kselftest/bpf_pool_watch
-$(O)/kselftest/bpf_pool_watch: tests/integration/bpf_pool_watch.c $(LIB)
+$(O)/kselftest/bpf_pool_watch: tests/integration/bpf_pool_watch.c $(GUEST_LIB)
 	$(call msg,KSFT,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(KSFT_CFLAGS) -o $@ $< $(LIB) -l:libbpf.a -l:libelf.a -l:libz.a \
+	$(Q)$(CC) $(CPPFLAGS) $(KSFT_CFLAGS) -o $@ $< $(GUEST_LIB) -l:libbpf.a -l:libelf.a -l:libz.a \
 		-lpthread
 else
-$(info moem: BPF tracing not built (missing: $(BPF_MISSING)))
+$(call config_note,BPF tracing not built (missing: $(BPF_MISSING)))
 $(O)/runtime/observe/bpf/%.o: CPPFLAGS += -DMOEM_NO_BPF -Ibpf
 endif
 

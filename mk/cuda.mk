@@ -1,34 +1,39 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
-# CUDA kernels (cuda/*.cu): one fatbin per file with SASS for sm_80,
-# sm_86, sm_89, sm_90 and PTX for compute_90 (JIT on newer GPUs),
-# embedded into libmoem with .incbin and loaded at run time with
-# cuModuleLoadData. Without nvcc libmoem still builds (an empty table);
-# the CUDA backend then says it was built without kernels.
+# CUDA kernels (cuda/*.cu): one fatbin per file with SASS for each of
+# CUDA_ARCHS (default sm_80, sm_86, sm_89, sm_90) and PTX for CUDA_PTX
+# (default compute_90, JIT on newer GPUs; empty for none), embedded into
+# libmoem with .incbin and loaded at run time with cuModuleLoadData.
+# Without nvcc libmoem still builds (an empty table); the CUDA backend
+# then says it was built without kernels.
 #
-#   make test-gpu     GPU parity tests (skip without a GPU), compute-sanitizer
-#   make bench-gpu    kernel benchmarks on the GPU machine
+#   make gpu-bundle   the self-contained GPU test bundle (mk/gpu-bundle.mk)
+#   make test-gpu     the bundle's tests on this machine's GPU (skip without one)
+#   make bench-gpu    the bundle's benchmarks on this machine's GPU
 
 CUDA_SRCS	:= $(sort $(wildcard cuda/*.cu))
 CUDA_HDRS	:= $(wildcard cuda/*.cuh cuda/*.h)
 CUDA_NAMES	:= $(basename $(notdir $(CUDA_SRCS)))
-CUDA_GENCODE	:= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
-		   -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90 \
-		   -gencode arch=compute_90,code=compute_90
+CUDA_ARCHS	?= 80 86 89 90
+CUDA_PTX	?= 90
+CUDA_GENCODE	:= $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+		   $(foreach a,$(CUDA_PTX),-gencode arch=compute_$(a),code=compute_$(a))
 NVCCFLAGS	?= -O3 -lineinfo
 CUDA_TABLE	:= $(O)/cuda/fatbins.c
 LIB_EXTRA_OBJS	+= $(O)/cuda/fatbins.o
 
-# Rebuild the table when nvcc appears or disappears.
+# Rebuild the table when nvcc appears or disappears, and the fatbins when
+# the architectures change.
 CUDA_STAMP	:= $(O)/cuda/nvcc.stamp
-$(shell mkdir -p $(O)/cuda && { echo 'nvcc=$(NVCC)' | cmp -s - $(CUDA_STAMP) || \
-	echo 'nvcc=$(NVCC)' > $(CUDA_STAMP); })
+CUDA_STAMP_TXT	:= nvcc=$(NVCC) gencode=$(strip $(CUDA_GENCODE))
+$(shell mkdir -p $(O)/cuda && { echo '$(CUDA_STAMP_TXT)' | cmp -s - $(CUDA_STAMP) || \
+	echo '$(CUDA_STAMP_TXT)' > $(CUDA_STAMP); })
 
 ifneq ($(NVCC),)
 CUDA_FATBINS	:= $(CUDA_NAMES:%=$(O)/cuda/%.fatbin)
 LIB_EXTRA_OBJS	+= $(O)/cuda/fatbins_data.o
 
-$(O)/cuda/%.fatbin: cuda/%.cu $(CUDA_HDRS)
+$(O)/cuda/%.fatbin: cuda/%.cu $(CUDA_HDRS) $(CUDA_STAMP)
 	$(call msg,NVCC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(NVCC) -std=c++17 $(CUDA_GENCODE) $(NVCCFLAGS) -fatbin -o $@ $<
@@ -60,7 +65,7 @@ $(CUDA_TABLE): $(CUDA_STAMP) mk/cuda.mk
 	  done; \
 	  echo '	{ 0, 0, 0 },'; echo '};'; } > $@
 else
-$(info moem: nvcc not found (PATH, /usr/local/cuda/bin): libmoem is built without CUDA kernels)
+$(call config_note,nvcc not found (PATH$(comma) /usr/local/cuda/bin): libmoem is built without CUDA kernels)
 
 $(CUDA_TABLE): $(CUDA_STAMP) mk/cuda.mk
 	$(call msg,GEN,$@)
@@ -76,30 +81,17 @@ $(O)/cuda/fatbins.o: $(CUDA_TABLE)
 .PHONY: cuda
 cuda: $(CUDA_FATBINS)
 
-# GPU tests: tests/gpu/test_*.c (kselftest harness, skip without a GPU),
-# the PyTorch comparison and a compute-sanitizer memcheck run.
+# GPU tests: tests/gpu/test_*.c (kselftest harness, skip without a GPU)
+# and tests/gpu/*.sh. On a GPU they run from the bundle (mk/gpu-bundle.mk:
+# make test-gpu, bench-gpu); here on the kernel emulator (test-gpu-emu).
 GPU_TEST_BINS	:= $(patsubst tests/gpu/%.c,$(O)/tests/gpu/%,$(wildcard tests/gpu/test_*.c))
 GPU_TOOLS	:= $(O)/tests/gpu/dump_ops
-TEST_SUITES	+= test-gpu
 
 $(O)/tests/gpu/%: tests/gpu/%.c $(LIB)
 	$(call msg,TEST,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-sign-compare $(LDFLAGS) -o $@ $< \
 		$(LIB) $(LDLIBS)
-
-.PHONY: test-gpu bench-gpu
-test-gpu: all $(GPU_TEST_BINS) $(GPU_TOOLS)
-	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite gpu --timeout 900 $(GPU_TEST_BINS) \
-		tests/gpu/torch_check.sh tests/gpu/memcheck.sh tests/gpu/engine_same_outputs.sh
-
-# Kernel benchmarks on the GPU machine: FFN bytes/s against the
-# device-to-device copy, router/re-route share, then PyTorch same shapes.
-bench-gpu: all $(O)/bench/kernels/bench_kernels
-	$(Q)$(O)/bench/kernels/bench_kernels --backend cuda --out $(O)/bench/kernels/gpu_results.txt; \
-	rc=$$?; \
-	if [ $$rc -eq 4 ]; then exit 0; fi; [ $$rc -eq 0 ] || exit $$rc; \
-	python3 bench/kernels/torch_ffn.py --ours $(O)/bench/kernels/gpu_results.txt
 
 # The kernel emulator (x86-64 hosts): the kernels compiled as C++ for the
 # host and a fake libcuda.so.1 (tests/gpu/emu), so test-gpu-emu runs the
@@ -109,21 +101,29 @@ bench-gpu: all $(O)/bench/kernels/bench_kernels
 ifeq ($(shell uname -m),x86_64)
 EMU_DIR		:= $(O)/tests/gpu/emu
 EMU_KOBJS	:= $(CUDA_NAMES:%=$(EMU_DIR)/k_%.o)
-EMU_SRCS	:= tests/gpu/emu/sched.cpp tests/gpu/emu/driver.cpp
+EMU_SRCS	:= $(wildcard tests/gpu/emu/*.cpp)
 EMU_HDRS	:= tests/gpu/emu/cuda_emu.h tests/gpu/emu/emu.h
 EMU_CXXFLAGS	:= -std=c++20 -O2 -g -fPIC -ffp-contract=off -fno-ipa-reference -Wall \
 		   -Wno-unused-function -Wno-unknown-pragmas -Iinclude
+# Kernels: misaligned accesses trap (CUDA_ERROR_MISALIGNED_ADDRESS).
+EMU_KFLAGS	:= $(EMU_CXXFLAGS) -DMOEM_KERNEL_EMU -include tests/gpu/emu/cuda_emu.h \
+		   -fsanitize=alignment -fsanitize-undefined-trap-on-error
 TEST_SUITES	+= test-gpu-emu
 
-$(EMU_DIR)/k_%.o: cuda/%.cu $(CUDA_HDRS) $(EMU_HDRS)
-	$(call msg,CXX,$@)
+# Each kernel file with its kernels registered (tests/gpu/emu/kernels.sh).
+$(EMU_DIR)/k_%.cpp: cuda/%.cu $(CUDA_HDRS) $(EMU_HDRS) tests/gpu/emu/kernels.sh
+	$(call msg,GEN,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CXX) $(EMU_CXXFLAGS) -DMOEM_KERNEL_EMU -include tests/gpu/emu/cuda_emu.h \
-		-x c++ -c -o $@ $<
+	$(Q)tests/gpu/emu/kernels.sh "$(CXX)" "$(EMU_KFLAGS)" $< $@
+
+$(EMU_DIR)/k_%.o: $(EMU_DIR)/k_%.cpp
+	$(call msg,CXX,$@)
+	$(Q)$(CXX) $(EMU_KFLAGS) -c -o $@ $<
 
 $(EMU_DIR)/libcuda.so.1: $(EMU_SRCS) $(EMU_HDRS) $(EMU_KOBJS)
 	$(call msg,LD,$@)
-	$(Q)$(CXX) $(EMU_CXXFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $(EMU_SRCS) $(EMU_KOBJS)
+	$(Q)$(CXX) $(EMU_CXXFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $(EMU_SRCS) $(EMU_KOBJS) \
+		-lpthread
 
 .PHONY: test-gpu-emu
 test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
@@ -131,3 +131,17 @@ test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
 		scripts/run-tests.sh --suite gpu-emu --timeout 1200 $(GPU_TEST_BINS) \
 		tests/gpu/engine_same_outputs.sh
 endif
+
+# bench/tiers/bench_uvm.c: UVM against moem's VMM staging at one HBM budget
+# (bench/tiers/uvm.sh, in the GPU bundle). With the toolkit's cupti.h it
+# reads the driver's unified memory counters through libcupti (dlopen()ed).
+CUDA_HOME	?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(NVCC))))
+BENCH_UVM_CPPFLAGS := $(if $(wildcard $(CUDA_HOME)/include/cupti.h),-DMOEM_HAVE_CUPTI \
+		      -idirafter $(CUDA_HOME)/include)
+CUPTI_LIB	:= $(firstword $(wildcard $(CUDA_HOME)/lib64/libcupti.so.[0-9]* \
+		   $(CUDA_HOME)/lib/libcupti.so.[0-9]*))
+
+$(O)/bench/tiers/bench_uvm: bench/tiers/bench_uvm.c $(LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(BENCH_UVM_CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)

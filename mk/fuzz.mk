@@ -16,12 +16,13 @@ FUZZ_NAMES	:= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS	:= $(FUZZ_NAMES:%=$(O)/fuzz/fuzz_%)
 FUZZ_LIB_SRCS	:= $(wildcard runtime/storage/store/*.c) runtime/model/model.c \
 		   $(wildcard runtime/compute/quant/*.c) $(wildcard runtime/model/synth/*.c) \
-		   $(wildcard runtime/core/*.c) runtime/serve/ctl/proto.c
+		   $(wildcard runtime/core/*.c) runtime/serve/ctl/proto.c \
+		   $(wildcard runtime/serve/api/*.c) $(wildcard runtime/text/*.c)
 FUZZ_LIB_OBJS	:= $(FUZZ_LIB_SRCS:%.c=$(O)/fuzz/obj/%.o)
 FUZZ_CFLAGS	:= -g -O1 -std=gnu11 -pthread -fno-omit-frame-pointer \
 		   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
 		   -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-FUZZ_LDLIBS	:= -ljson-c -lxxhash -linih -lm -lpthread
+FUZZ_LDLIBS	:= -ljson-c -lxxhash -linih -lpcre2-8 -lutf8proc -lm -lpthread
 
 $(O)/fuzz/obj/%.o: %.c
 	$(call msg,FUZZCC,$@)

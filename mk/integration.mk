@@ -44,28 +44,38 @@ test-daemon-host: all $(INTEG_BINS) $(INTEG_DEPS)
 		scripts/run-tests.sh --suite integration --timeout 900 $(INTEG_BINS) $(INTEG_SCRIPTS)
 
 # The guest has no shared libraries: moemd, moemctl and the tests are
-# linked statically (sanitizers need their runtime, so never here).
+# linked statically, without sanitizers (they need their runtime): under
+# SAN=1 against GUEST_O's objects and GUEST_LIB (Makefile).
 GUEST_CFLAGS	:= $(filter-out -fsanitize=% -fno-sanitize-recover=% -fPIC,$(CFLAGS)) -static \
 		   -Wno-sign-compare -Wno-misleading-indentation
 GUEST_LDLIBS	:= $(LDLIBS)
 
-$(O)/guest-daemon/moemd: $(patsubst %.c,$(O)/%.o,$(wildcard runtime/serve/moemd/*.c)) $(LIB)
+# Without the HTTP listener (tests/integration/guest/moemd_nohttp.c says why).
+GUEST_MOEMD_OBJS := $(patsubst %.c,$(GUEST_O)/%.o,$(filter-out $(MOEMD_HTTP_SRCS),\
+		    $(wildcard runtime/serve/moemd/*.c))) $(O)/guest-daemon/obj/moemd_nohttp.o
+
+$(O)/guest-daemon/obj/moemd_nohttp.o: tests/integration/guest/moemd_nohttp.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) -Iruntime/serve/moemd $(GUEST_CFLAGS) -c -o $@ $<
+
+$(O)/guest-daemon/moemd: $(GUEST_MOEMD_OBJS) $(GUEST_LIB)
 	$(call msg,LDSTATIC,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(GUEST_CFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(GUEST_LDLIBS) 2>$@.ldlog || \
+	$(Q)$(CC) $(GUEST_CFLAGS) -o $@ $(filter %.o,$^) $(GUEST_LIB) $(GUEST_LDLIBS) 2>$@.ldlog || \
 		{ cat $@.ldlog; exit 1; }
 
-$(O)/guest-daemon/moemctl: $(patsubst %.c,$(O)/%.o,$(wildcard tools/moemctl/*.c)) $(LIB)
+$(O)/guest-daemon/moemctl: $(call guest_objs,$(wildcard tools/moemctl/*.c)) $(GUEST_LIB)
 	$(call msg,LDSTATIC,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(GUEST_CFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(GUEST_LDLIBS) 2>$@.ldlog || \
+	$(Q)$(CC) $(GUEST_CFLAGS) -o $@ $(filter %.o,$^) $(GUEST_LIB) $(GUEST_LDLIBS) 2>$@.ldlog || \
 		{ cat $@.ldlog; exit 1; }
 
-$(O)/guest-daemon/%: tests/integration/guest/%.c $(INTEG_HDRS) $(LIB)
+$(O)/guest-daemon/%: tests/integration/guest/%.c $(INTEG_HDRS) $(GUEST_LIB)
 	$(call msg,TESTSTATIC,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) -Itests/integration $(GUEST_CFLAGS) -o $@ $< \
-		$(LIB) $(GUEST_LDLIBS) 2>$@.ldlog || { cat $@.ldlog; exit 1; }
+		$(GUEST_LIB) $(GUEST_LDLIBS) 2>$@.ldlog || { cat $@.ldlog; exit 1; }
 
 guest-daemon-build: $(GUEST_DMN_PROGS) $(GUEST_DMN_BINS) $(O)/bin/moem
 

@@ -4,7 +4,8 @@
 #   bench-tiers      transfer engine vs raw device copies (emulated device
 #                    here, CUDA on a GPU machine) and tokens/s at HBM =
 #                    100/50/25% of expert bytes with on-demand LRU
-#   bench-tiers-gpu  the same on the GPU (part of bench-gpu)
+#   bench-tiers-gpu  the same on the GPU from this build (bench-gpu runs the
+#                    GPU bundle's copy, mk/gpu-bundle.mk)
 
 BENCH_TIERS	:= $(O)/bench/tiers/bench_tiers
 BENCH_SUITES	+= bench-tiers
@@ -22,5 +23,3 @@ bench-tiers: all $(BENCH_TIERS)
 bench-tiers-gpu: all $(BENCH_TIERS)
 	$(Q)$(BENCH_TIERS) --backend cuda
 	$(Q)MOEM_BUILD=$(O) bench/tiers/tokens.sh cuda
-
-bench-gpu: bench-tiers-gpu

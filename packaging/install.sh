@@ -55,6 +55,21 @@ put_conf "$here/moemd.conf" /etc/moem/moemd.conf 0644
 for d in "$top"/Documentation/admin-guide.md "$top"/Documentation/protocol.md; do
 	[ -e "$d" ] && put "$d" "$prefix/share/doc/moem/$(basename "$d")" 0644
 done
+# Manual pages (make builds them with help2man).
+for m in moem.1 moemctl.1 moemd.8; do
+	if [ -e "$build/man/$m" ]; then
+		put "$build/man/$m" "$prefix/share/man/man${m##*.}/$m" 0644
+	else
+		echo "install.sh: $build/man/$m not built (install help2man, then make man)" >&2
+	fi
+done
+# Where socket clients may have moemd write traces and read inputs
+# (moemd.conf: trace-dir, workload-dir): root's, not world-writable.
+for d in /var/lib/moem/traces /var/lib/moem/inputs; do
+	mkdir -p "$destdir$d"
+	chmod 0750 "$destdir$d"
+	echo "  $d/"
+done
 if [ $kmod -eq 1 ]; then
 	kver=${KVER:-$(uname -r)}
 	[ -r "$top/kmod/moem.ko" ] || { echo "install.sh: kmod/moem.ko not built (make kmod, or --no-kmod)" >&2; exit 1; }

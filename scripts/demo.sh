@@ -46,7 +46,7 @@ mkdir -p "$D"
 if [ ! -s "$PACK" ] || [ "$PACK" -ot "$B/bin/moem" ]; then
 	rm -rf "$D/model" "$PACK"
 	say "synthetic model, Qwen3-30B-A3B expert shapes, 4 layers x 32 experts, top-4"
-	"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --topk 4 --hidden 2048 \
+	"$B/bin/moem" mkmodel --arch qwen3_moe --layers 4 --experts 32 --top-k 4 --hidden 2048 \
 		--moe-intermediate 768 --seed 1 --out "$D/model"
 	say "pack (bf16 + q4)"
 	"$B/bin/moem" pack --model "$D/model" --out "$PACK" --precisions bf16,q4
@@ -66,7 +66,7 @@ serve() {
 	rm -f "$D/moemd.log"
 	"$B/bin/moemd" --pack "$PACK" --socket "$SOCK" --hbm "$HBM" --dram "$DRAM" \
 		--precisions bf16,q4 --persistent=no --steps "$STEPS" --batch "$BATCH" \
-		"$@" 2>"$D/moemd.log" &
+		--listen none "$@" 2>"$D/moemd.log" &
 	pid=$!
 	i=0
 	until "$B/bin/moemctl" --socket "$SOCK" hello 2>/dev/null | grep -q ', ready;'; do
@@ -93,8 +93,9 @@ run() {
 		-v s="$(jget "$out" stall_share)" -v n="$(jget "$out" bytes_nvme)" \
 		-v c="$(jget "$out" bytes_h2d)" -v T="$(jget "$out" mean_T)" \
 		'BEGIN { printf "%-44s %9.1f %8.3f %7.1f%% %7.1f %10.1f %10.1f\n", l, t, h, s * 100, T,
-			 n / 1048576, c / 1048576 }' | tee -a "$ROWS"
+			 n / 1048576, c / 1048576 }' >>"$ROWS"
 	echo "$out" >>"$D/runs.jsonl"
+	say "ran: $label (the table is at the end)"
 }
 
 : >"$D/runs.jsonl"
@@ -126,4 +127,53 @@ echo "of the expert bytes (synthetic model and workload; results in $D/runs.json
 printf '%-44s %9s %8s %8s %7s %10s %10s\n' "policy family" "tokens/s" "hit rate" "stalls" \
 	"mean T" "NVMe MiB" "to HBM MiB"
 cat "$ROWS"
-echo "moem demo: done in $(($(date +%s) - start)) s; moemd stopped cleanly after each family"
+cat <<'LEGEND'
+
+  tokens/s    tokens decoded per second (batch x steps / wall time)
+  hit rate    expert uses served from HBM without waiting
+  stalls      share of the run's time spent waiting for experts to arrive
+  mean T      distinct experts one MoE layer activates per step (a batch's
+              tokens share experts: T is what must be resident, at most E)
+  NVMe MiB    bytes read from the pack into DRAM during the run
+  to HBM MiB  bytes copied from DRAM into HBM during the run
+LEGEND
+
+# Last: moemd as a model server, and one chat request with curl.
+say "moemd serving the OpenAI API on 127.0.0.1 (any free port)"
+rm -f "$D/moemd.log"
+"$B/bin/moemd" --pack "$PACK" --socket "$SOCK" --hbm "$HBM" --dram "$DRAM" \
+	--precisions bf16,q4 --persistent=no --listen 127.0.0.1:0 2>"$D/moemd.log" &
+pid=$!
+url=
+i=0
+until [ -n "$url" ]; do
+	url=$(sed -n 's|.*OpenAI API on \(http://[^ ]*/v1\).*|\1|p' "$D/moemd.log")
+	i=$((i + 1))
+	if ! kill -0 "$pid" 2>/dev/null || [ $i -gt 1200 ]; then
+		cat "$D/moemd.log" >&2
+		echo "moem demo: moemd did not listen" >&2
+		exit 1
+	fi
+	[ -n "$url" ] || sleep 0.1
+done
+base=${url%/v1}
+i=0
+until code=$(curl -s -o "$D/health.json" -w '%{http_code}' "$base/health") &&
+	{ [ "$code" = 200 ] || grep -q 'cannot generate text yet' "$D/health.json"; }; do
+	i=$((i + 1))
+	[ $i -gt 1200 ] && break
+	sleep 0.1
+done
+model=$(basename "$PACK" .moem)
+echo "\$ curl $url/chat/completions -H 'Content-Type: application/json' -d '{\"model\":\"$model\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"max_tokens\":16}'"
+curl -s "$url/chat/completions" -H 'Content-Type: application/json' \
+	-d "{\"model\":\"$model\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"max_tokens\":16}"
+echo
+if [ "$code" != 200 ]; then
+	echo "moem demo: moemd cannot generate text from this pack yet: $(cat "$D/health.json")"
+fi
+stop_daemon
+echo "moem demo: to serve it yourself and point any OpenAI client at it:"
+echo "    $B/bin/moemd --pack $PACK --listen 127.0.0.1:8000 [--api-key-file FILE]"
+echo "    OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=none  (model \"$model\"; synthetic weights: gibberish)"
+echo "moem demo: done in $(($(date +%s) - start)) s; moemd stopped cleanly after each run"

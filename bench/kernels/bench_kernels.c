@@ -17,7 +17,11 @@
  *     router + re-routing share of the layer.
  *
  * Prints a table and RESULT key=value lines (also written to --out).
- *   bench_kernels [--backend cpu|cuda] [--threads N] [--isa ISA] [--quick] [--out FILE]
+ *   bench_kernels [--backend cpu|cuda] [--threads N] [--isa ISA] [--quick] [--smoke]
+ *                 [--out FILE]
+ * --smoke: a tiny shape (H 256, I 128), two experts, B = 1 and 4, bf16 and
+ * q4, no peers and no layer section: proves the program and its output on
+ * the kernel emulator, measures nothing.
  * On the CPU also: a read-only streaming peer and register-only peak
  * loops (section 1b), each FFN row as a fraction of both.
  * Exit 4 when the backend is absent (no CUDA device: skip).
@@ -37,8 +41,8 @@
 
 #include "../../tests/unit/test_backend_util.h"
 
-#define QH 2048
-#define QI 768
+/* The FFN shape: Qwen3-30B-A3B's, or a tiny one with --smoke. */
+static uint32_t ffn_h = 2048, ffn_i = 768;
 #define QN 128
 #define QK 8
 
@@ -51,7 +55,7 @@ static const uint32_t batches[] = {1, 4, 16, 64};
 			ret = (x); \
 	} while (0)
 static FILE *out_file;
-static int quick;
+static int quick, smoke;
 
 static void result(const char *key, double v)
 {
@@ -145,16 +149,18 @@ static double host_copy_seconds(uint8_t *dst, const uint8_t *src, size_t bytes, 
 	return (moem_now_ns() - t0) / 1e9;
 }
 
-static int bench_copy(struct moem_backend *be, struct timer *tm, double *traffic)
+static int bench_copy(struct moem_backend *be, struct timer *tm, double *copy, double *traffic)
 {
 	struct moem_backend_info info;
 	uint64_t bytes;
 	moem_dptr a, b;
 	double s[10], gbps;
-	int reps = quick ? 3 : 10, ret;
+	int reps = smoke ? 1 : quick ? 3 : 10, ret;
 
 	moem_backend_get_info(be, &info);
-	bytes = info.kind == MOEM_BACKEND_CUDA ? (1ull << 30) : (256ull << 20);
+	bytes = smoke				 ? (16ull << 20)
+		: info.kind == MOEM_BACKEND_CUDA ? (1ull << 30)
+						 : (256ull << 20);
 	if ((ret = moem_be_alloc(be, bytes, &a)) || (ret = moem_be_alloc(be, bytes, &b)))
 		return ret;
 	moem_be_memset(be, a, 1, bytes, NULL);
@@ -171,6 +177,7 @@ static int bench_copy(struct moem_backend *be, struct timer *tm, double *traffic
 		}
 	}
 	gbps = bytes / median(s, reps) / 1e9;
+	*copy = gbps;
 	*traffic = 2 * gbps;
 	printf("copy: %s %.1f GB/s copied, %.1f GB/s traffic (read + write), %u thread%s\n",
 	       info.kind == MOEM_BACKEND_CUDA ? "cuMemcpyDtoD" : "memcpy", gbps, *traffic,
@@ -437,7 +444,7 @@ static int upload_experts(struct moem_backend *be, enum moem_prec p, uint32_t n,
 			  uint64_t *bytes)
 {
 	struct tb_expert ex;
-	int ret = tb_expert_make(&ex, p, QH, QI, 7 + p);
+	int ret = tb_expert_make(&ex, p, ffn_h, ffn_i, 7 + p);
 
 	for (uint32_t i = 0; !ret && i < n; i++) {
 		d[i] = tb_put(be, ex.blob, ex.l.bytes);
@@ -449,51 +456,51 @@ static int upload_experts(struct moem_backend *be, enum moem_prec p, uint32_t n,
 	return ret;
 }
 
-static int bench_ffn(struct moem_backend *be, struct timer *tm, double traffic)
+static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, double traffic)
 {
 	const int gpu = moem_backend_kind(be) == MOEM_BACKEND_CUDA;
-	const uint64_t target = gpu ? (256ull << 20) : (64ull << 20);
+	const uint64_t target = smoke ? 1 : gpu ? (256ull << 20) : (64ull << 20);
 	static const enum moem_prec precs[] = {MOEM_PREC_BF16, MOEM_PREC_Q4, MOEM_PREC_Q8,
 					       MOEM_PREC_Q2};
 	double t_b1[MOEM_PREC_NR] = {0}, bytes_of[MOEM_PREC_NR] = {0};
-	uint16_t *x = tb_rand_bf16(3, 64 * QH, 1.0);
-	moem_dptr dx = tb_put(be, x, 2 * 64 * QH), dout = 0, *blobs;
+	uint16_t *x = tb_rand_bf16(3, 64 * ffn_h, 1.0);
+	moem_dptr dx = tb_put(be, x, 2 * 64 * ffn_h), dout = 0, *blobs;
 	struct moem_ffn_assign *as = malloc(sizeof(*as) * 64 * 256);
 	struct moem_ffn_expert *fe = malloc(sizeof(*fe) * 256);
 	char key[64];
 	int ret = 0;
 
 	blobs = calloc(512, sizeof(*blobs));
-	printf("\nffn: expert FFN (SwiGLU), H %d I %d, every expert of a call takes B tokens; "
+	printf("\nffn: expert FFN (SwiGLU), H %u I %u, every expert of a call takes B tokens; "
 	       "weight bytes read / s\n",
-	       QH, QI);
-	printf("  prec     B   experts/call   us/expert     GB/s   of copy traffic%s\n",
+	       ffn_h, ffn_i);
+	printf("  prec     B   experts/call   us/expert     GB/s   of copy   of copy traffic%s\n",
 	       cpu_read_gbps > 0 ? "   of read   GFLOP/s   of peak" : "");
 	for (unsigned int pi = 0; !ret && pi < sizeof(precs) / sizeof(precs[0]); pi++) {
 		enum moem_prec p = precs[pi];
 		uint64_t eb;
 		uint32_t ne;
 
-		if (quick && p != MOEM_PREC_BF16 && p != MOEM_PREC_Q4)
+		if ((quick || smoke) && p != MOEM_PREC_BF16 && p != MOEM_PREC_Q4)
 			continue;
 		{
 			struct moem_expert_layout l;
 
-			moem_expert_layout(p, QH, QI, &l);
+			moem_expert_layout(p, ffn_h, ffn_i, &l);
 			eb = l.bytes;
 		}
-		ne = (uint32_t)moem_min((target + eb - 1) / eb, 256);
+		ne = smoke ? 2 : (uint32_t)moem_min((target + eb - 1) / eb, 256);
 		ret = upload_experts(be, p, 2 * ne, blobs, &eb);
 		if (ret)
 			break;
 		bytes_of[p] = (double)eb;
-		for (unsigned int bi = 0; !ret && bi < 4; bi++) {
+		for (unsigned int bi = 0; !ret && bi < (smoke ? 2u : 4u); bi++) {
 			uint32_t B = batches[bi], na = 0;
-			int reps = quick ? 3 : gpu ? 20 : (B >= 16 ? 3 : 5);
+			int reps = smoke ? 1 : quick ? 3 : gpu ? 20 : (B >= 16 ? 3 : 5);
 			double s[20], sec;
 			struct moem_ffn_args a;
 
-			if (!dout && (ret = moem_be_alloc(be, 4ull * 64 * 256 * QH, &dout)))
+			if (!dout && (ret = moem_be_alloc(be, 4ull * 64 * 256 * ffn_h, &dout)))
 				break;
 			for (uint32_t e = 0; e < ne; e++) {
 				fe[e] = (struct moem_ffn_expert){0, p, na, B};
@@ -502,8 +509,8 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double traffic)
 									    (uint16_t)(e % 64)};
 			}
 			/* one output slot per expert: at most 64 experts per call */
-			a = (struct moem_ffn_args){B,  QH, QI, moem_min(ne, 64), dx, dout, 0,
-						   fe, na, as};
+			a = (struct moem_ffn_args){B,  ffn_h, ffn_i, moem_min(ne, 64), dx, dout, 0,
+						   fe, na,    as};
 			for (int r = 0; r < reps + 1 && !ret; r++) {
 				for (uint32_t e = 0; e < ne; e++) /* alternate the two sets */
 					fe[e].blob = blobs[(r & 1) * ne + e];
@@ -522,14 +529,15 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double traffic)
 			sec = median(s, reps);
 			{
 				/* 2 ops per multiply-add, three H x I matrices, B tokens */
-				double gf = 2.0 * B * 3 * QH * QI * ne / sec / 1e9;
+				double gf = 2.0 * B * 3 * ffn_h * ffn_i * ne / sec / 1e9;
 				double rr =
 					cpu_read_gbps > 0 ? eb * ne / sec / 1e9 / cpu_read_gbps : 0;
 				double pr = cpu_peak[p] > 0 ? gf / cpu_peak[p] : 0;
 
-				printf("  %-5s %4u   %12u   %9.2f   %6.1f   %5.2f",
+				printf("  %-5s %4u   %12u   %9.2f   %6.1f   %7.2f   %5.2f",
 				       moem_prec_name(p), B, ne, sec / ne * 1e6,
-				       eb * ne / sec / 1e9, eb * ne / sec / 1e9 / traffic);
+				       eb * ne / sec / 1e9, eb * ne / sec / 1e9 / copy,
+				       eb * ne / sec / 1e9 / traffic);
 				if (cpu_read_gbps > 0)
 					printf("   %7.2f   %7.1f   %7.2f", rr, gf, pr);
 				printf("\n");
@@ -549,7 +557,9 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double traffic)
 			}
 			snprintf(key, sizeof(key), "ffn_%s_B%u_gbps", moem_prec_name(p), B);
 			result(key, eb * ne / sec / 1e9);
-			snprintf(key, sizeof(key), "ffn_%s_B%u_ratio", moem_prec_name(p), B);
+			snprintf(key, sizeof(key), "ffn_%s_B%u_vs_copy", moem_prec_name(p), B);
+			result(key, eb * ne / sec / 1e9 / copy);
+			snprintf(key, sizeof(key), "ffn_%s_B%u_vs_traffic", moem_prec_name(p), B);
 			result(key, eb * ne / sec / 1e9 / traffic);
 			snprintf(key, sizeof(key), "ffn_%s_B%u_us_per_expert", moem_prec_name(p),
 				 B);
@@ -589,22 +599,22 @@ struct layer {
 static int layer_setup(struct moem_backend *be, struct layer *L)
 {
 	const int gpu = moem_backend_kind(be) == MOEM_BACKEND_CUDA;
-	float *h = tb_rand_f32(11, 64 * QH, 1.0);
-	uint16_t *nw = tb_rand_bf16(12, QH, 0.3), *g = tb_rand_bf16(13, QN * QH, 0.05);
+	float *h = tb_rand_f32(11, 64 * ffn_h, 1.0);
+	uint16_t *nw = tb_rand_bf16(12, ffn_h, 0.3), *g = tb_rand_bf16(13, QN * ffn_h, 0.05);
 	uint64_t eb;
 	int ret;
 
 	memset(L, 0, sizeof(*L));
-	L->h0 = tb_put(be, h, 4 * 64 * QH);
-	L->h = tb_zeros(be, 4 * 64 * QH);
-	L->normw = tb_put(be, nw, 2 * QH);
-	L->y = tb_zeros(be, 2 * 64 * QH);
-	L->gate = tb_put(be, g, 2 * QN * QH);
+	L->h0 = tb_put(be, h, 4 * 64 * ffn_h);
+	L->h = tb_zeros(be, 4 * 64 * ffn_h);
+	L->normw = tb_put(be, nw, 2 * ffn_h);
+	L->y = tb_zeros(be, 2 * 64 * ffn_h);
+	L->gate = tb_put(be, g, 2 * QN * ffn_h);
 	L->logits = tb_zeros(be, 4 * 64 * QN);
 	L->ids = tb_zeros(be, 4 * 64 * QK);
 	L->w = tb_zeros(be, 4 * 64 * QK);
 	L->cnt = tb_zeros(be, 4 * 64);
-	L->routed = tb_zeros(be, 4ull * 64 * QK * QH);
+	L->routed = tb_zeros(be, 4ull * 64 * QK * ffn_h);
 	/* bf16 experts; on the CPU 16 distinct blobs (> the LLC) shared by id mod 16 */
 	L->nblob = gpu ? QN : 16;
 	ret = upload_experts(be, MOEM_PREC_BF16, L->nblob, L->blobs, &eb);
@@ -649,8 +659,8 @@ static int bench_layer(struct moem_backend *be, struct timer *tm)
 			uint32_t T = 0;
 
 			for (int r = 0; r < reps + 1 && !ret; r++) {
-				struct moem_rmsnorm_args na = {B, QH, 1e-6f, L.h, L.normw, L.y};
-				struct moem_router_args ra = {B, QH, QN, L.y, L.gate, L.logits};
+				struct moem_rmsnorm_args na = {B, ffn_h, 1e-6f, L.h, L.normw, L.y};
+				struct moem_router_args ra = {B, ffn_h, QN, L.y, L.gate, L.logits};
 				struct moem_route_args ro = {.mode = (enum moem_route_mode)m,
 							     .cfg = {QN, QK, true, 1.0f},
 							     .B = B,
@@ -658,12 +668,12 @@ static int bench_layer(struct moem_backend *be, struct timer *tm)
 							     .ids = L.ids,
 							     .w = L.w,
 							     .cnt = L.cnt};
-				struct moem_combine_args ca = {B,   QH,	   L.h, QK, L.routed,
+				struct moem_combine_args ca = {B,   ffn_h, L.h, QK, L.routed,
 							       L.w, L.cnt, 0,	0};
 				uint32_t ne = 0, na_ = 0;
 				double sec[5];
 
-				ret = moem_be_dtod(be, L.h, L.h0, 4ull * B * QH, NULL);
+				ret = moem_be_dtod(be, L.h, L.h0, 4ull * B * ffn_h, NULL);
 				STEP(timer_start(tm));
 				STEP(moem_op_rmsnorm(be, NULL, &na));
 				STEP(timer_stop(tm, &sec[0]));
@@ -695,8 +705,8 @@ static int bench_layer(struct moem_backend *be, struct timer *tm)
 				}
 				T = ne;
 				{
-					struct moem_ffn_args fa = {B,	     QH, QI, QK,  L.y,
-								   L.routed, ne, fe, na_, as};
+					struct moem_ffn_args fa = {B,	     ffn_h, ffn_i, QK,	L.y,
+								   L.routed, ne,    fe,	   na_, as};
 
 					STEP(timer_start(tm));
 					STEP(moem_op_ffn(be, NULL, &fa));
@@ -742,6 +752,7 @@ int main(int argc, char **argv)
 		{"threads", required_argument, NULL, 't'},
 		{"isa", required_argument, NULL, 'i'},
 		{"quick", no_argument, NULL, 'q'},
+		{"smoke", no_argument, NULL, 's'},
 		{"out", required_argument, NULL, 'o'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -751,10 +762,10 @@ int main(int argc, char **argv)
 	struct moem_backend_info info;
 	struct moem_backend *be;
 	struct timer tm;
-	double traffic = 0;
+	double copy = 0, traffic = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "b:t:i:qo:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:t:i:qso:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'b':
 			name = optarg;
@@ -771,13 +782,19 @@ int main(int argc, char **argv)
 		case 'q':
 			quick = 1;
 			break;
+		case 's':
+			smoke = 1;
+			ffn_h = 256;
+			ffn_i = 128;
+			break;
 		case 'o':
 			out = optarg;
 			break;
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: bench_kernels [--backend cpu|cuda] [--threads N] "
-				"[--isa auto|scalar|avx2|avx512] [--quick] [--out FILE]\n");
+				"[--isa auto|scalar|avx2|avx512] [--quick] [--smoke] [--out "
+				"FILE]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -796,18 +813,22 @@ int main(int argc, char **argv)
 	}
 	moem_backend_get_info(be, &info);
 	printf("bench_kernels: %s backend, %s%s (synthetic weights and activations)\n",
-	       moem_backend_name(be), info.device, quick ? ", quick" : "");
+	       moem_backend_name(be), info.device,
+	       smoke   ? ", smoke (tiny shapes: measures nothing)"
+	       : quick ? ", quick"
+		       : "");
 	if (info.kind == MOEM_BACKEND_CPU && out_file)
 		fprintf(out_file, "cpu_isa=%s\nthreads=%u\n", moem_cpu_isa_name(info.isa),
 			info.threads);
 	tm.be = be;
 	if ((ret = moem_be_event_create(be, &tm.a)) || (ret = moem_be_event_create(be, &tm.b)))
 		goto out;
-	ret = bench_copy(be, &tm, &traffic);
-	if (!ret && info.kind == MOEM_BACKEND_CPU)
+	ret = bench_copy(be, &tm, &copy, &traffic);
+	if (!ret && info.kind == MOEM_BACKEND_CPU && !smoke)
 		ret = bench_cpu_peers(be);
-	STEP(bench_ffn(be, &tm, traffic));
-	STEP(bench_layer(be, &tm));
+	STEP(bench_ffn(be, &tm, copy, traffic));
+	if (!smoke)
+		STEP(bench_layer(be, &tm));
 	moem_be_event_destroy(be, tm.a);
 	moem_be_event_destroy(be, tm.b);
 out:

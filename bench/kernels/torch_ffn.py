@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-only
-"""Same-shape PyTorch peer for moem's expert FFN benchmark (make bench-gpu).
+"""Same-shape PyTorch peer for moem's expert FFN benchmark (make bench-gpu,
+run-gpu.sh --bench).
 
 For B = 1, 4, 16, 64 tokens per expert at Qwen3-30B-A3B shapes (H 2048,
-I 768), times torch.matmul in bf16 for the SwiGLU expert
+I 768), times the SwiGLU expert
     y = (silu(x @ Wg.T) * (x @ Wu.T)) @ Wd.T
-over enough experts to defeat the L2 cache, two ways: eager, and captured
-in a CUDA graph (no launch overhead: the stronger peer). Reports weight
-bytes/s and, given bench_kernels' --out file, moem / torch ratios:
-    RESULT ffn_bf16_B16_vs_torch_graph=...
+in bf16 over enough experts to defeat the L2 cache, three ways:
+  - grouped: torch._grouped_mm over all experts at once (gate and up as one
+    [E, 2I, H] weight), where this PyTorch has it (2.8+, sm_90);
+  - graph: one torch.matmul chain per expert, captured in a CUDA graph;
+  - eager: the same without the graph.
+The peer is the fastest of those that ran. Given bench_kernels' --out file,
+prints moem / torch time ratios (> 1: moem is faster) for every precision
+moem measured:
+    RESULT ffn_q4_B16_vs_torch=...      (peer time / moem time per expert)
+    RESULT torch_ffn_bf16_B16_gbps=...  (weight bytes / s of the peer)
 Exit 4 (skip) without torch or a GPU.
 With --cpu (make bench-kernels): the same on the CPU, torch.set_num_threads
 to bench_kernels' thread count, 64 MiB per expert set as bench_kernels
@@ -23,6 +30,11 @@ import argparse
 import sys
 
 H, I = 2048, 768
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2]
 
 
 def main():
@@ -45,70 +57,94 @@ def main():
     if args.ours:
         for line in open(args.ours):
             k, _, v = line.strip().partition("=")
-            if v:
+            try:
                 ours[k] = float(v)
+            except ValueError:
+                pass
     dev = torch.device("cuda")
     torch.manual_seed(0)
     expert_bytes = 3 * H * I * 2
-    n = (256 << 20) // expert_bytes + 1          # per set, as bench_kernels does
-    sets = [[tuple(torch.randn(s, device=dev, dtype=torch.bfloat16) * 0.02
-                   for s in ((I, H), (I, H), (H, I))) for _ in range(n)] for _ in range(2)]
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}: "
-          f"{n} experts per set, 2 sets, bf16 torch.matmul")
-    print("   B   eager us/expert  GB/s   graph us/expert  GB/s   moem/torch(graph)")
+    n = (256 << 20) // expert_bytes + 1  # per set, as bench_kernels does
+    # Two sets (alternated so that no call finds its weights in L2), each as
+    # [E, 2I, H] gate+up and [E, H, I] down, nn.Linear layout.
+    sets = [(torch.randn(n, 2 * I, H, device=dev, dtype=torch.bfloat16) * 0.02,
+             torch.randn(n, H, I, device=dev, dtype=torch.bfloat16) * 0.02) for _ in range(2)]
     reps = 5 if args.quick else 20
+    grouped_ok = hasattr(torch, "_grouped_mm")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}: {n} experts per set, "
+          f"2 sets, bf16; torch._grouped_mm {'present' if grouped_ok else 'absent'}")
+    print("RESULT torch_ffn_has_grouped_mm=%d" % (1 if grouped_ok else 0))
+    print("   B   grouped us/expert   graph us/expert   eager us/expert   peer")
 
-    def run(x, s):
-        for wg, wu, wd in sets[s]:
-            a = torch.nn.functional.silu(torch.matmul(x, wg.t())) * torch.matmul(x, wu.t())
-            torch.matmul(a, wd.t())
+    def loop(x, s):
+        gu, dn = sets[s]
+        for e in range(n):
+            a = torch.matmul(x, gu[e].t())
+            a = torch.nn.functional.silu(a[:, :I]) * a[:, I:]
+            torch.matmul(a, dn[e].t())
+
+    def grouped(xs, offs, s):
+        gu, dn = sets[s]
+        a = torch._grouped_mm(xs, gu.transpose(-2, -1), offs=offs)
+        a = torch.nn.functional.silu(a[:, :I]) * a[:, I:]
+        torch._grouped_mm(a, dn.transpose(-2, -1), offs=offs)
+
+    def timed(fn):
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        fn(0)
+        fn(1)
+        t = []
+        for r in range(reps):
+            ev[0].record()
+            fn(r & 1)
+            ev[1].record()
+            torch.cuda.synchronize()
+            t.append(ev[0].elapsed_time(ev[1]) / 1e3)
+        return median(t) / n
 
     for B in (1, 4, 16, 64):
         x = torch.randn(B, H, device=dev, dtype=torch.bfloat16)
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-        for s in (0, 1):
-            run(x, s)
-        times = []
-        for r in range(reps):
-            ev[0].record()
-            run(x, r & 1)
-            ev[1].record()
-            torch.cuda.synchronize()
-            times.append(ev[0].elapsed_time(ev[1]) / 1e3)
-        eager = sorted(times)[len(times) // 2] / n
-        graphs = []
+        res = {}
+        res["eager"] = timed(lambda s: loop(x, s))
         try:
+            graphs = []
             for s in (0, 1):
                 g = torch.cuda.CUDAGraph()
                 st = torch.cuda.Stream()
                 st.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(st):
-                    run(x, s)
+                    loop(x, s)
                 torch.cuda.current_stream().wait_stream(st)
                 with torch.cuda.graph(g):
-                    run(x, s)
+                    loop(x, s)
                 graphs.append(g)
-            times = []
-            for r in range(reps):
-                ev[0].record()
-                graphs[r & 1].replay()
-                ev[1].record()
-                torch.cuda.synchronize()
-                times.append(ev[0].elapsed_time(ev[1]) / 1e3)
-            graph = sorted(times)[len(times) // 2] / n
+            res["graph"] = timed(lambda s: graphs[s].replay())
         except RuntimeError as e:
-            print(f"   (CUDA graph capture failed: {e}; using eager)")
-            graph = eager
-        ge, gg = expert_bytes / eager / 1e9, expert_bytes / graph / 1e9
-        line = f"{B:4d}   {eager * 1e6:15.2f} {ge:6.1f}   {graph * 1e6:15.2f} {gg:6.1f}"
-        print(f"RESULT torch_ffn_bf16_B{B}_eager_gbps={ge:.4g}")
-        print(f"RESULT torch_ffn_bf16_B{B}_graph_gbps={gg:.4g}")
-        key = f"ffn_bf16_B{B}_gbps"
-        if key in ours:
-            line += f"   {ours[key] / gg:8.2f}x"
-            print(f"RESULT ffn_bf16_B{B}_vs_torch_graph={ours[key] / gg:.4g}")
-            print(f"RESULT ffn_bf16_B{B}_vs_torch_eager={ours[key] / ge:.4g}")
-        print(line)
+            print(f"   (CUDA graph capture failed: {e})")
+        if grouped_ok:
+            try:
+                xs = x.repeat(n, 1)
+                offs = torch.arange(B, B * n + 1, B, device=dev, dtype=torch.int32)
+                res["grouped"] = timed(lambda s: grouped(xs, offs, s))
+            except (RuntimeError, TypeError) as e:
+                print(f"   (torch._grouped_mm failed: {e})")
+        peer = min(res, key=res.get)
+        t = res[peer]
+
+        def us(k):
+            return f"{res[k] * 1e6:17.2f}" if k in res else f"{'-':>17}"
+
+        print(f"{B:4d}   {us('grouped')} {us('graph')} {us('eager')}   {peer}")
+        for k, v in res.items():
+            print(f"RESULT torch_ffn_bf16_B{B}_{k}_us_per_expert={v * 1e6:.4g}")
+        print(f"RESULT torch_ffn_bf16_B{B}_gbps={expert_bytes / t / 1e9:.4g}")
+        print(f"RESULT torch_ffn_bf16_B{B}_us_per_expert={t * 1e6:.4g}")
+        for p in ("bf16", "q8", "q4", "q2"):
+            key = f"ffn_{p}_B{B}_us_per_expert"
+            if key in ours:
+                r = t * 1e6 / ours[key]
+                print(f"  moem {p:4s} B={B:<3d} {ours[key]:9.2f} us/expert: {r:6.2f}x the peer ({peer})")
+                print(f"RESULT ffn_{p}_B{B}_vs_torch={r:.4g}")
     return 0
 
 

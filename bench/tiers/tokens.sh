@@ -8,7 +8,7 @@
 set -eu
 B=${MOEM_BUILD:-build}
 backend=${1:-cpu}
-dir=$B/bench/tiers
+dir=${MOEM_BENCH_DIR:-$B/bench}/tiers
 moem=$B/bin/moem
 mkdir -p "$dir"
 if [ ! -f "$dir/q30.moem" ]; then

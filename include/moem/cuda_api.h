@@ -29,6 +29,8 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 enum {
 	CUDA_SUCCESS = 0,
@@ -59,6 +61,8 @@ enum {
 	CUDA_ERROR_LAUNCH_FAILED = 719,
 	CUDA_ERROR_TENSOR_MEMORY_LEAK = 721,
 	CUDA_ERROR_MPS_CLIENT_TERMINATED = 810,
+	CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+	CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
 	CUDA_ERROR_EXTERNAL_DEVICE = 911,
 	CUDA_ERROR_UNKNOWN = 999,
 };
@@ -72,6 +76,8 @@ enum {
 	CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
 	CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
 	CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+	CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+	CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
 	CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
 	CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
 };
@@ -82,6 +88,24 @@ enum { CU_EVENT_DEFAULT = 0x0, CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TI
 #define CU_MEMHOSTREGISTER_PORTABLE  0x01
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_MEMHOSTREGISTER_READ_ONLY 0x08
+#define CU_MEM_ATTACH_GLOBAL	     0x1
+
+/* Unified memory advice (cuMemAdvise). */
+enum {
+	CU_MEM_ADVISE_SET_READ_MOSTLY = 1,
+	CU_MEM_ADVISE_UNSET_READ_MOSTLY = 2,
+	CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3,
+	CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
+	CU_MEM_ADVISE_SET_ACCESSED_BY = 5,
+	CU_MEM_ADVISE_UNSET_ACCESSED_BY = 6,
+};
+
+/* Stream capture (a decode step as one CUDA graph). */
+enum {
+	CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+	CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+	CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+};
 
 /* Virtual memory management (cuMemCreate and friends), for the tiers. */
 typedef enum {
@@ -97,6 +121,7 @@ typedef enum {
 typedef enum {
 	CU_MEM_LOCATION_TYPE_INVALID = 0x0,
 	CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
+	CU_MEM_LOCATION_TYPE_HOST = 0x2,
 } CUmemLocationType;
 
 typedef enum {
@@ -207,7 +232,23 @@ typedef struct {
 	  "cuMemSetAccess", NULL)                                                                  \
 	X(cuMemGetAllocationGranularity,                                                           \
 	  (size_t * g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags opt),     \
-	  "cuMemGetAllocationGranularity", NULL)
+	  "cuMemGetAllocationGranularity", NULL)                                                   \
+	X(cuMemHostGetDevicePointer, (CUdeviceptr * d, void *p, unsigned int flags),               \
+	  "cuMemHostGetDevicePointer_v2", NULL)                                                    \
+	X(cuMemAllocManaged, (CUdeviceptr * p, size_t bytes, unsigned int flags),                  \
+	  "cuMemAllocManaged", NULL)                                                               \
+	X(cuMemAdvise, (CUdeviceptr p, size_t bytes, int advice, CUmemLocation loc),               \
+	  "cuMemAdvise_v2", NULL)                                                                  \
+	X(cuMemPrefetchAsync,                                                                      \
+	  (CUdeviceptr p, size_t bytes, CUmemLocation loc, unsigned int flags, CUstream s),        \
+	  "cuMemPrefetchAsync_v2", NULL)                                                           \
+	X(cuStreamBeginCapture, (CUstream s, int mode), "cuStreamBeginCapture_v2", NULL)           \
+	X(cuStreamEndCapture, (CUstream s, CUgraph * g), "cuStreamEndCapture", NULL)               \
+	X(cuGraphInstantiate, (CUgraphExec * e, CUgraph g, unsigned long long flags),              \
+	  "cuGraphInstantiateWithFlags", NULL)                                                     \
+	X(cuGraphLaunch, (CUgraphExec e, CUstream s), "cuGraphLaunch", NULL)                       \
+	X(cuGraphExecDestroy, (CUgraphExec e), "cuGraphExecDestroy", NULL)                         \
+	X(cuGraphDestroy, (CUgraph g), "cuGraphDestroy", NULL)
 
 #define MOEM_CUDA_FIELD(name, args, sym, fallback) CUresult(*name) args;
 

@@ -12,7 +12,7 @@
 #include <linux/moem.h>
 
 /* This library's version, checked against the module's at open. */
-#define MOEM_LIB_VERSION ((1 << 16) | 0)
+#define MOEM_LIB_VERSION ((1 << 16) | 1)
 #define MOEM_DEV_PATH	 "/dev/moem"
 #define MOEM_SYSFS_ROOT	 "/sys/kernel/moem"
 

@@ -97,6 +97,12 @@ struct moem_driver_ops {
 	 * paging.
 	 */
 	int (*keep)(void *arg, uint32_t key, bool keep);
+	/*
+	 * A planned prefetch of key, which the tiers hold already but HBM
+	 * may not (a UVM arena, paged by the CUDA driver): hint the move.
+	 * 1 hinted, 0 not (counted as issued when 1). May be NULL.
+	 */
+	int (*advise)(void *arg, uint32_t key);
 };
 
 /* What runs: the components of a policy (sim presets and engine options alike). */

@@ -76,6 +76,12 @@ struct moem_engine_opts {
 	 * ranking (and written to the trace). 0: the default, 2; -1: none.
 	 */
 	int32_t pregate;
+	/* How experts reach HBM: "vmm" (default: moem stages them into a CUDA
+	 * VMM arena under the budget, its policies choose) or "uvm" (managed
+	 * memory, the driver pages them on demand; the HBM budget bounds the
+	 * device memory its pages may use, the prefetch policy, if any, only
+	 * issues cuMemPrefetchAsync; CUDA backend). */
+	const char *hbm_mode;
 };
 
 enum moem_workload_kind {
@@ -164,6 +170,10 @@ void moem_engine_stop(struct moem_engine *e);
  * (NULL: stop tracing). A run in progress keeps what it started with.
  */
 int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits);
+/* The same, with moem_trace_writer_open_ex()'s flags (MOEM_TRACE_W_EXCL:
+ * a path a client chose, where no foreign file may be replaced). */
+int moem_engine_set_trace_ex(struct moem_engine *e, const char *path, bool logits,
+			     unsigned int flags);
 /*
  * True once the backend saw a sticky device error (the process must exit
  * and be restarted); msg (may be NULL) receives the error.
@@ -180,8 +190,10 @@ int moem_engine_verify_staged(struct moem_engine *e, uint64_t *checked, uint64_t
 
 struct moem_engine_status {
 	char backend[32], backend_note[192];
-	char pool_provider[16], pool_why[192];
+	char pool_provider[16], pool_why[320];
 	uint64_t pool_bytes;
+	bool pool_pinned;	    /* every byte locked or pinned */
+	uint64_t pool_pinned_bytes; /* what the kernel says is */
 	char route[64], evict[64], prefetch[64], precision[64], paging[64];
 	uint64_t hbm_budget, hbm_used, dram_budget, dram_used;
 	uint64_t hbm_resident_hi, hbm_resident_lo, dram_ready;
@@ -200,6 +212,9 @@ struct moem_engine_status {
 	char trace_path[256];	       /* "" when not tracing */
 	char pack_id[33];
 	char hotness[96]; /* "engine", "bpf", or "engine (bpf refused: why)" */
+	char hbm_mode[8]; /* "vmm" or "uvm" */
+	/* UVM mode: prefetches issued to the driver (tierdev.h) */
+	uint64_t uvm_prefetches, uvm_prefetch_bytes;
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
 

@@ -45,7 +45,8 @@ struct moem_engine_args {
 	struct moem_engine_opts o;
 	struct moem_workload w;
 	char *hbm, *dram, *precisions;
-	char *region; /* the region setting (o.pool.name points here) */
+	char *region;	   /* the region setting (o.pool.name points here) */
+	char *mem_reserve; /* the mem-reserve setting until resolved */
 };
 
 /* Defaults: synthetic workload, batch 8, 32 steps, bf16, auto backend and pool. */

@@ -17,6 +17,8 @@
 #include "safetensors.h"
 #include "store.h"
 #include "pack.h"
+#include "tokenizer.h"
+#include "chat.h"
 #include "pool.h"
 #include "dev.h"
 #include "loader.h"
@@ -45,5 +47,8 @@
 #include "decode.h"
 #include "bpf.h"
 #include "ctl.h"
+#include "version.h"
+#include "sched.h"
+#include "openai.h"
 
 #endif /* MOEM_MOEM_H */

@@ -156,6 +156,18 @@ int moem_pack_synth(const struct moem_pack *p, struct moem_synth_params *out);
 int moem_pack_synth_basis(const struct moem_pack *p, float *out);
 /* The checkpoint's config.json text (NUL-terminated), or NULL. */
 const char *moem_pack_config_json(const struct moem_pack *p, size_t *len);
+/*
+ * Whether the pack carries tokenizer files (section TOKENIZER): 1 yes,
+ * 0 no (packs written before it, checkpoints without tokenizer.json),
+ * -EPROTONOSUPPORT with a message for a newer section layout.
+ */
+int moem_pack_has_tokenizer(const struct moem_pack *p);
+/*
+ * A tokenizer file of the pack ("tokenizer.json", "tokenizer_config.json",
+ * "generation_config.json", "special_tokens_map.json"), verbatim and not
+ * NUL-terminated, or NULL. Valid while the pack is open.
+ */
+const char *moem_pack_tokenizer_file(const struct moem_pack *p, const char *name, size_t *len);
 
 /*
  * Blob lookup by model layer. NULL if absent: a dense layer has no routed

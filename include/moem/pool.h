@@ -36,22 +36,46 @@ struct moem_pool_opts {
 	bool attach;	      /* kmod: open the named region if it exists */
 	uint32_t mode;	      /* kmod: region permission bits (default 0600) */
 	bool no_lock;	      /* thp: do not mlock (tests of the unlocked path) */
+	/*
+	 * Memory left to the rest of the machine: a pool that needs new
+	 * memory (thp; kmod beyond moem.ko's free chunks) may take at most
+	 * MemAvailable (and its cgroup's headroom) less this. 0: the default,
+	 * moem_pool_default_reserve(). hugetlb pools take reserved huge pages
+	 * instead and are checked against those.
+	 */
+	uint64_t mem_reserve;
+	bool fit;	     /* more than fits: shrink to what fits (say so in why) */
+	bool require_pinned; /* refuse a pool whose pages are not pinned */
 };
 
 struct moem_pool_info {
 	enum moem_pool_provider provider;
 	uint64_t size;
-	uint64_t page_bytes; /* size of the backing pages: 2 MiB or 4 KiB */
-	uint64_t huge_bytes; /* bytes the kernel reports as backed by 2 MiB pages */
-	bool pinned;	     /* cannot be swapped or migrated by reclaim */
-	bool attached;	     /* kmod: an existing region was opened */
+	uint64_t page_bytes;   /* size of the backing pages: 2 MiB or 4 KiB */
+	uint64_t huge_bytes;   /* bytes the kernel reports as backed by 2 MiB pages */
+	bool pinned;	       /* every byte cannot be swapped or reclaimed */
+	uint64_t pinned_bytes; /* bytes the kernel says are locked or pinned */
+	bool attached;	       /* kmod: an existing region was opened */
 	bool persistent;
 	char region[64];   /* kmod region name */
-	char why[192];	   /* why this provider ("kmod not loaded: ...") */
+	char why[320];	   /* why this provider ("kmod not loaded: ..."), and any limit */
 	char backing[128]; /* what the kernel says of the pages */
 };
 
 struct moem_pool;
+
+/* What a new pool may take from the machine (moem_pool_headroom()). */
+struct moem_pool_mem {
+	uint64_t total;	      /* MemTotal */
+	uint64_t available;   /* MemAvailable */
+	uint64_t cgroup_left; /* memory.max - memory.current, UINT64_MAX: no limit */
+	uint64_t reserve;     /* left to the rest of the machine */
+	uint64_t headroom;    /* min(available, cgroup_left) - reserve, or 0 */
+};
+/* The default reserve: 1/16 of MemTotal, at least 256 MiB and at most 4 GiB. */
+uint64_t moem_pool_default_reserve(uint64_t mem_total);
+/* Read /proc/meminfo and the cgroup's limits; reserve 0: the default. */
+int moem_pool_headroom(uint64_t reserve, struct moem_pool_mem *m);
 
 /*
  * Open a pool. Returns 0 and *out, or -errno with a message: -ENODEV (kmod

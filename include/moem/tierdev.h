@@ -25,6 +25,7 @@
 
 typedef uint64_t moem_dptr;
 
+struct moem_backend; /* moem_tierdev_uvm_create() only: the tiers never call it */
 struct moem_tierdev;
 
 struct moem_tierdev_ops {
@@ -85,5 +86,34 @@ void moem_tierdev_emu_finish(struct moem_tierdev *d, uint64_t seq);
  * The CUDA implementation is the CUDA backend's (moem_tierdev_cuda_create(),
  * cuda_api.h): whoever opens the tiers hands them a device.
  */
+
+/*
+ * The UVM device of an open CUDA backend (the "uvm" HBM mode): every
+ * version in one managed allocation (cuMemAllocManaged, read-mostly),
+ * filled by host copies, paged onto the GPU by the driver on first touch.
+ * Give the tiers a budget of the whole arena (nothing is evicted by
+ * moem) and the real HBM budget to moem_tierdev_uvm_set_budget(): a
+ * balloon of device memory leaves managed pages exactly that much. -ENODEV
+ * with a message where the device has no concurrent managed access.
+ */
+/*
+ * The balloon leaves the budget plus this much free: the buffers the
+ * backend allocates later (descriptor rings, scratch) must not fail, and
+ * managed pages may use what those leave.
+ */
+#define MOEM_UVM_HEADROOM (32ULL << 20)
+
+struct moem_uvm_stats {
+	uint64_t budget;	 /* bytes of device memory for managed pages */
+	uint64_t balloon;	 /* bytes taken to hold them to it */
+	uint64_t prefetches;	 /* cuMemPrefetchAsync calls */
+	uint64_t prefetch_bytes; /* bytes they asked for */
+};
+int moem_tierdev_uvm_create(struct moem_backend *be, struct moem_tierdev **out);
+int moem_tierdev_uvm_set_budget(struct moem_tierdev *d, uint64_t hbm);
+/* Ask the driver to move [addr, addr + bytes) onto the GPU, asynchronously. */
+int moem_tierdev_uvm_prefetch(struct moem_tierdev *d, moem_dptr addr, uint64_t bytes);
+bool moem_tierdev_is_uvm(const struct moem_tierdev *d);
+void moem_tierdev_uvm_stats(struct moem_tierdev *d, struct moem_uvm_stats *st);
 
 #endif /* MOEM_TIERDEV_H */

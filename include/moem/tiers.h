@@ -193,6 +193,13 @@ uint32_t moem_tiers_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert);
 bool moem_tiers_staged(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
 /* Precision index of the version (layer, expert) resolves to, or -1. */
 int moem_tiers_published(struct moem_tiers *t, uint32_t layer, uint32_t expert);
+/*
+ * The same, with where the published version is and its size: for hints
+ * to the driver (UVM prefetch); the address is valid only while the
+ * version stays published, and nothing is pinned.
+ */
+int moem_tiers_published_range(struct moem_tiers *t, uint32_t layer, uint32_t expert,
+			       moem_dptr *addr, uint64_t *bytes);
 /* mask[e] = 1 if some version of (layer, e) is published in HBM. */
 void moem_tiers_resident_mask(struct moem_tiers *t, uint32_t layer, uint8_t *mask);
 /* Any time, any thread: -EINVAL/-ERANGE (nothing changed) for a budget

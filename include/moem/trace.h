@@ -98,6 +98,23 @@ struct moem_trace_reader;
  */
 int moem_trace_writer_open(const char *path, const struct moem_trace_info *info,
 			   struct moem_trace_writer **out);
+/*
+ * moem_trace_writer_open() with flags. MOEM_TRACE_W_EXCL: never replace a
+ * file this process did not write itself (a daemon writing where a client
+ * said): the trace is linked in only where nothing is, or over a trace an
+ * earlier MOEM_TRACE_W_EXCL writer of this process left there; a symlink,
+ * or any other file, at path makes close() fail with -EEXIST and leaves
+ * it untouched.
+ */
+#define MOEM_TRACE_W_EXCL 1u
+int moem_trace_writer_open_ex(const char *path, unsigned int flags,
+			      const struct moem_trace_info *info, struct moem_trace_writer **out);
+/*
+ * Could a MOEM_TRACE_W_EXCL trace be written at path now? 0, or -errno
+ * with a message: -EEXIST (a file this process did not write is there),
+ * -ENOENT / -ENOTDIR / -EACCES (its directory).
+ */
+int moem_trace_dest_check(const char *path);
 /* Write to an open descriptor instead (a pipe, stdout); not closed by us. */
 int moem_trace_writer_fdopen(int fd, const struct moem_trace_info *info,
 			     struct moem_trace_writer **out);

@@ -577,6 +577,7 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 	struct tok_ref refs[DEC_PIECE];
 	struct moem_decode_stats st = {0};
 	uint64_t s0 = moem_now_ns();
+	bool one_each = true;
 	int ret;
 
 	if (!n)
@@ -606,8 +607,13 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 	/*
 	 * Decode tokens first, in pieces of their own (the memory-bound
 	 * batches where LYNX/OEA act), then the prompt chunks in item order;
-	 * a piece is at most DEC_PIECE tokens of one kind.
+	 * a piece is at most DEC_PIECE tokens of one kind. Prompt chunks of
+	 * one token each (teacher-forced evaluation, moem eval) are shaped
+	 * like a decode batch, one token per sequence, and routed as one.
 	 */
+	for (uint32_t i = 0; i < n; i++)
+		if (items[i].kind == MOEM_WORK_PREFILL && ntok[i] != 1)
+			one_each = false;
 	for (int pass = 0; pass < 2 && !ret; pass++) {
 		for (uint32_t i = 0; i < n && !ret; i++) {
 			struct dec_seq *s = seq[i];
@@ -625,13 +631,13 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 					(struct tok_ref){s, i, dec || p + 1 == s->n_prompt, false};
 				refs[T].logits = refs[T].sample || s->p.logits_fn;
 				if (++T == DEC_PIECE) {
-					ret = run_piece(d, refs, T, !dec, out, &st);
+					ret = run_piece(d, refs, T, !dec && !one_each, out, &st);
 					T = 0;
 				}
 			}
 		}
 		if (!ret && T)
-			ret = run_piece(d, refs, T, pass == 1, out, &st);
+			ret = run_piece(d, refs, T, pass == 1 && !one_each, out, &st);
 		T = 0;
 	}
 	__atomic_store_n(&d->e->running, 0, __ATOMIC_RELEASE);

@@ -34,8 +34,11 @@ int moem_engine_pack_bytes(const char *pack_path, enum moem_prec p, uint64_t *by
 		return ret;
 	c = moem_pack_config(pack);
 	ret = moem_expert_layout(p, c->hidden, c->moe_inter, &l);
+	/* As the HBM arena holds them (64 KiB slots): 100% is what the whole
+	 * model takes there, the budget an engine uses when given none. */
 	if (!ret)
-		*bytes = (uint64_t)moem_n_moe_layers(c) * c->n_experts * l.bytes;
+		*bytes = (uint64_t)moem_n_moe_layers(c) * c->n_experts *
+			 moem_align_up(l.bytes, 65536);
 	moem_pack_close(pack);
 	return ret;
 }
@@ -255,7 +258,8 @@ static int open_tiers(struct moem_engine *e)
 		.n_prec = e->n_prec,
 		.bytes = {e->blob_bytes[0], e->blob_bytes[1]},
 		.prec = {e->prec[0], e->prec[1]},
-		.hbm_budget = e->o.hbm_budget,
+		/* UVM: the driver pages; the budget goes to the device (balloon) */
+		.hbm_budget = e->uvm ? e->arena_bytes : e->o.hbm_budget,
 		.hbm_capacity = e->arena_bytes,
 		.dram_budget = e->o.dram_budget,
 		.allow_fallback = e->o.allow_fallback,
@@ -263,7 +267,9 @@ static int open_tiers(struct moem_engine *e)
 	struct moem_emu_opts eo = {.link_gbps = e->o.link_gbps, .link_lat_us = 10};
 	int ret;
 
-	if (moem_backend_kind(e->be) == MOEM_BACKEND_CUDA)
+	if (e->uvm)
+		ret = moem_tierdev_uvm_create(e->be, &e->dev);
+	else if (moem_backend_kind(e->be) == MOEM_BACKEND_CUDA)
 		ret = moem_tierdev_cuda_create(e->be, &e->dev);
 	else
 		ret = moem_tierdev_emu_create(&eo, &e->dev);
@@ -303,6 +309,11 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	snprintf(e->prefetch_spec, sizeof(e->prefetch_spec), "%s", or_default(o->prefetch, "none"));
 	snprintf(e->prec_spec, sizeof(e->prec_spec), "%s", or_default(o->precision, "none"));
 	snprintf(e->paging_spec, sizeof(e->paging_spec), "%s", or_default(o->paging, "none"));
+	if (o->hbm_mode && strcmp(o->hbm_mode, "vmm") && strcmp(o->hbm_mode, "uvm")) {
+		ret = moem_errf(EINVAL, "hbm mode '%s': want vmm or uvm", o->hbm_mode);
+		goto err;
+	}
+	e->uvm = o->hbm_mode && !strcmp(o->hbm_mode, "uvm");
 	if (!(e->o.link_gbps > 0))
 		e->o.link_gbps = 25;
 	if (!o->no_verify)
@@ -378,6 +389,9 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		ret = alloc_acts(e);
 	if (!ret)
 		ret = moem_eng_hotness_open(e);
+	/* After the fixed weights and activations: the rest is for managed pages. */
+	if (!ret && e->uvm)
+		ret = moem_tierdev_uvm_set_budget(e->dev, e->o.hbm_budget);
 	if (ret)
 		goto err;
 	e->knob[MOEM_BUDGET_HBM_BYTES] = e->o.hbm_budget;
@@ -511,7 +525,10 @@ int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm_out, uint64_t *dr
 	hbm = !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm;
 	dram = !dram || dram > e->dram_bytes ? e->dram_bytes : dram;
 	if (hbm != e->applied_hbm || dram != e->applied_dram) {
-		ret = moem_tiers_set_budget(e->tiers, hbm, dram);
+		/* UVM: the tiers keep the whole arena, the device the budget */
+		ret = moem_tiers_set_budget(e->tiers, e->uvm ? e->arena_bytes : hbm, dram);
+		if (!ret && e->uvm && hbm != e->applied_hbm)
+			ret = moem_tierdev_uvm_set_budget(e->dev, hbm);
 		if (ret) {
 			moem_warn("budget change refused: %s", moem_last_error());
 		} else {
@@ -606,6 +623,12 @@ void moem_engine_stop(struct moem_engine *e)
 
 int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits)
 {
+	return moem_engine_set_trace_ex(e, path, logits, 0);
+}
+
+int moem_engine_set_trace_ex(struct moem_engine *e, const char *path, bool logits,
+			     unsigned int flags)
+{
 	char *p = NULL;
 
 	if (path && !*path)
@@ -622,6 +645,7 @@ int moem_engine_set_trace(struct moem_engine *e, const char *path, bool logits)
 	free(e->trace_path);
 	e->trace_path = p;
 	e->trace_logits = logits;
+	e->trace_flags = flags;
 	pthread_mutex_unlock(&e->knob_lock);
 	return 0;
 }
@@ -646,6 +670,8 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 		 moem_pool_provider_name(e->pool_info.provider));
 	snprintf(st->pool_why, sizeof(st->pool_why), "%s", e->pool_info.why);
 	st->pool_bytes = e->pool_info.size;
+	st->pool_pinned = e->pool_info.pinned;
+	st->pool_pinned_bytes = e->pool_info.pinned_bytes;
 	pthread_mutex_lock(&e->knob_lock);
 	moem_route_policy_format(&e->rp, st->route, sizeof(st->route));
 	snprintf(st->evict, sizeof(st->evict), "%s", e->evict_spec);
@@ -684,4 +710,12 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->prefetch_horizon = moem_driver_horizon(e->drv);
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);
 	snprintf(st->hotness, sizeof(st->hotness), "%s", e->hotness);
+	snprintf(st->hbm_mode, sizeof(st->hbm_mode), "%s", e->uvm ? "uvm" : "vmm");
+	if (e->uvm) {
+		struct moem_uvm_stats us;
+
+		moem_tierdev_uvm_stats(e->dev, &us);
+		st->uvm_prefetches = us.prefetches;
+		st->uvm_prefetch_bytes = us.prefetch_bytes;
+	}
 }

@@ -37,6 +37,7 @@ struct moem_engine {
 	uint32_t ld_file;
 	struct moem_stager *stager;
 	struct moem_tierdev *dev;
+	bool uvm; /* hbm_mode "uvm": dev is the UVM device, the tiers never evict */
 	struct moem_evictor hev; /* the policy driver behind the tiers' interface */
 	struct moem_evictor *dram_ev;
 	struct moem_tiers *tiers;
@@ -96,6 +97,7 @@ struct moem_engine {
 	/* The trace the next run writes (under knob_lock; NULL: none). */
 	char *trace_path;
 	bool trace_logits;
+	unsigned int trace_flags;  /* moem_trace_writer_open_ex() flags */
 	uint64_t knobs_applied_ns; /* when a knob change last took effect */
 	/* Budgets go to the tiers from any thread, one at a time, with the
 	 * knob values current at that moment (moem_eng_apply_budget). */

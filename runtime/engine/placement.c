@@ -89,6 +89,19 @@ static int op_fetch(void *arg, uint32_t key, enum moem_prio prio, uint64_t tpos)
 				   prio);
 }
 
+/* UVM: the tiers hold every expert in managed memory; the CUDA driver moves it on a hint. */
+static int op_advise(void *arg, uint32_t key)
+{
+	struct moem_engine *e = arg;
+	moem_dptr addr;
+	uint64_t len;
+
+	if (!e->uvm || moem_tiers_published_range(e->tiers, key / e->cfg->n_experts,
+						  key % e->cfg->n_experts, &addr, &len) < 0)
+		return 0;
+	return moem_tierdev_uvm_prefetch(e->dev, addr, len) == 0;
+}
+
 static bool op_cancel(void *arg, uint32_t key)
 {
 	struct moem_engine *e = arg;
@@ -133,6 +146,7 @@ static const struct moem_driver_ops eng_ops = {
 	.state = op_state,
 	.fetch = op_fetch,
 	.cancel = op_cancel,
+	.advise = op_advise,
 	.transition = op_transition,
 	.published = op_published,
 	.keep = op_keep,

@@ -186,7 +186,8 @@ void moem_eng_unclaim_work(struct moem_engine *e)
 		moem_engine_apply_knobs(e);
 }
 
-static int open_trace_out(struct moem_engine *e, const struct moem_workload *w, const char *path)
+static int open_trace_out(struct moem_engine *e, const struct moem_workload *w, const char *path,
+			  unsigned int flags)
 {
 	struct moem_trace_info ti;
 	struct moem_pack_id id;
@@ -208,7 +209,7 @@ static int open_trace_out(struct moem_engine *e, const struct moem_workload *w, 
 		 moem_route_kind_name(e->rp.kind));
 	if (e->trace_synthetic)
 		ti.flags |= MOEM_TRACE_F_SYNTHETIC;
-	return moem_trace_writer_open(path, &ti, &e->trace);
+	return moem_trace_writer_open_ex(path, flags, &ti, &e->trace);
 }
 
 int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_step_fn fn,
@@ -221,6 +222,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 	EVP_MD_CTX *md = NULL;
 	unsigned int mdlen = 0;
 	char *trace_path = NULL;
+	unsigned int trace_flags = 0;
 	uint64_t step;
 	int ret;
 
@@ -244,9 +246,10 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 	if (e->trace_path)
 		trace_path = strdup(e->trace_path);
 	e->o.trace_logits = e->trace_logits;
+	trace_flags = e->trace_flags;
 	pthread_mutex_unlock(&e->knob_lock);
 	if (trace_path) {
-		ret = open_trace_out(e, w, trace_path);
+		ret = open_trace_out(e, w, trace_path, trace_flags);
 		if (ret)
 			goto out;
 	}

@@ -41,7 +41,9 @@ int moem_sampling_check(const struct moem_sampling *s)
 /* a ranks before b: higher logit, then lower id. */
 static inline int before(const float *l, uint32_t a, uint32_t b)
 {
-	return l[a] > l[b] || (l[a] == l[b] && a < b);
+	const float la = l[a], lb = l[b];
+
+	return la > lb || (la == lb && a < b);
 }
 
 static int cmp_rank(const void *x, const void *y, void *arg)

@@ -3,11 +3,12 @@
 #
 # Judge a guest log written by scripts/guest/init:
 #   scripts/guest/check.sh LOG PROG...
-# Every PROG named *_test must have run in both phases and exited 0 with
-# no "not ok" TAP line; every MOEM-STEP must be ok (bpf-pool too when
-# bpf_pool_watch is among the PROGs); the run must reach
-# MOEM-DONE; and no kernel log section after boot may hold a kernel
-# problem report. Prints a summary; exit 0 pass, 1 fail.
+# Every PROG named *_test must have run in both phases (root, then an
+# unprivileged user) and exited 0 with no "not ok" TAP line; every
+# MOEM-STEP must be ok (bpf-pool too when bpf_pool_watch is among the
+# PROGs); the run must reach MOEM-DONE; and no kernel log section after
+# boot may hold a kernel problem report (KASAN, lockdep and kmemleak's
+# included, for the debug kernel). Prints a summary; exit 0 pass, 1 fail.
 set -u
 log=$1
 shift
@@ -17,7 +18,7 @@ bad() {
 	fail=1
 }
 
-phases="compat file"
+phases="root user"
 # The BPF tracepoint watcher (mk/bpf.mk) must have passed if it was given.
 want_bpf=0
 for t in "$@"; do
@@ -57,11 +58,12 @@ done
 while read -r l; do
 	bad "step: ${l#MOEM-STEP }"
 done < <(grep -E '^MOEM-STEP .*FAILED' "$log")
-for s in insmod rmmod-busy hold-persist rmmod sysfs-gone insmod-file regions-empty rmmod-file \
-	insmod-node0 node0 rmmod-node0; do
+for s in insmod rmmod-busy hold-persist rmmod sysfs-gone insmod-pin rmmod-pinned insmod-user \
+	regions-empty rmmod-user insmod-compat remap-user rmmod-compat insmod-node0 node0 \
+	user-max-default rmmod-node0; do
 	grep -qE "^MOEM-STEP $s ok" "$log" || bad "step $s did not pass"
 done
-[ "$(grep -c '^MOEM-STEP insmod-refused .* ok$' "$log")" -eq 7 ] ||
+[ "$(grep -c '^MOEM-STEP insmod-refused .* ok$' "$log")" -eq 10 ] ||
 	bad "not every bad parameter set was refused"
 if [ $want_bpf -eq 1 ]; then
 	grep -qE '^MOEM-STEP bpf-pool ok' "$log" &&
@@ -71,7 +73,7 @@ fi
 grep -q '^MOEM-DONE' "$log" || bad "the guest did not reach the end of its script"
 
 # Kernel problem reports anywhere after boot (and panics anywhere).
-pat='BUG:|WARNING:|Out of memory|oom-kill|page allocation failure|Oops|general protection|lockdep|possible circular locking|possible recursive locking|INFO: task .* blocked|Call Trace:|UBSAN|KASAN|kernel BUG|Bad page|list_(add|del) corruption|refcount_t:|rcu: INFO|Kernel panic'
+pat='BUG:|WARNING:|unreferenced object|Out of memory|oom-kill|page allocation failure|Oops|general protection|lockdep|possible circular locking|possible recursive locking|INFO: task .* blocked|Call Trace:|UBSAN|KASAN|kernel BUG|Bad page|list_(add|del) corruption|refcount_t:|rcu: INFO|Kernel panic'
 kern=$(awk '/^MOEM-DMESG-BEGIN boot$/ { skip = 1 } /^MOEM-DMESG-END boot$/ { skip = 0; next } !skip' "$log" |
 	grep -E "$pat" || true)
 if [ -n "$kern" ]; then
@@ -79,7 +81,8 @@ if [ -n "$kern" ]; then
 	printf '%s\n' "$kern" | head -n 40 | sed 's/^/        | /'
 fi
 if [ $fail -eq 0 ]; then
-	echo "test-kmod: every program passed in both phases; rmmod refused while a region" \
-		"was mapped and succeeded after it; kernel log clean"
+	echo "test-kmod: $(sed -n 's/^MOEM-GUEST kernel //p' "$log" | head -n 1): every program" \
+		"passed as root and as a user; rmmod refused while a region was mapped, safe while" \
+		"a dead region was pinned; kernel log clean"
 fi
 exit $fail

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0-only
 #
 # The engine on the CUDA backend and the CUDA tier device (VMM arena, copy
-# stream, events): outputs under HBM and DRAM budgets far below the model,
+# stream, events), and in the UVM mode (managed memory paged by the driver
+# under a budget): outputs under HBM and DRAM budgets far below the model,
 # with every lossless policy, equal the all-resident run bit for bit; and
 # on a real GPU, a budgeted run is clean under compute-sanitizer memcheck
 # and racecheck. Runs on a GPU machine (make test-gpu) and on the kernel
@@ -32,7 +33,9 @@ echo "all resident: $ref"
 for v in "--hbm 20% --dram 35%" \
 	 "--hbm 20% --dram 35% --route cache-aware --prefetch adaptive --evict lru2" \
 	 "--hbm 20% --dram 35% --evict pred --prefetch adaptive" \
-	 "--hbm 80% --paging fluxmoe"; do
+	 "--hbm 80% --paging fluxmoe" \
+	 "--hbm-mode uvm --hbm 20%" \
+	 "--hbm-mode uvm --hbm 20% --dram 35% --prefetch adaptive"; do
 	# shellcheck disable=SC2086
 	d=$(digest $v)
 	if [ "$d" = "$ref" ]; then

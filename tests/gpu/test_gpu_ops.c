@@ -197,15 +197,23 @@ static void gen_logits(struct moem_rng *r, float *z, uint32_t B, uint32_t N, int
 	}
 }
 
-TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 120)
+/*
+ * {B, N, k, k0}: k0 0 is OEA's default ceil(k / 2). Top-k above 32 (up to
+ * the model limit, 64) and k0 above 32 mark every chosen expert.
+ */
+TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 240)
 {
-	static const uint32_t cfgs[][3] = {{1, 128, 8}, {16, 128, 8},	{64, 128, 8}, {300, 64, 6},
-					   {7, 8, 2},	{33, 1024, 64}, {5, 16, 1}};
+	static const uint32_t cfgs[][4] = {
+		{1, 128, 8, 0},	   {16, 128, 8, 0},   {64, 128, 8, 0}, {300, 64, 6, 0},
+		{7, 8, 2, 0},	   {33, 1024, 64, 0}, {5, 16, 1, 0},   {24, 256, 48, 40},
+		{40, 128, 64, 64}, {12, 64, 40, 0},
+	};
+	const int n_cfg = sizeof(cfgs) / sizeof(cfgs[0]);
 	struct moem_rng r;
 	int checked = 0;
 
 	moem_rng_seed(&r, 3, 0);
-	for (int ci = 0; ci < 7; ci++)
+	for (int ci = 0; ci < n_cfg; ci++)
 		for (int kind = 0; kind < 4; kind++)
 			for (int mode = 0; mode < MOEM_ROUTE_NR; mode++) {
 				const uint32_t B = cfgs[ci][0], N = cfgs[ci][1], k = cfgs[ci][2];
@@ -218,6 +226,7 @@ TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 120)
 				struct moem_route_args a = {
 					.mode = (enum moem_route_mode)mode,
 					.cfg = {N, k, kind != 2, kind == 1 ? 2.5f : 1.0f},
+					.k0 = cfgs[ci][3],
 					.B = B,
 				};
 
@@ -281,11 +290,12 @@ TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 120)
 }
 
 /*
- * A grouped FFN call with experts of every precision and token counts
- * covering every n-tile class; GPU vs CPU, repeatability, expert order.
+ * A grouped FFN call with experts of every precision (or all of precision
+ * only, if >= 0) and token counts covering every n-tile class; GPU vs CPU,
+ * repeatability, expert order.
  */
-static void ffn_case(struct __test_metadata *_metadata, FIXTURE_DATA(pair) * self, uint32_t H,
-		     uint32_t I, uint32_t B, uint64_t seed)
+static void ffn_case_prec(struct __test_metadata *_metadata, FIXTURE_DATA(pair) * self, uint32_t H,
+			  uint32_t I, uint32_t B, uint64_t seed, int only)
 {
 	static const uint32_t counts[] = {1, 5, 8, 9, 16, 17, 33, 64, 3, 2};
 	const uint32_t NE = 10, NSLOT = NE;
@@ -303,7 +313,9 @@ static void ffn_case(struct __test_metadata *_metadata, FIXTURE_DATA(pair) * sel
 	for (uint32_t e = 0; e < NE; e++) {
 		uint32_t n = moem_min(counts[e], B);
 
-		ASSERT_EQ(0, tb_expert_make(&ex[e], (enum moem_prec)(e % 4), H, I, seed + 10 + e));
+		ASSERT_EQ(0,
+			  tb_expert_make(&ex[e], (enum moem_prec)(only >= 0 ? only : (int)(e % 4)),
+					 H, I, seed + 10 + e));
 		blob[e] = dput(self, ex[e].blob, ex[e].l.bytes);
 		fg[e] = (struct moem_ffn_expert){blob[e].g, ex[e].l.prec, na, n};
 		fc[e] = (struct moem_ffn_expert){blob[e].c, ex[e].l.prec, na, n};
@@ -372,6 +384,12 @@ static void ffn_case(struct __test_metadata *_metadata, FIXTURE_DATA(pair) * sel
 	free(y2);
 }
 
+static void ffn_case(struct __test_metadata *_metadata, FIXTURE_DATA(pair) * self, uint32_t H,
+		     uint32_t I, uint32_t B, uint64_t seed)
+{
+	ffn_case_prec(_metadata, self, H, I, B, seed, -1);
+}
+
 TEST_F_TIMEOUT(pair, ffn_qwen3_shape, 300)
 {
 	ffn_case(_metadata, self, 2048, 768, 64, 100);
@@ -384,6 +402,8 @@ TEST_F_TIMEOUT(pair, ffn_small_and_odd_shapes, 300)
 	ffn_case(_metadata, self, 256, 128, 7, 400);
 	ffn_case(_metadata, self, 384, 1408, 20, 500); /* deepseek-v2-lite width */
 	ffn_case(_metadata, self, 4096, 1024, 5, 600);
+	/* q2 with an odd number of 64-column groups: the half load unit */
+	ffn_case_prec(_metadata, self, 320, 192, 64, 700, MOEM_PREC_Q2);
 }
 
 TEST_F(pair, combine_bitwise)

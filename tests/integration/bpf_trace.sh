@@ -22,8 +22,10 @@ M=$(cd "$B/bin" 2>/dev/null && pwd)/moem
 BPFTOOL=$(command -v bpftool || echo /usr/sbin/bpftool)
 tmp=$(mktemp -d)
 bg=""
+rec=""
 cleanup() {
 	[ -n "$bg" ] && kill "$bg" 2>/dev/null
+	[ -n "$rec" ] && kill "$rec" 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -37,6 +39,44 @@ skip() {
 }
 ok() {
 	echo "bpf_trace: ok: $*"
+}
+# Nothing here waits on the clock: runs that must outlast an attach last
+# until the test closes their --until-eof FIFO, and say each step they
+# finish on --ready-fd; the test waits for those events (with a deadline).
+wait_for() { # FILE REGEX SECONDS: until a line of FILE matches REGEX
+	local end=$((SECONDS + $3))
+	until grep -q "$2" "$1" 2>/dev/null; do
+		[ $SECONDS -lt $end ] || return 1
+		sleep 0.05
+	done
+}
+last_step() { # FILE: the last step a --ready-fd file reports
+	sed -n 's/^step \([0-9]*\)$/\1/p' "$1" | tail -n 1
+}
+wait_step() { # FILE N SECONDS: until the run finished step N
+	local end=$((SECONDS + $3))
+	until [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null; do
+		[ $SECONDS -lt $end ] || return 1
+		sleep 0.05
+	done
+}
+# Start `moem run ARGS...` in the background until told (stop_held).
+start_held() { # STEPSFILE ERRFILE ARGS...
+	local steps=$1 err=$2
+	shift 2
+	rm -f "$tmp/hold"
+	mkfifo "$tmp/hold"
+	"$M" "$@" --steps 100000000 --until-eof 4 --ready-fd 3 4<"$tmp/hold" 3>"$steps" \
+		2>"$err" &
+	bg=$!
+	exec 5>"$tmp/hold" # the run's open of the FIFO completes with this one
+}
+stop_held() { # the run ends after its current step; its exit status
+	exec 5>&-
+	wait "$bg"
+	local rc=$?
+	bg=""
+	return $rc
 }
 [ -x "$M" ] || fail "$M not built (make)"
 
@@ -69,7 +109,7 @@ else
 fi
 
 # --- a synthetic model -----------------------------------------------------
-"$M" mkmodel --out "$tmp/model" --layers 4 --experts 16 --topk 4 --hidden 256 \
+"$M" mkmodel --out "$tmp/model" --layers 4 --experts 16 --top-k 4 --hidden 256 \
 	--moe-intermediate 128 --seed 7 >/dev/null || fail "mkmodel"
 "$M" pack --model "$tmp/model" --out "$tmp/m.moem" --precisions bf16,q4 --quiet \
 	>/dev/null 2>&1 || fail "pack"
@@ -110,26 +150,34 @@ got=$(sed -n 's/.*fetch (\([0-9]*\) bytes NVMe->DRAM, \([0-9]*\) bytes DRAM->HBM
 ok "moem:fetch byte totals equal the run's (NVMe->DRAM, DRAM->HBM: $got)"
 
 # --- 3. record --pid, attached in the middle of a run ----------------------
-"$M" "${run[@]}" --steps 600 --trace-out "$tmp/long.trace" --json >/dev/null 2>"$tmp/long.err" &
-bg=$!
-sleep 1
-"$M" trace record -q -o "$tmp/pid.trace" --pid "$bg" 2>"$tmp/pid.err" ||
-	fail "record --pid: $(cat "$tmp/pid.err")"
-wait "$bg" || fail "moem run: $(cat "$tmp/long.err")"
-bg=""
+start_held "$tmp/long.steps" "$tmp/long.err" "${run[@]}" --trace-out "$tmp/long.trace" \
+	--json >/dev/null
+wait_for "$tmp/long.steps" '^step' 120 || fail "moem run took no step: $(cat "$tmp/long.err")"
+"$M" trace record -o "$tmp/pid.trace" --pid "$bg" 2>"$tmp/pid.err" 5>&- &
+rec=$!
+wait_for "$tmp/pid.err" 'tracing pid' 120 ||
+	fail "record --pid did not attach: $(cat "$tmp/pid.err")"
+# Ten more steps of the engine's, all taken while the tracer is attached.
+s0=$(last_step "$tmp/long.steps")
+wait_step "$tmp/long.steps" $((s0 + 10)) 120 || fail "moem run stopped stepping"
+stop_held || fail "moem run: $(cat "$tmp/long.err")"
+wait "$rec" || fail "record --pid: $(cat "$tmp/pid.err")"
+rec=""
 dump_records "$tmp/pid.trace" >"$tmp/pid.jsonl"
+dump_records "$tmp/long.trace" >"$tmp/long.jsonl"
 n=$(wc -l <"$tmp/pid.jsonl")
-[ "$n" -gt 8 ] || fail "record --pid caught only $n records"
-[ "$n" -lt 2400 ] || fail "record --pid caught the whole run: not attached mid-run"
-dump_records "$tmp/long.trace" | tail -n "$n" >"$tmp/tail.jsonl"
+total=$(wc -l <"$tmp/long.jsonl")
+[ "$n" -ge 40 ] || fail "record --pid caught only $n records (10 steps x 4 layers at least)"
+[ "$n" -lt "$total" ] || fail "record --pid caught the whole run ($n of $total): not attached mid-run"
+tail -n "$n" "$tmp/long.jsonl" >"$tmp/tail.jsonl"
 cmp -s "$tmp/tail.jsonl" "$tmp/pid.jsonl" || fail "record --pid: not a tail of the engine's trace"
-ok "record --pid attached mid-run: the engine's last $n records exactly"
+ok "record --pid attached mid-run: the engine's last $n of $total records exactly"
 
 # --- 4. bpftool sees moem_hot while the engine decodes ---------------------
-"$M" "${run[@]}" --steps 1000 --hotness bpf --json >"$tmp/hb.json" 2>"$tmp/hb.err" &
-bg=$!
+start_held "$tmp/hb.steps" "$tmp/hb.err" "${run[@]}" --hotness bpf --json >"$tmp/hb.json"
 found=""
-while kill -0 "$bg" 2>/dev/null; do
+end=$((SECONDS + 120))
+while [ $SECONDS -lt $end ] && kill -0 "$bg" 2>/dev/null; do
 	if "$BPFTOOL" map dump name moem_hot >"$tmp/bpftool.txt" 2>/dev/null &&
 		grep -q '"expert"' "$tmp/bpftool.txt"; then
 		found=1
@@ -137,8 +185,7 @@ while kill -0 "$bg" 2>/dev/null; do
 	fi
 	sleep 0.1
 done
-wait "$bg" || fail "moem run --hotness bpf: $(cat "$tmp/hb.err")"
-bg=""
+stop_held || fail "moem run --hotness bpf: $(cat "$tmp/hb.err")"
 [ -n "$found" ] || fail "bpftool map dump name moem_hot showed no counts during the run"
 grep -q '"hotness":"bpf"' "$tmp/hb.json" || fail "moem run --hotness bpf: $(cat "$tmp/hb.json")"
 ok "bpftool map dump name moem_hot shows live counts under moem run --hotness bpf"
@@ -151,8 +198,22 @@ promo=$(sed -n 's/.* \([0-9]*\) promote,.*/\1/p' "$tmp/dx.err")
 [ "${promo:-0}" -gt 0 ] || fail "no moem:promote seen under DynaExq: $(cat "$tmp/dx.err")"
 ok "moem:promote fired $promo times under DynaExq"
 
-"$M" trace top --count 2 -i 0.5 -n 4 -- "$M" "${run[@]}" --steps 400 --json \
-	>"$tmp/top.txt" 2>"$tmp/top.err" || fail "top: $(cat "$tmp/top.err")"
+# top's traced run lasts until top has refreshed twice (then top waits
+# for it to end: the test closes the run's FIFO).
+rm -f "$tmp/hold"
+mkfifo "$tmp/hold"
+"$M" trace top --count 2 -i 0.5 -n 4 -- "$M" "${run[@]}" --steps 100000000 --json \
+	--until-eof 4 4<"$tmp/hold" >"$tmp/top.txt" 2>"$tmp/top.err" &
+rec=$!
+exec 5>"$tmp/hold"
+end=$((SECONDS + 120))
+until [ "$(grep -c '^moem trace top - pid' "$tmp/top.txt" 2>/dev/null)" -ge 2 ] 2>/dev/null; do
+	[ $SECONDS -lt $end ] && kill -0 "$rec" 2>/dev/null || break
+	sleep 0.1
+done
+exec 5>&-
+wait "$rec" || fail "top: $(cat "$tmp/top.err")"
+rec=""
 [ "$(grep -c '^moem trace top - pid' "$tmp/top.txt")" -ge 2 ] || fail "top did not refresh twice"
 grep -qE '^ +3 +[0-9.]+ +[0-9]+ +[0-9.]+%' "$tmp/top.txt" || fail "top shows no layer 3: $(cat "$tmp/top.txt")"
 ok "top refreshed with every layer's hottest experts"

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -111,8 +112,18 @@ static inline int dmn_make_pack(const char *dir, const char *path, uint32_t laye
 	return ret;
 }
 
-/* Start moemd in dir with the given extra arguments (NULL-terminated). */
+/* Start moemd in dir with the given extra arguments (NULL-terminated);
+ * as uid (with RLIMIT_MEMLOCK memlock bytes) when uid is not 0. */
+static inline int dmn_start_argv_as(struct dmn *d, const char *dir, uid_t uid, uint64_t memlock,
+				    const char *const *extra);
+
 static inline int dmn_start_argv(struct dmn *d, const char *dir, const char *const *extra)
+{
+	return dmn_start_argv_as(d, dir, 0, 0, extra);
+}
+
+static inline int dmn_start_argv_as(struct dmn *d, const char *dir, uid_t uid, uint64_t memlock,
+				    const char *const *extra)
 {
 	const char *argv[64];
 	int n = 0;
@@ -136,6 +147,15 @@ static inline int dmn_start_argv(struct dmn *d, const char *dir, const char *con
 		if (fd >= 0) {
 			dup2(fd, 2);
 			dup2(fd, 1);
+		}
+		if (uid) {
+			struct rlimit rl = {memlock, memlock};
+
+			if (setrlimit(RLIMIT_MEMLOCK, &rl) || setgid(uid) || setuid(uid)) {
+				fprintf(stderr, "cannot become uid %u: %s\n", (unsigned int)uid,
+					strerror(errno));
+				_exit(126);
+			}
 		}
 		execv(argv[0], (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));

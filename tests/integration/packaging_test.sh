@@ -30,11 +30,17 @@ dest=$tmp/root
 "$top/packaging/install.sh" --build "$B" --destdir "$dest" --no-kmod >"$tmp/install.log" 2>&1 ||
 	{ cat "$tmp/install.log"; bad "install.sh failed"; exit 1; }
 for f in usr/local/bin/moem usr/local/bin/moemctl usr/local/sbin/moemd etc/moem/moemd.conf \
-	etc/systemd/system/moemd.service usr/local/share/doc/moem/admin-guide.md; do
+	etc/systemd/system/moemd.service usr/local/share/doc/moem/admin-guide.md \
+	usr/local/share/man/man1/moem.1 usr/local/share/man/man1/moemctl.1 \
+	usr/local/share/man/man8/moemd.8 var/lib/moem/traces var/lib/moem/inputs; do
 	[ -e "$dest/$f" ] || bad "install.sh did not install /$f"
 done
 [ -x "$dest/usr/local/sbin/moemd" ] || bad "moemd is not executable"
-ok "install.sh installs the programs, the unit and the config"
+for m in man1/moem.1 man1/moemctl.1 man8/moemd.8; do
+	grep -qF -- '\-\-version' "$dest/usr/local/share/man/$m" || bad "$m does not document --version"
+done
+[ "$(stat -c %a "$dest/var/lib/moem/traces")" = 750 ] || bad "the trace directory is not 0750"
+ok "install.sh installs the programs, man pages, the unit, the config and its directories"
 
 # An edited configuration survives a second install.
 echo "# edited" >>"$dest/etc/moem/moemd.conf"
@@ -73,7 +79,7 @@ else
 fi
 
 # The example config, as shipped, with a tiny pack and small budgets.
-"$B/bin/moem" mkmodel --layers 2 --experts 8 --topk 2 --hidden 128 --moe-intermediate 128 \
+"$B/bin/moem" mkmodel --layers 2 --experts 8 --top-k 2 --hidden 128 --moe-intermediate 128 \
 	--vocab 256 --out "$tmp/model" >/dev/null &&
 	"$B/bin/moem" pack --model "$tmp/model" --out "$tmp/tiny.moem" --precisions bf16,q4 \
 		>/dev/null || { bad "cannot make a pack"; exit 1; }

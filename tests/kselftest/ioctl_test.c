@@ -106,6 +106,16 @@ TEST_F(moem, create_bad_sizes)
 		EXPECT_EQ(-ENOSPC, region_create(self->dev, "size", sizes_enospc[i], 0, 0600))
 		TH_LOG("size %llu", (unsigned long long)sizes_enospc[i]);
 	}
+	/* A user without CAP_SYS_ADMIN: its quota first. */
+	uint64_t quota;
+
+	if (geteuid() != 0 && !sysfs_read_u64(SYSFS "/pool/user_max_bytes", &quota) &&
+	    quota < max) {
+		EXPECT_EQ(-EDQUOT, region_create(self->dev, "size", max, 0, 0600));
+		EXPECT_EQ(-EDQUOT, region_create(self->dev, "size", quota + CHUNK, 0, 0600));
+		EXPECT_POOL_BASELINE(self);
+		return;
+	}
 	/* The whole pool is fine (and its memory comes back). */
 	int fd = region_create(self->dev, "size", max, 0, 0600);
 
@@ -206,7 +216,10 @@ TEST_F(moem, open_info_destroy_bad_fields)
 		EXPECT_EQ(-EINVAL, ioc(self->dev, MOEM_IOC_REGION_INFO, &info));
 		EXPECT_EQ(-EINVAL, ioc(fd, MOEM_IOC_REGION_FD_INFO, &info));
 	}
-	o = (struct moem_region_open){.name_ptr = (uintptr_t) "fields", .flags = 2};
+	o = (struct moem_region_open){.name_ptr = (uintptr_t) "fields",
+				      .flags = MOEM_OPEN_FLAGS_ALL + 1};
+	EXPECT_EQ(-EINVAL, ioc(self->dev, MOEM_IOC_REGION_OPEN, &o));
+	o.flags = 1U << 31;
 	EXPECT_EQ(-EINVAL, ioc(self->dev, MOEM_IOC_REGION_OPEN, &o));
 	memset(&info, 0, sizeof(info));
 	info.name_ptr = (uintptr_t) "fields";
@@ -303,6 +316,7 @@ TEST_F(moem, budget_bad_fields)
 	struct moem_budget b;
 	uint64_t before;
 
+	REQUIRE_ROOT(); /* values are checked after the capability */
 	memset(&b, 0, sizeof(b));
 	b.knob = MOEM_BUDGET_PREFETCH_DEPTH;
 	ASSERT_EQ(0, ioc(self->dev, MOEM_IOC_BUDGET_GET, &b));

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * Mappings of a region: fork does not inherit them, mremap cannot grow
- * them, partial munmap and moves keep the rest correct, out-of-range and
- * private mappings are refused, zapped pages fault back in with the same
- * data, write-protect faults (mprotect, soft-dirty tracking) work without
- * a file behind the VMA, and the VMA names itself in /proc/pid/maps.
+ * Mappings of a region: fork does not inherit them (unless MADV_DOFORK
+ * asks), mremap cannot grow them, partial munmap and moves keep the rest
+ * correct, out-of-range and private mappings are refused, zapped pages
+ * fault back in with the same data, write-protect faults (mprotect,
+ * soft-dirty tracking) work, remap_file_pages() works on a mapping whose
+ * fd is closed, page tables grow with use rather than with the mapping,
+ * closing the fd leaves the mapping counted but not the fd, each region
+ * has an inode of its own, and the VMA names itself in /proc/pid/maps.
  */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
@@ -363,28 +367,208 @@ TEST_F(moem, vma_named_and_readable_by_gup)
 	EXPECT_POOL_BASELINE(self);
 }
 
+/*
+ * remap_file_pages() maps the VMA's own file again over the range; with the
+ * region fd closed, that file is what keeps the region alive. (When the
+ * module's old iouring_compat=1 left mappings without a file, this oopsed
+ * Linux 6.1 and 6.12 for any user; the guest also runs it unprivileged.)
+ */
 TEST_F(moem, remap_file_pages)
 {
 	uint8_t *p;
 	int fd;
 
-	/*
-	 * remap_file_pages() does get_file(vma->vm_file) on any VM_SHARED
-	 * VMA without checking it: on a mapping whose file was dropped
-	 * (iouring_compat) Linux 6.1 dereferences NULL. See the admin guide.
-	 */
-	if (iouring_compat())
-		SKIP(return, "iouring_compat=1: remap_file_pages() would oops Linux < 6.5");
 	fd = region_create(self->dev, "rfp", 2 * MiB, 0, 0600);
 	ASSERT_LE(0, fd);
 	p = map_region(fd, 2 * MiB, 0);
 	ASSERT_NE(MAP_FAILED, p);
 	pattern_fill(p, 2 * MiB, 13);
+	close(fd);
 	/* Put region page 5 at the first page of the mapping. */
 	ASSERT_EQ(0, syscall(SYS_remap_file_pages, p, 4096, 0, 5, 0));
 	EXPECT_EQ(-1, pattern_check_from(p, 4096, 13, 5 * 4096 / 8));
+	EXPECT_EQ(-1, pattern_check_from(p + 4096, 2 * MiB - 4096, 13, 4096 / 8));
+	/* Page 5 of the region, seen through both (volatile: p[0] and p[5 * 4096] alias). */
+	((volatile uint8_t *)p)[0] = 0x42;
+	EXPECT_EQ(0x42, ((volatile uint8_t *)p)[5 * 4096]);
+	ASSERT_EQ(0, munmap(p, 2 * MiB));
+	EXPECT_POOL_BASELINE(self);
+}
+
+/* The fd is closed; the mapping lives on: one map, no fd (sysfs agrees). */
+TEST_F(moem, fd_closed_mapping_lives)
+{
+	struct moem_region_info info;
+	uint64_t v;
+	uint8_t *p;
+	int fd;
+
+	fd = region_create(self->dev, "fdclose", 2 * MiB, 0, 0600);
+	ASSERT_LE(0, fd);
+	p = map_region(fd, 2 * MiB, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	ASSERT_EQ(0, region_info(self->dev, "fdclose", &info));
+	EXPECT_EQ(1, info.nr_fds);
+	EXPECT_EQ(1, info.nr_maps);
+	close(fd);
+	ASSERT_EQ(0, region_info(self->dev, "fdclose", &info));
+	EXPECT_EQ(0, info.nr_fds);
+	EXPECT_EQ(1, info.nr_maps);
+	ASSERT_EQ(0, sysfs_read_u64(SYSFS "/regions/fdclose/files", &v));
+	EXPECT_EQ(0, v);
+	ASSERT_EQ(0, sysfs_read_u64(SYSFS "/regions/fdclose/maps", &v));
+	EXPECT_EQ(1, v);
+	/* msync has nothing to write back and succeeds through the mapping's file. */
+	p[7] = 7;
+	EXPECT_EQ(0, msync(p, 2 * MiB, MS_SYNC));
+	/* A second open counts one fd; its own mapping one more map. */
+	fd = region_open(self->dev, "fdclose", 0);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, region_info(self->dev, "fdclose", &info));
+	EXPECT_EQ(1, info.nr_fds);
+	EXPECT_EQ(1, info.nr_maps);
+	close(fd);
+	ASSERT_EQ(0, munmap(p, 2 * MiB));
+	/* Not persistent: the last mapping took the region with it. */
+	EXPECT_EQ(-ENOENT, region_info(self->dev, "fdclose", &info));
+	EXPECT_POOL_BASELINE(self);
+}
+
+/* VmPTE of this process, in KiB, or -1. */
+static long vm_pte_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "VmPTE: %ld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb;
+}
+
+/*
+ * Mapping a 32 MiB region 16 times costs no page tables until touched,
+ * then one page of PTEs (4 KiB) per 2 MiB piece touched: 512 MiB mapped,
+ * 16 pieces touched, about 64 KiB of PTEs (filled up front it would be
+ * 1 MiB).
+ */
+TEST_F(moem, page_tables_grow_with_use)
+{
+	enum { NMAPS = 16, SIZE = 32 * MiB };
+	uint8_t *maps[NMAPS];
+	long before, mapped, touched;
+	int fd;
+
+	if (self->base.max_bytes < SIZE)
+		SKIP(return, "pool ceiling below 32 MiB");
+	fd = region_create(self->dev, "ptes", SIZE, 0, 0600);
+	ASSERT_LE(0, fd);
+	before = vm_pte_kb();
+	ASSERT_LE(0, before);
+	for (int i = 0; i < NMAPS; i++) {
+		maps[i] = map_region(fd, SIZE, 0);
+		ASSERT_NE(MAP_FAILED, maps[i]);
+	}
+	mapped = vm_pte_kb();
+	for (int i = 0; i < NMAPS; i++)
+		maps[i][i * CHUNK + 100] = (uint8_t)i; /* one piece of each */
+	touched = vm_pte_kb();
+	TH_LOG("VmPTE: %ld kB before, %ld kB with %d mappings, %ld kB with one piece each touched",
+	       before, mapped, NMAPS, touched);
+	EXPECT_GE(64, mapped - before);
+	EXPECT_GE(touched - mapped, NMAPS * 4);
+	EXPECT_GE(NMAPS * 4 + 64, touched - before);
+	/* Every mapping shows the same region. */
+	for (int i = 0; i < NMAPS; i++) {
+		EXPECT_EQ(i, maps[(i + 1) % NMAPS][i * CHUNK + 100]);
+	}
+	for (int i = 0; i < NMAPS; i++)
+		ASSERT_EQ(0, munmap(maps[i], SIZE));
+	close(fd);
+	EXPECT_POOL_BASELINE(self);
+}
+
+/* Each region has its own inode: not anon_inode's, which every eventfd shares. */
+TEST_F(moem, region_inode_is_private)
+{
+	struct stat a, a2, b, ev;
+	int fa, fa2, fb, efd;
+
+	fa = region_create(self->dev, "ino-a", 2 * MiB, 0, 0600);
+	ASSERT_LE(0, fa);
+	fb = region_create(self->dev, "ino-b", 2 * MiB, 0, 0600);
+	ASSERT_LE(0, fb);
+	fa2 = region_open(self->dev, "ino-a", 0);
+	ASSERT_LE(0, fa2);
+	efd = eventfd(0, EFD_CLOEXEC);
+	ASSERT_LE(0, efd);
+	ASSERT_EQ(0, fstat(fa, &a));
+	ASSERT_EQ(0, fstat(fa2, &a2));
+	ASSERT_EQ(0, fstat(fb, &b));
+	ASSERT_EQ(0, fstat(efd, &ev));
+	EXPECT_EQ(a.st_ino, a2.st_ino);
+	EXPECT_EQ(a.st_dev, a2.st_dev);
+	EXPECT_NE(a.st_ino, b.st_ino);
+	EXPECT_TRUE(a.st_dev != ev.st_dev || a.st_ino != ev.st_ino);
+	EXPECT_EQ(a.st_dev, b.st_dev);
+	EXPECT_NE(a.st_dev, ev.st_dev);
+	close(efd);
+	close(fa2);
+	close(fb);
+	close(fa);
+	EXPECT_POOL_BASELINE(self);
+}
+
+/*
+ * VM_DONTCOPY keeps a mapping out of fork()'s child, but MADV_DOFORK
+ * clears it (only VM_IO would stop that, and VM_IO stops every pin). The
+ * child's copy is an ordinary mapping of the region: it shares the pages,
+ * counts as a map, and keeps the region while the child lives.
+ */
+TEST_F(moem, madv_dofork_child_shares)
+{
+	int go[2], done[2];
+	uint8_t *p, c;
+	pid_t pid;
+	int fd;
+
+	fd = region_create(self->dev, "dofork", 2 * MiB, 0, 0600);
+	ASSERT_LE(0, fd);
+	p = map_region(fd, 2 * MiB, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	pattern_fill(p, 2 * MiB, 17);
+	ASSERT_EQ(0, madvise(p, 2 * MiB, MADV_DOFORK));
+	ASSERT_EQ(0, pipe(go));
+	ASSERT_EQ(0, pipe(done));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		close(fd);
+		if (pattern_check(p, 2 * MiB, 17) != -1)
+			_exit(1);
+		p[99] = 0xee;
+		if (write(done[1], "x", 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(2);
+		_exit(p[100] == 0xdd ? 0 : 3);
+	}
+	ASSERT_EQ(1, read(done[0], &c, 1));
+	EXPECT_EQ(0xee, p[99]);
+	EXPECT_EQ(2, nr_maps(fd));
+	p[100] = 0xdd;
+	/* The parent's mapping goes first: the child's still holds the region. */
 	ASSERT_EQ(0, munmap(p, 2 * MiB));
 	close(fd);
+	ASSERT_EQ(1, write(go[1], "x", 1));
+	EXPECT_EQ(0, wait_child(pid));
+	close(go[0]);
+	close(go[1]);
+	close(done[0]);
+	close(done[1]);
 	EXPECT_POOL_BASELINE(self);
 }
 

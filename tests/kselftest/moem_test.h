@@ -24,6 +24,7 @@
 #include <linux/moem.h>
 
 #include "kselftest_harness.h"
+#include "moem_pin.h"
 
 #define MiB   (1ULL << 20)
 #define CHUNK MOEM_CHUNK_SIZE
@@ -172,14 +173,12 @@ static inline int sysfs_write(const char *path, const char *s)
 	return ret;
 }
 
-/* moem.ko's iouring_compat parameter: region mappings have no file. */
-static inline bool iouring_compat(void)
-{
-	char buf[8];
-
-	return !sysfs_read("/sys/module/moem/parameters/iouring_compat", buf, sizeof(buf)) &&
-	       buf[0] == 'Y';
-}
+/* Tests that switch users, set budgets or trace need root (and skip as the user). */
+#define REQUIRE_ROOT()                                                                \
+	do {                                                                          \
+		if (geteuid() != 0)                                                   \
+			SKIP(return, "needs root (the unprivileged phase skips it)"); \
+	} while (0)
 
 /* Wait for a child; its exit status, or 128 + signal. */
 static inline int wait_child(pid_t pid)

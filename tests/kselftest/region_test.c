@@ -3,11 +3,16 @@
  * Regions: create / map / write / read back / destroy, open by name from
  * another process, persistence across the creator's exit, destroy while
  * mapped, no data leak through a recreated region, listing, ownership
- * and permissions, and libmoem's kmod pool provider attaching to a
- * persistent region after its creator exited.
+ * and permissions, MOEM_OPEN_OWNED (a region a daemon can trust), the
+ * per-user quota and memory cgroup charging, one privilege rule for the
+ * writable knobs, and libmoem's kmod pool provider attaching to a
+ * persistent region after its creator exited and refusing a squatted one.
  */
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+
+#include <linux/capability.h>
 
 #include <moem/dev.h>
 #include <moem/error.h>
@@ -27,7 +32,7 @@ TEST_F(moem, version)
 	EXPECT_EQ(0, v.reserved[0]);
 	EXPECT_EQ(0, v.reserved[1]);
 	ASSERT_EQ(0, sysfs_read(SYSFS "/abi_version", buf, sizeof(buf)));
-	EXPECT_STREQ("1.0", buf);
+	EXPECT_STREQ("1.1", buf);
 	/* libmoem checks the version at open. */
 	int fd;
 
@@ -288,8 +293,9 @@ TEST_F(moem, recreated_region_reads_zero)
 	/*
 	 * With a preallocated pool the same chunks come back, so the zeros
 	 * above were written over the 0xa5 of round 0, not found fresh.
+	 * (Page frame numbers read as 0 without CAP_SYS_ADMIN.)
 	 */
-	if (self->base.free_bytes >= size) {
+	if (self->base.free_bytes >= size && geteuid() == 0) {
 		ASSERT_NE(0, pfns[0][0]);
 		EXPECT_TRUE((pfns[0][0] == pfns[1][0] && pfns[0][1] == pfns[1][1]) ||
 			    (pfns[0][0] == pfns[1][1] && pfns[0][1] == pfns[1][0]))
@@ -415,6 +421,7 @@ TEST_F(moem, other_uid_refused)
 	uint8_t *p;
 	int fd, pub;
 
+	REQUIRE_ROOT();
 	fd = region_create(self->dev, "priv", 2 * MiB, 0, 0600);
 	ASSERT_LE(0, fd);
 	pub = region_create(self->dev, "pub", 2 * MiB, 0, 0604);
@@ -506,6 +513,298 @@ TEST_F(moem, kmod_pool_provider_attach)
 	EXPECT_EQ(-EEXIST, moem_pool_open(&o, &pool));
 	ASSERT_EQ(0, region_destroy(self->dev, "poolprov"));
 	EXPECT_POOL_BASELINE(self);
+}
+
+/* OWNED: only the caller's own region, writable by nobody else. */
+TEST_F(moem, open_owned_modes)
+{
+	static const struct {
+		const char *name;
+		uint32_t mode;
+		int want;
+	} cases[] = {
+		{"own-600", 0600, 0},	   {"own-644", 0644, 0},      {"own-400", 0400, 0},
+		{"own-620", 0620, -EPERM}, {"own-602", 0602, -EPERM}, {"own-666", 0666, -EPERM},
+	};
+	int fds[6];
+
+	for (int i = 0; i < 6; i++) {
+		fds[i] = region_create(self->dev, cases[i].name, 2 * MiB, 0, cases[i].mode);
+		ASSERT_LE(0, fds[i]);
+	}
+	for (int i = 0; i < 6; i++) {
+		int fd = region_open(self->dev, cases[i].name, MOEM_OPEN_OWNED | MOEM_OPEN_RDONLY);
+
+		EXPECT_EQ(cases[i].want, fd < 0 ? fd : 0) TH_LOG("%s", cases[i].name);
+		if (fd >= 0)
+			close(fd);
+	}
+	/* rw as well, where the owner bits allow it (0400: root may, others not). */
+	int fd = region_open(self->dev, "own-600", MOEM_OPEN_OWNED);
+
+	EXPECT_LE(0, fd);
+	close(fd);
+	EXPECT_EQ(-EPERM, region_open(self->dev, "own-602", MOEM_OPEN_OWNED));
+	EXPECT_EQ(-ENOENT, region_open(self->dev, "own-none", MOEM_OPEN_OWNED));
+	EXPECT_EQ(-EINVAL, region_open(self->dev, "own-600", 1U << 2));
+	for (int i = 0; i < 6; i++)
+		close(fds[i]);
+	EXPECT_POOL_BASELINE(self);
+}
+
+static int user_squats(int dev)
+{
+	int fd = region_create(dev, "squat", 2 * MiB, MOEM_REGION_PERSISTENT, 0666);
+
+	if (fd < 0)
+		return 1;
+	close(fd);
+	/* Its owner may trust it only with a safe mode: this one is not. */
+	if (region_open(dev, "squat", MOEM_OPEN_OWNED) != -EPERM)
+		return 2;
+	fd = region_create(dev, "mine", 2 * MiB, MOEM_REGION_PERSISTENT, 0600);
+	if (fd < 0)
+		return 3;
+	close(fd);
+	fd = region_open(dev, "mine", MOEM_OPEN_OWNED);
+	if (fd < 0)
+		return 4;
+	close(fd);
+	/* root's region: not the user's. */
+	if (region_open(dev, "rootown", MOEM_OPEN_OWNED) != -EPERM)
+		return 5;
+	return 0;
+}
+
+/*
+ * Another user got the name first: root's CREATE says EEXIST, a plain
+ * OPEN succeeds (CAP_SYS_ADMIN opens anything), OWNED refuses it, and
+ * libmoem's attach (the kmod pool provider) says whose region it is.
+ */
+TEST_F(moem, open_owned_other_uid)
+{
+	struct moem_pool_opts o = {.provider = MOEM_POOL_KMOD,
+				   .size = 2 * MiB,
+				   .name = "squat",
+				   .persistent = true,
+				   .attach = true};
+	struct moem_pool *pool;
+	int fd, root_fd;
+
+	REQUIRE_ROOT();
+	root_fd = region_create(self->dev, "rootown", 2 * MiB, 0, 0644);
+	ASSERT_LE(0, root_fd);
+	ASSERT_EQ(0, as_user(self->dev, user_squats));
+	EXPECT_EQ(-EEXIST, region_create(self->dev, "squat", 2 * MiB, 0, 0600));
+	fd = region_open(self->dev, "squat", 0);
+	EXPECT_LE(0, fd);
+	close(fd);
+	EXPECT_EQ(-EPERM, region_open(self->dev, "squat", MOEM_OPEN_OWNED));
+	EXPECT_EQ(-EPERM, region_open(self->dev, "mine", MOEM_OPEN_OWNED));
+	EXPECT_EQ(-EPERM, moem_pool_open(&o, &pool));
+	TH_LOG("attach: %s", moem_last_error());
+	EXPECT_NE(NULL, strstr(moem_last_error(), "owned by uid 1000"));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "0666"));
+	EXPECT_EQ(0, region_destroy(self->dev, "squat"));
+	EXPECT_EQ(0, region_destroy(self->dev, "mine"));
+	close(root_fd);
+	EXPECT_POOL_BASELINE(self);
+}
+
+static int user_quota_fill(int dev)
+{
+	int a, b;
+
+	/* 8 MiB allowed: 6 persistent + 2, then nothing more. */
+	a = region_create(dev, "q-a", 6 * MiB, MOEM_REGION_PERSISTENT, 0600);
+	if (a < 0)
+		return 1;
+	if (region_create(dev, "q-b", 4 * MiB, 0, 0600) != -EDQUOT)
+		return 2;
+	b = region_create(dev, "q-b", 2 * MiB, 0, 0600);
+	if (b < 0)
+		return 3;
+	if (region_create(dev, "q-c", 2 * MiB, 0, 0600) != -EDQUOT)
+		return 4;
+	/* Non-admins do not set their own quota. */
+	if (sysfs_write(SYSFS "/pool/user_max_bytes", "268435456") == 0)
+		return 5;
+	return 0; /* exit: q-b goes, q-a stays and still counts */
+}
+
+static int user_quota_after(int dev)
+{
+	int fd;
+
+	if (region_create(dev, "q-d", 4 * MiB, 0, 0600) != -EDQUOT)
+		return 1;
+	fd = region_create(dev, "q-d", 2 * MiB, 0, 0600);
+	return fd < 0 ? 2 : 0;
+}
+
+static int user_quota_freed(int dev)
+{
+	return region_create(dev, "q-e", 8 * MiB, 0, 0600) < 0 ? 1 : 0;
+}
+
+TEST_F(moem, user_quota)
+{
+	char old[32];
+	uint64_t v;
+	int fd;
+
+	REQUIRE_ROOT();
+	ASSERT_EQ(0, sysfs_read(SYSFS "/pool/user_max_bytes", old, sizeof(old)));
+	/* Bad values change nothing. */
+	EXPECT_EQ(-EINVAL, sysfs_write(SYSFS "/pool/user_max_bytes", "4096"));
+	EXPECT_EQ(-EINVAL, sysfs_write(SYSFS "/pool/user_max_bytes", "-2097152"));
+	EXPECT_EQ(-EINVAL, sysfs_write(SYSFS "/pool/user_max_bytes", "99999999999999999"));
+	ASSERT_EQ(0, sysfs_write(SYSFS "/pool/user_max_bytes", "8388608\n"));
+	ASSERT_EQ(0, sysfs_read_u64(SYSFS "/pool/user_max_bytes", &v));
+	EXPECT_EQ(8 * MiB, v);
+
+	EXPECT_EQ(0, as_user(self->dev, user_quota_fill));
+	EXPECT_EQ(0, as_user(self->dev, user_quota_after));
+	/* CAP_SYS_ADMIN is counted, not limited. */
+	fd = region_create(self->dev, "q-root", 16 * MiB, 0, 0600);
+	EXPECT_LE(0, fd);
+	close(fd);
+	/* The user's persistent region goes: the quota is free again. */
+	EXPECT_EQ(0, region_destroy(self->dev, "q-a"));
+	EXPECT_EQ(0, as_user(self->dev, user_quota_freed));
+	/* 0: users without CAP_SYS_ADMIN get nothing. */
+	ASSERT_EQ(0, sysfs_write(SYSFS "/pool/user_max_bytes", "0"));
+	EXPECT_EQ(1, as_user(self->dev, user_quota_freed));
+	ASSERT_EQ(0, sysfs_write(SYSFS "/pool/user_max_bytes", old));
+	EXPECT_POOL_BASELINE(self);
+}
+
+static int cg_write(const char *dir, const char *file, const char *v)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	return sysfs_write(path, v);
+}
+
+static int64_t cg_current(const char *dir)
+{
+	char path[256];
+	uint64_t v;
+
+	snprintf(path, sizeof(path), "%s/memory.current", dir);
+	return sysfs_read_u64(path, &v) ? -1 : (int64_t)v;
+}
+
+/*
+ * Chunks the pool grows by are charged to the creator's memory cgroup
+ * (__GFP_ACCOUNT): they show in memory.current, go with the region, and a
+ * region that would take the cgroup over memory.max fails with ENOMEM
+ * (no OOM kill). Floor chunks (prealloc_mb) are the module's, uncharged.
+ */
+TEST_F(moem, memcg_charged)
+{
+	const char *cg = "/sys/fs/cgroup/moem-test";
+	char buf[256];
+	pid_t pid;
+
+	REQUIRE_ROOT();
+	if (sysfs_read("/sys/fs/cgroup/cgroup.controllers", buf, sizeof(buf)) ||
+	    !strstr(buf, "memory"))
+		SKIP(return, "no cgroup2 memory controller at /sys/fs/cgroup");
+	ASSERT_EQ(0, cg_write("/sys/fs/cgroup", "cgroup.subtree_control", "+memory"));
+	rmdir(cg);
+	ASSERT_EQ(0, mkdir(cg, 0755));
+	ASSERT_EQ(0, cg_write(cg, "memory.max", "16777216"));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		uint64_t grow = 8 * MiB, floor_free = self->base.free_bytes;
+		int64_t c0, c1, c2;
+		int fd, fd2;
+
+		snprintf(buf, sizeof(buf), "%d", getpid());
+		if (cg_write(cg, "cgroup.procs", buf))
+			_exit(10);
+		c0 = cg_current(cg);
+		/* Every free floor chunk, and 8 MiB the pool grows by. */
+		fd = region_create(self->dev, "memcg", floor_free + grow, 0, 0600);
+		if (fd < 0)
+			_exit(11);
+		c1 = cg_current(cg);
+		fprintf(stderr,
+			"# memory.current %lld -> %lld after a region that grew the pool by %llu\n",
+			(long long)c0, (long long)c1, (unsigned long long)grow);
+		if (c1 - c0 < (int64_t)grow || c1 - c0 > (int64_t)(grow + 2 * MiB))
+			_exit(12);
+		/* 16 MiB more would pass memory.max. */
+		fd2 = region_create(self->dev, "memcg2", 16 * MiB, 0, 0600);
+		if (fd2 != -ENOMEM)
+			_exit(13);
+		close(fd);
+		c2 = cg_current(cg);
+		fprintf(stderr, "# memory.current %lld after the region went\n", (long long)c2);
+		if (c2 - c0 > (int64_t)MiB)
+			_exit(14);
+		_exit(0);
+	}
+	EXPECT_EQ(0, wait_child(pid));
+	EXPECT_EQ(0, rmdir(cg));
+	EXPECT_POOL_BASELINE(self);
+}
+
+/* Drop CAP_SYS_ADMIN from this process's sets, staying uid 0. */
+static int drop_cap_sys_admin(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+
+	if (syscall(SYS_capget, &h, d))
+		return -1;
+	d[CAP_SYS_ADMIN / 32].effective &= ~(1U << (CAP_SYS_ADMIN % 32));
+	d[CAP_SYS_ADMIN / 32].permitted &= ~(1U << (CAP_SYS_ADMIN % 32));
+	return (int)syscall(SYS_capset, &h, d);
+}
+
+/*
+ * One rule for every writable knob, sysfs or ioctl: CAP_SYS_ADMIN. Root
+ * without it (a confined service) can write neither.
+ */
+TEST_F(moem, knob_writes_need_cap_sys_admin)
+{
+	struct moem_budget b = {.knob = MOEM_BUDGET_PREFETCH_DEPTH};
+	uint64_t before, quota;
+	pid_t pid;
+
+	REQUIRE_ROOT();
+	ASSERT_EQ(0, ioc(self->dev, MOEM_IOC_BUDGET_GET, &b));
+	before = b.value;
+	ASSERT_EQ(0, sysfs_read_u64(SYSFS "/pool/user_max_bytes", &quota));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		struct moem_budget s = {.knob = MOEM_BUDGET_PREFETCH_DEPTH, .value = 9};
+
+		if (drop_cap_sys_admin() || geteuid() != 0)
+			_exit(10);
+		if (sysfs_write(SYSFS "/budgets/prefetch_depth", "9") != -EPERM)
+			_exit(11);
+		if (ioc(self->dev, MOEM_IOC_BUDGET_SET, &s) != -EPERM)
+			_exit(12);
+		if (sysfs_write(SYSFS "/pool/user_max_bytes", "0") != -EPERM)
+			_exit(13);
+		/* Reading stays open to all. */
+		if (ioc(self->dev, MOEM_IOC_BUDGET_GET, &s))
+			_exit(14);
+		_exit(0);
+	}
+	EXPECT_EQ(0, wait_child(pid));
+	ASSERT_EQ(0, ioc(self->dev, MOEM_IOC_BUDGET_GET, &b));
+	EXPECT_EQ(before, b.value);
+	uint64_t q2;
+
+	ASSERT_EQ(0, sysfs_read_u64(SYSFS "/pool/user_max_bytes", &q2));
+	EXPECT_EQ(quota, q2);
 }
 
 TEST_HARNESS_MAIN

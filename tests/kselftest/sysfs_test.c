@@ -8,6 +8,7 @@
  */
 #include <poll.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 
 #include <moem/dev.h>
 
@@ -169,6 +170,7 @@ TEST_F(moem, budget_knobs_sysfs_and_ioctl)
 	char path[128], buf[64], want[64];
 	uint64_t v, lib_v, seq0, seq1;
 
+	REQUIRE_ROOT();
 	for (unsigned int i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
 		uint32_t k = writes[i].knob;
 		bool ok = lib_accepts(k, writes[i].text, &lib_v);
@@ -233,18 +235,86 @@ TEST_F(moem, budget_knobs_sysfs_and_ioctl)
 	EXPECT_EQ(0444, st.st_mode & 0777);
 }
 
+/* Write exactly len bytes (NULs included) with one write(2); 0 or -errno. */
+static int sysfs_write_n(const char *path, const char *s, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, s, len) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+/*
+ * A value is all the bytes written: "7\0xyz" is not 7, "lynx\0junk" not
+ * lynx, and nothing may follow the one trailing newline.
+ */
+TEST_F(moem, knob_writes_whole_value)
+{
+	static const struct {
+		const char *file, *text;
+		size_t len;
+	} bad[] = {
+		{"budgets/prefetch_depth", "7\0xyz", 6},
+		{"budgets/prefetch_depth", "7\0", 2},
+		{"budgets/prefetch_depth",
+		 "\0"
+		 "7",
+		 2},
+		{"budgets/prefetch_depth", "7\n8", 3},
+		{"budgets/prefetch_depth", "7\n\n", 3},
+		{"budgets/hbm_bytes", "1048576\0", 8},
+		{"budgets/reroute", "lynx\0junk", 9},
+		{"budgets/reroute", "lynx\0", 5},
+		{"budgets/reroute", "lynx\n\n", 6},
+		{"budgets/reroute", "ly\0nx", 5},
+		{"pool/user_max_bytes",
+		 "4194304\0"
+		 "0",
+		 9},
+	};
+	char path[128], before[64], after[64];
+
+	REQUIRE_ROOT();
+	for (unsigned int i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(path, sizeof(path), SYSFS "/%s", bad[i].file);
+		ASSERT_EQ(0, sysfs_read(path, before, sizeof(before)));
+		EXPECT_EQ(-EINVAL, sysfs_write_n(path, bad[i].text, bad[i].len))
+		TH_LOG("%s <- %u bytes", bad[i].file, (unsigned int)bad[i].len);
+		ASSERT_EQ(0, sysfs_read(path, after, sizeof(after)));
+		EXPECT_STREQ(before, after);
+	}
+	/* The whole value, with or without its newline, is taken. */
+	snprintf(path, sizeof(path), SYSFS "/budgets/prefetch_depth");
+	EXPECT_EQ(0, sysfs_write_n(path, "7\n", 2));
+	ASSERT_EQ(0, sysfs_read(path, after, sizeof(after)));
+	EXPECT_STREQ("7", after);
+	EXPECT_EQ(0, sysfs_write_n(path, "0", 1));
+	snprintf(path, sizeof(path), SYSFS "/budgets/reroute");
+	EXPECT_EQ(0, sysfs_write_n(path, "lynx\n", 5));
+	ASSERT_EQ(0, sysfs_read(path, after, sizeof(after)));
+	EXPECT_STREQ("lynx", after);
+	EXPECT_EQ(0, sysfs_write_n(path, "none", 4));
+}
+
 struct waiter {
 	const char *path;
 	int timeout_ms;
 	int ret; /* poll()'s result */
 	short revents;
 	int ready;
+	pid_t tid;
 };
 
 static void *wait_thread(void *arg)
 {
 	struct waiter *w = arg;
 	char buf[64];
+
+	w->tid = (pid_t)syscall(SYS_gettid);
 	struct pollfd pfd;
 	int fd = open(w->path, O_RDONLY);
 
@@ -264,12 +334,27 @@ static void *wait_thread(void *arg)
 	return NULL;
 }
 
+/* Is thread tid blocked in poll() or ppoll() right now? */
+static bool in_poll(pid_t tid)
+{
+	char path[64], buf[32];
+	long nr;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+	if (sysfs_read(path, buf, sizeof(buf)))
+		return false;
+	nr = strtol(buf, NULL, 10);
+	return nr == SYS_poll || nr == SYS_ppoll;
+}
+
+/* Start the waiter and return once it sleeps in poll() (10 s at most). */
 static void start_waiter(struct waiter *w, pthread_t *th)
 {
 	pthread_create(th, NULL, wait_thread, w);
 	while (!__atomic_load_n(&w->ready, __ATOMIC_ACQUIRE))
 		usleep(1000);
-	usleep(50 * 1000); /* let it block in poll() */
+	for (int i = 0; i < 10000 && !in_poll(w->tid); i++)
+		usleep(1000);
 }
 
 TEST_F(moem, poll_wakes_on_change)
@@ -278,6 +363,7 @@ TEST_F(moem, poll_wakes_on_change)
 	pthread_t th;
 	struct waiter w;
 
+	REQUIRE_ROOT();
 	for (uint32_t k = 0; k < MOEM_BUDGET_NR; k++) {
 		knob_path(path, sizeof(path), knobs[k]);
 		/* A sysfs write wakes the waiter. */
@@ -324,6 +410,7 @@ TEST_F(moem, tracepoints_fire)
 	int fd, fd2, tr;
 	ssize_t n, len = 0;
 
+	REQUIRE_ROOT();
 	if (stat(TRACEFS "/events", &st))
 		SKIP(return, "tracefs not mounted at " TRACEFS);
 	for (unsigned int i = 0; i < sizeof(events) / sizeof(events[0]); i++) {

@@ -386,6 +386,96 @@ TEST(same_bits_for_any_threads_and_batch)
 	call_free(&c);
 }
 
+/* y = x w^T on be (moem_op_matmul, the decoder's dense projections). */
+static int mm_run(struct moem_backend *be, const uint16_t *x, const uint16_t *w, uint32_t B,
+		  uint32_t K, uint32_t R, float *y)
+{
+	struct moem_matmul_args a = {B,
+				     K,
+				     R,
+				     tb_put(be, x, 2 * (size_t)B * K),
+				     tb_put(be, w, 2 * (size_t)R * K),
+				     tb_zeros(be, 4 * (size_t)B * R)};
+	int ret = moem_op_matmul(be, NULL, &a);
+
+	if (!ret)
+		ret = tb_get(be, y, a.y, 4 * (size_t)B * R);
+	moem_be_free(be, a.x);
+	moem_be_free(be, a.w);
+	moem_be_free(be, a.y);
+	return ret;
+}
+
+/*
+ * The dense matmul runs on the FFN's bf16 row kernels: every ISA within
+ * its bf16 tolerance of the scalar table and of a double-precision sum
+ * (K up to 2048 adds sqrt(2048/640) to the fp32 reordering bound: 2e-5
+ * there); the same bits for 1 and 3 threads and for a token alone; K not
+ * a multiple of 32 (AVX-512's step) falls back and still agrees.
+ */
+TEST(matmul_every_path_matches_scalar)
+{
+	static const uint32_t shapes[][3] = {
+		{1, 2048, 300}, {7, 512, 129}, {64, 264, 40}, {3, 8, 17}};
+	struct kcase kc[4];
+	int nk = kcases(kc);
+
+	kc[nk++] = (struct kcase){"scalar", &moem_cpu_kern_scalar};
+	for (unsigned int s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		const uint32_t B = shapes[s][0], K = shapes[s][1], R = shapes[s][2];
+		uint16_t *x = tb_rand_bf16(40 + s, (size_t)B * K, 1.0);
+		uint16_t *w = tb_rand_bf16(50 + s, (size_t)R * K, 0.05);
+		float *want = malloc(4 * (size_t)B * R), *got = malloc(4 * (size_t)B * R);
+		float *got3 = malloc(4 * (size_t)B * R), *solo = malloc(4 * (size_t)R);
+		double *ref = malloc(8 * (size_t)B * R);
+		struct moem_backend *be;
+
+		for (uint32_t t = 0; t < B; t++)
+			for (uint32_t r = 0; r < R; r++) {
+				double acc = 0;
+
+				for (uint32_t k = 0; k < K; k++)
+					acc += (double)moem_bf16_to_f32(x[(size_t)t * K + k]) *
+					       moem_bf16_to_f32(w[(size_t)r * K + k]);
+				ref[(size_t)t * R + r] = acc;
+			}
+		ASSERT_EQ(0, open_kern(&moem_cpu_kern_scalar, 2, &be));
+		ASSERT_EQ(0, mm_run(be, x, w, B, K, R, want)) TH_LOG("%s", moem_last_error());
+		moem_backend_close(be);
+		EXPECT_LE(tb_rel_err(want, ref, (size_t)B * R), 2e-5);
+		for (int k = 0; k < nk; k++) {
+			double tol = kc[k].k->fmt[MOEM_PREC_BF16] == CPU_ACT_BF16 && K % 32 == 0
+					     ? tol_bf16
+					     : 2e-5;
+
+			ASSERT_EQ(0, open_kern(kc[k].k, 1, &be));
+			ASSERT_EQ(0, mm_run(be, x, w, B, K, R, got));
+			moem_backend_close(be);
+			for (uint32_t t = 0; t < B; t++) {
+				EXPECT_LE(row_err(got + (size_t)t * R, want + (size_t)t * R, R),
+					  tol)
+				TH_LOG("%s B %u K %u R %u token %u", kc[k].name, B, K, R, t);
+			}
+			ASSERT_EQ(0, open_kern(kc[k].k, 3, &be));
+			ASSERT_EQ(0, mm_run(be, x, w, B, K, R, got3));
+			ASSERT_EQ(0, mm_run(be, x + (size_t)(B - 1) * K, w, 1, K, R, solo));
+			moem_backend_close(be);
+			EXPECT_EQ(0, memcmp(got, got3, 4 * (size_t)B * R))
+			TH_LOG("%s K %u: 3 threads differ from 1", kc[k].name, K);
+			EXPECT_EQ(0, memcmp(solo, got + (size_t)(B - 1) * R, 4 * (size_t)R))
+			TH_LOG("%s K %u: the last token alone differs from in the batch",
+			       kc[k].name, K);
+		}
+		free(x);
+		free(w);
+		free(want);
+		free(got);
+		free(got3);
+		free(solo);
+		free(ref);
+	}
+}
+
 /* Page -> node for the made-up topology: expert j's blob on node j % 2. */
 struct fake_nodes {
 	const void *blob[8];

@@ -6,6 +6,7 @@
  * the settings parser's acceptance and refusals.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <moem/ctl.h>
@@ -123,6 +124,66 @@ TEST(requests)
 	}
 }
 
+/*
+ * Every JSON value that is not an object is refused with its type named.
+ * The type used to be read after the value was released: the test-valgrind
+ * suite runs this program under valgrind, which sees such a read inside
+ * json-c where ASan cannot.
+ */
+TEST(requests_not_objects)
+{
+	static const struct {
+		const char *line, *type;
+	} cases[] = {
+		{"[1,2]", "array"},  {"[]", "array"},	   {"\"x\"", "string"},
+		{"12", "int"},	     {"-7", "int"},	   {"1.5", "double"},
+		{"true", "boolean"}, {"false", "boolean"}, {"  \"status\"  ", "string"},
+	};
+	struct json_object *req;
+	const char *cmd;
+	int64_t id;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "a request is a JSON object, not %s", cases[i].type);
+		EXPECT_EQ(-EINVAL, parse(cases[i].line, &id, &cmd, &req))
+		TH_LOG("%s", cases[i].line);
+		EXPECT_EQ(NULL, req);
+		EXPECT_EQ(-1, id);
+		EXPECT_STREQ(want, moem_last_error()) TH_LOG("%s", cases[i].line);
+	}
+	/* null is no value at all: malformed. */
+	EXPECT_EQ(-EINVAL, parse("null", &id, &cmd, &req));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "malformed request"));
+}
+
+/* An id is answered as it was sent: one that does not fit is refused. */
+TEST(request_ids_that_do_not_fit)
+{
+	static const char *const too_big[] = {
+		"{\"v\":1,\"id\":18446744073709551616,\"cmd\":\"status\"}", /* 2^64 */
+		"{\"v\":1,\"id\":18446744073709551615,\"cmd\":\"status\"}",
+		"{\"v\":1,\"id\":9223372036854775808,\"cmd\":\"status\"}", /* 2^63 */
+		"{\"v\":1,\"id\":123456789012345678901234567890,\"cmd\":\"status\"}",
+	};
+	struct json_object *req;
+	const char *cmd;
+	int64_t id;
+
+	for (size_t i = 0; i < sizeof(too_big) / sizeof(too_big[0]); i++) {
+		EXPECT_EQ(-EINVAL, parse(too_big[i], &id, &cmd, &req)) TH_LOG("%s", too_big[i]);
+		EXPECT_EQ(-1, id);
+		EXPECT_EQ(NULL, req);
+		EXPECT_NE(NULL, strstr(moem_last_error(), "does not fit"));
+	}
+	ASSERT_EQ(0, parse("{\"v\":1,\"id\":9223372036854775807,\"cmd\":\"status\"}", &id, &cmd,
+			   &req));
+	EXPECT_EQ(INT64_MAX, id);
+	json_object_put(req);
+	EXPECT_EQ(-EINVAL, parse("{\"v\":1,\"id\":1e3,\"cmd\":\"status\"}", &id, &cmd, &req));
+}
+
 TEST(responses_and_getters)
 {
 	struct json_object *o = moem_ctl_error(9, EINVAL, "bad \"thing\"\n"), *req;
@@ -196,13 +257,20 @@ TEST(engine_args)
 	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "link-gbps", "0"));
 	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "pool", "nvram"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "hbm", "12M"));
+	/* 0 means what the knob's 0 means: no limit, the whole model. */
 	EXPECT_EQ(0, moem_engine_args_set(&a, "dram", "0"));
+	EXPECT_EQ(0, moem_engine_args_resolve(&a)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0u, a.o.dram_budget);
+	EXPECT_EQ(0, moem_engine_args_set(&a, "mem-reserve", "lots"));
 	EXPECT_EQ(-EINVAL, moem_engine_args_resolve(&a));
-	EXPECT_NE(NULL, strstr(moem_last_error(), "must hold one expert"));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "mem-reserve"));
+	EXPECT_EQ(0, moem_engine_args_set(&a, "mem-reserve", "512M"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "dram", "1G"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "precisions", "q4,q2"));
 	ASSERT_EQ(0, moem_engine_args_resolve(&a));
 	EXPECT_EQ(12u << 20, a.o.hbm_budget);
+	EXPECT_EQ(512u << 20, a.o.pool.mem_reserve);
+	EXPECT_TRUE(a.o.pool.fit);
 	EXPECT_EQ(MOEM_PREC_Q4, a.o.hi);
 	EXPECT_EQ(MOEM_PREC_Q2, a.o.lo);
 	EXPECT_TRUE(a.o.two_prec);

@@ -6,11 +6,15 @@
  * check behind the checksums is the one tested.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
 
+#include <moem/decode.h>
+#include <moem/engine.h>
+#include <moem/error.h>
 #include <moem/pack.h>
 
 #include "../../runtime/storage/store/pack_fmt.h"
@@ -309,6 +313,36 @@ TEST_F(bad, data_checksums)
 	EXPECT_MSG("checksum");
 	moem_pack_close(p);
 	free(buf);
+	free(c);
+}
+
+/*
+ * A pack of format 1.0 (no context, RoPE or eos fields) still opens for
+ * MoE-stack runs, but full decode refuses it with a message saying to
+ * re-pack, and opening the engine and refusing the decoder loses nothing.
+ */
+TEST_F(bad, format_1_0_refused_for_decode)
+{
+	uint8_t *c = copy(self);
+	struct pack_config *cfg = sect_data(c, PACK_SECT_CONFIG);
+	struct moem_engine_opts o = {.pack_path = self->path, .backend = "cpu", .threads = 1};
+	struct moem_decoder_opts dopt = {0};
+	struct moem_decoder *d = (struct moem_decoder *)1;
+	struct moem_engine *e;
+
+	hdr(c)->minor = 0;
+	memset(&cfg->max_pos, 0, sizeof(*cfg) - offsetof(struct pack_config, max_pos));
+	ASSERT_EQ(0, try_open(self, c, self->len, true)) TH_LOG("%s", moem_last_error());
+	o.pool.provider = MOEM_POOL_THP;
+	o.hi = MOEM_PREC_BF16;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	moem_clear_error();
+	EXPECT_EQ(-EPROTONOSUPPORT, moem_decoder_open(e, &dopt, &d));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "re-pack"))
+	TH_LOG("message: %s", moem_last_error());
+	EXPECT_NE(NULL, strstr(moem_last_error(), "format 1.0"));
+	EXPECT_EQ(NULL, d);
+	moem_engine_close(e);
 	free(c);
 }
 

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <moem/error.h>
@@ -16,6 +18,12 @@
 #include <moem/util.h>
 
 #include "kselftest_harness.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#else
+#define UNDER_ASAN 0
+#endif
 
 static void fill_check(struct __test_metadata *_metadata, struct moem_pool *p)
 {
@@ -42,7 +50,10 @@ TEST(thp_provider)
 	EXPECT_EQ(8 * MOEM_MiB, moem_pool_size(p)); /* rounded up to 2 MiB */
 	moem_pool_get_info(p, &info);
 	EXPECT_EQ(MOEM_POOL_THP, info.provider);
-	EXPECT_EQ(geteuid() == 0, info.pinned);
+	/* ASan's mlock() returns 0 without locking: the pool must say so. */
+	EXPECT_EQ(geteuid() == 0 && !UNDER_ASAN, info.pinned) TH_LOG("%s", info.why);
+	if (UNDER_ASAN && geteuid() == 0)
+		EXPECT_NE(NULL, strstr(info.why, "NOT PINNED"));
 	TH_LOG("thp: %s; %s", info.why, info.backing);
 	fill_check(_metadata, p);
 	moem_pool_close(p);
@@ -60,6 +71,123 @@ TEST(thp_unlocked)
 	EXPECT_FALSE(info.pinned);
 	fill_check(_metadata, p);
 	moem_pool_close(p);
+}
+
+/* Pinned is what the kernel says: locked bytes, and said loudly when not. */
+TEST(thp_not_pinned_says_so)
+{
+	struct moem_pool_opts o = {
+		.provider = MOEM_POOL_THP, .size = 4 * MOEM_MiB, .no_lock = true};
+	struct moem_pool_info info;
+	struct moem_pool *p;
+
+	ASSERT_EQ(0, moem_pool_open(&o, &p));
+	moem_pool_get_info(p, &info);
+	EXPECT_FALSE(info.pinned);
+	EXPECT_EQ(0u, info.pinned_bytes);
+	EXPECT_NE(NULL, strstr(info.why, "NOT PINNED")) TH_LOG("%s", info.why);
+	moem_pool_close(p);
+	o.require_pinned = true;
+	EXPECT_EQ(-EPERM, moem_pool_open(&o, &p));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "require-pinned"))
+	TH_LOG("%s", moem_last_error());
+}
+
+/* As a user whose RLIMIT_MEMLOCK is below the pool: mlock fails, and the
+ * pool says so (not "THP + mlock" as if it had worked). */
+TEST(thp_mlock_refused)
+{
+	pid_t pid;
+	int st;
+
+	if (UNDER_ASAN)
+		SKIP(return, "ASan's mlock() never fails (it locks nothing)");
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		struct rlimit rl = {64 << 10, 64 << 10};
+		struct moem_pool_opts o = {.size = 8 * MOEM_MiB};
+		struct moem_pool_info info;
+		struct moem_pool *p;
+
+		if (!geteuid() && (setgid(65534) || setuid(65534)))
+			_exit(10);
+		if (setrlimit(RLIMIT_MEMLOCK, &rl))
+			_exit(11);
+		if (moem_pool_open(&o, &p))
+			_exit(12);
+		moem_pool_get_info(p, &info);
+		if (info.pinned || info.pinned_bytes)
+			_exit(13);
+		if (!strstr(info.why, "NOT PINNED") || !strstr(info.why, "RLIMIT_MEMLOCK"))
+			_exit(14);
+		moem_pool_close(p);
+		o.require_pinned = true;
+		_exit(moem_pool_open(&o, &p) == -EPERM ? 0 : 15);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_TRUE(WIFEXITED(st));
+	EXPECT_EQ(0, WEXITSTATUS(st));
+}
+
+/*
+ * A pool above MemAvailable less the reserve is refused before any
+ * memory is locked (the machine is never pushed towards the OOM killer:
+ * the sizes asked for here are never allocated); with fit it is shrunk.
+ */
+TEST(pool_above_memavailable)
+{
+	static const enum moem_pool_provider prov[] = {MOEM_POOL_AUTO, MOEM_POOL_THP};
+	struct moem_pool_mem m;
+	struct moem_pool *p;
+	uint64_t t0;
+
+	ASSERT_EQ(0, moem_pool_headroom(0, &m)) TH_LOG("%s", moem_last_error());
+	TH_LOG("MemTotal %llu, MemAvailable %llu, reserve %llu, headroom %llu",
+	       (unsigned long long)m.total, (unsigned long long)m.available,
+	       (unsigned long long)m.reserve, (unsigned long long)m.headroom);
+	EXPECT_EQ(moem_pool_default_reserve(m.total), m.reserve);
+	EXPECT_GE(m.reserve, 256 * MOEM_MiB);
+	EXPECT_LE(m.reserve, 4 * MOEM_GiB);
+	for (size_t i = 0; i < 2; i++) {
+		struct moem_pool_opts o = {.provider = prov[i], .size = m.available + MOEM_GiB};
+
+		t0 = moem_now_ns();
+		EXPECT_EQ(-ENOMEM, moem_pool_open(&o, &p));
+		EXPECT_NE(NULL, strstr(moem_last_error(), "more than this machine can give"))
+		TH_LOG("%s", moem_last_error());
+		EXPECT_NE(NULL, strstr(moem_last_error(), "MemAvailable"));
+		/* Refused by arithmetic, not by trying. */
+		EXPECT_LT(moem_now_ns() - t0, 500000000ull);
+		o.size = 1ull << 40;
+		EXPECT_EQ(-ENOMEM, moem_pool_open(&o, &p));
+	}
+	/* The reserve is the knob: reserve all but 512 MiB, ask for 4 GiB. */
+	if (m.available > MOEM_GiB) {
+		struct moem_pool_opts o = {.provider = MOEM_POOL_THP,
+					   .size = 4 * MOEM_GiB,
+					   .mem_reserve = m.available - 512 * MOEM_MiB,
+					   .no_lock = true};
+		struct moem_pool_info info;
+
+		EXPECT_EQ(-ENOMEM, moem_pool_open(&o, &p));
+		EXPECT_NE(NULL, strstr(moem_last_error(), "mem-reserve"));
+		o.fit = true;
+		ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+		moem_pool_get_info(p, &info);
+		EXPECT_LE(info.size, 768 * MOEM_MiB);
+		EXPECT_GE(info.size, 2 * MOEM_MiB);
+		EXPECT_NE(NULL, strstr(info.why, "shrunk from 4.00 GiB")) TH_LOG("%s", info.why);
+		moem_pool_close(p);
+	}
+	/* hugetlb is measured in reserved huge pages, not MemAvailable. */
+	{
+		struct moem_pool_opts o = {.provider = MOEM_POOL_HUGETLB, .size = m.total * 2};
+
+		EXPECT_EQ(-ENOSPC, moem_pool_open(&o, &p));
+		EXPECT_NE(NULL, strstr(moem_last_error(), "huge pages"))
+		TH_LOG("%s", moem_last_error());
+	}
 }
 
 static int write_str(const char *path, const char *s)

@@ -12,6 +12,7 @@
 #include <moem/error.h>
 #include <moem/pack.h>
 #include <moem/store.h>
+#include <moem/tokenizer.h>
 #include <moem/util.h>
 
 #include "cmd.h"
@@ -63,6 +64,45 @@ static struct json_object *config_json(const struct moem_model_config *c)
 	json_object_object_add(o, "norm_topk_prob", json_object_new_boolean(c->norm_topk_prob));
 	json_object_object_add(o, "dtype", json_object_new_string(moem_dtype_name(c->dtype)));
 	return o;
+}
+
+/* The pack's tokenizer: kind, vocabulary, special tokens, chat template. */
+static void print_tokenizer(const struct moem_pack *p)
+{
+	struct moem_tokenizer *t;
+	struct moem_tok_info ti;
+	int ret = moem_pack_has_tokenizer(p);
+
+	if (ret <= 0) {
+		printf("tokenizer:  %s\n",
+		       ret < 0 ? moem_strerror(ret) : "none (the pack has no tokenizer section)");
+		return;
+	}
+	ret = moem_tok_load_pack(&t, p);
+	if (ret) {
+		printf("tokenizer:  present but not usable: %s\n", moem_strerror(ret));
+		return;
+	}
+	moem_tok_info(t, &ti);
+	printf("tokenizer:  %s, vocab %u (%u model + %u added, %u merges), chat template %s\n",
+	       moem_tok_kind_name(ti.kind), ti.vocab_size, ti.n_model, ti.n_added, ti.n_merges,
+	       ti.chat_template ? "yes" : "no");
+	printf("special:   ");
+	for (uint32_t i = 0, shown = 0; i < ti.n_added; i++) {
+		uint32_t id;
+		bool special;
+		const char *s = moem_tok_added(t, i, &id, &special);
+
+		if (!special)
+			continue;
+		if (shown++ == 8) {
+			printf(" ... (%u special)", ti.n_special);
+			break;
+		}
+		printf(" %s=%u", s, id);
+	}
+	printf("\n");
+	moem_tok_free(t);
 }
 
 static int info_pack(const char *path, int json, int verify, int qerr, uint32_t experts,
@@ -117,6 +157,8 @@ static int info_pack(const char *path, int json, int verify, int qerr, uint32_t 
 		json_object_object_add(o, "n_tensors",
 				       json_object_new_int64(moem_pack_n_tensors(p)));
 		json_object_object_add(o, "n_blobs", json_object_new_int64(moem_pack_n_blobs(p)));
+		json_object_object_add(o, "tokenizer",
+				       json_object_new_boolean(moem_pack_has_tokenizer(p) > 0));
 		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
 									 JSON_C_TO_STRING_SPACED));
 		json_object_put(o);
@@ -125,6 +167,7 @@ static int info_pack(const char *path, int json, int verify, int qerr, uint32_t 
 		       moem_fmt_bytes(moem_pack_file_size(p), b1, sizeof(b1)));
 		printf("id:         %s\n", moem_pack_id_str(&id, idbuf));
 		print_model(c, synthetic);
+		print_tokenizer(p);
 		printf("tensors:    %u non-expert, %s\n", moem_pack_n_tensors(p),
 		       moem_fmt_bytes(tbytes, b1, sizeof(b1)));
 		for (int q = 0; q < MOEM_PREC_NR; q++) {

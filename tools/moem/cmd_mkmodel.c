@@ -22,7 +22,7 @@ static void mk_usage(FILE *f)
 		   "  --arch NAME              qwen3_moe (default), mixtral, olmoe, deepseek_v2\n"
 		   "  --preset NAME            qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b,\n"
 		   "                           deepseek-v2-lite\n"
-		   "  --layers L --experts E --topk K --hidden H --moe-intermediate I\n"
+		   "  --layers L --experts E --top-k K --hidden H --moe-intermediate I\n"
 		   "  --intermediate N         dense-layer MLP width\n"
 		   "  --shared-experts N       deepseek_v2 shared experts\n"
 		   "  --first-dense N          deepseek_v2 first_k_dense_replace\n"
@@ -76,7 +76,8 @@ static const struct option mk_opts[] = {
 	{"preset", required_argument, NULL, O_PRESET},
 	{"layers", required_argument, NULL, O_LAYERS},
 	{"experts", required_argument, NULL, O_EXPERTS},
-	{"topk", required_argument, NULL, O_TOPK},
+	{"top-k", required_argument, NULL, O_TOPK},
+	{"topk", required_argument, NULL, O_TOPK}, /* the older spelling */
 	{"hidden", required_argument, NULL, O_HIDDEN},
 	{"moe-intermediate", required_argument, NULL, O_MOE_INTER},
 	{"intermediate", required_argument, NULL, O_INTER},

@@ -15,17 +15,27 @@ static void pool_usage(FILE *f)
 {
 	fprintf(f, "usage: moem pool [--size SIZE] [--provider auto|kmod|hugetlb|thp]\n"
 		   "                 [--name REGION] [--persistent] [--attach] [--json]\n"
-		   "Open the host staging pool, touch it, and report which provider served it.\n");
+		   "                 [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
+		   "Open the host staging pool, touch it, and report which provider served it.\n"
+		   "A pool larger than the machine can give (MemAvailable less the reserve,\n"
+		   "default 1/16 of RAM) is refused before any memory is locked.\n");
 }
 
 static int cmd_pool(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"size", required_argument, NULL, 's'}, {"provider", required_argument, NULL, 'p'},
-		{"name", required_argument, NULL, 'n'}, {"persistent", no_argument, NULL, 'P'},
-		{"attach", no_argument, NULL, 'a'},	{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},	{0},
+		{"size", required_argument, NULL, 's'},
+		{"provider", required_argument, NULL, 'p'},
+		{"name", required_argument, NULL, 'n'},
+		{"persistent", no_argument, NULL, 'P'},
+		{"attach", no_argument, NULL, 'a'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{"mem-reserve", required_argument, NULL, 'r'},
+		{"require-pinned", no_argument, NULL, 'R'},
+		{0},
 	};
+	struct moem_pool_mem mem;
 	struct moem_pool_opts o = {.size = 64 * MOEM_MiB};
 	struct moem_pool_info info;
 	struct moem_pool *pool;
@@ -34,6 +44,18 @@ static int cmd_pool(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "s:p:n:Pajh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'r':
+			ret = moem_pool_headroom(0, &mem);
+			if (!ret)
+				ret = moem_parse_size(optarg, &mem.total, &o.mem_reserve);
+			if (ret)
+				return moem_tool_fail("pool", ret, "--mem-reserve");
+			if (!o.mem_reserve)
+				o.mem_reserve = 1;
+			break;
+		case 'R':
+			o.require_pinned = true;
+			break;
 		case 's':
 			ret = moem_parse_size(optarg, NULL, &o.size);
 			if (ret)
@@ -74,10 +96,11 @@ static int cmd_pool(int argc, char **argv)
 	moem_pool_get_info(pool, &info);
 	if (json) {
 		printf("{\"provider\":\"%s\",\"size\":%llu,\"page_bytes\":%llu,\"huge_bytes\":%llu,"
-		       "\"pinned\":%s,\"attached\":%s}\n",
+		       "\"pinned\":%s,\"pinned_bytes\":%llu,\"attached\":%s}\n",
 		       moem_pool_provider_name(info.provider), (unsigned long long)info.size,
 		       (unsigned long long)info.page_bytes, (unsigned long long)info.huge_bytes,
-		       info.pinned ? "true" : "false", info.attached ? "true" : "false");
+		       info.pinned ? "true" : "false", (unsigned long long)info.pinned_bytes,
+		       info.attached ? "true" : "false");
 	} else {
 		printf("pool provider: %s\n", moem_pool_provider_name(info.provider));
 		printf("  why:         %s\n", info.why);
@@ -85,7 +108,8 @@ static int cmd_pool(int argc, char **argv)
 		printf("  pages:       %s pages, %s in 2 MiB pages\n",
 		       moem_fmt_bytes(info.page_bytes, b2, sizeof(b2)),
 		       moem_fmt_bytes(info.huge_bytes, b1, sizeof(b1)));
-		printf("  pinned:      %s\n", info.pinned ? "yes" : "no");
+		printf("  pinned:      %s (%s locked)\n", info.pinned ? "yes" : "NO",
+		       moem_fmt_bytes(info.pinned_bytes, b2, sizeof(b2)));
 		printf("  kernel says: %s\n", info.backing);
 	}
 	moem_pool_close(pool);

@@ -5,7 +5,10 @@
  * hidden states (two runs agree iff their digests do).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,10 @@ struct run_args {
 	char *counts_out;
 	bool json, no_warmup, quiet;
 	struct moem_progress prog;
+	int ready_fd; /* "step N" lines as steps complete (scripts wait on them) */
+	int until_fd; /* run until this reads EOF */
+	int eof;      /* it did (atomic) */
+	struct moem_engine *e;
 };
 
 static const struct option run_opts[] = {
@@ -61,7 +68,12 @@ static const struct option run_opts[] = {
 	{"trace-logits", no_argument, NULL, 0},
 	{"hotness", required_argument, NULL, 0},
 	{"pregate", required_argument, NULL, 0},
+	{"hbm-mode", required_argument, NULL, 0},
+	{"mem-reserve", required_argument, NULL, 0},
+	{"require-pinned", no_argument, NULL, 0},
 	{"counts-out", required_argument, NULL, 0},
+	{"ready-fd", required_argument, NULL, 0},
+	{"until-eof", required_argument, NULL, 0},
 	{"no-warmup", no_argument, NULL, 0},
 	{"config", required_argument, NULL, 0},
 	{"json", no_argument, NULL, 0},
@@ -86,11 +98,17 @@ static void run_usage(FILE *f)
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
 		"                [--hotness engine|bpf] [--pregate D] [--counts-out FILE]\n"
+		"                [--hbm-mode vmm|uvm]\n"
+		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
+		"                [--ready-fd FD] [--until-eof FD]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
 		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
 		"--pregate D: the next D layers' routers on each MoE layer's input guide\n"
 		"prefetch, paging and pred (default 2, 0 none).\n"
-		"A config file holds the same settings as 'name = value' lines.\n");
+		"A config file holds the same settings as 'name = value' lines.\n"
+		"--ready-fd FD writes \"step N\" to FD as each step completes; --until-eof FD\n"
+		"ends the run (after its current step) when FD reads end-of-file, so that a\n"
+		"script decides how long it lasts (with --steps as the upper bound).\n");
 }
 
 static int apply(struct run_args *a, const char *name, const char *v)
@@ -106,6 +124,15 @@ static int apply(struct run_args *a, const char *name, const char *v)
 			return -ENOMEM;
 		free(a->counts_out);
 		a->counts_out = s;
+		return 0;
+	}
+	if (!strcmp(name, "ready-fd") || !strcmp(name, "until-eof")) {
+		char *end;
+		long fd = strtol(v, &end, 10);
+
+		if (!*v || *end || fd < 0 || fd > 1023 || fcntl((int)fd, F_GETFD) < 0)
+			return moem_errf(EBADF, "--%s %s: not an open file descriptor", name, v);
+		*(name[0] == 'r' ? &a->ready_fd : &a->until_fd) = (int)fd;
 		return 0;
 	}
 	if (!strcmp(name, "no-warmup"))
@@ -129,7 +156,39 @@ static int on_step(void *arg, const struct moem_step_stats *s)
 	struct run_args *a = arg;
 
 	moem_progress_set(&a->prog, s->step + 1);
+	/* An EOF seen before the run began is not lost to its reset. */
+	if (__atomic_load_n(&a->eof, __ATOMIC_ACQUIRE))
+		moem_engine_stop(a->e);
+	if (a->ready_fd >= 0) {
+		char line[32];
+		int n = snprintf(line, sizeof(line), "step %llu\n",
+				 (unsigned long long)s->step + 1);
+
+		/* Non-blocking: a reader that stopped reading never stalls the
+		 * run; one that went away stops the notes. */
+		if (write(a->ready_fd, line, (size_t)n) < 0 && errno != EAGAIN)
+			a->ready_fd = -1;
+	}
 	return 0;
+}
+
+/* --until-eof: block on the descriptor; end-of-file (or an error) stops
+ * the run after its current step. Cancelled when the run ends first. */
+static void *until_eof(void *arg)
+{
+	struct run_args *a = arg;
+	char buf[256];
+
+	for (;;) {
+		ssize_t n = read(a->until_fd, buf, sizeof(buf));
+
+		if (n > 0 || (n < 0 && errno == EINTR))
+			continue;
+		break;
+	}
+	__atomic_store_n(&a->eof, 1, __ATOMIC_RELEASE);
+	moem_engine_stop(a->e);
+	return NULL;
 }
 
 static void print_json(const struct run_args *a, const struct moem_run_stats *rs,
@@ -143,12 +202,17 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_STR("pack", a->ea.o.pack_path);
 	J_STR("backend", st->backend);
 	J_STR("pool", st->pool_provider);
+	json_object_object_add(o, "pool_pinned", json_object_new_boolean(st->pool_pinned));
+	J_U64("pool_pinned_bytes", st->pool_pinned_bytes);
 	J_STR("route", st->route);
 	J_STR("evict", st->evict);
 	J_STR("prefetch", st->prefetch);
 	J_STR("precision", st->precision);
 	J_STR("paging", st->paging);
 	J_STR("hotness", st->hotness);
+	J_STR("hbm_mode", st->hbm_mode);
+	J_U64("uvm_prefetches", st->uvm_prefetches);
+	J_U64("uvm_prefetch_bytes", st->uvm_prefetch_bytes);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
 	J_U64("batch", a->ea.w.batch);
@@ -180,7 +244,9 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 	printf("moem run: %llu steps x %u tokens on %s (%s), pool %s\n",
 	       (unsigned long long)rs->total.step, a->ea.w.batch, st->backend,
 	       *st->backend_note ? st->backend_note : "as asked", st->pool_provider);
-	printf("  budgets      HBM %s, DRAM %s\n", moem_fmt_bytes(st->hbm_budget, b1, sizeof(b1)),
+	printf("  budgets      HBM %s (%s), DRAM %s\n",
+	       moem_fmt_bytes(st->hbm_budget, b1, sizeof(b1)),
+	       strcmp(st->hbm_mode, "uvm") ? "VMM staging" : "UVM, paged by the driver",
 	       moem_fmt_bytes(st->dram_budget, b2, sizeof(b2)));
 	printf("  policies     route %s, evict %s, prefetch %s, precision %s, paging %s\n",
 	       st->route, st->evict, st->prefetch, st->precision, st->paging);
@@ -199,10 +265,12 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 
 static int cmd_run(int argc, char **argv)
 {
-	struct run_args a = {0};
+	struct run_args a = {.ready_fd = -1, .until_fd = -1};
 	struct moem_engine_status st;
 	struct moem_engine *e = NULL;
 	struct moem_run_stats rs;
+	pthread_t until_tid;
+	bool until_started = false;
 	int c, idx, ret, rc = 1;
 
 	moem_engine_args_init(&a.ea);
@@ -254,11 +322,28 @@ static int cmd_run(int argc, char **argv)
 			goto out;
 		}
 	}
+	if (a.ready_fd >= 0) {
+		signal(SIGPIPE, SIG_IGN);
+		fcntl(a.ready_fd, F_SETFL, fcntl(a.ready_fd, F_GETFL) | O_NONBLOCK);
+	}
+	if (a.until_fd >= 0) {
+		a.e = e;
+		if (pthread_create(&until_tid, NULL, until_eof, &a)) {
+			moem_tool_fail("run", -EAGAIN, "--until-eof");
+			goto out;
+		}
+		until_started = true;
+	}
 	if (!a.json)
 		moem_progress_start(&a.prog, "decoding", a.ea.w.steps, false);
 	ret = moem_engine_run(e, &a.ea.w, on_step, &a, &rs);
 	if (!a.json)
 		moem_progress_finish(&a.prog);
+	if (until_started) {
+		pthread_cancel(until_tid);
+		pthread_join(until_tid, NULL);
+		until_started = false;
+	}
 	if (ret) {
 		moem_tool_fail("run", ret, NULL);
 		goto out;
@@ -287,6 +372,10 @@ static int cmd_run(int argc, char **argv)
 		print_human(&a, &rs, &st);
 	rc = 0;
 out:
+	if (until_started) {
+		pthread_cancel(until_tid);
+		pthread_join(until_tid, NULL);
+	}
 	moem_engine_close(e);
 	moem_engine_args_free(&a.ea);
 	free(a.counts_out);

@@ -151,6 +151,7 @@ static int trace_gen(int argc, char **argv)
 		{"layers", required_argument, NULL, O_LAYERS},
 		{"experts", required_argument, NULL, O_EXPERTS},
 		{"top-k", required_argument, NULL, O_TOPK},
+		{"topk", required_argument, NULL, O_TOPK}, /* as mkmodel once spelt it */
 		{"batch", required_argument, NULL, O_BATCH},
 		{"steps", required_argument, NULL, O_STEPS},
 		{"mix", required_argument, NULL, O_MIX},

@@ -35,6 +35,7 @@ void moem_dec_run_free(struct moem_dec_run *r)
 		free(r->seqs[i].top_lp);
 	}
 	free(r->seqs);
+	free(r->dec_step_ns);
 	if (r->logits_f)
 		fclose(r->logits_f);
 	free(r->logits_out);
@@ -202,8 +203,10 @@ int moem_dec_run_set(struct moem_dec_run *r, const char *name, const char *v)
 		return num_u(name, v, 1024, &r->dopt.block_tokens);
 	if (!strcmp(name, "max-seqs"))
 		return num_u(name, v, 1024, &r->dopt.max_seqs);
-	if (!strcmp(name, "prefill-chunk"))
+	if (!strcmp(name, "prefill-chunk")) {
+		r->chunk_set = true;
 		return num_u(name, v, 4096, &r->chunk);
+	}
 	if (!strcmp(name, "no-warmup")) {
 		r->no_warmup = true;
 		return 0;
@@ -303,6 +306,83 @@ static int keep(struct moem_dec_seq_out *s, const struct moem_token_out *o, uint
 	return 0;
 }
 
+static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stats *b)
+{
+	a->steps += b->steps;
+	a->prefill_tokens += b->prefill_tokens;
+	a->decode_tokens += b->decode_tokens;
+	a->sampled += b->sampled;
+	a->step_ns += b->step_ns;
+	a->attn_ns += b->attn_ns;
+	a->moe_ns += b->moe_ns;
+	a->wait_ns += b->wait_ns;
+	a->head_ns += b->head_ns;
+	a->hits += b->hits;
+	a->misses += b->misses;
+	a->fallbacks += b->fallbacks;
+	a->bytes_nvme += b->bytes_nvme;
+	a->bytes_h2d += b->bytes_h2d;
+}
+
+/* Sort the split by step kind; keep decode steps' times for the median. */
+static int note_step(struct moem_dec_run *r, const struct moem_decode_stats *st)
+{
+	if (st->prefill_tokens) {
+		add_stats(&r->pre_st, st);
+		return 0;
+	}
+	add_stats(&r->dec_st, st);
+	if (r->n_dec_steps == r->cap_dec_steps) {
+		uint32_t cap = r->cap_dec_steps ? 2 * r->cap_dec_steps : 64;
+		uint64_t *p = realloc(r->dec_step_ns, sizeof(*p) * cap);
+
+		if (!p)
+			return -ENOMEM;
+		r->dec_step_ns = p;
+		r->cap_dec_steps = cap;
+	}
+	r->dec_step_ns[r->n_dec_steps++] = st->step_ns;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Median of the decode-only steps, ns (0: none or no memory). */
+static double median_step_ns(const struct moem_dec_run *r)
+{
+	uint32_t n = r->n_dec_steps;
+	uint64_t *v = n ? malloc(sizeof(*v) * n) : NULL;
+	double m;
+
+	if (!v)
+		return 0;
+	memcpy(v, r->dec_step_ns, sizeof(*v) * n);
+	qsort(v, n, sizeof(*v), cmp_u64);
+	m = n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
+	free(v);
+	return m;
+}
+
+static struct json_object *split_json(const struct moem_decode_stats *s)
+{
+	struct json_object *t = json_object_new_object();
+
+	json_object_object_add(t, "steps", json_object_new_uint64(s->steps));
+	json_object_object_add(t, "tokens",
+			       json_object_new_uint64(s->prefill_tokens + s->decode_tokens));
+	json_object_object_add(t, "total_ms", json_object_new_double(s->step_ns / 1e6));
+	json_object_object_add(t, "attention_ms", json_object_new_double(s->attn_ns / 1e6));
+	json_object_object_add(t, "moe_ms", json_object_new_double(s->moe_ns / 1e6));
+	json_object_object_add(t, "waiting_ms", json_object_new_double(s->wait_ns / 1e6));
+	json_object_object_add(t, "head_ms", json_object_new_double(s->head_ns / 1e6));
+	return t;
+}
+
 int moem_dec_run_all(struct moem_dec_run *r)
 {
 	struct moem_work *items = calloc(r->n_seqs, sizeof(*items));
@@ -368,9 +448,11 @@ int moem_dec_run_all(struct moem_dec_run *r)
 			break;
 		}
 		{
-			struct moem_decode_stats st;
+			struct moem_decode_stats st = {0};
 
 			ret = moem_decoder_step(r->d, items, n, out, &st);
+			if (!ret)
+				ret = note_step(r, &st);
 		}
 		for (uint32_t k = 0; !ret && k < n; k++) {
 			struct moem_dec_seq_out *s = &r->seqs[who[k]];
@@ -492,6 +574,16 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 				       json_object_new_double(r->st.wait_ns / 1e6));
 		json_object_object_add(t, "head_ms", json_object_new_double(r->st.head_ns / 1e6));
 		json_object_object_add(o, "time", t);
+		/* the same split for steps with prefill work and for decode-only steps */
+		json_object_object_add(o, "prefill", split_json(&r->pre_st));
+		json_object_object_add(o, "decode", split_json(&r->dec_st));
+		json_object_object_add(
+			o, "prompt_tokens_per_s",
+			json_object_new_double(r->pre_st.step_ns ? r->pre_st.prefill_tokens * 1e9 /
+									   r->pre_st.step_ns
+								 : 0));
+		json_object_object_add(o, "median_decode_step_ms",
+				       json_object_new_double(median_step_ns(r) / 1e6));
 		json_object_object_add(o, "hits", json_object_new_uint64(r->st.hits));
 		json_object_object_add(o, "misses", json_object_new_uint64(r->st.misses));
 		json_object_object_add(o, "bytes_h2d", json_object_new_uint64(r->st.bytes_h2d));

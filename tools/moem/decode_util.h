@@ -34,6 +34,7 @@ struct moem_dec_run {
 	struct moem_decoder_opts dopt;
 	struct moem_seq_params sp; /* template: sampling, stops, eos, top logprobs */
 	uint32_t chunk;		   /* prefill tokens per sequence per step (0: all) */
+	bool chunk_set;		   /* --prefill-chunk was given */
 	bool json, quiet, no_warmup;
 	char *logits_out;
 	FILE *logits_f;
@@ -46,6 +47,11 @@ struct moem_dec_run {
 	struct moem_decoder *d;
 	uint64_t t_start, t_end, waits;
 	struct moem_decode_stats st;
+	/* Steps with decode tokens only (their own time split, for the
+	 * benchmarks' median step) and steps with prefill work. */
+	struct moem_decode_stats dec_st, pre_st;
+	uint64_t *dec_step_ns;
+	uint32_t n_dec_steps, cap_dec_steps;
 };
 
 void moem_dec_run_init(struct moem_dec_run *r);

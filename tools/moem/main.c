@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <moem/error.h>
+#include <moem/version.h>
 
 #include "cmd.h"
 
@@ -20,8 +21,11 @@ static size_t n_cmds(void)
 
 int moem_tool_fail(const char *cmd, int err, const char *what)
 {
-	if (what)
-		fprintf(stderr, "moem %s: %s: %s\n", cmd, what, moem_strerror(err));
+	const char *msg = moem_strerror(err);
+
+	/* Say a path once: most messages already start with it. */
+	if (what && !strstr(msg, what))
+		fprintf(stderr, "moem %s: %s: %s\n", cmd, what, msg);
 	else
 		fprintf(stderr, "moem %s: %s\n", cmd, moem_strerror(err));
 	return 1;
@@ -29,13 +33,20 @@ int moem_tool_fail(const char *cmd, int err, const char *what)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: moem <command> [options]   (moem <command> --help)\n\ncommands:\n");
+	fprintf(f, "usage: moem <command> [options]   (moem <command> --help)\n"
+		   "Pack, run, simulate and trace Mixture-of-Experts models whose experts do not\n"
+		   "fit in GPU memory (moemd serves them; moemctl talks to moemd).\n\ncommands:\n");
 	for (size_t i = 0; i < n_cmds(); i++)
 		fprintf(f, "  %-10s %s\n", __start_moem_cmds[i].name, __start_moem_cmds[i].summary);
+	fprintf(f, "\n  --version  the version of moem\n");
 }
 
 int main(int argc, char **argv)
 {
+	if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
+		printf("moem %s\n", MOEM_VERSION);
+		return 0;
+	}
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
 	    !strcmp(argv[1], "help")) {
 		usage(argc < 2 ? stderr : stdout);

@@ -15,6 +15,7 @@
 #include <moem/dev.h>
 #include <moem/error.h>
 #include <moem/util.h>
+#include <moem/version.h>
 
 #include "moemctl.h"
 
@@ -208,6 +209,11 @@ static int set_kernel(const char *via, const char *knob, const char *value)
 	int ret, fd;
 
 	ret = moem_budget_lookup(knob, &k);
+	if (!ret && strchr(value, '%'))
+		ret = moem_errf(EINVAL,
+				"%s %s: moem.ko does not know the pack, so it takes bytes; a "
+				"percentage goes through moemd (moemctl set %s %s)",
+				knob, value, knob, value);
 	if (!ret)
 		ret = moem_budget_parse(k, value, &v);
 	if (ret)
@@ -293,25 +299,11 @@ static int cmd_trace(int argc, char **argv)
 	bool logits = argc == 4 && !strcmp(argv[3], "--logits");
 
 	if (argc >= 3 && !strcmp(argv[1], "on") && (argc == 3 || logits)) {
-		char *abs = realpath(argv[2], NULL);
-		char *dir = NULL;
-
-		/* The file need not exist: resolve its directory instead. */
-		if (!abs) {
-			const char *slash = strrchr(argv[2], '/');
-			char *d = slash ? strndup(argv[2], (size_t)(slash - argv[2])) : strdup(".");
-
-			dir = d ? realpath(*d ? d : "/", NULL) : NULL;
-			free(d);
-			if (dir && asprintf(&abs, "%s/%s", dir, slash ? slash + 1 : argv[2]) < 0)
-				abs = NULL;
-			free(dir);
-		}
+		/* A name: moemd writes it inside its trace-dir, nowhere else. */
 		json_object_object_add(args, "on", json_object_new_boolean(1));
-		json_object_object_add(args, "path", json_object_new_string(abs ? abs : argv[2]));
+		json_object_object_add(args, "name", json_object_new_string(argv[2]));
 		if (logits)
 			json_object_object_add(args, "logits", json_object_new_boolean(1));
-		free(abs);
 	} else if (argc == 2 && !strcmp(argv[1], "off")) {
 		json_object_object_add(args, "on", json_object_new_boolean(0));
 	} else {
@@ -428,11 +420,13 @@ static const struct {
 	{"status", cmd_status, "", "pool, tiers, hit rates, stalls, policies, budgets, run"},
 	{"get", cmd_get, "[KNOB]", "budget knobs in force"},
 	{"set", cmd_set, "[--via socket|ioctl|sysfs] KNOB VALUE",
-	 "change a knob (hbm_bytes, dram_bytes, hi_precision_permille, prefetch_depth, reroute)"},
+	 "change a knob (hbm_bytes, dram_bytes: bytes, 12G, or 40% of the expert bytes;\n"
+	 "      hi_precision_permille, prefetch_depth, reroute)"},
 	{"run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
 	 "submit a workload and show its result"},
 	{"stop-run", cmd_stop_run, "", "end the run in progress after its current step"},
-	{"trace", cmd_trace, "on FILE [--logits] | off", "write the routing trace of later runs"},
+	{"trace", cmd_trace, "on NAME [--logits] | off",
+	 "write the routing trace of later runs to NAME in moemd's trace-dir"},
 	{"verify", cmd_verify, "", "check staged experts against the pack's checksums"},
 	{"stop", cmd_stop, "", "drain and stop moemd (like SIGTERM)"},
 	{"hello", cmd_hello, "", "versions and pack id"},
@@ -441,26 +435,26 @@ static const struct {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: moemctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n\n");
+	fprintf(f, "usage: moemctl [--socket PATH] [--json] [--timeout MS] COMMAND [ARGS]\n"
+		   "Talk to moemd over its control socket, and to moem.ko's budget knobs.\n\n");
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(commands); i++)
 		fprintf(f, "  %s %s\n      %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
 	fprintf(f, "\nThe socket defaults to %s (or $MOEMD_SOCKET).\n", MOEM_CTL_SOCKET);
+	fprintf(f, "  --version   the version of moemctl and its protocol\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},
-		{"json", no_argument, NULL, 'j'},
-		{"timeout", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
+		{"socket", required_argument, NULL, 's'},  {"json", no_argument, NULL, 'j'},
+		{"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},	   {0},
 	};
 	int ch;
 
 	g.socket = getenv("MOEMD_SOCKET");
-	while ((ch = getopt_long(argc, argv, "+s:jt:h", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "+s:jt:hV", opts, NULL)) != -1) {
 		switch (ch) {
 		case 's':
 			g.socket = optarg;
@@ -477,6 +471,10 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("moemctl %s (control protocol %d.%d)\n", MOEM_VERSION,
+			       MOEM_CTL_VERSION_MAJOR, MOEM_CTL_VERSION_MINOR);
 			return 0;
 		default:
 			usage(stderr);

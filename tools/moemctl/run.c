@@ -51,10 +51,10 @@ static const struct option run_opts[] = {
 
 static void run_usage(FILE *f)
 {
-	fprintf(f, "usage: moemctl run [--workload synth|hidden:FILE|trace:FILE] [--batch B]\n"
+	fprintf(f, "usage: moemctl run [--workload synth|hidden:NAME|trace:NAME] [--batch B]\n"
 		   "                   [--steps N] [--mix W:x,..] [--seed S]\n"
-		   "Settings not given take moemd's defaults (its config). Paths are read by\n"
-		   "moemd: give them absolute.\n");
+		   "Settings not given take moemd's defaults (its config). NAME is a file in\n"
+		   "moemd's workload-dir (its configuration), read by moemd.\n");
 }
 
 /* Wait for the run's response; show progress from status meanwhile. */

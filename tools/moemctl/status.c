@@ -47,6 +47,40 @@ static void print_budgets(const char *label, struct json_object *b)
 	printf("\n");
 }
 
+/* The OpenAI API: where, whether it serves, queue, batch, tokens, latencies. */
+static void print_serving(struct json_object *sv)
+{
+	char a[32], b[32];
+
+	if (!sv)
+		return;
+	if (!*jstr(sv, "listen")) {
+		printf("http      off\n");
+		return;
+	}
+	printf("http      http://%s/v1, model '%s'%s, %s\n", jstr(sv, "listen"), jstr(sv, "model"),
+	       jbool(sv, "api_key") ? ", API key" : "",
+	       jbool(sv, "ready") ? "serving" : "not serving");
+	if (!jbool(sv, "ready") && *jstr(sv, "why_not"))
+		printf("          %s\n", jstr(sv, "why_not"));
+	printf("serving   queue %llu, running %llu (batch <= %llu, %llu tokens a step); %llu done, "
+	       "%llu cancelled, %llu failed, %llu refused; %llu prompt + %llu generated tokens\n",
+	       (unsigned long long)ju64(sv, "queue"), (unsigned long long)ju64(sv, "running"),
+	       (unsigned long long)ju64(sv, "max_batch"),
+	       (unsigned long long)ju64(sv, "step_tokens"),
+	       (unsigned long long)ju64(sv, "finished"), (unsigned long long)ju64(sv, "cancelled"),
+	       (unsigned long long)ju64(sv, "failed"), (unsigned long long)ju64(sv, "refused"),
+	       (unsigned long long)ju64(sv, "prompt_tokens"),
+	       (unsigned long long)ju64(sv, "generated_tokens"));
+	printf("latency   first token %.1f ms, between tokens %.1f ms, step %.1f ms (means)",
+	       jdbl(sv, "ttft_mean_s") * 1e3, jdbl(sv, "itl_mean_s") * 1e3,
+	       jdbl(sv, "step_mean_s") * 1e3);
+	if (jobj(sv, "kv_budget"))
+		printf("; KV %s of %s", bytes(ju64(sv, "kv_used"), a),
+		       bytes(ju64(sv, "kv_budget"), b));
+	printf("\n");
+}
+
 void print_status(struct json_object *st)
 {
 	struct json_object *d = jobj(st, "daemon"), *k = jobj(st, "kernel"), *p = jobj(st, "pool"),
@@ -74,6 +108,10 @@ void print_status(struct json_object *st)
 		if (jbool(p, "warm"))
 			printf(" (%llu staged versions adopted)",
 			       (unsigned long long)ju64(p, "adopted"));
+		if (jbool(p, "pinned"))
+			printf(", pinned");
+		else
+			printf(", NOT PINNED (%s locked)", bytes(ju64(p, "pinned_bytes"), b));
 		printf("\n          %s\n", jstr(p, "why"));
 	}
 	if (jbool(k, "loaded"))
@@ -129,4 +167,5 @@ void print_status(struct json_object *st)
 	if (tr)
 		printf("trace     %s%s\n", jbool(tr, "on") ? "on: " : "off",
 		       jbool(tr, "on") ? jstr(tr, "path") : "");
+	print_serving(jobj(st, "serving"));
 }

@@ -22,7 +22,7 @@
 #include <linux/types.h>
 
 #define MOEM_ABI_MAJOR		1
-#define MOEM_ABI_MINOR		0
+#define MOEM_ABI_MINOR		1
 #define MOEM_ABI_VERSION	((MOEM_ABI_MAJOR << 16) | MOEM_ABI_MINOR)
 
 /* Oldest libmoem (major << 16 | minor) this module still serves. */
@@ -58,7 +58,11 @@ struct moem_version {
  * of MOEM_CHUNK_SIZE) from zeroed pool chunks, owned by the caller's euid
  * with permission bits mode (0..0777; only owner and other bits are used).
  * Returns a new O_CLOEXEC region fd in fd. -EEXIST if the name is taken,
- * -ENOSPC if the pool cannot grow to hold it, -ENOMEM on allocation failure.
+ * -ENOSPC if the pool cannot grow to hold it, -EDQUOT if the caller (without
+ * CAP_SYS_ADMIN) would own more than the per-user quota
+ * (/sys/kernel/moem/pool/user_max_bytes), -ENOMEM on allocation failure or
+ * when the caller's memory cgroup cannot be charged for the chunks the pool
+ * has to grow by.
  */
 struct moem_region_create {
 	__u64 name_ptr;		/* in: NUL-terminated name, 1..63 bytes */
@@ -72,12 +76,17 @@ struct moem_region_create {
 
 /* Open flags. */
 #define MOEM_OPEN_RDONLY	(1U << 0) /* map read-only; needs the r bit only */
-#define MOEM_OPEN_FLAGS_ALL	(MOEM_OPEN_RDONLY)
+#define MOEM_OPEN_OWNED		(1U << 1) /* 1.1: caller's own region, mode & 022 == 0 */
+#define MOEM_OPEN_FLAGS_ALL	(MOEM_OPEN_RDONLY | MOEM_OPEN_OWNED)
 
 /*
  * MOEM_IOC_REGION_OPEN: open an existing region by name. Needs rw (or r
  * with MOEM_OPEN_RDONLY) permission from the region's mode, or
  * CAP_SYS_ADMIN. -ENOENT if no such region, -EACCES if not permitted.
+ * With MOEM_OPEN_OWNED, -EPERM unless the region's owner is the caller's
+ * euid and its mode has no group or other write bit, whoever the caller
+ * is: what a daemon opens this way nobody else can have written (a 1.0
+ * module refuses the flag with -EINVAL).
  */
 struct moem_region_open {
 	__u64 name_ptr;		/* in */
@@ -98,7 +107,8 @@ struct moem_region_info {
 	__u32 mode;		/* out */
 	__u32 flags;		/* out: MOEM_REGION_* */
 	__u32 nr_maps;		/* out: live VMAs mapping it */
-	__u32 nr_fds;		/* out: open region fds */
+	__u32 nr_fds;		/* out: open region fds (files: dups share one); */
+				/* mappings do not count */
 	__u32 pad;		/* must be zero */
 	__u64 reserved[4];	/* must be zero */
 };
@@ -168,7 +178,7 @@ enum moem_reroute {
 
 /*
  * MOEM_IOC_BUDGET_GET / MOEM_IOC_BUDGET_SET: read or write one knob.
- * SET needs CAP_SYS_ADMIN (as the 0644 sysfs files need root to write),
+ * SET needs CAP_SYS_ADMIN (-EPERM), as writing the sysfs files does,
  * validates like sysfs (-EINVAL, nothing changed) and wakes poll()ers of
  * the knob's sysfs file. seq counts changes of any knob since load.
  */

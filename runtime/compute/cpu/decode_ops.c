@@ -11,6 +11,7 @@
 #include <moem/error.h>
 
 #include "cpu_int.h"
+#include "kern.h"
 
 /* ---- embed ---- */
 
@@ -35,43 +36,72 @@ int moem_cpu_embed(struct moem_backend *be, struct moem_stream *s, const struct 
 
 /* ---- matmul ---- */
 
-#define MM_ROWS 8
+/*
+ * Dense projections (q/k/v/o, MLA's, lm_head) run on the expert FFN's
+ * bf16 row kernel of the backend's instruction set (kern.h): a [R][K]
+ * bf16 matrix is a moem_qmat_layout with no scales, and every output is
+ * made by one kernel call in the kernel's fixed order, so the bits
+ * depend on K and the ISA only, never on B, R's split or the threads.
+ * The scalar table is the oracle (dequantize a row, dot_f32).
+ */
+#define MM_ROWS 16
 
 struct mm_job {
 	const struct moem_matmul_args *a;
-	const float *xf; /* [B][K] */
-	float *wbuf;	 /* [workers][K] */
+	moem_cpu_rows_fn rows;
+	struct moem_qmat_layout l;
+	struct cpu_act act;
+	const uint32_t *ident; /* 0..B-1 */
+	float *wbuf;	       /* [workers][K] */
 };
 
-MOEM_CPU_CLONES static void mm_rows(void *arg, uint32_t item, uint32_t worker)
+static void mm_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct mm_job *j = arg;
 	const struct moem_matmul_args *a = j->a;
-	const uint16_t *w = moem_dptr_host(a->w);
-	float *y = moem_dptr_host(a->y);
-	float *wf = j->wbuf + (size_t)worker * a->K;
 	uint32_t r0 = item * MM_ROWS, r1 = moem_min(r0 + MM_ROWS, a->R);
 
-	for (uint32_t r = r0; r < r1; r++) {
-		bf16_to_f32_row(w + (size_t)r * a->K, wf, a->K);
-		for (uint32_t t = 0; t < a->B; t++)
-			y[(size_t)t * a->R + r] = dot_f32(wf, j->xf + (size_t)t * a->K, a->K);
-	}
+	j->rows(&j->l, moem_dptr_host(a->w), r0, r1, &j->act, j->ident, a->B,
+		(float *)moem_dptr_host(a->y) + r0, a->R, j->wbuf + (size_t)worker * a->K);
 }
 
 int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
 		    const struct moem_matmul_args *a)
 {
 	struct cpu_backend *c = cpu_of(be);
+	const struct moem_cpu_kern *k = c->kern;
 	uint32_t nw = moem_tpool_size(c->pool);
-	struct mm_job j = {a};
-	float *buf = moem_cpu_scratch(s, ((size_t)a->B + nw) * a->K * sizeof(float));
+	struct mm_job j = {.a = a};
+	size_t xn = (size_t)a->B * a->K, wn = (size_t)nw * a->K;
+	float *buf;
+	uint32_t *ident;
+	void *mem;
 
-	if (!buf)
+	/* AVX-512 steps over K 32 at a time, AVX2 and the scalar table 8 (K % 8 == 0) */
+	if (k->isa == MOEM_CPU_ISA_AVX512 && a->K % 32)
+		k = moem_cpu_isa_check(MOEM_CPU_ISA_AVX2) ? &moem_cpu_kern_scalar
+							  : &moem_cpu_kern_avx2;
+	j.rows = k->rows[MOEM_PREC_BF16];
+	mem = moem_cpu_scratch(s, (size_t)a->B * sizeof(uint32_t) + (xn + wn) * sizeof(float));
+	if (!mem)
 		return -ENOMEM;
-	j.xf = buf;
-	j.wbuf = buf + (size_t)a->B * a->K;
-	moem_cpu_convert_x(c->pool, moem_dptr_host(a->x), buf, a->B, a->K);
+	ident = mem; /* B ids first: the floats after them stay 4-byte aligned */
+	buf = (float *)(void *)(ident + a->B);
+	for (uint32_t t = 0; t < a->B; t++)
+		ident[t] = t;
+	j.ident = ident;
+	j.wbuf = buf + xn;
+	j.l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
+					.rows = a->R,
+					.cols = a->K,
+					.row_bytes = 2 * a->K,
+					.bytes = (uint64_t)2 * a->R * a->K};
+	j.act.K = a->K;
+	j.act.v[CPU_ACT_BF16] = moem_dptr_host(a->x);
+	if (k->fmt[MOEM_PREC_BF16] == CPU_ACT_F32) {
+		moem_cpu_convert_x(c->pool, moem_dptr_host(a->x), buf, a->B, a->K);
+		j.act.v[CPU_ACT_F32] = buf;
+	}
 	moem_tpool_run(c->pool, (a->R + MM_ROWS - 1) / MM_ROWS, mm_rows, &j);
 	return 0;
 }

@@ -153,7 +153,10 @@ static int cuda_host_register(struct moem_backend *be, void *p, uint64_t bytes)
 	struct cuda_backend *cb = cuda_of(be);
 
 	ENTER(cb);
-	return ck(cb, cb->api->cuMemHostRegister(p, bytes, CU_MEMHOSTREGISTER_PORTABLE),
+	/* DEVICEMAP: kernels may read it in place (a step's cold experts). */
+	return ck(cb,
+		  cb->api->cuMemHostRegister(
+			  p, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
 		  "cuMemHostRegister");
 }
 

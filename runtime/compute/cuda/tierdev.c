@@ -47,8 +47,8 @@ struct cuda_dev {
 	struct moem_event *k[RING];		/* compute marks */
 	uint64_t c_issued, c_done, k_marked, k_done;
 	uint64_t c_ns[RING];
-	void *reg[64]; /* registered host pieces */
-	uint32_t n_reg;
+	void **reg; /* registered host pieces, any number (the pool has no cap) */
+	uint64_t n_reg;
 };
 
 static struct cuda_dev *cd(struct moem_tierdev *d)
@@ -168,28 +168,29 @@ static int cu_unmap(struct moem_tierdev *d, moem_dptr addr, uint64_t bytes)
 	return ret;
 }
 
+static void cu_host_unregister(struct moem_tierdev *d, void *p);
+
 static int cu_host_register(struct moem_tierdev *d, void *p, uint64_t bytes)
 {
 	struct cuda_dev *c = cd(d);
+	uint64_t n = (bytes + REG_PIECE - 1) / REG_PIECE;
 	int ret = 0;
 
+	if (c->reg)
+		return moem_errf(EBUSY, "the CUDA tier device has a pool registered already");
+	c->reg = calloc(n ? n : 1, sizeof(*c->reg));
+	if (!c->reg)
+		return -ENOMEM;
 	/* In pieces: one registration of a huge pool can fail where pieces
 	 * succeed, and every piece's result is checked. */
 	for (uint64_t off = 0; off < bytes && !ret; off += REG_PIECE) {
-		if (c->n_reg == MOEM_ARRAY_SIZE(c->reg)) {
-			ret = moem_errf(E2BIG, "pool too large to register (%llu bytes)",
-					(unsigned long long)bytes);
-			break;
-		}
 		ret = moem_be_host_register(c->be, (char *)p + off,
 					    moem_min(REG_PIECE, bytes - off));
 		if (!ret)
 			c->reg[c->n_reg++] = (char *)p + off;
 	}
-	if (ret) {
-		while (c->n_reg)
-			moem_be_host_unregister(c->be, c->reg[--c->n_reg]);
-	}
+	if (ret)
+		cu_host_unregister(d, p);
 	return ret;
 }
 
@@ -199,6 +200,8 @@ static void cu_host_unregister(struct moem_tierdev *d, void *p)
 
 	while (c->n_reg)
 		moem_be_host_unregister(c->be, c->reg[--c->n_reg]);
+	free(c->reg);
+	c->reg = NULL;
 }
 
 /* Poll events in order; lock held. */
@@ -366,6 +369,7 @@ static void cu_destroy(struct moem_tierdev *d)
 	struct cuda_dev *c = cd(d);
 
 	moem_be_stream_sync(c->be, c->copy_s);
+	cu_host_unregister(d, NULL);
 	for (int i = 0; i < RING; i++) {
 		moem_be_event_destroy(c->be, c->c0[i]);
 		moem_be_event_destroy(c->be, c->c1[i]);

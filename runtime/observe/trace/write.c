@@ -6,11 +6,17 @@
  * a successful close. The temporary file is unnamed (O_TMPFILE) where the
  * file system allows it, so a writer killed mid-trace leaves nothing
  * behind; elsewhere it is "<path>.XXXXXX".
+ *
+ * MOEM_TRACE_W_EXCL (a daemon writing where a client said) links the
+ * trace in without replacing anything but a trace an earlier exclusive
+ * writer of this process wrote there: those files' (device, inode) pairs
+ * are remembered, the last WRITTEN_MAX of them.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +35,7 @@
 struct moem_trace_writer {
 	struct moem_trace_info info;
 	int fd;
+	bool excl;	  /* MOEM_TRACE_W_EXCL */
 	char *path, *tmp; /* NULL in fd mode */
 	bool anon;	  /* fd is an O_TMPFILE: tmp is only a name to link it to */
 	uint8_t *rec;	  /* current record */
@@ -198,15 +205,119 @@ static int start(struct moem_trace_writer *w)
 	return emit(w, h, sizeof(h));
 }
 
+/*
+ * Files exclusive writers of this process wrote: those they may replace.
+ * An inode number alone is not a file (a deleted trace's number is
+ * reused), so the size and modification time it had when it was linked
+ * in are part of its identity: a file changed since is not ours anymore.
+ */
+#define WRITTEN_MAX 256
+struct written_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+};
+static struct {
+	pthread_mutex_t lock;
+	struct written_id id[WRITTEN_MAX];
+	unsigned int n, next;
+} written = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static bool same_file(const struct written_id *w, const struct stat *st)
+{
+	return w->dev == st->st_dev && w->ino == st->st_ino && w->size == st->st_size &&
+	       w->mtime.tv_sec == st->st_mtim.tv_sec && w->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+static void written_add(const struct stat *st)
+{
+	pthread_mutex_lock(&written.lock);
+	written.id[written.next] =
+		(struct written_id){st->st_dev, st->st_ino, st->st_size, st->st_mtim};
+	written.next = (written.next + 1) % WRITTEN_MAX;
+	if (written.n < WRITTEN_MAX)
+		written.n++;
+	pthread_mutex_unlock(&written.lock);
+}
+
+/* Is st a file we wrote? forget: and drop it (it is being removed). */
+static bool written_here(const struct stat *st, bool forget)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&written.lock);
+	for (unsigned int i = 0; i < written.n && !found; i++) {
+		found = same_file(&written.id[i], st);
+		if (found && forget)
+			memset(&written.id[i], 0, sizeof(written.id[i]));
+	}
+	pthread_mutex_unlock(&written.lock);
+	return found;
+}
+
+/* What is at path now: 0 (nothing, or a trace we wrote: *ours says which),
+ * or -EEXIST for anything else. The name itself is never followed. */
+static int excl_target(const char *path, bool forget, bool *ours)
+{
+	struct stat st;
+
+	*ours = false;
+	if (lstat(path, &st)) {
+		if (errno == ENOENT)
+			return 0;
+		return moem_errf(errno, "trace %s: %s", path, strerror(errno));
+	}
+	if (S_ISREG(st.st_mode) && st.st_nlink == 1 && written_here(&st, forget)) {
+		*ours = true;
+		return 0;
+	}
+	return moem_errf(EEXIST,
+			 "trace %s: a %s is there that moem did not write: not replacing it "
+			 "(remove it, or choose another name)",
+			 path, S_ISLNK(st.st_mode) ? "symbolic link" : "file");
+}
+
+int moem_trace_dest_check(const char *path)
+{
+	char *copy = strdup(path), *dir;
+	struct stat st;
+	bool ours;
+	int ret;
+
+	if (!copy)
+		return -ENOMEM;
+	dir = dirname(copy);
+	if (stat(dir, &st))
+		ret = moem_errf(errno, "trace directory %s: %s", dir, strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		ret = moem_errf(ENOTDIR, "trace directory %s: not a directory", dir);
+	else if (access(dir, W_OK | X_OK))
+		ret = moem_errf(errno, "trace directory %s: %s", dir, strerror(errno));
+	else
+		ret = excl_target(path, false, &ours);
+	free(copy);
+	return ret;
+}
+
 int moem_trace_writer_open(const char *path, const struct moem_trace_info *info,
 			   struct moem_trace_writer **out)
+{
+	return moem_trace_writer_open_ex(path, 0, info, out);
+}
+
+int moem_trace_writer_open_ex(const char *path, unsigned int flags,
+			      const struct moem_trace_info *info, struct moem_trace_writer **out)
 {
 	struct moem_trace_writer *w;
 	int ret;
 
+	if (flags & ~MOEM_TRACE_W_EXCL)
+		return moem_errf(EINVAL, "trace %s: unknown flags 0x%x", path, flags);
 	ret = writer_new(info, &w);
 	if (ret)
 		return ret;
+	w->excl = flags & MOEM_TRACE_W_EXCL;
 	w->path = strdup(path);
 	if (!w->path || asprintf(&w->tmp, "%s.XXXXXX", path) < 0) {
 		w->tmp = NULL;
@@ -469,6 +580,50 @@ static int link_anon(struct moem_trace_writer *w)
 	return 0;
 }
 
+/*
+ * Put the finished file (fd, named w->tmp unless anonymous) at w->path
+ * without replacing a file this process did not write: over nothing, via
+ * linkat (anonymous) or renameat2(RENAME_NOREPLACE), both of which fail
+ * rather than replace what appeared in between.
+ */
+static int link_excl(struct moem_trace_writer *w)
+{
+	struct stat st;
+	bool ours;
+	int ret;
+
+	if (fstat(w->fd, &st))
+		return moem_errf(errno, "trace %s: %s", w->path, strerror(errno));
+	ret = excl_target(w->path, true, &ours);
+	if (ret)
+		return ret;
+	if (ours && unlink(w->path) && errno != ENOENT)
+		return moem_errf(errno, "trace %s: %s", w->path, strerror(errno));
+	if (w->anon) {
+		char proc[64];
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", w->fd);
+		if (linkat(AT_FDCWD, proc, AT_FDCWD, w->path, AT_SYMLINK_FOLLOW))
+			ret = -errno;
+	} else if (renameat2(AT_FDCWD, w->tmp, AT_FDCWD, w->path, RENAME_NOREPLACE)) {
+		ret = -errno;
+		if (ret == -EINVAL) {
+			/* No RENAME_NOREPLACE here: link() refuses an existing name too. */
+			ret = link(w->tmp, w->path) ? -errno : 0;
+			if (!ret)
+				unlink(w->tmp);
+		}
+	}
+	if (ret == -EEXIST)
+		return moem_errf(EEXIST, "trace %s: a file appeared there: not replacing it",
+				 w->path);
+	if (ret)
+		return moem_errf(-ret, "trace %s: link: %s", w->path, strerror(-ret));
+	w->anon = false;
+	written_add(&st);
+	return 0;
+}
+
 int moem_trace_writer_close(struct moem_trace_writer *w)
 {
 	uint8_t end[TRC_END_BYTES] = {0}, h[TRC_HDR_BYTES_1];
@@ -487,6 +642,16 @@ int moem_trace_writer_close(struct moem_trace_writer *w)
 		errno = EIO; /* a short pwrite sets none */
 		if (pwrite(w->fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || fsync(w->fd) < 0)
 			ret = moem_errf(errno, "trace %s: %s", w->path, strerror(errno));
+		if (w->excl) {
+			if (!ret)
+				ret = link_excl(w);
+			close(w->fd);
+			w->fd = -1;
+			if (ret && !w->anon)
+				unlink(w->tmp);
+			writer_free(w);
+			return ret;
+		}
 		if (!ret && w->anon) {
 			ret = link_anon(w);
 			if (ret)

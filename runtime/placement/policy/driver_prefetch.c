@@ -259,6 +259,7 @@ int moem_driver_lookahead(struct moem_driver *d)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct moem_prefetch_req *r = &d->req[i];
 		uint32_t key = r->layer * d->N + r->expert;
+		enum moem_res st;
 		int ret;
 
 		if (r->pos - pos > d->depth)
@@ -267,7 +268,14 @@ int moem_driver_lookahead(struct moem_driver *d)
 		pthread_mutex_lock(&d->lock);
 		moem_evict_predict(d->ev, moem_drv_vid(d, key), r->pos);
 		pthread_mutex_unlock(&d->lock);
-		if (d->live_fl >= d->c.pf_queue || d->ops->state(d->arg, key) != MOEM_RES_ABSENT)
+		if (d->live_fl >= d->c.pf_queue)
+			continue;
+		st = d->ops->state(d->arg, key);
+		if (st == MOEM_RES_RESIDENT && d->ops->advise) {
+			fetched += d->ops->advise(d->arg, key) == 1;
+			continue;
+		}
+		if (st != MOEM_RES_ABSENT)
 			continue;
 		/*
 		 * Nothing changes the candidates within one plan: if no victim was

@@ -146,6 +146,21 @@ int moem_tiers_published(struct moem_tiers *t, uint32_t layer, uint32_t expert)
 	return h ? (h & PUB_LO ? 1 : 0) : -1;
 }
 
+int moem_tiers_published_range(struct moem_tiers *t, uint32_t layer, uint32_t expert,
+			       moem_dptr *addr, uint64_t *bytes)
+{
+	uint64_t h;
+
+	if (layer >= t->c.n_layers || expert >= t->c.n_experts)
+		return -1;
+	h = __atomic_load_n(&t->pub[layer * t->c.n_experts + expert], __ATOMIC_ACQUIRE);
+	if (!h)
+		return -1;
+	*addr = t->base + PUB_OFF(h);
+	*bytes = t->c.bytes[h & PUB_LO ? 1 : 0];
+	return h & PUB_LO ? 1 : 0;
+}
+
 int moem_tiers_set_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi)
 {
 	uint32_t le = layer * t->c.n_experts + expert;

@@ -12,6 +12,8 @@
 #include <moem/trace.h>
 #include <moem/util.h>
 
+/* One setting per line: adding one is a one-line change. */
+/* clang-format off */
 const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"pack", false, MOEM_ARG_ENGINE},
 	{"hbm", false, MOEM_ARG_ENGINE},
@@ -36,7 +38,10 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"trace-out", false, MOEM_ARG_ENGINE},
 	{"trace-logits", true, MOEM_ARG_ENGINE},
 	{"hotness", false, MOEM_ARG_ENGINE},
-	{"pregate", false, MOEM_ARG_ENGINE}, /* layers ahead the pre-gate routes, 0 none */
+	{"pregate", false, MOEM_ARG_ENGINE},
+	{"hbm-mode", false, MOEM_ARG_ENGINE},
+	{"mem-reserve", false, MOEM_ARG_ENGINE},
+	{"require-pinned", true, MOEM_ARG_ENGINE},
 	{"workload", false, MOEM_ARG_WORKLOAD},
 	{"batch", false, MOEM_ARG_WORKLOAD},
 	{"steps", false, MOEM_ARG_WORKLOAD},
@@ -44,6 +49,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"seed", false, MOEM_ARG_WORKLOAD},
 	{NULL, false, 0},
 };
+/* clang-format on */
 
 const struct moem_arg_def *moem_engine_arg_find(const char *name)
 {
@@ -60,16 +66,19 @@ void moem_engine_args_init(struct moem_engine_args *a)
 	a->w.batch = 8;
 	a->w.steps = 32;
 	a->o.hi = MOEM_PREC_BF16;
+	/* A pool sized from a budget larger than the machine shrinks to what
+	 * fits (and says so) rather than failing or waking the OOM killer. */
+	a->o.pool.fit = true;
 }
 
 /* The const char * fields of o and w that the struct owns. */
-#define N_OWNED 11
+#define N_OWNED 12
 static const char **owned(struct moem_engine_args *a, int i)
 {
 	const char **f[N_OWNED] = {
 		&a->o.pack_path, &a->o.backend,	  &a->o.route,	 &a->o.evict,
 		&a->o.prefetch,	 &a->o.precision, &a->o.paging,	 &a->o.trace_out,
-		&a->w.mix,	 &a->w.path,	  &a->o.hotness,
+		&a->w.mix,	 &a->w.path,	  &a->o.hotness, &a->o.hbm_mode,
 	};
 
 	return f[i];
@@ -83,6 +92,7 @@ void moem_engine_args_free(struct moem_engine_args *a)
 	free(a->dram);
 	free(a->precisions);
 	free(a->region);
+	free(a->mem_reserve);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -107,6 +117,7 @@ int moem_engine_args_copy(struct moem_engine_args *dst, const struct moem_engine
 	ret |= dup_str(&dst->dram, src->dram);
 	ret |= dup_str(&dst->precisions, src->precisions);
 	ret |= dup_str(&dst->region, src->region);
+	ret |= dup_str(&dst->mem_reserve, src->mem_reserve);
 	dst->o.pool.name = dst->region;
 	if (ret) {
 		moem_engine_args_free(dst);
@@ -205,6 +216,8 @@ static int set_flag(struct moem_engine_args *a, const char *name, const char *v)
 		a->o.pool.persistent = b;
 	else if (!strcmp(name, "no-verify"))
 		a->o.no_verify = b;
+	else if (!strcmp(name, "require-pinned"))
+		a->o.pool.require_pinned = b;
 	else
 		a->o.trace_logits = b;
 	return 0;
@@ -252,8 +265,15 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 			a->o.pregate = x ? (int32_t)x : -1;
 		return ret;
 	}
+	if (!strcmp(name, "hbm-mode")) {
+		if (strcmp(v, "vmm") && strcmp(v, "uvm"))
+			return moem_errf(EINVAL, "hbm-mode '%s': want vmm or uvm", v);
+		return set_str(&a->o.hbm_mode, v);
+	}
 	if (!strcmp(name, "mix"))
 		return set_str(&a->w.mix, v);
+	if (!strcmp(name, "mem-reserve"))
+		return set_own(&a->mem_reserve, v);
 	if (!strcmp(name, "threads") || !strcmp(name, "cpu-threads")) {
 		/* one worker per CPU at most: the workers are pinned, one CPU each;
 		 * "threads 0" (the older name) still means every CPU */
@@ -329,11 +349,9 @@ static int resolve_size(const char *name, const char *s, const uint64_t *expert_
 {
 	int ret = moem_parse_size(s, expert_bytes, out);
 
+	/* 0, as for the knobs: no limit, the whole model. */
 	if (ret)
 		return moem_err_prefix(-ret, "%s", name);
-	if (!*out)
-		return moem_errf(EINVAL, "%s 0: the %s budget must hold one expert", name,
-				 !strcmp(name, "hbm") ? "HBM" : "DRAM");
 	return 0;
 }
 
@@ -353,6 +371,18 @@ int moem_engine_args_resolve(struct moem_engine_args *a)
 				return ret;
 			expert_bytes += b;
 		}
+	}
+	if (a->mem_reserve) {
+		/* Bytes, or a percentage of the machine's memory. */
+		struct moem_pool_mem m;
+
+		ret = moem_pool_headroom(0, &m);
+		if (!ret)
+			ret = moem_parse_size(a->mem_reserve, &m.total, &a->o.pool.mem_reserve);
+		if (ret)
+			return moem_err_prefix(-ret, "mem-reserve");
+		if (!a->o.pool.mem_reserve)
+			a->o.pool.mem_reserve = 1; /* "0": leave nothing (not the default) */
 	}
 	a->o.hbm_budget = a->o.dram_budget = 0;
 	if (a->hbm) {

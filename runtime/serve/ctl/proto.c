@@ -140,7 +140,12 @@ int moem_ctl_parse_request(const char *line, size_t len, struct json_object **re
 		return -ENOMEM;
 	o = json_tokener_parse_ex(tok, line, (int)len);
 	jerr = json_tokener_get_error(tok);
-	if (o && jerr == json_tokener_success && json_tokener_get_parse_end(tok) < len) {
+	if (!o && jerr == json_tokener_continue) {
+		/* The line is all there is (and all of it was taken): a bare
+		 * number or literal ends here. A NUL ends json-c's input. */
+		o = json_tokener_parse_ex(tok, "", 1);
+		jerr = json_tokener_get_error(tok);
+	} else if (o && jerr == json_tokener_success && json_tokener_get_parse_end(tok) < len) {
 		/* Only whitespace may follow the object. */
 		for (size_t i = json_tokener_get_parse_end(tok); i < len; i++)
 			if (!strchr(" \t\r", line[i])) {
@@ -159,12 +164,24 @@ int moem_ctl_parse_request(const char *line, size_t len, struct json_object **re
 	}
 	json_tokener_free(tok);
 	if (!json_object_is_type(o, json_type_object)) {
+		/* Name the type before the object is released. */
+		const char *type = json_type_to_name(json_object_get_type(o));
+
 		json_object_put(o);
-		return moem_errf(EINVAL, "a request is a JSON object, not %s",
-				 json_type_to_name(json_object_get_type(o)));
+		return moem_errf(EINVAL, "a request is a JSON object, not %s", type);
 	}
-	if (json_object_object_get_ex(o, "id", &v) && json_object_is_type(v, json_type_int))
+	if (json_object_object_get_ex(o, "id", &v) && json_object_is_type(v, json_type_int)) {
+		/* json-c clamps what does not fit 64 bits to UINT64_MAX and keeps
+		 * values above INT64_MAX as unsigned: anything above INT64_MAX
+		 * would be answered with another id, so it is refused. */
+		if (json_object_get_int64(v) >= 0 && json_object_get_uint64(v) > INT64_MAX) {
+			json_object_put(o);
+			return moem_errf(EINVAL,
+					 "request \"id\" does not fit: ids are 0..%lld (2^63-1)",
+					 (long long)INT64_MAX);
+		}
 		*id = json_object_get_int64(v);
+	}
 	if (*id < 0) {
 		json_object_put(o);
 		*id = -1;

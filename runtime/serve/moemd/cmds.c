@@ -7,14 +7,17 @@
  * finish (moemd_job_done).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <moem/dev.h>
 #include <moem/error.h>
+#include <moem/trace.h>
 #include <moem/util.h>
 
 #include "moemd.h"
@@ -141,6 +144,26 @@ static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	moemd_client_send(d, c, r);
 }
 
+/* hbm_bytes / dram_bytes given as a percentage: of the pack's expert
+ * bytes in the precisions served, as on the command line. */
+static int budget_pct(struct moemd *d, enum moem_budget_knob k, const char *val, uint64_t *v)
+{
+	const struct moem_engine_opts *o = &d->cfg.ea.o;
+	uint64_t total = 0, b;
+	int ret;
+
+	for (int p = 0; p < (o->two_prec ? 2 : 1); p++) {
+		ret = moem_engine_pack_bytes(o->pack_path, p ? o->lo : o->hi, &b);
+		if (ret)
+			return ret;
+		total += b;
+	}
+	ret = moem_parse_size(val, &total, v);
+	if (ret)
+		return moem_err_prefix(-ret, "%s", moem_budget_name(k));
+	return moem_budget_validate(k, *v);
+}
+
 static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
 {
 	enum moem_budget_knob k;
@@ -165,7 +188,9 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 		if (ret == -ENOENT)
 			ret = moem_errf(EINVAL, "set %s: no \"value\"", name);
 	}
-	if (!ret)
+	if (!ret && (k == MOEM_BUDGET_HBM_BYTES || k == MOEM_BUDGET_DRAM_BYTES) && strchr(val, '%'))
+		ret = budget_pct(d, k, val, &v);
+	else if (!ret)
 		ret = moem_budget_parse(k, val, &v);
 	if (!ret)
 		ret = moem_engine_set_knob(d->e, k, v);
@@ -188,13 +213,70 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	moemd_client_send(d, c, r);
 }
 
+int moemd_client_path(const char *dir, const char *setting, const char *what, const char *name,
+		      char *out, size_t len)
+{
+	size_t n = strlen(name);
+
+	if (!dir)
+		return moem_errf(EPERM,
+				 "%s: refused: moemd's configuration has no %s, so clients may "
+				 "name no file for this",
+				 what, setting);
+	if (!n || n > 255 || name[0] == '.' || strchr(name, '/'))
+		return moem_errf(EINVAL,
+				 "%s '%s': give a file name inside moemd's %s (%s), not a path: "
+				 "no '/', not starting with '.'",
+				 what, name, setting, dir);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+			return moem_errf(EINVAL, "%s: a control character in the name", what);
+	if ((size_t)snprintf(out, len, "%s/%s", dir, name) >= len)
+		return moem_errf(ENAMETOOLONG, "%s '%s': the path is too long", what, name);
+	return 0;
+}
+
+/*
+ * A run's input file named by a client: opened now, inside workload-dir,
+ * without following a symbolic link and without blocking on a FIFO; the
+ * engine reads it through the descriptor (/proc/self/fd/N), so what was
+ * checked is what is read.
+ */
+static int client_input(struct moemd *d, struct moemd_job *j)
+{
+	const char *kind = j->wl.w.kind == MOEM_WL_HIDDEN ? "hidden" : "trace";
+	char path[4096], proc[64], what[32];
+	struct stat st;
+	int fd, ret;
+
+	snprintf(what, sizeof(what), "workload %s:", kind);
+	ret = moemd_client_path(d->cfg.workload_dir, "workload-dir", what, j->wl.w.path, path,
+				sizeof(path));
+	if (ret)
+		return ret;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return moem_errf(
+			errno == ELOOP ? EPERM : errno, "workload %s:%s: %s", kind, j->wl.w.path,
+			errno == ELOOP ? "a symbolic link (not followed)" : strerror(errno));
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return moem_errf(EINVAL, "workload %s:%s: not a regular file", kind, j->wl.w.path);
+	}
+	j->wl_fd = fd;
+	snprintf(proc, sizeof(proc), "%s:/proc/self/fd/%d", kind, fd);
+	return moem_engine_args_set(&j->wl, "workload", proc);
+}
+
 /* The run's workload: the daemon's defaults, overridden by the request's
  * "workload" object (the same names as the config keys). */
 static int build_workload(struct moemd *d, struct json_object *req, struct moemd_job *j)
 {
 	struct json_object *wl = NULL;
+	bool named = false;
 	int ret = moem_engine_args_copy(&j->wl, &d->cfg.ea);
 
+	j->wl_fd = -1;
 	if (ret)
 		return ret;
 	if (!json_object_object_get_ex(req, "workload", &wl) ||
@@ -221,8 +303,12 @@ static int build_workload(struct moemd *d, struct json_object *req, struct moemd
 			ret = moem_engine_args_set(&j->wl, key, buf);
 		if (ret)
 			return moem_err_prefix(-ret, "workload");
+		if (!strcmp(key, "workload"))
+			named = j->wl.w.kind != MOEM_WL_SYNTH;
 	}
-	return 0;
+	/* The configured default workload is the owner's; a client's names
+	 * a file in workload-dir. */
+	return named ? client_input(d, j) : 0;
 }
 
 static void cmd_run(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
@@ -240,6 +326,7 @@ static void cmd_run(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	j->kind = JOB_RUN;
 	j->client = moemd_client_serial(c);
 	j->req_id = id;
+	j->wl_fd = -1;
 	moem_clear_error();
 	ret = build_workload(d, req, j);
 	if (ret) {
@@ -249,6 +336,8 @@ static void cmd_run(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	}
 	j->run_id = d->next_run_id + 1;
 	ret = moemd_worker_submit(d, j);
+	if (!ret)
+		moemd_client_hold(c);
 	if (ret) {
 		reply_err(d, c, id, EBUSY,
 			  "busy: a run is in progress (%llu of %llu steps); one run at a time, "
@@ -272,9 +361,16 @@ static void cmd_stop_run(struct moemd *d, struct moemd_client *c, int64_t id)
 	moemd_client_send(d, c, r);
 }
 
+/*
+ * trace on: a client names a file in the owner's trace-dir; the trace is
+ * written there by later runs without replacing any file moemd did not
+ * write (MOEM_TRACE_W_EXCL). The destination is checked now, so that a
+ * refused name is refused here, not by every later run.
+ */
 static void cmd_trace(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
 {
-	const char *path = NULL;
+	const char *name = NULL, *p;
+	char path[4096];
 	bool on, logits = false;
 	struct json_object *r;
 	int ret;
@@ -284,32 +380,40 @@ static void cmd_trace(struct moemd *d, struct moemd_client *c, int64_t id, struc
 	moem_clear_error();
 	ret = moem_ctl_get_bool(req, "on", &on);
 	if (ret == -ENOENT)
-		ret = moem_errf(EINVAL, "trace needs \"on\": true (with \"path\") or false");
+		ret = moem_errf(EINVAL, "trace needs \"on\": true (with \"name\") or false");
+	if (!ret && on && moem_ctl_get_str(req, "path", &p) != -ENOENT)
+		ret = moem_errf(EINVAL,
+				"trace: moemd takes no paths from clients: give \"name\", a file "
+				"name inside its trace directory (%s)",
+				d->cfg.trace_dir ? d->cfg.trace_dir : "none configured: trace-dir");
 	if (!ret && on) {
-		ret = moem_ctl_get_str(req, "path", &path);
+		ret = moem_ctl_get_str(req, "name", &name);
 		if (ret == -ENOENT)
-			ret = moem_errf(EINVAL, "trace on needs a \"path\"");
-		else if (!ret && path[0] != '/')
-			ret = moem_errf(EINVAL,
-					"trace path '%s' is relative: give an absolute path "
-					"(moemd's working directory is not yours)",
-					path);
+			ret = moem_errf(EINVAL, "trace on needs a \"name\"");
 	}
+	if (!ret && on)
+		ret = moemd_client_path(d->cfg.trace_dir, "trace-dir", "trace", name, path,
+					sizeof(path));
+	if (!ret && on)
+		ret = moem_trace_dest_check(path);
 	if (!ret && on) {
 		ret = moem_ctl_get_bool(req, "logits", &logits);
 		ret = ret == -ENOENT ? 0 : ret;
 	}
 	if (!ret)
-		ret = moem_engine_set_trace(d->e, on ? path : NULL, logits);
+		ret = moem_engine_set_trace_ex(d->e, on ? path : NULL, logits, MOEM_TRACE_W_EXCL);
 	if (ret) {
 		reply_err(d, c, id, -ret, "%s", moem_last_error());
 		return;
 	}
-	moem_info("trace: %s%s", on ? path : "off", on ? " (from the next run)" : "");
+	moem_info("trace: %s%s (uid %u)", on ? path : "off", on ? " (from the next run)" : "",
+		  (unsigned int)moemd_client_uid(c));
 	r = moem_ctl_ok(id);
 	json_object_object_add(r, "on", json_object_new_boolean(on));
-	if (on)
+	if (on) {
+		json_object_object_add(r, "name", json_object_new_string(name));
 		json_object_object_add(r, "path", json_object_new_string(path));
+	}
 	json_object_object_add(r, "from", json_object_new_string("the next run"));
 	moemd_client_send(d, c, r);
 }
@@ -328,10 +432,13 @@ static void cmd_verify(struct moemd *d, struct moemd_client *c, int64_t id)
 	j->kind = JOB_VERIFY;
 	j->client = moemd_client_serial(c);
 	j->req_id = id;
+	j->wl_fd = -1;
 	if (moemd_worker_submit(d, j)) {
 		reply_err(d, c, id, EBUSY, "busy: a run is in progress; verify when it is done");
 		moemd_job_free(j);
+		return;
 	}
+	moemd_client_hold(c);
 }
 
 static void cmd_shutdown(struct moemd *d, struct moemd_client *c, int64_t id)
@@ -418,6 +525,7 @@ void moemd_job_done(struct moemd *d, struct moemd_job *j)
 		d->runs_failed++;
 	if (!c)
 		return; /* the client left: the result is in the log */
+	moemd_client_release(d, c);
 	if (j->ret) {
 		r = moem_ctl_error(j->req_id, -j->ret, j->err);
 		if (j->kind == JOB_VERIFY) {
@@ -425,6 +533,7 @@ void moemd_job_done(struct moemd *d, struct moemd_job *j)
 			json_object_object_add(r, "bad", json_object_new_uint64(j->bad));
 		}
 		moemd_client_send(d, c, r);
+		moemd_client_settle(d, c);
 		return;
 	}
 	if (j->kind == JOB_RUN) {
@@ -435,4 +544,5 @@ void moemd_job_done(struct moemd *d, struct moemd_job *j)
 		json_object_object_add(r, "bad", json_object_new_uint64(j->bad));
 	}
 	moemd_client_send(d, c, r);
+	moemd_client_settle(d, c);
 }

@@ -23,8 +23,31 @@ static const struct {
 	const char *name;
 	bool flag;
 } daemon_opts[] = {
-	{"config", false},   {"socket", false}, {"log-level", false},
-	{"no-warmup", true}, {"cold", true},	{"sysfs-knobs", false},
+	{"config", false},
+	{"socket", false},
+	{"log-level", false},
+	{"no-warmup", true},
+	{"cold", true},
+	{"sysfs-knobs", false},
+	/* what control-socket clients may do */
+	{"trace-dir", false},
+	{"workload-dir", false},
+	{"client-idle-timeout", false},
+	{"clients-per-uid", false},
+	/* the model server (http_cfg.c) */
+	{"listen", false},
+	{"api-key", false},
+	{"api-key-file", false},
+	{"model-name", false},
+	{"max-queue", false},
+	{"max-batch", false},
+	{"step-tokens", false},
+	{"prefill-chunk", false},
+	{"max-body", false},
+	{"http-threads", false},
+	{"http-connections", false},
+	{"http-timeout", false},
+	{"stream-buffer", false},
 };
 
 void moemd_cfg_init(struct moemd_cfg *c)
@@ -35,6 +58,10 @@ void moemd_cfg_init(struct moemd_cfg *c)
 	c->ea.o.pool.persistent = true;
 	c->log_level = MOEM_LOG_INFO;
 	c->sysfs_knobs = true;
+	c->idle_timeout_ms = MOEMD_IDLE_MS;
+	c->clients_per_uid = MOEMD_PER_UID;
+	moemd_http_cfg_init(&c->http);
+	moem_sched_opts_default(&c->sched);
 }
 
 void moemd_cfg_free(struct moemd_cfg *c)
@@ -42,6 +69,9 @@ void moemd_cfg_free(struct moemd_cfg *c)
 	moem_engine_args_free(&c->ea);
 	free(c->socket);
 	free(c->config);
+	free(c->trace_dir);
+	free(c->workload_dir);
+	moemd_http_cfg_free(&c->http);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -53,6 +83,49 @@ static int set_str(char **field, const char *v)
 		return -ENOMEM;
 	free(*field);
 	*field = s;
+	return 0;
+}
+
+/* A directory clients may name files in: absolute, so that it means the
+ * same whatever the daemon's working directory; "" or "none" unsets it. */
+static int set_dir(const char *name, char **field, const char *v)
+{
+	if (!*v || !strcmp(v, "none")) {
+		free(*field);
+		*field = NULL;
+		return 0;
+	}
+	if (v[0] != '/')
+		return moem_errf(EINVAL, "%s '%s': give an absolute directory", name, v);
+	return set_str(field, v);
+}
+
+/* Seconds (decimals allowed) as milliseconds; 0 = never. */
+static int set_seconds(const char *name, const char *v, uint32_t *ms)
+{
+	char *end;
+	double x;
+
+	errno = 0;
+	x = strtod(v, &end);
+	if (errno || end == v || *end || !(x >= 0 && x <= 86400))
+		return moem_errf(EINVAL, "%s '%s': want seconds in 0..86400 (0: never)", name, v);
+	*ms = (uint32_t)(x * 1000 + 0.5);
+	if (x > 0 && !*ms)
+		*ms = 1;
+	return 0;
+}
+
+static int set_count(const char *name, const char *v, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long x;
+
+	errno = 0;
+	x = strtoul(v, &end, 10);
+	if (errno || end == v || *end || *v == '-' || x > max)
+		return moem_errf(EINVAL, "%s '%s': want 0..%u (0: no limit)", name, v, max);
+	*out = (uint32_t)x;
 	return 0;
 }
 
@@ -78,6 +151,17 @@ static int cfg_set(struct moemd_cfg *c, const char *name, const char *v)
 		return moem_arg_bool(name, v, &c->cold);
 	if (!strcmp(name, "sysfs-knobs"))
 		return moem_arg_bool(name, v, &c->sysfs_knobs);
+	if (!strcmp(name, "trace-dir"))
+		return set_dir(name, &c->trace_dir, v);
+	if (!strcmp(name, "workload-dir"))
+		return set_dir(name, &c->workload_dir, v);
+	if (!strcmp(name, "client-idle-timeout"))
+		return set_seconds(name, v, &c->idle_timeout_ms);
+	if (!strcmp(name, "clients-per-uid"))
+		return set_count(name, v, MOEMD_MAX_CLIENTS, &c->clients_per_uid);
+	ret = moemd_http_cfg_set(&c->http, &c->sched, name, v);
+	if (ret != -ENOENT)
+		return ret;
 	return moem_errf(EINVAL, "unknown setting '%s'", name);
 }
 
@@ -101,17 +185,34 @@ static void usage(FILE *f)
 		"  --cold               destroy this pack's persistent region first\n"
 		"  --no-warmup          do not stage experts before serving\n"
 		"  --sysfs-knobs yes|no follow /sys/kernel/moem/budgets (default yes)\n"
+		"what clients may do (admin guide, Security model):\n"
+		"  --trace-dir DIR      'trace on NAME' writes DIR/NAME (default: refused)\n"
+		"  --workload-dir DIR   'run' may read hidden:NAME, trace:NAME there (default: "
+		"refused)\n"
+		"  --client-idle-timeout S  close a client silent for S seconds (default %u, 0: "
+		"never)\n"
+		"  --clients-per-uid N  connections one uid may hold (default %u, 0: no limit)\n"
+		"OpenAI-compatible HTTP API:\n"
+		"  --listen ADDR:PORT   (default %s; 'none': off)\n"
+		"  --api-key KEY | --api-key-file FILE   require 'Authorization: Bearer KEY'\n"
+		"  --model-name NAME    the served model id (default: the pack's file name)\n"
+		"  --max-queue N --max-batch N --step-tokens N --prefill-chunk N\n"
+		"  --max-body SIZE --http-threads N --http-connections N --http-timeout S\n"
+		"  --stream-buffer SIZE\n"
 		"engine (as in 'moem run'):\n"
 		"  --pack FILE --hbm SIZE|PCT%% --dram SIZE|PCT%% --precisions HI[,LO] --fallback\n"
 		"  --route SPEC --evict SPEC --prefetch SPEC --precision SPEC --paging SPEC\n"
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
 		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
+		"  --mem-reserve SIZE|PCT%% memory left to the machine (default 1/16 of RAM)\n"
+		"  --require-pinned     refuse to serve on a pool that is not pinned\n"
 		"default workload of 'run' requests:\n"
 		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed "
 		"S\n"
 		"  --version, --help\n",
-		MOEM_CTL_SOCKET);
+		MOEM_CTL_SOCKET, (unsigned int)(MOEMD_IDLE_MS / 1000), (unsigned int)MOEMD_PER_UID,
+		MOEMD_HTTP_DEFAULT_LISTEN);
 }
 
 /* Long options: the engine's, the daemon's, help and version. */
@@ -168,6 +269,35 @@ static int absolute_pack(struct moemd_cfg *c)
 	ret = moem_engine_args_set(&c->ea, "pack", abs);
 	free(abs);
 	return ret;
+}
+
+/* The served model's name from the pack's file name; the listen default. */
+static int serve_defaults(struct moemd_cfg *c)
+{
+	const char *base = strrchr(c->ea.o.pack_path, '/');
+	char name[129];
+	size_t n;
+	int ret;
+
+	/* The default chunk follows a smaller step budget. */
+	if (c->sched.prefill_chunk == 256 && c->sched.step_tokens < 256)
+		c->sched.prefill_chunk = c->sched.step_tokens;
+	ret = moem_sched_opts_check(&c->sched);
+	if (ret)
+		return ret;
+	if (!c->http.listen) {
+		c->http.listen = strdup(MOEMD_HTTP_DEFAULT_LISTEN);
+		if (!c->http.listen)
+			return -ENOMEM;
+	}
+	if (c->http.model_name)
+		return 0;
+	base = base ? base + 1 : c->ea.o.pack_path;
+	snprintf(name, sizeof(name), "%s", base);
+	n = strlen(name);
+	if (n > 5 && !strcmp(name + n - 5, ".moem"))
+		name[n - 5] = 0;
+	return set_str(&c->http.model_name, name[0] ? name : "moem");
 }
 
 int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
@@ -244,6 +374,9 @@ int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
 		if (ret)
 			goto fail;
 	}
+	ret = serve_defaults(c);
+	if (ret)
+		goto fail;
 	ret = absolute_pack(c);
 	if (!ret)
 		ret = moem_engine_args_resolve(&c->ea);
@@ -362,6 +495,29 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");
 	RESTART_IF(str_differs(n.socket, o->socket), "socket");
 	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
+	RESTART_IF(a->pool.require_pinned != b->pool.require_pinned, "require-pinned");
+	RESTART_IF(a->pool.mem_reserve != b->pool.mem_reserve, "mem-reserve");
+	RESTART_IF(str_differs(n.http.listen, o->http.listen), "listen");
+	RESTART_IF(str_differs(n.http.api_key, o->http.api_key), "api-key");
+	RESTART_IF(str_differs(n.http.model_name, o->http.model_name), "model-name");
+	RESTART_IF(n.http.max_body != o->http.max_body || n.http.threads != o->http.threads ||
+			   n.http.max_conns != o->http.max_conns ||
+			   n.http.timeout_s != o->http.timeout_s,
+		   "http settings");
+	if (memcmp(&n.sched, &o->sched, sizeof(n.sched)) && d->srv) {
+		/* Batching settings apply at the next step boundary. */
+		rc = d->srv->sched ? moem_sched_set_opts(d->srv->sched, &n.sched) : 0;
+		if (rc) {
+			moem_warn("reload: batching settings refused: %s", moem_strerror(rc));
+		} else {
+			o->sched = n.sched;
+			d->srv->sched_opts = n.sched;
+			moem_info("reload: max-queue %u, max-batch %u, step-tokens %u, "
+				  "prefill-chunk %u",
+				  n.sched.max_waiting, n.sched.max_running, n.sched.step_tokens,
+				  n.sched.prefill_chunk);
+		}
+	}
 #undef RESTART_IF
 	if (moemd_state_get(d) == MOEMD_READY &&
 	    (str_differs(a->trace_out, b->trace_out) || a->trace_logits != b->trace_logits)) {
@@ -383,6 +539,15 @@ void moemd_reload(struct moemd *d)
 		(y) = t_;               \
 	} while (0)
 	o->log_level = n.log_level;
+	/* What clients may do: from the next request on. */
+	if (str_differs(n.trace_dir, o->trace_dir) || str_differs(n.workload_dir, o->workload_dir))
+		moem_info("reload: trace-dir %s, workload-dir %s",
+			  n.trace_dir ? n.trace_dir : "(none)",
+			  n.workload_dir ? n.workload_dir : "(none)");
+	SWAP(o->trace_dir, n.trace_dir);
+	SWAP(o->workload_dir, n.workload_dir);
+	o->idle_timeout_ms = n.idle_timeout_ms;
+	o->clients_per_uid = n.clients_per_uid;
 	SWAP(o->ea.w, n.ea.w);
 	if (moemd_state_get(d) == MOEMD_READY) {
 		/* Applied above; before that they wait for the next reload. */

@@ -76,7 +76,7 @@ static void opened(struct moemd *d, struct moemd_job *j)
 		 * again: do not ask for a restart. A missing device or memory
 		 * may come back. */
 		bool config = j->ret == -EEXIST || j->ret == -EINVAL || j->ret == -ERANGE ||
-			      j->ret == -ENOENT;
+			      j->ret == -ENOENT || j->ret == -EPERM;
 
 		moem_err("cannot serve %s: %s", d->cfg.ea.o.pack_path, j->err);
 		moemd_begin_exit(d, config ? MOEMD_EXIT_CONFIG : MOEMD_EXIT_FAIL,
@@ -90,6 +90,11 @@ static void opened(struct moemd *d, struct moemd_job *j)
 	ret = moemd_sysfs_start(d);
 	if (ret)
 		moem_warn("%s", moem_strerror(ret));
+	if (!st.pool_pinned)
+		moem_warn("the %s pool is NOT PINNED (%llu of %llu bytes locked): staged experts "
+			  "may be swapped out; %s (require-pinned refuses this)",
+			  st.pool_provider, (unsigned long long)st.pool_pinned_bytes,
+			  (unsigned long long)st.pool_bytes, st.pool_why);
 	if (strcmp(st.pool_provider, "kmod"))
 		moem_info("warm restart: not available: the %s pool dies with this process (load "
 			  "moem.ko for a persistent region)",
@@ -151,8 +156,8 @@ static void staging_progress(struct moemd *d, uint64_t now)
 
 int moemd_loop(struct moemd *d)
 {
-	struct pollfd p[MOEMD_MAX_CLIENTS + 3];
-	uint64_t who[MOEMD_MAX_CLIENTS];
+	struct pollfd p[MOEMD_CLIENT_SLOTS + 3];
+	uint64_t who[MOEMD_CLIENT_SLOTS];
 	/* Pass often enough for the watchdog to see the loop alive. */
 	int tick_ms = d->watchdog_usec ? (int)moem_clamp(d->watchdog_usec / 4000, 1, 1000) : 1000;
 
@@ -178,7 +183,8 @@ int moemd_loop(struct moemd *d)
 		p[n++] = (struct pollfd){.fd = d->sfd, .events = POLLIN};
 		p[n++] = (struct pollfd){.fd = d->done_efd, .events = POLLIN};
 		p[n++] = (struct pollfd){.fd = d->lfd, .events = d->exiting ? 0 : POLLIN};
-		for (int i = 0; i < MOEMD_MAX_CLIENTS; i++) {
+		moemd_server_reap_idle(d, now);
+		for (int i = 0; i < MOEMD_CLIENT_SLOTS; i++) {
 			struct moemd_client *c = d->clients[i];
 
 			if (!c)
@@ -186,8 +192,7 @@ int moemd_loop(struct moemd *d)
 			who[nc++] = moemd_client_serial(c);
 			p[n++] = (struct pollfd){
 				.fd = moemd_client_fd(c),
-				.events = (short)(POLLIN |
-						  (moemd_client_wants_write(c) ? POLLOUT : 0)),
+				.events = moemd_client_events(c),
 			};
 		}
 		r = poll(p, (nfds_t)n, d->exiting ? 50 : tick_ms);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <moem/error.h>
@@ -74,6 +75,32 @@ static void log_choices(const struct moemd *d)
 		  o->pool.persistent ? ", persistent with moem.ko" : ", not persistent");
 }
 
+/* The model server: its state, then the HTTP listener (threads of its own). */
+static int srv_create(struct moemd *d)
+{
+	struct moemd_srv *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	s->cfg = d->cfg.http; /* shared strings: owned by d->cfg */
+	s->sched_opts = d->cfg.sched;
+	s->listen_fd = -1;
+	s->created = (int64_t)time(NULL);
+	pthread_mutex_init(&s->lock, NULL);
+	d->srv = s;
+	return moemd_http_start(d);
+}
+
+static void srv_free(struct moemd *d)
+{
+	if (!d->srv)
+		return;
+	pthread_mutex_destroy(&d->srv->lock);
+	free(d->srv);
+	d->srv = NULL;
+}
+
 int main(int argc, char **argv)
 {
 	static struct moemd daemon;
@@ -104,6 +131,13 @@ int main(int argc, char **argv)
 		ret = moemd_server_open(d);
 	if (ret) {
 		moem_err("%s", moem_strerror(ret));
+		goto out;
+	}
+	if (!ret)
+		ret = srv_create(d);
+	if (ret) {
+		moem_err("%s", moem_strerror(ret));
+		rc = MOEMD_EXIT_CONFIG;
 		goto out;
 	}
 	ret = moemd_sysfs_open(d);
@@ -137,7 +171,11 @@ out:
 		moem_info("exit %d without closing the engine", rc);
 		_exit(rc);
 	}
+	/* HTTP first: no new requests, waiting connections answered; the
+	 * worker then ends the scheduler before it closes the engine. */
+	moemd_http_stop(d);
 	moemd_worker_stop(d);
+	srv_free(d);
 	moemd_watchdog_stop(d);
 	moemd_server_close(d);
 	if (d->sfd >= 0)

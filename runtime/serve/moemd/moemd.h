@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <json-c/json.h>
 
@@ -26,8 +27,12 @@
 #include <moem/engine_args.h>
 #include <moem/log.h>
 #include <moem/progress.h>
+#include <moem/version.h>
+#include <moem/sched.h>
 
-#define MOEMD_VERSION "0.1.0"
+#include "serve.h"
+
+#define MOEMD_VERSION MOEM_VERSION
 
 /* Exit statuses (Documentation/admin-guide.md, "moemd exit status"). */
 #define MOEMD_EXIT_OK	  0
@@ -36,9 +41,13 @@
 #define MOEMD_EXIT_DEVICE 75 /* sticky device error: restart it */
 #define MOEMD_EXIT_CONFIG 78 /* bad configuration, foreign region */
 
-#define MOEMD_MAX_CLIENTS 64
-#define MOEMD_OUT_MAX	  (4u << 20)	      /* a client that reads nothing is dropped */
-#define MOEMD_DRAIN_NS	  (9ULL * 1000000000) /* SIGTERM to exit, at most */
+#define MOEMD_MAX_CLIENTS  64 /* connections of any uid */
+#define MOEMD_ROOT_SLOTS   2  /* more, for uid 0 only (status, stop) */
+#define MOEMD_CLIENT_SLOTS (MOEMD_MAX_CLIENTS + MOEMD_ROOT_SLOTS)
+#define MOEMD_PER_UID	   16		       /* default clients-per-uid */
+#define MOEMD_IDLE_MS	   30000	       /* default client-idle-timeout (30 s) */
+#define MOEMD_OUT_MAX	   (4u << 20)	       /* a client that reads nothing is dropped */
+#define MOEMD_DRAIN_NS	   (9ULL * 1000000000) /* SIGTERM to exit, at most */
 
 enum moemd_state {
 	MOEMD_STARTING = 0, /* opening the pack, pool, backend */
@@ -57,6 +66,13 @@ struct moemd_cfg {
 	bool cold;	   /* destroy the region first: no warm restart */
 	bool sysfs_knobs;  /* follow /sys/kernel/moem/budgets (default yes) */
 	bool region_given; /* region came from the user, not the pack id */
+	/* Where clients may name files (NULL: nowhere), and admission. */
+	char *trace_dir;	      /* trace on NAME writes here */
+	char *workload_dir;	      /* run's hidden:NAME / trace:NAME are read here */
+	uint32_t idle_timeout_ms;     /* 0: never close an idle client */
+	uint32_t clients_per_uid;     /* 0: no per-uid limit */
+	struct moemd_http_cfg http;   /* the OpenAI API (serve.h) */
+	struct moem_sched_opts sched; /* continuous batching */
 };
 
 enum moemd_job_kind { JOB_OPEN, JOB_RUN, JOB_VERIFY };
@@ -67,6 +83,7 @@ struct moemd_job {
 	int64_t req_id;
 	uint64_t run_id;
 	struct moem_engine_args wl; /* JOB_RUN: the workload (wl.w) */
+	int wl_fd;		    /* a client-named input file, held open (or -1) */
 	/* results */
 	int ret;
 	bool fatal;
@@ -113,7 +130,7 @@ struct moemd {
 
 	/* control socket */
 	int lfd, lock_fd;
-	struct moemd_client *clients[MOEMD_MAX_CLIENTS];
+	struct moemd_client *clients[MOEMD_CLIENT_SLOTS];
 	uint64_t next_client;
 	uint64_t requests, bad_requests;
 
@@ -124,6 +141,9 @@ struct moemd {
 	bool watchdog_started;
 	uint64_t watchdog_usec;
 	int watchdog_efd;
+
+	/* the model server (serve.h) */
+	struct moemd_srv *srv;
 
 	/* kernel budgets */
 	struct moemd_sysfs *sysfs;
@@ -167,15 +187,33 @@ void moemd_server_accept(struct moemd *d);
 /* Handle I/O on a client; false if it was closed. */
 bool moemd_client_io(struct moemd *d, struct moemd_client *c, short revents);
 int moemd_client_fd(const struct moemd_client *c);
-bool moemd_client_wants_write(const struct moemd_client *c);
+/* The poll() events a client waits for. */
+short moemd_client_events(const struct moemd_client *c);
 uint64_t moemd_client_serial(const struct moemd_client *c);
+uid_t moemd_client_uid(const struct moemd_client *c);
 struct moemd_client *moemd_client_find(struct moemd *d, uint64_t serial);
+unsigned int moemd_client_count(const struct moemd *d);
+/* A job will answer c (it is not idle meanwhile); the job is done. */
+void moemd_client_hold(struct moemd_client *c);
+void moemd_client_release(struct moemd *d, struct moemd_client *c);
+/* Send what is queued; closes a half-closed client with nothing left
+ * to answer (c may be freed: do not use it after). */
+void moemd_client_settle(struct moemd *d, struct moemd_client *c);
+/* Close clients idle for longer than cfg.idle_timeout_ms. */
+void moemd_server_reap_idle(struct moemd *d, uint64_t now);
 /* Queue a response line (obj is put). */
 void moemd_client_send(struct moemd *d, struct moemd_client *c, struct json_object *obj);
 /* Try to write everything queued, for up to ms milliseconds. */
 void moemd_server_flush(struct moemd *d, int ms);
 
 /* cmds.c */
+/*
+ * A file a client names: NAME (no '/', not starting with '.') inside dir,
+ * the directory the daemon's owner configured for what (NULL: clients may
+ * name none). The full path in out, or -errno with a message.
+ */
+int moemd_client_path(const char *dir, const char *setting, const char *what, const char *name,
+		      char *out, size_t len);
 void moemd_dispatch(struct moemd *d, struct moemd_client *c, struct json_object *req, int64_t id,
 		    const char *cmd);
 void moemd_job_done(struct moemd *d, struct moemd_job *j);

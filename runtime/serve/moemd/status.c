@@ -111,6 +111,9 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "warmup_ns", U64(d->warmup_ns));
 	ADD(o, "socket", STR(d->cfg.socket));
 	ADD(o, "config", d->cfg.config ? STR(d->cfg.config) : NULL);
+	ADD(o, "clients", U64(moemd_client_count(d)));
+	ADD(o, "trace_dir", d->cfg.trace_dir ? STR(d->cfg.trace_dir) : NULL);
+	ADD(o, "workload_dir", d->cfg.workload_dir ? STR(d->cfg.workload_dir) : NULL);
 	ADD(o, "requests", U64(d->requests));
 	ADD(o, "bad_requests", U64(d->bad_requests));
 	ADD(o, "runs", U64(d->runs_done));
@@ -127,6 +130,8 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "id", STR(d->pack_id));
 	ADD(r, "pack", o);
 	ADD(r, "kernel", kernel_json(d));
+	if (d->srv)
+		ADD(r, "serving", moemd_serving_json(d->srv));
 
 	if (state == MOEMD_STARTING || state == MOEMD_STAGING || !d->e)
 		return r;
@@ -141,6 +146,8 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "provider", STR(st.pool_provider));
 	ADD(o, "why", STR(st.pool_why));
 	ADD(o, "bytes", U64(st.pool_bytes));
+	ADD(o, "pinned", BOOL(st.pool_pinned));
+	ADD(o, "pinned_bytes", U64(st.pool_pinned_bytes));
 	ADD(o, "region", STR(st.pool_region));
 	ADD(o, "persistent", BOOL(st.pool_persistent));
 	ADD(o, "warm", BOOL(st.warm));

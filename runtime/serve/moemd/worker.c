@@ -23,6 +23,8 @@ void moemd_job_free(struct moemd_job *j)
 	if (!j)
 		return;
 	moem_engine_args_free(&j->wl);
+	if (j->wl_fd > 0)
+		close(j->wl_fd);
 	free(j);
 }
 
@@ -157,8 +159,16 @@ static void *worker_main(void *arg)
 		struct moemd_job *j, **tail;
 
 		pthread_mutex_lock(&d->lock);
-		while (!d->queue && !d->worker_exit)
+		while (!d->queue && !d->worker_exit) {
+			/* Between jobs, the model server's steps (serve.c). */
+			if (moemd_state_get(d) == MOEMD_READY && moemd_serve_busy(d)) {
+				pthread_mutex_unlock(&d->lock);
+				moemd_serve_step(d);
+				pthread_mutex_lock(&d->lock);
+				continue;
+			}
 			pthread_cond_wait(&d->cond, &d->lock);
+		}
 		if (!d->queue) {
 			pthread_mutex_unlock(&d->lock);
 			break;
@@ -177,6 +187,8 @@ static void *worker_main(void *arg)
 		switch (j->kind) {
 		case JOB_OPEN:
 			do_open(d, j);
+			if (!j->ret && d->e && moemd_state_get(d) != MOEMD_DRAINING)
+				moemd_serve_open(d);
 			break;
 		case JOB_RUN:
 			do_run(d, j);
@@ -197,7 +209,9 @@ static void *worker_main(void *arg)
 		if (write(d->done_efd, &one, sizeof(one)) != sizeof(one))
 			moem_err("worker: cannot wake the event loop: %s", strerror(errno));
 	}
-	/* The engine closes on the thread that ran it. */
+	/* The engine closes on the thread that ran it, after the server's
+	 * scheduler and decoder, which use it. */
+	moemd_serve_close(d);
 	if (d->e) {
 		moem_engine_close(d->e);
 		d->e = NULL;

@@ -31,11 +31,18 @@ uint64_t moem_hugetlb_free_pages(void)
 	return n;
 }
 
-int moem_pool_hugetlb_open(const struct moem_pool_opts *opts, struct moem_pool *pool)
+int moem_pool_hugetlb_open(const struct moem_pool_opts *in, struct moem_pool *pool)
 {
+	struct moem_pool_opts o = *in, *opts = &o;
 	struct moem_smaps sm;
 	void *base;
 	int fd, ret;
+
+	/* Only reserved huge pages serve it (not MemAvailable's memory). */
+	ret = moem_pool_fit(in, pool, moem_hugetlb_free_pages() * MOEM_CHUNK_BYTES, 0,
+			    "the free huge pages (vm.nr_hugepages)", &o.size);
+	if (ret)
+		return moem_errf(ENOSPC, "hugetlb: %s", moem_last_error());
 
 	fd = memfd_create("moem-pool", MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB);
 	if (fd < 0)
@@ -58,6 +65,7 @@ int moem_pool_hugetlb_open(const struct moem_pool_opts *opts, struct moem_pool *
 	pool->fd = fd;
 	pool->info.provider = MOEM_POOL_HUGETLB;
 	pool->info.pinned = true; /* hugetlb pages are never swapped or reclaimed */
+	pool->info.pinned_bytes = opts->size;
 	pool->info.page_bytes = 4096;
 	if (moem_smaps_read(base, &sm) == 0) {
 		pool->info.page_bytes = sm.kernel_page;

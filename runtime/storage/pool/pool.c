@@ -37,7 +37,7 @@ int moem_pool_provider_parse(const char *s, enum moem_pool_provider *out)
 
 static int open_auto(const struct moem_pool_opts *opts, struct moem_pool *pool)
 {
-	char kmod_why[160];
+	char kmod_why[160], thp_why[sizeof(pool->info.why)];
 	uint64_t need = opts->size / MOEM_CHUNK_BYTES, free_huge;
 	int ret;
 
@@ -59,10 +59,14 @@ static int open_auto(const struct moem_pool_opts *opts, struct moem_pool *pool)
 		}
 	}
 	ret = moem_pool_thp_open(opts, pool);
-	if (ret == 0)
+	if (ret == 0) {
+		/* Keep what the provider said (an mlock failure above all). */
+		snprintf(thp_why, sizeof(thp_why), "%s", pool->info.why);
 		snprintf(pool->info.why, sizeof(pool->info.why),
-			 "%s, %llu huge pages free, %llu needed: using THP + mlock pool", kmod_why,
-			 (unsigned long long)free_huge, (unsigned long long)need);
+			 "%s, %llu huge pages free, %llu needed: THP + mlock pool%s%s", kmod_why,
+			 (unsigned long long)free_huge, (unsigned long long)need,
+			 thp_why[0] ? "; " : "", thp_why);
+	}
 	return ret;
 }
 
@@ -111,7 +115,22 @@ int moem_pool_open(const struct moem_pool_opts *in, struct moem_pool **out)
 	if (!pool->info.why[0])
 		snprintf(pool->info.why, sizeof(pool->info.why), "%s pool requested",
 			 moem_pool_provider_name(pool->info.provider));
+	if (pool->limit[0]) {
+		size_t n = strlen(pool->info.why);
+
+		snprintf(pool->info.why + n, sizeof(pool->info.why) - n, "; %s", pool->limit);
+	}
 	pool->info.size = pool->size;
+	if (opts.require_pinned && !pool->info.pinned) {
+		ret = moem_errf(EPERM,
+				"the %s pool is not pinned (%llu of %llu bytes locked): %s; "
+				"require-pinned refuses it",
+				moem_pool_provider_name(pool->info.provider),
+				(unsigned long long)pool->info.pinned_bytes,
+				(unsigned long long)pool->size, pool->info.why);
+		moem_pool_close(pool);
+		return ret;
+	}
 	*out = pool;
 	return 0;
 }

@@ -11,7 +11,21 @@ struct moem_pool {
 	int dev_fd; /* kmod: /dev/moem, else -1 */
 	int fd;	    /* kmod region fd or hugetlb memfd, else -1 */
 	struct moem_pool_info info;
+	char limit[240]; /* how moem_pool_fit() shrank it, or "" */
 };
+
+/*
+ * Check a pool of *size bytes against what the machine can give: have
+ * bytes that need no new memory (moem.ko's free chunks, reserved huge
+ * pages), plus new memory up to min(headroom, ceiling) (ceiling_what
+ * names the provider's own limit). 0, or -ENOMEM with a message naming
+ * the limit; with opts->fit *size is shrunk instead (pool->limit says so).
+ */
+int moem_pool_fit(const struct moem_pool_opts *o, struct moem_pool *pool, uint64_t have,
+		  uint64_t ceiling, const char *ceiling_what, uint64_t *size);
+/* moem.ko's free chunk bytes and the room below its ceiling (max_pool_mb),
+ * from sysfs; -ENOENT without the module. */
+int moem_pool_kmod_room(uint64_t *free_bytes, uint64_t *room);
 
 /* Each provider maps opts->size bytes (already 2 MiB aligned) into pool. */
 int moem_pool_kmod_open(const struct moem_pool_opts *opts, struct moem_pool *pool);

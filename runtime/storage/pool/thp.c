@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <moem/error.h>
@@ -16,13 +17,21 @@
 
 #include "pool_int.h"
 
-int moem_pool_thp_open(const struct moem_pool_opts *opts, struct moem_pool *pool)
+int moem_pool_thp_open(const struct moem_pool_opts *in, struct moem_pool *pool)
 {
-	uint64_t len = opts->size + MOEM_CHUNK_BYTES;
+	struct moem_pool_opts o = *in, *opts = &o;
+	uint64_t len;
 	struct moem_smaps sm;
+	struct rlimit rl;
 	uint8_t *raw, *base;
 	bool locked = false;
-	int lock_err = 0;
+	int lock_err = 0, ret;
+
+	/* Every byte of it is new memory: never more than the machine has. */
+	ret = moem_pool_fit(in, pool, 0, UINT64_MAX, NULL, &o.size);
+	if (ret)
+		return ret;
+	len = opts->size + MOEM_CHUNK_BYTES;
 
 	raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 		   -1, 0);
@@ -54,22 +63,44 @@ int moem_pool_thp_open(const struct moem_pool_opts *opts, struct moem_pool *pool
 	pool->base = base;
 	pool->size = opts->size;
 	pool->info.provider = MOEM_POOL_THP;
-	pool->info.pinned = locked;
 	pool->info.page_bytes = 4096;
 	if (moem_smaps_read(base, &sm) == 0) {
 		pool->info.huge_bytes = sm.huge;
+		pool->info.pinned_bytes = sm.locked;
 		if (sm.huge == opts->size)
 			pool->info.page_bytes = MOEM_CHUNK_BYTES;
+	} else if (locked) {
+		pool->info.pinned_bytes = opts->size;
 	}
+	/* Pinned is what the kernel says is locked, not what was asked. */
+	pool->info.pinned = locked && pool->info.pinned_bytes >= opts->size;
 	snprintf(pool->info.backing, sizeof(pool->info.backing),
 		 "smaps: %llu of %llu MiB in transparent huge pages, %s",
 		 (unsigned long long)(pool->info.huge_bytes >> 20),
 		 (unsigned long long)(opts->size >> 20),
-		 locked	    ? "mlocked"
+		 locked	    ? "mlock() succeeded"
 		 : lock_err ? "NOT locked (mlock refused)"
 			    : "not locked");
-	if (!locked && lock_err)
+	if (!locked && lock_err == ENOMEM && !getrlimit(RLIMIT_MEMLOCK, &rl) &&
+	    rl.rlim_cur != RLIM_INFINITY)
 		snprintf(pool->info.why, sizeof(pool->info.why),
-			 "thp pool: mlock failed (%s): pages are not pinned", strerror(lock_err));
+			 "NOT PINNED: mlock of %llu MiB refused: RLIMIT_MEMLOCK is %llu KiB (run "
+			 "as root, raise LimitMEMLOCK=, or load moem.ko)",
+			 (unsigned long long)(opts->size >> 20),
+			 (unsigned long long)(rl.rlim_cur >> 10));
+	else if (!locked && lock_err)
+		snprintf(pool->info.why, sizeof(pool->info.why),
+			 "NOT PINNED: mlock refused (%s): pages may be swapped or reclaimed",
+			 strerror(lock_err));
+	else if (!locked)
+		snprintf(pool->info.why, sizeof(pool->info.why), "NOT PINNED: not locked (asked)");
+	else if (!pool->info.pinned)
+		/* mlock() said yes, the kernel says otherwise (a sanitizer's
+		 * interceptor returns 0 without locking): believe the kernel. */
+		snprintf(pool->info.why, sizeof(pool->info.why),
+			 "NOT PINNED: mlock returned success but the kernel reports %llu of %llu "
+			 "MiB locked",
+			 (unsigned long long)(pool->info.pinned_bytes >> 20),
+			 (unsigned long long)(opts->size >> 20));
 	return 0;
 }

@@ -14,32 +14,10 @@
 #include <moem/error.h>
 #include <moem/store.h>
 
+#include "ckpt_int.h"
 #include "store_int.h"
 
 #define CKPT_MAX_SHARDS 1024
-
-struct ckpt_entry {
-	const char *name;
-	uint32_t file;
-	const struct moem_st_tensor *t;
-	bool expected;
-};
-
-struct moem_ckpt {
-	char *dir;
-	struct moem_model_config cfg;
-	char *config_text, *synth_text;
-	size_t config_len, synth_len;
-	bool has_synth;
-	struct moem_synth_params synth;
-	uint32_t n_files;
-	struct moem_st_file **files;
-	struct ckpt_entry *idx; /* every tensor of every file, by name */
-	size_t n_idx;
-	struct moem_tensor_spec *specs;
-	size_t n_specs;
-	uint64_t tensor_bytes;
-};
 
 static int cmp_entry(const void *a, const void *b)
 {
@@ -223,6 +201,7 @@ out:
 static int build_index(struct moem_ckpt *c)
 {
 	size_t n = 0;
+	int ret;
 
 	for (uint32_t f = 0; f < c->n_files; f++)
 		n += moem_st_count(c->files[f]);
@@ -239,12 +218,24 @@ static int build_index(struct moem_ckpt *c)
 			c->tensor_bytes += e->t->bytes;
 		}
 	}
+	/* transformers 5's fused experts as per-expert views (fused.c) */
+	ret = moem_ckpt_unfuse(c);
+	if (ret)
+		return ret;
 	qsort(c->idx, c->n_idx, sizeof(*c->idx), cmp_entry);
-	for (size_t i = 1; i < c->n_idx; i++)
-		if (!strcmp(c->idx[i - 1].name, c->idx[i].name))
-			return moem_errf(EINVAL, "tensor %s appears in %s and %s", c->idx[i].name,
-					 moem_st_path(c->files[c->idx[i - 1].file]),
-					 moem_st_path(c->files[c->idx[i].file]));
+	for (size_t i = 1; i < c->n_idx; i++) {
+		if (strcmp(c->idx[i - 1].name, c->idx[i].name))
+			continue;
+		if (moem_ckpt_entry_is_view(c, c->idx[i - 1].t) ||
+		    moem_ckpt_entry_is_view(c, c->idx[i].t))
+			return moem_errf(EINVAL,
+					 "%s: tensor %s is both in the checkpoint and in a fused "
+					 "(transformers 5) tensor: a layer has both layouts",
+					 c->dir, c->idx[i].name);
+		return moem_errf(EINVAL, "tensor %s appears in %s and %s", c->idx[i].name,
+				 moem_st_path(c->files[c->idx[i - 1].file]),
+				 moem_st_path(c->files[c->idx[i].file]));
+	}
 	return 0;
 }
 
@@ -289,7 +280,7 @@ static int check_tensors(struct moem_ckpt *c)
 					 (unsigned long long)(s->ndim > 1 ? s->shape[1] : 0));
 	}
 	for (size_t i = 0; i < c->n_idx; i++)
-		if (!c->idx[i].expected)
+		if (!c->idx[i].expected && !c->idx[i].viewed)
 			note(extra, sizeof(extra), &n_extra, c->idx[i].name);
 	if (n_missing && n_extra)
 		return moem_errf(EINVAL,
@@ -436,6 +427,7 @@ void moem_ckpt_close(struct moem_ckpt *c)
 		moem_st_close(c->files[i]);
 	free(c->files);
 	free(c->idx);
+	free(c->views);
 	free(c->specs);
 	free(c->config_text);
 	free(c->synth_text);

@@ -12,25 +12,54 @@
 
 #include "store_int.h"
 
+static const char *file_kind(mode_t m)
+{
+	return S_ISFIFO(m)   ? "a FIFO"
+	       : S_ISDIR(m)  ? "a directory"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+	       : S_ISSOCK(m) ? "a socket"
+			     : "not a regular file";
+}
+
+int moem_store_open_regular(const char *path, struct stat *st)
+{
+	int fd, ret;
+
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return moem_errf(errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, st)) {
+		ret = moem_errf(errno, "%s: %s", path, strerror(errno));
+		goto err_close;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		ret = moem_errf(EINVAL, "%s: %s, not a regular file", path, file_kind(st->st_mode));
+		goto err_close;
+	}
+	if (fcntl(fd, F_SETFL, 0)) {
+		ret = moem_errf(errno, "%s: %s", path, strerror(errno));
+		goto err_close;
+	}
+	return fd;
+
+err_close:
+	close(fd);
+	return ret;
+}
+
 int moem_store_read_file(const char *path, uint64_t max, char **buf, size_t *len)
 {
 	struct stat st;
 	char *b = NULL;
-	int fd, ret;
+	int fd, ret = 0;
 
 	*buf = NULL;
 	*len = 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = moem_store_open_regular(path, &st);
 	if (fd < 0)
-		return moem_errf(errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st)) {
-		ret = moem_errf(errno, "%s: %s", path, strerror(errno));
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = moem_errf(EINVAL, "%s: not a regular file", path);
-		goto out_close;
-	}
+		return fd;
 	if ((uint64_t)st.st_size > max) {
 		ret = moem_errf(EFBIG, "%s: %llu bytes, more than the %llu this file may hold",
 				path, (unsigned long long)st.st_size, (unsigned long long)max);

@@ -29,6 +29,7 @@ enum pack_section_type {
 	PACK_SECT_BLOBS = 4,	   /* struct pack_blob[] in file order */
 	PACK_SECT_CONFIG_JSON = 5, /* the checkpoint's config.json (optional) */
 	PACK_SECT_SYNTH_JSON = 6,  /* moem_synth.json (optional) */
+	PACK_SECT_TOKENIZER = 7,   /* tokenizer files, struct pack_tok_hdr (optional) */
 };
 
 /* A reader may skip a section type it does not know only if this is set. */
@@ -98,7 +99,31 @@ struct pack_blob {
 	uint64_t reserved1;
 };
 
+/*
+ * TOKENIZER section: the Hugging Face tokenizer files of the checkpoint,
+ * verbatim. A header, n_files entries, then the bytes of each file at an
+ * 8-byte aligned offset from the start of the section.
+ */
+#define PACK_TOK_MAGIC	   "MOEMTOK"
+#define PACK_TOK_VERSION   1u
+#define PACK_TOK_MAX_FILES 8u
+#define PACK_TOK_NAME_LEN  48u
+
+struct pack_tok_hdr {
+	char magic[8]; /* "MOEMTOK\0" */
+	uint32_t version;
+	uint32_t n_files;
+};
+
+struct pack_tok_file {
+	char name[PACK_TOK_NAME_LEN]; /* NUL-terminated, e.g. "tokenizer.json" */
+	uint64_t offset;	      /* from the start of the section, multiple of 8 */
+	uint64_t size;
+};
+
 _Static_assert(sizeof(struct pack_header) == PACK_HDR_SIZE, "pack header size");
+_Static_assert(sizeof(struct pack_tok_hdr) == 16, "pack tokenizer header size");
+_Static_assert(sizeof(struct pack_tok_file) == 64, "pack tokenizer file entry size");
 _Static_assert(sizeof(struct pack_section) == 32, "pack section size");
 _Static_assert(sizeof(struct pack_config) == 256, "pack config size");
 _Static_assert(sizeof(struct pack_tensor) == 80, "pack tensor entry size");
@@ -117,5 +142,22 @@ int moem_pack_config_decode(const struct pack_config *d, struct moem_model_confi
  */
 int moem_pack_compute_id(const struct pack_header *h, const void *meta, uint64_t meta_len,
 			 uint8_t id[16]);
+
+/* The files of a TOKENIZER section, as the reader found them (pack_tok.c). */
+struct pack_tok_view {
+	uint32_t version; /* 0: no section */
+	uint32_t n;
+	const char *name[PACK_TOK_MAX_FILES];
+	const char *data[PACK_TOK_MAX_FILES];
+	size_t len[PACK_TOK_MAX_FILES];
+};
+
+/*
+ * Build a TOKENIZER section from the tokenizer files in dir (malloc'ed;
+ * *len = 0 and *out = NULL when dir has no tokenizer.json).
+ */
+int moem_pack_tok_build(const char *dir, void **out, size_t *len);
+/* Validate a TOKENIZER section; v points into data. A newer version is left unread. */
+int moem_pack_tok_parse(const void *data, uint64_t len, const char *path, struct pack_tok_view *v);
 
 #endif /* MOEM_PACK_FMT_H */

@@ -12,6 +12,8 @@
 
 #include <moem/pack.h>
 
+#include "pack_fmt.h"
+
 struct moem_pack {
 	char *path;
 	int fd;
@@ -34,6 +36,7 @@ struct moem_pack {
 	size_t config_json_len;
 	bool has_synth;
 	struct moem_synth_params synth;
+	struct pack_tok_view tok; /* points into meta */
 };
 
 /* Index into routed[] of a routed blob of a MoE layer. */

@@ -102,7 +102,7 @@ static int check_sections(struct moem_pack *p, const struct pack_header *h,
 		    XXH3_64bits(p->meta + s->offset - PACK_HDR_SIZE, (size_t)s->size) != s->xxh3)
 			return moem_errf(EBADMSG, "%s: section %u (type %u) checksum mismatch",
 					 p->path, i, s->type);
-		if (s->type >= PACK_SECT_CONFIG && s->type <= PACK_SECT_SYNTH_JSON) {
+		if (s->type >= PACK_SECT_CONFIG && s->type <= PACK_SECT_TOKENIZER) {
 			if (found[s->type])
 				return moem_errf(EINVAL, "%s: section type %u appears twice",
 						 p->path, s->type);
@@ -424,7 +424,7 @@ static int parse_json_sections(struct moem_pack *p, const struct pack_section **
 
 static int parse(struct moem_pack *p)
 {
-	const struct pack_section *found[PACK_SECT_SYNTH_JSON + 1] = {0};
+	const struct pack_section *found[PACK_SECT_TOKENIZER + 1] = {0};
 	struct pack_header h;
 	struct pack_config pc;
 	uint8_t id[16];
@@ -472,6 +472,9 @@ static int parse(struct moem_pack *p)
 		ret = check_overlaps(p);
 	if (!ret)
 		ret = parse_json_sections(p, found);
+	if (!ret && found[PACK_SECT_TOKENIZER])
+		ret = moem_pack_tok_parse(sect_data(p, found[PACK_SECT_TOKENIZER]),
+					  found[PACK_SECT_TOKENIZER]->size, p->path, &p->tok);
 	return ret;
 }
 
@@ -500,13 +503,9 @@ int moem_pack_open(const char *path, struct moem_pack **out)
 	p = pack_alloc(path);
 	if (!p)
 		return -ENOMEM;
-	p->fd = open(path, O_RDONLY | O_CLOEXEC);
+	p->fd = moem_store_open_regular(path, &st);
 	if (p->fd < 0) {
-		ret = moem_errf(errno, "%s: %s", path, strerror(errno));
-		goto err;
-	}
-	if (fstat(p->fd, &st) || !S_ISREG(st.st_mode)) {
-		ret = moem_errf(EINVAL, "%s: not a regular file", path);
+		ret = p->fd;
 		goto err;
 	}
 	p->size = (uint64_t)st.st_size;

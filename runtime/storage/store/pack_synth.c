@@ -33,9 +33,12 @@ int moem_pack_synth_basis(const struct moem_pack *p, float *out)
 
 			for (uint64_t k = 0; k < H; k++)
 				nn += (double)r[k] * r[k];
-			if (!(nn > 0))
-				return moem_errf(EDOM, "%s: router row %llu of layer %u is zero",
-						 moem_pack_path(p), (unsigned long long)e, l);
+			if (!(nn > 0) || !isfinite(nn))
+				return moem_errf(EDOM, "%s: router row %llu of layer %u %s",
+						 moem_pack_path(p), (unsigned long long)e, l,
+						 isnan(nn)   ? "holds NaN"
+						 : isinf(nn) ? "is infinite"
+							     : "is zero");
 			nn = sqrt(nn);
 			for (uint64_t k = 0; k < H; k++)
 				r[k] = (float)(r[k] / nn);

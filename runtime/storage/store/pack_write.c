@@ -8,10 +8,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,6 +50,8 @@ struct pw_ctx {
 	uint32_t n_blobs;
 	char *strings;
 	size_t strings_len;
+	void *tok; /* the TOKENIZER section, or NULL */
+	size_t tok_len;
 	struct pw_job *jobs;
 	size_t n_jobs, next;
 	struct moem_progress *prog;
@@ -85,6 +89,46 @@ static int grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
 	return 0;
 }
 
+/*
+ * The first element of n that is NaN or infinite, or -1. Weights like that
+ * make every output NaN (or are refused by the quantizers only): a pack
+ * holds finite numbers in every precision, checked where they are read.
+ */
+static int64_t first_nonfinite(enum moem_dtype dt, const void *buf, uint64_t n)
+{
+	const uint16_t *h = buf;
+	const uint32_t *w = buf;
+
+	for (uint64_t i = 0; i < n; i++) {
+		bool bad = dt == MOEM_DTYPE_F32	  ? (w[i] & 0x7f800000u) == 0x7f800000u
+			   : dt == MOEM_DTYPE_F16 ? (h[i] & 0x7c00u) == 0x7c00u
+						  : (h[i] & 0x7f80u) == 0x7f80u;
+
+		if (bad)
+			return (int64_t)i;
+	}
+	return -1;
+}
+
+static bool is_nan(enum moem_dtype dt, const void *buf, int64_t i)
+{
+	if (dt == MOEM_DTYPE_F32)
+		return ((const uint32_t *)buf)[i] & 0x007fffffu;
+	if (dt == MOEM_DTYPE_F16)
+		return ((const uint16_t *)buf)[i] & 0x03ffu;
+	return ((const uint16_t *)buf)[i] & 0x007fu;
+}
+
+static int nonfinite_err(const char *tensor, enum moem_dtype dt, const void *buf, int64_t i,
+			 uint64_t base)
+{
+	return moem_errf(EDOM,
+			 "tensor %s: element %llu is %s: moem packs finite weights only (in "
+			 "every precision)",
+			 tensor, (unsigned long long)(base + (uint64_t)i),
+			 is_nan(dt, buf, i) ? "NaN" : "infinite");
+}
+
 static int copy_tensor(struct pw_ctx *x, struct pw_buf *b, uint32_t i)
 {
 	struct pack_tensor *t = &x->tens[i];
@@ -99,6 +143,14 @@ static int copy_tensor(struct pw_ctx *x, struct pw_buf *b, uint32_t i)
 		size_t n = (size_t)moem_min((uint64_t)COPY_CHUNK, t->size - off);
 
 		ret = moem_st_read(x->tens_file[i], src, off, b->blob, n);
+		if (!ret) {
+			uint32_t es = moem_dtype_size(src->dtype);
+			int64_t bad = first_nonfinite(src->dtype, b->blob, n / es);
+
+			if (bad >= 0)
+				ret = nonfinite_err(x->strings + t->name_off, src->dtype, b->blob,
+						    bad, off / es);
+		}
 		if (!ret)
 			ret = moem_store_pwrite_all(x->fd, b->blob, n, t->offset + off, x->out);
 		XXH3_64bits_update(b->xxh, b->blob, n);
@@ -163,6 +215,12 @@ static int run_ffn(struct pw_ctx *x, struct pw_buf *b, const struct pw_job *j)
 			ret = moem_ckpt_find(x->ck, name, &f, &t);
 		if (!ret)
 			ret = moem_st_read_bf16(f, t, b->src[m], n);
+		if (!ret) {
+			int64_t bad = first_nonfinite(MOEM_DTYPE_BF16, b->src[m], n);
+
+			if (bad >= 0)
+				ret = nonfinite_err(name, MOEM_DTYPE_BF16, b->src[m], bad, 0);
+		}
 		if (ret)
 			return ret;
 	}
@@ -396,6 +454,8 @@ static uint64_t plan_layout(struct pw_ctx *x, struct meta_plan *m, size_t cfg_js
 	add_section(m, PACK_SECT_CONFIG_JSON, PACK_SECT_F_OPTIONAL, cfg_json);
 	if (synth_json)
 		add_section(m, PACK_SECT_SYNTH_JSON, PACK_SECT_F_OPTIONAL, synth_json);
+	if (x->tok_len)
+		add_section(m, PACK_SECT_TOKENIZER, PACK_SECT_F_OPTIONAL, x->tok_len);
 	off = m->h.data_offset = moem_align_up(m->off, MOEM_PACK_ALIGN);
 	for (uint32_t i = 0; i < x->n_tens; i++) {
 		x->tens[i].offset = off;
@@ -431,6 +491,7 @@ static int write_meta(struct pw_ctx *x, struct meta_plan *m, const char *cfg_jso
 				  : s->type == PACK_SECT_TENSORS     ? (const void *)x->tens
 				  : s->type == PACK_SECT_BLOBS	     ? (const void *)x->blobs
 				  : s->type == PACK_SECT_CONFIG_JSON ? (const void *)cfg_json
+				  : s->type == PACK_SECT_TOKENIZER   ? (const void *)x->tok
 								     : (const void *)synth_json;
 
 		if (s->size)
@@ -468,6 +529,42 @@ static int check_precisions(const struct moem_model_config *c, uint32_t mask)
 	return 0;
 }
 
+/* An O_TMPFILE in path's directory, or -1 where the file system has none. */
+static int open_anon(const char *path)
+{
+	char *dir = strdup(path);
+	int fd;
+
+	if (!dir)
+		return -1;
+	fd = open(dirname(dir), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+	free(dir);
+	return fd;
+}
+
+/* Give the unnamed file fd a fresh name: tmp's XXXXXX made unique by
+ * linkat itself (it never replaces), so no empty placeholder exists. */
+static int link_anon(int fd, char *tmp)
+{
+	static const char set[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+	char proc[64], *x = tmp + strlen(tmp) - 6;
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	for (int tries = 0; tries < 100; tries++) {
+		uint8_t r[6];
+
+		if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+			return -EIO;
+		for (int i = 0; i < 6; i++)
+			x[i] = set[r[i] % (sizeof(set) - 1)];
+		if (!linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW))
+			return 0;
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
 int moem_pack_write(const struct moem_pack_opts *o)
 {
 	struct pw_ctx x = {.fd = -1, .out = o->out_path};
@@ -476,6 +573,7 @@ int moem_pack_write(const struct moem_pack_opts *o)
 	size_t cfg_len, synth_len;
 	uint64_t size;
 	char *tmp = NULL;
+	bool anon = false;
 	int ret;
 
 	ret = moem_ckpt_open(o->model_dir, &x.ck);
@@ -487,6 +585,9 @@ int moem_pack_write(const struct moem_pack_opts *o)
 		ret = plan_tensors(&x);
 	if (!ret)
 		ret = plan_blobs(&x, o->prec_mask);
+	if (ret)
+		goto out;
+	ret = moem_pack_tok_build(o->model_dir, &x.tok, &x.tok_len);
 	if (ret)
 		goto out;
 	cfg_json = moem_ckpt_config_text(x.ck, &cfg_len);
@@ -509,7 +610,13 @@ int moem_pack_write(const struct moem_pack_opts *o)
 		goto out;
 	}
 	sprintf(tmp, "%s.tmp-XXXXXX", o->out_path);
-	x.fd = mkostemp(tmp, O_CLOEXEC);
+	/* An unnamed file in the destination's directory: a pack killed
+	 * mid-write leaves nothing behind. Named only where the file system
+	 * has no O_TMPFILE (then a kill leaves OUT.tmp-XXXXXX). */
+	x.fd = open_anon(o->out_path);
+	anon = x.fd >= 0;
+	if (!anon)
+		x.fd = mkostemp(tmp, O_CLOEXEC);
 	if (x.fd < 0) {
 		ret = moem_errf(errno, "cannot create a temporary file next to %s: %s", o->out_path,
 				strerror(errno));
@@ -530,13 +637,20 @@ int moem_pack_write(const struct moem_pack_opts *o)
 	if (!ret)
 		ret = write_meta(&x, &m, cfg_json, synth_json);
 	if (!ret && fdatasync(x.fd))
-		ret = moem_errf(errno, "%s: sync: %s", tmp, strerror(errno));
+		ret = moem_errf(errno, "%s: sync: %s", o->out_path, strerror(errno));
+	if (!ret && anon) {
+		ret = link_anon(x.fd, tmp);
+		if (ret)
+			ret = moem_errf(-ret, "%s: link: %s", o->out_path, strerror(-ret));
+		else
+			anon = false; /* named now: unlinked below on failure */
+	}
 	if (!ret && rename(tmp, o->out_path))
 		ret = moem_errf(errno, "%s: %s", o->out_path, strerror(errno));
 out:
 	if (x.fd >= 0)
 		close(x.fd);
-	if (ret && tmp)
+	if (ret && tmp && !anon)
 		unlink(tmp);
 	free(tmp);
 	free(x.jobs);
@@ -545,6 +659,7 @@ out:
 	free(x.tens_file);
 	free(x.tens_src);
 	free(x.strings);
+	free(x.tok);
 	moem_ckpt_close(x.ck);
 	return ret;
 }

@@ -342,13 +342,9 @@ int moem_st_open(const char *path, struct moem_st_file **out)
 	int fd, ret;
 
 	*out = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = moem_store_open_regular(path, &st);
 	if (fd < 0)
-		return moem_errf(errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		ret = moem_errf(EINVAL, "%s: not a regular file", path);
-		goto err_close;
-	}
+		return fd;
 	if (st.st_size < 8) {
 		ret = moem_errf(EINVAL, "%s: %lld bytes, too short for a safetensors file", path,
 				(long long)st.st_size);

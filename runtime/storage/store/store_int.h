@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 struct json_object;
 
@@ -24,6 +25,9 @@ struct json_object;
  * cannot be opened or read; what names the file in messages.
  */
 int moem_store_read_file(const char *path, uint64_t max, char **buf, size_t *len);
+/* Open a regular file for reading without blocking on a FIFO (or a
+ * device): the fd, with *st, or -errno with a message saying what path is. */
+int moem_store_open_regular(const char *path, struct stat *st);
 
 /*
  * Parse buf[0, len) as exactly one JSON value (trailing whitespace only,

@@ -9,35 +9,65 @@
  * registers computes wrong numbers here too. Not modelled: timing, the
  * memory model (every op is sequentially consistent), tensor-core
  * rounding (fp32 adds in k order).
+ *
+ * Kernels find their way to the fake driver without a list: __global__
+ * marks them (used) and __launch_bounds__ records the bound in a section
+ * name, the build reads both off the preprocessed source
+ * (tests/gpu/emu/kernels.sh) and registers each kernel (EMU_KERNEL below)
+ * with its parameter types, so launches check the block size against the
+ * bound. The vector types have CUDA's alignment and the kernels are built
+ * with -fsanitize=alignment trapping: a misaligned vector (or scalar)
+ * access stops the kernel as CUDA_ERROR_MISALIGNED_ADDRESS would.
  */
 #ifndef MOEM_CUDA_EMU_H
 #define MOEM_CUDA_EMU_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+#include <utility>
+
 #include <moem/half.h>
+
+#define EMU_STR(x)  #x
+#define EMU_XSTR(x) EMU_STR(x)
 
 #define __device__
 #define __host__
-#define __global__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __shared__   static
-#define __align__(n) __attribute__((aligned(n)))
+#define __global__	       __attribute__((used))
+#define __forceinline__	       inline
+#define EMU_LB(n, ...)	       __attribute__((section(".text.emu_lb." EMU_XSTR(n))))
+#define __launch_bounds__(...) EMU_LB(__VA_ARGS__, 0)
+#define __shared__	       static
+#define __align__(n)	       __attribute__((aligned(n)))
 
 struct dim3 {
 	unsigned int x, y, z;
 };
-struct uint2 {
+/* CUDA's vector types and their alignment (vector_types.h). */
+struct alignas(8) uint2 {
 	unsigned int x, y;
 };
-struct uint4 {
+struct alignas(16) uint4 {
 	unsigned int x, y, z, w;
 };
-struct float4 {
+struct alignas(8) int2 {
+	int x, y;
+};
+struct alignas(16) int4 {
+	int x, y, z, w;
+};
+struct alignas(8) float2 {
+	float x, y;
+};
+struct alignas(16) float4 {
 	float x, y, z, w;
+};
+struct alignas(16) double2 {
+	double x, y;
 };
 
 extern dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
@@ -238,7 +268,7 @@ static inline uint4 ld_stream(const uint4 *p)
 	return *p;
 }
 
-static inline uint32_t ld_stream(const uint32_t *p)
+static inline uint2 ld_stream(const uint2 *p)
 {
 	return *p;
 }
@@ -293,5 +323,48 @@ static inline void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2
 	for (int i = 0; i < 4; i++)
 		c[i] = out[i];
 }
+
+/*
+ * Kernel registration: kernels.sh appends EMU_KERNEL(name, bound) for each
+ * kernel to a copy of its .cu file; the fake driver finds them by name.
+ */
+struct emu_kernel {
+	const char *name;
+	void (*fn)(void);
+	void (*invoke)(void (*fn)(void), void *const *args);
+	unsigned int nargs, max_threads;
+	size_t size[16], align[16];
+};
+void emu_register_kernel(const struct emu_kernel *k); /* driver.cpp */
+
+template <class... A> struct emu_invoker {
+	template <size_t... I>
+	static void call(void (*f)(A...), void *const *args, std::index_sequence<I...>)
+	{
+		f(*static_cast<std::remove_cvref_t<A> *>(args[I])...);
+	}
+	static void invoke(void (*f)(void), void *const *args)
+	{
+		call(reinterpret_cast<void (*)(A...)>(f), args, std::index_sequence_for<A...>{});
+	}
+};
+
+struct emu_reg {
+	template <class... A> emu_reg(const char *name, void (*f)(A...), unsigned int bound)
+	{
+		static_assert(sizeof...(A) <= 16, "at most 16 kernel parameters");
+		struct emu_kernel k = {name,
+				       reinterpret_cast<void (*)(void)>(f),
+				       &emu_invoker<A...>::invoke,
+				       sizeof...(A),
+				       bound ? bound : 1024,
+				       {sizeof(std::remove_cvref_t<A>)...},
+				       {alignof(std::remove_cvref_t<A>)...}};
+
+		emu_register_kernel(&k);
+	}
+};
+
+#define EMU_KERNEL(name, bound) static emu_reg emu_reg_##name(#name, &name, bound);
 
 #endif /* MOEM_CUDA_EMU_H */

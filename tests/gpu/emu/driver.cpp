@@ -4,80 +4,65 @@
  * libmoem dlsym()s, over host memory, running the kernels compiled for
  * the host (MOEM_KERNEL_EMU) when they are launched. With
  * LD_LIBRARY_PATH pointing here the CUDA backend and tests/gpu run
- * unchanged: launchers, descriptor ring, kernels, comparisons. Everything
- * is synchronous; device allocations end at a guard page so overreads
- * fault; a fault inside a kernel makes the context sticky-broken
- * (CUDA_ERROR_ILLEGAL_ADDRESS from then on), as on a GPU.
+ * unchanged: launchers, descriptor ring, kernels, comparisons.
+ *
+ * This file: the device, context and modules, and kernel launches, which
+ * are checked as the driver checks them (grid and block limits, the
+ * kernel's __launch_bounds__, dynamic shared memory above 48 KiB only
+ * after cuFuncSetAttribute) and then queued on their stream (stream.cpp)
+ * with a copy of their parameters. A fault inside a kernel makes the
+ * context sticky-broken (CUDA_ERROR_ILLEGAL_ADDRESS or
+ * CUDA_ERROR_MISALIGNED_ADDRESS from then on), as on a GPU. Memory is in
+ * mem.cpp.
  */
-#include <chrono>
 #include <map>
-#include <sys/mman.h>
+#include <memory>
+#include <mutex>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <string>
+#include <vector>
 
 #include "cuda_emu.h"
 #include "emu.h"
-#include "../../../cuda/kparams.h"
 
-#define CUAPI extern "C" __attribute__((visibility("default"))) int
-
-enum {
-	OK = 0,
-	E_INVALID_VALUE = 1,
-	E_OUT_OF_MEMORY = 2,
-	E_NOT_FOUND = 500,
-	E_NOT_READY = 600,
-	E_ILLEGAL_ADDRESS = 700,
-	E_NOT_SUPPORTED = 801,
-};
-
-static int sticky;
-static std::map<uint64_t, size_t> allocs;
+std::atomic<int> emu_sticky;
 
 #define STICKY()                                                                                   \
 	do {                                                                                       \
-		if (sticky)                                                                        \
-			return sticky;                                                             \
+		if (emu_sticky)                                                                    \
+			return emu_sticky;                                                         \
 	} while (0)
 
-/* ---- kernels ------------------------------------------------------------ */
+/* ---- kernels: registered by the kernel objects (EMU_KERNEL) ------------ */
 
-struct kernel {
-	const char *name;
-	void (*run)(const void *);
+struct kfunc {
+	struct emu_kernel k;
+	int max_dyn_smem;
 };
 
-#define DECL(name, type) extern "C" void name(const type);
-#define ENTRY(name, type) { #name, [](const void *p) { name(*(const type *)p); } },
+/* Built by static constructors: never destroyed (streams may run at exit). */
+static std::map<std::string, kfunc *> &registry(void)
+{
+	static auto *m = new std::map<std::string, kfunc *>();
 
-#define FFN(X, prec, nt)                                                                           \
-	X(moem_ffn_gateup_##prec##_n##nt, moem_kffn_params)                                        \
-	X(moem_ffn_down_##prec##_n##nt, moem_kffn_params)
-#define FFN_NT(X, prec) FFN(X, prec, 1) FFN(X, prec, 2) FFN(X, prec, 4) FFN(X, prec, 8)
-#define KERNELS(X)                                                                                 \
-	X(moem_rmsnorm, moem_krmsnorm_params)                                                      \
-	X(moem_route, moem_kroute_params)                                                          \
-	X(moem_combine, moem_kcombine_params)                                                      \
-	X(moem_histogram, moem_khist_params)                                                       \
-	X(moem_quantize_q8, moem_kquant_params)                                                    \
-	X(moem_quantize_q4, moem_kquant_params)                                                    \
-	X(moem_quantize_q2, moem_kquant_params)                                                    \
-	X(moem_router_n1, moem_kgemm_params)                                                       \
-	X(moem_router_n2, moem_kgemm_params)                                                       \
-	X(moem_router_n4, moem_kgemm_params)                                                       \
-	X(moem_router_n8, moem_kgemm_params)                                                       \
-	FFN_NT(X, bf16) FFN_NT(X, q8) FFN_NT(X, q4) FFN_NT(X, q2)
+	return *m;
+}
 
-KERNELS(DECL)
-
-static const struct kernel kernels[] = { KERNELS(ENTRY) };
+void emu_register_kernel(const struct emu_kernel *k)
+{
+	registry()[k->name] = new kfunc{ *k, 48 << 10 };
+}
 
 /* ---- driver API ----------------------------------------------------------- */
 
+/* As the real driver: CUDA_VISIBLE_DEVICES="" (or a negative id) hides the device. */
 CUAPI cuInit(unsigned int)
 {
-	return OK;
+	const char *v = getenv("CUDA_VISIBLE_DEVICES");
+
+	return v && (!*v || *v == '-') ? E_NO_DEVICE : OK;
 }
 
 CUAPI cuDriverGetVersion(int *v)
@@ -104,8 +89,32 @@ CUAPI cuGetErrorName(int e, const char **s)
 	case E_ILLEGAL_ADDRESS:
 		*s = "CUDA_ERROR_ILLEGAL_ADDRESS";
 		break;
+	case E_MISALIGNED_ADDRESS:
+		*s = "CUDA_ERROR_MISALIGNED_ADDRESS";
+		break;
+	case E_LAUNCH_OUT_OF_RESOURCES:
+		*s = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+		break;
+	case E_INVALID_HANDLE:
+		*s = "CUDA_ERROR_INVALID_HANDLE";
+		break;
+	case E_HOST_MEMORY_ALREADY_REGISTERED:
+		*s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED";
+		break;
+	case E_HOST_MEMORY_NOT_REGISTERED:
+		*s = "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED";
+		break;
+	case E_STREAM_CAPTURE_UNSUPPORTED:
+		*s = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+		break;
+	case E_STREAM_CAPTURE_INVALIDATED:
+		*s = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+		break;
 	case E_NOT_SUPPORTED:
 		*s = "CUDA_ERROR_NOT_SUPPORTED";
+		break;
+	case E_NO_DEVICE:
+		*s = "CUDA_ERROR_NO_DEVICE";
 		break;
 	default:
 		*s = "CUDA_ERROR_INVALID_VALUE";
@@ -116,8 +125,11 @@ CUAPI cuGetErrorName(int e, const char **s)
 
 CUAPI cuGetErrorString(int e, const char **s)
 {
-	*s = e == E_ILLEGAL_ADDRESS ? "an illegal memory access was encountered (emulated)"
-				    : "moem kernel emulator";
+	*s = e == E_ILLEGAL_ADDRESS	   ? "an illegal memory access was encountered (emulated)"
+	     : e == E_MISALIGNED_ADDRESS ? "misaligned address (emulated)"
+	     : e == E_LAUNCH_OUT_OF_RESOURCES
+		     ? "too many resources requested for launch (emulated)"
+		     : "moem kernel emulator";
 	return OK;
 }
 
@@ -153,6 +165,15 @@ CUAPI cuDeviceGetAttribute(int *v, int attr, int)
 	case 16: /* SMs */
 		*v = 1;
 		break;
+	case 41: /* unified addressing */
+	case 83: /* concurrent managed access */
+	case 89: /* managed memory */
+	case 102: /* virtual memory management */
+		*v = 1;
+		break;
+	case 97: /* max dynamic shared memory per block, opt-in (sm_90) */
+		*v = 227 << 10;
+		break;
 	default:
 		*v = 0;
 		break;
@@ -184,12 +205,6 @@ CUAPI cuCtxSetCurrent(void *)
 	return OK;
 }
 
-CUAPI cuCtxSynchronize(void)
-{
-	STICKY();
-	return OK;
-}
-
 CUAPI cuModuleLoadData(void **m, const void *)
 {
 	static int the_module;
@@ -206,16 +221,24 @@ CUAPI cuModuleUnload(void *)
 
 CUAPI cuModuleGetFunction(const void **f, void *, const char *name)
 {
-	for (const struct kernel &k : kernels)
-		if (!strcmp(k.name, name)) {
-			*f = &k;
-			return OK;
-		}
-	return E_NOT_FOUND;
+	auto it = registry().find(name);
+
+	if (it == registry().end())
+		return E_NOT_FOUND;
+	*f = it->second;
+	return OK;
 }
 
-CUAPI cuFuncSetAttribute(void *, int, int)
+/* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8): up to sm_90's 227 KiB. */
+CUAPI cuFuncSetAttribute(kfunc *f, int attr, int value)
 {
+	if (!f)
+		return E_INVALID_HANDLE;
+	if (attr == 8) {
+		if (value < 0 || value > (227 << 10))
+			return E_INVALID_VALUE;
+		f->max_dyn_smem = value > (48 << 10) ? value : 48 << 10;
+	}
 	return OK;
 }
 
@@ -236,256 +259,77 @@ static long fault_launch(void)
 	return at > 0 && ++launches == at ? launches : 0;
 }
 
-CUAPI cuLaunchKernel(const struct kernel *f, unsigned int gx, unsigned int gy, unsigned int gz,
-		     unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem, void *,
-		     void **params, void **)
+CUAPI cuLaunchKernel(kfunc *f, unsigned int gx, unsigned int gy, unsigned int gz,
+		     unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem, void *s,
+		     void **params, void **extra)
 {
+	const struct emu_kernel *k = f ? &f->k : NULL;
+	std::shared_ptr<std::vector<uint8_t>> buf;
+	std::vector<size_t> off;
+	size_t at = 0;
 	long nth;
-	int r;
 
 	STICKY();
+	if (!k)
+		return E_INVALID_HANDLE;
+	if (extra || (k->nargs && !params))
+		return E_INVALID_VALUE;
+	/* The driver's limits (sm_90), then the kernel's own. */
+	if (!gx || !gy || !gz || gy > 65535 || gz > 65535 || gx > 0x7fffffffu || !bx || !by ||
+	    !bz || bx > 1024 || by > 1024 || bz > 64 || (uint64_t)bx * by * bz > 1024)
+		return E_INVALID_VALUE;
+	if (bx * by * bz > k->max_threads) {
+		fprintf(stderr, "emu: %s launched with %u threads, __launch_bounds__(%u)\n",
+			k->name, bx * by * bz, k->max_threads);
+		return E_LAUNCH_OUT_OF_RESOURCES;
+	}
+	if ((int)smem > f->max_dyn_smem) {
+		fprintf(stderr, "emu: %s: %u bytes of dynamic shared memory, %d allowed%s\n",
+			k->name, smem, f->max_dyn_smem,
+			f->max_dyn_smem <= (48 << 10) ? " (more needs cuFuncSetAttribute)" : "");
+		return E_INVALID_VALUE;
+	}
+	if (by != 1 || bz != 1 || gz != 1) {
+		fprintf(stderr, "emu: %s: the emulator runs 1-D blocks and 2-D grids only\n",
+			k->name);
+		return E_NOT_SUPPORTED;
+	}
+	/* The parameters as they are now: the kernel runs later. */
+	for (unsigned int i = 0; i < k->nargs; i++) {
+		at = (at + k->align[i] - 1) / k->align[i] * k->align[i];
+		off.push_back(at);
+		at += k->size[i];
+	}
+	buf = std::make_shared<std::vector<uint8_t>>(at + 16);
+	for (unsigned int i = 0; i < k->nargs; i++)
+		memcpy(buf->data() + off[i], params[i], k->size[i]);
+	emu_count_launch();
 	nth = fault_launch();
-	if (nth) {
-		fprintf(stderr, "emu: launch %ld (%s) faulted (MOEM_EMU_FAULT_LAUNCH)\n", nth, f->name);
-		sticky = E_ILLEGAL_ADDRESS;
-		return OK;
-	}
-	if (gz != 1 || !gx || !gy || gy > 65535)
-		return E_INVALID_VALUE;
-	r = emu_launch(f->run, params[0], dim3{ gx, gy, gz }, dim3{ bx, by, bz }, smem);
-	if (r < 0)
-		return E_INVALID_VALUE;
-	if (r > 0) {
-		fprintf(stderr, "emu: %s faulted (illegal address)\n", f->name);
-		sticky = E_ILLEGAL_ADDRESS; /* reported by the next call, like a real fault */
-	}
-	return OK;
+	return emu_enqueue(
+		(emu_stream *)s,
+		[k, buf, off, gx, gy, bx, smem, nth] {
+			void *args[16];
+			int r;
+
+			if (nth) {
+				fprintf(stderr, "emu: launch %ld (%s) faulted (MOEM_EMU_FAULT_LAUNCH)\n",
+					nth, k->name);
+				emu_sticky = E_ILLEGAL_ADDRESS;
+				return;
+			}
+			for (unsigned int i = 0; i < k->nargs; i++)
+				args[i] = buf->data() + off[i];
+			r = emu_run_kernel(k, args, dim3{ gx, gy, 1 }, dim3{ bx, 1, 1 }, smem);
+			if (r) {
+				fprintf(stderr, "emu: %s faulted (%s)\n", k->name,
+					r == E_MISALIGNED_ADDRESS ? "misaligned address"
+								  : "illegal address");
+				/* reported by the next call, like a real fault */
+				int zero = 0;
+
+				emu_sticky.compare_exchange_strong(zero, r);
+			}
+		},
+		false, NULL);
 }
 
-CUAPI cuMemAlloc_v2(uint64_t *p, size_t bytes)
-{
-	void *m;
-
-	STICKY();
-	m = emu_guarded_alloc(bytes, 256);
-	if (!m)
-		return E_OUT_OF_MEMORY;
-	*p = (uint64_t)(uintptr_t)m;
-	allocs[*p] = bytes;
-	return OK;
-}
-
-CUAPI cuMemFree_v2(uint64_t p)
-{
-	auto it = allocs.find(p);
-
-	if (it == allocs.end())
-		return E_INVALID_VALUE;
-	emu_guarded_free((void *)(uintptr_t)p);
-	allocs.erase(it);
-	STICKY();
-	return OK;
-}
-
-CUAPI cuMemAllocHost_v2(void **p, size_t bytes)
-{
-	*p = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
-	return *p ? OK : E_OUT_OF_MEMORY;
-}
-
-CUAPI cuMemFreeHost(void *p)
-{
-	free(p);
-	return OK;
-}
-
-CUAPI cuMemGetInfo_v2(size_t *fr, size_t *total)
-{
-	size_t used = 0;
-
-	STICKY();
-	for (auto &a : allocs)
-		used += a.second;
-	*total = 8ull << 30;
-	*fr = *total > used ? *total - used : 0;
-	return OK;
-}
-
-CUAPI cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *)
-{
-	STICKY();
-	memset((void *)(uintptr_t)p, v, n);
-	return OK;
-}
-
-CUAPI cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *)
-{
-	STICKY();
-	memmove((void *)(uintptr_t)dst, src, n);
-	return OK;
-}
-
-CUAPI cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *)
-{
-	STICKY();
-	memmove(dst, (const void *)(uintptr_t)src, n);
-	return OK;
-}
-
-CUAPI cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *)
-{
-	STICKY();
-	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-	return OK;
-}
-
-CUAPI cuMemHostRegister_v2(void *, size_t, unsigned int)
-{
-	STICKY();
-	return OK;
-}
-
-CUAPI cuMemHostUnregister(void *)
-{
-	STICKY();
-	return OK;
-}
-
-CUAPI cuStreamCreate(void **s, unsigned int)
-{
-	static int streams;
-
-	STICKY();
-	*s = (void *)(uintptr_t)++streams;
-	return OK;
-}
-
-CUAPI cuStreamDestroy_v2(void *)
-{
-	return OK;
-}
-
-CUAPI cuStreamSynchronize(void *)
-{
-	STICKY();
-	return OK;
-}
-
-CUAPI cuStreamQuery(void *)
-{
-	STICKY();
-	return OK;
-}
-
-CUAPI cuStreamWaitEvent(void *, void *, unsigned int)
-{
-	STICKY();
-	return OK;
-}
-
-CUAPI cuEventCreate(void **e, unsigned int)
-{
-	STICKY();
-	*e = calloc(1, sizeof(double));
-	return *e ? OK : E_OUT_OF_MEMORY;
-}
-
-CUAPI cuEventDestroy_v2(void *e)
-{
-	free(e);
-	return OK;
-}
-
-CUAPI cuEventRecord(void *e, void *)
-{
-	STICKY();
-	*(double *)e = std::chrono::duration<double, std::milli>(
-			       std::chrono::steady_clock::now().time_since_epoch())
-			       .count();
-	return OK;
-}
-
-CUAPI cuEventQuery(void *)
-{
-	STICKY();
-	return OK;
-}
-
-CUAPI cuEventSynchronize(void *)
-{
-	STICKY();
-	return OK;
-}
-
-CUAPI cuEventElapsedTime_v2(float *ms, void *a, void *b)
-{
-	STICKY();
-	*ms = (float)(*(double *)b - *(double *)a);
-	return OK;
-}
-
-/*
- * Virtual memory management, emulated on host address space: a
- * reservation is PROT_NONE, a mapped range becomes read-write (fresh
- * zeroed pages), an unmapped one is released and faults again, so an
- * access outside the mapped arena crashes like an illegal address would.
- * Physical handles only count: the tiers never map one twice.
- */
-static std::map<unsigned long long, size_t> vmm_handles;
-static unsigned long long vmm_next_handle = 1;
-
-CUAPI cuMemAddressReserve(uint64_t *p, size_t size, size_t, uint64_t, unsigned long long)
-{
-	void *m;
-
-	STICKY();
-	m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
-		return E_OUT_OF_MEMORY;
-	*p = (uint64_t)(uintptr_t)m;
-	return OK;
-}
-
-CUAPI cuMemAddressFree(uint64_t p, size_t size)
-{
-	return munmap((void *)(uintptr_t)p, size) ? E_INVALID_VALUE : OK;
-}
-
-CUAPI cuMemCreate(unsigned long long *h, size_t size, const void *, unsigned long long)
-{
-	STICKY();
-	*h = vmm_next_handle++;
-	vmm_handles[*h] = size;
-	return OK;
-}
-
-CUAPI cuMemRelease(unsigned long long h)
-{
-	return vmm_handles.erase(h) ? OK : E_INVALID_VALUE;
-}
-
-CUAPI cuMemMap(uint64_t p, size_t size, size_t, unsigned long long h, unsigned long long)
-{
-	STICKY();
-	if (!vmm_handles.count(h) || vmm_handles[h] != size)
-		return E_INVALID_VALUE;
-	return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) ? E_INVALID_VALUE : OK;
-}
-
-CUAPI cuMemUnmap(uint64_t p, size_t size)
-{
-	madvise((void *)(uintptr_t)p, size, MADV_DONTNEED);
-	return mprotect((void *)(uintptr_t)p, size, PROT_NONE) ? E_INVALID_VALUE : OK;
-}
-
-CUAPI cuMemSetAccess(uint64_t, size_t, const void *, size_t)
-{
-	STICKY();
-	return OK;
-}
-
-CUAPI cuMemGetAllocationGranularity(size_t *g, const void *, int)
-{
-	*g = 2u << 20;
-	return OK;
-}

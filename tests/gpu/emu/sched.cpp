@@ -6,9 +6,18 @@
  * live member arrived. Exited threads leave their barriers, as on the
  * GPU. A pass in which no fiber makes progress is a deadlock (e.g. a
  * __syncthreads under divergent control flow) and aborts with a message.
- * Memory faults inside a kernel are caught (SIGSEGV/SIGBUS) and turned
- * into CUDA_ERROR_ILLEGAL_ADDRESS by the fake driver.
+ *
+ * Kernels run on the stream threads (stream.cpp), one at a time (the
+ * fibers and shared memory are global). A fault inside a kernel is caught
+ * and ends it: SIGSEGV/SIGBUS as CUDA_ERROR_ILLEGAL_ADDRESS, SIGILL (the
+ * alignment check's trap, -fsanitize=alignment) as
+ * CUDA_ERROR_MISALIGNED_ADDRESS; a fault on a managed page first asks
+ * mem.cpp, which migrates the page and lets the access go on. Faults on
+ * other threads go to the handler that was there before (a host bug
+ * still crashes).
  */
+#include <mutex>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -46,9 +55,14 @@ static struct barrier block_bar, warp_bar[MAX_THREADS / 32];
 static uint64_t warp_slots[MAX_THREADS / 32][32];
 static struct emu_mma_frag warp_frags[MAX_THREADS / 32][32];
 static uint8_t *dyn_smem;
-static void (*kernel_fn)(const void *);
-static const void *kernel_params;
+static const struct emu_kernel *kernel;
+static void *const *kernel_args;
 static sigjmp_buf fault_jmp;
+static std::mutex kernel_lock;
+static pthread_t kernel_thread;
+static volatile sig_atomic_t in_kernel;
+static struct sigaction old_act[3];
+static const int fault_sigs[3] = { SIGSEGV, SIGBUS, SIGILL };
 
 extern "C" void emu_switch(void **save, void *to);
 asm(".text\n"
@@ -128,7 +142,7 @@ struct emu_mma_frag *emu_warp_frags(void)
 
 static void fiber_main(void)
 {
-	kernel_fn(kernel_params);
+	kernel->invoke(kernel->fn, kernel_args);
 	bar_leave(&block_bar);
 	bar_leave(&warp_bar[cur->tid.x / 32]);
 	cur->done = 1;
@@ -137,9 +151,34 @@ static void fiber_main(void)
 		yield();
 }
 
-static void fault_handler(int sig)
+static void fault_handler(int sig, siginfo_t *si, void *uc)
 {
-	siglongjmp(fault_jmp, sig);
+	int i = sig == SIGSEGV ? 0 : sig == SIGBUS ? 1 : 2;
+
+	if (sig != SIGILL && emu_managed_fault(si->si_addr))
+		return; /* the page is there now: retry the access */
+	if (emu_in_kernel_thread())
+		siglongjmp(fault_jmp, sig);
+	/* Not ours: the previous handler, or the default action. */
+	if (old_act[i].sa_flags & SA_SIGINFO) {
+		old_act[i].sa_sigaction(sig, si, uc);
+	} else if (old_act[i].sa_handler != SIG_DFL && old_act[i].sa_handler != SIG_IGN) {
+		old_act[i].sa_handler(sig);
+	} else {
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
+}
+
+static void install_handler(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = fault_handler;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	for (int i = 0; i < 3; i++)
+		sigaction(fault_sigs[i], &sa, &old_act[i]);
 }
 
 /* A buffer whose end touches a PROT_NONE page: overruns fault. */
@@ -171,45 +210,9 @@ void emu_guarded_free(void *p)
 		munmap(((void **)p)[-2], ((size_t *)p)[-1]);
 }
 
-int emu_launch(void (*fn)(const void *), const void *params, dim3 grid, dim3 block,
-	       size_t smem)
+static void run_grid(const struct emu_kernel *k, dim3 grid, unsigned int nthreads, void *dsm,
+		     size_t smem)
 {
-	struct sigaction sa, old_segv, old_bus;
-	unsigned int nthreads = block.x * block.y * block.z;
-	volatile int fault = 0;
-	void *dsm = NULL;
-
-	if (nthreads == 0 || nthreads > MAX_THREADS || block.y != 1 || block.z != 1) {
-		fprintf(stderr, "emu: unsupported block %ux%ux%u\n", block.x, block.y, block.z);
-		return -1;
-	}
-	if (!stacks) {
-		stacks = (uint8_t *)mmap(NULL, (size_t)STACK_BYTES * MAX_THREADS,
-					 PROT_READ | PROT_WRITE,
-					 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (stacks == MAP_FAILED)
-			abort();
-		for (int i = 0; i < MAX_THREADS; i++) /* a guard page under each stack */
-			mprotect(stacks + (size_t)i * STACK_BYTES, 4096, PROT_NONE);
-	}
-	if (smem) {
-		dsm = emu_guarded_alloc(smem, 16);
-		if (!dsm)
-			return -1;
-	}
-	kernel_fn = fn;
-	kernel_params = params;
-	emu_blockDim = block;
-	emu_gridDim = grid;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = fault_handler;
-	sa.sa_flags = SA_NODEFER;
-	sigaction(SIGSEGV, &sa, &old_segv);
-	sigaction(SIGBUS, &sa, &old_bus);
-	if (sigsetjmp(fault_jmp, 1)) {
-		fault = 1;
-		goto out;
-	}
 	for (unsigned int by = 0; by < grid.y; by++)
 		for (unsigned int bx = 0; bx < grid.x; bx++) {
 			emu_blockIdx = dim3{ bx, by, 0 };
@@ -245,16 +248,63 @@ int emu_launch(void (*fn)(const void *), const void *params, dim3 grid, dim3 blo
 					break;
 				if (progress == before) {
 					fprintf(stderr,
-						"emu: deadlock in block (%u, %u): a barrier under "
-						"divergent control flow?\n",
-						bx, by);
+						"emu: deadlock in block (%u, %u) of %s: a barrier "
+						"under divergent control flow?\n",
+						bx, by, k->name);
 					abort();
 				}
 			}
 		}
-out:
-	sigaction(SIGSEGV, &old_segv, NULL);
-	sigaction(SIGBUS, &old_bus, NULL);
+}
+
+int emu_run_kernel(const struct emu_kernel *k, void *const *args, dim3 grid, dim3 block,
+		   size_t smem)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	std::lock_guard<std::mutex> g(kernel_lock);
+	volatile int result = OK;
+	void *dsm = NULL;
+
+	pthread_once(&once, install_handler);
+	if (!stacks) {
+		stacks = (uint8_t *)mmap(NULL, (size_t)STACK_BYTES * MAX_THREADS,
+					 PROT_READ | PROT_WRITE,
+					 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (stacks == MAP_FAILED)
+			abort();
+		for (int i = 0; i < MAX_THREADS; i++) /* a guard page under each stack */
+			mprotect(stacks + (size_t)i * STACK_BYTES, 4096, PROT_NONE);
+	}
+	if (smem) {
+		dsm = emu_guarded_alloc(smem, 16);
+		if (!dsm)
+			abort();
+	}
+	kernel = k;
+	kernel_args = args;
+	emu_blockDim = block;
+	emu_gridDim = grid;
+	kernel_thread = pthread_self();
+	emu_managed_kernel_view(true);
+	switch (sigsetjmp(fault_jmp, 1)) {
+	case 0:
+		in_kernel = 1;
+		run_grid(k, grid, block.x * block.y * block.z, dsm, smem);
+		break;
+	case SIGILL:
+		result = E_MISALIGNED_ADDRESS;
+		break;
+	default:
+		result = E_ILLEGAL_ADDRESS;
+		break;
+	}
+	in_kernel = 0;
+	emu_managed_kernel_view(false);
 	emu_guarded_free(dsm);
-	return fault ? 1 : 0;
+	return result;
+}
+
+bool emu_in_kernel_thread(void)
+{
+	return in_kernel && pthread_equal(pthread_self(), kernel_thread);
 }

@@ -27,7 +27,7 @@ mkpack() {
 	local name=$1 seed=$2
 	[ -s "$work/$name-$tag.moem" ] && [ "$work/$name-$tag.moem" -nt "$moem" ] && return 0
 	rm -rf "$work/$name.model" "$work/$name-$tag.moem"
-	"$moem" mkmodel --layers "$L" --experts "$E" --topk 4 --hidden "$H" --moe-intermediate "$I" \
+	"$moem" mkmodel --layers "$L" --experts "$E" --top-k 4 --hidden "$H" --moe-intermediate "$I" \
 		--vocab 256 --seed "$seed" --out "$work/$name.model" >/dev/null &&
 		"$moem" pack --model "$work/$name.model" --out "$work/$name-$tag.moem" \
 			--precisions bf16,q4 >/dev/null || return 1

@@ -90,7 +90,17 @@ TEST_F_TIMEOUT(w, warm_restart_after_kill9, 900)
 	/* Killed in the middle of a run. */
 	ASSERT_EQ(0, dmn_connect(&self->m, 5000, &c));
 	ASSERT_EQ(0, moem_ctl_send(c, "run", dmn_run_args("steps", "100000", NULL), &id));
-	dmn_sleep_ms(300);
+	/* Killed once it has taken steps (not after a guessed delay). */
+	for (uint64_t end = dmn_ms() + 60000, done = 0; !done && dmn_ms() < end;) {
+		struct json_object *st;
+
+		if (dmn_call(&self->m, "status", NULL, &st) == 0)
+			done = dmn_u64(st, "run.steps_done") != UINT64_MAX &&
+			       dmn_u64(st, "run.steps_done") > 1;
+		json_object_put(st);
+		if (!done)
+			dmn_sleep_ms(5);
+	}
 	ASSERT_EQ(0, g_pool_read(&p0));
 	dmn_kill(&self->m, SIGKILL);
 	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));

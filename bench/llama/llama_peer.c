@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * llama-peer: llama.cpp, as shipped prebuilt by the npm package
+ * node-llama-cpp, driven through its own C API (llama.h of the same
+ * release, taken from the package's source bundle) so that moem's decode
+ * can be compared with it on the same GGUF model, the same token ids and
+ * the same thread count (bench/llama/run.sh), and so that its logits can
+ * serve as a second independent reference (tests/llama/logits.sh).
+ *
+ *   llama-peer quantize IN.gguf OUT.gguf bf16|q8_0|q4_k_m [THREADS]
+ *       llama_model_quantize() from the package's libllama.
+ *   llama-peer run --model M.gguf --tokens 1,2,3 [--max-new N] [--threads N]
+ *                  [--f32-kv] [--logits-out FILE]
+ *       Prefill the prompt in one llama_decode(), then decode greedily
+ *       one token per call; print JSON with prompt tokens/s, decode
+ *       tokens/s over the whole run and the median decode step, and the
+ *       generated ids. Flash attention is always off (the reference
+ *       setting; moem's CPU attention is not a flash kernel either).
+ *       --f32-kv keeps the KV cache in F32 (default F16, llama.cpp's).
+ *       --logits-out writes every position's logits in moem decode's
+ *       --logits-out format ("MOEMLGT1", u32 vocab, then per row u32 seq,
+ *       u32 pos, f32[vocab]).
+ *
+ * The backend libraries (libggml-cpu-<variant>.so) are loaded from the
+ * directory of libllama, as node-llama-cpp does; ggml picks the best
+ * variant for this CPU.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ggml-backend.h"
+#include "llama.h"
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void quiet_log(enum ggml_log_level level, const char *text, void *arg)
+{
+	(void)arg;
+	if (level == GGML_LOG_LEVEL_ERROR)
+		fputs(text, stderr);
+}
+
+static int parse_ids(const char *s, llama_token **out, int *n)
+{
+	int cap = 16, k = 0;
+	llama_token *v = malloc(sizeof(*v) * cap);
+
+	while (v && *s) {
+		char *end;
+		long x = strtol(s, &end, 10);
+
+		if (end == s || x < 0 || x > 0x7fffffff || (*end && *end != ',')) {
+			free(v);
+			return -EINVAL;
+		}
+		if (k == cap) {
+			llama_token *nv = realloc(v, sizeof(*v) * (cap *= 2));
+
+			if (!nv) {
+				free(v);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[k++] = (llama_token)x;
+		s = *end ? end + 1 : end;
+	}
+	if (!v)
+		return -ENOMEM;
+	if (!k) {
+		free(v);
+		return -EINVAL;
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int cmd_quantize(int argc, char **argv)
+{
+	struct llama_model_quantize_params p = llama_model_quantize_default_params();
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: llama-peer quantize IN OUT bf16|q8_0|q4_k_m [THREADS]\n");
+		return 2;
+	}
+	if (!strcmp(argv[3], "bf16"))
+		p.ftype = LLAMA_FTYPE_MOSTLY_BF16;
+	else if (!strcmp(argv[3], "q8_0"))
+		p.ftype = LLAMA_FTYPE_MOSTLY_Q8_0;
+	else if (!strcmp(argv[3], "q4_k_m"))
+		p.ftype = LLAMA_FTYPE_MOSTLY_Q4_K_M;
+	else {
+		fprintf(stderr, "llama-peer: unknown type %s\n", argv[3]);
+		return 2;
+	}
+	p.nthread = argc > 4 ? atoi(argv[4]) : 0;
+	if (llama_model_quantize(argv[1], argv[2], &p)) {
+		fprintf(stderr, "llama-peer: llama_model_quantize %s -> %s failed\n", argv[1],
+			argv[2]);
+		return 1;
+	}
+	return 0;
+}
+
+struct run_opts {
+	const char *model, *logits_out;
+	llama_token *prompt;
+	int n_prompt, max_new, threads;
+	int f32_kv;
+};
+
+static int write_rows(FILE *f, struct llama_context *ctx, int first, int n, int pos0, int n_vocab)
+{
+	for (int i = 0; i < n; i++) {
+		const float *l = llama_get_logits_ith(ctx, first + i);
+		unsigned int hdr[2] = {0, (unsigned int)(pos0 + i)};
+
+		if (!l || fwrite(hdr, sizeof(hdr), 1, f) != 1 ||
+		    fwrite(l, sizeof(float), (size_t)n_vocab, f) != (size_t)n_vocab)
+			return -EIO;
+	}
+	return 0;
+}
+
+static llama_token argmax(const float *l, int n)
+{
+	int best = 0;
+
+	for (int i = 1; i < n; i++)
+		if (l[i] > l[best])
+			best = i;
+	return best;
+}
+
+static int run(const struct run_opts *o)
+{
+	struct llama_model_params mp = llama_model_default_params();
+	struct llama_context_params cp = llama_context_default_params();
+	struct llama_model *model;
+	struct llama_context *ctx = NULL;
+	struct llama_batch b;
+	FILE *lf = NULL;
+	double t0, t_prompt, t_dec = 0, *steps;
+	llama_token *out;
+	int n_vocab, rc = 1, n_out = 0;
+
+	mp.n_gpu_layers = 0;
+	mp.load_mode = LLAMA_LOAD_MODE_NONE; /* read it all now: no page faults in timed steps */
+	model = llama_model_load_from_file(o->model, mp);
+	if (!model) {
+		fprintf(stderr, "llama-peer: cannot load %s\n", o->model);
+		return 1;
+	}
+	n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+	cp.n_ctx = (uint32_t)(o->n_prompt + o->max_new + 16);
+	cp.n_batch = cp.n_ubatch = (uint32_t)(o->n_prompt > 512 ? o->n_prompt : 512);
+	cp.n_seq_max = 1;
+	cp.n_threads = cp.n_threads_batch = o->threads;
+	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+	cp.no_perf = 1;
+	if (o->f32_kv)
+		cp.type_k = cp.type_v = GGML_TYPE_F32;
+	ctx = llama_init_from_model(model, cp);
+	steps = calloc((size_t)o->max_new + 1, sizeof(*steps));
+	out = calloc((size_t)o->max_new + 1, sizeof(*out));
+	b = llama_batch_init(o->n_prompt, 0, 1);
+	if (!ctx || !steps || !out) {
+		fprintf(stderr, "llama-peer: cannot make a context\n");
+		goto err;
+	}
+	if (o->logits_out) {
+		lf = fopen(o->logits_out, "wb");
+		if (!lf || fwrite("MOEMLGT1", 8, 1, lf) != 1 ||
+		    fwrite(&n_vocab, sizeof(n_vocab), 1, lf) != 1) {
+			fprintf(stderr, "llama-peer: cannot write %s\n", o->logits_out);
+			goto err;
+		}
+	}
+	/* warm-up: one token, then an empty cache (graph and buffers allocated) */
+	{
+		llama_token w = o->prompt[0];
+
+		if (llama_decode(ctx, llama_batch_get_one(&w, 1))) {
+			fprintf(stderr, "llama-peer: warm-up decode failed\n");
+			goto err;
+		}
+		llama_memory_clear(llama_get_memory(ctx), true);
+	}
+	for (int i = 0; i < o->n_prompt; i++) {
+		b.token[i] = o->prompt[i];
+		b.pos[i] = i;
+		b.n_seq_id[i] = 1;
+		b.seq_id[i][0] = 0;
+		b.logits[i] = lf || i == o->n_prompt - 1;
+	}
+	b.n_tokens = o->n_prompt;
+	t0 = now_ms();
+	if (llama_decode(ctx, b)) {
+		fprintf(stderr, "llama-peer: prompt decode failed\n");
+		goto err;
+	}
+	out[n_out++] = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+	t_prompt = now_ms() - t0;
+	if (lf && write_rows(lf, ctx, 0, o->n_prompt, 0, n_vocab))
+		goto err_write;
+	for (int k = 1; k < o->max_new; k++) {
+		llama_token t = out[n_out - 1];
+		double s = now_ms();
+
+		if (llama_decode(ctx, llama_batch_get_one(&t, 1))) {
+			fprintf(stderr, "llama-peer: decode step %d failed\n", k);
+			goto err;
+		}
+		out[n_out++] = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+		steps[k - 1] = now_ms() - s;
+		t_dec += steps[k - 1];
+		if (lf && write_rows(lf, ctx, -1, 1, o->n_prompt + k - 1, n_vocab))
+			goto err_write;
+	}
+	if (lf && fclose(lf)) {
+		lf = NULL;
+		goto err_write;
+	}
+	lf = NULL;
+	qsort(steps, (size_t)(o->max_new - 1), sizeof(*steps), cmp_d);
+	printf("{\"peer\":\"llama.cpp\",\"threads\":%d,\"prompt_tokens\":%d,\"prompt_ms\":%.3f,"
+	       "\"prompt_tokens_per_s\":%.3f,\"decode_steps\":%d,\"decode_ms\":%.3f,"
+	       "\"decode_tokens_per_s\":%.3f,\"median_decode_step_ms\":%.3f,\"tokens\":[",
+	       o->threads, o->n_prompt, t_prompt, o->n_prompt * 1e3 / t_prompt, o->max_new - 1,
+	       t_dec, t_dec > 0 ? (o->max_new - 1) * 1e3 / t_dec : 0.0,
+	       o->max_new > 1
+		       ? (o->max_new - 1) % 2
+				 ? steps[(o->max_new - 1) / 2]
+				 : (steps[(o->max_new - 1) / 2 - 1] + steps[(o->max_new - 1) / 2]) /
+					   2
+		       : 0.0);
+	for (int i = 0; i < n_out; i++)
+		printf("%s%d", i ? "," : "", out[i]);
+	printf("]}\n");
+	rc = 0;
+	goto err;
+err_write:
+	fprintf(stderr, "llama-peer: writing %s: %s\n", o->logits_out, strerror(errno));
+err:
+	if (lf) {
+		fclose(lf);
+		remove(o->logits_out); /* never leave half a file */
+	}
+	llama_batch_free(b);
+	free(steps);
+	free(out);
+	if (ctx)
+		llama_free(ctx);
+	llama_model_free(model);
+	return rc;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"tokens", required_argument, NULL, 't'},
+		{"max-new", required_argument, NULL, 'n'},
+		{"threads", required_argument, NULL, 'j'},
+		{"f32-kv", no_argument, NULL, 'f'},
+		{"logits-out", required_argument, NULL, 'l'},
+		{0},
+	};
+	struct run_opts o = {.max_new = 32, .threads = 1};
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			o.model = optarg;
+			break;
+		case 't':
+			if (parse_ids(optarg, &o.prompt, &o.n_prompt)) {
+				fprintf(stderr, "llama-peer: bad --tokens\n");
+				return 2;
+			}
+			break;
+		case 'n':
+			o.max_new = atoi(optarg);
+			break;
+		case 'j':
+			o.threads = atoi(optarg);
+			break;
+		case 'f':
+			o.f32_kv = 1;
+			break;
+		case 'l':
+			o.logits_out = optarg;
+			break;
+		default:
+			return 2;
+		}
+	}
+	if (!o.model || !o.prompt || o.max_new < 2 || o.threads < 1) {
+		fprintf(stderr, "usage: llama-peer run --model M --tokens IDS [--max-new N>=2] "
+				"[--threads N] [--f32-kv] [--logits-out F]\n");
+		free(o.prompt);
+		return 2;
+	}
+	rc = run(&o);
+	free(o.prompt);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = getenv("LLAMA_PEER_LIBDIR");
+	int rc;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: llama-peer quantize|run ...\n");
+		return 2;
+	}
+	llama_log_set(quiet_log, NULL);
+	if (dir)
+		ggml_backend_load_all_from_path(dir);
+	else
+		ggml_backend_load_all();
+	llama_backend_init();
+	rc = !strcmp(argv[1], "quantize") ? cmd_quantize(argc - 1, argv + 1)
+	     : !strcmp(argv[1], "run")	  ? cmd_run(argc - 1, argv + 1)
+					  : 2;
+	llama_backend_free();
+	return rc;
+}

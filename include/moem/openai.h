@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The OpenAI-compatible API's requests and responses
+ * (Documentation/protocol.md, "HTTP API"): parsing and checking a
+ * /v1/completions or /v1/chat/completions body, the error object a
+ * client library understands, response bodies and server-sent-event
+ * chunks, and stop strings over streamed text. No I/O and no model:
+ * moemd's HTTP side calls these.
+ *
+ * A request is checked whole before anything runs: an unknown field, a
+ * value of the wrong type or out of range, invalid UTF-8 or a NUL in a
+ * string gets a 400 whose error names the field ("param"), the way
+ * OpenAI's API answers.
+ */
+#ifndef MOEM_OPENAI_H
+#define MOEM_OPENAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <json-c/json.h>
+
+#define MOEM_OAI_STOP_MAX     4	   /* stop strings per request (OpenAI's bound) */
+#define MOEM_OAI_STOP_LEN     256  /* bytes per stop string */
+#define MOEM_OAI_TOP_MAX      20   /* top logprobs per token */
+#define MOEM_OAI_MESSAGES_MAX 4096 /* chat messages per request */
+
+enum moem_oai_endpoint {
+	MOEM_OAI_COMPLETIONS = 0, /* POST /v1/completions */
+	MOEM_OAI_CHAT = 1,	  /* POST /v1/chat/completions */
+};
+
+struct moem_oai_message {
+	char *role; /* system, developer, user, assistant */
+	char *content;
+};
+
+struct moem_oai_request {
+	enum moem_oai_endpoint ep;
+	char *model;
+	/* completions: the prompt as text, or as token ids (then prompt is NULL) */
+	char *prompt;
+	int32_t *prompt_ids;
+	uint32_t n_prompt_ids;
+	/* chat */
+	struct moem_oai_message *messages;
+	uint32_t n_messages;
+	uint32_t max_tokens; /* max_tokens or max_completion_tokens; 0: not given */
+	double temperature;  /* 0..2, default 1 (0: greedy) */
+	double top_p;	     /* (0, 1], default 1 */
+	int32_t top_k;	     /* 0: off (-1 is taken as off) */
+	double min_p;	     /* [0, 1], default 0 */
+	double presence_penalty, frequency_penalty; /* [-2, 2], default 0 */
+	double repetition_penalty;		    /* (0, 2], default 1 (vLLM's extension) */
+	bool has_seed;
+	uint64_t seed;
+	char *stop[MOEM_OAI_STOP_MAX];
+	uint32_t n_stop;
+	bool logprobs;	       /* completions: "logprobs": N given; chat: "logprobs": true */
+	uint32_t top_logprobs; /* alternatives per token, 0..MOEM_OAI_TOP_MAX */
+	bool stream, include_usage;
+};
+
+/* An API error: the HTTP status and OpenAI's error object. */
+struct moem_oai_error {
+	int status;	/* 400, 401, 404, 413, 429, 500, 503 */
+	char type[32];	/* invalid_request_error, authentication_error, ... */
+	char param[96]; /* the offending field ("" if none) */
+	char code[32];	/* "" or e.g. model_not_found, context_length_exceeded */
+	char message[512];
+};
+
+/* Fill e (message printf-style); returns -EINVAL for tail calls. */
+int moem_oai_errorf(struct moem_oai_error *e, int status, const char *type, const char *param,
+		    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* {"error":{"message":..,"type":..,"param":..,"code":..}} as a string (malloc()ed). */
+char *moem_oai_error_body(const struct moem_oai_error *e, size_t *len);
+
+/*
+ * Parse and check a request body. 0 and *rq (free it with
+ * moem_oai_request_free()); -EINVAL with *e filled (status 400);
+ * -ENOMEM.
+ */
+int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
+		   struct moem_oai_request *rq, struct moem_oai_error *e);
+void moem_oai_request_free(struct moem_oai_request *rq);
+
+/* True if s[0..len) is well-formed UTF-8 (no overlongs, surrogates or NULs). */
+bool moem_oai_utf8_ok(const char *s, size_t len);
+
+/* ---- responses ---- */
+
+/* One generated token, for logprobs. */
+struct moem_oai_token {
+	const char *text; /* its bytes (may be part of a UTF-8 character) */
+	size_t len;
+	float logprob;
+	uint32_t n_top;
+	struct {
+		const char *text;
+		size_t len;
+		float logprob;
+	} top[MOEM_OAI_TOP_MAX];
+};
+
+/* What every response and chunk of one request shares. */
+struct moem_oai_reply {
+	enum moem_oai_endpoint ep;
+	const char *id; /* "cmpl-..." or "chatcmpl-..." */
+	const char *model;
+	int64_t created; /* Unix seconds */
+	bool logprobs;	 /* include logprobs */
+	uint32_t top_logprobs;
+	uint64_t offset; /* completions' text_offset: text bytes before these tokens */
+};
+
+struct moem_oai_usage {
+	uint32_t prompt_tokens, completion_tokens;
+};
+
+/* "stop", "length", or NULL (still running) for an enum moem_sched_finish. */
+const char *moem_oai_finish_name(int finish);
+
+/*
+ * The whole (non-streaming) response: text (UTF-8; invalid sequences
+ * become U+FFFD), its tokens for logprobs (n may be 0), the finish reason
+ * and the usage. A JSON string, malloc()ed; NULL on ENOMEM.
+ */
+char *moem_oai_response(const struct moem_oai_reply *r, const char *text, size_t len,
+			const struct moem_oai_token *toks, uint32_t n, int finish,
+			const struct moem_oai_usage *u, size_t *out_len);
+/*
+ * One server-sent event "data: {...}\n\n" with a chunk: the text and
+ * tokens produced since the last chunk, the finish reason when this is
+ * the last one (0 otherwise); first adds the chat delta's role. NULL on
+ * ENOMEM.
+ */
+char *moem_oai_chunk(const struct moem_oai_reply *r, bool first, const char *text, size_t len,
+		     const struct moem_oai_token *toks, uint32_t n, int finish, size_t *out_len);
+/* The usage chunk (stream_options.include_usage): empty choices. */
+char *moem_oai_usage_chunk(const struct moem_oai_reply *r, const struct moem_oai_usage *u,
+			   size_t *out_len);
+/* An error inside a stream: "data: {"error":{...}}\n\n". */
+char *moem_oai_error_chunk(const struct moem_oai_error *e, size_t *out_len);
+/* The end of a stream. */
+#define MOEM_OAI_DONE "data: [DONE]\n\n"
+
+/* GET /v1/models: the one model this server serves. */
+char *moem_oai_models(const char *model, int64_t created, size_t *out_len);
+
+/* ---- stop strings ---- */
+
+/*
+ * Text streams out through a stop-string filter: it holds back the end
+ * of the text that could be the start of a stop string, and when a stop
+ * string appears it lets out only the text before it. What it lets out
+ * never contains a stop string, whatever the token boundaries.
+ */
+struct moem_oai_stop {
+	char *const *stops;
+	uint32_t n;
+	char *buf; /* held-back text */
+	size_t len, cap;
+	size_t sent; /* bytes at the start of buf let out by the last call */
+	bool matched;
+};
+
+void moem_oai_stop_init(struct moem_oai_stop *s, char *const *stops, uint32_t n);
+void moem_oai_stop_free(struct moem_oai_stop *s);
+/*
+ * Add text. *out and *out_len: what may be sent now (points into the
+ * filter's buffer, valid until the next call). Returns 1 when a stop
+ * string matched (the text after it is dropped, later calls add
+ * nothing), 0 otherwise, -ENOMEM.
+ */
+int moem_oai_stop_feed(struct moem_oai_stop *s, const char *text, size_t len, const char **out,
+		       size_t *out_len);
+/* The end of the text: what is still held back. */
+void moem_oai_stop_flush(struct moem_oai_stop *s, const char **out, size_t *out_len);
+
+#endif /* MOEM_OPENAI_H */

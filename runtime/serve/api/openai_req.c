@@ -1,0 +1,630 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Parsing and checking OpenAI request bodies (openai.h). Every field is
+ * looked up in one table that says which endpoint takes it; anything
+ * else is refused by name. null is taken as "not given", as OpenAI does.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/openai.h>
+#include <moem/util.h>
+
+int moem_oai_errorf(struct moem_oai_error *e, int status, const char *type, const char *param,
+		    const char *fmt, ...)
+{
+	va_list ap;
+
+	e->status = status;
+	snprintf(e->type, sizeof(e->type), "%s", type);
+	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+	e->code[0] = 0;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+#define BAD(e, param, ...) moem_oai_errorf(e, 400, "invalid_request_error", param, __VA_ARGS__)
+
+bool moem_oai_utf8_ok(const char *str, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0;
+
+	while (i < len) {
+		unsigned char c = s[i];
+		uint32_t cp;
+		size_t n;
+
+		if (c == 0)
+			return false;
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf) {
+			n = 1;
+			cp = c & 0x1f;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			n = 2;
+			cp = c & 0x0f;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			n = 3;
+			cp = c & 0x07;
+		} else {
+			return false;
+		}
+		if (n >= len - i)
+			return false; /* cut short */
+		for (size_t k = 1; k <= n; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return false;
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		}
+		if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		i += n + 1;
+	}
+	return true;
+}
+
+/* A string field: UTF-8 without NULs, copied. */
+static int get_string(struct json_object *v, const char *param, char **out,
+		      struct moem_oai_error *e)
+{
+	const char *s;
+	size_t len;
+
+	if (!json_object_is_type(v, json_type_string))
+		return BAD(e, param, "'%s' must be a string", param);
+	s = json_object_get_string(v);
+	len = (size_t)json_object_get_string_len(v);
+	if (!moem_oai_utf8_ok(s, len))
+		return BAD(e, param, "'%s' is not valid UTF-8 (or contains a NUL character)",
+			   param);
+	*out = strndup(s, len);
+	return *out ? 0 : -ENOMEM;
+}
+
+static int get_number(struct json_object *v, const char *param, double lo, double hi, bool lo_open,
+		      double *out, struct moem_oai_error *e)
+{
+	double d;
+
+	if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+		return BAD(e, param, "'%s' must be a number", param);
+	d = json_object_get_double(v);
+	if (!isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
+		return BAD(e, param, "'%s' is %g: it must be %s %g and <= %g", param, d,
+			   lo_open ? ">" : ">=", lo, hi);
+	*out = d;
+	return 0;
+}
+
+/* An integer: an int, or a double with no fraction (JavaScript sends 5.0 as 5). */
+static int get_int(struct json_object *v, const char *param, int64_t lo, int64_t hi, int64_t *out,
+		   struct moem_oai_error *e)
+{
+	int64_t x;
+
+	if (json_object_is_type(v, json_type_double)) {
+		double d = json_object_get_double(v);
+
+		if (!isfinite(d) || d != floor(d) || d < -9.2e18 || d > 9.2e18)
+			return BAD(e, param, "'%s' must be an integer", param);
+		x = (int64_t)d;
+	} else if (json_object_is_type(v, json_type_int)) {
+		/* json-c keeps big positive numbers as uint64 (and clamps
+		 * those past it): either is out of range here. */
+		if (json_object_get_int64(v) == INT64_MAX && json_object_get_uint64(v) > INT64_MAX)
+			return BAD(e, param, "'%s' is out of range", param);
+		x = json_object_get_int64(v);
+	} else {
+		return BAD(e, param, "'%s' must be an integer", param);
+	}
+	if (x < lo || x > hi)
+		return BAD(e, param, "'%s' is %lld: it must be %lld..%lld", param, (long long)x,
+			   (long long)lo, (long long)hi);
+	*out = x;
+	return 0;
+}
+
+static int get_bool(struct json_object *v, const char *param, bool *out, struct moem_oai_error *e)
+{
+	if (!json_object_is_type(v, json_type_boolean))
+		return BAD(e, param, "'%s' must be true or false", param);
+	*out = json_object_get_boolean(v);
+	return 0;
+}
+
+/* prompt: "text", ["text"], [ids], [[ids]]: exactly one prompt. */
+static int get_prompt(struct json_object *v, struct moem_oai_request *rq, struct moem_oai_error *e)
+{
+	size_t n;
+
+	if (json_object_is_type(v, json_type_string)) {
+		int ret = get_string(v, "prompt", &rq->prompt, e);
+
+		if (!ret && !rq->prompt[0])
+			ret = BAD(e, "prompt", "'prompt' is empty");
+		return ret;
+	}
+	if (!json_object_is_type(v, json_type_array))
+		return BAD(e, "prompt", "'prompt' must be a string or an array of token ids");
+	n = json_object_array_length(v);
+	if (n == 0)
+		return BAD(e, "prompt", "'prompt' is empty");
+	if (json_object_is_type(json_object_array_get_idx(v, 0), json_type_string) ||
+	    json_object_is_type(json_object_array_get_idx(v, 0), json_type_array)) {
+		if (n != 1)
+			return BAD(e, "prompt",
+				   "'prompt' has %zu prompts: this server takes one per request",
+				   n);
+		return get_prompt(json_object_array_get_idx(v, 0), rq, e);
+	}
+	if (n > (1u << 24))
+		return BAD(e, "prompt", "'prompt' has %zu token ids: too many", n);
+	rq->prompt_ids = calloc(n, sizeof(*rq->prompt_ids));
+	if (!rq->prompt_ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		int64_t id;
+		char param[32];
+		int ret;
+
+		snprintf(param, sizeof(param), "prompt[%zu]", i);
+		ret = get_int(json_object_array_get_idx(v, i), param, 0, INT32_MAX, &id, e);
+		if (ret)
+			return ret;
+		rq->prompt_ids[i] = (int32_t)id;
+	}
+	rq->n_prompt_ids = (uint32_t)n;
+	return 0;
+}
+
+/* content: a string, or an array of {"type":"text","text":...} parts (joined). */
+static int get_content(struct json_object *v, const char *param, char **out,
+		       struct moem_oai_error *e)
+{
+	size_t n, total = 0;
+	char p[160], *s;
+
+	if (json_object_is_type(v, json_type_string))
+		return get_string(v, param, out, e);
+	if (!json_object_is_type(v, json_type_array))
+		return BAD(e, param, "'%s' must be a string or an array of text parts", param);
+	n = json_object_array_length(v);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *part = json_object_array_get_idx(v, i), *t, *x;
+
+		snprintf(p, sizeof(p), "%s[%zu]", param, i);
+		if (!json_object_is_type(part, json_type_object))
+			return BAD(e, p, "'%s' must be an object", p);
+		json_object_object_foreach(part, key, val)
+		{
+			(void)val;
+			if (strcmp(key, "type") && strcmp(key, "text")) {
+				snprintf(p, sizeof(p), "%s[%zu].%s", param, i, key);
+				return BAD(e, p, "Unrecognized request argument supplied: %s", p);
+			}
+		}
+		if (!json_object_object_get_ex(part, "type", &t) ||
+		    !json_object_is_type(t, json_type_string) ||
+		    strcmp(json_object_get_string(t), "text")) {
+			snprintf(p, sizeof(p), "%s[%zu].type", param, i);
+			return BAD(e, p, "'%s' must be \"text\": this model takes text only", p);
+		}
+		snprintf(p, sizeof(p), "%s[%zu].text", param, i);
+		if (!json_object_object_get_ex(part, "text", &x) ||
+		    !json_object_is_type(x, json_type_string))
+			return BAD(e, p, "'%s' must be a string", p);
+		if (!moem_oai_utf8_ok(json_object_get_string(x),
+				      (size_t)json_object_get_string_len(x)))
+			return BAD(e, p, "'%s' is not valid UTF-8 (or contains a NUL character)",
+				   p);
+		total += (size_t)json_object_get_string_len(x);
+	}
+	s = malloc(total + 1);
+	if (!s)
+		return -ENOMEM;
+	total = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *x;
+
+		json_object_object_get_ex(json_object_array_get_idx(v, i), "text", &x);
+		memcpy(s + total, json_object_get_string(x), (size_t)json_object_get_string_len(x));
+		total += (size_t)json_object_get_string_len(x);
+	}
+	s[total] = 0;
+	*out = s;
+	return 0;
+}
+
+static int get_messages(struct json_object *v, struct moem_oai_request *rq,
+			struct moem_oai_error *e)
+{
+	static const char *const roles[] = {"system", "developer", "user", "assistant"};
+	size_t n;
+
+	if (!json_object_is_type(v, json_type_array))
+		return BAD(e, "messages", "'messages' must be an array");
+	n = json_object_array_length(v);
+	if (!n)
+		return BAD(e, "messages", "'messages' is empty");
+	if (n > MOEM_OAI_MESSAGES_MAX)
+		return BAD(e, "messages", "'messages' has %zu messages: at most %d", n,
+			   MOEM_OAI_MESSAGES_MAX);
+	rq->messages = calloc(n, sizeof(*rq->messages));
+	if (!rq->messages)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *m = json_object_array_get_idx(v, i), *role = NULL,
+				   *content = NULL;
+		struct moem_oai_message *msg = &rq->messages[i];
+		char p[96];
+		bool known = false;
+		int ret;
+
+		rq->n_messages = (uint32_t)i + 1;
+		snprintf(p, sizeof(p), "messages[%zu]", i);
+		if (!json_object_is_type(m, json_type_object))
+			return BAD(e, p, "'%s' must be an object", p);
+		json_object_object_foreach(m, key, val)
+		{
+			if (!strcmp(key, "role")) {
+				role = val;
+			} else if (!strcmp(key, "content")) {
+				content = val;
+			} else if (strcmp(key, "name")) {
+				snprintf(p, sizeof(p), "messages[%zu].%s", i, key);
+				return BAD(e, p, "Unrecognized request argument supplied: %s", p);
+			}
+		}
+		snprintf(p, sizeof(p), "messages[%zu].role", i);
+		if (!role)
+			return BAD(e, p, "'%s' is missing", p);
+		ret = get_string(role, p, &msg->role, e);
+		if (ret)
+			return ret;
+		for (size_t k = 0; k < MOEM_ARRAY_SIZE(roles); k++)
+			known |= !strcmp(msg->role, roles[k]);
+		if (!known)
+			return BAD(e, p,
+				   "'%s' is '%.32s': one of system, developer, user, assistant", p,
+				   msg->role);
+		snprintf(p, sizeof(p), "messages[%zu].content", i);
+		if (!content || json_object_is_type(content, json_type_null)) {
+			/* Only an assistant turn may come without content. */
+			if (strcmp(msg->role, "assistant"))
+				return BAD(e, p, "'%s' is missing", p);
+			msg->content = strdup("");
+			if (!msg->content)
+				return -ENOMEM;
+			continue;
+		}
+		ret = get_content(content, p, &msg->content, e);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int get_stop(struct json_object *v, struct moem_oai_request *rq, struct moem_oai_error *e)
+{
+	size_t n;
+
+	if (json_object_is_type(v, json_type_string)) {
+		n = 1;
+	} else if (json_object_is_type(v, json_type_array)) {
+		n = json_object_array_length(v);
+		if (n > MOEM_OAI_STOP_MAX)
+			return BAD(e, "stop", "'stop' has %zu strings: at most %d", n,
+				   MOEM_OAI_STOP_MAX);
+	} else {
+		return BAD(e, "stop", "'stop' must be a string or an array of strings");
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *s = json_object_is_type(v, json_type_string)
+						? v
+						: json_object_array_get_idx(v, i);
+		char p[32];
+		int ret;
+
+		snprintf(p, sizeof(p),
+			 json_object_is_type(v, json_type_string) ? "stop" : "stop[%zu]", i);
+		ret = get_string(s, p, &rq->stop[i], e);
+		rq->n_stop = (uint32_t)i + (ret ? 0 : 1);
+		if (ret)
+			return ret;
+		if (!rq->stop[i][0])
+			return BAD(e, p, "'%s' is empty", p);
+		if (strlen(rq->stop[i]) > MOEM_OAI_STOP_LEN)
+			return BAD(e, p, "'%s' is longer than %d bytes", p, MOEM_OAI_STOP_LEN);
+	}
+	return 0;
+}
+
+static int get_stream_options(struct json_object *v, struct moem_oai_request *rq,
+			      struct moem_oai_error *e)
+{
+	if (!json_object_is_type(v, json_type_object))
+		return BAD(e, "stream_options", "'stream_options' must be an object");
+	json_object_object_foreach(v, key, val)
+	{
+		char p[96];
+
+		snprintf(p, sizeof(p), "stream_options.%s", key);
+		if (strcmp(key, "include_usage"))
+			return BAD(e, p, "Unrecognized request argument supplied: %s", p);
+		if (json_object_is_type(val, json_type_null))
+			continue;
+		if (get_bool(val, p, &rq->include_usage, e))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+enum field {
+	F_MODEL,
+	F_PROMPT,
+	F_MESSAGES,
+	F_MAX_TOKENS,
+	F_MAX_COMPLETION_TOKENS,
+	F_TEMPERATURE,
+	F_TOP_P,
+	F_TOP_K,
+	F_MIN_P,
+	F_PRESENCE,
+	F_FREQUENCY,
+	F_REPETITION,
+	F_SEED,
+	F_STOP,
+	F_N,
+	F_LOGPROBS,
+	F_TOP_LOGPROBS,
+	F_STREAM,
+	F_STREAM_OPTIONS,
+	F_USER,
+};
+
+#define EP_C (1u << MOEM_OAI_COMPLETIONS)
+#define EP_H (1u << MOEM_OAI_CHAT)
+
+static const struct {
+	const char *name;
+	enum field f;
+	unsigned int eps;
+} fields[] = {
+	{"model", F_MODEL, EP_C | EP_H},
+	{"prompt", F_PROMPT, EP_C},
+	{"messages", F_MESSAGES, EP_H},
+	{"max_tokens", F_MAX_TOKENS, EP_C | EP_H},
+	{"max_completion_tokens", F_MAX_COMPLETION_TOKENS, EP_H},
+	{"temperature", F_TEMPERATURE, EP_C | EP_H},
+	{"top_p", F_TOP_P, EP_C | EP_H},
+	{"top_k", F_TOP_K, EP_C | EP_H},
+	{"min_p", F_MIN_P, EP_C | EP_H},
+	{"presence_penalty", F_PRESENCE, EP_C | EP_H},
+	{"frequency_penalty", F_FREQUENCY, EP_C | EP_H},
+	{"repetition_penalty", F_REPETITION, EP_C | EP_H},
+	{"seed", F_SEED, EP_C | EP_H},
+	{"stop", F_STOP, EP_C | EP_H},
+	{"n", F_N, EP_C | EP_H},
+	{"logprobs", F_LOGPROBS, EP_C | EP_H},
+	{"top_logprobs", F_TOP_LOGPROBS, EP_H},
+	{"stream", F_STREAM, EP_C | EP_H},
+	{"stream_options", F_STREAM_OPTIONS, EP_C | EP_H},
+	{"user", F_USER, EP_C | EP_H},
+};
+
+/* OpenAI's fields this server does not implement: null is taken as absent. */
+static bool unsupported(const char *name, enum moem_oai_endpoint ep)
+{
+	static const char *const both[] = {
+		"logit_bias",	    "best_of",	     "echo",	     "suffix",
+		"response_format",  "tools",	     "tool_choice",  "parallel_tool_calls",
+		"functions",	    "function_call", "service_tier", "store",
+		"metadata",	    "modalities",    "audio",	     "prediction",
+		"reasoning_effort",
+	};
+
+	(void)ep;
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(both); i++)
+		if (!strcmp(name, both[i]))
+			return true;
+	return false;
+}
+
+static int field(struct moem_oai_request *rq, enum field f, const char *name, struct json_object *v,
+		 bool *top_logprobs_given, struct moem_oai_error *e)
+{
+	char *tmp = NULL;
+	int64_t x;
+	int ret;
+
+	switch (f) {
+	case F_MODEL:
+		return get_string(v, name, &rq->model, e);
+	case F_PROMPT:
+		return get_prompt(v, rq, e);
+	case F_MESSAGES:
+		return get_messages(v, rq, e);
+	case F_MAX_TOKENS:
+	case F_MAX_COMPLETION_TOKENS:
+		ret = get_int(v, name, 1, INT32_MAX, &x, e);
+		if (!ret)
+			rq->max_tokens = (uint32_t)x;
+		return ret;
+	case F_TEMPERATURE:
+		return get_number(v, name, 0, 2, false, &rq->temperature, e);
+	case F_TOP_P:
+		return get_number(v, name, 0, 1, true, &rq->top_p, e);
+	case F_TOP_K:
+		ret = get_int(v, name, -1, INT32_MAX, &x, e);
+		if (!ret)
+			rq->top_k = x < 0 ? 0 : (int32_t)x;
+		return ret;
+	case F_MIN_P:
+		return get_number(v, name, 0, 1, false, &rq->min_p, e);
+	case F_PRESENCE:
+		return get_number(v, name, -2, 2, false, &rq->presence_penalty, e);
+	case F_FREQUENCY:
+		return get_number(v, name, -2, 2, false, &rq->frequency_penalty, e);
+	case F_REPETITION:
+		return get_number(v, name, 0, 2, true, &rq->repetition_penalty, e);
+	case F_SEED:
+		ret = get_int(v, name, INT64_MIN, INT64_MAX, &x, e);
+		if (!ret) {
+			rq->seed = (uint64_t)x;
+			rq->has_seed = true;
+		}
+		return ret;
+	case F_STOP:
+		return get_stop(v, rq, e);
+	case F_N:
+		ret = get_int(v, name, 1, 1, &x, e);
+		if (ret)
+			snprintf(e->message, sizeof(e->message),
+				 "'n' must be 1: this server generates one choice per request");
+		return ret;
+	case F_LOGPROBS:
+		if (rq->ep == MOEM_OAI_CHAT)
+			return get_bool(v, name, &rq->logprobs, e);
+		/* completions: the number of alternatives, 0..20 */
+		ret = get_int(v, name, 0, MOEM_OAI_TOP_MAX, &x, e);
+		if (!ret) {
+			rq->logprobs = true;
+			rq->top_logprobs = (uint32_t)x;
+		}
+		return ret;
+	case F_TOP_LOGPROBS:
+		ret = get_int(v, name, 0, MOEM_OAI_TOP_MAX, &x, e);
+		if (!ret) {
+			rq->top_logprobs = (uint32_t)x;
+			*top_logprobs_given = true;
+		}
+		return ret;
+	case F_STREAM:
+		return get_bool(v, name, &rq->stream, e);
+	case F_STREAM_OPTIONS:
+		return get_stream_options(v, rq, e);
+	case F_USER:
+		/* An end-user id for abuse tracking: checked, not kept. */
+		ret = get_string(v, name, &tmp, e);
+		free(tmp);
+		return ret;
+	}
+	return BAD(e, name, "Unrecognized request argument supplied: %s", name);
+}
+
+void moem_oai_request_free(struct moem_oai_request *rq)
+{
+	free(rq->model);
+	free(rq->prompt);
+	free(rq->prompt_ids);
+	for (uint32_t i = 0; i < rq->n_messages; i++) {
+		free(rq->messages[i].role);
+		free(rq->messages[i].content);
+	}
+	free(rq->messages);
+	for (uint32_t i = 0; i < rq->n_stop; i++)
+		free(rq->stop[i]);
+	memset(rq, 0, sizeof(*rq));
+}
+
+int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
+		   struct moem_oai_request *rq, struct moem_oai_error *e)
+{
+	struct json_tokener *tok;
+	struct json_object *root;
+	bool top_given = false, stream_options = false;
+	enum json_tokener_error jerr;
+	int ret = 0;
+
+	memset(rq, 0, sizeof(*rq));
+	memset(e, 0, sizeof(*e));
+	rq->ep = ep;
+	rq->temperature = 1.0;
+	rq->top_p = 1.0;
+	rq->repetition_penalty = 1.0;
+	if (len > INT32_MAX)
+		return moem_oai_errorf(e, 413, "invalid_request_error", NULL,
+				       "the body is too big");
+	tok = json_tokener_new_ex(64);
+	if (!tok)
+		return -ENOMEM;
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	root = json_tokener_parse_ex(tok, body, (int)len);
+	jerr = json_tokener_get_error(tok);
+	if (!root || jerr != json_tokener_success || json_tokener_get_parse_end(tok) != len) {
+		if (jerr == json_tokener_continue || jerr == json_tokener_success)
+			BAD(e, NULL,
+			    "the body is not one complete JSON object (it ends early or has "
+			    "text after it)");
+		else
+			BAD(e, NULL, "the body is not valid JSON: %s at byte %zu",
+			    json_tokener_error_desc(jerr), json_tokener_get_parse_end(tok));
+		json_tokener_free(tok);
+		json_object_put(root);
+		return -EINVAL;
+	}
+	json_tokener_free(tok);
+	if (!json_object_is_type(root, json_type_object)) {
+		json_object_put(root);
+		return BAD(e, NULL, "the body must be a JSON object");
+	}
+	json_object_object_foreach(root, key, val)
+	{
+		size_t i;
+
+		for (i = 0; i < MOEM_ARRAY_SIZE(fields); i++)
+			if (!strcmp(key, fields[i].name) && (fields[i].eps & (1u << ep)))
+				break;
+		if (i == MOEM_ARRAY_SIZE(fields)) {
+			char name[64];
+
+			snprintf(name, sizeof(name), "%s", key);
+			if (unsupported(name, ep)) {
+				/* Clients send some of these as null. */
+				if (json_object_is_type(val, json_type_null))
+					continue;
+				ret = BAD(e, name, "'%s' is not supported by this server", name);
+			} else {
+				ret = BAD(e, name, "Unrecognized request argument supplied: %s",
+					  name);
+			}
+			break;
+		}
+		if (json_object_is_type(val, json_type_null))
+			continue;
+		stream_options |= fields[i].f == F_STREAM_OPTIONS;
+		ret = field(rq, fields[i].f, key, val, &top_given, e);
+		if (ret)
+			break;
+	}
+	json_object_put(root);
+	if (ret)
+		goto fail;
+	if (!rq->model)
+		ret = BAD(e, "model", "'model' is missing");
+	else if (ep == MOEM_OAI_COMPLETIONS && !rq->prompt && !rq->n_prompt_ids)
+		ret = BAD(e, "prompt", "'prompt' is missing");
+	else if (ep == MOEM_OAI_CHAT && !rq->n_messages)
+		ret = BAD(e, "messages", "'messages' is missing");
+	else if (stream_options && !rq->stream)
+		ret = BAD(e, "stream_options",
+			  "'stream_options' is only allowed with 'stream': true");
+	else if (top_given && !rq->logprobs && rq->top_logprobs)
+		ret = BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+	if (!ret)
+		return 0;
+fail:
+	moem_oai_request_free(rq);
+	return ret;
+}

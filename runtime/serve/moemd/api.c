@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The endpoints (Documentation/protocol.md, "HTTP API"), on HTTP
+ * threads: /health, /metrics, /v1/models, and the two generation
+ * endpoints. A generation request is checked whole, turned into token
+ * ids and queued; then its connection is suspended. A stream's content
+ * callback hands out the server-sent events the worker appended and
+ * suspends the connection again when it has sent them all; an answer
+ * that is not streamed is queued when the worker resumes the connection
+ * for the last time.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <microhttpd.h>
+
+#include <moem/error.h>
+#include <moem/log.h>
+#include <moem/util.h>
+
+#include "moemd.h"
+#include "serve.h"
+
+static int queue_body(struct MHD_Connection *c, unsigned int status, const char *type, char *body,
+		      size_t len)
+{
+	struct MHD_Response *resp;
+	int ret;
+
+	if (!body)
+		return MHD_NO;
+	resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	ret = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+int moemd_api_health(struct moemd_srv *s, struct MHD_Connection *c)
+{
+	int state = moemd_state_get(s->d);
+	char buf[512];
+	bool ok = s->ready && state == MOEMD_READY && !s->closing;
+	const char *why = ok					  ? "ready"
+			  : state == MOEMD_STARTING		  ? "starting"
+			  : state == MOEMD_STAGING		  ? "staging experts"
+			  : state == MOEMD_DRAINING || s->closing ? "shutting down"
+			  : s->model_err[0]			  ? s->model_err
+								  : "waiting for the first step";
+	struct json_object *o = json_object_new_object();
+	const char *txt;
+
+	json_object_object_add(o, "status", json_object_new_string(ok ? "ok" : "unavailable"));
+	json_object_object_add(o, "state", json_object_new_string(why));
+	txt = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	snprintf(buf, sizeof(buf), "%s", txt ? txt : "{}");
+	json_object_put(o);
+	moemd_http_count(s, EP_HEALTH, ok ? 200 : 503);
+	return queue_body(c, ok ? 200 : 503, "application/json", strdup(buf), strlen(buf));
+}
+
+int moemd_api_metrics(struct moemd_srv *s, struct MHD_Connection *c)
+{
+	size_t len = 0;
+	char *t;
+
+	/* Counted first, so the scrape sees itself. */
+	moemd_http_count(s, EP_METRICS, 200);
+	t = moemd_metrics_text(s->d, &len);
+	return queue_body(c, 200, "text/plain; version=0.0.4; charset=utf-8", t, len);
+}
+
+int moemd_api_models(struct moemd_srv *s, struct MHD_Connection *c)
+{
+	size_t len;
+	char *b = moem_oai_models(s->cfg.model_name, s->created, &len);
+
+	moemd_http_count(s, EP_MODELS, 200);
+	return queue_body(c, 200, "application/json", b, len);
+}
+
+/* ---- streams ---- */
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct moemd_sreq *r = cls;
+	ssize_t n;
+
+	(void)pos;
+	pthread_mutex_lock(&r->lock);
+	if (r->out_pos < r->out_len) {
+		n = (ssize_t)moem_min(max, r->out_len - r->out_pos);
+		memcpy(buf, r->out + r->out_pos, (size_t)n);
+		r->out_pos += (size_t)n;
+		if (r->out_pos == r->out_len)
+			r->out_pos = r->out_len = 0;
+	} else if (r->done) {
+		n = MHD_CONTENT_READER_END_OF_STREAM;
+	} else {
+		/* Nothing yet: wait without a thread; the worker resumes us. */
+		r->suspended = true;
+		MHD_suspend_connection(r->conn);
+		n = 0;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
+static void stream_free(void *cls)
+{
+	moemd_sreq_put(cls);
+}
+
+static int start_stream(struct moemd_srv *s, struct MHD_Connection *c, struct moemd_sreq *r)
+{
+	struct MHD_Response *resp;
+	int ret;
+
+	/* The response holds a reference until MHD is done with it. */
+	pthread_mutex_lock(&r->lock);
+	r->refs++;
+	pthread_mutex_unlock(&r->lock);
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r,
+						 stream_free);
+	if (!resp) {
+		moemd_sreq_put(r);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	ret = MHD_queue_response(c, 200, resp);
+	MHD_destroy_response(resp);
+	moemd_http_count(s, r->rq.ep == MOEM_OAI_CHAT ? EP_CHAT : EP_COMPLETIONS, 200);
+	return ret;
+}
+
+/* ---- the whole answer ---- */
+
+static int queue_answer(struct moemd_srv *s, struct MHD_Connection *c, struct moemd_sreq *r)
+{
+	enum moemd_ep ep = r->rq.ep == MOEM_OAI_CHAT ? EP_CHAT : EP_COMPLETIONS;
+	struct moem_oai_usage u = {r->n_prompt, r->generated};
+	struct moem_oai_token *t = NULL;
+	size_t len;
+	char *body;
+	int ret;
+
+	if (r->finish == MOEM_SCHED_ERROR || r->finish == MOEM_SCHED_CANCEL) {
+		moemd_http_count(s, ep, (unsigned int)r->oerr.status);
+		return moemd_api_error(c, &r->oerr);
+	}
+	if (r->rq.logprobs && r->n_toks) {
+		t = calloc(r->n_toks, sizeof(*t));
+		if (!t)
+			return MHD_NO;
+		for (uint32_t i = 0; i < r->n_toks; i++) {
+			t[i].text = r->toks[i].text;
+			t[i].len = r->toks[i].len;
+			t[i].logprob = r->toks[i].logprob;
+			t[i].n_top = r->toks[i].n_top;
+			for (uint32_t k = 0; k < t[i].n_top; k++) {
+				t[i].top[k].text = r->toks[i].top_text[k];
+				t[i].top[k].len = r->toks[i].top_len[k];
+				t[i].top[k].logprob = r->toks[i].top_logprob[k];
+			}
+		}
+	}
+	body = moem_oai_response(&r->reply, r->text ? r->text : "", r->text_len, t,
+				 r->rq.logprobs ? r->n_toks : 0, r->finish, &u, &len);
+	free(t);
+	ret = queue_body(c, 200, "application/json", body, len);
+	moemd_http_count(s, ep, 200);
+	return ret;
+}
+
+int moemd_api_resume(struct moemd_srv *s, struct MHD_Connection *c, struct moemd_sreq *r)
+{
+	int ret = MHD_YES;
+
+	pthread_mutex_lock(&r->lock);
+	if (r->rq.stream || r->queued_response) {
+		pthread_mutex_unlock(&r->lock);
+		return MHD_YES;
+	}
+	if (!r->done) {
+		r->suspended = true;
+		MHD_suspend_connection(c);
+		pthread_mutex_unlock(&r->lock);
+		return MHD_YES;
+	}
+	r->queued_response = true;
+	pthread_mutex_unlock(&r->lock);
+	ret = queue_answer(s, c, r);
+	return ret;
+}
+
+int moemd_api_generate(struct moemd_srv *s, struct MHD_Connection *c, enum moem_oai_endpoint ep,
+		       const char *body, size_t len, struct moemd_sreq **out)
+{
+	enum moemd_ep mep = ep == MOEM_OAI_CHAT ? EP_CHAT : EP_COMPLETIONS;
+	struct moem_oai_error e = {0};
+	struct moemd_sreq *r;
+	int ret;
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return MHD_NO;
+	pthread_mutex_init(&r->lock, NULL);
+	r->refs = 1; /* the connection's */
+	r->srv = s;
+	r->conn = c;
+	r->t_arrive = moem_now_ns();
+	ret = moem_oai_parse(ep, body, len, &r->rq, &e);
+	if (!ret && strcmp(r->rq.model, s->cfg.model_name)) {
+		ret = moem_oai_errorf(
+			&e, 404, "invalid_request_error", "model",
+			"The model '%.128s' does not exist: this server serves '%.128s'",
+			r->rq.model, s->cfg.model_name);
+		snprintf(e.code, sizeof(e.code), "model_not_found");
+	}
+	if (!ret)
+		ret = moemd_serve_submit(s, r, &e);
+	if (ret) {
+		if (ret == -ENOMEM && !e.status)
+			moem_oai_errorf(&e, 500, "server_error", NULL, "out of memory");
+		moemd_http_count(s, mep, (unsigned int)e.status);
+		moemd_sreq_put(r);
+		return moemd_api_error(c, &e);
+	}
+	*out = r;
+	if (r->rq.stream)
+		return start_stream(s, c, r);
+	/* Wait for the answer without holding a thread. */
+	pthread_mutex_lock(&r->lock);
+	if (!r->done) {
+		r->suspended = true;
+		MHD_suspend_connection(c);
+		pthread_mutex_unlock(&r->lock);
+		return MHD_YES;
+	}
+	r->queued_response = true;
+	pthread_mutex_unlock(&r->lock);
+	return queue_answer(s, c, r);
+}
+
+void moemd_api_closed(struct moemd_srv *s, struct moemd_sreq *r)
+{
+	bool running, counted;
+
+	pthread_mutex_lock(&r->lock);
+	running = !r->done;
+	counted = r->gone;
+	r->gone = true;
+	r->conn = NULL;
+	r->suspended = false;
+	pthread_mutex_unlock(&r->lock);
+	if (running && s->sched) {
+		/* The client left: its sequence and KV blocks go at the next step. */
+		if (!counted) {
+			pthread_mutex_lock(&s->lock);
+			s->disconnects++;
+			pthread_mutex_unlock(&s->lock);
+		}
+		moem_sched_cancel(s->sched, r);
+	}
+	moemd_sreq_put(r);
+}

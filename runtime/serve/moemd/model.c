@@ -1,0 +1,398 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The model behind the HTTP API: the pack's tokenizer (tokenizer.h) for
+ * prompts and streamed text, and the full decoder (decode.h) on moemd's
+ * engine, driven by the scheduler through moemd_model_ops. The decoder
+ * reserves a sequence's KV blocks (prompt + max tokens) when it starts,
+ * so -ENOSPC there means "wait", and a running sequence never runs out. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/chat.h>
+#include <moem/decode.h>
+#include <moem/error.h>
+#include <moem/log.h>
+#include <moem/pack.h>
+#include <moem/tokenizer.h>
+#include <moem/util.h>
+
+#include "moemd.h"
+#include "serve.h"
+
+struct moemd_model {
+	struct moem_decoder *dec;
+	struct moem_tokenizer *tok;
+	struct moem_chat_template *chat; /* NULL: the pack has none */
+	char chat_err[160];
+	struct moem_tok_info info;
+	uint32_t max_context;
+	uint64_t next_seed;
+};
+
+/* One step of one token, so that /health says 200 only once the model ran. */
+static int first_step(struct moemd_model *m)
+{
+	struct moem_seq_params p = {0};
+	struct moem_token_out out;
+	struct moem_work w = {0};
+	int32_t id = m->info.bos_id >= 0 ? (int32_t)m->info.bos_id : 0;
+	uint64_t seq;
+	int ret;
+
+	p.prompt = &id;
+	p.n_prompt = 1;
+	moem_sampling_defaults(&p.sampling);
+	p.max_new_tokens = 1;
+	ret = moem_decoder_add(m->dec, &p, &seq);
+	if (ret)
+		return ret;
+	w.seq = seq;
+	w.kind = MOEM_WORK_PREFILL;
+	w.n_tokens = 1;
+	ret = moem_decoder_step(m->dec, &w, 1, &out, NULL);
+	moem_decoder_cancel(m->dec, seq); /* -ENOENT once it finished: fine */
+	return ret;
+}
+
+int moemd_model_open(struct moemd *d, struct moemd_model **out)
+{
+	struct moem_decoder_opts o = {0};
+	struct moemd_model *m;
+	struct moem_pack *pack = NULL;
+	struct moem_kv_usage u;
+	int ret;
+
+	*out = NULL;
+	if (d->cfg.sched.step_tokens > 4096)
+		return moem_errf(EINVAL, "step-tokens %u: the decoder takes at most 4096 a step",
+				 d->cfg.sched.step_tokens);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	ret = moem_pack_open(d->cfg.ea.o.pack_path, &pack);
+	if (!ret)
+		ret = moem_tok_load_pack(&m->tok, pack);
+	if (pack)
+		moem_pack_close(pack);
+	if (ret) {
+		ret = moem_err_prefix(ret, "the pack's tokenizer");
+		goto fail;
+	}
+	moem_tok_info(m->tok, &m->info);
+	if (m->info.chat_template) {
+		ret = moem_chat_from_tokenizer(m->tok, &m->chat);
+		if (ret) {
+			/* Completions still work; chat says why not. */
+			snprintf(m->chat_err, sizeof(m->chat_err), "the chat template: %s",
+				 moem_strerror(ret));
+			moem_warn("serving: %s: /v1/chat/completions will answer 400", m->chat_err);
+			m->chat = NULL;
+		}
+	} else {
+		snprintf(m->chat_err, sizeof(m->chat_err), "this model has no chat template");
+	}
+	o.max_seqs = moem_min(d->cfg.sched.max_running, 1024u);
+	o.max_step_tokens = d->cfg.sched.step_tokens;
+	ret = moem_decoder_open(d->e, &o, &m->dec);
+	if (ret)
+		goto fail;
+	moem_decoder_kv_usage(m->dec, &u);
+	m->max_context = u.max_context;
+	ret = first_step(m);
+	if (ret) {
+		ret = moem_err_prefix(ret, "the first step");
+		goto fail;
+	}
+	moem_info("serving: %s tokenizer (%u tokens%s), context %u, KV %llu blocks of %u tokens",
+		  moem_tok_kind_name(m->info.kind), m->info.vocab_size,
+		  m->info.chat_template ? ", chat template" : ", no chat template", m->max_context,
+		  (unsigned long long)u.blocks_total, u.block_tokens);
+	*out = m;
+	return 0;
+fail:
+	moemd_model_close(m);
+	return ret;
+}
+
+void moemd_model_close(struct moemd_model *m)
+{
+	if (!m)
+		return;
+	if (m->dec)
+		moem_decoder_close(m->dec);
+	if (m->chat)
+		moem_chat_free(m->chat);
+	if (m->tok)
+		moem_tok_free(m->tok);
+	free(m);
+}
+
+/* The conversation through the pack's chat template, ready to answer. */
+static int render_chat(struct moemd_model *m, const struct moem_oai_request *rq, char **text,
+		       struct moem_oai_error *e)
+{
+	struct json_object *a = json_object_new_array();
+	struct moem_chat_args ca = {0};
+	size_t len;
+	int ret;
+
+	if (!m->chat)
+		return moem_oai_errorf(e, 400, "invalid_request_error", "messages",
+				       "%s: use /v1/completions", m->chat_err);
+	if (!a)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < rq->n_messages; i++) {
+		struct json_object *msg = json_object_new_object();
+		/* "developer" is OpenAI's newer name for the system turn. */
+		const char *role =
+			strcmp(rq->messages[i].role, "developer") ? rq->messages[i].role : "system";
+
+		json_object_object_add(msg, "role", json_object_new_string(role));
+		json_object_object_add(msg, "content",
+				       json_object_new_string(rq->messages[i].content));
+		json_object_array_add(a, msg);
+	}
+	ca.messages_json = json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN);
+	ca.messages_len = strlen(ca.messages_json);
+	ca.bos_token = moem_tok_special_str(m->tok, "bos_token");
+	ca.eos_token = moem_tok_special_str(m->tok, "eos_token");
+	ca.add_generation_prompt = true;
+	ret = moem_chat_render(m->chat, &ca, text, &len);
+	json_object_put(a);
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret)
+		return moem_oai_errorf(e, 400, "invalid_request_error", "messages",
+				       "the chat template refused the conversation: %s",
+				       moem_strerror(ret));
+	return 0;
+}
+
+int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq, int32_t **ids,
+		       uint32_t *n, struct moem_oai_error *e)
+{
+	struct moem_tok_ids t = {0};
+	uint32_t max_new, k = 0;
+	char *text = NULL;
+	bool bos;
+	int ret;
+
+	*ids = NULL;
+	if (rq->ep == MOEM_OAI_CHAT) {
+		ret = render_chat(m, rq, &text, e);
+		if (ret)
+			return ret;
+		/* The template wrote the special tokens (BOS included). */
+		ret = moem_tok_encode(m->tok, text, strlen(text), 0, &t);
+		free(text);
+		if (ret) {
+			moem_tok_ids_free(&t);
+			return moem_oai_errorf(e, 400, "invalid_request_error", "messages", "%s",
+					       moem_strerror(ret));
+		}
+		*ids = malloc((t.n ? t.n : 1) * sizeof(**ids));
+		if (!*ids) {
+			moem_tok_ids_free(&t);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < t.n; i++)
+			(*ids)[k++] = (int32_t)t.ids[i];
+		*n = k;
+		moem_tok_ids_free(&t);
+	} else if (rq->n_prompt_ids) {
+		*ids = malloc(rq->n_prompt_ids * sizeof(**ids));
+		if (!*ids)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < rq->n_prompt_ids; i++) {
+			if ((uint32_t)rq->prompt_ids[i] >= m->info.vocab_size) {
+				free(*ids);
+				*ids = NULL;
+				return moem_oai_errorf(e, 400, "invalid_request_error", "prompt",
+						       "token id %d is not in the vocabulary (%u)",
+						       rq->prompt_ids[i], m->info.vocab_size);
+			}
+			(*ids)[i] = rq->prompt_ids[i];
+		}
+		*n = rq->n_prompt_ids;
+	} else {
+		ret = moem_tok_encode(m->tok, rq->prompt, strlen(rq->prompt), 0, &t);
+		if (ret) {
+			moem_tok_ids_free(&t);
+			return moem_oai_errorf(e, 400, "invalid_request_error", "prompt", "%s",
+					       moem_strerror(ret));
+		}
+		/* transformers' add_bos_token: a plain prompt starts with BOS. */
+		bos = m->info.add_bos && m->info.bos_id >= 0 &&
+		      !(t.n && t.ids[0] == (uint32_t)m->info.bos_id);
+		*ids = malloc((t.n + 1) * sizeof(**ids));
+		if (!*ids) {
+			moem_tok_ids_free(&t);
+			return -ENOMEM;
+		}
+		if (bos)
+			(*ids)[k++] = (int32_t)m->info.bos_id;
+		for (size_t i = 0; i < t.n; i++)
+			(*ids)[k++] = (int32_t)t.ids[i];
+		*n = k;
+		moem_tok_ids_free(&t);
+	}
+	/* Chat without max_tokens runs to the end of the context. */
+	max_new = rq->max_tokens ? rq->max_tokens : 1;
+	if (!*n || *n >= m->max_context || max_new > m->max_context - *n) {
+		free(*ids);
+		*ids = NULL;
+		ret = moem_oai_errorf(e, 400, "invalid_request_error", "max_tokens",
+				      "the prompt (%u tokens) and max_tokens (%u) do not fit the "
+				      "context of %u tokens",
+				      *n, max_new, m->max_context);
+		snprintf(e->code, sizeof(e->code), "context_length_exceeded");
+		return ret;
+	}
+	return 0;
+}
+
+int moemd_model_detok_new(struct moemd_model *m, void **out)
+{
+	return moem_tok_stream_new(m->tok, MOEM_TOK_SKIP_SPECIAL, (struct moem_tok_stream **)out);
+}
+
+void moemd_model_detok_free(struct moemd_model *m, void *dt)
+{
+	(void)m;
+	moem_tok_stream_free(dt);
+}
+
+int moemd_model_detok_push(struct moemd_model *m, void *dt, int32_t id, const char **text,
+			   size_t *len)
+{
+	(void)m;
+	return moem_tok_stream_push(dt, (uint32_t)id, text, len);
+}
+
+int moemd_model_detok_flush(struct moemd_model *m, void *dt, const char **text, size_t *len)
+{
+	(void)m;
+	return moem_tok_stream_flush(dt, text, len);
+}
+
+const char *moemd_model_token_text(struct moemd_model *m, int32_t id, size_t *len)
+{
+	static __thread char *buf;
+	uint32_t u = (uint32_t)id;
+	size_t n = 0;
+
+	free(buf);
+	buf = NULL;
+	if (moem_tok_decode(m->tok, &u, 1, 0, &buf, &n)) {
+		*len = 0;
+		return "";
+	}
+	*len = n;
+	return buf;
+}
+
+bool moemd_model_is_eos(struct moemd_model *m, int32_t id)
+{
+	return moem_tok_is_eos(m->tok, (uint32_t)id);
+}
+
+bool moemd_model_kv(struct moemd_model *m, uint64_t *used, uint64_t *budget, uint64_t *seqs)
+{
+	struct moem_kv_usage u;
+
+	moem_decoder_kv_usage(m->dec, &u);
+	*used = u.used_bytes;
+	*budget = u.budget_bytes;
+	*seqs = u.seqs;
+	return true;
+}
+
+static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
+{
+	struct moemd_model *m = be;
+	struct moemd_sreq *r = req;
+	const struct moem_oai_request *rq = &r->rq;
+	struct moem_seq_params p = {0};
+
+	p.prompt = r->prompt;
+	p.n_prompt = prompt_len;
+	moem_sampling_defaults(&p.sampling);
+	p.sampling.temperature = (float)rq->temperature;
+	p.sampling.top_k = rq->top_k > 0 ? (uint32_t)rq->top_k : 0;
+	p.sampling.top_p = (float)rq->top_p;
+	p.sampling.min_p = (float)rq->min_p;
+	p.sampling.repetition_penalty = (float)rq->repetition_penalty;
+	p.sampling.presence_penalty = (float)rq->presence_penalty;
+	p.sampling.frequency_penalty = (float)rq->frequency_penalty;
+	/* Without a seed each request draws its own. */
+	p.sampling.seed = rq->has_seed ? rq->seed : 0x9e3779b97f4a7c15ULL * ++m->next_seed;
+	p.max_new_tokens = rq->max_tokens ? rq->max_tokens : m->max_context - prompt_len;
+	p.model_eos = true;
+	p.top_logprobs =
+		rq->logprobs ? moem_min(rq->top_logprobs, MOEM_DECODE_MAX_TOP_LOGPROBS) : 0;
+	return moem_decoder_add(m->dec, &p, seq);
+}
+
+static int m_step(void *be, const struct moem_sched_item *it, uint32_t n,
+		  struct moem_sched_out *out)
+{
+	struct moemd_model *m = be;
+	struct moem_token_out *o;
+	struct moem_work *w;
+	int ret;
+
+	w = calloc(n, sizeof(*w));
+	o = calloc(n, sizeof(*o));
+	if (!w || !o) {
+		free(w);
+		free(o);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		w[i].seq = it[i].seq;
+		w[i].kind = it[i].decode ? MOEM_WORK_DECODE : MOEM_WORK_PREFILL;
+		w[i].n_tokens = it[i].decode ? 1 : it[i].n;
+	}
+	ret = moem_decoder_step(m->dec, w, n, o, NULL);
+	for (uint32_t i = 0; !ret && i < n; i++) {
+		out[i].token = o[i].token;
+		out[i].logprob = o[i].logprob;
+		out[i].n_top = moem_min(o[i].n_top, (uint32_t)MOEM_SCHED_TOP_MAX);
+		for (uint32_t k = 0; k < out[i].n_top; k++) {
+			out[i].top_id[k] = o[i].top_ids[k];
+			out[i].top_logprob[k] = o[i].top_logprobs[k];
+		}
+		switch (o[i].finish) {
+		case MOEM_FINISH_EOS:
+		case MOEM_FINISH_STOP:
+		case MOEM_FINISH_CANCELLED: /* gone: end it here */
+			out[i].finish = MOEM_SCHED_STOP;
+			break;
+		case MOEM_FINISH_LENGTH:
+			out[i].finish = MOEM_SCHED_LENGTH;
+			break;
+		default:
+			out[i].finish = MOEM_SCHED_RUNNING;
+			break;
+		}
+	}
+	free(w);
+	free(o);
+	return ret;
+}
+
+static void m_end(void *be, uint64_t seq)
+{
+	struct moemd_model *m = be;
+
+	/* A sequence the decoder finished is gone already (-ENOENT). */
+	moem_decoder_cancel(m->dec, seq);
+}
+
+const struct moem_sched_ops moemd_model_ops = {
+	.start = m_start,
+	.step = m_step,
+	.end = m_end,
+};

@@ -1,0 +1,527 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The serving loop: the scheduler (sched.h) on the worker thread, fed by
+ * the HTTP threads, with the model's decoder behind it. The sink turns
+ * each token into text (streaming detokenizer, stop strings), appends it
+ * to the request's answer or stream and wakes the connection; at every
+ * step boundary connections that closed while waiting are found (a
+ * suspended connection is not watched by libmicrohttpd) and their
+ * sequences cancelled, which frees their KV blocks at that boundary.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <moem/error.h>
+#include <moem/log.h>
+#include <moem/util.h>
+
+#include "moemd.h"
+#include "serve.h"
+
+static void tok_free(struct moemd_tok *t)
+{
+	free(t->text);
+	for (uint32_t k = 0; k < t->n_top; k++)
+		free(t->top_text[k]);
+}
+
+void moemd_sreq_put(struct moemd_sreq *r)
+{
+	int refs;
+
+	pthread_mutex_lock(&r->lock);
+	refs = --r->refs;
+	pthread_mutex_unlock(&r->lock);
+	if (refs)
+		return;
+	if (r->detok && r->srv->model)
+		moemd_model_detok_free(r->srv->model, r->detok);
+	moem_oai_stop_free(&r->stop);
+	moem_oai_request_free(&r->rq);
+	for (uint32_t i = 0; i < r->n_toks; i++)
+		tok_free(&r->toks[i]);
+	free(r->toks);
+	free(r->prompt);
+	free(r->out);
+	free(r->text);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+/* Under r->lock: wake a connection that waits for output. */
+static void wake_conn(struct moemd_sreq *r)
+{
+	if (r->suspended && r->conn) {
+		r->suspended = false;
+		moemd_http_resume(r->conn);
+	}
+}
+
+static int append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		size_t c = moem_max(*cap * 2, *len + n + 1);
+		char *b = realloc(*buf, c);
+
+		if (!b)
+			return -ENOMEM;
+		*buf = b;
+		*cap = c;
+	}
+	memcpy(*buf + *len, data, n);
+	*len += n;
+	(*buf)[*len] = 0;
+	return 0;
+}
+
+/* Under r->lock: append an SSE event (consumed). */
+static int push_event(struct moemd_sreq *r, char *ev, size_t n)
+{
+	int ret;
+
+	if (!ev)
+		return -ENOMEM;
+	if (r->out_pos && r->out_pos == r->out_len)
+		r->out_pos = r->out_len = 0;
+	ret = append(&r->out, &r->out_len, &r->out_cap, ev, n);
+	free(ev);
+	return ret;
+}
+
+static int keep_token(struct moemd_srv *s, struct moemd_sreq *r, const struct moem_sched_out *o)
+{
+	struct moemd_tok *t;
+	const char *txt;
+	size_t len;
+
+	if (r->n_toks == r->toks_cap) {
+		uint32_t cap = r->toks_cap ? r->toks_cap * 2 : 16;
+		struct moemd_tok *n = realloc(r->toks, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		r->toks = n;
+		r->toks_cap = cap;
+	}
+	t = &r->toks[r->n_toks];
+	memset(t, 0, sizeof(*t));
+	txt = moemd_model_token_text(s->model, o->token, &len);
+	t->text = malloc(len + 1);
+	if (!t->text)
+		return -ENOMEM;
+	memcpy(t->text, txt, len);
+	t->len = len;
+	t->logprob = o->logprob;
+	for (uint32_t k = 0; k < o->n_top && k < r->rq.top_logprobs; k++) {
+		txt = moemd_model_token_text(s->model, o->top_id[k], &len);
+		t->top_text[k] = malloc(len + 1);
+		if (!t->top_text[k])
+			break;
+		memcpy(t->top_text[k], txt, len);
+		t->top_len[k] = len;
+		t->top_logprob[k] = o->top_logprob[k];
+		t->n_top = k + 1;
+	}
+	r->n_toks++;
+	return 0;
+}
+
+/* Under r->lock: a stream chunk with text and the tokens not yet sent. */
+static int stream_chunk(struct moemd_sreq *r, const char *text, size_t len, int finish)
+{
+	struct moem_oai_token *t = NULL;
+	uint32_t n = r->rq.logprobs ? r->n_toks - r->toks_sent : 0;
+	size_t elen;
+	char *ev;
+
+	if (!len && !finish && !n && r->first_sent)
+		return 0;
+	if (n) {
+		t = calloc(n, sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < n; i++) {
+			const struct moemd_tok *k = &r->toks[r->toks_sent + i];
+
+			t[i].text = k->text;
+			t[i].len = k->len;
+			t[i].logprob = k->logprob;
+			t[i].n_top = k->n_top;
+			for (uint32_t j = 0; j < k->n_top; j++) {
+				t[i].top[j].text = k->top_text[j];
+				t[i].top[j].len = k->top_len[j];
+				t[i].top[j].logprob = k->top_logprob[j];
+			}
+		}
+	}
+	ev = moem_oai_chunk(&r->reply, !r->first_sent, text, len, t, n, finish, &elen);
+	free(t);
+	r->first_sent = true;
+	r->toks_sent += n;
+	r->reply.offset += len;
+	return push_event(r, ev, elen);
+}
+
+static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
+{
+	struct moemd_srv *s = arg;
+	struct moemd_sreq *r = req;
+	uint64_t now = moem_now_ns();
+	const char *txt = NULL, *out = NULL;
+	size_t len = 0, olen = 0;
+	bool stop = false, overflow = false;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	s->generated_tokens++;
+	if (!r->t_first)
+		moemd_hist_add(&s->ttft, (double)(now - r->t_arrive) / 1e9);
+	else
+		moemd_hist_add(&s->itl, (double)(now - r->t_last) / 1e9);
+	pthread_mutex_unlock(&s->lock);
+
+	pthread_mutex_lock(&r->lock);
+	if (!r->t_first)
+		r->t_first = now;
+	r->t_last = now;
+	r->generated++;
+	if (r->rq.logprobs)
+		ret = keep_token(s, r, o);
+	/* The end-of-sequence token has no text in the answer. */
+	if (!ret && !(o->finish == MOEM_SCHED_STOP && moemd_model_is_eos(s->model, o->token)))
+		ret = moemd_model_detok_push(s->model, r->detok, o->token, &txt, &len);
+	if (!ret && len) {
+		int m = moem_oai_stop_feed(&r->stop, txt, len, &out, &olen);
+
+		if (m < 0)
+			ret = m;
+		stop = m == 1;
+	}
+	if (!ret && olen)
+		ret = append(&r->text, &r->text_len, &r->text_cap, out, olen);
+	if (!ret && r->rq.stream) {
+		ret = stream_chunk(r, out, olen, 0);
+		overflow = r->out_len - r->out_pos > r->srv->cfg.stream_buffer;
+		wake_conn(r);
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (stop) {
+		pthread_mutex_lock(&s->lock);
+		s->stop_strings++;
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (ret || overflow) {
+		/* Out of memory, or a client that does not read its stream. */
+		moem_warn("request %s: %s: cancelled", r->id,
+			  ret ? "out of memory" : "the client does not read its stream");
+		moem_sched_cancel(s->sched, r);
+	}
+	return stop;
+}
+
+static void fail_status(struct moemd_sreq *r, int err)
+{
+	switch (-err) {
+	case EINVAL:
+	case EFBIG:
+		moem_oai_errorf(&r->oerr, 400, "invalid_request_error", NULL, "%s",
+				r->oerr.message[0] ? r->oerr.message : moem_strerror(err));
+		break;
+	case ESHUTDOWN:
+	case ENOSPC:
+	case EMFILE:
+		moem_oai_errorf(&r->oerr, 503, "server_error", NULL, "%s",
+				r->oerr.message[0] ? r->oerr.message : moem_strerror(err));
+		break;
+	default:
+		moem_oai_errorf(&r->oerr, 500, "server_error", NULL, "the model failed: %s",
+				r->oerr.message[0] ? r->oerr.message : moem_strerror(err));
+		break;
+	}
+}
+
+static void sink_done(void *arg, void *req, enum moem_sched_finish why, int err)
+{
+	struct moemd_srv *s = arg;
+	struct moemd_sreq *r = req;
+	struct moem_oai_usage u;
+	uint64_t now = moem_now_ns();
+	const char *rest;
+	size_t n, len;
+
+	pthread_mutex_lock(&s->lock);
+	if (r->prev)
+		r->prev->next = r->next;
+	else if (s->live == r)
+		s->live = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	r->prev = r->next = NULL;
+	s->n_live--;
+	if (why == MOEM_SCHED_STOP || why == MOEM_SCHED_LENGTH)
+		moemd_hist_add(&s->e2e, (double)(now - r->t_arrive) / 1e9);
+	pthread_mutex_unlock(&s->lock);
+
+	pthread_mutex_lock(&r->lock);
+	if (!r->done) {
+		r->finish = why;
+		r->err = err;
+		if (why == MOEM_SCHED_ERROR)
+			fail_status(r, err);
+		else if (why == MOEM_SCHED_CANCEL)
+			moem_oai_errorf(&r->oerr, 503, "server_error", NULL,
+					"the request was cancelled");
+		if (why == MOEM_SCHED_LENGTH || why == MOEM_SCHED_STOP) {
+			/* What the detokenizer and the stop filter still hold. */
+			if (!moemd_model_detok_flush(s->model, r->detok, &rest, &len) && len) {
+				const char *o;
+				size_t ol;
+
+				moem_oai_stop_feed(&r->stop, rest, len, &o, &ol);
+				append(&r->text, &r->text_len, &r->text_cap, o, ol);
+				if (r->rq.stream)
+					stream_chunk(r, o, ol, 0);
+			}
+			moem_oai_stop_flush(&r->stop, &rest, &len);
+			if (len)
+				append(&r->text, &r->text_len, &r->text_cap, rest, len);
+			if (r->rq.stream) {
+				stream_chunk(r, rest, len, why);
+				u = (struct moem_oai_usage){r->n_prompt, r->generated};
+				if (r->rq.include_usage) {
+					char *ev = moem_oai_usage_chunk(&r->reply, &u, &n);
+
+					push_event(r, ev, n);
+				}
+			}
+		} else if (r->rq.stream) {
+			char *ev = moem_oai_error_chunk(&r->oerr, &n);
+
+			push_event(r, ev, n);
+		}
+		if (r->rq.stream)
+			push_event(r, strdup(MOEM_OAI_DONE), strlen(MOEM_OAI_DONE));
+		r->done = true;
+	}
+	wake_conn(r);
+	pthread_mutex_unlock(&r->lock);
+	moemd_sreq_put(r); /* the scheduler's reference */
+}
+
+static void sink_stepped(void *arg, const struct moem_sched_step_info *info)
+{
+	struct moemd_srv *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	if (!info->ret)
+		moemd_hist_add(&s->step, (double)info->step_ns / 1e9);
+	s->steps++;
+	s->step_tokens_sum += info->tokens;
+	s->last_step_batch = info->running;
+	pthread_mutex_unlock(&s->lock);
+	if (info->ret)
+		moem_warn("serving step failed: %s", moem_strerror(info->ret));
+}
+
+static void sink_wake(void *arg)
+{
+	struct moemd_srv *s = arg;
+
+	pthread_mutex_lock(&s->d->lock);
+	pthread_cond_signal(&s->d->cond);
+	pthread_mutex_unlock(&s->d->lock);
+}
+
+int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oai_error *e)
+{
+	uint64_t serial, rnd;
+	int ret;
+
+	if (s->closing || moemd_state_get(s->d) == MOEMD_DRAINING)
+		return moem_oai_errorf(e, 503, "server_error", NULL, "the server is shutting down");
+	if (!s->sched || !s->ready) {
+		moem_oai_errorf(e, 503, "server_error", NULL, "the model is not being served: %s",
+				s->model_err[0] ? s->model_err : "it is still starting");
+		return -EAGAIN;
+	}
+	/* OpenAI's default for completions; chat runs to the end of the context. */
+	if (!r->rq.max_tokens && r->rq.ep == MOEM_OAI_COMPLETIONS)
+		r->rq.max_tokens = 16;
+	ret = moemd_model_prompt(s->model, &r->rq, &r->prompt, &r->n_prompt, e);
+	if (ret)
+		return ret;
+	ret = moemd_model_detok_new(s->model, &r->detok);
+	if (ret)
+		return ret;
+	moem_oai_stop_init(&r->stop, r->rq.stop, r->rq.n_stop);
+	pthread_mutex_lock(&s->lock);
+	serial = ++s->next_id;
+	pthread_mutex_unlock(&s->lock);
+	rnd = serial * 0x9e3779b97f4a7c15ULL ^ (uint64_t)s->created * 0xbf58476d1ce4e5b9ULL;
+	snprintf(r->id, sizeof(r->id), "%s-%016" PRIx64 "%04" PRIx64,
+		 r->rq.ep == MOEM_OAI_CHAT ? "chatcmpl" : "cmpl", rnd, serial & 0xffff);
+	r->reply = (struct moem_oai_reply){
+		.ep = r->rq.ep,
+		.id = r->id,
+		.model = s->cfg.model_name,
+		.created = (int64_t)time(NULL),
+		.logprobs = r->rq.logprobs,
+		.top_logprobs = r->rq.top_logprobs,
+	};
+	/* The scheduler's reference, and a place on the live list. */
+	pthread_mutex_lock(&r->lock);
+	r->refs++;
+	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&s->lock);
+	r->next = s->live;
+	if (s->live)
+		s->live->prev = r;
+	s->live = r;
+	s->n_live++;
+	s->prompt_tokens += r->n_prompt;
+	pthread_mutex_unlock(&s->lock);
+	ret = moem_sched_submit(s->sched, r, r->n_prompt);
+	if (!ret)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		s->live = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	r->prev = r->next = NULL;
+	s->n_live--;
+	s->prompt_tokens -= r->n_prompt;
+	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_lock(&r->lock);
+	r->refs--;
+	pthread_mutex_unlock(&r->lock);
+	if (ret == -EAGAIN)
+		return moem_oai_errorf(e, 429, "rate_limit_error", NULL,
+				       "the server is busy: %s; retry later", moem_last_error());
+	return moem_oai_errorf(e, 503, "server_error", NULL, "%s", moem_strerror(ret));
+}
+
+/* Cancel the requests whose client closed the connection while it waited. */
+static void reap_disconnected(struct moemd_srv *s)
+{
+	struct pollfd p[256] = {{0}};
+	struct moemd_sreq *who[256];
+	int n = 0, polled;
+
+	pthread_mutex_lock(&s->lock);
+	for (struct moemd_sreq *r = s->live; r && n < 256; r = r->next) {
+		int fd;
+
+		pthread_mutex_lock(&r->lock);
+		if (r->suspended && r->conn && !r->done) {
+			fd = moemd_http_conn_fd(r->conn);
+			if (fd >= 0) {
+				p[n] = (struct pollfd){.fd = fd, .events = POLLRDHUP};
+				who[n++] = r;
+				r->refs++;
+			}
+		}
+		pthread_mutex_unlock(&r->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	polled = n ? poll(p, (nfds_t)n, 0) : 0;
+	for (int i = 0; i < n; i++) {
+		if (polled > 0 && (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+			bool first;
+
+			/* Let libmicrohttpd see the closed socket and finish it. */
+			pthread_mutex_lock(&who[i]->lock);
+			first = !who[i]->gone;
+			who[i]->gone = true;
+			wake_conn(who[i]);
+			pthread_mutex_unlock(&who[i]->lock);
+			if (first) {
+				pthread_mutex_lock(&s->lock);
+				s->disconnects++;
+				pthread_mutex_unlock(&s->lock);
+			}
+			moem_sched_cancel(s->sched, who[i]);
+		}
+		moemd_sreq_put(who[i]);
+	}
+}
+
+bool moemd_serve_busy(struct moemd *d)
+{
+	return d->srv && d->srv->sched && moem_sched_busy(d->srv->sched);
+}
+
+bool moemd_serve_step(struct moemd *d)
+{
+	struct moemd_srv *s = d->srv;
+	int ret;
+
+	if (!s || !s->sched)
+		return false;
+	reap_disconnected(s);
+	ret = moem_sched_step(s->sched);
+	if (ret < 0 && d->e && moem_engine_fatal(d->e, NULL, 0)) {
+		char msg[256];
+
+		moem_engine_fatal(d->e, msg, sizeof(msg));
+		moem_err("serving: fatal device error: %s", msg);
+	}
+	return ret != 0;
+}
+
+void moemd_serve_open(struct moemd *d)
+{
+	struct moemd_srv *s = d->srv;
+	struct moem_sched_sink sink = {
+		.token = sink_token,
+		.done = sink_done,
+		.stepped = sink_stepped,
+		.wake = sink_wake,
+		.arg = s,
+	};
+	int ret;
+
+	if (!s || s->model_tried)
+		return;
+	s->model_tried = true;
+	moem_clear_error();
+	ret = moemd_model_open(d, &s->model);
+	if (!ret)
+		ret = moem_sched_create(&s->sched_opts, &moemd_model_ops, s->model, &sink,
+					&s->sched);
+	if (ret) {
+		snprintf(s->model_err, sizeof(s->model_err), "%s", moem_strerror(ret));
+		moem_warn("serving: no model to serve: %s", s->model_err);
+		moemd_model_close(s->model);
+		s->model = NULL;
+		return;
+	}
+	s->ready = true;
+	moem_info("serving: '%s' ready (batch %u sequences, %u tokens a step, prefill chunks of "
+		  "%u, queue %u)",
+		  s->cfg.model_name, s->sched_opts.max_running, s->sched_opts.step_tokens,
+		  s->sched_opts.prefill_chunk, s->sched_opts.max_waiting);
+}
+
+void moemd_serve_close(struct moemd *d)
+{
+	struct moemd_srv *s = d->srv;
+
+	if (!s)
+		return;
+	s->closing = true;
+	if (s->sched) {
+		moem_sched_close(s->sched);
+		moem_sched_destroy(s->sched); /* every request ends: done() wakes it */
+		s->sched = NULL;
+	}
+	moemd_model_close(s->model);
+	s->model = NULL;
+}

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * moemd's model server: the OpenAI-compatible HTTP API (http.c, api.c),
+ * the serving loop on the worker thread (serve.c), the model behind it
+ * (model.c: tokenizer, chat template, decoder) and /metrics (metrics.c).
+ * Documentation/protocol.md ("HTTP API") is the contract.
+ *
+ * Threads: libmicrohttpd's threads parse, check and tokenize requests,
+ * submit them to the scheduler and stream what the worker produced; the
+ * worker thread (worker.c) runs scheduler steps whenever it has no
+ * control-socket job. A request is shared by both sides (a reference
+ * each); its lock guards its output. Neither side ever waits for the
+ * other: the worker appends output and resumes the connection; an HTTP
+ * thread that finds nothing to send suspends it.
+ */
+#ifndef MOEMD_SERVE_H
+#define MOEMD_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <moem/openai.h>
+#include <moem/sched.h>
+
+struct moemd;
+struct MHD_Connection;
+
+/* HTTP settings (config keys of the same names). */
+struct moemd_http_cfg {
+	char *listen;		/* "ADDR:PORT", "[v6]:PORT", or "none" */
+	bool listen_given;	/* set by the user: failing to bind is fatal */
+	char *api_key;		/* from --api-key or --api-key-file */
+	char *model_name;	/* the served model id (default: the pack's file name) */
+	uint64_t max_body;	/* bytes of a request body (413 above) */
+	uint32_t threads;	/* HTTP threads */
+	uint32_t max_conns;	/* open connections at most */
+	uint32_t timeout_s;	/* an idle or slow connection is closed after this */
+	uint64_t stream_buffer; /* bytes a stream may hold unread before it is cancelled */
+};
+
+#define MOEMD_HTTP_DEFAULT_LISTEN "127.0.0.1:8000"
+
+void moemd_http_cfg_init(struct moemd_http_cfg *c);
+void moemd_http_cfg_free(struct moemd_http_cfg *c);
+/* A setting of ours: 0, -ENOENT if not ours, -EINVAL with a message. */
+int moemd_http_cfg_set(struct moemd_http_cfg *c, struct moem_sched_opts *so, const char *name,
+		       const char *value);
+
+/* One generated token kept for logprobs. */
+struct moemd_tok {
+	char *text;
+	size_t len;
+	float logprob;
+	uint32_t n_top;
+	char *top_text[MOEM_OAI_TOP_MAX];
+	size_t top_len[MOEM_OAI_TOP_MAX];
+	float top_logprob[MOEM_OAI_TOP_MAX];
+};
+
+/* One API request in flight. */
+struct moemd_sreq {
+	pthread_mutex_t lock;
+	int refs;
+	struct moemd_srv *srv;
+	struct MHD_Connection *conn;
+	bool suspended; /* the connection waits for output */
+	struct moem_oai_request rq;
+	struct moem_oai_reply reply;
+	char id[48];
+	int32_t *prompt;
+	uint32_t n_prompt;
+	void *detok; /* the model's streaming detokenizer */
+	struct moem_oai_stop stop;
+	/* stream: SSE bytes not yet handed to the connection */
+	char *out;
+	size_t out_len, out_cap, out_pos;
+	/* whole answer: the text, and tokens for logprobs (both modes) */
+	char *text;
+	size_t text_len, text_cap;
+	struct moemd_tok *toks;
+	uint32_t n_toks, toks_cap, toks_sent;
+	uint32_t generated;
+	bool first_sent;
+	bool done; /* the scheduler is finished with it */
+	bool queued_response;
+	bool gone; /* its client left (counted once) */
+	enum moem_sched_finish finish;
+	int err;
+	struct moem_oai_error oerr;
+	uint64_t t_arrive, t_first, t_last;
+	struct moemd_sreq *prev, *next; /* the server's list of live requests */
+};
+
+/* Metrics: histograms with fixed buckets (seconds). */
+#define MOEMD_HIST_BUCKETS 16
+struct moemd_hist {
+	uint64_t count[MOEMD_HIST_BUCKETS + 1]; /* last: +Inf */
+	uint64_t n;
+	double sum;
+};
+
+/* Requests answered, by endpoint and status. */
+enum moemd_ep { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_NR };
+#define MOEMD_STATUS_NR 10 /* 200 400 401 404 405 413 429 500 503 other */
+
+struct moemd_srv {
+	struct moemd *d;
+	struct moemd_http_cfg cfg;
+	struct moem_sched_opts sched_opts;
+	struct MHD_Daemon *mhd;
+	int listen_fd;
+	char listen_addr[80]; /* what it is bound to, port resolved */
+	struct moem_sched *sched;
+	struct moemd_model *model;
+	char model_err[256]; /* why there is no model, when there is none */
+	bool model_tried;
+	bool ready;	      /* the first step has run: /health says 200 */
+	bool closing;	      /* no new requests */
+	int64_t created;      /* Unix time the server started */
+	pthread_mutex_t lock; /* the list of live requests, counters, histograms */
+	struct moemd_sreq *live;
+	uint32_t n_live;
+	uint64_t next_id;
+	uint64_t http_status[EP_NR][MOEMD_STATUS_NR];
+	uint64_t prompt_tokens, generated_tokens;
+	uint64_t disconnects, stop_strings;
+	struct moemd_hist ttft, itl, step, e2e;
+	uint64_t step_tokens_sum, steps;
+	uint64_t last_step_batch;
+};
+
+/* http.c */
+int moemd_http_start(struct moemd *d);
+/* Stop taking requests, end those in flight, stop the threads. */
+void moemd_http_stop(struct moemd *d);
+void moemd_http_count(struct moemd_srv *s, enum moemd_ep ep, unsigned int status);
+/* Wake a suspended connection; its socket (to watch for a hang-up while suspended). */
+void moemd_http_resume(struct MHD_Connection *c);
+int moemd_http_conn_fd(struct MHD_Connection *c);
+
+/* api.c: the endpoints (called by http.c on an HTTP thread) */
+struct moemd_hreq; /* http.c's per-request state */
+int moemd_api_health(struct moemd_srv *s, struct MHD_Connection *c);
+int moemd_api_metrics(struct moemd_srv *s, struct MHD_Connection *c);
+int moemd_api_models(struct moemd_srv *s, struct MHD_Connection *c);
+/* The body is complete: parse, check, submit; queue an error or suspend. */
+int moemd_api_generate(struct moemd_srv *s, struct MHD_Connection *c, enum moem_oai_endpoint ep,
+		       const char *body, size_t len, struct moemd_sreq **out);
+/* Called again on a resumed connection: queue the answer once it is done. */
+int moemd_api_resume(struct moemd_srv *s, struct MHD_Connection *c, struct moemd_sreq *r);
+/* The connection ended (normally or not): cancel if still running, drop the ref. */
+void moemd_api_closed(struct moemd_srv *s, struct moemd_sreq *r);
+int moemd_api_error(struct MHD_Connection *c, const struct moem_oai_error *e);
+
+/* serve.c: requests and the serving loop */
+void moemd_sreq_put(struct moemd_sreq *r);
+/* Worker thread: open the model and the scheduler once the engine is ready. */
+void moemd_serve_open(struct moemd *d);
+/* Worker thread: one scheduler step if there is work; true if it ran one. */
+bool moemd_serve_step(struct moemd *d);
+bool moemd_serve_busy(struct moemd *d);
+/* Worker thread: close the scheduler and the model (before the engine). */
+void moemd_serve_close(struct moemd *d);
+/* HTTP thread: queue r (429/503 in *e on refusal). */
+int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oai_error *e);
+
+/* metrics.c */
+/* The "serving" object of the control socket's status. */
+struct json_object *moemd_serving_json(struct moemd_srv *s);
+void moemd_hist_add(struct moemd_hist *h, double seconds);
+/* The Prometheus text of everything (malloc()ed). */
+char *moemd_metrics_text(struct moemd *d, size_t *len);
+
+/* model.c: the model behind the API (the pack's tokenizer, the full decoder) */
+struct moemd_model;
+int moemd_model_open(struct moemd *d, struct moemd_model **out);
+void moemd_model_close(struct moemd_model *m);
+/* HTTP thread: the prompt's token ids (chat template for chat), or a 400. */
+int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq, int32_t **ids,
+		       uint32_t *n, struct moem_oai_error *e);
+/* HTTP thread: a streaming detokenizer for r. */
+int moemd_model_detok_new(struct moemd_model *m, void **out);
+void moemd_model_detok_free(struct moemd_model *m, void *dt);
+/* Worker thread: text that token id completes (valid until the next call). */
+int moemd_model_detok_push(struct moemd_model *m, void *dt, int32_t id, const char **text,
+			   size_t *len);
+int moemd_model_detok_flush(struct moemd_model *m, void *dt, const char **text, size_t *len);
+/* A token's own bytes, for logprobs. */
+const char *moemd_model_token_text(struct moemd_model *m, int32_t id, size_t *len);
+bool moemd_model_is_eos(struct moemd_model *m, int32_t id);
+extern const struct moem_sched_ops moemd_model_ops;
+/* KV usage for metrics and status: bytes used, budget; false without a decoder. */
+bool moemd_model_kv(struct moemd_model *m, uint64_t *used, uint64_t *budget, uint64_t *seqs);
+
+#endif /* MOEMD_SERVE_H */

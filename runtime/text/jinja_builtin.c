@@ -1,0 +1,922 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Jinja built-ins the chat templates of the supported families use:
+ * globals (raise_exception, range, namespace), string methods (strip,
+ * split, startswith, ...), dict methods (items, keys, values, get), the
+ * filters and the tests. A name outside these lists is refused when the
+ * template is parsed (filters, tests) or run (methods).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <utf8proc.h>
+
+#include <moem/error.h>
+
+#include "jinja_int.h"
+#include "tok_int.h"
+
+static const char *const str_methods[] = {
+	"strip", "lstrip", "rstrip", "startswith", "endswith", "split",
+	"upper", "lower",  "title",  "capitalize", "replace",  "find",
+	"join",	 "count",  "items",  "keys",	   "values",   "get",
+};
+
+enum {
+	M_STRIP,
+	M_LSTRIP,
+	M_RSTRIP,
+	M_STARTS,
+	M_ENDS,
+	M_SPLIT,
+	M_UPPER,
+	M_LOWER,
+	M_TITLE,
+	M_CAPITALIZE,
+	M_REPLACE,
+	M_FIND,
+	M_JOIN,
+	M_COUNT,
+	M_ITEMS,
+	M_KEYS,
+	M_VALUES,
+	M_GET
+};
+
+static const char *const filters[] = {
+	"trim",	      "length", "count",   "tojson", "upper",	  "lower", "title",  "capitalize",
+	"default",    "d",	"first",   "last",   "join",	  "list",  "string", "int",
+	"float",      "abs",	"replace", "items",  "reverse",	  "safe",  "indent", "selectattr",
+	"rejectattr", "map",	"unique",  "sort",   "wordcount", "e",	   "escape",
+};
+
+static const char *const tests[] = {
+	"defined", "undefined", "none",	    "string",	"number",  "integer",
+	"float",   "mapping",	"iterable", "sequence", "boolean", "true",
+	"false",   "eq",	"equalto",  "ne",	"odd",	   "even",
+	"in",	   "lower",	"upper",    "callable", "sameas",  "divisibleby",
+};
+
+static int find_name(const char *const *v, size_t nv, const char *s, size_t n)
+{
+	for (size_t i = 0; i < nv; i++)
+		if (strlen(v[i]) == n && !memcmp(v[i], s, n))
+			return (int)i;
+	return -1;
+}
+
+bool jinja_filter_known(const char *name, size_t n)
+{
+	return find_name(filters, MOEM_ARRAY_SIZE(filters), name, n) >= 0;
+}
+
+bool jinja_test_known(const char *name, size_t n)
+{
+	return find_name(tests, MOEM_ARRAY_SIZE(tests), name, n) >= 0;
+}
+
+static int str_out(struct jctx *c, const char *p, size_t n, struct jv *out)
+{
+	char *s = ja_strndup(c->a, p, n);
+
+	if (!s)
+		return jinja_err(c, E2BIG, "template output too large");
+	*out = jv_str(s, n);
+	return 0;
+}
+
+static int to_str(struct jctx *c, const struct jv *v, struct jv *out)
+{
+	struct jbuf b = {0};
+	int ret;
+
+	if (v->t == JT_STR) {
+		*out = *v;
+		return 0;
+	}
+	ret = jv_print(&b, v);
+	if (!ret)
+		ret = str_out(c, b.p ? b.p : "", b.n, out);
+	free(b.p);
+	return ret;
+}
+
+int jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n, struct jv *out)
+{
+	int m;
+
+	*out = jv_undef();
+	if (v->t == JT_DICT) {
+		const struct jv *x = jv_dict_get(v->d, name, n);
+
+		if (x) {
+			*out = *x;
+			return 0;
+		}
+	}
+	m = find_name(str_methods, MOEM_ARRAY_SIZE(str_methods), name, n);
+	if (m >= 0 && ((v->t == JT_STR && m < M_ITEMS) || (v->t == JT_DICT && m >= M_ITEMS))) {
+		struct jv *self = ja_alloc(c->a, sizeof(*self));
+
+		if (!self)
+			return -ENOMEM;
+		*self = *v;
+		out->t = JT_FN;
+		out->fn.id = JF_STR_METHOD + m;
+		out->fn.self = self;
+	}
+	return 0;
+}
+
+/* Python's str.isspace() for one code point. */
+static bool py_space(uint32_t cp)
+{
+	return tok_is_space(cp) || (cp >= 0x1c && cp <= 0x1f);
+}
+
+static bool in_set(uint32_t cp, const struct jv *chars)
+{
+	for (size_t i = 0; i < chars->s.n;) {
+		size_t k;
+
+		if (tok_utf8_get(chars->s.p + i, &k) == cp)
+			return true;
+		i += k;
+	}
+	return false;
+}
+
+static int strip(struct jctx *c, const struct jv *s, const struct jv *chars, bool l, bool r,
+		 struct jv *out)
+{
+	size_t a = 0, z = s->s.n;
+	bool set = chars && chars->t == JT_STR;
+
+	while (l && a < z) {
+		size_t k;
+		uint32_t cp = tok_utf8_get(s->s.p + a, &k);
+
+		if (set ? !in_set(cp, chars) : !py_space(cp))
+			break;
+		a += k;
+	}
+	while (r && z > a) {
+		size_t p = z - 1, k;
+		uint32_t cp;
+
+		while (p > a && ((unsigned char)s->s.p[p] & 0xc0) == 0x80)
+			p--;
+		cp = tok_utf8_get(s->s.p + p, &k);
+		if (set ? !in_set(cp, chars) : !py_space(cp))
+			break;
+		z = p;
+	}
+	*out = jv_str(s->s.p + a, z - a);
+	return 0;
+}
+
+static int split(struct jctx *c, const struct jv *s, const struct jv *sep, int64_t maxsplit,
+		 struct jv *out)
+{
+	struct jlist *l = jv_list_new(c->a, s->s.n + 1);
+	size_t n = 0, at = 0;
+
+	if (!l)
+		return -ENOMEM;
+	if (sep && sep->t == JT_STR) {
+		if (!sep->s.n)
+			return jinja_err(c, EINVAL, "split: empty separator");
+		for (;;) {
+			const char *f =
+				maxsplit != 0 ? memmem(s->s.p + at, s->s.n - at, sep->s.p, sep->s.n)
+					      : NULL;
+
+			if (!f) {
+				l->v[n++] = jv_str(s->s.p + at, s->s.n - at);
+				break;
+			}
+			l->v[n++] = jv_str(s->s.p + at, (size_t)(f - s->s.p) - at);
+			at = (size_t)(f - s->s.p) + sep->s.n;
+			if (maxsplit > 0)
+				maxsplit--;
+		}
+	} else {
+		/* Runs of whitespace, no empty strings. */
+		while (at < s->s.n) {
+			size_t k, st;
+
+			while (at < s->s.n && py_space(tok_utf8_get(s->s.p + at, &k)))
+				at += k;
+			if (at >= s->s.n)
+				break;
+			st = at;
+			while (at < s->s.n && !py_space(tok_utf8_get(s->s.p + at, &k)))
+				at += k;
+			l->v[n++] = jv_str(s->s.p + st, at - st);
+		}
+	}
+	l->n = n;
+	*out = (struct jv){.t = JT_LIST, .l = l};
+	return 0;
+}
+
+/* upper, lower, title, capitalize with utf8proc's simple case mappings. */
+static int recase(struct jctx *c, const struct jv *s, int how, struct jv *out)
+{
+	struct jbuf b = {0};
+	bool prev_cased = false;
+	int ret = 0;
+
+	for (size_t i = 0; !ret && i < s->s.n;) {
+		size_t k;
+		utf8proc_int32_t cp = (utf8proc_int32_t)tok_utf8_get(s->s.p + i, &k);
+		utf8proc_category_t cat = utf8proc_category(cp);
+		bool cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL ||
+			     cat == UTF8PROC_CATEGORY_LT;
+		char u[4];
+
+		if (how == M_UPPER || (how == M_TITLE && !prev_cased) ||
+		    (how == M_CAPITALIZE && i == 0))
+			cp = utf8proc_toupper(cp);
+		else
+			cp = utf8proc_tolower(cp);
+		prev_cased = cased;
+		ret = jb_put(&b, u, tok_utf8_put((uint32_t)cp, u));
+		i += k;
+	}
+	if (!ret)
+		ret = str_out(c, b.p ? b.p : "", b.n, out);
+	free(b.p);
+	return ret;
+}
+
+static int replace(struct jctx *c, const struct jv *s, const struct jv *a, const struct jv *b,
+		   int64_t count, struct jv *out)
+{
+	struct jbuf r = {0};
+	size_t at = 0;
+	int ret = 0;
+
+	if (a->t != JT_STR || b->t != JT_STR)
+		return jinja_err(c, EINVAL, "replace: arguments must be strings");
+	while (!ret && at <= s->s.n && count != 0) {
+		const char *f = a->s.n ? memmem(s->s.p + at, s->s.n - at, a->s.p, a->s.n) : NULL;
+
+		if (!f)
+			break;
+		ret = jb_put(&r, s->s.p + at, (size_t)(f - s->s.p) - at);
+		if (!ret)
+			ret = jb_put(&r, b->s.p, b->s.n);
+		at = (size_t)(f - s->s.p) + a->s.n;
+		if (count > 0)
+			count--;
+	}
+	if (!ret)
+		ret = jb_put(&r, s->s.p + at, s->s.n - at);
+	if (!ret)
+		ret = str_out(c, r.p ? r.p : "", r.n, out);
+	free(r.p);
+	return ret;
+}
+
+static int join(struct jctx *c, const struct jv *list, const struct jv *sep, struct jv *out)
+{
+	struct jbuf b = {0};
+	int ret = 0;
+
+	if (list->t != JT_LIST)
+		return jinja_err(c, EINVAL, "join: not a list");
+	for (size_t i = 0; !ret && i < list->l->n; i++) {
+		if (i && sep)
+			ret = jv_print(&b, sep);
+		if (!ret)
+			ret = jv_print(&b, &list->l->v[i]);
+	}
+	if (!ret)
+		ret = str_out(c, b.p ? b.p : "", b.n, out);
+	free(b.p);
+	return ret;
+}
+
+static int dict_view(struct jctx *c, const struct jv *d, int which, struct jv *out)
+{
+	struct jlist *l = jv_list_new(c->a, d->d->n);
+
+	if (!l)
+		return -ENOMEM;
+	for (size_t i = 0; i < d->d->n; i++) {
+		struct jv k = jv_str(d->d->k[i], d->d->klen[i]);
+
+		if (which == M_KEYS) {
+			l->v[i] = k;
+		} else if (which == M_VALUES) {
+			l->v[i] = d->d->v[i];
+		} else {
+			struct jlist *p = jv_list_new(c->a, 2);
+
+			if (!p)
+				return -ENOMEM;
+			p->v[0] = k;
+			p->v[1] = d->d->v[i];
+			l->v[i] = (struct jv){.t = JT_LIST, .l = p, .tuple = true};
+		}
+	}
+	*out = (struct jv){.t = JT_LIST, .l = l};
+	return 0;
+}
+
+static int method(struct jctx *c, int m, const struct jv *s, const struct jv *args, size_t n,
+		  struct jv *out)
+{
+	const struct jv *a0 = n > 0 ? &args[0] : NULL, *a1 = n > 1 ? &args[1] : NULL;
+
+	if (m < M_ITEMS && m != M_JOIN)
+		for (size_t i = 0; i < n && i < 1; i++)
+			if (args[i].t != JT_STR && args[i].t != JT_NONE && m != M_SPLIT)
+				return jinja_err(c, EINVAL, "str.%s: argument must be a string",
+						 str_methods[m]);
+	switch (m) {
+	case M_STRIP:
+	case M_LSTRIP:
+	case M_RSTRIP:
+		return strip(c, s, a0, m != M_RSTRIP, m != M_LSTRIP, out);
+	case M_STARTS:
+	case M_ENDS:
+		if (!a0 || a0->t != JT_STR)
+			return jinja_err(c, EINVAL, "str.%s needs a string", str_methods[m]);
+		*out = jv_bool(a0->s.n <= s->s.n &&
+			       !memcmp(m == M_STARTS ? s->s.p : s->s.p + s->s.n - a0->s.n, a0->s.p,
+				       a0->s.n));
+		return 0;
+	case M_SPLIT:
+		return split(c, s, a0 && a0->t == JT_STR ? a0 : NULL,
+			     a1 && a1->t == JT_INT ? a1->i : -1, out);
+	case M_UPPER:
+	case M_LOWER:
+	case M_TITLE:
+	case M_CAPITALIZE:
+		return recase(c, s, m, out);
+	case M_REPLACE:
+		if (n < 2)
+			return jinja_err(c, EINVAL, "str.replace needs two arguments");
+		return replace(c, s, a0, a1, n > 2 && args[2].t == JT_INT ? args[2].i : -1, out);
+	case M_FIND: {
+		const char *f;
+
+		if (!a0 || a0->t != JT_STR)
+			return jinja_err(c, EINVAL, "str.find needs a string");
+		f = memmem(s->s.p, s->s.n, a0->s.p, a0->s.n);
+		if (!f) {
+			*out = jv_int(-1);
+			return 0;
+		}
+		*out = jv_int(0);
+		for (const char *p = s->s.p; p < f; p++)
+			out->i += ((unsigned char)*p & 0xc0) != 0x80;
+		return 0;
+	}
+	case M_JOIN:
+		if (!a0)
+			return jinja_err(c, EINVAL, "str.join needs a list");
+		return join(c, a0, s, out);
+	case M_COUNT: {
+		int64_t k = 0;
+
+		if (!a0 || a0->t != JT_STR || !a0->s.n)
+			return jinja_err(c, EINVAL, "str.count needs a non-empty string");
+		for (const char *p = s->s.p;
+		     (p = memmem(p, s->s.n - (size_t)(p - s->s.p), a0->s.p, a0->s.n)); p += a0->s.n)
+			k++;
+		*out = jv_int(k);
+		return 0;
+	}
+	case M_ITEMS:
+	case M_KEYS:
+	case M_VALUES:
+		return dict_view(c, s, m, out);
+	case M_GET: {
+		const struct jv *x;
+
+		if (!a0 || a0->t != JT_STR)
+			return jinja_err(c, EINVAL, "dict.get needs a string key");
+		x = jv_dict_get(s->d, a0->s.p, a0->s.n);
+		*out = x ? *x : a1 ? *a1 : jv_none();
+		return 0;
+	}
+	}
+	return jinja_err(c, EINVAL, "unknown method");
+}
+
+static int call_macro(struct jctx *c, const struct jnode *m, const struct jv *args,
+		      const char *const *kw, size_t n, struct jv *out)
+{
+	struct jscope scope = {.up = c->scope};
+	struct jbuf *saved = c->out, b = {.limit = saved->limit};
+	int ret = 0;
+
+	scope.vars = jv_dict_new(c->a);
+	if (!scope.vars)
+		return -ENOMEM;
+	for (size_t i = 0; !ret && i < m->nnames; i++) {
+		struct jv v = jv_undef();
+
+		if (i < n && (!kw || !kw[i]))
+			v = args[i];
+		for (size_t k = 0; kw && k < n; k++)
+			if (kw[k] && !strcmp(kw[k], m->names[i]))
+				v = args[k];
+		if (v.t == JT_UNDEF && m->args[i]) {
+			c->scope = &scope;
+			ret = jinja_eval(c, m->args[i], &v);
+			c->scope = scope.up;
+		}
+		if (!ret)
+			ret = jv_dict_set(c->a, scope.vars, m->names[i], strlen(m->names[i]), v);
+	}
+	if (ret)
+		return ret;
+	if (c->depth > 64)
+		return jinja_err(c, ELOOP, "macro calls nested too deeply");
+	c->depth += 8;
+	c->scope = &scope;
+	c->out = &b;
+	ret = jinja_run(c, m->body, m->nbody);
+	c->out = saved;
+	c->scope = scope.up;
+	c->depth -= 8;
+	if (ret > 0)
+		ret = jinja_err(c, EINVAL, "break outside a loop");
+	if (!ret)
+		ret = str_out(c, b.p ? b.p : "", b.n, out);
+	free(b.p);
+	return ret;
+}
+
+int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const char *const *kw,
+	       size_t n, struct jv *out)
+{
+	if (fn->t != JT_FN)
+		return jinja_err(c, EINVAL, "%s is not callable", jv_type_name(fn));
+	if (++c->steps > (1u << 22))
+		return jinja_err(c, E2BIG, "template runs too long");
+	switch (fn->fn.id) {
+	case JF_RAISE: {
+		struct jv m = jv_str("", 0);
+
+		if (n)
+			to_str(c, &args[0], &m);
+		return moem_errf(EINVAL, "template line %d raised: %.*s", c->line, (int)m.s.n,
+				 m.s.p);
+	}
+	case JF_RANGE: {
+		int64_t a = 0, b, s = 1, k = 0;
+		struct jlist *l;
+
+		for (size_t i = 0; i < n; i++)
+			if (args[i].t != JT_INT)
+				return jinja_err(c, EINVAL, "range() takes integers");
+		if (n == 1) {
+			b = args[0].i;
+		} else if (n == 2 || n == 3) {
+			a = args[0].i;
+			b = args[1].i;
+			s = n == 3 ? args[2].i : 1;
+		} else {
+			return jinja_err(c, EINVAL, "range() takes 1 to 3 arguments");
+		}
+		if (!s)
+			return jinja_err(c, EINVAL, "range() step is zero");
+		if ((s > 0 && b > a && (b - a) / s > 100000) ||
+		    (s < 0 && a > b && (a - b) / -s > 100000))
+			return jinja_err(c, E2BIG, "range() too long");
+		l = jv_list_new(c->a, s > 0 ? (size_t)moem_max(b - a, 0) / (size_t)s + 1
+					    : (size_t)moem_max(a - b, 0) / (size_t)-s + 1);
+		if (!l)
+			return -ENOMEM;
+		for (int64_t i = a; s > 0 ? i < b : i > b; i += s)
+			l->v[k++] = jv_int(i);
+		l->n = (size_t)k;
+		*out = (struct jv){.t = JT_LIST, .l = l};
+		return 0;
+	}
+	case JF_NAMESPACE: {
+		struct jdict *d = jv_dict_new(c->a);
+
+		if (!d)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++) {
+			int ret;
+
+			if (!kw || !kw[i]) {
+				if (args[i].t != JT_DICT)
+					return jinja_err(c, EINVAL, "namespace() takes keywords");
+				for (size_t k = 0; k < args[i].d->n; k++)
+					if ((ret = jv_dict_set(c->a, d, args[i].d->k[k],
+							       args[i].d->klen[k],
+							       args[i].d->v[k])))
+						return ret;
+				continue;
+			}
+			ret = jv_dict_set(c->a, d, kw[i], strlen(kw[i]), args[i]);
+			if (ret)
+				return ret;
+		}
+		*out = (struct jv){.t = JT_DICT, .d = d};
+		return 0;
+	}
+	case JF_MACRO:
+		return call_macro(c, fn->fn.macro, args, kw, n, out);
+	default:
+		return method(c, fn->fn.id - JF_STR_METHOD, fn->fn.self, args, n, out);
+	}
+}
+
+static const struct jv *kwarg(const struct jv *args, const char *const *kw, size_t n,
+			      const char *name, size_t pos)
+{
+	for (size_t i = 1; kw && i < n; i++)
+		if (kw[i] && !strcmp(kw[i], name))
+			return &args[i];
+	return pos < n && (!kw || !kw[pos]) ? &args[pos] : NULL;
+}
+
+static int length(struct jctx *c, const struct jv *v, struct jv *out)
+{
+	if (v->t == JT_STR) {
+		int64_t k = 0;
+
+		for (size_t i = 0; i < v->s.n; i++)
+			k += ((unsigned char)v->s.p[i] & 0xc0) != 0x80;
+		*out = jv_int(k);
+	} else if (v->t == JT_LIST) {
+		*out = jv_int((int64_t)v->l->n);
+	} else if (v->t == JT_DICT) {
+		*out = jv_int((int64_t)v->d->n);
+	} else if (v->t == JT_UNDEF) {
+		*out = jv_int(0);
+	} else {
+		return jinja_err(c, EINVAL, "length of %s", jv_type_name(v));
+	}
+	return 0;
+}
+
+/* selectattr / rejectattr / map(attribute=...) */
+static int select_attr(struct jctx *c, const struct jv *seq, const struct jv *args,
+		       const char *const *kw, size_t n, bool reject, bool map, struct jv *out)
+{
+	const struct jv *attr =
+		map ? kwarg(args, kw, n, "attribute", 99) : kwarg(args, kw, n, "", 1);
+	struct jlist *l;
+	size_t k = 0;
+
+	if (!attr || attr->t != JT_STR)
+		return jinja_err(c, EINVAL, "%s needs an attribute name",
+				 map	  ? "map"
+				 : reject ? "rejectattr"
+					  : "selectattr");
+	if (seq->t != JT_LIST)
+		return jinja_err(c, EINVAL, "not a list");
+	l = jv_list_new(c->a, seq->l->n);
+	if (!l)
+		return -ENOMEM;
+	for (size_t i = 0; i < seq->l->n; i++) {
+		struct jv v;
+		bool keep;
+		int ret = jinja_getattr(c, &seq->l->v[i], attr->s.p, attr->s.n, &v);
+
+		if (ret)
+			return ret;
+		if (map) {
+			l->v[k++] = v;
+			continue;
+		}
+		if (n > 2) {
+			struct jv targs[3] = {v, n > 3 ? args[3] : jv_undef()};
+
+			ret = jinja_test(c, args[2].s.p, args[2].s.n, targs, n > 3 ? 2 : 1, &keep);
+			if (ret)
+				return ret;
+		} else {
+			keep = jv_truthy(&v);
+		}
+		if (keep != reject)
+			l->v[k++] = seq->l->v[i];
+	}
+	l->n = k;
+	*out = (struct jv){.t = JT_LIST, .l = l};
+	return 0;
+}
+
+int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *args,
+		 const char *const *kw, size_t n, struct jv *out)
+{
+	const struct jv *v = &args[0], *a1 = n > 1 ? &args[1] : NULL;
+	int f = find_name(filters, MOEM_ARRAY_SIZE(filters), name, nn);
+	struct jbuf b = {0};
+	int ret;
+
+	switch (f) {
+	case 0: /* trim */
+		if (v->t != JT_STR)
+			return jinja_err(c, EINVAL, "trim of %s", jv_type_name(v));
+		return strip(c, v, a1, true, true, out);
+	case 1:
+	case 2:
+		return length(c, v, out);
+	case 3: { /* tojson */
+		const struct jv *ind = kwarg(args, kw, n, "indent", 1);
+		const struct jv *sk = kwarg(args, kw, n, "sort_keys", 99);
+
+		ret = jv_tojson(&b, v,
+				ind && ind->t == JT_INT ? (int)moem_clamp(ind->i, 0, 16) : -1, 0,
+				sk && jv_truthy(sk));
+		if (ret == -EINVAL)
+			ret = jinja_err(c, EINVAL, "tojson: %s is not JSON", jv_type_name(v));
+		if (!ret)
+			ret = str_out(c, b.p ? b.p : "", b.n, out);
+		free(b.p);
+		return ret;
+	}
+	case 4:
+	case 5:
+	case 6:
+	case 7:
+		if (v->t != JT_STR)
+			return jinja_err(c, EINVAL, "%s of %s", filters[f], jv_type_name(v));
+		return recase(c, v,
+			      f == 4   ? M_UPPER
+			      : f == 5 ? M_LOWER
+			      : f == 6 ? M_TITLE
+				       : M_CAPITALIZE,
+			      out);
+	case 8:
+	case 9: { /* default(value, boolean=false) */
+		const struct jv *bo = kwarg(args, kw, n, "boolean", 2);
+		bool use = v->t == JT_UNDEF || (bo && jv_truthy(bo) && !jv_truthy(v));
+
+		*out = use ? (a1 ? *a1 : jv_str("", 0)) : *v;
+		return 0;
+	}
+	case 10:
+	case 11: /* first, last */
+		if (v->t == JT_LIST) {
+			*out = v->l->n ? v->l->v[f == 10 ? 0 : v->l->n - 1] : jv_undef();
+			return 0;
+		}
+		if (v->t == JT_STR && v->s.n) {
+			size_t o = 0;
+
+			if (f == 11) {
+				o = v->s.n - 1;
+				while (o && ((unsigned char)v->s.p[o] & 0xc0) == 0x80)
+					o--;
+			}
+			*out = jv_str(v->s.p + o, tok_utf8_len((unsigned char)v->s.p[o]));
+			return 0;
+		}
+		*out = jv_undef();
+		return 0;
+	case 12: { /* join(sep, attribute=) */
+		struct jv sep = a1 && (!kw || !kw[1]) ? *a1 : jv_str("", 0);
+		const struct jv *attr = kwarg(args, kw, n, "attribute", 99);
+
+		if (attr) {
+			struct jv m;
+			struct jv margs[2] = {*v, *attr};
+			const char *mkw[2] = {NULL, "attribute"};
+
+			ret = select_attr(c, v, margs, mkw, 2, false, true, &m);
+			return ret ? ret : join(c, &m, &sep, out);
+		}
+		return join(c, v, &sep, out);
+	}
+	case 13: { /* list */
+		if (v->t == JT_LIST) {
+			*out = *v;
+			out->tuple = false;
+			return 0;
+		}
+		if (v->t == JT_DICT)
+			return dict_view(c, v, M_KEYS, out);
+		return jinja_err(c, EINVAL, "list of %s", jv_type_name(v));
+	}
+	case 14: /* string */
+		return to_str(c, v, out);
+	case 15: /* int */
+		if (v->t == JT_INT || v->t == JT_BOOL)
+			*out = jv_int(v->t == JT_INT ? v->i : v->b);
+		else if (v->t == JT_FLOAT)
+			*out = jv_int((int64_t)v->f);
+		else if (v->t == JT_STR)
+			*out = jv_int(strtoll(ja_strndup(c->a, v->s.p, v->s.n) ?: "0", NULL, 10));
+		else
+			*out = jv_int(0);
+		return 0;
+	case 16: /* float */
+		*out = (struct jv){.t = JT_FLOAT,
+				   .f = v->t == JT_FLOAT ? v->f
+					: v->t == JT_INT ? (double)v->i
+							 : 0.0};
+		return 0;
+	case 17: /* abs */
+		if (v->t == JT_INT)
+			*out = jv_int(v->i < 0 ? -v->i : v->i);
+		else if (v->t == JT_FLOAT)
+			*out = (struct jv){.t = JT_FLOAT, .f = v->f < 0 ? -v->f : v->f};
+		else
+			return jinja_err(c, EINVAL, "abs of %s", jv_type_name(v));
+		return 0;
+	case 18: /* replace */
+		if (v->t != JT_STR || n < 3)
+			return jinja_err(c, EINVAL, "replace needs a string and two arguments");
+		return replace(c, v, &args[1], &args[2],
+			       n > 3 && args[3].t == JT_INT ? args[3].i : -1, out);
+	case 19: /* items */
+		if (v->t != JT_DICT)
+			return jinja_err(c, EINVAL, "items of %s", jv_type_name(v));
+		return dict_view(c, v, M_ITEMS, out);
+	case 20: { /* reverse */
+		struct jlist *l;
+
+		if (v->t == JT_STR) {
+			/* By code point, back to front. */
+			for (size_t e = v->s.n; e > 0;) {
+				size_t st = e - 1;
+
+				while (st && ((unsigned char)v->s.p[st] & 0xc0) == 0x80)
+					st--;
+				ret = jb_put(&b, v->s.p + st, e - st);
+				if (ret)
+					break;
+				e = st;
+			}
+			ret = ret ? ret : str_out(c, b.p ? b.p : "", b.n, out);
+			free(b.p);
+			return ret;
+		}
+		if (v->t != JT_LIST)
+			return jinja_err(c, EINVAL, "reverse of %s", jv_type_name(v));
+		l = jv_list_new(c->a, v->l->n);
+		if (!l)
+			return -ENOMEM;
+		for (size_t i = 0; i < v->l->n; i++)
+			l->v[i] = v->l->v[v->l->n - 1 - i];
+		*out = (struct jv){.t = JT_LIST, .l = l};
+		return 0;
+	}
+	case 21: /* safe */
+		*out = *v;
+		return 0;
+	case 22: { /* indent(width=4, first=false, blank=false) */
+		const struct jv *w = kwarg(args, kw, n, "width", 1);
+		const struct jv *first = kwarg(args, kw, n, "first", 2);
+		int64_t width = w && w->t == JT_INT ? moem_clamp(w->i, 0, 64) : 4;
+		struct jv s;
+
+		ret = to_str(c, v, &s);
+		for (size_t i = 0; !ret && i < s.s.n; i++) {
+			if (i == 0 && first && jv_truthy(first))
+				for (int64_t k = 0; !ret && k < width; k++)
+					ret = jb_put(&b, " ", 1);
+			if (!ret)
+				ret = jb_put(&b, s.s.p + i, 1);
+			if (!ret && s.s.p[i] == '\n' && i + 1 < s.s.n && s.s.p[i + 1] != '\n')
+				for (int64_t k = 0; !ret && k < width; k++)
+					ret = jb_put(&b, " ", 1);
+		}
+		if (!ret)
+			ret = str_out(c, b.p ? b.p : "", b.n, out);
+		free(b.p);
+		return ret;
+	}
+	case 23:
+	case 24:
+		return select_attr(c, v, args, kw, n, f == 24, false, out);
+	case 25:
+		return select_attr(c, v, args, kw, n, false, true, out);
+	case 26: { /* unique */
+		struct jlist *l;
+		size_t k = 0;
+
+		if (v->t != JT_LIST)
+			return jinja_err(c, EINVAL, "unique of %s", jv_type_name(v));
+		l = jv_list_new(c->a, v->l->n);
+		if (!l)
+			return -ENOMEM;
+		for (size_t i = 0; i < v->l->n; i++) {
+			bool seen = false;
+
+			for (size_t j = 0; j < k && !seen; j++)
+				seen = jv_equal(&l->v[j], &v->l->v[i]);
+			if (!seen)
+				l->v[k++] = v->l->v[i];
+		}
+		l->n = k;
+		*out = (struct jv){.t = JT_LIST, .l = l};
+		return 0;
+	}
+	default:
+		return jinja_err(c, ENOTSUP, "filter '%.*s' is not supported", (int)nn, name);
+	}
+}
+
+int jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *args, size_t n,
+	       bool *r)
+{
+	const struct jv *v = &args[0], *a1 = n > 1 ? &args[1] : NULL;
+	int t = find_name(tests, MOEM_ARRAY_SIZE(tests), name, nn);
+
+	switch (t) {
+	case 0:
+		*r = v->t != JT_UNDEF;
+		return 0;
+	case 1:
+		*r = v->t == JT_UNDEF;
+		return 0;
+	case 2:
+		*r = v->t == JT_NONE;
+		return 0;
+	case 3:
+		*r = v->t == JT_STR;
+		return 0;
+	case 4:
+		*r = v->t == JT_INT || v->t == JT_FLOAT;
+		return 0;
+	case 5:
+		*r = v->t == JT_INT;
+		return 0;
+	case 6:
+		*r = v->t == JT_FLOAT;
+		return 0;
+	case 7:
+		*r = v->t == JT_DICT;
+		return 0;
+	case 8:
+		*r = v->t == JT_LIST || v->t == JT_DICT || v->t == JT_STR;
+		return 0;
+	case 9:
+		*r = v->t == JT_LIST || v->t == JT_DICT || v->t == JT_STR;
+		return 0;
+	case 10:
+		*r = v->t == JT_BOOL;
+		return 0;
+	case 11:
+	case 12:
+		*r = v->t == JT_BOOL && v->b == (t == 11);
+		return 0;
+	case 13:
+	case 14:
+	case 15:
+		if (!a1)
+			return jinja_err(c, EINVAL, "test '%s' needs an argument", tests[t]);
+		*r = jv_equal(v, a1) == (t != 15);
+		return 0;
+	case 16:
+	case 17:
+		if (v->t != JT_INT)
+			return jinja_err(c, EINVAL, "test '%s' of %s", tests[t], jv_type_name(v));
+		*r = (v->i % 2 != 0) == (t == 16);
+		return 0;
+	case 18: {
+		bool in = false;
+
+		if (!a1)
+			return jinja_err(c, EINVAL, "test 'in' needs an argument");
+		if (a1->t == JT_LIST)
+			for (size_t i = 0; i < a1->l->n && !in; i++)
+				in = jv_equal(&a1->l->v[i], v);
+		else if (a1->t == JT_STR && v->t == JT_STR)
+			in = !v->s.n || memmem(a1->s.p, a1->s.n, v->s.p, v->s.n);
+		else if (a1->t == JT_DICT && v->t == JT_STR)
+			in = jv_dict_get(a1->d, v->s.p, v->s.n) != NULL;
+		*r = in;
+		return 0;
+	}
+	case 19:
+	case 20: {
+		struct jv x;
+		int ret;
+
+		if (v->t != JT_STR) {
+			*r = false;
+			return 0;
+		}
+		ret = recase(c, v, t == 19 ? M_LOWER : M_UPPER, &x);
+		*r = !ret && jv_equal(&x, v);
+		return ret;
+	}
+	case 21:
+		*r = v->t == JT_FN;
+		return 0;
+	case 22:
+		*r = a1 && jv_equal(v, a1) && v->t == a1->t;
+		return 0;
+	case 23:
+		if (!a1 || v->t != JT_INT || a1->t != JT_INT || !a1->i)
+			return jinja_err(c, EINVAL, "divisibleby needs integers");
+		*r = v->i % a1->i == 0;
+		return 0;
+	}
+	return jinja_err(c, ENOTSUP, "test '%.*s' is not supported", (int)nn, name);
+}

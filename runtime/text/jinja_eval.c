@@ -1,0 +1,767 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Jinja evaluator: statements write to the output, expressions give
+ * values with Python's rules (jinja2 runs on Python): + on str and list,
+ * // and % as Python's floor division, comparisons, "in", truthiness,
+ * scoping (a for loop has its own scope: set inside it does not leak,
+ * which is why templates use namespace()).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/error.h>
+
+#include "jinja_int.h"
+#include "tok_int.h"
+
+/* Bounds on work a template may ask for (loops times calls, nesting). */
+#define JINJA_MAX_STEPS (1u << 22)
+#define JINJA_MAX_DEPTH 128
+
+/* Break and continue travel up as these codes. */
+#define J_BREAK	   1
+#define J_CONTINUE 2
+
+int jinja_err(const struct jctx *c, int err, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return moem_errf(err, "template line %d: %s", c->line, msg);
+}
+
+struct jv *jinja_lookup(struct jctx *c, const char *name, size_t n)
+{
+	for (struct jscope *s = c->scope; s; s = s->up) {
+		struct jv *v = jv_dict_get(s->vars, name, n);
+
+		if (v)
+			return v;
+	}
+	return NULL;
+}
+
+static int set_var(struct jctx *c, const char *name, size_t n, struct jv v)
+{
+	return jv_dict_set(c->a, c->scope->vars, name, n, v);
+}
+
+static size_t cp_count(const char *s, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += ((unsigned char)s[i] & 0xc0) != 0x80;
+	return k;
+}
+
+/* Byte offset of code point i of s. */
+static size_t cp_off(const char *s, size_t n, size_t i)
+{
+	size_t b = 0;
+
+	while (b < n && i) {
+		b += tok_utf8_len((unsigned char)s[b]);
+		i--;
+	}
+	return b;
+}
+
+static int concat(struct jctx *c, const struct jv *a, const struct jv *b, struct jv *out)
+{
+	struct jbuf x = {0};
+	int ret = jv_print(&x, a);
+	char *p;
+
+	if (!ret)
+		ret = jv_print(&x, b);
+	p = ret ? NULL : ja_strndup(c->a, x.p ? x.p : "", x.n);
+	if (!ret && !p)
+		ret = -ENOMEM;
+	if (!ret)
+		*out = jv_str(p, x.n);
+	free(x.p);
+	return ret;
+}
+
+static bool is_num(const struct jv *v)
+{
+	return v->t == JT_INT || v->t == JT_FLOAT || v->t == JT_BOOL;
+}
+
+static double fnum(const struct jv *v)
+{
+	return v->t == JT_FLOAT ? v->f : v->t == JT_INT ? (double)v->i : (double)v->b;
+}
+
+static int64_t inum(const struct jv *v)
+{
+	return v->t == JT_INT ? v->i : (int64_t)v->b;
+}
+
+static int compare(struct jctx *c, const char *op, const struct jv *a, const struct jv *b, bool *r)
+{
+	int cmp;
+
+	if (!strcmp(op, "==")) {
+		*r = jv_equal(a, b);
+		return 0;
+	}
+	if (!strcmp(op, "!=")) {
+		*r = !jv_equal(a, b);
+		return 0;
+	}
+	if (is_num(a) && is_num(b)) {
+		double x = fnum(a), y = fnum(b);
+
+		cmp = x < y ? -1 : x > y ? 1 : 0;
+	} else if (a->t == JT_STR && b->t == JT_STR) {
+		size_t m = moem_min(a->s.n, b->s.n);
+
+		cmp = memcmp(a->s.p, b->s.p, m);
+		if (!cmp)
+			cmp = a->s.n < b->s.n ? -1 : a->s.n > b->s.n;
+	} else {
+		return jinja_err(c, EINVAL, "'%s' not supported between %s and %s", op,
+				 jv_type_name(a), jv_type_name(b));
+	}
+	*r = !strcmp(op, "<")	 ? cmp < 0
+	     : !strcmp(op, ">")	 ? cmp > 0
+	     : !strcmp(op, "<=") ? cmp <= 0
+				 : cmp >= 0;
+	return 0;
+}
+
+static int contains(struct jctx *c, const struct jv *hay, const struct jv *x, bool *r)
+{
+	if (hay->t == JT_STR) {
+		if (x->t != JT_STR)
+			return jinja_err(c, EINVAL, "'in <string>' needs a string, not %s",
+					 jv_type_name(x));
+		*r = !x->s.n || memmem(hay->s.p, hay->s.n, x->s.p, x->s.n);
+		return 0;
+	}
+	if (hay->t == JT_LIST) {
+		*r = false;
+		for (size_t i = 0; i < hay->l->n && !*r; i++)
+			*r = jv_equal(&hay->l->v[i], x);
+		return 0;
+	}
+	if (hay->t == JT_DICT) {
+		*r = x->t == JT_STR && jv_dict_get(hay->d, x->s.p, x->s.n);
+		return 0;
+	}
+	if (hay->t == JT_UNDEF)
+		return jinja_err(c, EINVAL, "'in' on an undefined value");
+	return jinja_err(c, EINVAL, "'in' on %s", jv_type_name(hay));
+}
+
+static int arith(struct jctx *c, const char *op, const struct jv *a, const struct jv *b,
+		 struct jv *out)
+{
+	if (!strcmp(op, "~"))
+		return concat(c, a, b, out);
+	if (!strcmp(op, "+") && a->t == JT_STR && b->t == JT_STR) {
+		char *p = ja_alloc(c->a, a->s.n + b->s.n + 1);
+
+		if (!p)
+			return jinja_err(c, E2BIG, "template output too large");
+		memcpy(p, a->s.p, a->s.n);
+		memcpy(p + a->s.n, b->s.p, b->s.n);
+		p[a->s.n + b->s.n] = 0;
+		*out = jv_str(p, a->s.n + b->s.n);
+		return 0;
+	}
+	if (!strcmp(op, "+") && a->t == JT_LIST && b->t == JT_LIST) {
+		struct jlist *l = jv_list_new(c->a, a->l->n + b->l->n);
+
+		if (!l)
+			return -ENOMEM;
+		memcpy(l->v, a->l->v, a->l->n * sizeof(*l->v));
+		memcpy(l->v + a->l->n, b->l->v, b->l->n * sizeof(*l->v));
+		*out = (struct jv){.t = JT_LIST, .l = l};
+		return 0;
+	}
+	if (!strcmp(op, "*") && a->t == JT_STR && (b->t == JT_INT)) {
+		int64_t k = b->i < 0 ? 0 : b->i;
+		char *p;
+
+		if (k && a->s.n > (1u << 24) / (uint64_t)k)
+			return jinja_err(c, E2BIG, "string repetition too large");
+		p = ja_alloc(c->a, a->s.n * (size_t)k + 1);
+		if (!p)
+			return -ENOMEM;
+		for (int64_t i = 0; i < k; i++)
+			memcpy(p + (size_t)i * a->s.n, a->s.p, a->s.n);
+		p[a->s.n * (size_t)k] = 0;
+		*out = jv_str(p, a->s.n * (size_t)k);
+		return 0;
+	}
+	if (!is_num(a) || !is_num(b))
+		return jinja_err(c, EINVAL, "unsupported operand types for %s: %s and %s", op,
+				 jv_type_name(a), jv_type_name(b));
+	if (a->t != JT_FLOAT && b->t != JT_FLOAT && strcmp(op, "/") && strcmp(op, "**")) {
+		int64_t x = inum(a), y = inum(b), r;
+
+		if ((!strcmp(op, "//") || !strcmp(op, "%")) && !y)
+			return jinja_err(c, EDOM, "division by zero");
+		if (!strcmp(op, "+"))
+			r = (int64_t)((uint64_t)x + (uint64_t)y);
+		else if (!strcmp(op, "-"))
+			r = (int64_t)((uint64_t)x - (uint64_t)y);
+		else if (!strcmp(op, "*"))
+			r = (int64_t)((uint64_t)x * (uint64_t)y);
+		else if (!strcmp(op, "//"))
+			r = x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
+		else {
+			r = x % y;
+			if (r && ((r < 0) != (y < 0)))
+				r += y;
+		}
+		*out = jv_int(r);
+		return 0;
+	}
+	{
+		double x = fnum(a), y = fnum(b), r;
+
+		if ((!strcmp(op, "/") || !strcmp(op, "//") || !strcmp(op, "%")) && y == 0)
+			return jinja_err(c, EDOM, "division by zero");
+		if (!strcmp(op, "+"))
+			r = x + y;
+		else if (!strcmp(op, "-"))
+			r = x - y;
+		else if (!strcmp(op, "*"))
+			r = x * y;
+		else if (!strcmp(op, "/"))
+			r = x / y;
+		else if (!strcmp(op, "//"))
+			r = floor(x / y);
+		else if (!strcmp(op, "%"))
+			r = x - y * floor(x / y);
+		else
+			r = pow(x, y);
+		if (!strcmp(op, "**") && a->t == JT_INT && b->t == JT_INT && b->i >= 0 &&
+		    fabs(r) < 9e15)
+			*out = jv_int((int64_t)r);
+		else
+			*out = (struct jv){.t = JT_FLOAT, .f = r};
+	}
+	return 0;
+}
+
+/* Python slicing of a list or a string (by code point). */
+static int slice(struct jctx *c, const struct jv *v, const struct jv *s0, const struct jv *s1,
+		 const struct jv *s2, struct jv *out)
+{
+	int64_t len, start, stop, step = 1, n = 0;
+	bool str = v->t == JT_STR;
+	struct jlist *l = NULL;
+	struct jbuf b = {0};
+
+	if (v->t != JT_LIST && !str)
+		return jinja_err(c, EINVAL, "cannot slice %s", jv_type_name(v));
+	len = str ? (int64_t)cp_count(v->s.p, v->s.n) : (int64_t)v->l->n;
+	if (s2->t == JT_INT)
+		step = s2->i;
+	if (!step)
+		return jinja_err(c, EINVAL, "slice step cannot be zero");
+	if (s0->t == JT_INT) {
+		start = s0->i < 0 ? s0->i + len : s0->i;
+		start = step > 0 ? moem_clamp(start, 0, len) : moem_clamp(start, -1, len - 1);
+	} else {
+		start = step > 0 ? 0 : len - 1;
+	}
+	if (s1->t == JT_INT) {
+		stop = s1->i < 0 ? s1->i + len : s1->i;
+		stop = step > 0 ? moem_clamp(stop, 0, len) : moem_clamp(stop, -1, len - 1);
+	} else {
+		stop = step > 0 ? len : -1;
+	}
+	if (!str) {
+		l = jv_list_new(c->a, (size_t)len);
+		if (!l)
+			return -ENOMEM;
+	}
+	for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+		if (str) {
+			size_t o = cp_off(v->s.p, v->s.n, (size_t)i);
+			int ret = jb_put(&b, v->s.p + o, tok_utf8_len((unsigned char)v->s.p[o]));
+
+			if (ret) {
+				free(b.p);
+				return ret;
+			}
+		} else {
+			l->v[n++] = v->l->v[i];
+		}
+	}
+	if (!str) {
+		l->n = (size_t)n;
+		*out = (struct jv){.t = JT_LIST, .l = l};
+		return 0;
+	}
+	{
+		char *p = ja_strndup(c->a, b.p ? b.p : "", b.n);
+
+		free(b.p);
+		if (!p)
+			return -ENOMEM;
+		*out = jv_str(p, b.n);
+	}
+	return 0;
+}
+
+static int item(struct jctx *c, const struct jv *v, const struct jv *k, struct jv *out)
+{
+	if (v->t == JT_DICT) {
+		const struct jv *x = k->t == JT_STR ? jv_dict_get(v->d, k->s.p, k->s.n) : NULL;
+
+		*out = x ? *x : jv_undef();
+		return 0;
+	}
+	if ((v->t == JT_LIST || v->t == JT_STR) && k->t == JT_INT) {
+		int64_t len =
+			v->t == JT_LIST ? (int64_t)v->l->n : (int64_t)cp_count(v->s.p, v->s.n);
+		int64_t i = k->i < 0 ? k->i + len : k->i;
+
+		if (i < 0 || i >= len) {
+			*out = jv_undef();
+			return 0;
+		}
+		if (v->t == JT_LIST) {
+			*out = v->l->v[i];
+		} else {
+			size_t o = cp_off(v->s.p, v->s.n, (size_t)i);
+
+			*out = jv_str(v->s.p + o, tok_utf8_len((unsigned char)v->s.p[o]));
+		}
+		return 0;
+	}
+	if (k->t == JT_STR)
+		return jinja_getattr(c, v, k->s.p, k->s.n, out);
+	if (v->t == JT_UNDEF)
+		return jinja_err(c, EINVAL, "subscript of an undefined value");
+	return jinja_err(c, EINVAL, "%s cannot be indexed by %s", jv_type_name(v), jv_type_name(k));
+}
+
+static int eval_args(struct jctx *c, const struct jnode *n, struct jv *args, size_t first)
+{
+	for (size_t i = 0; i < n->nargs; i++) {
+		int ret = jinja_eval(c, n->args[i], &args[first + i]);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int eval_seq(struct jctx *c, const struct jnode *n, struct jv *out)
+{
+	if (n->k == JN_DICT) {
+		struct jdict *d = jv_dict_new(c->a);
+
+		if (!d)
+			return -ENOMEM;
+		for (size_t i = 0; i + 1 < n->nargs; i += 2) {
+			struct jv k = jv_undef(), v = jv_undef();
+			int ret = jinja_eval(c, n->args[i], &k);
+
+			if (!ret)
+				ret = jinja_eval(c, n->args[i + 1], &v);
+			if (!ret && k.t != JT_STR)
+				ret = jinja_err(c, EINVAL, "dict keys must be strings here");
+			if (!ret)
+				ret = jv_dict_set(c->a, d, k.s.p, k.s.n, v);
+			if (ret)
+				return ret;
+		}
+		*out = (struct jv){.t = JT_DICT, .d = d};
+		return 0;
+	}
+	{
+		struct jlist *l = jv_list_new(c->a, n->nargs);
+		int ret;
+
+		if (!l)
+			return -ENOMEM;
+		ret = eval_args(c, n, l->v, 0);
+		*out = (struct jv){.t = JT_LIST, .l = l, .tuple = n->k == JN_TUPLE};
+		return ret;
+	}
+}
+
+int jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
+{
+	struct jv a, b, x, args[16];
+	bool r;
+	int ret;
+
+	c->line = n->line;
+	if (++c->depth > JINJA_MAX_DEPTH) {
+		c->depth--;
+		return jinja_err(c, ELOOP, "expression too deep");
+	}
+	ret = 0;
+	switch (n->k) {
+	case JN_LIT:
+		*out = n->lit;
+		break;
+	case JN_NAME: {
+		struct jv *v = jinja_lookup(c, n->name, n->name_len);
+
+		*out = v ? *v : jv_undef();
+		break;
+	}
+	case JN_ATTR:
+		ret = jinja_eval(c, n->a, &a);
+		if (!ret && a.t == JT_UNDEF)
+			ret = jinja_err(c, EINVAL, "attribute '%.*s' of an undefined value",
+					(int)n->name_len, n->name);
+		if (!ret)
+			ret = jinja_getattr(c, &a, n->name, n->name_len, out);
+		break;
+	case JN_ITEM:
+		ret = jinja_eval(c, n->a, &a);
+		if (!ret)
+			ret = jinja_eval(c, n->b, &b);
+		if (!ret)
+			ret = item(c, &a, &b, out);
+		break;
+	case JN_SLICE: {
+		struct jv s0 = jv_none(), s1 = jv_none(), s2 = jv_none();
+
+		ret = jinja_eval(c, n->a, &a);
+		if (!ret && n->b)
+			ret = jinja_eval(c, n->b, &s0);
+		if (!ret && n->c)
+			ret = jinja_eval(c, n->c, &s1);
+		if (!ret && n->args[0])
+			ret = jinja_eval(c, n->args[0], &s2);
+		if (!ret)
+			ret = slice(c, &a, &s0, &s1, &s2, out);
+		break;
+	}
+	case JN_CALL:
+		if (n->nargs > MOEM_ARRAY_SIZE(args)) {
+			ret = jinja_err(c, E2BIG, "too many arguments");
+			break;
+		}
+		ret = jinja_eval(c, n->a, &a);
+		if (!ret)
+			ret = eval_args(c, n, args, 0);
+		if (!ret)
+			ret = jinja_call(c, &a, args, n->kw, n->nargs, out);
+		break;
+	case JN_FILTER:
+	case JN_TEST:
+		if (n->nargs + 1 > MOEM_ARRAY_SIZE(args)) {
+			ret = jinja_err(c, E2BIG, "too many arguments");
+			break;
+		}
+		ret = jinja_eval(c, n->a, &args[0]);
+		if (!ret)
+			ret = eval_args(c, n, args, 1);
+		if (ret)
+			break;
+		c->line = n->line;
+		if (n->k == JN_FILTER) {
+			const char **kw = NULL;
+			const char *kwbuf[17] = {0};
+
+			if (n->kw) {
+				memcpy(kwbuf + 1, n->kw, n->nargs * sizeof(*kw));
+				kw = kwbuf;
+			}
+			ret = jinja_filter(c, n->name, n->name_len, args, kw, n->nargs + 1, out);
+		} else {
+			ret = jinja_test(c, n->name, n->name_len, args, n->nargs + 1, &r);
+			*out = jv_bool(r != n->negate);
+		}
+		break;
+	case JN_NOT:
+		ret = jinja_eval(c, n->a, &a);
+		*out = jv_bool(!jv_truthy(&a));
+		break;
+	case JN_NEG:
+		ret = jinja_eval(c, n->a, &a);
+		if (!ret && a.t == JT_INT)
+			*out = jv_int((int64_t)(0 - (uint64_t)a.i));
+		else if (!ret && a.t == JT_FLOAT)
+			*out = (struct jv){.t = JT_FLOAT, .f = -a.f};
+		else if (!ret)
+			ret = jinja_err(c, EINVAL, "bad operand for unary -: %s", jv_type_name(&a));
+		break;
+	case JN_AND:
+	case JN_OR:
+		/* Python's and/or give an operand, not a bool. */
+		ret = jinja_eval(c, n->a, &a);
+		if (!ret && (jv_truthy(&a) == (n->k == JN_AND)))
+			ret = jinja_eval(c, n->b, &a);
+		*out = a;
+		break;
+	case JN_COND:
+		ret = jinja_eval(c, n->b, &x);
+		if (!ret && jv_truthy(&x))
+			ret = jinja_eval(c, n->a, out);
+		else if (!ret && n->c)
+			ret = jinja_eval(c, n->c, out);
+		else if (!ret)
+			*out = jv_undef();
+		break;
+	case JN_BIN:
+		ret = jinja_eval(c, n->a, &a);
+		if (!ret)
+			ret = jinja_eval(c, n->b, &b);
+		if (ret)
+			break;
+		c->line = n->line;
+		if (!strcmp(n->name, "in")) {
+			ret = contains(c, &b, &a, &r);
+			if (!ret)
+				*out = jv_bool(r != n->negate);
+		} else if (strchr("=!<>", n->name[0])) {
+			ret = compare(c, n->name, &a, &b, &r);
+			if (!ret)
+				*out = jv_bool(r);
+		} else {
+			ret = arith(c, n->name, &a, &b, out);
+		}
+		break;
+	case JN_LIST:
+	case JN_TUPLE:
+	case JN_DICT:
+		ret = eval_seq(c, n, out);
+		break;
+	default:
+		ret = jinja_err(c, EINVAL, "not an expression");
+	}
+	c->depth--;
+	return ret;
+}
+
+/* Unpack v into the loop or set targets. */
+static int assign(struct jctx *c, const char *const *names, size_t nn, const struct jv *v)
+{
+	if (nn == 1)
+		return set_var(c, names[0], strlen(names[0]), *v);
+	if (v->t != JT_LIST || v->l->n != nn)
+		return jinja_err(c, EINVAL, "cannot unpack %s into %zu names", jv_type_name(v), nn);
+	for (size_t i = 0; i < nn; i++) {
+		int ret = set_var(c, names[i], strlen(names[i]), v->l->v[i]);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int iterable(struct jctx *c, const struct jv *v, struct jlist **out)
+{
+	if (v->t == JT_LIST) {
+		*out = v->l;
+		return 0;
+	}
+	if (v->t == JT_DICT) {
+		struct jlist *l = jv_list_new(c->a, v->d->n);
+
+		if (!l)
+			return -ENOMEM;
+		for (size_t i = 0; i < v->d->n; i++)
+			l->v[i] = jv_str(v->d->k[i], v->d->klen[i]);
+		*out = l;
+		return 0;
+	}
+	if (v->t == JT_STR) {
+		size_t n = cp_count(v->s.p, v->s.n), o = 0;
+		struct jlist *l = jv_list_new(c->a, n);
+
+		if (!l)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++) {
+			size_t k = tok_utf8_len((unsigned char)v->s.p[o]);
+
+			l->v[i] = jv_str(v->s.p + o, k);
+			o += k;
+		}
+		*out = l;
+		return 0;
+	}
+	if (v->t == JT_UNDEF) {
+		*out = jv_list_new(c->a, 0);
+		return *out ? 0 : -ENOMEM;
+	}
+	return jinja_err(c, EINVAL, "%s is not iterable", jv_type_name(v));
+}
+
+static int run_for(struct jctx *c, const struct jnode *n)
+{
+	struct jscope scope = {.up = c->scope};
+	struct jlist *all = NULL, *l;
+	struct jv it;
+	size_t k = 0;
+	int ret;
+
+	ret = jinja_eval(c, n->b, &it);
+	if (!ret)
+		ret = iterable(c, &it, &all);
+	if (ret)
+		return ret;
+	scope.vars = jv_dict_new(c->a);
+	if (!scope.vars)
+		return -ENOMEM;
+	/* The loop's scope lives until the loop ends; it is unlinked below. */
+	c->scope = &scope; /* cppcheck-suppress autoVariables */
+	l = all;
+	if (n->c) {
+		/* The loop filter runs before loop.index and friends are counted. */
+		l = jv_list_new(c->a, all->n);
+		ret = l ? 0 : -ENOMEM;
+		for (size_t i = 0; !ret && i < all->n; i++) {
+			struct jv keep;
+
+			ret = assign(c, n->names, n->nnames, &all->v[i]);
+			if (!ret)
+				ret = jinja_eval(c, n->c, &keep);
+			if (!ret && jv_truthy(&keep))
+				l->v[k++] = all->v[i];
+		}
+		if (l)
+			l->n = k;
+	}
+	for (size_t i = 0; !ret && i < l->n; i++) {
+		struct jdict *loop = jv_dict_new(c->a);
+		int64_t len = (int64_t)l->n;
+
+		if (++c->steps > JINJA_MAX_STEPS) {
+			ret = jinja_err(c, E2BIG, "template runs too long");
+			break;
+		}
+		ret = loop ? 0 : -ENOMEM;
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "index", 5, jv_int((int64_t)i + 1));
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "index0", 6, jv_int((int64_t)i));
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "revindex", 8, jv_int(len - (int64_t)i));
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "revindex0", 9, jv_int(len - (int64_t)i - 1));
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "first", 5, jv_bool(i == 0));
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "last", 4, jv_bool(i + 1 == l->n));
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "length", 6, jv_int(len));
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "previtem", 8, i ? l->v[i - 1] : jv_undef());
+		if (!ret)
+			ret = jv_dict_set(c->a, loop, "nextitem", 8,
+					  i + 1 < l->n ? l->v[i + 1] : jv_undef());
+		if (!ret)
+			ret = set_var(c, "loop", 4, (struct jv){.t = JT_DICT, .d = loop});
+		if (!ret)
+			ret = assign(c, n->names, n->nnames, &l->v[i]);
+		if (!ret)
+			ret = jinja_run(c, n->body, n->nbody);
+		if (ret == J_CONTINUE)
+			ret = 0;
+	}
+	if (ret == J_BREAK)
+		ret = 0;
+	if (!ret && !l->n)
+		ret = jinja_run(c, n->orelse, n->norelse);
+	c->scope = scope.up;
+	return ret;
+}
+
+static int run_set(struct jctx *c, const struct jnode *n)
+{
+	struct jv v;
+	int ret;
+
+	if (n->k == JN_SET_BLOCK) {
+		struct jbuf *saved = c->out, tmp = {.limit = saved->limit};
+		char *p;
+
+		c->out = &tmp;
+		ret = jinja_run(c, n->body, n->nbody);
+		c->out = saved;
+		p = ret ? NULL : ja_strndup(c->a, tmp.p ? tmp.p : "", tmp.n);
+		if (!ret && !p)
+			ret = -ENOMEM;
+		if (!ret)
+			ret = set_var(c, n->names[0], strlen(n->names[0]), jv_str(p, tmp.n));
+		free(tmp.p);
+		return ret;
+	}
+	ret = jinja_eval(c, n->a, &v);
+	if (ret)
+		return ret;
+	if (n->name) {
+		struct jv *ns = jinja_lookup(c, n->names[0], strlen(n->names[0]));
+
+		if (!ns || ns->t != JT_DICT)
+			return jinja_err(c, EINVAL,
+					 "cannot set an attribute of '%s' (not a namespace)",
+					 n->names[0]);
+		return jv_dict_set(c->a, ns->d, n->name, n->name_len, v);
+	}
+	return assign(c, n->names, n->nnames, &v);
+}
+
+int jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
+{
+	for (size_t i = 0; i < nbody; i++) {
+		const struct jnode *n = body[i];
+		struct jv v;
+		int ret = 0;
+
+		c->line = n->line;
+		switch (n->k) {
+		case JN_TEXT:
+			ret = jb_put(c->out, n->name, n->name_len);
+			break;
+		case JN_OUTPUT:
+			ret = jinja_eval(c, n->a, &v);
+			if (!ret)
+				ret = jv_print(c->out, &v);
+			break;
+		case JN_IF:
+			ret = jinja_eval(c, n->a, &v);
+			if (!ret)
+				ret = jv_truthy(&v) ? jinja_run(c, n->body, n->nbody)
+						    : jinja_run(c, n->orelse, n->norelse);
+			break;
+		case JN_FOR:
+			ret = run_for(c, n);
+			break;
+		case JN_SET:
+		case JN_SET_BLOCK:
+			ret = run_set(c, n);
+			break;
+		case JN_MACRO:
+			v = (struct jv){.t = JT_FN};
+			v.fn.id = JF_MACRO;
+			v.fn.macro = n;
+			ret = set_var(c, n->name, n->name_len, v);
+			break;
+		case JN_BREAK:
+			return J_BREAK;
+		case JN_CONTINUE:
+			return J_CONTINUE;
+		default:
+			ret = jinja_err(c, EINVAL, "not a statement");
+		}
+		if (ret == -E2BIG)
+			ret = jinja_err(c, E2BIG, "template output too large");
+		if (ret)
+			return ret;
+	}
+	return 0;
+}

@@ -1,0 +1,557 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The kernel emulator's streams, events and graphs. Each stream is a
+ * thread that runs its operations (kernels, copies, memsets, event
+ * records, event waits) in order while the host goes on, as a GPU would:
+ * a host that reads a result, reuses a buffer or frees memory without
+ * waiting for the stream gets what a GPU would give it, stale bytes or a
+ * fault, not the right answer by luck. Copies start MOEM_EMU_LAG_US
+ * (default 200) after they are due, to make that window wide. Kernels of
+ * different streams take turns (one at a time); copies overlap them.
+ *
+ * Events mark a point in a stream: recording one takes a new marker that
+ * completes when the stream reaches it (the time is taken then);
+ * cuStreamWaitEvent makes a stream wait for the marker the event held at
+ * the call. Stream capture records a stream's operations into a graph
+ * instead of running them; cuGraphLaunch queues them again, as many times
+ * as it is called. Calls a capture cannot contain (a synchronisation, a
+ * pageable copy, an event record) end it as invalidated, like the driver.
+ *
+ * MOEM_EMU_STATS=FILE appends one line per process at exit: the host
+ * synchronisations it made by kind, and its launches (the test of one
+ * synchronisation per decode step counts them).
+ */
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+#include "cuda_emu.h"
+#include "emu.h"
+
+struct op {
+	std::function<void()> fn;
+	bool is_copy;
+};
+
+struct emu_graph {
+	std::vector<op> ops;
+};
+
+struct emu_stream {
+	pthread_t th;
+	std::deque<op> q;
+	uint64_t enq, done;
+	bool stop, running;
+	/* capture */
+	bool capturing;
+	int capture_err;
+	emu_graph *graph;
+};
+
+struct marker {
+	bool done;
+	double ms;
+};
+
+struct emu_event {
+	unsigned int flags;
+	std::shared_ptr<marker> last;
+};
+
+static std::mutex g_mu;
+static std::condition_variable g_cv;
+static std::vector<emu_stream *> streams; /* live ones, under g_mu */
+static emu_stream *legacy;
+static long lag_us = -1;
+
+/* ---- statistics ------------------------------------------------------------- */
+
+enum { S_STREAM, S_EVENT, S_CTX, S_PAGEABLE, S_IMPLICIT, S_NR };
+static const char *const sync_names[S_NR] = { "stream_sync", "event_sync", "ctx_sync",
+					      "pageable_dtoh", "implicit" };
+static std::atomic<uint64_t> n_sync[S_NR], n_launch, n_graph, n_query;
+
+void emu_count_sync(const char *kind)
+{
+	for (int i = 0; i < S_NR; i++)
+		if (!strcmp(kind, sync_names[i]))
+			n_sync[i]++;
+}
+
+void emu_count_launch(void)
+{
+	n_launch++;
+}
+
+__attribute__((destructor)) static void write_stats(void)
+{
+	const char *path = getenv("MOEM_EMU_STATS");
+	uint64_t total = 0;
+	FILE *f;
+
+	if (!path || !*path)
+		return;
+	f = fopen(path, "a");
+	if (!f)
+		return;
+	for (int i = 0; i < S_NR; i++)
+		total += n_sync[i];
+	fprintf(f, "pid=%d syncs=%llu", (int)getpid(), (unsigned long long)total);
+	for (int i = 0; i < S_NR; i++)
+		fprintf(f, " %s=%llu", sync_names[i], (unsigned long long)n_sync[i]);
+	fprintf(f, " queries=%llu launches=%llu graph_launches=%llu\n",
+		(unsigned long long)n_query, (unsigned long long)n_launch,
+		(unsigned long long)n_graph);
+	fclose(f);
+}
+
+/* ---- streams ---------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void *worker(void *arg)
+{
+	emu_stream *s = (emu_stream *)arg;
+	std::unique_lock<std::mutex> lk(g_mu);
+
+	for (;;) {
+		g_cv.wait(lk, [s] { return !s->q.empty() || s->stop; });
+		if (s->q.empty())
+			break;
+		op o = std::move(s->q.front());
+		s->running = true;
+		lk.unlock();
+		if (o.is_copy && lag_us > 0)
+			usleep((useconds_t)lag_us);
+		if (!emu_sticky)
+			o.fn();
+		lk.lock();
+		s->running = false;
+		s->q.pop_front();
+		s->done++;
+		g_cv.notify_all();
+	}
+	return NULL;
+}
+
+static emu_stream *stream_new(void)
+{
+	emu_stream *s = new emu_stream();
+
+	if (lag_us < 0) {
+		const char *v = getenv("MOEM_EMU_LAG_US");
+
+		lag_us = v ? atol(v) : 200;
+	}
+	if (pthread_create(&s->th, NULL, worker, s)) {
+		delete s;
+		return NULL;
+	}
+	std::lock_guard<std::mutex> g(g_mu);
+	streams.push_back(s);
+	return s;
+}
+
+static emu_stream *resolve(emu_stream *s)
+{
+	static std::once_flag once;
+
+	if (s)
+		return s;
+	std::call_once(once, [] { legacy = stream_new(); });
+	return legacy;
+}
+
+int emu_enqueue(emu_stream *s, std::function<void()> fn, bool is_copy, uint64_t *seq)
+{
+	s = resolve(s);
+	std::lock_guard<std::mutex> g(g_mu);
+
+	if (s->capturing) {
+		if (!s->capture_err)
+			s->graph->ops.push_back(op{ std::move(fn), is_copy });
+		return s->capture_err ? E_STREAM_CAPTURE_INVALIDATED : OK;
+	}
+	s->q.push_back(op{ std::move(fn), is_copy });
+	s->enq++;
+	if (seq)
+		*seq = s->enq;
+	g_cv.notify_all();
+	return OK;
+}
+
+void emu_wait_seq(emu_stream *s, uint64_t seq)
+{
+	s = resolve(s);
+	std::unique_lock<std::mutex> lk(g_mu);
+
+	g_cv.wait(lk, [s, seq] { return s->done >= seq; });
+}
+
+void emu_drain_all(void)
+{
+	std::unique_lock<std::mutex> lk(g_mu);
+
+	g_cv.wait(lk, [] {
+		for (emu_stream *s : streams)
+			if (s->done < s->enq)
+				return false;
+		return true;
+	});
+}
+
+bool emu_capturing(emu_stream *s)
+{
+	std::lock_guard<std::mutex> g(g_mu);
+
+	return s && s->capturing;
+}
+
+int emu_capture_refuse(emu_stream *s)
+{
+	std::lock_guard<std::mutex> g(g_mu);
+
+	if (s && s->capturing)
+		s->capture_err = E_STREAM_CAPTURE_INVALIDATED;
+	return E_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+static bool any_capture(void)
+{
+	std::lock_guard<std::mutex> g(g_mu);
+
+	for (emu_stream *s : streams)
+		if (s->capturing)
+			return true;
+	return false;
+}
+
+CUAPI cuStreamCreate(void **out, unsigned int)
+{
+	emu_stream *s;
+
+	if (emu_sticky)
+		return emu_sticky;
+	s = stream_new();
+	if (!s)
+		return E_OUT_OF_MEMORY;
+	*out = s;
+	return OK;
+}
+
+CUAPI cuStreamDestroy_v2(void *p)
+{
+	emu_stream *s = (emu_stream *)p;
+
+	if (!s)
+		return E_INVALID_HANDLE;
+	{
+		std::lock_guard<std::mutex> g(g_mu);
+
+		/* the driver lets queued work finish first; so does the thread */
+		s->stop = true;
+		g_cv.notify_all();
+	}
+	pthread_join(s->th, NULL);
+	{
+		std::lock_guard<std::mutex> g(g_mu);
+
+		for (size_t i = 0; i < streams.size(); i++)
+			if (streams[i] == s)
+				streams.erase(streams.begin() + i);
+	}
+	delete s->graph;
+	delete s;
+	return OK;
+}
+
+CUAPI cuStreamSynchronize(void *p)
+{
+	emu_stream *s = (emu_stream *)p;
+
+	if (emu_capturing(s))
+		return emu_capture_refuse(s);
+	emu_count_sync("stream_sync");
+	s = resolve(s);
+	{
+		std::unique_lock<std::mutex> lk(g_mu);
+
+		g_cv.wait(lk, [s] { return s->done >= s->enq; });
+	}
+	return emu_sticky;
+}
+
+CUAPI cuStreamQuery(void *p)
+{
+	emu_stream *s = resolve((emu_stream *)p);
+	std::lock_guard<std::mutex> g(g_mu);
+
+	n_query++;
+	if (emu_sticky)
+		return emu_sticky;
+	return s->done >= s->enq ? OK : E_NOT_READY;
+}
+
+CUAPI cuCtxSynchronize(void)
+{
+	if (any_capture())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
+	emu_count_sync("ctx_sync");
+	emu_drain_all();
+	return emu_sticky;
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+CUAPI cuEventCreate(void **e, unsigned int flags)
+{
+	if (emu_sticky)
+		return emu_sticky;
+	*e = new emu_event{ flags, nullptr };
+	return OK;
+}
+
+CUAPI cuEventDestroy_v2(void *e)
+{
+	if (!e)
+		return E_INVALID_HANDLE;
+	{
+		std::lock_guard<std::mutex> g(g_mu);
+
+		delete (emu_event *)e; /* a queued record keeps its marker alive */
+	}
+	return OK;
+}
+
+CUAPI cuEventRecord(void *e, void *p)
+{
+	emu_event *ev = (emu_event *)e;
+	emu_stream *s = (emu_stream *)p;
+	auto m = std::make_shared<marker>();
+
+	if (emu_sticky)
+		return emu_sticky;
+	if (!ev)
+		return E_INVALID_HANDLE;
+	/* Within a capture an event only orders captured streams: not used. */
+	if (emu_capturing(s))
+		return emu_capture_refuse(s);
+	{
+		std::lock_guard<std::mutex> g(g_mu);
+
+		m->done = false;
+		ev->last = m;
+	}
+	return emu_enqueue(
+		s,
+		[m] {
+			std::lock_guard<std::mutex> g(g_mu);
+
+			m->ms = now_ms();
+			m->done = true;
+			g_cv.notify_all();
+		},
+		false, NULL);
+}
+
+CUAPI cuEventQuery(void *e)
+{
+	emu_event *ev = (emu_event *)e;
+	std::lock_guard<std::mutex> g(g_mu);
+
+	n_query++;
+	if (emu_sticky)
+		return emu_sticky;
+	return !ev->last || ev->last->done ? OK : E_NOT_READY;
+}
+
+CUAPI cuEventSynchronize(void *e)
+{
+	emu_event *ev = (emu_event *)e;
+	std::shared_ptr<marker> m;
+
+	emu_count_sync("event_sync");
+	{
+		std::unique_lock<std::mutex> lk(g_mu);
+
+		m = ev->last;
+		if (m)
+			g_cv.wait(lk, [&m] { return m->done || emu_sticky; });
+	}
+	return emu_sticky;
+}
+
+CUAPI cuStreamWaitEvent(void *p, void *e, unsigned int)
+{
+	emu_event *ev = (emu_event *)e;
+	emu_stream *s = (emu_stream *)p;
+	std::shared_ptr<marker> m;
+
+	if (emu_sticky)
+		return emu_sticky;
+	{
+		std::lock_guard<std::mutex> g(g_mu);
+
+		m = ev->last;
+	}
+	if (!m)
+		return OK;
+	if (emu_capturing(s)) {
+		std::lock_guard<std::mutex> g(g_mu);
+
+		/* an event recorded before the capture, already complete: no edge */
+		if (m->done)
+			return OK;
+		if (s->capturing)
+			s->capture_err = E_STREAM_CAPTURE_INVALIDATED;
+		return E_STREAM_CAPTURE_UNSUPPORTED;
+	}
+	return emu_enqueue(
+		s,
+		[m] {
+			std::unique_lock<std::mutex> lk(g_mu);
+
+			g_cv.wait(lk, [&m] { return m->done || emu_sticky; });
+		},
+		false, NULL);
+}
+
+/*
+ * The stream waits until a 32-bit word satisfies the condition (flags 0:
+ * (int32_t)(*addr - value) >= 0, 1: equal), polling it as the GPU's front
+ * end does; the word is host (pinned) or device memory.
+ */
+CUAPI cuStreamWaitValue32_v2(void *p, uint64_t addr, uint32_t value, unsigned int flags)
+{
+	if (emu_sticky)
+		return emu_sticky;
+	if ((flags & ~1u) || !emu_mem_is(addr, 4, EMU_ANY_DEVICE | EMU_PINNED))
+		return E_INVALID_VALUE;
+	return emu_enqueue(
+		(emu_stream *)p,
+		[addr, value, flags] {
+			const volatile uint32_t *w = (const volatile uint32_t *)(uintptr_t)addr;
+			struct timespec ts = { 0, 20000 };
+
+			while (!emu_sticky && !(flags ? *w == value : (int32_t)(*w - value) >= 0))
+				nanosleep(&ts, NULL);
+		},
+		false, NULL);
+}
+
+CUAPI cuEventElapsedTime_v2(float *ms, void *a, void *b)
+{
+	emu_event *ea = (emu_event *)a, *eb = (emu_event *)b;
+	std::lock_guard<std::mutex> g(g_mu);
+
+	if (emu_sticky)
+		return emu_sticky;
+	if ((ea->flags | eb->flags) & 2 /* CU_EVENT_DISABLE_TIMING */)
+		return E_INVALID_HANDLE;
+	if (!ea->last || !eb->last)
+		return E_INVALID_HANDLE;
+	if (!ea->last->done || !eb->last->done)
+		return E_NOT_READY;
+	*ms = (float)(eb->last->ms - ea->last->ms);
+	return OK;
+}
+
+/* ---- graphs ---------------------------------------------------------------------- */
+
+CUAPI cuStreamBeginCapture_v2(void *p, int)
+{
+	emu_stream *s = (emu_stream *)p;
+	std::lock_guard<std::mutex> g(g_mu);
+
+	if (emu_sticky)
+		return emu_sticky;
+	if (!s) /* the legacy stream cannot be captured */
+		return E_STREAM_CAPTURE_UNSUPPORTED;
+	if (s->capturing)
+		return E_INVALID_VALUE;
+	s->capturing = true;
+	s->capture_err = 0;
+	s->graph = new emu_graph();
+	return OK;
+}
+
+CUAPI cuStreamEndCapture(void *p, void **graph)
+{
+	emu_stream *s = (emu_stream *)p;
+	std::lock_guard<std::mutex> g(g_mu);
+
+	if (!s || !s->capturing)
+		return E_INVALID_VALUE;
+	s->capturing = false;
+	if (s->capture_err) {
+		delete s->graph;
+		s->graph = NULL;
+		*graph = NULL;
+		return E_STREAM_CAPTURE_INVALIDATED;
+	}
+	*graph = s->graph;
+	s->graph = NULL;
+	return OK;
+}
+
+CUAPI cuStreamIsCapturing(void *p, int *status)
+{
+	emu_stream *s = (emu_stream *)p;
+	std::lock_guard<std::mutex> g(g_mu);
+
+	/* CU_STREAM_CAPTURE_STATUS_NONE 0, ACTIVE 1, INVALIDATED 2 */
+	*status = s && s->capturing ? (s->capture_err ? 2 : 1) : 0;
+	return OK;
+}
+
+CUAPI cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long)
+{
+	if (emu_sticky)
+		return emu_sticky;
+	if (!graph)
+		return E_INVALID_VALUE;
+	*exec = new emu_graph(*(emu_graph *)graph);
+	return OK;
+}
+
+CUAPI cuGraphLaunch(void *exec, void *p)
+{
+	emu_graph *gr = (emu_graph *)exec;
+	int r = OK;
+
+	if (emu_sticky)
+		return emu_sticky;
+	if (!gr)
+		return E_INVALID_VALUE;
+	n_graph++;
+	for (const op &o : gr->ops)
+		if (!r)
+			r = emu_enqueue((emu_stream *)p, o.fn, o.is_copy, NULL);
+	return r;
+}
+
+CUAPI cuGraphExecDestroy(void *exec)
+{
+	delete (emu_graph *)exec;
+	return OK;
+}
+
+CUAPI cuGraphDestroy(void *graph)
+{
+	delete (emu_graph *)graph;
+	return OK;
+}

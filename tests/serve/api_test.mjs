@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: GPL-2.0-only
+// The OpenAI API through the official JavaScript client (npm 'openai'):
+// completions and chat completions, streamed and not, usage, stop
+// strings, logprobs, the model list, a wrong API key (401) and bad
+// requests (400 with the field named). MOEM_URL is the server's /v1 URL,
+// MOEM_KEY its API key; MOEM_FAKE=1 when the server runs the test build's
+// fake model (tests/serve/fake_model.c), whose answers are known in advance.
+// Prints TAP; exits 0 when every check passed.
+import OpenAI from 'openai';
+import { fakeAnswer, chatPrompt } from './fake.mjs';
+
+const url = process.env.MOEM_URL;
+const key = process.env.MOEM_KEY || 'none';
+const fake = process.env.MOEM_FAKE === '1';
+const client = new OpenAI({ baseURL: url, apiKey: key, maxRetries: 0, timeout: 120000 });
+let n = 0, failed = 0;
+
+function ok(cond, what) {
+	n++;
+	if (!cond) failed++;
+	console.log(`${cond ? 'ok' : 'not ok'} ${n} ${what}`);
+}
+
+async function expectError(what, status, param, fn) {
+	try {
+		await fn();
+		ok(false, `${what}: accepted`);
+	} catch (e) {
+		ok(e instanceof OpenAI.APIError && e.status === status,
+		   `${what}: ${status} (got ${e.status} ${e.message})`);
+		if (param !== undefined)
+			ok(e.param === param, `${what}: names '${param}' (got '${e.param}')`);
+	}
+}
+
+const models = await client.models.list();
+const model = models.data[0].id;
+ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}`);
+
+// Completions, whole.
+{
+	const prompt = 'Once upon a time';
+	const r = await client.completions.create({ model, prompt, max_tokens: 12, temperature: 0 });
+	ok(r.object === 'text_completion' && r.choices.length === 1, 'completion: shape');
+	ok(r.choices[0].finish_reason === 'length', `completion: finish_reason ${r.choices[0].finish_reason}`);
+	ok(r.usage.completion_tokens === 12 && r.usage.total_tokens === r.usage.prompt_tokens + 12,
+	   `completion: usage ${JSON.stringify(r.usage)}`);
+	if (fake) {
+		ok(r.choices[0].text === fakeAnswer(prompt, 12), `completion: text '${r.choices[0].text}'`);
+		ok(r.usage.prompt_tokens === Buffer.byteLength(prompt), 'completion: prompt tokens');
+	}
+}
+
+// Completions, streamed: chunks add up to the whole answer.
+{
+	const prompt = 'Streams are';
+	const s = await client.completions.create({ model, prompt, max_tokens: 20, temperature: 0,
+		stream: true, stream_options: { include_usage: true } });
+	let text = '', finish = null, usage = null, chunks = 0;
+	for await (const c of s) {
+		chunks++;
+		if (c.usage) usage = c.usage;
+		for (const ch of c.choices) {
+			text += ch.text;
+			if (ch.finish_reason) finish = ch.finish_reason;
+		}
+	}
+	ok(finish === 'length', `stream: finish_reason ${finish}`);
+	ok(usage && usage.completion_tokens === 20, `stream: usage ${JSON.stringify(usage)}`);
+	ok(chunks >= 2, `stream: ${chunks} chunks`);
+	if (fake)
+		ok(text === fakeAnswer(prompt, 20), `stream: text '${text}'`);
+	const whole = await client.completions.create({ model, prompt, max_tokens: 20, temperature: 0 });
+	ok(whole.choices[0].text === text, 'stream: the same text as the whole answer');
+}
+
+// Chat, whole and streamed.
+{
+	const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }];
+	const r = await client.chat.completions.create({ model, messages, max_tokens: 9, temperature: 0 });
+	ok(r.object === 'chat.completion' && r.choices[0].message.role === 'assistant', 'chat: shape');
+	ok(r.usage.completion_tokens === 9, `chat: usage ${JSON.stringify(r.usage)}`);
+	if (fake)
+		ok(r.choices[0].message.content === fakeAnswer(chatPrompt(messages), 9),
+		   `chat: content '${r.choices[0].message.content}'`);
+	const s = await client.chat.completions.create({ model, messages, max_tokens: 9, temperature: 0,
+		stream: true, stream_options: { include_usage: true } });
+	let text = '', role = null, usage = null, finish = null;
+	for await (const c of s) {
+		if (c.usage) usage = c.usage;
+		for (const ch of c.choices) {
+			if (ch.delta.role) role = ch.delta.role;
+			if (ch.delta.content) text += ch.delta.content;
+			if (ch.finish_reason) finish = ch.finish_reason;
+		}
+	}
+	ok(role === 'assistant' && finish === 'length', `chat stream: role ${role}, finish ${finish}`);
+	ok(text === r.choices[0].message.content, 'chat stream: the same text as the whole answer');
+	ok(usage && usage.completion_tokens === 9, 'chat stream: usage');
+}
+
+// Stop strings end the text where they appear.
+{
+	const prompt = 'Stop test';
+	const free = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0 });
+	const t = free.choices[0].text;
+	const stop = t.slice(10, 13);
+	const r = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0, stop: [stop, 'NEVER'] });
+	ok(r.choices[0].text === t.slice(0, t.indexOf(stop)), `stop '${stop}': '${r.choices[0].text}'`);
+	ok(r.choices[0].finish_reason === 'stop', `stop: finish_reason ${r.choices[0].finish_reason}`);
+	const s = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0, stop, stream: true });
+	let text = '';
+	for await (const c of s) for (const ch of c.choices) text += ch.text;
+	ok(text === t.slice(0, t.indexOf(stop)), `stop, streamed: '${text}'`);
+}
+
+// Logprobs: one entry per generated token.
+{
+	const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'lp' }],
+		max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 2 });
+	const lp = r.choices[0].logprobs.content;
+	ok(lp.length === r.usage.completion_tokens, `chat logprobs: ${lp.length} entries`);
+	ok(lp.every((e) => typeof e.logprob === 'number' && e.top_logprobs.length <= 2), 'chat logprobs: shape');
+	const c = await client.completions.create({ model, prompt: 'lp', max_tokens: 4, logprobs: 1, temperature: 0 });
+	ok(c.choices[0].logprobs.tokens.length === 4, 'completion logprobs: 4 tokens');
+}
+
+// Errors the client understands.
+await expectError('wrong API key', 401, undefined, () =>
+	new OpenAI({ baseURL: url, apiKey: 'wrong-key-123', maxRetries: 0 }).models.list());
+await expectError('temperature 5', 400, 'temperature', () =>
+	client.completions.create({ model, prompt: 'x', temperature: 5 }));
+await expectError('unknown field', 400, 'frobnicate', () =>
+	client.completions.create({ model, prompt: 'x', frobnicate: 1 }));
+await expectError('n = 2', 400, 'n', () =>
+	client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 2 }));
+await expectError('bad role', 400, 'messages[0].role', () =>
+	client.chat.completions.create({ model, messages: [{ role: 'wizard', content: 'x' }] }));
+await expectError('unknown model', 404, 'model', () =>
+	client.completions.create({ model: 'no-such-model', prompt: 'x' }));
+
+console.log(`1..${n}`);
+process.exit(failed ? 1 : 0);

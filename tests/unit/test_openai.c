@@ -1,0 +1,461 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The OpenAI API pieces (openai.h): request checking (every field, its
+ * range, unknown fields, malformed bodies, bad UTF-8), the shapes of
+ * responses, chunks and errors (parsed back with json-c), and stop
+ * strings over text cut at every possible place.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/openai.h>
+#include <moem/sched.h>
+#include <moem/util.h>
+
+#include "kselftest_harness.h"
+
+static int parse(enum moem_oai_endpoint ep, const char *body, struct moem_oai_request *rq,
+		 struct moem_oai_error *e)
+{
+	return moem_oai_parse(ep, body, strlen(body), rq, e);
+}
+
+/* The body must be refused with 400 naming param. */
+static void refused(struct __test_metadata *_metadata, enum moem_oai_endpoint ep, const char *body,
+		    const char *param)
+{
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+	int ret = parse(ep, body, &rq, &e);
+
+	EXPECT_EQ(-EINVAL, ret) TH_LOG("accepted: %s", body);
+	if (ret)
+		EXPECT_EQ(400, e.status);
+	if (ret && param)
+		EXPECT_STREQ(param, e.param) TH_LOG("%s: %s", body, e.message);
+	if (!ret)
+		moem_oai_request_free(&rq);
+}
+
+TEST(completion_defaults_and_fields)
+{
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+
+	ASSERT_EQ(0,
+		  parse(MOEM_OAI_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"Hello\"}", &rq, &e));
+	EXPECT_STREQ("m", rq.model);
+	EXPECT_STREQ("Hello", rq.prompt);
+	EXPECT_EQ(0u, rq.max_tokens);
+	EXPECT_EQ(1.0, rq.temperature);
+	EXPECT_EQ(1.0, rq.top_p);
+	EXPECT_EQ(0, rq.top_k);
+	EXPECT_FALSE(rq.stream);
+	EXPECT_FALSE(rq.logprobs);
+	EXPECT_FALSE(rq.has_seed);
+	moem_oai_request_free(&rq);
+
+	ASSERT_EQ(0, parse(MOEM_OAI_COMPLETIONS,
+			   "{\"model\":\"m\",\"prompt\":[[1,2,3]],\"max_tokens\":16,"
+			   "\"temperature\":0,\"top_p\":0.5,\"top_k\":40,\"min_p\":0.1,"
+			   "\"presence_penalty\":-1.5,\"frequency_penalty\":2,\"seed\":-7,"
+			   "\"stop\":[\"\\n\\n\",\"END\"],\"n\":1,\"logprobs\":3,\"stream\":true,"
+			   "\"stream_options\":{\"include_usage\":true},\"user\":\"u1\","
+			   "\"suffix\":null}",
+			   &rq, &e))
+	{
+		TH_LOG("%s", e.message);
+	}
+	EXPECT_EQ(NULL, rq.prompt);
+	ASSERT_EQ(3u, rq.n_prompt_ids);
+	EXPECT_EQ(3, rq.prompt_ids[2]);
+	EXPECT_EQ(16u, rq.max_tokens);
+	EXPECT_EQ(0.0, rq.temperature);
+	EXPECT_EQ(40, rq.top_k);
+	EXPECT_EQ(-1.5, rq.presence_penalty);
+	EXPECT_TRUE(rq.has_seed);
+	EXPECT_EQ((uint64_t)-7, rq.seed);
+	ASSERT_EQ(2u, rq.n_stop);
+	EXPECT_STREQ("END", rq.stop[1]);
+	EXPECT_TRUE(rq.logprobs);
+	EXPECT_EQ(3u, rq.top_logprobs);
+	EXPECT_TRUE(rq.stream);
+	EXPECT_TRUE(rq.include_usage);
+	moem_oai_request_free(&rq);
+
+	/* One prompt in an array; a JavaScript 5.0 is an integer. */
+	ASSERT_EQ(0, parse(MOEM_OAI_COMPLETIONS,
+			   "{\"model\":\"m\",\"prompt\":[\"x\"],\"max_tokens\":5.0}", &rq, &e));
+	EXPECT_STREQ("x", rq.prompt);
+	EXPECT_EQ(5u, rq.max_tokens);
+	moem_oai_request_free(&rq);
+}
+
+TEST(chat_messages)
+{
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+
+	ASSERT_EQ(0, parse(MOEM_OAI_CHAT,
+			   "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+			   "brief.\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+			   "\"Hi \"},{\"type\":\"text\",\"text\":\"there\"}],\"name\":\"bob\"},"
+			   "{\"role\":\"assistant\",\"content\":null}],\"max_completion_tokens\":9,"
+			   "\"logprobs\":true,\"top_logprobs\":2}",
+			   &rq, &e))
+	{
+		TH_LOG("%s", e.message);
+	}
+	ASSERT_EQ(3u, rq.n_messages);
+	EXPECT_STREQ("system", rq.messages[0].role);
+	EXPECT_STREQ("Hi there", rq.messages[1].content);
+	EXPECT_STREQ("", rq.messages[2].content);
+	EXPECT_EQ(9u, rq.max_tokens);
+	EXPECT_TRUE(rq.logprobs);
+	EXPECT_EQ(2u, rq.top_logprobs);
+	moem_oai_request_free(&rq);
+}
+
+TEST(bad_fields_named)
+{
+	const enum moem_oai_endpoint C = MOEM_OAI_COMPLETIONS, H = MOEM_OAI_CHAT;
+
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":2}", "best_of");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"messages\":[]}", "messages");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+		"\"prompt\":\"x\"}",
+		"prompt");
+	refused(_metadata, C, "{\"prompt\":\"x\"}", "model");
+	refused(_metadata, C, "{\"model\":\"m\"}", "prompt");
+	refused(_metadata, C, "{\"model\":7,\"prompt\":\"x\"}", "model");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"\"}", "prompt");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":[]}", "prompt");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", "prompt");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":[1,-2]}", "prompt[1]");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":[1,2.5]}", "prompt[1]");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":2.5}",
+		"temperature");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":\"hot\"}",
+		"temperature");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":0}", "top_p");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":1.01}", "top_p");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":-2}", "top_k");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"min_p\":1.5}", "min_p");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"presence_penalty\":3}",
+		"presence_penalty");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"frequency_penalty\":-2.1}",
+		"frequency_penalty");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":1e12}",
+		"max_tokens");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"n\":2}", "n");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":1.5}", "seed");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":99999999999999999999}",
+		"seed");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":21}", "logprobs");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":true}", "logprobs");
+	refused(_metadata, C,
+		"{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\","
+		"\"e\"]}",
+		"stop");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"stop\":[\"a\",\"\"]}",
+		"stop[1]");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"stop\":5}", "stop");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"stream\":\"yes\"}", "stream");
+	refused(_metadata, C,
+		"{\"model\":\"m\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}",
+		"stream_options");
+	refused(_metadata, C,
+		"{\"model\":\"m\",\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"x\":1}}",
+		"stream_options.x");
+	refused(_metadata, H, "{\"model\":\"m\",\"messages\":[]}", "messages");
+	refused(_metadata, H, "{\"model\":\"m\",\"messages\":{}}", "messages");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}",
+		"messages[0].role");
+	refused(_metadata, H, "{\"model\":\"m\",\"messages\":[{\"content\":\"x\"}]}",
+		"messages[0].role");
+	refused(_metadata, H, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}",
+		"messages[0].content");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_"
+		"calls\":"
+		"[]}]}",
+		"messages[0].tool_calls");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_"
+		"url\""
+		",\"image_url\":{}}]}]}",
+		"messages[0].content[0].image_url");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+		"\"image\"}]"
+		"}]}",
+		"messages[0].content[0].type");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_"
+		"logprobs\""
+		":2}",
+		"top_logprobs");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+		"\"logprobs\":"
+		"3}",
+		"logprobs");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[]"
+		"}",
+		"tools");
+}
+
+TEST(malformed_bodies)
+{
+	const enum moem_oai_endpoint C = MOEM_OAI_COMPLETIONS;
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+	const char bad_utf8[] = "{\"model\":\"m\",\"prompt\":\"a\xff\xfe\"}";
+	const char overlong[] = "{\"model\":\"m\",\"prompt\":\"\xc0\xaf\"}";
+
+	refused(_metadata, C, "", "");
+	refused(_metadata, C, "{", "");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\"} trailing", "");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",}", "");
+	refused(_metadata, C, "[1,2]", "");
+	refused(_metadata, C, "\"x\"", "");
+	refused(_metadata, C, "null", "");
+	refused(_metadata, C, "{'model':'m'}", "");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"a\\u0000b\"}", "prompt");
+	EXPECT_EQ(-EINVAL, moem_oai_parse(C, bad_utf8, sizeof(bad_utf8) - 1, &rq, &e));
+	EXPECT_EQ(400, e.status);
+	EXPECT_EQ(-EINVAL, moem_oai_parse(C, overlong, sizeof(overlong) - 1, &rq, &e));
+	/* A NUL byte inside the body ends nothing early: refused. */
+	EXPECT_EQ(-EINVAL, moem_oai_parse(C, "{\"model\":\"m\"}\0{}", 15, &rq, &e));
+	/* A lone surrogate escape never becomes a broken string. */
+	if (!parse(C, "{\"model\":\"m\",\"prompt\":\"\\ud800x\"}", &rq, &e)) {
+		EXPECT_TRUE(moem_oai_utf8_ok(rq.prompt, strlen(rq.prompt)));
+		moem_oai_request_free(&rq);
+	}
+}
+
+TEST(utf8_checker)
+{
+	EXPECT_TRUE(moem_oai_utf8_ok("", 0));
+	EXPECT_TRUE(moem_oai_utf8_ok("h\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 12));
+	EXPECT_FALSE(moem_oai_utf8_ok("\xc3", 1));	       /* cut short */
+	EXPECT_FALSE(moem_oai_utf8_ok("\xe2\x82", 2));	       /* cut short */
+	EXPECT_FALSE(moem_oai_utf8_ok("\xed\xa0\x80", 3));     /* surrogate */
+	EXPECT_FALSE(moem_oai_utf8_ok("\xe0\x80\xaf", 3));     /* overlong */
+	EXPECT_FALSE(moem_oai_utf8_ok("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+	EXPECT_FALSE(moem_oai_utf8_ok("a\0b", 3));
+	EXPECT_FALSE(moem_oai_utf8_ok("\x80", 1));
+}
+
+static struct json_object *parse_json(const char *s)
+{
+	return s ? json_tokener_parse(s) : NULL;
+}
+
+static const char *jpath(struct json_object *o, const char *a, int idx, const char *b)
+{
+	struct json_object *x;
+
+	if (!json_object_object_get_ex(o, a, &x))
+		return NULL;
+	if (idx >= 0)
+		x = json_object_array_get_idx(x, (size_t)idx);
+	if (b && !json_object_object_get_ex(x, b, &x))
+		return NULL;
+	return x ? json_object_get_string(x) : NULL;
+}
+
+TEST(response_shapes)
+{
+	struct moem_oai_reply r = {.ep = MOEM_OAI_COMPLETIONS,
+				   .id = "cmpl-1",
+				   .model = "tiny",
+				   .created = 1700000000,
+				   .logprobs = true,
+				   .top_logprobs = 1};
+	struct moem_oai_token t[2] = {{.text = "he", .len = 2, .logprob = -0.25f, .n_top = 1},
+				      {.text = "llo\xe2", .len = 4, .logprob = -1.0f}};
+	struct moem_oai_usage u = {.prompt_tokens = 5, .completion_tokens = 2};
+	struct json_object *o, *x, *usage;
+	size_t len;
+	char *s;
+
+	t[0].top[0].text = "he";
+	t[0].top[0].len = 2;
+	t[0].top[0].logprob = -0.25f;
+	s = moem_oai_response(&r, "hello\xe2", 6, t, 2, MOEM_SCHED_LENGTH, &u, &len);
+	ASSERT_NE(NULL, s);
+	EXPECT_EQ(strlen(s), len);
+	o = parse_json(s);
+	ASSERT_NE(NULL, o);
+	EXPECT_STREQ("text_completion", jpath(o, "object", -1, NULL));
+	EXPECT_STREQ("hello\xef\xbf\xbd", jpath(o, "choices", 0, "text"));
+	EXPECT_STREQ("length", jpath(o, "choices", 0, "finish_reason"));
+	ASSERT_TRUE(json_object_object_get_ex(o, "usage", &usage));
+	EXPECT_STREQ("7", jpath(usage, "total_tokens", -1, NULL));
+	json_object_object_get_ex(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "logprobs", &x);
+	EXPECT_STREQ("2", jpath(x, "text_offset", 1, NULL));
+	EXPECT_EQ(2, (int)json_object_array_length(json_object_object_get(x, "tokens")));
+	json_object_put(o);
+	free(s);
+
+	/* Chat: message with role; logprobs with bytes. */
+	r.ep = MOEM_OAI_CHAT;
+	r.id = "chatcmpl-1";
+	s = moem_oai_response(&r, "hi", 2, t, 1, MOEM_SCHED_STOP, &u, &len);
+	o = parse_json(s);
+	ASSERT_NE(NULL, o);
+	EXPECT_STREQ("chat.completion", jpath(o, "object", -1, NULL));
+	x = json_object_object_get(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "message");
+	EXPECT_STREQ("assistant", jpath(x, "role", -1, NULL));
+	EXPECT_STREQ("hi", jpath(x, "content", -1, NULL));
+	EXPECT_STREQ("stop", jpath(o, "choices", 0, "finish_reason"));
+	x = json_object_object_get(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "logprobs");
+	x = json_object_array_get_idx(json_object_object_get(x, "content"), 0);
+	EXPECT_STREQ("he", jpath(x, "token", -1, NULL));
+	EXPECT_STREQ("104", jpath(x, "bytes", 0, NULL));
+	EXPECT_EQ(1, (int)json_object_array_length(json_object_object_get(x, "top_logprobs")));
+	json_object_put(o);
+	free(s);
+}
+
+TEST(chunk_shapes)
+{
+	struct moem_oai_reply r = {.ep = MOEM_OAI_CHAT, .id = "chatcmpl-2", .model = "tiny"};
+	struct moem_oai_usage u = {.prompt_tokens = 3, .completion_tokens = 4};
+	struct moem_oai_error e;
+	struct json_object *o, *d;
+	size_t len;
+	char *s;
+
+	s = moem_oai_chunk(&r, true, "Hel", 3, NULL, 0, 0, &len);
+	ASSERT_NE(NULL, s);
+	ASSERT_EQ(0, strncmp(s, "data: {", 7));
+	ASSERT_EQ(0, strcmp(s + len - 2, "\n\n"));
+	o = parse_json(s + 6);
+	ASSERT_NE(NULL, o);
+	EXPECT_STREQ("chat.completion.chunk", jpath(o, "object", -1, NULL));
+	d = json_object_object_get(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "delta");
+	EXPECT_STREQ("assistant", jpath(d, "role", -1, NULL));
+	EXPECT_STREQ("Hel", jpath(d, "content", -1, NULL));
+	EXPECT_EQ(NULL, jpath(o, "choices", 0, "finish_reason"));
+	json_object_put(o);
+	free(s);
+
+	s = moem_oai_chunk(&r, false, "", 0, NULL, 0, MOEM_SCHED_STOP, &len);
+	o = parse_json(s + 6);
+	ASSERT_NE(NULL, o);
+	EXPECT_STREQ("stop", jpath(o, "choices", 0, "finish_reason"));
+	json_object_put(o);
+	free(s);
+
+	s = moem_oai_usage_chunk(&r, &u, &len);
+	o = parse_json(s + 6);
+	ASSERT_NE(NULL, o);
+	EXPECT_EQ(0, (int)json_object_array_length(json_object_object_get(o, "choices")));
+	EXPECT_STREQ("7", jpath(json_object_object_get(o, "usage"), "total_tokens", -1, NULL));
+	json_object_put(o);
+	free(s);
+
+	moem_oai_errorf(&e, 400, "invalid_request_error", "temperature", "'temperature' is %g",
+			3.0);
+	s = moem_oai_error_body(&e, &len);
+	o = parse_json(s);
+	ASSERT_NE(NULL, o);
+	d = json_object_object_get(o, "error");
+	EXPECT_STREQ("temperature", jpath(d, "param", -1, NULL));
+	EXPECT_STREQ("invalid_request_error", jpath(d, "type", -1, NULL));
+	EXPECT_STREQ("'temperature' is 3", jpath(d, "message", -1, NULL));
+	EXPECT_TRUE(json_object_object_get_ex(d, "code", NULL));
+	json_object_put(o);
+	free(s);
+
+	s = moem_oai_models("tiny", 5, &len);
+	o = parse_json(s);
+	ASSERT_NE(NULL, o);
+	EXPECT_STREQ("list", jpath(o, "object", -1, NULL));
+	EXPECT_STREQ("tiny", jpath(o, "data", 0, "id"));
+	json_object_put(o);
+	free(s);
+}
+
+/* Feed text cut into pieces of every size; the output is the text up to
+ * the first stop string, whatever the cuts. */
+static void stop_case(struct __test_metadata *_metadata, const char *text, char *const *stops,
+		      uint32_t n, const char *want, int want_match)
+{
+	for (size_t piece = 1; piece <= strlen(text) + 1; piece++) {
+		struct moem_oai_stop f;
+		char got[512] = "";
+		size_t glen = 0, len;
+		const char *out;
+		int m = 0;
+
+		moem_oai_stop_init(&f, stops, n);
+		for (size_t i = 0; i < strlen(text) && !m; i += piece) {
+			size_t k = moem_min(piece, strlen(text) - i);
+
+			m = moem_oai_stop_feed(&f, text + i, k, &out, &len);
+			ASSERT_GE(m, 0);
+			memcpy(got + glen, out, len);
+			glen += len;
+		}
+		if (!m) {
+			moem_oai_stop_flush(&f, &out, &len);
+			memcpy(got + glen, out, len);
+			glen += len;
+		}
+		got[glen] = 0;
+		EXPECT_STREQ(want, got) TH_LOG("pieces of %zu", piece);
+		EXPECT_EQ(want_match, m);
+		moem_oai_stop_free(&f);
+	}
+}
+
+TEST(stop_strings)
+{
+	char *a[] = {"END"}, *b[] = {"\n\n", "stop here", "aab"}, *c[] = {"\xe2\x82\xac"};
+
+	stop_case(_metadata, "hello END world", a, 1, "hello ", 1);
+	stop_case(_metadata, "hello EN world EN", a, 1, "hello EN world EN", 0);
+	stop_case(_metadata, "ENENDX", a, 1, "EN", 1);
+	stop_case(_metadata, "one\ntwo\n\nthree", b, 3, "one\ntwo", 1);
+	stop_case(_metadata, "xaaab", b, 3, "xa", 1);
+	stop_case(_metadata, "please stop her", b, 3, "please stop her", 0);
+	stop_case(_metadata, "cost: 5\xe2\x82\xac!", c, 1, "cost: 5", 1);
+	stop_case(_metadata, "no stops", NULL, 0, "no stops", 0);
+}
+
+TEST(stop_holds_back_only_what_could_match)
+{
+	char *a[] = {"STOP"};
+	struct moem_oai_stop f;
+	const char *out;
+	size_t len;
+
+	moem_oai_stop_init(&f, a, 1);
+	EXPECT_EQ(0, moem_oai_stop_feed(&f, "abc ST", 6, &out, &len));
+	EXPECT_EQ(4u, len); /* "abc " goes, "ST" waits */
+	EXPECT_EQ(0, memcmp(out, "abc ", 4));
+	EXPECT_EQ(0, moem_oai_stop_feed(&f, "ART", 3, &out, &len));
+	EXPECT_EQ(5u, len); /* "START" is not STOP */
+	EXPECT_EQ(0, memcmp(out, "START", 5));
+	EXPECT_EQ(1, moem_oai_stop_feed(&f, "xSTOPy", 6, &out, &len));
+	EXPECT_EQ(1u, len);
+	EXPECT_EQ(1, moem_oai_stop_feed(&f, "more", 4, &out, &len));
+	EXPECT_EQ(0u, len);
+	moem_oai_stop_flush(&f, &out, &len);
+	EXPECT_EQ(0u, len);
+	moem_oai_stop_free(&f);
+}
+
+TEST_HARNESS_MAIN
