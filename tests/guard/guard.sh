@@ -8,6 +8,8 @@
 #                (batch 1 and 8, HBM 25% and 50%, one run with a DRAM
 #                budget below the model): every number the simulator
 #                prints;
+#   sim-cli.txt  `moem sim`'s text output on a small model's trace (its
+#                header's expert shape, an n/a row, a --warmup error);
 #   engine.txt   `moem run` on a tiny generated model for every policy
 #                family at two HBM budgets and batch 1 and 8: the digest
 #                of the outputs and the mean T (or the refusal message);
@@ -53,6 +55,17 @@ sim() { # output name, moem sim arguments
 sim sim-b1.json b1.trace
 sim sim-b8.json b8.trace
 sim sim-b8-dram.json b8.trace --dram 50%
+# moem sim's command line: a small model's trace is simulated with the
+# expert shape its header records, an n/a row puts no budget under T, and
+# a warm-up that takes the whole trace is an error (exit 1), not zeros.
+"$moem" trace gen --layers 4 --experts 16 --top-k 4 --batch 4 --steps 20 --seed 4 \
+	--hidden 128 --inter 128 --out small.trace >/dev/null 2>&1 || die "trace gen small failed"
+{
+	"$moem" sim small.trace --policy lru --policy moem --hbm 25% 2>&1 | sed 1d
+	"$moem" sim small.trace --policy lru --hbm 1K 2>&1 | tail -n 2
+	"$moem" sim small.trace --policy lru --warmup 20 2>&1
+	echo "exit $?"
+} >"$out/sim-cli.txt"
 
 # ---- the engine --------------------------------------------------------------
 "$moem" mkmodel --arch qwen3_moe --layers 4 --experts 16 --topk 4 --hidden 256 \

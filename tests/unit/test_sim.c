@@ -328,6 +328,17 @@ TEST(errors)
 	cost(&c, 25);
 	EXPECT_EQ(-EBADMSG, run(bad, "lru", &c, &o, &r));
 	EXPECT_EQ(-ENOENT, run("/nonexistent/x.trace", "lru", &c, &o, &r));
+	/* a warm-up that takes every step is an error, not all-zero results */
+	o.warmup_steps = 60;
+	EXPECT_EQ(-ERANGE, run(tr, "lru", &c, &o, &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "only 60 steps"));
+	o.max_steps = 10;
+	o.warmup_steps = 10;
+	EXPECT_EQ(-ERANGE, run(tr, "moem", &c, &o, &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "within --steps"));
+	o.warmup_steps = 9;
+	EXPECT_EQ(0, run(tr, "lru", &c, &o, &r)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(1u, r.steps);
 }
 
 TEST(cleanup)

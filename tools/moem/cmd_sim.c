@@ -34,7 +34,8 @@ static void sim_usage(FILE *f)
 		"  --hbm SIZE|PCT%%    HBM expert budget, bytes or %% of all expert bytes (25%%)\n"
 		"  --dram SIZE|PCT%%   DRAM expert cache (default: every expert)\n"
 		"  --prec P           precision experts are served in (bf16)\n"
-		"  --hidden H --inter I   expert shape (2048, 768: Qwen3-30B-A3B)\n"
+		"  --hidden H --inter I   expert shape (the trace header's, else 2048, 768:\n"
+		"                         Qwen3-30B-A3B)\n"
 		"  --pcie-gbps X (25) --nvme-gbps X (7) --hbm-gbps X (3000)\n"
 		"  --layer-ns N (20000) --token-ns N (20) --piece SIZE (8M) --jitter F (0)\n"
 		"  --seed S --warmup STEPS --steps N\n"
@@ -89,8 +90,12 @@ static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep)
 		double st = r->steps ? (double)r->steps : 1;
 
 		if (rows[i].err) {
-			fprintf(f, "%-26s %6.1f  n/a: %s\n", rows[i].spec, rows[i].pct,
-				rows[i].msg);
+			/* the budget belongs under hbm%, never under T */
+			if (sweep)
+				fprintf(f, "%-26s %6.1f  n/a: %s\n", rows[i].spec, rows[i].pct,
+					rows[i].msg);
+			else
+				fprintf(f, "%-26s %6s  n/a: %s\n", rows[i].spec, "-", rows[i].msg);
 			continue;
 		}
 		fprintf(f,
@@ -287,6 +292,7 @@ struct sim_args {
 	struct moem_sim_cost c;
 	struct moem_sim_opts o;
 	bool json, md, sweep;
+	bool shape_given; /* --hidden or --inter: else the trace header's shape */
 };
 
 /* One option; 0, or the exit status (2 usage, 1 error) with a message printed. */
@@ -321,6 +327,7 @@ static int sim_option(struct sim_args *a, int ch, const char *arg)
 			return 2;
 		}
 		*(ch == O_HIDDEN ? &a->c.hidden : &a->c.inter) = (uint32_t)v;
+		a->shape_given = true;
 		return 0;
 	case O_PCIE:
 	case O_NVME:
@@ -523,14 +530,19 @@ static int read_trace(struct sim_args *a, struct moem_trace_info *info, uint64_t
 	struct moem_trace_reader *tr;
 	int ret;
 
-	ret = moem_sim_cost_finish(&a->c);
-	if (ret)
-		return moem_tool_fail("sim", ret, NULL);
 	ret = moem_trace_open(a->trace, &tr);
 	if (ret)
 		return moem_tool_fail("sim", ret, NULL);
 	*info = *moem_trace_reader_info(tr);
 	moem_trace_close(tr);
+	/* a trace that records its model's expert shape (1.1) is simulated with it */
+	if (!a->shape_given && info->hidden && info->moe_inter) {
+		a->c.hidden = info->hidden;
+		a->c.inter = info->moe_inter;
+	}
+	ret = moem_sim_cost_finish(&a->c);
+	if (ret)
+		return moem_tool_fail("sim", ret, NULL);
 	if (moem_mul_overflow((uint64_t)info->n_layers * info->n_experts,
 			      a->c.expert_bytes[a->c.prec], total))
 		return moem_tool_fail("sim", -EOVERFLOW, NULL);

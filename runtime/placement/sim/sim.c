@@ -495,6 +495,14 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	}
 	if (ret < 0)
 		goto out;
+	if (s.any_step && !r->steps) {
+		/* every step was warm-up: all-zero results would look like a measurement */
+		ret = moem_errf(
+			ERANGE, "--warmup %llu: %s has only %llu steps%s; nothing is left to count",
+			(unsigned long long)o->warmup_steps, trace,
+			(unsigned long long)s.last_step + 1, o->max_steps ? " within --steps" : "");
+		goto out;
+	}
 	ret = finish(&s);
 out:
 	sim_free(&s);
