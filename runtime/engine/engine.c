@@ -470,7 +470,7 @@ void moem_engine_close(struct moem_engine *e)
 	free(e);
 }
 
-int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
+int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
 {
 	uint64_t big = moem_max(e->blob_bytes[0], e->n_prec > 1 ? e->blob_bytes[1] : 0);
 	int ret = moem_budget_validate(knob, value);
@@ -478,14 +478,40 @@ int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint
 	if (ret)
 		return ret;
 	if (knob == MOEM_BUDGET_HBM_BYTES && value && value < moem_align_up(big, 65536))
-		return moem_errf(ERANGE, "hbm_bytes %llu is below one expert (%llu bytes)",
-				 (unsigned long long)value, (unsigned long long)big);
+		return moem_errf(ERANGE,
+				 "hbm_bytes %llu is below one expert: the smallest budget that "
+				 "runs is %llu bytes",
+				 (unsigned long long)value,
+				 (unsigned long long)moem_align_up(big, 65536));
 	if (knob == MOEM_BUDGET_DRAM_BYTES && value && value < big)
-		return moem_errf(ERANGE, "dram_bytes %llu is below one expert (%llu bytes)",
+		return moem_errf(ERANGE,
+				 "dram_bytes %llu is below one expert: the smallest budget that "
+				 "runs is %llu bytes",
 				 (unsigned long long)value, (unsigned long long)big);
 	if (knob == MOEM_BUDGET_DRAM_BYTES && value > e->dram_bytes)
 		return moem_errf(ERANGE, "dram_bytes %llu is above the %llu-byte staging pool",
 				 (unsigned long long)value, (unsigned long long)e->dram_bytes);
+	if (knob == MOEM_BUDGET_HBM_BYTES && e->dcfg.dynaexq) {
+		/* DynaExq keeps every expert resident in the low precision */
+		uint64_t hbm = !value || value > e->arena_bytes ? e->arena_bytes : value;
+		uint32_t n_hi;
+		char why[256];
+
+		if (moem_eng_dynaexq_n_hi(e, hbm, 1000, &n_hi)) {
+			snprintf(why, sizeof(why), "%s", moem_last_error());
+			return moem_errf(ERANGE, "hbm_bytes %llu: %s", (unsigned long long)value,
+					 why);
+		}
+	}
+	return 0;
+}
+
+int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
+{
+	int ret = moem_engine_check_knob(e, knob, value);
+
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&e->knob_lock);
 	e->knob[knob] = value;
 	e->knob_dirty |= 1u << knob;

@@ -191,6 +191,7 @@ TEST_F(eng, budget_shrink_and_grow_mid_run)
 	EXPECT_LE(st.hbm_used, st.hbm_budget);
 	/* invalid knobs are refused and change nothing */
 	EXPECT_EQ(-ERANGE, moem_engine_set_knob(e, MOEM_BUDGET_HBM_BYTES, 1000));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "smallest budget that runs is"));
 	EXPECT_EQ(-ERANGE, moem_engine_set_knob(e, MOEM_BUDGET_HI_PRECISION_PERMILLE, 1001));
 	EXPECT_EQ(-ERANGE, moem_engine_set_knob(e, MOEM_BUDGET_DRAM_BYTES, 1ULL << 49));
 	EXPECT_EQ(bs.big, moem_engine_get_knob(e, MOEM_BUDGET_HBM_BYTES));
@@ -245,6 +246,7 @@ TEST_F(eng, policies_that_change_routing_or_precision)
 {
 	struct moem_engine_opts o = base_opts(self);
 	struct moem_run_stats ref, rs;
+	struct moem_engine *e;
 
 	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &ref, NULL));
 	o.route = "lynx";
@@ -264,8 +266,22 @@ TEST_F(eng, policies_that_change_routing_or_precision)
 	o.lo = MOEM_PREC_Q4;
 	o.precision = "dynaexq:interval_ms=1";
 	o.hbm_budget = self->expert_bytes; /* all q4 plus some bf16 */
-	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, NULL))
+	ASSERT_EQ(0, run(_metadata, &o, &wl, NULL, NULL, &rs, &e))
 	TH_LOG("%s", moem_last_error());
+	/*
+	 * A live budget DynaExq cannot run in (not every expert in q4) is
+	 * refused with the smallest that runs, and changes nothing; one it
+	 * can run in is taken and the engine keeps running.
+	 */
+	EXPECT_EQ(-ERANGE, moem_engine_check_knob(e, MOEM_BUDGET_HBM_BYTES, 1 << 20));
+	EXPECT_EQ(-ERANGE, moem_engine_set_knob(e, MOEM_BUDGET_HBM_BYTES, 1 << 20));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "smallest budget that runs is"))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(o.hbm_budget, moem_engine_get_knob(e, MOEM_BUDGET_HBM_BYTES));
+	EXPECT_EQ(0, moem_engine_set_knob(e, MOEM_BUDGET_HBM_BYTES, self->expert_bytes * 3 / 4))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	moem_engine_close(e);
 	o.paging = "fluxmoe";
 	o.precision = NULL;
 	o.two_prec = false;
