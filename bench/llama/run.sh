@@ -59,13 +59,13 @@ for t in $THREADS; do
 		lp=${pr#*:}
 		lo=$("$peer" run --model "$m.$lp.gguf" --tokens "$prompt" --max-new "$N" --threads "$t")
 		mo=$("$moem" decode --pack "$m.moem" --tokens "$prompt" --max-new "$N" --no-model-eos \
-			--threads "$t" --precisions "$mp" --json)
+			--backend cpu --threads "$t" --precisions "$mp" --json)
 		printf '{"threads":%s,"moem_prec":"%s","llama_type":"%s","hbm":"100%%","llama":%s,"moem":%s}\n' \
 			"$t" "$mp" "$lp" "$lo" "$mo" >>"$res"
 	done
 	for mp in bf16 q4; do
 		mo=$("$moem" decode --pack "$m.moem" --tokens "$prompt" --max-new "$N" --no-model-eos \
-			--threads "$t" --precisions "$mp" --hbm 25% --json)
+			--backend cpu --threads "$t" --precisions "$mp" --hbm 25% --json)
 		printf '{"threads":%s,"moem_prec":"%s","hbm":"25%%","moem":%s}\n' "$t" "$mp" "$mo" >>"$res"
 	done
 done

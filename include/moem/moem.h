@@ -19,6 +19,7 @@
 #include "pack.h"
 #include "tokenizer.h"
 #include "chat.h"
+#include "text_stop.h"
 #include "pool.h"
 #include "dev.h"
 #include "loader.h"

@@ -152,6 +152,14 @@ struct moem_mkmodel_opts {
 	double moe_scale;		/* RMS of one expert's output over the residual's (0.03) */
 	uint32_t threads;		/* 0: online CPUs (at most 16) */
 	const char *out_dir;		/* created if absent; must not hold a model yet */
+	/*
+	 * NULL, or a tokenizer.json (or a directory holding one): copied into
+	 * out_dir as tokenizer.json with the tokenizer_config.json,
+	 * generation_config.json and special_tokens_map.json beside it, so
+	 * that `moem pack` carries them. Sizing cfg.vocab to it is the
+	 * caller's (the text layer reads tokenizers, storage only copies).
+	 */
+	const char *tokenizer;
 	struct moem_progress *progress; /* may be NULL */
 };
 
@@ -170,7 +178,8 @@ void moem_mkmodel_defaults(struct moem_mkmodel_opts *o, enum moem_mkmodel_preset
 /*
  * Write a synthetic checkpoint into o->out_dir: config.json,
  * model.safetensors or model-0000i-of-0000N.safetensors +
- * model.safetensors.index.json, and moem_synth.json. Same options, same
+ * model.safetensors.index.json, moem_synth.json, and the tokenizer files
+ * when o->tokenizer names them. Same options, same
  * bytes. Files are written under temporary names and renamed at the end;
  * on failure nothing is left behind.
  */

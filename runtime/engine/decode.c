@@ -217,10 +217,6 @@ int moem_decoder_open(struct moem_engine *e, const struct moem_decoder_opts *o,
 				 "%s: pack format %u.%u predates full decode (no context, RoPE "
 				 "or eos fields): re-pack it with this moem's `moem pack`",
 				 moem_pack_path(e->pack), major, minor);
-	if (moem_backend_kind(e->be) != MOEM_BACKEND_CPU)
-		return moem_errf(EOPNOTSUPP,
-				 "full decode runs on the CPU backend only for now (the CUDA "
-				 "attention kernels are not built yet): use --backend cpu");
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;

@@ -13,3 +13,9 @@ console.log(`bench-text ${name}: ${moem.lines} texts, ${(moem.bytes / 1e6).toFix
 for (const x of r)
 	console.log(`  ${x.impl.padEnd(6)} ${mb(x).toFixed(2).padStart(8)} MB/s  ${(mb(moem) / mb(x)).toFixed(2)}x moem/${x.impl}`);
 console.log(`  moem: ${(moem.tokens / moem.seconds / 1e3).toFixed(0)}k tokens/s (100k tokens in ${(1e5 / (moem.tokens / moem.seconds)).toFixed(3)} s)`);
+if (moem.doc_seconds) {
+	console.log(`  one document of ${moem.doc_tokens} tokens (${(moem.doc_bytes / 1e6).toFixed(2)} MB) in one call: moem ${moem.doc_seconds.toFixed(3)} s`);
+	for (const x of r.slice(1))
+		if (x.doc_seconds)
+			console.log(`    ${x.impl.padEnd(6)} ${x.doc_seconds.toFixed(3)} s  ${(x.doc_seconds / moem.doc_seconds).toFixed(2)}x moem/${x.impl}`);
+}

@@ -9,14 +9,16 @@
 //   MODE encode          one JSON array of ids per corpus line (no special tokens added)
 //        encode-special  the same with add_special_tokens
 //        decode          reads arrays of ids (CORPUS is an ids file), prints JSON strings
-//        bench           encodes the corpus REPS times; prints {"impl", "bytes", "seconds"}
+//        bench           encodes the corpus REPS times; prints {"impl", "bytes", "seconds"};
+//                        with DOC_LINES, also one document of the first DOC_LINES lines
+//                        (cycling), each ended by a newline, in one call: "doc_seconds"
 // Output goes to stdout; nothing here knows what moem produced.
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 
 const require = createRequire(path.join(process.env.MOEM_NPM ?? ".", "node_modules", "x.js"));
-const [impl, dir, corpusPath, mode, repsArg] = process.argv.slice(2);
+const [impl, dir, corpusPath, mode, repsArg, docLinesArg] = process.argv.slice(2);
 const tokJson = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
 const cfgPath = path.join(dir, "tokenizer_config.json");
 const tokCfg = fs.existsSync(cfgPath) ? JSON.parse(fs.readFileSync(cfgPath, "utf8")) : {};
@@ -74,7 +76,21 @@ if (mode === "encode" || mode === "encode-special") {
 		const dt = Number(process.hrtime.bigint() - t0) / 1e9;
 		best = Math.min(best, dt);
 	}
-	out.push(JSON.stringify({ impl, bytes, seconds: best, lines: lines.length }));
+	const res = { impl, bytes, seconds: best, lines: lines.length };
+	if (docLinesArg) {
+		const parts = [];
+		for (let i = 0; i < Number(docLinesArg); i++) parts.push(lines[i % lines.length] + "\n");
+		const doc = parts.join("");
+		let dbest = Infinity;
+		for (let r = 0; r < reps; r++) {
+			const t0 = process.hrtime.bigint();
+			await t.encode(doc, false);
+			dbest = Math.min(dbest, Number(process.hrtime.bigint() - t0) / 1e9);
+		}
+		res.doc_bytes = Buffer.byteLength(doc, "utf8");
+		res.doc_seconds = dbest;
+	}
+	out.push(JSON.stringify(res));
 } else {
 	throw new Error(`unknown mode ${mode}`);
 }

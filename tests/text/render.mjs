@@ -19,6 +19,10 @@ for (const line of fs.readFileSync(casesPath, "utf8").split("\n").filter((l) => 
 	const vars = { messages: c.messages, add_generation_prompt: !!c.add_generation_prompt, ...(c.vars ?? {}) };
 	if (tok(cfg.bos_token)) vars.bos_token = tok(cfg.bos_token);
 	if (tok(cfg.eos_token)) vars.eos_token = tok(cfg.eos_token);
-	out.push(JSON.stringify(tmpl.render(vars)));
+	try {
+		out.push(JSON.stringify(tmpl.render(vars)));
+	} catch (e) {
+		out.push(JSON.stringify({ error: true })); // raise_exception: moem prints the same
+	}
 }
 fs.writeSync(1, out.join("\n") + "\n");

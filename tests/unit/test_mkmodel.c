@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <moem/half.h>
 #include <moem/quant.h>
@@ -266,6 +268,49 @@ TEST_F(mk, refusals_leave_nothing)
 	EXPECT_EQ(-EEXIST, moem_mkmodel(&self->o));
 	EXPECT_MSG("already holds a model");
 	EXPECT_EQ(3, st_count_entries(self->a)); /* no temporary left */
+}
+
+TEST_F(mk, tokenizer_files_copied)
+{
+	/* the bytes are copied as they are: storage does not parse tokenizers */
+	static const char tj[] = "{\"model\": {\"type\": \"BPE\"}}";
+	static const char tc[] = "{\"eos_token\": \"</s>\"}";
+	char *src = st_path(self->root, "tok"), *f;
+
+	ASSERT_EQ(0, mkdir(src, 0755));
+	f = st_path(src, "my-tokenizer.json");
+	ASSERT_EQ(0, st_write_file(f, tj, sizeof(tj) - 1));
+	free(f);
+	f = st_path(src, "tokenizer_config.json");
+	ASSERT_EQ(0, st_write_file(f, tc, sizeof(tc) - 1));
+	free(f);
+
+	/* a directory without tokenizer.json: refused, nothing left */
+	self->o.tokenizer = src;
+	moem_clear_error();
+	EXPECT_EQ(-ENOENT, moem_mkmodel(&self->o));
+	EXPECT_MSG("tokenizer.json");
+	EXPECT_NE(0, access(self->a, F_OK));
+
+	/* a file of any name becomes tokenizer.json; its companions come along */
+	f = st_path(src, "my-tokenizer.json");
+	self->o.tokenizer = f;
+	ASSERT_EQ(0, moem_mkmodel(&self->o)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(5, st_count_entries(self->a));
+	{
+		char *p = st_path(self->a, "tokenizer.json");
+		size_t len = 0;
+		char *b = st_read_file(p, &len);
+
+		ASSERT_NE(NULL, b);
+		EXPECT_EQ(sizeof(tj) - 1, len);
+		EXPECT_EQ(0, memcmp(b, tj, len));
+		free(b);
+		free(p);
+	}
+	EXPECT_TRUE(same_file(src, self->a, "tokenizer_config.json"));
+	free(f);
+	free(src);
 }
 
 TEST_F(mk, every_arch_opens)

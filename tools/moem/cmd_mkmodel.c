@@ -9,6 +9,7 @@
 
 #include <moem/error.h>
 #include <moem/store.h>
+#include <moem/tokenizer.h>
 #include <moem/util.h>
 
 #include "cmd.h"
@@ -27,6 +28,10 @@ static void mk_usage(FILE *f)
 		   "  --shared-experts N       deepseek_v2 shared experts\n"
 		   "  --first-dense N          deepseek_v2 first_k_dense_replace\n"
 		   "  --heads N --kv-heads N --head-dim N --vocab N\n"
+		   "  --tokenizer FILE|DIR     a Hugging Face tokenizer.json: the vocabulary is\n"
+		   "                           sized to it (--vocab may only make it larger), its\n"
+		   "                           files are copied in for moem pack, and config.json\n"
+		   "                           takes its end-of-sequence id\n"
 		   "  --dtype bf16|f16|f32     tensor dtype (default bf16)\n"
 		   "  --shards N               split into N safetensors files + index\n"
 		   "routing structure (Documentation/synthetic-models.md):\n"
@@ -67,6 +72,7 @@ enum {
 	O_MOE_SCALE,
 	O_THREADS,
 	O_OUT,
+	O_TOKENIZER,
 	O_QUIET,
 	O_HELP,
 };
@@ -103,6 +109,7 @@ static const struct option mk_opts[] = {
 	{"moe-scale", required_argument, NULL, O_MOE_SCALE},
 	{"threads", required_argument, NULL, O_THREADS},
 	{"out", required_argument, NULL, O_OUT},
+	{"tokenizer", required_argument, NULL, O_TOKENIZER},
 	{"quiet", no_argument, NULL, O_QUIET},
 	{"help", no_argument, NULL, O_HELP},
 	{0},
@@ -315,6 +322,39 @@ static int apply(struct moem_mkmodel_opts *o, int c, const char *arg)
 	return 0;
 }
 
+/*
+ * --tokenizer: load it (an unsupported tokenizer is refused before any
+ * weights are written), size the vocabulary to it, take its end of
+ * sequence, and have moem_mkmodel() copy its files.
+ */
+static int size_to_tokenizer(struct moem_mkmodel_opts *o, const char *path, bool vocab_set)
+{
+	struct moem_tokenizer *t;
+	struct moem_tok_info ti;
+	int ret = moem_tok_load_path(&t, path);
+
+	if (ret)
+		return moem_tool_fail("mkmodel", ret, "--tokenizer");
+	moem_tok_info(t, &ti);
+	moem_tok_free(t);
+	if (vocab_set && o->cfg.vocab < ti.vocab_size) {
+		fprintf(stderr,
+			"moem mkmodel: --vocab %u is smaller than the tokenizer's vocabulary (%u "
+			"ids)\n",
+			o->cfg.vocab, ti.vocab_size);
+		return -1;
+	}
+	if (!vocab_set)
+		o->cfg.vocab = ti.vocab_size;
+	o->cfg.n_eos = 0;
+	if (ti.eos_id >= 0 && ti.eos_id < o->cfg.vocab) {
+		o->cfg.eos[0] = (int32_t)ti.eos_id;
+		o->cfg.n_eos = 1;
+	}
+	o->tokenizer = path;
+	return 0;
+}
+
 static int cmd_mkmodel(int argc, char **argv)
 {
 	struct {
@@ -324,7 +364,7 @@ static int cmd_mkmodel(int argc, char **argv)
 	enum moem_mkmodel_preset preset = MOEM_PRESET_QWEN3_30B_A3B;
 	struct moem_mkmodel_opts o;
 	struct moem_progress prog;
-	const char *out = NULL;
+	const char *out = NULL, *tok = NULL;
 	int c, ret, n_seen = 0, quiet = 0;
 	uint64_t t0;
 	char b[32];
@@ -347,6 +387,9 @@ static int cmd_mkmodel(int argc, char **argv)
 			break;
 		case O_OUT:
 			out = optarg;
+			break;
+		case O_TOKENIZER:
+			tok = optarg;
 			break;
 		case O_QUIET:
 			quiet = 1;
@@ -379,6 +422,14 @@ static int cmd_mkmodel(int argc, char **argv)
 	for (int i = 0; i < n_seen; i++)
 		if (apply(&o, seen[i].c, seen[i].arg))
 			return 2;
+	if (tok) {
+		bool vocab_set = false;
+
+		for (int i = 0; i < n_seen; i++)
+			vocab_set = vocab_set || seen[i].c == O_VOCAB;
+		if (size_to_tokenizer(&o, tok, vocab_set))
+			return 1;
+	}
 	o.out_dir = out;
 	o.progress = quiet ? NULL : &prog;
 	t0 = moem_now_ns();
@@ -389,9 +440,10 @@ static int cmd_mkmodel(int argc, char **argv)
 		struct moem_model_config *m = &o.cfg;
 
 		printf("synthetic %s model in %s: %u layers (%u MoE) x %u experts, top-%u, "
-		       "hidden %u, expert width %u, %s, %s in %.1f s\n",
+		       "hidden %u, expert width %u, vocab %u%s, %s, %s in %.1f s\n",
 		       moem_arch_name(m->arch), out, m->n_layers, moem_n_moe_layers(m),
-		       m->n_experts, m->top_k, m->hidden, m->moe_inter, moem_dtype_name(m->dtype),
+		       m->n_experts, m->top_k, m->hidden, m->moe_inter, m->vocab,
+		       tok ? " (the tokenizer's)" : "", moem_dtype_name(m->dtype),
 		       moem_fmt_bytes(prog.total, b, sizeof(b)),
 		       (double)(moem_now_ns() - t0) / 1e9);
 	}

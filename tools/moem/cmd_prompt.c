@@ -17,19 +17,21 @@
 
 static void prompt_usage(FILE *f)
 {
-	fprintf(f, "usage: moem prompt (--pack PACK | --tokenizer FILE|DIR) [--template FILE]\n"
-		   "                   [--add-generation-prompt] [--vars JSON] [--cases FILE]\n"
-		   "                   [MESSAGES.json]\n"
-		   "Render a conversation (a JSON array of {\"role\", \"content\"} messages, from "
-		   "the\n"
-		   "file or standard input) with the tokenizer's chat_template and print it.\n"
-		   "  --template FILE           use this Jinja template instead\n"
-		   "  --add-generation-prompt   end with the assistant's turn opening\n"
-		   "  --vars JSON               more template variables, e.g. "
-		   "'{\"enable_thinking\": false}'\n"
-		   "  --cases FILE              each line {\"messages\", "
-		   "\"add_generation_prompt\", \"vars\"};\n"
-		   "                            prints one JSON string per line\n");
+	fprintf(f,
+		"usage: moem prompt (--pack PACK | --tokenizer FILE|DIR) [--template FILE]\n"
+		"                   [--add-generation-prompt] [--vars JSON] [--cases FILE]\n"
+		"                   [MESSAGES.json]\n"
+		"Render a conversation (a JSON array of {\"role\", \"content\"} messages, from "
+		"the\n"
+		"file or standard input) with the tokenizer's chat_template and print it.\n"
+		"  --template FILE           use this Jinja template instead\n"
+		"  --add-generation-prompt   end with the assistant's turn opening\n"
+		"  --vars JSON               more template variables, e.g. "
+		"'{\"enable_thinking\": false}'\n"
+		"  --cases FILE              each line {\"messages\", "
+		"\"add_generation_prompt\", \"vars\"};\n"
+		"                            prints one JSON string per line ({\"error\": true}\n"
+		"                            where the template raises)\n");
 }
 
 static int render_case(const struct moem_chat_template *ct, const struct moem_tokenizer *t,
@@ -140,7 +142,16 @@ static int cmd_prompt(int argc, char **argv)
 			if (nl)
 				*nl = 0;
 			ret = render_case(ct, src.tok, p, strlen(p));
-			if (ret) {
+			/*
+			 * A template that raises (or does what moem refuses) answers
+			 * that case with {"error": true}, as the reference renderer
+			 * is made to, and the cases go on.
+			 */
+			if (ret == -EINVAL || ret == -E2BIG) {
+				fprintf(stderr, "moem prompt: case %zu: %s\n", line,
+					moem_strerror(ret));
+				puts("{\"error\":true}");
+			} else if (ret) {
 				fprintf(stderr, "moem prompt: case %zu: %s\n", line,
 					moem_strerror(ret));
 				rc = 1;

@@ -137,8 +137,16 @@ static int id_list(const char *name, const char *v, int32_t *out, uint32_t max, 
 int moem_dec_run_set(struct moem_dec_run *r, const char *name, const char *v)
 {
 	struct moem_sampling *s = &r->sp.sampling;
-	int ret = moem_engine_args_set(&r->ea, name, v);
+	int ret;
 
+	/* The sampler's seed: the engine arguments' "seed" is moem run's workload. */
+	if (!strcmp(name, "seed")) {
+		char *end;
+
+		s->seed = strtoull(v, &end, 0);
+		return end == v || *end ? moem_errf(EINVAL, "--seed: \"%s\"", v) : 0;
+	}
+	ret = moem_engine_args_set(&r->ea, name, v);
 	if (ret != -ENOENT)
 		return ret;
 	if (!strcmp(name, "tokens")) {
@@ -168,12 +176,6 @@ int moem_dec_run_set(struct moem_dec_run *r, const char *name, const char *v)
 		return num_f(name, v, &s->presence_penalty);
 	if (!strcmp(name, "frequency-penalty"))
 		return num_f(name, v, &s->frequency_penalty);
-	if (!strcmp(name, "seed")) {
-		char *end;
-
-		s->seed = strtoull(v, &end, 0);
-		return end == v || *end ? moem_errf(EINVAL, "--seed: \"%s\"", v) : 0;
-	}
 	if (!strcmp(name, "stop")) {
 		if (r->sp.n_stop == MOEM_DECODE_MAX_STOP)
 			return moem_errf(EINVAL, "at most %d --stop sequences",
@@ -243,10 +245,6 @@ int moem_dec_run_open(struct moem_dec_run *r)
 		return ret;
 	if (r->quiet || r->json)
 		moem_log_set_level(MOEM_LOG_WARN);
-	if (!r->ea.o.backend) /* full decode runs on the CPU backend for now */
-		ret = moem_engine_args_set(&r->ea, "backend", "cpu");
-	if (ret)
-		return ret;
 	ret = moem_engine_open(&r->ea.o, &r->e);
 	if (!ret && !r->no_warmup)
 		ret = moem_engine_warmup(r->e, NULL);

@@ -322,6 +322,14 @@ static const struct moem_backend_ops cuda_ops = {
 	.combine = moem_cuda_combine,
 	.quantize = moem_cuda_quantize,
 	.histogram = moem_cuda_histogram,
+	.embed = moem_cuda_embed,
+	.matmul = moem_cuda_matmul,
+	.rownorm = moem_cuda_rownorm,
+	.convert = moem_cuda_convert,
+	.rope = moem_cuda_rope,
+	.head_matmul = moem_cuda_head_matmul,
+	.kv_store = moem_cuda_kv_store,
+	.attention = moem_cuda_attention,
 };
 
 /* "no CUDA device: <why>" as the thread's message, -ENODEV. */

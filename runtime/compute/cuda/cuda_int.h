@@ -13,6 +13,7 @@
 
 #include "../backend/backend_int.h"
 #include "../../../cuda/kparams.h"
+#include "../../../cuda/decode_kparams.h"
 
 /* Fatbins embedded by mk/cuda.mk (an empty table without nvcc). */
 struct moem_fatbin {
@@ -32,7 +33,18 @@ enum cuda_kernel {
 	K_ROUTER,		     /* + n-tile class 0..3 */
 	K_FFN_GATEUP = K_ROUTER + 4, /* + prec * 4 + n-tile class */
 	K_FFN_DOWN = K_FFN_GATEUP + 16,
-	K_NR = K_FFN_DOWN + 16
+	K_DECODE = K_FFN_DOWN + 16, /* the full-decode kernels (decode_ops.c) */
+	K_EMBED = K_DECODE,
+	K_MATMUL,
+	K_ROWNORM,
+	K_CONVERT,
+	K_CONVERT_SEQ,
+	K_ROPE,
+	K_HEAD_MM,
+	K_KV_STORE,
+	K_ATTN_PART,
+	K_ATTN_MERGE,
+	K_NR
 };
 
 /* Name of kernel k ("moem_ffn_gateup_q4_n2"), into buf. */
@@ -151,5 +163,21 @@ int moem_cuda_quantize(struct moem_backend *be, struct moem_stream *s,
 		       const struct moem_quantize_args *a);
 int moem_cuda_histogram(struct moem_backend *be, struct moem_stream *s,
 			const struct moem_hist_args *a);
+/* Full decode (decode_ops.c). */
+int moem_cuda_embed(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_embed_args *a);
+int moem_cuda_matmul(struct moem_backend *be, struct moem_stream *s,
+		     const struct moem_matmul_args *a);
+int moem_cuda_rownorm(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_rownorm_args *a);
+int moem_cuda_convert(struct moem_backend *be, struct moem_stream *s,
+		      const struct moem_convert_args *a);
+int moem_cuda_rope(struct moem_backend *be, struct moem_stream *s, const struct moem_rope_args *a);
+int moem_cuda_head_matmul(struct moem_backend *be, struct moem_stream *s,
+			  const struct moem_head_matmul_args *a);
+int moem_cuda_kv_store(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_kv_store_args *a);
+int moem_cuda_attention(struct moem_backend *be, struct moem_stream *s,
+			const struct moem_attn_args *a);
 
 #endif /* MOEM_CUDA_INT_H */

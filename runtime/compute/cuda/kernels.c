@@ -21,6 +21,19 @@ static const char *const fixed_names[K_ROUTER] = {
 
 static const char *const prec_names[4] = {"bf16", "q8", "q4", "q2"};
 
+static const char *const decode_names[K_NR - K_DECODE] = {
+	[K_EMBED - K_DECODE] = "moem_embed",
+	[K_MATMUL - K_DECODE] = "moem_matmul",
+	[K_ROWNORM - K_DECODE] = "moem_rownorm",
+	[K_CONVERT - K_DECODE] = "moem_convert",
+	[K_CONVERT_SEQ - K_DECODE] = "moem_convert_seq",
+	[K_ROPE - K_DECODE] = "moem_rope",
+	[K_HEAD_MM - K_DECODE] = "moem_head_matmul",
+	[K_KV_STORE - K_DECODE] = "moem_kv_store",
+	[K_ATTN_PART - K_DECODE] = "moem_attn_part",
+	[K_ATTN_MERGE - K_DECODE] = "moem_attn_merge",
+};
+
 const char *moem_cuda_kernel_name(enum cuda_kernel k, char *buf, size_t len)
 {
 	static const int nt[4] = {1, 2, 4, 8};
@@ -29,6 +42,8 @@ const char *moem_cuda_kernel_name(enum cuda_kernel k, char *buf, size_t len)
 		snprintf(buf, len, "%s", fixed_names[k]);
 	else if (k < K_FFN_GATEUP)
 		snprintf(buf, len, "moem_router_n%d", nt[k - K_ROUTER]);
+	else if (k >= K_DECODE)
+		snprintf(buf, len, "%s", decode_names[k - K_DECODE]);
 	else if (k < K_FFN_DOWN)
 		snprintf(buf, len, "moem_ffn_gateup_%s_n%d", prec_names[(k - K_FFN_GATEUP) / 4],
 			 nt[(k - K_FFN_GATEUP) % 4]);

@@ -28,6 +28,8 @@
 #define SILU2_MEAN  0.35577552
 #define CHUNK_ELEMS (256u * 1024)
 #define MAX_SHARDS  1024
+#define N_TOK_FILES 4 /* moem_store_tok_file() names */
+#define N_SIDE	    (3 + N_TOK_FILES)
 
 struct mk_file {
 	char *tmp, *final;
@@ -303,18 +305,13 @@ static int run_jobs(struct mk_ctx *x, uint32_t threads)
 	return 0;
 }
 
-static int write_json_file(const char *dir, const char *name, struct json_object *o,
+/* Write buf (and a newline when nl) to dir/.name.tmp; renamed to dir/name at the end. */
+static int write_side_file(const char *dir, const char *name, const char *buf, size_t len, bool nl,
 			   struct mk_file *f)
 {
-	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-								  JSON_C_TO_STRING_SPACED |
-								  JSON_C_TO_STRING_NOSLASHESCAPE);
 	char tmpname[300];
-	size_t len;
 	int ret;
 
-	if (!s)
-		return -ENOMEM;
 	snprintf(tmpname, sizeof(tmpname), ".%s.tmp", name);
 	f->tmp = moem_store_path_join(dir, tmpname);
 	f->final = moem_store_path_join(dir, name);
@@ -323,10 +320,67 @@ static int write_json_file(const char *dir, const char *name, struct json_object
 	f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (f->fd < 0)
 		return moem_errf(errno, "%s: %s", f->tmp, strerror(errno));
-	len = strlen(s);
-	ret = moem_store_pwrite_all(f->fd, s, len, 0, f->final);
-	if (!ret)
+	ret = moem_store_pwrite_all(f->fd, buf, len, 0, f->final);
+	if (!ret && nl)
 		ret = moem_store_pwrite_all(f->fd, "\n", 1, len, f->final);
+	return ret;
+}
+
+static int write_json_file(const char *dir, const char *name, struct json_object *o,
+			   struct mk_file *f)
+{
+	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+								  JSON_C_TO_STRING_SPACED |
+								  JSON_C_TO_STRING_NOSLASHESCAPE);
+
+	return s ? write_side_file(dir, name, s, strlen(s), true, f) : -ENOMEM;
+}
+
+/*
+ * Copy the tokenizer files (o->tokenizer: tokenizer.json or its directory)
+ * into dir under temporary names, tok[i] for moem_store_tok_file(i).
+ */
+static int copy_tokenizer(const char *dir, const char *src, struct mk_file *tok)
+{
+	struct stat st;
+	char *sdir = NULL;
+	int ret = 0;
+
+	if (stat(src, &st))
+		return moem_errf(errno, "%s: %s", src, strerror(errno));
+	if (S_ISDIR(st.st_mode)) {
+		sdir = strdup(src);
+	} else {
+		const char *slash = strrchr(src, '/');
+
+		sdir = slash ? strndup(src, (size_t)(slash - src + 1)) : strdup(".");
+	}
+	if (!sdir)
+		return -ENOMEM;
+	for (size_t i = 0; !ret && i < N_TOK_FILES && moem_store_tok_file(i, NULL); i++) {
+		const char *name = moem_store_tok_file(i, NULL);
+		char *path =
+			i || S_ISDIR(st.st_mode) ? moem_store_path_join(sdir, name) : strdup(src);
+		char *buf = NULL;
+		size_t len = 0;
+		uint64_t max;
+
+		moem_store_tok_file(i, &max);
+		if (!path) {
+			ret = -ENOMEM;
+			break;
+		}
+		if (i && access(path, F_OK)) { /* only tokenizer.json is required */
+			free(path);
+			continue;
+		}
+		ret = moem_store_read_file(path, max, &buf, &len);
+		if (!ret)
+			ret = write_side_file(dir, name, buf, len, false, &tok[i]);
+		free(buf);
+		free(path);
+	}
+	free(sdir);
 	return ret;
 }
 
@@ -587,14 +641,15 @@ int moem_mkmodel(const struct moem_mkmodel_opts *o)
 {
 	struct mk_ctx x = {0};
 	struct moem_tensor_spec *specs = NULL;
-	struct mk_file *files = NULL, side[3];
+	/* config.json, moem_synth.json, the index, then the tokenizer files */
+	struct mk_file *files = NULL, side[N_SIDE];
 	uint32_t *shard_of = NULL, nf = 0, renamed = 0;
 	uint64_t *bytes = NULL, total = 0;
-	bool created = false, side_renamed[3] = {false, false, false};
+	bool created = false, side_renamed[N_SIDE] = {false};
 	size_t n = 0;
 	int ret;
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < N_SIDE; i++) {
 		memset(&side[i], 0, sizeof(side[i]));
 		side[i].fd = -1;
 	}
@@ -623,6 +678,8 @@ int moem_mkmodel(const struct moem_mkmodel_opts *o)
 	if (ret)
 		goto out;
 	ret = open_shards(&x, o->out_dir, specs, n, shard_of, files, nf);
+	if (!ret && o->tokenizer) /* before the long part: a bad path fails at once */
+		ret = copy_tokenizer(o->out_dir, o->tokenizer, &side[3]);
 	if (ret)
 		goto out;
 	x.n_jobs = n;
@@ -641,7 +698,7 @@ int moem_mkmodel(const struct moem_mkmodel_opts *o)
 		else
 			renamed++;
 	}
-	for (int i = 2; i >= 0 && !ret; i--) {
+	for (int i = N_SIDE - 1; i >= 0 && !ret; i--) {
 		if (!side[i].tmp)
 			continue;
 		if (rename(side[i].tmp, side[i].final))
@@ -652,13 +709,13 @@ int moem_mkmodel(const struct moem_mkmodel_opts *o)
 	/* Undo what was renamed so a failed run leaves nothing behind. */
 	for (uint32_t f = 0; ret && f < renamed; f++)
 		unlink(files[f].final);
-	for (int i = 0; ret && i < 3; i++)
+	for (int i = 0; ret && i < N_SIDE; i++)
 		if (side_renamed[i])
 			unlink(side[i].final);
 out:
 	for (uint32_t f = 0; files && f < nf; f++)
 		close_file(&files[f], !ret);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < N_SIDE; i++)
 		close_file(&side[i], !ret);
 	if (ret && created)
 		rmdir(o->out_dir);

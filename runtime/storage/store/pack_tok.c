@@ -28,6 +28,13 @@ static const char *const tok_files[] = {
 /* Largest tokenizer file carried (real tokenizer.json files are < 20 MiB). */
 #define PACK_TOK_FILE_MAX (64ULL << 20)
 
+const char *moem_store_tok_file(size_t i, uint64_t *max)
+{
+	if (max)
+		*max = PACK_TOK_FILE_MAX;
+	return i < MOEM_ARRAY_SIZE(tok_files) ? tok_files[i] : NULL;
+}
+
 int moem_pack_tok_build(const char *dir, void **out, size_t *len)
 {
 	char *buf[MOEM_ARRAY_SIZE(tok_files)] = {0};

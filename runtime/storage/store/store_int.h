@@ -30,6 +30,13 @@ int moem_store_read_file(const char *path, uint64_t max, char **buf, size_t *len
 int moem_store_open_regular(const char *path, struct stat *st);
 
 /*
+ * The tokenizer files a checkpoint may carry, by name ("tokenizer.json"
+ * first, the one required), i = 0.. until NULL; *max (may be NULL) is the
+ * largest such file moem reads.
+ */
+const char *moem_store_tok_file(size_t i, uint64_t *max);
+
+/*
  * Parse buf[0, len) as exactly one JSON value (trailing whitespace only,
  * no NUL bytes, valid UTF-8, nesting at most depth). -EINVAL with a
  * message "<what>: ..." that says where parsing stopped.

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Dense projection y[t][r] = W[r] . x[t] (bf16 in, fp32 accumulate): the
+ * attention projections, MLA's down/up projections and lm_head. A warp
+ * owns one weight row and streams it once per group of four tokens (a
+ * decode step's GEMV reads every weight byte once; a prefill chunk's
+ * tokens re-read the row from L1/L2). Lane l takes the 8 columns at
+ * 8 * (l + 32 j), FMAs them in j order into its own fp32 sum, and one
+ * lane adds the 32 sums in lane order (through shared memory: one
+ * exchange per token group instead of a five-step butterfly per token):
+ * every (token, row) is computed the same way whatever the batch, so
+ * batching never changes a bit.
+ */
+#include "common.cuh"
+#include "decode_kparams.h"
+
+#define MM_GROUP 4
+
+/* Eight bf16 from p (16-byte aligned when vec), widened. */
+MOEM_DEVI void load8(const uint16_t *p, bool vec, float (&v)[8])
+{
+	if (vec) {
+		const uint4 u = *reinterpret_cast<const uint4 *>(p);
+		const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			v[2 * i] = __uint_as_float(w[i] << 16);
+			v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+		}
+		return;
+	}
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		v[i] = bf16_bits_to_f32(p[i]);
+}
+
+static_assert(MOEM_K_MM_THREADS == MOEM_K_MM_ROWS * 32, "a warp per row");
+
+extern "C" __global__ void __launch_bounds__(MOEM_K_MM_THREADS)
+	moem_matmul(const moem_kmatmul_params p)
+{
+	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint32_t r = blockIdx.x * MOEM_K_MM_ROWS + warp;
+	const uint32_t t0 = blockIdx.y * MOEM_K_MM_TOKENS;
+	const uint32_t t1 = min(t0 + MOEM_K_MM_TOKENS, p.B);
+	const uint16_t *w = reinterpret_cast<const uint16_t *>(p.w) + (size_t)r * p.K;
+	const uint16_t *x = reinterpret_cast<const uint16_t *>(p.x);
+	float *y = reinterpret_cast<float *>(p.y);
+	const bool vec = p.vec != 0;
+	__shared__ float red[MOEM_K_MM_ROWS][MM_GROUP][32];
+
+	if (r >= p.R)
+		return; /* whole warps: no collective below is left half-empty */
+	for (uint32_t tg = t0; tg < t1; tg += MM_GROUP) {
+		const uint32_t ng = min((uint32_t)MM_GROUP, t1 - tg);
+		float acc[MM_GROUP] = {};
+
+		for (uint32_t k = lane * 8; k < p.K; k += 256) {
+			float wv[8];
+
+			load8(w + k, vec, wv);
+#pragma unroll
+			for (uint32_t g = 0; g < MM_GROUP; g++) {
+				float xv[8];
+
+				if (g >= ng)
+					break;
+				load8(x + (size_t)(tg + g) * p.K + k, vec, xv);
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					acc[g] = fmaf(wv[i], xv[i], acc[g]);
+			}
+		}
+		/* lane g adds the 32 lanes' sums of token g in lane order */
+#pragma unroll
+		for (uint32_t g = 0; g < MM_GROUP; g++)
+			red[warp][g][lane] = acc[g];
+		__syncwarp();
+		if (lane < ng) {
+			float s = 0.0f;
+
+			for (int l = 0; l < 32; l++)
+				s = __fadd_rn(s, red[warp][lane][l]);
+			y[(size_t)(tg + lane) * p.R + r] = s;
+		}
+		__syncwarp();
+	}
+}
