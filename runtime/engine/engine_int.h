@@ -37,7 +37,7 @@ struct moem_engine {
 	uint32_t ld_file;
 	struct moem_stager *stager;
 	struct moem_tierdev *dev;
-	bool uvm; /* hbm_mode "uvm": dev is the UVM device, the tiers never evict */
+	bool uvm;		 /* hbm_mode "uvm": dev is the UVM device, the tiers never evict */
 	struct moem_evictor hev; /* the policy driver behind the tiers' interface */
 	struct moem_evictor *dram_ev;
 	struct moem_tiers *tiers;
