@@ -1,8 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0-only
 # Scheduling-policy benchmarks: the standard synthetic suite through the
 # trace simulator (bench/sim/run.sh) -> Documentation/benchmarks/.
+# test-guard: the placement layer's before/after guard (tests/guard/guard.sh:
+# simulator numbers, engine digests and trace files against golden files).
 BENCH_SUITES += bench-sim
+TEST_SUITES += test-guard
 
-.PHONY: bench-sim
+.PHONY: bench-sim test-guard
 bench-sim: all
 	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/sim bench/sim/run.sh
+
+test-guard: all
+	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite guard tests/guard/guard.sh

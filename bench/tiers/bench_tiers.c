@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include <moem/backend.h>
+#include <moem/cuda_api.h>
 #include <moem/error.h>
 #include <moem/pool.h>
 #include <moem/tierdev.h>

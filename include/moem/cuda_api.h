@@ -291,4 +291,13 @@ int moem_cuda_check(struct moem_backend *be, CUresult r, const char *what);
 int moem_cuda_backend_handles(struct moem_backend *be, const struct moem_cuda_api **api,
 			      CUdevice *dev, CUcontext *ctx);
 
+/*
+ * The tier device (tierdev.h) of an open CUDA backend: the HBM arena on
+ * VMM, a dedicated copy stream, compute marks on the backend's default
+ * stream (runtime/compute/cuda/tierdev.c). -EINVAL for a backend that is
+ * not CUDA.
+ */
+struct moem_tierdev;
+int moem_tierdev_cuda_create(struct moem_backend *be, struct moem_tierdev **out);
+
 #endif /* MOEM_CUDA_API_H */

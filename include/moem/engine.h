@@ -70,6 +70,12 @@ struct moem_engine_opts {
 	 * If the tracer cannot be loaded the engine says why and uses its own
 	 * counters: the runtime never needs BPF. */
 	const char *hotness;
+	/*
+	 * Pre-gate: the routers of the next pregate layers applied to each
+	 * MoE layer's input, for prefetch, FluxMoE's window and pred's
+	 * ranking (and written to the trace). 0: the default, 2; -1: none.
+	 */
+	int32_t pregate;
 	/* How experts reach HBM: "vmm" (default: moem stages them into a CUDA
 	 * VMM arena under the budget, its policies choose) or "uvm" (managed
 	 * memory, the driver pages them on demand; the HBM budget bounds the
@@ -145,8 +151,17 @@ int moem_engine_warmup(struct moem_engine *e, struct moem_progress *progress);
 int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_step_fn fn,
 		    void *arg, struct moem_run_stats *out);
 
+/*
+ * Any thread: would the engine run with knob at value? 0, or -EINVAL /
+ * -ERANGE with a message naming the smallest value that runs (an HBM
+ * budget below one expert; under DynaExq, below every expert in the low
+ * precision plus headroom). Changes nothing: moemd checks a setting with
+ * it before committing it.
+ */
+int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 /* Any thread: a budget knob (include/uapi/linux/moem.h values). Checked
- * now (-EINVAL/-ERANGE, nothing changed), applied at the next layer. */
+ * now (moem_engine_check_knob(): nothing changed when refused), applied at
+ * the next layer. */
 int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob);
 /*

@@ -7,7 +7,7 @@
  *   pack hbm dram precisions fallback route evict prefetch precision
  *   paging backend threads cpu-threads cpu-isa pool region persistent
  *   link-gbps loader
- *   no-verify trace-out trace-logits hotness   (engine settings)
+ *   no-verify trace-out trace-logits hotness pregate   (engine settings)
  *   workload batch steps mix seed              (workload settings)
  *
  * Boolean settings take no value on a command line; in a file they take

@@ -35,6 +35,8 @@
 #include "policy_prec.h"
 #include "policy_prefetch.h"
 #include "policy_paging.h"
+#include "cost.h"
+#include "driver.h"
 #include "sim.h"
 #include "xfer.h"
 #include "tierdev.h"

@@ -71,11 +71,15 @@ void moem_evict_set_horizon(struct moem_evict *ev, uint32_t S);
 /* pred: key's score (kept across evictions; 0 until set). */
 void moem_evict_score(struct moem_evict *ev, uint32_t key, float score);
 float moem_evict_get_score(const struct moem_evict *ev, uint32_t key);
+/* pred: add delta to every score (the caller moves its origin; order is kept). */
+void moem_evict_rebase(struct moem_evict *ev, float delta);
 
 typedef bool (*moem_evictable_fn)(void *arg, uint32_t key);
 
 /* Only take a victim from the low level (lru2); for lru and lfu a no-op. */
 #define MOEM_EVICT_LOW_ONLY (1u << 0)
+/* Whatever the kind: the least recently used key ok() accepts. */
+#define MOEM_EVICT_RECENCY  (1u << 1)
 
 /*
  * Choose a victim at tick pos among the keys holding a slot that ok()

@@ -120,9 +120,12 @@ int moem_prefetch_predict(struct moem_prefetch *pf, uint64_t target_pos, float *
 /*
  * Probabilities [n_experts] that each expert of layer is used at the
  * layer's next run (after its last observation): the score moem's "pred"
- * eviction ranks by.
+ * eviction ranks by. -ENOENT (no message) while the layer has not been
+ * observed.
  */
 int moem_prefetch_reuse(struct moem_prefetch *pf, uint32_t layer, float *prob);
+/* The measured transfer bandwidth C_s (bytes/ns) and layer time T_l (ns). */
+void moem_prefetch_rates(const struct moem_prefetch *pf, double *bytes_per_ns, double *layer_ns);
 /* Mean recall at distance 1 of each source (chain, temporal, pre-gate). */
 void moem_prefetch_recall(const struct moem_prefetch *pf, double *chain, double *temporal,
 			  double *pregate);

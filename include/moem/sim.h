@@ -1,17 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The trace simulator behind `moem sim`: replays a routing trace
- * (trace.h) through the scheduling policies (policy.h) on a cost model
- * of one GPU, and reports what each policy would have cost. The policies
- * are the engine's, unchanged; the simulator plays the engine's part
- * (owning residency and budgets, running a copy engine) with modelled
- * time instead of a GPU.
- *
- * Cost model (all parameters; defaults: H100-class GPU on PCIe 4.0 x16,
- * Qwen3-30B-A3B experts, Documentation/policies.md):
+ * (trace.h) through the scheduling policies on a modelled GPU and reports
+ * what each policy would have cost. The decisions are the engine's own:
+ * the policy driver (driver.h) makes them for both; the simulator plays
+ * the engine's part (owning residency and budgets, running a copy
+ * engine) and takes time from the placement layer's cost model (cost.h;
+ * defaults: H100-class GPU on PCIe 4.0 x16, Qwen3-30B-A3B experts,
+ * Documentation/policies.md):
  *  - expert bytes per precision from the expert shape (quant.h layout);
- *  - one copy engine over PCIe (pcie_gbps); an expert not in DRAM is read
- *    from NVMe through a pipelined bounce (min(pcie, nvme) bandwidth);
+ *  - one copy engine over the link; an expert not in DRAM is read from
+ *    NVMe through a pipelined bounce (min(link, NVMe) bandwidth);
  *    transfers move in pieces of at most piece_bytes, and between pieces
  *    the highest priority waiting transfer goes next: miss > prefetch >
  *    promotion / paging; optional bandwidth jitter per transfer (seeded);
@@ -32,18 +31,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cost.h"
 #include "policy.h"
 #include "quant.h"
 
 struct moem_sim_cost {
+	struct moem_cost cost;		     /* bandwidths and times (cost.h defaults) */
 	uint32_t hidden, inter;		     /* expert shape (Qwen3-30B-A3B: 2048, 768) */
 	enum moem_prec prec;		     /* precision experts are served in (bf16) */
 	uint64_t expert_bytes[MOEM_PREC_NR]; /* from the shape (moem_sim_cost_finish) */
-	double pcie_gbps;		     /* 25 GB/s (10^9 bytes/s) */
-	double nvme_gbps;		     /* 7 */
-	double hbm_gbps;		     /* 3000 */
-	uint64_t layer_ns;		     /* 20000 */
-	uint64_t token_ns;		     /* 20 per (token, expert) */
 	uint64_t piece_bytes;		     /* 8 MiB */
 	uint64_t hbm_bytes;		     /* expert budget in HBM */
 	uint64_t dram_bytes;		     /* 0: every expert fits in DRAM */
@@ -78,6 +74,7 @@ struct moem_sim_policy {
 	struct moem_prefetch_cfg pf;
 	uint32_t pf_queue; /* outstanding prefetches at most (64) */
 	bool ordered;	   /* cache-aware execution order */
+	bool pregate;	   /* read the trace's pre-gate picks (default on) */
 	struct moem_dynaexq_cfg dx;
 	bool dx_pair_given, dx_n_hi_given;
 	struct moem_paging_cfg pg;

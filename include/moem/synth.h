@@ -57,19 +57,23 @@ struct moem_synth_params {
 	uint32_t top_k;	      /* K: intents per token per layer */
 	uint32_t n_workloads; /* W, 1..MOEM_SYNTH_MAX_WORKLOADS */
 	char workload[MOEM_SYNTH_MAX_WORKLOADS][MOEM_SYNTH_NAME_MAX];
-	double zipf_s;	     /* Zipf exponent over ranks (default 1.0) */
-	double overlap;	     /* ranking overlap across workloads, 0..1 (0.3) */
+	double zipf_s;	     /* Zipf exponent over ranks (default 1.7) */
+	double overlap;	     /* ranking overlap across workloads, 0..1 (0.8) */
 	double reshuffle;    /* ranking noise between layers, 0..1 (0.1) */
 	double layer_corr;   /* follow M[m] from the previous layer (0.6) */
 	double persist;	     /* intent kept to the next token (0.5) */
 	double drift;	     /* swaps per (workload, layer) per step (0.02) */
 	double mean_seq_len; /* mean decode length of a sequence (256) */
 	double boost;	     /* logit of the first intent (4.5) */
-	double noise;	     /* std of logit noise (1.0) */
+	double noise;	     /* std of logit noise (0.5) */
 	uint64_t seed;
 };
 
-/* Fill the defaults above for the given shape (workloads text, math, code). */
+/*
+ * Fill the defaults above for the given shape (workloads text, math,
+ * code): they reproduce published routing statistics (the sources are
+ * listed next to moem_synth_defaults() in runtime/model/synth/synth.c).
+ */
 void moem_synth_defaults(struct moem_synth_params *p, uint32_t n_layers, uint32_t n_experts,
 			 uint32_t top_k, uint64_t seed);
 /* Range checks with a message naming the field. */
@@ -117,6 +121,25 @@ double moem_synth_intent_logit(const struct moem_synth_params *p, uint32_t j);
  * from the generator's own noise stream (traces use this).
  */
 void moem_synth_logits(struct moem_synth *g, uint32_t b, uint32_t m, float *z);
+
+/*
+ * Pre-gate logits z[N] for slot b: layer (m + d)'s router applied to layer
+ * m's input hidden state, d >= 1 (d = 0 is the layer's own logits, as
+ * moem_synth_logits()). A real residual stream carries the later layers'
+ * routing only in part, the less the farther: each of the token's intents
+ * at layer m + d is seen with probability
+ *   p(d) = MOEM_SYNTH_PG_FAR + (MOEM_SYNTH_PG_NEAR - MOEM_SYNTH_PG_FAR)
+ *          * exp(-(d - 1) / MOEM_SYNTH_PG_DECAY)
+ * and otherwise replaced by a popular expert of the workload (what a gate
+ * applied to an unrelated state still favours), observed with the usual
+ * logit noise. Sources, next to the definitions in synth.c: ExpertFlow
+ * Table 2 (pre-gate accuracy decays with distance towards 26-33%). From a
+ * stream of its own: pre-gates never change the routing a seed gives.
+ */
+#define MOEM_SYNTH_PG_NEAR  0.85
+#define MOEM_SYNTH_PG_FAR   0.10
+#define MOEM_SYNTH_PG_DECAY 2.0
+void moem_synth_pregate(struct moem_synth *g, uint32_t b, uint32_t m, uint32_t d, float *z);
 
 /*
  * Router basis: u[m][e][0..hidden) unit vectors for all MoE layers,

@@ -25,6 +25,7 @@
 
 typedef uint64_t moem_dptr;
 
+struct moem_backend; /* moem_tierdev_uvm_create() only: the tiers never call it */
 struct moem_tierdev;
 
 struct moem_tierdev_ops {
@@ -82,12 +83,9 @@ int moem_tierdev_emu_create(const struct moem_emu_opts *o, struct moem_tierdev *
 void moem_tierdev_emu_finish(struct moem_tierdev *d, uint64_t seq);
 
 /*
- * The CUDA device of an open CUDA backend: VMM arena, a dedicated copy
- * stream, compute marks on the backend's default stream. -EINVAL for a
- * backend that is not CUDA.
+ * The CUDA implementation is the CUDA backend's (moem_tierdev_cuda_create(),
+ * cuda_api.h): whoever opens the tiers hands them a device.
  */
-struct moem_backend;
-int moem_tierdev_cuda_create(struct moem_backend *be, struct moem_tierdev **out);
 
 /*
  * The UVM device of an open CUDA backend (the "uvm" HBM mode): every

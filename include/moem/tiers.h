@@ -59,7 +59,9 @@ struct moem_tiers_cfg {
 
 /*
  * NVMe -> DRAM: start reading version (layer, expert, pi) into dst and call
- * done(arg, status) once, from any thread (never from inside read()).
+ * done(arg, status) once, from any thread (never from inside read()). The
+ * tiers do not know where the bytes come from: the engine hands them a
+ * stager over its pack and loader (runtime/engine/stager.c).
  */
 struct moem_stager {
 	int (*read)(struct moem_stager *s, uint32_t layer, uint32_t expert, uint32_t pi, void *dst,
@@ -67,9 +69,10 @@ struct moem_stager {
 };
 
 /*
- * Victim choice for one tier, called with the tiers lock held. Ids are
- * version ids: (layer * n_experts + expert) * 2 + pi. add/del track the
- * evictable population, touch records a use; pick returns the best victim
+ * Victim choice for one tier, called with the tiers lock held, from any
+ * thread. Ids are version ids: (layer * n_experts + expert) * 2 + pi.
+ * add/del track the population holding space (HBM: from the moment a
+ * fetch takes its slot, in flight included; DRAM: ready versions), touch records a use; pick returns the best victim
  * among ids for which ok() is true, or -ENOENT. incoming is the version
  * that needs the space (MOEM_NO_VERSION for a budget shrink) and prio why
  * it is fetched: a policy may refuse to evict for a speculative fetch
@@ -85,19 +88,6 @@ struct moem_evictor {
 		    bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *id);
 	void (*destroy)(struct moem_evictor *ev);
 };
-
-/*
- * The stager that reads expert blobs of a pack through the io_uring loader
- * (O_DIRECT, fixed buffers over the pool). MoE layer m of the tiers is the
- * m-th MoE layer of the model; pi 0/1 read precisions hi/lo of the pack.
- * With verify, every blob's XXH3 checksum is checked on arrival (-EBADMSG).
- */
-struct moem_pack;
-struct moem_loader;
-int moem_pack_stager_create(struct moem_pack *pack, struct moem_loader *ld, uint32_t file_idx,
-			    enum moem_prec hi, enum moem_prec lo, bool verify,
-			    struct moem_stager **out);
-void moem_pack_stager_destroy(struct moem_stager *s);
 
 /* Plain LRU over n_ids ids. */
 int moem_evictor_lru_create(uint32_t n_ids, struct moem_evictor **out);
@@ -185,6 +175,20 @@ int moem_tiers_prefetch(struct moem_tiers *t, uint32_t layer, uint32_t expert, e
  * the restart adopted (and so lose it if the process dies again).
  */
 int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
+/*
+ * Withdraw the fetch of (layer, expert)'s planned version if none of its
+ * copy was issued yet (a prefetch that became useless): 0 and the slot is
+ * free again (a DRAM load already running completes into DRAM), -EBUSY if
+ * it cannot be withdrawn (started, waited for, or not in flight).
+ */
+int moem_tiers_cancel(struct moem_tiers *t, uint32_t layer, uint32_t expert);
+/* HBM state of (layer, expert)'s planned version, or -EINVAL. */
+enum moem_tier_state {
+	MOEM_TIER_ABSENT = 0,
+	MOEM_TIER_COPYING = 1,
+	MOEM_TIER_RESIDENT = 2,
+};
+int moem_tiers_state(struct moem_tiers *t, uint32_t layer, uint32_t expert);
 /* Set the planned precision; publishes it at once if it is resident. */
 int moem_tiers_set_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi);
 uint32_t moem_tiers_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert);

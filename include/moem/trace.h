@@ -25,7 +25,7 @@
 #include "synth.h"
 
 #define MOEM_TRACE_VERSION_MAJOR 1
-#define MOEM_TRACE_VERSION_MINOR 0
+#define MOEM_TRACE_VERSION_MINOR 1
 
 /* Header flags. */
 #define MOEM_TRACE_F_LOGITS    (1u << 0) /* every record carries router logits */
@@ -48,6 +48,7 @@ enum moem_trace_source {
 #define MOEM_TRACE_MAX_TOPK    64
 #define MOEM_TRACE_MAX_TOKENS  65536
 #define MOEM_TRACE_DESC_MAX    64
+#define MOEM_TRACE_MAX_PREGATE 16
 
 struct moem_trace_info {
 	uint16_t version_major, version_minor; /* filled by the reader */
@@ -59,15 +60,21 @@ struct moem_trace_info {
 	uint32_t max_tokens;		/* largest batch in the trace (0: unknown) */
 	uint64_t seed;			/* generator seed (synthetic), else 0 */
 	char desc[MOEM_TRACE_DESC_MAX]; /* free text: model, generator options */
+	/* Since 1.1 (0 in older traces: unknown / none). */
+	uint32_t hidden, moe_inter; /* expert shape: the bytes an expert moves */
+	uint32_t pregate_depth;	    /* records carry pre-gate picks for 1..D layers ahead */
 };
 
 /*
  * One routing record. ids[t * k + j] is token t's j-th expert (strongest
  * first), -1 for an unused slot (a token of a pruned router may use fewer
  * than k; used slots come first); w likewise (0 for unused slots). logits
- * is [tokens][n_experts] or NULL. From the reader, the arrays (and cnt,
- * slots used per token) belong to the reader and stay valid until its
- * next call; writers ignore cnt.
+ * is [tokens][n_experts] or NULL. pregate is [pregate_depth][tokens][k]
+ * (NULL iff the header's pregate_depth is 0): the top-k experts layer
+ * + d's router picks from this layer's input hidden state (the pre-gate),
+ * d = 1..D; -1 for unused slots and for layers past the step's last. From
+ * the reader, the arrays (and cnt, slots used per token) belong to the
+ * reader and stay valid until its next call; writers ignore cnt.
  */
 struct moem_trace_rec {
 	uint64_t step;
@@ -77,6 +84,7 @@ struct moem_trace_rec {
 	const float *w;
 	const float *logits;
 	const uint32_t *cnt;
+	const int32_t *pregate;
 };
 
 struct moem_trace_writer;
@@ -161,8 +169,10 @@ const char *moem_trace_source_name(enum moem_trace_source s);
  * The synthetic generator behind `moem trace gen`: per step, per MoE
  * layer, noisy logits from moem_synth_logits() for each slot of the
  * batch, routed by vanilla top-k (route.h, Qwen3's renormalised weights)
- * and written as one record (with the logits if o->logits). Same options,
- * same bytes. mix may be NULL (uniform over the workloads).
+ * and written as one record (with the logits if o->logits, and the
+ * pre-gate picks of the D layers ahead, routed the same way, if
+ * o->pregate = D). Same options, same bytes. mix may be NULL (uniform
+ * over the workloads).
  */
 struct moem_trace_gen_opts {
 	struct moem_synth_params synth;
@@ -170,6 +180,8 @@ struct moem_trace_gen_opts {
 	uint32_t batch;
 	uint64_t steps;
 	bool logits;
+	uint32_t pregate;	    /* pre-gate depth D (moem_synth_pregate()), 0: none */
+	uint32_t hidden, moe_inter; /* expert shape for the header (0: unknown) */
 };
 
 /* Header a generator run writes (flags, source, shape, seed, desc). */

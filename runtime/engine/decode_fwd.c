@@ -465,8 +465,7 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	moem_tiers_get_stats(e->tiers, &t1);
 	add_tiers(e, &t0, &t1, &st);
 	st.step_ns = moem_now_ns() - s0;
-	moem_eng_after_step(e, st.step, st.step_ns - moem_min(st.stall_ns, st.step_ns),
-			    st.bytes_h2d);
+	moem_eng_after_step(e, st.step_ns - moem_min(st.stall_ns, st.step_ns), st.bytes_h2d);
 	pthread_mutex_lock(&e->knob_lock);
 	e->total.step++;
 	e->total.active += st.active;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/cuda_api.h>
 #include <moem/dev.h>
 #include <moem/error.h>
 #include <moem/half.h>
@@ -167,6 +168,16 @@ static int alloc_acts(struct moem_engine *e)
 		return ret;
 	e->h_host = calloc(B * H, sizeof(float));
 	e->logits_host = calloc(B * N, sizeof(float));
+	if (e->pg_depth) {
+		ret = moem_be_alloc(e->be, B * N * 4, &e->pg_logits);
+		if (ret)
+			return ret;
+		e->pg_logits_host = calloc(B * N, sizeof(float));
+		e->pg_prob = calloc(N, sizeof(float));
+		e->pg_ids = calloc((size_t)e->pg_depth * B * K, sizeof(int32_t));
+		if (!e->pg_logits_host || !e->pg_prob || !e->pg_ids)
+			return -ENOMEM;
+	}
 	e->ids_host = calloc(B * K, sizeof(int32_t));
 	e->w_host = calloc(B * K, sizeof(float));
 	e->cnt_host = calloc(B, sizeof(uint32_t));
@@ -267,11 +278,8 @@ static int open_tiers(struct moem_engine *e)
 	ret = moem_evictor_lru_create(e->n_moe * e->cfg->n_experts * 2, &e->dram_ev);
 	if (ret)
 		return ret;
-	ret = moem_eng_evictor_init(e);
-	if (ret)
-		return ret;
-	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev.ev,
-				e->dram_ev, &e->tiers);
+	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev, e->dram_ev,
+				&e->tiers);
 	if (ret)
 		return moem_err_prefix(-ret, "tiers");
 	return 0;
@@ -281,6 +289,7 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 {
 	struct moem_backend_opts bo = {.threads = o->threads, .isa = o->cpu_isa};
 	struct moem_engine *e;
+	bool paged;
 	int ret;
 
 	if (!o->pack_path)
@@ -289,10 +298,14 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	if (!e)
 		return -ENOMEM;
 	e->o = *o;
+	e->batch = 8;
 	pthread_mutex_init(&e->knob_lock, NULL);
 	pthread_mutex_init(&e->budget_lock, NULL);
 	snprintf(e->route_spec, sizeof(e->route_spec), "%s", or_default(o->route, "none"));
-	snprintf(e->evict_spec, sizeof(e->evict_spec), "%s", or_default(o->evict, "lru"));
+	/* FluxMoE's cache is pred's unless told otherwise: paging never below LRU */
+	paged = o->paging && *o->paging && strcmp(o->paging, "none");
+	snprintf(e->evict_spec, sizeof(e->evict_spec), "%s",
+		 or_default(o->evict, paged ? "pred" : "lru"));
 	snprintf(e->prefetch_spec, sizeof(e->prefetch_spec), "%s", or_default(o->prefetch, "none"));
 	snprintf(e->prec_spec, sizeof(e->prec_spec), "%s", or_default(o->precision, "none"));
 	snprintf(e->paging_spec, sizeof(e->paging_spec), "%s", or_default(o->paging, "none"));
@@ -330,6 +343,12 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	ret = pick_precisions(e);
 	if (ret)
 		goto err;
+	/* pre-gate depth: the default 2, none, or what was asked, within the step */
+	e->pg_depth = o->pregate == 0 ? 2 : o->pregate < 0 ? 0 : (uint32_t)o->pregate;
+	if (e->pg_depth > MOEM_TRACE_MAX_PREGATE)
+		e->pg_depth = MOEM_TRACE_MAX_PREGATE;
+	if (e->pg_depth >= e->n_moe)
+		e->pg_depth = e->n_moe - 1;
 	if (!e->o.hbm_budget || e->o.hbm_budget > e->arena_bytes)
 		e->o.hbm_budget = e->arena_bytes;
 	if (!e->o.dram_budget)
@@ -350,17 +369,17 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		ret = moem_loader_register_memory(e->ld, e->dram, e->dram_bytes);
 	if (ret)
 		goto err;
-	ret = moem_pack_stager_create(e->pack, e->ld, e->ld_file, e->prec[0], e->prec[1],
-				      e->o.verify_blobs, &e->stager);
+	ret = moem_eng_stager_create(e->pack, e->ld, e->ld_file, e->prec[0], e->prec[1],
+				     e->o.verify_blobs, &e->stager);
 	if (ret)
 		goto err;
-	ret = moem_eng_policies_open(e);
+	ret = moem_eng_placement_open(e);
 	if (ret)
 		goto err;
 	ret = open_tiers(e);
 	if (ret)
 		goto err;
-	ret = moem_eng_policies_attach(e);
+	ret = moem_eng_placement_attach(e);
 	if (!ret)
 		ret = moem_eng_warm_attach(e);
 	if (ret)
@@ -380,10 +399,10 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	e->applied_hbm = e->o.hbm_budget;
 	e->applied_dram = e->o.dram_budget;
 	e->knob[MOEM_BUDGET_HI_PRECISION_PERMILLE] = 1000;
-	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
+	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->dcfg.prefetch ? MOEM_BUDGET_PREFETCH_MAX : 0;
 	e->knob[MOEM_BUDGET_REROUTE] =
 		(uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
-	e->prefetch_cap = e->pf ? MOEM_BUDGET_PREFETCH_MAX : 0;
+	moem_driver_set_depth(e->drv, (uint32_t)e->knob[MOEM_BUDGET_PREFETCH_DEPTH]);
 	*out = e;
 	return 0;
 err:
@@ -399,20 +418,20 @@ void moem_engine_close(struct moem_engine *e)
 		moem_trace_writer_abort(e->trace);
 	moem_eng_hotness_close(e);
 	moem_tiers_destroy(e->tiers);
-	if (e->hev.ev.destroy)
-		e->hev.ev.destroy(&e->hev.ev);
 	if (e->dram_ev)
 		e->dram_ev->destroy(e->dram_ev);
 	if (e->dev)
 		e->dev->ops->destroy(e->dev);
-	moem_eng_policies_close(e);
-	moem_pack_stager_destroy(e->stager);
+	moem_eng_placement_close(e);
+	moem_eng_stager_destroy(e->stager);
 	moem_loader_destroy(e->ld);
 	if (e->be) {
 		moem_dptr bufs[] = {e->h,   e->xb,  e->logits, e->ids,	    e->w,
 				    e->cnt, e->out, e->shout,  e->resident, e->counts};
 
 		moem_be_sync(e->be);
+		if (e->pg_logits)
+			moem_be_free(e->be, e->pg_logits);
 		for (size_t i = 0; i < MOEM_ARRAY_SIZE(bufs); i++)
 			moem_be_free(e->be, bufs[i]);
 		for (uint32_t i = 0; e->gate && i < e->n_moe; i++)
@@ -435,12 +454,14 @@ void moem_engine_close(struct moem_engine *e)
 	free(e->dense);
 	free(e->h_host);
 	free(e->logits_host);
+	free(e->pg_logits_host);
+	free(e->pg_prob);
+	free(e->pg_ids);
 	free(e->ids_host);
 	free(e->w_host);
 	free(e->cnt_host);
 	free(e->res_host);
 	free(e->counts_host);
-	free(e->dx_inflight);
 	free(e->moe_layer);
 	free(e->moe_idx);
 	free(e->trace_path);
@@ -449,7 +470,7 @@ void moem_engine_close(struct moem_engine *e)
 	free(e);
 }
 
-int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
+int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
 {
 	uint64_t big = moem_max(e->blob_bytes[0], e->n_prec > 1 ? e->blob_bytes[1] : 0);
 	int ret = moem_budget_validate(knob, value);
@@ -457,14 +478,40 @@ int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint
 	if (ret)
 		return ret;
 	if (knob == MOEM_BUDGET_HBM_BYTES && value && value < moem_align_up(big, 65536))
-		return moem_errf(ERANGE, "hbm_bytes %llu is below one expert (%llu bytes)",
-				 (unsigned long long)value, (unsigned long long)big);
+		return moem_errf(ERANGE,
+				 "hbm_bytes %llu is below one expert: the smallest budget that "
+				 "runs is %llu bytes",
+				 (unsigned long long)value,
+				 (unsigned long long)moem_align_up(big, 65536));
 	if (knob == MOEM_BUDGET_DRAM_BYTES && value && value < big)
-		return moem_errf(ERANGE, "dram_bytes %llu is below one expert (%llu bytes)",
+		return moem_errf(ERANGE,
+				 "dram_bytes %llu is below one expert: the smallest budget that "
+				 "runs is %llu bytes",
 				 (unsigned long long)value, (unsigned long long)big);
 	if (knob == MOEM_BUDGET_DRAM_BYTES && value > e->dram_bytes)
 		return moem_errf(ERANGE, "dram_bytes %llu is above the %llu-byte staging pool",
 				 (unsigned long long)value, (unsigned long long)e->dram_bytes);
+	if (knob == MOEM_BUDGET_HBM_BYTES && e->dcfg.dynaexq) {
+		/* DynaExq keeps every expert resident in the low precision */
+		uint64_t hbm = !value || value > e->arena_bytes ? e->arena_bytes : value;
+		uint32_t n_hi;
+		char why[256];
+
+		if (moem_eng_dynaexq_n_hi(e, hbm, 1000, &n_hi)) {
+			snprintf(why, sizeof(why), "%s", moem_last_error());
+			return moem_errf(ERANGE, "hbm_bytes %llu: %s", (unsigned long long)value,
+					 why);
+		}
+	}
+	return 0;
+}
+
+int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
+{
+	int ret = moem_engine_check_knob(e, knob, value);
+
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&e->knob_lock);
 	e->knob[knob] = value;
 	e->knob_dirty |= 1u << knob;
@@ -542,15 +589,17 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		uint64_t hbm, dram;
 
 		ret = moem_eng_apply_budget(e, &hbm, &dram);
-		if (!ret && e->dx) {
+		if (!ret && e->dcfg.dynaexq) {
 			uint32_t n_hi;
 
 			if (moem_eng_dynaexq_n_hi(e, hbm, k[MOEM_BUDGET_HI_PRECISION_PERMILLE],
 						  &n_hi) == 0)
-				moem_dynaexq_set_n_hi(e->dx, n_hi);
+				moem_driver_set_n_hi(e->drv, n_hi);
 		}
-		if (!ret && e->pg)
-			moem_eng_after_step(e, UINT64_MAX, 0, 0); /* recompute the capacity */
+		if (!ret)
+			moem_eng_paging_batch(e, e->batch, hbm);
+		if (!ret)
+			moem_driver_set_slots(e->drv, hbm / moem_align_up(e->blob_bytes[0], 65536));
 	}
 	if (dirty & (1u << MOEM_BUDGET_REROUTE)) {
 		pthread_mutex_lock(&e->knob_lock); /* status reads rp */
@@ -560,15 +609,15 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		moem_info("reroute policy: %s", moem_route_kind_name(e->rp.kind));
 	}
 	if (dirty & (1u << MOEM_BUDGET_PREFETCH_DEPTH))
-		e->prefetch_cap = (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH];
+		moem_driver_set_depth(e->drv, (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH]);
 	__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
-	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dx) {
+	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dcfg.dynaexq) {
 		uint64_t hbm = k[MOEM_BUDGET_HBM_BYTES];
 		uint32_t n_hi;
 
 		if (moem_eng_dynaexq_n_hi(e, !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm,
 					  k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
-			moem_dynaexq_set_n_hi(e->dx, n_hi);
+			moem_driver_set_n_hi(e->drv, n_hi);
 	}
 	return ret;
 }
@@ -689,7 +738,7 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	for (int p = 0; p < MOEM_PRIO_NR; p++)
 		st->bytes_h2d += ts.bytes_h2d[p];
 	st->link_gbps = ts.link_bw / 1e9;
-	st->prefetch_horizon = e->pf ? moem_prefetch_horizon(e->pf) : 0;
+	st->prefetch_horizon = moem_driver_horizon(e->drv);
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);
 	snprintf(st->hotness, sizeof(st->hotness), "%s", e->hotness);
 	snprintf(st->hbm_mode, sizeof(st->hbm_mode), "%s", e->uvm ? "uvm" : "vmm");

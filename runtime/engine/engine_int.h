@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include <moem/backend.h>
+#include <moem/driver.h>
 #include <moem/engine.h>
 #include <moem/loader.h>
 #include <moem/pack.h>
@@ -16,17 +17,6 @@
 #include <moem/trace.h>
 
 #define ENG_MAX_B 64
-
-/* The HBM evictor: a policy's moem_evict behind the tiers' interface. */
-struct eng_evictor {
-	struct moem_evictor ev;
-	struct moem_evict *pol;
-	enum moem_evict_kind kind;
-	uint64_t pos;	  /* the layer clock, set by the engine */
-	uint8_t *protect; /* [versions]: never evicted (paging resident set) */
-	bool (*ok)(void *arg, uint32_t id);
-	void *ok_arg;
-};
 
 struct moem_engine {
 	struct moem_engine_opts o;
@@ -47,8 +37,8 @@ struct moem_engine {
 	uint32_t ld_file;
 	struct moem_stager *stager;
 	struct moem_tierdev *dev;
-	bool uvm; /* hbm_mode "uvm": dev is the UVM device, the tiers never evict */
-	struct eng_evictor hev;
+	bool uvm;		 /* hbm_mode "uvm": dev is the UVM device, the tiers never evict */
+	struct moem_evictor hev; /* the policy driver behind the tiers' interface */
 	struct moem_evictor *dram_ev;
 	struct moem_tiers *tiers;
 	uint32_t n_prec;
@@ -75,19 +65,21 @@ struct moem_engine {
 	uint8_t *res_host;
 	uint32_t *counts_host; /* [n_moe][N] histogram read back per interval */
 
-	/* Policies. */
+	/* Policies: the routing policy, and the policy driver for the rest
+	 * (placement.c feeds it and carries out its decisions on the tiers). */
 	struct moem_route_policy rp;
-	struct moem_prefetch *pf;
-	struct moem_dynaexq *dx;
-	struct moem_paging *pg;
-	struct moem_hot *hot; /* paging's hotness */
-	uint64_t pos;	      /* layer clock: step * n_moe + MoE layer */
+	struct moem_driver_cfg dcfg;
+	struct moem_driver *drv;
+	uint64_t pos; /* layer clock: step * n_moe + MoE layer */
 	uint64_t interval_start_ns;
-	struct moem_dx_action *dx_inflight;
-	uint32_t n_dx_inflight, cap_dx_inflight;
-	uint32_t prefetch_cap;		    /* knob: 0 = off, else the largest horizon */
-	uint64_t pf_last_bytes, pf_last_ns; /* transfer totals fed to prefetch */
+	uint64_t pf_last_bytes, pf_last_ns; /* transfer totals fed to the driver */
+	/* Pre-gate: layers ahead, their router logits (device, host), picks [D][B][K]. */
+	uint32_t pg_depth, replay_pg_depth; /* ours, and the replayed trace's */
+	moem_dptr pg_logits;
+	float *pg_logits_host, *pg_prob;
+	int32_t *pg_ids;
 	uint64_t last_layer_ns;
+	uint32_t batch; /* the current (or last) run's tokens per step */
 
 	/* Knobs from other threads, applied at layer boundaries. */
 	pthread_mutex_t knob_lock;
@@ -120,24 +112,51 @@ struct moem_engine {
 	char hotness[96];		/* what serves, for status */
 };
 
+/*
+ * stager.c: the tiers' source of bytes, the pack's expert blobs read
+ * through the io_uring loader (O_DIRECT, fixed buffers over the pool).
+ * MoE layer m of the tiers is the m-th MoE layer of the model; pi 0/1 read
+ * precisions hi/lo of the pack. With verify, every blob's XXH3 checksum is
+ * checked on arrival (-EBADMSG).
+ */
+int moem_eng_stager_create(struct moem_pack *pack, struct moem_loader *ld, uint32_t file_idx,
+			   enum moem_prec hi, enum moem_prec lo, bool verify,
+			   struct moem_stager **out);
+void moem_eng_stager_destroy(struct moem_stager *s);
 /* engine.c */
 int moem_eng_apply_knobs(struct moem_engine *e);
 int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm, uint64_t *dram);
 /* layer.c: run one model layer on the current batch (B tokens in e->h). */
 int moem_eng_layer(struct moem_engine *e, uint32_t layer, uint32_t B, uint64_t step,
 		   const struct moem_trace_rec *replay, struct moem_step_stats *st);
-/* policy glue (policies.c) */
-int moem_eng_policies_open(struct moem_engine *e);
-void moem_eng_policies_close(struct moem_engine *e);
-int moem_eng_evictor_init(struct moem_engine *e);
-int moem_eng_policies_attach(struct moem_engine *e);
+/*
+ * placement.c: the policy driver on the tiers. open() parses the policy
+ * specs (before the tiers exist), attach() creates the driver once they
+ * do; the per-layer calls follow driver.h's sequence.
+ */
+int moem_eng_placement_open(struct moem_engine *e);
+int moem_eng_placement_attach(struct moem_engine *e);
+void moem_eng_placement_close(struct moem_engine *e);
 int moem_eng_dynaexq_n_hi(const struct moem_engine *e, uint64_t hbm, uint64_t permille,
 			  uint32_t *n_hi);
-void moem_eng_prefetch(struct moem_engine *e, uint32_t m);
-void moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
-			  uint64_t layer_ns);
-void moem_eng_after_step(struct moem_engine *e, uint64_t step, uint64_t compute_ns,
-			 uint64_t bytes_streamed);
+uint32_t moem_eng_paging_window(const struct moem_engine *e, uint32_t B);
+uint32_t moem_eng_paging_capacity(const struct moem_engine *e, uint64_t hbm, uint32_t B);
+/* A run of batch B starts (or the budget moved): FluxMoE's window and resident set. */
+void moem_eng_paging_batch(struct moem_engine *e, uint32_t B, uint64_t hbm);
+/* Routing of MoE layer m known: T active experts, ascending. */
+int moem_eng_routed(struct moem_engine *e, uint32_t m, uint32_t B, const uint8_t *active);
+/* An acquire's outcome for the driver (ret as moem_tiers_acquire). */
+void moem_eng_used(struct moem_engine *e, const struct moem_xref *ref, int ret);
+/*
+ * The pre-gate of MoE layer m's input: the next pg_depth layers' routers
+ * on it (or the replayed trace's picks), top-k per token, to the driver.
+ */
+int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
+		     const struct moem_trace_rec *replay);
+/* Plan and issue prefetches (the layer's misses are queued). */
+void moem_eng_lookahead(struct moem_engine *e);
+int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns);
+void moem_eng_after_step(struct moem_engine *e, uint64_t compute_ns, uint64_t bytes_streamed);
 /* hotness.c: route counts, and DynaExq's counts from moem_hot */
 int moem_eng_hotness_open(struct moem_engine *e);
 void moem_eng_hotness_close(struct moem_engine *e);

@@ -33,9 +33,14 @@ int moem_hidden_open(const char *path, uint32_t hidden, struct moem_hidden *h)
 	uint64_t need;
 
 	memset(h, 0, sizeof(*h));
-	h->fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO given as the file must not wait for a writer. */
+	h->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (h->fd < 0)
 		return moem_errf(errno, "%s: %s", path, strerror(errno));
+	if (fstat(h->fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+		close(h->fd);
+		return moem_errf(EINVAL, "%s: not a regular file", path);
+	}
 	if (fstat(h->fd, &st) < 0 || pread(h->fd, &hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
 		close(h->fd);
 		return moem_errf(EINVAL, "%s: not a hidden-state file (too short)", path);

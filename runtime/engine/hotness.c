@@ -123,7 +123,7 @@ bool moem_eng_hotness_interval(struct moem_engine *e)
 
 			e->hot_delta[x] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
 		}
-		moem_dynaexq_add_counts(e->dx, m, e->hot_delta);
+		moem_driver_counts(e->drv, m, e->hot_delta);
 	}
 	memcpy(e->hot_prev, e->hot_cur, sizeof(uint64_t) * e->n_moe * N);
 	/* The histogram is not read meanwhile: keep it from growing forever. */

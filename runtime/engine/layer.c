@@ -33,6 +33,11 @@ struct layer_ctx {
 	uint32_t n_assign;
 };
 
+static uint32_t key_of(const struct layer_ctx *c, const struct group *g)
+{
+	return c->m * c->e->cfg->n_experts + g->expert;
+}
+
 /* Run the FFN of the given groups (all resident and pinned), then unpin. */
 static int run_groups(struct layer_ctx *c, struct group **gs, uint32_t n)
 {
@@ -216,9 +221,9 @@ static int finish_pending(struct layer_ctx *c, struct group *g, struct moem_step
 	g->pending = 0;
 	if (ret)
 		return ret;
-	if (e->pf && g->ref.prefetched)
-		moem_prefetch_stall(e->pf); /* the prefetch was issued too late */
-	return run_groups(c, &g, 1);
+	ret = run_groups(c, &g, 1);
+	moem_driver_unpin(e->drv, key_of(c, g));
+	return ret;
 }
 
 static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
@@ -226,6 +231,7 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 	struct moem_engine *e = c->e;
 	struct group *ready[MOEM_MAX_EXPERTS], *pend[MOEM_MAX_EXPERTS];
 	uint32_t n_ready = 0, n_pend = 0, done_pend = 0;
+	bool unpinned = false;
 	int ret = 0;
 
 	for (uint32_t i = 0; i < c->n_groups;) {
@@ -235,14 +241,25 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 		if (ret == -EAGAIN) {
 			/*
 			 * Every HBM slot is pinned by this layer or in flight for it:
-			 * run what is resident and unpin it, else finish the oldest
-			 * miss; then try again.
+			 * run what is resident and let it go, else finish the oldest
+			 * miss, else cancel prefetches for later layers, else let the
+			 * policy take this layer's experts not acquired yet (a budget
+			 * of a few experts); then try again.
 			 */
 			if (n_ready) {
 				ret = run_groups(c, ready, n_ready);
+				for (uint32_t j = 0; j < n_ready; j++)
+					moem_driver_unpin(e->drv, key_of(c, ready[j]));
 				n_ready = 0;
 			} else if (done_pend < n_pend) {
 				ret = finish_pending(c, pend[done_pend++], st);
+			} else if (moem_driver_reclaim(e->drv)) {
+				ret = 0; /* prefetches for later layers gave their slots back */
+			} else if (!unpinned) {
+				for (uint32_t j = i; j < c->n_groups; j++)
+					moem_driver_unpin(e->drv, key_of(c, &c->g[j]));
+				unpinned = true;
+				ret = 0;
 			} else {
 				return moem_errf(ENOSPC,
 						 "layer %u expert %u: no HBM slot can be freed",
@@ -255,20 +272,18 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 		if (ret < 0)
 			return moem_err_prefix(-ret, "layer %u expert %u", e->moe_layer[c->m],
 					       g->expert);
+		unpinned = false;
+		moem_eng_used(e, &g->ref, ret);
 		i++;
 		if (ret == MOEM_ACQ_PENDING) {
 			g->pending = 1;
 			pend[n_pend++] = g;
 			continue;
 		}
-		/* landed more than one layer time before its use: too early */
-		if (e->pf && g->ref.prefetched && g->ref.landed_ns &&
-		    moem_now_ns() - g->ref.landed_ns > e->last_layer_ns)
-			moem_prefetch_early(e->pf);
 		ready[n_ready++] = g;
 	}
 	/* Look ahead now: this layer's hits are pinned, its misses queued first. */
-	moem_eng_prefetch(e, c->m);
+	moem_eng_lookahead(e);
 	ret = run_groups(c, ready, n_ready);
 	while (!ret && done_pend < n_pend)
 		ret = finish_pending(c, pend[done_pend++], st);
@@ -294,7 +309,6 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		return dense_layer(e, l, B);
 	m = (uint32_t)e->moe_idx[l];
 	e->pos = step * e->n_moe + m;
-	e->hev.pos = e->pos;
 	ret = route(e, m, B, replay);
 	if (ret)
 		return ret;
@@ -318,18 +332,25 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	moem_eng_count_routes(e, m, B);
 	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
 			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
+	ret = moem_eng_routed(e, m, B, active);
+	if (!ret)
+		ret = moem_eng_pregate(e, m, B, replay);
+	if (ret)
+		return ret;
 	if (e->trace) {
 		struct moem_trace_rec r = {step,      m,
 					   B,	      e->ids_host,
 					   e->w_host, e->o.trace_logits ? e->logits_host : NULL,
-					   NULL};
+					   NULL,      e->pg_depth ? e->pg_ids : NULL};
 
 		ret = moem_trace_write(e->trace, &r);
 		if (ret)
 			return ret;
 	}
-	if (e->pf)
-		moem_prefetch_observe(e->pf, e->pos, B, e->ids_host);
+	/* FluxMoE: the next layer's window starts loading with this layer */
+	ret = moem_driver_page_next(e->drv);
+	if (ret)
+		return ret;
 	if (moem_route_policy_ordered(&e->rp)) {
 		moem_tiers_resident_mask(e->tiers, m, e->res_host);
 		n_order = moem_route_exec_order(N, active, e->res_host, order, &n_res);
@@ -364,6 +385,5 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 			return ret;
 	}
 	e->last_layer_ns = moem_now_ns() - t0;
-	moem_eng_after_layer(e, m, B, step, e->last_layer_ns);
-	return 0;
+	return moem_eng_after_layer(e, m, e->last_layer_ns);
 }

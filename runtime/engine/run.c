@@ -98,6 +98,7 @@ static int open_source(struct moem_engine *e, const struct moem_workload *w, str
 					 "model is %u x %u, top-%u",
 					 w->path, ti->n_layers, ti->n_experts, ti->top_k, e->n_moe,
 					 e->cfg->n_experts, e->cfg->top_k);
+		e->replay_pg_depth = ti->pregate_depth;
 		/* Hidden states only feed the FFN here: synthetic if we can. */
 		return open_synth(e, w, s, false);
 	default:
@@ -200,6 +201,9 @@ static int open_trace_out(struct moem_engine *e, const struct moem_workload *w, 
 	ti.top_k = e->cfg->top_k;
 	ti.max_tokens = w->batch;
 	ti.seed = w->seed;
+	ti.hidden = e->cfg->hidden;
+	ti.moe_inter = e->cfg->moe_inter;
+	ti.pregate_depth = e->pg_depth;
 	moem_pack_get_id(e->pack, &id);
 	snprintf(ti.desc, sizeof(ti.desc), "moem run, pack %.16s, %s", moem_pack_id_str(&id, idbuf),
 		 moem_route_kind_name(e->rp.kind));
@@ -255,6 +259,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		goto out;
 	}
 	rs.moe_layers = e->n_moe;
+	e->batch = B;
+	moem_eng_paging_batch(e, B, e->applied_hbm);
 	for (step = 0; step < w->steps; step++) {
 		struct moem_step_stats st = {.step = step, .tokens = B};
 		uint64_t s0 = moem_now_ns();
@@ -294,7 +300,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		for (int p = 0; p < MOEM_PRIO_NR; p++)
 			st.bytes_h2d += t1.bytes_h2d[p] - t0.bytes_h2d[p];
 		st.step_ns = moem_now_ns() - s0;
-		moem_eng_after_step(e, step, st.step_ns - moem_min(st.stall_ns, st.step_ns),
+		moem_eng_after_step(e, st.step_ns - moem_min(st.stall_ns, st.step_ns),
 				    st.bytes_h2d);
 		pthread_mutex_lock(&e->knob_lock);
 		e->total.step++;

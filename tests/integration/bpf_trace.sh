@@ -116,8 +116,9 @@ fi
 P="$tmp/m.moem"
 run=(run --pack "$P" --backend cpu --threads 2 --batch 8 --seed 11)
 
-dump_records() { # trace -> its records as JSON lines (no header)
-	"$M" trace dump "$1" | tail -n +2
+dump_records() { # trace -> its records as JSON lines (no header, no pre-gate:
+	# the engine's own, the USDT route probe does not carry them)
+	"$M" trace dump "$1" | tail -n +2 | sed 's/,"pregate":.*}$/}/'
 }
 
 # --- 2. record --exec: same trace, same counts ----------------------------

@@ -93,7 +93,10 @@ stop() {
 	wait "$pid"
 	local rc=$?
 	pid=
-	[ $rc -eq 0 ] || bad "moemd exited $rc after SIGTERM"
+	[ $rc -eq 0 ] || {
+		tail -n 40 "$tmp/log"
+		bad "moemd exited $rc after SIGTERM"
+	}
 }
 
 # The pack: a synthetic qwen3_moe model whose vocabulary is Qwen3's real

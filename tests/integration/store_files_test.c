@@ -159,6 +159,31 @@ TEST_F_TIMEOUT(f, fifos_refused_at_once, 60)
 	}
 }
 
+/* A FIFO as moem run's hidden-state workload file: refused, not waited on. */
+TEST_F_TIMEOUT(f, fifo_hidden_workload_refused_at_once, 120)
+{
+	char model[600], pack[600], fifo[600], wl[700];
+	uint64_t ms;
+
+	snprintf(model, sizeof(model), "%s/model", self->dir);
+	snprintf(pack, sizeof(pack), "%s/m.moem", self->dir);
+	snprintf(fifo, sizeof(fifo), "%s/hidden.bin", self->dir);
+	ASSERT_EQ(0, make_model(model, 0)) TH_LOG("%s", moem_last_error());
+	{
+		const char *a[] = {"pack", "--model", model, "--out", pack, "--quiet", NULL};
+
+		ASSERT_EQ(0, run_moem(a, 120000, &ms));
+	}
+	ASSERT_EQ(0, mkfifo(fifo, 0644));
+	snprintf(wl, sizeof(wl), "hidden:%s", fifo);
+	{
+		const char *a[] = {"run", "--pack", pack, "--workload", wl, "--steps", "1", NULL};
+
+		/* A hang is killed at the deadline and reads -1. */
+		EXPECT_EQ(1, run_moem(a, 60000, &ms));
+	}
+}
+
 /* Write a bf16 value over element i of tensor name in model/model.safetensors. */
 static int poke(const char *model, const char *name, uint64_t i, uint16_t v)
 {

@@ -11,7 +11,9 @@
 
 #include <json-c/json.h>
 
+#include <moem/route.h>
 #include <moem/synth.h>
+#include <moem/util.h>
 
 #include "kselftest_harness.h"
 
@@ -192,6 +194,168 @@ TEST(layer_correlation_and_persistence)
 	EXPECT_GT((double)hit / n, 0.3) TH_LOG("successor prediction %.2f", (double)hit / n);
 	/* persistence 0.5 (+ chance re-draws): well above 12.5% */
 	EXPECT_GT((double)same / total, 0.4) TH_LOG("persistence %.2f", (double)same / total);
+	moem_synth_destroy(g);
+}
+
+/*
+ * The defaults reproduce published routing statistics (the sources are
+ * next to moem_synth_defaults()): activated experts per layer in decode
+ * within 12% of DynaExq's Table 1 for Qwen3-30B-A3B at batch 1..32,
+ * routed by top-k over the noisy logits as traces are; temporal locality,
+ * skewed popularity and cross-layer affinity well above chance.
+ */
+static uint32_t route_batch(struct moem_synth *g, uint32_t B, uint32_t m, float *z, int32_t *ids,
+			    uint8_t *act)
+{
+	const struct moem_synth_params *p = moem_synth_params(g);
+	struct moem_route_cfg rc = {p->n_experts, p->top_k, true, 1.0f};
+	float w[32 * 8];
+	uint32_t cnt[32], T = 0;
+	struct moem_route_out out = {ids, w, cnt};
+
+	for (uint32_t b = 0; b < B; b++)
+		moem_synth_logits(g, b, m, z + (size_t)b * p->n_experts);
+	moem_route_topk(&rc, B, z, NULL, &out);
+	memset(act, 0, p->n_experts);
+	for (uint32_t i = 0; i < B * p->top_k; i++)
+		if (!act[ids[i]]++)
+			T++;
+	return T;
+}
+
+TEST(published_bands)
+{
+	static const uint32_t batch[] = {1, 2, 4, 8, 16, 32};
+	static const double table1[] = {6.3, 11.6, 20.1, 31.9, 46.5, 62.0};
+	const uint32_t L = 8, N = 128, K = 8;
+	struct moem_synth_params p;
+	static float z[32 * 128];
+	static int32_t ids[32 * 8], prev[8][8];
+	uint8_t act[128];
+
+	moem_synth_defaults(&p, L, N, K, 21);
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(batch); i++) {
+		struct moem_synth *g = mk(_metadata, &p, NULL, batch[i]);
+		double sum = 0, pct;
+		uint32_t n = 0;
+
+		for (int s = 0; s < 60; s++) {
+			moem_synth_step(g);
+			for (uint32_t m = 0; m < L; m++, n++)
+				sum += route_batch(g, batch[i], m, z, ids, act);
+		}
+		pct = 100 * sum / n / N;
+		TH_LOG("batch %u: %.1f%% of experts active, DynaExq Table 1 %.1f%%", batch[i], pct,
+		       table1[i]);
+		EXPECT_LT(fabs(pct - table1[i]), 0.12 * table1[i]);
+		moem_synth_destroy(g);
+	}
+	/* batch 8 over time: locality, popularity, affinity */
+	{
+		struct moem_synth *g = mk(_metadata, &p, NULL, 8);
+		static uint32_t pop[128], trans[128][128];
+		uint64_t kept = 0, pairs = 0, top = 0, all = 0, succ = 0, nsucc = 0;
+		static int32_t ids0[8 * 8];
+
+		for (int s = 0; s < 400; s++) {
+			moem_synth_step(g);
+			route_batch(g, 8, 3, z, ids, act);
+			route_batch(g, 8, 4, z, ids0, act);
+			for (uint32_t t = 0; t < 8; t++)
+				for (uint32_t j = 0; j < K; j++) {
+					pop[ids[t * K + j]]++;
+					trans[ids[t * K + j]][ids0[t * K + j]]++;
+					for (uint32_t i = 0; s && i < K; i++)
+						kept += prev[t][i] == ids[t * K + j];
+					pairs += s > 0;
+				}
+			for (uint32_t t = 0; t < 8; t++)
+				memcpy(prev[t], ids + t * K, sizeof(prev[t]));
+		}
+		/* the share of routed tokens on the hottest 10% of experts */
+		for (uint32_t r = 0; r < N / 10; r++) {
+			uint32_t best = 0;
+
+			for (uint32_t e = 1; e < N; e++)
+				if (pop[e] > pop[best])
+					best = e;
+			top += pop[best];
+			pop[best] = 0;
+		}
+		for (uint32_t e = 0; e < N; e++)
+			all += pop[e];
+		all += top;
+		/* how often the most frequent successor at layer 4 is the token's expert */
+		for (uint32_t e = 0; e < N; e++) {
+			uint32_t best = 0, tot = 0;
+
+			for (uint32_t f = 0; f < N; f++) {
+				tot += trans[e][f];
+				if (trans[e][f] > best)
+					best = trans[e][f];
+			}
+			succ += best;
+			nsucc += tot;
+		}
+		TH_LOG("temporal locality: %.1f%% of a token's experts kept at its next token; "
+		       "skew: %.1f%% of routed tokens on the hottest 10%% of experts; "
+		       "cross-layer affinity: the best successor %.1f%% of the time",
+		       100.0 * kept / pairs, 100.0 * top / all, 100.0 * succ / nsucc);
+		/* chance: K/N = 6.25% kept, 10% on the top tenth, 1/N = 0.8% successor */
+		EXPECT_GT((double)kept / pairs, 4 * (double)K / N);
+		EXPECT_LT((double)kept / pairs, 0.9);
+		EXPECT_GT((double)top / all, 0.3);
+		EXPECT_GT((double)succ / nsucc, 8.0 / N);
+		moem_synth_destroy(g);
+	}
+}
+
+/* Pre-gate picks: accurate one layer ahead, decaying towards ExpertFlow's asymptote. */
+TEST(pregate_accuracy_decays)
+{
+	const uint32_t L = 12, N = 128, K = 8, B = 8;
+	struct moem_synth_params p;
+	struct moem_synth *g;
+	static float z[8 * 128], pz[8 * 128];
+	static int32_t act[12][8 * 8], pg[8 * 8];
+	uint8_t seen[128];
+	double acc[7] = {0}, n[7] = {0};
+
+	moem_synth_defaults(&p, L, N, K, 33);
+	g = mk(_metadata, &p, NULL, B);
+	for (int s = 0; s < 80; s++) {
+		moem_synth_step(g);
+		for (uint32_t m = 0; m < L; m++)
+			route_batch(g, B, m, z, act[m], seen);
+		for (uint32_t m = 0; m + 6 < L; m++)
+			for (uint32_t d = 1; d <= 6; d++) {
+				struct moem_route_cfg rc = {N, K, true, 1.0f};
+				float w[8 * 8];
+				uint32_t cnt[8];
+				struct moem_route_out out = {pg, w, cnt};
+
+				for (uint32_t b = 0; b < B; b++)
+					moem_synth_pregate(g, b, m, d, pz + (size_t)b * N);
+				moem_route_topk(&rc, B, pz, NULL, &out);
+				for (uint32_t t = 0; t < B; t++)
+					for (uint32_t i = 0; i < K; i++) {
+						for (uint32_t j = 0; j < K; j++)
+							acc[d] += pg[t * K + j] ==
+								  act[m + d][t * K + i];
+						n[d]++;
+					}
+			}
+	}
+	TH_LOG("pre-gate accuracy at 1..6 layers ahead: %.2f %.2f %.2f %.2f %.2f %.2f",
+	       acc[1] / n[1], acc[2] / n[2], acc[3] / n[3], acc[4] / n[4], acc[5] / n[5],
+	       acc[6] / n[6]);
+	EXPECT_GT(acc[1] / n[1], 0.75);
+	EXPECT_LT(acc[1] / n[1], 0.95);
+	for (int d = 2; d <= 6; d++)
+		EXPECT_LT(acc[d] / n[d], acc[d - 1] / n[d - 1]);
+	/* ExpertFlow Table 2: the asymptote is 26-33%; six layers out is close to it */
+	EXPECT_GT(acc[6] / n[6], 0.25);
+	EXPECT_LT(acc[6] / n[6], 0.45);
 	moem_synth_destroy(g);
 }
 

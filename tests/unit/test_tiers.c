@@ -413,7 +413,8 @@ static void *budget_changer(void *arg)
 	return NULL;
 }
 
-TEST_F(tiers, randomized_stress)
+/* Timing-bound on a busy machine (emulated link sleeps): a generous timeout. */
+TEST_F_TIMEOUT(tiers, randomized_stress, 600)
 {
 	struct budget_thread bt = {.seed = 7};
 	struct moem_xref refs[N];

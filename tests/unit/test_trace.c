@@ -4,6 +4,7 @@
  * determinism, the writer's rules, and rejection of corrupt, truncated and
  * future-version files with a clear error and no crash.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -357,10 +358,19 @@ TEST(corruption_and_truncation_rejected)
 	free(orig);
 }
 
+/* The header's size is at byte 12 (128 in 1.0, 144 since 1.1). */
+static uint32_t header_bytes(const uint8_t *h)
+{
+	uint32_t n;
+
+	memcpy(&n, h + 12, 4);
+	return le32toh(n);
+}
+
 static void rehash_header(uint8_t *h)
 {
 	memset(h + 120, 0, 8);
-	uint64_t s = XXH64(h, 128, 0);
+	uint64_t s = XXH64(h, header_bytes(h), 0);
 	memcpy(h + 120, &s, 8);
 }
 
@@ -369,7 +379,7 @@ TEST(versions_and_unknown_records)
 	static struct recs rs;
 	const char *p = tpath("v.trace"), *q = tpath("v2.trace");
 	uint8_t *orig, *buf, extra[32] = {0};
-	size_t len;
+	size_t len, hb;
 	uint64_t s;
 
 	make_recs(&rs, 3, 16, 4, 5);
@@ -383,7 +393,7 @@ TEST(versions_and_unknown_records)
 	rehash_header(buf);
 	spit(q, buf, len);
 	EXPECT_EQ(-EPROTO, read_all(q));
-	EXPECT_NE(NULL, strstr(moem_last_error(), "version 2.0"));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "version 2.1"));
 	/* not a trace at all */
 	spit(q, "hello world, this is not a trace", 32);
 	EXPECT_EQ(-EPROTO, read_all(q));
@@ -395,12 +405,21 @@ TEST(versions_and_unknown_records)
 	extra[8] = sizeof(extra);
 	s = XXH64(extra, sizeof(extra) - 8, 0);
 	memcpy(extra + sizeof(extra) - 8, &s, 8);
-	memcpy(buf, orig, 128);
+	hb = header_bytes(orig);
+	memcpy(buf, orig, hb);
 	buf[10] = 3; /* minor 3 */
 	rehash_header(buf);
-	memcpy(buf + 128, extra, sizeof(extra));
-	memcpy(buf + 128 + sizeof(extra), orig + 128, len - 128);
+	memcpy(buf + hb, extra, sizeof(extra));
+	memcpy(buf + hb + sizeof(extra), orig + hb, len - hb);
 	spit(q, buf, len + sizeof(extra));
+	EXPECT_EQ(3, read_all(q));
+	/* a 1.0 trace (128-byte header, no expert shape, no pre-gate) still reads */
+	memcpy(buf, orig, 128);
+	buf[10] = 0;
+	buf[12] = 128;
+	rehash_header(buf);
+	memcpy(buf + 128, orig + hb, len - hb);
+	spit(q, buf, len - (hb - 128));
 	EXPECT_EQ(3, read_all(q));
 	free(buf);
 	free(orig);
@@ -408,11 +427,17 @@ TEST(versions_and_unknown_records)
 
 TEST(json_lines_round_trip)
 {
-	struct moem_trace_gen_opts o = {.batch = 3, .steps = 4, .logits = true};
+	struct moem_trace_gen_opts o = {.batch = 3,
+					.steps = 4,
+					.logits = true,
+					.pregate = 2,
+					.hidden = 256,
+					.moe_inter = 128};
 	struct moem_trace_writer *w;
 	struct moem_trace_reader *r;
 	struct moem_trace_info in;
 	const char *a = tpath("j1.trace"), *b = tpath("j2.trace");
+	struct moem_trace_rec rec;
 	size_t la, lb;
 	void *pa, *pb;
 	uint64_t n = 0;
@@ -440,6 +465,16 @@ TEST(json_lines_round_trip)
 	EXPECT_EQ(0, memcmp(pa, pb, la));
 	free(pa);
 	free(pb);
+	/* the pre-gate picks and the shape came through: layer 4 of 5 has none ahead */
+	ASSERT_EQ(0, moem_trace_open(b, &r));
+	EXPECT_EQ(2u, moem_trace_reader_info(r)->pregate_depth);
+	EXPECT_EQ(256u, moem_trace_reader_info(r)->hidden);
+	while (moem_trace_next(r, &rec) == 1) {
+		ASSERT_NE(NULL, rec.pregate);
+		EXPECT_EQ(rec.layer + 1 < 5, rec.pregate[0] >= 0);
+		EXPECT_EQ(rec.layer + 2 < 5, rec.pregate[(size_t)3 * 6] >= 0);
+	}
+	moem_trace_close(r);
 	/* bad input names its line and leaves no file */
 	ASSERT_EQ(0, unlink(b));
 	f = fmemopen((void *)"{\"moem_trace\":1,\"n_layers\":2,\"n_experts\":4,\"top_k\":2}\n"

@@ -67,6 +67,7 @@ static const struct option run_opts[] = {
 	{"trace-out", required_argument, NULL, 0},
 	{"trace-logits", no_argument, NULL, 0},
 	{"hotness", required_argument, NULL, 0},
+	{"pregate", required_argument, NULL, 0},
 	{"hbm-mode", required_argument, NULL, 0},
 	{"mem-reserve", required_argument, NULL, 0},
 	{"require-pinned", no_argument, NULL, 0},
@@ -96,11 +97,14 @@ static void run_usage(FILE *f)
 		"auto|kmod|hugetlb|thp]\n"
 		"                [--region NAME] [--persistent] [--link-gbps X] [--loader MODE]\n"
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
-		"                [--hotness engine|bpf] [--counts-out FILE] [--hbm-mode vmm|uvm]\n"
+		"                [--hotness engine|bpf] [--pregate D] [--counts-out FILE]\n"
+		"                [--hbm-mode vmm|uvm]\n"
 		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
 		"                [--ready-fd FD] [--until-eof FD]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
 		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
+		"--pregate D: the next D layers' routers on each MoE layer's input guide\n"
+		"prefetch, paging and pred (default 2, 0 none).\n"
 		"A config file holds the same settings as 'name = value' lines.\n"
 		"--ready-fd FD writes \"step N\" to FD as each step completes; --until-eof FD\n"
 		"ends the run (after its current step) when FD reads end-of-file, so that a\n"

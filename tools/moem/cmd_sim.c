@@ -34,7 +34,8 @@ static void sim_usage(FILE *f)
 		"  --hbm SIZE|PCT%%    HBM expert budget, bytes or %% of all expert bytes (25%%)\n"
 		"  --dram SIZE|PCT%%   DRAM expert cache (default: every expert)\n"
 		"  --prec P           precision experts are served in (bf16)\n"
-		"  --hidden H --inter I   expert shape (2048, 768: Qwen3-30B-A3B)\n"
+		"  --hidden H --inter I   expert shape (the trace header's, else 2048, 768:\n"
+		"                         Qwen3-30B-A3B)\n"
 		"  --pcie-gbps X (25) --nvme-gbps X (7) --hbm-gbps X (3000)\n"
 		"  --layer-ns N (20000) --token-ns N (20) --piece SIZE (8M) --jitter F (0)\n"
 		"  --seed S --warmup STEPS --steps N\n"
@@ -89,8 +90,12 @@ static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep)
 		double st = r->steps ? (double)r->steps : 1;
 
 		if (rows[i].err) {
-			fprintf(f, "%-26s %6.1f  n/a: %s\n", rows[i].spec, rows[i].pct,
-				rows[i].msg);
+			/* the budget belongs under hbm%, never under T */
+			if (sweep)
+				fprintf(f, "%-26s %6.1f  n/a: %s\n", rows[i].spec, rows[i].pct,
+					rows[i].msg);
+			else
+				fprintf(f, "%-26s %6s  n/a: %s\n", rows[i].spec, "-", rows[i].msg);
 			continue;
 		}
 		fprintf(f,
@@ -254,287 +259,353 @@ enum {
 	O_MD,
 };
 
-static int cmd_sim(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{"policy", required_argument, NULL, O_POLICY},
-		{"hbm", required_argument, NULL, O_HBM},
-		{"dram", required_argument, NULL, O_DRAM},
-		{"prec", required_argument, NULL, O_PREC},
-		{"hidden", required_argument, NULL, O_HIDDEN},
-		{"inter", required_argument, NULL, O_INTER},
-		{"pcie-gbps", required_argument, NULL, O_PCIE},
-		{"nvme-gbps", required_argument, NULL, O_NVME},
-		{"hbm-gbps", required_argument, NULL, O_HBMBW},
-		{"layer-ns", required_argument, NULL, O_LAYER},
-		{"token-ns", required_argument, NULL, O_TOKEN},
-		{"piece", required_argument, NULL, O_PIECE},
-		{"jitter", required_argument, NULL, O_JITTER},
-		{"seed", required_argument, NULL, O_SEED},
-		{"warmup", required_argument, NULL, O_WARMUP},
-		{"steps", required_argument, NULL, O_STEPS},
-		{"sweep", no_argument, NULL, O_SWEEP},
-		{"budgets", required_argument, NULL, O_BUDGETS},
-		{"plot", required_argument, NULL, O_PLOT},
-		{"json", no_argument, NULL, O_JSON},
-		{"md", no_argument, NULL, O_MD},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
-	const char *pols[MAX_POLICIES], *hbm = "25%", *dram = NULL, *budgets = NULL;
-	const char *png = "moem-sim-sweep.png", *trace;
-	struct moem_sim_cost c;
-	struct moem_sim_opts o = {0};
-	struct moem_trace_reader *tr;
-	struct moem_trace_info info;
-	struct row *rows = NULL;
-	uint32_t np = 0, nb = 0, n = 0, ok = 0;
-	char bl[MAX_BUDGETS][32];
-	bool json = false, md = false, sweep = false, plotted = false;
-	uint64_t total, v;
-	double d;
-	int ch, ret;
+static const struct option sim_opts[] = {
+	{"policy", required_argument, NULL, O_POLICY},
+	{"hbm", required_argument, NULL, O_HBM},
+	{"dram", required_argument, NULL, O_DRAM},
+	{"prec", required_argument, NULL, O_PREC},
+	{"hidden", required_argument, NULL, O_HIDDEN},
+	{"inter", required_argument, NULL, O_INTER},
+	{"pcie-gbps", required_argument, NULL, O_PCIE},
+	{"nvme-gbps", required_argument, NULL, O_NVME},
+	{"hbm-gbps", required_argument, NULL, O_HBMBW},
+	{"layer-ns", required_argument, NULL, O_LAYER},
+	{"token-ns", required_argument, NULL, O_TOKEN},
+	{"piece", required_argument, NULL, O_PIECE},
+	{"jitter", required_argument, NULL, O_JITTER},
+	{"seed", required_argument, NULL, O_SEED},
+	{"warmup", required_argument, NULL, O_WARMUP},
+	{"steps", required_argument, NULL, O_STEPS},
+	{"sweep", no_argument, NULL, O_SWEEP},
+	{"budgets", required_argument, NULL, O_BUDGETS},
+	{"plot", required_argument, NULL, O_PLOT},
+	{"json", no_argument, NULL, O_JSON},
+	{"md", no_argument, NULL, O_MD},
+	{"help", no_argument, NULL, 'h'},
+	{0},
+};
 
-	moem_sim_cost_default(&c);
-	optind = 1;
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (ch) {
-		case O_POLICY:
-			if (np == MAX_POLICIES) {
-				fprintf(stderr, "moem sim: at most %d --policy\n", MAX_POLICIES);
-				return 2;
-			}
-			pols[np++] = optarg;
-			break;
-		case O_HBM:
-			hbm = optarg;
-			break;
-		case O_DRAM:
-			dram = optarg;
-			break;
-		case O_PREC:
-			if ((ret = moem_prec_parse(optarg, &c.prec)))
-				return moem_tool_fail("sim", ret, "--prec");
-			break;
-		case O_HIDDEN:
-		case O_INTER:
-			if (parse_u64(optarg, opts[ch - O_POLICY].name, &v) || !v || v > 65536) {
-				fprintf(stderr, "moem sim: %s must be 1..65536\n",
-					opts[ch - O_POLICY].name);
-				return 2;
-			}
-			*(ch == O_HIDDEN ? &c.hidden : &c.inter) = (uint32_t)v;
-			break;
-		case O_PCIE:
-		case O_NVME:
-		case O_HBMBW:
-			if (parse_dbl(optarg, opts[ch - O_POLICY].name, 1e-3, 1e5, &d))
-				return 2;
-			*(ch == O_PCIE	 ? &c.pcie_gbps
-			  : ch == O_NVME ? &c.nvme_gbps
-					 : &c.hbm_gbps) = d;
-			break;
-		case O_LAYER:
-		case O_TOKEN:
-			if (parse_u64(optarg, opts[ch - O_POLICY].name, &v))
-				return 2;
-			*(ch == O_LAYER ? &c.layer_ns : &c.token_ns) = v;
-			break;
-		case O_PIECE:
-			if ((ret = moem_parse_size(optarg, NULL, &c.piece_bytes)))
-				return moem_tool_fail("sim", ret, "--piece");
-			break;
-		case O_JITTER:
-			if (parse_dbl(optarg, "--jitter", 0, 1, &c.jitter))
-				return 2;
-			break;
-		case O_SEED:
-		case O_WARMUP:
-		case O_STEPS:
-			if (parse_u64(optarg, opts[ch - O_POLICY].name, &v))
-				return 2;
-			*(ch == O_SEED	   ? &o.seed
-			  : ch == O_WARMUP ? &o.warmup_steps
-					   : &o.max_steps) = v;
-			break;
-		case O_SWEEP:
-			sweep = true;
-			break;
-		case O_BUDGETS:
-			budgets = optarg;
-			break;
-		case O_PLOT:
-			png = optarg;
-			break;
-		case O_JSON:
-			json = true;
-			break;
-		case O_MD:
-			md = true;
-			break;
-		case 'h':
-			sim_usage(stdout);
-			return 0;
-		default:
-			sim_usage(stderr);
+/* Everything the command line says. */
+struct sim_args {
+	const char *pols[MAX_POLICIES], *hbm, *dram, *budgets, *png, *trace;
+	uint32_t np;
+	struct moem_sim_cost c;
+	struct moem_sim_opts o;
+	bool json, md, sweep;
+	bool shape_given; /* --hidden or --inter: else the trace header's shape */
+};
+
+/* One option; 0, or the exit status (2 usage, 1 error) with a message printed. */
+static int sim_option(struct sim_args *a, int ch, const char *arg)
+{
+	const char *name = ch >= O_POLICY ? sim_opts[ch - O_POLICY].name : "";
+	uint64_t v;
+	double d;
+	int ret;
+
+	switch (ch) {
+	case O_POLICY:
+		if (a->np == MAX_POLICIES) {
+			fprintf(stderr, "moem sim: at most %d --policy\n", MAX_POLICIES);
 			return 2;
 		}
+		a->pols[a->np++] = arg;
+		return 0;
+	case O_HBM:
+		a->hbm = arg;
+		return 0;
+	case O_DRAM:
+		a->dram = arg;
+		return 0;
+	case O_PREC:
+		ret = moem_prec_parse(arg, &a->c.prec);
+		return ret ? moem_tool_fail("sim", ret, "--prec") : 0;
+	case O_HIDDEN:
+	case O_INTER:
+		if (parse_u64(arg, name, &v) || !v || v > 65536) {
+			fprintf(stderr, "moem sim: %s must be 1..65536\n", name);
+			return 2;
+		}
+		*(ch == O_HIDDEN ? &a->c.hidden : &a->c.inter) = (uint32_t)v;
+		a->shape_given = true;
+		return 0;
+	case O_PCIE:
+	case O_NVME:
+	case O_HBMBW:
+		if (parse_dbl(arg, name, 1e-3, 1e5, &d))
+			return 2;
+		*(ch == O_PCIE	 ? &a->c.cost.link_gbps
+		  : ch == O_NVME ? &a->c.cost.nvme_gbps
+				 : &a->c.cost.hbm_gbps) = d;
+		return 0;
+	case O_LAYER:
+	case O_TOKEN:
+		if (parse_u64(arg, name, &v))
+			return 2;
+		*(ch == O_LAYER ? &a->c.cost.layer_ns : &a->c.cost.token_ns) = v;
+		return 0;
+	case O_PIECE:
+		ret = moem_parse_size(arg, NULL, &a->c.piece_bytes);
+		return ret ? moem_tool_fail("sim", ret, "--piece") : 0;
+	case O_JITTER:
+		return parse_dbl(arg, "--jitter", 0, 1, &a->c.jitter) ? 2 : 0;
+	case O_SEED:
+	case O_WARMUP:
+	case O_STEPS:
+		if (parse_u64(arg, name, &v))
+			return 2;
+		*(ch == O_SEED	   ? &a->o.seed
+		  : ch == O_WARMUP ? &a->o.warmup_steps
+				   : &a->o.max_steps) = v;
+		return 0;
+	case O_SWEEP:
+		a->sweep = true;
+		return 0;
+	case O_BUDGETS:
+		a->budgets = arg;
+		return 0;
+	case O_PLOT:
+		a->png = arg;
+		return 0;
+	case O_JSON:
+		a->json = true;
+		return 0;
+	case O_MD:
+		a->md = true;
+		return 0;
+	default:
+		sim_usage(stderr);
+		return 2;
+	}
+}
+
+/* 'all', or nothing given: every preset the trace supports; then check each spec. */
+static int expand_policies(struct sim_args *a, const struct moem_trace_info *info)
+{
+	if (!a->np || (a->np == 1 && !strcmp(a->pols[0], "all"))) {
+		const char *const *all =
+			moem_sim_policy_all(info->flags & MOEM_TRACE_F_LOGITS, &a->np);
+
+		for (uint32_t i = 0; i < a->np; i++)
+			a->pols[i] = all[i];
+	}
+	for (uint32_t i = 0; i < a->np; i++) {
+		struct moem_sim_policy p;
+		int ret;
+
+		if (!strcmp(a->pols[i], "all")) {
+			fprintf(stderr, "moem sim: 'all' cannot be mixed with other policies\n");
+			return 2;
+		}
+		ret = moem_sim_policy_parse(a->pols[i], &p);
+		if (ret)
+			return moem_tool_fail("sim", ret, "--policy");
+	}
+	return 0;
+}
+
+/* The budgets to run: --budgets, the sweep's default list, or --hbm. */
+static int split_budgets(const struct sim_args *a, char bl[][32], uint32_t *nb)
+{
+	const char *list = a->sweep	? (a->budgets ? a->budgets : "10%,15%,20%,25%,35%,50%,75%")
+			   : a->budgets ? a->budgets
+					: a->hbm;
+	char buf[512], *save = NULL, *tok;
+
+	*nb = 0;
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (*nb == MAX_BUDGETS) {
+			fprintf(stderr, "moem sim: at most %d budgets\n", MAX_BUDGETS);
+			return 2;
+		}
+		snprintf(bl[(*nb)++], 32, "%s", tok);
+	}
+	return 0;
+}
+
+/*
+ * One run per policy and budget into rows; n gets the count and *ok the
+ * runs that worked. A policy that cannot run at a budget is a row with
+ * its reason; a broken trace or no memory ends the command.
+ */
+static int run_rows(struct sim_args *a, char bl[][32], uint32_t nb, uint64_t total,
+		    struct row *rows, uint32_t *n, uint32_t *ok)
+{
+	for (uint32_t p = 0; p < a->np; p++)
+		for (uint32_t b = 0; b < nb; b++) {
+			struct row *w = &rows[(*n)++];
+			struct moem_sim_policy pol;
+			int ret;
+
+			snprintf(w->spec, sizeof(w->spec), "%s", a->pols[p]);
+			ret = moem_parse_size(bl[b], &total, &a->c.hbm_bytes);
+			if (ret)
+				return moem_tool_fail("sim", ret, "--hbm");
+			w->pct = 100.0 * (double)a->c.hbm_bytes / (double)total;
+			moem_sim_policy_parse(a->pols[p], &pol);
+			moem_clear_error();
+			w->err = moem_sim_run(a->trace, &a->c, &pol, &a->o, &w->r);
+			if (w->err) {
+				snprintf(w->msg, sizeof(w->msg), "%s", moem_strerror(w->err));
+				w->r.hbm_bytes = a->c.hbm_bytes;
+				if (w->err != -ENOSPC && w->err != -EINVAL)
+					return moem_tool_fail("sim", w->err, NULL);
+			} else {
+				(*ok)++;
+			}
+			if (!a->json && !a->md && isatty(STDERR_FILENO))
+				fprintf(stderr, "\r  %u/%u runs", *n, a->np * nb);
+		}
+	if (!a->json && !a->md && isatty(STDERR_FILENO))
+		fprintf(stderr, "\r%*s\r", 20, "");
+	return 0;
+}
+
+static void print_json(const struct sim_args *a, const struct moem_trace_info *info,
+		       const struct row *rows, uint32_t n, uint64_t total, bool plotted)
+{
+	struct json_object *top = json_object_new_object(), *arr = json_object_new_array();
+	struct json_object *t = json_object_new_object(), *cm = json_object_new_object();
+	const struct moem_sim_cost *c = &a->c;
+
+	json_object_object_add(t, "path", json_object_new_string(a->trace));
+	json_object_object_add(t, "desc", json_object_new_string(info->desc));
+	json_object_object_add(t, "synthetic",
+			       json_object_new_boolean(info->flags & MOEM_TRACE_F_SYNTHETIC));
+	json_object_object_add(t, "n_layers", json_object_new_int(info->n_layers));
+	json_object_object_add(t, "n_experts", json_object_new_int(info->n_experts));
+	json_object_object_add(t, "top_k", json_object_new_int(info->top_k));
+	json_object_object_add(cm, "prec", json_object_new_string(moem_prec_name(c->prec)));
+	json_object_object_add(cm, "expert_bytes",
+			       json_object_new_uint64(c->expert_bytes[c->prec]));
+	json_object_object_add(cm, "total_expert_bytes", json_object_new_uint64(total));
+	json_object_object_add(cm, "pcie_gbps", json_object_new_double(c->cost.link_gbps));
+	json_object_object_add(cm, "nvme_gbps", json_object_new_double(c->cost.nvme_gbps));
+	json_object_object_add(cm, "hbm_gbps", json_object_new_double(c->cost.hbm_gbps));
+	json_object_object_add(cm, "layer_ns", json_object_new_uint64(c->cost.layer_ns));
+	json_object_object_add(cm, "token_ns", json_object_new_uint64(c->cost.token_ns));
+	json_object_object_add(cm, "dram_bytes", json_object_new_uint64(c->dram_bytes));
+	json_object_object_add(cm, "jitter", json_object_new_double(c->jitter));
+	json_object_object_add(cm, "seed", json_object_new_uint64(a->o.seed));
+	json_object_object_add(cm, "warmup_steps", json_object_new_uint64(a->o.warmup_steps));
+	for (uint32_t i = 0; i < n; i++)
+		json_object_array_add(arr, row_json(&rows[i]));
+	json_object_object_add(top, "trace", t);
+	json_object_object_add(top, "cost", cm);
+	json_object_object_add(top, "results", arr);
+	if (plotted)
+		json_object_object_add(top, "plot", json_object_new_string(a->png));
+	printf("%s\n", json_object_to_json_string_ext(top, JSON_C_TO_STRING_PRETTY |
+								   JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(top);
+}
+
+static void print_text(const struct sim_args *a, const struct moem_trace_info *info,
+		       const struct row *rows, uint32_t n, uint32_t nb, uint64_t total,
+		       bool plotted)
+{
+	const struct moem_sim_cost *c = &a->c;
+
+	printf("trace %s: %u layers x %u experts, top-%u; %s%s\n", a->trace, info->n_layers,
+	       info->n_experts, info->top_k, info->desc,
+	       info->flags & MOEM_TRACE_F_SYNTHETIC ? " (SYNTHETIC)" : "");
+	printf("cost: %s experts %.2f MiB, all experts %.1f GiB, PCIe %g GB/s, NVMe %g "
+	       "GB/s, "
+	       "HBM %g GB/s, layer %.1f us\n",
+	       moem_prec_name(c->prec), c->expert_bytes[c->prec] / (double)MOEM_MiB,
+	       total / (double)MOEM_GiB, c->cost.link_gbps, c->cost.nvme_gbps, c->cost.hbm_gbps,
+	       c->cost.layer_ns / 1e3);
+	if (!a->sweep)
+		printf("budget: HBM %.1f%% of expert bytes (%.2f GiB)\n", rows[0].pct,
+		       rows[0].r.hbm_bytes / (double)MOEM_GiB);
+	print_table(stdout, rows, n, a->sweep || nb > 1);
+	if (plotted)
+		printf("plot: %s\n", a->png);
+}
+
+/* The trace's shape and the expert bytes every budget is a share of. */
+static int read_trace(struct sim_args *a, struct moem_trace_info *info, uint64_t *total)
+{
+	struct moem_trace_reader *tr;
+	int ret;
+
+	ret = moem_trace_open(a->trace, &tr);
+	if (ret)
+		return moem_tool_fail("sim", ret, NULL);
+	*info = *moem_trace_reader_info(tr);
+	moem_trace_close(tr);
+	/* a trace that records its model's expert shape (1.1) is simulated with it */
+	if (!a->shape_given && info->hidden && info->moe_inter) {
+		a->c.hidden = info->hidden;
+		a->c.inter = info->moe_inter;
+	}
+	ret = moem_sim_cost_finish(&a->c);
+	if (ret)
+		return moem_tool_fail("sim", ret, NULL);
+	if (moem_mul_overflow((uint64_t)info->n_layers * info->n_experts,
+			      a->c.expert_bytes[a->c.prec], total))
+		return moem_tool_fail("sim", -EOVERFLOW, NULL);
+	if (a->dram && (ret = moem_parse_size(a->dram, total, &a->c.dram_bytes)))
+		return moem_tool_fail("sim", ret, "--dram");
+	return 0;
+}
+
+static int cmd_sim(int argc, char **argv)
+{
+	struct sim_args a = {.hbm = "25%", .png = "moem-sim-sweep.png"};
+	struct moem_trace_info info;
+	struct row *rows = NULL;
+	uint32_t nb = 0, n = 0, ok = 0;
+	char bl[MAX_BUDGETS][32];
+	bool plotted = false;
+	uint64_t total;
+	int ch, ret;
+
+	moem_sim_cost_default(&a.c);
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "h", sim_opts, NULL)) != -1) {
+		if (ch == 'h') {
+			sim_usage(stdout);
+			return 0;
+		}
+		ret = sim_option(&a, ch, optarg);
+		if (ret)
+			return ret;
 	}
 	if (optind + 1 != argc) {
 		sim_usage(stderr);
 		return 2;
 	}
-	trace = argv[optind];
-	ret = moem_sim_cost_finish(&c);
-	if (ret)
-		return moem_tool_fail("sim", ret, NULL);
-	ret = moem_trace_open(trace, &tr);
-	if (ret)
-		return moem_tool_fail("sim", ret, NULL);
-	info = *moem_trace_reader_info(tr);
-	moem_trace_close(tr);
-	/* 'all', or nothing given: every preset the trace supports */
-	if (!np || (np == 1 && !strcmp(pols[0], "all"))) {
-		const char *const *all = moem_sim_policy_all(info.flags & MOEM_TRACE_F_LOGITS, &np);
-
-		for (uint32_t i = 0; i < np; i++)
-			pols[i] = all[i];
-	}
-	for (uint32_t i = 0; i < np; i++) {
-		struct moem_sim_policy p;
-
-		if (!strcmp(pols[i], "all")) {
-			fprintf(stderr, "moem sim: 'all' cannot be mixed with other policies\n");
-			return 2;
-		}
-		ret = moem_sim_policy_parse(pols[i], &p);
-		if (ret)
-			return moem_tool_fail("sim", ret, "--policy");
-	}
-	if (moem_mul_overflow((uint64_t)info.n_layers * info.n_experts, c.expert_bytes[c.prec],
-			      &total))
-		return moem_tool_fail("sim", -EOVERFLOW, NULL);
-	if (dram && (ret = moem_parse_size(dram, &total, &c.dram_bytes)))
-		return moem_tool_fail("sim", ret, "--dram");
-	/* budgets */
-	{
-		const char *list = sweep     ? (budgets ? budgets : "10%,15%,20%,25%,35%,50%,75%")
-				   : budgets ? budgets
-					     : hbm;
-		char buf[512], *save = NULL, *tok;
-
-		snprintf(buf, sizeof(buf), "%s", list);
-		for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-			if (nb == MAX_BUDGETS) {
-				fprintf(stderr, "moem sim: at most %d budgets\n", MAX_BUDGETS);
-				return 2;
-			}
-			snprintf(bl[nb++], sizeof(bl[0]), "%s", tok);
-		}
-	}
-	rows = calloc((size_t)np * nb, sizeof(*rows));
+	a.trace = argv[optind];
+	if ((ret = read_trace(&a, &info, &total)) || (ret = expand_policies(&a, &info)) ||
+	    (ret = split_budgets(&a, bl, &nb)))
+		return ret;
+	rows = calloc((size_t)a.np * nb, sizeof(*rows));
 	if (!rows)
 		return moem_tool_fail("sim", -ENOMEM, NULL);
-	for (uint32_t p = 0; p < np; p++)
-		for (uint32_t b = 0; b < nb; b++) {
-			struct row *w = &rows[n++];
-			struct moem_sim_policy pol;
-
-			snprintf(w->spec, sizeof(w->spec), "%s", pols[p]);
-			ret = moem_parse_size(bl[b], &total, &c.hbm_bytes);
-			if (ret) {
-				free(rows);
-				return moem_tool_fail("sim", ret, "--hbm");
-			}
-			w->pct = 100.0 * (double)c.hbm_bytes / (double)total;
-			moem_sim_policy_parse(pols[p], &pol);
-			moem_clear_error();
-			w->err = moem_sim_run(trace, &c, &pol, &o, &w->r);
-			if (w->err) {
-				snprintf(w->msg, sizeof(w->msg), "%s", moem_strerror(w->err));
-				w->r.hbm_bytes = c.hbm_bytes;
-				if (w->err != -ENOSPC && w->err != -EINVAL) {
-					/* a broken trace or no memory: not the policy's fault */
-					ret = moem_tool_fail("sim", w->err, NULL);
-					free(rows);
-					return ret;
-				}
-			} else {
-				ok++;
-			}
-			if (!json && !md && isatty(STDERR_FILENO))
-				fprintf(stderr, "\r  %u/%u runs", n, np * nb);
-		}
-	if (!json && !md && isatty(STDERR_FILENO))
-		fprintf(stderr, "\r%*s\r", 20, "");
-	if (sweep && ok) {
+	ret = run_rows(&a, bl, nb, total, rows, &n, &ok);
+	if (ret)
+		goto out;
+	if (a.sweep && ok) {
 		char title[160];
-
-		const char *base = strrchr(trace, '/') ? strrchr(trace, '/') + 1 : trace;
+		const char *base = strrchr(a.trace, '/') ? strrchr(a.trace, '/') + 1 : a.trace;
 
 		snprintf(title, sizeof(title), "%s%s: %s, %s experts", base,
 			 info.flags & MOEM_TRACE_F_SYNTHETIC ? " (SYNTHETIC)" : "", info.desc,
-			 moem_prec_name(c.prec));
-		if (plot(png, rows, n, pols, np, title) == 0)
-			plotted = true;
+			 moem_prec_name(a.c.prec));
+		plotted = plot(a.png, rows, n, a.pols, a.np, title) == 0;
 	}
-	if (json) {
-		struct json_object *top = json_object_new_object(), *arr = json_object_new_array();
-		struct json_object *t = json_object_new_object(), *cm = json_object_new_object();
-
-		json_object_object_add(t, "path", json_object_new_string(trace));
-		json_object_object_add(t, "desc", json_object_new_string(info.desc));
-		json_object_object_add(
-			t, "synthetic",
-			json_object_new_boolean(info.flags & MOEM_TRACE_F_SYNTHETIC));
-		json_object_object_add(t, "n_layers", json_object_new_int(info.n_layers));
-		json_object_object_add(t, "n_experts", json_object_new_int(info.n_experts));
-		json_object_object_add(t, "top_k", json_object_new_int(info.top_k));
-		json_object_object_add(cm, "prec", json_object_new_string(moem_prec_name(c.prec)));
-		json_object_object_add(cm, "expert_bytes",
-				       json_object_new_uint64(c.expert_bytes[c.prec]));
-		json_object_object_add(cm, "total_expert_bytes", json_object_new_uint64(total));
-		json_object_object_add(cm, "pcie_gbps", json_object_new_double(c.pcie_gbps));
-		json_object_object_add(cm, "nvme_gbps", json_object_new_double(c.nvme_gbps));
-		json_object_object_add(cm, "hbm_gbps", json_object_new_double(c.hbm_gbps));
-		json_object_object_add(cm, "layer_ns", json_object_new_uint64(c.layer_ns));
-		json_object_object_add(cm, "token_ns", json_object_new_uint64(c.token_ns));
-		json_object_object_add(cm, "dram_bytes", json_object_new_uint64(c.dram_bytes));
-		json_object_object_add(cm, "jitter", json_object_new_double(c.jitter));
-		json_object_object_add(cm, "seed", json_object_new_uint64(o.seed));
-		json_object_object_add(cm, "warmup_steps", json_object_new_uint64(o.warmup_steps));
-		for (uint32_t i = 0; i < n; i++)
-			json_object_array_add(arr, row_json(&rows[i]));
-		json_object_object_add(top, "trace", t);
-		json_object_object_add(top, "cost", cm);
-		json_object_object_add(top, "results", arr);
-		if (plotted)
-			json_object_object_add(top, "plot", json_object_new_string(png));
-		printf("%s\n",
-		       json_object_to_json_string_ext(top, JSON_C_TO_STRING_PRETTY |
-								   JSON_C_TO_STRING_NOSLASHESCAPE));
-		json_object_put(top);
-	} else if (md) {
+	if (a.json)
+		print_json(&a, &info, rows, n, total, plotted);
+	else if (a.md)
 		print_md(stdout, rows, n);
-	} else {
-		printf("trace %s: %u layers x %u experts, top-%u; %s%s\n", trace, info.n_layers,
-		       info.n_experts, info.top_k, info.desc,
-		       info.flags & MOEM_TRACE_F_SYNTHETIC ? " (SYNTHETIC)" : "");
-		printf("cost: %s experts %.2f MiB, all experts %.1f GiB, PCIe %g GB/s, NVMe %g "
-		       "GB/s, "
-		       "HBM %g GB/s, layer %.1f us\n",
-		       moem_prec_name(c.prec), c.expert_bytes[c.prec] / (double)MOEM_MiB,
-		       total / (double)MOEM_GiB, c.pcie_gbps, c.nvme_gbps, c.hbm_gbps,
-		       c.layer_ns / 1e3);
-		if (!sweep)
-			printf("budget: HBM %.1f%% of expert bytes (%.2f GiB)\n", rows[0].pct,
-			       rows[0].r.hbm_bytes / (double)MOEM_GiB);
-		print_table(stdout, rows, n, sweep || nb > 1);
-		if (plotted)
-			printf("plot: %s\n", png);
-	}
+	else
+		print_text(&a, &info, rows, n, nb, total, plotted);
+	ret = ok ? 0 : 1;
+out:
 	free(rows);
-	return ok ? 0 : 1;
+	return ret;
 }
 
 MOEM_CMD(sim_cmd, "sim", "simulate scheduling policies over a routing trace", cmd_sim);

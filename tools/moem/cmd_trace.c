@@ -27,26 +27,28 @@
 
 static void trace_usage(FILE *f)
 {
-	fprintf(f,
-		"usage: moem trace gen --seed S --out FILE [options]\n"
-		"       moem trace info FILE [--json]\n"
-		"       moem trace dump FILE            (JSON lines on stdout)\n"
-		"       moem trace import --out FILE [IN.jsonl|-]\n"
-		"       moem trace record -o FILE (--pid P | --exec BIN [ARGS...])  (eBPF)\n"
-		"       moem trace top (--pid P | --exec BIN [ARGS...] | --binary PATH)\n"
-		"       moem trace pool                 (moem.ko events)\n"
-		"\n"
-		"gen options (defaults: Qwen3-30B-A3B shape and synth.h defaults):\n"
-		"  --layers L (48)  --experts N (128)  --top-k K (8)  --batch B (1)\n"
-		"  --steps S (1000) --mix text:0.5,math:0.3,code:0.2 (uniform)\n"
-		"  --workloads a,b,c  --zipf S (1.0)  --overlap X (0.3) --reshuffle X (0.1)\n"
-		"  --layer-corr X (0.6) --persist X (0.5) --drift X (0.02) --seq-len X (256)\n"
-		"  --boost X (4.5) --noise X (1.0)\n"
-		"  --uniform        uniform routing: zipf 0, no layer correlation,\n"
-		"                   persistence or drift (E[T] = N(1-(1-k/N)^B))\n"
-		"  --model DIR      take the workload of a synthetic model (DIR/moem_synth.json)\n"
-		"  --logits         store router logits (needed to re-route: lynx, oea, "
-		"piggyback)\n");
+	fprintf(f, "usage: moem trace gen --seed S --out FILE [options]\n"
+		   "       moem trace info FILE [--json]\n"
+		   "       moem trace dump FILE            (JSON lines on stdout)\n"
+		   "       moem trace import --out FILE [IN.jsonl|-]\n"
+		   "       moem trace record -o FILE (--pid P | --exec BIN [ARGS...])  (eBPF)\n"
+		   "       moem trace top (--pid P | --exec BIN [ARGS...] | --binary PATH)\n"
+		   "       moem trace pool                 (moem.ko events)\n"
+		   "\n"
+		   "gen options (defaults: Qwen3-30B-A3B shape and synth.h defaults):\n"
+		   "  --layers L (48)  --experts N (128)  --top-k K (8)  --batch B (1)\n"
+		   "  --steps S (1000) --mix text:0.5,math:0.3,code:0.2 (uniform)\n"
+		   "  --workloads a,b,c  --zipf S (1.7)  --overlap X (0.8) --reshuffle X (0.1)\n"
+		   "  --layer-corr X (0.6) --persist X (0.5) --drift X (0.02) --seq-len X (256)\n"
+		   "  --boost X (4.5) --noise X (0.5)\n"
+		   "  --pregate D (2)  pre-gate picks of the D layers ahead in every record\n"
+		   "  --hidden H --inter I (2048, 768)  expert shape the header records\n"
+		   "  --uniform        uniform routing: zipf 0, no layer correlation,\n"
+		   "                   persistence or drift (E[T] = N(1-(1-k/N)^B))\n"
+		   "  --model DIR      take the workload and expert shape of a synthetic model\n"
+		   "                   (DIR/moem_synth.json, DIR/config.json)\n"
+		   "  --logits         store router logits (needed to re-route: lynx, oea, "
+		   "piggyback)\n");
 }
 
 static int parse_u64(const char *s, const char *what, uint64_t lo, uint64_t hi, uint64_t *v)
@@ -93,6 +95,24 @@ static int load_model_synth(const char *dir, struct moem_synth_params *p)
 	return ret;
 }
 
+/* The expert shape of a model directory's config.json (0 where it says none). */
+static void load_model_shape(const char *dir, uint32_t *hidden, uint32_t *inter)
+{
+	char path[4096];
+	struct json_object *o, *v;
+
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	o = json_object_from_file(path);
+	if (!o)
+		return;
+	if (json_object_object_get_ex(o, "hidden_size", &v))
+		*hidden = (uint32_t)json_object_get_int(v);
+	if (json_object_object_get_ex(o, "moe_intermediate_size", &v) ||
+	    json_object_object_get_ex(o, "intermediate_size", &v))
+		*inter = (uint32_t)json_object_get_int(v);
+	json_object_put(o);
+}
+
 static void gen_progress(void *arg, uint64_t step)
 {
 	moem_progress_set(arg, step);
@@ -120,6 +140,9 @@ enum {
 	O_LOGITS,
 	O_SEED,
 	O_OUT,
+	O_PREGATE,
+	O_HIDDEN,
+	O_INTER,
 };
 
 static int trace_gen(int argc, char **argv)
@@ -148,10 +171,13 @@ static int trace_gen(int argc, char **argv)
 		{"seed", required_argument, NULL, O_SEED},
 		{"out", required_argument, NULL, O_OUT},
 		{"help", no_argument, NULL, 'h'},
+		{"pregate", required_argument, NULL, O_PREGATE},
+		{"hidden", required_argument, NULL, O_HIDDEN},
+		{"inter", required_argument, NULL, O_INTER},
 		{0},
 	};
 	/* Shape and scalar overrides are applied after --model, in this order. */
-	uint64_t L = 48, N = 128, K = 8, B = 1, steps = 1000, seed = 0;
+	uint64_t L = 48, N = 128, K = 8, B = 1, steps = 1000, seed = 0, D = 2, H = 0, I = 0;
 	double d[9];
 	bool set_d[9] = {false}, have_seed = false, uniform = false, shape_set = false;
 	const char *mix = NULL, *workloads = NULL, *model = NULL, *out = NULL;
@@ -178,6 +204,18 @@ static int trace_gen(int argc, char **argv)
 		case O_TOPK:
 			shape_set = true;
 			if (parse_u64(optarg, "--top-k", 1, MOEM_TRACE_MAX_TOPK, &K))
+				return 2;
+			break;
+		case O_PREGATE:
+			if (parse_u64(optarg, "--pregate", 0, MOEM_TRACE_MAX_PREGATE, &D))
+				return 2;
+			break;
+		case O_HIDDEN:
+			if (parse_u64(optarg, "--hidden", 1, 65536, &H))
+				return 2;
+			break;
+		case O_INTER:
+			if (parse_u64(optarg, "--inter", 1, 65536, &I))
 				return 2;
 			break;
 		case O_BATCH:
@@ -284,6 +322,15 @@ static int trace_gen(int argc, char **argv)
 	o.mix = mixv;
 	o.batch = (uint32_t)B;
 	o.steps = steps;
+	o.pregate = (uint32_t)D;
+	o.hidden = 2048; /* Qwen3-30B-A3B experts, the default shape */
+	o.moe_inter = 768;
+	if (model)
+		load_model_shape(model, &o.hidden, &o.moe_inter);
+	if (H)
+		o.hidden = (uint32_t)H;
+	if (I)
+		o.moe_inter = (uint32_t)I;
 	moem_trace_gen_info(&o, &info);
 	ret = moem_trace_writer_open(out, &info, &w);
 	if (ret)
@@ -351,13 +398,15 @@ static int trace_info(int argc, char **argv)
 	if (json) {
 		printf("{\"version\":\"%u.%u\",\"source\":\"%s\",\"synthetic\":%s,\"logits\":%s,"
 		       "\"n_layers\":%u,\"n_experts\":%u,\"top_k\":%u,\"max_tokens\":%u,"
+		       "\"hidden\":%u,\"moe_inter\":%u,\"pregate_depth\":%u,"
 		       "\"seed\":%" PRIu64 ",\"records\":%" PRIu64 ",\"steps\":%" PRIu64
 		       ",\"mean_tokens\":%.3f,\"mean_T\":%.4f}\n",
 		       in->version_major, in->version_minor, moem_trace_source_name(in->source),
 		       in->flags & MOEM_TRACE_F_SYNTHETIC ? "true" : "false",
 		       in->flags & MOEM_TRACE_F_LOGITS ? "true" : "false", in->n_layers,
-		       in->n_experts, in->top_k, in->max_tokens, in->seed, recs, steps,
-		       recs ? (double)tokens / recs : 0.0, recs ? (double)tsum / recs : 0.0);
+		       in->n_experts, in->top_k, in->max_tokens, in->hidden, in->moe_inter,
+		       in->pregate_depth, in->seed, recs, steps, recs ? (double)tokens / recs : 0.0,
+		       recs ? (double)tsum / recs : 0.0);
 	} else {
 		printf("trace %s (format %u.%u)\n", path, in->version_major, in->version_minor);
 		printf("  source:     %s%s\n", moem_trace_source_name(in->source),
@@ -366,6 +415,10 @@ static int trace_info(int argc, char **argv)
 		printf("  shape:      %u MoE layers, %u experts, top-%u\n", in->n_layers,
 		       in->n_experts, in->top_k);
 		printf("  logits:     %s\n", in->flags & MOEM_TRACE_F_LOGITS ? "yes" : "no");
+		if (in->hidden)
+			printf("  experts:    hidden %u, width %u\n", in->hidden, in->moe_inter);
+		printf("  pre-gate:   %s%.0u\n", in->pregate_depth ? "layers ahead: " : "none",
+		       in->pregate_depth);
 		printf("  records:    %" PRIu64 " (%" PRIu64 " steps), max batch %u\n", recs, steps,
 		       in->max_tokens);
 		printf("  mean batch: %.2f tokens; mean T %.2f experts per layer-step\n",

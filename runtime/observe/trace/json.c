@@ -43,6 +43,27 @@ static void put_rows_f(FILE *f, const char *key, const float *v, uint32_t rows, 
 	fputc(']', f);
 }
 
+/* "pregate":[[[ids of token 0],..] for d = 1..D]. */
+static void put_pregate(FILE *f, const struct moem_trace_rec *rec, const struct moem_trace_info *in)
+{
+	const uint32_t K = in->top_k;
+
+	fputs(",\"pregate\":[", f);
+	for (uint32_t d = 0; d < in->pregate_depth; d++) {
+		fputs(d ? ",[" : "[", f);
+		for (uint32_t t = 0; t < rec->tokens; t++) {
+			const int32_t *id = rec->pregate + ((size_t)d * rec->tokens + t) * K;
+
+			fputs(t ? ",[" : "[", f);
+			for (uint32_t j = 0; j < K && id[j] >= 0; j++)
+				fprintf(f, j ? ",%d" : "%d", id[j]);
+			fputc(']', f);
+		}
+		fputc(']', f);
+	}
+	fputc(']', f);
+}
+
 int64_t moem_trace_dump_json(struct moem_trace_reader *r, FILE *f)
 {
 	const struct moem_trace_info *in = moem_trace_reader_info(r);
@@ -54,13 +75,15 @@ int64_t moem_trace_dump_json(struct moem_trace_reader *r, FILE *f)
 	d = json_object_new_string(in->desc);
 	fprintf(f,
 		"{\"moem_trace\":1,\"n_layers\":%u,\"n_experts\":%u,\"top_k\":%u,"
-		"\"source\":\"%s\",\"flags\":[%s%s%s],\"seed\":%" PRIu64 ",\"desc\":%s}\n",
+		"\"source\":\"%s\",\"flags\":[%s%s%s],\"seed\":%" PRIu64 ",\"desc\":%s,"
+		"\"hidden\":%u,\"moe_inter\":%u,\"pregate_depth\":%u}\n",
 		in->n_layers, in->n_experts, in->top_k, moem_trace_source_name(in->source),
 		in->flags & MOEM_TRACE_F_LOGITS ? "\"logits\"" : "",
 		(in->flags & MOEM_TRACE_F_LOGITS) && (in->flags & MOEM_TRACE_F_SYNTHETIC) ? ","
 											  : "",
 		in->flags & MOEM_TRACE_F_SYNTHETIC ? "\"synthetic\"" : "", in->seed,
-		d ? json_object_to_json_string_ext(d, JSON_C_TO_STRING_PLAIN) : "\"\"");
+		d ? json_object_to_json_string_ext(d, JSON_C_TO_STRING_PLAIN) : "\"\"", in->hidden,
+		in->moe_inter, in->pregate_depth);
 	json_object_put(d);
 	while ((ret = moem_trace_next(r, &rec)) > 0) {
 		fprintf(f, "{\"step\":%" PRIu64 ",\"layer\":%u,\"ids\":[", rec.step, rec.layer);
@@ -74,6 +97,8 @@ int64_t moem_trace_dump_json(struct moem_trace_reader *r, FILE *f)
 		put_rows_f(f, "w", rec.w, rec.tokens, in->top_k, rec.cnt);
 		if (rec.logits)
 			put_rows_f(f, "logits", rec.logits, rec.tokens, in->n_experts, NULL);
+		if (rec.pregate)
+			put_pregate(f, &rec, in);
 		fputs("}\n", f);
 		n++;
 	}
@@ -156,18 +181,66 @@ static int parse_header(struct json_object *o, struct moem_trace_info *in)
 	}
 	if (json_object_object_get_ex(o, "desc", &f))
 		snprintf(in->desc, sizeof(in->desc), "%s", json_object_get_string(f));
+	v = 0;
+	if ((ret = get_u64(o, "hidden", false, 65536, &v)))
+		return ret;
+	in->hidden = (uint32_t)v;
+	v = 0;
+	if ((ret = get_u64(o, "moe_inter", false, 65536, &v)))
+		return ret;
+	in->moe_inter = (uint32_t)v;
+	v = 0;
+	if ((ret = get_u64(o, "pregate_depth", false, MOEM_TRACE_MAX_PREGATE, &v)))
+		return ret;
+	in->pregate_depth = (uint32_t)v;
 	return 0;
 }
+
+static int rows_of(struct json_object *a, const char *key, uint32_t *tokens, uint32_t cols,
+		   bool exact, bool ints, int32_t *iv, float *fv, uint32_t *cnt);
 
 /* rows must be an array of `tokens` arrays of at most cols numbers. */
 static int get_rows(struct json_object *o, const char *key, uint32_t *tokens, uint32_t cols,
 		    bool exact, bool ints, int32_t *iv, float *fv, uint32_t *cnt)
 {
 	struct json_object *a;
-	size_t n;
 
 	if (!json_object_object_get_ex(o, key, &a) || json_object_get_type(a) != json_type_array)
 		return moem_errf(EINVAL, "\"%s\" missing or not an array", key);
+	return rows_of(a, key, tokens, cols, exact, ints, iv, fv, cnt);
+}
+
+/* "pregate": D arrays of the record's token rows of expert ids. */
+static int get_pregate(struct json_object *o, const struct moem_trace_info *in, uint32_t tokens,
+		       int32_t *pg)
+{
+	struct json_object *a;
+	int ret = 0;
+
+	if (!json_object_object_get_ex(o, "pregate", &a) ||
+	    json_object_get_type(a) != json_type_array ||
+	    json_object_array_length(a) != in->pregate_depth)
+		return moem_errf(EINVAL, "\"pregate\" missing or not %u arrays", in->pregate_depth);
+	for (uint32_t d = 0; d < in->pregate_depth && !ret; d++) {
+		struct json_object *rows = json_object_array_get_idx(a, d);
+		uint32_t n = tokens;
+
+		if (json_object_get_type(rows) != json_type_array)
+			return moem_errf(EINVAL, "\"pregate\" %u is not an array", d + 1);
+		ret = rows_of(rows, "pregate", &n, in->top_k, false, true,
+			      pg + (size_t)d * tokens * in->top_k, NULL, NULL);
+	}
+	for (size_t i = 0; !ret && i < (size_t)in->pregate_depth * tokens * in->top_k; i++)
+		if (pg[i] > 65535)
+			ret = moem_errf(EINVAL, "\"pregate\": expert id out of range");
+	return ret;
+}
+
+static int rows_of(struct json_object *a, const char *key, uint32_t *tokens, uint32_t cols,
+		   bool exact, bool ints, int32_t *iv, float *fv, uint32_t *cnt)
+{
+	size_t n;
+
 	n = json_object_array_length(a);
 	if (*tokens == 0) {
 		if (!n || n > MOEM_TRACE_MAX_TOKENS)
@@ -208,7 +281,7 @@ static int get_rows(struct json_object *o, const char *key, uint32_t *tokens, ui
 
 struct bufs {
 	uint32_t cap;
-	int32_t *ids;
+	int32_t *ids, *pg;
 	float *wt, *lg;
 	uint32_t *cnt;
 };
@@ -242,6 +315,11 @@ static int grow_bufs(struct bufs *b, const struct moem_trace_info *in, struct js
 		if (!(p = realloc(b->lg, n * in->n_experts * sizeof(*b->lg))))
 			return -ENOMEM;
 		b->lg = p;
+	}
+	if (in->pregate_depth) {
+		if (!(p = realloc(b->pg, in->pregate_depth * n * in->top_k * sizeof(*b->pg))))
+			return -ENOMEM;
+		b->pg = p;
 	}
 	b->cap = (uint32_t)n;
 	return 0;
@@ -304,13 +382,15 @@ int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path, u
 		if (!ret && (in.flags & MOEM_TRACE_F_LOGITS))
 			ret = get_rows(o, "logits", &tokens, in.n_experts, true, false, NULL, b.lg,
 				       NULL);
+		if (!ret && in.pregate_depth)
+			ret = get_pregate(o, &in, tokens, b.pg);
 		json_object_put(o);
 		if (!ret) {
 			struct moem_trace_rec r = {
 				step,	(uint32_t)layer,
 				tokens, b.ids,
 				b.wt,	(in.flags & MOEM_TRACE_F_LOGITS) ? b.lg : NULL,
-				NULL};
+				NULL,	in.pregate_depth ? b.pg : NULL};
 
 			ret = moem_trace_write(w, &r);
 		}
@@ -336,6 +416,7 @@ out:
 	moem_trace_writer_abort(w);
 	free(line);
 	free(b.ids);
+	free(b.pg);
 	free(b.wt);
 	free(b.cnt);
 	free(b.lg);

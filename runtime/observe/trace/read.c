@@ -29,7 +29,7 @@ struct moem_trace_reader {
 	uint32_t header_bytes;
 	uint8_t *buf;
 	size_t buf_cap;
-	int32_t *ids;
+	int32_t *ids, *pg;
 	float *w, *logits;
 	uint32_t *cnt;
 	uint32_t *seen; /* [N] generation stamps for duplicate checks */
@@ -101,8 +101,16 @@ static int read_header(struct moem_trace_reader *r)
 	r->info.seed = trc_get64(h + TRC_H_SEED);
 	memcpy(r->info.desc, h + TRC_H_DESC, MOEM_TRACE_DESC_MAX);
 	r->info.desc[MOEM_TRACE_DESC_MAX - 1] = 0;
+	if (minor >= 1 && hb >= TRC_HDR_BYTES_1) {
+		r->info.hidden = trc_get32(h + TRC_H_HIDDEN);
+		r->info.moe_inter = trc_get32(h + TRC_H_INTER);
+		r->info.pregate_depth = trc_get32(h + TRC_H_PREGATE);
+	}
 	ret = moem_trc_check_info("trace", flags, source, r->info.n_layers, r->info.n_experts,
 				  r->info.top_k, r->info.max_tokens);
+	if (!ret)
+		ret = moem_trc_check_ext("trace", r->info.hidden, r->info.moe_inter,
+					 r->info.pregate_depth);
 	if (ret)
 		return moem_err_prefix(-ret, "%s", r->path);
 	r->header_bytes = hb;
@@ -165,6 +173,7 @@ void moem_trace_close(struct moem_trace_reader *r)
 	free(r->path);
 	free(r->buf);
 	free(r->ids);
+	free(r->pg);
 	free(r->w);
 	free(r->logits);
 	free(r->cnt);
@@ -223,6 +232,13 @@ static int grow_tokens(struct moem_trace_reader *r, uint32_t tokens)
 		lg = realloc(r->logits, tokens * N * sizeof(*lg));
 		if (lg)
 			r->logits = lg;
+	}
+	if (r->info.pregate_depth) {
+		int32_t *pg = realloc(r->pg, r->info.pregate_depth * tokens * k * sizeof(*pg));
+
+		if (!pg)
+			return -ENOMEM;
+		r->pg = pg;
 	}
 	if (!ids || !w || !cnt || ((r->info.flags & MOEM_TRACE_F_LOGITS) && !lg))
 		return -ENOMEM;
@@ -342,8 +358,45 @@ static int decode_route(struct moem_trace_reader *r, uint32_t bytes, struct moem
 	rec->w = r->w;
 	rec->logits = logits ? r->logits : NULL;
 	rec->cnt = r->cnt;
+	rec->pregate = NULL;
 	r->last_step = step;
 	r->last_layer = layer;
+	return 1;
+}
+
+/* The pre-gate record that must follow a route record when the header has D > 0. */
+static int read_pregate(struct moem_trace_reader *r, struct moem_trace_rec *rec)
+{
+	const uint32_t K = r->info.top_k, N = r->info.n_experts, D = r->info.pregate_depth;
+	uint64_t bytes = trc_pregate_bytes(rec->tokens, K, D);
+	const uint8_t *p;
+	size_t got;
+	int ret;
+
+	ret = rd(r, r->buf, TRC_ROUTE_FIXED, &got);
+	if (ret)
+		return ret;
+	if (got < TRC_ROUTE_FIXED)
+		return bad(r, EPROTO, "truncated: the file ends inside a pre-gate record");
+	p = r->buf;
+	if (trc_get32(p) != TRC_REC_MAGIC || trc_get32(p + 4) != TRC_REC_PREGATE ||
+	    trc_get32(p + 8) != bytes || trc_get64(p + 16) != rec->step ||
+	    trc_get32(p + 24) != rec->layer || trc_get32(p + 28) != rec->tokens ||
+	    trc_get32(p + 32) != K || trc_get32(p + 36) != D)
+		return bad(r, EBADMSG, "a route record without its pre-gate record");
+	ret = read_body(r, (uint32_t)bytes, TRC_ROUTE_FIXED);
+	if (ret)
+		return ret;
+	p = r->buf + TRC_ROUTE_FIXED;
+	for (size_t i = 0; i < (size_t)D * rec->tokens * K; i++) {
+		uint16_t id = trc_get16(p + 2 * i);
+
+		if (id != TRC_ID_NONE && id >= N)
+			return bad(r, EBADMSG, "pre-gate expert out of range");
+		r->pg[i] = id == TRC_ID_NONE ? -1 : id;
+	}
+	r->off += bytes;
+	rec->pregate = r->pg;
 	return 1;
 }
 
@@ -389,6 +442,8 @@ int moem_trace_next(struct moem_trace_reader *r, struct moem_trace_rec *rec)
 			if (ret > 0) {
 				r->off += bytes;
 				r->count++;
+				if (r->info.pregate_depth)
+					ret = read_pregate(r, rec);
 			}
 			return ret;
 		}

@@ -5,9 +5,13 @@
  * IEEE binary32 stored as their little-endian bit patterns.
  *
  *   file   = header record* end
- *   header = 128 bytes (header_bytes may grow in a later minor version:
- *            readers skip what they do not know), xxh64 at offset 120
- *            computed with those 8 bytes zero
+ *   header = 128 bytes in 1.0, 144 since 1.1 (header_bytes may grow in a
+ *            later minor version: readers skip what they do not know),
+ *            xxh64 at offset 120 computed with those 8 bytes zero
+ *   1.1 adds, after byte 128: expert shape (hidden, moe_inter) and the
+ *            pre-gate depth D; with D > 0 every route record is followed
+ *            by a pre-gate record of the same (step, layer), which 1.0
+ *            readers skip as a record of unknown type
  *   record = 16-byte record header, body, zero padding to 8 bytes,
  *            xxh64 (8 bytes) of everything before it
  */
@@ -20,6 +24,7 @@
 
 #define TRC_MAGIC	 "MOEMTRCE"
 #define TRC_HDR_BYTES	 128u
+#define TRC_HDR_BYTES_1	 144u
 #define TRC_HDR_MAX	 4096u
 #define TRC_HDR_CSUM_OFF 120u
 
@@ -27,6 +32,7 @@
 #define TRC_REC_HDR	   16u
 #define TRC_REC_ROUTE	   1u
 #define TRC_REC_END	   2u
+#define TRC_REC_PREGATE	   3u
 #define TRC_ROUTE_FIXED	   40u /* header + step, layer, tokens, k, reserved */
 #define TRC_END_BYTES	   40u /* header + n_records + reserved + checksum */
 #define TRC_ROUTE_F_LOGITS (1u << 0)
@@ -49,6 +55,10 @@ enum {
 	TRC_H_SEED = 40,
 	TRC_H_DESC = 48,
 	TRC_H_RESERVED = 112,
+	TRC_H_HIDDEN = 128, /* 1.1 */
+	TRC_H_INTER = 132,
+	TRC_H_PREGATE = 136,
+	TRC_H_RESERVED1 = 140,
 };
 
 static inline void trc_put16(uint8_t *p, uint16_t v)
@@ -128,8 +138,21 @@ static inline uint64_t trc_route_bytes(uint32_t tokens, uint32_t k, uint32_t n_e
 	return ((n + 7) & ~7ull) + 8;
 }
 
+/* Bytes of a pre-gate record (same header and fixed part as a route record). */
+static inline uint64_t trc_pregate_bytes(uint32_t tokens, uint32_t k, uint32_t depth)
+{
+	uint64_t n;
+
+	if (tokens > 65536 || k > 64 || depth > 16)
+		return 0;
+	n = TRC_ROUTE_FIXED + (uint64_t)depth * tokens * k * 2;
+	return ((n + 7) & ~7ull) + 8;
+}
+
 /* Shape checks shared by writer and reader; message via moem_errf. */
 int moem_trc_check_info(const char *what, uint32_t flags, uint32_t source, uint32_t n_layers,
 			uint32_t n_experts, uint32_t top_k, uint32_t max_tokens);
+/* The 1.1 fields: expert shape (both 0 or both set), pre-gate depth. */
+int moem_trc_check_ext(const char *what, uint32_t hidden, uint32_t inter, uint32_t depth);
 
 #endif /* MOEM_TRACE_FMT_H */

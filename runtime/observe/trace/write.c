@@ -72,6 +72,17 @@ int moem_trc_check_info(const char *what, uint32_t flags, uint32_t source, uint3
 	return 0;
 }
 
+int moem_trc_check_ext(const char *what, uint32_t hidden, uint32_t inter, uint32_t depth)
+{
+	if (hidden > 65536 || inter > 65536 || !hidden != !inter)
+		return moem_errf(EBADMSG, "%s: expert shape %ux%u (0x0 or up to 65536)", what,
+				 hidden, inter);
+	if (depth > MOEM_TRACE_MAX_PREGATE)
+		return moem_errf(EBADMSG, "%s: pre-gate depth %u exceeds %u", what, depth,
+				 MOEM_TRACE_MAX_PREGATE);
+	return 0;
+}
+
 const char *moem_trace_source_name(enum moem_trace_source s)
 {
 	static const char *const names[] = {"unknown", "synthetic", "engine", "bpf", "import"};
@@ -130,11 +141,11 @@ static void fill_header(const struct moem_trace_writer *w, uint8_t *h)
 {
 	const struct moem_trace_info *i = &w->info;
 
-	memset(h, 0, TRC_HDR_BYTES);
+	memset(h, 0, TRC_HDR_BYTES_1);
 	memcpy(h + TRC_H_MAGIC, TRC_MAGIC, 8);
 	trc_put16(h + TRC_H_MAJOR, MOEM_TRACE_VERSION_MAJOR);
 	trc_put16(h + TRC_H_MINOR, MOEM_TRACE_VERSION_MINOR);
-	trc_put32(h + TRC_H_BYTES, TRC_HDR_BYTES);
+	trc_put32(h + TRC_H_BYTES, TRC_HDR_BYTES_1);
 	trc_put32(h + TRC_H_FLAGS, i->flags);
 	trc_put32(h + TRC_H_SOURCE, i->source);
 	trc_put32(h + TRC_H_LAYERS, i->n_layers);
@@ -143,7 +154,10 @@ static void fill_header(const struct moem_trace_writer *w, uint8_t *h)
 	trc_put32(h + TRC_H_MAXTOK, w->max_tokens);
 	trc_put64(h + TRC_H_SEED, i->seed);
 	memcpy(h + TRC_H_DESC, i->desc, strnlen(i->desc, MOEM_TRACE_DESC_MAX - 1));
-	trc_put64(h + TRC_HDR_CSUM_OFF, XXH64(h, TRC_HDR_BYTES, 0));
+	trc_put32(h + TRC_H_HIDDEN, i->hidden);
+	trc_put32(h + TRC_H_INTER, i->moe_inter);
+	trc_put32(h + TRC_H_PREGATE, i->pregate_depth);
+	trc_put64(h + TRC_HDR_CSUM_OFF, XXH64(h, TRC_HDR_BYTES_1, 0));
 }
 
 static int writer_new(const struct moem_trace_info *info, struct moem_trace_writer **out)
@@ -153,6 +167,9 @@ static int writer_new(const struct moem_trace_info *info, struct moem_trace_writ
 
 	ret = moem_trc_check_info("trace", info->flags, info->source, info->n_layers,
 				  info->n_experts, info->top_k, info->max_tokens);
+	if (!ret)
+		ret = moem_trc_check_ext("trace", info->hidden, info->moe_inter,
+					 info->pregate_depth);
 	if (ret)
 		return ret == -EBADMSG ? -EINVAL : ret;
 	w = calloc(1, sizeof(*w));
@@ -182,7 +199,7 @@ static void writer_free(struct moem_trace_writer *w)
 
 static int start(struct moem_trace_writer *w)
 {
-	uint8_t h[TRC_HDR_BYTES];
+	uint8_t h[TRC_HDR_BYTES_1];
 
 	fill_header(w, h);
 	return emit(w, h, sizeof(h));
@@ -351,6 +368,29 @@ int moem_trace_writer_fdopen(int fd, const struct moem_trace_info *info,
 	return 0;
 }
 
+/* One token's k picks: ids in range, used slots first, no repeats. */
+static int check_picks(const int32_t *id, uint32_t k, uint32_t N, uint32_t t, const char *what)
+{
+	bool ended = false;
+
+	for (uint32_t j = 0; j < k; j++) {
+		if (id[j] < 0) {
+			ended = true;
+			continue;
+		}
+		if (ended || (uint32_t)id[j] >= N)
+			return moem_errf(EINVAL,
+					 "trace: %stoken %u slot %u: expert %d "
+					 "(out of range or after an unused slot)",
+					 what, t, j, id[j]);
+		for (uint32_t i = 0; i < j; i++)
+			if (id[i] == id[j])
+				return moem_errf(EINVAL, "trace: %stoken %u: expert %d twice", what,
+						 t, id[j]);
+	}
+	return 0;
+}
+
 static int check_rec(const struct moem_trace_writer *w, const struct moem_trace_rec *r)
 {
 	const uint32_t k = w->info.top_k, N = w->info.n_experts;
@@ -371,39 +411,81 @@ static int check_rec(const struct moem_trace_writer *w, const struct moem_trace_
 	if (!r->ids || !r->w || logits != (r->logits != NULL))
 		return moem_errf(EINVAL, "trace: record needs ids, weights%s",
 				 logits ? " and logits (the header says so)" : " and no logits");
+	if (!w->info.pregate_depth != !r->pregate)
+		return moem_errf(EINVAL, "trace: record needs %s",
+				 w->info.pregate_depth ? "pre-gate picks (the header says so)"
+						       : "no pre-gate picks");
 	for (uint32_t t = 0; t < r->tokens; t++) {
 		const int32_t *id = r->ids + (size_t)t * k;
 		const float *wt = r->w + (size_t)t * k;
-		bool ended = false;
+		int ret = check_picks(id, k, N, t, "");
 
+		if (ret)
+			return ret;
 		for (uint32_t j = 0; j < k; j++) {
-			if (id[j] < 0) {
-				ended = true;
-				if (wt[j] != 0)
-					return moem_errf(EINVAL,
-							 "trace: token %u slot %u unused "
-							 "but weighted",
-							 t, j);
-				continue;
-			}
-			if (ended || (uint32_t)id[j] >= N)
+			if (id[j] < 0 && wt[j] != 0)
 				return moem_errf(EINVAL,
-						 "trace: token %u slot %u: expert %d "
-						 "(out of range or after an unused slot)",
-						 t, j, id[j]);
-			for (uint32_t i = 0; i < j; i++)
-				if (id[i] == id[j])
-					return moem_errf(EINVAL, "trace: token %u: expert %d twice",
-							 t, id[j]);
+						 "trace: token %u slot %u unused but weighted", t,
+						 j);
 			if (!isfinite(wt[j]) || wt[j] < 0)
 				return moem_errf(EINVAL, "trace: token %u: weight %g", t,
 						 (double)wt[j]);
 		}
 	}
+	for (uint32_t d = 0; d < w->info.pregate_depth; d++)
+		for (uint32_t t = 0; t < r->tokens; t++) {
+			int ret = check_picks(r->pregate + ((size_t)d * r->tokens + t) * k, k, N, t,
+					      "pre-gate ");
+
+			if (ret)
+				return ret;
+		}
 	for (size_t i = 0; logits && i < (size_t)r->tokens * N; i++)
 		if (isnan(r->logits[i]))
 			return moem_errf(EINVAL, "trace: NaN router logit (token %zu)", i / N);
 	return 0;
+}
+
+static int rec_room(struct moem_trace_writer *w, uint64_t bytes)
+{
+	uint8_t *nb;
+
+	if (bytes <= w->rec_cap)
+		return 0;
+	nb = realloc(w->rec, bytes);
+	if (!nb)
+		return -ENOMEM;
+	w->rec = nb;
+	w->rec_cap = bytes;
+	return 0;
+}
+
+/* The pre-gate record that follows a route record (1.1). */
+static int write_pregate(struct moem_trace_writer *w, const struct moem_trace_rec *r)
+{
+	const uint32_t k = w->info.top_k, D = w->info.pregate_depth;
+	uint64_t bytes = trc_pregate_bytes(r->tokens, k, D);
+	size_t n = (size_t)D * r->tokens * k;
+	int ret = rec_room(w, bytes);
+	uint8_t *p;
+
+	if (ret)
+		return ret;
+	p = w->rec;
+	memset(p, 0, bytes);
+	trc_put32(p, TRC_REC_MAGIC);
+	trc_put32(p + 4, TRC_REC_PREGATE);
+	trc_put32(p + 8, (uint32_t)bytes);
+	trc_put64(p + 16, r->step);
+	trc_put32(p + 24, r->layer);
+	trc_put32(p + 28, r->tokens);
+	trc_put32(p + 32, k);
+	trc_put32(p + 36, D);
+	for (size_t i = 0; i < n; i++)
+		trc_put16(p + TRC_ROUTE_FIXED + 2 * i,
+			  r->pregate[i] < 0 ? TRC_ID_NONE : (uint16_t)r->pregate[i]);
+	trc_put64(p + bytes - 8, XXH64(p, bytes - 8, 0));
+	return emit(w, p, bytes);
 }
 
 int moem_trace_write(struct moem_trace_writer *w, const struct moem_trace_rec *r)
@@ -421,14 +503,9 @@ int moem_trace_write(struct moem_trace_writer *w, const struct moem_trace_rec *r
 	if (ret)
 		return ret;
 	bytes = trc_route_bytes(r->tokens, k, N, logits);
-	if (bytes > w->rec_cap) {
-		uint8_t *nb = realloc(w->rec, bytes);
-
-		if (!nb)
-			return -ENOMEM;
-		w->rec = nb;
-		w->rec_cap = bytes;
-	}
+	ret = rec_room(w, bytes);
+	if (ret)
+		return ret;
 	p = w->rec;
 	memset(p, 0, bytes);
 	trc_put32(p, TRC_REC_MAGIC);
@@ -451,6 +528,8 @@ int moem_trace_write(struct moem_trace_writer *w, const struct moem_trace_rec *r
 		trc_putf(p + 4 * i, r->logits[i]);
 	trc_put64(w->rec + bytes - 8, XXH64(w->rec, bytes - 8, 0));
 	ret = emit(w, w->rec, bytes);
+	if (!ret && w->info.pregate_depth)
+		ret = write_pregate(w, r);
 	if (ret)
 		return ret;
 	w->count++;
@@ -547,7 +626,7 @@ static int link_excl(struct moem_trace_writer *w)
 
 int moem_trace_writer_close(struct moem_trace_writer *w)
 {
-	uint8_t end[TRC_END_BYTES] = {0}, h[TRC_HDR_BYTES];
+	uint8_t end[TRC_END_BYTES] = {0}, h[TRC_HDR_BYTES_1];
 	int ret;
 
 	trc_put32(end, TRC_REC_MAGIC);

@@ -76,8 +76,8 @@ int moem_dynaexq_n_hi(uint64_t m_hbm, uint64_t m_fixed, uint32_t n_layers, uint3
 	    need > m_hbm)
 		return moem_errf(ENOSPC,
 				 "dynaexq: the budget (%llu bytes) does not hold every "
-				 "expert in the low precision plus fixed and headroom "
-				 "(%llu bytes)",
+				 "expert in the low precision plus fixed and headroom: "
+				 "the smallest budget that runs is %llu bytes",
 				 (unsigned long long)m_hbm, (unsigned long long)need);
 	avail = m_hbm - need;
 	per = (uint64_t)n_layers * (s_hi - s_lo);

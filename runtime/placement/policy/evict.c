@@ -82,7 +82,7 @@ int moem_evict_create(const struct moem_evict_cfg *c, struct moem_evict **out)
 
 	if ((unsigned)c->kind >= MOEM_EVICT_NR)
 		return moem_errf(EINVAL, "evict: bad kind %d", c->kind);
-	if (!c->n_layers || c->n_layers > 256 || !c->n_experts || c->n_experts > 1024)
+	if (!c->n_layers || c->n_layers > 256 || !c->n_experts || c->n_experts > 2048)
 		return moem_errf(EINVAL, "evict: shape %u x %u out of range", c->n_layers,
 				 c->n_experts);
 	ev = calloc(1, sizeof(*ev));
@@ -278,6 +278,15 @@ void moem_evict_score(struct moem_evict *ev, uint32_t key, float score)
 		heap_down(ev, ev->hidx[key]);
 }
 
+void moem_evict_rebase(struct moem_evict *ev, float delta)
+{
+	for (uint32_t k = 0; k < ev->nkeys; k++)
+		ev->count[k] += delta;
+	/* rounding may have merged scores: restore the heap order */
+	for (uint32_t i = ev->members / 2; heap_kind(ev) && i-- > 0;)
+		heap_down(ev, i);
+}
+
 float moem_evict_get_score(const struct moem_evict *ev, uint32_t key)
 {
 	return key < ev->nkeys ? ev->count[key] : 0.0f;
@@ -316,6 +325,16 @@ static bool high_not_recent(const struct moem_evict *ev, uint32_t key, uint64_t 
 	if (ev->pred[key] > pos)
 		return true;
 	return d >= 1 && d <= ev->c.horizon;
+}
+
+/* Ticks until key's layer runs again after tick pos (L for the layer running now). */
+static uint32_t next_run_dist(const struct moem_evict *ev, uint32_t key, uint64_t pos)
+{
+	const uint32_t L = ev->c.n_layers;
+	uint32_t layer = key / ev->c.n_experts, cur = (uint32_t)(pos % L);
+	uint32_t d = (layer + L - cur) % L;
+
+	return d ? d : L;
 }
 
 bool moem_evict_is_high(const struct moem_evict *ev, uint32_t key, uint64_t pos)
@@ -357,17 +376,33 @@ static int heap_victim(struct moem_evict *ev, float below, moem_evictable_fn ok,
 int moem_evict_victim(struct moem_evict *ev, uint64_t pos, unsigned flags, moem_evictable_fn ok,
 		      void *arg, uint32_t *key)
 {
-	if (heap_kind(ev))
+	if (heap_kind(ev) && !(flags & MOEM_EVICT_RECENCY))
 		return heap_victim(ev, INFINITY, ok, arg, key);
-	if (ev->c.kind == MOEM_EVICT_LRU2) {
-		/* Low first: from the LRU end until the recently used (high) begin. */
+	if (ev->c.kind == MOEM_EVICT_LRU2 && !(flags & MOEM_EVICT_RECENCY)) {
+		/*
+		 * Low first: the low key whose layer runs again last (least
+		 * recently used among those). Layers run in a cycle, so in plain
+		 * LRU order the victim is always of the next layer to run: the
+		 * one about to be needed (moem deviation, policies.md).
+		 */
+		uint32_t best = NONE, bd = 0;
+
 		for (uint32_t k = ev->tail; k != NONE; k = ev->prev[k]) {
+			uint32_t dist;
+
 			if (ev->last[k] + ev->c.window > pos)
 				break;
-			if (!high_not_recent(ev, k, pos) && ok(arg, k)) {
-				*key = k;
-				return 0;
+			if (high_not_recent(ev, k, pos) || !ok(arg, k))
+				continue;
+			dist = next_run_dist(ev, k, pos);
+			if (best == NONE || dist > bd) {
+				best = k;
+				bd = dist;
 			}
+		}
+		if (best != NONE) {
+			*key = best;
+			return 0;
 		}
 		if (flags & MOEM_EVICT_LOW_ONLY)
 			return -ENOENT;

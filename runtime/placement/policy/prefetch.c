@@ -22,6 +22,7 @@
 #define RECALL_EMA  0.05
 #define FREQ_WEIGHT 0.05
 #define NONE64	    UINT64_MAX
+#define PG_DIST	    8 /* pre-gate recall is kept per distance up to this */
 
 struct moem_prefetch {
 	struct moem_prefetch_cfg c;
@@ -38,8 +39,9 @@ struct moem_prefetch {
 	float *rho;	    /* [L]: fraction of a token's experts kept to its next step */
 	float *pg;	    /* [L][N] pre-gate counts */
 	uint64_t *pg_pos;   /* [L] */
+	uint8_t *pg_dist;   /* [L] layers between the pre-gate's source and its target */
 	uint64_t last_pos;
-	double r_chain, r_temp, r_pers, r_pg;
+	double r_chain, r_temp, r_pers, r_pg[PG_DIST + 1]; /* pre-gate recall by distance */
 	int32_t delta;
 	uint32_t stall_cnt, over_cnt;
 	double bw, lns, xfer, ne;
@@ -142,6 +144,7 @@ int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch
 	pf->rho = calloc(L, sizeof(float));
 	pf->pg = calloc(L * N, sizeof(float));
 	pf->pg_pos = malloc(L * sizeof(uint64_t));
+	pf->pg_dist = calloc(L, 1);
 	pf->chainv = calloc((c->hops + 1) * N, sizeof(float));
 	pf->v = malloc(N * sizeof(float));
 	pf->tmp = malloc(N * sizeof(float));
@@ -149,14 +152,17 @@ int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch
 	pf->idx = malloc(N * sizeof(uint32_t));
 	if ((pf->tables && (!pf->C || !pf->T || !pf->Rc || !pf->Rt)) || !pf->freq || !pf->fsum ||
 	    !pf->sets || !pf->ntok || !pf->obs_pos || !pf->vt || !pf->vp || !pf->rho || !pf->pg ||
-	    !pf->pg_pos || !pf->chainv || !pf->v || !pf->tmp || !pf->q || !pf->idx) {
+	    !pf->pg_pos || !pf->pg_dist || !pf->chainv || !pf->v || !pf->tmp || !pf->q ||
+	    !pf->idx) {
 		moem_prefetch_destroy(pf);
 		return -ENOMEM;
 	}
 	for (size_t l = 0; l < L; l++)
 		pf->obs_pos[l] = pf->pg_pos[l] = NONE64;
 	pf->last_pos = NONE64;
-	pf->r_chain = pf->r_temp = pf->r_pers = pf->r_pg = 0.5;
+	pf->r_chain = pf->r_temp = pf->r_pers = 0.5;
+	for (int d = 0; d <= PG_DIST; d++)
+		pf->r_pg[d] = 0.5;
 	for (size_t l = 0; l < L; l++)
 		pf->rho[l] = 0.5f;
 	pf->bw = c->bw_bytes_per_ns;
@@ -185,6 +191,7 @@ void moem_prefetch_destroy(struct moem_prefetch *pf)
 	free(pf->rho);
 	free(pf->pg);
 	free(pf->pg_pos);
+	free(pf->pg_dist);
 	free(pf->chainv);
 	free(pf->v);
 	free(pf->tmp);
@@ -406,8 +413,11 @@ int moem_prefetch_observe(struct moem_prefetch *pf, uint64_t pos, uint32_t token
 		if (had)
 			pf->rho[m] += (float)(RECALL_EMA * ((double)kept / had - pf->rho[m]));
 	}
-	if (pf->pg_pos[m] == pos)
-		pf->r_pg += RECALL_EMA * (recall(pf, pf->pg + (size_t)m * N, actual) - pf->r_pg);
+	if (pf->pg_pos[m] == pos) {
+		double *r = &pf->r_pg[pf->pg_dist[m]];
+
+		*r += RECALL_EMA * (recall(pf, pf->pg + (size_t)m * N, actual) - *r);
+	}
 	/* Learn. */
 	for (uint32_t t = 0; pf->tables && t < nt; t++) {
 		if (chained && t < pf->ntok[prev])
@@ -447,6 +457,7 @@ void moem_prefetch_pregate(struct moem_prefetch *pf, uint64_t target_pos, const 
 {
 	uint32_t m = (uint32_t)(target_pos % pf->L);
 	float *dst = pf->pg + (size_t)m * pf->N;
+	uint64_t d;
 
 	for (uint32_t e = 0; e < pf->N; e++) {
 		double q = prob[e] < 0 ? 0 : prob[e] > 0.999f ? 0.999 : prob[e];
@@ -454,6 +465,9 @@ void moem_prefetch_pregate(struct moem_prefetch *pf, uint64_t target_pos, const 
 		dst[e] = (float)-log1p(-q);
 	}
 	pf->pg_pos[m] = target_pos;
+	/* the source is the newest observed layer (its input gave the pre-gate) */
+	d = pf->last_pos != NONE64 && target_pos > pf->last_pos ? target_pos - pf->last_pos : 1;
+	pf->pg_dist[m] = (uint8_t)(d > PG_DIST ? PG_DIST : d);
 }
 
 void moem_prefetch_transfer(struct moem_prefetch *pf, uint64_t bytes, uint64_t ns)
@@ -549,7 +563,7 @@ static void mix(struct moem_prefetch *pf, uint64_t p, uint32_t d, float *out)
 	}
 	if (pf->pg_pos[m] == p) {
 		src[3] = pf->pg + (size_t)m * N;
-		w[3] = pf->r_pg;
+		w[3] = pf->r_pg[pf->pg_dist[m]];
 	}
 	/*
 	 * Sharpen the weights (recall^8): a source that predicts clearly better
@@ -640,8 +654,10 @@ int moem_prefetch_reuse(struct moem_prefetch *pf, uint32_t layer, float *prob)
 {
 	uint64_t target;
 
-	if (layer >= pf->L || pf->obs_pos[layer] == NONE64)
-		return moem_errf(EINVAL, "prefetch: layer %u not observed yet", layer);
+	if (layer >= pf->L)
+		return moem_errf(EINVAL, "prefetch: layer %u of %u", layer, pf->L);
+	if (pf->obs_pos[layer] == NONE64)
+		return -ENOENT; /* not observed yet: the caller's normal case, no message */
 	target = pf->obs_pos[layer] + pf->L;
 	mix(pf, target, (uint32_t)(target - pf->last_pos), pf->v);
 	for (uint32_t e = 0; e < pf->N; e++)
@@ -649,10 +665,16 @@ int moem_prefetch_reuse(struct moem_prefetch *pf, uint32_t layer, float *prob)
 	return 0;
 }
 
+void moem_prefetch_rates(const struct moem_prefetch *pf, double *bytes_per_ns, double *layer_ns)
+{
+	*bytes_per_ns = pf->bw;
+	*layer_ns = pf->lns;
+}
+
 void moem_prefetch_recall(const struct moem_prefetch *pf, double *chain, double *temporal,
 			  double *pregate)
 {
 	*chain = pf->r_chain;
 	*temporal = pf->r_temp > pf->r_pers ? pf->r_temp : pf->r_pers;
-	*pregate = pf->r_pg;
+	*pregate = pf->r_pg[1];
 }

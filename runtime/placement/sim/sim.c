@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/cost.h>
 #include <moem/error.h>
 #include <moem/route.h>
 
@@ -25,33 +26,29 @@
 void moem_sim_cost_default(struct moem_sim_cost *c)
 {
 	memset(c, 0, sizeof(*c));
+	moem_cost_default(&c->cost);
 	c->hidden = 2048;
 	c->inter = 768;
 	c->prec = MOEM_PREC_BF16;
-	c->pcie_gbps = 25;
-	c->nvme_gbps = 7;
-	c->hbm_gbps = 3000;
-	c->layer_ns = 20000;
-	c->token_ns = 20;
 	c->piece_bytes = 8 * MOEM_MiB;
 }
 
 int moem_sim_cost_finish(struct moem_sim_cost *c)
 {
+	int ret;
+
 	for (int p = 0; p < MOEM_PREC_NR; p++) {
 		struct moem_expert_layout l;
-		int ret = moem_expert_layout((enum moem_prec)p, c->hidden, c->inter, &l);
 
+		ret = moem_expert_layout((enum moem_prec)p, c->hidden, c->inter, &l);
 		if (ret)
 			return moem_err_prefix(-ret, "sim: expert shape %ux%u", c->hidden,
 					       c->inter);
 		c->expert_bytes[p] = l.bytes;
 	}
-	if (!(c->pcie_gbps > 0 && c->pcie_gbps < 1e5) ||
-	    !(c->nvme_gbps > 0 && c->nvme_gbps < 1e5) || !(c->hbm_gbps > 0 && c->hbm_gbps < 1e6))
-		return moem_errf(EINVAL, "sim: bandwidths must be in (0, 1e5) GB/s");
-	if (c->layer_ns > 1000000000ull || c->token_ns > 1000000000ull)
-		return moem_errf(EINVAL, "sim: layer/token times above one second");
+	ret = moem_cost_check(&c->cost);
+	if (ret)
+		return moem_err_prefix(-ret, "sim");
 	if (c->piece_bytes < 4096 || c->piece_bytes > MOEM_GiB)
 		return moem_errf(EINVAL, "sim: piece size must be 4 KiB..1 GiB");
 	if (!(c->jitter >= 0 && c->jitter <= 1))
@@ -72,14 +69,14 @@ static bool any_key(void *arg, uint32_t key)
  */
 double moem_sim_link_bpn(struct sim *s, uint32_t key, uint64_t bytes)
 {
-	double bpn = s->pcie_bpn;
+	double bpn = moem_cost_h2d_bpn(&s->c->cost, false);
 
 	if (s->dram_lru && s->in_dram[key]) {
 		moem_evict_access(s->dram_lru, key, s->pos);
 	} else if (s->dram_lru) {
 		bool room = true;
 
-		bpn = fmin(s->pcie_bpn, s->nvme_bpn);
+		bpn = moem_cost_h2d_bpn(&s->c->cost, true);
 		if (s->counted)
 			s->r->bytes_nvme += bytes;
 		while (!moem_tier_budget_try_reserve(&s->dram, s->size)) {
@@ -106,11 +103,6 @@ double moem_sim_link_bpn(struct sim *s, uint32_t key, uint64_t bytes)
 	return bpn;
 }
 
-uint64_t moem_sim_expert_ns(const struct sim *s, uint64_t bytes, uint32_t tokens)
-{
-	return (uint64_t)((double)bytes / s->hbm_bpn + 0.5) + (uint64_t)tokens * s->c->token_ns;
-}
-
 void moem_sim_on_done(struct sim *s, struct sim_xfer *x)
 {
 	if (x->counted) {
@@ -126,9 +118,6 @@ void moem_sim_on_done(struct sim *s, struct sim_xfer *x)
 	case MOEM_SIM_DYNAEXQ:
 		moem_sim_dynaexq_done(s, x);
 		break;
-	case MOEM_SIM_FLUXMOE:
-		moem_sim_fluxmoe_done(s, x);
-		break;
 	default:
 		moem_sim_cache_done(s, x);
 		break;
@@ -143,32 +132,21 @@ void moem_sim_advance(struct sim *s, uint64_t t)
 
 static void sim_free(struct sim *s)
 {
-	moem_evict_destroy(s->ev);
+	moem_driver_destroy(s->d);
 	moem_evict_destroy(s->dram_lru);
-	moem_prefetch_destroy(s->pf);
-	moem_dynaexq_destroy(s->dx);
-	moem_paging_destroy(s->pg);
-	moem_hot_destroy(s->hot);
 	moem_sim_ce_free(s);
 	free(s->k);
 	free(s->in_dram);
-	free(s->pin);
 	free(s->ids);
 	free(s->w);
 	free(s->cnt);
 	free(s->act);
 	free(s->res);
 	free(s->tok);
-	free(s->order);
-	free(s->prob);
 	free(s->pend);
 	free(s->keys);
-	free(s->req);
+	free(s->pgprob);
 	free(s->next_use);
-	free(s->resident);
-	free(s->window_done);
-	free(s->window_last);
-	free(s->window_left);
 	moem_access_log_free(&s->log);
 }
 
@@ -178,20 +156,17 @@ static int sim_alloc(struct sim *s, uint32_t max_tokens)
 
 	s->k = calloc(LN, sizeof(*s->k));
 	s->in_dram = calloc(LN, 1);
-	s->pin = calloc(LN, sizeof(*s->pin));
 	s->ids = malloc(B * s->K * sizeof(*s->ids));
 	s->w = malloc(B * s->K * sizeof(*s->w));
 	s->cnt = malloc(B * sizeof(*s->cnt));
 	s->act = malloc(s->N);
 	s->res = malloc(s->N);
 	s->tok = malloc(s->N * sizeof(*s->tok));
-	s->order = malloc(s->N * sizeof(*s->order));
-	s->prob = malloc(s->N * sizeof(*s->prob));
 	s->pend = malloc(s->N * sizeof(*s->pend));
 	s->keys = malloc(s->N * sizeof(*s->keys));
-	s->req = malloc(4096 * sizeof(*s->req));
-	if (!s->k || !s->in_dram || !s->pin || !s->ids || !s->w || !s->cnt || !s->act || !s->res ||
-	    !s->tok || !s->order || !s->prob || !s->pend || !s->keys || !s->req)
+	s->pgprob = malloc(s->N * sizeof(*s->pgprob));
+	if (!s->k || !s->in_dram || !s->ids || !s->w || !s->cnt || !s->act || !s->res || !s->tok ||
+	    !s->pend || !s->keys || !s->pgprob)
 		return -ENOMEM;
 	moem_access_log_init(&s->log, (uint32_t)LN);
 	return moem_sim_ce_init(s, 1024);
@@ -216,6 +191,49 @@ static int route(struct sim *s, const struct moem_trace_rec *rec, uint32_t m,
 	return 0;
 }
 
+/*
+ * The trace's pre-gate picks of the layers ahead (what the engine's
+ * routers of those layers chose from this layer's input): as activation
+ * probabilities, 1 - exp(-tokens picking the expert).
+ */
+static void pregate(struct sim *s, const struct moem_trace_rec *rec)
+{
+	for (uint32_t d = 1; d <= s->pg_depth && rec->layer + d < s->L; d++) {
+		const int32_t *ids = rec->pregate + (size_t)(d - 1) * rec->tokens * s->K;
+
+		memset(s->tok, 0, s->N * sizeof(*s->tok));
+		for (size_t i = 0; i < (size_t)rec->tokens * s->K; i++)
+			if (ids[i] >= 0)
+				s->tok[ids[i]]++;
+		for (uint32_t e = 0; e < s->N; e++)
+			s->pgprob[e] = s->tok[e] ? (float)(1.0 - exp(-(double)s->tok[e])) : 0.0f;
+		moem_driver_pregate(s->d, s->pos + d, s->pgprob);
+	}
+	/* s->tok is the layer's own count again */
+	memset(s->tok, 0, s->N * sizeof(*s->tok));
+	for (uint32_t t = 0; t < rec->tokens; t++)
+		for (uint32_t j = 0; j < s->cnt[t]; j++)
+			s->tok[s->ids[(size_t)t * s->K + j]]++;
+}
+
+/* A new step begins with this record: counting, and FluxMoE's controller. */
+static void new_step(struct sim *s, uint64_t step, uint64_t t0)
+{
+	if (s->any_step && s->counted)
+		s->counted_steps++;
+	if (s->p->mode == MOEM_SIM_FLUXMOE && s->any_step)
+		moem_sim_fluxmoe_step(s);
+	s->any_step = true;
+	s->last_step = step;
+	s->counted = step >= s->o->warmup_steps;
+	if (s->counted && !s->r->steps++) {
+		s->count_start_ns = t0;
+		moem_driver_get_stats(s->d, &s->st0);
+	}
+	if (s->counted && s->count_from == SIM_INF)
+		s->count_from = s->log.n_pos;
+}
+
 static int layer(struct sim *s, const struct moem_trace_rec *rec)
 {
 	struct moem_route_out out = {s->ids, s->w, s->cnt};
@@ -225,27 +243,10 @@ static int layer(struct sim *s, const struct moem_trace_rec *rec)
 	int ret;
 
 	s->pos = moem_pos(rec->step, m, s->L);
-	if (!s->any_step || rec->step != s->last_step) {
-		if (s->any_step && s->counted)
-			s->counted_steps++;
-		if (s->p->mode == MOEM_SIM_FLUXMOE && s->any_step)
-			moem_sim_fluxmoe_step(s);
-		s->any_step = true;
-		s->last_step = rec->step;
-		s->counted = rec->step >= s->o->warmup_steps;
-		if (s->counted && !s->r->steps++)
-			s->count_start_ns = t0;
-		if (s->counted && s->count_from == SIM_INF)
-			s->count_from = s->log.n_pos;
-	}
+	if (!s->any_step || rec->step != s->last_step)
+		new_step(s, rec->step, t0);
 	moem_sim_advance(s, t0);
-	if (s->p->mode == MOEM_SIM_FLUXMOE) {
-		/* the next layer's window loads start with this layer */
-		ret = moem_sim_fluxmoe_begin(s, m);
-		if (ret)
-			return ret;
-	}
-	t_r = t0 + s->c->layer_ns;
+	t_r = t0 + s->c->cost.layer_ns;
 	moem_sim_advance(s, t_r);
 	s->now = t_r;
 	ret = route(s, rec, m, &out);
@@ -258,10 +259,8 @@ static int layer(struct sim *s, const struct moem_trace_rec *rec)
 			s->tok[out.ids[(size_t)t * s->K + j]]++;
 	for (uint32_t e = 0; e < s->N; e++) {
 		s->act[e] = s->tok[e] > 0;
-		if (s->act[e]) {
+		if (s->act[e])
 			s->keys[T++] = moem_key(m, e, s->N);
-			s->pin[moem_key(m, e, s->N)] = s->pos + 1;
-		}
 	}
 	ret = moem_access_log_add(&s->log, s->keys, T);
 	if (ret)
@@ -272,15 +271,23 @@ static int layer(struct sim *s, const struct moem_trace_rec *rec)
 		s->r->accesses += T;
 		s->r->mean_T += T;
 	}
+	ret = moem_driver_routed(s->d, s->pos, rec->tokens, s->ids, s->keys, T);
+	if (ret)
+		return ret;
+	if (rec->pregate)
+		pregate(s, rec);
+	/* FluxMoE: the next layer's window loads start with this layer */
+	ret = moem_driver_page_next(s->d);
+	if (ret)
+		return ret;
 	switch (s->p->mode) {
 	case MOEM_SIM_DYNAEXQ:
 		ret = moem_sim_dynaexq_layer(s, t_r, T, &end);
 		break;
-	case MOEM_SIM_FLUXMOE:
-		ret = moem_sim_fluxmoe_layer(s, t0, t_r, T, &end);
-		break;
 	default:
 		ret = moem_sim_cache_layer(s, t_r, T, &end);
+		if (!ret)
+			ret = moem_driver_layer_end(s->d, t0);
 		break;
 	}
 	if (ret)
@@ -315,6 +322,101 @@ static void detail(struct sim *s)
 	}
 }
 
+/* What the driver asks of the simulated residency (each mode uses its part). */
+static const struct moem_driver_ops sim_ops = {
+	.state = moem_sim_cache_state,
+	.fetch = moem_sim_cache_fetch,
+	.cancel = moem_sim_cache_cancel,
+	.transition = moem_sim_dynaexq_transition,
+	.published = moem_sim_dynaexq_published,
+	.keep = moem_sim_fluxmoe_keep,
+};
+
+/* The driver for the policy: its components and the sizes the budget gives. */
+static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
+{
+	const struct moem_sim_policy *p = s->p;
+	struct moem_driver_cfg dc;
+	int ret = 0;
+
+	memset(&dc, 0, sizeof(dc));
+	dc.n_layers = s->L;
+	dc.n_experts = s->N;
+	dc.top_k = s->K;
+	dc.evict = p->evict;
+	dc.cost = s->c->cost;
+	dc.expert_bytes = s->size;
+	dc.hbm_slots = s->c->hbm_bytes / s->size;
+	if (p->mode == MOEM_SIM_CACHE || p->mode == MOEM_SIM_FLUXMOE) {
+		dc.prefetch = p->prefetch;
+		dc.pf = p->pf;
+		dc.pf_queue = p->pf_queue;
+		/* pred eviction ranks by the predictor even when nothing is prefetched */
+		dc.predictor = p->prefetch || p->evict.kind == MOEM_EVICT_PRED;
+	}
+	switch (p->mode) {
+	case MOEM_SIM_DYNAEXQ:
+		ret = moem_sim_dynaexq_setup(s, &dc);
+		break;
+	case MOEM_SIM_FLUXMOE:
+		ret = moem_sim_fluxmoe_setup(s, &dc, max_tokens);
+		break;
+	case MOEM_SIM_BELADY:
+		ret = moem_sim_oracle_prepass(s, trace);
+		break;
+	default:
+		break;
+	}
+	if (!ret)
+		ret = moem_driver_create(&dc, &sim_ops, s, &s->d);
+	if (!ret && p->mode == MOEM_SIM_DYNAEXQ)
+		ret = moem_sim_dynaexq_stage(s);
+	return ret;
+}
+
+/* The run's totals, from the counted steps. */
+static int finish(struct sim *s)
+{
+	struct moem_sim_result *r = s->r;
+	struct moem_driver_stats st;
+	uint64_t bh = 0, ba = 0;
+	int ret;
+
+	if (s->any_step && s->counted)
+		s->counted_steps++;
+	/* drain: what is still in flight completes (its bytes moved) */
+	moem_sim_ce_run(s, SIM_INF, SIM_NONE);
+	moem_sim_ce_deliver(s, SIM_INF);
+	if (s->count_from != SIM_INF) {
+		ret = moem_belady(&s->log, r->slots, s->count_from, &bh, &ba);
+		if (ret)
+			return ret;
+	}
+	moem_driver_get_stats(s->d, &st);
+	if (r->steps) {
+		r->pf_issued = st.pf_issued - s->st0.pf_issued;
+		r->pf_used = st.pf_used - s->st0.pf_used;
+		r->pf_wasted = st.pf_wasted - s->st0.pf_wasted;
+		st.s_sum -= s->st0.s_sum;
+		st.s_n -= s->st0.s_n;
+	} else {
+		st.s_n = 0;
+	}
+	r->total_ns = s->count_from != SIM_INF ? s->now - s->count_start_ns : 0;
+	r->steps = s->counted_steps;
+	r->step_ns = r->steps ? (double)r->total_ns / r->steps : 0;
+	r->hit_rate = r->accesses ? (double)r->hits / r->accesses : 0;
+	r->belady_hit_rate = ba ? (double)bh / ba : 0;
+	r->frac_belady = r->belady_hit_rate > 0 ? r->hit_rate / r->belady_hit_rate : 0;
+	r->mean_T = r->layer_steps ? r->mean_T / r->layer_steps : 0;
+	r->hbm_peak = s->hbm.peak;
+	r->mean_S = st.s_n ? (double)st.s_sum / st.s_n : 0;
+	r->hi_frac = r->accesses && s->p->mode == MOEM_SIM_DYNAEXQ
+			     ? (double)s->hi_uses / r->accesses
+			     : 0;
+	return 0;
+}
+
 int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 		 const struct moem_sim_policy *p, const struct moem_sim_opts *o,
 		 struct moem_sim_result *r)
@@ -324,7 +426,6 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	struct moem_trace_reader *tr = NULL;
 	struct moem_trace_rec rec;
 	struct sim s = {0};
-	uint64_t bh = 0, ba = 0;
 	int ret;
 
 	memset(r, 0, sizeof(*r));
@@ -344,9 +445,7 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	s.N = info->n_experts;
 	s.K = info->top_k;
 	s.size = c.expert_bytes[c.prec];
-	s.pcie_bpn = c.pcie_gbps; /* GB/s = bytes/ns */
-	s.nvme_bpn = c.nvme_gbps;
-	s.hbm_bpn = c.hbm_gbps;
+	s.pg_depth = p->pregate ? info->pregate_depth : 0;
 	s.count_from = SIM_INF;
 	s.rc = (struct moem_route_cfg){s.N, s.K, true, 1.0f};
 	moem_rng_seed(&s.rng, o->seed, 7);
@@ -356,6 +455,14 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	ret = moem_route_policy_parse(p->route, s.K, &s.rp);
 	if (ret)
 		goto out;
+	if (c.hbm_bytes < s.size && p->mode != MOEM_SIM_DYNAEXQ) {
+		ret = moem_errf(ENOSPC,
+				"policy %s: the HBM budget (%llu bytes) is below one expert: "
+				"the smallest budget that runs is %llu bytes",
+				p->label, (unsigned long long)c.hbm_bytes,
+				(unsigned long long)s.size);
+		goto out;
+	}
 	if (moem_route_policy_needs_logits(&s.rp) && !(info->flags & MOEM_TRACE_F_LOGITS)) {
 		ret = moem_errf(EINVAL,
 				"policy %s: route %s re-routes from router logits, and "
@@ -375,22 +482,7 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 		if (ret)
 			goto out;
 	}
-	switch (p->mode) {
-	case MOEM_SIM_DYNAEXQ:
-		ret = moem_sim_dynaexq_setup(&s);
-		break;
-	case MOEM_SIM_FLUXMOE:
-		ret = moem_sim_fluxmoe_setup(&s);
-		break;
-	case MOEM_SIM_BELADY:
-		ret = moem_sim_oracle_prepass(&s, trace);
-		if (!ret)
-			ret = moem_sim_cache_setup(&s);
-		break;
-	default:
-		ret = moem_sim_cache_setup(&s);
-		break;
-	}
+	ret = open_driver(&s, trace, info->max_tokens);
 	if (ret)
 		goto out;
 	detail(&s);
@@ -403,28 +495,15 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	}
 	if (ret < 0)
 		goto out;
-	if (s.any_step && s.counted)
-		s.counted_steps++;
-	/* drain: what is still in flight completes (its bytes moved) */
-	moem_sim_ce_run(&s, SIM_INF, SIM_NONE);
-	moem_sim_ce_deliver(&s, SIM_INF);
-	if (s.count_from != SIM_INF) {
-		ret = moem_belady(&s.log, r->slots, s.count_from, &bh, &ba);
-		if (ret)
-			goto out;
+	if (s.any_step && !r->steps) {
+		/* every step was warm-up: all-zero results would look like a measurement */
+		ret = moem_errf(
+			ERANGE, "--warmup %llu: %s has only %llu steps%s; nothing is left to count",
+			(unsigned long long)o->warmup_steps, trace,
+			(unsigned long long)s.last_step + 1, o->max_steps ? " within --steps" : "");
+		goto out;
 	}
-	r->total_ns = s.count_from != SIM_INF ? s.now - s.count_start_ns : 0;
-	r->steps = s.counted_steps;
-	r->step_ns = r->steps ? (double)r->total_ns / r->steps : 0;
-	r->hit_rate = r->accesses ? (double)r->hits / r->accesses : 0;
-	r->belady_hit_rate = ba ? (double)bh / ba : 0;
-	r->frac_belady = r->belady_hit_rate > 0 ? r->hit_rate / r->belady_hit_rate : 0;
-	r->mean_T = r->layer_steps ? r->mean_T / r->layer_steps : 0;
-	r->hbm_peak = s.hbm.peak;
-	r->mean_S = s.s_n ? (double)s.s_sum / s.s_n : 0;
-	r->hi_frac =
-		r->accesses && p->mode == MOEM_SIM_DYNAEXQ ? (double)s.hi_uses / r->accesses : 0;
-	ret = 0;
+	ret = finish(&s);
 out:
 	sim_free(&s);
 	moem_trace_close(tr);

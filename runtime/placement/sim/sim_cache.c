@@ -1,98 +1,83 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The HBM expert cache the engine keeps, simulated: demand misses at top
- * priority, an eviction policy choosing victims among resident experts
- * that are neither in use by the current layer nor in flight, optional
- * ExpertFlow prefetch at the next priority, and the Belady oracle (the
- * same timeline with MIN's choices, from a pre-pass over the trace).
+ * The HBM expert cache the engine keeps, simulated: the mechanism under
+ * the driver's decisions (driver.h). Slots are reserved from the HBM
+ * budget; a miss makes room with the driver's victims (or, for the
+ * Belady oracle, MIN's), then by withdrawing a waiting prefetch, and as
+ * a last resort waits for a transfer to land; prefetches take only what
+ * the driver gives up for them. The oracle replays the same timeline with
+ * MIN's choices, from a pre-pass over the trace.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/cost.h>
 #include <moem/error.h>
 #include <moem/route.h>
 
 #include "sim_int.h"
 
-static bool evictable(void *arg, uint32_t key)
+static bool resident(void *arg, uint32_t vid)
 {
 	const struct sim *s = arg;
 
-	return s->k[key].st == K_RES && s->pin[key] != s->pos + 1;
+	return s->k[vid / 2].st == K_RES;
 }
 
-/* The key gives its slot back (evicted or its prefetch cancelled). */
+/* The key gives its slot back (evicted, or its prefetch withdrawn). */
 static void drop(struct sim *s, uint32_t key)
 {
 	struct sim_key *k = &s->k[key];
 
-	if (k->pf && s->counted)
-		s->r->pf_wasted++;
 	moem_tier_budget_release(&s->hbm, k->bytes);
 	k->bytes = 0;
 	k->st = K_ABSENT;
-	k->pf = 0;
-	if (s->ev)
-		moem_evict_remove(s->ev, key);
+	moem_driver_removed(s->d, key * 2);
 }
 
-/* MIN: the evictable resident key used farthest in the future (lowest key on ties). */
+/* MIN: the resident key used farthest in the future, not used by this layer (lowest on ties). */
 static int oracle_victim(struct sim *s, uint32_t *v)
 {
+	const uint32_t m = (uint32_t)(s->pos % s->L);
 	uint32_t best = SIM_NONE;
 
-	for (uint32_t key = 0; key < s->L * s->N; key++)
-		if (evictable(s, key) &&
-		    (best == SIM_NONE || s->k[key].next_use > s->k[best].next_use))
+	for (uint32_t key = 0; key < s->L * s->N; key++) {
+		if (s->k[key].st != K_RES || (key / s->N == m && s->act[key % s->N]))
+			continue;
+		if (best == SIM_NONE || s->k[key].next_use > s->k[best].next_use)
 			best = key;
+	}
 	if (best == SIM_NONE)
 		return -ENOENT;
 	*v = best;
 	return 0;
 }
 
-/*
- * A prefetch still waiting when its target layer has run is useless: the
- * engine drops it rather than spend link time on it.
- */
-static void cancel_stale_prefetches(struct sim *s)
+/* Let the policy evict this layer's experts (resident ones only, or all); true if any. */
+static bool unpin_layer(struct sim *s, bool resident_only)
 {
-	uint32_t id = s->ce.head[PRIO_PREFETCH];
+	bool any = false;
 
-	while (id != SIM_NONE) {
-		uint32_t next = s->ce.x[id].next, key = s->ce.x[id].key;
+	s->unpin_stage = resident_only ? 1 : 2;
+	for (uint32_t i = 0; i < s->layer_T; i++) {
+		uint32_t key = s->keys[i];
 
-		if (s->ce.x[id].kind == XK_PREFETCH && s->ce.x[id].tpos < s->pos &&
-		    moem_sim_ce_cancel(s, id)) {
-			s->pf_outstanding--;
-			drop(s, key);
-		}
-		id = next;
-	}
-}
-
-static bool cancel_one_prefetch(struct sim *s)
-{
-	for (uint32_t id = s->ce.head[PRIO_PREFETCH]; id != SIM_NONE; id = s->ce.x[id].next) {
-		uint32_t key = s->ce.x[id].key;
-
-		if (s->pin[key] == s->pos + 1 || !moem_sim_ce_cancel(s, id))
+		if (resident_only && s->k[key].st != K_RES)
 			continue;
-		s->pf_outstanding--;
-		drop(s, key);
-		return true;
+		moem_driver_unpin(s->d, key);
+		any = true;
 	}
-	return false;
+	return any;
 }
 
 /*
- * Reserve bytes of HBM for a miss, evicting as the policy says; failing
- * that, cancel a waiting prefetch, and as a last resort wait for a
- * transfer to land (s->now moves on: that wait is stall).
+ * Reserve bytes of HBM for a miss of key, evicting as the driver (or the
+ * oracle) says; failing that, withdraw a waiting prefetch, and as a last
+ * resort wait for a transfer to land (s->now moves on: that wait is stall).
  */
-static int make_room(struct sim *s, uint64_t bytes)
+static int make_room(struct sim *s, uint32_t key, uint64_t bytes)
 {
 	for (;;) {
 		uint32_t v;
@@ -100,15 +85,26 @@ static int make_room(struct sim *s, uint64_t bytes)
 
 		if (moem_tier_budget_try_reserve(&s->hbm, bytes))
 			return 0;
-		if (s->p->mode == MOEM_SIM_BELADY)
+		if (s->p->mode == MOEM_SIM_BELADY) {
 			ret = oracle_victim(s, &v);
-		else
-			ret = moem_evict_victim(s->ev, s->pos, 0, evictable, s, &v);
+		} else {
+			ret = moem_driver_pick(s->d, key * 2, MOEM_PRIO_MISS, resident, s, &v);
+			v /= 2;
+		}
 		if (!ret) {
 			drop(s, v);
 			continue;
 		}
-		if (cancel_one_prefetch(s))
+		if (moem_driver_reclaim(s->d))
+			continue;
+		/*
+		 * A budget of fewer experts than the layer needs: as the engine
+		 * does, what of this layer is resident runs and lets its slot go,
+		 * then misses land and run, then the rest may be evicted too.
+		 */
+		if (s->unpin_stage == 0 && unpin_layer(s, true))
+			continue;
+		if (!s->ce.queued && s->unpin_stage < 2 && unpin_layer(s, false))
 			continue;
 		if (!s->ce.queued)
 			return moem_errf(ENOSPC,
@@ -130,35 +126,70 @@ static int make_room(struct sim *s, uint64_t bytes)
 	}
 }
 
-int moem_sim_cache_setup(struct sim *s)
+/* Room for a speculative fetch: only what the driver gives up for it. */
+static int prefetch_room(struct sim *s, uint32_t key)
 {
+	for (;;) {
+		uint32_t v;
+
+		if (moem_tier_budget_try_reserve(&s->hbm, s->size))
+			return 0;
+		if (moem_driver_pick(s->d, key * 2, MOEM_PRIO_PREFETCH, resident, s, &v))
+			return -EAGAIN;
+		drop(s, v / 2);
+	}
+}
+
+/* ---- the driver's ops ------------------------------------------------------ */
+
+enum moem_res moem_sim_cache_state(void *arg, uint32_t key)
+{
+	const struct sim *s = arg;
+
+	return s->k[key].st == K_RES	  ? MOEM_RES_RESIDENT
+	       : s->k[key].st == K_FLIGHT ? MOEM_RES_FLIGHT
+					  : MOEM_RES_ABSENT;
+}
+
+int moem_sim_cache_fetch(void *arg, uint32_t key, enum moem_prio prio, uint64_t tpos)
+{
+	struct sim *s = arg;
+	struct sim_key *k = &s->k[key];
+	bool miss = prio == MOEM_PRIO_MISS;
+	uint32_t id;
 	int ret;
 
-	if (s->p->mode == MOEM_SIM_CACHE) {
-		struct moem_evict_cfg ec = s->p->evict;
-
-		ec.n_layers = s->L;
-		ec.n_experts = s->N;
-		ret = moem_evict_create(&ec, &s->ev);
-		if (ret)
-			return ret;
+	if (k->st != K_ABSENT)
+		return 0;
+	ret = miss ? make_room(s, key, s->size) : prefetch_room(s, key);
+	if (ret)
+		return ret;
+	id = moem_sim_ce_add(s, key, miss ? XK_DEMAND : XK_PREFETCH,
+			     miss ? PRIO_MISS : PRIO_PREFETCH, s->size,
+			     moem_sim_link_bpn(s, key, s->size));
+	if (id == SIM_NONE) {
+		moem_tier_budget_release(&s->hbm, s->size);
+		return -ENOMEM;
 	}
-	/* pred eviction ranks by the predictor even when nothing is prefetched */
-	if (s->p->prefetch || (s->ev && s->p->evict.kind == MOEM_EVICT_PRED)) {
-		struct moem_prefetch_cfg pc = s->p->pf;
-
-		pc.n_layers = s->L;
-		pc.n_experts = s->N;
-		pc.top_k = s->K;
-		pc.bw_bytes_per_ns = s->pcie_bpn;
-		pc.layer_ns = s->c->layer_ns;
-		pc.expert_bytes = s->size;
-		ret = moem_prefetch_create(&pc, &s->pf);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	s->ce.x[id].tpos = tpos;
+	k->st = K_FLIGHT;
+	k->xfer = id;
+	k->bytes = s->size;
+	moem_driver_inserted(s->d, key * 2);
+	return 1;
 }
+
+bool moem_sim_cache_cancel(void *arg, uint32_t key)
+{
+	struct sim *s = arg;
+
+	if (s->k[key].st != K_FLIGHT || !moem_sim_ce_cancel(s, s->k[key].xfer))
+		return false;
+	drop(s, key);
+	return true;
+}
+
+/* ---- the layer --------------------------------------------------------------- */
 
 void moem_sim_cache_done(struct sim *s, struct sim_xfer *x)
 {
@@ -166,10 +197,7 @@ void moem_sim_cache_done(struct sim *s, struct sim_xfer *x)
 
 	k->st = K_RES;
 	k->ready_ns = x->done_ns;
-	if (x->kind == XK_PREFETCH)
-		s->pf_outstanding--;
-	if (s->pf)
-		moem_prefetch_transfer(s->pf, x->bytes, x->done_ns - x->start_ns);
+	moem_driver_transfer(s->d, x->bytes, x->done_ns - x->start_ns);
 }
 
 /* When a pending expert lands (it may already have been delivered during a wait for room). */
@@ -193,88 +221,9 @@ static int cmp_done(const void *a, const void *b, void *arg)
 	return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
-/* Victim for a prefetch of probability q: only something worth less (pred), or low (lru2). */
-static int prefetch_room(struct sim *s, float q)
+static uint64_t expert_ns(const struct sim *s, uint32_t key)
 {
-	for (;;) {
-		uint32_t v;
-
-		if (moem_tier_budget_try_reserve(&s->hbm, s->size))
-			return 0;
-		if (moem_evict_victim_below(s->ev, s->pos, q, evictable, s, &v))
-			return -ENOSPC;
-		drop(s, v);
-	}
-}
-
-/*
- * As soon as the routing is known (before the misses): teach the
- * predictor and refresh this layer's pred scores, so the evictions the
- * misses cause already rank this layer's unused experts for its next run.
- */
-static void observe(struct sim *s)
-{
-	const uint32_t m = (uint32_t)(s->pos % s->L);
-	float *prob = s->prob;
-
-	if (moem_prefetch_observe(s->pf, s->pos, s->tokens, s->ids))
-		return;
-	if (s->p->evict.kind == MOEM_EVICT_PRED && !moem_prefetch_reuse(s->pf, m, prob))
-		for (uint32_t e = 0; e < s->N; e++)
-			moem_evict_score(s->ev, moem_key(m, e, s->N), prob[e]);
-}
-
-/* Plan and issue prefetches (after the misses, below them in priority). */
-static void prefetch(struct sim *s)
-{
-	uint32_t S, n, planned = 0, fetched = 0;
-	float refused = -1; /* no room was found for a prefetch this likely */
-
-	S = moem_prefetch_horizon(s->pf);
-	if (s->counted) {
-		s->s_sum += S;
-		s->s_n++;
-	}
-	moem_evict_set_horizon(s->ev, S);
-	n = moem_prefetch_plan(s->pf, s->pos, s->req, 4096);
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t key = moem_key(s->req[i].layer, s->req[i].expert, s->N), id;
-		struct sim_key *k = &s->k[key];
-
-		planned++;
-		moem_evict_predict(s->ev, key, s->req[i].pos);
-		if (k->st != K_ABSENT || s->pf_outstanding >= s->p->pf_queue)
-			continue;
-		/*
-		 * Nothing changes the candidates within one plan: if no victim was
-		 * found for a prefetch at least this likely, none will be now.
-		 */
-		if (s->req[i].prob <= refused)
-			continue;
-		if (prefetch_room(s, s->req[i].prob)) {
-			refused = s->p->evict.kind == MOEM_EVICT_PRED ? s->req[i].prob : INFINITY;
-			continue;
-		}
-		id = moem_sim_ce_add(s, key, XK_PREFETCH, PRIO_PREFETCH, s->size,
-				     moem_sim_link_bpn(s, key, s->size));
-		if (id == SIM_NONE) {
-			moem_tier_budget_release(&s->hbm, s->size);
-			continue;
-		}
-		s->ce.x[id].tpos = s->req[i].pos;
-		k->st = K_FLIGHT;
-		k->xfer = id;
-		k->bytes = s->size;
-		k->pf = 1;
-		moem_evict_score(s->ev, key, s->req[i].prob);
-		moem_evict_insert(s->ev, key, s->pos);
-		moem_evict_predict(s->ev, key, s->req[i].pos);
-		s->pf_outstanding++;
-		fetched++;
-		if (s->counted)
-			s->r->pf_issued++;
-	}
-	moem_prefetch_issued(s->pf, planned, fetched);
+	return moem_cost_gpu_ns(&s->c->cost, s->size, s->tok[key % s->N]);
 }
 
 int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
@@ -284,60 +233,35 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	int ret;
 
 	s->npend = 0;
+	s->unpin_stage = 0;
+	s->layer_T = T;
 	memset(s->res, 0, s->N); /* experts that hit, for the execution order */
-	if (s->pf_outstanding)
-		cancel_stale_prefetches(s);
-	if (s->pf)
-		observe(s);
 	for (uint32_t i = 0; i < T; i++) {
 		uint32_t key = s->keys[i];
 		struct sim_key *k = &s->k[key];
+		enum moem_res was = moem_sim_cache_state(s, key);
 
-		sum += moem_sim_expert_ns(s, s->size, s->tok[key % s->N]);
+		sum += expert_ns(s, key);
 		if (oracle)
 			k->next_use = s->next_use[s->nu_i++];
-		if (k->st == K_RES) {
+		if (was == MOEM_RES_RESIDENT) {
 			s->res[key % s->N] = 1;
 			if (s->counted)
 				s->r->hits++;
-			if (k->pf) {
-				if (s->counted)
-					s->r->pf_used++;
-				/* landed more than a layer's compute before its use */
-				if (s->pf && k->ready_ns + s->c->layer_ns < t_r)
-					moem_prefetch_early(s->pf);
-				k->pf = 0;
-			}
-		} else if (k->st == K_FLIGHT) {
+		} else if (was == MOEM_RES_FLIGHT) {
+			s->step_bytes += s->size;
 			if (s->counted)
 				s->r->late++;
 			moem_sim_ce_boost(s, k->xfer);
-			if (k->pf) {
-				if (s->counted)
-					s->r->pf_used++;
-				moem_prefetch_stall(s->pf);
-				k->pf = 0;
-			}
 			s->pend[s->npend++] = key;
 		} else {
-			uint32_t id;
-
-			ret = make_room(s, s->size);
-			if (ret)
+			ret = moem_sim_cache_fetch(s, key, MOEM_PRIO_MISS, s->pos);
+			if (ret < 0)
 				return ret;
-			id = moem_sim_ce_add(s, key, XK_DEMAND, PRIO_MISS, s->size,
-					     moem_sim_link_bpn(s, key, s->size));
-			if (id == SIM_NONE)
-				return -ENOMEM;
-			k->st = K_FLIGHT;
-			k->xfer = id;
-			k->bytes = s->size;
-			if (s->ev)
-				moem_evict_insert(s->ev, key, s->pos);
+			s->step_bytes += s->size;
 			s->pend[s->npend++] = key;
 		}
-		if (s->ev)
-			moem_evict_access(s->ev, key, s->pos);
+		moem_driver_used(s->d, key, was, k->ready_ns + s->c->cost.layer_ns < t_r);
 	}
 	/* When does each pending expert land? (misses outrank everything else) */
 	for (uint32_t i = 0; i < s->npend; i++)
@@ -353,12 +277,11 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 		cur = t_r;
 		for (uint32_t i = 0; i < T; i++)
 			if (s->res[s->keys[i] % s->N])
-				cur += moem_sim_expert_ns(s, s->size, s->tok[s->keys[i] % s->N]);
+				cur += expert_ns(s, s->keys[i]);
 		for (uint32_t i = 0; i < s->npend; i++) {
 			uint64_t d = pend_done(s, s->pend[i]);
 
-			cur = (d > cur ? d : cur) +
-			      moem_sim_expert_ns(s, s->size, s->tok[s->pend[i] % s->N]);
+			cur = (d > cur ? d : cur) + expert_ns(s, s->pend[i]);
 		}
 	} else {
 		cur = latest + sum;
@@ -366,18 +289,16 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	/* a wait for room (make_room) is stall too: it started the misses late */
 	if (cur < s->now + sum)
 		cur = s->now + sum;
-	layer_comp = s->c->layer_ns + sum;
+	layer_comp = s->c->cost.layer_ns + sum;
+	s->tau_comp += (double)layer_comp;
 	if (s->counted) {
 		s->r->stall_ns += cur - t_r - sum;
 		s->r->compute_ns += layer_comp;
 	}
-	if (s->pf) {
-		moem_prefetch_layer_time(s->pf, layer_comp);
-		if (s->p->prefetch)
-			prefetch(s);
-	}
+	moem_driver_layer_time(s->d, layer_comp);
+	ret = moem_driver_lookahead(s->d);
 	*end = cur;
-	return 0;
+	return ret;
 }
 
 int moem_sim_oracle_prepass(struct sim *s, const char *trace)

@@ -1,11 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
-/* Simulator internals shared by the files of runtime/placement/sim (sim.h is the interface). */
+/*
+ * Simulator internals shared by the files of runtime/placement/sim (sim.h
+ * is the interface): sim.c reads the trace and plays the per-layer
+ * sequence of driver.h; ce.c is the modelled copy engine; sim_cache.c the
+ * HBM expert cache (and the Belady oracle); sim_modes.c DynaExq's
+ * versions and FluxMoE's window. What to do is the driver's; this is how
+ * bytes move and how long it takes.
+ */
 #ifndef MOEM_SIM_INT_H
 #define MOEM_SIM_INT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <moem/driver.h>
 #include <moem/policy.h>
 #include <moem/rng.h>
 #include <moem/sim.h>
@@ -22,13 +30,13 @@ enum { K_ABSENT = 0, K_FLIGHT = 1, K_RES = 2 };
 struct sim_xfer {
 	uint32_t key;
 	uint8_t prio, kind, state;
+	uint8_t pi; /* promotions and demotions: the version it brings */
 	uint64_t bytes, left;
 	uint64_t issue_ns, start_ns, done_ns;
-	double bpn;		  /* bytes per ns for this transfer */
-	uint32_t prev, next;	  /* queue links (or free list) */
-	struct moem_dx_action dx; /* promotions and demotions */
-	uint64_t tpos;		  /* prefetch: the tick it was predicted for */
-	bool counted;		  /* issued in a counted step */
+	double bpn;	     /* bytes per ns for this transfer */
+	uint32_t prev, next; /* queue links (or free list) */
+	uint64_t tpos;	     /* prefetch: the tick it was predicted for */
+	bool counted;	     /* issued in a counted step */
 };
 
 /* One copy engine: three FIFO queues by priority, pieces, a completion heap. */
@@ -45,7 +53,6 @@ struct sim_ce {
 struct sim_key {
 	uint8_t st;
 	uint8_t prec;
-	uint8_t pf; /* brought by a prefetch, not used yet */
 	uint32_t xfer;
 	uint64_t ready_ns;
 	uint64_t bytes;	   /* HBM bytes reserved for it */
@@ -61,33 +68,30 @@ struct sim {
 	uint64_t size; /* expert bytes in the served precision */
 	struct moem_route_policy rp;
 	struct moem_route_cfg rc;
-	struct moem_evict *ev, *dram_lru;
-	struct moem_prefetch *pf;
-	struct moem_dynaexq *dx;
-	struct moem_paging *pg;
-	struct moem_hot *hot;
+	struct moem_driver *d;
+	struct moem_evict *dram_lru;
 	struct moem_tier_budget hbm, dram;
 	struct sim_key *k; /* [L * N] */
 	uint8_t *in_dram;  /* [L * N] */
-	uint64_t *pin;	   /* [L * N]: tick + 1 while in use */
 	struct sim_ce ce;
 	struct moem_rng rng;
-	double pcie_bpn, nvme_bpn, hbm_bpn;
 	uint64_t now, pos;
 	uint32_t tokens; /* of the current record */
 	bool counted;
 	uint64_t count_start_ns, counted_steps, last_step;
 	bool any_step;
+	struct moem_driver_stats st0; /* the driver's counters when counting began */
 	/* per layer scratch */
 	int32_t *ids;
 	float *w;
 	uint32_t *cnt;
 	uint8_t *act, *res;
-	uint32_t *tok, *order;
-	float *prob; /* [N] scratch */
+	uint32_t *tok;
 	uint32_t *pend, npend;
+	uint32_t layer_T, unpin_stage; /* a budget below a layer's needs (make_room) */
 	uint32_t *keys;
-	struct moem_prefetch_req *req;
+	float *pgprob;	   /* [N] a pre-gate's activation probabilities */
+	uint32_t pg_depth; /* pre-gate layers the policy reads from the trace */
 	/* accesses, for the Belady bound (and the oracle's next uses) */
 	struct moem_access_log log;
 	uint64_t count_from; /* first counted tick index in log */
@@ -95,17 +99,10 @@ struct sim {
 	uint64_t nu_i;
 	/* dynaexq */
 	enum moem_prec dx_hi, dx_lo;
-	/* fluxmoe */
-	uint8_t *resident;     /* [L * N] member of the resident set */
-	uint64_t *window_done; /* [L]: when the layer's window loads land */
-	uint32_t *window_last; /* [L]: last transfer of the layer's loads */
-	uint32_t *window_left; /* [L]: loads not yet delivered */
-	uint64_t window_bytes;
-	double tau_comp; /* this step's compute */
-	/* counters */
-	uint64_t s_sum, s_n;
 	uint64_t hi_uses;
-	uint32_t pf_outstanding;
+	/* fluxmoe */
+	uint64_t step_bytes; /* this step's misses' bytes (streamed on demand) */
+	double tau_comp;     /* this step's compute */
 };
 
 /* ce.c */
@@ -129,22 +126,26 @@ uint64_t moem_sim_ce_next_done(struct sim *s);
 void moem_sim_on_done(struct sim *s, struct sim_xfer *x);
 void moem_sim_advance(struct sim *s, uint64_t t);
 double moem_sim_link_bpn(struct sim *s, uint32_t key, uint64_t bytes);
-uint64_t moem_sim_expert_ns(const struct sim *s, uint64_t bytes, uint32_t tokens);
 
-/* sim_cache.c: eviction policies (+ prefetch) and the oracle */
-int moem_sim_cache_setup(struct sim *s);
+/* sim_cache.c: the HBM expert cache (+ prefetch) and the Belady oracle */
+/* The driver's ops (driver.h) on the simulated cache. */
+enum moem_res moem_sim_cache_state(void *arg, uint32_t key);
+int moem_sim_cache_fetch(void *arg, uint32_t key, enum moem_prio prio, uint64_t tpos);
+bool moem_sim_cache_cancel(void *arg, uint32_t key);
 int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end);
 void moem_sim_cache_done(struct sim *s, struct sim_xfer *x);
 int moem_sim_oracle_prepass(struct sim *s, const char *trace);
 
 /* sim_modes.c: DynaExq and FluxMoE */
-int moem_sim_dynaexq_setup(struct sim *s);
+/* The driver's ops for DynaExq's versions and FluxMoE's resident set. */
+int moem_sim_dynaexq_transition(void *arg, uint32_t key, uint32_t pi);
+int moem_sim_dynaexq_published(void *arg, uint32_t key);
+int moem_sim_fluxmoe_keep(void *arg, uint32_t key, bool keep);
+int moem_sim_dynaexq_setup(struct sim *s, struct moem_driver_cfg *dc);
+int moem_sim_dynaexq_stage(struct sim *s);
 int moem_sim_dynaexq_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end);
 void moem_sim_dynaexq_done(struct sim *s, struct sim_xfer *x);
-int moem_sim_fluxmoe_setup(struct sim *s);
+int moem_sim_fluxmoe_setup(struct sim *s, struct moem_driver_cfg *dc, uint32_t max_tokens);
 void moem_sim_fluxmoe_step(struct sim *s);
-int moem_sim_fluxmoe_begin(struct sim *s, uint32_t layer);
-void moem_sim_fluxmoe_done(struct sim *s, struct sim_xfer *x);
-int moem_sim_fluxmoe_layer(struct sim *s, uint64_t t0, uint64_t t_r, uint32_t T, uint64_t *end);
 
 #endif /* MOEM_SIM_INT_H */

@@ -34,7 +34,7 @@ static const struct preset presets[] = {
 	{"oea", MOEM_SIM_CACHE, "oea", "pred", "adaptive", true, 0.3},
 	{"piggyback", MOEM_SIM_CACHE, "piggyback", "pred", "adaptive", true, 0.3},
 	{"dynaexq", MOEM_SIM_DYNAEXQ, "none", "lru", "none", false},
-	{"fluxmoe", MOEM_SIM_FLUXMOE, "none", "lru", "none", false},
+	{"fluxmoe", MOEM_SIM_FLUXMOE, "cache-aware", "pred", "none", true},
 };
 
 const char *const *moem_sim_policy_all(bool logits, uint32_t *n)
@@ -140,7 +140,8 @@ static int cache_parts(struct moem_spec *sp, const struct preset *ps, struct moe
 	if (ret)
 		return ret;
 	p->pf_queue = 64;
-	return moem_spec_u32(sp, "queue", 1, 4096, &p->pf_queue);
+	return moem_spec_u32(sp, "queue", 1, 4096, &p->pf_queue)
+		       ?: moem_spec_bool(sp, "pregate", &p->pregate);
 }
 
 int moem_sim_policy_parse(const char *spec, struct moem_sim_policy *p)
@@ -170,6 +171,7 @@ int moem_sim_policy_parse(const char *spec, struct moem_sim_policy *p)
 				 sp.name);
 	snprintf(p->label, sizeof(p->label), "%s", spec);
 	p->mode = ps->mode;
+	p->pregate = true;
 	moem_prefetch_default(&p->pf, 1, 2, 1);
 	moem_dynaexq_default(&p->dx, 1, 1);
 	moem_paging_default(&p->pg, 1, 1);
@@ -187,11 +189,13 @@ int moem_sim_policy_parse(const char *spec, struct moem_sim_policy *p)
 		strcpy(p->route, "none");
 		break;
 	case MOEM_SIM_FLUXMOE:
+		/* the cache the resident set and the window leave: route, eviction */
+		ret = cache_parts(&sp, ps, p);
 		strcpy(sub, "fluxmoe");
-		ret = fwd_all(&sp, fkeys, NULL, sub, sizeof(sub));
+		if (!ret)
+			ret = fwd_all(&sp, fkeys, NULL, sub, sizeof(sub));
 		if (!ret)
 			ret = moem_paging_parse(sub, &p->pg, &p->pg_initial_given);
-		strcpy(p->route, "none");
 		break;
 	}
 	if (ret)

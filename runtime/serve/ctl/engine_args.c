@@ -9,6 +9,7 @@
 #include <moem/backend.h>
 #include <moem/engine_args.h>
 #include <moem/error.h>
+#include <moem/trace.h>
 #include <moem/util.h>
 
 /* One setting per line: adding one is a one-line change. */
@@ -37,6 +38,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"trace-out", false, MOEM_ARG_ENGINE},
 	{"trace-logits", true, MOEM_ARG_ENGINE},
 	{"hotness", false, MOEM_ARG_ENGINE},
+	{"pregate", false, MOEM_ARG_ENGINE},
 	{"hbm-mode", false, MOEM_ARG_ENGINE},
 	{"mem-reserve", false, MOEM_ARG_ENGINE},
 	{"require-pinned", true, MOEM_ARG_ENGINE},
@@ -257,6 +259,12 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 		return set_str(&a->o.trace_out, v);
 	if (!strcmp(name, "hotness"))
 		return set_str(&a->o.hotness, v);
+	if (!strcmp(name, "pregate")) {
+		ret = parse_u64(name, v, 0, MOEM_TRACE_MAX_PREGATE, &x);
+		if (!ret)
+			a->o.pregate = x ? (int32_t)x : -1;
+		return ret;
+	}
 	if (!strcmp(name, "hbm-mode")) {
 		if (strcmp(v, "vmm") && strcmp(v, "uvm"))
 			return moem_errf(EINVAL, "hbm-mode '%s': want vmm or uvm", v);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-only
-/* NVMe -> DRAM staging of pack blobs through the loader (tiers.h). */
+/* NVMe -> DRAM staging of pack blobs through the loader: the tiers' stager (engine_int.h). */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -7,6 +7,8 @@
 #include <moem/loader.h>
 #include <moem/pack.h>
 #include <moem/tiers.h>
+
+#include "engine_int.h"
 
 struct pack_stager {
 	struct moem_stager s;
@@ -65,9 +67,9 @@ static int stage_read(struct moem_stager *s, uint32_t layer, uint32_t expert, ui
 	return ret;
 }
 
-int moem_pack_stager_create(struct moem_pack *pack, struct moem_loader *ld, uint32_t file_idx,
-			    enum moem_prec hi, enum moem_prec lo, bool verify,
-			    struct moem_stager **out)
+int moem_eng_stager_create(struct moem_pack *pack, struct moem_loader *ld, uint32_t file_idx,
+			   enum moem_prec hi, enum moem_prec lo, bool verify,
+			   struct moem_stager **out)
 {
 	const struct moem_model_config *c = moem_pack_config(pack);
 	struct pack_stager *ps = calloc(1, sizeof(*ps));
@@ -93,7 +95,7 @@ int moem_pack_stager_create(struct moem_pack *pack, struct moem_loader *ld, uint
 	return 0;
 }
 
-void moem_pack_stager_destroy(struct moem_stager *s)
+void moem_eng_stager_destroy(struct moem_stager *s)
 {
 	struct pack_stager *ps = (struct pack_stager *)s;
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The CUDA tier device (tierdev.h): the HBM arena on CUDA virtual memory
+ * The CUDA tier device (tierdev.h, created by moem_tierdev_cuda_create()): the HBM arena on CUDA virtual memory
  * management and the copy engine on a dedicated stream.
  *
  *  - reserve: one cuMemAddressReserve for the largest budget;
@@ -26,7 +26,6 @@
 #include <moem/cuda_api.h>
 #include <moem/error.h>
 #include <moem/tierdev.h>
-#include <moem/tiers.h>
 #include <moem/util.h>
 
 #define RING	  512

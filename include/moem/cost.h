@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The placement layer's one cost model (DESIGN.md, "One cost model"): how
+ * long it takes to move an expert's bytes between the tiers and to run it.
+ * Everything that weighs time reads it: the prefetch horizon, FluxMoE's
+ * rho controller, inclusive or exclusive DRAM, the smallest budget a
+ * policy can run in, and - when hybrid CPU/GPU execution lands
+ * (ALGORITHMS.md sec. 7, issue 15) - where an expert runs. The simulator
+ * takes all of its time from it; the engine fills it from what it
+ * measures (link bandwidth from the transfer engine, layer time from its
+ * own clock) and starts from the defaults.
+ *
+ * Units: bandwidths in GB/s (10^9 bytes/s, which is bytes per ns), times
+ * in ns. Defaults: an H100-class GPU on PCIe 4.0 x16 and an NVMe drive.
+ */
+#ifndef MOEM_COST_H
+#define MOEM_COST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct moem_cost {
+	double link_gbps;  /* host -> device copies (25) */
+	double d2h_gbps;   /* device -> host copies, write-back to DRAM (0: link_gbps) */
+	double nvme_gbps;  /* NVMe -> DRAM reads (7) */
+	double hbm_gbps;   /* the GPU reading expert weights (3000) */
+	uint64_t layer_ns; /* fixed work per MoE layer outside the experts (20000) */
+	uint64_t token_ns; /* GPU work per (token, expert) pair beyond the weights (20) */
+	/* The CPU side (hybrid execution); 0 = not measured: never on the CPU. */
+	double cpu_gbps;       /* the CPU reading weights from pinned DRAM */
+	uint64_t cpu_token_ns; /* CPU work per (token, expert) pair */
+};
+
+/* The defaults above. */
+void moem_cost_default(struct moem_cost *c);
+/* Range checks with a message naming the field. */
+int moem_cost_check(const struct moem_cost *c);
+
+/*
+ * Bandwidth of a host -> device copy in bytes/ns: the link, or for a
+ * version that is not in DRAM a read from NVMe through a pipelined bounce
+ * buffer, min(link, NVMe).
+ */
+double moem_cost_h2d_bpn(const struct moem_cost *c, bool from_nvme);
+/* ns to bring bytes into HBM (from DRAM, or from NVMe through DRAM). */
+uint64_t moem_cost_load_ns(const struct moem_cost *c, uint64_t bytes, bool from_nvme);
+/* ns of one expert on the GPU: read its bytes once, tokens (token, expert) pairs. */
+uint64_t moem_cost_gpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens);
+
+/*
+ * Where an expert version lives once it leaves HBM. Inclusive: DRAM keeps
+ * its own copy of what is in HBM, so an eviction costs nothing now and a
+ * later use reads DRAM (or NVMe if DRAM dropped it). Exclusive: DRAM
+ * holds what HBM does not, so HBM + DRAM together cover more experts, and
+ * an expert evicted from HBM is written back to DRAM (device -> host)
+ * instead of being read from NVMe again later. Exclusive pays when the
+ * model does not fit in DRAM (else DRAM holds everything anyway) and a
+ * write-back is cheaper than the NVMe read it saves.
+ */
+bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, uint64_t dram_bytes);
+
+/*
+ * Hybrid CPU/GPU execution (ALGORITHMS.md sec. 7). Where one expert of a
+ * layer runs this step: t_cpu = max(bytes / cpu_gbps, tokens *
+ * cpu_token_ns); t_gpu = (resident ? 0 : load) + gpu time; the CPU when
+ * t_cpu < t_gpu - keep_ns, keep_ns being the value of having the expert
+ * resident for its predicted next uses. Until the CPU executor exists
+ * (issue 15) cpu_gbps is 0 and every expert runs on the GPU: this is the
+ * decision slot that work fills in.
+ */
+enum moem_exec {
+	MOEM_EXEC_GPU = 0,
+	MOEM_EXEC_CPU = 1,
+};
+
+enum moem_exec moem_cost_exec(const struct moem_cost *c, uint64_t bytes, uint32_t tokens,
+			      bool resident, bool in_dram, uint64_t keep_ns);
+
+#endif /* MOEM_COST_H */

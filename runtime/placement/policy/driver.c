@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The policy driver (driver.h): life cycle, the evictor the owner asks
+ * for victims, and the per-layer routing and use events.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/error.h>
+
+#include "driver_int.h"
+
+static void drv_lock(struct moem_driver *d)
+{
+	pthread_mutex_lock(&d->lock);
+}
+
+static void drv_unlock(struct moem_driver *d)
+{
+	pthread_mutex_unlock(&d->lock);
+}
+
+#define DUEL_EMA    (1.0 / 2048) /* over about two thousand accesses */
+#define DUEL_MARGIN 0.002
+
+static int duel_create(struct moem_driver *d, const struct moem_evict_cfg *ec)
+{
+	struct moem_evict_cfg lc = *ec;
+	int ret;
+
+	lc.kind = MOEM_EVICT_LRU;
+	ret = moem_evict_create(ec, &d->sh[0]);
+	if (!ret)
+		ret = moem_evict_create(&lc, &d->sh[1]);
+	for (int i = 0; i < 2 && !ret; i++) {
+		d->sh_in[i] = calloc((size_t)d->L * d->N * 2, 1);
+		if (!d->sh_in[i])
+			ret = -ENOMEM;
+	}
+	d->slots = d->c.hbm_slots;
+	return ret;
+}
+
+static bool sh_ok(void *arg, uint32_t vid)
+{
+	const struct moem_driver *d = arg;
+
+	return d->pin[vid / 2] != d->pos + 1;
+}
+
+/* A demand access replayed on both shadows (lock held). */
+static void duel_access(struct moem_driver *d, uint32_t vid)
+{
+	for (int i = 0; i < 2 && d->sh[0]; i++) {
+		struct moem_evict *ev = d->sh[i];
+		bool hit = d->sh_in[i][vid];
+		uint32_t v;
+
+		d->sh_hit[i] += DUEL_EMA * ((hit ? 1.0 : 0.0) - d->sh_hit[i]);
+		if (!hit) {
+			while (d->sh_n[i] >= d->slots && d->sh_n[i] &&
+			       !moem_evict_victim(ev, d->pos, 0, sh_ok, d, &v)) {
+				moem_evict_remove(ev, v);
+				d->sh_in[i][v] = 0;
+				d->sh_n[i]--;
+			}
+			moem_evict_insert(ev, vid, d->pos);
+			d->sh_in[i][vid] = 1;
+			d->sh_n[i]++;
+		}
+		moem_evict_access(ev, vid, d->pos);
+	}
+	if (d->sh[0])
+		d->follow_lru = d->sh_hit[1] > d->sh_hit[0] + DUEL_MARGIN;
+}
+
+void moem_drv_set_score(struct moem_driver *d, uint32_t vid, float score)
+{
+	moem_evict_score(d->ev, vid, score);
+	if (d->sh[0])
+		moem_evict_score(d->sh[0], vid, score);
+}
+
+void moem_driver_set_slots(struct moem_driver *d, uint64_t slots)
+{
+	drv_lock(d);
+	d->slots = slots;
+	drv_unlock(d);
+}
+
+int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver_ops *ops,
+		       void *arg, struct moem_driver **out)
+{
+	const size_t LN = (size_t)c->n_layers * c->n_experts;
+	struct moem_evict_cfg ec = c->evict;
+	struct moem_driver *d;
+	int ret;
+
+	if (!c->n_layers || !c->n_experts || !c->top_k || c->n_experts > 1024)
+		return moem_errf(EINVAL, "driver: shape %u x %u, top-%u out of range", c->n_layers,
+				 c->n_experts, c->top_k);
+	if (!ops || !ops->state || !ops->fetch || !ops->cancel)
+		return moem_errf(EINVAL, "driver: the owner's ops are missing");
+	if ((c->dynaexq && (!ops->transition || !ops->published)) || (c->paging && !ops->keep))
+		return moem_errf(EINVAL, "driver: the owner cannot run this policy");
+	ret = moem_cost_check(&c->cost);
+	if (ret)
+		return ret;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->c = *c;
+	d->ops = ops;
+	d->arg = arg;
+	d->L = c->n_layers;
+	d->N = c->n_experts;
+	d->K = c->top_k;
+	d->depth = UINT32_MAX;
+	pthread_mutex_init(&d->lock, NULL);
+	d->plan = calloc(LN, 1);
+	d->pin = calloc(LN, sizeof(*d->pin));
+	d->brought = calloc(LN, 1);
+	d->fl_seq = calloc(LN, sizeof(*d->fl_seq));
+	d->fl_tpos = calloc(LN, sizeof(*d->fl_tpos));
+	d->fl_used = calloc(LN, 1);
+	d->req = malloc(4096 * sizeof(*d->req));
+	d->prob = malloc(d->N * sizeof(*d->prob));
+	if (!d->plan || !d->pin || !d->brought || !d->fl_seq || !d->fl_tpos || !d->fl_used ||
+	    !d->req || !d->prob) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	ec.n_layers = d->L;
+	ec.n_experts = 2 * d->N; /* version ids */
+	ret = moem_evict_create(&ec, &d->ev);
+	if (ret)
+		goto err;
+	if (c->predictor || c->prefetch || c->paging) {
+		struct moem_prefetch_cfg pc = c->pf;
+
+		pc.n_layers = d->L;
+		pc.n_experts = d->N;
+		pc.top_k = d->K;
+		pc.bw_bytes_per_ns = c->cost.link_gbps;
+		pc.layer_ns = c->cost.layer_ns;
+		pc.expert_bytes = c->expert_bytes;
+		ret = moem_prefetch_create(&pc, &d->pf);
+		if (ret)
+			goto err;
+	}
+	ret = moem_drv_modes_create(d);
+	if (!ret && c->hbm_slots && ec.kind != MOEM_EVICT_LRU)
+		ret = duel_create(d, &ec);
+	if (ret)
+		goto err;
+	*out = d;
+	return 0;
+err:
+	moem_driver_destroy(d);
+	return ret;
+}
+
+void moem_driver_destroy(struct moem_driver *d)
+{
+	if (!d)
+		return;
+	moem_drv_modes_destroy(d);
+	moem_evict_destroy(d->ev);
+	for (int i = 0; i < 2; i++) {
+		moem_evict_destroy(d->sh[i]);
+		free(d->sh_in[i]);
+	}
+	moem_prefetch_destroy(d->pf);
+	moem_drv_flight_free(d);
+	free(d->plan);
+	free(d->pin);
+	free(d->brought);
+	free(d->fl_seq);
+	free(d->fl_tpos);
+	free(d->fl_used);
+	free(d->req);
+	free(d->prob);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+/* ---- the evictor ---------------------------------------------------------- */
+
+/* Never the current layer's experts, nor FluxMoE's resident set; then the owner's say. */
+static bool drv_ok(void *arg, uint32_t vid)
+{
+	struct moem_driver *d = arg;
+	uint32_t key = vid / 2;
+
+	if (d->pin[key] == d->pos + 1)
+		return false;
+	if (d->resident && d->resident[key] && vid == moem_drv_vid(d, key))
+		return false;
+	return d->ok(d->ok_arg, vid);
+}
+
+int moem_driver_pick(struct moem_driver *d, uint32_t incoming, enum moem_prio prio,
+		     bool (*ok)(void *arg, uint32_t vid), void *arg, uint32_t *vid)
+{
+	int ret;
+
+	drv_lock(d);
+	d->ok = ok;
+	d->ok_arg = arg;
+	if (prio == MOEM_PRIO_MISS || incoming >= 2 * d->L * d->N)
+		ret = moem_evict_victim(d->ev, d->pos, d->follow_lru ? MOEM_EVICT_RECENCY : 0,
+					drv_ok, d, vid);
+	else if (d->c.evict.kind == MOEM_EVICT_PRED)
+		/* never evict something worth more than what comes in */
+		ret = moem_evict_victim_below(d->ev, d->pos, moem_evict_get_score(d->ev, incoming),
+					      drv_ok, d, vid);
+	else
+		ret = moem_evict_victim(d->ev, d->pos, MOEM_EVICT_LOW_ONLY, drv_ok, d, vid);
+	drv_unlock(d);
+	return ret;
+}
+
+void moem_driver_inserted(struct moem_driver *d, uint32_t vid)
+{
+	drv_lock(d);
+	moem_evict_insert(d->ev, vid, d->pos);
+	drv_unlock(d);
+}
+
+void moem_driver_removed(struct moem_driver *d, uint32_t vid)
+{
+	uint32_t key = vid / 2;
+
+	drv_lock(d);
+	if (vid == moem_drv_vid(d, key)) {
+		if (d->brought[key])
+			d->st.pf_wasted++; /* brought by a prefetch, gone unused */
+		d->brought[key] = 0;
+		moem_drv_flight_drop(d, key);
+	}
+	moem_evict_remove(d->ev, vid);
+	drv_unlock(d);
+}
+
+/* ---- pred's scores: an online Belady ----------------------------------------- */
+
+/*
+ * Belady MIN evicts the expert whose next use is farthest. pred estimates
+ * that time: an expert of layer l is used at the layer's next run (tick
+ * next) with the predictor's probability q (pre-gate, persistence,
+ * cross-layer chain, frequency), so its next use is expected at
+ * next + L (1 - q) / q ticks. The score is minus that (lowest evicted
+ * first), relative to a base the driver moves forward now and then so
+ * that floats keep their precision. (Ranking by q alone ignores when the
+ * layer runs next: the pre-gate would then push out the next layers'
+ * unpredicted experts ahead of experts needed later than them.)
+ */
+#define SCORE_REBASE (1u << 20)
+
+static uint64_t next_run(const struct moem_driver *d, uint32_t l)
+{
+	uint64_t t = d->pos - d->pos % d->L + l;
+
+	return t <= d->pos ? t + d->L : t;
+}
+
+static float score_of(const struct moem_driver *d, uint64_t next, float q)
+{
+	double qq = q > 1e-4f ? q : 1e-4f;
+
+	return (float)-((double)(next - d->score_base) + (double)d->L * (1 - qq) / qq);
+}
+
+/* Score layer l's experts (lock held; -errno while the predictor does not know the layer). */
+int moem_drv_score_layer(struct moem_driver *d, uint32_t l)
+{
+	uint64_t next = next_run(d, l);
+	int ret;
+
+	if (d->pos - d->score_base > SCORE_REBASE) {
+		moem_evict_rebase(d->ev, (float)(d->pos - d->score_base));
+		if (d->sh[0])
+			moem_evict_rebase(d->sh[0], (float)(d->pos - d->score_base));
+		d->score_base = d->pos;
+	}
+	ret = moem_prefetch_reuse(d->pf, l, d->prob);
+	for (uint32_t e = 0; !ret && e < d->N; e++)
+		moem_drv_set_score(d, moem_drv_vid(d, l * d->N + e), score_of(d, next, d->prob[e]));
+	return ret;
+}
+
+/* The score of an expert a prefetch brings for tick tpos with probability q. */
+float moem_drv_score_incoming(struct moem_driver *d, uint64_t tpos, float q)
+{
+	return score_of(d, tpos, q);
+}
+
+/* ---- per layer ------------------------------------------------------------- */
+
+int moem_driver_routed(struct moem_driver *d, uint64_t pos, uint32_t tokens, const int32_t *ids,
+		       const uint32_t *keys, uint32_t T)
+{
+	const uint32_t m = (uint32_t)(pos % d->L);
+	int ret = 0;
+
+	drv_lock(d);
+	d->pos = pos;
+	d->layer_misses = 0;
+	d->ids = ids;
+	d->tokens = tokens;
+	for (uint32_t i = 0; i < T; i++)
+		d->pin[keys[i]] = pos + 1;
+	drv_unlock(d);
+	if (d->live_fl)
+		moem_drv_cancel_stale(d);
+	drv_lock(d);
+	/*
+	 * As soon as the routing is known (before the misses): teach the
+	 * predictor and refresh this layer's pred scores, so the evictions the
+	 * misses cause already rank this layer's unused experts for its next run.
+	 */
+	if (d->pf && !moem_prefetch_observe(d->pf, pos, tokens, ids) &&
+	    d->c.evict.kind == MOEM_EVICT_PRED)
+		moem_drv_score_layer(d, m);
+	drv_unlock(d);
+	if (d->dx)
+		moem_drv_dx_poll(d);
+	return ret;
+}
+
+void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float *prob)
+{
+	const uint32_t l = (uint32_t)(target_pos % d->L);
+
+	drv_lock(d);
+	if (d->pf && target_pos > d->pos) {
+		moem_prefetch_pregate(d->pf, target_pos, prob);
+		/* the layer's experts are ranked for their next run, now with the pre-gate */
+		if (d->c.evict.kind == MOEM_EVICT_PRED)
+			moem_drv_score_layer(d, l);
+	}
+	drv_unlock(d);
+}
+
+void moem_driver_used(struct moem_driver *d, uint32_t key, enum moem_res state, bool early)
+{
+	drv_lock(d);
+	if (state == MOEM_RES_RESIDENT && d->brought[key]) {
+		d->st.pf_used++;
+		/* landed more than a layer's compute before its use */
+		if (d->pf && early)
+			moem_prefetch_early(d->pf);
+		d->brought[key] = 0;
+	} else if (state == MOEM_RES_FLIGHT) {
+		if (d->brought[key]) {
+			d->st.pf_used++;
+			moem_prefetch_stall(d->pf); /* issued too late */
+			d->brought[key] = 0;
+		}
+		if (d->fl_seq[key])
+			d->fl_used[key] = 1; /* needed now: no longer speculative */
+	}
+	d->layer_misses += state != MOEM_RES_RESIDENT;
+	moem_evict_access(d->ev, moem_drv_vid(d, key), d->pos);
+	duel_access(d, moem_drv_vid(d, key));
+	drv_unlock(d);
+}
+
+void moem_driver_unpin(struct moem_driver *d, uint32_t key)
+{
+	drv_lock(d);
+	d->pin[key] = 0;
+	drv_unlock(d);
+}
+
+void moem_driver_layer_time(struct moem_driver *d, uint64_t ns)
+{
+	drv_lock(d);
+	if (d->pf)
+		moem_prefetch_layer_time(d->pf, ns);
+	drv_unlock(d);
+}
+
+void moem_driver_transfer(struct moem_driver *d, uint64_t bytes, uint64_t ns)
+{
+	drv_lock(d);
+	if (d->pf)
+		moem_prefetch_transfer(d->pf, bytes, ns);
+	drv_unlock(d);
+}
+
+int moem_driver_layer_end(struct moem_driver *d, uint64_t now_ns)
+{
+	return moem_drv_modes_layer_end(d, now_ns);
+}
+
+/* ---- queries and settings ---------------------------------------------------- */
+
+void moem_driver_get_stats(const struct moem_driver *d, struct moem_driver_stats *s)
+{
+	struct moem_driver *w = (struct moem_driver *)d;
+
+	drv_lock(w);
+	*s = d->st;
+	drv_unlock(w);
+}
+
+uint32_t moem_driver_horizon(struct moem_driver *d)
+{
+	uint32_t S;
+
+	drv_lock(d);
+	S = d->pf && d->c.prefetch ? moem_prefetch_horizon(d->pf) : 0;
+	drv_unlock(d);
+	return S;
+}
+
+void moem_driver_set_depth(struct moem_driver *d, uint32_t depth)
+{
+	drv_lock(d);
+	d->depth = depth;
+	drv_unlock(d);
+}
+
+const struct moem_cost *moem_driver_cost(const struct moem_driver *d)
+{
+	return &d->c.cost;
+}

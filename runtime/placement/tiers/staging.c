@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The DRAM staging area (tiers_int.h): extents of 4 KiB granules in the
+ * pinned pool, eviction through the DRAM evictor, loads from the stager,
+ * and warm-restart adoption of versions a previous process staged.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moem/error.h>
+#include <moem/usdt.h>
+
+#include "tiers_int.h"
+
+bool moem_tr_dram_ok(void *arg, uint32_t id)
+{
+	const struct ver *v = &((struct moem_tiers *)arg)->v[id];
+
+	return v->ds == D_READY && !v->dpins;
+}
+
+void moem_tr_dram_evict(struct moem_tiers *t, struct ver *v)
+{
+	t->dev_ev->del(t->dev_ev, v->id);
+	v->ds = D_ABSENT;
+	t->n_ready--;
+	moem_tr_note(t, v, 0);
+	moem_extent_free(&t->dx, v->doff, moem_tr_vbytes(t, v));
+	t->st.evict_dram++;
+}
+
+int moem_tr_dram_alloc(struct moem_tiers *t, const struct ver *in, bool evict, uint64_t *off)
+{
+	uint64_t bytes = moem_tr_vbytes(t, in);
+	uint32_t id;
+
+	if (bytes > t->dram_budget)
+		return moem_errf(ENOSPC,
+				 "expert version of %llu bytes exceeds the DRAM budget %llu",
+				 (unsigned long long)bytes, (unsigned long long)t->dram_budget);
+	for (;;) {
+		if (moem_extent_used_bytes(&t->dx) + moem_align_up(bytes, 4096) <= t->dram_budget &&
+		    moem_extent_alloc(&t->dx, bytes, off) == 0)
+			return 0;
+		if (!evict ||
+		    t->dev_ev->pick(t->dev_ev, in->id, MOEM_PRIO_MISS, moem_tr_dram_ok, t, &id))
+			return -EAGAIN;
+		moem_tr_dram_evict(t, &t->v[id]);
+	}
+}
+
+static void on_load_done(void *arg, int status)
+{
+	struct ver *v = arg;
+	struct moem_tiers *t = v->t;
+
+	pthread_mutex_lock(&t->lock);
+	t->inflight--;
+	if (status) {
+		v->ds = D_ABSENT;
+		moem_extent_free(&t->dx, v->doff, moem_tr_vbytes(t, v));
+		v->err = status;
+		moem_tr_note(t, v, 0);
+		if (v->want_hbm) {
+			v->want_hbm = 0;
+			moem_tr_unslot(t, v);
+		}
+	} else {
+		v->ds = D_READY;
+		t->n_ready++;
+		t->dev_ev->add(t->dev_ev, v->id);
+		t->st.bytes_nvme += moem_tr_vbytes(t, v);
+		MOEM_USDT_FETCH(moem_tr_le(t, v) / t->c.n_experts,
+				moem_tr_le(t, v) % t->c.n_experts,
+				(uint32_t)t->c.prec[moem_tr_pi(v)], MOEM_TIER_NVME, MOEM_TIER_DRAM,
+				moem_tr_vbytes(t, v), moem_now_ns() - v->load_ns);
+		moem_tr_note(t, v, 1);
+		if (v->want_hbm && v->hs == H_COPYING)
+			moem_tr_start_copy(t, v, (enum moem_prio)v->req.prio);
+	}
+	moem_tr_apply_budgets(t);
+	pthread_cond_broadcast(&t->cond);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int moem_tr_start_load(struct moem_tiers *t, struct ver *v, bool evict)
+{
+	uint64_t off;
+	int ret = moem_tr_dram_alloc(t, v, evict, &off);
+
+	if (ret)
+		return ret;
+	v->ds = D_LOADING;
+	v->doff = off;
+	v->err = 0;
+	v->load_ns = moem_now_ns();
+	moem_tr_note(t, v, 0);
+	t->inflight++;
+	v->next_load = t->loads;
+	t->loads = v;
+	return 0;
+}
+
+/* Start the loads queued under the lock; called without it. */
+void moem_tr_flush_loads(struct moem_tiers *t)
+{
+	struct ver *v;
+
+	pthread_mutex_lock(&t->lock);
+	v = t->loads;
+	t->loads = NULL;
+	pthread_mutex_unlock(&t->lock);
+	while (v) {
+		struct ver *next = v->next_load;
+		uint32_t le = moem_tr_le(t, v);
+		int ret;
+
+		ret = t->stager->read(t->stager, le / t->c.n_experts, le % t->c.n_experts,
+				      moem_tr_pi(v), t->pool + v->doff, moem_tr_vbytes(t, v),
+				      on_load_done, v);
+		if (ret)
+			on_load_done(v, ret);
+		v = next;
+	}
+}
+
+int moem_tiers_stage(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi)
+{
+	uint32_t le = layer * t->c.n_experts + expert;
+	int ret = moem_tr_check_version(t, layer, expert, pi);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&t->lock);
+	if (t->v[le * 2 + pi].ds == D_ABSENT)
+		ret = moem_tr_start_load(t, &t->v[le * 2 + pi], false);
+	pthread_mutex_unlock(&t->lock);
+	moem_tr_flush_loads(t);
+	return ret;
+}
+
+bool moem_tiers_staged(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi)
+{
+	bool r;
+
+	if (moem_tr_check_version(t, layer, expert, pi))
+		return false;
+	pthread_mutex_lock(&t->lock);
+	r = t->v[(layer * t->c.n_experts + expert) * 2 + pi].ds == D_READY;
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+void moem_tiers_set_note(struct moem_tiers *t, moem_tiers_note_fn fn, void *arg)
+{
+	pthread_mutex_lock(&t->lock);
+	t->note = fn;
+	t->note_arg = arg;
+	pthread_mutex_unlock(&t->lock);
+}
+
+int moem_tiers_adopt(struct moem_tiers *t, uint32_t vid, uint64_t doff)
+{
+	struct ver *v;
+	int ret;
+
+	if (vid >= t->c.n_layers * t->c.n_experts * 2 || vid % 2 >= t->c.n_prec)
+		return moem_errf(EINVAL, "adopt: version %u out of range", vid);
+	pthread_mutex_lock(&t->lock);
+	v = &t->v[vid];
+	if (v->ds != D_ABSENT) {
+		ret = moem_errf(EEXIST, "adopt: version %u already staged", vid);
+		goto out;
+	}
+	if (!moem_is_aligned(doff, 4096) || doff + moem_tr_vbytes(t, v) > t->dram_budget) {
+		ret = moem_errf(ERANGE, "adopt: version %u at %llu outside the DRAM budget", vid,
+				(unsigned long long)doff);
+		goto out;
+	}
+	ret = moem_extent_reserve(&t->dx, doff, moem_tr_vbytes(t, v));
+	if (ret) {
+		ret = moem_errf(-ret, "adopt: version %u at %llu overlaps another", vid,
+				(unsigned long long)doff);
+		goto out;
+	}
+	v->ds = D_READY;
+	t->n_ready++;
+	v->doff = doff;
+	t->dev_ev->add(t->dev_ev, vid);
+out:
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
