@@ -216,7 +216,9 @@ int tok_post_apply(const struct tok_post *p, struct moem_tok_ids *ids, size_t st
 	seq = malloc((n_seq ? n_seq : 1) * sizeof(*seq));
 	if (!seq)
 		return -ENOMEM;
-	memcpy(seq, ids->ids + start, n_seq * sizeof(*seq));
+	/* An empty text has no id array yet: memcpy() from NULL is undefined. */
+	if (n_seq)
+		memcpy(seq, ids->ids + start, n_seq * sizeof(*seq));
 	ids->n = start;
 	for (size_t i = 0; !ret && i < p->n_single; i++) {
 		const struct tok_post_item *it = &p->single[i];
