@@ -54,6 +54,10 @@ missing() {
 		*) printf '%s ' "$p" ;;
 		esac
 	done
+	# npm installs the tests' JavaScript peers (tokenizers, the openai
+	# client). NodeSource's nodejs ships it; Debian's nodejs needs its npm
+	# package (which conflicts with NodeSource's), so ask only without one.
+	command -v npm >/dev/null 2>&1 || printf 'npm '
 }
 
 # The build of series S (6.12) that apt offers now: its metapackage's dependency.
