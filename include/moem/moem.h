@@ -10,6 +10,7 @@
 #include "half.h"
 #include "progress.h"
 #include "settings.h"
+#include "json.h"
 #include "usdt.h"
 #include "model.h"
 #include "quant.h"

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <moem/error.h>
+#include <moem/json.h>
 
 #include "tok_int.h"
 
@@ -291,45 +292,7 @@ void tok_pairmap_free(struct tok_pairmap *m)
 
 int tok_json_parse(const char *buf, size_t len, const char *what, struct json_object **out)
 {
-	struct json_tokener *tok;
-	struct json_object *obj;
-	enum json_tokener_error jerr;
-	size_t end;
-	char *copy;
-
-	*out = NULL;
-	if (len > TOK_JSON_MAX)
-		return moem_errf(EFBIG, "%s: %zu bytes is more than moem reads", what, len);
-	if (len > INT32_MAX - 1)
-		return moem_errf(EFBIG, "%s: too large", what);
-	if (memchr(buf, 0, len))
-		return moem_errf(EINVAL, "%s: NUL byte at offset %zu", what,
-				 (size_t)((const char *)memchr(buf, 0, len) - buf));
-	copy = malloc(len + 1);
-	if (!copy)
-		return -ENOMEM;
-	memcpy(copy, buf, len);
-	copy[len] = 0;
-	tok = json_tokener_new_ex(TOK_JSON_DEPTH);
-	if (!tok) {
-		free(copy);
-		return -ENOMEM;
-	}
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-	obj = json_tokener_parse_ex(tok, copy, (int)len + 1);
-	jerr = json_tokener_get_error(tok);
-	end = json_tokener_get_parse_end(tok);
-	json_tokener_free(tok);
-	free(copy);
-	if (!obj || jerr != json_tokener_success) {
-		json_object_put(obj);
-		if (jerr == json_tokener_continue || jerr == json_tokener_success)
-			return moem_errf(EINVAL, "%s: JSON ends early (%zu bytes)", what, len);
-		return moem_errf(EINVAL, "%s: bad JSON at byte %zu: %s", what,
-				 end > len ? len : end, json_tokener_error_desc(jerr));
-	}
-	*out = obj;
-	return 0;
+	return moem_json_parse(buf, len, TOK_JSON_MAX, TOK_JSON_DEPTH, what, out);
 }
 
 int tok_json_str(struct json_object *o, const char *key, bool required, const char *what,
