@@ -232,7 +232,8 @@ static int cuda_event_create(struct moem_backend *be, struct moem_event **out)
 	if (!e)
 		return -ENOMEM;
 	e->base.be = be;
-	ret = ck(cb, cb->api->cuEventCreate(&e->e, CU_EVENT_DEFAULT), "cuEventCreate");
+	/* Blocking sync: a host waiting for a copy or a step sleeps, not spins. */
+	ret = ck(cb, cb->api->cuEventCreate(&e->e, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
 	if (ret) {
 		free(e);
 		return ret;
