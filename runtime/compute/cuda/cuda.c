@@ -320,6 +320,7 @@ static const struct moem_backend_ops cuda_ops = {
 	.router = moem_cuda_router,
 	.route = moem_cuda_route,
 	.ffn = moem_cuda_ffn,
+	.ffn_routed = moem_cuda_ffn_routed,
 	.combine = moem_cuda_combine,
 	.quantize = moem_cuda_quantize,
 	.histogram = moem_cuda_histogram,
