@@ -200,6 +200,7 @@ else
 	fi
 	want bench && phase bench_tiers 60 "$R/bench_tiers" --backend cuda
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
+	want bench && phase sync_step 60 "$R/sync_step.sh" cuda
 	want bench && phase uvm_vs_vmm 120 "$R/uvm.sh" cuda
 	if want tests; then
 		if have_torch; then

@@ -55,7 +55,7 @@ for f in run-gpu.sh BUILD-INFO scripts/run-tests.sh bin/moem lib/libmoem.so \
 	tests/gpu/engine_same_outputs.sh tests/gpu/decode_same_tokens.sh tests/gpu/torch_check.py \
 	tests/gpu/sync_per_step.sh \
 	bench/kernels/bench_kernels bench/kernels/torch_ffn.py bench/tiers/bench_tiers \
-	bench/tiers/tokens.sh bench/tiers/bench_uvm bench/tiers/uvm.sh \
+	bench/tiers/tokens.sh bench/tiers/bench_uvm bench/tiers/uvm.sh bench/tiers/sync_step.sh \
 	tests/gpu/test_gpu_driver tests/gpu/test_gpu_tierdev; do
 	[ -e "$GB/$f" ] || bad "the bundle lacks $f"
 done
