@@ -133,18 +133,43 @@ static bool dstep_allowed(const struct moem_engine *e, uint32_t B)
 	       !e->dcfg.paging && !e->trace && !e->o.trace_logits;
 }
 
+/* Give back the step's pins: one release (one lock) per layer. */
 static void unpin(struct moem_engine *e)
 {
 	struct moem_eng_dstep *ds = e->ds;
 	const uint32_t N = e->cfg->n_experts;
-	uint64_t seq = e->dev->ops->compute_mark(e->dev);
+	uint64_t seq = 0;
 
-	for (uint32_t m = 0; m < e->n_moe; m++)
+	for (uint32_t m = 0; m < e->n_moe; m++) {
+		struct moem_xref *refs = ds->refs + (size_t)m * N;
+		uint8_t *pinned = ds->pinned + (size_t)m * N;
+		uint32_t n = 0;
+
 		for (uint32_t x = 0; x < N; x++)
-			if (ds->pinned[m * N + x]) {
-				moem_tiers_release(e->tiers, &ds->refs[m * N + x], 1, seq);
-				ds->pinned[m * N + x] = 0;
+			if (pinned[x]) {
+				refs[n++] = refs[x];
+				pinned[x] = 0;
 			}
+		if (!n)
+			continue;
+		if (!seq)
+			seq = e->dev->ops->compute_mark(e->dev);
+		moem_tiers_release(e->tiers, refs, n, seq);
+	}
+}
+
+/* Cheap and lock-free: has every expert some version in HBM? */
+static bool all_resident(struct moem_engine *e)
+{
+	const uint32_t N = e->cfg->n_experts;
+
+	for (uint32_t m = 0; m < e->n_moe; m++) {
+		moem_tiers_resident_mask(e->tiers, m, e->res_host);
+		for (uint32_t x = 0; x < N; x++)
+			if (!e->res_host[x])
+				return false;
+	}
+	return true;
 }
 
 int moem_eng_dstep_begin(struct moem_engine *e, uint32_t B)
@@ -166,8 +191,8 @@ int moem_eng_dstep_begin(struct moem_engine *e, uint32_t B)
 		}
 	}
 	ds = e->ds;
-	if (ds->disabled)
-		return 0;
+	if (ds->disabled || !all_resident(e))
+		return 0; /* the per-layer path loads what is missing */
 	for (uint32_t m = 0; m < e->n_moe; m++) {
 		if (moem_tiers_pin_planned(e->tiers, m, ds->refs + (size_t)m * N,
 					   ds->pinned + (size_t)m * N) < N) {
