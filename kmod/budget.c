@@ -4,9 +4,8 @@
  * applies them. Written through /sys/kernel/moem/budgets/<knob> (0644) or
  * MOEM_IOC_BUDGET_SET, both needing CAP_SYS_ADMIN; every accepted write
  * bumps a global sequence number and wakes poll()ers of the knob's file
- * and of budgets/seq. The rules are runtime/storage/dev/budget.c's: sizes
- * in plain decimal bytes up to 2^50, permille 0..1000, prefetch depth
- * 0..64, reroute one of the policy names.
+ * and of budgets/seq. Names, ranges and files all come from MOEM_KNOBS()
+ * (<linux/moem_knobs.h>), the table libmoem reads too.
  */
 #include <linux/capability.h>
 #include <linux/kernel.h>
@@ -22,36 +21,42 @@ static DEFINE_MUTEX(moem_budget_lock);
 static u64 moem_budget_values[MOEM_BUDGET_NR];
 static u64 moem_budget_seq;
 
-static const char *const moem_budget_names[MOEM_BUDGET_NR] = {
-	[MOEM_BUDGET_HBM_BYTES] = "hbm_bytes",
-	[MOEM_BUDGET_DRAM_BYTES] = "dram_bytes",
-	[MOEM_BUDGET_HI_PRECISION_PERMILLE] = "hi_precision_permille",
-	[MOEM_BUDGET_PREFETCH_DEPTH] = "prefetch_depth",
-	[MOEM_BUDGET_REROUTE] = "reroute",
+struct moem_knob_def {
+	const char *name;
+	u64 min, max;
+	u32 unit; /* enum moem_knob_unit */
+	u32 who;  /* enum moem_knob_who */
 };
 
+#define MOEM_KNOB_DEF_(id, nm, nr, u, lo, hi, w, a)				\
+	[nr] = { .name = #nm, .min = lo, .max = hi, .unit = MOEM_KNOB_UNIT_##u,	\
+		 .who = MOEM_KNOB_WHO_##w },
+static const struct moem_knob_def moem_knobs[MOEM_BUDGET_NR] = {
+	MOEM_KNOBS(MOEM_KNOB_DEF_)
+};
+
+#define MOEM_REROUTE_NAME_(id, nm, nr) \
+	[nr] = nm,
 static const char *const moem_reroute_names[MOEM_REROUTE_NR] = {
-	[MOEM_REROUTE_NONE] = "none",
-	[MOEM_REROUTE_LYNX] = "lynx",
-	[MOEM_REROUTE_OEA] = "oea",
-	[MOEM_REROUTE_CACHE_AWARE] = "cache-aware",
-	[MOEM_REROUTE_PIGGYBACK] = "piggyback",
+	MOEM_REROUTES(MOEM_REROUTE_NAME_)
 };
 
 static int moem_budget_validate(u32 knob, u64 v)
 {
-	switch (knob) {
-	case MOEM_BUDGET_HBM_BYTES:
-	case MOEM_BUDGET_DRAM_BYTES:
-		return v <= MOEM_BUDGET_BYTES_MAX ? 0 : -EINVAL;
-	case MOEM_BUDGET_HI_PRECISION_PERMILLE:
-		return v <= MOEM_BUDGET_PERMILLE_MAX ? 0 : -EINVAL;
-	case MOEM_BUDGET_PREFETCH_DEPTH:
-		return v <= MOEM_BUDGET_PREFETCH_MAX ? 0 : -EINVAL;
-	case MOEM_BUDGET_REROUTE:
-		return v < MOEM_REROUTE_NR ? 0 : -EINVAL;
-	default:
+	if (knob >= MOEM_BUDGET_NR)
 		return -EINVAL;
+	return v >= moem_knobs[knob].min && v <= moem_knobs[knob].max ? 0 : -EINVAL;
+}
+
+bool moem_budget_may_set(u32 knob)
+{
+	if (knob >= MOEM_BUDGET_NR)
+		return false;
+	switch (moem_knobs[knob].who) {
+	case MOEM_KNOB_WHO_ADMIN:
+		return capable(CAP_SYS_ADMIN);
+	default:
+		return false;
 	}
 }
 
@@ -79,8 +84,8 @@ int moem_budget_set(u32 knob, u64 value, u64 *seq)
 	moem_budget_values[knob] = value;
 	s = ++moem_budget_seq;
 	mutex_unlock(&moem_budget_lock);
-	trace_moem_budget_change(moem_budget_names[knob], old, value, s);
-	sysfs_notify(moem_kobj, "budgets", moem_budget_names[knob]);
+	trace_moem_budget_change(moem_knobs[knob].name, old, value, s);
+	sysfs_notify(moem_kobj, "budgets", moem_knobs[knob].name);
 	sysfs_notify(moem_kobj, "budgets", "seq");
 	if (seq)
 		*seq = s;
@@ -92,7 +97,7 @@ static int moem_budget_parse(u32 knob, const char *buf, size_t count, u64 *value
 {
 	int ret;
 
-	if (knob == MOEM_BUDGET_REROUTE) {
+	if (moem_knobs[knob].unit == MOEM_KNOB_UNIT_ENUM) {
 		ret = moem_sysfs_match(moem_reroute_names, ARRAY_SIZE(moem_reroute_names), buf,
 				       count);
 		if (ret < 0)
@@ -119,7 +124,7 @@ static ssize_t budget_show(struct kobject *kobj, struct kobj_attribute *attr, ch
 	u64 v, seq;
 
 	moem_budget_get(knob, &v, &seq);
-	if (knob == MOEM_BUDGET_REROUTE)
+	if (moem_knobs[knob].unit == MOEM_KNOB_UNIT_ENUM)
 		return sysfs_emit(buf, "%s\n", moem_reroute_names[v]);
 	return sysfs_emit(buf, "%llu\n", v);
 }
@@ -132,7 +137,7 @@ static ssize_t budget_store(struct kobject *kobj, struct kobj_attribute *attr, c
 	int ret;
 
 	/* The ioctl's rule: a root without CAP_SYS_ADMIN writes neither. */
-	if (!capable(CAP_SYS_ADMIN))
+	if (!moem_budget_may_set(knob))
 		return -EPERM;
 	ret = moem_budget_parse(knob, buf, count, &v);
 	if (ret)
@@ -141,17 +146,15 @@ static ssize_t budget_store(struct kobject *kobj, struct kobj_attribute *attr, c
 	return ret ? ret : count;
 }
 
-#define MOEM_BUDGET_ATTR(_name, _knob)                                  \
-	static struct moem_budget_attr budget_##_name##_attr = {        \
-		.attr = __ATTR(_name, 0644, budget_show, budget_store), \
-		.knob = _knob,                                          \
-	}
-
-MOEM_BUDGET_ATTR(hbm_bytes, MOEM_BUDGET_HBM_BYTES);
-MOEM_BUDGET_ATTR(dram_bytes, MOEM_BUDGET_DRAM_BYTES);
-MOEM_BUDGET_ATTR(hi_precision_permille, MOEM_BUDGET_HI_PRECISION_PERMILLE);
-MOEM_BUDGET_ATTR(prefetch_depth, MOEM_BUDGET_PREFETCH_DEPTH);
-MOEM_BUDGET_ATTR(reroute, MOEM_BUDGET_REROUTE);
+/* One file per knob, named as the table says. */
+#define MOEM_KNOB_ATTR_(id, nm, nr, u, lo, hi, w, a)			\
+	[nr] = {							\
+		.attr = __ATTR(nm, 0644, budget_show, budget_store),	\
+		.knob = nr,						\
+	},
+static struct moem_budget_attr moem_budget_knob_attrs[MOEM_BUDGET_NR] = {
+	MOEM_KNOBS(MOEM_KNOB_ATTR_)
+};
 
 static ssize_t seq_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
 {
@@ -165,14 +168,12 @@ static ssize_t seq_show(struct kobject *kobj, struct kobj_attribute *attr, char 
 
 static struct kobj_attribute budget_seq_attr = __ATTR_RO(seq);
 
-static struct attribute *moem_budget_attrs[] = {
-	&budget_hbm_bytes_attr.attr.attr,
-	&budget_dram_bytes_attr.attr.attr,
-	&budget_hi_precision_permille_attr.attr.attr,
-	&budget_prefetch_depth_attr.attr.attr,
-	&budget_reroute_attr.attr.attr,
-	&budget_seq_attr.attr,
-	NULL,
+#define MOEM_KNOB_ATTR_PTR_(id, nm, nr, ...) \
+	[nr] = &moem_budget_knob_attrs[nr].attr.attr,
+static struct attribute *moem_budget_attrs[MOEM_BUDGET_NR + 2] = {
+	MOEM_KNOBS(MOEM_KNOB_ATTR_PTR_)
+	[MOEM_BUDGET_NR] = &budget_seq_attr.attr,
+	[MOEM_BUDGET_NR + 1] = NULL,
 };
 
 const struct attribute_group moem_budget_group = {

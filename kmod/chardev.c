@@ -223,8 +223,8 @@ static long moem_ioc_budget(struct moem_budget __user *uarg, bool set)
 	if (b.pad || !moem_zero(b.reserved) || b.knob >= MOEM_BUDGET_NR)
 		return -EINVAL;
 	if (set) {
-		/* As the 0644 sysfs files: only the administrator writes. */
-		if (!capable(CAP_SYS_ADMIN))
+		/* As the sysfs files: the table says who writes. */
+		if (!moem_budget_may_set(b.knob))
 			return -EPERM;
 		ret = moem_budget_set(b.knob, b.value, &b.seq);
 	} else {

@@ -190,6 +190,8 @@ extern const struct kobj_type moem_region_ktype;
 /* budget.c */
 extern const struct attribute_group moem_budget_group;
 int moem_budget_get(u32 knob, u64 *value, u64 *seq);
+/* May the caller write knob (its MOEM_KNOBS() "who")? */
+bool moem_budget_may_set(u32 knob);
 /* Validate and store; -EINVAL if knob or value is out of range. */
 int moem_budget_set(u32 knob, u64 value, u64 *seq);
 

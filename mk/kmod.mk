@@ -22,7 +22,7 @@ KSFT_HDRS := $(wildcard tests/kselftest/*.h)
 KSFT_CFLAGS := $(filter-out -fsanitize=% -fno-sanitize-recover=% -fPIC,$(CFLAGS)) -static \
 	-Wno-sign-compare -Wno-misleading-indentation
 KSFT_LDLIBS := -luring -lpthread
-KMOD_SRCS := Kbuild kmod/Kbuild $(wildcard kmod/*.c kmod/*.h) include/uapi/linux/moem.h
+KMOD_SRCS := Kbuild kmod/Kbuild $(wildcard kmod/*.c kmod/*.h) $(wildcard include/uapi/linux/moem*.h)
 KMOD_ALL := $(foreach v,$(KVERS),$(O)/kmod/$(v)/moem.ko)
 KDEBUG	:= $(O)/kernel-debug
 

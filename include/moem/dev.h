@@ -12,7 +12,7 @@
 #include <linux/moem.h>
 
 /* This library's version, checked against the module's at open. */
-#define MOEM_LIB_VERSION ((1 << 16) | 1)
+#define MOEM_LIB_VERSION ((1 << 16) | 2)
 #define MOEM_DEV_PATH	 "/dev/moem"
 #define MOEM_SYSFS_ROOT	 "/sys/kernel/moem"
 
@@ -36,7 +36,27 @@ int moem_dev_pool_stats(int fd, struct moem_pool_stats *st);
 int moem_dev_budget_get(int fd, enum moem_budget_knob knob, uint64_t *value, uint64_t *seq);
 int moem_dev_budget_set(int fd, enum moem_budget_knob knob, uint64_t value);
 
-/* Knob names as sysfs spells them: "hbm_bytes", ..., "reroute". */
+/*
+ * One knob's row of MOEM_KNOBS() (<linux/moem_knobs.h>, where the columns
+ * are described). Every front end (sysfs, the ioctl, moemd's socket and
+ * config, moemctl, /metrics) takes names, ranges and units from here.
+ */
+struct moem_knob_info {
+	const char *name;
+	enum moem_knob_unit unit;
+	uint64_t min, max;
+	enum moem_knob_who who;
+	enum moem_knob_apply apply;
+};
+
+/* The row of knob, or NULL if knob is not one. */
+const struct moem_knob_info *moem_knob_info(enum moem_budget_knob knob);
+/* "now", "at the next layer boundary", "before the next decode step". */
+const char *moem_knob_apply_text(enum moem_knob_apply a);
+/* "bytes", "permille", "layers", "name". */
+const char *moem_knob_unit_name(enum moem_knob_unit u);
+
+/* Knob names as sysfs spells them: "hbm_bytes", ..., "kv_bytes". */
 const char *moem_budget_name(enum moem_budget_knob knob);
 int moem_budget_lookup(const char *name, enum moem_budget_knob *out);
 /* Reroute policy names: "none", "lynx", "oea", "cache-aware", "piggyback". */
@@ -45,7 +65,7 @@ int moem_reroute_parse(const char *s, enum moem_reroute *out);
 /*
  * Parse a knob value as a user writes it (sizes may carry K/M/G suffixes,
  * reroute takes a name) and validate it with the kernel's rules; -EINVAL or
- * -ERANGE with a message otherwise.
+ * -ERANGE with a message otherwise, *value untouched.
  */
 int moem_budget_parse(enum moem_budget_knob knob, const char *s, uint64_t *value);
 int moem_budget_validate(enum moem_budget_knob knob, uint64_t value);

@@ -3,7 +3,7 @@
 #
 # Build moem.ko against one kernel tree, out of the source tree:
 #   scripts/guest/build-kmod.sh KDIR DIR
-# copies the module's sources (Kbuild, kmod/, the uapi header) into DIR/src,
+# copies the module's sources (Kbuild, kmod/, the uapi headers) into DIR/src,
 # runs kbuild there (it writes objects next to the sources, so every kernel
 # gets its own copy) with warnings as errors, and leaves DIR/moem.ko. The
 # build log is DIR/build.log, printed when the build fails.
@@ -20,7 +20,7 @@ rm -rf "$src" "$dir/moem.ko"
 mkdir -p "$src/kmod" "$src/include/uapi/linux"
 cp "$top/Kbuild" "$src/"
 cp "$top"/kmod/Kbuild "$top"/kmod/*.c "$top"/kmod/*.h "$src/kmod/"
-cp "$top/include/uapi/linux/moem.h" "$src/include/uapi/linux/"
+cp "$top"/include/uapi/linux/moem*.h "$src/include/uapi/linux/"
 # MAKEFLAGS may carry the caller's O=...: kbuild must not see it.
 if ! env -u MAKEFLAGS -u MAKEOVERRIDES -u MFLAGS make -C "$kdir" M="$src" KCFLAGS=-Werror \
 	${W:+W=$W} modules >"$dir/build.log" 2>&1; then

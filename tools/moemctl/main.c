@@ -420,9 +420,9 @@ static const struct {
 	{"status", cmd_status, "", "pool, tiers, hit rates, stalls, policies, budgets, run"},
 	{"get", cmd_get, "[KNOB]", "budget knobs and batching settings in force"},
 	{"set", cmd_set, "[--via socket|ioctl|sysfs] KNOB VALUE",
-	 "change a knob (hbm_bytes, dram_bytes: bytes, 12G, or 40% of the expert bytes;\n"
-	 "      hi_precision_permille, prefetch_depth, reroute; the model server's\n"
-	 "      max_batch, max_queue, step_tokens, prefill_chunk, socket only)"},
+	 "change a knob (below; hbm_bytes and dram_bytes also take 40% of the expert\n"
+	 "      bytes, socket only; the model server's max_batch, max_queue,\n"
+	 "      step_tokens, prefill_chunk, socket only)"},
 	{"run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
 	 "submit a workload and show its result"},
 	{"stop-run", cmd_stop_run, "", "end the run in progress after its current step"},
@@ -441,6 +441,22 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(commands); i++)
 		fprintf(f, "  %s %s\n      %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
+	fprintf(f, "\nBudget knobs (moem.ko's sysfs files and ioctl, moemd's socket):\n");
+	for (int k = 0; k < MOEM_BUDGET_NR; k++) {
+		const struct moem_knob_info *ki = moem_knob_info((enum moem_budget_knob)k);
+
+		if (ki->unit == MOEM_KNOB_UNIT_ENUM)
+			fprintf(f, "  %-22s one of", ki->name);
+		else
+			fprintf(f, "  %-22s %s %llu..%llu%s", ki->name,
+				moem_knob_unit_name(ki->unit), (unsigned long long)ki->min,
+				(unsigned long long)ki->max,
+				ki->unit == MOEM_KNOB_UNIT_BYTES ? " (K/M/G/T suffixes; 0: unset)"
+								 : "");
+		for (int r = 0; ki->unit == MOEM_KNOB_UNIT_ENUM && r <= (int)ki->max; r++)
+			fprintf(f, " %s", moem_reroute_name((enum moem_reroute)r));
+		fprintf(f, "; applied %s\n", moem_knob_apply_text(ki->apply));
+	}
 	fprintf(f, "\nThe socket defaults to %s (or $MOEMD_SOCKET).\n", MOEM_CTL_SOCKET);
 	fprintf(f, "  --version   the version of moemctl and its protocol\n");
 }

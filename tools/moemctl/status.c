@@ -29,6 +29,7 @@ static void print_duration(const char *label, uint64_t ns)
 
 static void print_budgets(const char *label, struct json_object *b)
 {
+	const char *sep = "";
 	char v[32];
 
 	if (!b)
@@ -36,13 +37,18 @@ static void print_budgets(const char *label, struct json_object *b)
 	printf("%-10s", label);
 	for (int k = 0; k < MOEM_BUDGET_NR; k++) {
 		const char *name = moem_budget_name((enum moem_budget_knob)k);
+		enum moem_knob_unit u = moem_knob_info((enum moem_budget_knob)k)->unit;
 
-		if (k == MOEM_BUDGET_REROUTE)
-			printf(" %s %s", name, jstr(b, name));
-		else if (k <= MOEM_BUDGET_DRAM_BYTES)
-			printf(" %s %s,", name, ju64(b, name) ? bytes(ju64(b, name), v) : "unset");
+		if (!jobj(b, name))
+			continue; /* an older moem.ko or moemd without this knob */
+		if (u == MOEM_KNOB_UNIT_ENUM)
+			printf("%s %s %s", sep, name, jstr(b, name));
+		else if (u == MOEM_KNOB_UNIT_BYTES)
+			printf("%s %s %s", sep, name,
+			       ju64(b, name) ? bytes(ju64(b, name), v) : "unset");
 		else
-			printf(" %s %llu,", name, (unsigned long long)ju64(b, name));
+			printf("%s %s %llu", sep, name, (unsigned long long)ju64(b, name));
+		sep = ",";
 	}
 	printf("\n");
 }

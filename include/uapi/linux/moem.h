@@ -22,7 +22,7 @@
 #include <linux/types.h>
 
 #define MOEM_ABI_MAJOR		1
-#define MOEM_ABI_MINOR		1
+#define MOEM_ABI_MINOR		2
 #define MOEM_ABI_VERSION	((MOEM_ABI_MAJOR << 16) | MOEM_ABI_MINOR)
 
 /* Oldest libmoem (major << 16 | minor) this module still serves. */
@@ -150,31 +150,11 @@ struct moem_pool_stats {
 };
 
 /*
- * Budget knobs: the same values as /sys/kernel/moem/budgets/<name>.
- * The kernel only stores and validates them; moemd applies them.
+ * Budget knobs (enum moem_budget_knob) and their table, MOEM_KNOBS():
+ * the same values as /sys/kernel/moem/budgets/<name>. The kernel only
+ * stores and validates them; moemd applies them.
  */
-enum moem_budget_knob {
-	MOEM_BUDGET_HBM_BYTES = 0,		/* 0 = no limit set; <= 2^50 */
-	MOEM_BUDGET_DRAM_BYTES = 1,		/* 0 = no limit set; <= 2^50 */
-	MOEM_BUDGET_HI_PRECISION_PERMILLE = 2,	/* 0..1000 */
-	MOEM_BUDGET_PREFETCH_DEPTH = 3,		/* 0 (off)..64 layers */
-	MOEM_BUDGET_REROUTE = 4,		/* enum moem_reroute */
-	MOEM_BUDGET_NR
-};
-
-#define MOEM_BUDGET_BYTES_MAX		(1ULL << 50)
-#define MOEM_BUDGET_PERMILLE_MAX	1000
-#define MOEM_BUDGET_PREFETCH_MAX	64
-
-/* Values of MOEM_BUDGET_REROUTE; sysfs spells them as the comments say. */
-enum moem_reroute {
-	MOEM_REROUTE_NONE = 0,		/* "none" */
-	MOEM_REROUTE_LYNX = 1,		/* "lynx" */
-	MOEM_REROUTE_OEA = 2,		/* "oea" */
-	MOEM_REROUTE_CACHE_AWARE = 3,	/* "cache-aware" */
-	MOEM_REROUTE_PIGGYBACK = 4,	/* "piggyback" */
-	MOEM_REROUTE_NR
-};
+#include <linux/moem_knobs.h>
 
 /*
  * MOEM_IOC_BUDGET_GET / MOEM_IOC_BUDGET_SET: read or write one knob.

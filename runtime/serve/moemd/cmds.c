@@ -105,7 +105,7 @@ static void cmd_status(struct moemd *d, struct moemd_client *c, int64_t id)
 
 static struct json_object *knob_json(enum moem_budget_knob k, uint64_t v)
 {
-	if (k == MOEM_BUDGET_REROUTE)
+	if (moem_knob_info(k)->unit == MOEM_KNOB_UNIT_ENUM)
 		return json_object_new_string(moem_reroute_name((enum moem_reroute)v));
 	return json_object_new_uint64(v);
 }
@@ -113,13 +113,13 @@ static struct json_object *knob_json(enum moem_budget_knob k, uint64_t v)
 /* An engine knob by name; the error lists the batching settings too. */
 static int knob_lookup(const char *name, enum moem_budget_knob *k)
 {
+	char why[320];
+
 	if (!moem_budget_lookup(name, k))
 		return 0;
-	return moem_errf(EINVAL,
-			 "unknown knob '%s' (hbm_bytes, dram_bytes, hi_precision_permille, "
-			 "prefetch_depth, reroute; batching: max_batch, max_queue, step_tokens, "
-			 "prefill_chunk)",
-			 name);
+	snprintf(why, sizeof(why), "%s", moem_last_error());
+	return moem_errf(EINVAL, "%s; batching: max_batch, max_queue, step_tokens, prefill_chunk",
+			 why);
 }
 
 static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
@@ -243,11 +243,13 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	r = moem_ctl_ok(id);
 	json_object_object_add(r, "knob", json_object_new_string(name));
 	json_object_object_add(r, "value", knob_json(k, v));
-	json_object_object_add(r, "applied",
-			       json_object_new_string(run_active(d) && k != MOEM_BUDGET_HBM_BYTES &&
-								      k != MOEM_BUDGET_DRAM_BYTES
-							      ? "at the next layer boundary"
-							      : "now"));
+	/* A layer-boundary knob takes effect now when no run holds the engine. */
+	json_object_object_add(
+		r, "applied",
+		json_object_new_string(moem_knob_info(k)->apply == MOEM_KNOB_APPLY_LAYER &&
+						       !run_active(d)
+					       ? "now"
+					       : moem_knob_apply_text(moem_knob_info(k)->apply)));
 	moemd_client_send(d, c, r);
 }
 

@@ -40,8 +40,9 @@ static struct json_object *knobs_json(const uint64_t *knob)
 
 	for (int k = 0; k < MOEM_BUDGET_NR; k++)
 		ADD(o, moem_budget_name((enum moem_budget_knob)k),
-		    k == MOEM_BUDGET_REROUTE ? STR(moem_reroute_name((enum moem_reroute)knob[k]))
-					     : U64(knob[k]));
+		    moem_knob_info((enum moem_budget_knob)k)->unit == MOEM_KNOB_UNIT_ENUM
+			    ? STR(moem_reroute_name((enum moem_reroute)knob[k]))
+			    : U64(knob[k]));
 	return o;
 }
 

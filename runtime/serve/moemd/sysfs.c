@@ -85,6 +85,11 @@ int moemd_sysfs_open(struct moemd *d)
 	for (int k = 0; k < MOEM_BUDGET_NR; k++) {
 		knob_path((enum moem_budget_knob)k, path, sizeof(path));
 		s->fd[k] = open(path, O_RDONLY | O_CLOEXEC);
+		if (s->fd[k] < 0 && errno == ENOENT && k) {
+			/* An older moem.ko without this knob: the socket sets it. */
+			moem_info("budgets: moem.ko has no %s file (older module)", path);
+			continue;
+		}
 		if (s->fd[k] < 0) {
 			ret = moem_errf(errno, "open %s: %s", path, strerror(errno));
 			goto err;
@@ -163,8 +168,11 @@ static void check(struct moemd *d, enum moem_budget_knob k, uint64_t wake_ns)
 {
 	struct moemd_sysfs *s = d->sysfs;
 	uint64_t v;
-	int ret = read_value(s->fd[k], k, &v);
+	int ret;
 
+	if (s->fd[k] < 0)
+		return;
+	ret = read_value(s->fd[k], k, &v);
 	if (ret) {
 		moem_warn("budgets: %s", moem_strerror(ret));
 		return;
@@ -229,7 +237,8 @@ void moemd_sysfs_close(struct moemd *d)
 		pthread_join(s->thr, NULL);
 	}
 	for (int k = 0; k < MOEM_BUDGET_NR; k++)
-		close(s->fd[k]);
+		if (s->fd[k] >= 0)
+			close(s->fd[k]);
 	close(s->stop_efd);
 	free(s);
 	d->sysfs = NULL;
@@ -264,6 +273,10 @@ bool moemd_sysfs_read(struct moemd *d, uint64_t knob[MOEM_BUDGET_NR], uint64_t *
 
 		knob_path((enum moem_budget_knob)k, path, sizeof(path));
 		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT && k) {
+			knob[k] = 0; /* an older moem.ko without this knob */
+			continue;
+		}
 		if (fd < 0)
 			return false;
 		n = read(fd, buf, sizeof(buf) - 1);

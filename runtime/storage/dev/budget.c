@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * Budget knob names, parsing and validation. The rules mirror moem.ko's
- * (kmod/budget.c) so a value refused here is refused there and the other
- * way round; tests/unit/test_budget.c pins them.
+ * Budget knob names, parsing and validation, all derived from the table
+ * in <linux/moem_knobs.h> that moem.ko's kmod/budget.c derives its files
+ * and checks from: a value refused here is refused there and the other
+ * way round (tests/unit/test_knobs.c, tests/kselftest/knobs_test.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,39 +14,73 @@
 #include <moem/error.h>
 #include <moem/util.h>
 
-static const char *const knob_names[MOEM_BUDGET_NR] = {
-	[MOEM_BUDGET_HBM_BYTES] = "hbm_bytes",
-	[MOEM_BUDGET_DRAM_BYTES] = "dram_bytes",
-	[MOEM_BUDGET_HI_PRECISION_PERMILLE] = "hi_precision_permille",
-	[MOEM_BUDGET_PREFETCH_DEPTH] = "prefetch_depth",
-	[MOEM_BUDGET_REROUTE] = "reroute",
-};
+#define KNOB_INFO(id, nm, nr, u, lo, hi, w, a) \
+	[nr] = {.name = #nm,                   \
+		.unit = MOEM_KNOB_UNIT_##u,    \
+		.min = lo,                     \
+		.max = hi,                     \
+		.who = MOEM_KNOB_WHO_##w,      \
+		.apply = MOEM_KNOB_APPLY_##a},
+static const struct moem_knob_info knobs[MOEM_BUDGET_NR] = {MOEM_KNOBS(KNOB_INFO)};
 
-static const char *const reroute_names[MOEM_REROUTE_NR] = {
-	[MOEM_REROUTE_NONE] = "none",
-	[MOEM_REROUTE_LYNX] = "lynx",
-	[MOEM_REROUTE_OEA] = "oea",
-	[MOEM_REROUTE_CACHE_AWARE] = "cache-aware",
-	[MOEM_REROUTE_PIGGYBACK] = "piggyback",
-};
+#define REROUTE_NAME(id, nm, nr) [nr] = nm,
+static const char *const reroute_names[MOEM_REROUTE_NR] = {MOEM_REROUTES(REROUTE_NAME)};
+
+const struct moem_knob_info *moem_knob_info(enum moem_budget_knob knob)
+{
+	return (unsigned int)knob < MOEM_BUDGET_NR ? &knobs[knob] : NULL;
+}
+
+const char *moem_knob_apply_text(enum moem_knob_apply a)
+{
+	switch (a) {
+	case MOEM_KNOB_APPLY_NOW:
+		return "now";
+	case MOEM_KNOB_APPLY_LAYER:
+		return "at the next layer boundary";
+	case MOEM_KNOB_APPLY_STEP:
+		return "before the next decode step";
+	}
+	return "?";
+}
+
+const char *moem_knob_unit_name(enum moem_knob_unit u)
+{
+	static const char *const n[] = {"bytes", "permille", "layers", "name"};
+
+	return (unsigned int)u < MOEM_ARRAY_SIZE(n) ? n[u] : "?";
+}
+
+/* "a, b, c" from a table of names, for error messages. */
+static const char *name_list(const char *const *names, size_t n, char *buf, size_t len)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", names[i]);
+	return buf;
+}
 
 const char *moem_budget_name(enum moem_budget_knob knob)
 {
-	return (unsigned int)knob < MOEM_BUDGET_NR ? knob_names[knob] : "?";
+	return (unsigned int)knob < MOEM_BUDGET_NR ? knobs[knob].name : "?";
 }
 
 int moem_budget_lookup(const char *name, enum moem_budget_knob *out)
 {
+	const char *names[MOEM_BUDGET_NR];
+	char list[256];
+
 	for (int i = 0; i < MOEM_BUDGET_NR; i++) {
-		if (!strcmp(name, knob_names[i])) {
+		if (!strcmp(name, knobs[i].name)) {
 			*out = (enum moem_budget_knob)i;
 			return 0;
 		}
+		names[i] = knobs[i].name;
 	}
-	return moem_errf(EINVAL,
-			 "unknown knob '%s' (hbm_bytes, dram_bytes, hi_precision_permille, "
-			 "prefetch_depth, reroute)",
-			 name);
+	return moem_errf(EINVAL, "unknown knob '%s' (%s)", name,
+			 name_list(names, MOEM_BUDGET_NR, list, sizeof(list)));
 }
 
 const char *moem_reroute_name(enum moem_reroute r)
@@ -55,81 +90,81 @@ const char *moem_reroute_name(enum moem_reroute r)
 
 int moem_reroute_parse(const char *s, enum moem_reroute *out)
 {
+	char list[128];
+
 	for (int i = 0; i < MOEM_REROUTE_NR; i++) {
 		if (!strcmp(s, reroute_names[i])) {
 			*out = (enum moem_reroute)i;
 			return 0;
 		}
 	}
-	return moem_errf(
-		EINVAL, "unknown reroute policy '%s' (none, lynx, oea, cache-aware, piggyback)", s);
+	return moem_errf(EINVAL, "unknown reroute policy '%s' (%s)", s,
+			 name_list(reroute_names, MOEM_REROUTE_NR, list, sizeof(list)));
 }
 
 int moem_budget_validate(enum moem_budget_knob knob, uint64_t v)
 {
-	switch (knob) {
-	case MOEM_BUDGET_HBM_BYTES:
-	case MOEM_BUDGET_DRAM_BYTES:
-		if (v > MOEM_BUDGET_BYTES_MAX)
-			return moem_errf(ERANGE, "%s: %llu is above the 2^50-byte limit",
-					 knob_names[knob], (unsigned long long)v);
-		return 0;
-	case MOEM_BUDGET_HI_PRECISION_PERMILLE:
-		if (v > MOEM_BUDGET_PERMILLE_MAX)
-			return moem_errf(ERANGE, "%s: %llu is not in 0..1000", knob_names[knob],
-					 (unsigned long long)v);
-		return 0;
-	case MOEM_BUDGET_PREFETCH_DEPTH:
-		if (v > MOEM_BUDGET_PREFETCH_MAX)
-			return moem_errf(ERANGE, "%s: %llu is not in 0..%d", knob_names[knob],
-					 (unsigned long long)v, MOEM_BUDGET_PREFETCH_MAX);
-		return 0;
-	case MOEM_BUDGET_REROUTE:
-		if (v >= MOEM_REROUTE_NR)
-			return moem_errf(ERANGE, "reroute: %llu is not a policy",
-					 (unsigned long long)v);
-		return 0;
-	default:
+	const struct moem_knob_info *k = moem_knob_info(knob);
+
+	if (!k)
 		return moem_errf(EINVAL, "unknown knob %d", (int)knob);
-	}
+	if (v >= k->min && v <= k->max)
+		return 0;
+	if (k->unit == MOEM_KNOB_UNIT_ENUM)
+		return moem_errf(ERANGE, "%s: %llu is not a policy", k->name,
+				 (unsigned long long)v);
+	if (k->unit == MOEM_KNOB_UNIT_BYTES && k->max == MOEM_BUDGET_BYTES_MAX)
+		return moem_errf(ERANGE, "%s: %llu is above the 2^50-byte limit", k->name,
+				 (unsigned long long)v);
+	return moem_errf(ERANGE, "%s: %llu is not in %llu..%llu", k->name, (unsigned long long)v,
+			 (unsigned long long)k->min, (unsigned long long)k->max);
 }
 
 int moem_budget_parse(enum moem_budget_knob knob, const char *s, uint64_t *value)
 {
+	const struct moem_knob_info *k = moem_knob_info(knob);
+	unsigned long long n;
 	enum moem_reroute r;
+	uint64_t v;
+	char *end;
 	int ret;
 
-	if (knob == MOEM_BUDGET_REROUTE) {
+	if (!k)
+		return moem_errf(EINVAL, "unknown knob %d", (int)knob);
+	switch (k->unit) {
+	case MOEM_KNOB_UNIT_ENUM:
 		ret = moem_reroute_parse(s, &r);
 		if (ret)
 			return ret;
-		*value = r;
-		return 0;
-	}
-	if (knob == MOEM_BUDGET_HBM_BYTES || knob == MOEM_BUDGET_DRAM_BYTES) {
-		ret = moem_parse_size(s, NULL, value);
+		v = r;
+		break;
+	case MOEM_KNOB_UNIT_BYTES:
+		ret = moem_parse_size(s, NULL, &v);
 		if (ret)
-			return moem_err_prefix(-ret, "%s", moem_budget_name(knob));
-	} else {
-		char *end;
-		unsigned long long v;
-
+			return moem_err_prefix(-ret, "%s", k->name);
+		break;
+	default:
 		if (!*s || *s == '-' || *s == '+')
-			return moem_errf(EINVAL, "%s: '%s' is not a number", moem_budget_name(knob),
-					 s);
+			return moem_errf(EINVAL, "%s: '%s' is not a number", k->name, s);
 		errno = 0;
-		v = strtoull(s, &end, 10);
+		n = strtoull(s, &end, 10);
 		if (errno || *end)
-			return moem_errf(EINVAL, "%s: '%s' is not a number", moem_budget_name(knob),
-					 s);
-		*value = v;
+			return moem_errf(EINVAL, "%s: '%s' is not a number", k->name, s);
+		v = n;
+		break;
 	}
-	return moem_budget_validate(knob, *value);
+	ret = moem_budget_validate(knob, v);
+	if (ret)
+		return ret; /* *value as it was: a refused value changes nothing */
+	*value = v;
+	return 0;
 }
 
 void moem_budget_format(enum moem_budget_knob knob, uint64_t value, char *buf, size_t len)
 {
-	if (knob == MOEM_BUDGET_REROUTE)
+	const struct moem_knob_info *k = moem_knob_info(knob);
+
+	if (k && k->unit == MOEM_KNOB_UNIT_ENUM)
 		snprintf(buf, len, "%s", moem_reroute_name((enum moem_reroute)value));
 	else
 		snprintf(buf, len, "%llu", (unsigned long long)value);
