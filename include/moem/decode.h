@@ -41,8 +41,10 @@
 #define MOEM_DECODE_MAX_EOS	     8
 
 struct moem_decoder_opts {
-	/* Bytes of KV cache (0: enough for max_seqs sequences of the model's
-	 * whole context, at most 1 GiB). Live: moem_decoder_set_kv_bytes(). */
+	/* Bytes of KV cache (0: the engine's kv_bytes knob, and if that is 0
+	 * enough for max_seqs sequences of the model's whole context, at most
+	 * 1 GiB, and in HBM at most half of what hbm_bytes holds above one
+	 * expert). Non-zero sets the knob. Live: moem_decoder_set_kv_bytes(). */
 	uint64_t kv_bytes;
 	uint32_t block_tokens;	  /* tokens per KV block (0: 16; 1..1024) */
 	uint32_t max_seqs;	  /* sequences held at once (0: 64; at most 1024) */
@@ -141,6 +143,7 @@ struct moem_kv_usage {
 	uint64_t blocks_free;	  /* total - reserved */
 	uint64_t budget_bytes;	  /* kv_bytes in force (a pending change shows next step) */
 	uint64_t used_bytes;	  /* blocks_used * block_bytes */
+	uint64_t pool_bytes;	  /* allocated: above budget_bytes until a cut's blocks are free */
 	uint32_t seqs, max_seqs;
 	uint32_t max_context;
 };
@@ -189,10 +192,13 @@ int moem_decoder_cancel(struct moem_decoder *d, uint64_t id);
 int moem_decoder_pending_prompt(const struct moem_decoder *d, uint64_t id, uint32_t *n);
 
 /*
- * Any thread: set the KV budget. Applied before the next step: the pool
- * grows at once; it shrinks only to what running sequences have reserved
- * (the rest of the cut applies as they finish). -ERANGE with a message if
- * bytes cannot hold one block or a sequence of the model's context.
+ * Any thread: set the KV budget, the engine's kv_bytes knob
+ * (moem_engine_set_knob(); 0: the default size). Applied before the next
+ * step: the pool grows at once; a cut applies to new sequences at once
+ * and frees memory once the running sequences holding blocks above it
+ * end, never moving or dropping their cache. -ERANGE with a message if
+ * bytes cannot hold one block, or (on CUDA, where the pool lives in HBM)
+ * leaves the experts less than the smallest HBM share that runs.
  */
 int moem_decoder_set_kv_bytes(struct moem_decoder *d, uint64_t bytes);
 /* Any thread. */

@@ -44,6 +44,10 @@ struct moem_engine_opts {
 	/* Budgets in bytes; a percentage is resolved by the caller with
 	 * moem_engine_pack_bytes(). 0 = the whole model fits. */
 	uint64_t hbm_budget, dram_budget;
+	/* The decoder's KV cache in bytes (the kv_bytes knob; 0: the decoder
+	 * sizes it). On the CUDA backend it lives in HBM and comes out of
+	 * hbm_budget: the experts get hbm_budget - kv_budget. */
+	uint64_t kv_budget;
 	/* The pool: provider, region name, persistence; size 0 = dram_budget
 	 * (rounded to 2 MiB). */
 	struct moem_pool_opts pool;
@@ -155,8 +159,10 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
  * Any thread: would the engine run with knob at value? 0, or -EINVAL /
  * -ERANGE with a message naming the smallest value that runs (an HBM
  * budget below one expert; under DynaExq, below every expert in the low
- * precision plus headroom). Changes nothing: moemd checks a setting with
- * it before committing it.
+ * precision plus headroom; on the CUDA backend the experts' share is
+ * hbm_bytes less kv_bytes, so both knobs are checked against it; a
+ * kv_bytes below one KV block of the open decoder). Changes nothing:
+ * moemd checks a setting with it before committing it.
  */
 int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 /* Any thread: a budget knob (include/uapi/linux/moem.h values). Checked

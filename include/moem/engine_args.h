@@ -4,7 +4,7 @@
  * file keys ("name = value") and control-socket run requests spell them,
  * so every front end reads the same files the same way:
  *
- *   pack hbm dram precisions fallback route evict prefetch precision
+ *   pack hbm dram kv precisions fallback route evict prefetch precision
  *   paging backend threads cpu-threads cpu-isa pool region persistent
  *   link-gbps loader
  *   no-verify trace-out trace-logits hotness pregate   (engine settings)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <moem/error.h>
+#include <moem/log.h>
 #include <moem/util.h>
 
 #include "decode_int.h"
@@ -29,26 +30,31 @@ static uint32_t blocks_for(const struct moem_decoder *d, uint32_t tokens)
 	return (tokens + d->o.block_tokens - 1) / d->o.block_tokens;
 }
 
-/* Grow the pool to n blocks (copying what it holds); between steps only. */
-static int grow_pool(struct moem_decoder *d, uint32_t n)
+/*
+ * Make the pool n blocks (copying the first min(n, pool_blocks)); between
+ * steps only. A shrink must leave every used block below n.
+ */
+static int resize_pool(struct moem_decoder *d, uint32_t n)
 {
+	uint32_t keep = moem_min(n, d->pool_blocks);
 	moem_dptr np;
 	uint8_t *nu;
 	int ret;
 
-	if (n <= d->pool_blocks)
+	if (n == d->pool_blocks)
 		return 0;
-	nu = realloc(d->used, n);
-	if (!nu)
-		return -ENOMEM;
-	d->used = nu;
-	memset(d->used + d->pool_blocks, 0, n - d->pool_blocks);
+	if (n > d->pool_blocks) {
+		nu = realloc(d->used, n);
+		if (!nu)
+			return -ENOMEM;
+		d->used = nu;
+		memset(d->used + d->pool_blocks, 0, n - d->pool_blocks);
+	}
 	ret = moem_be_alloc(d->be, (uint64_t)n * d->block_bytes, &np);
 	if (ret)
 		return moem_err_prefix(-ret, "KV cache of %u blocks", n);
 	if (d->pool) {
-		ret = moem_be_dtod(d->be, np, d->pool, (uint64_t)d->pool_blocks * d->block_bytes,
-				   NULL);
+		ret = moem_be_dtod(d->be, np, d->pool, (uint64_t)keep * d->block_bytes, NULL);
 		if (!ret)
 			ret = moem_be_stream_sync(d->be, NULL);
 		if (ret) {
@@ -57,32 +63,68 @@ static int grow_pool(struct moem_decoder *d, uint32_t n)
 		}
 		moem_be_free(d->be, d->pool);
 	}
+	pthread_mutex_lock(&d->lock);
 	d->pool = np;
 	d->pool_blocks = n;
+	pthread_mutex_unlock(&d->lock);
 	return 0;
 }
 
-/* Apply a kv budget set from any thread; at step boundaries. */
+/* The pool's size in blocks for a kv_bytes value (0: the default). */
+static uint32_t kv_blocks(const struct moem_decoder *d, uint64_t kv)
+{
+	if (!kv)
+		kv = d->kv_default;
+	return (uint32_t)moem_max(moem_min(kv / d->block_bytes, (uint64_t)UINT32_MAX >> 2), 1);
+}
+
+/*
+ * Follow the engine's kv_bytes knob (set from any thread) at a step
+ * boundary: the pool grows at once; a cut lowers the limit now (new
+ * sequences see it) and frees the memory once no running sequence holds
+ * a block above it: blocks are taken lowest first, so that happens as
+ * the sequences that hold them end. The engine charges what the pool
+ * holds to the HBM budget (moem_eng_kv_resize()).
+ */
 static int apply_kv(struct moem_decoder *d)
 {
-	uint64_t want;
-	uint32_t n;
+	uint64_t want = moem_engine_get_knob(d->e, MOEM_BUDGET_KV_BYTES);
+	uint32_t n, old = d->pool_blocks, top = 0;
 	int ret;
 
-	pthread_mutex_lock(&d->lock);
-	want = d->kv_pending;
-	d->kv_pending = 0;
-	pthread_mutex_unlock(&d->lock);
-	if (!want)
+	if (want == d->kv_seen && d->pool_blocks == d->limit_blocks)
 		return 0;
-	n = (uint32_t)moem_min(want / d->block_bytes, (uint64_t)UINT32_MAX >> 2);
-	ret = grow_pool(d, n);
-	if (ret)
-		return ret;
+	n = kv_blocks(d, want);
+	if (n > d->pool_blocks) {
+		ret = resize_pool(d, n);
+		if (ret) {
+			/* The device may lack the memory the budget allows: keep
+			 * serving from the pool in force, and try again only on
+			 * the next change of the knob. */
+			moem_warn("kv_bytes %llu not applied, the KV pool stays %llu bytes: %s",
+				  (unsigned long long)want,
+				  (unsigned long long)d->pool_blocks * d->block_bytes,
+				  moem_strerror(ret));
+			d->kv_seen = want;
+			return 0;
+		}
+	}
 	pthread_mutex_lock(&d->lock);
+	d->kv_seen = want;
 	d->limit_blocks = n; /* a cut below what is reserved applies as sequences end */
 	d->o.kv_bytes = (uint64_t)n * d->block_bytes;
+	for (uint32_t b = 0; b < d->pool_blocks; b++)
+		if (d->used[b])
+			top = b + 1;
 	pthread_mutex_unlock(&d->lock);
+	if (d->pool_blocks > n && top <= n) {
+		ret = resize_pool(d, n);
+		if (ret)
+			return ret;
+	}
+	if (d->pool_blocks != old)
+		return moem_eng_kv_resize(d->e, (uint64_t)d->pool_blocks * d->block_bytes,
+					  d->block_bytes);
 	return 0;
 }
 
@@ -247,28 +289,37 @@ int moem_decoder_open(struct moem_engine *e, const struct moem_decoder_opts *o,
 			  : 2 * d->cfg->n_kv_heads * d->cfg->head_dim;
 	d->block_bytes = (uint64_t)d->cfg->n_layers * d->o.block_tokens * d->entry * 4;
 	d->max_blocks = blocks_for(d, d->o.max_context);
-	kv = d->o.kv_bytes;
-	if (!kv)
-		kv = moem_max(moem_min((uint64_t)d->o.max_seqs * d->max_blocks * d->block_bytes,
-				       KV_DEFAULT_MAX),
-			      (uint64_t)d->max_blocks * d->block_bytes);
-	if (kv < d->block_bytes) {
+	d->kv_default = moem_max(
+		moem_min((uint64_t)d->o.max_seqs * d->max_blocks * d->block_bytes, KV_DEFAULT_MAX),
+		(uint64_t)d->max_blocks * d->block_bytes);
+	/* In HBM, a pool the user did not size leaves the experts room. */
+	d->kv_default = moem_max(moem_min(d->kv_default, moem_eng_kv_room(e)), d->block_bytes);
+	/* The budget is the engine's kv_bytes knob; the options set it. */
+	kv = d->o.kv_bytes ? d->o.kv_bytes : moem_engine_get_knob(e, MOEM_BUDGET_KV_BYTES);
+	if (kv && kv < d->block_bytes) {
 		ret = moem_errf(ERANGE, "kv budget of %llu bytes holds no %llu-byte block",
 				(unsigned long long)kv, (unsigned long long)d->block_bytes);
 		goto err;
 	}
-	ret = alloc_acts(d);
+	ret = moem_engine_check_knob(e, MOEM_BUDGET_KV_BYTES, kv ? kv : d->kv_default);
+	if (!ret && d->o.kv_bytes)
+		ret = moem_engine_set_knob(e, MOEM_BUDGET_KV_BYTES, d->o.kv_bytes);
+	if (!ret)
+		ret = alloc_acts(d);
 	if (!ret)
 		ret = rope_tables(d);
 	if (!ret)
 		ret = moem_dec_load(d);
 	if (!ret)
-		ret = grow_pool(d,
-				(uint32_t)moem_min(kv / d->block_bytes, (uint64_t)UINT32_MAX >> 2));
+		ret = resize_pool(d, kv_blocks(d, kv));
 	if (ret)
 		goto err;
+	d->kv_seen = kv;
 	d->limit_blocks = d->pool_blocks;
 	d->o.kv_bytes = (uint64_t)d->pool_blocks * d->block_bytes;
+	ret = moem_eng_kv_resize(e, d->o.kv_bytes, d->block_bytes);
+	if (ret)
+		goto err;
 	*out = d;
 	return 0;
 err:
@@ -284,6 +335,8 @@ void moem_decoder_close(struct moem_decoder *d)
 		if (d->seqs[i].live)
 			free_seq(d, &d->seqs[i]);
 	moem_dec_unload(d);
+	if (d->pool)
+		moem_eng_kv_resize(d->e, 0, 0);
 	{
 		moem_dptr b[] = {d->xb,	    d->q,      d->kv,	 d->att,   d->att_b,
 				 d->oproj,  d->qa,     d->qa_b,	 d->qattn, d->olat,
@@ -700,16 +753,7 @@ out:
 
 int moem_decoder_set_kv_bytes(struct moem_decoder *d, uint64_t bytes)
 {
-	if (bytes < d->block_bytes || bytes > (1ULL << 50))
-		return moem_errf(ERANGE,
-				 "kv budget of %llu bytes: want one %llu-byte block (%u tokens "
-				 "of every layer) .. 2^50",
-				 (unsigned long long)bytes, (unsigned long long)d->block_bytes,
-				 d->o.block_tokens);
-	pthread_mutex_lock(&d->lock);
-	d->kv_pending = bytes;
-	pthread_mutex_unlock(&d->lock);
-	return 0;
+	return moem_engine_set_knob(d->e, MOEM_BUDGET_KV_BYTES, bytes);
 }
 
 void moem_decoder_kv_usage(struct moem_decoder *d, struct moem_kv_usage *u)
@@ -722,6 +766,7 @@ void moem_decoder_kv_usage(struct moem_decoder *d, struct moem_kv_usage *u)
 	u->blocks_reserved = d->reserved;
 	u->blocks_free = d->limit_blocks - moem_min(d->reserved, d->limit_blocks);
 	u->budget_bytes = d->o.kv_bytes;
+	u->pool_bytes = (uint64_t)d->pool_blocks * d->block_bytes;
 	u->seqs = d->n_seqs;
 	u->max_seqs = d->o.max_seqs;
 	u->max_context = d->o.max_context;

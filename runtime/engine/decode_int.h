@@ -77,7 +77,8 @@ struct moem_decoder {
 
 	/* Any-thread state. */
 	pthread_mutex_t lock;
-	uint64_t kv_pending; /* 0: none */
+	uint64_t kv_seen;    /* the kv_bytes knob the pool follows (0: default) */
+	uint64_t kv_default; /* the pool's bytes when kv_bytes is 0 */
 	struct moem_decode_stats total;
 };
 

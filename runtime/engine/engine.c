@@ -349,8 +349,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		e->pg_depth = MOEM_TRACE_MAX_PREGATE;
 	if (e->pg_depth >= e->n_moe)
 		e->pg_depth = e->n_moe - 1;
-	if (!e->o.hbm_budget || e->o.hbm_budget > e->arena_bytes)
-		e->o.hbm_budget = e->arena_bytes;
+	/* No KV pool yet: the decoder's, when one opens, is charged then. */
+	e->o.hbm_budget = moem_eng_expert_hbm(e, e->o.hbm_budget, 0);
 	if (!e->o.dram_budget)
 		e->o.dram_budget = e->arena_bytes;
 
@@ -403,6 +403,14 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	e->knob[MOEM_BUDGET_REROUTE] =
 		(uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
 	moem_driver_set_depth(e->drv, (uint32_t)e->knob[MOEM_BUDGET_PREFETCH_DEPTH]);
+	if (o->kv_budget) {
+		/* A KV budget in HBM leaves the experts the rest from the start. */
+		ret = moem_engine_set_knob(e, MOEM_BUDGET_KV_BYTES, o->kv_budget);
+		if (!ret)
+			ret = moem_eng_apply_knobs(e);
+		if (ret)
+			goto err;
+	}
 	*out = e;
 	return 0;
 err:
@@ -471,19 +479,102 @@ void moem_engine_close(struct moem_engine *e)
 	free(e);
 }
 
+bool moem_eng_kv_in_hbm(const struct moem_engine *e)
+{
+	return e->be && moem_backend_kind(e->be) == MOEM_BACKEND_CUDA;
+}
+
+uint64_t moem_eng_expert_hbm(const struct moem_engine *e, uint64_t hbm, uint64_t kv)
+{
+	if (!hbm)
+		return e->arena_bytes;
+	if (moem_eng_kv_in_hbm(e))
+		hbm = hbm > kv ? hbm - kv : 0;
+	return moem_min(hbm, e->arena_bytes);
+}
+
+/* The smallest HBM share the experts run with (one expert's slot). */
+static uint64_t min_expert_hbm(const struct moem_engine *e)
+{
+	return moem_align_up(moem_max(e->blob_bytes[0], e->n_prec > 1 ? e->blob_bytes[1] : 0),
+			     65536);
+}
+
+/* KV bytes charged to HBM: the budget, or the pool while it is larger (a
+ * shrink waits for blocks to be free). Under knob_lock. */
+static uint64_t kv_charged(const struct moem_engine *e, uint64_t kv_knob)
+{
+	return moem_max(kv_knob, e->kv_pool_bytes);
+}
+
+uint64_t moem_eng_kv_room(struct moem_engine *e)
+{
+	uint64_t hbm, share;
+
+	pthread_mutex_lock(&e->knob_lock);
+	hbm = e->knob[MOEM_BUDGET_HBM_BYTES];
+	pthread_mutex_unlock(&e->knob_lock);
+	if (!moem_eng_kv_in_hbm(e) || !hbm)
+		return UINT64_MAX;
+	/* Half of what the budget holds above the smallest expert share. */
+	share = moem_eng_expert_hbm(e, hbm, 0);
+	return share > min_expert_hbm(e) ? (share - min_expert_hbm(e)) / 2 : 0;
+}
+
+/* Would the experts run in an HBM share of share bytes? what: the setting. */
+static int check_expert_hbm(struct moem_engine *e, const char *what, uint64_t share, uint64_t kv)
+{
+	char why[256], kvs[96] = "";
+
+	if (moem_eng_kv_in_hbm(e) && kv)
+		snprintf(kvs, sizeof(kvs), " (hbm_bytes less %llu bytes of kv_bytes)",
+			 (unsigned long long)kv);
+	if (share < min_expert_hbm(e))
+		return moem_errf(ERANGE,
+				 "%s leaves the experts %llu bytes of HBM%s, below one expert: "
+				 "the smallest budget that runs is %llu bytes",
+				 what, (unsigned long long)share, kvs,
+				 (unsigned long long)min_expert_hbm(e));
+	if (e->dcfg.dynaexq) {
+		/* DynaExq keeps every expert resident in the low precision */
+		uint32_t n_hi;
+
+		if (moem_eng_dynaexq_n_hi(e, share, 1000, &n_hi)) {
+			snprintf(why, sizeof(why), "%s", moem_last_error());
+			return moem_errf(ERANGE, "%s%s: %s", what, kvs, why);
+		}
+	}
+	return 0;
+}
+
 int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
 {
 	uint64_t big = moem_max(e->blob_bytes[0], e->n_prec > 1 ? e->blob_bytes[1] : 0);
+	uint64_t hbm, kv, block;
+	char what[64];
 	int ret = moem_budget_validate(knob, value);
 
 	if (ret)
 		return ret;
-	if (knob == MOEM_BUDGET_HBM_BYTES && value && value < moem_align_up(big, 65536))
-		return moem_errf(ERANGE,
-				 "hbm_bytes %llu is below one expert: the smallest budget that "
-				 "runs is %llu bytes",
-				 (unsigned long long)value,
-				 (unsigned long long)moem_align_up(big, 65536));
+	if (knob == MOEM_BUDGET_HBM_BYTES || knob == MOEM_BUDGET_KV_BYTES) {
+		pthread_mutex_lock(&e->knob_lock);
+		hbm = knob == MOEM_BUDGET_HBM_BYTES ? value : e->knob[MOEM_BUDGET_HBM_BYTES];
+		kv = kv_charged(e, knob == MOEM_BUDGET_KV_BYTES ? value
+								: e->knob[MOEM_BUDGET_KV_BYTES]);
+		block = e->kv_block_bytes;
+		pthread_mutex_unlock(&e->knob_lock);
+		if (knob == MOEM_BUDGET_KV_BYTES && value && value < block)
+			return moem_errf(ERANGE,
+					 "kv_bytes %llu holds no KV block: the smallest KV budget "
+					 "is one %llu-byte block",
+					 (unsigned long long)value, (unsigned long long)block);
+		snprintf(what, sizeof(what), "%s %llu", moem_budget_name(knob),
+			 (unsigned long long)value);
+		/* hbm_bytes 0 is "no limit": the experts keep the arena */
+		if (knob == MOEM_BUDGET_KV_BYTES || value)
+			return check_expert_hbm(e, what, moem_eng_expert_hbm(e, hbm, kv), kv);
+		return 0;
+	}
 	if (knob == MOEM_BUDGET_DRAM_BYTES && value && value < big)
 		return moem_errf(ERANGE,
 				 "dram_bytes %llu is below one expert: the smallest budget that "
@@ -492,18 +583,6 @@ int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, ui
 	if (knob == MOEM_BUDGET_DRAM_BYTES && value > e->dram_bytes)
 		return moem_errf(ERANGE, "dram_bytes %llu is above the %llu-byte staging pool",
 				 (unsigned long long)value, (unsigned long long)e->dram_bytes);
-	if (knob == MOEM_BUDGET_HBM_BYTES && e->dcfg.dynaexq) {
-		/* DynaExq keeps every expert resident in the low precision */
-		uint64_t hbm = !value || value > e->arena_bytes ? e->arena_bytes : value;
-		uint32_t n_hi;
-		char why[256];
-
-		if (moem_eng_dynaexq_n_hi(e, hbm, 1000, &n_hi)) {
-			snprintf(why, sizeof(why), "%s", moem_last_error());
-			return moem_errf(ERANGE, "hbm_bytes %llu: %s", (unsigned long long)value,
-					 why);
-		}
-	}
 	return 0;
 }
 
@@ -545,11 +624,11 @@ int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm_out, uint64_t *dr
 
 	pthread_mutex_lock(&e->budget_lock);
 	pthread_mutex_lock(&e->knob_lock);
-	hbm = e->knob[MOEM_BUDGET_HBM_BYTES];
+	hbm = moem_eng_expert_hbm(e, e->knob[MOEM_BUDGET_HBM_BYTES],
+				  kv_charged(e, e->knob[MOEM_BUDGET_KV_BYTES]));
 	dram = e->knob[MOEM_BUDGET_DRAM_BYTES];
 	pthread_mutex_unlock(&e->knob_lock);
 	/* 0 means "no limit set": everything fits. */
-	hbm = !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm;
 	dram = !dram || dram > e->dram_bytes ? e->dram_bytes : dram;
 	if (hbm != e->applied_hbm || dram != e->applied_dram) {
 		/* UVM: the tiers keep the whole arena, the device the budget */
@@ -572,10 +651,23 @@ int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm_out, uint64_t *dr
 	return ret;
 }
 
+int moem_eng_kv_resize(struct moem_engine *e, uint64_t pool_bytes, uint64_t block_bytes)
+{
+	uint64_t hbm, dram;
+
+	pthread_mutex_lock(&e->knob_lock);
+	e->kv_pool_bytes = pool_bytes;
+	e->kv_block_bytes = block_bytes;
+	/* The policies' numbers derived from the experts' share follow. */
+	e->knob_dirty |= 1u << MOEM_BUDGET_KV_BYTES;
+	pthread_mutex_unlock(&e->knob_lock);
+	return moem_eng_apply_budget(e, &hbm, &dram);
+}
+
 /* Apply knob changes at a layer boundary; the engine thread only. */
 int moem_eng_apply_knobs(struct moem_engine *e)
 {
-	uint64_t k[MOEM_BUDGET_NR];
+	uint64_t k[MOEM_BUDGET_NR], share;
 	uint32_t dirty;
 	int ret = 0;
 
@@ -583,10 +675,13 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 	dirty = e->knob_dirty;
 	e->knob_dirty = 0;
 	memcpy(k, e->knob, sizeof(k));
+	share = moem_eng_expert_hbm(e, k[MOEM_BUDGET_HBM_BYTES],
+				    kv_charged(e, k[MOEM_BUDGET_KV_BYTES]));
 	pthread_mutex_unlock(&e->knob_lock);
 	if (!dirty)
 		return 0;
-	if (dirty & ((1u << MOEM_BUDGET_HBM_BYTES) | (1u << MOEM_BUDGET_DRAM_BYTES))) {
+	if (dirty & ((1u << MOEM_BUDGET_HBM_BYTES) | (1u << MOEM_BUDGET_DRAM_BYTES) |
+		     (1u << MOEM_BUDGET_KV_BYTES))) {
 		uint64_t hbm, dram;
 
 		ret = moem_eng_apply_budget(e, &hbm, &dram);
@@ -613,11 +708,10 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 		moem_driver_set_depth(e->drv, (uint32_t)k[MOEM_BUDGET_PREFETCH_DEPTH]);
 	__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
 	if (dirty & (1u << MOEM_BUDGET_HI_PRECISION_PERMILLE) && e->dcfg.dynaexq) {
-		uint64_t hbm = k[MOEM_BUDGET_HBM_BYTES];
 		uint32_t n_hi;
 
-		if (moem_eng_dynaexq_n_hi(e, !hbm || hbm > e->arena_bytes ? e->arena_bytes : hbm,
-					  k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) == 0)
+		if (moem_eng_dynaexq_n_hi(e, share, k[MOEM_BUDGET_HI_PRECISION_PERMILLE], &n_hi) ==
+		    0)
 			moem_driver_set_n_hi(e->drv, n_hi);
 	}
 	return ret;

@@ -103,6 +103,9 @@ struct moem_engine {
 	 * knob values current at that moment (moem_eng_apply_budget). */
 	pthread_mutex_t budget_lock;
 	uint64_t applied_hbm, applied_dram;
+	/* The decoder's KV pool (decode.c), under knob_lock: what it holds
+	 * now, and one block, the smallest kv_bytes (0: no decoder). */
+	uint64_t kv_pool_bytes, kv_block_bytes;
 
 	/* Route counts and the hotness source (hotness.c). */
 	uint64_t *route_counts;		/* [n_moe][N] since open, from the host ids */
@@ -128,6 +131,22 @@ void moem_eng_stager_destroy(struct moem_stager *s);
 /* engine.c */
 int moem_eng_apply_knobs(struct moem_engine *e);
 int moem_eng_apply_budget(struct moem_engine *e, uint64_t *hbm, uint64_t *dram);
+/* Does the decoder's KV pool live in the HBM budget (the CUDA backend)? */
+bool moem_eng_kv_in_hbm(const struct moem_engine *e);
+/*
+ * The experts' share of HBM for an hbm_bytes value and the KV bytes
+ * charged to it: hbm (0: no limit, the whole arena) less kv where the KV
+ * pool lives in HBM, at most the arena. The one clamp of the HBM budget.
+ */
+uint64_t moem_eng_expert_hbm(const struct moem_engine *e, uint64_t hbm, uint64_t kv);
+/* KV bytes a default-sized pool may take from HBM (UINT64_MAX: no limit). */
+uint64_t moem_eng_kv_room(struct moem_engine *e);
+/*
+ * decode.c: the decoder's KV pool now holds pool_bytes in blocks of
+ * block_bytes (0, 0: the decoder closed). Re-derives the experts' HBM
+ * share; the policies' numbers follow at the next layer boundary.
+ */
+int moem_eng_kv_resize(struct moem_engine *e, uint64_t pool_bytes, uint64_t block_bytes);
 /* layer.c: run one model layer on the current batch (B tokens in e->h). */
 int moem_eng_layer(struct moem_engine *e, uint32_t layer, uint32_t B, uint64_t step,
 		   const struct moem_trace_rec *replay, struct moem_step_stats *st);

@@ -506,6 +506,57 @@ TEST_F_TIMEOUT(http, full_queue_gets_429, 120)
 	EXPECT_TRUE(healthy(_metadata, self));
 }
 
+/*
+ * kv_bytes set live over the control socket: status shows the knob at
+ * once, the decoder's KV pool follows at its next step (status's
+ * serving.kv_budget and /metrics), and a value below one KV block is
+ * refused with a message naming it, the knob unchanged.
+ */
+TEST_F_TIMEOUT(http, kv_bytes_live, 120)
+{
+	/* one block: 2 layers x 16 tokens x K and V of 2 heads x 32 x 4 bytes */
+	const uint64_t block = 2 * 16 * 2 * 2 * 32 * 4, want = 4 * block;
+	struct json_object *r;
+	int ret;
+
+	ASSERT_EQ(0, dmn_call(&self->d, "status", NULL, &r));
+	EXPECT_EQ(0, dmn_u64(r, "budgets.kv_bytes")); /* unset: the decoder sizes the pool */
+	EXPECT_GT(dmn_u64(r, "serving.kv_budget"), want);
+	json_object_put(r);
+
+	ASSERT_EQ(0,
+		  dmn_call(&self->d, "set", dmn_args("knob", "kv_bytes", "value", "64K", NULL), &r))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(want, dmn_u64(r, "value"));
+	EXPECT_STREQ("before the next decode step", dmn_str(r, "applied"));
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->d, "status", NULL, &r));
+	EXPECT_EQ(want, dmn_u64(r, "budgets.kv_bytes"));
+	json_object_put(r);
+
+	/* a request: the step it takes applies the budget */
+	ASSERT_EQ(200, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"hi\",\"max_tokens\":4}", self->buf,
+			    sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	ASSERT_EQ(0, dmn_call(&self->d, "status", NULL, &r));
+	EXPECT_EQ(want, dmn_u64(r, "serving.kv_budget"));
+	json_object_put(r);
+	EXPECT_EQ((double)want, metric(self->port, "moem_budget_bytes{tier=\"kv\"}"));
+	EXPECT_EQ((double)want, metric(self->port, "moem_knob{name=\"kv_bytes\"}"));
+
+	moem_clear_error();
+	ret = dmn_call(&self->d, "set", dmn_args("knob", "kv_bytes", "value", "1000", NULL), &r);
+	json_object_put(r);
+	EXPECT_EQ(-ERANGE, ret);
+	EXPECT_NE(NULL, strstr(moem_last_error(), "16384-byte block"))
+	TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, dmn_call(&self->d, "get", dmn_args("knob", "kv_bytes", NULL), &r));
+	EXPECT_EQ(want, dmn_u64(r, "value"));
+	json_object_put(r);
+	EXPECT_TRUE(healthy(_metadata, self));
+}
+
 TEST_F_TIMEOUT(http, ten_thousand_connections_dropped, 300)
 {
 	struct linger rst = {.l_onoff = 1, .l_linger = 0};

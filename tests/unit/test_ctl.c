@@ -257,6 +257,13 @@ TEST(engine_args)
 	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "link-gbps", "0"));
 	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "pool", "nvram"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "hbm", "12M"));
+	/* kv: the kv_bytes knob's own rules (the knob table's range) */
+	EXPECT_EQ(0, moem_engine_args_set(&a, "kv", "64K"));
+	EXPECT_EQ(65536u, a.o.kv_budget);
+	EXPECT_EQ(-ERANGE, moem_engine_args_set(&a, "kv", "2048T"));
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "kv", "25%"));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "kv_bytes")) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(65536u, a.o.kv_budget);
 	/* 0 means what the knob's 0 means: no limit, the whole model. */
 	EXPECT_EQ(0, moem_engine_args_set(&a, "dram", "0"));
 	EXPECT_EQ(0, moem_engine_args_resolve(&a)) TH_LOG("%s", moem_last_error());

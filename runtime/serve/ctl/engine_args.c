@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include <moem/backend.h>
+#include <moem/dev.h>
 #include <moem/engine_args.h>
 #include <moem/error.h>
 #include <moem/trace.h>
@@ -18,6 +19,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"pack", false, MOEM_ARG_ENGINE},
 	{"hbm", false, MOEM_ARG_ENGINE},
 	{"dram", false, MOEM_ARG_ENGINE},
+	{"kv", false, MOEM_ARG_ENGINE},
 	{"precisions", false, MOEM_ARG_ENGINE},
 	{"fallback", true, MOEM_ARG_ENGINE},
 	{"route", false, MOEM_ARG_ENGINE},
@@ -237,6 +239,8 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 		return moem_errf(EINVAL, "%s: a value is required", name);
 	if (!strcmp(name, "pack"))
 		return set_str(&a->o.pack_path, v);
+	if (!strcmp(name, "kv")) /* the kv_bytes knob's own rules */
+		return moem_budget_parse(MOEM_BUDGET_KV_BYTES, v, &a->o.kv_budget);
 	if (!strcmp(name, "hbm"))
 		return set_own(&a->hbm, v);
 	if (!strcmp(name, "dram"))

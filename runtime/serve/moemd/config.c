@@ -200,7 +200,8 @@ static void usage(FILE *f)
 		"  --max-body SIZE --http-threads N --http-connections N --http-timeout S\n"
 		"  --stream-buffer SIZE\n"
 		"engine (as in 'moem run'):\n"
-		"  --pack FILE --hbm SIZE|PCT%% --dram SIZE|PCT%% --precisions HI[,LO] --fallback\n"
+		"  --pack FILE --hbm SIZE|PCT%% --dram SIZE|PCT%% --kv SIZE --precisions HI[,LO]\n"
+		"  --fallback\n"
 		"  --route SPEC --evict SPEC --prefetch SPEC --precision SPEC --paging SPEC\n"
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
@@ -468,6 +469,7 @@ void moemd_reload(struct moemd *d)
 	if (moemd_state_get(d) == MOEMD_READY) {
 		reload_budget(d, MOEM_BUDGET_HBM_BYTES, a->hbm_budget, b->hbm_budget);
 		reload_budget(d, MOEM_BUDGET_DRAM_BYTES, a->dram_budget, b->dram_budget);
+		reload_budget(d, MOEM_BUDGET_KV_BYTES, a->kv_budget, b->kv_budget);
 		reload_route(d, a->route, b->route);
 	}
 	/* Settings fixed at start: name the ones that changed. */
@@ -556,6 +558,7 @@ void moemd_reload(struct moemd *d)
 		SWAP(o->ea.dram, n.ea.dram);
 		SWAP(o->ea.o.hbm_budget, n.ea.o.hbm_budget);
 		SWAP(o->ea.o.dram_budget, n.ea.o.dram_budget);
+		SWAP(o->ea.o.kv_budget, n.ea.o.kv_budget);
 		SWAP(o->ea.o.route, n.ea.o.route);
 	} else {
 		moem_warn("reload: budgets and route apply once moemd is ready: send SIGHUP again "
