@@ -264,7 +264,13 @@ static int open_tiers(struct moem_engine *e)
 		.dram_budget = e->o.dram_budget,
 		.allow_fallback = e->o.allow_fallback,
 	};
-	struct moem_emu_opts eo = {.link_gbps = e->o.link_gbps, .link_lat_us = 10};
+	/* the emulated link's latency per piece: 10 us unless set, none if negative */
+	struct moem_emu_opts eo = {
+		.link_gbps = e->o.link_gbps,
+		.link_lat_us = e->o.link_lat_us == 0  ? 10
+			       : e->o.link_lat_us > 0 ? e->o.link_lat_us
+						      : 0,
+	};
 	int ret;
 
 	if (e->uvm)

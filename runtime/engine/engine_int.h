@@ -16,7 +16,9 @@
 #include <moem/tiers.h>
 #include <moem/trace.h>
 
-#define ENG_MAX_B 64
+#define ENG_MAX_B	  64
+/* lockstep runs: the link rate the policies are told (moem sim --pcie-gbps 10000) */
+#define ENG_LOCKSTEP_GBPS 10000.0
 
 struct moem_engine {
 	struct moem_engine_opts o;

@@ -281,6 +281,9 @@ int moem_eng_placement_open(struct moem_engine *e)
 	moem_cost_default(&dc->cost);
 	dc->cost.link_gbps = e->o.link_gbps;
 	dc->cost.layer_ns = 1000000; /* replaced by the measured layer time */
+	/* lockstep: the link is never busy when a layer starts; the policies see it free */
+	if (e->o.lockstep)
+		dc->cost.link_gbps = ENG_LOCKSTEP_GBPS;
 	ret = moem_evict_parse(e->evict_spec, &dc->evict);
 	if (ret)
 		return moem_err_prefix(-ret, "--evict");
@@ -422,6 +425,10 @@ void moem_eng_lookahead(struct moem_engine *e)
 
 	if (!e->dcfg.prefetch)
 		return;
+	if (e->o.lockstep) {
+		moem_driver_lookahead(e->drv); /* at the link rate it was told */
+		return;
+	}
 	moem_tiers_get_stats(e->tiers, &ts);
 	bytes = ts.bytes_h2d[0] + ts.bytes_h2d[1] + ts.bytes_h2d[2];
 	if (ts.link_busy_ns > e->pf_last_ns && bytes > e->pf_last_bytes)
@@ -457,6 +464,8 @@ int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns)
 	uint64_t now = moem_now_ns();
 
 	moem_driver_layer_time(e->drv, layer_ns);
+	if (e->o.lockstep)
+		moem_tiers_drain(e->tiers); /* what this layer issued has landed */
 	if (e->dcfg.dynaexq)
 		precision_counts(e, now);
 	return moem_driver_layer_end(e->drv, now);
@@ -468,6 +477,13 @@ void moem_eng_after_step(struct moem_engine *e, uint64_t compute_ns, uint64_t by
 
 	if (!e->dcfg.paging)
 		return;
+	if (e->o.lockstep) {
+		/* the link rate the policies were told */
+		if (compute_ns)
+			moem_driver_step_end(e->drv, (double)compute_ns,
+					     (double)bytes_streamed / ENG_LOCKSTEP_GBPS);
+		return;
+	}
 	moem_tiers_get_stats(e->tiers, &ts);
 	if (compute_ns && ts.link_bw > 0)
 		moem_driver_step_end(e->drv, (double)compute_ns,
