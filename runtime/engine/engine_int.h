@@ -75,6 +75,7 @@ struct moem_engine {
 	uint64_t pos; /* layer clock: step * n_moe + MoE layer */
 	uint64_t interval_start_ns;
 	uint64_t pf_last_bytes, pf_last_ns; /* transfer totals fed to the driver */
+	uint64_t pg_last_misses;	    /* FluxMoE: the tiers' misses at the last step */
 	/* Pre-gate: layers ahead, their router logits (device, host), picks [D][B][K]. */
 	uint32_t pg_depth, replay_pg_depth; /* ours, and the replayed trace's */
 	moem_dptr pg_logits;
@@ -156,7 +157,7 @@ void moem_eng_used(struct moem_engine *e, const struct moem_xref *ref, int ret);
 int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
 		     const struct moem_trace_rec *replay);
 /* Plan and issue prefetches (the layer's misses are queued). */
-void moem_eng_lookahead(struct moem_engine *e);
+int moem_eng_lookahead(struct moem_engine *e);
 int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns);
 void moem_eng_after_step(struct moem_engine *e, uint64_t compute_ns, uint64_t bytes_streamed);
 /* hotness.c: route counts, and DynaExq's counts from moem_hot */

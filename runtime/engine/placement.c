@@ -418,17 +418,17 @@ int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
 	return ret;
 }
 
-void moem_eng_lookahead(struct moem_engine *e)
+int moem_eng_lookahead(struct moem_engine *e)
 {
 	struct moem_tiers_stats ts;
 	uint64_t bytes;
 
+	if (e->dcfg.paging)
+		return moem_driver_page_next(e->drv);
 	if (!e->dcfg.prefetch)
-		return;
-	if (e->o.lockstep) {
-		moem_driver_lookahead(e->drv); /* at the link rate it was told */
-		return;
-	}
+		return 0;
+	if (e->o.lockstep)
+		return moem_driver_lookahead(e->drv); /* at the link rate it was told */
 	moem_tiers_get_stats(e->tiers, &ts);
 	bytes = ts.bytes_h2d[0] + ts.bytes_h2d[1] + ts.bytes_h2d[2];
 	if (ts.link_busy_ns > e->pf_last_ns && bytes > e->pf_last_bytes)
@@ -436,7 +436,7 @@ void moem_eng_lookahead(struct moem_engine *e)
 				     ts.link_busy_ns - e->pf_last_ns);
 	e->pf_last_bytes = bytes;
 	e->pf_last_ns = ts.link_busy_ns;
-	moem_driver_lookahead(e->drv);
+	return moem_driver_lookahead(e->drv);
 }
 
 /* DynaExq's counts, once per interval: the device histogram, or moem_hot. */
@@ -471,21 +471,29 @@ int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns)
 	return moem_driver_layer_end(e->drv, now);
 }
 
+/*
+ * FluxMoE's controller, once per step: tau_load is the time the step's
+ * demand transfers take (the experts it needed that were not in HBM, as
+ * the simulator counts them: its misses, late window loads included),
+ * at the link's measured rate (lockstep: the rate the policies were
+ * told). bytes_streamed, all the step's H2D bytes, is not that: window
+ * loads that landed in time cost the step nothing.
+ */
 void moem_eng_after_step(struct moem_engine *e, uint64_t compute_ns, uint64_t bytes_streamed)
 {
 	struct moem_tiers_stats ts;
+	double demand;
 
+	(void)bytes_streamed;
 	if (!e->dcfg.paging)
 		return;
-	if (e->o.lockstep) {
-		/* the link rate the policies were told */
-		if (compute_ns)
-			moem_driver_step_end(e->drv, (double)compute_ns,
-					     (double)bytes_streamed / ENG_LOCKSTEP_GBPS);
-		return;
-	}
 	moem_tiers_get_stats(e->tiers, &ts);
-	if (compute_ns && ts.link_bw > 0)
-		moem_driver_step_end(e->drv, (double)compute_ns,
-				     (double)bytes_streamed / ts.link_bw * 1e9);
+	demand = (double)(ts.misses - e->pg_last_misses) * (double)e->blob_bytes[0];
+	e->pg_last_misses = ts.misses;
+	if (!compute_ns)
+		return;
+	if (e->o.lockstep)
+		moem_driver_step_end(e->drv, (double)compute_ns, demand / ENG_LOCKSTEP_GBPS);
+	else if (ts.link_bw > 0)
+		moem_driver_step_end(e->drv, (double)compute_ns, demand / ts.link_bw * 1e9);
 }

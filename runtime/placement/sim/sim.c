@@ -276,10 +276,6 @@ static int layer(struct sim *s, const struct moem_trace_rec *rec)
 		return ret;
 	if (rec->pregate)
 		pregate(s, rec);
-	/* FluxMoE: the next layer's window loads start with this layer */
-	ret = moem_driver_page_next(s->d);
-	if (ret)
-		return ret;
 	switch (s->p->mode) {
 	case MOEM_SIM_DYNAEXQ:
 		ret = moem_sim_dynaexq_layer(s, t_r, T, &end);
