@@ -57,6 +57,9 @@ struct moem_engine_opts {
 	 * | "lfu" | "pred"; prefetch "none" | "adaptive[..]" | "fixed:S=..";
 	 * precision "none" | "dynaexq[..]"; paging "none" | "fluxmoe[..]". */
 	const char *route, *evict, *prefetch, *precision, *paging;
+	/* The DRAM tier's victims: "lru" (NULL, the default), "policy" (as
+	 * evict), "hbm-first" (driver.h: enum moem_dram_rule). */
+	const char *dram_evict;
 	double link_gbps; /* emulated device: modelled H2D link (default 25) */
 	/* emulated device: per-piece latency in us (0: the default, 10; < 0: none) */
 	double link_lat_us;

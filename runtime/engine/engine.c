@@ -281,10 +281,8 @@ static int open_tiers(struct moem_engine *e)
 		ret = moem_tierdev_emu_create(&eo, &e->dev);
 	if (ret)
 		return moem_err_prefix(-ret, "tier device");
-	ret = moem_evictor_lru_create(e->n_moe * e->cfg->n_experts * 2, &e->dram_ev);
-	if (ret)
-		return ret;
-	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev, e->dram_ev,
+	/* both tiers' evictions follow the placement policy (placement.c) */
+	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev, &e->dramev,
 				&e->tiers);
 	if (ret)
 		return moem_err_prefix(-ret, "tiers");
@@ -424,8 +422,6 @@ void moem_engine_close(struct moem_engine *e)
 		moem_trace_writer_abort(e->trace);
 	moem_eng_hotness_close(e);
 	moem_tiers_destroy(e->tiers);
-	if (e->dram_ev)
-		e->dram_ev->destroy(e->dram_ev);
 	if (e->dev)
 		e->dev->ops->destroy(e->dev);
 	moem_eng_placement_close(e);

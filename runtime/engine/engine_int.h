@@ -41,7 +41,7 @@ struct moem_engine {
 	struct moem_tierdev *dev;
 	bool uvm;		 /* hbm_mode "uvm": dev is the UVM device, the tiers never evict */
 	struct moem_evictor hev; /* the policy driver behind the tiers' interface */
-	struct moem_evictor *dram_ev;
+	struct moem_evictor dramev; /* and the DRAM tier's (driver.h: moem_driver_dram_pick) */
 	struct moem_tiers *tiers;
 	uint32_t n_prec;
 	enum moem_prec prec[2];

@@ -69,6 +69,39 @@ static void ev_destroy(struct moem_evictor *ev)
 {
 }
 
+/* ---- the DRAM tier's evictor: the driver too ----------------------------------- */
+
+static struct moem_engine *of_dev(struct moem_evictor *ev)
+{
+	return (struct moem_engine *)((char *)ev - offsetof(struct moem_engine, dramev));
+}
+
+static void dev_add(struct moem_evictor *ev, uint32_t id)
+{
+	if (of_dev(ev)->drv)
+		moem_driver_dram_inserted(of_dev(ev)->drv, id);
+}
+
+static void dev_del(struct moem_evictor *ev, uint32_t id)
+{
+	if (of_dev(ev)->drv)
+		moem_driver_dram_removed(of_dev(ev)->drv, id);
+}
+
+static void dev_touch(struct moem_evictor *ev, uint32_t id)
+{
+	if (of_dev(ev)->drv)
+		moem_driver_dram_used(of_dev(ev)->drv, id);
+}
+
+static int dev_pick(struct moem_evictor *ev, uint32_t incoming, enum moem_prio prio,
+		    bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *id)
+{
+	if (!of_dev(ev)->drv)
+		return -ENOENT;
+	return moem_driver_dram_pick(of_dev(ev)->drv, ok, arg, id);
+}
+
 /* ---- the driver's ops on the tiers -------------------------------------------- */
 
 static enum moem_res op_state(void *arg, uint32_t key)
@@ -287,6 +320,9 @@ int moem_eng_placement_open(struct moem_engine *e)
 	ret = moem_evict_parse(e->evict_spec, &dc->evict);
 	if (ret)
 		return moem_err_prefix(-ret, "--evict");
+	ret = moem_dram_rule_parse(e->o.dram_evict, &dc->dram);
+	if (ret)
+		return moem_err_prefix(-ret, "--dram-evict");
 	moem_prefetch_default(&dc->pf, e->n_moe, e->cfg->n_experts, e->cfg->top_k);
 	ret = moem_prefetch_parse(e->prefetch_spec, &dc->pf);
 	if (ret && ret != -ENOENT)
@@ -320,6 +356,11 @@ int moem_eng_placement_open(struct moem_engine *e)
 	e->hev.touch = ev_touch;
 	e->hev.pick = ev_pick;
 	e->hev.destroy = ev_destroy;
+	e->dramev.add = dev_add;
+	e->dramev.del = dev_del;
+	e->dramev.touch = dev_touch;
+	e->dramev.pick = dev_pick;
+	e->dramev.destroy = ev_destroy;
 	return 0;
 }
 

@@ -384,6 +384,7 @@ struct pair_case {
 	const char *route, *evict, *prefetch, *paging, *sim_spec;
 	int base; /* the case without prefetch or paging, same eviction (-1: this is one) */
 	uint32_t batch, fifths, dram_fifths;
+	const char *dram_evict; /* the DRAM tier's rule (NULL: lru) */
 };
 
 static const struct pair_case pair_cases[] = {
@@ -418,6 +419,7 @@ static void engine_and_sim(struct __test_metadata *_metadata, FIXTURE_DATA(eng) 
 	struct moem_sim_policy sp;
 	struct moem_sim_opts so = {0};
 	struct moem_engine_status st;
+	char spec[160];
 	struct moem_engine *e;
 	const struct moem_trace_info *ti;
 	struct moem_trace_reader *tr;
@@ -427,6 +429,7 @@ static void engine_and_sim(struct __test_metadata *_metadata, FIXTURE_DATA(eng) 
 	o.evict = pc->evict;
 	o.prefetch = pc->prefetch;
 	o.paging = pc->paging;
+	o.dram_evict = pc->dram_evict;
 	o.hbm_budget = self->expert_bytes * pc->fifths / 5;
 	o.dram_budget = pc->dram_fifths ? self->expert_bytes * pc->dram_fifths / 5 : 0;
 	o.trace_out = trace;
@@ -454,11 +457,16 @@ static void engine_and_sim(struct __test_metadata *_metadata, FIXTURE_DATA(eng) 
 	c.hbm_bytes = st.hbm_budget / slot * c.expert_bytes[MOEM_PREC_BF16];
 	if (st.dram_budget)
 		c.dram_bytes = st.dram_budget / 4096 * 4096;
-	ASSERT_EQ(0, moem_sim_policy_parse(pc->sim_spec, &sp)) TH_LOG("%s", moem_last_error());
+	snprintf(spec, sizeof(spec), "%s%s%s%s", pc->sim_spec,
+		 pc->dram_evict ? (strchr(pc->sim_spec, ':') ? "," : ":") : "",
+		 pc->dram_evict ? "dram=" : "", pc->dram_evict ? pc->dram_evict : "");
+	ASSERT_EQ(0, moem_sim_policy_parse(spec, &sp)) TH_LOG("%s", moem_last_error());
 	ASSERT_EQ(0, moem_sim_run(trace, &c, &sp, &so, r)) TH_LOG("%s", moem_last_error());
-	TH_LOG("%s/%s/%s/%s batch %u hbm %u/5 dram %u/5: hit rate engine %.4f sim %.4f, "
+	TH_LOG("%s/%s/%s/%s dram-evict %s batch %u hbm %u/5 dram %u/5: hit rate engine %.4f sim "
+	       "%.4f, "
 	       "DRAM->HBM bytes engine %llu sim %llu, NVMe bytes engine %llu sim %llu",
-	       pc->route, pc->evict, pc->prefetch, pc->paging, pc->batch, pc->fifths,
+	       pc->route, pc->evict, pc->prefetch, pc->paging,
+	       pc->dram_evict ? pc->dram_evict : "lru", pc->batch, pc->fifths,
 	       pc->dram_fifths ? pc->dram_fifths : 5, rs->hit_rate, r->hit_rate,
 	       (unsigned long long)rs->total.bytes_h2d, (unsigned long long)r->bytes_pcie,
 	       (unsigned long long)rs->total.bytes_nvme, (unsigned long long)r->bytes_nvme);
@@ -490,6 +498,37 @@ TEST_F(eng, simulator_matches_engine_on_its_trace)
 					  0.10 * (double)rs.total.bytes_h2d);
 				EXPECT_GT(rs.total.bytes_h2d, 0u);
 			}
+	/*
+	 * DRAM below the model (60%, HBM 40%): the DRAM tier's rule too, NVMe
+	 * bytes included; every case under the default rule, the other two
+	 * rules with pred and moem at batch 8.
+	 */
+	for (size_t p = 0; p < MOEM_ARRAY_SIZE(pair_cases) + 4; p++)
+		for (size_t b = 0; b < 2; b++) {
+			static const char *const rules[] = {"policy", "hbm-first"};
+			size_t q = p - MOEM_ARRAY_SIZE(pair_cases);
+			struct pair_case pc = pair_cases[p < MOEM_ARRAY_SIZE(pair_cases) ? p
+							 : q % 2			 ? 9
+											 : 3];
+			struct moem_run_stats rs;
+			struct moem_sim_result r;
+
+			if (p >= MOEM_ARRAY_SIZE(pair_cases)) {
+				if (b == 0)
+					continue;
+				pc.dram_evict = rules[q / 2];
+			}
+			pc.batch = pair_batches[b];
+			pc.fifths = 2;
+			pc.dram_fifths = 3;
+			engine_and_sim(_metadata, self, &pc, &rs, &r);
+			EXPECT_LE(fabs(rs.hit_rate - r.hit_rate), 0.02);
+			EXPECT_LE(fabs((double)rs.total.bytes_h2d - (double)r.bytes_pcie),
+				  0.10 * (double)rs.total.bytes_h2d);
+			EXPECT_LE(fabs((double)rs.total.bytes_nvme - (double)r.bytes_nvme),
+				  0.10 * (double)rs.total.bytes_nvme);
+			EXPECT_GT(rs.total.bytes_nvme, 0u);
+		}
 }
 
 /*
@@ -570,6 +609,10 @@ TEST_F(eng, bad_input)
 	o.evict = "mru";
 	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
 	o.evict = NULL;
+	o.dram_evict = "fifo";
+	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
+	EXPECT_MSG("want lru, policy or hbm-first");
+	o.dram_evict = NULL;
 	o.precision = "dynaexq"; /* needs two precisions */
 	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
 	o.precision = NULL;

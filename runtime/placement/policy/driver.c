@@ -79,6 +79,7 @@ static void duel_access(struct moem_driver *d, uint32_t vid)
 void moem_drv_set_score(struct moem_driver *d, uint32_t vid, float score)
 {
 	moem_evict_score(d->ev, vid, score);
+	moem_evict_score(d->dev, vid, score);
 	if (d->sh[0])
 		moem_evict_score(d->sh[0], vid, score);
 }
@@ -139,6 +140,13 @@ int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver
 	ec.n_layers = d->L;
 	ec.n_experts = 2 * d->N; /* version ids */
 	ret = moem_evict_create(&ec, &d->ev);
+	if (!ret) {
+		struct moem_evict_cfg dc = ec;
+
+		if (c->dram != MOEM_DRAM_POLICY)
+			dc.kind = MOEM_EVICT_LRU;
+		ret = moem_evict_create(&dc, &d->dev);
+	}
 	if (ret)
 		goto err;
 	if (c->predictor || c->prefetch || c->paging) {
@@ -172,6 +180,7 @@ void moem_driver_destroy(struct moem_driver *d)
 		return;
 	moem_drv_modes_destroy(d);
 	moem_evict_destroy(d->ev);
+	moem_evict_destroy(d->dev);
 	for (int i = 0; i < 2; i++) {
 		moem_evict_destroy(d->sh[i]);
 		free(d->sh_in[i]);
@@ -266,6 +275,93 @@ void moem_driver_removed(struct moem_driver *d, uint32_t vid)
 	drv_unlock(d);
 }
 
+/* ---- the DRAM tier ------------------------------------------------------------ */
+
+static const char *const dram_names[] = {"lru", "policy", "hbm-first"};
+
+int moem_dram_rule_parse(const char *s, enum moem_dram_rule *out)
+{
+	for (int i = 0; i < 3; i++)
+		if (!s || !strcmp(s, dram_names[i])) {
+			*out = s ? (enum moem_dram_rule)i : MOEM_DRAM_LRU;
+			return 0;
+		}
+	return moem_errf(EINVAL, "DRAM eviction '%s': want lru, policy or hbm-first", s);
+}
+
+const char *moem_dram_rule_name(enum moem_dram_rule r)
+{
+	return (unsigned int)r < 3 ? dram_names[r] : "?";
+}
+
+void moem_driver_dram_inserted(struct moem_driver *d, uint32_t vid)
+{
+	drv_lock(d);
+	if (!moem_evict_has(d->dev, vid))
+		moem_evict_insert(d->dev, vid, d->pos);
+	moem_evict_access(d->dev, vid, d->pos);
+	drv_unlock(d);
+}
+
+void moem_driver_dram_used(struct moem_driver *d, uint32_t vid)
+{
+	drv_lock(d);
+	if (moem_evict_has(d->dev, vid))
+		moem_evict_access(d->dev, vid, d->pos);
+	drv_unlock(d);
+}
+
+void moem_driver_dram_removed(struct moem_driver *d, uint32_t vid)
+{
+	drv_lock(d);
+	moem_evict_remove(d->dev, vid);
+	drv_unlock(d);
+}
+
+/*
+ * Never the DRAM copy the current layer's experts or a prefetch not yet
+ * polled as landed is being copied from: whether that copy is done yet is
+ * timing (the owner's ok() refuses it only while it is).
+ */
+static bool dram_any(void *arg, uint32_t vid)
+{
+	struct moem_driver *d = arg;
+	uint32_t key = vid / 2;
+
+	return d->pin[key] != d->pos + 1 && !d->fl_seq[key] && d->ok(d->ok_arg, vid);
+}
+
+/* First pass of a DRAM pick: only versions that also hold an HBM slot. */
+static bool dram_in_hbm(void *arg, uint32_t vid)
+{
+	struct moem_driver *d = arg;
+
+	return moem_evict_has(d->ev, vid) && dram_any(arg, vid);
+}
+
+int moem_driver_dram_pick(struct moem_driver *d, bool (*ok)(void *arg, uint32_t vid), void *arg,
+			  uint32_t *vid)
+{
+	bool (*prev_ok)(void *arg, uint32_t vid);
+	void *prev_arg;
+	int ret;
+
+	drv_lock(d);
+	prev_ok = d->ok;
+	prev_arg = d->ok_arg;
+	d->ok = ok;
+	d->ok_arg = arg;
+	ret = -ENOENT;
+	if (d->c.dram == MOEM_DRAM_HBM_FIRST)
+		ret = moem_evict_victim(d->dev, d->pos, 0, dram_in_hbm, d, vid);
+	if (ret)
+		ret = moem_evict_victim(d->dev, d->pos, 0, dram_any, d, vid);
+	d->ok = prev_ok;
+	d->ok_arg = prev_arg;
+	drv_unlock(d);
+	return ret;
+}
+
 /* ---- pred's scores: an online Belady ----------------------------------------- */
 
 /*
@@ -311,6 +407,7 @@ int moem_drv_score_layer(struct moem_driver *d, uint32_t l)
 
 	if (d->pos - d->score_base > SCORE_REBASE) {
 		moem_evict_rebase(d->ev, (float)(d->pos - d->score_base));
+		moem_evict_rebase(d->dev, (float)(d->pos - d->score_base));
 		if (d->sh[0])
 			moem_evict_rebase(d->sh[0], (float)(d->pos - d->score_base));
 		d->score_base = d->pos;

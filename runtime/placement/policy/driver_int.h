@@ -28,7 +28,8 @@ struct moem_driver {
 	void *arg;
 	pthread_mutex_t lock;
 	uint32_t L, N, K;
-	struct moem_evict *ev; /* over version ids (n_experts = 2N) */
+	struct moem_evict *ev;	/* over version ids (n_experts = 2N) */
+	struct moem_evict *dev; /* the DRAM tier's, same policy and ids */
 	struct moem_prefetch *pf;
 	struct moem_dynaexq *dx;
 	struct moem_paging *pg;
