@@ -15,6 +15,9 @@ ver=3.21.1
 cc=${CC:-cc}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
+# One install at a time: the text and decode tests may run side by side.
+exec 9>"$dir/.lock"
+flock 9
 bins=$dir/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
 
 if [ "$(uname -m)" != x86_64 ]; then

@@ -7,7 +7,7 @@
  * templates use: if/elif/else, for (loop.*, else, filter), set, namespace,
  * macros, break/continue, filters (trim, tojson, length, default, join,
  * ...), tests (defined, none, string, ...), string and dict methods,
- * slicing, raise_exception. Anything else is refused with an error naming
+ * slicing, raise_exception, strftime_now, {% generation %}. Anything else is refused with an error naming
  * it (Documentation/tokenizers.md lists the subset).
  */
 #ifndef MOEM_CHAT_H
@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct moem_chat_template;
 struct moem_tokenizer;
@@ -34,6 +35,12 @@ struct moem_chat_args {
 	size_t extra_len;
 	const char *bos_token, *eos_token; /* NULL: undefined in the template */
 	bool add_generation_prompt;
+	/*
+	 * The time strftime_now() formats (in the local time zone, as
+	 * transformers' does), in seconds since the epoch; 0: the time of
+	 * the call.
+	 */
+	int64_t now;
 };
 
 /*

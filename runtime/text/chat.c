@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <json-c/json.h>
 
@@ -109,6 +110,9 @@ int moem_chat_render(const struct moem_chat_template *t, const struct moem_chat_
 		ret = fn_global(&a, scope.vars, "range", JF_RANGE);
 	if (!ret)
 		ret = fn_global(&a, scope.vars, "namespace", JF_NAMESPACE);
+	if (!ret)
+		ret = fn_global(&a, scope.vars, "strftime_now", JF_STRFTIME);
+	c.now = args->now ? args->now : (int64_t)time(NULL);
 	if (!ret && extra) {
 		json_object_object_foreach(extra, k, x)
 		{

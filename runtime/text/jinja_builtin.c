@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * Jinja built-ins the chat templates of the supported families use:
- * globals (raise_exception, range, namespace), string methods (strip,
+ * globals (raise_exception, range, namespace, strftime_now), string methods (strip,
  * split, startswith, ...), dict methods (items, keys, values, get), the
  * filters and the tests. A name outside these lists is refused when the
  * template is parsed (filters, tests) or run (methods).
@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <utf8proc.h>
 
@@ -18,10 +19,31 @@
 #include "tok_int.h"
 
 static const char *const str_methods[] = {
-	"strip", "lstrip", "rstrip", "startswith", "endswith", "split",
-	"upper", "lower",  "title",  "capitalize", "replace",  "find",
-	"join",	 "count",  "items",  "keys",	   "values",   "get",
+	"strip",  "lstrip", "rstrip",	  "startswith", "endswith", "split", "upper",
+	"lower",  "title",  "capitalize", "replace",	"find",	    "join",  "count",
+	"format", "items",  "keys",	  "values",	"get",
 };
+
+/*
+ * Methods Python's str, dict and list have that moem does not: calling one
+ * is refused by name (ENOTSUP), where transformers would run it.
+ */
+static const char *const str_unsup[] = {
+	"casefold", "center",	  "encode",	  "expandtabs",	  "format_map", "index",
+	"isalnum",  "isalpha",	  "isascii",	  "isdecimal",	  "isdigit",	"isidentifier",
+	"islower",  "isnumeric",  "isprintable",  "isspace",	  "istitle",	"isupper",
+	"ljust",    "partition",  "removeprefix", "removesuffix", "rfind",	"rindex",
+	"rjust",    "rpartition", "rsplit",	  "splitlines",	  "swapcase",	"translate",
+	"zfill",
+};
+
+static const char *const dict_unsup[] = {"copy", "fromkeys"};
+static const char *const list_unsup[] = {"index", "count", "copy"};
+
+/* Methods that change a list or dict: transformers' immutable sandbox refuses them. */
+static const char *const list_mut[] = {"append", "extend",  "insert", "pop",
+				       "remove", "reverse", "sort",   "clear"};
+static const char *const dict_mut[] = {"pop", "popitem", "setdefault", "update", "clear"};
 
 enum {
 	M_STRIP,
@@ -38,6 +60,7 @@ enum {
 	M_FIND,
 	M_JOIN,
 	M_COUNT,
+	M_FORMAT,
 	M_ITEMS,
 	M_KEYS,
 	M_VALUES,
@@ -45,10 +68,22 @@ enum {
 };
 
 static const char *const filters[] = {
-	"trim",	      "length", "count",   "tojson", "upper",	  "lower", "title",  "capitalize",
-	"default",    "d",	"first",   "last",   "join",	  "list",  "string", "int",
-	"float",      "abs",	"replace", "items",  "reverse",	  "safe",  "indent", "selectattr",
-	"rejectattr", "map",	"unique",  "sort",   "wordcount", "e",	   "escape",
+	"trim",	      "length",	 "count",      "tojson",     "upper",	"lower",  "title",
+	"capitalize", "default", "d",	       "first",	     "last",	"join",	  "list",
+	"string",     "int",	 "float",      "abs",	     "replace", "items",  "reverse",
+	"safe",	      "indent",	 "selectattr", "rejectattr", "map",	"unique", "sort",
+	"e",	      "escape",	 "dictsort",   "min",	     "max",	"select", "reject",
+};
+
+enum {
+	F_SORT = 27,
+	F_E,
+	F_ESCAPE,
+	F_DICTSORT,
+	F_MIN,
+	F_MAX,
+	F_SELECT,
+	F_REJECT,
 };
 
 static const char *const tests[] = {
@@ -116,6 +151,24 @@ int jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n
 		}
 	}
 	m = find_name(str_methods, MOEM_ARRAY_SIZE(str_methods), name, n);
+	if ((v->t == JT_LIST && find_name(list_mut, MOEM_ARRAY_SIZE(list_mut), name, n) >= 0) ||
+	    (v->t == JT_DICT && find_name(dict_mut, MOEM_ARRAY_SIZE(dict_mut), name, n) >= 0))
+		return jinja_err(c, EINVAL, "access to attribute '%.*s' of '%s' object is unsafe",
+				 (int)n, name, jv_type_name(v));
+	if ((v->t == JT_STR && find_name(str_unsup, MOEM_ARRAY_SIZE(str_unsup), name, n) >= 0) ||
+	    (v->t == JT_DICT && find_name(dict_unsup, MOEM_ARRAY_SIZE(dict_unsup), name, n) >= 0) ||
+	    (v->t == JT_LIST && find_name(list_unsup, MOEM_ARRAY_SIZE(list_unsup), name, n) >= 0)) {
+		struct jv *self = ja_alloc(c->a, sizeof(*self));
+		char *nm = ja_strndup(c->a, name, n);
+
+		if (!self || !nm)
+			return -ENOMEM;
+		*self = jv_str(nm, n);
+		out->t = JT_FN;
+		out->fn.id = JF_UNSUPPORTED;
+		out->fn.self = self;
+		return 0;
+	}
 	if (m >= 0 && ((v->t == JT_STR && m < M_ITEMS) || (v->t == JT_DICT && m >= M_ITEMS))) {
 		struct jv *self = ja_alloc(c->a, sizeof(*self));
 
@@ -326,12 +379,69 @@ static int dict_view(struct jctx *c, const struct jv *d, int which, struct jv *o
 	return 0;
 }
 
+/* str.format with positional fields only: {} and {N}, {{ and }}; no format specs. */
+static int format(struct jctx *c, const struct jv *s, const struct jv *args, size_t n,
+		  struct jv *out)
+{
+	struct jbuf b = {0};
+	size_t auto_i = 0;
+	bool manual = false, autom = false;
+	int ret = 0;
+
+	for (size_t i = 0; !ret && i < s->s.n; i++) {
+		char ch = s->s.p[i];
+		size_t j, k;
+
+		if ((ch == '{' || ch == '}') && i + 1 < s->s.n && s->s.p[i + 1] == ch) {
+			ret = jb_put(&b, &ch, 1);
+			i++;
+			continue;
+		}
+		if (ch == '}') {
+			ret = jinja_err(c, EINVAL, "str.format: single '}'");
+			break;
+		}
+		if (ch != '{') {
+			ret = jb_put(&b, &ch, 1);
+			continue;
+		}
+		for (j = i + 1; j < s->s.n && s->s.p[j] >= '0' && s->s.p[j] <= '9'; j++)
+			;
+		if (j >= s->s.n || s->s.p[j] != '}') {
+			ret = jinja_err(c, ENOTSUP,
+					"str.format: only {} and {N} fields are supported");
+			break;
+		}
+		if (j == i + 1) {
+			k = auto_i++;
+			autom = true;
+		} else {
+			k = (size_t)strtoul(s->s.p + i + 1, NULL, 10);
+			manual = true;
+		}
+		if (autom && manual) {
+			ret = jinja_err(c, EINVAL, "str.format: cannot mix {} and {N}");
+			break;
+		}
+		if (k >= n) {
+			ret = jinja_err(c, EINVAL, "str.format: field %zu has no argument", k);
+			break;
+		}
+		ret = jv_print(&b, &args[k]);
+		i = j;
+	}
+	if (!ret)
+		ret = str_out(c, b.p ? b.p : "", b.n, out);
+	free(b.p);
+	return ret;
+}
+
 static int method(struct jctx *c, int m, const struct jv *s, const struct jv *args, size_t n,
 		  struct jv *out)
 {
 	const struct jv *a0 = n > 0 ? &args[0] : NULL, *a1 = n > 1 ? &args[1] : NULL;
 
-	if (m < M_ITEMS && m != M_JOIN)
+	if (m < M_ITEMS && m != M_JOIN && m != M_FORMAT)
 		for (size_t i = 0; i < n && i < 1; i++)
 			if (args[i].t != JT_STR && args[i].t != JT_NONE && m != M_SPLIT)
 				return jinja_err(c, EINVAL, "str.%s: argument must be a string",
@@ -380,6 +490,8 @@ static int method(struct jctx *c, int m, const struct jv *s, const struct jv *ar
 		if (!a0)
 			return jinja_err(c, EINVAL, "str.join needs a list");
 		return join(c, a0, s, out);
+	case M_FORMAT:
+		return format(c, s, args, n, out);
 	case M_COUNT: {
 		int64_t k = 0;
 
@@ -525,9 +637,40 @@ int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const
 		*out = (struct jv){.t = JT_DICT, .d = d};
 		return 0;
 	}
+	case JF_STRFTIME: { /* transformers' strftime_now(fmt): local time */
+		char buf[512], *fmt;
+		time_t now = (time_t)c->now;
+		struct tm tm;
+		size_t k;
+
+		if (n != 1 || args[0].t != JT_STR)
+			return jinja_err(c, EINVAL, "strftime_now() takes one format string");
+		fmt = ja_strndup(c->a, args[0].s.p, args[0].s.n);
+		if (!fmt)
+			return -ENOMEM;
+		if (!localtime_r(&now, &tm))
+			return jinja_err(c, EINVAL, "strftime_now: time out of range");
+			/* The template's format, as Python's strftime takes it. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+		k = strftime(buf, sizeof(buf), fmt, &tm);
+#pragma GCC diagnostic pop
+		if (!k && *fmt)
+			return jinja_err(c, E2BIG, "strftime_now: result too long");
+		return str_out(c, buf, k, out);
+	}
+	case JF_UNSUPPORTED:
+		return jinja_err(c, ENOTSUP, "method '%.*s' is not supported",
+				 (int)fn->fn.self->s.n, fn->fn.self->s.p);
 	case JF_MACRO:
 		return call_macro(c, fn->fn.macro, args, kw, n, out);
 	default:
+		if (fn->fn.id - JF_STR_METHOD == M_FORMAT)
+			for (size_t i = 0; kw && i < n; i++)
+				if (kw[i])
+					return jinja_err(
+						c, ENOTSUP,
+						"str.format with keywords is not supported");
 		return method(c, fn->fn.id - JF_STR_METHOD, fn->fn.self, args, n, out);
 	}
 }
@@ -575,6 +718,13 @@ static int select_attr(struct jctx *c, const struct jv *seq, const struct jv *ar
 				 map	  ? "map"
 				 : reject ? "rejectattr"
 					  : "selectattr");
+	if (seq->t == JT_NONE || seq->t == JT_UNDEF) { /* Jinja's "if seq:" guard */
+		l = jv_list_new(c->a, 0);
+		if (!l)
+			return -ENOMEM;
+		*out = (struct jv){.t = JT_LIST, .l = l, .gen = true};
+		return 0;
+	}
 	if (seq->t != JT_LIST)
 		return jinja_err(c, EINVAL, "not a list");
 	l = jv_list_new(c->a, seq->l->n);
@@ -604,8 +754,225 @@ static int select_attr(struct jctx *c, const struct jv *seq, const struct jv *ar
 			l->v[k++] = seq->l->v[i];
 	}
 	l->n = k;
+	*out = (struct jv){.t = JT_LIST, .l = l, .gen = true};
+	return 0;
+}
+
+/*
+ * Python's ordering for sort, dictsort, min and max: numbers with
+ * numbers, strings by code point (UTF-8 byte order is the same), lists
+ * and tuples element by element. Other pairs cannot be ordered: an error,
+ * as Python's TypeError.
+ */
+static int py_cmp(struct jctx *c, const struct jv *a, const struct jv *b, int *r)
+{
+	bool an = a->t == JT_INT || a->t == JT_FLOAT || a->t == JT_BOOL;
+	bool bn = b->t == JT_INT || b->t == JT_FLOAT || b->t == JT_BOOL;
+
+	if (an && bn) {
+		double x = a->t == JT_FLOAT ? a->f : (double)(a->t == JT_INT ? a->i : a->b);
+		double y = b->t == JT_FLOAT ? b->f : (double)(b->t == JT_INT ? b->i : b->b);
+
+		if (a->t != JT_FLOAT && b->t != JT_FLOAT) {
+			int64_t i = a->t == JT_INT ? a->i : a->b, j = b->t == JT_INT ? b->i : b->b;
+
+			*r = (i > j) - (i < j);
+		} else {
+			*r = (x > y) - (x < y);
+		}
+		return 0;
+	}
+	if (a->t == JT_STR && b->t == JT_STR) {
+		int m = memcmp(a->s.p, b->s.p, moem_min(a->s.n, b->s.n));
+
+		*r = m ? (m > 0) - (m < 0) : (a->s.n > b->s.n) - (a->s.n < b->s.n);
+		return 0;
+	}
+	if (a->t == JT_LIST && b->t == JT_LIST) {
+		for (size_t i = 0; i < a->l->n && i < b->l->n; i++) {
+			int ret = py_cmp(c, &a->l->v[i], &b->l->v[i], r);
+
+			if (ret || *r)
+				return ret;
+		}
+		*r = (a->l->n > b->l->n) - (a->l->n < b->l->n);
+		return 0;
+	}
+	return jinja_err(c, EINVAL, "'<' not supported between %s and %s", jv_type_name(a),
+			 jv_type_name(b));
+}
+
+/* The key sort/min/max compare an item by: attribute= (dotted), lowercased unless case_sensitive. */
+static int sort_key(struct jctx *c, const struct jv *x, const struct jv *attr, bool cs,
+		    struct jv *key)
+{
+	int ret = 0;
+
+	*key = *x;
+	if (attr && attr->t == JT_STR) {
+		const char *p = attr->s.p, *end = p + attr->s.n;
+
+		while (!ret && p <= end) {
+			const char *dot = memchr(p, '.', (size_t)(end - p));
+			size_t k = dot ? (size_t)(dot - p) : (size_t)(end - p);
+			struct jv v = *key;
+
+			ret = jinja_getattr(c, &v, p, k, key);
+			p += k + 1;
+		}
+	} else if (attr && attr->t == JT_INT && x->t == JT_LIST) {
+		int64_t i = attr->i < 0 ? attr->i + (int64_t)x->l->n : attr->i;
+
+		*key = i >= 0 && i < (int64_t)x->l->n ? x->l->v[i] : jv_undef();
+	}
+	if (!ret && !cs && key->t == JT_STR) {
+		struct jv s = *key;
+
+		ret = recase(c, &s, M_LOWER, key);
+	}
+	return ret;
+}
+
+struct sort_item {
+	struct jv key, val;
+	size_t at;
+};
+
+struct sort_ctx {
+	struct jctx *c;
+	bool reverse;
+	int err;
+};
+
+static int sort_cmp(const void *pa, const void *pb, void *arg)
+{
+	const struct sort_item *a = pa, *b = pb;
+	struct sort_ctx *s = arg;
+	int r = 0;
+
+	if (!s->err)
+		s->err = py_cmp(s->c, &a->key, &b->key, &r);
+	if (s->reverse)
+		r = -r;
+	/* Python's sort is stable, also with reverse=True. */
+	return r ? r : (a->at > b->at) - (a->at < b->at);
+}
+
+/* Stable sort of the items of v (a list, or a dict's keys) into a list. */
+static int sort_list(struct jctx *c, const struct jv *v, const struct jv *attr, bool cs,
+		     bool reverse, struct jv *out)
+{
+	struct sort_ctx s = {.c = c, .reverse = reverse};
+	struct sort_item *it;
+	struct jlist *l;
+	struct jv seq = *v;
+	int ret = 0;
+
+	if (v->t == JT_DICT && (ret = dict_view(c, v, M_KEYS, &seq)))
+		return ret;
+	if (seq.t != JT_LIST)
+		return jinja_err(c, EINVAL, "cannot sort %s", jv_type_name(v));
+	it = ja_alloc(c->a, (seq.l->n + 1) * sizeof(*it));
+	l = jv_list_new(c->a, seq.l->n);
+	if (!it || !l)
+		return -ENOMEM;
+	for (size_t i = 0; !ret && i < seq.l->n; i++) {
+		it[i].val = seq.l->v[i];
+		it[i].at = i;
+		ret = sort_key(c, &seq.l->v[i], attr, cs, &it[i].key);
+	}
+	if (ret)
+		return ret;
+	qsort_r(it, seq.l->n, sizeof(*it), sort_cmp, &s);
+	if (s.err)
+		return s.err;
+	for (size_t i = 0; i < seq.l->n; i++)
+		l->v[i] = it[i].val;
 	*out = (struct jv){.t = JT_LIST, .l = l};
 	return 0;
+}
+
+/* select / reject (test name and arguments, or truth): a generator. */
+static int select_test(struct jctx *c, const struct jv *args, size_t n, bool reject, struct jv *out)
+{
+	const struct jv *seq = &args[0];
+	struct jlist *l;
+	size_t k = 0;
+
+	if (n > 1 && args[1].t != JT_STR)
+		return jinja_err(c, EINVAL, "%s: the test name must be a string",
+				 reject ? "reject" : "select");
+	if (n > 1 && !jinja_test_known(args[1].s.p, args[1].s.n))
+		return jinja_err(c, ENOTSUP, "test '%.*s' is not supported", (int)args[1].s.n,
+				 args[1].s.p);
+	if (n > 8)
+		return jinja_err(c, E2BIG, "too many arguments");
+	if (seq->t == JT_NONE || seq->t == JT_UNDEF) {
+		l = jv_list_new(c->a, 0);
+	} else if (seq->t != JT_LIST) {
+		return jinja_err(c, EINVAL, "not a list");
+	} else {
+		l = jv_list_new(c->a, seq->l->n);
+	}
+	if (!l)
+		return -ENOMEM;
+	for (size_t i = 0; seq->t == JT_LIST && i < seq->l->n; i++) {
+		struct jv targs[8];
+		bool keep;
+
+		targs[0] = seq->l->v[i];
+		for (size_t j = 2; j < n; j++)
+			targs[j - 1] = args[j];
+		if (n > 1) {
+			int ret = jinja_test(c, args[1].s.p, args[1].s.n, targs, n - 1, &keep);
+
+			if (ret)
+				return ret;
+		} else {
+			keep = jv_truthy(&targs[0]);
+		}
+		if (keep != reject)
+			l->v[k++] = seq->l->v[i];
+	}
+	l->n = k;
+	*out = (struct jv){.t = JT_LIST, .l = l, .gen = true};
+	return 0;
+}
+
+/* markupsafe's escape: & < > " ' */
+static int html_escape(struct jctx *c, const struct jv *v, struct jv *out)
+{
+	struct jbuf b = {0};
+	struct jv s;
+	int ret = to_str(c, v, &s);
+
+	for (size_t i = 0; !ret && i < s.s.n; i++) {
+		char ch = s.s.p[i];
+
+		ret = ch == '&'	   ? jb_puts(&b, "&amp;")
+		      : ch == '<'  ? jb_puts(&b, "&lt;")
+		      : ch == '>'  ? jb_puts(&b, "&gt;")
+		      : ch == '"'  ? jb_puts(&b, "&#34;")
+		      : ch == '\'' ? jb_puts(&b, "&#39;")
+				   : jb_put(&b, &ch, 1);
+	}
+	if (!ret)
+		ret = str_out(c, b.p ? b.p : "", b.n, out);
+	free(b.p);
+	return ret;
+}
+
+int jinja_escape(struct jctx *c, const struct jv *v, struct jv *out)
+{
+	int ret;
+
+	if (v->markup) {
+		*out = *v;
+		return 0;
+	}
+	ret = html_escape(c, v, out);
+	out->markup = true;
+	return ret;
 }
 
 int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *args,
@@ -613,14 +980,23 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 {
 	const struct jv *v = &args[0], *a1 = n > 1 ? &args[1] : NULL;
 	int f = find_name(filters, MOEM_ARRAY_SIZE(filters), name, nn);
+	static const struct jv empty = {.t = JT_STR, .s = {"", 0}};
 	struct jbuf b = {0};
 	int ret;
 
+	/* Jinja's string filters read an undefined value as "". */
+	if (v->t == JT_UNDEF &&
+	    (f == 0 || (f >= 4 && f <= 7) || f == 18 || f == F_E || f == F_ESCAPE))
+		v = &empty;
+	if (v->gen && (f == 1 || f == 2 || f == 3 || f == 11))
+		return jinja_err(c, EINVAL, "%s of a generator (add |list)", filters[f]);
 	switch (f) {
 	case 0: /* trim */
 		if (v->t != JT_STR)
 			return jinja_err(c, EINVAL, "trim of %s", jv_type_name(v));
-		return strip(c, v, a1, true, true, out);
+		ret = strip(c, v, a1, true, true, out);
+		out->markup = v->markup;
+		return ret;
 	case 1:
 	case 2:
 		return length(c, v, out);
@@ -695,6 +1071,7 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		if (v->t == JT_LIST) {
 			*out = *v;
 			out->tuple = false;
+			out->gen = false;
 			return 0;
 		}
 		if (v->t == JT_DICT)
@@ -732,10 +1109,20 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 			return jinja_err(c, EINVAL, "replace needs a string and two arguments");
 		return replace(c, v, &args[1], &args[2],
 			       n > 3 && args[3].t == JT_INT ? args[3].i : -1, out);
-	case 19: /* items */
+	case 19: /* items: a generator of (key, value); nothing from undefined */
+		if (v->t == JT_UNDEF) {
+			struct jlist *l = jv_list_new(c->a, 0);
+
+			if (!l)
+				return -ENOMEM;
+			*out = (struct jv){.t = JT_LIST, .l = l, .gen = true};
+			return 0;
+		}
 		if (v->t != JT_DICT)
 			return jinja_err(c, EINVAL, "items of %s", jv_type_name(v));
-		return dict_view(c, v, M_ITEMS, out);
+		ret = dict_view(c, v, M_ITEMS, out);
+		out->gen = true;
+		return ret;
 	case 20: { /* reverse */
 		struct jlist *l;
 
@@ -762,12 +1149,14 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 			return -ENOMEM;
 		for (size_t i = 0; i < v->l->n; i++)
 			l->v[i] = v->l->v[v->l->n - 1 - i];
-		*out = (struct jv){.t = JT_LIST, .l = l};
+		/* reversed(list) is an iterator; a generator is listed first. */
+		*out = (struct jv){.t = JT_LIST, .l = l, .gen = !v->gen};
 		return 0;
 	}
-	case 21: /* safe */
-		*out = *v;
-		return 0;
+	case 21: /* safe: markupsafe's Markup(str(value)) */
+		ret = to_str(c, v, out);
+		out->markup = true;
+		return ret;
 	case 22: { /* indent(width=4, first=false, blank=false) */
 		const struct jv *w = kwarg(args, kw, n, "width", 1);
 		const struct jv *first = kwarg(args, kw, n, "first", 2);
@@ -813,9 +1202,77 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 				l->v[k++] = v->l->v[i];
 		}
 		l->n = k;
-		*out = (struct jv){.t = JT_LIST, .l = l};
+		*out = (struct jv){.t = JT_LIST, .l = l, .gen = true};
 		return 0;
 	}
+	case F_SORT: {
+		const struct jv *rev = kwarg(args, kw, n, "reverse", 1);
+		const struct jv *cs = kwarg(args, kw, n, "case_sensitive", 2);
+		const struct jv *attr = kwarg(args, kw, n, "attribute", 3);
+
+		return sort_list(c, v, attr, cs && jv_truthy(cs), rev && jv_truthy(rev), out);
+	}
+	case F_E:
+	case F_ESCAPE:
+		return jinja_escape(c, v, out);
+	case F_DICTSORT: { /* dictsort(case_sensitive=false, by='key', reverse=false) */
+		const struct jv *cs = kwarg(args, kw, n, "case_sensitive", 1);
+		const struct jv *by = kwarg(args, kw, n, "by", 2);
+		const struct jv *rev = kwarg(args, kw, n, "reverse", 3);
+		struct jv items, idx = jv_int(0);
+
+		if (v->t != JT_DICT)
+			return jinja_err(c, EINVAL, "dictsort of %s", jv_type_name(v));
+		if (by && (by->t != JT_STR ||
+			   (!jv_equal(by, &(struct jv){.t = JT_STR, .s = {"key", 3}}) &&
+			    !jv_equal(by, &(struct jv){.t = JT_STR, .s = {"value", 5}}))))
+			return jinja_err(c, EINVAL, "dictsort: by must be 'key' or 'value'");
+		if (by && by->s.n == 5)
+			idx = jv_int(1);
+		ret = dict_view(c, v, M_ITEMS, &items);
+		return ret ? ret
+			   : sort_list(c, &items, &idx, cs && jv_truthy(cs), rev && jv_truthy(rev),
+				       out);
+	}
+	case F_MIN:
+	case F_MAX: { /* min/max(case_sensitive=false, attribute=none) */
+		const struct jv *cs = kwarg(args, kw, n, "case_sensitive", 1);
+		const struct jv *attr = kwarg(args, kw, n, "attribute", 2);
+		struct jv s;
+
+		ret = sort_list(c, v, attr, cs && jv_truthy(cs), false, &s);
+		if (ret)
+			return ret;
+		/* The first minimum and the first maximum, as Python's min()/max(). */
+		if (!s.l->n) {
+			*out = jv_undef();
+		} else if (f == F_MIN) {
+			*out = s.l->v[0];
+		} else {
+			struct jv ks, kl;
+			size_t i = s.l->n - 1;
+			int r = 0;
+
+			while (i > 0) {
+				ret = sort_key(c, &s.l->v[i - 1], attr, cs && jv_truthy(cs), &ks);
+				if (!ret)
+					ret = sort_key(c, &s.l->v[s.l->n - 1], attr,
+						       cs && jv_truthy(cs), &kl);
+				if (!ret)
+					ret = py_cmp(c, &ks, &kl, &r);
+				if (ret)
+					return ret;
+				if (r)
+					break;
+				i--;
+			}
+			*out = s.l->v[i];
+		}
+		return 0;
+	}
+	case F_SELECT:
+	case F_REJECT:
+		return select_test(c, args, n, f == F_REJECT, out);
 	default:
 		return jinja_err(c, ENOTSUP, "filter '%.*s' is not supported", (int)nn, name);
 	}

@@ -158,8 +158,10 @@ static int contains(struct jctx *c, const struct jv *hay, const struct jv *x, bo
 		*r = x->t == JT_STR && jv_dict_get(hay->d, x->s.p, x->s.n);
 		return 0;
 	}
-	if (hay->t == JT_UNDEF)
-		return jinja_err(c, EINVAL, "'in' on an undefined value");
+	if (hay->t == JT_UNDEF) { /* Jinja's Undefined iterates as empty */
+		*r = false;
+		return 0;
+	}
 	return jinja_err(c, EINVAL, "'in' on %s", jv_type_name(hay));
 }
 
@@ -168,6 +170,18 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 {
 	if (!strcmp(op, "~"))
 		return concat(c, a, b, out);
+	if (!strcmp(op, "+") && a->t == JT_STR && b->t == JT_STR && a->markup != b->markup) {
+		/* Markup + str escapes the str (markupsafe); the sum is Markup. */
+		struct jv x, y;
+		int ret = jinja_escape(c, a, &x);
+
+		if (!ret)
+			ret = jinja_escape(c, b, &y);
+		if (!ret)
+			ret = arith(c, op, &x, &y, out);
+		out->markup = true;
+		return ret;
+	}
 	if (!strcmp(op, "+") && a->t == JT_STR && b->t == JT_STR) {
 		char *p = ja_alloc(c->a, a->s.n + b->s.n + 1);
 
@@ -177,6 +191,7 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 		memcpy(p + a->s.n, b->s.p, b->s.n);
 		p[a->s.n + b->s.n] = 0;
 		*out = jv_str(p, a->s.n + b->s.n);
+		out->markup = a->markup;
 		return 0;
 	}
 	if (!strcmp(op, "+") && a->t == JT_LIST && b->t == JT_LIST) {
@@ -320,6 +335,10 @@ static int slice(struct jctx *c, const struct jv *v, const struct jv *s0, const 
 
 static int item(struct jctx *c, const struct jv *v, const struct jv *k, struct jv *out)
 {
+	if (v->gen) { /* the sandbox's getitem on a generator: undefined */
+		*out = jv_undef();
+		return 0;
+	}
 	if (v->t == JT_DICT) {
 		const struct jv *x = k->t == JT_STR ? jv_dict_get(v->d, k->s.p, k->s.n) : NULL;
 
@@ -376,7 +395,8 @@ static int eval_seq(struct jctx *c, const struct jnode *n, struct jv *out)
 			if (!ret)
 				ret = jinja_eval(c, n->args[i + 1], &v);
 			if (!ret && k.t != JT_STR)
-				ret = jinja_err(c, EINVAL, "dict keys must be strings here");
+				ret = jinja_err(c, ENOTSUP,
+						"dict keys other than strings are not supported");
 			if (!ret)
 				ret = jv_dict_set(c->a, d, k.s.p, k.s.n, v);
 			if (ret)
@@ -729,6 +749,8 @@ int jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 			break;
 		case JN_OUTPUT:
 			ret = jinja_eval(c, n->a, &v);
+			if (!ret && v.gen)
+				ret = jinja_err(c, EINVAL, "printing a generator (add |list)");
 			if (!ret)
 				ret = jv_print(c->out, &v);
 			break;
@@ -750,6 +772,11 @@ int jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 			v.fn.id = JF_MACRO;
 			v.fn.macro = n;
 			ret = set_var(c, n->name, n->name_len, v);
+			break;
+		case JN_BLOCK:
+			ret = jinja_run(c, n->body, n->nbody);
+			if (ret > 0) /* break/continue inside: the enclosing loop's */
+				return ret;
 			break;
 		case JN_BREAK:
 			return J_BREAK;

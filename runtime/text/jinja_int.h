@@ -48,6 +48,19 @@ struct jdict {
 struct jv {
 	enum jt t;
 	bool tuple; /* a list that prints as (...) */
+	/*
+	 * A list made by a filter that is a generator in Python's Jinja
+	 * (select, map, selectattr, unique, reverse of a list, ...): always
+	 * true, not indexable, no len(), no tojson, not printable, until
+	 * |list makes it a list. Kept so that templates behave as in
+	 * transformers, where such misuses fail.
+	 */
+	bool gen;
+	/*
+	 * A string that is markupsafe's Markup (from |safe or |e): "+" with a
+	 * plain string HTML-escapes the plain one, as Python's Markup does.
+	 */
+	bool markup;
 	union {
 		bool b;
 		int64_t i;
@@ -167,6 +180,7 @@ enum jnode_kind {
 	JN_BREAK,
 	JN_CONTINUE,
 	JN_MACRO,
+	JN_BLOCK, /* {% generation %}: its body, as is */
 	/* expressions */
 	JN_LIT,
 	JN_NAME,
@@ -227,6 +241,7 @@ struct jctx {
 	int depth;
 	uint64_t steps; /* loop iterations and calls, bounded */
 	int line;	/* of the node being run, for messages */
+	int64_t now;	/* strftime_now()'s time, seconds since the epoch */
 };
 
 /* Built-in callables (globals, methods); jinja_builtin.c dispatches them. */
@@ -234,6 +249,8 @@ enum jfn {
 	JF_RAISE,
 	JF_RANGE,
 	JF_NAMESPACE,
+	JF_STRFTIME,
+	JF_UNSUPPORTED, /* a Python method moem does not have: fn.self holds its name */
 	JF_MACRO,
 	JF_STR_METHOD, /* first of the string methods: id - JF_STR_METHOD indexes them */
 };
@@ -252,6 +269,8 @@ int jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *arg
 	       bool *r);
 /* Is this filter or test name known (checked at parse time)? */
 bool jinja_filter_known(const char *name, size_t n);
+/* HTML-escape a string (markupsafe's escape); a Markup string is kept as is. */
+int jinja_escape(struct jctx *c, const struct jv *v, struct jv *out);
 bool jinja_test_known(const char *name, size_t n);
 
 /* Error with the current line: -err, message "template line N: ...". */

@@ -750,6 +750,27 @@ static int stmt_macro(struct parser *P, struct jnode **out)
 	return ret ? ret : expect_close(P);
 }
 
+/*
+ * {% generation %}...{% endgeneration %}: transformers' AssistantTracker
+ * marks the assistant's part with it; rendering keeps the body as is.
+ */
+static int stmt_generation(struct parser *P, struct jnode **out)
+{
+	static const char *const ends[] = {"endgeneration", NULL};
+	struct jnode *n = node(P, JN_BLOCK);
+	int ret;
+
+	if (!n)
+		return -ENOMEM;
+	*out = n;
+	ret = expect_close(P);
+	if (!ret)
+		ret = body(P, &n->body, &n->nbody, ends);
+	if (!ret && !accept_name(P, "endgeneration"))
+		return perr(P, "expected endgeneration%.*s", NULL, 0);
+	return ret ? ret : expect_close(P);
+}
+
 static int statement(struct parser *P, struct jnode **out)
 {
 	const struct jtok *t = peek(P);
@@ -765,6 +786,8 @@ static int statement(struct parser *P, struct jnode **out)
 		return stmt_set(P, out);
 	if (is_name(t, "macro"))
 		return stmt_macro(P, out);
+	if (is_name(t, "generation"))
+		return stmt_generation(P, out);
 	if (is_name(t, "break") || is_name(t, "continue")) {
 		*out = node(P, is_name(t, "break") ? JN_BREAK : JN_CONTINUE);
 		return *out ? expect_close(P) : -ENOMEM;

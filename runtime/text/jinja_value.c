@@ -90,7 +90,7 @@ bool jv_truthy(const struct jv *v)
 	case JT_STR:
 		return v->s.n != 0;
 	case JT_LIST:
-		return v->l->n != 0;
+		return v->gen || v->l->n != 0; /* a Python generator object is true */
 	case JT_DICT:
 		return v->d->n != 0;
 	case JT_FN:
@@ -154,6 +154,8 @@ const char *jv_type_name(const struct jv *v)
 	static const char *const names[] = {"undefined", "NoneType", "bool", "int",	"float",
 					    "str",	 "list",     "dict", "function"};
 
+	if (v->t == JT_LIST && v->gen)
+		return "generator";
 	return v->t == JT_LIST && v->tuple ? "tuple" : names[v->t];
 }
 
@@ -476,6 +478,8 @@ int jv_tojson(struct jbuf *b, const struct jv *v, int indent, int depth, bool so
 
 	if (depth > 64)
 		return -ELOOP;
+	if (v->gen)
+		return -EINVAL;
 	switch (v->t) {
 	case JT_UNDEF:
 	case JT_NONE:

@@ -12,7 +12,10 @@
 #   - decode of the reference ids equals the reference decode, and
 #     decode(encode(x)) == x (NFC(x) for Qwen3, whose normalizer is NFC);
 #   - the streaming decoder gives the same text as a whole decode;
-#   - chat templates render byte for byte as @huggingface/jinja renders them.
+#   - chat templates render byte for byte as @huggingface/jinja renders them
+#     and as Python's Jinja2 renders them in transformers' environment
+#     (tests/text/jinja_ref.py), the models' own and ~100 more real
+#     templates (llama.cpp's test set, from node-llama-cpp's source bundle).
 # Packages install into $MOEM_BUILD/npm with npm; without the registry the
 # suite skips (exit 77) and says so.
 #   tests/text/run.sh [--bench]     --bench: only encode MB/s against the Rust and
@@ -105,12 +108,18 @@ for t in qwen3 deepseek_v3 llama2; do
 		same "$work/$t.decode.moem" "$work/$t.stream.moem" "$corpus" whole
 done
 
+# strftime_now() in both renderers formats this time, in UTC.
+now=1764115200
+export TZ=UTC
 for t in qwen3 deepseek_v3; do
 	dir=$models/tokenizer-$t/models
 	node "$here/render.mjs" "$dir" "$work/cases.jsonl" >"$work/$t.chat.js"
-	"$moem" prompt --tokenizer "$dir" --cases "$work/cases.jsonl" >"$work/$t.chat.moem"
+	/usr/bin/python3 "$here/jinja_ref.py" "$dir" "$work/cases.jsonl" - $now >"$work/$t.chat.py"
+	"$moem" prompt --tokenizer "$dir" --cases "$work/cases.jsonl" --now $now >"$work/$t.chat.moem"
 	check "$t: chat template renders as @huggingface/jinja ($(wc -l <"$work/cases.jsonl") conversations)" \
 		same "$work/$t.chat.js" "$work/$t.chat.moem" "$work/cases.jsonl" jinja
+	check "$t: chat template renders as transformers' Jinja2" \
+		same "$work/$t.chat.py" "$work/$t.chat.moem" "$work/cases.jsonl" jinja
 done
 
 # Templates written for moem in the manner of the Mistral/Mixtral and Tulu
@@ -127,8 +136,69 @@ for tmpl in "$here"/templates/*.jinja; do
 	raised=$(grep -c '^{"error":true}$' "$work/$t.chat.js" || true)
 	check "template $t renders as @huggingface/jinja ($n conversations, $raised raise)" \
 		same "$work/$t.chat.js" "$work/$t.chat.moem" "$work/cases.jsonl" jinja
+	/usr/bin/python3 "$here/jinja_ref.py" "$dir" "$work/cases.jsonl" "$tmpl" $now >"$work/$t.chat.py"
+	check "template $t renders as transformers' Jinja2" \
+		same "$work/$t.chat.py" "$work/$t.chat.moem" "$work/cases.jsonl" jinja
 	check "template $t: most conversations render" [ $((raised * 2)) -lt "$n" ]
 done
+
+# Jinja that real templates use beyond the families' own (strftime_now,
+# {% generation %}, dictsort, sort, min/max, select/reject, str.format,
+# Markup from |safe and |e, generators, undefined values): against
+# transformers' Jinja2 only (@huggingface/jinja lacks some of it).
+dir=$models/tokenizer-llama2/models
+/usr/bin/python3 "$here/jinja_ref.py" "$dir" "$work/cases.jsonl" "$here/features.jinja" $now \
+	>"$work/features.chat.py"
+"$moem" prompt --tokenizer "$dir" --template "$here/features.jinja" --cases "$work/cases.jsonl" \
+	--now $now >"$work/features.chat.moem"
+check "features.jinja renders as transformers' Jinja2" \
+	same "$work/features.chat.py" "$work/features.chat.moem" "$work/cases.jsonl" jinja
+
+# The real chat templates of many model families (Llama 3.x, Mistral's
+# [INST] v0.2/v1/v3/v7, Qwen, DeepSeek, Gemma, Phi, Granite, Kimi, gpt-oss,
+# ...) that llama.cpp's own tests carry, from the source bundle of the pinned
+# node-llama-cpp (bench/llama/install.sh), rendered with the Mixtral
+# tokenizer's BOS/EOS. Each renders byte for byte as transformers' Jinja2
+# renders it (every case, those that raise included), or moem refuses it
+# with an error naming the construct it does not support; at least 90% must
+# render.
+peer=$build/llama-peer
+if sh "$here/../../bench/llama/install.sh" "$peer" >"$work/llama-peer.log" 2>&1; then
+	rm -rf "$work/llama-templates"
+	nt=$(/usr/bin/python3 "$here/llama_templates.py" "$peer/src" "$work/llama-templates")
+	dir=$models/tokenizer-llama2/models
+	same_n=0
+	refused=""
+	for tmpl in "$work"/llama-templates/*.jinja; do
+		t=llama-$(basename "$tmpl" .jinja)
+		if ! /usr/bin/python3 "$here/jinja_ref.py" "$dir" "$work/cases.jsonl" "$tmpl" $now \
+			>"$work/$t.py" 2>"$work/$t.pyerr"; then
+			echo "not ok - $t: Python's Jinja2: $(tail -1 "$work/$t.pyerr")"
+			fail=$((fail + 1))
+			continue
+		fi
+		if "$moem" prompt --tokenizer "$dir" --template "$tmpl" --cases "$work/cases.jsonl" \
+			--now $now >"$work/$t.moem" 2>"$work/$t.err"; then
+			if cmp -s "$work/$t.py" "$work/$t.moem"; then
+				same_n=$((same_n + 1))
+			else
+				check "$t renders as transformers' Jinja2" \
+					same "$work/$t.py" "$work/$t.moem" "$work/cases.jsonl" jinja
+			fi
+		elif grep -q "not supported" "$work/$t.err"; then
+			refused="$refused $(basename "$tmpl" .jinja)"
+		else
+			echo "not ok - $t: moem prompt: $(tail -1 "$work/$t.err")"
+			fail=$((fail + 1))
+		fi
+	done
+	echo "   llama.cpp's templates refused by moem, each naming what it lacks:$refused"
+	enough() { [ "$1" -ge 50 ] && [ $(($2 * 10)) -ge $(($1 * 9)) ]; }
+	check "$same_n of $nt real templates render as transformers' Jinja2 on $(wc -l <"$work/cases.jsonl") conversations" \
+		enough "$nt" "$same_n"
+else
+	echo "SKIP: llama.cpp's template set: the llama.cpp peer cannot be installed (see $work/llama-peer.log)"
+fi
 
 
 echo "$pass passed, $fail failed"

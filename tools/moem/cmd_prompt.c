@@ -20,7 +20,7 @@ static void prompt_usage(FILE *f)
 	fprintf(f,
 		"usage: moem prompt (--pack PACK | --tokenizer FILE|DIR) [--template FILE]\n"
 		"                   [--add-generation-prompt] [--vars JSON] [--cases FILE]\n"
-		"                   [MESSAGES.json]\n"
+		"                   [--now EPOCH] [MESSAGES.json]\n"
 		"Render a conversation (a JSON array of {\"role\", \"content\"} messages, from "
 		"the\n"
 		"file or standard input) with the tokenizer's chat_template and print it.\n"
@@ -31,19 +31,20 @@ static void prompt_usage(FILE *f)
 		"  --cases FILE              each line {\"messages\", "
 		"\"add_generation_prompt\", \"vars\"};\n"
 		"                            prints one JSON string per line ({\"error\": true}\n"
-		"                            where the template raises)\n");
+		"                            where the template raises)\n"
+		"  --now EPOCH               the time strftime_now() formats, in seconds since\n"
+		"                            1970 (local time zone; default: now)\n");
 }
 
 static int render_case(const struct moem_chat_template *ct, const struct moem_tokenizer *t,
-		       const char *line, size_t n)
+		       const char *line, int64_t now)
 {
 	struct json_object *o = json_tokener_parse(line), *m, *g, *v;
-	struct moem_chat_args a = {0};
+	struct moem_chat_args a = {.now = now};
 	char *out;
 	size_t len;
 	int ret;
 
-	(void)n;
 	if (!o || !json_object_object_get_ex(o, "messages", &m)) {
 		json_object_put(o);
 		return moem_errf(EINVAL, "case is not {\"messages\": ...}");
@@ -79,6 +80,7 @@ static int cmd_prompt(int argc, char **argv)
 		{"add-generation-prompt", no_argument, NULL, 'g'},
 		{"vars", required_argument, NULL, 'v'},
 		{"cases", required_argument, NULL, 'c'},
+		{"now", required_argument, NULL, 'n'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -90,8 +92,22 @@ static int cmd_prompt(int argc, char **argv)
 	size_t len, tlen;
 	int c, ret, rc = 0;
 
-	while ((c = getopt_long(argc, argv, "p:t:T:gv:c:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:t:T:gv:c:n:h", opts, NULL)) != -1) {
+		char *end;
+
 		switch (c) {
+		case 'n':
+			errno = 0;
+			a.now = strtoll(optarg, &end, 10);
+			if (errno || end == optarg || *end || a.now <= 0 ||
+			    a.now > 253402300799LL) {
+				fprintf(stderr,
+					"moem prompt: --now: '%s' is not a time in seconds "
+					"since 1970 (1 to 253402300799)\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'p':
 			src.pack = optarg;
 			break;
@@ -141,7 +157,7 @@ static int cmd_prompt(int argc, char **argv)
 			nl = strchr(p, '\n');
 			if (nl)
 				*nl = 0;
-			ret = render_case(ct, src.tok, p, strlen(p));
+			ret = render_case(ct, src.tok, p, a.now);
 			/*
 			 * A template that raises (or does what moem refuses) answers
 			 * that case with {"error": true}, as the reference renderer
