@@ -241,13 +241,14 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 		 * resident experts are used first, then the misses are issued,
 		 * each in expert order; the policy hears of them in that order.
 		 */
-		uint32_t n = 0, order[MOEM_MAX_EXPERTS];
+		uint32_t n = 0;
 
+		/* s->pend is free until the misses below are listed */
 		for (int pass = 0; pass < 2; pass++)
 			for (uint32_t i = 0; i < T; i++)
 				if ((s->k[s->keys[i]].st == K_RES) == (pass == 0))
-					order[n++] = s->keys[i];
-		memcpy(s->keys, order, T * sizeof(*order));
+					s->pend[n++] = s->keys[i];
+		memcpy(s->keys, s->pend, n * sizeof(*s->pend));
 	}
 	memset(s->res, 0, s->N); /* experts that hit, for the execution order */
 	for (uint32_t i = 0; i < T; i++) {
