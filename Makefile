@@ -111,7 +111,7 @@ all: $(LIB) $(PROGS)
 # test: the sub-make that builds says it).
 comma := ,
 QUIET_NOTE_GOALS := demo test deps help clean check check-format check-cppcheck check-patch \
-		    check-headers
+		    check-headers check-symbols
 config_note = $(if $(filter $(QUIET_NOTE_GOALS),$(MAKECMDGOALS)),,$(info moem: $(1)))
 
 include $(sort $(wildcard mk/*.mk))
@@ -176,7 +176,7 @@ $(O)/tests/unit/%: tests/unit/%.c $(LIB)
 	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(CFLAGS) -Wno-sign-compare -Wno-misleading-indentation $(LDFLAGS) -o $@ $< \
 		$(LIB) $(unit_LDLIBS) $(LDLIBS)
 
-.PHONY: all deps test test-unit check check-headers check-format check-cppcheck check-patch demo \
+.PHONY: all deps test test-unit check check-headers check-symbols check-format check-cppcheck check-patch demo \
 	bench clean help tests-build
 
 deps:
@@ -191,7 +191,7 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)scripts/run-suites.sh $(MAKE) $(TEST_SUITES)
 
-check: check-format check-cppcheck check-patch check-headers
+check: check-format check-cppcheck check-patch check-headers check-symbols
 
 # Every public header compiles on its own, and the umbrella includes each.
 check-headers:
@@ -201,6 +201,13 @@ check-headers:
 		[ "$$h" = include/moem/moem.h ] || grep -q "^#include \"$${h##*/}\"" include/moem/moem.h || \
 			{ echo "include/moem/moem.h does not include $${h##*/}"; exit 1; }; \
 	done
+
+# Every symbol libmoem exports starts with moem_: a program linking it
+# keeps its own namespace (_.stapsdt.base is the USDT probes' shared
+# semaphore section, which <sys/sdt.h> names).
+check-symbols: $(LIB)
+	$(Q)bad=$$(nm -g --defined-only $(LIB) | awk '$$2 ~ /^[TDBRCVW]$$/ && $$3 !~ /^moem_/ && $$3 != "_.stapsdt.base" {print $$3}' | sort -u); \
+	if [ -n "$$bad" ]; then echo "libmoem exports symbols without the moem_ prefix:" $$bad; exit 1; fi
 
 check-format:
 	$(Q)clang-format --dry-run --Werror $(filter-out %.cu %.cuh,$(CHECK_SRCS))
@@ -246,7 +253,8 @@ tests
   test-bpf           eBPF tracing against moem run (root)
   test-gpu           GPU parity tests (skip without a GPU); test-gpu-emu on the emulator
   test-fuzz          a short libFuzzer pass; fuzz: FUZZ_SECONDS each; fuzz-build
-  check              check-format, check-cppcheck, check-patch, check-headers
+  check              check-format, check-cppcheck, check-patch, check-headers,
+                     check-symbols (every libmoem export starts with moem_)
 benchmarks
   bench              every bench-* that runs here
   bench-loader       the io_uring loader against fio

@@ -96,14 +96,14 @@ static int32_t trie_longest(const struct tok_trie *t, const char *s, size_t len,
 	return best;
 }
 
-int tok_added_load(struct tok_added_vocab *a, struct json_object *arr)
+int moem_tok_added_load(struct tok_added_vocab *a, struct json_object *arr)
 {
 	size_t n;
 	int ret;
 
 	memset(a, 0, sizeof(*a));
 	if (!arr || json_object_is_type(arr, json_type_null))
-		return tok_strmap_init(&a->by_content, 1);
+		return moem_tok_strmap_init(&a->by_content, 1);
 	if (!json_object_is_type(arr, json_type_array))
 		return moem_errf(EINVAL, "tokenizer.json: \"added_tokens\" is not an array");
 	n = json_object_array_length(arr);
@@ -113,7 +113,7 @@ int tok_added_load(struct tok_added_vocab *a, struct json_object *arr)
 	a->v = calloc(n + 1, sizeof(*a->v));
 	if (!a->v)
 		return -ENOMEM;
-	ret = tok_strmap_init(&a->by_content, n);
+	ret = moem_tok_strmap_init(&a->by_content, n);
 	for (size_t i = 0; !ret && i < n; i++) {
 		struct json_object *o = json_object_array_get_idx(arr, i);
 		struct tok_added *t = &a->v[i];
@@ -124,26 +124,26 @@ int tok_added_load(struct tok_added_vocab *a, struct json_object *arr)
 			ret = moem_errf(EINVAL, "added token %zu is not an object", i);
 			break;
 		}
-		ret = tok_json_str(o, "content", true, "added token", &s, &len);
+		ret = moem_tok_json_str(o, "content", true, "added token", &s, &len);
 		if (!ret)
-			ret = tok_json_u32(o, "id", "added token", &t->id);
+			ret = moem_tok_json_u32(o, "id", "added token", &t->id);
 		if (!ret && !len)
 			ret = moem_errf(EINVAL, "added token %zu has empty content", i);
 		if (!ret && t->id >= TOK_MAX_ADDED * 4)
 			ret = moem_errf(ERANGE, "added token \"%.40s\": id %u is too large", s,
 					t->id);
 		if (!ret)
-			ret = tok_json_bool(o, "special", false, "added token", &t->special);
+			ret = moem_tok_json_bool(o, "special", false, "added token", &t->special);
 		if (!ret)
-			ret = tok_json_bool(o, "normalized", !t->special, "added token",
-					    &t->normalized);
+			ret = moem_tok_json_bool(o, "normalized", !t->special, "added token",
+						 &t->normalized);
 		if (!ret)
-			ret = tok_json_bool(o, "lstrip", false, "added token", &t->lstrip);
+			ret = moem_tok_json_bool(o, "lstrip", false, "added token", &t->lstrip);
 		if (!ret)
-			ret = tok_json_bool(o, "rstrip", false, "added token", &t->rstrip);
+			ret = moem_tok_json_bool(o, "rstrip", false, "added token", &t->rstrip);
 		if (!ret)
-			ret = tok_json_bool(o, "single_word", false, "added token",
-					    &t->single_word);
+			ret = moem_tok_json_bool(o, "single_word", false, "added token",
+						 &t->single_word);
 		if (ret)
 			break;
 		t->content = strndup(s, len);
@@ -153,14 +153,14 @@ int tok_added_load(struct tok_added_vocab *a, struct json_object *arr)
 		}
 		t->len = len;
 		a->n++;
-		ret = tok_strmap_put(&a->by_content, t->content, len, (uint32_t)i);
+		ret = moem_tok_strmap_put(&a->by_content, t->content, len, (uint32_t)i);
 		if (ret == -EEXIST)
 			ret = moem_errf(EINVAL, "added token \"%.40s\" appears twice", s);
 	}
 	return ret;
 }
 
-int tok_added_build(struct tok_added_vocab *a, const struct tok_norm *nm, struct tok_ctx *c)
+int moem_tok_added_build(struct tok_added_vocab *a, const struct tok_norm *nm, struct tok_ctx *c)
 {
 	int ret = 0;
 
@@ -175,7 +175,7 @@ int tok_added_build(struct tok_added_vocab *a, const struct tok_norm *nm, struct
 				ret = trie_add(&a->raw, t->content, t->len, (int32_t)i);
 				continue;
 			}
-			ret = tok_norm_apply(nm, c, t->content, t->len, &c->norm);
+			ret = moem_tok_norm_apply(nm, c, t->content, t->len, &c->norm);
 			if (ret)
 				break;
 			t->norm_content = malloc(c->norm.n + 1);
@@ -190,7 +190,7 @@ int tok_added_build(struct tok_added_vocab *a, const struct tok_norm *nm, struct
 	return ret;
 }
 
-void tok_added_free(struct tok_added_vocab *a)
+void moem_tok_added_free(struct tok_added_vocab *a)
 {
 	for (size_t i = 0; i < a->n; i++) {
 		free(a->v[i].content);
@@ -199,11 +199,11 @@ void tok_added_free(struct tok_added_vocab *a)
 	free(a->v);
 	free(a->raw.node);
 	free(a->norm.node);
-	tok_strmap_free(&a->by_content);
+	moem_tok_strmap_free(&a->by_content);
 	memset(a, 0, sizeof(*a));
 }
 
-const struct tok_added *tok_added_by_id(const struct tok_added_vocab *a, uint32_t id)
+const struct tok_added *moem_tok_added_by_id(const struct tok_added_vocab *a, uint32_t id)
 {
 	for (size_t i = 0; i < a->n; i++)
 		if (a->v[i].id == id)
@@ -226,7 +226,7 @@ static uint32_t last_cp(const char *s, size_t end)
 
 	while (p > 0 && ((unsigned char)s[p] & 0xc0) == 0x80)
 		p--;
-	return tok_utf8_get(s + p, &n);
+	return moem_tok_utf8_get(s + p, &n);
 }
 
 static int split_add(struct tok_splits *o, size_t off, size_t len, int64_t id)
@@ -244,8 +244,8 @@ static int split_add(struct tok_splits *o, size_t off, size_t len, int64_t id)
 	return 0;
 }
 
-int tok_added_split(const struct tok_added_vocab *a, const struct tok_trie *t, const char *s,
-		    size_t len, bool skip_special, struct tok_splits *out)
+int moem_tok_added_split(const struct tok_added_vocab *a, const struct tok_trie *t, const char *s,
+			 size_t len, bool skip_special, struct tok_splits *out)
 {
 	size_t start_off = 0, i = 0;
 	int ret;
@@ -270,13 +270,13 @@ int tok_added_split(const struct tok_added_vocab *a, const struct tok_trie *t, c
 			size_t n;
 
 			if ((start > 0 && is_word_char(last_cp(s, start))) ||
-			    (stop < len && is_word_char(tok_utf8_get(s + stop, &n))))
+			    (stop < len && is_word_char(moem_tok_utf8_get(s + stop, &n))))
 				continue;
 		}
 		if (tk->lstrip) {
 			size_t ns = start;
 
-			while (ns > 0 && tok_is_space(last_cp(s, ns))) {
+			while (ns > 0 && moem_tok_is_space(last_cp(s, ns))) {
 				ns--;
 				while (ns > 0 && ((unsigned char)s[ns] & 0xc0) == 0x80)
 					ns--;
@@ -287,7 +287,7 @@ int tok_added_split(const struct tok_added_vocab *a, const struct tok_trie *t, c
 			while (stop < len) {
 				size_t n;
 
-				if (!tok_is_space(tok_utf8_get(s + stop, &n)))
+				if (!moem_tok_is_space(moem_tok_utf8_get(s + stop, &n)))
 					break;
 				stop += n;
 			}

@@ -64,7 +64,7 @@ static int load_vocab(struct tok_bpe *m, struct json_object *vocab)
 	m->tok_len = calloc(m->n_ids, sizeof(*m->tok_len));
 	if (!m->arena || !m->tok || !m->tok_len)
 		return -ENOMEM;
-	ret = tok_strmap_init(&m->vocab, n);
+	ret = moem_tok_strmap_init(&m->vocab, n);
 	if (ret)
 		return ret;
 	w = m->arena;
@@ -81,7 +81,7 @@ static int load_vocab(struct tok_bpe *m, struct json_object *vocab)
 		memcpy(w, k, len + 1);
 		m->tok[id] = w;
 		m->tok_len[id] = (uint32_t)len;
-		ret = tok_strmap_put(&m->vocab, w, len, id);
+		ret = moem_tok_strmap_put(&m->vocab, w, len, id);
 		if (ret)
 			return ret == -EEXIST ? moem_errf(EINVAL, "model vocab: \"%.40s\" twice", k)
 					      : ret;
@@ -93,7 +93,7 @@ static int load_vocab(struct tok_bpe *m, struct json_object *vocab)
 static int lookup(const struct tok_bpe *m, const char *s, size_t n, size_t i, const char *what,
 		  uint32_t *id)
 {
-	if (tok_strmap_get(&m->vocab, s, n, id))
+	if (moem_tok_strmap_get(&m->vocab, s, n, id))
 		return 0;
 	return moem_errf(EINVAL,
 			 "model merges: merge %zu references %s \"%.*s\", not in the vocabulary", i,
@@ -120,13 +120,13 @@ static int load_merge(struct tok_bpe *m, size_t i, const char *a, size_t na, con
 		nb -= m->cont_prefix_len;
 	}
 	tmp->n = 0;
-	ret = tok_buf_put(tmp, a, na);
+	ret = moem_tok_buf_put(tmp, a, na);
 	if (!ret)
-		ret = tok_buf_put(tmp, b, nb);
+		ret = moem_tok_buf_put(tmp, b, nb);
 	if (!ret)
 		ret = lookup(m, tmp->p, tmp->n, i, "the merged token", &inew);
 	if (!ret)
-		ret = tok_pairmap_put(&m->merges, ia, ib, (uint32_t)i, inew);
+		ret = moem_tok_pairmap_put(&m->merges, ia, ib, (uint32_t)i, inew);
 	return ret;
 }
 
@@ -142,7 +142,7 @@ static int load_merges(struct tok_bpe *m, struct json_object *merges)
 	if (n > TOK_MAX_MERGES)
 		return moem_errf(E2BIG, "model: %zu merges is more than moem reads", n);
 	m->n_merges = (uint32_t)n;
-	ret = tok_pairmap_init(&m->merges, n);
+	ret = moem_tok_pairmap_init(&m->merges, n);
 	for (size_t i = 0; !ret && i < n; i++) {
 		struct json_object *e = json_object_array_get_idx(merges, i);
 
@@ -174,7 +174,7 @@ static int load_merges(struct tok_bpe *m, struct json_object *merges)
 					i);
 		}
 	}
-	tok_buf_free(&tmp);
+	moem_tok_buf_free(&tmp);
 	return ret;
 }
 
@@ -189,7 +189,7 @@ static int dup_opt(struct json_object *o, const char *key, char **out, size_t *l
 	return *out ? 0 : -ENOMEM;
 }
 
-int tok_bpe_load(struct tok_bpe *m, struct json_object *o)
+int moem_tok_bpe_load(struct tok_bpe *m, struct json_object *o)
 {
 	struct json_object *v, *vocab = NULL, *merges = NULL;
 	const char *type, *unk;
@@ -199,7 +199,7 @@ int tok_bpe_load(struct tok_bpe *m, struct json_object *o)
 	memset(m, 0, sizeof(*m));
 	if (!o || !json_object_is_type(o, json_type_object))
 		return moem_errf(EINVAL, "tokenizer.json: no \"model\" object");
-	ret = tok_json_str(o, "type", false, "model", &type, NULL);
+	ret = moem_tok_json_str(o, "type", false, "model", &type, NULL);
 	if (ret)
 		return ret;
 	if (!type)
@@ -214,11 +214,11 @@ int tok_bpe_load(struct tok_bpe *m, struct json_object *o)
 	    !json_object_is_type(v, json_type_null))
 		return moem_errf(ENOTSUP, "model: BPE dropout is not supported (encoding would not "
 					  "be deterministic)");
-	ret = tok_json_bool(o, "fuse_unk", false, "model", &m->fuse_unk);
+	ret = moem_tok_json_bool(o, "fuse_unk", false, "model", &m->fuse_unk);
 	if (!ret)
-		ret = tok_json_bool(o, "byte_fallback", false, "model", &m->byte_fallback);
+		ret = moem_tok_json_bool(o, "byte_fallback", false, "model", &m->byte_fallback);
 	if (!ret)
-		ret = tok_json_bool(o, "ignore_merges", false, "model", &m->ignore_merges);
+		ret = moem_tok_json_bool(o, "ignore_merges", false, "model", &m->ignore_merges);
 	if (!ret)
 		ret = dup_opt(o, "continuing_subword_prefix", &m->cont_prefix, &m->cont_prefix_len);
 	if (!ret)
@@ -234,7 +234,7 @@ int tok_bpe_load(struct tok_bpe *m, struct json_object *o)
 		return ret;
 	unk = opt_str(o, "unk_token", &unk_len);
 	if (unk) {
-		if (!tok_strmap_get(&m->vocab, unk, unk_len, &m->unk_id))
+		if (!moem_tok_strmap_get(&m->vocab, unk, unk_len, &m->unk_id))
 			return moem_errf(
 				EINVAL, "model: unk_token \"%.40s\" is not in the vocabulary", unk);
 		m->has_unk = true;
@@ -244,7 +244,7 @@ int tok_bpe_load(struct tok_bpe *m, struct json_object *o)
 		char name[8];
 
 		snprintf(name, sizeof(name), "<0x%02X>", b);
-		if (!tok_strmap_get(&m->vocab, name, 6, &m->byte_id[b])) {
+		if (!moem_tok_strmap_get(&m->vocab, name, 6, &m->byte_id[b])) {
 			m->byte_id[b] = UINT32_MAX;
 			m->all_bytes = false;
 		}
@@ -252,10 +252,10 @@ int tok_bpe_load(struct tok_bpe *m, struct json_object *o)
 	return 0;
 }
 
-void tok_bpe_free(struct tok_bpe *m)
+void moem_tok_bpe_free(struct tok_bpe *m)
 {
-	tok_strmap_free(&m->vocab);
-	tok_pairmap_free(&m->merges);
+	moem_tok_strmap_free(&m->vocab);
+	moem_tok_pairmap_free(&m->merges);
 	free(m->arena);
 	free(m->tok);
 	free(m->tok_len);
@@ -354,7 +354,7 @@ static int merge_all(const struct tok_bpe *m, struct tok_ctx *c, size_t n)
 
 	c->heap_n = 0;
 	for (size_t i = 0; i + 1 < n; i++)
-		if (tok_pairmap_get(&m->merges, s[i].id, s[i + 1].id, &rank, &id) &&
+		if (moem_tok_pairmap_get(&m->merges, s[i].id, s[i + 1].id, &rank, &id) &&
 		    (ret = heap_push(c, rank, (uint32_t)i, id)))
 			return ret;
 	while (c->heap_n) {
@@ -366,7 +366,8 @@ static int merge_all(const struct tok_bpe *m, struct tok_ctx *c, size_t n)
 			continue;
 		nx = cur->next;
 		/* Stale: the pair at this position changed since the entry was queued. */
-		if (!tok_pairmap_get(&m->merges, cur->id, s[nx].id, &rank, &id) || id != top.id)
+		if (!moem_tok_pairmap_get(&m->merges, cur->id, s[nx].id, &rank, &id) ||
+		    id != top.id)
 			continue;
 		cur->id = top.id;
 		s[nx].gone = true;
@@ -374,19 +375,19 @@ static int merge_all(const struct tok_bpe *m, struct tok_ctx *c, size_t n)
 		if (cur->next < (int32_t)n)
 			s[cur->next].prev = (int32_t)top.pos;
 		if (cur->prev >= 0 &&
-		    tok_pairmap_get(&m->merges, s[cur->prev].id, cur->id, &rank, &id) &&
+		    moem_tok_pairmap_get(&m->merges, s[cur->prev].id, cur->id, &rank, &id) &&
 		    (ret = heap_push(c, rank, (uint32_t)cur->prev, id)))
 			return ret;
 		if (cur->next < (int32_t)n &&
-		    tok_pairmap_get(&m->merges, cur->id, s[cur->next].id, &rank, &id) &&
+		    moem_tok_pairmap_get(&m->merges, cur->id, s[cur->next].id, &rank, &id) &&
 		    (ret = heap_push(c, rank, top.pos, id)))
 			return ret;
 	}
 	return 0;
 }
 
-int tok_bpe_encode(const struct tok_bpe *m, struct tok_ctx *c, const char *w, size_t len,
-		   struct moem_tok_ids *ids)
+int moem_tok_bpe_encode(const struct tok_bpe *m, struct tok_ctx *c, const char *w, size_t len,
+			struct moem_tok_ids *ids)
 {
 	struct tok_buf *t = &c->tmp;
 	bool unk_pending = false;
@@ -396,8 +397,8 @@ int tok_bpe_encode(const struct tok_bpe *m, struct tok_ctx *c, const char *w, si
 
 	if (!len)
 		return 0;
-	if (m->ignore_merges && tok_strmap_get(&m->vocab, w, len, &id))
-		return tok_ids_push(ids, id);
+	if (m->ignore_merges && moem_tok_strmap_get(&m->vocab, w, len, &id))
+		return moem_tok_ids_push(ids, id);
 	for (size_t i = 0; i < len;) {
 		size_t cl = tok_utf8_len((unsigned char)w[i]);
 		const char *s = w + i;
@@ -408,18 +409,18 @@ int tok_bpe_encode(const struct tok_bpe *m, struct tok_ctx *c, const char *w, si
 			t->n = 0;
 			ret = 0;
 			if (!first && m->cont_prefix)
-				ret = tok_buf_put(t, m->cont_prefix, m->cont_prefix_len);
+				ret = moem_tok_buf_put(t, m->cont_prefix, m->cont_prefix_len);
 			if (!ret)
-				ret = tok_buf_put(t, s, cl);
+				ret = moem_tok_buf_put(t, s, cl);
 			if (!ret && last && m->eow_suffix)
-				ret = tok_buf_put(t, m->eow_suffix, m->eow_suffix_len);
+				ret = moem_tok_buf_put(t, m->eow_suffix, m->eow_suffix_len);
 			if (ret)
 				return ret;
 			s = t->p;
 			sl = t->n;
 		}
 		i += cl;
-		if (tok_strmap_get(&m->vocab, s, sl, &id)) {
+		if (moem_tok_strmap_get(&m->vocab, s, sl, &id)) {
 			if (unk_pending && (ret = sym_push(c, &n, m->unk_id)))
 				return ret;
 			unk_pending = false;
@@ -451,7 +452,7 @@ int tok_bpe_encode(const struct tok_bpe *m, struct tok_ctx *c, const char *w, si
 	if (n > 1 && (ret = merge_all(m, c, n)))
 		return ret;
 	for (size_t i = 0; i < n; i = (size_t)c->sym[i].next)
-		if ((ret = tok_ids_push(ids, c->sym[i].id)))
+		if ((ret = moem_tok_ids_push(ids, c->sym[i].id)))
 			return ret;
 	return 0;
 }

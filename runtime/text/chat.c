@@ -33,9 +33,9 @@ int moem_chat_parse(const char *src, size_t len, struct moem_chat_template **out
 	if (!ct)
 		return -ENOMEM;
 	ct->t.arena.limit = CHAT_ARENA_MAX;
-	ret = jinja_lex(&ct->t.arena, src, len, &lx);
+	ret = moem_jinja_lex(&ct->t.arena, src, len, &lx);
 	if (!ret)
-		ret = jinja_parse(&ct->t.arena, &lx, &ct->t.body, &ct->t.nbody);
+		ret = moem_jinja_parse(&ct->t.arena, &lx, &ct->t.body, &ct->t.nbody);
 	if (ret) {
 		moem_chat_free(ct);
 		return ret;
@@ -60,13 +60,13 @@ void moem_chat_free(struct moem_chat_template *t)
 {
 	if (!t)
 		return;
-	ja_free(&t->t.arena);
+	moem_ja_free(&t->t.arena);
 	free(t);
 }
 
 static int set_global(struct jarena *a, struct jdict *g, const char *name, struct jv v)
 {
-	return jv_dict_set(a, g, name, strlen(name), v);
+	return moem_jv_dict_set(a, g, name, strlen(name), v);
 }
 
 static int fn_global(struct jarena *a, struct jdict *g, const char *name, int id)
@@ -91,17 +91,17 @@ int moem_chat_render(const struct moem_chat_template *t, const struct moem_chat_
 	*out = NULL;
 	if (len)
 		*len = 0;
-	ret = tok_json_parse(args->messages_json ? args->messages_json : "[]",
-			     args->messages_json ? args->messages_len : 2, "messages", &msgs);
+	ret = moem_tok_json_parse(args->messages_json ? args->messages_json : "[]",
+				  args->messages_json ? args->messages_len : 2, "messages", &msgs);
 	if (!ret && !json_object_is_type(msgs, json_type_array))
 		ret = moem_errf(EINVAL, "messages: not a JSON array");
 	if (!ret && args->extra_json) {
-		ret = tok_json_parse(args->extra_json, args->extra_len, "template variables",
-				     &extra);
+		ret = moem_tok_json_parse(args->extra_json, args->extra_len, "template variables",
+					  &extra);
 		if (!ret && !json_object_is_type(extra, json_type_object))
 			ret = moem_errf(EINVAL, "template variables: not a JSON object");
 	}
-	scope.vars = ret ? NULL : jv_dict_new(&a);
+	scope.vars = ret ? NULL : moem_jv_dict_new(&a);
 	if (!ret && !scope.vars)
 		ret = -ENOMEM;
 	if (!ret)
@@ -116,7 +116,7 @@ int moem_chat_render(const struct moem_chat_template *t, const struct moem_chat_
 	if (!ret && extra) {
 		json_object_object_foreach(extra, k, x)
 		{
-			ret = jv_from_json(&a, x, &v, 0);
+			ret = moem_jv_from_json(&a, x, &v, 0);
 			if (!ret)
 				ret = set_global(&a, scope.vars, k, v);
 			if (ret)
@@ -124,7 +124,7 @@ int moem_chat_render(const struct moem_chat_template *t, const struct moem_chat_
 		}
 	}
 	if (!ret)
-		ret = jv_from_json(&a, msgs, &v, 0);
+		ret = moem_jv_from_json(&a, msgs, &v, 0);
 	if (!ret)
 		ret = set_global(&a, scope.vars, "messages", v);
 	if (!ret)
@@ -137,9 +137,9 @@ int moem_chat_render(const struct moem_chat_template *t, const struct moem_chat_
 		ret = set_global(&a, scope.vars, "eos_token",
 				 jv_str(args->eos_token, strlen(args->eos_token)));
 	if (!ret)
-		ret = jb_put(&b, "", 0);
+		ret = moem_jb_put(&b, "", 0);
 	if (!ret) {
-		ret = jinja_run(&c, t->t.body, t->t.nbody);
+		ret = moem_jinja_run(&c, t->t.body, t->t.nbody);
 		if (ret > 0)
 			ret = moem_errf(EINVAL, "template: break or continue outside a loop");
 	}
@@ -149,7 +149,7 @@ int moem_chat_render(const struct moem_chat_template *t, const struct moem_chat_
 		ret = moem_errf(E2BIG, "template: output larger than %u MiB", CHAT_OUT_MAX >> 20);
 	json_object_put(msgs);
 	json_object_put(extra);
-	ja_free(&a);
+	moem_ja_free(&a);
 	if (ret) {
 		free(b.p);
 		return ret;

@@ -33,22 +33,22 @@ static int dec_byte_level(struct tok_ctx *c, struct tok_pieces *in, struct tok_p
 
 		for (size_t k = 0; !ret && k < len;) {
 			size_t n;
-			int byte = tok_cp_to_byte(tok_utf8_get(t + k, &n));
+			int byte = tok_cp_to_byte(moem_tok_utf8_get(t + k, &n));
 
 			if (byte < 0) {
 				/* Not a byte-level token (an added token): its own bytes. */
 				b->n = start;
-				ret = tok_buf_put(b, t, len);
+				ret = moem_tok_buf_put(b, t, len);
 				break;
 			}
-			ret = tok_buf_putc(b, (char)byte);
+			ret = moem_tok_buf_putc(b, (char)byte);
 			k += n;
 		}
 	}
 	s->n = 0;
 	if (!ret)
-		ret = tok_utf8_lossy(s, (const unsigned char *)b->p, b->n);
-	return ret ? ret : tok_pieces_add(out, s->p, s->n);
+		ret = moem_tok_utf8_lossy(s, (const unsigned char *)b->p, b->n);
+	return ret ? ret : moem_tok_pieces_add(out, s->p, s->n);
 }
 
 static int hexval(char ch)
@@ -82,12 +82,12 @@ static int flush_bytes(struct tok_buf *bytes, struct tok_pieces *out)
 
 	if (!bytes->n)
 		return 0;
-	if (tok_utf8_invalid_at(bytes->p, bytes->n) == bytes->n) {
-		ret = tok_pieces_add(out, bytes->p, bytes->n);
+	if (moem_tok_utf8_invalid_at(bytes->p, bytes->n) == bytes->n) {
+		ret = moem_tok_pieces_add(out, bytes->p, bytes->n);
 	} else {
 		/* Not UTF-8: one U+FFFD per byte. */
 		for (size_t i = 0; !ret && i < bytes->n; i++)
-			ret = tok_pieces_add(out, fffd, 3);
+			ret = moem_tok_pieces_add(out, fffd, 3);
 	}
 	bytes->n = 0;
 	return ret;
@@ -103,12 +103,12 @@ static int dec_byte_fallback(struct tok_ctx *c, struct tok_pieces *in, struct to
 		int b = byte_token(PIECE(in, i), in->v[i].len);
 
 		if (b >= 0) {
-			ret = tok_buf_putc(bytes, (char)b);
+			ret = moem_tok_buf_putc(bytes, (char)b);
 			continue;
 		}
 		ret = flush_bytes(bytes, out);
 		if (!ret)
-			ret = tok_pieces_add(out, PIECE(in, i), in->v[i].len);
+			ret = moem_tok_pieces_add(out, PIECE(in, i), in->v[i].len);
 	}
 	return ret ? ret : flush_bytes(bytes, out);
 }
@@ -128,14 +128,14 @@ static int dec_metaspace(const struct tok_dec *d, struct tok_ctx *c, struct tok_
 			if (k + d->repl_len <= len && !memcmp(t + k, d->replacement, d->repl_len)) {
 				/* The first token loses its replacement characters. */
 				if (!(i == 0 && d->prepend_first))
-					ret = tok_buf_putc(b, ' ');
+					ret = moem_tok_buf_putc(b, ' ');
 				k += d->repl_len;
 				continue;
 			}
-			ret = tok_buf_putc(b, t[k++]);
+			ret = moem_tok_buf_putc(b, t[k++]);
 		}
 		if (!ret)
-			ret = tok_pieces_add(out, b->p, b->n);
+			ret = moem_tok_pieces_add(out, b->p, b->n);
 	}
 	return ret;
 }
@@ -156,7 +156,7 @@ static int dec_strip(const struct tok_dec *d, struct tok_pieces *in, struct tok_
 				     !memcmp(t + z - d->content_len, d->content, d->content_len);
 		     k++)
 			z -= d->content_len;
-		ret = tok_pieces_add(out, t + a, z - a);
+		ret = moem_tok_pieces_add(out, t + a, z - a);
 	}
 	return ret;
 }
@@ -173,20 +173,20 @@ static int dec_replace(const struct tok_dec *d, struct tok_ctx *c, struct tok_pi
 
 		b->n = 0;
 		for (;;) {
-			ret = tok_pattern_next(&d->pat, c->md, t, len, pos, &ms, &me);
+			ret = moem_tok_pattern_next(&d->pat, c->md, t, len, pos, &ms, &me);
 			if (ret <= 0)
 				break;
-			ret = tok_buf_put(b, t + pos, ms - pos);
+			ret = moem_tok_buf_put(b, t + pos, ms - pos);
 			if (!ret)
-				ret = tok_buf_put(b, d->content, d->content_len);
+				ret = moem_tok_buf_put(b, d->content, d->content_len);
 			if (ret)
 				break;
 			pos = me;
 		}
 		if (!ret)
-			ret = tok_buf_put(b, t + pos, len - pos);
+			ret = moem_tok_buf_put(b, t + pos, len - pos);
 		if (!ret)
-			ret = tok_pieces_add(out, b->p, b->n);
+			ret = moem_tok_pieces_add(out, b->p, b->n);
 	}
 	return ret;
 }
@@ -194,10 +194,10 @@ static int dec_replace(const struct tok_dec *d, struct tok_ctx *c, struct tok_pi
 static int dec_fuse(struct tok_pieces *in, struct tok_pieces *out)
 {
 	size_t off = out->text.n;
-	int ret = tok_pieces_add(out, "", 0);
+	int ret = moem_tok_pieces_add(out, "", 0);
 
 	for (size_t i = 0; !ret && i < in->n; i++)
-		ret = tok_buf_put(&out->text, PIECE(in, i), in->v[i].len);
+		ret = moem_tok_buf_put(&out->text, PIECE(in, i), in->v[i].len);
 	if (!ret)
 		out->v[out->n - 1].len = out->text.n - off;
 	return ret;
@@ -206,7 +206,7 @@ static int dec_fuse(struct tok_pieces *in, struct tok_pieces *out)
 static int dec_step(const struct tok_dec *d, struct tok_ctx *c, struct tok_pieces *in,
 		    struct tok_pieces *out)
 {
-	tok_pieces_reset(out);
+	moem_tok_pieces_reset(out);
 	switch (d->kind) {
 	case TOK_DEC_BYTELEVEL:
 		return dec_byte_level(c, in, out);
@@ -226,8 +226,8 @@ static int dec_step(const struct tok_dec *d, struct tok_ctx *c, struct tok_piece
 	return -EINVAL;
 }
 
-int tok_dec_apply(const struct tok_dec *d, struct tok_ctx *c, struct tok_pieces *in,
-		  struct tok_buf *out)
+int moem_tok_dec_apply(const struct tok_dec *d, struct tok_ctx *c, struct tok_pieces *in,
+		       struct tok_buf *out)
 {
 	struct tok_pieces other = {0}, *a = in, *b = &other;
 	int ret = 0;
@@ -250,17 +250,17 @@ int tok_dec_apply(const struct tok_dec *d, struct tok_ctx *c, struct tok_pieces 
 	/* Joined: with "" after a decoder, with " " without one (as tokenizers). */
 	for (size_t i = 0; !ret && i < a->n; i++) {
 		if (!d && i)
-			ret = tok_buf_putc(out, ' ');
+			ret = moem_tok_buf_putc(out, ' ');
 		if (!ret)
-			ret = tok_buf_put(out, PIECE(a, i), a->v[i].len);
+			ret = moem_tok_buf_put(out, PIECE(a, i), a->v[i].len);
 	}
 	if (!ret)
-		ret = tok_buf_cstr(out);
+		ret = moem_tok_buf_cstr(out);
 	/* Whichever of in and other is not in's storage is ours to free. */
 	if (a != in)
-		tok_pieces_free(a);
+		moem_tok_pieces_free(a);
 	else
-		tok_pieces_free(b);
+		moem_tok_pieces_free(b);
 	return ret;
 }
 
@@ -273,7 +273,7 @@ static int load_char(const char *s, size_t n, const char *what, char *dst, size_
 	return 0;
 }
 
-int tok_dec_load(struct tok_dec **out, struct json_object *o)
+int moem_tok_dec_load(struct tok_dec **out, struct json_object *o)
 {
 	struct tok_dec *d;
 	struct json_object *v;
@@ -284,7 +284,7 @@ int tok_dec_load(struct tok_dec **out, struct json_object *o)
 	*out = NULL;
 	if (!o || json_object_is_type(o, json_type_null))
 		return 0;
-	ret = tok_json_type(o, "decoder", &type);
+	ret = moem_tok_json_type(o, "decoder", &type);
 	if (ret)
 		return ret;
 	d = calloc(1, sizeof(*d));
@@ -303,7 +303,7 @@ int tok_dec_load(struct tok_dec **out, struct json_object *o)
 			goto err_free;
 		}
 		for (size_t i = 0; i < json_object_array_length(v); i++) {
-			ret = tok_dec_load(&d->items[i], json_object_array_get_idx(v, i));
+			ret = moem_tok_dec_load(&d->items[i], json_object_array_get_idx(v, i));
 			if (!ret && !d->items[i])
 				ret = moem_errf(EINVAL, "decoder Sequence: item %zu is null", i);
 			if (ret)
@@ -325,23 +325,23 @@ int tok_dec_load(struct tok_dec **out, struct json_object *o)
 		bool legacy;
 
 		d->kind = TOK_DEC_METASPACE;
-		ret = tok_json_str(o, "replacement", true, "decoder Metaspace", &s, &n);
+		ret = moem_tok_json_str(o, "replacement", true, "decoder Metaspace", &s, &n);
 		if (!ret)
 			ret = load_char(s, n, "decoder Metaspace replacement", d->replacement,
 					&d->repl_len);
 		if (!ret)
-			ret = tok_json_str(o, "prepend_scheme", false, "decoder Metaspace", &scheme,
-					   NULL);
+			ret = moem_tok_json_str(o, "prepend_scheme", false, "decoder Metaspace",
+						&scheme, NULL);
 		if (!ret && scheme) {
 			d->prepend_first = strcmp(scheme, "never") != 0;
 		} else if (!ret) {
-			ret = tok_json_bool(o, "add_prefix_space", true, "decoder Metaspace",
-					    &legacy);
+			ret = moem_tok_json_bool(o, "add_prefix_space", true, "decoder Metaspace",
+						 &legacy);
 			d->prepend_first = legacy;
 		}
 	} else if (!strcmp(type, "Strip")) {
 		d->kind = TOK_DEC_STRIP;
-		ret = tok_json_str(o, "content", true, "decoder Strip", &s, &n);
+		ret = moem_tok_json_str(o, "content", true, "decoder Strip", &s, &n);
 		if (!ret) {
 			char ch[8];
 
@@ -351,12 +351,12 @@ int tok_dec_load(struct tok_dec **out, struct json_object *o)
 				ret = -ENOMEM;
 		}
 		if (!ret)
-			ret = tok_json_u32(o, "start", "decoder Strip", &d->start);
+			ret = moem_tok_json_u32(o, "start", "decoder Strip", &d->start);
 		if (!ret)
-			ret = tok_json_u32(o, "stop", "decoder Strip", &d->stop);
+			ret = moem_tok_json_u32(o, "stop", "decoder Strip", &d->stop);
 	} else if (!strcmp(type, "Replace")) {
 		d->kind = TOK_DEC_REPLACE;
-		ret = tok_json_str(o, "content", true, "decoder Replace", &s, &n);
+		ret = moem_tok_json_str(o, "content", true, "decoder Replace", &s, &n);
 		if (!ret) {
 			d->content = strndup(s, n);
 			d->content_len = n;
@@ -365,7 +365,7 @@ int tok_dec_load(struct tok_dec **out, struct json_object *o)
 		}
 		if (!ret) {
 			json_object_object_get_ex(o, "pattern", &v);
-			ret = tok_pattern_load(&d->pat, v, "decoder Replace");
+			ret = moem_tok_pattern_load(&d->pat, v, "decoder Replace");
 		}
 	} else {
 		ret = moem_errf(ENOTSUP,
@@ -379,18 +379,18 @@ int tok_dec_load(struct tok_dec **out, struct json_object *o)
 	return 0;
 
 err_free:
-	tok_dec_free(d);
+	moem_tok_dec_free(d);
 	return ret;
 }
 
-void tok_dec_free(struct tok_dec *d)
+void moem_tok_dec_free(struct tok_dec *d)
 {
 	if (!d)
 		return;
 	for (size_t i = 0; i < d->n_items; i++)
-		tok_dec_free(d->items[i]);
+		moem_tok_dec_free(d->items[i]);
 	free(d->items);
 	free(d->content);
-	tok_pattern_free(&d->pat);
+	moem_tok_pattern_free(&d->pat);
 	free(d);
 }

@@ -101,22 +101,22 @@ static int find_name(const char *const *v, size_t nv, const char *s, size_t n)
 	return -1;
 }
 
-bool jinja_filter_known(const char *name, size_t n)
+bool moem_jinja_filter_known(const char *name, size_t n)
 {
 	return find_name(filters, MOEM_ARRAY_SIZE(filters), name, n) >= 0;
 }
 
-bool jinja_test_known(const char *name, size_t n)
+bool moem_jinja_test_known(const char *name, size_t n)
 {
 	return find_name(tests, MOEM_ARRAY_SIZE(tests), name, n) >= 0;
 }
 
 static int str_out(struct jctx *c, const char *p, size_t n, struct jv *out)
 {
-	char *s = ja_strndup(c->a, p, n);
+	char *s = moem_ja_strndup(c->a, p, n);
 
 	if (!s)
-		return jinja_err(c, E2BIG, "template output too large");
+		return moem_jinja_err(c, E2BIG, "template output too large");
 	*out = jv_str(s, n);
 	return 0;
 }
@@ -130,20 +130,21 @@ static int to_str(struct jctx *c, const struct jv *v, struct jv *out)
 		*out = *v;
 		return 0;
 	}
-	ret = jv_print(&b, v);
+	ret = moem_jv_print(&b, v);
 	if (!ret)
 		ret = str_out(c, b.p ? b.p : "", b.n, out);
 	free(b.p);
 	return ret;
 }
 
-int jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n, struct jv *out)
+int moem_jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n,
+		       struct jv *out)
 {
 	int m;
 
 	*out = jv_undef();
 	if (v->t == JT_DICT) {
-		const struct jv *x = jv_dict_get(v->d, name, n);
+		const struct jv *x = moem_jv_dict_get(v->d, name, n);
 
 		if (x) {
 			*out = *x;
@@ -153,13 +154,14 @@ int jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n
 	m = find_name(str_methods, MOEM_ARRAY_SIZE(str_methods), name, n);
 	if ((v->t == JT_LIST && find_name(list_mut, MOEM_ARRAY_SIZE(list_mut), name, n) >= 0) ||
 	    (v->t == JT_DICT && find_name(dict_mut, MOEM_ARRAY_SIZE(dict_mut), name, n) >= 0))
-		return jinja_err(c, EINVAL, "access to attribute '%.*s' of '%s' object is unsafe",
-				 (int)n, name, jv_type_name(v));
+		return moem_jinja_err(c, EINVAL,
+				      "access to attribute '%.*s' of '%s' object is unsafe", (int)n,
+				      name, moem_jv_type_name(v));
 	if ((v->t == JT_STR && find_name(str_unsup, MOEM_ARRAY_SIZE(str_unsup), name, n) >= 0) ||
 	    (v->t == JT_DICT && find_name(dict_unsup, MOEM_ARRAY_SIZE(dict_unsup), name, n) >= 0) ||
 	    (v->t == JT_LIST && find_name(list_unsup, MOEM_ARRAY_SIZE(list_unsup), name, n) >= 0)) {
-		struct jv *self = ja_alloc(c->a, sizeof(*self));
-		char *nm = ja_strndup(c->a, name, n);
+		struct jv *self = moem_ja_alloc(c->a, sizeof(*self));
+		char *nm = moem_ja_strndup(c->a, name, n);
 
 		if (!self || !nm)
 			return -ENOMEM;
@@ -170,7 +172,7 @@ int jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n
 		return 0;
 	}
 	if (m >= 0 && ((v->t == JT_STR && m < M_ITEMS) || (v->t == JT_DICT && m >= M_ITEMS))) {
-		struct jv *self = ja_alloc(c->a, sizeof(*self));
+		struct jv *self = moem_ja_alloc(c->a, sizeof(*self));
 
 		if (!self)
 			return -ENOMEM;
@@ -185,7 +187,7 @@ int jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n
 /* Python's str.isspace() for one code point. */
 static bool py_space(uint32_t cp)
 {
-	return tok_is_space(cp) || (cp >= 0x1c && cp <= 0x1f);
+	return moem_tok_is_space(cp) || (cp >= 0x1c && cp <= 0x1f);
 }
 
 static bool in_set(uint32_t cp, const struct jv *chars)
@@ -193,7 +195,7 @@ static bool in_set(uint32_t cp, const struct jv *chars)
 	for (size_t i = 0; i < chars->s.n;) {
 		size_t k;
 
-		if (tok_utf8_get(chars->s.p + i, &k) == cp)
+		if (moem_tok_utf8_get(chars->s.p + i, &k) == cp)
 			return true;
 		i += k;
 	}
@@ -208,7 +210,7 @@ static int strip(struct jctx *c, const struct jv *s, const struct jv *chars, boo
 
 	while (l && a < z) {
 		size_t k;
-		uint32_t cp = tok_utf8_get(s->s.p + a, &k);
+		uint32_t cp = moem_tok_utf8_get(s->s.p + a, &k);
 
 		if (set ? !in_set(cp, chars) : !py_space(cp))
 			break;
@@ -220,7 +222,7 @@ static int strip(struct jctx *c, const struct jv *s, const struct jv *chars, boo
 
 		while (p > a && ((unsigned char)s->s.p[p] & 0xc0) == 0x80)
 			p--;
-		cp = tok_utf8_get(s->s.p + p, &k);
+		cp = moem_tok_utf8_get(s->s.p + p, &k);
 		if (set ? !in_set(cp, chars) : !py_space(cp))
 			break;
 		z = p;
@@ -232,14 +234,14 @@ static int strip(struct jctx *c, const struct jv *s, const struct jv *chars, boo
 static int split(struct jctx *c, const struct jv *s, const struct jv *sep, int64_t maxsplit,
 		 struct jv *out)
 {
-	struct jlist *l = jv_list_new(c->a, s->s.n + 1);
+	struct jlist *l = moem_jv_list_new(c->a, s->s.n + 1);
 	size_t n = 0, at = 0;
 
 	if (!l)
 		return -ENOMEM;
 	if (sep && sep->t == JT_STR) {
 		if (!sep->s.n)
-			return jinja_err(c, EINVAL, "split: empty separator");
+			return moem_jinja_err(c, EINVAL, "split: empty separator");
 		for (;;) {
 			const char *f =
 				maxsplit != 0 ? memmem(s->s.p + at, s->s.n - at, sep->s.p, sep->s.n)
@@ -259,12 +261,12 @@ static int split(struct jctx *c, const struct jv *s, const struct jv *sep, int64
 		while (at < s->s.n) {
 			size_t k, st;
 
-			while (at < s->s.n && py_space(tok_utf8_get(s->s.p + at, &k)))
+			while (at < s->s.n && py_space(moem_tok_utf8_get(s->s.p + at, &k)))
 				at += k;
 			if (at >= s->s.n)
 				break;
 			st = at;
-			while (at < s->s.n && !py_space(tok_utf8_get(s->s.p + at, &k)))
+			while (at < s->s.n && !py_space(moem_tok_utf8_get(s->s.p + at, &k)))
 				at += k;
 			l->v[n++] = jv_str(s->s.p + st, at - st);
 		}
@@ -283,7 +285,7 @@ static int recase(struct jctx *c, const struct jv *s, int how, struct jv *out)
 
 	for (size_t i = 0; !ret && i < s->s.n;) {
 		size_t k;
-		utf8proc_int32_t cp = (utf8proc_int32_t)tok_utf8_get(s->s.p + i, &k);
+		utf8proc_int32_t cp = (utf8proc_int32_t)moem_tok_utf8_get(s->s.p + i, &k);
 		utf8proc_category_t cat = utf8proc_category(cp);
 		bool cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL ||
 			     cat == UTF8PROC_CATEGORY_LT;
@@ -295,7 +297,7 @@ static int recase(struct jctx *c, const struct jv *s, int how, struct jv *out)
 		else
 			cp = utf8proc_tolower(cp);
 		prev_cased = cased;
-		ret = jb_put(&b, u, tok_utf8_put((uint32_t)cp, u));
+		ret = moem_jb_put(&b, u, moem_tok_utf8_put((uint32_t)cp, u));
 		i += k;
 	}
 	if (!ret)
@@ -312,21 +314,21 @@ static int replace(struct jctx *c, const struct jv *s, const struct jv *a, const
 	int ret = 0;
 
 	if (a->t != JT_STR || b->t != JT_STR)
-		return jinja_err(c, EINVAL, "replace: arguments must be strings");
+		return moem_jinja_err(c, EINVAL, "replace: arguments must be strings");
 	while (!ret && at <= s->s.n && count != 0) {
 		const char *f = a->s.n ? memmem(s->s.p + at, s->s.n - at, a->s.p, a->s.n) : NULL;
 
 		if (!f)
 			break;
-		ret = jb_put(&r, s->s.p + at, (size_t)(f - s->s.p) - at);
+		ret = moem_jb_put(&r, s->s.p + at, (size_t)(f - s->s.p) - at);
 		if (!ret)
-			ret = jb_put(&r, b->s.p, b->s.n);
+			ret = moem_jb_put(&r, b->s.p, b->s.n);
 		at = (size_t)(f - s->s.p) + a->s.n;
 		if (count > 0)
 			count--;
 	}
 	if (!ret)
-		ret = jb_put(&r, s->s.p + at, s->s.n - at);
+		ret = moem_jb_put(&r, s->s.p + at, s->s.n - at);
 	if (!ret)
 		ret = str_out(c, r.p ? r.p : "", r.n, out);
 	free(r.p);
@@ -339,12 +341,12 @@ static int join(struct jctx *c, const struct jv *list, const struct jv *sep, str
 	int ret = 0;
 
 	if (list->t != JT_LIST)
-		return jinja_err(c, EINVAL, "join: not a list");
+		return moem_jinja_err(c, EINVAL, "join: not a list");
 	for (size_t i = 0; !ret && i < list->l->n; i++) {
 		if (i && sep)
-			ret = jv_print(&b, sep);
+			ret = moem_jv_print(&b, sep);
 		if (!ret)
-			ret = jv_print(&b, &list->l->v[i]);
+			ret = moem_jv_print(&b, &list->l->v[i]);
 	}
 	if (!ret)
 		ret = str_out(c, b.p ? b.p : "", b.n, out);
@@ -354,7 +356,7 @@ static int join(struct jctx *c, const struct jv *list, const struct jv *sep, str
 
 static int dict_view(struct jctx *c, const struct jv *d, int which, struct jv *out)
 {
-	struct jlist *l = jv_list_new(c->a, d->d->n);
+	struct jlist *l = moem_jv_list_new(c->a, d->d->n);
 
 	if (!l)
 		return -ENOMEM;
@@ -366,7 +368,7 @@ static int dict_view(struct jctx *c, const struct jv *d, int which, struct jv *o
 		} else if (which == M_VALUES) {
 			l->v[i] = d->d->v[i];
 		} else {
-			struct jlist *p = jv_list_new(c->a, 2);
+			struct jlist *p = moem_jv_list_new(c->a, 2);
 
 			if (!p)
 				return -ENOMEM;
@@ -393,23 +395,23 @@ static int format(struct jctx *c, const struct jv *s, const struct jv *args, siz
 		size_t j, k;
 
 		if ((ch == '{' || ch == '}') && i + 1 < s->s.n && s->s.p[i + 1] == ch) {
-			ret = jb_put(&b, &ch, 1);
+			ret = moem_jb_put(&b, &ch, 1);
 			i++;
 			continue;
 		}
 		if (ch == '}') {
-			ret = jinja_err(c, EINVAL, "str.format: single '}'");
+			ret = moem_jinja_err(c, EINVAL, "str.format: single '}'");
 			break;
 		}
 		if (ch != '{') {
-			ret = jb_put(&b, &ch, 1);
+			ret = moem_jb_put(&b, &ch, 1);
 			continue;
 		}
 		for (j = i + 1; j < s->s.n && s->s.p[j] >= '0' && s->s.p[j] <= '9'; j++)
 			;
 		if (j >= s->s.n || s->s.p[j] != '}') {
-			ret = jinja_err(c, ENOTSUP,
-					"str.format: only {} and {N} fields are supported");
+			ret = moem_jinja_err(c, ENOTSUP,
+					     "str.format: only {} and {N} fields are supported");
 			break;
 		}
 		if (j == i + 1) {
@@ -420,14 +422,14 @@ static int format(struct jctx *c, const struct jv *s, const struct jv *args, siz
 			manual = true;
 		}
 		if (autom && manual) {
-			ret = jinja_err(c, EINVAL, "str.format: cannot mix {} and {N}");
+			ret = moem_jinja_err(c, EINVAL, "str.format: cannot mix {} and {N}");
 			break;
 		}
 		if (k >= n) {
-			ret = jinja_err(c, EINVAL, "str.format: field %zu has no argument", k);
+			ret = moem_jinja_err(c, EINVAL, "str.format: field %zu has no argument", k);
 			break;
 		}
-		ret = jv_print(&b, &args[k]);
+		ret = moem_jv_print(&b, &args[k]);
 		i = j;
 	}
 	if (!ret)
@@ -444,8 +446,9 @@ static int method(struct jctx *c, int m, const struct jv *s, const struct jv *ar
 	if (m < M_ITEMS && m != M_JOIN && m != M_FORMAT)
 		for (size_t i = 0; i < n && i < 1; i++)
 			if (args[i].t != JT_STR && args[i].t != JT_NONE && m != M_SPLIT)
-				return jinja_err(c, EINVAL, "str.%s: argument must be a string",
-						 str_methods[m]);
+				return moem_jinja_err(c, EINVAL,
+						      "str.%s: argument must be a string",
+						      str_methods[m]);
 	switch (m) {
 	case M_STRIP:
 	case M_LSTRIP:
@@ -454,7 +457,7 @@ static int method(struct jctx *c, int m, const struct jv *s, const struct jv *ar
 	case M_STARTS:
 	case M_ENDS:
 		if (!a0 || a0->t != JT_STR)
-			return jinja_err(c, EINVAL, "str.%s needs a string", str_methods[m]);
+			return moem_jinja_err(c, EINVAL, "str.%s needs a string", str_methods[m]);
 		*out = jv_bool(a0->s.n <= s->s.n &&
 			       !memcmp(m == M_STARTS ? s->s.p : s->s.p + s->s.n - a0->s.n, a0->s.p,
 				       a0->s.n));
@@ -469,13 +472,13 @@ static int method(struct jctx *c, int m, const struct jv *s, const struct jv *ar
 		return recase(c, s, m, out);
 	case M_REPLACE:
 		if (n < 2)
-			return jinja_err(c, EINVAL, "str.replace needs two arguments");
+			return moem_jinja_err(c, EINVAL, "str.replace needs two arguments");
 		return replace(c, s, a0, a1, n > 2 && args[2].t == JT_INT ? args[2].i : -1, out);
 	case M_FIND: {
 		const char *f;
 
 		if (!a0 || a0->t != JT_STR)
-			return jinja_err(c, EINVAL, "str.find needs a string");
+			return moem_jinja_err(c, EINVAL, "str.find needs a string");
 		f = memmem(s->s.p, s->s.n, a0->s.p, a0->s.n);
 		if (!f) {
 			*out = jv_int(-1);
@@ -488,7 +491,7 @@ static int method(struct jctx *c, int m, const struct jv *s, const struct jv *ar
 	}
 	case M_JOIN:
 		if (!a0)
-			return jinja_err(c, EINVAL, "str.join needs a list");
+			return moem_jinja_err(c, EINVAL, "str.join needs a list");
 		return join(c, a0, s, out);
 	case M_FORMAT:
 		return format(c, s, args, n, out);
@@ -496,7 +499,7 @@ static int method(struct jctx *c, int m, const struct jv *s, const struct jv *ar
 		int64_t k = 0;
 
 		if (!a0 || a0->t != JT_STR || !a0->s.n)
-			return jinja_err(c, EINVAL, "str.count needs a non-empty string");
+			return moem_jinja_err(c, EINVAL, "str.count needs a non-empty string");
 		for (const char *p = s->s.p;
 		     (p = memmem(p, s->s.n - (size_t)(p - s->s.p), a0->s.p, a0->s.n)); p += a0->s.n)
 			k++;
@@ -511,13 +514,13 @@ static int method(struct jctx *c, int m, const struct jv *s, const struct jv *ar
 		const struct jv *x;
 
 		if (!a0 || a0->t != JT_STR)
-			return jinja_err(c, EINVAL, "dict.get needs a string key");
-		x = jv_dict_get(s->d, a0->s.p, a0->s.n);
+			return moem_jinja_err(c, EINVAL, "dict.get needs a string key");
+		x = moem_jv_dict_get(s->d, a0->s.p, a0->s.n);
 		*out = x ? *x : a1 ? *a1 : jv_none();
 		return 0;
 	}
 	}
-	return jinja_err(c, EINVAL, "unknown method");
+	return moem_jinja_err(c, EINVAL, "unknown method");
 }
 
 static int call_macro(struct jctx *c, const struct jnode *m, const struct jv *args,
@@ -527,7 +530,7 @@ static int call_macro(struct jctx *c, const struct jnode *m, const struct jv *ar
 	struct jbuf *saved = c->out, b = {.limit = saved->limit};
 	int ret = 0;
 
-	scope.vars = jv_dict_new(c->a);
+	scope.vars = moem_jv_dict_new(c->a);
 	if (!scope.vars)
 		return -ENOMEM;
 	for (size_t i = 0; !ret && i < m->nnames; i++) {
@@ -540,38 +543,39 @@ static int call_macro(struct jctx *c, const struct jnode *m, const struct jv *ar
 				v = args[k];
 		if (v.t == JT_UNDEF && m->args[i]) {
 			c->scope = &scope;
-			ret = jinja_eval(c, m->args[i], &v);
+			ret = moem_jinja_eval(c, m->args[i], &v);
 			c->scope = scope.up;
 		}
 		if (!ret)
-			ret = jv_dict_set(c->a, scope.vars, m->names[i], strlen(m->names[i]), v);
+			ret = moem_jv_dict_set(c->a, scope.vars, m->names[i], strlen(m->names[i]),
+					       v);
 	}
 	if (ret)
 		return ret;
 	if (c->depth > 64)
-		return jinja_err(c, ELOOP, "macro calls nested too deeply");
+		return moem_jinja_err(c, ELOOP, "macro calls nested too deeply");
 	c->depth += 8;
 	c->scope = &scope;
 	c->out = &b;
-	ret = jinja_run(c, m->body, m->nbody);
+	ret = moem_jinja_run(c, m->body, m->nbody);
 	c->out = saved;
 	c->scope = scope.up;
 	c->depth -= 8;
 	if (ret > 0)
-		ret = jinja_err(c, EINVAL, "break outside a loop");
+		ret = moem_jinja_err(c, EINVAL, "break outside a loop");
 	if (!ret)
 		ret = str_out(c, b.p ? b.p : "", b.n, out);
 	free(b.p);
 	return ret;
 }
 
-int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const char *const *kw,
-	       size_t n, struct jv *out)
+int moem_jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args,
+		    const char *const *kw, size_t n, struct jv *out)
 {
 	if (fn->t != JT_FN)
-		return jinja_err(c, EINVAL, "%s is not callable", jv_type_name(fn));
+		return moem_jinja_err(c, EINVAL, "%s is not callable", moem_jv_type_name(fn));
 	if (++c->steps > (1u << 22))
-		return jinja_err(c, E2BIG, "template runs too long");
+		return moem_jinja_err(c, E2BIG, "template runs too long");
 	switch (fn->fn.id) {
 	case JF_RAISE: {
 		struct jv m = jv_str("", 0);
@@ -587,7 +591,7 @@ int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const
 
 		for (size_t i = 0; i < n; i++)
 			if (args[i].t != JT_INT)
-				return jinja_err(c, EINVAL, "range() takes integers");
+				return moem_jinja_err(c, EINVAL, "range() takes integers");
 		if (n == 1) {
 			b = args[0].i;
 		} else if (n == 2 || n == 3) {
@@ -595,15 +599,15 @@ int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const
 			b = args[1].i;
 			s = n == 3 ? args[2].i : 1;
 		} else {
-			return jinja_err(c, EINVAL, "range() takes 1 to 3 arguments");
+			return moem_jinja_err(c, EINVAL, "range() takes 1 to 3 arguments");
 		}
 		if (!s)
-			return jinja_err(c, EINVAL, "range() step is zero");
+			return moem_jinja_err(c, EINVAL, "range() step is zero");
 		if ((s > 0 && b > a && (b - a) / s > 100000) ||
 		    (s < 0 && a > b && (a - b) / -s > 100000))
-			return jinja_err(c, E2BIG, "range() too long");
-		l = jv_list_new(c->a, s > 0 ? (size_t)moem_max(b - a, 0) / (size_t)s + 1
-					    : (size_t)moem_max(a - b, 0) / (size_t)-s + 1);
+			return moem_jinja_err(c, E2BIG, "range() too long");
+		l = moem_jv_list_new(c->a, s > 0 ? (size_t)moem_max(b - a, 0) / (size_t)s + 1
+						 : (size_t)moem_max(a - b, 0) / (size_t)-s + 1);
 		if (!l)
 			return -ENOMEM;
 		for (int64_t i = a; s > 0 ? i < b : i > b; i += s)
@@ -613,7 +617,7 @@ int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const
 		return 0;
 	}
 	case JF_NAMESPACE: {
-		struct jdict *d = jv_dict_new(c->a);
+		struct jdict *d = moem_jv_dict_new(c->a);
 
 		if (!d)
 			return -ENOMEM;
@@ -622,15 +626,16 @@ int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const
 
 			if (!kw || !kw[i]) {
 				if (args[i].t != JT_DICT)
-					return jinja_err(c, EINVAL, "namespace() takes keywords");
+					return moem_jinja_err(c, EINVAL,
+							      "namespace() takes keywords");
 				for (size_t k = 0; k < args[i].d->n; k++)
-					if ((ret = jv_dict_set(c->a, d, args[i].d->k[k],
-							       args[i].d->klen[k],
-							       args[i].d->v[k])))
+					if ((ret = moem_jv_dict_set(c->a, d, args[i].d->k[k],
+								    args[i].d->klen[k],
+								    args[i].d->v[k])))
 						return ret;
 				continue;
 			}
-			ret = jv_dict_set(c->a, d, kw[i], strlen(kw[i]), args[i]);
+			ret = moem_jv_dict_set(c->a, d, kw[i], strlen(kw[i]), args[i]);
 			if (ret)
 				return ret;
 		}
@@ -644,31 +649,31 @@ int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const
 		size_t k;
 
 		if (n != 1 || args[0].t != JT_STR)
-			return jinja_err(c, EINVAL, "strftime_now() takes one format string");
-		fmt = ja_strndup(c->a, args[0].s.p, args[0].s.n);
+			return moem_jinja_err(c, EINVAL, "strftime_now() takes one format string");
+		fmt = moem_ja_strndup(c->a, args[0].s.p, args[0].s.n);
 		if (!fmt)
 			return -ENOMEM;
 		if (!localtime_r(&now, &tm))
-			return jinja_err(c, EINVAL, "strftime_now: time out of range");
+			return moem_jinja_err(c, EINVAL, "strftime_now: time out of range");
 			/* The template's format, as Python's strftime takes it. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
 		k = strftime(buf, sizeof(buf), fmt, &tm);
 #pragma GCC diagnostic pop
 		if (!k && *fmt)
-			return jinja_err(c, E2BIG, "strftime_now: result too long");
+			return moem_jinja_err(c, E2BIG, "strftime_now: result too long");
 		return str_out(c, buf, k, out);
 	}
 	case JF_UNSUPPORTED:
-		return jinja_err(c, ENOTSUP, "method '%.*s' is not supported",
-				 (int)fn->fn.self->s.n, fn->fn.self->s.p);
+		return moem_jinja_err(c, ENOTSUP, "method '%.*s' is not supported",
+				      (int)fn->fn.self->s.n, fn->fn.self->s.p);
 	case JF_MACRO:
 		return call_macro(c, fn->fn.macro, args, kw, n, out);
 	default:
 		if (fn->fn.id - JF_STR_METHOD == M_FORMAT)
 			for (size_t i = 0; kw && i < n; i++)
 				if (kw[i])
-					return jinja_err(
+					return moem_jinja_err(
 						c, ENOTSUP,
 						"str.format with keywords is not supported");
 		return method(c, fn->fn.id - JF_STR_METHOD, fn->fn.self, args, n, out);
@@ -699,7 +704,7 @@ static int length(struct jctx *c, const struct jv *v, struct jv *out)
 	} else if (v->t == JT_UNDEF) {
 		*out = jv_int(0);
 	} else {
-		return jinja_err(c, EINVAL, "length of %s", jv_type_name(v));
+		return moem_jinja_err(c, EINVAL, "length of %s", moem_jv_type_name(v));
 	}
 	return 0;
 }
@@ -714,26 +719,26 @@ static int select_attr(struct jctx *c, const struct jv *seq, const struct jv *ar
 	size_t k = 0;
 
 	if (!attr || attr->t != JT_STR)
-		return jinja_err(c, EINVAL, "%s needs an attribute name",
-				 map	  ? "map"
-				 : reject ? "rejectattr"
-					  : "selectattr");
+		return moem_jinja_err(c, EINVAL, "%s needs an attribute name",
+				      map      ? "map"
+				      : reject ? "rejectattr"
+					       : "selectattr");
 	if (seq->t == JT_NONE || seq->t == JT_UNDEF) { /* Jinja's "if seq:" guard */
-		l = jv_list_new(c->a, 0);
+		l = moem_jv_list_new(c->a, 0);
 		if (!l)
 			return -ENOMEM;
 		*out = (struct jv){.t = JT_LIST, .l = l, .gen = true};
 		return 0;
 	}
 	if (seq->t != JT_LIST)
-		return jinja_err(c, EINVAL, "not a list");
-	l = jv_list_new(c->a, seq->l->n);
+		return moem_jinja_err(c, EINVAL, "not a list");
+	l = moem_jv_list_new(c->a, seq->l->n);
 	if (!l)
 		return -ENOMEM;
 	for (size_t i = 0; i < seq->l->n; i++) {
 		struct jv v;
 		bool keep;
-		int ret = jinja_getattr(c, &seq->l->v[i], attr->s.p, attr->s.n, &v);
+		int ret = moem_jinja_getattr(c, &seq->l->v[i], attr->s.p, attr->s.n, &v);
 
 		if (ret)
 			return ret;
@@ -744,11 +749,12 @@ static int select_attr(struct jctx *c, const struct jv *seq, const struct jv *ar
 		if (n > 2) {
 			struct jv targs[3] = {v, n > 3 ? args[3] : jv_undef()};
 
-			ret = jinja_test(c, args[2].s.p, args[2].s.n, targs, n > 3 ? 2 : 1, &keep);
+			ret = moem_jinja_test(c, args[2].s.p, args[2].s.n, targs, n > 3 ? 2 : 1,
+					      &keep);
 			if (ret)
 				return ret;
 		} else {
-			keep = jv_truthy(&v);
+			keep = moem_jv_truthy(&v);
 		}
 		if (keep != reject)
 			l->v[k++] = seq->l->v[i];
@@ -798,8 +804,8 @@ static int py_cmp(struct jctx *c, const struct jv *a, const struct jv *b, int *r
 		*r = (a->l->n > b->l->n) - (a->l->n < b->l->n);
 		return 0;
 	}
-	return jinja_err(c, EINVAL, "'<' not supported between %s and %s", jv_type_name(a),
-			 jv_type_name(b));
+	return moem_jinja_err(c, EINVAL, "'<' not supported between %s and %s",
+			      moem_jv_type_name(a), moem_jv_type_name(b));
 }
 
 /* The key sort/min/max compare an item by: attribute= (dotted), lowercased unless case_sensitive. */
@@ -817,7 +823,7 @@ static int sort_key(struct jctx *c, const struct jv *x, const struct jv *attr, b
 			size_t k = dot ? (size_t)(dot - p) : (size_t)(end - p);
 			struct jv v = *key;
 
-			ret = jinja_getattr(c, &v, p, k, key);
+			ret = moem_jinja_getattr(c, &v, p, k, key);
 			p += k + 1;
 		}
 	} else if (attr && attr->t == JT_INT && x->t == JT_LIST) {
@@ -871,9 +877,9 @@ static int sort_list(struct jctx *c, const struct jv *v, const struct jv *attr, 
 	if (v->t == JT_DICT && (ret = dict_view(c, v, M_KEYS, &seq)))
 		return ret;
 	if (seq.t != JT_LIST)
-		return jinja_err(c, EINVAL, "cannot sort %s", jv_type_name(v));
-	it = ja_alloc(c->a, (seq.l->n + 1) * sizeof(*it));
-	l = jv_list_new(c->a, seq.l->n);
+		return moem_jinja_err(c, EINVAL, "cannot sort %s", moem_jv_type_name(v));
+	it = moem_ja_alloc(c->a, (seq.l->n + 1) * sizeof(*it));
+	l = moem_jv_list_new(c->a, seq.l->n);
 	if (!it || !l)
 		return -ENOMEM;
 	for (size_t i = 0; !ret && i < seq.l->n; i++) {
@@ -900,19 +906,19 @@ static int select_test(struct jctx *c, const struct jv *args, size_t n, bool rej
 	size_t k = 0;
 
 	if (n > 1 && args[1].t != JT_STR)
-		return jinja_err(c, EINVAL, "%s: the test name must be a string",
-				 reject ? "reject" : "select");
-	if (n > 1 && !jinja_test_known(args[1].s.p, args[1].s.n))
-		return jinja_err(c, ENOTSUP, "test '%.*s' is not supported", (int)args[1].s.n,
-				 args[1].s.p);
+		return moem_jinja_err(c, EINVAL, "%s: the test name must be a string",
+				      reject ? "reject" : "select");
+	if (n > 1 && !moem_jinja_test_known(args[1].s.p, args[1].s.n))
+		return moem_jinja_err(c, ENOTSUP, "test '%.*s' is not supported", (int)args[1].s.n,
+				      args[1].s.p);
 	if (n > 8)
-		return jinja_err(c, E2BIG, "too many arguments");
+		return moem_jinja_err(c, E2BIG, "too many arguments");
 	if (seq->t == JT_NONE || seq->t == JT_UNDEF) {
-		l = jv_list_new(c->a, 0);
+		l = moem_jv_list_new(c->a, 0);
 	} else if (seq->t != JT_LIST) {
-		return jinja_err(c, EINVAL, "not a list");
+		return moem_jinja_err(c, EINVAL, "not a list");
 	} else {
-		l = jv_list_new(c->a, seq->l->n);
+		l = moem_jv_list_new(c->a, seq->l->n);
 	}
 	if (!l)
 		return -ENOMEM;
@@ -924,12 +930,12 @@ static int select_test(struct jctx *c, const struct jv *args, size_t n, bool rej
 		for (size_t j = 2; j < n; j++)
 			targs[j - 1] = args[j];
 		if (n > 1) {
-			int ret = jinja_test(c, args[1].s.p, args[1].s.n, targs, n - 1, &keep);
+			int ret = moem_jinja_test(c, args[1].s.p, args[1].s.n, targs, n - 1, &keep);
 
 			if (ret)
 				return ret;
 		} else {
-			keep = jv_truthy(&targs[0]);
+			keep = moem_jv_truthy(&targs[0]);
 		}
 		if (keep != reject)
 			l->v[k++] = seq->l->v[i];
@@ -949,12 +955,12 @@ static int html_escape(struct jctx *c, const struct jv *v, struct jv *out)
 	for (size_t i = 0; !ret && i < s.s.n; i++) {
 		char ch = s.s.p[i];
 
-		ret = ch == '&'	   ? jb_puts(&b, "&amp;")
-		      : ch == '<'  ? jb_puts(&b, "&lt;")
-		      : ch == '>'  ? jb_puts(&b, "&gt;")
-		      : ch == '"'  ? jb_puts(&b, "&#34;")
-		      : ch == '\'' ? jb_puts(&b, "&#39;")
-				   : jb_put(&b, &ch, 1);
+		ret = ch == '&'	   ? moem_jb_puts(&b, "&amp;")
+		      : ch == '<'  ? moem_jb_puts(&b, "&lt;")
+		      : ch == '>'  ? moem_jb_puts(&b, "&gt;")
+		      : ch == '"'  ? moem_jb_puts(&b, "&#34;")
+		      : ch == '\'' ? moem_jb_puts(&b, "&#39;")
+				   : moem_jb_put(&b, &ch, 1);
 	}
 	if (!ret)
 		ret = str_out(c, b.p ? b.p : "", b.n, out);
@@ -962,7 +968,7 @@ static int html_escape(struct jctx *c, const struct jv *v, struct jv *out)
 	return ret;
 }
 
-int jinja_escape(struct jctx *c, const struct jv *v, struct jv *out)
+int moem_jinja_escape(struct jctx *c, const struct jv *v, struct jv *out)
 {
 	int ret;
 
@@ -975,8 +981,8 @@ int jinja_escape(struct jctx *c, const struct jv *v, struct jv *out)
 	return ret;
 }
 
-int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *args,
-		 const char *const *kw, size_t n, struct jv *out)
+int moem_jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *args,
+		      const char *const *kw, size_t n, struct jv *out)
 {
 	const struct jv *v = &args[0], *a1 = n > 1 ? &args[1] : NULL;
 	int f = find_name(filters, MOEM_ARRAY_SIZE(filters), name, nn);
@@ -989,11 +995,11 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 	    (f == 0 || (f >= 4 && f <= 7) || f == 18 || f == F_E || f == F_ESCAPE))
 		v = &empty;
 	if (v->gen && (f == 1 || f == 2 || f == 3 || f == 11))
-		return jinja_err(c, EINVAL, "%s of a generator (add |list)", filters[f]);
+		return moem_jinja_err(c, EINVAL, "%s of a generator (add |list)", filters[f]);
 	switch (f) {
 	case 0: /* trim */
 		if (v->t != JT_STR)
-			return jinja_err(c, EINVAL, "trim of %s", jv_type_name(v));
+			return moem_jinja_err(c, EINVAL, "trim of %s", moem_jv_type_name(v));
 		ret = strip(c, v, a1, true, true, out);
 		out->markup = v->markup;
 		return ret;
@@ -1004,11 +1010,12 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		const struct jv *ind = kwarg(args, kw, n, "indent", 1);
 		const struct jv *sk = kwarg(args, kw, n, "sort_keys", 99);
 
-		ret = jv_tojson(&b, v,
-				ind && ind->t == JT_INT ? (int)moem_clamp(ind->i, 0, 16) : -1, 0,
-				sk && jv_truthy(sk));
+		ret = moem_jv_tojson(&b, v,
+				     ind && ind->t == JT_INT ? (int)moem_clamp(ind->i, 0, 16) : -1,
+				     0, sk && moem_jv_truthy(sk));
 		if (ret == -EINVAL)
-			ret = jinja_err(c, EINVAL, "tojson: %s is not JSON", jv_type_name(v));
+			ret = moem_jinja_err(c, EINVAL, "tojson: %s is not JSON",
+					     moem_jv_type_name(v));
 		if (!ret)
 			ret = str_out(c, b.p ? b.p : "", b.n, out);
 		free(b.p);
@@ -1019,7 +1026,8 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 	case 6:
 	case 7:
 		if (v->t != JT_STR)
-			return jinja_err(c, EINVAL, "%s of %s", filters[f], jv_type_name(v));
+			return moem_jinja_err(c, EINVAL, "%s of %s", filters[f],
+					      moem_jv_type_name(v));
 		return recase(c, v,
 			      f == 4   ? M_UPPER
 			      : f == 5 ? M_LOWER
@@ -1029,7 +1037,7 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 	case 8:
 	case 9: { /* default(value, boolean=false) */
 		const struct jv *bo = kwarg(args, kw, n, "boolean", 2);
-		bool use = v->t == JT_UNDEF || (bo && jv_truthy(bo) && !jv_truthy(v));
+		bool use = v->t == JT_UNDEF || (bo && moem_jv_truthy(bo) && !moem_jv_truthy(v));
 
 		*out = use ? (a1 ? *a1 : jv_str("", 0)) : *v;
 		return 0;
@@ -1076,7 +1084,7 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		}
 		if (v->t == JT_DICT)
 			return dict_view(c, v, M_KEYS, out);
-		return jinja_err(c, EINVAL, "list of %s", jv_type_name(v));
+		return moem_jinja_err(c, EINVAL, "list of %s", moem_jv_type_name(v));
 	}
 	case 14: /* string */
 		return to_str(c, v, out);
@@ -1086,7 +1094,8 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		else if (v->t == JT_FLOAT)
 			*out = jv_int((int64_t)v->f);
 		else if (v->t == JT_STR)
-			*out = jv_int(strtoll(ja_strndup(c->a, v->s.p, v->s.n) ?: "0", NULL, 10));
+			*out = jv_int(
+				strtoll(moem_ja_strndup(c->a, v->s.p, v->s.n) ?: "0", NULL, 10));
 		else
 			*out = jv_int(0);
 		return 0;
@@ -1102,16 +1111,17 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		else if (v->t == JT_FLOAT)
 			*out = (struct jv){.t = JT_FLOAT, .f = v->f < 0 ? -v->f : v->f};
 		else
-			return jinja_err(c, EINVAL, "abs of %s", jv_type_name(v));
+			return moem_jinja_err(c, EINVAL, "abs of %s", moem_jv_type_name(v));
 		return 0;
 	case 18: /* replace */
 		if (v->t != JT_STR || n < 3)
-			return jinja_err(c, EINVAL, "replace needs a string and two arguments");
+			return moem_jinja_err(c, EINVAL,
+					      "replace needs a string and two arguments");
 		return replace(c, v, &args[1], &args[2],
 			       n > 3 && args[3].t == JT_INT ? args[3].i : -1, out);
 	case 19: /* items: a generator of (key, value); nothing from undefined */
 		if (v->t == JT_UNDEF) {
-			struct jlist *l = jv_list_new(c->a, 0);
+			struct jlist *l = moem_jv_list_new(c->a, 0);
 
 			if (!l)
 				return -ENOMEM;
@@ -1119,7 +1129,7 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 			return 0;
 		}
 		if (v->t != JT_DICT)
-			return jinja_err(c, EINVAL, "items of %s", jv_type_name(v));
+			return moem_jinja_err(c, EINVAL, "items of %s", moem_jv_type_name(v));
 		ret = dict_view(c, v, M_ITEMS, out);
 		out->gen = true;
 		return ret;
@@ -1133,7 +1143,7 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 
 				while (st && ((unsigned char)v->s.p[st] & 0xc0) == 0x80)
 					st--;
-				ret = jb_put(&b, v->s.p + st, e - st);
+				ret = moem_jb_put(&b, v->s.p + st, e - st);
 				if (ret)
 					break;
 				e = st;
@@ -1143,8 +1153,8 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 			return ret;
 		}
 		if (v->t != JT_LIST)
-			return jinja_err(c, EINVAL, "reverse of %s", jv_type_name(v));
-		l = jv_list_new(c->a, v->l->n);
+			return moem_jinja_err(c, EINVAL, "reverse of %s", moem_jv_type_name(v));
+		l = moem_jv_list_new(c->a, v->l->n);
 		if (!l)
 			return -ENOMEM;
 		for (size_t i = 0; i < v->l->n; i++)
@@ -1165,14 +1175,14 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 
 		ret = to_str(c, v, &s);
 		for (size_t i = 0; !ret && i < s.s.n; i++) {
-			if (i == 0 && first && jv_truthy(first))
+			if (i == 0 && first && moem_jv_truthy(first))
 				for (int64_t k = 0; !ret && k < width; k++)
-					ret = jb_put(&b, " ", 1);
+					ret = moem_jb_put(&b, " ", 1);
 			if (!ret)
-				ret = jb_put(&b, s.s.p + i, 1);
+				ret = moem_jb_put(&b, s.s.p + i, 1);
 			if (!ret && s.s.p[i] == '\n' && i + 1 < s.s.n && s.s.p[i + 1] != '\n')
 				for (int64_t k = 0; !ret && k < width; k++)
-					ret = jb_put(&b, " ", 1);
+					ret = moem_jb_put(&b, " ", 1);
 		}
 		if (!ret)
 			ret = str_out(c, b.p ? b.p : "", b.n, out);
@@ -1189,15 +1199,15 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		size_t k = 0;
 
 		if (v->t != JT_LIST)
-			return jinja_err(c, EINVAL, "unique of %s", jv_type_name(v));
-		l = jv_list_new(c->a, v->l->n);
+			return moem_jinja_err(c, EINVAL, "unique of %s", moem_jv_type_name(v));
+		l = moem_jv_list_new(c->a, v->l->n);
 		if (!l)
 			return -ENOMEM;
 		for (size_t i = 0; i < v->l->n; i++) {
 			bool seen = false;
 
 			for (size_t j = 0; j < k && !seen; j++)
-				seen = jv_equal(&l->v[j], &v->l->v[i]);
+				seen = moem_jv_equal(&l->v[j], &v->l->v[i]);
 			if (!seen)
 				l->v[k++] = v->l->v[i];
 		}
@@ -1210,11 +1220,12 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		const struct jv *cs = kwarg(args, kw, n, "case_sensitive", 2);
 		const struct jv *attr = kwarg(args, kw, n, "attribute", 3);
 
-		return sort_list(c, v, attr, cs && jv_truthy(cs), rev && jv_truthy(rev), out);
+		return sort_list(c, v, attr, cs && moem_jv_truthy(cs), rev && moem_jv_truthy(rev),
+				 out);
 	}
 	case F_E:
 	case F_ESCAPE:
-		return jinja_escape(c, v, out);
+		return moem_jinja_escape(c, v, out);
 	case F_DICTSORT: { /* dictsort(case_sensitive=false, by='key', reverse=false) */
 		const struct jv *cs = kwarg(args, kw, n, "case_sensitive", 1);
 		const struct jv *by = kwarg(args, kw, n, "by", 2);
@@ -1222,17 +1233,17 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		struct jv items, idx = jv_int(0);
 
 		if (v->t != JT_DICT)
-			return jinja_err(c, EINVAL, "dictsort of %s", jv_type_name(v));
+			return moem_jinja_err(c, EINVAL, "dictsort of %s", moem_jv_type_name(v));
 		if (by && (by->t != JT_STR ||
-			   (!jv_equal(by, &(struct jv){.t = JT_STR, .s = {"key", 3}}) &&
-			    !jv_equal(by, &(struct jv){.t = JT_STR, .s = {"value", 5}}))))
-			return jinja_err(c, EINVAL, "dictsort: by must be 'key' or 'value'");
+			   (!moem_jv_equal(by, &(struct jv){.t = JT_STR, .s = {"key", 3}}) &&
+			    !moem_jv_equal(by, &(struct jv){.t = JT_STR, .s = {"value", 5}}))))
+			return moem_jinja_err(c, EINVAL, "dictsort: by must be 'key' or 'value'");
 		if (by && by->s.n == 5)
 			idx = jv_int(1);
 		ret = dict_view(c, v, M_ITEMS, &items);
 		return ret ? ret
-			   : sort_list(c, &items, &idx, cs && jv_truthy(cs), rev && jv_truthy(rev),
-				       out);
+			   : sort_list(c, &items, &idx, cs && moem_jv_truthy(cs),
+				       rev && moem_jv_truthy(rev), out);
 	}
 	case F_MIN:
 	case F_MAX: { /* min/max(case_sensitive=false, attribute=none) */
@@ -1240,7 +1251,7 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 		const struct jv *attr = kwarg(args, kw, n, "attribute", 2);
 		struct jv s;
 
-		ret = sort_list(c, v, attr, cs && jv_truthy(cs), false, &s);
+		ret = sort_list(c, v, attr, cs && moem_jv_truthy(cs), false, &s);
 		if (ret)
 			return ret;
 		/* The first minimum and the first maximum, as Python's min()/max(). */
@@ -1254,10 +1265,11 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 			int r = 0;
 
 			while (i > 0) {
-				ret = sort_key(c, &s.l->v[i - 1], attr, cs && jv_truthy(cs), &ks);
+				ret = sort_key(c, &s.l->v[i - 1], attr, cs && moem_jv_truthy(cs),
+					       &ks);
 				if (!ret)
 					ret = sort_key(c, &s.l->v[s.l->n - 1], attr,
-						       cs && jv_truthy(cs), &kl);
+						       cs && moem_jv_truthy(cs), &kl);
 				if (!ret)
 					ret = py_cmp(c, &ks, &kl, &r);
 				if (ret)
@@ -1274,12 +1286,12 @@ int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *a
 	case F_REJECT:
 		return select_test(c, args, n, f == F_REJECT, out);
 	default:
-		return jinja_err(c, ENOTSUP, "filter '%.*s' is not supported", (int)nn, name);
+		return moem_jinja_err(c, ENOTSUP, "filter '%.*s' is not supported", (int)nn, name);
 	}
 }
 
-int jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *args, size_t n,
-	       bool *r)
+int moem_jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *args, size_t n,
+		    bool *r)
 {
 	const struct jv *v = &args[0], *a1 = n > 1 ? &args[1] : NULL;
 	int t = find_name(tests, MOEM_ARRAY_SIZE(tests), name, nn);
@@ -1326,27 +1338,28 @@ int jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *arg
 	case 14:
 	case 15:
 		if (!a1)
-			return jinja_err(c, EINVAL, "test '%s' needs an argument", tests[t]);
-		*r = jv_equal(v, a1) == (t != 15);
+			return moem_jinja_err(c, EINVAL, "test '%s' needs an argument", tests[t]);
+		*r = moem_jv_equal(v, a1) == (t != 15);
 		return 0;
 	case 16:
 	case 17:
 		if (v->t != JT_INT)
-			return jinja_err(c, EINVAL, "test '%s' of %s", tests[t], jv_type_name(v));
+			return moem_jinja_err(c, EINVAL, "test '%s' of %s", tests[t],
+					      moem_jv_type_name(v));
 		*r = (v->i % 2 != 0) == (t == 16);
 		return 0;
 	case 18: {
 		bool in = false;
 
 		if (!a1)
-			return jinja_err(c, EINVAL, "test 'in' needs an argument");
+			return moem_jinja_err(c, EINVAL, "test 'in' needs an argument");
 		if (a1->t == JT_LIST)
 			for (size_t i = 0; i < a1->l->n && !in; i++)
-				in = jv_equal(&a1->l->v[i], v);
+				in = moem_jv_equal(&a1->l->v[i], v);
 		else if (a1->t == JT_STR && v->t == JT_STR)
 			in = !v->s.n || memmem(a1->s.p, a1->s.n, v->s.p, v->s.n);
 		else if (a1->t == JT_DICT && v->t == JT_STR)
-			in = jv_dict_get(a1->d, v->s.p, v->s.n) != NULL;
+			in = moem_jv_dict_get(a1->d, v->s.p, v->s.n) != NULL;
 		*r = in;
 		return 0;
 	}
@@ -1360,20 +1373,20 @@ int jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *arg
 			return 0;
 		}
 		ret = recase(c, v, t == 19 ? M_LOWER : M_UPPER, &x);
-		*r = !ret && jv_equal(&x, v);
+		*r = !ret && moem_jv_equal(&x, v);
 		return ret;
 	}
 	case 21:
 		*r = v->t == JT_FN;
 		return 0;
 	case 22:
-		*r = a1 && jv_equal(v, a1) && v->t == a1->t;
+		*r = a1 && moem_jv_equal(v, a1) && v->t == a1->t;
 		return 0;
 	case 23:
 		if (!a1 || v->t != JT_INT || a1->t != JT_INT || !a1->i)
-			return jinja_err(c, EINVAL, "divisibleby needs integers");
+			return moem_jinja_err(c, EINVAL, "divisibleby needs integers");
 		*r = v->i % a1->i == 0;
 		return 0;
 	}
-	return jinja_err(c, ENOTSUP, "test '%.*s' is not supported", (int)nn, name);
+	return moem_jinja_err(c, ENOTSUP, "test '%.*s' is not supported", (int)nn, name);
 }

@@ -26,7 +26,7 @@
 #define J_BREAK	   1
 #define J_CONTINUE 2
 
-int jinja_err(const struct jctx *c, int err, const char *fmt, ...)
+int moem_jinja_err(const struct jctx *c, int err, const char *fmt, ...)
 {
 	char msg[400];
 	va_list ap;
@@ -37,10 +37,10 @@ int jinja_err(const struct jctx *c, int err, const char *fmt, ...)
 	return moem_errf(err, "template line %d: %s", c->line, msg);
 }
 
-struct jv *jinja_lookup(struct jctx *c, const char *name, size_t n)
+struct jv *moem_jinja_lookup(struct jctx *c, const char *name, size_t n)
 {
 	for (struct jscope *s = c->scope; s; s = s->up) {
-		struct jv *v = jv_dict_get(s->vars, name, n);
+		struct jv *v = moem_jv_dict_get(s->vars, name, n);
 
 		if (v)
 			return v;
@@ -50,7 +50,7 @@ struct jv *jinja_lookup(struct jctx *c, const char *name, size_t n)
 
 static int set_var(struct jctx *c, const char *name, size_t n, struct jv v)
 {
-	return jv_dict_set(c->a, c->scope->vars, name, n, v);
+	return moem_jv_dict_set(c->a, c->scope->vars, name, n, v);
 }
 
 static size_t cp_count(const char *s, size_t n)
@@ -77,12 +77,12 @@ static size_t cp_off(const char *s, size_t n, size_t i)
 static int concat(struct jctx *c, const struct jv *a, const struct jv *b, struct jv *out)
 {
 	struct jbuf x = {0};
-	int ret = jv_print(&x, a);
+	int ret = moem_jv_print(&x, a);
 	char *p;
 
 	if (!ret)
-		ret = jv_print(&x, b);
-	p = ret ? NULL : ja_strndup(c->a, x.p ? x.p : "", x.n);
+		ret = moem_jv_print(&x, b);
+	p = ret ? NULL : moem_ja_strndup(c->a, x.p ? x.p : "", x.n);
 	if (!ret && !p)
 		ret = -ENOMEM;
 	if (!ret)
@@ -111,11 +111,11 @@ static int compare(struct jctx *c, const char *op, const struct jv *a, const str
 	int cmp;
 
 	if (!strcmp(op, "==")) {
-		*r = jv_equal(a, b);
+		*r = moem_jv_equal(a, b);
 		return 0;
 	}
 	if (!strcmp(op, "!=")) {
-		*r = !jv_equal(a, b);
+		*r = !moem_jv_equal(a, b);
 		return 0;
 	}
 	if (is_num(a) && is_num(b)) {
@@ -129,8 +129,8 @@ static int compare(struct jctx *c, const char *op, const struct jv *a, const str
 		if (!cmp)
 			cmp = a->s.n < b->s.n ? -1 : a->s.n > b->s.n;
 	} else {
-		return jinja_err(c, EINVAL, "'%s' not supported between %s and %s", op,
-				 jv_type_name(a), jv_type_name(b));
+		return moem_jinja_err(c, EINVAL, "'%s' not supported between %s and %s", op,
+				      moem_jv_type_name(a), moem_jv_type_name(b));
 	}
 	*r = !strcmp(op, "<")	 ? cmp < 0
 	     : !strcmp(op, ">")	 ? cmp > 0
@@ -143,26 +143,26 @@ static int contains(struct jctx *c, const struct jv *hay, const struct jv *x, bo
 {
 	if (hay->t == JT_STR) {
 		if (x->t != JT_STR)
-			return jinja_err(c, EINVAL, "'in <string>' needs a string, not %s",
-					 jv_type_name(x));
+			return moem_jinja_err(c, EINVAL, "'in <string>' needs a string, not %s",
+					      moem_jv_type_name(x));
 		*r = !x->s.n || memmem(hay->s.p, hay->s.n, x->s.p, x->s.n);
 		return 0;
 	}
 	if (hay->t == JT_LIST) {
 		*r = false;
 		for (size_t i = 0; i < hay->l->n && !*r; i++)
-			*r = jv_equal(&hay->l->v[i], x);
+			*r = moem_jv_equal(&hay->l->v[i], x);
 		return 0;
 	}
 	if (hay->t == JT_DICT) {
-		*r = x->t == JT_STR && jv_dict_get(hay->d, x->s.p, x->s.n);
+		*r = x->t == JT_STR && moem_jv_dict_get(hay->d, x->s.p, x->s.n);
 		return 0;
 	}
 	if (hay->t == JT_UNDEF) { /* Jinja's Undefined iterates as empty */
 		*r = false;
 		return 0;
 	}
-	return jinja_err(c, EINVAL, "'in' on %s", jv_type_name(hay));
+	return moem_jinja_err(c, EINVAL, "'in' on %s", moem_jv_type_name(hay));
 }
 
 static int arith(struct jctx *c, const char *op, const struct jv *a, const struct jv *b,
@@ -173,20 +173,20 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 	if (!strcmp(op, "+") && a->t == JT_STR && b->t == JT_STR && a->markup != b->markup) {
 		/* Markup + str escapes the str (markupsafe); the sum is Markup. */
 		struct jv x, y;
-		int ret = jinja_escape(c, a, &x);
+		int ret = moem_jinja_escape(c, a, &x);
 
 		if (!ret)
-			ret = jinja_escape(c, b, &y);
+			ret = moem_jinja_escape(c, b, &y);
 		if (!ret)
 			ret = arith(c, op, &x, &y, out);
 		out->markup = true;
 		return ret;
 	}
 	if (!strcmp(op, "+") && a->t == JT_STR && b->t == JT_STR) {
-		char *p = ja_alloc(c->a, a->s.n + b->s.n + 1);
+		char *p = moem_ja_alloc(c->a, a->s.n + b->s.n + 1);
 
 		if (!p)
-			return jinja_err(c, E2BIG, "template output too large");
+			return moem_jinja_err(c, E2BIG, "template output too large");
 		memcpy(p, a->s.p, a->s.n);
 		memcpy(p + a->s.n, b->s.p, b->s.n);
 		p[a->s.n + b->s.n] = 0;
@@ -195,7 +195,7 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 		return 0;
 	}
 	if (!strcmp(op, "+") && a->t == JT_LIST && b->t == JT_LIST) {
-		struct jlist *l = jv_list_new(c->a, a->l->n + b->l->n);
+		struct jlist *l = moem_jv_list_new(c->a, a->l->n + b->l->n);
 
 		if (!l)
 			return -ENOMEM;
@@ -209,8 +209,8 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 		char *p;
 
 		if (k && a->s.n > (1u << 24) / (uint64_t)k)
-			return jinja_err(c, E2BIG, "string repetition too large");
-		p = ja_alloc(c->a, a->s.n * (size_t)k + 1);
+			return moem_jinja_err(c, E2BIG, "string repetition too large");
+		p = moem_ja_alloc(c->a, a->s.n * (size_t)k + 1);
 		if (!p)
 			return -ENOMEM;
 		for (int64_t i = 0; i < k; i++)
@@ -220,13 +220,13 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 		return 0;
 	}
 	if (!is_num(a) || !is_num(b))
-		return jinja_err(c, EINVAL, "unsupported operand types for %s: %s and %s", op,
-				 jv_type_name(a), jv_type_name(b));
+		return moem_jinja_err(c, EINVAL, "unsupported operand types for %s: %s and %s", op,
+				      moem_jv_type_name(a), moem_jv_type_name(b));
 	if (a->t != JT_FLOAT && b->t != JT_FLOAT && strcmp(op, "/") && strcmp(op, "**")) {
 		int64_t x = inum(a), y = inum(b), r;
 
 		if ((!strcmp(op, "//") || !strcmp(op, "%")) && !y)
-			return jinja_err(c, EDOM, "division by zero");
+			return moem_jinja_err(c, EDOM, "division by zero");
 		if (!strcmp(op, "+"))
 			r = (int64_t)((uint64_t)x + (uint64_t)y);
 		else if (!strcmp(op, "-"))
@@ -247,7 +247,7 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 		double x = fnum(a), y = fnum(b), r;
 
 		if ((!strcmp(op, "/") || !strcmp(op, "//") || !strcmp(op, "%")) && y == 0)
-			return jinja_err(c, EDOM, "division by zero");
+			return moem_jinja_err(c, EDOM, "division by zero");
 		if (!strcmp(op, "+"))
 			r = x + y;
 		else if (!strcmp(op, "-"))
@@ -281,12 +281,12 @@ static int slice(struct jctx *c, const struct jv *v, const struct jv *s0, const 
 	struct jbuf b = {0};
 
 	if (v->t != JT_LIST && !str)
-		return jinja_err(c, EINVAL, "cannot slice %s", jv_type_name(v));
+		return moem_jinja_err(c, EINVAL, "cannot slice %s", moem_jv_type_name(v));
 	len = str ? (int64_t)cp_count(v->s.p, v->s.n) : (int64_t)v->l->n;
 	if (s2->t == JT_INT)
 		step = s2->i;
 	if (!step)
-		return jinja_err(c, EINVAL, "slice step cannot be zero");
+		return moem_jinja_err(c, EINVAL, "slice step cannot be zero");
 	if (s0->t == JT_INT) {
 		start = s0->i < 0 ? s0->i + len : s0->i;
 		start = step > 0 ? moem_clamp(start, 0, len) : moem_clamp(start, -1, len - 1);
@@ -300,14 +300,15 @@ static int slice(struct jctx *c, const struct jv *v, const struct jv *s0, const 
 		stop = step > 0 ? len : -1;
 	}
 	if (!str) {
-		l = jv_list_new(c->a, (size_t)len);
+		l = moem_jv_list_new(c->a, (size_t)len);
 		if (!l)
 			return -ENOMEM;
 	}
 	for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
 		if (str) {
 			size_t o = cp_off(v->s.p, v->s.n, (size_t)i);
-			int ret = jb_put(&b, v->s.p + o, tok_utf8_len((unsigned char)v->s.p[o]));
+			int ret =
+				moem_jb_put(&b, v->s.p + o, tok_utf8_len((unsigned char)v->s.p[o]));
 
 			if (ret) {
 				free(b.p);
@@ -323,7 +324,7 @@ static int slice(struct jctx *c, const struct jv *v, const struct jv *s0, const 
 		return 0;
 	}
 	{
-		char *p = ja_strndup(c->a, b.p ? b.p : "", b.n);
+		char *p = moem_ja_strndup(c->a, b.p ? b.p : "", b.n);
 
 		free(b.p);
 		if (!p)
@@ -340,7 +341,7 @@ static int item(struct jctx *c, const struct jv *v, const struct jv *k, struct j
 		return 0;
 	}
 	if (v->t == JT_DICT) {
-		const struct jv *x = k->t == JT_STR ? jv_dict_get(v->d, k->s.p, k->s.n) : NULL;
+		const struct jv *x = k->t == JT_STR ? moem_jv_dict_get(v->d, k->s.p, k->s.n) : NULL;
 
 		*out = x ? *x : jv_undef();
 		return 0;
@@ -364,16 +365,17 @@ static int item(struct jctx *c, const struct jv *v, const struct jv *k, struct j
 		return 0;
 	}
 	if (k->t == JT_STR)
-		return jinja_getattr(c, v, k->s.p, k->s.n, out);
+		return moem_jinja_getattr(c, v, k->s.p, k->s.n, out);
 	if (v->t == JT_UNDEF)
-		return jinja_err(c, EINVAL, "subscript of an undefined value");
-	return jinja_err(c, EINVAL, "%s cannot be indexed by %s", jv_type_name(v), jv_type_name(k));
+		return moem_jinja_err(c, EINVAL, "subscript of an undefined value");
+	return moem_jinja_err(c, EINVAL, "%s cannot be indexed by %s", moem_jv_type_name(v),
+			      moem_jv_type_name(k));
 }
 
 static int eval_args(struct jctx *c, const struct jnode *n, struct jv *args, size_t first)
 {
 	for (size_t i = 0; i < n->nargs; i++) {
-		int ret = jinja_eval(c, n->args[i], &args[first + i]);
+		int ret = moem_jinja_eval(c, n->args[i], &args[first + i]);
 
 		if (ret)
 			return ret;
@@ -384,21 +386,22 @@ static int eval_args(struct jctx *c, const struct jnode *n, struct jv *args, siz
 static int eval_seq(struct jctx *c, const struct jnode *n, struct jv *out)
 {
 	if (n->k == JN_DICT) {
-		struct jdict *d = jv_dict_new(c->a);
+		struct jdict *d = moem_jv_dict_new(c->a);
 
 		if (!d)
 			return -ENOMEM;
 		for (size_t i = 0; i + 1 < n->nargs; i += 2) {
 			struct jv k = jv_undef(), v = jv_undef();
-			int ret = jinja_eval(c, n->args[i], &k);
+			int ret = moem_jinja_eval(c, n->args[i], &k);
 
 			if (!ret)
-				ret = jinja_eval(c, n->args[i + 1], &v);
+				ret = moem_jinja_eval(c, n->args[i + 1], &v);
 			if (!ret && k.t != JT_STR)
-				ret = jinja_err(c, ENOTSUP,
-						"dict keys other than strings are not supported");
+				ret = moem_jinja_err(
+					c, ENOTSUP,
+					"dict keys other than strings are not supported");
 			if (!ret)
-				ret = jv_dict_set(c->a, d, k.s.p, k.s.n, v);
+				ret = moem_jv_dict_set(c->a, d, k.s.p, k.s.n, v);
 			if (ret)
 				return ret;
 		}
@@ -406,7 +409,7 @@ static int eval_seq(struct jctx *c, const struct jnode *n, struct jv *out)
 		return 0;
 	}
 	{
-		struct jlist *l = jv_list_new(c->a, n->nargs);
+		struct jlist *l = moem_jv_list_new(c->a, n->nargs);
 		int ret;
 
 		if (!l)
@@ -417,7 +420,7 @@ static int eval_seq(struct jctx *c, const struct jnode *n, struct jv *out)
 	}
 }
 
-int jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
+int moem_jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 {
 	struct jv a, b, x, args[16];
 	bool r;
@@ -426,7 +429,7 @@ int jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 	c->line = n->line;
 	if (++c->depth > JINJA_MAX_DEPTH) {
 		c->depth--;
-		return jinja_err(c, ELOOP, "expression too deep");
+		return moem_jinja_err(c, ELOOP, "expression too deep");
 	}
 	ret = 0;
 	switch (n->k) {
@@ -434,58 +437,58 @@ int jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 		*out = n->lit;
 		break;
 	case JN_NAME: {
-		struct jv *v = jinja_lookup(c, n->name, n->name_len);
+		struct jv *v = moem_jinja_lookup(c, n->name, n->name_len);
 
 		*out = v ? *v : jv_undef();
 		break;
 	}
 	case JN_ATTR:
-		ret = jinja_eval(c, n->a, &a);
+		ret = moem_jinja_eval(c, n->a, &a);
 		if (!ret && a.t == JT_UNDEF)
-			ret = jinja_err(c, EINVAL, "attribute '%.*s' of an undefined value",
-					(int)n->name_len, n->name);
+			ret = moem_jinja_err(c, EINVAL, "attribute '%.*s' of an undefined value",
+					     (int)n->name_len, n->name);
 		if (!ret)
-			ret = jinja_getattr(c, &a, n->name, n->name_len, out);
+			ret = moem_jinja_getattr(c, &a, n->name, n->name_len, out);
 		break;
 	case JN_ITEM:
-		ret = jinja_eval(c, n->a, &a);
+		ret = moem_jinja_eval(c, n->a, &a);
 		if (!ret)
-			ret = jinja_eval(c, n->b, &b);
+			ret = moem_jinja_eval(c, n->b, &b);
 		if (!ret)
 			ret = item(c, &a, &b, out);
 		break;
 	case JN_SLICE: {
 		struct jv s0 = jv_none(), s1 = jv_none(), s2 = jv_none();
 
-		ret = jinja_eval(c, n->a, &a);
+		ret = moem_jinja_eval(c, n->a, &a);
 		if (!ret && n->b)
-			ret = jinja_eval(c, n->b, &s0);
+			ret = moem_jinja_eval(c, n->b, &s0);
 		if (!ret && n->c)
-			ret = jinja_eval(c, n->c, &s1);
+			ret = moem_jinja_eval(c, n->c, &s1);
 		if (!ret && n->args[0])
-			ret = jinja_eval(c, n->args[0], &s2);
+			ret = moem_jinja_eval(c, n->args[0], &s2);
 		if (!ret)
 			ret = slice(c, &a, &s0, &s1, &s2, out);
 		break;
 	}
 	case JN_CALL:
 		if (n->nargs > MOEM_ARRAY_SIZE(args)) {
-			ret = jinja_err(c, E2BIG, "too many arguments");
+			ret = moem_jinja_err(c, E2BIG, "too many arguments");
 			break;
 		}
-		ret = jinja_eval(c, n->a, &a);
+		ret = moem_jinja_eval(c, n->a, &a);
 		if (!ret)
 			ret = eval_args(c, n, args, 0);
 		if (!ret)
-			ret = jinja_call(c, &a, args, n->kw, n->nargs, out);
+			ret = moem_jinja_call(c, &a, args, n->kw, n->nargs, out);
 		break;
 	case JN_FILTER:
 	case JN_TEST:
 		if (n->nargs + 1 > MOEM_ARRAY_SIZE(args)) {
-			ret = jinja_err(c, E2BIG, "too many arguments");
+			ret = moem_jinja_err(c, E2BIG, "too many arguments");
 			break;
 		}
-		ret = jinja_eval(c, n->a, &args[0]);
+		ret = moem_jinja_eval(c, n->a, &args[0]);
 		if (!ret)
 			ret = eval_args(c, n, args, 1);
 		if (ret)
@@ -499,46 +502,48 @@ int jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 				memcpy(kwbuf + 1, n->kw, n->nargs * sizeof(*kw));
 				kw = kwbuf;
 			}
-			ret = jinja_filter(c, n->name, n->name_len, args, kw, n->nargs + 1, out);
+			ret = moem_jinja_filter(c, n->name, n->name_len, args, kw, n->nargs + 1,
+						out);
 		} else {
-			ret = jinja_test(c, n->name, n->name_len, args, n->nargs + 1, &r);
+			ret = moem_jinja_test(c, n->name, n->name_len, args, n->nargs + 1, &r);
 			*out = jv_bool(r != n->negate);
 		}
 		break;
 	case JN_NOT:
-		ret = jinja_eval(c, n->a, &a);
-		*out = jv_bool(!jv_truthy(&a));
+		ret = moem_jinja_eval(c, n->a, &a);
+		*out = jv_bool(!moem_jv_truthy(&a));
 		break;
 	case JN_NEG:
-		ret = jinja_eval(c, n->a, &a);
+		ret = moem_jinja_eval(c, n->a, &a);
 		if (!ret && a.t == JT_INT)
 			*out = jv_int((int64_t)(0 - (uint64_t)a.i));
 		else if (!ret && a.t == JT_FLOAT)
 			*out = (struct jv){.t = JT_FLOAT, .f = -a.f};
 		else if (!ret)
-			ret = jinja_err(c, EINVAL, "bad operand for unary -: %s", jv_type_name(&a));
+			ret = moem_jinja_err(c, EINVAL, "bad operand for unary -: %s",
+					     moem_jv_type_name(&a));
 		break;
 	case JN_AND:
 	case JN_OR:
 		/* Python's and/or give an operand, not a bool. */
-		ret = jinja_eval(c, n->a, &a);
-		if (!ret && (jv_truthy(&a) == (n->k == JN_AND)))
-			ret = jinja_eval(c, n->b, &a);
+		ret = moem_jinja_eval(c, n->a, &a);
+		if (!ret && (moem_jv_truthy(&a) == (n->k == JN_AND)))
+			ret = moem_jinja_eval(c, n->b, &a);
 		*out = a;
 		break;
 	case JN_COND:
-		ret = jinja_eval(c, n->b, &x);
-		if (!ret && jv_truthy(&x))
-			ret = jinja_eval(c, n->a, out);
+		ret = moem_jinja_eval(c, n->b, &x);
+		if (!ret && moem_jv_truthy(&x))
+			ret = moem_jinja_eval(c, n->a, out);
 		else if (!ret && n->c)
-			ret = jinja_eval(c, n->c, out);
+			ret = moem_jinja_eval(c, n->c, out);
 		else if (!ret)
 			*out = jv_undef();
 		break;
 	case JN_BIN:
-		ret = jinja_eval(c, n->a, &a);
+		ret = moem_jinja_eval(c, n->a, &a);
 		if (!ret)
-			ret = jinja_eval(c, n->b, &b);
+			ret = moem_jinja_eval(c, n->b, &b);
 		if (ret)
 			break;
 		c->line = n->line;
@@ -560,7 +565,7 @@ int jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 		ret = eval_seq(c, n, out);
 		break;
 	default:
-		ret = jinja_err(c, EINVAL, "not an expression");
+		ret = moem_jinja_err(c, EINVAL, "not an expression");
 	}
 	c->depth--;
 	return ret;
@@ -572,7 +577,8 @@ static int assign(struct jctx *c, const char *const *names, size_t nn, const str
 	if (nn == 1)
 		return set_var(c, names[0], strlen(names[0]), *v);
 	if (v->t != JT_LIST || v->l->n != nn)
-		return jinja_err(c, EINVAL, "cannot unpack %s into %zu names", jv_type_name(v), nn);
+		return moem_jinja_err(c, EINVAL, "cannot unpack %s into %zu names",
+				      moem_jv_type_name(v), nn);
 	for (size_t i = 0; i < nn; i++) {
 		int ret = set_var(c, names[i], strlen(names[i]), v->l->v[i]);
 
@@ -589,7 +595,7 @@ static int iterable(struct jctx *c, const struct jv *v, struct jlist **out)
 		return 0;
 	}
 	if (v->t == JT_DICT) {
-		struct jlist *l = jv_list_new(c->a, v->d->n);
+		struct jlist *l = moem_jv_list_new(c->a, v->d->n);
 
 		if (!l)
 			return -ENOMEM;
@@ -600,7 +606,7 @@ static int iterable(struct jctx *c, const struct jv *v, struct jlist **out)
 	}
 	if (v->t == JT_STR) {
 		size_t n = cp_count(v->s.p, v->s.n), o = 0;
-		struct jlist *l = jv_list_new(c->a, n);
+		struct jlist *l = moem_jv_list_new(c->a, n);
 
 		if (!l)
 			return -ENOMEM;
@@ -614,10 +620,10 @@ static int iterable(struct jctx *c, const struct jv *v, struct jlist **out)
 		return 0;
 	}
 	if (v->t == JT_UNDEF) {
-		*out = jv_list_new(c->a, 0);
+		*out = moem_jv_list_new(c->a, 0);
 		return *out ? 0 : -ENOMEM;
 	}
-	return jinja_err(c, EINVAL, "%s is not iterable", jv_type_name(v));
+	return moem_jinja_err(c, EINVAL, "%s is not iterable", moem_jv_type_name(v));
 }
 
 static int run_for(struct jctx *c, const struct jnode *n)
@@ -628,12 +634,12 @@ static int run_for(struct jctx *c, const struct jnode *n)
 	size_t k = 0;
 	int ret;
 
-	ret = jinja_eval(c, n->b, &it);
+	ret = moem_jinja_eval(c, n->b, &it);
 	if (!ret)
 		ret = iterable(c, &it, &all);
 	if (ret)
 		return ret;
-	scope.vars = jv_dict_new(c->a);
+	scope.vars = moem_jv_dict_new(c->a);
 	if (!scope.vars)
 		return -ENOMEM;
 	/* The loop's scope lives until the loop ends; it is unlinked below. */
@@ -641,61 +647,63 @@ static int run_for(struct jctx *c, const struct jnode *n)
 	l = all;
 	if (n->c) {
 		/* The loop filter runs before loop.index and friends are counted. */
-		l = jv_list_new(c->a, all->n);
+		l = moem_jv_list_new(c->a, all->n);
 		ret = l ? 0 : -ENOMEM;
 		for (size_t i = 0; !ret && i < all->n; i++) {
 			struct jv keep;
 
 			ret = assign(c, n->names, n->nnames, &all->v[i]);
 			if (!ret)
-				ret = jinja_eval(c, n->c, &keep);
-			if (!ret && jv_truthy(&keep))
+				ret = moem_jinja_eval(c, n->c, &keep);
+			if (!ret && moem_jv_truthy(&keep))
 				l->v[k++] = all->v[i];
 		}
 		if (l)
 			l->n = k;
 	}
 	for (size_t i = 0; !ret && i < l->n; i++) {
-		struct jdict *loop = jv_dict_new(c->a);
+		struct jdict *loop = moem_jv_dict_new(c->a);
 		int64_t len = (int64_t)l->n;
 
 		if (++c->steps > JINJA_MAX_STEPS) {
-			ret = jinja_err(c, E2BIG, "template runs too long");
+			ret = moem_jinja_err(c, E2BIG, "template runs too long");
 			break;
 		}
 		ret = loop ? 0 : -ENOMEM;
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "index", 5, jv_int((int64_t)i + 1));
+			ret = moem_jv_dict_set(c->a, loop, "index", 5, jv_int((int64_t)i + 1));
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "index0", 6, jv_int((int64_t)i));
+			ret = moem_jv_dict_set(c->a, loop, "index0", 6, jv_int((int64_t)i));
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "revindex", 8, jv_int(len - (int64_t)i));
+			ret = moem_jv_dict_set(c->a, loop, "revindex", 8, jv_int(len - (int64_t)i));
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "revindex0", 9, jv_int(len - (int64_t)i - 1));
+			ret = moem_jv_dict_set(c->a, loop, "revindex0", 9,
+					       jv_int(len - (int64_t)i - 1));
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "first", 5, jv_bool(i == 0));
+			ret = moem_jv_dict_set(c->a, loop, "first", 5, jv_bool(i == 0));
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "last", 4, jv_bool(i + 1 == l->n));
+			ret = moem_jv_dict_set(c->a, loop, "last", 4, jv_bool(i + 1 == l->n));
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "length", 6, jv_int(len));
+			ret = moem_jv_dict_set(c->a, loop, "length", 6, jv_int(len));
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "previtem", 8, i ? l->v[i - 1] : jv_undef());
+			ret = moem_jv_dict_set(c->a, loop, "previtem", 8,
+					       i ? l->v[i - 1] : jv_undef());
 		if (!ret)
-			ret = jv_dict_set(c->a, loop, "nextitem", 8,
-					  i + 1 < l->n ? l->v[i + 1] : jv_undef());
+			ret = moem_jv_dict_set(c->a, loop, "nextitem", 8,
+					       i + 1 < l->n ? l->v[i + 1] : jv_undef());
 		if (!ret)
 			ret = set_var(c, "loop", 4, (struct jv){.t = JT_DICT, .d = loop});
 		if (!ret)
 			ret = assign(c, n->names, n->nnames, &l->v[i]);
 		if (!ret)
-			ret = jinja_run(c, n->body, n->nbody);
+			ret = moem_jinja_run(c, n->body, n->nbody);
 		if (ret == J_CONTINUE)
 			ret = 0;
 	}
 	if (ret == J_BREAK)
 		ret = 0;
 	if (!ret && !l->n)
-		ret = jinja_run(c, n->orelse, n->norelse);
+		ret = moem_jinja_run(c, n->orelse, n->norelse);
 	c->scope = scope.up;
 	return ret;
 }
@@ -710,9 +718,9 @@ static int run_set(struct jctx *c, const struct jnode *n)
 		char *p;
 
 		c->out = &tmp;
-		ret = jinja_run(c, n->body, n->nbody);
+		ret = moem_jinja_run(c, n->body, n->nbody);
 		c->out = saved;
-		p = ret ? NULL : ja_strndup(c->a, tmp.p ? tmp.p : "", tmp.n);
+		p = ret ? NULL : moem_ja_strndup(c->a, tmp.p ? tmp.p : "", tmp.n);
 		if (!ret && !p)
 			ret = -ENOMEM;
 		if (!ret)
@@ -720,22 +728,22 @@ static int run_set(struct jctx *c, const struct jnode *n)
 		free(tmp.p);
 		return ret;
 	}
-	ret = jinja_eval(c, n->a, &v);
+	ret = moem_jinja_eval(c, n->a, &v);
 	if (ret)
 		return ret;
 	if (n->name) {
-		struct jv *ns = jinja_lookup(c, n->names[0], strlen(n->names[0]));
+		struct jv *ns = moem_jinja_lookup(c, n->names[0], strlen(n->names[0]));
 
 		if (!ns || ns->t != JT_DICT)
-			return jinja_err(c, EINVAL,
-					 "cannot set an attribute of '%s' (not a namespace)",
-					 n->names[0]);
-		return jv_dict_set(c->a, ns->d, n->name, n->name_len, v);
+			return moem_jinja_err(c, EINVAL,
+					      "cannot set an attribute of '%s' (not a namespace)",
+					      n->names[0]);
+		return moem_jv_dict_set(c->a, ns->d, n->name, n->name_len, v);
 	}
 	return assign(c, n->names, n->nnames, &v);
 }
 
-int jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
+int moem_jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 {
 	for (size_t i = 0; i < nbody; i++) {
 		const struct jnode *n = body[i];
@@ -745,20 +753,20 @@ int jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 		c->line = n->line;
 		switch (n->k) {
 		case JN_TEXT:
-			ret = jb_put(c->out, n->name, n->name_len);
+			ret = moem_jb_put(c->out, n->name, n->name_len);
 			break;
 		case JN_OUTPUT:
-			ret = jinja_eval(c, n->a, &v);
+			ret = moem_jinja_eval(c, n->a, &v);
 			if (!ret && v.gen)
-				ret = jinja_err(c, EINVAL, "printing a generator (add |list)");
+				ret = moem_jinja_err(c, EINVAL, "printing a generator (add |list)");
 			if (!ret)
-				ret = jv_print(c->out, &v);
+				ret = moem_jv_print(c->out, &v);
 			break;
 		case JN_IF:
-			ret = jinja_eval(c, n->a, &v);
+			ret = moem_jinja_eval(c, n->a, &v);
 			if (!ret)
-				ret = jv_truthy(&v) ? jinja_run(c, n->body, n->nbody)
-						    : jinja_run(c, n->orelse, n->norelse);
+				ret = moem_jv_truthy(&v) ? moem_jinja_run(c, n->body, n->nbody)
+							 : moem_jinja_run(c, n->orelse, n->norelse);
 			break;
 		case JN_FOR:
 			ret = run_for(c, n);
@@ -774,7 +782,7 @@ int jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 			ret = set_var(c, n->name, n->name_len, v);
 			break;
 		case JN_BLOCK:
-			ret = jinja_run(c, n->body, n->nbody);
+			ret = moem_jinja_run(c, n->body, n->nbody);
 			if (ret > 0) /* break/continue inside: the enclosing loop's */
 				return ret;
 			break;
@@ -783,10 +791,10 @@ int jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 		case JN_CONTINUE:
 			return J_CONTINUE;
 		default:
-			ret = jinja_err(c, EINVAL, "not a statement");
+			ret = moem_jinja_err(c, EINVAL, "not a statement");
 		}
 		if (ret == -E2BIG)
-			ret = jinja_err(c, E2BIG, "template output too large");
+			ret = moem_jinja_err(c, E2BIG, "template output too large");
 		if (ret)
 			return ret;
 	}

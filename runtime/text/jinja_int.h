@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * The Jinja subset chat templates use (include/moem/chat.h): jinja_lex.c
+ * The Jinja subset chat templates use (include/moem/chat.h): moem_jinja_lex.c
  * turns the source into tokens (with trim_blocks and lstrip_blocks, as
- * transformers' apply_chat_template sets them), jinja_parse.c builds the
- * tree, jinja_eval.c runs it with Python's semantics for values (what
+ * transformers' apply_chat_template sets them), moem_jinja_parse.c builds the
+ * tree, moem_jinja_eval.c runs it with Python's semantics for values (what
  * jinja2 does), jinja_builtin.c holds the filters, tests, methods and
  * globals, jinja_value.c the values and their printing. Anything outside
  * the subset is refused with an error naming it, at parse time when it
@@ -25,9 +25,9 @@ struct jarena {
 	size_t total, limit; /* bytes handed out, and the most allowed */
 };
 
-void *ja_alloc(struct jarena *a, size_t n);
-char *ja_strndup(struct jarena *a, const char *s, size_t n);
-void ja_free(struct jarena *a);
+void *moem_ja_alloc(struct jarena *a, size_t n);
+char *moem_ja_strndup(struct jarena *a, const char *s, size_t n);
+void moem_ja_free(struct jarena *a);
 
 /* ---- values ---- */
 
@@ -108,16 +108,16 @@ static inline struct jv jv_str(const char *p, size_t n)
 	return v;
 }
 
-bool jv_truthy(const struct jv *v);
-bool jv_equal(const struct jv *a, const struct jv *b);
-const char *jv_type_name(const struct jv *v);
+bool moem_jv_truthy(const struct jv *v);
+bool moem_jv_equal(const struct jv *a, const struct jv *b);
+const char *moem_jv_type_name(const struct jv *v);
 /* A dict's value for key, or NULL. */
-struct jv *jv_dict_get(const struct jdict *d, const char *k, size_t n);
-int jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, struct jv v);
-struct jdict *jv_dict_new(struct jarena *a);
-struct jlist *jv_list_new(struct jarena *a, size_t n);
+struct jv *moem_jv_dict_get(const struct jdict *d, const char *k, size_t n);
+int moem_jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, struct jv v);
+struct jdict *moem_jv_dict_new(struct jarena *a);
+struct jlist *moem_jv_list_new(struct jarena *a, size_t n);
 /* JSON (json-c) into a value; objects keep their key order. */
-int jv_from_json(struct jarena *a, struct json_object *o, struct jv *out, int depth);
+int moem_jv_from_json(struct jarena *a, struct json_object *o, struct jv *out, int depth);
 
 /* A growable output string. */
 struct jbuf {
@@ -125,14 +125,14 @@ struct jbuf {
 	size_t n, cap, limit;
 };
 
-int jb_put(struct jbuf *b, const char *s, size_t n);
-int jb_puts(struct jbuf *b, const char *s);
+int moem_jb_put(struct jbuf *b, const char *s, size_t n);
+int moem_jb_puts(struct jbuf *b, const char *s);
 /* Python's str(v) (what {{ v }} prints). */
-int jv_print(struct jbuf *b, const struct jv *v);
+int moem_jv_print(struct jbuf *b, const struct jv *v);
 /* Python's repr(v) (strings quoted as Python quotes them). */
-int jv_repr(struct jbuf *b, const struct jv *v);
+int moem_jv_repr(struct jbuf *b, const struct jv *v);
 /* json.dumps(v, ensure_ascii=False, indent=indent): indent < 0 for none. */
-int jv_tojson(struct jbuf *b, const struct jv *v, int indent, int depth, bool sort_keys);
+int moem_jv_tojson(struct jbuf *b, const struct jv *v, int indent, int depth, bool sort_keys);
 
 /* ---- tokens ---- */
 
@@ -165,7 +165,7 @@ struct jlexed {
 };
 
 /* Tokenize src; -EINVAL with a message naming the line on a syntax error. */
-int jinja_lex(struct jarena *a, const char *src, size_t len, struct jlexed *out);
+int moem_jinja_lex(struct jarena *a, const char *src, size_t len, struct jlexed *out);
 
 /* ---- tree ---- */
 
@@ -225,7 +225,8 @@ struct jtemplate {
 	size_t nbody;
 };
 
-int jinja_parse(struct jarena *a, const struct jlexed *lx, struct jnode ***body, size_t *nbody);
+int moem_jinja_parse(struct jarena *a, const struct jlexed *lx, struct jnode ***body,
+		     size_t *nbody);
 
 /* ---- evaluation ---- */
 
@@ -255,26 +256,27 @@ enum jfn {
 	JF_STR_METHOD, /* first of the string methods: id - JF_STR_METHOD indexes them */
 };
 
-int jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out);
-int jinja_run(struct jctx *c, struct jnode *const *body, size_t n);
-struct jv *jinja_lookup(struct jctx *c, const char *name, size_t n);
+int moem_jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out);
+int moem_jinja_run(struct jctx *c, struct jnode *const *body, size_t n);
+struct jv *moem_jinja_lookup(struct jctx *c, const char *name, size_t n);
 
 /* An attribute of v (dict key, method, loop field); *out is undefined if none. */
-int jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n, struct jv *out);
-int jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args, const char *const *kw,
-	       size_t nargs, struct jv *out);
-int jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *args,
-		 const char *const *kw, size_t n, struct jv *out);
-int jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *args, size_t n,
-	       bool *r);
+int moem_jinja_getattr(struct jctx *c, const struct jv *v, const char *name, size_t n,
+		       struct jv *out);
+int moem_jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args,
+		    const char *const *kw, size_t nargs, struct jv *out);
+int moem_jinja_filter(struct jctx *c, const char *name, size_t nn, const struct jv *args,
+		      const char *const *kw, size_t n, struct jv *out);
+int moem_jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv *args, size_t n,
+		    bool *r);
 /* Is this filter or test name known (checked at parse time)? */
-bool jinja_filter_known(const char *name, size_t n);
+bool moem_jinja_filter_known(const char *name, size_t n);
 /* HTML-escape a string (markupsafe's escape); a Markup string is kept as is. */
-int jinja_escape(struct jctx *c, const struct jv *v, struct jv *out);
-bool jinja_test_known(const char *name, size_t n);
+int moem_jinja_escape(struct jctx *c, const struct jv *v, struct jv *out);
+bool moem_jinja_test_known(const char *name, size_t n);
 
 /* Error with the current line: -err, message "template line N: ...". */
-int jinja_err(const struct jctx *c, int err, const char *fmt, ...)
+int moem_jinja_err(const struct jctx *c, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 #endif /* MOEM_TEXT_JINJA_INT_H */

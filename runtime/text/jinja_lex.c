@@ -86,7 +86,7 @@ static void rstrip_prev(struct lexer *L, bool all)
 
 static int unescape(struct lexer *L, const char *p, size_t n, struct jtok *t)
 {
-	char *o = ja_alloc(L->a, n + 1);
+	char *o = moem_ja_alloc(L->a, n + 1);
 	size_t k = 0;
 
 	if (!o)
@@ -146,7 +146,7 @@ static int unescape(struct lexer *L, const char *p, size_t n, struct jtok *t)
 		if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
 			return lex_err(L, "escape is not a character");
 		i += (size_t)digits;
-		k += tok_utf8_put(cp, o + k);
+		k += moem_tok_utf8_put(cp, o + k);
 	}
 	o[k] = 0;
 	t->p = o;
@@ -273,7 +273,7 @@ static int lex_tag(struct lexer *L, bool stmt, bool *strip_after)
 	}
 }
 
-int jinja_lex(struct jarena *a, const char *src, size_t len, struct jlexed *out)
+int moem_jinja_lex(struct jarena *a, const char *src, size_t len, struct jlexed *out)
 {
 	struct lexer L = {.a = a, .s = src, .len = len, .line = 1};
 	bool strip_next = false, trim_next = false;
@@ -281,7 +281,7 @@ int jinja_lex(struct jarena *a, const char *src, size_t len, struct jlexed *out)
 
 	if (len > JINJA_MAX_SRC)
 		return moem_errf(EFBIG, "template: %zu bytes is more than moem reads", len);
-	if (tok_utf8_invalid_at(src, len) != len)
+	if (moem_tok_utf8_invalid_at(src, len) != len)
 		return moem_errf(EILSEQ, "template: not valid UTF-8");
 	while (!ret && L.i < len) {
 		const char *open = NULL;
@@ -354,7 +354,7 @@ int jinja_lex(struct jarena *a, const char *src, size_t len, struct jlexed *out)
 		return ret;
 	}
 	/* The tokens live in the arena with the rest of the template. */
-	out->v = ja_alloc(a, L.n * sizeof(*L.v));
+	out->v = moem_ja_alloc(a, L.n * sizeof(*L.v));
 	if (!out->v) {
 		free(L.v);
 		return -ENOMEM;

@@ -77,7 +77,7 @@ static int expect_op(struct parser *P, const char *op)
 
 static struct jnode *node(struct parser *P, enum jnode_kind k)
 {
-	struct jnode *n = ja_alloc(P->a, sizeof(*n));
+	struct jnode *n = moem_ja_alloc(P->a, sizeof(*n));
 
 	if (n) {
 		memset(n, 0, sizeof(*n));
@@ -92,7 +92,7 @@ static int add_node(struct parser *P, struct jnode ***v, size_t *n, struct jnode
 {
 	if (!(*n & (*n - 1)) || !*n) {
 		size_t cap = *n ? *n * 2 : 4;
-		struct jnode **nv = ja_alloc(P->a, cap * sizeof(*nv));
+		struct jnode **nv = moem_ja_alloc(P->a, cap * sizeof(*nv));
 
 		if (!nv)
 			return -ENOMEM;
@@ -106,8 +106,8 @@ static int add_node(struct parser *P, struct jnode ***v, size_t *n, struct jnode
 
 static int add_name(struct parser *P, const char ***v, size_t *n, const char *s, size_t len)
 {
-	const char **nv = ja_alloc(P->a, (*n + 1) * sizeof(*nv));
-	char *c = ja_strndup(P->a, s, len);
+	const char **nv = moem_ja_alloc(P->a, (*n + 1) * sizeof(*nv));
+	char *c = moem_ja_strndup(P->a, s, len);
 
 	if (!nv || !c)
 		return -ENOMEM;
@@ -136,7 +136,7 @@ static int call_args(struct parser *P, struct jnode *n)
 		if (accept_op(P, ")"))
 			break;
 		if (peek(P)->k == JK_NAME && is_op(&P->t[P->i + 1], "=")) {
-			kw = ja_strndup(P->a, peek(P)->p, peek(P)->n);
+			kw = moem_ja_strndup(P->a, peek(P)->p, peek(P)->n);
 			if (!kw)
 				return -ENOMEM;
 			P->i += 2;
@@ -144,7 +144,7 @@ static int call_args(struct parser *P, struct jnode *n)
 		ret = expr(P, &x);
 		if (ret)
 			return ret;
-		nkw = ja_alloc(P->a, (n->nargs + 1) * sizeof(*nkw));
+		nkw = moem_ja_alloc(P->a, (n->nargs + 1) * sizeof(*nkw));
 		if (!nkw)
 			return -ENOMEM;
 		if (n->nargs)
@@ -181,7 +181,7 @@ static int primary(struct parser *P, struct jnode **out)
 			/* Adjacent string literals concatenate, as in Python. */
 			while (peek(P)->k == JK_STRING) {
 				const struct jtok *u = peek(P);
-				char *s = ja_alloc(P->a, n->lit.s.n + u->n + 1);
+				char *s = moem_ja_alloc(P->a, n->lit.s.n + u->n + 1);
 
 				if (!s)
 					return -ENOMEM;
@@ -347,7 +347,7 @@ static int postfix(struct parser *P, struct jnode **io)
 			if (slice) {
 				n->b = parts[0];
 				n->c = parts[1];
-				n->args = ja_alloc(P->a, sizeof(*n->args));
+				n->args = moem_ja_alloc(P->a, sizeof(*n->args));
 				if (!n->args)
 					return -ENOMEM;
 				n->args[0] = parts[2];
@@ -404,7 +404,8 @@ static int filtered(struct parser *P, struct jnode **out)
 		if (test && (is_name(t, "none") || is_name(t, "true") || is_name(t, "false"))) {
 			/* "is none", "is true": the test of that name. */
 		}
-		if (test ? !jinja_test_known(t->p, t->n) : !jinja_filter_known(t->p, t->n))
+		if (test ? !moem_jinja_test_known(t->p, t->n)
+			 : !moem_jinja_filter_known(t->p, t->n))
 			return perr(P,
 				    test ? "test '%.*s' is not supported"
 					 : "filter '%.*s' is not supported",
@@ -664,7 +665,7 @@ static int stmt_set(struct parser *P, struct jnode **out)
 		/* set ns.attr = value */
 		if (peek(P)->k != JK_NAME)
 			return perr(P, "expected an attribute name%.*s", NULL, 0);
-		n->name = ja_strndup(P->a, peek(P)->p, peek(P)->n);
+		n->name = moem_ja_strndup(P->a, peek(P)->p, peek(P)->n);
 		n->name_len = peek(P)->n;
 		if (!n->name)
 			return -ENOMEM;
@@ -859,7 +860,7 @@ static int body(struct parser *P, struct jnode ***v, size_t *n, const char *cons
 	return ret;
 }
 
-int jinja_parse(struct jarena *a, const struct jlexed *lx, struct jnode ***v, size_t *n)
+int moem_jinja_parse(struct jarena *a, const struct jlexed *lx, struct jnode ***v, size_t *n)
 {
 	struct parser P = {.a = a, .t = lx->v, .n = lx->n};
 

@@ -26,7 +26,7 @@ struct jblk {
 	max_align_t data[];
 };
 
-void *ja_alloc(struct jarena *a, size_t n)
+void *moem_ja_alloc(struct jarena *a, size_t n)
 {
 	struct jblk *b = a->head;
 	void *p;
@@ -53,9 +53,9 @@ void *ja_alloc(struct jarena *a, size_t n)
 	return p;
 }
 
-char *ja_strndup(struct jarena *a, const char *s, size_t n)
+char *moem_ja_strndup(struct jarena *a, const char *s, size_t n)
 {
-	char *p = ja_alloc(a, n + 1);
+	char *p = moem_ja_alloc(a, n + 1);
 
 	if (p) {
 		memcpy(p, s, n);
@@ -64,7 +64,7 @@ char *ja_strndup(struct jarena *a, const char *s, size_t n)
 	return p;
 }
 
-void ja_free(struct jarena *a)
+void moem_ja_free(struct jarena *a)
 {
 	while (a->head) {
 		struct jblk *b = a->head;
@@ -75,7 +75,7 @@ void ja_free(struct jarena *a)
 	a->total = 0;
 }
 
-bool jv_truthy(const struct jv *v)
+bool moem_jv_truthy(const struct jv *v)
 {
 	switch (v->t) {
 	case JT_UNDEF:
@@ -109,7 +109,7 @@ static double num(const struct jv *v)
 	return v->t == JT_FLOAT ? v->f : v->t == JT_INT ? (double)v->i : (double)v->b;
 }
 
-bool jv_equal(const struct jv *a, const struct jv *b)
+bool moem_jv_equal(const struct jv *a, const struct jv *b)
 {
 	if (is_num(a) && is_num(b)) {
 		if (a->t != JT_FLOAT && b->t != JT_FLOAT)
@@ -128,16 +128,16 @@ bool jv_equal(const struct jv *a, const struct jv *b)
 		if (a->l->n != b->l->n)
 			return false;
 		for (size_t i = 0; i < a->l->n; i++)
-			if (!jv_equal(&a->l->v[i], &b->l->v[i]))
+			if (!moem_jv_equal(&a->l->v[i], &b->l->v[i]))
 				return false;
 		return true;
 	case JT_DICT:
 		if (a->d->n != b->d->n)
 			return false;
 		for (size_t i = 0; i < a->d->n; i++) {
-			const struct jv *o = jv_dict_get(b->d, a->d->k[i], a->d->klen[i]);
+			const struct jv *o = moem_jv_dict_get(b->d, a->d->k[i], a->d->klen[i]);
 
-			if (!o || !jv_equal(&a->d->v[i], o))
+			if (!o || !moem_jv_equal(&a->d->v[i], o))
 				return false;
 		}
 		return true;
@@ -149,7 +149,7 @@ bool jv_equal(const struct jv *a, const struct jv *b)
 	}
 }
 
-const char *jv_type_name(const struct jv *v)
+const char *moem_jv_type_name(const struct jv *v)
 {
 	static const char *const names[] = {"undefined", "NoneType", "bool", "int",	"float",
 					    "str",	 "list",     "dict", "function"};
@@ -159,7 +159,7 @@ const char *jv_type_name(const struct jv *v)
 	return v->t == JT_LIST && v->tuple ? "tuple" : names[v->t];
 }
 
-struct jv *jv_dict_get(const struct jdict *d, const char *k, size_t n)
+struct jv *moem_jv_dict_get(const struct jdict *d, const char *k, size_t n)
 {
 	for (size_t i = 0; i < d->n; i++)
 		if (d->klen[i] == n && !memcmp(d->k[i], k, n))
@@ -167,18 +167,18 @@ struct jv *jv_dict_get(const struct jdict *d, const char *k, size_t n)
 	return NULL;
 }
 
-struct jdict *jv_dict_new(struct jarena *a)
+struct jdict *moem_jv_dict_new(struct jarena *a)
 {
-	struct jdict *d = ja_alloc(a, sizeof(*d));
+	struct jdict *d = moem_ja_alloc(a, sizeof(*d));
 
 	if (d)
 		memset(d, 0, sizeof(*d));
 	return d;
 }
 
-int jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, struct jv v)
+int moem_jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, struct jv v)
 {
-	struct jv *o = jv_dict_get(d, k, n);
+	struct jv *o = moem_jv_dict_get(d, k, n);
 
 	if (o) {
 		*o = v;
@@ -186,9 +186,9 @@ int jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, stru
 	}
 	if (d->n == d->cap) {
 		size_t cap = d->cap ? d->cap * 2 : 8;
-		const char **nk = ja_alloc(a, cap * sizeof(*nk));
-		size_t *nl = ja_alloc(a, cap * sizeof(*nl));
-		struct jv *nv = ja_alloc(a, cap * sizeof(*nv));
+		const char **nk = moem_ja_alloc(a, cap * sizeof(*nk));
+		size_t *nl = moem_ja_alloc(a, cap * sizeof(*nl));
+		struct jv *nv = moem_ja_alloc(a, cap * sizeof(*nv));
 
 		if (!nk || !nl || !nv)
 			return -ENOMEM;
@@ -209,18 +209,18 @@ int jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, stru
 	return 0;
 }
 
-struct jlist *jv_list_new(struct jarena *a, size_t n)
+struct jlist *moem_jv_list_new(struct jarena *a, size_t n)
 {
-	struct jlist *l = ja_alloc(a, sizeof(*l));
+	struct jlist *l = moem_ja_alloc(a, sizeof(*l));
 
 	if (!l)
 		return NULL;
 	l->n = n;
-	l->v = ja_alloc(a, (n ? n : 1) * sizeof(*l->v));
+	l->v = moem_ja_alloc(a, (n ? n : 1) * sizeof(*l->v));
 	return l->v ? l : NULL;
 }
 
-int jv_from_json(struct jarena *a, struct json_object *o, struct jv *out, int depth)
+int moem_jv_from_json(struct jarena *a, struct json_object *o, struct jv *out, int depth)
 {
 	int ret;
 
@@ -244,12 +244,13 @@ int jv_from_json(struct jarena *a, struct json_object *o, struct jv *out, int de
 		return 0;
 	case json_type_array: {
 		size_t n = json_object_array_length(o);
-		struct jlist *l = jv_list_new(a, n);
+		struct jlist *l = moem_jv_list_new(a, n);
 
 		if (!l)
 			return -ENOMEM;
 		for (size_t i = 0; i < n; i++) {
-			ret = jv_from_json(a, json_object_array_get_idx(o, i), &l->v[i], depth + 1);
+			ret = moem_jv_from_json(a, json_object_array_get_idx(o, i), &l->v[i],
+						depth + 1);
 			if (ret)
 				return ret;
 		}
@@ -257,7 +258,7 @@ int jv_from_json(struct jarena *a, struct json_object *o, struct jv *out, int de
 		return 0;
 	}
 	case json_type_object: {
-		struct jdict *d = jv_dict_new(a);
+		struct jdict *d = moem_jv_dict_new(a);
 
 		if (!d)
 			return -ENOMEM;
@@ -265,9 +266,9 @@ int jv_from_json(struct jarena *a, struct json_object *o, struct jv *out, int de
 		{
 			struct jv x;
 
-			ret = jv_from_json(a, v, &x, depth + 1);
+			ret = moem_jv_from_json(a, v, &x, depth + 1);
 			if (!ret)
-				ret = jv_dict_set(a, d, k, strlen(k), x);
+				ret = moem_jv_dict_set(a, d, k, strlen(k), x);
 			if (ret)
 				return ret;
 		}
@@ -278,7 +279,7 @@ int jv_from_json(struct jarena *a, struct json_object *o, struct jv *out, int de
 	return -EINVAL;
 }
 
-int jb_put(struct jbuf *b, const char *s, size_t n)
+int moem_jb_put(struct jbuf *b, const char *s, size_t n)
 {
 	if (b->limit && n > b->limit - b->n)
 		return -E2BIG;
@@ -300,9 +301,9 @@ int jb_put(struct jbuf *b, const char *s, size_t n)
 	return 0;
 }
 
-int jb_puts(struct jbuf *b, const char *s)
+int moem_jb_puts(struct jbuf *b, const char *s)
 {
-	return jb_put(b, s, strlen(s));
+	return moem_jb_put(b, s, strlen(s));
 }
 
 /* Python's repr(float): the shortest string that reads back the same. */
@@ -311,9 +312,9 @@ static int put_float(struct jbuf *b, double f)
 	char s[40];
 
 	if (isnan(f))
-		return jb_puts(b, "nan");
+		return moem_jb_puts(b, "nan");
 	if (isinf(f))
-		return jb_puts(b, f < 0 ? "-inf" : "inf");
+		return moem_jb_puts(b, f < 0 ? "-inf" : "inf");
 	for (int prec = 1; prec <= 17; prec++) {
 		snprintf(s, sizeof(s), "%.*g", prec, f);
 		if (strtod(s, NULL) == f)
@@ -321,7 +322,7 @@ static int put_float(struct jbuf *b, double f)
 	}
 	if (!strpbrk(s, ".eninf"))
 		strcat(s, ".0");
-	return jb_puts(b, s);
+	return moem_jb_puts(b, s);
 }
 
 static int put_int(struct jbuf *b, int64_t i)
@@ -329,14 +330,14 @@ static int put_int(struct jbuf *b, int64_t i)
 	char s[24];
 
 	snprintf(s, sizeof(s), "%lld", (long long)i);
-	return jb_puts(b, s);
+	return moem_jb_puts(b, s);
 }
 
 /* repr of a str: single quotes unless the string has ' and no ". */
 static int repr_str(struct jbuf *b, const char *p, size_t n)
 {
 	char q = memchr(p, '\'', n) && !memchr(p, '"', n) ? '"' : '\'';
-	int ret = jb_put(b, &q, 1);
+	int ret = moem_jb_put(b, &q, 1);
 
 	for (size_t i = 0; !ret && i < n; i++) {
 		unsigned char c = (unsigned char)p[i];
@@ -345,24 +346,24 @@ static int repr_str(struct jbuf *b, const char *p, size_t n)
 		if (c == '\\' || c == (unsigned char)q) {
 			e[0] = '\\';
 			e[1] = (char)c;
-			ret = jb_put(b, e, 2);
+			ret = moem_jb_put(b, e, 2);
 		} else if (c == '\n') {
-			ret = jb_puts(b, "\\n");
+			ret = moem_jb_puts(b, "\\n");
 		} else if (c == '\t') {
-			ret = jb_puts(b, "\\t");
+			ret = moem_jb_puts(b, "\\t");
 		} else if (c == '\r') {
-			ret = jb_puts(b, "\\r");
+			ret = moem_jb_puts(b, "\\r");
 		} else if (c < 0x20 || c == 0x7f) {
 			snprintf(e, sizeof(e), "\\x%02x", c);
-			ret = jb_puts(b, e);
+			ret = moem_jb_puts(b, e);
 		} else {
-			ret = jb_put(b, (const char *)&c, 1);
+			ret = moem_jb_put(b, (const char *)&c, 1);
 		}
 	}
-	return ret ? ret : jb_put(b, &q, 1);
+	return ret ? ret : moem_jb_put(b, &q, 1);
 }
 
-int jv_repr(struct jbuf *b, const struct jv *v)
+int moem_jv_repr(struct jbuf *b, const struct jv *v)
 {
 	int ret = 0;
 
@@ -370,59 +371,59 @@ int jv_repr(struct jbuf *b, const struct jv *v)
 	case JT_STR:
 		return repr_str(b, v->s.p, v->s.n);
 	case JT_LIST:
-		ret = jb_puts(b, v->tuple ? "(" : "[");
+		ret = moem_jb_puts(b, v->tuple ? "(" : "[");
 		for (size_t i = 0; !ret && i < v->l->n; i++) {
 			if (i)
-				ret = jb_puts(b, ", ");
+				ret = moem_jb_puts(b, ", ");
 			if (!ret)
-				ret = jv_repr(b, &v->l->v[i]);
+				ret = moem_jv_repr(b, &v->l->v[i]);
 		}
 		if (!ret && v->tuple && v->l->n == 1)
-			ret = jb_puts(b, ",");
-		return ret ? ret : jb_puts(b, v->tuple ? ")" : "]");
+			ret = moem_jb_puts(b, ",");
+		return ret ? ret : moem_jb_puts(b, v->tuple ? ")" : "]");
 	case JT_DICT:
-		ret = jb_puts(b, "{");
+		ret = moem_jb_puts(b, "{");
 		for (size_t i = 0; !ret && i < v->d->n; i++) {
 			if (i)
-				ret = jb_puts(b, ", ");
+				ret = moem_jb_puts(b, ", ");
 			if (!ret)
 				ret = repr_str(b, v->d->k[i], v->d->klen[i]);
 			if (!ret)
-				ret = jb_puts(b, ": ");
+				ret = moem_jb_puts(b, ": ");
 			if (!ret)
-				ret = jv_repr(b, &v->d->v[i]);
+				ret = moem_jv_repr(b, &v->d->v[i]);
 		}
-		return ret ? ret : jb_puts(b, "}");
+		return ret ? ret : moem_jb_puts(b, "}");
 	default:
-		return jv_print(b, v);
+		return moem_jv_print(b, v);
 	}
 }
 
-int jv_print(struct jbuf *b, const struct jv *v)
+int moem_jv_print(struct jbuf *b, const struct jv *v)
 {
 	switch (v->t) {
 	case JT_UNDEF:
 		return 0;
 	case JT_NONE:
-		return jb_puts(b, "None");
+		return moem_jb_puts(b, "None");
 	case JT_BOOL:
-		return jb_puts(b, v->b ? "True" : "False");
+		return moem_jb_puts(b, v->b ? "True" : "False");
 	case JT_INT:
 		return put_int(b, v->i);
 	case JT_FLOAT:
 		return put_float(b, v->f);
 	case JT_STR:
-		return jb_put(b, v->s.p, v->s.n);
+		return moem_jb_put(b, v->s.p, v->s.n);
 	case JT_FN:
-		return jb_puts(b, "<function>");
+		return moem_jb_puts(b, "<function>");
 	default:
-		return jv_repr(b, v);
+		return moem_jv_repr(b, v);
 	}
 }
 
 static int json_str(struct jbuf *b, const char *p, size_t n)
 {
-	int ret = jb_puts(b, "\"");
+	int ret = moem_jb_puts(b, "\"");
 
 	for (size_t i = 0; !ret && i < n; i++) {
 		unsigned char c = (unsigned char)p[i];
@@ -430,48 +431,48 @@ static int json_str(struct jbuf *b, const char *p, size_t n)
 
 		switch (c) {
 		case '"':
-			ret = jb_puts(b, "\\\"");
+			ret = moem_jb_puts(b, "\\\"");
 			break;
 		case '\\':
-			ret = jb_puts(b, "\\\\");
+			ret = moem_jb_puts(b, "\\\\");
 			break;
 		case '\n':
-			ret = jb_puts(b, "\\n");
+			ret = moem_jb_puts(b, "\\n");
 			break;
 		case '\r':
-			ret = jb_puts(b, "\\r");
+			ret = moem_jb_puts(b, "\\r");
 			break;
 		case '\t':
-			ret = jb_puts(b, "\\t");
+			ret = moem_jb_puts(b, "\\t");
 			break;
 		case '\b':
-			ret = jb_puts(b, "\\b");
+			ret = moem_jb_puts(b, "\\b");
 			break;
 		case '\f':
-			ret = jb_puts(b, "\\f");
+			ret = moem_jb_puts(b, "\\f");
 			break;
 		default:
 			if (c < 0x20 || c == 0x7f) {
 				snprintf(e, sizeof(e), "\\u%04x", c);
-				ret = jb_puts(b, e);
+				ret = moem_jb_puts(b, e);
 			} else {
-				ret = jb_put(b, (const char *)&c, 1);
+				ret = moem_jb_put(b, (const char *)&c, 1);
 			}
 		}
 	}
-	return ret ? ret : jb_puts(b, "\"");
+	return ret ? ret : moem_jb_puts(b, "\"");
 }
 
 static int indent_to(struct jbuf *b, int indent, int level)
 {
-	int ret = jb_puts(b, "\n");
+	int ret = moem_jb_puts(b, "\n");
 
 	for (int i = 0; !ret && i < indent * level; i++)
-		ret = jb_puts(b, " ");
+		ret = moem_jb_puts(b, " ");
 	return ret;
 }
 
-int jv_tojson(struct jbuf *b, const struct jv *v, int indent, int depth, bool sort_keys)
+int moem_jv_tojson(struct jbuf *b, const struct jv *v, int indent, int depth, bool sort_keys)
 {
 	const char *sep = indent >= 0 ? "," : ", ";
 	int ret = 0;
@@ -483,39 +484,39 @@ int jv_tojson(struct jbuf *b, const struct jv *v, int indent, int depth, bool so
 	switch (v->t) {
 	case JT_UNDEF:
 	case JT_NONE:
-		return jb_puts(b, "null");
+		return moem_jb_puts(b, "null");
 	case JT_BOOL:
-		return jb_puts(b, v->b ? "true" : "false");
+		return moem_jb_puts(b, v->b ? "true" : "false");
 	case JT_INT:
 		return put_int(b, v->i);
 	case JT_FLOAT:
 		if (isnan(v->f) || isinf(v->f))
-			return jb_puts(b, isnan(v->f) ? "NaN"
-					  : v->f < 0  ? "-Infinity"
-						      : "Infinity");
+			return moem_jb_puts(b, isnan(v->f) ? "NaN"
+					       : v->f < 0  ? "-Infinity"
+							   : "Infinity");
 		return put_float(b, v->f);
 	case JT_STR:
 		return json_str(b, v->s.p, v->s.n);
 	case JT_LIST:
 		if (!v->l->n)
-			return jb_puts(b, "[]");
-		ret = jb_puts(b, "[");
+			return moem_jb_puts(b, "[]");
+		ret = moem_jb_puts(b, "[");
 		for (size_t i = 0; !ret && i < v->l->n; i++) {
 			if (i)
-				ret = jb_puts(b, sep);
+				ret = moem_jb_puts(b, sep);
 			if (!ret && indent >= 0)
 				ret = indent_to(b, indent, depth + 1);
 			if (!ret)
-				ret = jv_tojson(b, &v->l->v[i], indent, depth + 1, sort_keys);
+				ret = moem_jv_tojson(b, &v->l->v[i], indent, depth + 1, sort_keys);
 		}
 		if (!ret && indent >= 0)
 			ret = indent_to(b, indent, depth);
-		return ret ? ret : jb_puts(b, "]");
+		return ret ? ret : moem_jb_puts(b, "]");
 	case JT_DICT: {
 		size_t order[256], n = v->d->n;
 
 		if (!n)
-			return jb_puts(b, "{}");
+			return moem_jb_puts(b, "{}");
 		if (n > MOEM_JINJA_SORT_MAX)
 			sort_keys = false;
 		for (size_t i = 0; i < n && i < 256; i++)
@@ -534,24 +535,24 @@ int jv_tojson(struct jbuf *b, const struct jv *v, int indent, int depth, bool so
 					order[k] = x;
 				}
 		}
-		ret = jb_puts(b, "{");
+		ret = moem_jb_puts(b, "{");
 		for (size_t j = 0; !ret && j < n; j++) {
 			size_t i = sort_keys ? order[j] : j;
 
 			if (j)
-				ret = jb_puts(b, sep);
+				ret = moem_jb_puts(b, sep);
 			if (!ret && indent >= 0)
 				ret = indent_to(b, indent, depth + 1);
 			if (!ret)
 				ret = json_str(b, v->d->k[i], v->d->klen[i]);
 			if (!ret)
-				ret = jb_puts(b, ": ");
+				ret = moem_jb_puts(b, ": ");
 			if (!ret)
-				ret = jv_tojson(b, &v->d->v[i], indent, depth + 1, sort_keys);
+				ret = moem_jv_tojson(b, &v->d->v[i], indent, depth + 1, sort_keys);
 		}
 		if (!ret && indent >= 0)
 			ret = indent_to(b, indent, depth);
-		return ret ? ret : jb_puts(b, "}");
+		return ret ? ret : moem_jb_puts(b, "}");
 	}
 	case JT_FN:
 		return -EINVAL;

@@ -143,13 +143,13 @@ static int load_config(struct moem_tokenizer *t, struct json_object *cfg)
 	if (eos && !(t->eos_str = strdup(eos)))
 		return -ENOMEM;
 	if (cfg && json_object_object_get_ex(cfg, "add_bos_token", &v)) {
-		ret = tok_json_bool(cfg, "add_bos_token", false, "tokenizer_config.json",
-				    &t->add_bos);
+		ret = moem_tok_json_bool(cfg, "add_bos_token", false, "tokenizer_config.json",
+					 &t->add_bos);
 		t->cfg_add_bos_set = true;
 	}
 	if (!ret && cfg && json_object_object_get_ex(cfg, "add_eos_token", &v)) {
-		ret = tok_json_bool(cfg, "add_eos_token", false, "tokenizer_config.json",
-				    &t->add_eos);
+		ret = moem_tok_json_bool(cfg, "add_eos_token", false, "tokenizer_config.json",
+					 &t->add_eos);
 		t->cfg_add_eos_set = true;
 	}
 	if (!ret)
@@ -219,7 +219,7 @@ static int finish(struct moem_tokenizer *t, struct tok_ctx *c)
 					 t->added.v[i].content, t->added.v[i].id);
 		t->added_of[t->added.v[i].id] = (int32_t)i;
 	}
-	ret = tok_added_build(&t->added, t->norm, c);
+	ret = moem_tok_added_build(&t->added, t->norm, c);
 	if (ret)
 		return ret;
 	if (pre_has(t->pre, TOK_PRE_BYTELEVEL) || dec_has(t->dec, TOK_DEC_BYTELEVEL))
@@ -240,32 +240,32 @@ static int load_stages(struct moem_tokenizer *t, struct json_object *root)
 	if (!json_object_is_type(root, json_type_object))
 		return moem_errf(EINVAL, "tokenizer.json is not a JSON object");
 	json_object_object_get_ex(root, "model", &v);
-	ret = tok_bpe_load(&t->bpe, v);
+	ret = moem_tok_bpe_load(&t->bpe, v);
 	if (ret)
 		return ret;
 	v = NULL;
 	json_object_object_get_ex(root, "added_tokens", &v);
-	ret = tok_added_load(&t->added, v);
+	ret = moem_tok_added_load(&t->added, v);
 	if (ret)
 		return ret;
 	v = NULL;
 	json_object_object_get_ex(root, "normalizer", &v);
-	ret = tok_norm_load(&t->norm, v);
+	ret = moem_tok_norm_load(&t->norm, v);
 	if (ret)
 		return ret;
 	v = NULL;
 	json_object_object_get_ex(root, "pre_tokenizer", &v);
-	ret = tok_pretok_load(&t->pre, v);
+	ret = moem_tok_pretok_load(&t->pre, v);
 	if (ret)
 		return ret;
 	v = NULL;
 	json_object_object_get_ex(root, "post_processor", &v);
-	ret = tok_post_load(&t->post, v);
+	ret = moem_tok_post_load(&t->post, v);
 	if (ret)
 		return ret;
 	v = NULL;
 	json_object_object_get_ex(root, "decoder", &v);
-	return tok_dec_load(&t->dec, v);
+	return moem_tok_dec_load(&t->dec, v);
 }
 
 int moem_tok_load(struct moem_tokenizer **out, const struct moem_tok_files *f)
@@ -286,32 +286,33 @@ int moem_tok_load(struct moem_tokenizer **out, const struct moem_tok_files *f)
 	if (!t)
 		return -ENOMEM;
 	t->bos_id = t->eos_id = t->pad_id = t->unk_id = -1;
-	ret = tok_ctx_init(&c);
+	ret = moem_tok_ctx_init(&c);
 	if (ret) {
 		free(t);
 		return ret;
 	}
-	ret = tok_json_parse(f->tokenizer_json, f->tokenizer_json_len, "tokenizer.json", &root);
+	ret = moem_tok_json_parse(f->tokenizer_json, f->tokenizer_json_len, "tokenizer.json",
+				  &root);
 	if (!ret)
 		ret = load_stages(t, root);
 	json_object_put(root);
 	if (!ret)
 		ret = finish(t, &c);
 	if (!ret && f->config_json)
-		ret = tok_json_parse(f->config_json, f->config_json_len, "tokenizer_config.json",
-				     &cfg);
+		ret = moem_tok_json_parse(f->config_json, f->config_json_len,
+					  "tokenizer_config.json", &cfg);
 	if (!ret && cfg && !json_object_is_type(cfg, json_type_object))
 		ret = moem_errf(EINVAL, "tokenizer_config.json is not a JSON object");
 	if (!ret)
 		ret = load_config(t, cfg);
 	json_object_put(cfg);
 	if (!ret && f->generation_json)
-		ret = tok_json_parse(f->generation_json, f->generation_json_len,
-				     "generation_config.json", &gen);
+		ret = moem_tok_json_parse(f->generation_json, f->generation_json_len,
+					  "generation_config.json", &gen);
 	if (!ret)
 		ret = load_generation(t, gen);
 	json_object_put(gen);
-	tok_ctx_free(&c);
+	moem_tok_ctx_free(&c);
 	if (ret) {
 		moem_tok_free(t);
 		return ret;
@@ -324,12 +325,12 @@ void moem_tok_free(struct moem_tokenizer *t)
 {
 	if (!t)
 		return;
-	tok_norm_free(t->norm);
-	tok_pretok_free(t->pre);
-	tok_bpe_free(&t->bpe);
-	tok_added_free(&t->added);
-	tok_post_free(t->post);
-	tok_dec_free(t->dec);
+	moem_tok_norm_free(t->norm);
+	moem_tok_pretok_free(t->pre);
+	moem_tok_bpe_free(&t->bpe);
+	moem_tok_added_free(&t->added);
+	moem_tok_post_free(t->post);
+	moem_tok_dec_free(t->dec);
 	free(t->added_of);
 	free(t->chat_template);
 	free(t->bos_str);

@@ -34,7 +34,7 @@ static int unicode_form(enum tok_norm_kind k, const char *s, size_t len, struct 
 
 	/* ASCII is invariant under every form. */
 	if (is_ascii(s, len))
-		return tok_buf_put(out, s, len);
+		return moem_tok_buf_put(out, s, len);
 	if (len > (size_t)SSIZE_MAX / 8)
 		return -ENOMEM;
 	switch (k) {
@@ -56,7 +56,7 @@ static int unicode_form(enum tok_norm_kind k, const char *s, size_t len, struct 
 		return n == UTF8PROC_ERROR_NOMEM
 			       ? -ENOMEM
 			       : moem_errf(EILSEQ, "normalizer: %s", utf8proc_errmsg(n));
-	ret = tok_buf_put(out, dst, (size_t)n);
+	ret = moem_tok_buf_put(out, dst, (size_t)n);
 	free(dst);
 	return ret;
 }
@@ -66,15 +66,15 @@ static int lowercase(const char *s, size_t len, struct tok_buf *out)
 {
 	for (size_t i = 0; i < len;) {
 		size_t n;
-		uint32_t cp = tok_utf8_get(s + i, &n);
+		uint32_t cp = moem_tok_utf8_get(s + i, &n);
 		char u[4];
 		int ret;
 
 		if (cp == 0x130) { /* İ -> i + combining dot above */
-			ret = tok_buf_put(out, "i\xcc\x87", 3);
+			ret = moem_tok_buf_put(out, "i\xcc\x87", 3);
 		} else {
 			cp = (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp);
-			ret = tok_buf_put(out, u, tok_utf8_put(cp, u));
+			ret = moem_tok_buf_put(out, u, moem_tok_utf8_put(cp, u));
 		}
 		if (ret)
 			return ret;
@@ -88,11 +88,11 @@ static int strip_accents(const char *s, size_t len, struct tok_buf *out)
 {
 	for (size_t i = 0; i < len;) {
 		size_t n;
-		uint32_t cp = tok_utf8_get(s + i, &n);
+		uint32_t cp = moem_tok_utf8_get(s + i, &n);
 		int ret = 0;
 
 		if (utf8proc_category((utf8proc_int32_t)cp) != UTF8PROC_CATEGORY_MN)
-			ret = tok_buf_put(out, s + i, n);
+			ret = moem_tok_buf_put(out, s + i, n);
 		if (ret)
 			return ret;
 		i += n;
@@ -107,7 +107,7 @@ static int strip(const struct tok_norm *nm, const char *s, size_t len, struct to
 	while (nm->left && a < b) {
 		size_t n;
 
-		if (!tok_is_space(tok_utf8_get(s + a, &n)))
+		if (!moem_tok_is_space(moem_tok_utf8_get(s + a, &n)))
 			break;
 		a += n;
 	}
@@ -116,11 +116,11 @@ static int strip(const struct tok_norm *nm, const char *s, size_t len, struct to
 
 		while (p > a && ((unsigned char)s[p] & 0xc0) == 0x80)
 			p--;
-		if (!tok_is_space(tok_utf8_get(s + p, &n)))
+		if (!moem_tok_is_space(moem_tok_utf8_get(s + p, &n)))
 			break;
 		b = p;
 	}
-	return tok_buf_put(out, s + a, b - a);
+	return moem_tok_buf_put(out, s + a, b - a);
 }
 
 static int replace(const struct tok_norm *nm, struct tok_ctx *c, const char *s, size_t len,
@@ -130,19 +130,19 @@ static int replace(const struct tok_norm *nm, struct tok_ctx *c, const char *s, 
 	int ret;
 
 	for (;;) {
-		ret = tok_pattern_next(&nm->pat, c->md, s, len, pos, &ms, &me);
+		ret = moem_tok_pattern_next(&nm->pat, c->md, s, len, pos, &ms, &me);
 		if (ret < 0)
 			return ret;
 		if (!ret)
 			break;
-		ret = tok_buf_put(out, s + pos, ms - pos);
+		ret = moem_tok_buf_put(out, s + pos, ms - pos);
 		if (!ret)
-			ret = tok_buf_put(out, nm->content, nm->content_len);
+			ret = moem_tok_buf_put(out, nm->content, nm->content_len);
 		if (ret)
 			return ret;
 		pos = me;
 	}
-	return tok_buf_put(out, s + pos, len - pos);
+	return moem_tok_buf_put(out, s + pos, len - pos);
 }
 
 static int apply_one(const struct tok_norm *nm, struct tok_ctx *c, const char *s, size_t len,
@@ -162,9 +162,9 @@ static int apply_one(const struct tok_norm *nm, struct tok_ctx *c, const char *s
 		return strip(nm, s, len, out);
 	case TOK_NORM_PREPEND: {
 		/* tokenizers prepends only to a non-empty string. */
-		int ret = len ? tok_buf_put(out, nm->content, nm->content_len) : 0;
+		int ret = len ? moem_tok_buf_put(out, nm->content, nm->content_len) : 0;
 
-		return ret ? ret : tok_buf_put(out, s, len);
+		return ret ? ret : moem_tok_buf_put(out, s, len);
 	}
 	case TOK_NORM_REPLACE:
 		return replace(nm, c, s, len, out);
@@ -174,32 +174,32 @@ static int apply_one(const struct tok_norm *nm, struct tok_ctx *c, const char *s
 	return -EINVAL;
 }
 
-int tok_norm_apply(const struct tok_norm *nm, struct tok_ctx *c, const char *s, size_t len,
-		   struct tok_buf *out)
+int moem_tok_norm_apply(const struct tok_norm *nm, struct tok_ctx *c, const char *s, size_t len,
+			struct tok_buf *out)
 {
 	struct tok_buf a = {0}, b = {0};
 	int ret = 0;
 
 	out->n = 0;
 	if (!nm)
-		return tok_buf_put(out, s, len);
+		return moem_tok_buf_put(out, s, len);
 	if (nm->kind != TOK_NORM_SEQUENCE)
 		return apply_one(nm, c, s, len, out);
 	/* A sequence: each step reads the previous step's output. */
-	ret = tok_buf_put(&a, s, len);
+	ret = moem_tok_buf_put(&a, s, len);
 	for (size_t i = 0; !ret && i < nm->n_items; i++) {
 		struct tok_buf t;
 
 		b.n = 0;
-		ret = tok_norm_apply(nm->items[i], c, a.p, a.n, &b);
+		ret = moem_tok_norm_apply(nm->items[i], c, a.p, a.n, &b);
 		t = a;
 		a = b;
 		b = t;
 	}
 	if (!ret)
-		ret = tok_buf_put(out, a.p, a.n);
-	tok_buf_free(&a);
-	tok_buf_free(&b);
+		ret = moem_tok_buf_put(out, a.p, a.n);
+	moem_tok_buf_free(&a);
+	moem_tok_buf_free(&b);
 	return ret;
 }
 
@@ -208,7 +208,7 @@ static int load_content(struct tok_norm *nm, struct json_object *o, const char *
 {
 	const char *s;
 	size_t n;
-	int ret = tok_json_str(o, key, true, what, &s, &n);
+	int ret = moem_tok_json_str(o, key, true, what, &s, &n);
 
 	if (ret)
 		return ret;
@@ -217,7 +217,7 @@ static int load_content(struct tok_norm *nm, struct json_object *o, const char *
 	return nm->content ? 0 : -ENOMEM;
 }
 
-int tok_norm_load(struct tok_norm **out, struct json_object *o)
+int moem_tok_norm_load(struct tok_norm **out, struct json_object *o)
 {
 	static const struct {
 		const char *name;
@@ -238,7 +238,7 @@ int tok_norm_load(struct tok_norm **out, struct json_object *o)
 	*out = NULL;
 	if (!o || json_object_is_type(o, json_type_null))
 		return 0;
-	ret = tok_json_type(o, "normalizer", &type);
+	ret = moem_tok_json_type(o, "normalizer", &type);
 	if (ret)
 		return ret;
 	for (i = 0; i < MOEM_ARRAY_SIZE(kinds); i++)
@@ -267,7 +267,7 @@ int tok_norm_load(struct tok_norm **out, struct json_object *o)
 			break;
 		}
 		for (i = 0; !ret && i < json_object_array_length(v); i++) {
-			ret = tok_norm_load(&nm->items[i], json_object_array_get_idx(v, i));
+			ret = moem_tok_norm_load(&nm->items[i], json_object_array_get_idx(v, i));
 			if (!ret && !nm->items[i])
 				ret = moem_errf(EINVAL, "normalizer Sequence: item %zu is null", i);
 			if (!ret)
@@ -281,34 +281,34 @@ int tok_norm_load(struct tok_norm **out, struct json_object *o)
 		ret = load_content(nm, o, "content", "normalizer Replace");
 		if (!ret) {
 			json_object_object_get_ex(o, "pattern", &v);
-			ret = tok_pattern_load(&nm->pat, v, "normalizer Replace");
+			ret = moem_tok_pattern_load(&nm->pat, v, "normalizer Replace");
 		}
 		break;
 	case TOK_NORM_STRIP:
-		ret = tok_json_bool(o, "strip_left", false, "normalizer Strip", &nm->left);
+		ret = moem_tok_json_bool(o, "strip_left", false, "normalizer Strip", &nm->left);
 		if (!ret)
-			ret = tok_json_bool(o, "strip_right", false, "normalizer Strip",
-					    &nm->right);
+			ret = moem_tok_json_bool(o, "strip_right", false, "normalizer Strip",
+						 &nm->right);
 		break;
 	default:
 		break;
 	}
 	if (ret) {
-		tok_norm_free(nm);
+		moem_tok_norm_free(nm);
 		return ret;
 	}
 	*out = nm;
 	return 0;
 }
 
-void tok_norm_free(struct tok_norm *nm)
+void moem_tok_norm_free(struct tok_norm *nm)
 {
 	if (!nm)
 		return;
 	for (size_t i = 0; i < nm->n_items; i++)
-		tok_norm_free(nm->items[i]);
+		moem_tok_norm_free(nm->items[i]);
 	free(nm->items);
 	free(nm->content);
-	tok_pattern_free(&nm->pat);
+	moem_tok_pattern_free(&nm->pat);
 	free(nm);
 }

@@ -61,7 +61,7 @@ static int load_template(struct tok_post *p, struct json_object *o)
 			return moem_errf(EINVAL,
 					 "%s: item %zu is neither SpecialToken nor Sequence", what,
 					 i);
-		ret = tok_json_str(st, "id", true, what, &name, NULL);
+		ret = moem_tok_json_str(st, "id", true, what, &name, NULL);
 		if (ret)
 			return ret;
 		if (!specials || !json_object_object_get_ex(specials, name, &sp) ||
@@ -114,7 +114,7 @@ static int load_pair(struct json_object *o, const char *key, const char *what, u
 	return 0;
 }
 
-int tok_post_load(struct tok_post **out, struct json_object *o)
+int moem_tok_post_load(struct tok_post **out, struct json_object *o)
 {
 	struct tok_post *p;
 	struct json_object *v;
@@ -124,7 +124,7 @@ int tok_post_load(struct tok_post **out, struct json_object *o)
 	*out = NULL;
 	if (!o || json_object_is_type(o, json_type_null))
 		return 0;
-	ret = tok_json_type(o, "post_processor", &type);
+	ret = moem_tok_json_type(o, "post_processor", &type);
 	if (ret)
 		return ret;
 	p = calloc(1, sizeof(*p));
@@ -160,7 +160,8 @@ int tok_post_load(struct tok_post **out, struct json_object *o)
 			if (!p->items)
 				ret = -ENOMEM;
 			for (size_t i = 0; !ret && i < n; i++) {
-				ret = tok_post_load(&p->items[i], json_object_array_get_idx(v, i));
+				ret = moem_tok_post_load(&p->items[i],
+							 json_object_array_get_idx(v, i));
 				if (!ret && p->items[i])
 					p->n_items++;
 				else if (!ret)
@@ -177,14 +178,14 @@ int tok_post_load(struct tok_post **out, struct json_object *o)
 				type);
 	}
 	if (ret) {
-		tok_post_free(p);
+		moem_tok_post_free(p);
 		return ret;
 	}
 	*out = p;
 	return 0;
 }
 
-void tok_post_free(struct tok_post *p)
+void moem_tok_post_free(struct tok_post *p)
 {
 	if (!p)
 		return;
@@ -192,12 +193,12 @@ void tok_post_free(struct tok_post *p)
 		free(p->single[i].ids);
 	free(p->single);
 	for (size_t i = 0; i < p->n_items; i++)
-		tok_post_free(p->items[i]);
+		moem_tok_post_free(p->items[i]);
 	free(p->items);
 	free(p);
 }
 
-int tok_post_apply(const struct tok_post *p, struct moem_tok_ids *ids, size_t start)
+int moem_tok_post_apply(const struct tok_post *p, struct moem_tok_ids *ids, size_t start)
 {
 	size_t n_seq, at;
 	uint32_t *seq;
@@ -207,7 +208,7 @@ int tok_post_apply(const struct tok_post *p, struct moem_tok_ids *ids, size_t st
 		return 0;
 	if (p->kind == TOK_POST_SEQUENCE) {
 		for (size_t i = 0; !ret && i < p->n_items; i++)
-			ret = tok_post_apply(p->items[i], ids, start);
+			ret = moem_tok_post_apply(p->items[i], ids, start);
 		return ret;
 	}
 	if (p->kind != TOK_POST_TEMPLATE)
@@ -225,24 +226,24 @@ int tok_post_apply(const struct tok_post *p, struct moem_tok_ids *ids, size_t st
 
 		if (!it->special) {
 			for (at = 0; !ret && at < n_seq; at++)
-				ret = tok_ids_push(ids, seq[at]);
+				ret = moem_tok_ids_push(ids, seq[at]);
 			continue;
 		}
 		for (at = 0; !ret && at < it->n_ids; at++)
-			ret = tok_ids_push(ids, it->ids[at]);
+			ret = moem_tok_ids_push(ids, it->ids[at]);
 	}
 	free(seq);
 	return ret;
 }
 
-size_t tok_post_added(const struct tok_post *p)
+size_t moem_tok_post_added(const struct tok_post *p)
 {
 	size_t n = 0;
 
 	if (!p)
 		return 0;
 	for (size_t i = 0; i < p->n_items; i++)
-		n += tok_post_added(p->items[i]);
+		n += moem_tok_post_added(p->items[i]);
 	for (size_t i = 0; i < p->n_single; i++)
 		n += p->single[i].special ? p->single[i].n_ids : 0;
 	return n;

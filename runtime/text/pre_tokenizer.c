@@ -46,7 +46,7 @@ static int find_regex(const struct tok_pattern *pat, struct tok_ctx *c, const ch
 	int ret;
 
 	for (;;) {
-		ret = tok_pattern_next(pat, c->md, s, len, prev, &ms, &me);
+		ret = moem_tok_pattern_next(pat, c->md, s, len, prev, &ms, &me);
 		if (ret < 0)
 			return ret;
 		if (!ret)
@@ -67,7 +67,7 @@ static bool char_in(enum char_class cc, uint32_t cp)
 	utf8proc_category_t cat;
 
 	if (cc == CC_SPACE)
-		return tok_is_space(cp);
+		return moem_tok_is_space(cp);
 	cat = utf8proc_category((utf8proc_int32_t)cp);
 	if (cc == CC_DIGIT) /* Rust's char::is_numeric */
 		return cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL ||
@@ -87,7 +87,7 @@ static int find_chars(enum char_class cc, struct tok_ctx *c, const char *s, size
 
 	for (size_t i = 0; i < len;) {
 		size_t n;
-		uint32_t cp = tok_utf8_get(s + i, &n);
+		uint32_t cp = moem_tok_utf8_get(s + i, &n);
 
 		if (char_in(cc, cp)) {
 			if (i > prev && (ret = seg_add(c, prev, i, false)))
@@ -158,7 +158,7 @@ static int emit(struct tok_ctx *c, enum tok_split_behavior b, bool invert, const
 
 		if (v[i].e == v[i].s)
 			continue;
-		ret = tok_pieces_add(out, s + v[i].s, v[i].e - v[i].s);
+		ret = moem_tok_pieces_add(out, s + v[i].s, v[i].e - v[i].s);
 		if (ret)
 			return ret;
 	}
@@ -173,19 +173,20 @@ static int byte_level(struct tok_ctx *c, const char *s, size_t len, bool prefix,
 	t->n = 0;
 	if (prefix) {
 		char u[4];
-		int ret = tok_buf_put(t, u, tok_utf8_put(tok_byte_to_cp(' '), u));
+		int ret = moem_tok_buf_put(t, u, moem_tok_utf8_put(tok_byte_to_cp(' '), u));
 
 		if (ret)
 			return ret;
 	}
 	for (size_t i = 0; i < len; i++) {
 		char u[4];
-		int ret = tok_buf_put(t, u, tok_utf8_put(tok_byte_to_cp((unsigned char)s[i]), u));
+		int ret = moem_tok_buf_put(
+			t, u, moem_tok_utf8_put(tok_byte_to_cp((unsigned char)s[i]), u));
 
 		if (ret)
 			return ret;
 	}
-	return t->n ? tok_pieces_add(out, t->p, t->n) : 0;
+	return t->n ? moem_tok_pieces_add(out, t->p, t->n) : 0;
 }
 
 /* Replace every ' ' with the replacement, prepend one as the scheme says. */
@@ -199,14 +200,14 @@ static int metaspace(const struct tok_pretok *p, struct tok_ctx *c, const char *
 	if (p->prepend == TOK_PREPEND_ALWAYS || (p->prepend == TOK_PREPEND_FIRST && first))
 		if (!(len >= 1 && s[0] == ' ') &&
 		    !(len >= p->repl_len && !memcmp(s, p->replacement, p->repl_len)))
-			ret = tok_buf_put(t, p->replacement, p->repl_len);
+			ret = moem_tok_buf_put(t, p->replacement, p->repl_len);
 	for (size_t i = 0; !ret && i < len; i++)
-		ret = s[i] == ' ' ? tok_buf_put(t, p->replacement, p->repl_len)
-				  : tok_buf_putc(t, s[i]);
+		ret = s[i] == ' ' ? moem_tok_buf_put(t, p->replacement, p->repl_len)
+				  : moem_tok_buf_putc(t, s[i]);
 	if (ret)
 		return ret;
 	if (!p->split)
-		return t->n ? tok_pieces_add(out, t->p, t->n) : 0;
+		return t->n ? moem_tok_pieces_add(out, t->p, t->n) : 0;
 	/* Split before each replacement character (MergedWithNext). */
 	{
 		size_t start = 0;
@@ -214,12 +215,12 @@ static int metaspace(const struct tok_pretok *p, struct tok_ctx *c, const char *
 		for (size_t i = 1; i + p->repl_len <= t->n; i++) {
 			if (memcmp(t->p + i, p->replacement, p->repl_len))
 				continue;
-			ret = tok_pieces_add(out, t->p + start, i - start);
+			ret = moem_tok_pieces_add(out, t->p + start, i - start);
 			if (ret)
 				return ret;
 			start = i;
 		}
-		return t->n > start ? tok_pieces_add(out, t->p + start, t->n - start) : 0;
+		return t->n > start ? moem_tok_pieces_add(out, t->p + start, t->n - start) : 0;
 	}
 }
 
@@ -276,9 +277,9 @@ static int apply_byte_level(const struct tok_pretok *p, struct tok_ctx *c, struc
 			struct tok_buf *t = &c->pre;
 
 			t->n = 0;
-			ret = tok_buf_putc(t, ' ');
+			ret = moem_tok_buf_putc(t, ' ');
 			if (!ret)
-				ret = tok_buf_put(t, s, len);
+				ret = moem_tok_buf_put(t, s, len);
 			if (ret)
 				return ret;
 			s = t->p;
@@ -298,10 +299,10 @@ static int apply_byte_level(const struct tok_pretok *p, struct tok_ctx *c, struc
 	return 0;
 }
 
-int tok_pretok_apply(const struct tok_pretok *p, struct tok_ctx *c, bool first,
-		     struct tok_pieces *in, struct tok_pieces *out)
+int moem_tok_pretok_apply(const struct tok_pretok *p, struct tok_ctx *c, bool first,
+			  struct tok_pieces *in, struct tok_pieces *out)
 {
-	tok_pieces_reset(out);
+	moem_tok_pieces_reset(out);
 	if (p->kind == TOK_PRE_BYTELEVEL)
 		return apply_byte_level(p, c, in, out);
 	for (size_t i = 0; i < in->n; i++) {
@@ -314,14 +315,14 @@ int tok_pretok_apply(const struct tok_pretok *p, struct tok_ctx *c, bool first,
 	return 0;
 }
 
-int tok_pretok_run(const struct tok_pretok *p, struct tok_ctx *c, bool first, const char *s,
-		   size_t len, struct tok_pieces **result)
+int moem_tok_pretok_run(const struct tok_pretok *p, struct tok_ctx *c, bool first, const char *s,
+			size_t len, struct tok_pieces **result)
 {
 	struct tok_pieces *in = &c->a, *out = &c->b;
 	int ret;
 
-	tok_pieces_reset(in);
-	ret = tok_pieces_add(in, s, len);
+	moem_tok_pieces_reset(in);
+	ret = moem_tok_pieces_add(in, s, len);
 	if (ret)
 		return ret;
 	if (p) {
@@ -333,7 +334,7 @@ int tok_pretok_run(const struct tok_pretok *p, struct tok_ctx *c, bool first, co
 		for (size_t i = 0; i < n; i++) {
 			struct tok_pieces *t;
 
-			ret = tok_pretok_apply(items[i], c, first, in, out);
+			ret = moem_tok_pretok_apply(items[i], c, first, in, out);
 			if (ret)
 				return ret;
 			t = in;
@@ -355,7 +356,7 @@ static int load_behavior(struct json_object *o, const char *what, enum tok_split
 		[TOK_SPLIT_CONTIGUOUS] = "Contiguous",
 	};
 	const char *s;
-	int ret = tok_json_str(o, "behavior", true, what, &s, NULL);
+	int ret = moem_tok_json_str(o, "behavior", true, what, &s, NULL);
 
 	if (ret)
 		return ret;
@@ -372,7 +373,7 @@ static int load_metaspace(struct tok_pretok *p, struct json_object *o)
 	const char *s, *scheme;
 	size_t n;
 	bool legacy_prefix;
-	int ret = tok_json_str(o, "replacement", true, "pre-tokenizer Metaspace", &s, &n);
+	int ret = moem_tok_json_str(o, "replacement", true, "pre-tokenizer Metaspace", &s, &n);
 
 	if (ret)
 		return ret;
@@ -381,16 +382,16 @@ static int load_metaspace(struct tok_pretok *p, struct json_object *o)
 				 "pre-tokenizer Metaspace: replacement must be one character");
 	memcpy(p->replacement, s, n);
 	p->repl_len = n;
-	ret = tok_json_bool(o, "split", true, "pre-tokenizer Metaspace", &p->split);
+	ret = moem_tok_json_bool(o, "split", true, "pre-tokenizer Metaspace", &p->split);
 	if (!ret)
-		ret = tok_json_str(o, "prepend_scheme", false, "pre-tokenizer Metaspace", &scheme,
-				   NULL);
+		ret = moem_tok_json_str(o, "prepend_scheme", false, "pre-tokenizer Metaspace",
+					&scheme, NULL);
 	if (ret)
 		return ret;
 	if (!scheme) {
 		/* Files before tokenizers 0.19 say add_prefix_space instead. */
-		ret = tok_json_bool(o, "add_prefix_space", true, "pre-tokenizer Metaspace",
-				    &legacy_prefix);
+		ret = moem_tok_json_bool(o, "add_prefix_space", true, "pre-tokenizer Metaspace",
+					 &legacy_prefix);
 		p->prepend = legacy_prefix ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
 		return ret;
 	}
@@ -406,7 +407,7 @@ static int load_metaspace(struct tok_pretok *p, struct json_object *o)
 	return 0;
 }
 
-int tok_pretok_load(struct tok_pretok **out, struct json_object *o)
+int moem_tok_pretok_load(struct tok_pretok **out, struct json_object *o)
 {
 	struct tok_pretok *p;
 	struct json_object *v;
@@ -416,7 +417,7 @@ int tok_pretok_load(struct tok_pretok **out, struct json_object *o)
 	*out = NULL;
 	if (!o || json_object_is_type(o, json_type_null))
 		return 0;
-	ret = tok_json_type(o, "pre_tokenizer", &type);
+	ret = moem_tok_json_type(o, "pre_tokenizer", &type);
 	if (ret)
 		return ret;
 	p = calloc(1, sizeof(*p));
@@ -436,7 +437,7 @@ int tok_pretok_load(struct tok_pretok **out, struct json_object *o)
 			goto err_free;
 		}
 		for (size_t i = 0; i < json_object_array_length(v); i++) {
-			ret = tok_pretok_load(&p->items[i], json_object_array_get_idx(v, i));
+			ret = moem_tok_pretok_load(&p->items[i], json_object_array_get_idx(v, i));
 			if (!ret && !p->items[i])
 				ret = moem_errf(EINVAL, "pre-tokenizer Sequence: item %zu is null",
 						i);
@@ -451,30 +452,31 @@ int tok_pretok_load(struct tok_pretok **out, struct json_object *o)
 		}
 	} else if (!strcmp(type, "ByteLevel")) {
 		p->kind = TOK_PRE_BYTELEVEL;
-		ret = tok_json_bool(o, "add_prefix_space", true, "pre-tokenizer ByteLevel",
-				    &p->add_prefix_space);
+		ret = moem_tok_json_bool(o, "add_prefix_space", true, "pre-tokenizer ByteLevel",
+					 &p->add_prefix_space);
 		if (!ret)
-			ret = tok_json_bool(o, "use_regex", true, "pre-tokenizer ByteLevel",
-					    &p->use_regex);
+			ret = moem_tok_json_bool(o, "use_regex", true, "pre-tokenizer ByteLevel",
+						 &p->use_regex);
 		if (!ret && p->use_regex)
-			ret = tok_regex_compile(&p->pat.re, gpt2_re, sizeof(gpt2_re) - 1,
-						"pre-tokenizer ByteLevel");
+			ret = moem_tok_regex_compile(&p->pat.re, gpt2_re, sizeof(gpt2_re) - 1,
+						     "pre-tokenizer ByteLevel");
 		p->pat.is_regex = p->use_regex && !ret;
 	} else if (!strcmp(type, "Split")) {
 		p->kind = TOK_PRE_SPLIT;
 		json_object_object_get_ex(o, "pattern", &v);
-		ret = tok_pattern_load(&p->pat, v, "pre-tokenizer Split");
+		ret = moem_tok_pattern_load(&p->pat, v, "pre-tokenizer Split");
 		if (!ret)
 			ret = load_behavior(o, "pre-tokenizer Split", &p->behavior);
 		if (!ret)
-			ret = tok_json_bool(o, "invert", false, "pre-tokenizer Split", &p->invert);
+			ret = moem_tok_json_bool(o, "invert", false, "pre-tokenizer Split",
+						 &p->invert);
 	} else if (!strcmp(type, "Metaspace")) {
 		p->kind = TOK_PRE_METASPACE;
 		ret = load_metaspace(p, o);
 	} else if (!strcmp(type, "Digits")) {
 		p->kind = TOK_PRE_DIGITS;
-		ret = tok_json_bool(o, "individual_digits", false, "pre-tokenizer Digits",
-				    &p->individual_digits);
+		ret = moem_tok_json_bool(o, "individual_digits", false, "pre-tokenizer Digits",
+					 &p->individual_digits);
 	} else if (!strcmp(type, "Punctuation")) {
 		p->kind = TOK_PRE_PUNCTUATION;
 		p->behavior = TOK_SPLIT_ISOLATED;
@@ -490,8 +492,8 @@ int tok_pretok_load(struct tok_pretok **out, struct json_object *o)
 		p->behavior = TOK_SPLIT_REMOVED;
 		p->invert = true;
 		p->pat.is_regex = true;
-		ret = tok_regex_compile(&p->pat.re, ws_re, sizeof(ws_re) - 1,
-					"pre-tokenizer Whitespace");
+		ret = moem_tok_regex_compile(&p->pat.re, ws_re, sizeof(ws_re) - 1,
+					     "pre-tokenizer Whitespace");
 		if (ret)
 			p->pat.is_regex = false;
 	} else {
@@ -507,17 +509,17 @@ int tok_pretok_load(struct tok_pretok **out, struct json_object *o)
 	return 0;
 
 err_free:
-	tok_pretok_free(p);
+	moem_tok_pretok_free(p);
 	return ret;
 }
 
-void tok_pretok_free(struct tok_pretok *p)
+void moem_tok_pretok_free(struct tok_pretok *p)
 {
 	if (!p)
 		return;
 	for (size_t i = 0; i < p->n_items; i++)
-		tok_pretok_free(p->items[i]);
+		moem_tok_pretok_free(p->items[i]);
 	free(p->items);
-	tok_pattern_free(&p->pat);
+	moem_tok_pattern_free(&p->pat);
 	free(p);
 }

@@ -15,7 +15,7 @@
 
 #include "tok_int.h"
 
-int tok_regex_compile(struct tok_regex *re, const char *pattern, size_t len, const char *what)
+int moem_tok_regex_compile(struct tok_regex *re, const char *pattern, size_t len, const char *what)
 {
 	PCRE2_SIZE erroff;
 	int err;
@@ -39,15 +39,15 @@ int tok_regex_compile(struct tok_regex *re, const char *pattern, size_t len, con
 	return 0;
 }
 
-void tok_regex_free(struct tok_regex *re)
+void moem_tok_regex_free(struct tok_regex *re)
 {
 	pcre2_code_free(re->code);
 	free(re->src);
 	memset(re, 0, sizeof(*re));
 }
 
-int tok_regex_next(const struct tok_regex *re, pcre2_match_data *md, const char *s, size_t len,
-		   size_t start, size_t *ms, size_t *me)
+int moem_tok_regex_next(const struct tok_regex *re, pcre2_match_data *md, const char *s, size_t len,
+			size_t start, size_t *ms, size_t *me)
 {
 	while (start < len) {
 		PCRE2_SIZE *ov;
@@ -74,7 +74,7 @@ int tok_regex_next(const struct tok_regex *re, pcre2_match_data *md, const char 
 	return 0;
 }
 
-int tok_pattern_load(struct tok_pattern *p, struct json_object *o, const char *what)
+int moem_tok_pattern_load(struct tok_pattern *p, struct json_object *o, const char *what)
 {
 	struct json_object *v;
 
@@ -85,8 +85,8 @@ int tok_pattern_load(struct tok_pattern *p, struct json_object *o, const char *w
 		if (!json_object_is_type(v, json_type_string))
 			return moem_errf(EINVAL, "%s: \"Regex\" is not a string", what);
 		p->is_regex = true;
-		return tok_regex_compile(&p->re, json_object_get_string(v),
-					 (size_t)json_object_get_string_len(v), what);
+		return moem_tok_regex_compile(&p->re, json_object_get_string(v),
+					      (size_t)json_object_get_string_len(v), what);
 	}
 	if (json_object_object_get_ex(o, "String", &v) && v) {
 		if (!json_object_is_type(v, json_type_string))
@@ -101,21 +101,21 @@ int tok_pattern_load(struct tok_pattern *p, struct json_object *o, const char *w
 	return moem_errf(EINVAL, "%s: a pattern is {\"String\": ...} or {\"Regex\": ...}", what);
 }
 
-void tok_pattern_free(struct tok_pattern *p)
+void moem_tok_pattern_free(struct tok_pattern *p)
 {
 	if (p->is_regex)
-		tok_regex_free(&p->re);
+		moem_tok_regex_free(&p->re);
 	free(p->str);
 	memset(p, 0, sizeof(*p));
 }
 
-int tok_pattern_next(const struct tok_pattern *p, pcre2_match_data *md, const char *s, size_t len,
-		     size_t start, size_t *ms, size_t *me)
+int moem_tok_pattern_next(const struct tok_pattern *p, pcre2_match_data *md, const char *s,
+			  size_t len, size_t start, size_t *ms, size_t *me)
 {
 	const char *f;
 
 	if (p->is_regex)
-		return tok_regex_next(&p->re, md, s, len, start, ms, me);
+		return moem_tok_regex_next(&p->re, md, s, len, start, ms, me);
 	if (!p->len || start >= len)
 		return 0;
 	f = memmem(s + start, len - start, p->str, p->len);

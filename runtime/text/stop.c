@@ -58,7 +58,7 @@ static int add_stop(struct stop_str *st, const char *str, size_t len, uint32_t i
 	if (len > MOEM_TEXT_STOP_MAX_LEN)
 		return moem_errf(EINVAL, "stop string %u has %zu bytes: at most %d", i, len,
 				 MOEM_TEXT_STOP_MAX_LEN);
-	bad = tok_utf8_invalid_at(str, len);
+	bad = moem_tok_utf8_invalid_at(str, len);
 	if (bad < len)
 		return moem_errf(EINVAL, "stop string %u is not valid UTF-8 (byte %zu)", i, bad);
 	st->s = malloc(len);

@@ -33,11 +33,11 @@ struct tok_buf {
 	size_t n, cap;
 };
 
-int tok_buf_put(struct tok_buf *b, const void *s, size_t n);
-int tok_buf_putc(struct tok_buf *b, char c);
+int moem_tok_buf_put(struct tok_buf *b, const void *s, size_t n);
+int moem_tok_buf_putc(struct tok_buf *b, char c);
 /* NUL-terminate without counting the NUL (p is then a C string). */
-int tok_buf_cstr(struct tok_buf *b);
-void tok_buf_free(struct tok_buf *b);
+int moem_tok_buf_cstr(struct tok_buf *b);
+void moem_tok_buf_free(struct tok_buf *b);
 
 /* A list of text pieces, each [off, off + len) of one arena. */
 struct tok_piece {
@@ -51,11 +51,11 @@ struct tok_pieces {
 };
 
 /* Append a copy of s as a new piece. */
-int tok_pieces_add(struct tok_pieces *p, const char *s, size_t n);
-void tok_pieces_reset(struct tok_pieces *p);
-void tok_pieces_free(struct tok_pieces *p);
+int moem_tok_pieces_add(struct tok_pieces *p, const char *s, size_t n);
+void moem_tok_pieces_reset(struct tok_pieces *p);
+void moem_tok_pieces_free(struct tok_pieces *p);
 
-int tok_ids_push(struct moem_tok_ids *ids, uint32_t id);
+int moem_tok_ids_push(struct moem_tok_ids *ids, uint32_t id);
 
 /* ---- hash maps ---- */
 
@@ -68,11 +68,11 @@ struct tok_strmap {
 	size_t cap, n;
 };
 
-int tok_strmap_init(struct tok_strmap *m, size_t expect);
+int moem_tok_strmap_init(struct tok_strmap *m, size_t expect);
 /* -EEXIST if the key is present (the old value stays). */
-int tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, uint32_t val);
-bool tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len, uint32_t *val);
-void tok_strmap_free(struct tok_strmap *m);
+int moem_tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, uint32_t val);
+bool moem_tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len, uint32_t *val);
+void moem_tok_strmap_free(struct tok_strmap *m);
 
 /* (id, id) -> (rank, merged id): the BPE merge table. */
 struct tok_pairmap {
@@ -83,33 +83,33 @@ struct tok_pairmap {
 	size_t cap, n;
 };
 
-int tok_pairmap_init(struct tok_pairmap *m, size_t expect);
+int moem_tok_pairmap_init(struct tok_pairmap *m, size_t expect);
 /* A pair already present takes the new rank and id (the last merge wins, as in tokenizers). */
-int tok_pairmap_put(struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t id);
-bool tok_pairmap_get(const struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t *rank,
-		     uint32_t *id);
-void tok_pairmap_free(struct tok_pairmap *m);
+int moem_tok_pairmap_put(struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t id);
+bool moem_tok_pairmap_get(const struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t *rank,
+			  uint32_t *id);
+void moem_tok_pairmap_free(struct tok_pairmap *m);
 
 /* ---- UTF-8 ---- */
 
 /* Offset of the first invalid byte, or len if s is valid UTF-8. */
-size_t tok_utf8_invalid_at(const char *s, size_t len);
+size_t moem_tok_utf8_invalid_at(const char *s, size_t len);
 /* Length of the valid UTF-8 character at s (1..4; s is valid). */
 static inline size_t tok_utf8_len(unsigned char c)
 {
 	return c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
 }
 /* Decode the valid character at s; *n gets its length. */
-uint32_t tok_utf8_get(const char *s, size_t *n);
+uint32_t moem_tok_utf8_get(const char *s, size_t *n);
 /* Encode cp (<= 0x10ffff) into out; returns the length. */
-size_t tok_utf8_put(uint32_t cp, char out[4]);
+size_t moem_tok_utf8_put(uint32_t cp, char out[4]);
 /*
  * Append bytes to out as UTF-8, replacing each maximal invalid subpart with
  * U+FFFD (what Rust's String::from_utf8_lossy and WHATWG's decoder do).
  */
-int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t len);
+int moem_tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t len);
 /* Unicode White_Space (what Rust's char::is_whitespace tests). */
-bool tok_is_space(uint32_t cp);
+bool moem_tok_is_space(uint32_t cp);
 
 /*
  * GPT-2's byte <-> printable character map (the ByteLevel stages): bytes
@@ -147,14 +147,14 @@ struct tok_regex {
 	char *src;
 };
 
-int tok_regex_compile(struct tok_regex *re, const char *pattern, size_t len, const char *what);
-void tok_regex_free(struct tok_regex *re);
+int moem_tok_regex_compile(struct tok_regex *re, const char *pattern, size_t len, const char *what);
+void moem_tok_regex_free(struct tok_regex *re);
 /*
  * Find the next match in [start, len) of s: 1 with [*ms, *me), 0 if none.
  * Empty matches are skipped, as Hugging Face's splitting ignores them.
  */
-int tok_regex_next(const struct tok_regex *re, pcre2_match_data *md, const char *s, size_t len,
-		   size_t start, size_t *ms, size_t *me);
+int moem_tok_regex_next(const struct tok_regex *re, pcre2_match_data *md, const char *s, size_t len,
+			size_t start, size_t *ms, size_t *me);
 
 /* A pattern in tokenizer.json: {"String": s} or {"Regex": r}. */
 struct tok_pattern {
@@ -164,11 +164,11 @@ struct tok_pattern {
 	struct tok_regex re;
 };
 
-int tok_pattern_load(struct tok_pattern *p, struct json_object *o, const char *what);
-void tok_pattern_free(struct tok_pattern *p);
-/* Next occurrence as tok_regex_next (a String pattern is a literal search). */
-int tok_pattern_next(const struct tok_pattern *p, pcre2_match_data *md, const char *s, size_t len,
-		     size_t start, size_t *ms, size_t *me);
+int moem_tok_pattern_load(struct tok_pattern *p, struct json_object *o, const char *what);
+void moem_tok_pattern_free(struct tok_pattern *p);
+/* Next occurrence as moem_tok_regex_next (a String pattern is a literal search). */
+int moem_tok_pattern_next(const struct tok_pattern *p, pcre2_match_data *md, const char *s,
+			  size_t len, size_t start, size_t *ms, size_t *me);
 
 /* ---- per-call scratch (a tokenizer is shared by threads, a ctx is not) ---- */
 
@@ -194,8 +194,8 @@ struct tok_ctx {
 	size_t heap_n, heap_cap;
 };
 
-int tok_ctx_init(struct tok_ctx *c);
-void tok_ctx_free(struct tok_ctx *c);
+int moem_tok_ctx_init(struct tok_ctx *c);
+void moem_tok_ctx_free(struct tok_ctx *c);
 
 /* ---- normalizers (normalizer.c) ---- */
 
@@ -222,11 +222,11 @@ struct tok_norm {
 	size_t n_items;
 };
 
-int tok_norm_load(struct tok_norm **out, struct json_object *o);
-void tok_norm_free(struct tok_norm *n);
+int moem_tok_norm_load(struct tok_norm **out, struct json_object *o);
+void moem_tok_norm_free(struct tok_norm *n);
 /* Normalize s into out (out is reset first). */
-int tok_norm_apply(const struct tok_norm *n, struct tok_ctx *c, const char *s, size_t len,
-		   struct tok_buf *out);
+int moem_tok_norm_apply(const struct tok_norm *n, struct tok_ctx *c, const char *s, size_t len,
+			struct tok_buf *out);
 
 /* ---- pre-tokenizers (pre_tokenizer.c) ---- */
 
@@ -265,17 +265,17 @@ struct tok_pretok {
 	size_t n_items;
 };
 
-int tok_pretok_load(struct tok_pretok **out, struct json_object *o);
-void tok_pretok_free(struct tok_pretok *p);
+int moem_tok_pretok_load(struct tok_pretok **out, struct json_object *o);
+void moem_tok_pretok_free(struct tok_pretok *p);
 /*
  * Split and transform the pieces of in into out (out is reset first).
  * first: the pieces come from the start of the input (Metaspace "first").
  */
-int tok_pretok_apply(const struct tok_pretok *p, struct tok_ctx *c, bool first,
-		     struct tok_pieces *in, struct tok_pieces *out);
+int moem_tok_pretok_apply(const struct tok_pretok *p, struct tok_ctx *c, bool first,
+			  struct tok_pieces *in, struct tok_pieces *out);
 /* The pieces of one piece of text, through every stage. */
-int tok_pretok_run(const struct tok_pretok *p, struct tok_ctx *c, bool first, const char *s,
-		   size_t len, struct tok_pieces **result);
+int moem_tok_pretok_run(const struct tok_pretok *p, struct tok_ctx *c, bool first, const char *s,
+			size_t len, struct tok_pieces **result);
 
 /* ---- the BPE model (bpe.c) ---- */
 
@@ -298,11 +298,11 @@ struct tok_bpe {
 	bool all_bytes;	       /* every <0xXX> is present */
 };
 
-int tok_bpe_load(struct tok_bpe *m, struct json_object *o);
-void tok_bpe_free(struct tok_bpe *m);
+int moem_tok_bpe_load(struct tok_bpe *m, struct json_object *o);
+void moem_tok_bpe_free(struct tok_bpe *m);
 /* Append the ids of one pre-token. */
-int tok_bpe_encode(const struct tok_bpe *m, struct tok_ctx *c, const char *s, size_t len,
-		   struct moem_tok_ids *ids);
+int moem_tok_bpe_encode(const struct tok_bpe *m, struct tok_ctx *c, const char *s, size_t len,
+			struct moem_tok_ids *ids);
 
 /* ---- added tokens (added_vocab.c) ---- */
 
@@ -334,11 +334,11 @@ struct tok_added_vocab {
 	struct tok_trie raw, norm; /* not normalized / normalized tokens */
 };
 
-int tok_added_load(struct tok_added_vocab *a, struct json_object *arr);
+int moem_tok_added_load(struct tok_added_vocab *a, struct json_object *arr);
 /* After the normalizer is known: the normalized forms and the tries. */
-int tok_added_build(struct tok_added_vocab *a, const struct tok_norm *n, struct tok_ctx *c);
-void tok_added_free(struct tok_added_vocab *a);
-const struct tok_added *tok_added_by_id(const struct tok_added_vocab *a, uint32_t id);
+int moem_tok_added_build(struct tok_added_vocab *a, const struct tok_norm *n, struct tok_ctx *c);
+void moem_tok_added_free(struct tok_added_vocab *a);
+const struct tok_added *moem_tok_added_by_id(const struct tok_added_vocab *a, uint32_t id);
 
 /* One split of the input: an added token (id) or text to tokenize. */
 struct tok_split {
@@ -357,8 +357,8 @@ struct tok_splits {
  * AddedVocabulary::find_matches. skip_special: special tokens found are
  * left in the text (tokenizers' encode_special_tokens).
  */
-int tok_added_split(const struct tok_added_vocab *a, const struct tok_trie *t, const char *s,
-		    size_t len, bool skip_special, struct tok_splits *out);
+int moem_tok_added_split(const struct tok_added_vocab *a, const struct tok_trie *t, const char *s,
+			 size_t len, bool skip_special, struct tok_splits *out);
 
 /* ---- post-processors (post_processor.c) ---- */
 
@@ -378,12 +378,12 @@ struct tok_post {
 	size_t n_items;
 };
 
-int tok_post_load(struct tok_post **out, struct json_object *o);
-void tok_post_free(struct tok_post *p);
+int moem_tok_post_load(struct tok_post **out, struct json_object *o);
+void moem_tok_post_free(struct tok_post *p);
 /* Wrap ids[start..] as the template says (only with MOEM_TOK_ADD_SPECIAL). */
-int tok_post_apply(const struct tok_post *p, struct moem_tok_ids *ids, size_t start);
+int moem_tok_post_apply(const struct tok_post *p, struct moem_tok_ids *ids, size_t start);
 /* Number of special ids the post-processor adds to one sequence. */
-size_t tok_post_added(const struct tok_post *p);
+size_t moem_tok_post_added(const struct tok_post *p);
 
 /* ---- decoders (decoder.c) ---- */
 
@@ -410,14 +410,14 @@ struct tok_dec {
 	size_t n_items;
 };
 
-int tok_dec_load(struct tok_dec **out, struct json_object *o);
-void tok_dec_free(struct tok_dec *d);
+int moem_tok_dec_load(struct tok_dec **out, struct json_object *o);
+void moem_tok_dec_free(struct tok_dec *d);
 /*
  * Decode a list of token strings (pieces of in, in order) into text. The
  * chain transforms the list; the last step joins it. in is consumed.
  */
-int tok_dec_apply(const struct tok_dec *d, struct tok_ctx *c, struct tok_pieces *in,
-		  struct tok_buf *out);
+int moem_tok_dec_apply(const struct tok_dec *d, struct tok_ctx *c, struct tok_pieces *in,
+		       struct tok_buf *out);
 
 /* ---- the tokenizer ---- */
 
@@ -443,13 +443,14 @@ struct moem_tokenizer {
 };
 
 /* JSON parsing with json-c (strict, depth-limited). */
-int tok_json_parse(const char *buf, size_t len, const char *what, struct json_object **out);
+int moem_tok_json_parse(const char *buf, size_t len, const char *what, struct json_object **out);
 /* Typed getters: -EINVAL with a message naming what and key. */
-int tok_json_str(struct json_object *o, const char *key, bool required, const char *what,
-		 const char **val, size_t *len);
-int tok_json_bool(struct json_object *o, const char *key, bool dflt, const char *what, bool *val);
-int tok_json_u32(struct json_object *o, const char *key, const char *what, uint32_t *val);
+int moem_tok_json_str(struct json_object *o, const char *key, bool required, const char *what,
+		      const char **val, size_t *len);
+int moem_tok_json_bool(struct json_object *o, const char *key, bool dflt, const char *what,
+		       bool *val);
+int moem_tok_json_u32(struct json_object *o, const char *key, const char *what, uint32_t *val);
 /* The "type" of a stage object, or an error naming what. */
-int tok_json_type(struct json_object *o, const char *what, const char **type);
+int moem_tok_json_type(struct json_object *o, const char *what, const char **type);
 
 #endif /* MOEM_TEXT_TOK_INT_H */

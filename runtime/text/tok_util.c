@@ -37,7 +37,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 	return 0;
 }
 
-int tok_buf_put(struct tok_buf *b, const void *s, size_t n)
+int moem_tok_buf_put(struct tok_buf *b, const void *s, size_t n)
 {
 	int ret;
 
@@ -52,12 +52,12 @@ int tok_buf_put(struct tok_buf *b, const void *s, size_t n)
 	return 0;
 }
 
-int tok_buf_putc(struct tok_buf *b, char c)
+int moem_tok_buf_putc(struct tok_buf *b, char c)
 {
-	return tok_buf_put(b, &c, 1);
+	return moem_tok_buf_put(b, &c, 1);
 }
 
-int tok_buf_cstr(struct tok_buf *b)
+int moem_tok_buf_cstr(struct tok_buf *b)
 {
 	int ret = grow((void **)&b->p, &b->cap, b->n + 1, 1);
 
@@ -67,20 +67,20 @@ int tok_buf_cstr(struct tok_buf *b)
 	return 0;
 }
 
-void tok_buf_free(struct tok_buf *b)
+void moem_tok_buf_free(struct tok_buf *b)
 {
 	free(b->p);
 	memset(b, 0, sizeof(*b));
 }
 
-int tok_pieces_add(struct tok_pieces *p, const char *s, size_t n)
+int moem_tok_pieces_add(struct tok_pieces *p, const char *s, size_t n)
 {
 	size_t off = p->text.n;
 	int ret = grow((void **)&p->v, &p->cap, p->n + 1, sizeof(*p->v));
 
 	if (ret)
 		return ret;
-	ret = tok_buf_put(&p->text, s, n);
+	ret = moem_tok_buf_put(&p->text, s, n);
 	if (ret)
 		return ret;
 	p->v[p->n].off = off;
@@ -89,20 +89,20 @@ int tok_pieces_add(struct tok_pieces *p, const char *s, size_t n)
 	return 0;
 }
 
-void tok_pieces_reset(struct tok_pieces *p)
+void moem_tok_pieces_reset(struct tok_pieces *p)
 {
 	p->n = 0;
 	p->text.n = 0;
 }
 
-void tok_pieces_free(struct tok_pieces *p)
+void moem_tok_pieces_free(struct tok_pieces *p)
 {
-	tok_buf_free(&p->text);
+	moem_tok_buf_free(&p->text);
 	free(p->v);
 	memset(p, 0, sizeof(*p));
 }
 
-int tok_ids_push(struct moem_tok_ids *ids, uint32_t id)
+int moem_tok_ids_push(struct moem_tok_ids *ids, uint32_t id)
 {
 	int ret = grow((void **)&ids->ids, &ids->cap, ids->n + 1, sizeof(*ids->ids));
 
@@ -129,7 +129,7 @@ static size_t table_cap(size_t expect)
 	return c;
 }
 
-int tok_strmap_init(struct tok_strmap *m, size_t expect)
+int moem_tok_strmap_init(struct tok_strmap *m, size_t expect)
 {
 	m->cap = table_cap(expect);
 	m->n = 0;
@@ -140,19 +140,19 @@ int tok_strmap_init(struct tok_strmap *m, size_t expect)
 static int strmap_grow(struct tok_strmap *m)
 {
 	struct tok_strmap n = {0};
-	int ret = tok_strmap_init(&n, m->cap);
+	int ret = moem_tok_strmap_init(&n, m->cap);
 
 	if (ret)
 		return ret;
 	for (size_t i = 0; i < m->cap; i++)
 		if (m->slot[i].key)
-			tok_strmap_put(&n, m->slot[i].key, m->slot[i].len, m->slot[i].val);
+			moem_tok_strmap_put(&n, m->slot[i].key, m->slot[i].len, m->slot[i].val);
 	free(m->slot);
 	*m = n;
 	return 0;
 }
 
-int tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, uint32_t val)
+int moem_tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, uint32_t val)
 {
 	size_t i;
 
@@ -180,7 +180,7 @@ int tok_strmap_put(struct tok_strmap *m, const char *key, size_t len, uint32_t v
 	}
 }
 
-bool tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len, uint32_t *val)
+bool moem_tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len, uint32_t *val)
 {
 	size_t i;
 
@@ -199,7 +199,7 @@ bool tok_strmap_get(const struct tok_strmap *m, const char *key, size_t len, uin
 	}
 }
 
-void tok_strmap_free(struct tok_strmap *m)
+void moem_tok_strmap_free(struct tok_strmap *m)
 {
 	free(m->slot);
 	memset(m, 0, sizeof(*m));
@@ -215,7 +215,7 @@ static inline size_t pair_hash(uint64_t k)
 	return (size_t)k;
 }
 
-int tok_pairmap_init(struct tok_pairmap *m, size_t expect)
+int moem_tok_pairmap_init(struct tok_pairmap *m, size_t expect)
 {
 	m->cap = table_cap(expect);
 	m->n = 0;
@@ -223,14 +223,14 @@ int tok_pairmap_init(struct tok_pairmap *m, size_t expect)
 	return m->slot ? 0 : -ENOMEM;
 }
 
-int tok_pairmap_put(struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t id)
+int moem_tok_pairmap_put(struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t id)
 {
 	uint64_t k = ((uint64_t)a << 32 | b) + 1;
 	size_t i;
 
 	if ((m->n + 1) * 2 > m->cap) {
 		struct tok_pairmap n = {0};
-		int ret = tok_pairmap_init(&n, m->cap);
+		int ret = moem_tok_pairmap_init(&n, m->cap);
 
 		if (ret)
 			return ret;
@@ -238,8 +238,8 @@ int tok_pairmap_put(struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t rank
 			const struct tok_pair_slot *s = &m->slot[j];
 
 			if (s->key)
-				tok_pairmap_put(&n, (uint32_t)((s->key - 1) >> 32),
-						(uint32_t)(s->key - 1), s->rank, s->id);
+				moem_tok_pairmap_put(&n, (uint32_t)((s->key - 1) >> 32),
+						     (uint32_t)(s->key - 1), s->rank, s->id);
 		}
 		free(m->slot);
 		*m = n;
@@ -262,8 +262,8 @@ int tok_pairmap_put(struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t rank
 	}
 }
 
-bool tok_pairmap_get(const struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t *rank,
-		     uint32_t *id)
+bool moem_tok_pairmap_get(const struct tok_pairmap *m, uint32_t a, uint32_t b, uint32_t *rank,
+			  uint32_t *id)
 {
 	uint64_t k = ((uint64_t)a << 32 | b) + 1;
 
@@ -282,7 +282,7 @@ bool tok_pairmap_get(const struct tok_pairmap *m, uint32_t a, uint32_t b, uint32
 	}
 }
 
-void tok_pairmap_free(struct tok_pairmap *m)
+void moem_tok_pairmap_free(struct tok_pairmap *m)
 {
 	free(m->slot);
 	memset(m, 0, sizeof(*m));
@@ -290,13 +290,13 @@ void tok_pairmap_free(struct tok_pairmap *m)
 
 /* ---- JSON ---- */
 
-int tok_json_parse(const char *buf, size_t len, const char *what, struct json_object **out)
+int moem_tok_json_parse(const char *buf, size_t len, const char *what, struct json_object **out)
 {
 	return moem_json_parse(buf, len, TOK_JSON_MAX, TOK_JSON_DEPTH, what, out);
 }
 
-int tok_json_str(struct json_object *o, const char *key, bool required, const char *what,
-		 const char **val, size_t *len)
+int moem_tok_json_str(struct json_object *o, const char *key, bool required, const char *what,
+		      const char **val, size_t *len)
 {
 	struct json_object *v;
 
@@ -316,7 +316,8 @@ int tok_json_str(struct json_object *o, const char *key, bool required, const ch
 	return 0;
 }
 
-int tok_json_bool(struct json_object *o, const char *key, bool dflt, const char *what, bool *val)
+int moem_tok_json_bool(struct json_object *o, const char *key, bool dflt, const char *what,
+		       bool *val)
 {
 	struct json_object *v;
 
@@ -329,7 +330,7 @@ int tok_json_bool(struct json_object *o, const char *key, bool dflt, const char 
 	return 0;
 }
 
-int tok_json_u32(struct json_object *o, const char *key, const char *what, uint32_t *val)
+int moem_tok_json_u32(struct json_object *o, const char *key, const char *what, uint32_t *val)
 {
 	struct json_object *v;
 	int64_t x;
@@ -346,9 +347,9 @@ int tok_json_u32(struct json_object *o, const char *key, const char *what, uint3
 	return 0;
 }
 
-int tok_json_type(struct json_object *o, const char *what, const char **type)
+int moem_tok_json_type(struct json_object *o, const char *what, const char **type)
 {
 	if (!json_object_is_type(o, json_type_object))
 		return moem_errf(EINVAL, "%s is not an object", what);
-	return tok_json_str(o, "type", true, what, type, NULL);
+	return moem_tok_json_str(o, "type", true, what, type, NULL);
 }

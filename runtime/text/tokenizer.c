@@ -16,21 +16,21 @@
 /* Matches hold the whole pattern and a few groups; more groups are not read. */
 #define TOK_MATCH_PAIRS 32
 
-int tok_ctx_init(struct tok_ctx *c)
+int moem_tok_ctx_init(struct tok_ctx *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->md = pcre2_match_data_create(TOK_MATCH_PAIRS, NULL);
 	return c->md ? 0 : -ENOMEM;
 }
 
-void tok_ctx_free(struct tok_ctx *c)
+void moem_tok_ctx_free(struct tok_ctx *c)
 {
 	pcre2_match_data_free(c->md);
-	tok_pieces_free(&c->a);
-	tok_pieces_free(&c->b);
-	tok_buf_free(&c->norm);
-	tok_buf_free(&c->tmp);
-	tok_buf_free(&c->pre);
+	moem_tok_pieces_free(&c->a);
+	moem_tok_pieces_free(&c->b);
+	moem_tok_buf_free(&c->norm);
+	moem_tok_buf_free(&c->tmp);
+	moem_tok_buf_free(&c->pre);
 	free(c->seg);
 	free(c->sym);
 	free(c->heap);
@@ -42,11 +42,11 @@ static int encode_text(const struct moem_tokenizer *t, struct tok_ctx *c, bool f
 		       size_t len, struct moem_tok_ids *ids)
 {
 	struct tok_pieces *pieces;
-	int ret = tok_pretok_run(t->pre, c, first, s, len, &pieces);
+	int ret = moem_tok_pretok_run(t->pre, c, first, s, len, &pieces);
 
 	for (size_t i = 0; !ret && i < pieces->n; i++)
-		ret = tok_bpe_encode(&t->bpe, c, pieces->text.p + pieces->v[i].off,
-				     pieces->v[i].len, ids);
+		ret = moem_tok_bpe_encode(&t->bpe, c, pieces->text.p + pieces->v[i].off,
+					  pieces->v[i].len, ids);
 	return ret;
 }
 
@@ -58,23 +58,23 @@ static int encode(const struct moem_tokenizer *t, struct tok_ctx *c, const char 
 	struct tok_buf nbuf = {0};
 	int ret;
 
-	ret = tok_added_split(&t->added, &t->added.raw, text, len, skip, &raw);
+	ret = moem_tok_added_split(&t->added, &t->added.raw, text, len, skip, &raw);
 	for (size_t i = 0; !ret && i < raw.n; i++) {
 		const struct tok_split *r = &raw.v[i];
 
 		if (r->id >= 0) {
-			ret = tok_ids_push(ids, (uint32_t)r->id);
+			ret = moem_tok_ids_push(ids, (uint32_t)r->id);
 			continue;
 		}
-		ret = tok_norm_apply(t->norm, c, text + r->off, r->len, &nbuf);
+		ret = moem_tok_norm_apply(t->norm, c, text + r->off, r->len, &nbuf);
 		if (!ret)
-			ret = tok_added_split(&t->added, &t->added.norm, nbuf.p, nbuf.n, skip,
-					      &norm);
+			ret = moem_tok_added_split(&t->added, &t->added.norm, nbuf.p, nbuf.n, skip,
+						   &norm);
 		for (size_t k = 0; !ret && k < norm.n; k++) {
 			const struct tok_split *s = &norm.v[k];
 
 			if (s->id >= 0)
-				ret = tok_ids_push(ids, (uint32_t)s->id);
+				ret = moem_tok_ids_push(ids, (uint32_t)s->id);
 			else
 				ret = encode_text(t, c, r->off == 0 && s->off == 0, nbuf.p + s->off,
 						  s->len, ids);
@@ -82,7 +82,7 @@ static int encode(const struct moem_tokenizer *t, struct tok_ctx *c, const char 
 	}
 	free(raw.v);
 	free(norm.v);
-	tok_buf_free(&nbuf);
+	moem_tok_buf_free(&nbuf);
 	return ret;
 }
 
@@ -95,17 +95,17 @@ int moem_tok_encode(const struct moem_tokenizer *t, const char *text, size_t len
 
 	if (flags & ~(MOEM_TOK_ADD_SPECIAL | MOEM_TOK_SPLIT_SPECIAL))
 		return moem_errf(EINVAL, "encode: unknown flags %#x", flags);
-	bad = tok_utf8_invalid_at(text, len);
+	bad = moem_tok_utf8_invalid_at(text, len);
 	if (bad < len)
 		return moem_errf(EILSEQ, "text is not valid UTF-8 (byte %zu: 0x%02x)", bad,
 				 (unsigned char)text[bad]);
-	ret = tok_ctx_init(&c);
+	ret = moem_tok_ctx_init(&c);
 	if (ret)
 		return ret;
 	ret = encode(t, &c, text, len, flags, ids);
 	if (!ret && (flags & MOEM_TOK_ADD_SPECIAL))
-		ret = tok_post_apply(t->post, ids, start);
-	tok_ctx_free(&c);
+		ret = moem_tok_post_apply(t->post, ids, start);
+	moem_tok_ctx_free(&c);
 	if (ret)
 		ids->n = start;
 	return ret;
@@ -118,7 +118,7 @@ static int decode(const struct moem_tokenizer *t, struct tok_ctx *c, const uint3
 	struct tok_pieces *in = &c->a;
 	int ret = 0;
 
-	tok_pieces_reset(in);
+	moem_tok_pieces_reset(in);
 	for (size_t i = 0; !ret && i < n; i++) {
 		uint32_t id = ids[i];
 		int32_t a = id < t->vocab_size ? t->added_of[id] : -1;
@@ -128,16 +128,16 @@ static int decode(const struct moem_tokenizer *t, struct tok_ctx *c, const uint3
 
 			if (tk->special && (flags & MOEM_TOK_SKIP_SPECIAL))
 				continue;
-			ret = tok_pieces_add(in, tk->content, tk->len);
+			ret = moem_tok_pieces_add(in, tk->content, tk->len);
 			continue;
 		}
 		if (id >= t->bpe.n_ids || !t->bpe.tok[id])
 			return moem_errf(ERANGE,
 					 "decode: token id %u is not in the vocabulary (%u)", id,
 					 t->vocab_size);
-		ret = tok_pieces_add(in, t->bpe.tok[id], t->bpe.tok_len[id]);
+		ret = moem_tok_pieces_add(in, t->bpe.tok[id], t->bpe.tok_len[id]);
 	}
-	return ret ? ret : tok_dec_apply(t->dec, c, in, &c->norm);
+	return ret ? ret : moem_tok_dec_apply(t->dec, c, in, &c->norm);
 }
 
 int moem_tok_decode(const struct moem_tokenizer *t, const uint32_t *ids, size_t n, unsigned flags,
@@ -151,7 +151,7 @@ int moem_tok_decode(const struct moem_tokenizer *t, const uint32_t *ids, size_t 
 		*len = 0;
 	if (flags & ~MOEM_TOK_SKIP_SPECIAL)
 		return moem_errf(EINVAL, "decode: unknown flags %#x", flags);
-	ret = tok_ctx_init(&c);
+	ret = moem_tok_ctx_init(&c);
 	if (ret)
 		return ret;
 	ret = decode(t, &c, ids, n, flags);
@@ -166,7 +166,7 @@ int moem_tok_decode(const struct moem_tokenizer *t, const uint32_t *ids, size_t 
 		if (!*text)
 			ret = -ENOMEM;
 	}
-	tok_ctx_free(&c);
+	moem_tok_ctx_free(&c);
 	return ret;
 }
 
@@ -209,9 +209,9 @@ int64_t moem_tok_token_to_id(const struct moem_tokenizer *t, const char *tok, si
 {
 	uint32_t v;
 
-	if (tok_strmap_get(&t->added.by_content, tok, len, &v))
+	if (moem_tok_strmap_get(&t->added.by_content, tok, len, &v))
 		return t->added.v[v].id;
-	if (tok_strmap_get(&t->bpe.vocab, tok, len, &v))
+	if (moem_tok_strmap_get(&t->bpe.vocab, tok, len, &v))
 		return v;
 	return -ENOENT;
 }
@@ -270,7 +270,7 @@ int moem_tok_stream_new(const struct moem_tokenizer *t, unsigned flags,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	ret = tok_ctx_init(&s->c);
+	ret = moem_tok_ctx_init(&s->c);
 	if (ret) {
 		free(s);
 		return ret;
@@ -295,7 +295,7 @@ int moem_tok_stream_push(struct moem_tok_stream *s, uint32_t id, const char **te
 
 	*text = "";
 	*len = 0;
-	ret = tok_ids_push(&s->ids, id);
+	ret = moem_tok_ids_push(&s->ids, id);
 	if (!ret)
 		ret = decode(s->t, &s->c, s->ids.ids, s->ids.n, s->flags);
 	if (ret) {
@@ -309,9 +309,9 @@ int moem_tok_stream_push(struct moem_tok_stream *s, uint32_t id, const char **te
 		return moem_errf(EPROTO, "decode stream: the text before token %u changed", id);
 	}
 	s->out.n = 0;
-	ret = tok_buf_put(&s->out, cur->p + s->prefix.n, cur->n - s->prefix.n);
+	ret = moem_tok_buf_put(&s->out, cur->p + s->prefix.n, cur->n - s->prefix.n);
 	if (!ret)
-		ret = tok_buf_cstr(&s->out);
+		ret = moem_tok_buf_cstr(&s->out);
 	if (ret)
 		return ret;
 	/*
@@ -324,7 +324,7 @@ int moem_tok_stream_push(struct moem_tok_stream *s, uint32_t id, const char **te
 	ret = decode(s->t, &s->c, s->ids.ids, s->ids.n, s->flags);
 	if (!ret) {
 		s->prefix.n = 0;
-		ret = tok_buf_put(&s->prefix, s->c.norm.p, s->c.norm.n);
+		ret = moem_tok_buf_put(&s->prefix, s->c.norm.p, s->c.norm.n);
 	}
 	if (ret)
 		return ret;
@@ -346,9 +346,9 @@ int moem_tok_stream_flush(struct moem_tok_stream *s, const char **text, size_t *
 		return ret;
 	s->out.n = 0;
 	if (cur->n > s->prefix.n && !memcmp(cur->p, s->prefix.p ? s->prefix.p : "", s->prefix.n))
-		ret = tok_buf_put(&s->out, cur->p + s->prefix.n, cur->n - s->prefix.n);
+		ret = moem_tok_buf_put(&s->out, cur->p + s->prefix.n, cur->n - s->prefix.n);
 	if (!ret)
-		ret = tok_buf_cstr(&s->out);
+		ret = moem_tok_buf_cstr(&s->out);
 	if (ret)
 		return ret;
 	s->ids.n = 0;
@@ -363,9 +363,9 @@ void moem_tok_stream_free(struct moem_tok_stream *s)
 {
 	if (!s)
 		return;
-	tok_ctx_free(&s->c);
+	moem_tok_ctx_free(&s->c);
 	moem_tok_ids_free(&s->ids);
-	tok_buf_free(&s->prefix);
-	tok_buf_free(&s->out);
+	moem_tok_buf_free(&s->prefix);
+	moem_tok_buf_free(&s->out);
 	free(s);
 }

@@ -31,7 +31,7 @@ static size_t valid_seq(const unsigned char *s, size_t len)
 	return n;
 }
 
-size_t tok_utf8_invalid_at(const char *str, size_t len)
+size_t moem_tok_utf8_invalid_at(const char *str, size_t len)
 {
 	const unsigned char *s = (const unsigned char *)str;
 	size_t i = 0;
@@ -51,7 +51,7 @@ size_t tok_utf8_invalid_at(const char *str, size_t len)
 	return len;
 }
 
-uint32_t tok_utf8_get(const char *str, size_t *n)
+uint32_t moem_tok_utf8_get(const char *str, size_t *n)
 {
 	const unsigned char *s = (const unsigned char *)str;
 
@@ -72,7 +72,7 @@ uint32_t tok_utf8_get(const char *str, size_t *n)
 	       (uint32_t)(s[2] & 0x3f) << 6 | (s[3] & 0x3f);
 }
 
-size_t tok_utf8_put(uint32_t cp, char out[4])
+size_t moem_tok_utf8_put(uint32_t cp, char out[4])
 {
 	if (cp < 0x80) {
 		out[0] = (char)cp;
@@ -121,7 +121,7 @@ static size_t maximal_subpart(const unsigned char *s, size_t len)
 	return i;
 }
 
-int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t len)
+int moem_tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t len)
 {
 	static const char fffd[3] = {(char)0xef, (char)0xbf, (char)0xbd};
 	size_t i = 0, run = 0;
@@ -135,19 +135,19 @@ int tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t len)
 			run += n;
 			continue;
 		}
-		ret = tok_buf_put(out, s + i - run, run);
+		ret = moem_tok_buf_put(out, s + i - run, run);
 		if (ret)
 			return ret;
 		run = 0;
-		ret = tok_buf_put(out, fffd, sizeof(fffd));
+		ret = moem_tok_buf_put(out, fffd, sizeof(fffd));
 		if (ret)
 			return ret;
 		i += maximal_subpart(s + i, len - i);
 	}
-	return tok_buf_put(out, s + i - run, run);
+	return moem_tok_buf_put(out, s + i - run, run);
 }
 
-bool tok_is_space(uint32_t cp)
+bool moem_tok_is_space(uint32_t cp)
 {
 	return (cp >= 0x09 && cp <= 0x0d) || cp == 0x20 || cp == 0x85 || cp == 0xa0 ||
 	       cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||

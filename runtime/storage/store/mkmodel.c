@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,11 +49,8 @@ struct mk_ctx {
 	double moe_scale, gain;
 	float *basis; /* [moe layers][E][hidden] unit rows */
 	struct mk_job *jobs;
-	size_t n_jobs, next;
+	size_t n_jobs;
 	struct moem_progress *prog;
-	pthread_mutex_t lock;
-	int err;
-	char msg[512];
 };
 
 static const struct {
@@ -259,51 +255,46 @@ static int gen_tensor(struct mk_ctx *x, const struct mk_job *j, float *val, uint
 	return 0;
 }
 
-static void *worker(void *arg)
+/* One generating thread's buffers: a chunk of values and of their encoding. */
+struct mk_scratch {
+	float *val;
+	uint8_t *raw;
+};
+
+static int mk_init(void *ctx, void **scratch)
 {
-	struct mk_ctx *x = arg;
-	float *val = malloc(sizeof(float) * CHUNK_ELEMS);
-	uint8_t *raw = malloc(4 * (size_t)CHUNK_ELEMS);
-	int ret = val && raw ? 0 : -ENOMEM;
+	struct mk_scratch *sc = calloc(1, sizeof(*sc));
 
-	while (!ret) {
-		size_t i = __atomic_fetch_add(&x->next, 1, __ATOMIC_RELAXED);
-
-		if (i >= x->n_jobs || __atomic_load_n(&x->err, __ATOMIC_RELAXED))
-			break;
-		ret = gen_tensor(x, &x->jobs[i], val, raw);
-	}
-	if (ret) {
-		pthread_mutex_lock(&x->lock);
-		if (!x->err) {
-			x->err = ret;
-			snprintf(x->msg, sizeof(x->msg), "%s", moem_strerror(ret));
-		}
-		pthread_mutex_unlock(&x->lock);
-	}
-	free(val);
-	free(raw);
-	return NULL;
+	(void)ctx;
+	*scratch = sc;
+	if (!sc)
+		return -ENOMEM;
+	sc->val = malloc(sizeof(float) * CHUNK_ELEMS);
+	sc->raw = malloc(4 * (size_t)CHUNK_ELEMS);
+	return sc->val && sc->raw ? 0 : -ENOMEM;
 }
 
-static int run_jobs(struct mk_ctx *x, uint32_t threads)
+static int mk_run(void *ctx, size_t job, void *scratch)
 {
-	pthread_t tid[16];
-	uint32_t started = 0;
+	struct mk_ctx *x = ctx;
+	struct mk_scratch *sc = scratch;
 
-	pthread_mutex_init(&x->lock, NULL);
-	for (; started < threads; started++)
-		if (pthread_create(&tid[started], NULL, worker, x))
-			break;
-	if (!started)
-		worker(x);
-	for (uint32_t i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
-	pthread_mutex_destroy(&x->lock);
-	if (x->err)
-		return moem_errf(-x->err, "%s", x->msg);
-	return 0;
+	return gen_tensor(x, &x->jobs[job], sc->val, sc->raw);
 }
+
+static void mk_fini(void *ctx, void *scratch)
+{
+	struct mk_scratch *sc = scratch;
+
+	(void)ctx;
+	if (!sc)
+		return;
+	free(sc->val);
+	free(sc->raw);
+	free(sc);
+}
+
+static const struct moem_store_jobs mk_jobs = {.init = mk_init, .run = mk_run, .fini = mk_fini};
 
 /* Write buf (and a newline when nl) to dir/.name.tmp; renamed to dir/name at the end. */
 static int write_side_file(const char *dir, const char *name, const char *buf, size_t len, bool nl,
@@ -686,7 +677,7 @@ int moem_mkmodel(const struct moem_mkmodel_opts *o)
 	x.prog = o->progress;
 	if (x.prog)
 		moem_progress_start(x.prog, "mkmodel", total, true);
-	ret = run_jobs(&x, o->threads ? moem_min(o->threads, 16u) : moem_store_default_threads());
+	ret = moem_store_run_jobs(&mk_jobs, &x, x.n_jobs, o->threads);
 	if (x.prog)
 		moem_progress_finish(x.prog);
 	if (!ret)

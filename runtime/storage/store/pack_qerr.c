@@ -20,12 +20,9 @@ struct qe_ctx {
 	const struct moem_pack *p;
 	uint32_t n_experts, n_acts;
 	uint64_t seed;
-	uint32_t next;
 	double sum[MOEM_PREC_NR], max[MOEM_PREC_NR];
 	uint32_t count[MOEM_PREC_NR];
-	pthread_mutex_t lock;
-	int err;
-	char msg[512];
+	pthread_mutex_t lock; /* the sums */
 };
 
 static void sample_act(uint64_t seed, uint32_t s, uint32_t a, float *act, uint32_t n)
@@ -127,38 +124,43 @@ out:
 	return ret;
 }
 
-static void *worker(void *arg)
+/* One measuring thread's buffer for an expert's blobs. */
+struct qe_scratch {
+	uint8_t *buf;
+	uint64_t cap;
+};
+
+static int qe_init(void *ctx, void **scratch)
 {
-	struct qe_ctx *x = arg;
-	uint8_t *buf = NULL;
-	uint64_t cap = 0;
-	int ret = 0;
-
-	while (!ret) {
-		uint32_t s = __atomic_fetch_add(&x->next, 1, __ATOMIC_RELAXED);
-
-		if (s >= x->n_experts)
-			break;
-		ret = measure(x, s, &buf, &cap);
-	}
-	if (ret) {
-		pthread_mutex_lock(&x->lock);
-		if (!x->err) {
-			x->err = ret;
-			snprintf(x->msg, sizeof(x->msg), "%s", moem_strerror(ret));
-		}
-		pthread_mutex_unlock(&x->lock);
-	}
-	free(buf);
-	return NULL;
+	(void)ctx;
+	*scratch = calloc(1, sizeof(struct qe_scratch));
+	return *scratch ? 0 : -ENOMEM;
 }
+
+static int qe_run(void *ctx, size_t job, void *scratch)
+{
+	struct qe_scratch *sc = scratch;
+
+	return measure(ctx, (uint32_t)job, &sc->buf, &sc->cap);
+}
+
+static void qe_fini(void *ctx, void *scratch)
+{
+	struct qe_scratch *sc = scratch;
+
+	(void)ctx;
+	if (sc)
+		free(sc->buf);
+	free(sc);
+}
+
+static const struct moem_store_jobs qe_jobs = {.init = qe_init, .run = qe_run, .fini = qe_fini};
 
 int moem_pack_quant_error(const struct moem_pack *p, uint32_t n_experts, uint32_t n_acts,
 			  uint64_t seed, uint32_t threads, struct moem_qerr out[MOEM_PREC_NR])
 {
 	struct qe_ctx x = {.p = p, .n_experts = n_experts, .n_acts = n_acts, .seed = seed};
-	pthread_t tid[16];
-	uint32_t started = 0;
+	int ret;
 
 	memset(out, 0, sizeof(*out) * MOEM_PREC_NR);
 	if (!(moem_pack_precisions(p) & (1u << MOEM_PREC_BF16)))
@@ -169,20 +171,11 @@ int moem_pack_quant_error(const struct moem_pack *p, uint32_t n_experts, uint32_
 				 "quantization error: %u experts x %u activations (want "
 				 "1..1000000 x 1..1024)",
 				 n_experts, n_acts);
-	if (!threads)
-		threads = moem_store_default_threads();
-	threads = moem_min(threads, moem_min(n_experts, 16u));
 	pthread_mutex_init(&x.lock, NULL);
-	for (; started < threads; started++)
-		if (pthread_create(&tid[started], NULL, worker, &x))
-			break;
-	if (!started)
-		worker(&x);
-	for (uint32_t i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
+	ret = moem_store_run_jobs(&qe_jobs, &x, n_experts, threads);
 	pthread_mutex_destroy(&x.lock);
-	if (x.err)
-		return moem_errf(-x.err, "%s", x.msg);
+	if (ret)
+		return ret;
 	for (int q = MOEM_PREC_Q8; q < MOEM_PREC_NR; q++) {
 		out[q].samples = x.count[q];
 		out[q].mean_rel = x.count[q] ? x.sum[q] / x.count[q] : 0;

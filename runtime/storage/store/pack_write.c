@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +52,8 @@ struct pw_ctx {
 	void *tok; /* the TOKENIZER section, or NULL */
 	size_t tok_len;
 	struct pw_job *jobs;
-	size_t n_jobs, next;
+	size_t n_jobs;
 	struct moem_progress *prog;
-	pthread_mutex_t lock;
-	int err;
-	char msg[512];
 };
 
 struct pw_buf {
@@ -232,57 +228,41 @@ static int run_ffn(struct pw_ctx *x, struct pw_buf *b, const struct pw_job *j)
 	return 0;
 }
 
-static void *worker(void *arg)
+static int pw_init(void *ctx, void **scratch)
 {
-	struct pw_ctx *x = arg;
-	struct pw_buf b = {0};
-	int ret = 0;
+	struct pw_buf *b = calloc(1, sizeof(*b));
 
-	b.xxh = XXH3_createState();
-	if (!b.xxh)
-		ret = -ENOMEM;
-	while (!ret) {
-		size_t i = __atomic_fetch_add(&x->next, 1, __ATOMIC_RELAXED);
-		const struct pw_job *j;
+	(void)ctx;
+	*scratch = b;
+	if (!b)
+		return -ENOMEM;
+	b->xxh = XXH3_createState();
+	return b->xxh ? 0 : -ENOMEM;
+}
 
-		if (i >= x->n_jobs || __atomic_load_n(&x->err, __ATOMIC_RELAXED))
-			break;
-		j = &x->jobs[i];
-		ret = j->type == JOB_TENSOR ? copy_tensor(x, &b, j->tensor) : run_ffn(x, &b, j);
-	}
-	if (ret) {
-		pthread_mutex_lock(&x->lock);
-		if (!x->err) {
-			x->err = ret;
-			snprintf(x->msg, sizeof(x->msg), "%s", moem_strerror(ret));
-		}
-		pthread_mutex_unlock(&x->lock);
-	}
+static int pw_run(void *ctx, size_t job, void *scratch)
+{
+	struct pw_ctx *x = ctx;
+	const struct pw_job *j = &x->jobs[job];
+
+	return j->type == JOB_TENSOR ? copy_tensor(x, scratch, j->tensor) : run_ffn(x, scratch, j);
+}
+
+static void pw_fini(void *ctx, void *scratch)
+{
+	struct pw_buf *b = scratch;
+
+	(void)ctx;
+	if (!b)
+		return;
 	for (int m = 0; m < MOEM_MAT_NR; m++)
-		free(b.src[m]);
-	free(b.blob);
-	XXH3_freeState(b.xxh);
-	return NULL;
+		free(b->src[m]);
+	free(b->blob);
+	XXH3_freeState(b->xxh);
+	free(b);
 }
 
-static int run_jobs(struct pw_ctx *x, uint32_t threads)
-{
-	pthread_t tid[16];
-	uint32_t started = 0;
-
-	pthread_mutex_init(&x->lock, NULL);
-	for (; started < threads && started < 16; started++)
-		if (pthread_create(&tid[started], NULL, worker, x))
-			break;
-	if (!started)
-		worker(x);
-	for (uint32_t i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
-	pthread_mutex_destroy(&x->lock);
-	if (x->err)
-		return moem_errf(-x->err, "%s", x->msg);
-	return 0;
-}
+static const struct moem_store_jobs pw_jobs = {.init = pw_init, .run = pw_run, .fini = pw_fini};
 
 static bool is_ffn(enum moem_tensor_role r)
 {
@@ -631,7 +611,7 @@ int moem_pack_write(const struct moem_pack_opts *o)
 	x.prog = o->progress;
 	if (x.prog)
 		moem_progress_start(x.prog, "pack", size - m.h.data_offset, true);
-	ret = run_jobs(&x, o->threads ? o->threads : moem_store_default_threads());
+	ret = moem_store_run_jobs(&pw_jobs, &x, x.n_jobs, o->threads);
 	if (x.prog)
 		moem_progress_finish(x.prog);
 	if (!ret)

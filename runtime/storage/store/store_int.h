@@ -94,4 +94,21 @@ int moem_store_arch_tensors(const struct moem_model_config *c, bool with_ffn,
 /* Online CPUs, clamped to [1, 16]: the default worker count. */
 uint32_t moem_store_default_threads(void);
 
+/*
+ * Independent jobs on a pool of threads (jobs.c). Each thread calls init
+ * once (optional: its scratch), run for the jobs it takes, fini at the end
+ * (optional; also after a failed init). The first error stops the pool and
+ * is returned with its message. threads 0: moem_store_default_threads();
+ * at most 16, and no more than jobs. Where no thread can be started the
+ * caller's thread runs every job.
+ */
+struct moem_store_jobs {
+	int (*init)(void *ctx, void **scratch);
+	int (*run)(void *ctx, size_t job, void *scratch);
+	void (*fini)(void *ctx, void *scratch);
+};
+
+int moem_store_run_jobs(const struct moem_store_jobs *j, void *ctx, size_t n_jobs,
+			uint32_t threads);
+
 #endif /* MOEM_STORE_INT_H */
