@@ -5,7 +5,9 @@
  * fp32 activations silu(gate x) * (up x) of each (expert, token) to the
  * scratch rows act[act_off + n]; down reads them back (as a bf16 hi/lo
  * pair) and writes out[token][slot]. blockIdx.y picks the expert,
- * blockIdx.x its rows: 16 * RT per block.
+ * blockIdx.x its rows: 16 * RT per block. A descriptor with n = 0 is a
+ * device-planned launch's spare (ffn_plan.cu: sized for the most experts
+ * a layer can route); its blocks return at once, all together.
  */
 #ifndef MOEM_CUDA_FFN_CUH
 #define MOEM_CUDA_FFN_CUH
@@ -22,6 +24,8 @@ template <int P, int NT> MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 	constexpr int RT = FfnShape<NT>::RT, KS = FfnShape<NT>::KS;
 	MOEM_DYN_SMEM(smem);
 	const moem_kffn_desc d = reinterpret_cast<const moem_kffn_desc *>(p.desc)[blockIdx.y];
+	if (!d.n) /* an unused descriptor of a device-planned launch (ffn_plan.cu) */
+		return;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int rt = warp % RT, ks = warp / RT, g = lane >> 2, t = lane & 3;
 	const uint32_t r0 = (blockIdx.x * RT + rt) * 16;
@@ -54,6 +58,8 @@ template <int P, int NT> MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 	constexpr int RT = FfnShape<NT>::RT, KS = FfnShape<NT>::KS;
 	MOEM_DYN_SMEM(smem);
 	const moem_kffn_desc d = reinterpret_cast<const moem_kffn_desc *>(p.desc)[blockIdx.y];
+	if (!d.n) /* an unused descriptor of a device-planned launch (ffn_plan.cu) */
+		return;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int rt = warp % RT, ks = warp / RT, g = lane >> 2, t = lane & 3;
 	const uint32_t r0 = (blockIdx.x * RT + rt) * 16;

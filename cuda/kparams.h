@@ -52,6 +52,35 @@ struct moem_kffn_params {
 	uint32_t H, I, n_slots, pad;
 };
 
+/*
+ * Where an expert's weights are for this step (the device-resident
+ * residency table, one row of N per MoE layer): blob 0 if it is in no
+ * tier the device can read.
+ */
+struct moem_kres_entry {
+	uint64_t blob;
+	uint32_t prec; /* enum moem_prec */
+	uint32_t pad;
+};
+
+/*
+ * The device-side FFN plan (cuda/ffn_plan.cu): from one layer's routing
+ * (ids, cnt) and residency table, the grouped FFN's descriptors bucketed
+ * as the host plan buckets them, by precision and n-tile class:
+ * desc[(prec * 4 + class) * D + i] for i < D, the unused ones with n = 0
+ * (the FFN kernels skip them; only buckets of prec_mask and classes below
+ * n_class are written), and the compact assignment list in the host
+ * plan's order (expert ascending, then token, then slot). work: u32[N]
+ * scratch. status: set to 1 + the first routed expert with no blob
+ * (never by a correct host, which builds the table of every expert).
+ */
+#define MOEM_K_PLAN_THREADS 32
+struct moem_kffn_plan_params {
+	uint64_t ids, cnt, table, desc, assign, work, status;
+	uint32_t B, k, N, D;
+	uint32_t n_class, prec_mask;
+};
+
 /* Router GEMM: out[n][r] = W[r][:] . x[n][:] for r < rows, n < n_tok. */
 struct moem_kgemm_params {
 	uint64_t w;   /* bf16 [rows][K] */

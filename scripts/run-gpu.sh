@@ -188,6 +188,7 @@ else
 	done
 	want tests && phase engine_budgets 120 "$T/engine_same_outputs.sh"
 	want tests && phase decode_tokens 180 "$T/decode_same_tokens.sh"
+	want tests && phase sync_per_step 90 "$T/sync_per_step.sh"
 	want bench && phase bench_kernels 120 "$K/bench_kernels" --backend cuda \
 		--out "$out/kernels.txt"
 	if want bench; then
@@ -199,6 +200,7 @@ else
 	fi
 	want bench && phase bench_tiers 60 "$R/bench_tiers" --backend cuda
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
+	want bench && phase sync_step 60 "$R/sync_step.sh" cuda
 	want bench && phase uvm_vs_vmm 120 "$R/uvm.sh" cuda
 	if want tests; then
 		if have_torch; then

@@ -294,6 +294,40 @@ struct moem_ffn_args {
 int moem_op_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a);
 
 /*
+ * The grouped FFN of one MoE layer planned on the device, with no host
+ * round trip: the experts and their (token, slot) pairs come from the
+ * layer's routing where moem_op_route left it (ids, cnt) and from a
+ * device-resident residency table, struct moem_res_entry[N]: where each
+ * expert's blob is for this step, and its precision. Writes what
+ * moem_op_ffn with the host's plan would (out: f32 [B][k][H]). A routed
+ * expert whose entry has no blob is not computed: the u32 at status
+ * (device memory) becomes 1 + its id if it was 0, for the host to check
+ * after it synchronises. prec_mask: bit p set if entries may have
+ * precision p. Optional: -EOPNOTSUPP where the backend plans on the host
+ * only (moem_be_has_ffn_routed).
+ */
+struct moem_res_entry {
+	moem_dptr blob;
+	uint32_t prec; /* enum moem_prec */
+	uint32_t pad;
+};
+
+struct moem_ffn_routed_args {
+	uint32_t B, H, I; /* B <= MOEM_BE_MAX_TOKENS; H, I % 32 == 0 */
+	uint32_t k, N;	  /* slots per token (top-k), experts */
+	uint32_t prec_mask;
+	moem_dptr x;	  /* bf16 [B][H] */
+	moem_dptr out;	  /* f32 [B][k][H] */
+	moem_dptr ids;	  /* i32 [B][k] */
+	moem_dptr cnt;	  /* u32 [B] */
+	moem_dptr table;  /* struct moem_res_entry [N] */
+	moem_dptr status; /* u32 */
+};
+int moem_op_ffn_routed(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_ffn_routed_args *a);
+bool moem_be_has_ffn_routed(const struct moem_backend *be);
+
+/*
  * Combine: h[t][i] += acc, where acc starts at +0.0f and, in this order,
  * adds w[t][j] * routed[t][j][i] for j < cnt[t] (product rounded, then
  * sum rounded: no FMA), then shared[t][s][i] for s < n_shared. Bitwise

@@ -127,6 +127,9 @@ struct moem_decode_stats {
 	uint64_t head_ns;		  /* final norm, lm_head, sampling */
 	uint64_t hits, misses, fallbacks; /* expert residency, as moem run counts it */
 	uint64_t bytes_nvme, bytes_h2d;
+	/* forward passes whose MoE layers were planned on the device: one
+	 * host synchronisation each (Documentation/backends.md) */
+	uint64_t device_steps;
 };
 
 struct moem_kv_usage {

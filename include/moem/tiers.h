@@ -203,6 +203,15 @@ int moem_tiers_published(struct moem_tiers *t, uint32_t layer, uint32_t expert);
  */
 int moem_tiers_published_range(struct moem_tiers *t, uint32_t layer, uint32_t expert,
 			       moem_dptr *addr, uint64_t *bytes);
+/*
+ * Pin, for one step planned on the device, every expert of layer whose
+ * planned version is published in HBM: refs[e] for each, ok[e] = 1 (0:
+ * not pinned). Unlike acquire() it counts no hit and touches no evictor:
+ * the step's real uses are accounted afterwards. Returns how many it
+ * pinned; give them back with release().
+ */
+uint32_t moem_tiers_pin_planned(struct moem_tiers *t, uint32_t layer, struct moem_xref *refs,
+				uint8_t *ok);
 /* mask[e] = 1 if some version of (layer, e) is published in HBM. */
 void moem_tiers_resident_mask(struct moem_tiers *t, uint32_t layer, uint8_t *mask);
 /* Any time, any thread: -EINVAL/-ERANGE (nothing changed) for a budget

@@ -142,7 +142,19 @@ static int alloc_acts(struct moem_decoder *d)
 		if (ret)
 			return ret;
 	}
-	d->logits_host = malloc(T * c->vocab * sizeof(float));
+	{
+		size_t lb = T * c->vocab * sizeof(float),
+		       bytes = moem_align_up(lb + 3 * T * 4, 4096);
+
+		d->logits_host = aligned_alloc(4096, bytes);
+		if (!d->logits_host)
+			return -ENOMEM;
+		d->io_host = (int32_t *)((uint8_t *)d->logits_host + lb);
+		ret = moem_be_host_register(d->be, d->logits_host, bytes);
+		if (ret)
+			return moem_err_prefix(-ret, "decoder: pinning %zu bytes", bytes);
+		d->host_reg = true;
+	}
 	d->scratch = malloc(2 * (size_t)c->vocab * sizeof(uint32_t));
 	d->tables_host = calloc((size_t)d->o.max_seqs * d->max_blocks, sizeof(int32_t));
 	d->seqs = calloc(d->o.max_seqs, sizeof(*d->seqs));
@@ -281,6 +293,8 @@ void moem_decoder_close(struct moem_decoder *d)
 		for (size_t i = 0; i < MOEM_ARRAY_SIZE(b); i++)
 			moem_be_free(d->be, b[i]);
 	}
+	if (d->host_reg)
+		moem_be_host_unregister(d->be, d->logits_host);
 	free(d->logits_host);
 	free(d->scratch);
 	free(d->tables_host);
@@ -672,6 +686,7 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 	d->total.fallbacks += st.fallbacks;
 	d->total.bytes_nvme += st.bytes_nvme;
 	d->total.bytes_h2d += st.bytes_h2d;
+	d->total.device_steps += st.device_steps;
 	pthread_mutex_unlock(&d->lock);
 	if (stats)
 		*stats = st;

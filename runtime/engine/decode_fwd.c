@@ -412,15 +412,20 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	struct moem_tiers_stats t0, t1;
 	enum moem_route_kind kind = e->rp.kind;
 	uint64_t s0 = moem_now_ns(), a0, m0;
+	bool dev;
 	int ret;
 
 	moem_tiers_get_stats(e->tiers, &t0);
 	a0 = moem_now_ns();
-	ret = moem_be_htod(d->be, d->ids_d, d->ids, 4 * T, NULL);
+	/* Through pinned memory: the last step's sync ended its copies from there. */
+	memcpy(d->io_host, d->ids, 4 * T);
+	memcpy(d->io_host + DEC_PIECE, d->pos, 4 * T);
+	memcpy(d->io_host + 2 * DEC_PIECE, d->tab, 4 * T);
+	ret = moem_be_htod(d->be, d->ids_d, d->io_host, 4 * T, NULL);
 	if (!ret)
-		ret = moem_be_htod(d->be, d->pos_d, d->pos, 4 * T, NULL);
+		ret = moem_be_htod(d->be, d->pos_d, d->io_host + DEC_PIECE, 4 * T, NULL);
 	if (!ret)
-		ret = moem_be_htod(d->be, d->tab_d, d->tab, 4 * T, NULL);
+		ret = moem_be_htod(d->be, d->tab_d, d->io_host + 2 * DEC_PIECE, 4 * T, NULL);
 	if (!ret)
 		ret = moem_op_embed(d->be, NULL, &em);
 	ds->attn_ns += moem_now_ns() - a0;
@@ -428,6 +433,10 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	 * LYNX/OEA/piggyback reduce decode batches only. */
 	if (prefill && (kind == MOEM_RP_LYNX || kind == MOEM_RP_OEA || kind == MOEM_RP_PIGGYBACK))
 		e->rp.kind = MOEM_RP_NONE;
+	/* Every expert in HBM: the step's MoE layers plan on the device (dstep.c). */
+	if (!ret)
+		ret = moem_eng_dstep_begin(e, T);
+	dev = moem_eng_dstep_on(e);
 	for (uint32_t l = 0; l < c->n_layers && !ret; l++) {
 		struct moem_rmsnorm_args in = {T,    c->hidden,	      c->rms_eps,
 					       e->h, d->L[l].in_norm, d->xb};
@@ -460,8 +469,12 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	if (!ret)
 		ret = moem_be_stream_sync(d->be, NULL);
 	ds->head_ns += moem_now_ns() - a0;
-	if (ret)
+	if (!ret)
+		ret = moem_eng_dstep_end(e, st.step, &st);
+	if (ret) {
+		moem_eng_dstep_abort(e);
 		return ret;
+	}
 	moem_tiers_get_stats(e->tiers, &t1);
 	add_tiers(e, &t0, &t1, &st);
 	st.step_ns = moem_now_ns() - s0;
@@ -483,5 +496,6 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	ds->fallbacks += st.fallbacks;
 	ds->bytes_nvme += st.bytes_nvme;
 	ds->bytes_h2d += st.bytes_h2d;
+	ds->device_steps += dev;
 	return 0;
 }

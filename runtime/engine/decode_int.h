@@ -68,8 +68,12 @@ struct moem_decoder {
 	moem_dptr ids_d, pos_d, tab_d;
 	int32_t ids[DEC_PIECE], pos[DEC_PIECE];
 	uint32_t tab[DEC_PIECE];
+	/* Pinned (registered with the backend): the step's logits and, after
+	 * them, its upload of ids, pos, tab, so no per-step copy is pageable. */
 	float *logits_host; /* [DEC_PIECE][V] */
-	uint32_t *scratch;  /* sampler, [2 * V] */
+	int32_t *io_host;   /* [3][DEC_PIECE] */
+	bool host_reg;
+	uint32_t *scratch; /* sampler, [2 * V] */
 
 	/* Any-thread state. */
 	pthread_mutex_t lock;

@@ -420,6 +420,7 @@ void moem_engine_close(struct moem_engine *e)
 		return;
 	if (e->trace)
 		moem_trace_writer_abort(e->trace);
+	moem_eng_dstep_free(e);
 	moem_eng_hotness_close(e);
 	moem_tiers_destroy(e->tiers);
 	if (e->dev)

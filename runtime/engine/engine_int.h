@@ -113,6 +113,8 @@ struct moem_engine {
 	uint64_t *hot_prev, *hot_cur;	/* [n_moe][N] moem_hot at the last interval, now */
 	uint32_t *hot_delta;		/* [N] */
 	char hotness[96];		/* what serves, for status */
+
+	struct moem_eng_dstep *ds; /* device-planned steps (dstep.c), or NULL */
 };
 
 /*
@@ -160,6 +162,22 @@ int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
 int moem_eng_lookahead(struct moem_engine *e);
 int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns);
 void moem_eng_after_step(struct moem_engine *e, uint64_t compute_ns, uint64_t bytes_streamed);
+/*
+ * dstep.c: decode steps planned on the device, one host synchronisation
+ * per step. begin() decides for a step of B tokens (before its first
+ * layer): it needs a backend with moem_op_ffn_routed, a routing policy
+ * that stays on the device, and every expert's planned version in HBM,
+ * and then pins them all for the step. While on(), moem_eng_layer runs
+ * MoE layers through moem_eng_dstep_ffn(). end() comes after the step's
+ * synchronisation: the host's per-layer work, one step late, and unpin.
+ * abort() after a failed step; free() at close.
+ */
+int moem_eng_dstep_begin(struct moem_engine *e, uint32_t B);
+bool moem_eng_dstep_on(const struct moem_engine *e);
+int moem_eng_dstep_ffn(struct moem_engine *e, uint32_t m, uint32_t B);
+int moem_eng_dstep_end(struct moem_engine *e, uint64_t step, struct moem_step_stats *st);
+void moem_eng_dstep_abort(struct moem_engine *e);
+void moem_eng_dstep_free(struct moem_engine *e);
 /* hotness.c: route counts, and DynaExq's counts from moem_hot */
 int moem_eng_hotness_open(struct moem_engine *e);
 void moem_eng_hotness_close(struct moem_engine *e);

@@ -5,7 +5,8 @@
  * grouped expert FFN through pinned versions as they land, shared experts,
  * combine. The FFN writes each (token, slot) row once and combine reduces
  * slots in order, so the order in which experts become resident never
- * changes the result.
+ * changes the result. In a step planned on the device (dstep.c) a MoE
+ * layer instead routes and plans its FFN there, with no host round trip.
  */
 #include <errno.h>
 #include <string.h>
@@ -75,7 +76,13 @@ static int run_groups(struct layer_ctx *c, struct group **gs, uint32_t n)
 	return ret;
 }
 
-static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moem_trace_rec *rp)
+/*
+ * Route MoE layer m's B tokens on the device into e->ids/w/cnt; with
+ * host_copy, also bring them (and the logits a trace wants) back into the
+ * host mirrors and wait for them.
+ */
+static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moem_trace_rec *rp,
+		 bool host_copy)
 {
 	const struct moem_model_config *c = e->cfg;
 	const uint32_t K = c->top_k, N = c->n_experts;
@@ -133,6 +140,8 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 		ret = moem_op_router(e->be, NULL, &ra);
 		if (!ret)
 			ret = moem_op_route(e->be, NULL, &a);
+		if (ret || !host_copy)
+			return ret;
 		if (!ret)
 			ret = moem_be_dtoh(e->be, e->ids_host, e->ids, sizeof(int32_t) * B * K,
 					   NULL);
@@ -293,6 +302,48 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 	return ret;
 }
 
+/* A MoE layer's shared experts, then h += routed (weighted) + shared. */
+static int shared_and_combine(struct moem_engine *e, uint32_t l, uint32_t B)
+{
+	struct moem_combine_args a = {.B = B,
+				      .H = e->cfg->hidden,
+				      .h = e->h,
+				      .k = e->cfg->top_k,
+				      .routed = e->out,
+				      .w = e->w,
+				      .cnt = e->cnt,
+				      .n_shared = e->shared[l] ? 1 : 0,
+				      .shared = e->shout};
+	int ret = 0;
+
+	if (e->shared[l])
+		ret = fixed_ffn(e, e->shared[l], e->shared_l.inter, B);
+	if (!ret)
+		ret = moem_op_combine(e->be, NULL, &a);
+	return ret;
+}
+
+/*
+ * MoE layer m in a step planned on the device (dstep.c): route, count and
+ * plan the FFN there from the step's residency table. Nothing here waits
+ * for the device; the host reads the routing after the step.
+ */
+static int moe_layer_dev(struct moem_engine *e, uint32_t l, uint32_t m, uint32_t B)
+{
+	const struct moem_model_config *cfg = e->cfg;
+	struct moem_hist_args h = {B,	     cfg->top_k, cfg->n_experts, m,
+				   e->n_moe, e->ids,	 e->cnt,	 e->counts};
+	int ret = route(e, m, B, NULL, false);
+
+	if (!ret)
+		ret = moem_op_histogram(e->be, NULL, &h);
+	if (!ret)
+		ret = moem_eng_dstep_ffn(e, m, B);
+	if (!ret)
+		ret = shared_and_combine(e, l, B);
+	return ret;
+}
+
 int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		   const struct moem_trace_rec *replay, struct moem_step_stats *st)
 {
@@ -312,7 +363,9 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		return dense_layer(e, l, B);
 	m = (uint32_t)e->moe_idx[l];
 	e->pos = step * e->n_moe + m;
-	ret = route(e, m, B, replay);
+	if (moem_eng_dstep_on(e))
+		return moe_layer_dev(e, l, m, B);
+	ret = route(e, m, B, replay, true);
 	if (ret)
 		return ret;
 	{
@@ -363,26 +416,9 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	ret = residency_and_ffn(&c, st);
 	if (ret)
 		return ret;
-	if (e->shared[l]) {
-		ret = fixed_ffn(e, e->shared[l], e->shared_l.inter, B);
-		if (ret)
-			return ret;
-	}
-	{
-		struct moem_combine_args a = {.B = B,
-					      .H = cfg->hidden,
-					      .h = e->h,
-					      .k = K,
-					      .routed = e->out,
-					      .w = e->w,
-					      .cnt = e->cnt,
-					      .n_shared = e->shared[l] ? 1 : 0,
-					      .shared = e->shout};
-
-		ret = moem_op_combine(e->be, NULL, &a);
-		if (ret)
-			return ret;
-	}
+	ret = shared_and_combine(e, l, B);
+	if (ret)
+		return ret;
 	e->last_layer_ns = moem_now_ns() - t0;
 	return moem_eng_after_layer(e, m, e->last_layer_ns);
 }

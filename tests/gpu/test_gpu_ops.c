@@ -576,6 +576,123 @@ TEST_F(pair, histogram)
 	dfree(self, &dh);
 }
 
+/*
+ * moem_op_ffn_routed (the plan made on the device from ids, cnt and a
+ * residency table) against moem_op_ffn with the host's plan of the same
+ * routing on the same backend: the same bits, for batches that reach
+ * every n-tile class and experts of every precision; an expert missing
+ * from the table is reported in status and its rows left alone.
+ */
+static void ffn_routed_case(struct __test_metadata *_metadata, FIXTURE_DATA(pair) * self,
+			    uint32_t B, uint64_t seed, int missing)
+{
+	const uint32_t H = 256, I = 128, N = 12, K = 4;
+	struct tb_expert ex[12];
+	moem_dptr blob[12], dx, dids, dcnt, dtab, dst, dout;
+	struct moem_res_entry tab[12];
+	struct moem_ffn_expert fe[12];
+	struct moem_ffn_assign *as = malloc(sizeof(*as) * B * K);
+	int32_t *ids = malloc(4 * B * K);
+	uint32_t cnt[64], na = 0, ne = 0, status = 0;
+	uint16_t *x = tb_rand_bf16(seed, (size_t)B * H, 1.0);
+	size_t outn = (size_t)B * K * H;
+	float *yr = malloc(4 * outn), *yh = malloc(4 * outn);
+	struct moem_rng r;
+
+	ASSERT_LE(B, 64u);
+	moem_rng_seed(&r, seed, 1);
+	for (uint32_t t = 0; t < B; t++) {
+		/* k distinct experts, skewed so that some get many tokens */
+		cnt[t] = t % 5 == 4 ? K - 1 : K;
+		for (uint32_t j = 0; j < K; j++) {
+			int32_t e;
+			bool dup;
+
+			do {
+				e = (int32_t)(moem_rng_below(&r, 3) ? moem_rng_below(&r, 4)
+								    : moem_rng_below(&r, N));
+				dup = false;
+				for (uint32_t i = 0; i < j; i++)
+					dup |= ids[t * K + i] == e;
+			} while (dup);
+			ids[t * K + j] = e;
+		}
+	}
+	for (uint32_t e = 0; e < N; e++) {
+		ASSERT_EQ(0, tb_expert_make(&ex[e], (enum moem_prec)(e % 4), H, I, seed + 20 + e));
+		blob[e] = tb_put(self->g, ex[e].blob, ex[e].l.bytes);
+		ASSERT_NE(0, blob[e]);
+		tab[e] = (struct moem_res_entry){(int)e == missing ? 0 : blob[e], e % 4, 0};
+	}
+	/* the host plan: experts ascending, then token, then slot */
+	for (uint32_t e = 0; e < N; e++) {
+		uint32_t first = na;
+
+		for (uint32_t t = 0; t < B; t++)
+			for (uint32_t j = 0; j < cnt[t]; j++)
+				if (ids[t * K + j] == (int32_t)e)
+					as[na++] =
+						(struct moem_ffn_assign){(uint16_t)t, (uint16_t)j};
+		if (na > first && (int)e != missing)
+			fe[ne++] =
+				(struct moem_ffn_expert){blob[e], ex[e].l.prec, first, na - first};
+	}
+	dx = tb_put(self->g, x, 2 * (size_t)B * H);
+	dids = tb_put(self->g, ids, 4 * B * K);
+	dcnt = tb_put(self->g, cnt, 4 * B);
+	dtab = tb_put(self->g, tab, sizeof(tab));
+	dst = tb_zeros(self->g, 4);
+	ASSERT_EQ(0, moem_be_alloc(self->g, 4 * outn, &dout)) TH_LOG("%s", moem_last_error());
+	{
+		struct moem_ffn_routed_args a = {B,  H,	   I,	 K,    N,    0xf,
+						 dx, dout, dids, dcnt, dtab, dst};
+		struct moem_ffn_args h = {B, H, I, K, dx, dout, ne, fe, na, as};
+
+		ASSERT_EQ(0, moem_be_memset(self->g, dout, 0xff, 4 * outn, NULL));
+		ASSERT_EQ(0, moem_op_ffn_routed(self->g, NULL, &a)) TH_LOG("%s", moem_last_error());
+		ASSERT_EQ(0, tb_get(self->g, yr, dout, 4 * outn));
+		ASSERT_EQ(0, tb_get(self->g, &status, dst, 4));
+		ASSERT_EQ(0, moem_be_memset(self->g, dout, 0xff, 4 * outn, NULL));
+		ASSERT_EQ(0, moem_op_ffn(self->g, NULL, &h)) TH_LOG("%s", moem_last_error());
+		ASSERT_EQ(0, tb_get(self->g, yh, dout, 4 * outn));
+	}
+	EXPECT_EQ(missing >= 0 ? (uint32_t)missing + 1 : 0u, status);
+	for (uint32_t i = 0; i < B * K; i++) {
+		EXPECT_EQ(0, memcmp(yr + (size_t)i * H, yh + (size_t)i * H, 4 * H))
+		TH_LOG("B %u: token %u slot %u (expert %d) differs from the host plan's", B, i / K,
+		       i % K, ids[i]);
+	}
+	for (uint32_t e = 0; e < N; e++) {
+		moem_be_free(self->g, blob[e]);
+		tb_expert_free(&ex[e]);
+	}
+	moem_be_free(self->g, dx);
+	moem_be_free(self->g, dids);
+	moem_be_free(self->g, dcnt);
+	moem_be_free(self->g, dtab);
+	moem_be_free(self->g, dst);
+	moem_be_free(self->g, dout);
+	free(as);
+	free(ids);
+	free(x);
+	free(yr);
+	free(yh);
+}
+
+TEST_F_TIMEOUT(pair, ffn_routed_equals_host_plan, 300)
+{
+	if (!moem_be_has_ffn_routed(self->g)) {
+		struct moem_ffn_routed_args a = {1, 256, 128, 4, 12, 1, 16, 16, 16, 16, 16, 16};
+
+		EXPECT_EQ(-EOPNOTSUPP, moem_op_ffn_routed(self->g, NULL, &a));
+		SKIP(return, "the %s backend plans on the host only", gpu_name());
+	}
+	ffn_routed_case(_metadata, self, 1, 900, -1); /* decode */
+	ffn_routed_case(_metadata, self, 7, 910, -1);
+	ffn_routed_case(_metadata, self, 64, 920, -1); /* every n-tile class */
+	ffn_routed_case(_metadata, self, 20, 930, 2);  /* expert 2 not in the table */
+}
+
 TEST_F(pair, streams_events_ordering)
 {
 	const uint64_t bytes = 64 << 20;

@@ -320,6 +320,7 @@ static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stat
 	a->fallbacks += b->fallbacks;
 	a->bytes_nvme += b->bytes_nvme;
 	a->bytes_h2d += b->bytes_h2d;
+	a->device_steps += b->device_steps;
 }
 
 /* Sort the split by step kind; keep decode steps' times for the median. */
@@ -585,6 +586,8 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 		json_object_object_add(o, "hits", json_object_new_uint64(r->st.hits));
 		json_object_object_add(o, "misses", json_object_new_uint64(r->st.misses));
 		json_object_object_add(o, "bytes_h2d", json_object_new_uint64(r->st.bytes_h2d));
+		json_object_object_add(o, "device_steps",
+				       json_object_new_uint64(r->st.device_steps));
 		fprintf(f, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 		json_object_put(o);
 	}

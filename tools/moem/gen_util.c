@@ -334,6 +334,7 @@ static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stat
 	a->fallbacks += b->fallbacks;
 	a->bytes_nvme += b->bytes_nvme;
 	a->bytes_h2d += b->bytes_h2d;
+	a->device_steps += b->device_steps;
 }
 
 int moem_gen_run(struct moem_gen *g, const int32_t *prompt, uint32_t n, FILE *stream,

@@ -437,6 +437,41 @@ int moem_op_ffn(struct moem_backend *be, struct moem_stream *s, const struct moe
 	return be->ops->ffn(be, strm(be, s), a);
 }
 
+bool moem_be_has_ffn_routed(const struct moem_backend *be)
+{
+	return be && be->ops->ffn_routed;
+}
+
+int moem_op_ffn_routed(struct moem_backend *be, struct moem_stream *s,
+		       const struct moem_ffn_routed_args *a)
+{
+	int ret;
+
+	CHECK_ALIVE(be);
+	if (!be->ops->ffn_routed)
+		return moem_errf(EOPNOTSUPP, "ffn_routed: the %s backend plans on the host only",
+				 be->ops->name);
+	if ((ret = range(a->B, 1, MOEM_BE_MAX_TOKENS, "ffn_routed", "B")) ||
+	    (ret = range(a->H, 32, MOEM_BE_MAX_HIDDEN, "ffn_routed", "H")) ||
+	    (ret = range(a->I, 32, MOEM_BE_MAX_INTER, "ffn_routed", "I")) ||
+	    (ret = range(a->k, 1, MOEM_BE_MAX_SLOTS, "ffn_routed", "k")) ||
+	    (ret = range(a->N, 1, MOEM_BE_MAX_EXPERTS, "ffn_routed", "N")) ||
+	    (ret = need(a->x, "ffn_routed", "x")) || (ret = need(a->out, "ffn_routed", "out")) ||
+	    (ret = need(a->ids, "ffn_routed", "ids")) ||
+	    (ret = need(a->cnt, "ffn_routed", "cnt")) ||
+	    (ret = need(a->table, "ffn_routed", "table")) ||
+	    (ret = need(a->status, "ffn_routed", "status")))
+		return ret;
+	if (a->H % 32 || a->I % 32)
+		return moem_errf(EINVAL, "ffn_routed: H = %u and I = %u must be multiples of 32",
+				 a->H, a->I);
+	if (a->x % 16 || a->out % 16 || a->table % 16 || a->ids % 4 || a->cnt % 4 || a->status % 4)
+		return moem_errf(EINVAL, "ffn_routed: misaligned buffer");
+	if (!a->prec_mask || a->prec_mask >> MOEM_PREC_NR)
+		return moem_errf(EINVAL, "ffn_routed: bad precision mask %#x", a->prec_mask);
+	return be->ops->ffn_routed(be, strm(be, s), a);
+}
+
 int moem_op_combine(struct moem_backend *be, struct moem_stream *s,
 		    const struct moem_combine_args *a)
 {

@@ -51,6 +51,9 @@ struct moem_backend_ops {
 		     const struct moem_route_args *a);
 	/* a->experts all have a valid prec and layout; assignments are unique. */
 	int (*ffn)(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a);
+	/* optional (NULL: -EOPNOTSUPP) */
+	int (*ffn_routed)(struct moem_backend *be, struct moem_stream *s,
+			  const struct moem_ffn_routed_args *a);
 	int (*combine)(struct moem_backend *be, struct moem_stream *s,
 		       const struct moem_combine_args *a);
 	int (*quantize)(struct moem_backend *be, struct moem_stream *s,

@@ -232,7 +232,8 @@ static int cuda_event_create(struct moem_backend *be, struct moem_event **out)
 	if (!e)
 		return -ENOMEM;
 	e->base.be = be;
-	ret = ck(cb, cb->api->cuEventCreate(&e->e, CU_EVENT_DEFAULT), "cuEventCreate");
+	/* Blocking sync: a host waiting for a copy or a step sleeps, not spins. */
+	ret = ck(cb, cb->api->cuEventCreate(&e->e, CU_EVENT_BLOCKING_SYNC), "cuEventCreate");
 	if (ret) {
 		free(e);
 		return ret;
@@ -319,6 +320,7 @@ static const struct moem_backend_ops cuda_ops = {
 	.router = moem_cuda_router,
 	.route = moem_cuda_route,
 	.ffn = moem_cuda_ffn,
+	.ffn_routed = moem_cuda_ffn_routed,
 	.combine = moem_cuda_combine,
 	.quantize = moem_cuda_quantize,
 	.histogram = moem_cuda_histogram,

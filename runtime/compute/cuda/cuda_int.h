@@ -30,6 +30,7 @@ enum cuda_kernel {
 	K_QUANT_Q8,
 	K_QUANT_Q4,
 	K_QUANT_Q2,
+	K_FFN_PLAN,
 	K_ROUTER,		     /* + n-tile class 0..3 */
 	K_FFN_GATEUP = K_ROUTER + 4, /* + prec * 4 + n-tile class */
 	K_FFN_DOWN = K_FFN_GATEUP + 16,
@@ -157,6 +158,8 @@ int moem_cuda_router(struct moem_backend *be, struct moem_stream *s,
 int moem_cuda_route(struct moem_backend *be, struct moem_stream *s,
 		    const struct moem_route_args *a);
 int moem_cuda_ffn(struct moem_backend *be, struct moem_stream *s, const struct moem_ffn_args *a);
+int moem_cuda_ffn_routed(struct moem_backend *be, struct moem_stream *s,
+			 const struct moem_ffn_routed_args *a);
 int moem_cuda_combine(struct moem_backend *be, struct moem_stream *s,
 		      const struct moem_combine_args *a);
 int moem_cuda_quantize(struct moem_backend *be, struct moem_stream *s,

@@ -16,7 +16,7 @@ static const char *const fixed_names[K_ROUTER] = {
 	[K_RMSNORM] = "moem_rmsnorm",	   [K_ROUTE] = "moem_route",
 	[K_COMBINE] = "moem_combine",	   [K_HIST] = "moem_histogram",
 	[K_QUANT_Q8] = "moem_quantize_q8", [K_QUANT_Q4] = "moem_quantize_q4",
-	[K_QUANT_Q2] = "moem_quantize_q2",
+	[K_QUANT_Q2] = "moem_quantize_q2", [K_FFN_PLAN] = "moem_ffn_plan",
 };
 
 static const char *const prec_names[4] = {"bf16", "q8", "q4", "q2"};

@@ -174,6 +174,32 @@ int moem_cuda_quantize(struct moem_backend *be, struct moem_stream *s,
 				&p);
 }
 
+/* The FFN parameters every launch of one call shares (desc is per launch). */
+static void ffn_params(struct moem_kffn_params *p, enum moem_prec prec, uint32_t H, uint32_t I,
+		       uint32_t n_slots, moem_dptr x, CUdeviceptr act, moem_dptr out)
+{
+	struct moem_expert_layout l;
+
+	moem_expert_layout(prec, H, I, &l);
+	memset(p, 0, sizeof(*p));
+	p->x = x;
+	p->act = act;
+	p->out = out;
+	for (int m = 0; m < MOEM_MAT_NR; m++) {
+		p->mat_off[m] = l.mat_off[m];
+		p->mat[m].scale_off = l.mat[m].scale_off;
+		p->mat[m].min_off = l.mat[m].min_off;
+		p->mat[m].row_bytes = l.mat[m].row_bytes;
+		p->mat[m].groups_per_row = l.mat[m].groups_per_row;
+	}
+	p->H = H;
+	p->I = I;
+	p->n_slots = n_slots;
+}
+
+_Static_assert(sizeof(struct moem_res_entry) == sizeof(struct moem_kres_entry),
+	       "backend.h and kparams.h agree on the residency table");
+
 /*
  * Grouped FFN: experts are bucketed by (precision, n-tile class); each
  * bucket is one gate/up launch and one down launch (blockIdx.y = expert).
@@ -235,28 +261,14 @@ int moem_cuda_ffn(struct moem_backend *be, struct moem_stream *s, const struct m
 		for (uint32_t b = 0; !ret && b < 16; b++) {
 			uint32_t prec = b / 4, c = b % 4, nt = 1u << c, rt = nt < 4 ? nt : 4;
 			uint32_t rows = pass ? a->H : a->I;
-			struct moem_expert_layout l;
 			struct moem_kffn_params p;
 
 			if (!cnt[b])
 				continue;
-			moem_expert_layout((enum moem_prec)prec, a->H, a->I, &l);
-			memset(&p, 0, sizeof(p));
+			ffn_params(&p, (enum moem_prec)prec, a->H, a->I, a->n_slots, a->x, act,
+				   a->out);
 			p.desc = ring_d + (uint64_t)first[b] * sizeof(*desc);
 			p.assign = ring_d + desc_bytes;
-			p.x = a->x;
-			p.act = act;
-			p.out = a->out;
-			for (int m = 0; m < MOEM_MAT_NR; m++) {
-				p.mat_off[m] = l.mat_off[m];
-				p.mat[m].scale_off = l.mat[m].scale_off;
-				p.mat[m].min_off = l.mat[m].min_off;
-				p.mat[m].row_bytes = l.mat[m].row_bytes;
-				p.mat[m].groups_per_row = l.mat[m].groups_per_row;
-			}
-			p.H = a->H;
-			p.I = a->I;
-			p.n_slots = a->n_slots;
 			ret = moem_cuda_launch(cb, (pass ? K_FFN_DOWN : K_FFN_GATEUP) + b,
 					       (rows + 16 * rt - 1) / (16 * rt), cnt[b],
 					       MOEM_K_THREADS, moem_k_smem(prec, nt, pass), cs, &p);
@@ -265,4 +277,67 @@ int moem_cuda_ffn(struct moem_backend *be, struct moem_stream *s, const struct m
 	/* Even after a failed launch the copy may be queued: keep the region. */
 	err = moem_cuda_ring_commit(cb, cs, off, len);
 	return ret ? ret : err;
+}
+
+/*
+ * Grouped FFN planned on the device: moem_ffn_plan writes, per bucket
+ * (precision, n-tile class) the host plan would use, D = min(N, B * k)
+ * descriptors (the most experts a layer can route; the unused ones empty)
+ * and the assignment list into the stream's scratch after the
+ * activations; then one gate/up and one down launch per bucket of a
+ * precision in prec_mask and a class up to B's (an expert has at most B
+ * tokens), D experts wide. The host never sees the plan; decode (B = 1)
+ * launches two FFN kernels per precision, as the host plan does.
+ */
+int moem_cuda_ffn_routed(struct moem_backend *be, struct moem_stream *s,
+			 const struct moem_ffn_routed_args *a)
+{
+	struct cuda_backend *cb = cuda_of(be);
+	struct cuda_stream *cs = cuda_stream_of(s);
+	const uint32_t pairs = a->B * a->k, D = moem_min(a->N, pairs), n_class = nt_class(a->B) + 1;
+	uint64_t act_bytes = moem_align_up((uint64_t)pairs * a->I * sizeof(float), 256);
+	uint64_t desc_bytes = moem_align_up((uint64_t)16 * D * sizeof(struct moem_kffn_desc), 256);
+	uint64_t asg_bytes = moem_align_up((uint64_t)pairs * 4, 256);
+	struct moem_kffn_plan_params pp;
+	CUdeviceptr act;
+	int ret;
+
+	ENTER(cb);
+	ret = moem_cuda_scratch(cb, cs, act_bytes + desc_bytes + asg_bytes + (uint64_t)a->N * 4,
+				&act);
+	if (ret)
+		return ret;
+	pp = (struct moem_kffn_plan_params){
+		.ids = a->ids,
+		.cnt = a->cnt,
+		.table = a->table,
+		.desc = act + act_bytes,
+		.assign = act + act_bytes + desc_bytes,
+		.work = act + act_bytes + desc_bytes + asg_bytes,
+		.status = a->status,
+		.B = a->B,
+		.k = a->k,
+		.N = a->N,
+		.D = D,
+		.n_class = n_class,
+		.prec_mask = a->prec_mask,
+	};
+	ret = moem_cuda_launch(cb, K_FFN_PLAN, 1, 1, MOEM_K_PLAN_THREADS, 0, cs, &pp);
+	for (int pass = 0; !ret && pass < 2; pass++) {
+		for (uint32_t b = 0; !ret && b < 16; b++) {
+			uint32_t prec = b / 4, c = b % 4, nt = 1u << c, rt = nt < 4 ? nt : 4;
+			uint32_t rows = pass ? a->H : a->I;
+			struct moem_kffn_params p;
+
+			if (!(a->prec_mask & 1u << prec) || c >= n_class)
+				continue;
+			ffn_params(&p, (enum moem_prec)prec, a->H, a->I, a->k, a->x, act, a->out);
+			p.desc = pp.desc + (uint64_t)b * D * sizeof(struct moem_kffn_desc);
+			p.assign = pp.assign;
+			ret = moem_cuda_launch(cb, (pass ? K_FFN_DOWN : K_FFN_GATEUP) + b,
+					       (rows + 16 * rt - 1) / (16 * rt), D, MOEM_K_THREADS,
+					       moem_k_smem(prec, nt, pass), cs, &p);
+		}
+	}
+	return ret;
 }

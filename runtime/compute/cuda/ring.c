@@ -107,7 +107,9 @@ int moem_cuda_ring_commit(struct cuda_backend *cb, struct cuda_stream *cs, uint3
 	int ret;
 
 	if (!r->ev) {
-		ret = ck(cb, cb->api->cuEventCreate(&r->ev, CU_EVENT_DISABLE_TIMING),
+		ret = ck(cb,
+			 cb->api->cuEventCreate(&r->ev,
+						CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC),
 			 "cuEventCreate(ring)");
 		if (ret)
 			return ret;

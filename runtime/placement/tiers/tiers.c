@@ -186,6 +186,32 @@ uint32_t moem_tiers_plan(struct moem_tiers *t, uint32_t layer, uint32_t expert)
 	return __atomic_load_n(&t->plan[layer * t->c.n_experts + expert], __ATOMIC_RELAXED);
 }
 
+uint32_t moem_tiers_pin_planned(struct moem_tiers *t, uint32_t layer, struct moem_xref *refs,
+				uint8_t *ok)
+{
+	uint32_t n = 0;
+
+	if (layer >= t->c.n_layers)
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t e = 0; e < t->c.n_experts; e++) {
+		uint32_t le = layer * t->c.n_experts + e;
+		uint64_t h = t->pub[le];
+		uint32_t pi = h & PUB_LO ? 1 : 0;
+
+		ok[e] = 0;
+		if (!h || pi != t->plan[le])
+			continue;
+		t->v[le * 2 + pi].hpins++;
+		refs[e] = (struct moem_xref){
+			.addr = t->base + PUB_OFF(h), .layer = layer, .expert = e, .pi = pi};
+		ok[e] = 1;
+		n++;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
 void moem_tiers_resident_mask(struct moem_tiers *t, uint32_t layer, uint8_t *mask)
 {
 	for (uint32_t e = 0; e < t->c.n_experts; e++)

@@ -303,7 +303,7 @@ CUAPI cuLaunchKernel(kfunc *f, unsigned int gx, unsigned int gy, unsigned int gz
 	buf = std::make_shared<std::vector<uint8_t>>(at + 16);
 	for (unsigned int i = 0; i < k->nargs; i++)
 		memcpy(buf->data() + off[i], params[i], k->size[i]);
-	emu_count_launch();
+	emu_count_launch(k->name);
 	nth = fault_launch();
 	return emu_enqueue(
 		(emu_stream *)s,

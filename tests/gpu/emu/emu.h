@@ -76,8 +76,9 @@ void emu_drain_all(void);
 bool emu_capturing(emu_stream *s);
 /* A call a capture does not allow: ends the capture as invalidated. */
 int emu_capture_refuse(emu_stream *s);
-/* Count a host synchronisation of the given kind, a launch (MOEM_EMU_STATS). */
+/* Count a host synchronisation of the given kind, a launch of the named
+ * kernel (MOEM_EMU_STATS, MOEM_EMU_STEP_KERNEL). */
 void emu_count_sync(const char *kind);
-void emu_count_launch(void);
+void emu_count_launch(const char *name);
 
 #endif /* MOEM_EMU_H */

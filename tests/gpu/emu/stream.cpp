@@ -18,8 +18,12 @@
  * pageable copy, an event record) end it as invalidated, like the driver.
  *
  * MOEM_EMU_STATS=FILE appends one line per process at exit: the host
- * synchronisations it made by kind, and its launches (the test of one
- * synchronisation per decode step counts them).
+ * synchronisations it made by kind, and its launches. With
+ * MOEM_EMU_STEP_KERNEL=NAME, a kernel launched once at the start of each
+ * step (moem_embed for a decode step), the line ends with step_syncs=
+ * the host synchronisations between one launch of it and the next, step
+ * by step (the last step, which runs into the exit, is left out):
+ * tests/gpu/sync_per_step.sh checks one per decode step with it.
  */
 #include <condition_variable>
 #include <deque>
@@ -78,6 +82,19 @@ enum { S_STREAM, S_EVENT, S_CTX, S_PAGEABLE, S_IMPLICIT, S_NR };
 static const char *const sync_names[S_NR] = { "stream_sync", "event_sync", "ctx_sync",
 					      "pageable_dtoh", "implicit" };
 static std::atomic<uint64_t> n_sync[S_NR], n_launch, n_graph, n_query;
+static std::mutex step_mu;
+/* Total syncs at each step kernel launch; never freed, so that it outlives
+ * the static destructors that run before write_stats(). */
+static std::vector<uint64_t> &step_marks = *new std::vector<uint64_t>;
+
+static uint64_t total_syncs(void)
+{
+	uint64_t total = 0;
+
+	for (int i = 0; i < S_NR; i++)
+		total += n_sync[i];
+	return total;
+}
 
 void emu_count_sync(const char *kind)
 {
@@ -86,15 +103,22 @@ void emu_count_sync(const char *kind)
 			n_sync[i]++;
 }
 
-void emu_count_launch(void)
+void emu_count_launch(const char *name)
 {
+	static const char *step = getenv("MOEM_EMU_STEP_KERNEL");
+
 	n_launch++;
+	if (step && name && !strcmp(name, step)) {
+		std::lock_guard<std::mutex> g(step_mu);
+
+		step_marks.push_back(total_syncs());
+	}
 }
 
 __attribute__((destructor)) static void write_stats(void)
 {
 	const char *path = getenv("MOEM_EMU_STATS");
-	uint64_t total = 0;
+	uint64_t total = total_syncs();
 	FILE *f;
 
 	if (!path || !*path)
@@ -102,14 +126,21 @@ __attribute__((destructor)) static void write_stats(void)
 	f = fopen(path, "a");
 	if (!f)
 		return;
-	for (int i = 0; i < S_NR; i++)
-		total += n_sync[i];
 	fprintf(f, "pid=%d syncs=%llu", (int)getpid(), (unsigned long long)total);
 	for (int i = 0; i < S_NR; i++)
 		fprintf(f, " %s=%llu", sync_names[i], (unsigned long long)n_sync[i]);
-	fprintf(f, " queries=%llu launches=%llu graph_launches=%llu\n",
+	fprintf(f, " queries=%llu launches=%llu graph_launches=%llu",
 		(unsigned long long)n_query, (unsigned long long)n_launch,
 		(unsigned long long)n_graph);
+	if (getenv("MOEM_EMU_STEP_KERNEL")) {
+		std::lock_guard<std::mutex> g(step_mu);
+
+		fprintf(f, " step_syncs=");
+		for (size_t i = 1; i < step_marks.size(); i++)
+			fprintf(f, "%s%llu", i > 1 ? "," : "",
+				(unsigned long long)(step_marks[i] - step_marks[i - 1]));
+	}
+	fputc('\n', f);
 	fclose(f);
 }
 

@@ -1,0 +1,44 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# Decode step time with every expert in HBM: MoE layers planned on the
+# device (one host synchronisation per step, Documentation/backends.md)
+# against the per-layer path (MOEM_DEVICE_PLAN=0: the router's picks read
+# back and planned on the host, a synchronisation per MoE layer), in the
+# same run, on a synthetic model with Qwen3-30B-A3B expert shapes (8 MoE
+# layers x 32 experts, top-4, batch 1). Usage: sync_step.sh cpu|cuda
+# (on the CPU backend both rows take the per-layer path). The model and
+# pack are built once under $MOEM_BUILD/bench/tiers.
+set -eu
+B=${MOEM_BUILD:-build}
+backend=${1:-cpu}
+dir=${MOEM_BENCH_DIR:-$B/bench}/tiers
+moem=$B/bin/moem
+mkdir -p "$dir"
+if [ ! -f "$dir/q30d.moem" ]; then
+	rm -rf "$dir/model-d"
+	"$moem" mkmodel --arch qwen3_moe --layers 8 --experts 32 --topk 4 --hidden 2048 \
+		--moe-intermediate 768 --seed 7 --out "$dir/model-d" >/dev/null
+	"$moem" pack --model "$dir/model-d" --out "$dir/q30d.moem" --precisions bf16 >/dev/null
+	rm -rf "$dir/model-d"
+fi
+label=$([ "$backend" = cuda ] && echo "GPU" || echo "CPU backend: no device plan")
+echo "decode step, every expert in HBM ($label; synthetic Qwen3-30B-A3B expert shapes, 8 layers x 32 experts, top-4, batch 1, 48 new tokens)"
+printf '%-14s %14s %12s %13s\n' plan median_step_ms tokens/s device_steps
+run() {
+	env "$@" "$moem" decode --pack "$dir/q30d.moem" --backend "$backend" --tokens 5,17,300,42 \
+		--max-new 48 --no-model-eos --json --quiet
+}
+num() { echo "$1" | sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" | head -1; }
+dev=$(run MOEM_DEVICE_PLAN=1)
+host=$(run MOEM_DEVICE_PLAN=0)
+dm=$(num "$dev" median_decode_step_ms) hm=$(num "$host" median_decode_step_ms)
+printf '%-14s %14.3f %12.2f %13s\n' device "$dm" "$(num "$dev" decode_tokens_per_s)" \
+	"$(num "$dev" device_steps)"
+printf '%-14s %14.3f %12.2f %13s\n' per-layer "$hm" "$(num "$host" decode_tokens_per_s)" \
+	"$(num "$host" device_steps)"
+# Both rows take the same path on the CPU backend: no result to record.
+[ "$backend" = cuda ] || exit 0
+echo "RESULT decode_step_ms_device_plan=$dm"
+echo "RESULT decode_step_ms_per_layer=$hm"
+awk -v d="$dm" -v h="$hm" 'BEGIN { if (d > 0) printf "RESULT decode_step_per_layer_over_device=%.3f\n", h / d }'
