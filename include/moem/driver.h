@@ -106,9 +106,32 @@ struct moem_driver_ops {
 };
 
 /* What runs: the components of a policy (sim presets and engine options alike). */
+/*
+ * How the DRAM tier chooses its victims (moem_driver_dram_pick):
+ *  lru       least recently staged or copied to HBM (the default: DRAM
+ *            serves HBM's misses, and this ranks by the last one);
+ *  policy    the HBM policy (--evict) over DRAM, pred's scores included;
+ *  hbm-first the versions that also hold an HBM slot first (DRAM keeps
+ *            what HBM does not), then LRU. There is no copy back from
+ *            HBM to DRAM, so such a version is read from NVMe again when
+ *            HBM evicts it.
+ * Documentation/tiers.md has the rule and the measurements behind the
+ * default.
+ */
+enum moem_dram_rule {
+	MOEM_DRAM_LRU = 0,
+	MOEM_DRAM_POLICY = 1,
+	MOEM_DRAM_HBM_FIRST = 2,
+};
+
+/* "lru", "policy", "hbm-first" (NULL: lru); -EINVAL with a message. */
+int moem_dram_rule_parse(const char *s, enum moem_dram_rule *out);
+const char *moem_dram_rule_name(enum moem_dram_rule r);
+
 struct moem_driver_cfg {
 	uint32_t n_layers, n_experts, top_k;
 	struct moem_evict_cfg evict; /* shape fields are the driver's */
+	enum moem_dram_rule dram;    /* the DRAM tier's victims */
 	bool predictor;		     /* keep a predictor (prefetch, or pred's scores) */
 	bool prefetch;		     /* issue prefetches */
 	struct moem_prefetch_cfg pf; /* shape and estimates are the driver's */
@@ -197,6 +220,21 @@ int moem_driver_pick(struct moem_driver *d, uint32_t incoming, enum moem_prio pr
 /* vid took an HBM slot (in flight or resident) / gave it up. */
 void moem_driver_inserted(struct moem_driver *d, uint32_t vid);
 void moem_driver_removed(struct moem_driver *d, uint32_t vid);
+
+/*
+ * The DRAM tier's evictor, under cfg.dram, over the versions staged in
+ * DRAM; the engine and the simulator both use it. dram_inserted: vid's
+ * load into DRAM started (a victim is only ever one ok() accepts, never
+ * one still loading); dram_used: a copy out of DRAM started;
+ * dram_removed: evicted. dram_pick: 0 and *vid among what ok() accepts
+ * (never the current layer's experts nor a prefetch in flight), or
+ * -ENOENT.
+ */
+void moem_driver_dram_inserted(struct moem_driver *d, uint32_t vid);
+void moem_driver_dram_used(struct moem_driver *d, uint32_t vid);
+void moem_driver_dram_removed(struct moem_driver *d, uint32_t vid);
+int moem_driver_dram_pick(struct moem_driver *d, bool (*ok)(void *arg, uint32_t vid), void *arg,
+			  uint32_t *vid);
 
 /* A miss found no victim: withdraw one prefetch not yet started (true if one was). */
 bool moem_driver_reclaim(struct moem_driver *d);

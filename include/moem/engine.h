@@ -61,7 +61,20 @@ struct moem_engine_opts {
 	 * | "lfu" | "pred"; prefetch "none" | "adaptive[..]" | "fixed:S=..";
 	 * precision "none" | "dynaexq[..]"; paging "none" | "fluxmoe[..]". */
 	const char *route, *evict, *prefetch, *precision, *paging;
+	/* The DRAM tier's victims: "lru" (NULL, the default), "policy" (as
+	 * evict), "hbm-first" (driver.h: enum moem_dram_rule). */
+	const char *dram_evict;
 	double link_gbps; /* emulated device: modelled H2D link (default 25) */
+	/* emulated device: per-piece latency in us (0: the default, 10; < 0: none) */
+	double link_lat_us;
+	/*
+	 * Every transfer a layer issues (misses, prefetches, paging,
+	 * promotions) lands before the next layer starts: the link never
+	 * limits, so hit rates and bytes follow the placement decisions alone
+	 * and equal the simulator's on the run's trace with a link that is
+	 * never busy (tests comparing the two; slower than a normal run).
+	 */
+	bool lockstep;
 	struct moem_loader_opts loader;
 	bool verify_blobs;     /* check each staged blob's checksum (default on) */
 	bool no_verify;	       /* turn verify_blobs off */

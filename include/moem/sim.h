@@ -75,6 +75,7 @@ struct moem_sim_policy {
 	uint32_t pf_queue; /* outstanding prefetches at most (64) */
 	bool ordered;	   /* cache-aware execution order */
 	bool pregate;	   /* read the trace's pre-gate picks (default on) */
+	int dram;	   /* enum moem_dram_rule: the DRAM cache's victims (dram=, lru) */
 	struct moem_dynaexq_cfg dx;
 	bool dx_pair_given, dx_n_hi_given;
 	struct moem_paging_cfg pg;

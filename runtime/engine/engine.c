@@ -264,7 +264,13 @@ static int open_tiers(struct moem_engine *e)
 		.dram_budget = e->o.dram_budget,
 		.allow_fallback = e->o.allow_fallback,
 	};
-	struct moem_emu_opts eo = {.link_gbps = e->o.link_gbps, .link_lat_us = 10};
+	/* the emulated link's latency per piece: 10 us unless set, none if negative */
+	struct moem_emu_opts eo = {
+		.link_gbps = e->o.link_gbps,
+		.link_lat_us = e->o.link_lat_us == 0  ? 10
+			       : e->o.link_lat_us > 0 ? e->o.link_lat_us
+						      : 0,
+	};
 	int ret;
 
 	if (e->uvm)
@@ -275,10 +281,8 @@ static int open_tiers(struct moem_engine *e)
 		ret = moem_tierdev_emu_create(&eo, &e->dev);
 	if (ret)
 		return moem_err_prefix(-ret, "tier device");
-	ret = moem_evictor_lru_create(e->n_moe * e->cfg->n_experts * 2, &e->dram_ev);
-	if (ret)
-		return ret;
-	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev, e->dram_ev,
+	/* both tiers' evictions follow the placement policy (placement.c) */
+	ret = moem_tiers_create(&tc, e->dev, e->dram, e->dram_bytes, e->stager, &e->hev, &e->dramev,
 				&e->tiers);
 	if (ret)
 		return moem_err_prefix(-ret, "tiers");
@@ -427,8 +431,6 @@ void moem_engine_close(struct moem_engine *e)
 	moem_eng_dstep_free(e);
 	moem_eng_hotness_close(e);
 	moem_tiers_destroy(e->tiers);
-	if (e->dram_ev)
-		e->dram_ev->destroy(e->dram_ev);
 	if (e->dev)
 		e->dev->ops->destroy(e->dev);
 	moem_eng_placement_close(e);

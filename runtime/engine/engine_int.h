@@ -16,7 +16,9 @@
 #include <moem/tiers.h>
 #include <moem/trace.h>
 
-#define ENG_MAX_B 64
+#define ENG_MAX_B	  64
+/* lockstep runs: the link rate the policies are told (moem sim --pcie-gbps 10000) */
+#define ENG_LOCKSTEP_GBPS 10000.0
 
 struct moem_engine {
 	struct moem_engine_opts o;
@@ -39,7 +41,7 @@ struct moem_engine {
 	struct moem_tierdev *dev;
 	bool uvm;		 /* hbm_mode "uvm": dev is the UVM device, the tiers never evict */
 	struct moem_evictor hev; /* the policy driver behind the tiers' interface */
-	struct moem_evictor *dram_ev;
+	struct moem_evictor dramev; /* and the DRAM tier's (driver.h: moem_driver_dram_pick) */
 	struct moem_tiers *tiers;
 	uint32_t n_prec;
 	enum moem_prec prec[2];
@@ -73,6 +75,7 @@ struct moem_engine {
 	uint64_t pos; /* layer clock: step * n_moe + MoE layer */
 	uint64_t interval_start_ns;
 	uint64_t pf_last_bytes, pf_last_ns; /* transfer totals fed to the driver */
+	uint64_t pg_last_misses;	    /* FluxMoE: the tiers' misses at the last step */
 	/* Pre-gate: layers ahead, their router logits (device, host), picks [D][B][K]. */
 	uint32_t pg_depth, replay_pg_depth; /* ours, and the replayed trace's */
 	moem_dptr pg_logits;
@@ -175,7 +178,7 @@ void moem_eng_used(struct moem_engine *e, const struct moem_xref *ref, int ret);
 int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
 		     const struct moem_trace_rec *replay);
 /* Plan and issue prefetches (the layer's misses are queued). */
-void moem_eng_lookahead(struct moem_engine *e);
+int moem_eng_lookahead(struct moem_engine *e);
 int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns);
 void moem_eng_after_step(struct moem_engine *e, uint64_t compute_ns, uint64_t bytes_streamed);
 /*

@@ -291,8 +291,11 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 		}
 		ready[n_ready++] = g;
 	}
-	/* Look ahead now: this layer's hits are pinned, its misses queued first. */
-	moem_eng_lookahead(e);
+	/* Look ahead now (prefetch, FluxMoE's window): this layer's hits are
+	 * pinned, its misses have their slots and are queued first. */
+	ret = moem_eng_lookahead(e);
+	if (ret)
+		return ret;
 	ret = run_groups(c, ready, n_ready);
 	while (!ret && done_pend < n_pend)
 		ret = finish_pending(c, pend[done_pend++], st);
@@ -400,10 +403,6 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		if (ret)
 			return ret;
 	}
-	/* FluxMoE: the next layer's window starts loading with this layer */
-	ret = moem_driver_page_next(e->drv);
-	if (ret)
-		return ret;
 	if (moem_route_policy_ordered(&e->rp)) {
 		moem_tiers_resident_mask(e->tiers, m, e->res_host);
 		n_order = moem_route_exec_order(N, active, e->res_host, order, &n_res);

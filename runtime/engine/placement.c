@@ -69,6 +69,39 @@ static void ev_destroy(struct moem_evictor *ev)
 {
 }
 
+/* ---- the DRAM tier's evictor: the driver too ----------------------------------- */
+
+static struct moem_engine *of_dev(struct moem_evictor *ev)
+{
+	return (struct moem_engine *)((char *)ev - offsetof(struct moem_engine, dramev));
+}
+
+static void dev_add(struct moem_evictor *ev, uint32_t id)
+{
+	if (of_dev(ev)->drv)
+		moem_driver_dram_inserted(of_dev(ev)->drv, id);
+}
+
+static void dev_del(struct moem_evictor *ev, uint32_t id)
+{
+	if (of_dev(ev)->drv)
+		moem_driver_dram_removed(of_dev(ev)->drv, id);
+}
+
+static void dev_touch(struct moem_evictor *ev, uint32_t id)
+{
+	if (of_dev(ev)->drv)
+		moem_driver_dram_used(of_dev(ev)->drv, id);
+}
+
+static int dev_pick(struct moem_evictor *ev, uint32_t incoming, enum moem_prio prio,
+		    bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *id)
+{
+	if (!of_dev(ev)->drv)
+		return -ENOENT;
+	return moem_driver_dram_pick(of_dev(ev)->drv, ok, arg, id);
+}
+
 /* ---- the driver's ops on the tiers -------------------------------------------- */
 
 static enum moem_res op_state(void *arg, uint32_t key)
@@ -281,9 +314,15 @@ int moem_eng_placement_open(struct moem_engine *e)
 	moem_cost_default(&dc->cost);
 	dc->cost.link_gbps = e->o.link_gbps;
 	dc->cost.layer_ns = 1000000; /* replaced by the measured layer time */
+	/* lockstep: the link is never busy when a layer starts; the policies see it free */
+	if (e->o.lockstep)
+		dc->cost.link_gbps = ENG_LOCKSTEP_GBPS;
 	ret = moem_evict_parse(e->evict_spec, &dc->evict);
 	if (ret)
 		return moem_err_prefix(-ret, "--evict");
+	ret = moem_dram_rule_parse(e->o.dram_evict, &dc->dram);
+	if (ret)
+		return moem_err_prefix(-ret, "--dram-evict");
 	moem_prefetch_default(&dc->pf, e->n_moe, e->cfg->n_experts, e->cfg->top_k);
 	ret = moem_prefetch_parse(e->prefetch_spec, &dc->pf);
 	if (ret && ret != -ENOENT)
@@ -317,6 +356,11 @@ int moem_eng_placement_open(struct moem_engine *e)
 	e->hev.touch = ev_touch;
 	e->hev.pick = ev_pick;
 	e->hev.destroy = ev_destroy;
+	e->dramev.add = dev_add;
+	e->dramev.del = dev_del;
+	e->dramev.touch = dev_touch;
+	e->dramev.pick = dev_pick;
+	e->dramev.destroy = ev_destroy;
 	return 0;
 }
 
@@ -415,13 +459,17 @@ int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
 	return ret;
 }
 
-void moem_eng_lookahead(struct moem_engine *e)
+int moem_eng_lookahead(struct moem_engine *e)
 {
 	struct moem_tiers_stats ts;
 	uint64_t bytes;
 
+	if (e->dcfg.paging)
+		return moem_driver_page_next(e->drv);
 	if (!e->dcfg.prefetch)
-		return;
+		return 0;
+	if (e->o.lockstep)
+		return moem_driver_lookahead(e->drv); /* at the link rate it was told */
 	moem_tiers_get_stats(e->tiers, &ts);
 	bytes = ts.bytes_h2d[0] + ts.bytes_h2d[1] + ts.bytes_h2d[2];
 	if (ts.link_busy_ns > e->pf_last_ns && bytes > e->pf_last_bytes)
@@ -429,7 +477,7 @@ void moem_eng_lookahead(struct moem_engine *e)
 				     ts.link_busy_ns - e->pf_last_ns);
 	e->pf_last_bytes = bytes;
 	e->pf_last_ns = ts.link_busy_ns;
-	moem_driver_lookahead(e->drv);
+	return moem_driver_lookahead(e->drv);
 }
 
 /* DynaExq's counts, once per interval: the device histogram, or moem_hot. */
@@ -457,19 +505,36 @@ int moem_eng_after_layer(struct moem_engine *e, uint32_t m, uint64_t layer_ns)
 	uint64_t now = moem_now_ns();
 
 	moem_driver_layer_time(e->drv, layer_ns);
+	if (e->o.lockstep)
+		moem_tiers_drain(e->tiers); /* what this layer issued has landed */
 	if (e->dcfg.dynaexq)
 		precision_counts(e, now);
 	return moem_driver_layer_end(e->drv, now);
 }
 
+/*
+ * FluxMoE's controller, once per step: tau_load is the time the step's
+ * demand transfers take (the experts it needed that were not in HBM, as
+ * the simulator counts them: its misses, late window loads included),
+ * at the link's measured rate (lockstep: the rate the policies were
+ * told). bytes_streamed, all the step's H2D bytes, is not that: window
+ * loads that landed in time cost the step nothing.
+ */
 void moem_eng_after_step(struct moem_engine *e, uint64_t compute_ns, uint64_t bytes_streamed)
 {
 	struct moem_tiers_stats ts;
+	double demand;
 
+	(void)bytes_streamed;
 	if (!e->dcfg.paging)
 		return;
 	moem_tiers_get_stats(e->tiers, &ts);
-	if (compute_ns && ts.link_bw > 0)
-		moem_driver_step_end(e->drv, (double)compute_ns,
-				     (double)bytes_streamed / ts.link_bw * 1e9);
+	demand = (double)(ts.misses - e->pg_last_misses) * (double)e->blob_bytes[0];
+	e->pg_last_misses = ts.misses;
+	if (!compute_ns)
+		return;
+	if (e->o.lockstep)
+		moem_driver_step_end(e->drv, (double)compute_ns, demand / ENG_LOCKSTEP_GBPS);
+	else if (ts.link_bw > 0)
+		moem_driver_step_end(e->drv, (double)compute_ns, demand / ts.link_bw * 1e9);
 }

@@ -51,6 +51,7 @@ static const struct option run_opts[] = {
 	{"fallback", no_argument, NULL, 0},
 	{"route", required_argument, NULL, 0},
 	{"evict", required_argument, NULL, 0},
+	{"dram-evict", required_argument, NULL, 0},
 	{"prefetch", required_argument, NULL, 0},
 	{"precision", required_argument, NULL, 0},
 	{"paging", required_argument, NULL, 0},
@@ -91,6 +92,7 @@ static void run_usage(FILE *f)
 		"                [--seed S] [--precisions HI[,LO]] [--fallback]\n"
 		"                [--route none|lynx|oea|cache-aware|piggyback[:k=v,..]]\n"
 		"                [--evict lru|lru2|lfu|pred] [--prefetch none|adaptive|fixed:S=N]\n"
+		"                [--dram-evict lru|policy|hbm-first]\n"
 		"                [--precision none|dynaexq] [--paging none|fluxmoe]\n"
 		"                [--backend auto|cpu|cuda] [--cpu-threads N]\n"
 		"                [--cpu-isa auto|scalar|avx2|avx512] [--pool "

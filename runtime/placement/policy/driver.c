@@ -4,6 +4,7 @@
  * for victims, and the per-layer routing and use events.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +79,7 @@ static void duel_access(struct moem_driver *d, uint32_t vid)
 void moem_drv_set_score(struct moem_driver *d, uint32_t vid, float score)
 {
 	moem_evict_score(d->ev, vid, score);
+	moem_evict_score(d->dev, vid, score);
 	if (d->sh[0])
 		moem_evict_score(d->sh[0], vid, score);
 }
@@ -126,14 +128,25 @@ int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver
 	d->fl_used = calloc(LN, 1);
 	d->req = malloc(4096 * sizeof(*d->req));
 	d->prob = malloc(d->N * sizeof(*d->prob));
+	d->next_use = malloc(LN * sizeof(*d->next_use));
 	if (!d->plan || !d->pin || !d->brought || !d->fl_seq || !d->fl_tpos || !d->fl_used ||
-	    !d->req || !d->prob) {
+	    !d->req || !d->prob || !d->next_use) {
 		ret = -ENOMEM;
 		goto err;
 	}
+	for (size_t i = 0; i < LN; i++)
+		d->next_use[i] = INFINITY;
+	d->in_vid = UINT32_MAX;
 	ec.n_layers = d->L;
 	ec.n_experts = 2 * d->N; /* version ids */
 	ret = moem_evict_create(&ec, &d->ev);
+	if (!ret) {
+		struct moem_evict_cfg dc = ec;
+
+		if (c->dram != MOEM_DRAM_POLICY)
+			dc.kind = MOEM_EVICT_LRU;
+		ret = moem_evict_create(&dc, &d->dev);
+	}
 	if (ret)
 		goto err;
 	if (c->predictor || c->prefetch || c->paging) {
@@ -167,6 +180,7 @@ void moem_driver_destroy(struct moem_driver *d)
 		return;
 	moem_drv_modes_destroy(d);
 	moem_evict_destroy(d->ev);
+	moem_evict_destroy(d->dev);
 	for (int i = 0; i < 2; i++) {
 		moem_evict_destroy(d->sh[i]);
 		free(d->sh_in[i]);
@@ -181,6 +195,7 @@ void moem_driver_destroy(struct moem_driver *d)
 	free(d->fl_used);
 	free(d->req);
 	free(d->prob);
+	free(d->next_use);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
@@ -197,6 +212,13 @@ static bool drv_ok(void *arg, uint32_t vid)
 		return false;
 	if (d->resident && d->resident[key] && vid == moem_drv_vid(d, key))
 		return false;
+	/*
+	 * A prefetch never takes the place of another one not yet polled as
+	 * landed: whether it has landed a moment ago is timing, and both were
+	 * planned as worth their room.
+	 */
+	if (d->pick_prio == MOEM_PRIO_PREFETCH && d->fl_seq[key])
+		return false;
 	return d->ok(d->ok_arg, vid);
 }
 
@@ -208,6 +230,7 @@ int moem_driver_pick(struct moem_driver *d, uint32_t incoming, enum moem_prio pr
 	drv_lock(d);
 	d->ok = ok;
 	d->ok_arg = arg;
+	d->pick_prio = prio;
 	if (prio == MOEM_PRIO_MISS || incoming >= 2 * d->L * d->N)
 		ret = moem_evict_victim(d->ev, d->pos, d->follow_lru ? MOEM_EVICT_RECENCY : 0,
 					drv_ok, d, vid);
@@ -217,6 +240,15 @@ int moem_driver_pick(struct moem_driver *d, uint32_t incoming, enum moem_prio pr
 					      drv_ok, d, vid);
 	else
 		ret = moem_evict_victim(d->ev, d->pos, MOEM_EVICT_LOW_ONLY, drv_ok, d, vid);
+	/*
+	 * Whatever the policy: a prefetch is not worth a victim expected to be
+	 * used no later than the expert it brings (the policy's victim is the
+	 * one it would give up anyway; if even that one is worth more, nothing
+	 * is).
+	 */
+	if (!ret && prio == MOEM_PRIO_PREFETCH && incoming == d->in_vid &&
+	    d->next_use[*vid / 2] <= d->in_next_use)
+		ret = -ENOENT;
 	drv_unlock(d);
 	return ret;
 }
@@ -241,6 +273,93 @@ void moem_driver_removed(struct moem_driver *d, uint32_t vid)
 	}
 	moem_evict_remove(d->ev, vid);
 	drv_unlock(d);
+}
+
+/* ---- the DRAM tier ------------------------------------------------------------ */
+
+static const char *const dram_names[] = {"lru", "policy", "hbm-first"};
+
+int moem_dram_rule_parse(const char *s, enum moem_dram_rule *out)
+{
+	for (int i = 0; i < 3; i++)
+		if (!s || !strcmp(s, dram_names[i])) {
+			*out = s ? (enum moem_dram_rule)i : MOEM_DRAM_LRU;
+			return 0;
+		}
+	return moem_errf(EINVAL, "DRAM eviction '%s': want lru, policy or hbm-first", s);
+}
+
+const char *moem_dram_rule_name(enum moem_dram_rule r)
+{
+	return (unsigned int)r < 3 ? dram_names[r] : "?";
+}
+
+void moem_driver_dram_inserted(struct moem_driver *d, uint32_t vid)
+{
+	drv_lock(d);
+	if (!moem_evict_has(d->dev, vid))
+		moem_evict_insert(d->dev, vid, d->pos);
+	moem_evict_access(d->dev, vid, d->pos);
+	drv_unlock(d);
+}
+
+void moem_driver_dram_used(struct moem_driver *d, uint32_t vid)
+{
+	drv_lock(d);
+	if (moem_evict_has(d->dev, vid))
+		moem_evict_access(d->dev, vid, d->pos);
+	drv_unlock(d);
+}
+
+void moem_driver_dram_removed(struct moem_driver *d, uint32_t vid)
+{
+	drv_lock(d);
+	moem_evict_remove(d->dev, vid);
+	drv_unlock(d);
+}
+
+/*
+ * Never the DRAM copy the current layer's experts or a prefetch not yet
+ * polled as landed is being copied from: whether that copy is done yet is
+ * timing (the owner's ok() refuses it only while it is).
+ */
+static bool dram_any(void *arg, uint32_t vid)
+{
+	struct moem_driver *d = arg;
+	uint32_t key = vid / 2;
+
+	return d->pin[key] != d->pos + 1 && !d->fl_seq[key] && d->ok(d->ok_arg, vid);
+}
+
+/* First pass of a DRAM pick: only versions that also hold an HBM slot. */
+static bool dram_in_hbm(void *arg, uint32_t vid)
+{
+	struct moem_driver *d = arg;
+
+	return moem_evict_has(d->ev, vid) && dram_any(arg, vid);
+}
+
+int moem_driver_dram_pick(struct moem_driver *d, bool (*ok)(void *arg, uint32_t vid), void *arg,
+			  uint32_t *vid)
+{
+	bool (*prev_ok)(void *arg, uint32_t vid);
+	void *prev_arg;
+	int ret;
+
+	drv_lock(d);
+	prev_ok = d->ok;
+	prev_arg = d->ok_arg;
+	d->ok = ok;
+	d->ok_arg = arg;
+	ret = -ENOENT;
+	if (d->c.dram == MOEM_DRAM_HBM_FIRST)
+		ret = moem_evict_victim(d->dev, d->pos, 0, dram_in_hbm, d, vid);
+	if (ret)
+		ret = moem_evict_victim(d->dev, d->pos, 0, dram_any, d, vid);
+	d->ok = prev_ok;
+	d->ok_arg = prev_arg;
+	drv_unlock(d);
+	return ret;
 }
 
 /* ---- pred's scores: an online Belady ----------------------------------------- */
@@ -272,6 +391,14 @@ static float score_of(const struct moem_driver *d, uint64_t next, float q)
 	return (float)-((double)(next - d->score_base) + (double)d->L * (1 - qq) / qq);
 }
 
+/* The tick at which a key used at tick next with probability q is expected to be used. */
+double moem_drv_expected_use(const struct moem_driver *d, uint64_t next, float q)
+{
+	double qq = q > 1e-4f ? q : 1e-4f;
+
+	return (double)next + (double)d->L * (1 - qq) / qq;
+}
+
 /* Score layer l's experts (lock held; -errno while the predictor does not know the layer). */
 int moem_drv_score_layer(struct moem_driver *d, uint32_t l)
 {
@@ -280,13 +407,18 @@ int moem_drv_score_layer(struct moem_driver *d, uint32_t l)
 
 	if (d->pos - d->score_base > SCORE_REBASE) {
 		moem_evict_rebase(d->ev, (float)(d->pos - d->score_base));
+		moem_evict_rebase(d->dev, (float)(d->pos - d->score_base));
 		if (d->sh[0])
 			moem_evict_rebase(d->sh[0], (float)(d->pos - d->score_base));
 		d->score_base = d->pos;
 	}
 	ret = moem_prefetch_reuse(d->pf, l, d->prob);
-	for (uint32_t e = 0; !ret && e < d->N; e++)
-		moem_drv_set_score(d, moem_drv_vid(d, l * d->N + e), score_of(d, next, d->prob[e]));
+	for (uint32_t e = 0; !ret && e < d->N; e++) {
+		d->next_use[l * d->N + e] = moem_drv_expected_use(d, next, d->prob[e]);
+		if (d->c.evict.kind == MOEM_EVICT_PRED)
+			moem_drv_set_score(d, moem_drv_vid(d, l * d->N + e),
+					   score_of(d, next, d->prob[e]));
+	}
 	return ret;
 }
 
@@ -320,8 +452,7 @@ int moem_driver_routed(struct moem_driver *d, uint64_t pos, uint32_t tokens, con
 	 * predictor and refresh this layer's pred scores, so the evictions the
 	 * misses cause already rank this layer's unused experts for its next run.
 	 */
-	if (d->pf && !moem_prefetch_observe(d->pf, pos, tokens, ids) &&
-	    d->c.evict.kind == MOEM_EVICT_PRED)
+	if (d->pf && !moem_prefetch_observe(d->pf, pos, tokens, ids))
 		moem_drv_score_layer(d, m);
 	drv_unlock(d);
 	if (d->dx)
@@ -337,8 +468,7 @@ void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float
 	if (d->pf && target_pos > d->pos) {
 		moem_prefetch_pregate(d->pf, target_pos, prob);
 		/* the layer's experts are ranked for their next run, now with the pre-gate */
-		if (d->c.evict.kind == MOEM_EVICT_PRED)
-			moem_drv_score_layer(d, l);
+		moem_drv_score_layer(d, l);
 	}
 	drv_unlock(d);
 }

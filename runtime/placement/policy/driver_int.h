@@ -28,7 +28,8 @@ struct moem_driver {
 	void *arg;
 	pthread_mutex_t lock;
 	uint32_t L, N, K;
-	struct moem_evict *ev; /* over version ids (n_experts = 2N) */
+	struct moem_evict *ev;	/* over version ids (n_experts = 2N) */
+	struct moem_evict *dev; /* the DRAM tier's, same policy and ids */
 	struct moem_prefetch *pf;
 	struct moem_dynaexq *dx;
 	struct moem_paging *pg;
@@ -45,8 +46,17 @@ struct moem_driver {
 	struct drv_flight *fl; /* issue order; an entry is live iff fl_seq[key] == seq */
 	uint32_t n_fl, cap_fl, live_fl, next_seq;
 	struct moem_prefetch_req *req;
-	float *prob;	       /* [N] scratch */
-	uint64_t score_base;   /* pred's scores are ticks relative to this */
+	float *prob;	     /* [N] scratch */
+	uint64_t score_base; /* pred's scores are ticks relative to this */
+	/*
+	 * The worth of what is in HBM, for every eviction policy: the tick at
+	 * which each key is expected to be used next (pred's estimate,
+	 * INFINITY while the predictor does not know its layer). A prefetch
+	 * evicts only a victim expected later than the prefetched expert.
+	 */
+	double *next_use;      /* [L * N] */
+	uint32_t in_vid;       /* the version a prefetch is bringing (moem_driver_pick) */
+	double in_next_use;    /* and its expected use */
 	uint32_t layer_misses; /* the current layer's experts not resident when needed */
 	/* DynaExq transitions in flight. */
 	struct moem_dx_action *dx_fl;
@@ -67,9 +77,10 @@ struct moem_driver {
 	uint64_t sh_n[2], slots;
 	double sh_hit[2]; /* hit rates, EMA over accesses */
 	bool follow_lru;
-	/* The owner's ok() during a pick. */
+	/* The owner's ok() during a pick, and the pick's priority. */
 	bool (*ok)(void *arg, uint32_t vid);
 	void *ok_arg;
+	enum moem_prio pick_prio;
 	struct moem_driver_stats st;
 };
 
@@ -83,6 +94,7 @@ void moem_drv_set_score(struct moem_driver *d, uint32_t vid, float score);
 /* driver.c: pred's scores (lock held) */
 int moem_drv_score_layer(struct moem_driver *d, uint32_t l);
 float moem_drv_score_incoming(struct moem_driver *d, uint64_t tpos, float q);
+double moem_drv_expected_use(const struct moem_driver *d, uint64_t next, float q);
 
 /* driver_prefetch.c */
 void moem_drv_flight_free(struct moem_driver *d);

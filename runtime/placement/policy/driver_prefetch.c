@@ -145,16 +145,20 @@ static int issue(struct moem_driver *d, const struct moem_prefetch_req *r)
 
 	pthread_mutex_lock(&d->lock);
 	vid = moem_drv_vid(d, key);
-	/* what comes in is worth its expected next use (pred compares) */
+	/* what comes in is worth its expected next use (every victim is compared) */
 	old = moem_evict_get_score(d->ev, vid);
 	if (d->c.evict.kind == MOEM_EVICT_PRED)
 		moem_evict_score(d->ev, vid, moem_drv_score_incoming(d, r->pos, r->prob));
+	d->in_vid = vid;
+	d->in_next_use = moem_drv_expected_use(d, r->pos, r->prob);
 	pthread_mutex_unlock(&d->lock);
 	ret = d->ops->fetch(d->arg, key, MOEM_PRIO_PREFETCH, r->pos);
 	pthread_mutex_lock(&d->lock);
+	d->in_vid = UINT32_MAX;
 	if (ret == 1) {
 		ret = moem_drv_flight_add(d, key, r->pos);
 		d->brought[key] = 1;
+		d->next_use[key] = moem_drv_expected_use(d, r->pos, r->prob);
 		moem_evict_predict(d->ev, vid, r->pos);
 		d->st.pf_issued++;
 		ret = ret ? ret : 1;
@@ -200,7 +204,13 @@ int moem_driver_page_next(struct moem_driver *d)
 		return 0;
 	}
 	moem_prefetch_rates(d->pf, &bw, &lns);
-	backlog = backlog_bytes(d);
+	/*
+	 * The window is how FluxMoE's non-resident experts reach HBM at all:
+	 * behind this layer's misses (which outrank it) it still lands before
+	 * a demand miss of the next layer would have been issued, for the same
+	 * bytes. Only the window loads still in flight count against it.
+	 */
+	backlog = (double)d->live_fl * (double)d->c.expert_bytes;
 	pthread_mutex_unlock(&d->lock);
 	for (uint32_t e = 0; e < N; e++)
 		order[e] = e;
@@ -231,7 +241,7 @@ int moem_driver_page_next(struct moem_driver *d)
 int moem_driver_lookahead(struct moem_driver *d)
 {
 	uint32_t S, n, planned = 0, fetched = 0;
-	float refused = -1; /* no room was found for a prefetch this likely */
+	double refused = INFINITY; /* no room was found for a prefetch expected this late */
 	double bw, lns, backlog;
 	uint64_t pos;
 
@@ -279,9 +289,10 @@ int moem_driver_lookahead(struct moem_driver *d)
 			continue;
 		/*
 		 * Nothing changes the candidates within one plan: if no victim was
-		 * found for a prefetch at least this likely, none will be now.
+		 * found for a prefetch expected this soon, none will be for one
+		 * expected later.
 		 */
-		if (r->prob <= refused)
+		if (moem_drv_expected_use(d, r->pos, r->prob) >= refused)
 			continue;
 		if (backlog + (double)d->c.expert_bytes > bw * lns * (double)(r->pos - pos))
 			continue;
@@ -289,7 +300,7 @@ int moem_driver_lookahead(struct moem_driver *d)
 		if (ret == 1)
 			backlog += (double)d->c.expert_bytes;
 		if (ret == -EAGAIN)
-			refused = d->c.evict.kind == MOEM_EVICT_PRED ? r->prob : INFINITY;
+			refused = moem_drv_expected_use(d, r->pos, r->prob);
 		else if (ret < 0)
 			return ret;
 		else

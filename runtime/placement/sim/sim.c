@@ -56,24 +56,29 @@ int moem_sim_cost_finish(struct moem_sim_cost *c)
 	return 0;
 }
 
-static bool any_key(void *arg, uint32_t key)
+/* A DRAM victim: staged, and not being copied to HBM (the engine pins it then). */
+static bool dram_ok(void *arg, uint32_t vid)
 {
-	return true;
+	const struct sim *s = arg;
+
+	return s->in_dram[vid / 2] && s->k[vid / 2].st != K_FLIGHT;
 }
 
 /*
  * Bandwidth of a transfer of key into HBM. With a DRAM budget below the
- * model, DRAM is an LRU cache (in units of the served precision's expert
- * size) and a DRAM miss is read from NVMe through a pipelined bounce:
- * min(PCIe, NVMe) bandwidth, then kept in DRAM.
+ * model, DRAM is a cache (in units of the served precision's expert
+ * size) under the engine's rule (driver.h: the policy's victim, versions
+ * that also hold an HBM slot first) and a DRAM miss is read from NVMe
+ * through a pipelined bounce: min(PCIe, NVMe) bandwidth, then kept in
+ * DRAM.
  */
 double moem_sim_link_bpn(struct sim *s, uint32_t key, uint64_t bytes)
 {
 	double bpn = moem_cost_h2d_bpn(&s->c->cost, false);
 
-	if (s->dram_lru && s->in_dram[key]) {
-		moem_evict_access(s->dram_lru, key, s->pos);
-	} else if (s->dram_lru) {
+	if (s->dram_cache && s->in_dram[key]) {
+		moem_driver_dram_used(s->d, key * 2);
+	} else if (s->dram_cache) {
 		bool room = true;
 
 		bpn = moem_cost_h2d_bpn(&s->c->cost, true);
@@ -82,17 +87,17 @@ double moem_sim_link_bpn(struct sim *s, uint32_t key, uint64_t bytes)
 		while (!moem_tier_budget_try_reserve(&s->dram, s->size)) {
 			uint32_t v;
 
-			if (moem_evict_victim(s->dram_lru, s->pos, 0, any_key, NULL, &v)) {
+			if (moem_driver_dram_pick(s->d, dram_ok, s, &v)) {
 				room = false;
 				break;
 			}
-			moem_evict_remove(s->dram_lru, v);
-			s->in_dram[v] = 0;
+			moem_driver_dram_removed(s->d, v);
+			s->in_dram[v / 2] = 0;
 			moem_tier_budget_release(&s->dram, s->size);
 		}
 		if (room) {
 			s->in_dram[key] = 1;
-			moem_evict_insert(s->dram_lru, key, s->pos);
+			moem_driver_dram_inserted(s->d, key * 2);
 		}
 	}
 	if (s->c->jitter > 0) {
@@ -133,7 +138,6 @@ void moem_sim_advance(struct sim *s, uint64_t t)
 static void sim_free(struct sim *s)
 {
 	moem_driver_destroy(s->d);
-	moem_evict_destroy(s->dram_lru);
 	moem_sim_ce_free(s);
 	free(s->k);
 	free(s->in_dram);
@@ -276,10 +280,6 @@ static int layer(struct sim *s, const struct moem_trace_rec *rec)
 		return ret;
 	if (rec->pregate)
 		pregate(s, rec);
-	/* FluxMoE: the next layer's window loads start with this layer */
-	ret = moem_driver_page_next(s->d);
-	if (ret)
-		return ret;
 	switch (s->p->mode) {
 	case MOEM_SIM_DYNAEXQ:
 		ret = moem_sim_dynaexq_layer(s, t_r, T, &end);
@@ -344,6 +344,7 @@ static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
 	dc.n_experts = s->N;
 	dc.top_k = s->K;
 	dc.evict = p->evict;
+	dc.dram = (enum moem_dram_rule)p->dram;
 	dc.cost = s->c->cost;
 	dc.expert_bytes = s->size;
 	dc.hbm_slots = s->c->hbm_bytes / s->size;
@@ -475,12 +476,8 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 		goto out;
 	moem_tier_budget_init(&s.hbm, c.hbm_bytes);
 	if (c.dram_bytes && c.dram_bytes < (uint64_t)s.L * s.N * s.size) {
-		struct moem_evict_cfg dc = {MOEM_EVICT_LRU, s.L, s.N, 0, 0, 0};
-
 		moem_tier_budget_init(&s.dram, c.dram_bytes);
-		ret = moem_evict_create(&dc, &s.dram_lru);
-		if (ret)
-			goto out;
+		s.dram_cache = true;
 	}
 	ret = open_driver(&s, trace, info->max_tokens);
 	if (ret)

@@ -235,6 +235,21 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	s->npend = 0;
 	s->unpin_stage = 0;
 	s->layer_T = T;
+	if (s->p->ordered) {
+		/*
+		 * The engine's cache-aware order (moem_route_exec_order): the
+		 * resident experts are used first, then the misses are issued,
+		 * each in expert order; the policy hears of them in that order.
+		 */
+		uint32_t n = 0;
+
+		/* s->pend is free until the misses below are listed */
+		for (int pass = 0; pass < 2; pass++)
+			for (uint32_t i = 0; i < T; i++)
+				if ((s->k[s->keys[i]].st == K_RES) == (pass == 0))
+					s->pend[n++] = s->keys[i];
+		memcpy(s->keys, s->pend, n * sizeof(*s->pend));
+	}
 	memset(s->res, 0, s->N); /* experts that hit, for the execution order */
 	for (uint32_t i = 0; i < T; i++) {
 		uint32_t key = s->keys[i];
@@ -296,7 +311,10 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 		s->r->compute_ns += layer_comp;
 	}
 	moem_driver_layer_time(s->d, layer_comp);
-	ret = moem_driver_lookahead(s->d);
+	/* as the engine: once the misses have their slots, FluxMoE's window or the prefetches */
+	ret = moem_driver_page_next(s->d);
+	if (!ret)
+		ret = moem_driver_lookahead(s->d);
 	*end = cur;
 	return ret;
 }

@@ -69,7 +69,7 @@ struct sim {
 	struct moem_route_policy rp;
 	struct moem_route_cfg rc;
 	struct moem_driver *d;
-	struct moem_evict *dram_lru;
+	bool dram_cache; /* DRAM below the model: a cache under the driver's DRAM rule */
 	struct moem_tier_budget hbm, dram;
 	struct sim_key *k; /* [L * N] */
 	uint8_t *in_dram;  /* [L * N] */

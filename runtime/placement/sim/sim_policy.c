@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <moem/error.h>
+#include <moem/driver.h>
 #include <moem/sim.h>
 
 struct preset {
@@ -140,8 +141,15 @@ static int cache_parts(struct moem_spec *sp, const struct preset *ps, struct moe
 	if (ret)
 		return ret;
 	p->pf_queue = 64;
-	return moem_spec_u32(sp, "queue", 1, 4096, &p->pf_queue)
-		       ?: moem_spec_bool(sp, "pregate", &p->pregate);
+	ret = moem_spec_u32(sp, "queue", 1, 4096, &p->pf_queue)
+		      ?: moem_spec_bool(sp, "pregate", &p->pregate);
+	if (!ret) {
+		enum moem_dram_rule dr;
+
+		ret = moem_dram_rule_parse(moem_spec_str(sp, "dram"), &dr);
+		p->dram = (int)dr;
+	}
+	return ret;
 }
 
 int moem_sim_policy_parse(const char *spec, struct moem_sim_policy *p)

@@ -49,7 +49,6 @@ int moem_tr_start_copy(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 	v->want_hbm = 0;
 	v->dpins++;
 	v->copying = 1;
-	t->dev_ev->touch(t->dev_ev, v->id);
 	memset(&v->req, 0, sizeof(v->req));
 	v->req.dst = t->base + v->hoff;
 	v->req.src = t->pool + v->doff;
@@ -105,6 +104,8 @@ int moem_tr_fetch(struct moem_tiers *t, struct ver *v, enum moem_prio prio)
 	/* it holds a slot from now on: the evictor orders it (never picks it in flight) */
 	t->hev->add(t->hev, v->id);
 	if (v->ds == D_READY) {
+		/* a DRAM hit; a version loaded for this fetch was ordered when its load started */
+		t->dev_ev->touch(t->dev_ev, v->id);
 		ret = moem_tr_start_copy(t, v, prio);
 		return ret ? ret : 1;
 	}

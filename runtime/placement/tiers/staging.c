@@ -59,6 +59,7 @@ static void on_load_done(void *arg, int status)
 	t->inflight--;
 	if (status) {
 		v->ds = D_ABSENT;
+		t->dev_ev->del(t->dev_ev, v->id);
 		moem_extent_free(&t->dx, v->doff, moem_tr_vbytes(t, v));
 		v->err = status;
 		moem_tr_note(t, v, 0);
@@ -69,7 +70,6 @@ static void on_load_done(void *arg, int status)
 	} else {
 		v->ds = D_READY;
 		t->n_ready++;
-		t->dev_ev->add(t->dev_ev, v->id);
 		t->st.bytes_nvme += moem_tr_vbytes(t, v);
 		MOEM_USDT_FETCH(moem_tr_le(t, v) / t->c.n_experts,
 				moem_tr_le(t, v) % t->c.n_experts,
@@ -92,6 +92,8 @@ int moem_tr_start_load(struct moem_tiers *t, struct ver *v, bool evict)
 	if (ret)
 		return ret;
 	v->ds = D_LOADING;
+	/* the evictor hears of it in the order loads start (it picks only READY ones) */
+	t->dev_ev->add(t->dev_ev, v->id);
 	v->doff = off;
 	v->err = 0;
 	v->load_ns = moem_now_ns();

@@ -24,6 +24,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"fallback", true, MOEM_ARG_ENGINE},
 	{"route", false, MOEM_ARG_ENGINE},
 	{"evict", false, MOEM_ARG_ENGINE},
+	{"dram-evict", false, MOEM_ARG_ENGINE},
 	{"prefetch", false, MOEM_ARG_ENGINE},
 	{"precision", false, MOEM_ARG_ENGINE},
 	{"paging", false, MOEM_ARG_ENGINE},
@@ -74,13 +75,13 @@ void moem_engine_args_init(struct moem_engine_args *a)
 }
 
 /* The const char * fields of o and w that the struct owns. */
-#define N_OWNED 12
+#define N_OWNED 13
 static const char **owned(struct moem_engine_args *a, int i)
 {
 	const char **f[N_OWNED] = {
-		&a->o.pack_path, &a->o.backend,	  &a->o.route,	 &a->o.evict,
-		&a->o.prefetch,	 &a->o.precision, &a->o.paging,	 &a->o.trace_out,
-		&a->w.mix,	 &a->w.path,	  &a->o.hotness, &a->o.hbm_mode,
+		&a->o.pack_path, &a->o.backend,	 &a->o.route,	   &a->o.evict, &a->o.prefetch,
+		&a->o.precision, &a->o.paging,	 &a->o.trace_out,  &a->w.mix,	&a->w.path,
+		&a->o.hotness,	 &a->o.hbm_mode, &a->o.dram_evict,
 	};
 
 	return f[i];
@@ -251,6 +252,8 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 		return set_str(&a->o.route, v);
 	if (!strcmp(name, "evict"))
 		return set_str(&a->o.evict, v);
+	if (!strcmp(name, "dram-evict"))
+		return set_str(&a->o.dram_evict, v);
 	if (!strcmp(name, "prefetch"))
 		return set_str(&a->o.prefetch, v);
 	if (!strcmp(name, "precision"))

@@ -482,6 +482,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(n.ea.precisions, o->ea.precisions), "precisions");
 	RESTART_IF(a->allow_fallback != b->allow_fallback, "fallback");
 	RESTART_IF(str_differs(a->evict, b->evict), "evict");
+	RESTART_IF(str_differs(a->dram_evict, b->dram_evict), "dram-evict");
 	RESTART_IF(str_differs(a->prefetch, b->prefetch), "prefetch");
 	RESTART_IF(str_differs(a->precision, b->precision), "precision");
 	RESTART_IF(str_differs(a->paging, b->paging), "paging");
