@@ -327,7 +327,9 @@ static int layer_after(struct moem_engine *e, uint32_t m, uint64_t step, uint64_
 			continue; /* the fetch failed: the step did not need it */
 		moem_tiers_release(e->tiers, &ref, 1, e->dev->ops->compute_mark(e->dev));
 	}
-	moem_eng_lookahead(e);
+	ret = moem_eng_lookahead(e);
+	if (ret)
+		return ret;
 	e->last_layer_ns = layer_ns;
 	return moem_eng_after_layer(e, m, layer_ns);
 }
