@@ -128,7 +128,7 @@ $(EMU_DIR)/libcuda.so.1: $(EMU_SRCS) $(EMU_HDRS) $(EMU_KOBJS)
 .PHONY: test-gpu-emu
 test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
 	$(Q)LD_LIBRARY_PATH=$(EMU_DIR) MOEM_GPU_EMU=1 MOEM_BUILD=$(O) \
-		scripts/run-tests.sh --suite gpu-emu --timeout 1200 $(GPU_TEST_BINS) \
+		scripts/run-tests.sh --suite gpu-emu --timeout 3000 $(GPU_TEST_BINS) \
 		tests/gpu/engine_same_outputs.sh tests/gpu/decode_same_tokens.sh \
 		tests/gpu/sync_per_step.sh
 endif

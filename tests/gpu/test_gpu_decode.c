@@ -181,7 +181,7 @@ static void matmul_case(struct __test_metadata *_metadata, FIXTURE_DATA(dec) * s
 	dfree(self, &dy);
 }
 
-TEST_F_TIMEOUT(dec, matmul, 300)
+TEST_F_TIMEOUT(dec, matmul, 900)
 {
 	matmul_case(_metadata, self, 1, 256, 4096, 0); /* lm_head GEMV */
 	matmul_case(_metadata, self, 7, 264, 100, 0);  /* K not a multiple of 256 */
@@ -548,7 +548,7 @@ static void attn_run(struct __test_metadata *_metadata, FIXTURE_DATA(dec) * self
 	dfree(self, &dout);
 }
 
-TEST_F_TIMEOUT(dec, attention_gqa_long_context, 600)
+TEST_F_TIMEOUT(dec, attention_gqa_long_context, 1200)
 {
 	/* 2999 keys: 47 splits of 64 would be too many, so 24 splits of 128 */
 	static const int32_t pos[] = {0, 2999, 37, 130, -1, 64, 2047, 2048};
@@ -559,7 +559,7 @@ TEST_F_TIMEOUT(dec, attention_gqa_long_context, 600)
 	attn_run(_metadata, self, &k);
 }
 
-TEST_F_TIMEOUT(dec, attention_window_and_holes, 600)
+TEST_F_TIMEOUT(dec, attention_window_and_holes, 1200)
 {
 	/* a sliding window of 100 keys; sequence 1 lost its block 2 (keys 32..47) */
 	static const int32_t pos[] = {50, 99, 100, 700, 40, 45, 47, 48, 300};
@@ -571,7 +571,7 @@ TEST_F_TIMEOUT(dec, attention_window_and_holes, 600)
 	attn_run(_metadata, self, &h);
 }
 
-TEST_F_TIMEOUT(dec, attention_prefill_chunk, 600)
+TEST_F_TIMEOUT(dec, attention_prefill_chunk, 1200)
 {
 	/* 48 query tokens of one sequence at positions 100..147, plus a decode token */
 	int32_t pos[49];
@@ -587,7 +587,7 @@ TEST_F_TIMEOUT(dec, attention_prefill_chunk, 600)
 	attn_run(_metadata, self, &k);
 }
 
-TEST_F_TIMEOUT(dec, attention_mla_latent, 600)
+TEST_F_TIMEOUT(dec, attention_mla_latent, 1200)
 {
 	/* DeepSeek-V2-Lite's absorbed MLA: 16 heads over one latent kv head of
 	 * 512 + 64, values its first 512 (7 + 7 + 2 heads per block) */
