@@ -293,6 +293,7 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 {
 	struct moem_backend_opts bo = {.threads = o->threads, .isa = o->cpu_isa};
 	struct moem_engine *e;
+	uint64_t hbm_asked;
 	bool paged;
 	int ret;
 
@@ -353,7 +354,12 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		e->pg_depth = MOEM_TRACE_MAX_PREGATE;
 	if (e->pg_depth >= e->n_moe)
 		e->pg_depth = e->n_moe - 1;
-	/* No KV pool yet: the decoder's, when one opens, is charged then. */
+	/*
+	 * No KV pool yet: the decoder's, when one opens, is charged then, to
+	 * the budget as asked (hbm_asked may exceed what the experts fill:
+	 * the rest is room for the pool), not to the experts' share.
+	 */
+	hbm_asked = e->o.hbm_budget;
 	e->o.hbm_budget = moem_eng_expert_hbm(e, e->o.hbm_budget, 0);
 	if (!e->o.dram_budget)
 		e->o.dram_budget = e->arena_bytes;
@@ -398,7 +404,7 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		ret = moem_tierdev_uvm_set_budget(e->dev, e->o.hbm_budget);
 	if (ret)
 		goto err;
-	e->knob[MOEM_BUDGET_HBM_BYTES] = e->o.hbm_budget;
+	e->knob[MOEM_BUDGET_HBM_BYTES] = hbm_asked ? hbm_asked : e->o.hbm_budget;
 	e->knob[MOEM_BUDGET_DRAM_BYTES] = e->o.dram_budget;
 	e->applied_hbm = e->o.hbm_budget;
 	e->applied_dram = e->o.dram_budget;

@@ -35,7 +35,13 @@ layers=3
 	{ echo "FAIL: cannot make the model"; exit 1; }
 
 p=5,17,300,42,9,1000,77,12
-dec() { "$moem" decode --pack "$tmp/q.moem" --no-model-eos --quiet --tokens $p "$@"; }
+# Room for every expert beside the KV pool, which on CUDA comes out of the
+# HBM budget (by default up to half of it): every step finds its experts
+# in HBM.
+dec() {
+	"$moem" decode --pack "$tmp/q.moem" --no-model-eos --quiet --tokens $p \
+		--hbm 16M --kv-bytes 1M "$@"
+}
 ids() { echo "$1" | sed 's/ (.*//; s/:[^,]*//g'; }
 
 cpu=$(ids "$(dec --backend cpu --max-new 12)")
@@ -72,7 +78,7 @@ steps() {
 	rm -f "$tmp/stats"
 	env MOEM_EMU_STATS="$tmp/stats" MOEM_EMU_STEP_KERNEL=moem_embed "$@" "$moem" decode \
 		--pack "$tmp/q.moem" --no-model-eos --quiet --tokens $p --backend cuda \
-		--max-new 8 >/dev/null 2>"$tmp/err" ||
+		--hbm 16M --kv-bytes 1M --max-new 8 >/dev/null 2>"$tmp/err" ||
 		{ echo "decode failed: $(cat "$tmp/err")" >&2; return; }
 	sed -n 's/.* step_syncs=\([0-9,]*\).*/\1/p' "$tmp/stats"
 }
