@@ -85,6 +85,7 @@ enum {
 enum { CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 };
 enum { CU_STREAM_DEFAULT = 0x0, CU_STREAM_NON_BLOCKING = 0x1 };
 enum { CU_EVENT_DEFAULT = 0x0, CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2 };
+enum { CU_CTX_SCHED_BLOCKING_SYNC = 0x4 };
 #define CU_MEMHOSTREGISTER_PORTABLE  0x01
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_MEMHOSTREGISTER_READ_ONLY 0x08
@@ -169,6 +170,8 @@ typedef struct {
 	X(cuDeviceGetName, (char *name, int len, CUdevice d), "cuDeviceGetName", NULL)             \
 	X(cuDeviceGetAttribute, (int *v, int attr, CUdevice d), "cuDeviceGetAttribute", NULL)      \
 	X(cuDeviceTotalMem, (size_t * bytes, CUdevice d), "cuDeviceTotalMem_v2", NULL)             \
+	X(cuDevicePrimaryCtxSetFlags, (CUdevice d, unsigned int flags),                            \
+	  "cuDevicePrimaryCtxSetFlags_v2", "cuDevicePrimaryCtxSetFlags")                           \
 	X(cuDevicePrimaryCtxRetain, (CUcontext * c, CUdevice d), "cuDevicePrimaryCtxRetain", NULL) \
 	X(cuDevicePrimaryCtxRelease, (CUdevice d), "cuDevicePrimaryCtxRelease_v2",                 \
 	  "cuDevicePrimaryCtxRelease")                                                             \

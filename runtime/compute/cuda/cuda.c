@@ -430,6 +430,13 @@ int moem_cuda_backend_open(const struct moem_backend_opts *opts, struct moem_bac
 				name, info->cc_major, info->cc_minor);
 		goto err_free;
 	}
+	/*
+	 * A host thread waiting on the stream (the decode step's one
+	 * synchronisation) sleeps instead of spinning a core the CPU experts
+	 * and the loader need. A hint: where another user of the process
+	 * already set other flags, the context keeps them.
+	 */
+	(void)api->cuDevicePrimaryCtxSetFlags(dev, CU_CTX_SCHED_BLOCKING_SYNC);
 	ret = ck(cb, api->cuDevicePrimaryCtxRetain(&cb->ctx, dev), "cuDevicePrimaryCtxRetain");
 	if (ret)
 		goto err_free;

@@ -187,6 +187,12 @@ CUAPI cuDeviceTotalMem_v2(size_t *bytes, int)
 	return OK;
 }
 
+CUAPI cuDevicePrimaryCtxSetFlags_v2(int, unsigned int flags)
+{
+	/* Scheduling flags only; the emulator's waits always block. */
+	return flags & ~0x7u ? E_INVALID_VALUE : OK;
+}
+
 CUAPI cuDevicePrimaryCtxRetain(void **ctx, int)
 {
 	static int the_ctx;
