@@ -287,27 +287,13 @@ static int layer_after(struct moem_engine *e, uint32_t m, uint64_t step, uint64_
 	const uint32_t N = e->cfg->n_experts, K = e->cfg->top_k, B = ds->B;
 	const size_t pk = (size_t)ENG_MAX_B * K;
 	uint8_t active[MOEM_MAX_EXPERTS] = {0};
-	uint32_t T = 0;
 	int ret;
 
 	memcpy(e->ids_host, ds->ids_h + m * pk, sizeof(int32_t) * B * K);
 	memcpy(e->w_host, ds->w_h + m * pk, sizeof(float) * B * K);
 	memcpy(e->cnt_host, ds->cnt_h + (size_t)m * ENG_MAX_B, sizeof(uint32_t) * B);
 	e->pos = step * e->n_moe + m;
-	for (uint32_t t = 0; t < B; t++)
-		for (uint32_t j = 0; j < e->cnt_host[t] && j < K; j++) {
-			int32_t x = e->ids_host[t * K + j];
-
-			if (x >= 0 && (uint32_t)x < N && !active[x]) {
-				active[x] = 1;
-				T++;
-			}
-		}
-	st->active += T;
-	moem_eng_count_routes(e, m, B);
-	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
-			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
-	ret = moem_eng_routed(e, m, B, active);
+	ret = moem_eng_route_seen(e, m, B, step, active, st);
 	if (ret)
 		return ret;
 	/* The uses, for the tiers' counters and the policies: each a hit, pinned. */

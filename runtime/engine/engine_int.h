@@ -169,6 +169,14 @@ uint32_t moem_eng_paging_capacity(const struct moem_engine *e, uint64_t hbm, uin
 void moem_eng_paging_batch(struct moem_engine *e, uint32_t B, uint64_t hbm);
 /* Routing of MoE layer m known: T active experts, ascending. */
 int moem_eng_routed(struct moem_engine *e, uint32_t m, uint32_t B, const uint8_t *active);
+/*
+ * A layer's routing is on the host (ids_host, w_host, cnt_host): mark the
+ * experts it uses in active[], count them in st, and feed the route
+ * counters, the USDT probe and the policies (moem_eng_routed). The
+ * per-layer path calls it as it routes, a device-planned step one step late.
+ */
+int moem_eng_route_seen(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
+			uint8_t *active, struct moem_step_stats *st);
 /* An acquire's outcome for the driver (ret as moem_tiers_acquire). */
 void moem_eng_used(struct moem_engine *e, const struct moem_xref *ref, int ret);
 /*

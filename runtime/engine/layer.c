@@ -344,6 +344,28 @@ static int moe_layer_dev(struct moem_engine *e, uint32_t l, uint32_t m, uint32_t
 	return ret;
 }
 
+int moem_eng_route_seen(struct moem_engine *e, uint32_t m, uint32_t B, uint64_t step,
+			uint8_t *active, struct moem_step_stats *st)
+{
+	const uint32_t N = e->cfg->n_experts, K = e->cfg->top_k;
+	uint32_t T = 0;
+
+	for (uint32_t t = 0; t < B; t++)
+		for (uint32_t j = 0; j < e->cnt_host[t] && j < K; j++) {
+			int32_t x = e->ids_host[t * K + j];
+
+			if (x >= 0 && (uint32_t)x < N && !active[x]) {
+				active[x] = 1;
+				T++;
+			}
+		}
+	st->active += T;
+	moem_eng_count_routes(e, m, B);
+	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
+			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
+	return moem_eng_routed(e, m, B, active);
+}
+
 int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		   const struct moem_trace_rec *replay, struct moem_step_stats *st)
 {
@@ -352,7 +374,7 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	struct moem_rmsnorm_args ra = {B, cfg->hidden, cfg->rms_eps, e->h, e->norm[l], e->xb};
 	static __thread struct layer_ctx c;
 	uint8_t active[MOEM_MAX_EXPERTS] = {0};
-	uint32_t order[MOEM_MAX_EXPERTS], n_order, n_res, T = 0, m;
+	uint32_t order[MOEM_MAX_EXPERTS], n_order, n_res, m;
 	uint64_t t0 = moem_now_ns();
 	int ret;
 
@@ -375,20 +397,7 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		if (ret)
 			return ret;
 	}
-	for (uint32_t t = 0; t < B; t++)
-		for (uint32_t j = 0; j < e->cnt_host[t]; j++) {
-			int32_t x = e->ids_host[t * K + j];
-
-			if (x >= 0 && (uint32_t)x < N && !active[x]) {
-				active[x] = 1;
-				T++;
-			}
-		}
-	st->active += T;
-	moem_eng_count_routes(e, m, B);
-	MOEM_USDT_ROUTE(m, step, B, K, e->ids_host, e->w_host, e->n_moe, N,
-			e->trace_synthetic ? MOEM_TRACE_F_SYNTHETIC : 0);
-	ret = moem_eng_routed(e, m, B, active);
+	ret = moem_eng_route_seen(e, m, B, step, active, st);
 	if (!ret)
 		ret = moem_eng_pregate(e, m, B, replay);
 	if (ret)
