@@ -18,6 +18,7 @@ RES=$DOC/policies-results.md
 STEPS_B1=${STEPS_B1:-1000}
 STEPS_B8=${STEPS_B8:-600}
 STEPS_B32=${STEPS_B32:-300}
+SEEDS=${SEEDS:-"1 2 3"}
 
 mkdir -p "$OUT" "$DOC"
 [ -x "$MOEM" ] || { echo "bench-sim: $MOEM not built (make)" >&2; exit 1; }
@@ -39,6 +40,13 @@ gen route16 --seed 316 --batch 16 --steps 60 --logits
 # Predictable routing (for section 8): every redrawn expert follows the
 # previous layer's (layer correlation 1), no persistence, little noise.
 gen chain-b1 --seed 701 --batch 1 --steps 300 --layer-corr 1.0 --persist 0 --noise 0.3 --drift 0
+# The matrix of section 0: batch 1/8/32, three seeds each.
+for b in 1 8 32; do
+	eval "st=\$STEPS_B$b"
+	for s in $SEEDS; do
+		gen "m-b$b-s$s" --seed $((1000 * s + b)) --batch "$b" --steps "$st"
+	done
+done
 for b in 1 2 4 8 16 32 64; do
 	gen "uniform-b$b" --seed $((400 + b)) --batch "$b" --steps 40 --uniform
 done
@@ -75,7 +83,29 @@ field() { # trace, field, moem sim options...
 	echo "Cost model: \`moem sim\` defaults (bf16 experts 9.0 MiB, PCIe 25 GB/s, NVMe"
 	echo "7 GB/s, HBM 3000 GB/s, 20 us per layer outside the experts, 20 ns per"
 	echo "token-expert pair, 8 MiB pieces). Budgets are % of all expert bytes."
-	echo "Commands: see each section."
+	echo "Steps: batch 1 $STEPS_B1, batch 8 $STEPS_B8, batch 32 $STEPS_B32 (\`STEPS_B1=$STEPS_B1"
+	echo "STEPS_B8=$STEPS_B8 STEPS_B32=$STEPS_B32 bench/sim/run.sh\`); commands: see each section."
+	echo
+
+	echo "## 0. Every named policy against LRU and Belady's MIN"
+	echo
+	echo "Hit rate of each lossless policy on traces of batch 1, 8 and 32 (seeds"
+	echo "$SEEDS) at 25% and 50% HBM (\`moem sim TRACE --policy all --hbm P --md\`);"
+	echo "best / MIN is the best lossless policy's hit rate over MIN's (prefetching"
+	echo "policies can exceed 1: MIN bounds demand paging). Below LRU lists every"
+	echo "policy with a lower hit rate or a longer modelled step than LRU on the row"
+	echo "(lossy: DynaExq serves some uses in low precision, so it is listed apart)."
+	echo
+	echo "| batch | seed | HBM | MIN | lru | lru2 | lfu | pred | prefetch-fixed | expertflow | moem | fluxmoe | best / MIN | below LRU | dynaexq (lossy) |"
+	echo "| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --- | --- |"
+	for b in 1 8 32; do
+		for s in $SEEDS; do
+			for h in 25 50; do
+				sim "m-b$b-s$s" --policy all --hbm "$h%" --md |
+					awk -F'|' -v b="$b" -v s="$s" -v h="$h" -f bench/sim/matrix.awk
+			done
+		done
+	done
 	echo
 
 	echo "## 1. Every policy at HBM = 25%"
