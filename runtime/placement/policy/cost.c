@@ -65,12 +65,21 @@ bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, u
 enum moem_exec moem_cost_exec(const struct moem_cost *c, uint64_t bytes, uint32_t tokens,
 			      bool resident, bool in_dram, uint64_t keep_ns)
 {
-	double t_cpu, t_gpu;
+	double t_cpu, t_gpu, nvme;
 
-	if (!(c->cpu_gbps > 0) || !in_dram)
-		return MOEM_EXEC_GPU; /* no CPU executor measured (issue 15) */
-	t_cpu = fmax((double)bytes / c->cpu_gbps, (double)tokens * (double)c->cpu_token_ns);
+	/* No CPU executor measured; or in HBM already: reading it there is
+	 * always cheaper than moving the activations to the CPU and back. */
+	if (!(c->cpu_gbps > 0) || resident)
+		return MOEM_EXEC_GPU;
+	/* Either way an expert only on NVMe is read into DRAM first. */
+	nvme = in_dram ? 0 : (double)bytes / c->nvme_gbps;
+	t_cpu = nvme + fmax((double)bytes / c->cpu_gbps, (double)tokens * (double)c->cpu_token_ns);
 	t_gpu = (double)moem_cost_gpu_ns(c, bytes, tokens) +
-		(resident ? 0 : (double)moem_cost_load_ns(c, bytes, false));
+		(double)moem_cost_load_ns(c, bytes, !in_dram);
 	return t_cpu + (double)keep_ns < t_gpu ? MOEM_EXEC_CPU : MOEM_EXEC_GPU;
+}
+
+const char *moem_exec_name(enum moem_exec x)
+{
+	return x == MOEM_EXEC_CPU ? "cpu" : "gpu";
 }
