@@ -285,6 +285,7 @@ static int split_cpu(struct layer_ctx *c)
 			if (ret >= 0) {
 				g->pending = ret == MOEM_ACQ_PENDING;
 				c->tmp[n_cpu++] = *g;
+				ret = 0;
 				continue;
 			}
 			if (ret != -EAGAIN)
