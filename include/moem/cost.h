@@ -83,6 +83,27 @@ enum moem_exec {
 
 enum moem_exec moem_cost_exec(const struct moem_cost *c, uint64_t bytes, uint32_t tokens,
 			      bool resident, bool in_dram, uint64_t keep_ns);
+/*
+ * The decision for a layer's experts one after another, each behind the
+ * work the layer already gave each side: q->cpu_ns of CPU experts, and
+ * q->link_ns of loads on the link (the layer's own: what earlier layers
+ * queued is not counted, so that the engine and the simulator see the
+ * same numbers). The CPU when q->cpu_ns + t_cpu + keep_ns < q->link_ns +
+ * t_gpu; the chosen side's queue grows by the expert's time (a resident
+ * expert adds nothing). Start each layer with a zeroed queue and call it
+ * in execution order (resident experts never go to the CPU, the rest in
+ * ascending expert order). force: the CPU whatever the cost (the
+ * --cpu-moe-layers layers), counted in the queue the same way.
+ */
+struct moem_exec_queue {
+	uint64_t cpu_ns, link_ns;
+};
+
+enum moem_exec moem_cost_exec_next(const struct moem_cost *c, struct moem_exec_queue *q,
+				   uint64_t bytes, uint32_t tokens, bool resident, bool in_dram,
+				   uint64_t keep_ns, bool force);
+/* t_cpu above: ns of one expert on the CPU (NVMe read first if not in DRAM). */
+uint64_t moem_cost_cpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens, bool in_dram);
 /* "gpu" or "cpu". */
 const char *moem_exec_name(enum moem_exec x);
 

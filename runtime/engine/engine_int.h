@@ -228,8 +228,8 @@ void moem_eng_dstep_free(struct moem_engine *e);
 int moem_eng_hybrid_open(struct moem_engine *e);
 void moem_eng_hybrid_close(struct moem_engine *e);
 bool moem_eng_hybrid_on(const struct moem_engine *e);
-enum moem_exec moem_eng_exec_of(struct moem_engine *e, uint32_t m, uint32_t x, uint32_t tokens,
-				bool *forced);
+enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q, uint32_t m,
+				uint32_t x, uint32_t tokens, bool *forced);
 bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m);
 int moem_eng_cpu_inputs(struct moem_engine *e, uint32_t B);
 int moem_eng_cpu_ffn(struct moem_engine *e, uint32_t B, const struct moem_ffn_expert *ex,

@@ -218,24 +218,20 @@ void moem_eng_hybrid_close(struct moem_engine *e)
 	e->cpu_out = NULL;
 }
 
-enum moem_exec moem_eng_exec_of(struct moem_engine *e, uint32_t m, uint32_t x, uint32_t tokens,
-				bool *forced)
+enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q, uint32_t m,
+				uint32_t x, uint32_t tokens, bool *forced)
 {
 	uint32_t pi;
 	int pub;
 
 	*forced = m < e->cpu_layers;
-	if (!e->cpu_be)
-		return MOEM_EXEC_GPU;
-	if (*forced)
-		return MOEM_EXEC_CPU;
-	if (!e->o.exec_hybrid)
+	if (!e->cpu_be || (!*forced && !e->o.exec_hybrid))
 		return MOEM_EXEC_GPU;
 	pi = moem_tiers_plan(e->tiers, m, x);
 	pub = moem_tiers_published(e->tiers, m, x);
-	return moem_cost_exec(&e->xcost, e->blob_bytes[pi], tokens,
-			      pub >= 0 && ((uint32_t)pub == pi || e->o.allow_fallback),
-			      moem_tiers_staged(e->tiers, m, x, pi), 0);
+	return moem_cost_exec_next(&e->xcost, q, e->blob_bytes[pi], tokens,
+				   pub >= 0 && ((uint32_t)pub == pi || e->o.allow_fallback),
+				   moem_tiers_staged(e->tiers, m, x, pi), 0, *forced);
 }
 
 bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m)

@@ -262,6 +262,7 @@ static void cpu_unpin(struct layer_ctx *c)
 static int split_cpu(struct layer_ctx *c)
 {
 	struct moem_engine *e = c->e;
+	struct moem_exec_queue q = {0};
 	uint32_t n_gpu = 0, n_cpu = 0;
 	int ret = 0;
 
@@ -271,7 +272,7 @@ static int split_cpu(struct layer_ctx *c)
 		struct group *g = &c->g[i];
 		bool forced;
 
-		if (moem_eng_exec_of(e, c->m, g->expert, g->n, &forced) == MOEM_EXEC_CPU) {
+		if (moem_eng_exec_of(e, &q, c->m, g->expert, g->n, &forced) == MOEM_EXEC_CPU) {
 			ret = moem_tiers_cpu_acquire(e->tiers, c->m, g->expert, &g->cref);
 			if (ret == -EAGAIN && forced) {
 				moem_tiers_drain(e->tiers); /* copies reading DRAM finish */
