@@ -5,16 +5,19 @@
  * hybrid run must give the all-resident run's digest bit for bit):
  * --cpu-moe-layers and the cost model's choice both send experts to the
  * CPU, those never enter HBM, fewer bytes go DRAM->HBM than without, the
- * device-planned step still runs when hybrid has nothing to do, and bad
- * settings are refused with a message.
+ * simulator makes the engine's decisions on the engine's own trace, and
+ * bad settings are refused with a message.
  */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include <moem/engine.h>
 #include <moem/engine_args.h>
 #include <moem/log.h>
 #include <moem/pack.h>
+#include <moem/sim.h>
+#include <moem/trace.h>
 
 #include "kselftest_harness.h"
 #include "store_test_util.h"
@@ -213,6 +216,132 @@ TEST_F(hyb, with_policies)
 	EXPECT_GT(rs.total.cpu_experts, 0u);
 	EXPECT_EQ(rs.total.active,
 		  rs.total.hits + rs.total.misses + rs.total.fallbacks + rs.total.cpu_experts);
+}
+
+/*
+ * `moem sim --exec hybrid` decides as the engine does: on the engine's own
+ * trace, at 25% HBM, batch 1 and 8, under LRU the simulator computes the
+ * same number of expert uses on the CPU and hits the same number of times
+ * in HBM; with a prefetcher within 3% of the uses (a simulated prefetch may
+ * still be on its way when a layer starts where the lockstep engine's has
+ * landed, the same reason simulator_matches_engine_on_its_trace allows
+ * 0.02 of hit rate).
+ * Both start cold (HBM and DRAM empty, DRAM room for the whole model, so
+ * the first use of each expert reads NVMe in both), the engine in
+ * lockstep (its link never busy, as the simulator's 10000 GB/s one); both
+ * decide with the same cost model (the engine's defaults: NVMe 7 GB/s,
+ * HBM 3000 GB/s, 20 ns per token; a 10000 GB/s link; a CPU rated so that
+ * a layer's experts split between the two sides).
+ */
+TEST_F(hyb, simulator_makes_the_engines_decisions)
+{
+	static const char *const pols[][3] = {
+		/* engine evict, prefetch; simulator preset */
+		{"lru", "none", "lru"},
+		{"lru", "fixed:S=2", "lru:prefetch=fixed,S=2"},
+	};
+	char *trace = st_path(self->dir, "hyb.trace");
+
+	for (size_t p = 0; p < MOEM_ARRAY_SIZE(pols); p++)
+		for (uint32_t b = 1; b <= 8; b += 7) {
+			struct moem_engine_opts o = base_opts(self);
+			struct moem_workload w = wl;
+			struct moem_run_stats rs;
+			struct moem_engine_status st;
+			struct moem_sim_cost c;
+			struct moem_sim_policy sp;
+			struct moem_sim_opts so = {0};
+			struct moem_sim_result r;
+			struct moem_trace_reader *tr;
+			const struct moem_trace_info *ti;
+			struct moem_engine *e;
+			uint64_t slot;
+
+			o.evict = pols[p][0];
+			o.prefetch = pols[p][1];
+			o.hbm_budget = self->expert_bytes / 4;
+			o.trace_out = trace;
+			o.lockstep = true;
+			o.link_gbps = 10000;
+			o.link_lat_us = -1;
+			o.exec_hybrid = true;
+			o.cpu_gbps = 5000;
+			o.cpu_token_ns = 30;
+			w.batch = b;
+			w.steps = 24;
+			ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+			ASSERT_EQ(0, moem_engine_run(e, &w, NULL, NULL, &rs))
+			TH_LOG("%s", moem_last_error());
+			moem_engine_get_status(e, &st);
+			moem_engine_close(e);
+
+			ASSERT_EQ(0, moem_trace_open(trace, &tr));
+			ti = moem_trace_reader_info(tr);
+			moem_sim_cost_default(&c);
+			c.hidden = ti->hidden;
+			c.inter = ti->moe_inter;
+			moem_trace_close(tr);
+			c.cost.link_gbps = 1e4;
+			c.cost.cpu_gbps = o.cpu_gbps;
+			c.cost.cpu_token_ns = o.cpu_token_ns;
+			c.exec_hybrid = true;
+			ASSERT_EQ(0, moem_sim_cost_finish(&c));
+			slot = (c.expert_bytes[MOEM_PREC_BF16] + 65535) & ~65535ULL;
+			c.hbm_bytes = st.hbm_budget / slot * c.expert_bytes[MOEM_PREC_BF16];
+			c.dram_bytes = 48 * c.expert_bytes[MOEM_PREC_BF16]; /* 3 x 16 experts */
+			c.dram_cold = true;
+			ASSERT_EQ(0, moem_sim_policy_parse(pols[p][2], &sp))
+			TH_LOG("%s", moem_last_error());
+			ASSERT_EQ(0, moem_sim_run(trace, &c, &sp, &so, &r))
+			TH_LOG("%s", moem_last_error());
+			TH_LOG("%s batch %u: on the CPU engine %llu sim %llu; hits engine %llu sim "
+			       "%llu; misses engine %llu; NVMe bytes engine %llu sim %llu",
+			       pols[p][2], b, (unsigned long long)rs.total.cpu_experts,
+			       (unsigned long long)r.cpu_experts, (unsigned long long)rs.total.hits,
+			       (unsigned long long)r.hits, (unsigned long long)rs.total.misses,
+			       (unsigned long long)rs.total.bytes_nvme,
+			       (unsigned long long)r.bytes_nvme);
+			EXPECT_GT(rs.total.cpu_experts, 0u);
+			EXPECT_GT(rs.total.misses, 0u); /* a split, not all on one side */
+			if (p == 0) {
+				EXPECT_EQ(rs.total.cpu_experts, r.cpu_experts);
+				EXPECT_EQ(rs.total.hits, r.hits);
+			} else {
+				double n = (double)rs.total.active;
+
+				EXPECT_LE(
+					fabs((double)rs.total.cpu_experts - (double)r.cpu_experts),
+					0.03 * n);
+				EXPECT_LE(fabs((double)rs.total.hits - (double)r.hits), 0.03 * n);
+			}
+		}
+	/* the simulator refuses what it cannot model, with a message */
+	{
+		struct moem_sim_cost c;
+		struct moem_sim_policy sp;
+		struct moem_sim_opts so = {0};
+		struct moem_sim_result r;
+
+		moem_sim_cost_default(&c);
+		c.hidden = c.inter = 128;
+		c.hbm_bytes = 1 << 20;
+		c.exec_hybrid = true;
+		ASSERT_EQ(0, moem_sim_policy_parse("lru", &sp));
+		EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+		EXPECT_MSG("needs the CPU's throughput");
+		c.cost.cpu_gbps = 10;
+		c.cpu_moe_layers = 4;
+		EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+		EXPECT_MSG("--cpu-moe-layers 4");
+		c.cpu_moe_layers = 3;
+		EXPECT_EQ(0, moem_sim_run(trace, &c, &sp, &so, &r)) TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(0u, r.bytes_pcie); /* every layer on the CPU */
+		EXPECT_EQ(1.0, r.cpu_share);
+		ASSERT_EQ(0, moem_sim_policy_parse("fluxmoe", &sp));
+		EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+		EXPECT_MSG("not DynaExq or FluxMoE");
+	}
+	free(trace);
 }
 
 TEST_F(hyb, bad_input)
