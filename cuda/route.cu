@@ -140,6 +140,7 @@ MOEM_DEVI void emit(const moem_kroute_params &p, int t, const float *z, const in
 	}
 	if (lane == 0)
 		reinterpret_cast<uint32_t *>(p.cnt)[t] = n;
+	__syncwarp(); /* the warp rewrites list for its next token */
 }
 
 struct KeyLogit { /* top-k by logit, optionally masked */

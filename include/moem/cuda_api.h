@@ -181,6 +181,11 @@ typedef struct {
 	X(cuModuleUnload, (CUmodule m), "cuModuleUnload", NULL)                                    \
 	X(cuModuleGetFunction, (CUfunction * f, CUmodule m, const char *name),                     \
 	  "cuModuleGetFunction", NULL)                                                             \
+	X(cuModuleGetFunctionCount, (unsigned int *count, CUmodule m),                             \
+	  "cuModuleGetFunctionCount", NULL)                                                        \
+	X(cuModuleEnumerateFunctions, (CUfunction * fns, unsigned int n, CUmodule m),              \
+	  "cuModuleEnumerateFunctions", NULL)                                                      \
+	X(cuFuncGetName, (const char **name, CUfunction f), "cuFuncGetName", NULL)                 \
 	X(cuFuncSetAttribute, (CUfunction f, int attr, int value), "cuFuncSetAttribute", NULL)     \
 	X(cuLaunchKernel,                                                                          \
 	  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,       \

@@ -11,6 +11,7 @@
 #ifndef MOEM_XFER_H
 #define MOEM_XFER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tierdev.h"
@@ -70,6 +71,12 @@ int moem_xfer_cancel(struct moem_xfer *x, struct moem_xfer_req *r);
 /* Block until nothing is queued or in flight. */
 void moem_xfer_drain(struct moem_xfer *x);
 
+/*
+ * The first failure (a piece that could not be issued or did not
+ * complete), 0 if none; its message into why (n bytes, "" if none).
+ * After one, every request still queued is finished with that error.
+ */
+int moem_xfer_failure(struct moem_xfer *x, char *why, size_t n);
 /* Achieved host -> device bandwidth, bytes/s (EWMA over pieces). */
 double moem_xfer_bandwidth(struct moem_xfer *x);
 void moem_xfer_get_stats(struct moem_xfer *x, struct moem_xfer_stats *s);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <moem/backend.h>
+#include <moem/cuda_api.h>
 #include <moem/error.h>
 
 #include "kselftest_harness.h"
@@ -21,14 +22,28 @@ TEST(illegal_address_is_fatal)
 {
 	const char *name = getenv("MOEM_GPU_TEST_BACKEND");
 	struct moem_backend *be;
-	struct moem_ffn_expert e = {1ull << 40, MOEM_PREC_BF16, 0, 1};
+	struct moem_ffn_expert e = {0, MOEM_PREC_BF16, 0, 1};
 	struct moem_ffn_assign as = {0, 0};
+	const struct moem_cuda_api *api;
 	moem_dptr x, out, d;
+	CUdeviceptr hole;
+	CUcontext ctx;
+	CUdevice dev;
 	int ret;
 
 	if (name && strcmp(name, "cuda"))
 		SKIP(return, "the fault needs a GPU (MOEM_GPU_TEST_BACKEND=%s)", name);
 	ASSERT_EQ(0, moem_backend_open("cuda", NULL, &be));
+	/*
+	 * Reserved and never mapped: no address the device can read. (A
+	 * made-up one is not enough: 1 TiB read without a fault on an H200
+	 * with driver 580, whose address space the driver lays out itself.)
+	 * The range is not freed: the fault poisons the context.
+	 */
+	ASSERT_EQ(0, moem_cuda_backend_handles(be, &api, &dev, &ctx));
+	ASSERT_EQ(CUDA_SUCCESS, api->cuCtxSetCurrent(ctx));
+	ASSERT_EQ(CUDA_SUCCESS, api->cuMemAddressReserve(&hole, 64ull << 20, 2ull << 20, 0, 0));
+	e.blob = hole + (16ull << 20);
 	x = tb_zeros(be, 2 * 256);
 	out = tb_zeros(be, 4 * 256);
 	{

@@ -4,6 +4,9 @@
  *  - a staging pool larger than 64 GiB is registered whole, in 1 GiB
  *    pieces (the kernel emulator only: registering 100 GiB needs 100 GiB
  *    of pinnable memory on a GPU machine; here it is an address range);
+ *  - a copy whose source crosses from one 1 GiB registration piece into
+ *    the next lands whole (on an H200 such a copy, issued as one
+ *    cuMemcpyHtoDAsync, never completed; the emulator refuses it);
  *  - the UVM device: weights copied into its managed arena are read right
  *    by a kernel under an HBM budget a quarter of their size, and again
  *    after a partial prefetch; on the emulator its paging counters show
@@ -11,6 +14,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -73,6 +77,40 @@ TEST_F(cu, pool_beyond_64_gib_is_registered_whole)
 	ASSERT_EQ(0, d->ops->host_register(d, p, bytes));
 	d->ops->destroy(d);
 	EXPECT_NE(CUDA_SUCCESS, self->api->cuMemHostGetDevicePointer(&dp, p, 0));
+	munmap(p, bytes);
+}
+
+TEST_F(cu, copy_across_registration_pieces)
+{
+	const uint64_t bytes = (1ull << 30) + (8ull << 20), len = 8ull << 20;
+	const uint64_t off = (1ull << 30) - (5ull << 20); /* 5 MiB before, 3 after */
+	struct moem_tierdev *d;
+	uint8_t *p, *back;
+	moem_dptr base;
+	uint64_t seq;
+
+	/* Untouched pages cost nothing on the emulator; a GPU pins 1 GiB. */
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		 -1, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	back = malloc(len);
+	ASSERT_NE(NULL, back);
+	for (uint64_t i = 0; i < len; i++)
+		p[off + i] = (uint8_t)(i * 13 + (i >> 12));
+	ASSERT_EQ(0, moem_tierdev_cuda_create(self->be, &d));
+	ASSERT_EQ(0, d->ops->host_register(d, p, bytes)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, d->ops->reserve(d, 16ull << 20, &base));
+	ASSERT_EQ(0, d->ops->map(d, base, 16ull << 20));
+	ASSERT_EQ(0, d->ops->copy(d, base + 4096, p + off, len, 0, &seq))
+	TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, d->ops->copy_wait(d, seq)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_be_dtoh(self->be, back, base + 4096, len, NULL));
+	ASSERT_EQ(0, moem_be_sync(self->be));
+	EXPECT_EQ(0, memcmp(back, p + off, len));
+	d->ops->unmap(d, base, 16ull << 20);
+	d->ops->unreserve(d, base, 16ull << 20);
+	d->ops->destroy(d);
+	free(back);
 	munmap(p, bytes);
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/error.h>
 #include <moem/extent.h>
 #include <moem/rng.h>
 #include <moem/util.h>
@@ -260,6 +261,65 @@ TEST_F(xfer, bad_requests)
 	r.prio = MOEM_PRIO_MISS;
 	r.done = NULL;
 	EXPECT_EQ(-EINVAL, moem_xfer_submit(self->x, &r));
+}
+
+/* A copy engine that refuses every piece from the n-th on. */
+static const struct moem_tierdev_ops *real_ops;
+static int fail_from, pieces_seen;
+
+static int failing_copy(struct moem_tierdev *d, moem_dptr dst, const void *src, uint64_t bytes,
+			uint64_t wait_compute, uint64_t *seq)
+{
+	if (++pieces_seen >= fail_from)
+		return moem_errf(EINVAL, "piece %d refused by the test", pieces_seen);
+	return real_ops->copy(d, dst, src, bytes, wait_compute, seq);
+}
+
+/*
+ * A piece that cannot be issued fails its request and every request
+ * behind it, each with the error and the message: nobody waits forever
+ * for bytes that will never come (on an H200 a refused copy hung the
+ * engine's warm-up this way).
+ */
+TEST_F(xfer, failed_piece_fails_every_request)
+{
+	struct moem_tierdev_ops ops = *self->dev->ops;
+	struct tagged t[4], late = {.log = &self->log, .tag = 9};
+	char why[256];
+
+	real_ops = self->dev->ops;
+	ops.copy = failing_copy;
+	fail_from = 6; /* the second piece of the second request */
+	pieces_seen = 0;
+	self->dev->ops = &ops;
+	for (int i = 0; i < 4; i++) {
+		memset(&t[i], 0, sizeof(t[i]));
+		t[i].log = &self->log;
+		t[i].tag = i;
+		t[i].req.dst = self->base + ((uint64_t)i << 23);
+		t[i].req.src = self->src + ((uint64_t)i << 23);
+		t[i].req.bytes = 4 << 20; /* 4 pieces */
+		t[i].req.prio = MOEM_PRIO_PREFETCH;
+		t[i].req.done = on_done;
+		t[i].status = 1;
+		ASSERT_EQ(0, moem_xfer_submit(self->x, &t[i].req));
+	}
+	moem_xfer_drain(self->x);
+	ASSERT_EQ(4, self->log.n);
+	EXPECT_EQ(0, t[0].status);
+	EXPECT_EQ(0, memcmp((void *)(uintptr_t)t[0].req.dst, t[0].req.src, 4 << 20));
+	for (int i = 1; i < 4; i++)
+		EXPECT_EQ(-EINVAL, t[i].status);
+	EXPECT_EQ(-EINVAL, moem_xfer_failure(self->x, why, sizeof(why)));
+	EXPECT_NE(NULL, strstr(why, "refused by the test"));
+	/* and a request submitted afterwards ends with the error too */
+	late.req = t[0].req;
+	late.status = 1;
+	ASSERT_EQ(0, moem_xfer_submit(self->x, &late.req));
+	moem_xfer_drain(self->x);
+	ASSERT_EQ(5, self->log.n);
+	EXPECT_EQ(-EINVAL, late.status);
+	self->dev->ops = real_ops;
 }
 
 TEST_HARNESS_MAIN

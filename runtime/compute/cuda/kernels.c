@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <moem/error.h>
 
@@ -60,6 +61,7 @@ void moem_cuda_kernels_unload(struct cuda_backend *cb)
 	free(cb->mods);
 	cb->mods = NULL;
 	cb->n_mods = 0;
+	memset(cb->fn, 0, sizeof(cb->fn));
 }
 
 int moem_cuda_kernels_load(struct cuda_backend *cb)
@@ -81,14 +83,47 @@ int moem_cuda_kernels_load(struct cuda_backend *cb)
 			goto err;
 		cb->n_mods++;
 	}
+	/*
+	 * Each module lists its own kernels (cuModuleEnumerateFunctions):
+	 * asking every module for every name would make the driver record a
+	 * CUDA_ERROR_NOT_FOUND per miss, hundreds per open, each an error to
+	 * compute-sanitizer.
+	 */
+	for (uint32_t i = 0; i < cb->n_mods; i++) {
+		unsigned int nf = 0;
+		CUfunction *fns;
+
+		ret = ck(cb, api->cuModuleGetFunctionCount(&nf, cb->mods[i]),
+			 "cuModuleGetFunctionCount");
+		if (ret)
+			goto err;
+		fns = calloc(nf ? nf : 1, sizeof(*fns));
+		if (!fns) {
+			ret = -ENOMEM;
+			goto err;
+		}
+		ret = ck(cb, api->cuModuleEnumerateFunctions(fns, nf, cb->mods[i]),
+			 "cuModuleEnumerateFunctions");
+		for (unsigned int f = 0; f < nf && !ret; f++) {
+			const char *fname = NULL;
+
+			ret = ck(cb, api->cuFuncGetName(&fname, fns[f]), "cuFuncGetName");
+			for (int k = 0; k < K_NR && !ret && fname; k++) {
+				char name[64];
+
+				if (!strcmp(fname, moem_cuda_kernel_name(k, name, sizeof(name))))
+					cb->fn[k] = fns[f];
+			}
+		}
+		free(fns);
+		if (ret)
+			goto err;
+	}
 	for (int k = 0; k < K_NR; k++) {
 		char name[64];
-		CUresult r = CUDA_ERROR_NOT_FOUND;
 
-		moem_cuda_kernel_name(k, name, sizeof(name));
-		for (uint32_t i = 0; i < cb->n_mods && r != CUDA_SUCCESS; i++)
-			r = api->cuModuleGetFunction(&cb->fn[k], cb->mods[i], name);
-		if (r != CUDA_SUCCESS) {
+		if (!cb->fn[k]) {
+			moem_cuda_kernel_name(k, name, sizeof(name));
 			ret = moem_errf(ENOENT,
 					"cuda backend: kernel %s not found in the embedded "
 					"fatbins (stale build?)",

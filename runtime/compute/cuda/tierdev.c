@@ -49,6 +49,8 @@ struct cuda_dev {
 	uint64_t c_ns[RING];
 	void **reg; /* registered host pieces, any number (the pool has no cap) */
 	uint64_t n_reg;
+	const char *reg_base; /* the registered pool, REG_PIECE per piece */
+	uint64_t reg_bytes;
 };
 
 static struct cuda_dev *cd(struct moem_tierdev *d)
@@ -189,8 +191,12 @@ static int cu_host_register(struct moem_tierdev *d, void *p, uint64_t bytes)
 		if (!ret)
 			c->reg[c->n_reg++] = (char *)p + off;
 	}
-	if (ret)
+	if (ret) {
 		cu_host_unregister(d, p);
+	} else {
+		c->reg_base = p;
+		c->reg_bytes = bytes;
+	}
 	return ret;
 }
 
@@ -202,6 +208,8 @@ static void cu_host_unregister(struct moem_tierdev *d, void *p)
 		moem_be_host_unregister(c->be, c->reg[--c->n_reg]);
 	free(c->reg);
 	c->reg = NULL;
+	c->reg_base = NULL;
+	c->reg_bytes = 0;
 }
 
 /* Poll events in order; lock held. */
@@ -247,6 +255,34 @@ static int cu_compute_wait_locked(struct cuda_dev *c, uint64_t seq)
 	return ret;
 }
 
+/*
+ * The host -> device copies of one piece, one per registered piece it
+ * touches: a source that spans two registrations is, to the driver, not
+ * one pinned range. On an H200 (driver 580) such a copy never completed;
+ * the kernel emulator refuses it.
+ */
+static int cu_htod_split(struct cuda_dev *c, moem_dptr dst, const char *src, uint64_t bytes)
+{
+	int ret = 0;
+
+	const uintptr_t base = (uintptr_t)c->reg_base;
+
+	while (bytes && !ret) {
+		const uintptr_t at = (uintptr_t)src;
+		uint64_t n = bytes;
+
+		if (at >= base && at - base < c->reg_bytes)
+			n = moem_min(n, REG_PIECE - (at - base) % REG_PIECE);
+		else if (at < base && base - at < bytes)
+			n = base - at;
+		ret = moem_be_htod(c->be, dst, src, n, c->copy_s);
+		dst += n;
+		src += n;
+		bytes -= n;
+	}
+	return ret;
+}
+
 static int cu_copy(struct moem_tierdev *d, moem_dptr dst, const void *src, uint64_t bytes,
 		   uint64_t wait_compute, uint64_t *seq)
 {
@@ -264,7 +300,7 @@ static int cu_copy(struct moem_tierdev *d, moem_dptr dst, const void *src, uint6
 	if (!ret)
 		ret = moem_be_event_record(c->be, c->c0[s % RING], c->copy_s);
 	if (!ret)
-		ret = moem_be_htod(c->be, dst, src, bytes, c->copy_s);
+		ret = cu_htod_split(c, dst, src, bytes);
 	if (!ret)
 		ret = moem_be_event_record(c->be, c->c1[s % RING], c->copy_s);
 	if (!ret) {

@@ -5,6 +5,7 @@
  * wait, release), the precision plan and queries.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,9 +116,12 @@ int moem_tiers_wait(struct moem_tiers *t, struct moem_xref *ref)
 		t->hev->touch(t->hev, v->id);
 		ref->addr = t->base + v->hoff;
 	} else {
+		char why[256];
+
+		if (!t->xfer || !moem_xfer_failure(t->xfer, why, sizeof(why)) || !why[0])
+			snprintf(why, sizeof(why), "%s", strerror(v->err ? -v->err : EIO));
 		ret = moem_errf(v->err ? -v->err : EIO, "expert (%u, %u) %s: fetch failed: %s",
-				ref->layer, ref->expert, ref->pi ? "lo" : "hi",
-				strerror(v->err ? -v->err : EIO));
+				ref->layer, ref->expert, ref->pi ? "lo" : "hi", why);
 	}
 	t->st.stall_ns += moem_now_ns() - t0;
 	pthread_mutex_unlock(&t->lock);

@@ -4,9 +4,13 @@
  * non-empty priority queue while fewer than max_inflight are on the copy
  * engine, then block on the oldest piece. Done callbacks run on this
  * thread without the lock, after the request's last piece completed.
+ * A piece that fails (to issue or to complete) makes the engine fail:
+ * every request not done yet is finished with that error, never left
+ * waiting.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +36,7 @@ struct moem_xfer {
 	double bw;
 	struct moem_xfer_stats st;
 	int failed; /* sticky: a piece failed */
+	char why[256]; /* its message (moem_last_error() where it failed) */
 	int stop;
 };
 
@@ -73,11 +78,24 @@ static struct moem_xfer_req *q_first(struct moem_xfer *x)
 	return NULL;
 }
 
+/* The first failure, with its message; lock held. */
+static void set_failed(struct moem_xfer *x, int err)
+{
+	if (!err || x->failed)
+		return;
+	x->failed = err;
+	snprintf(x->why, sizeof(x->why), "%s", moem_last_error());
+}
+
 /* Issue pieces while there is room; called with the lock held. */
 static int issue(struct moem_xfer *x)
 {
 	struct moem_xfer_req *r;
 
+	/* After a failed piece nothing more is issued: the thread fails
+	 * what is queued once the copy engine is empty. */
+	if (x->failed)
+		return 0;
 	while (x->fl_count < x->o.max_inflight && (r = q_first(x))) {
 		uint64_t n = moem_min(x->o.piece_bytes, r->bytes - r->issued), seq;
 		struct inflight *f;
@@ -117,10 +135,24 @@ static void *xfer_thread(void *arg)
 		uint64_t ns;
 		int ret;
 
-		ret = issue(x);
-		if (ret && !x->failed)
-			x->failed = ret;
+		set_failed(x, issue(x));
 		if (!x->fl_count) {
+			struct moem_xfer_req *r = x->failed ? q_first(x) : NULL;
+
+			/* A failed copy: every request not yet done ends with
+			 * the error (none has a piece in flight now), so no
+			 * waiter is left waiting for bytes that never come. */
+			if (r) {
+				int err = x->failed;
+
+				q_remove(x, r);
+				pthread_mutex_unlock(&x->lock);
+				r->done(r, err);
+				pthread_mutex_lock(&x->lock);
+				x->outstanding--;
+				pthread_cond_broadcast(&x->cond);
+				continue;
+			}
 			if (x->stop && !q_first(x))
 				break;
 			pthread_cond_broadcast(&x->cond); /* idle: wake drainers */
@@ -134,8 +166,7 @@ static void *xfer_thread(void *arg)
 		pthread_mutex_lock(&x->lock);
 		x->fl_head = (x->fl_head + 1) % x->o.max_inflight;
 		x->fl_count--;
-		if (ret && !x->failed)
-			x->failed = ret;
+		set_failed(x, ret);
 		if (ns) {
 			double sample = (double)f.bytes / ((double)ns * 1e-9);
 
@@ -213,8 +244,6 @@ void moem_xfer_destroy(struct moem_xfer *x)
 
 int moem_xfer_submit(struct moem_xfer *x, struct moem_xfer_req *r)
 {
-	int ret;
-
 	if (!r->bytes || (unsigned int)r->prio >= MOEM_PRIO_NR || !r->done)
 		return -EINVAL;
 	r->issued = r->completed = 0;
@@ -228,9 +257,7 @@ int moem_xfer_submit(struct moem_xfer *x, struct moem_xfer_req *r)
 	x->outstanding++;
 	/* Issue right away if the copy engine has room: the thread may be
 	 * blocked on an older piece and would leave the link idle. */
-	ret = issue(x);
-	if (ret && !x->failed)
-		x->failed = ret;
+	set_failed(x, issue(x));
 	pthread_cond_broadcast(&x->cond);
 	pthread_mutex_unlock(&x->lock);
 	return 0;
@@ -268,6 +295,18 @@ void moem_xfer_drain(struct moem_xfer *x)
 	while (x->outstanding)
 		pthread_cond_wait(&x->cond, &x->lock);
 	pthread_mutex_unlock(&x->lock);
+}
+
+int moem_xfer_failure(struct moem_xfer *x, char *why, size_t n)
+{
+	int ret;
+
+	pthread_mutex_lock(&x->lock);
+	ret = x->failed;
+	if (n)
+		snprintf(why, n, "%s", ret ? x->why : "");
+	pthread_mutex_unlock(&x->lock);
+	return ret;
 }
 
 double moem_xfer_bandwidth(struct moem_xfer *x)

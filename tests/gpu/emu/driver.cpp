@@ -235,6 +235,37 @@ CUAPI cuModuleGetFunction(const void **f, void *, const char *name)
 	return OK;
 }
 
+/* The one module holds every registered kernel. */
+CUAPI cuModuleGetFunctionCount(unsigned int *count, void *)
+{
+	STICKY();
+	*count = (unsigned int)registry().size();
+	return OK;
+}
+
+CUAPI cuModuleEnumerateFunctions(const void **fns, unsigned int n, void *)
+{
+	unsigned int i = 0;
+
+	STICKY();
+	if (!fns)
+		return E_INVALID_VALUE;
+	for (auto &e : registry()) {
+		if (i == n)
+			break; /* at most n, as the driver */
+		fns[i++] = e.second;
+	}
+	return OK;
+}
+
+CUAPI cuFuncGetName(const char **name, const kfunc *f)
+{
+	if (!f || !name)
+		return E_INVALID_VALUE;
+	*name = f->k.name;
+	return OK;
+}
+
 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8): up to sm_90's 227 KiB. */
 CUAPI cuFuncSetAttribute(kfunc *f, int attr, int value)
 {

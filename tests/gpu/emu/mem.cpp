@@ -25,6 +25,7 @@
  * recorded. The counters are what a UVM benchmark reports; the real
  * driver's come from CUPTI.
  */
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -464,6 +465,39 @@ static bool pinned(const void *p, size_t n)
 	return emu_mem_is((uint64_t)(uintptr_t)p, n, EMU_PINNED | EMU_MANAGED);
 }
 
+/*
+ * A host range of an async copy that is partly pinned: it touches a
+ * registration (cuMemHostRegister, cuMemAllocHost) without lying inside
+ * one. Stricter than the driver, which documents nothing here: on an H200
+ * (driver 580) a copy whose source spanned two registrations never
+ * completed. The emulator refuses it, so such copies are found here.
+ */
+static bool straddles(const void *p, size_t n)
+{
+	std::lock_guard<std::mutex> g(mem_lock);
+	uint64_t a = (uint64_t)(uintptr_t)p, end = a + n;
+	auto it = ranges.upper_bound(a);
+
+	if (it != ranges.begin()) {
+		auto prev = std::prev(it);
+
+		if (prev->first + prev->second.size > a && (prev->second.kind & EMU_PINNED))
+			return end > prev->first + prev->second.size;
+	}
+	/* starts outside any registration: does one begin inside the range? */
+	for (; it != ranges.end() && it->first < end; ++it)
+		if (it->second.kind & EMU_PINNED)
+			return true;
+	return false;
+}
+
+static int refuse_straddle(const char *call, const void *p, size_t n)
+{
+	fprintf(stderr, "emu: %s: host range %p + %zu is partly pinned (it crosses a "
+		"cuMemHostRegister boundary)\n", call, p, n);
+	return E_INVALID_VALUE;
+}
+
 CUAPI cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s)
 {
 	if (emu_sticky)
@@ -488,6 +522,8 @@ CUAPI cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s)
 		return OK;
 	if (!emu_mem_is(dst, n, EMU_ANY_DEVICE))
 		return E_INVALID_VALUE;
+	if (straddles(src, n))
+		return refuse_straddle("cuMemcpyHtoDAsync", src, n);
 	if (pinned(src, n))
 		return emu_enqueue((emu_stream *)s,
 				   [dst, src, n] {
@@ -522,6 +558,8 @@ CUAPI cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s)
 		return OK;
 	if (!emu_mem_is(src, n, EMU_ANY_DEVICE))
 		return E_INVALID_VALUE;
+	if (straddles(dst, n))
+		return refuse_straddle("cuMemcpyDtoHAsync", dst, n);
 	if (pinned(dst, n))
 		return emu_enqueue((emu_stream *)s,
 				   [dst, src, n] { memmove(dst, (const void *)(uintptr_t)src, n); },
