@@ -82,16 +82,27 @@ $py - "$res" "$L" "$E" "$P" "$N" <<'PY' >"$dir/table.md"
 import json, sys
 L, E, P, N = sys.argv[2:]
 rows = [json.loads(l) for l in open(sys.argv[1])]
+# Weight bytes one decode token reads (the qwen3-30b-a3b preset's shapes,
+# every layer MoE): 8 experts of 3 x 2048 x 768 per layer, q/k/v/o
+# (4096 + 2 x 512 rows of 2048, 2048 rows of 4096), lm_head 4096 x 2048;
+# bits per weight with the fp16 scales (and mins) of moem's layouts.
+bpw = {"bf16": 16, "q8": 8 + 16 / 128, "q4": 4 + 32 / 128, "q2": 2 + 32 / 64}
+def token_bytes(ep, dp):
+    ex = 8 * 3 * 2048 * 768 * int(L)
+    attn = (4096 + 1024) * 2048 * int(L) + 2048 * 4096 * int(L)
+    return (ex * bpw[ep] + (attn + 4096 * 2048) * bpw[dp]) / 8
 print(f"Synthetic all-MoE qwen3_moe, {L} layers x {E} experts (top-8, Qwen3-30B-A3B layer "
       f"shapes, vocab 4096), batch 1, a prompt of {P} tokens, {N} generated; decode tok/s over "
       f"the whole run (median step in brackets). *dense*: the precision of moem's attention "
       f"projections and lm_head (bf16 as packed, or quantized when loaded: --dense-prec); "
       f"*moem step*: its mean decode step split into attention (projections and KV), MoE "
-      f"and lm_head, in ms.\n")
+      f"and lm_head, in ms; *moem GB/s*: the weight bytes a token reads (experts, "
+      f"projections, lm_head) over the mean decode step, to hold against the read-only "
+      f"stream of cpu-kernels.md.\n")
 print("| threads | moem | dense | llama.cpp | HBM | moem prompt tok/s | llama.cpp prompt tok/s | "
       "ratio | moem decode tok/s (median ms) | llama.cpp decode tok/s (median ms) | ratio | "
-      "moem step: attn / MoE / head |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "moem step: attn / MoE / head | moem GB/s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     m = r["moem"]
     mp, md = m["prompt_tokens_per_s"], m["decode_tokens_per_s"]
@@ -99,15 +110,16 @@ for r in rows:
     dd = m["decode"]
     n = max(dd["steps"], 1)
     split = f"{dd['attention_ms'] / n:.1f} / {dd['moe_ms'] / n:.1f} / {dd['head_ms'] / n:.1f}"
+    gbs = token_bytes(r["moem_prec"], r["dense"]) / (dd["total_ms"] / n * 1e6)
     if "llama" in r:
         l = r["llama"]
         lp, ld, ls = l["prompt_tokens_per_s"], l["decode_tokens_per_s"], l["median_decode_step_ms"]
         print(f"| {r['threads']} | {r['moem_prec']} | {r['dense']} | {r['llama_type'].upper()} | "
               f"{r['hbm']} | {mp:.1f} | {lp:.1f} | {mp / lp:.2f}x | {md:.2f} ({ms:.0f}) | "
-              f"{ld:.2f} ({ls:.0f}) | {md / ld:.2f}x | {split} |")
+              f"{ld:.2f} ({ls:.0f}) | {md / ld:.2f}x | {split} | {gbs:.1f} |")
     else:
         print(f"| {r['threads']} | {r['moem_prec']} | {r['dense']} | - | {r['hbm']} | {mp:.1f} | "
-              f"- | - | {md:.2f} ({ms:.0f}) | - | - | {split} |")
+              f"- | - | {md:.2f} ({ms:.0f}) | - | - | {split} | - |")
 PY
 cat "$dir/table.md"
 if [ -n "${DOC:-}" ]; then
