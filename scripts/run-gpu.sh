@@ -25,7 +25,8 @@
 #
 # Writes OUTDIR/summary.json and OUTDIR/summary.md (device, driver, what ran,
 # pass/fail/skip and seconds per phase, every benchmark number, the targets),
-# OUTDIR/results.txt (the RESULT key=value lines) and OUTDIR/logs/.
+# OUTDIR/results.txt (the RESULT key=value lines), OUTDIR/logs/ and
+# OUTDIR/run.tar.gz (all of these in one file).
 # Exit: 0 every phase passed or skipped, 1 one failed or ran out of time,
 # 2 usage, 3 the bundle's programs do not load on this machine, 4 no usable
 # GPU or driver (nothing was run; the summary says why).
@@ -307,5 +308,9 @@ targets=$(awk '
 	awk '{ printf "| %s | %s |\n", $1, $2 }' "$out/results.txt"
 } >"$out/summary.md"
 
+# One file with everything but the scratch models, for tools that bring
+# back only a few files from the GPU machine.
+tar czf "$out/run.tar.gz" -C "$out" --exclude=./work --exclude=./run.tar.gz . 2>/dev/null ||
+	echo "run-gpu.sh: could not write $out/run.tar.gz" >&2
 echo "run-gpu.sh: $([ $failed = 0 ] && echo passed || echo FAILED) in ${total}s; $out/summary.md"
 exit $failed

@@ -114,11 +114,26 @@ static void cupti_start(void)
 	*(void **)&cupti.flush = dlsym(lib, "cuptiActivityFlushAll");
 	if (!cupti.enable || !cupti.configure || !cupti.callbacks || !cupti.next || !cupti.flush)
 		return;
-	if (cupti.callbacks(buf_request, buf_complete) != CUPTI_SUCCESS ||
-	    cupti.configure(cfg, 3) != CUPTI_SUCCESS ||
-	    cupti.enable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER) != CUPTI_SUCCESS) {
-		fprintf(stderr, "bench_uvm: CUPTI refused the unified memory counters\n");
-		return;
+	{
+		/* which call refused, and its CUptiResult, say why on a GPU machine */
+		const char *call = "cuptiActivityRegisterCallbacks";
+		int r = cupti.callbacks(buf_request, buf_complete);
+
+		if (r == CUPTI_SUCCESS) {
+			call = "cuptiActivityConfigureUnifiedMemoryCounter";
+			r = cupti.configure(cfg, 3);
+		}
+		if (r == CUPTI_SUCCESS) {
+			call = "cuptiActivityEnable(UNIFIED_MEMORY_COUNTER)";
+			r = cupti.enable(CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER);
+		}
+		if (r != CUPTI_SUCCESS) {
+			fprintf(stderr,
+				"bench_uvm: CUPTI refused the unified memory counters (%s: "
+				"CUptiResult %d)\n",
+				call, r);
+			return;
+		}
 	}
 	count_src = "CUPTI";
 }

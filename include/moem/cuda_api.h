@@ -181,8 +181,8 @@ typedef struct {
 	X(cuModuleUnload, (CUmodule m), "cuModuleUnload", NULL)                                    \
 	X(cuModuleGetFunction, (CUfunction * f, CUmodule m, const char *name),                     \
 	  "cuModuleGetFunction", NULL)                                                             \
-	X(cuModuleGetFunctionCount, (unsigned int *count, CUmodule m),                             \
-	  "cuModuleGetFunctionCount", NULL)                                                        \
+	X(cuModuleGetFunctionCount, (unsigned int *count, CUmodule m), "cuModuleGetFunctionCount", \
+	  NULL)                                                                                    \
 	X(cuModuleEnumerateFunctions, (CUfunction * fns, unsigned int n, CUmodule m),              \
 	  "cuModuleEnumerateFunctions", NULL)                                                      \
 	X(cuFuncGetName, (const char **name, CUfunction f), "cuFuncGetName", NULL)                 \

@@ -269,7 +269,8 @@ int moem_decoder_open(struct moem_engine *e, const struct moem_decoder_opts *o,
 	struct moem_decoder_opts def = {0};
 	struct moem_decoder *d;
 	uint32_t major, minor;
-	uint64_t kv;
+	uint64_t kv, knob_was = 0;
+	bool knob_set = false;
 	int ret;
 
 	*out = NULL;
@@ -310,8 +311,12 @@ int moem_decoder_open(struct moem_engine *e, const struct moem_decoder_opts *o,
 		goto err;
 	}
 	ret = moem_engine_check_knob(e, MOEM_BUDGET_KV_BYTES, kv ? kv : d->kv_default);
-	if (!ret && d->o.kv_bytes)
+	if (!ret && d->o.kv_bytes) {
+		/* A decoder that fails to open leaves the knob as it found it. */
+		knob_was = moem_engine_get_knob(e, MOEM_BUDGET_KV_BYTES);
 		ret = moem_engine_set_knob(e, MOEM_BUDGET_KV_BYTES, d->o.kv_bytes);
+		knob_set = !ret;
+	}
 	if (!ret)
 		ret = alloc_acts(d);
 	if (!ret)
@@ -332,6 +337,8 @@ int moem_decoder_open(struct moem_engine *e, const struct moem_decoder_opts *o,
 	return 0;
 err:
 	moem_decoder_close(d);
+	if (knob_set)
+		(void)moem_engine_set_knob(e, MOEM_BUDGET_KV_BYTES, knob_was);
 	return ret;
 }
 

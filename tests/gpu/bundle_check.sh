@@ -111,6 +111,11 @@ if [ -n "${EMU_DIR:-}" ] && [ $real_gpu = 0 ]; then
 	done
 	grep -q '^ffn_bf16_B1_gbps ' "$out/results.txt" || bad "no FFN result in results.txt"
 	grep -q '^| gpu_ops | pass |' "$out/summary.md" || bad "summary.md lacks the phase table"
+	# everything in one file, for tools that bring back few files
+	tar tzf "$out/run.tar.gz" 2>/dev/null | grep -q 'logs/gpu_ops.log' &&
+		tar tzf "$out/run.tar.gz" | grep -q 'summary.json' &&
+		! tar tzf "$out/run.tar.gz" | grep -q '^\./work/' ||
+		bad "run.tar.gz lacks the logs or summary, or holds work/"
 	# the JSON parses (python3 here, not on the GPU machine)
 	if command -v python3 >/dev/null 2>&1; then
 		python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out/summary.json" ||

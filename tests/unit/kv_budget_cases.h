@@ -147,6 +147,28 @@ TEST_F(kv, knob_is_the_budget)
 	ASSERT_EQ(0, moem_decoder_cancel(self->d, id));
 }
 
+/*
+ * A decoder whose open fails after its kv_bytes set the knob (a pool of
+ * 1 TiB: no memory for it, or refused by the HBM check) leaves the knob
+ * as it was, and the next decoder opens with the default pool.
+ */
+TEST_F(kv, failed_open_leaves_the_knob)
+{
+	struct moem_decoder_opts o = {0};
+	struct moem_kv_usage u, again;
+
+	moem_decoder_kv_usage(self->d, &u);
+	moem_decoder_close(self->d);
+	self->d = NULL;
+	o.kv_bytes = 1ull << 40;
+	EXPECT_NE(0, moem_decoder_open(self->e, &o, &self->d));
+	EXPECT_EQ(NULL, self->d);
+	EXPECT_EQ(0, moem_engine_get_knob(self->e, MOEM_BUDGET_KV_BYTES));
+	ASSERT_EQ(0, moem_decoder_open(self->e, NULL, &self->d)) TH_LOG("%s", moem_last_error());
+	moem_decoder_kv_usage(self->d, &again);
+	EXPECT_EQ(u.pool_bytes, again.pool_bytes);
+}
+
 TEST_F(kv, taken_out_of_hbm_where_it_lives)
 {
 	struct moem_kv_usage u;

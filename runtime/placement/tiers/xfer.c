@@ -35,7 +35,7 @@ struct moem_xfer {
 	uint64_t outstanding; /* requests submitted and not done */
 	double bw;
 	struct moem_xfer_stats st;
-	int failed; /* sticky: a piece failed */
+	int failed;    /* sticky: a piece failed */
 	char why[256]; /* its message (moem_last_error() where it failed) */
 	int stop;
 };
