@@ -42,7 +42,12 @@ static int upload_q(struct moem_decoder *d, const char *const *names, uint32_t n
 	bytes = total * 2;
 	if (p != MOEM_PREC_BF16) {
 		cols = t[0]->shape[t[0]->ndim - 1];
-		if (t[0]->ndim != 2 || total / cols > UINT32_MAX || cols > UINT32_MAX)
+		for (uint32_t i = 0; i < n; i++)
+			if (t[i]->ndim != 2 || t[i]->shape[1] != cols)
+				return moem_errf(EINVAL,
+						 "%s: not a matrix of %llu columns to quantize",
+						 names[i], (unsigned long long)cols);
+		if (!cols || cols > UINT32_MAX || total / cols > UINT32_MAX)
 			return moem_errf(EINVAL, "%s: not a matrix to quantize", names[0]);
 		ret = moem_qmat_layout(p, (uint32_t)(total / cols), (uint32_t)cols, &l);
 		if (ret)
