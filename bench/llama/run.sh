@@ -168,6 +168,22 @@ if [ -n "${DOC:-}" ]; then
 			"in Q6_K), so the dense-bf16 rows move more bytes per token than llama.cpp."
 		echo
 		cat "$dir/table.md"
+		echo
+		echo "Where the time goes. A batch-1 decode step reads once every weight the token" \
+			"uses, so on one thread its time is those bytes over what one core can stream." \
+			"The split column (\`moem decode --json\`) shows a q8/q4 pack with its dense" \
+			"weights in bf16 spending about as long on the attention projections as on the" \
+			"experts: the dense-bf16 rows read more bytes per token than llama.cpp's. With" \
+			"\`--dense-prec\` the decoder quantizes them when it loads them, as llama.cpp's" \
+			"types do; dense q4 costs more quality than dense q8 (\`moem eval --dense-prec\`," \
+			"tests/decode/eval_cli.sh), where Q4_K_M keeps attn_v and the output matrix in" \
+			"Q6_K. What is left of a gap is in the GB/s column against the read-only stream" \
+			"of cpu-kernels.md: a perf profile of the q8 row puts the expert and projection" \
+			"kernels' time on their weight loads (int8 dot products on activations quantized" \
+			"per token, vpmaddubsw/vpmaddwd; bound by memory, not by dequantisation), and the" \
+			"rest of a step (router, norms, RoPE, attention over a short KV cache, lm_head)" \
+			"is the small remainder the split shows. On this shared 2-CPU machine the load" \
+			"above moves both programs' rates by tens of percent from run to run."
 	} >"$DOC.tmp"
 	mv "$DOC.tmp" "$DOC"
 fi
