@@ -3,12 +3,18 @@
 # trace simulator (bench/sim/run.sh) -> Documentation/benchmarks/.
 # test-guard: the placement layer's before/after guard (tests/guard/guard.sh:
 # simulator numbers, engine digests and trace files against golden files).
-BENCH_SUITES += bench-sim
+# bench-hybrid: hybrid CPU/GPU execution against transfer-only in the
+# simulator, with this machine's CPU kernels (bench/sim/hybrid.sh ->
+# Documentation/benchmarks/hybrid.md).
+BENCH_SUITES += bench-sim bench-hybrid
 TEST_SUITES += test-guard
 
-.PHONY: bench-sim test-guard
+.PHONY: bench-sim bench-hybrid test-guard
 bench-sim: all
 	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/sim bench/sim/run.sh
+
+bench-hybrid: all
+	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/hybrid bench/sim/hybrid.sh
 
 test-guard: all
 	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite guard tests/guard/guard.sh

@@ -190,6 +190,7 @@ else
 	want tests && phase engine_budgets 120 "$T/engine_same_outputs.sh"
 	want tests && phase decode_tokens 180 "$T/decode_same_tokens.sh"
 	want tests && phase sync_per_step 90 "$T/sync_per_step.sh"
+	want tests && phase hybrid 90 "$T/hybrid_outputs.sh"
 	want bench && phase bench_kernels 120 "$K/bench_kernels" --backend cuda \
 		--out "$out/kernels.txt"
 	if want bench; then

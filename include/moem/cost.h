@@ -4,8 +4,8 @@
  * long it takes to move an expert's bytes between the tiers and to run it.
  * Everything that weighs time reads it: the prefetch horizon, FluxMoE's
  * rho controller, inclusive or exclusive DRAM, the smallest budget a
- * policy can run in, and - when hybrid CPU/GPU execution lands
- * (ALGORITHMS.md sec. 7, issue 15) - where an expert runs. The simulator
+ * policy can run in, and where an expert runs (hybrid CPU/GPU execution,
+ * ALGORITHMS.md sec. 7). The simulator
  * takes all of its time from it; the engine fills it from what it
  * measures (link bandwidth from the transfer engine, layer time from its
  * own clock) and starts from the defaults.
@@ -26,7 +26,8 @@ struct moem_cost {
 	double hbm_gbps;   /* the GPU reading expert weights (3000) */
 	uint64_t layer_ns; /* fixed work per MoE layer outside the experts (20000) */
 	uint64_t token_ns; /* GPU work per (token, expert) pair beyond the weights (20) */
-	/* The CPU side (hybrid execution); 0 = not measured: never on the CPU. */
+	/* The CPU side (hybrid execution); cpu_gbps 0: no CPU executor, never
+	 * on the CPU. The engine measures both at open (or is given them). */
 	double cpu_gbps;       /* the CPU reading weights from pinned DRAM */
 	uint64_t cpu_token_ns; /* CPU work per (token, expert) pair */
 };
@@ -60,13 +61,20 @@ uint64_t moem_cost_gpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t to
 bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, uint64_t dram_bytes);
 
 /*
- * Hybrid CPU/GPU execution (ALGORITHMS.md sec. 7). Where one expert of a
- * layer runs this step: t_cpu = max(bytes / cpu_gbps, tokens *
- * cpu_token_ns); t_gpu = (resident ? 0 : load) + gpu time; the CPU when
- * t_cpu < t_gpu - keep_ns, keep_ns being the value of having the expert
- * resident for its predicted next uses. Until the CPU executor exists
- * (issue 15) cpu_gbps is 0 and every expert runs on the GPU: this is the
- * decision slot that work fills in.
+ * Hybrid CPU/GPU execution (ALGORITHMS.md sec. 7): where one expert of a
+ * layer runs this step, the one rule the engine and `moem sim --exec
+ * hybrid` share. bytes: the version's blob; tokens: (token, slot) pairs
+ * routed to it; resident: some usable version is in HBM; in_dram: the
+ * version is staged in the DRAM pool (else both sides first read it from
+ * NVMe, at nvme_gbps; the GPU side then copies it at min(link, NVMe)).
+ *   t_cpu = nvme + max(bytes / cpu_gbps, tokens * cpu_token_ns)
+ *   t_gpu = load + bytes / hbm_gbps + tokens * token_ns
+ * The CPU when t_cpu + keep_ns < t_gpu, keep_ns being the value of having
+ * the expert resident for its predicted next uses (the engine and the
+ * simulator pass 0 today: the decision is per step and myopic). A
+ * resident expert, or cpu_gbps 0 (no CPU executor), always gives the GPU.
+ * The activations' round trip (B x H bf16 down, B x H fp32 up per layer)
+ * is left out: it is paid once per layer, not per expert.
  */
 enum moem_exec {
 	MOEM_EXEC_GPU = 0,
@@ -75,5 +83,28 @@ enum moem_exec {
 
 enum moem_exec moem_cost_exec(const struct moem_cost *c, uint64_t bytes, uint32_t tokens,
 			      bool resident, bool in_dram, uint64_t keep_ns);
+/*
+ * The decision for a layer's experts one after another, each behind the
+ * work the layer already gave each side: q->cpu_ns of CPU experts, and
+ * q->link_ns of loads on the link (the layer's own: what earlier layers
+ * queued is not counted, so that the engine and the simulator see the
+ * same numbers). The CPU when q->cpu_ns + t_cpu + keep_ns < q->link_ns +
+ * t_gpu; the chosen side's queue grows by the expert's time (a resident
+ * expert adds nothing). Start each layer with a zeroed queue and call it
+ * in execution order (resident experts never go to the CPU, the rest in
+ * ascending expert order). force: the CPU whatever the cost (the
+ * --cpu-moe-layers layers), counted in the queue the same way.
+ */
+struct moem_exec_queue {
+	uint64_t cpu_ns, link_ns;
+};
+
+enum moem_exec moem_cost_exec_next(const struct moem_cost *c, struct moem_exec_queue *q,
+				   uint64_t bytes, uint32_t tokens, bool resident, bool in_dram,
+				   uint64_t keep_ns, bool force);
+/* t_cpu above: ns of one expert on the CPU (NVMe read first if not in DRAM). */
+uint64_t moem_cost_cpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens, bool in_dram);
+/* "gpu" or "cpu". */
+const char *moem_exec_name(enum moem_exec x);
 
 #endif /* MOEM_COST_H */

@@ -140,6 +140,8 @@ struct moem_decode_stats {
 	/* forward passes whose MoE layers were planned on the device: one
 	 * host synchronisation each (Documentation/backends.md) */
 	uint64_t device_steps;
+	/* hybrid execution: (layer, expert) pairs computed on the CPU, its time */
+	uint64_t cpu_experts, cpu_ns;
 };
 
 struct moem_kv_usage {

@@ -99,6 +99,21 @@ struct moem_engine_opts {
 	 * device memory its pages may use, the prefetch policy, if any, only
 	 * issues cuMemPrefetchAsync; CUDA backend). */
 	const char *hbm_mode;
+	/*
+	 * Hybrid execution (Documentation/engine.md): exec_hybrid lets the
+	 * cost model (cost.h, moem_cost_exec) send each (expert, step) that is
+	 * not in HBM to the CPU, computed from the DRAM pool while the device
+	 * computes the rest; cpu_moe_layers N puts every expert of the first N
+	 * MoE layers on the CPU, never in HBM (llama.cpp's --n-cpu-moe), with
+	 * or without exec_hybrid. cpu_gbps > 0 gives the CPU kernels'
+	 * throughput (else it is measured at open), cpu_token_ns their cost
+	 * per (token, expert) pair (0: measured, or none when cpu_gbps is
+	 * given).
+	 */
+	bool exec_hybrid;
+	uint32_t cpu_moe_layers;
+	double cpu_gbps;
+	uint64_t cpu_token_ns;
 };
 
 enum moem_workload_kind {
@@ -125,6 +140,9 @@ struct moem_step_stats {
 	uint64_t stall_ns;
 	uint64_t bytes_nvme, bytes_h2d;
 	uint64_t step_ns;
+	/* hybrid execution: (layer, expert) pairs computed on the CPU, and the
+	 * time the CPU spent on them (loads from NVMe it waited for included) */
+	uint64_t cpu_experts, cpu_ns;
 };
 
 struct moem_run_stats {
@@ -243,6 +261,13 @@ struct moem_engine_status {
 	char pack_id[33];
 	char hotness[96]; /* "engine", "bpf", or "engine (bpf refused: why)" */
 	char hbm_mode[8]; /* "vmm" or "uvm" */
+	/* Hybrid execution: "gpu" or "hybrid", --cpu-moe-layers, the CPU
+	 * throughput the decision uses (0: no CPU executor), and totals. */
+	char exec[8];
+	uint32_t cpu_moe_layers;
+	double cpu_gbps;
+	uint64_t cpu_token_ns;
+	uint64_t cpu_experts, cpu_ns;
 	/* UVM mode: prefetches issued to the driver (tierdev.h) */
 	uint64_t uvm_prefetches, uvm_prefetch_bytes;
 };

@@ -44,6 +44,23 @@ struct moem_sim_cost {
 	uint64_t hbm_bytes;		     /* expert budget in HBM */
 	uint64_t dram_bytes;		     /* 0: every expert fits in DRAM */
 	double jitter;			     /* relative std of per-transfer bandwidth (0) */
+	/* DRAM starts empty (experts read from NVMe on first use) even when
+	 * dram_bytes holds every expert, as an engine that skipped warm-up */
+	bool dram_cold;
+	/*
+	 * Hybrid execution (`moem sim --exec hybrid`), cache policies only:
+	 * each (expert, step) goes where the engine would send it, by the same
+	 * moem_cost_exec() on cost.cpu_gbps and cost.cpu_token_ns; the first
+	 * cpu_moe_layers MoE layers are always on the CPU and never in HBM.
+	 * exec_link_gbps is the link the decision assumes (0: cost.link_gbps;
+	 * the engine's --link-gbps when the modelled link is not it). A CPU
+	 * expert costs moem_cost_cpu_ns() on one CPU timeline that runs beside
+	 * the GPU's; the layer ends when both have; the CPU's time past the
+	 * GPU's counts as stall.
+	 */
+	bool exec_hybrid;
+	uint32_t cpu_moe_layers;
+	double exec_link_gbps;
 };
 
 /* Defaults above; hbm_bytes 0 until set. */
@@ -115,6 +132,11 @@ struct moem_sim_result {
 	double hi_frac;	   /* dynaexq: uses served in the high precision */
 	uint32_t slots;	   /* uniform slots at the budget (Belady's) */
 	uint64_t hbm_peak; /* most HBM bytes ever reserved (<= hbm_bytes) */
+	/* hybrid execution: expert uses computed on the CPU (not in accesses,
+	 * so hit_rate is over the GPU's uses as the engine counts it), their
+	 * CPU time, and their share of all uses */
+	uint64_t cpu_experts, cpu_ns;
+	double cpu_share;
 };
 
 /*

@@ -120,6 +120,8 @@ struct moem_tiers_stats {
 	/* DRAM, for the HBM misses: the bytes were staged already (hit) or
 	 * still had to come from NVMe (miss). */
 	uint64_t dram_hits, dram_misses;
+	/* CPU executor: versions it had to load from NVMe first */
+	uint64_t cpu_dram_misses;
 	uint64_t stall_ns;		  /* time spent in moem_tiers_wait */
 	uint64_t bytes_nvme;		  /* NVMe -> DRAM */
 	uint64_t bytes_h2d[MOEM_PRIO_NR]; /* DRAM -> HBM by priority */
@@ -160,6 +162,28 @@ int moem_tiers_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert,
 int moem_tiers_wait(struct moem_tiers *t, struct moem_xref *ref);
 void moem_tiers_release(struct moem_tiers *t, const struct moem_xref *refs, uint32_t n,
 			uint64_t compute_seq);
+
+/*
+ * The CPU executor's side (hybrid execution): compute an expert on the
+ * CPU straight from its DRAM copy, without it entering HBM. cpu_acquire()
+ * pins the planned version in DRAM for the CPU: 0 with ref->host its
+ * bytes (READY), or MOEM_ACQ_PENDING after making sure it is loading from
+ * NVMe (evicting from DRAM as the DRAM evictor says): call cpu_wait(),
+ * which blocks until it is READY (0, ref->host set) or its load failed
+ * (-errno with a message; the pin is gone). -EAGAIN if DRAM has no room
+ * now (every staged version is pinned): run it on the GPU instead. A
+ * pinned version is never evicted from DRAM. cpu_release() unpins what
+ * wait/acquire returned 0 for (refs with host set). HBM is untouched.
+ */
+struct moem_cref {
+	const void *host;
+	uint32_t layer, expert, pi;
+};
+
+int moem_tiers_cpu_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert,
+			   struct moem_cref *ref);
+int moem_tiers_cpu_wait(struct moem_tiers *t, struct moem_cref *ref);
+void moem_tiers_cpu_release(struct moem_tiers *t, const struct moem_cref *refs, uint32_t n);
 
 /*
  * Policy side. prefetch() starts fetching the planned version of

@@ -755,6 +755,8 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 	d->total.bytes_nvme += st.bytes_nvme;
 	d->total.bytes_h2d += st.bytes_h2d;
 	d->total.device_steps += st.device_steps;
+	d->total.cpu_experts += st.cpu_experts;
+	d->total.cpu_ns += st.cpu_ns;
 	pthread_mutex_unlock(&d->lock);
 	if (stats)
 		*stats = st;

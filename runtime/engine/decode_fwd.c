@@ -544,6 +544,8 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	e->total.bytes_nvme += st.bytes_nvme;
 	e->total.bytes_h2d += st.bytes_h2d;
 	e->total.step_ns += st.step_ns;
+	e->total.cpu_experts += st.cpu_experts;
+	e->total.cpu_ns += st.cpu_ns;
 	pthread_mutex_unlock(&e->knob_lock);
 	ds->wait_ns += st.stall_ns;
 	ds->hits += st.hits;
@@ -552,5 +554,7 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	ds->bytes_nvme += st.bytes_nvme;
 	ds->bytes_h2d += st.bytes_h2d;
 	ds->device_steps += dev;
+	ds->cpu_experts += st.cpu_experts;
+	ds->cpu_ns += st.cpu_ns;
 	return 0;
 }

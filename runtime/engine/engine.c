@@ -399,6 +399,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 		ret = alloc_acts(e);
 	if (!ret)
 		ret = moem_eng_hotness_open(e);
+	if (!ret)
+		ret = moem_eng_hybrid_open(e);
 	/* After the fixed weights and activations: the rest is for managed pages. */
 	if (!ret && e->uvm)
 		ret = moem_tierdev_uvm_set_budget(e->dev, e->o.hbm_budget);
@@ -462,6 +464,7 @@ void moem_engine_close(struct moem_engine *e)
 				moem_be_free(e->be, e->dense[l]);
 		}
 	}
+	moem_eng_hybrid_close(e);
 	moem_pool_close(e->pool);
 	moem_backend_close(e->be);
 	moem_pack_close(e->pack);
@@ -808,6 +811,8 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	snprintf(st->precision, sizeof(st->precision), "%s", e->prec_spec);
 	snprintf(st->paging, sizeof(st->paging), "%s", e->paging_spec);
 	st->steps = e->total.step;
+	st->cpu_experts = e->total.cpu_experts;
+	st->cpu_ns = e->total.cpu_ns;
 	memcpy(st->knob, e->knob, sizeof(st->knob));
 	snprintf(st->trace_path, sizeof(st->trace_path), "%s", e->trace_path ? e->trace_path : "");
 	pthread_mutex_unlock(&e->knob_lock);
@@ -845,6 +850,10 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);
 	snprintf(st->hotness, sizeof(st->hotness), "%s", e->hotness);
 	snprintf(st->hbm_mode, sizeof(st->hbm_mode), "%s", e->uvm ? "uvm" : "vmm");
+	snprintf(st->exec, sizeof(st->exec), "%s", e->o.exec_hybrid ? "hybrid" : "gpu");
+	st->cpu_moe_layers = e->cpu_layers;
+	st->cpu_gbps = e->cpu_be ? e->xcost.cpu_gbps : 0;
+	st->cpu_token_ns = e->cpu_be ? e->xcost.cpu_token_ns : 0;
 	if (e->uvm) {
 		struct moem_uvm_stats us;
 

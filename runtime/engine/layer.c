@@ -23,13 +23,17 @@ struct group {
 	uint32_t first, n; /* into assign[] */
 	int pending;
 	struct moem_xref ref;
+	struct moem_cref cref; /* on the CPU (hybrid.c): its DRAM copy */
 };
 
 struct layer_ctx {
 	struct moem_engine *e;
 	uint32_t m, B;
+	/* n_groups on the device, then n_cpu on the CPU (hybrid execution) */
 	struct group g[MOEM_MAX_EXPERTS];
-	uint32_t n_groups;
+	uint32_t n_groups, n_cpu;
+	bool cpu_done;
+	struct group tmp[MOEM_MAX_EXPERTS];
 	struct moem_ffn_assign assign[ENG_MAX_B * MOEM_MAX_TOPK];
 	uint32_t n_assign;
 };
@@ -235,6 +239,108 @@ static int finish_pending(struct layer_ctx *c, struct group *g, struct moem_step
 	return ret;
 }
 
+/* Give back the CPU groups' DRAM pins not released yet. */
+static void cpu_unpin(struct layer_ctx *c)
+{
+	struct moem_cref refs[MOEM_MAX_EXPERTS];
+
+	if (c->cpu_done || !c->n_cpu)
+		return;
+	for (uint32_t i = 0; i < c->n_cpu; i++)
+		refs[i] = c->g[c->n_groups + i].cref;
+	moem_tiers_cpu_release(c->e->tiers, refs, c->n_cpu);
+	c->cpu_done = true;
+}
+
+/*
+ * Hybrid execution: the experts the cost model (or --cpu-moe-layers)
+ * sends to the CPU get their DRAM copy pinned (a load from NVMe started
+ * for those not staged) and move, in order, behind the device's groups.
+ * One that DRAM has no room for now runs on the device instead, unless
+ * its layer is the CPU's alone.
+ */
+static int split_cpu(struct layer_ctx *c)
+{
+	struct moem_engine *e = c->e;
+	struct moem_exec_queue q = {0};
+	uint32_t n_gpu = 0, n_cpu = 0;
+	int ret = 0;
+
+	c->n_cpu = 0;
+	c->cpu_done = false;
+	for (uint32_t i = 0; i < c->n_groups; i++) {
+		struct group *g = &c->g[i];
+		bool forced;
+
+		if (moem_eng_exec_of(e, &q, c->m, g->expert, g->n, &forced) == MOEM_EXEC_CPU) {
+			ret = moem_tiers_cpu_acquire(e->tiers, c->m, g->expert, &g->cref);
+			if (ret == -EAGAIN && forced) {
+				moem_tiers_drain(e->tiers); /* copies reading DRAM finish */
+				ret = moem_tiers_cpu_acquire(e->tiers, c->m, g->expert, &g->cref);
+			}
+			if (ret == -EAGAIN && forced)
+				ret = moem_errf(ENOSPC,
+						"layer %u expert %u: no room in the DRAM budget "
+						"for an expert of a --cpu-moe-layers layer",
+						e->moe_layer[c->m], g->expert);
+			if (ret >= 0) {
+				g->pending = ret == MOEM_ACQ_PENDING;
+				c->tmp[n_cpu++] = *g;
+				ret = 0;
+				continue;
+			}
+			if (ret != -EAGAIN)
+				break;
+			ret = 0; /* DRAM is full of pinned versions: the device's */
+		}
+		c->g[n_gpu++] = *g;
+	}
+	/* The CPU's groups after the device's: c->g[n_gpu..] */
+	memcpy(&c->g[n_gpu], c->tmp, n_cpu * sizeof(c->tmp[0]));
+	c->n_groups = n_gpu;
+	c->n_cpu = n_cpu;
+	if (ret) {
+		cpu_unpin(c);
+		return ret;
+	}
+	if (n_cpu)
+		ret = moem_eng_cpu_inputs(e, c->B);
+	if (ret)
+		cpu_unpin(c);
+	return ret;
+}
+
+/* Wait for the CPU groups' DRAM copies, run them on the CPU and unpin them. */
+static int cpu_groups(struct layer_ctx *c, struct moem_step_stats *st)
+{
+	struct moem_engine *e = c->e;
+	struct moem_ffn_expert ex[MOEM_MAX_EXPERTS];
+	uint64_t t0 = moem_now_ns();
+	int ret = 0;
+
+	if (!c->n_cpu || c->cpu_done)
+		return 0;
+	for (uint32_t i = 0; i < c->n_cpu; i++) {
+		struct group *g = &c->g[c->n_groups + i];
+
+		/* every load is waited for, so that each pin is settled */
+		if (g->pending) {
+			int r = moem_tiers_cpu_wait(e->tiers, &g->cref);
+
+			ret = ret ? ret : r;
+			g->pending = 0;
+		}
+		ex[i] = (struct moem_ffn_expert){(moem_dptr)(uintptr_t)g->cref.host,
+						 e->prec[g->cref.pi], g->first, g->n};
+	}
+	if (!ret)
+		ret = moem_eng_cpu_ffn(e, c->B, ex, c->n_cpu, c->assign, c->n_assign);
+	cpu_unpin(c);
+	st->cpu_experts += c->n_cpu;
+	st->cpu_ns += moem_now_ns() - t0;
+	return ret;
+}
+
 static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 {
 	struct moem_engine *e = c->e;
@@ -297,6 +403,9 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 	if (ret)
 		return ret;
 	ret = run_groups(c, ready, n_ready);
+	/* The CPU's experts while the device computes and its misses land. */
+	if (!ret)
+		ret = cpu_groups(c, st);
 	while (!ret && done_pend < n_pend)
 		ret = finish_pending(c, pend[done_pend++], st);
 	return ret;
@@ -422,7 +531,16 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	c.m = m;
 	c.B = B;
 	build_groups(&c, order, n_order);
+	c.n_cpu = 0;
+	if (moem_eng_hybrid_on(e)) {
+		ret = split_cpu(&c);
+		if (ret)
+			return ret;
+	}
 	ret = residency_and_ffn(&c, st);
+	if (!ret)
+		ret = cpu_groups(&c, st); /* none on the device: not run yet */
+	cpu_unpin(&c);
 	if (ret)
 		return ret;
 	ret = shared_and_combine(e, l, B);

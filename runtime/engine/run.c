@@ -312,6 +312,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		e->total.bytes_nvme += st.bytes_nvme;
 		e->total.bytes_h2d += st.bytes_h2d;
 		e->total.step_ns += st.step_ns;
+		e->total.cpu_experts += st.cpu_experts;
+		e->total.cpu_ns += st.cpu_ns;
 		pthread_mutex_unlock(&e->knob_lock);
 		rs.total.step++;
 		rs.total.tokens += B;
@@ -323,6 +325,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		rs.total.bytes_nvme += st.bytes_nvme;
 		rs.total.bytes_h2d += st.bytes_h2d;
 		rs.total.step_ns += st.step_ns;
+		rs.total.cpu_experts += st.cpu_experts;
+		rs.total.cpu_ns += st.cpu_ns;
 		if (fn) {
 			ret = fn(arg, &st);
 			if (ret)
@@ -426,8 +430,9 @@ dram_full:
 	if (ret)
 		return ret;
 	/* Then HBM, planned versions, up to its budget, from what DRAM holds
-	 * (a load here would evict staged versions from DRAM). */
-	for (uint32_t m = 0; m < e->n_moe && !ret; m++)
+	 * (a load here would evict staged versions from DRAM); not the
+	 * experts of --cpu-moe-layers layers, which never enter it. */
+	for (uint32_t m = e->cpu_layers; m < e->n_moe && !ret; m++)
 		for (uint32_t x = 0; x < e->cfg->n_experts && !ret; x++) {
 			moem_tiers_usage(e->tiers, &hu, &hb, &du, &db, &nv);
 			if (hu + e->blob_bytes[0] > hb)

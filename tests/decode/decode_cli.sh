@@ -4,7 +4,8 @@
 # moem decode on a synthetic qwen3_moe and deepseek_v2 pack (CPU backend):
 #  - budgets never change greedy tokens: 25% HBM and a small DRAM budget,
 #    and a KV budget so small that sequences wait for each other, give the
-#    all-resident run's tokens;
+#    all-resident run's tokens; so do hybrid CPU/GPU runs (--cpu-moe-layers,
+#    and the cost model's choice at 25% HBM);
 #  - batching never changes tokens: a sequence alone and in a batch of 8
 #    of different lengths;
 #  - bad input gets a clear error: ids out of vocabulary, an empty prompt,
@@ -46,6 +47,12 @@ for pk in q d; do
 	got=$(dec --tokens $p1 --hbm 25% --dram 40%)
 	[ "$got" = "$ref" ] && ok "$pk: 25% HBM, 40% DRAM gives the same tokens" ||
 		bad "$pk: budgets changed tokens: $got vs $ref"
+	for v in "--cpu-moe-layers 2 --hbm 25%" "--exec hybrid --cpu-gbps 1000 --hbm 25% --dram 40%"; do
+		# shellcheck disable=SC2086
+		got=$(dec --tokens $p1 $v)
+		[ "$got" = "$ref" ] && ok "$pk: $v gives the same tokens" ||
+			bad "$pk: $v changed tokens: $got vs $ref"
+	done
 	# shellcheck disable=SC2086
 	got=$(dec --tokens $p1 $others | head -1)
 	[ "$got" = "$ref" ] && ok "$pk: batch of 8 gives the same tokens" ||
@@ -110,6 +117,10 @@ msg="top_p" expect_err "top_p out of range" --tokens 1,2 --temperature 1 --top-p
 msg="unknown precision 'q3'" expect_err "--dense-prec q3" --tokens 1,2 --dense-prec q3
 msg="repetition_penalty" expect_err "repetition penalty out of range" --tokens 1,2 \
 	--repetition-penalty 0
+msg="the model has 3 MoE layers" expect_err "--cpu-moe-layers beyond the MoE layers" \
+	--tokens 1,2 --cpu-moe-layers 4
+msg="want a number" expect_err "negative --cpu-moe-layers" --tokens 1,2 --cpu-moe-layers -1
+msg="want gpu or hybrid" expect_err "unknown --exec" --tokens 1,2 --exec npu
 
 a=$("$moem" decode --pack "$tmp/q.moem" --tokens $p1 --max-new 12 --temperature 0.9 \
 	--top-p 0.9 --top-k 50 --seed 42 --quiet)

@@ -367,6 +367,63 @@ TEST_F(tiers, load_failure_is_reported)
 	EXPECT_EQ(-EINVAL, moem_tiers_set_plan(self->t, 0, N, 0));
 }
 
+/*
+ * The CPU executor's pins (hybrid execution): a version computed on the
+ * CPU is loaded into DRAM (evicting an unpinned one), holds its own bytes,
+ * never enters HBM, and is not evicted from DRAM while pinned, not even by
+ * a budget shrink; with every staged version pinned a new one gets
+ * -EAGAIN; a failed load is reported and leaves no pin behind.
+ */
+TEST_F(tiers, cpu_pins_hold_dram_versions)
+{
+	const uint64_t dram = 2 * 6 * 65536; /* two hi versions */
+	struct moem_cref c[3];
+	struct moem_tiers_stats s;
+	int ret;
+
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, dram, false, false));
+	for (uint32_t e = 0; e < 2; e++) {
+		ret = moem_tiers_cpu_acquire(self->t, 1, e, &c[e]);
+		ASSERT_EQ(MOEM_ACQ_PENDING, ret) TH_LOG("%s", moem_last_error());
+		ASSERT_EQ(0, moem_tiers_cpu_wait(self->t, &c[e])) TH_LOG("%s", moem_last_error());
+		ASSERT_NE(NULL, c[e].host);
+		for (uint64_t i = 0; i < HI_BYTES; i += 997)
+			ASSERT_EQ(pattern(1, e, 0, i), ((const uint8_t *)c[e].host)[i]);
+	}
+	/* both pinned: no room for a third, and a shrink evicts neither */
+	EXPECT_EQ(-EAGAIN, moem_tiers_cpu_acquire(self->t, 1, 2, &c[2]));
+	EXPECT_EQ(0, moem_tiers_set_budget(self->t, 8 << 20, 6 * 65536));
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ(2u, s.dram_ready);
+	EXPECT_EQ(0u, s.evict_dram);
+	EXPECT_EQ(0u, s.hbm_used);
+	EXPECT_EQ(0, moem_tiers_state(self->t, 1, 0)); /* ABSENT in HBM */
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+	/* released: the shrink takes effect, and a staged one is a hit */
+	moem_tiers_cpu_release(self->t, c, 2);
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ(1u, s.dram_ready);
+	EXPECT_EQ(0, moem_tiers_set_budget(self->t, 8 << 20, dram));
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+	ret = moem_tiers_staged(self->t, 1, 0, 0) ? 0 : 1;
+	EXPECT_TRUE(moem_tiers_staged(self->t, 1, (uint32_t)ret, 0));
+	EXPECT_EQ(0, moem_tiers_cpu_acquire(self->t, 1, (uint32_t)ret, &c[0]));
+	EXPECT_NE(NULL, c[0].host);
+	moem_tiers_cpu_release(self->t, c, 1);
+	/* a failed load: an error with a message, no pin left */
+	self->st.fail_layer = 3;
+	ASSERT_EQ(MOEM_ACQ_PENDING, moem_tiers_cpu_acquire(self->t, 3, 0, &c[0]));
+	EXPECT_EQ(-EIO, moem_tiers_cpu_wait(self->t, &c[0]));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "load failed"));
+	EXPECT_EQ(NULL, c[0].host);
+	moem_tiers_cpu_release(self->t, c, 1); /* a no-op for it */
+	moem_tiers_drain(self->t);
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ(0u, s.hbm_used);
+	EXPECT_EQ(-EINVAL, moem_tiers_cpu_acquire(self->t, L, 0, &c[0]));
+}
+
 /* Warm-up staging fills free DRAM and stops; it never evicts what is staged. */
 TEST_F(tiers, staging_never_evicts)
 {

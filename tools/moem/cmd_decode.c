@@ -40,6 +40,11 @@ static const struct option dec_opts[] = {
 	{"threads", required_argument, NULL, 0},
 	{"pool", required_argument, NULL, 0},
 	{"link-gbps", required_argument, NULL, 0},
+	{"exec", required_argument, NULL, 0},
+	{"cpu-moe-layers", required_argument, NULL, 0},
+	{"cpu-gbps", required_argument, NULL, 0},
+	{"cpu-token-ns", required_argument, NULL, 0},
+	{"cpu-threads", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},
 	{"tokens", required_argument, NULL, 0},
@@ -82,8 +87,8 @@ static void usage(FILE *f)
 		"                   [--prefill-chunk N] [--dense-prec bf16|q8|q4|q2] [--json] "
 		"[--quiet]\n"
 		"                   [budgets and policies as moem run: --hbm --dram --precisions\n"
-		"                    --route --evict --prefetch --precision --paging --backend "
-		"...]\n"
+		"                    --route --evict --prefetch --precision --paging --backend\n"
+		"                    --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X ...]\n"
 		"Each --tokens is one sequence; all are decoded together as one batch.\n"
 		"Greedy (temperature 0) unless --temperature is given.\n"
 		"--dense-prec quantizes the attention projections and an untied lm_head\n"

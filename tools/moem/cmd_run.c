@@ -63,6 +63,10 @@ static const struct option run_opts[] = {
 	{"region", required_argument, NULL, 0},
 	{"persistent", no_argument, NULL, 0},
 	{"link-gbps", required_argument, NULL, 0},
+	{"exec", required_argument, NULL, 0},
+	{"cpu-moe-layers", required_argument, NULL, 0},
+	{"cpu-gbps", required_argument, NULL, 0},
+	{"cpu-token-ns", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},
 	{"trace-out", required_argument, NULL, 0},
@@ -101,6 +105,8 @@ static void run_usage(FILE *f)
 		"                [--trace-out FILE [--trace-logits]] [--no-warmup] [--no-verify]\n"
 		"                [--hotness engine|bpf] [--pregate D] [--counts-out FILE]\n"
 		"                [--hbm-mode vmm|uvm]\n"
+		"                [--exec gpu|hybrid] [--cpu-moe-layers N] [--cpu-gbps X]\n"
+		"                [--cpu-token-ns NS]\n"
 		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
 		"                [--ready-fd FD] [--until-eof FD]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
@@ -108,6 +114,10 @@ static void run_usage(FILE *f)
 		"--pregate D: the next D layers' routers on each MoE layer's input guide\n"
 		"prefetch, paging and pred (default 2, 0 none).\n"
 		"A config file holds the same settings as 'name = value' lines.\n"
+		"--exec hybrid computes each expert not in HBM on the CPU, from DRAM, when\n"
+		"the cost model says it is cheaper than loading it; --cpu-moe-layers N puts\n"
+		"the experts of the first N MoE layers on the CPU always; --cpu-gbps X gives\n"
+		"the CPU kernels' throughput instead of measuring it at start.\n"
 		"--ready-fd FD writes \"step N\" to FD as each step completes; --until-eof FD\n"
 		"ends the run (after its current step) when FD reads end-of-file, so that a\n"
 		"script decides how long it lasts (with --steps as the upper bound).\n");
@@ -231,6 +241,12 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("bytes_nvme", rs->total.bytes_nvme);
 	J_U64("bytes_h2d", rs->total.bytes_h2d);
 	J_U64("step_ns", rs->total.step_ns);
+	J_STR("exec", st->exec);
+	J_U64("cpu_moe_layers", st->cpu_moe_layers);
+	J_DBL("cpu_gbps", st->cpu_gbps);
+	J_U64("cpu_token_ns", st->cpu_token_ns);
+	J_U64("cpu_experts", rs->total.cpu_experts);
+	J_U64("cpu_ns", rs->total.cpu_ns);
 	J_DBL("tokens_per_s", rs->tokens_per_s);
 	J_STR("digest", rs->digest_hex);
 	json_object_object_add(o, "stopped", json_object_new_boolean(rs->stopped));
@@ -256,6 +272,13 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 	       "(hit rate %.3f)\n",
 	       rs->mean_T, (unsigned long long)rs->total.hits, (unsigned long long)rs->total.misses,
 	       (unsigned long long)rs->total.fallbacks, rs->hit_rate);
+	if (st->cpu_gbps > 0)
+		printf("  cpu          exec %s, cpu-moe-layers %u, CPU at %.2f GB/s: %llu experts "
+		       "on the CPU (%.1f per step), %.1f ms\n",
+		       st->exec, st->cpu_moe_layers, st->cpu_gbps,
+		       (unsigned long long)rs->total.cpu_experts,
+		       rs->total.step ? (double)rs->total.cpu_experts / rs->total.step : 0.0,
+		       (double)rs->total.cpu_ns / 1e6);
 	printf("  moved        NVMe->DRAM %s, DRAM->HBM %s; stalls %.1f ms (%.1f%% of time)\n",
 	       moem_fmt_bytes(rs->total.bytes_nvme, b1, sizeof(b1)),
 	       moem_fmt_bytes(rs->total.bytes_h2d, b2, sizeof(b2)),

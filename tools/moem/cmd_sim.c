@@ -38,6 +38,12 @@ static void sim_usage(FILE *f)
 		"                         Qwen3-30B-A3B)\n"
 		"  --pcie-gbps X (25) --nvme-gbps X (7) --hbm-gbps X (3000)\n"
 		"  --layer-ns N (20000) --token-ns N (20) --piece SIZE (8M) --jitter F (0)\n"
+		"  --exec gpu|hybrid  hybrid: each expert not in HBM where the engine's cost\n"
+		"                     model puts it, GPU or CPU (cache policies)\n"
+		"  --cpu-gbps X --cpu-token-ns N   the CPU kernels' weight reads and per-token\n"
+		"                     cost (moem run logs what it measured)\n"
+		"  --link-gbps X      the link the decision assumes (default --pcie-gbps)\n"
+		"  --cpu-moe-layers N the first N MoE layers' experts always on the CPU\n"
 		"  --seed S --warmup STEPS --steps N\n"
 		"  --sweep            every policy x --budgets (10,15,20,25,35,50,75%%)\n"
 		"  --budgets LIST     comma list of sizes or percentages\n"
@@ -80,11 +86,11 @@ static int parse_u64(const char *s, const char *what, uint64_t *v)
 	return 0;
 }
 
-static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep)
+static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep, bool hyb)
 {
-	fprintf(f, "%-26s %6s %7s %7s %7s %7s %9s %9s %8s %8s %5s %5s\n", "policy",
+	fprintf(f, "%-26s %6s %7s %7s %7s %7s %9s %9s %8s %8s %5s %5s%s\n", "policy",
 		sweep ? "hbm%" : "T", "hit", "belady", "xMIN", "late", "stall/st", "step",
-		"PCIe/st", "NVMe/st", "S", "hi%");
+		"PCIe/st", "NVMe/st", "S", "hi%", hyb ? "  cpu%   cpu/st" : "");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct moem_sim_result *r = &rows[i].r;
 		double st = r->steps ? (double)r->steps : 1;
@@ -100,22 +106,27 @@ static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep)
 		}
 		fprintf(f,
 			"%-26s %6.1f %7.4f %7.4f %7.3f %7.4f %7.3fms %7.3fms %6.1fMB %6.1fMB "
-			"%5.1f %5.1f\n",
+			"%5.1f %5.1f",
 			rows[i].spec, sweep ? rows[i].pct : r->mean_T, r->hit_rate,
 			r->belady_hit_rate, r->frac_belady,
 			r->accesses ? (double)r->late / r->accesses : 0, r->stall_ns / st / 1e6,
 			r->step_ns / 1e6, r->bytes_pcie / st / 1e6, r->bytes_nvme / st / 1e6,
 			r->mean_S, 100 * r->hi_frac);
+		if (hyb)
+			fprintf(f, " %5.1f %6.3fms", 100 * r->cpu_share, r->cpu_ns / st / 1e6);
+		fputc('\n', f);
 	}
 }
 
 /* The same table in Markdown, for Documentation/benchmarks (bench/sim/run.sh). */
-static void print_md(FILE *f, const struct row *rows, uint32_t n)
+static void print_md(FILE *f, const struct row *rows, uint32_t n, bool hyb)
 {
-	fprintf(f, "| policy | HBM %% | mean T | hit rate | Belady | x Belady | late | "
-		   "stall/step (ms) | step (ms) | PCIe MB/step | NVMe MB/step | mean S | hi %% |\n"
-		   "| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: "
-		   "|\n");
+	fprintf(f,
+		"| policy | HBM %% | mean T | hit rate | Belady | x Belady | late | "
+		"stall/step (ms) | step (ms) | PCIe MB/step | NVMe MB/step | mean S | hi %% |%s\n"
+		"| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: "
+		"|%s\n",
+		hyb ? " CPU %% of uses | CPU ms/step |" : "", hyb ? " --: | --: |" : "");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct moem_sim_result *r = &rows[i].r;
 		double st = r->steps ? (double)r->steps : 1;
@@ -127,15 +138,18 @@ static void print_md(FILE *f, const struct row *rows, uint32_t n)
 		}
 		fprintf(f,
 			"| %s | %.1f | %.2f | %.4f | %.4f | %.3f | %.4f | %.3f | %.3f | %.1f | "
-			"%.1f | %.1f | %.1f |\n",
+			"%.1f | %.1f | %.1f |",
 			rows[i].spec, rows[i].pct, r->mean_T, r->hit_rate, r->belady_hit_rate,
 			r->frac_belady, r->accesses ? (double)r->late / r->accesses : 0,
 			r->stall_ns / st / 1e6, r->step_ns / 1e6, r->bytes_pcie / st / 1e6,
 			r->bytes_nvme / st / 1e6, r->mean_S, 100 * r->hi_frac);
+		if (hyb)
+			fprintf(f, " %.1f | %.3f |", 100 * r->cpu_share, r->cpu_ns / st / 1e6);
+		fputc('\n', f);
 	}
 }
 
-static struct json_object *row_json(const struct row *w)
+static struct json_object *row_json(const struct row *w, bool hyb)
 {
 	const struct moem_sim_result *r = &w->r;
 	struct json_object *o = json_object_new_object();
@@ -174,6 +188,11 @@ static struct json_object *row_json(const struct row *w)
 	json_object_object_add(o, "pf_wasted", json_object_new_uint64(r->pf_wasted));
 	json_object_object_add(o, "slots", json_object_new_uint64(r->slots));
 	json_object_object_add(o, "hbm_peak", json_object_new_uint64(r->hbm_peak));
+	if (hyb) {
+		json_object_object_add(o, "cpu_experts", json_object_new_uint64(r->cpu_experts));
+		json_object_object_add(o, "cpu_ns", json_object_new_uint64(r->cpu_ns));
+		json_object_object_add(o, "cpu_share", json_object_new_double(r->cpu_share));
+	}
 	return o;
 }
 
@@ -257,6 +276,11 @@ enum {
 	O_PLOT,
 	O_JSON,
 	O_MD,
+	O_EXEC,
+	O_CPU_GBPS,
+	O_CPU_TOKEN,
+	O_XLINK,
+	O_CPU_LAYERS,
 };
 
 static const struct option sim_opts[] = {
@@ -281,6 +305,11 @@ static const struct option sim_opts[] = {
 	{"plot", required_argument, NULL, O_PLOT},
 	{"json", no_argument, NULL, O_JSON},
 	{"md", no_argument, NULL, O_MD},
+	{"exec", required_argument, NULL, O_EXEC},
+	{"cpu-gbps", required_argument, NULL, O_CPU_GBPS},
+	{"cpu-token-ns", required_argument, NULL, O_CPU_TOKEN},
+	{"link-gbps", required_argument, NULL, O_XLINK},
+	{"cpu-moe-layers", required_argument, NULL, O_CPU_LAYERS},
 	{"help", no_argument, NULL, 'h'},
 	{0},
 };
@@ -294,6 +323,12 @@ struct sim_args {
 	bool json, md, sweep;
 	bool shape_given; /* --hidden or --inter: else the trace header's shape */
 };
+
+/* Hybrid execution simulated: the results gain the CPU's columns. */
+static bool hybrid(const struct sim_args *a)
+{
+	return a->c.exec_hybrid || a->c.cpu_moe_layers;
+}
 
 /* One option; 0, or the exit status (2 usage, 1 error) with a message printed. */
 static int sim_option(struct sim_args *a, int ch, const char *arg)
@@ -372,6 +407,31 @@ static int sim_option(struct sim_args *a, int ch, const char *arg)
 		return 0;
 	case O_MD:
 		a->md = true;
+		return 0;
+	case O_EXEC:
+		if (strcmp(arg, "gpu") && strcmp(arg, "hybrid")) {
+			fprintf(stderr, "moem sim: --exec '%s': want gpu or hybrid\n", arg);
+			return 2;
+		}
+		a->c.exec_hybrid = !strcmp(arg, "hybrid");
+		return 0;
+	case O_CPU_GBPS:
+	case O_XLINK:
+		if (parse_dbl(arg, name, 1e-3, 9.9e4, &d))
+			return 2;
+		*(ch == O_CPU_GBPS ? &a->c.cost.cpu_gbps : &a->c.exec_link_gbps) = d;
+		return 0;
+	case O_CPU_TOKEN:
+		if (parse_u64(arg, name, &v) || v > 1000000000)
+			return 2;
+		a->c.cost.cpu_token_ns = v;
+		return 0;
+	case O_CPU_LAYERS:
+		if (parse_u64(arg, name, &v) || v > 1024) {
+			fprintf(stderr, "moem sim: --cpu-moe-layers must be 0..1024\n");
+			return 2;
+		}
+		a->c.cpu_moe_layers = (uint32_t)v;
 		return 0;
 	default:
 		sim_usage(stderr);
@@ -489,8 +549,21 @@ static void print_json(const struct sim_args *a, const struct moem_trace_info *i
 	json_object_object_add(cm, "jitter", json_object_new_double(c->jitter));
 	json_object_object_add(cm, "seed", json_object_new_uint64(a->o.seed));
 	json_object_object_add(cm, "warmup_steps", json_object_new_uint64(a->o.warmup_steps));
+	if (hybrid(a)) {
+		json_object_object_add(cm, "exec",
+				       json_object_new_string(c->exec_hybrid ? "hybrid" : "gpu"));
+		json_object_object_add(cm, "cpu_gbps", json_object_new_double(c->cost.cpu_gbps));
+		json_object_object_add(cm, "cpu_token_ns",
+				       json_object_new_uint64(c->cost.cpu_token_ns));
+		json_object_object_add(cm, "exec_link_gbps",
+				       json_object_new_double(c->exec_link_gbps > 0
+								      ? c->exec_link_gbps
+								      : c->cost.link_gbps));
+		json_object_object_add(cm, "cpu_moe_layers",
+				       json_object_new_uint64(c->cpu_moe_layers));
+	}
 	for (uint32_t i = 0; i < n; i++)
-		json_object_array_add(arr, row_json(&rows[i]));
+		json_object_array_add(arr, row_json(&rows[i], hybrid(a)));
 	json_object_object_add(top, "trace", t);
 	json_object_object_add(top, "cost", cm);
 	json_object_object_add(top, "results", arr);
@@ -516,10 +589,17 @@ static void print_text(const struct sim_args *a, const struct moem_trace_info *i
 	       moem_prec_name(c->prec), c->expert_bytes[c->prec] / (double)MOEM_MiB,
 	       total / (double)MOEM_GiB, c->cost.link_gbps, c->cost.nvme_gbps, c->cost.hbm_gbps,
 	       c->cost.layer_ns / 1e3);
+	if (hybrid(a))
+		printf("exec: %s, CPU %g GB/s and %llu ns per token, decided for a %g GB/s "
+		       "link%s\n",
+		       c->exec_hybrid ? "hybrid" : "gpu", c->cost.cpu_gbps,
+		       (unsigned long long)c->cost.cpu_token_ns,
+		       c->exec_link_gbps > 0 ? c->exec_link_gbps : c->cost.link_gbps,
+		       c->cpu_moe_layers ? "; the first MoE layers on the CPU" : "");
 	if (!a->sweep)
 		printf("budget: HBM %.1f%% of expert bytes (%.2f GiB)\n", rows[0].pct,
 		       rows[0].r.hbm_bytes / (double)MOEM_GiB);
-	print_table(stdout, rows, n, a->sweep || nb > 1);
+	print_table(stdout, rows, n, a->sweep || nb > 1, hybrid(a));
 	if (plotted)
 		printf("plot: %s\n", a->png);
 }
@@ -599,7 +679,7 @@ static int cmd_sim(int argc, char **argv)
 	if (a.json)
 		print_json(&a, &info, rows, n, total, plotted);
 	else if (a.md)
-		print_md(stdout, rows, n);
+		print_md(stdout, rows, n, hybrid(&a));
 	else
 		print_text(&a, &info, rows, n, nb, total, plotted);
 	ret = ok ? 0 : 1;

@@ -163,6 +163,14 @@ void print_status(struct json_object *st)
 		if (*jstr(pol, "hotness"))
 			printf(", hotness %s", jstr(pol, "hotness"));
 		printf("\n");
+		/* hybrid execution: only when a CPU executor is on (an older moemd has no key) */
+		if (jdbl(pol, "cpu_gbps") > 0)
+			printf("exec      %s, cpu-moe-layers %llu, CPU %.2f GB/s: %llu experts on "
+			       "the CPU, %.3f s\n",
+			       jstr(pol, "exec"), (unsigned long long)ju64(pol, "cpu_moe_layers"),
+			       jdbl(pol, "cpu_gbps"),
+			       (unsigned long long)(c ? ju64(c, "cpu_experts") : 0),
+			       c ? (double)ju64(c, "cpu_ns") / 1e9 : 0.0);
 	}
 	print_budgets("budgets", jobj(st, "budgets"));
 	if (jbool(k, "loaded"))

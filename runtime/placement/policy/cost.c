@@ -62,15 +62,59 @@ bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, u
 	return dram_bytes < model_bytes && d2h > c->nvme_gbps;
 }
 
+static double cpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens, bool in_dram)
+{
+	/* an expert only on NVMe is read into DRAM first */
+	double nvme = in_dram ? 0 : (double)bytes / c->nvme_gbps;
+
+	return nvme + fmax((double)bytes / c->cpu_gbps, (double)tokens * (double)c->cpu_token_ns);
+}
+
+uint64_t moem_cost_cpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens, bool in_dram)
+{
+	return c->cpu_gbps > 0 ? (uint64_t)(cpu_ns(c, bytes, tokens, in_dram) + 0.5) : UINT64_MAX;
+}
+
 enum moem_exec moem_cost_exec(const struct moem_cost *c, uint64_t bytes, uint32_t tokens,
 			      bool resident, bool in_dram, uint64_t keep_ns)
 {
-	double t_cpu, t_gpu;
+	double t_gpu;
 
-	if (!(c->cpu_gbps > 0) || !in_dram)
-		return MOEM_EXEC_GPU; /* no CPU executor measured (issue 15) */
-	t_cpu = fmax((double)bytes / c->cpu_gbps, (double)tokens * (double)c->cpu_token_ns);
+	/* No CPU executor measured; or in HBM already: reading it there is
+	 * always cheaper than moving the activations to the CPU and back. */
+	if (!(c->cpu_gbps > 0) || resident)
+		return MOEM_EXEC_GPU;
+	/* the GPU side's load comes from NVMe at min(link, NVMe) likewise */
 	t_gpu = (double)moem_cost_gpu_ns(c, bytes, tokens) +
-		(resident ? 0 : (double)moem_cost_load_ns(c, bytes, false));
-	return t_cpu + (double)keep_ns < t_gpu ? MOEM_EXEC_CPU : MOEM_EXEC_GPU;
+		(double)moem_cost_load_ns(c, bytes, !in_dram);
+	return cpu_ns(c, bytes, tokens, in_dram) + (double)keep_ns < t_gpu ? MOEM_EXEC_CPU
+									   : MOEM_EXEC_GPU;
+}
+
+enum moem_exec moem_cost_exec_next(const struct moem_cost *c, struct moem_exec_queue *q,
+				   uint64_t bytes, uint32_t tokens, bool resident, bool in_dram,
+				   uint64_t keep_ns, bool force)
+{
+	double t_cpu, load, t_gpu;
+
+	if (force && c->cpu_gbps > 0) {
+		q->cpu_ns += moem_cost_cpu_ns(c, bytes, tokens, in_dram);
+		return MOEM_EXEC_CPU;
+	}
+	if (!(c->cpu_gbps > 0) || resident)
+		return MOEM_EXEC_GPU;
+	t_cpu = cpu_ns(c, bytes, tokens, in_dram);
+	load = (double)moem_cost_load_ns(c, bytes, !in_dram);
+	t_gpu = (double)moem_cost_gpu_ns(c, bytes, tokens) + load;
+	if ((double)q->cpu_ns + t_cpu + (double)keep_ns < (double)q->link_ns + t_gpu) {
+		q->cpu_ns += (uint64_t)(t_cpu + 0.5);
+		return MOEM_EXEC_CPU;
+	}
+	q->link_ns += (uint64_t)(load + 0.5);
+	return MOEM_EXEC_GPU;
+}
+
+const char *moem_exec_name(enum moem_exec x)
+{
+	return x == MOEM_EXEC_CPU ? "cpu" : "gpu";
 }

@@ -407,6 +407,9 @@ static int finish(struct sim *s)
 	r->steps = s->counted_steps;
 	r->step_ns = r->steps ? (double)r->total_ns / r->steps : 0;
 	r->hit_rate = r->accesses ? (double)r->hits / r->accesses : 0;
+	r->cpu_share = r->accesses + r->cpu_experts
+			       ? (double)r->cpu_experts / (double)(r->accesses + r->cpu_experts)
+			       : 0;
 	r->belady_hit_rate = ba ? (double)bh / ba : 0;
 	r->frac_belady = r->belady_hit_rate > 0 ? r->hit_rate / r->belady_hit_rate : 0;
 	r->mean_T = r->layer_steps ? r->mean_T / r->layer_steps : 0;
@@ -464,6 +467,30 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 				(unsigned long long)s.size);
 		goto out;
 	}
+	if ((c.exec_hybrid || c.cpu_moe_layers) && p->mode != MOEM_SIM_CACHE &&
+	    p->mode != MOEM_SIM_BELADY) {
+		ret = moem_errf(EINVAL,
+				"policy %s: hybrid execution is simulated with the cache "
+				"policies (lru .. moem, belady), not DynaExq or FluxMoE",
+				p->label);
+		goto out;
+	}
+	if (c.exec_hybrid && !(c.cost.cpu_gbps > 0)) {
+		ret = moem_errf(EINVAL, "--exec hybrid needs the CPU's throughput (--cpu-gbps)");
+		goto out;
+	}
+	if (c.cpu_moe_layers > s.L) {
+		ret = moem_errf(EINVAL, "--cpu-moe-layers %u: %s has %u MoE layers",
+				c.cpu_moe_layers, trace, s.L);
+		goto out;
+	}
+	if (c.cpu_moe_layers && !(c.cost.cpu_gbps > 0)) {
+		ret = moem_errf(EINVAL, "--cpu-moe-layers needs the CPU's throughput (--cpu-gbps)");
+		goto out;
+	}
+	s.xc = c.cost;
+	if (c.exec_link_gbps > 0)
+		s.xc.link_gbps = c.exec_link_gbps;
 	if (moem_route_policy_needs_logits(&s.rp) && !(info->flags & MOEM_TRACE_F_LOGITS)) {
 		ret = moem_errf(EINVAL,
 				"policy %s: route %s re-routes from router logits, and "
@@ -475,7 +502,7 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	if (ret)
 		goto out;
 	moem_tier_budget_init(&s.hbm, c.hbm_bytes);
-	if (c.dram_bytes && c.dram_bytes < (uint64_t)s.L * s.N * s.size) {
+	if (c.dram_bytes && (c.dram_bytes < (uint64_t)s.L * s.N * s.size || c.dram_cold)) {
 		moem_tier_budget_init(&s.dram, c.dram_bytes);
 		s.dram_cache = true;
 	}

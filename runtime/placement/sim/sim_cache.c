@@ -161,6 +161,9 @@ int moem_sim_cache_fetch(void *arg, uint32_t key, enum moem_prio prio, uint64_t 
 
 	if (k->st != K_ABSENT)
 		return 0;
+	/* --cpu-moe-layers: those layers' experts never take HBM (as the engine's op_fetch) */
+	if (key / s->N < s->c->cpu_moe_layers)
+		return 0;
 	ret = miss ? make_room(s, key, s->size) : prefetch_room(s, key);
 	if (ret)
 		return ret;
@@ -226,10 +229,34 @@ static uint64_t expert_ns(const struct sim *s, uint32_t key)
 	return moem_cost_gpu_ns(&s->c->cost, s->size, s->tok[key % s->N]);
 }
 
+/*
+ * Hybrid execution: does expert key, in state was, run on the CPU this
+ * step (the engine's moem_eng_exec_of, behind the layer's queue q)? If so
+ * its time is in q->cpu_ns (it is read from NVMe into the DRAM cache first
+ * if it is not there).
+ */
+static bool on_cpu(struct sim *s, struct moem_exec_queue *q, uint32_t key, enum moem_res was)
+{
+	bool in_dram = !s->dram_cache || s->in_dram[key];
+	bool force = key / s->N < s->c->cpu_moe_layers;
+
+	if (!force && !s->c->exec_hybrid)
+		return false;
+	if (moem_cost_exec_next(&s->xc, q, s->size, s->tok[key % s->N], was == MOEM_RES_RESIDENT,
+				in_dram, 0, force) != MOEM_EXEC_CPU)
+		return false;
+	/* a use of its DRAM copy (or the NVMe read that puts it there), as the engine's */
+	if (s->dram_cache)
+		moem_sim_link_bpn(s, key, s->size);
+	return true;
+}
+
 int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 {
 	const bool oracle = s->p->mode == MOEM_SIM_BELADY;
-	uint64_t sum = 0, cur, latest = t_r, layer_comp;
+	uint64_t sum = 0, cur, latest = t_r, layer_comp, cpu;
+	struct moem_exec_queue q = {0};
+	uint32_t n_cpu = 0;
 	int ret;
 
 	s->npend = 0;
@@ -256,9 +283,13 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 		struct sim_key *k = &s->k[key];
 		enum moem_res was = moem_sim_cache_state(s, key);
 
-		sum += expert_ns(s, key);
 		if (oracle)
 			k->next_use = s->next_use[s->nu_i++];
+		if ((s->c->exec_hybrid || s->c->cpu_moe_layers) && on_cpu(s, &q, key, was)) {
+			n_cpu++; /* neither a hit nor a miss, and the policy does not hear of it */
+			continue;
+		}
+		sum += expert_ns(s, key);
 		if (was == MOEM_RES_RESIDENT) {
 			s->res[key % s->N] = 1;
 			if (s->counted)
@@ -304,11 +335,18 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	/* a wait for room (make_room) is stall too: it started the misses late */
 	if (cur < s->now + sum)
 		cur = s->now + sum;
+	/* the CPU's experts beside the GPU's, from when the routing is known */
+	cpu = q.cpu_ns;
+	if (cur < t_r + cpu)
+		cur = t_r + cpu;
 	layer_comp = s->c->cost.layer_ns + sum;
 	s->tau_comp += (double)layer_comp;
 	if (s->counted) {
 		s->r->stall_ns += cur - t_r - sum;
 		s->r->compute_ns += layer_comp;
+		s->r->cpu_experts += n_cpu;
+		s->r->cpu_ns += cpu;
+		s->r->accesses -= n_cpu;
 	}
 	moem_driver_layer_time(s->d, layer_comp);
 	/* as the engine: once the misses have their slots, FluxMoE's window or the prefetches */

@@ -100,6 +100,8 @@ struct sim {
 	/* dynaexq */
 	enum moem_prec dx_hi, dx_lo;
 	uint64_t hi_uses;
+	/* hybrid execution: the cost model the decision reads */
+	struct moem_cost xc;
 	/* fluxmoe */
 	uint64_t step_bytes; /* this step's misses' bytes (streamed on demand) */
 	double tau_comp;     /* this step's compute */

@@ -53,7 +53,8 @@ int moem_tiers_check(struct moem_tiers *t)
 		}
 		if (v->ds != D_ABSENT) {
 			dsum += dn;
-			if (v->ds == D_READY && v->doff + dn > t->dram_budget && !v->dpins)
+			if (v->ds == D_READY && v->doff + dn > t->dram_budget && !v->dpins &&
+			    !v->cpins)
 				d_above++;
 		}
 		res[i & 1] += v->hs == H_RESIDENT;

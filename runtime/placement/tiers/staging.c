@@ -17,7 +17,7 @@ bool moem_tr_dram_ok(void *arg, uint32_t id)
 {
 	const struct ver *v = &((struct moem_tiers *)arg)->v[id];
 
-	return v->ds == D_READY && !v->dpins;
+	return v->ds == D_READY && !v->dpins && !v->cpins;
 }
 
 void moem_tr_dram_evict(struct moem_tiers *t, struct ver *v)
@@ -193,4 +193,81 @@ int moem_tiers_adopt(struct moem_tiers *t, uint32_t vid, uint64_t doff)
 out:
 	pthread_mutex_unlock(&t->lock);
 	return ret;
+}
+
+/* The CPU executor's side (tiers.h). */
+int moem_tiers_cpu_acquire(struct moem_tiers *t, uint32_t layer, uint32_t expert,
+			   struct moem_cref *ref)
+{
+	uint32_t le = layer * t->c.n_experts + expert;
+	struct ver *v;
+	int ret = moem_tr_check_le(t, layer, expert);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&t->lock);
+	ref->layer = layer;
+	ref->expert = expert;
+	ref->pi = t->plan[le];
+	ref->host = NULL;
+	v = &t->v[le * 2 + ref->pi];
+	if (v->ds == D_ABSENT) {
+		ret = moem_tr_start_load(t, v, true);
+		if (ret)
+			goto out;
+		t->st.cpu_dram_misses++;
+	}
+	if (v->cpins == UINT16_MAX) {
+		ret = moem_errf(EOVERFLOW, "expert (%u, %u): too many CPU readers", layer, expert);
+		goto out;
+	}
+	v->cpins++;
+	if (v->ds == D_READY) {
+		t->dev_ev->touch(t->dev_ev, v->id);
+		ref->host = t->pool + v->doff;
+		ret = 0;
+	} else {
+		ret = MOEM_ACQ_PENDING;
+	}
+out:
+	pthread_mutex_unlock(&t->lock);
+	moem_tr_flush_loads(t);
+	return ret;
+}
+
+int moem_tiers_cpu_wait(struct moem_tiers *t, struct moem_cref *ref)
+{
+	struct ver *v = &t->v[(ref->layer * t->c.n_experts + ref->expert) * 2 + ref->pi];
+	int ret = 0;
+
+	pthread_mutex_lock(&t->lock);
+	while (v->ds == D_LOADING)
+		pthread_cond_wait(&t->cond, &t->lock);
+	if (v->ds == D_READY) {
+		t->dev_ev->touch(t->dev_ev, v->id);
+		ref->host = t->pool + v->doff;
+	} else {
+		v->cpins--;
+		ret = moem_errf(v->err ? -v->err : EIO, "expert (%u, %u) %s: load failed: %s",
+				ref->layer, ref->expert, ref->pi ? "lo" : "hi",
+				strerror(v->err ? -v->err : EIO));
+		moem_tr_apply_budgets(t);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+void moem_tiers_cpu_release(struct moem_tiers *t, const struct moem_cref *refs, uint32_t n)
+{
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct ver *v =
+			&t->v[(refs[i].layer * t->c.n_experts + refs[i].expert) * 2 + refs[i].pi];
+
+		if (refs[i].host && v->cpins)
+			v->cpins--;
+	}
+	moem_tr_apply_budgets(t);
+	pthread_cond_broadcast(&t->cond);
+	pthread_mutex_unlock(&t->lock);
 }

@@ -18,7 +18,8 @@
  *               DRAM ABSENT -> LOADING -> READY    -> ABSENT
  * A fetch takes an HBM slot first (so a miss cannot be starved of space by
  * its own load), then loads into DRAM if needed, then copies; a DRAM copy
- * is pinned while an H2D copy reads it.
+ * is pinned while an H2D copy reads it (dpins) or the CPU computes with
+ * it (cpins: hybrid execution, moem_tiers_cpu_acquire).
  */
 #ifndef MOEM_TIERS_INT_H
 #define MOEM_TIERS_INT_H
@@ -46,6 +47,7 @@ struct ver {
 	uint8_t prefetched; /* fetched at prefetch priority, not used since */
 	uint64_t landed_ns, load_ns;
 	uint16_t hpins, dpins, waiters;
+	uint16_t cpins; /* CPU readers (and their waiters): the CPU executor */
 	int err;
 	uint64_t hoff, doff, wait_seq, last_use;
 	struct ver *next_load;
@@ -125,7 +127,7 @@ void moem_tr_hbm_evict(struct moem_tiers *t, struct ver *v);
 int moem_tr_hbm_alloc(struct moem_tiers *t, const struct ver *in, enum moem_prio prio,
 		      uint64_t *off, uint64_t *wait_seq);
 
-/* staging.c: ready and not read by a copy (the DRAM evictor's ok()). */
+/* staging.c: ready, not read by a copy or the CPU (the DRAM evictor's ok()). */
 bool moem_tr_dram_ok(void *arg, uint32_t id);
 void moem_tr_dram_evict(struct moem_tiers *t, struct ver *v);
 /* staging.c: an extent for version in, evicting only if evict; -EAGAIN, -ENOSPC. */

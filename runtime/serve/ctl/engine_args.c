@@ -45,6 +45,10 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"hbm-mode", false, MOEM_ARG_ENGINE},
 	{"mem-reserve", false, MOEM_ARG_ENGINE},
 	{"require-pinned", true, MOEM_ARG_ENGINE},
+	{"exec", false, MOEM_ARG_ENGINE},
+	{"cpu-moe-layers", false, MOEM_ARG_ENGINE},
+	{"cpu-gbps", false, MOEM_ARG_ENGINE},
+	{"cpu-token-ns", false, MOEM_ARG_ENGINE},
 	{"workload", false, MOEM_ARG_WORKLOAD},
 	{"batch", false, MOEM_ARG_WORKLOAD},
 	{"steps", false, MOEM_ARG_WORKLOAD},
@@ -309,6 +313,30 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 	}
 	if (!strcmp(name, "link-gbps"))
 		return set_link(a, v);
+	if (!strcmp(name, "exec")) {
+		if (strcmp(v, "gpu") && strcmp(v, "hybrid"))
+			return moem_errf(EINVAL, "exec '%s': want gpu or hybrid", v);
+		a->o.exec_hybrid = !strcmp(v, "hybrid");
+		return 0;
+	}
+	if (!strcmp(name, "cpu-moe-layers")) {
+		/* the model's MoE layer count is checked when the engine opens */
+		ret = parse_u64(name, v, 0, 1024, &x);
+		if (!ret)
+			a->o.cpu_moe_layers = (uint32_t)x;
+		return ret;
+	}
+	if (!strcmp(name, "cpu-gbps")) {
+		char *end;
+		double g = strtod(v, &end);
+
+		if (end == v || *end || !(g > 0 && g < 1e5))
+			return moem_errf(EINVAL, "cpu-gbps '%s': want 0 < x < 100000", v);
+		a->o.cpu_gbps = g;
+		return 0;
+	}
+	if (!strcmp(name, "cpu-token-ns"))
+		return parse_u64(name, v, 0, 1000000000, &a->o.cpu_token_ns);
 	if (!strcmp(name, "loader"))
 		return moem_loader_mode_parse(v, &a->o.loader.mode);
 	if (!strcmp(name, "workload"))

@@ -203,6 +203,7 @@ static void usage(FILE *f)
 		"  --pack FILE --hbm SIZE|PCT%% --dram SIZE|PCT%% --kv SIZE --precisions HI[,LO]\n"
 		"  --fallback\n"
 		"  --route SPEC --evict SPEC --prefetch SPEC --precision SPEC --paging SPEC\n"
+		"  --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X --cpu-token-ns NS\n"
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
 		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
@@ -493,6 +494,10 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(n.ea.region, o->ea.region), "region");
 	RESTART_IF(a->pool.persistent != b->pool.persistent, "persistent");
 	RESTART_IF(a->link_gbps != b->link_gbps, "link-gbps");
+	RESTART_IF(a->exec_hybrid != b->exec_hybrid, "exec");
+	RESTART_IF(a->cpu_moe_layers != b->cpu_moe_layers, "cpu-moe-layers");
+	RESTART_IF(a->cpu_gbps != b->cpu_gbps, "cpu-gbps");
+	RESTART_IF(a->cpu_token_ns != b->cpu_token_ns, "cpu-token-ns");
 	RESTART_IF(a->loader.mode != b->loader.mode, "loader");
 	RESTART_IF(a->no_verify != b->no_verify, "no-verify");
 	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");

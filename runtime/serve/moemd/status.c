@@ -182,6 +182,8 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "dram_misses", U64(st.dram_misses));
 	ADD(o, "bytes_nvme", U64(st.bytes_nvme));
 	ADD(o, "bytes_h2d", U64(st.bytes_h2d));
+	ADD(o, "cpu_experts", U64(st.cpu_experts));
+	ADD(o, "cpu_ns", U64(st.cpu_ns));
 	ADD(r, "counters", o);
 
 	o = json_object_new_object();
@@ -191,6 +193,9 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "precision", STR(st.precision));
 	ADD(o, "paging", STR(st.paging));
 	ADD(o, "hotness", STR(st.hotness));
+	ADD(o, "exec", STR(st.exec));
+	ADD(o, "cpu_moe_layers", U64(st.cpu_moe_layers));
+	ADD(o, "cpu_gbps", DBL(st.cpu_gbps));
 	ADD(r, "policies", o);
 
 	ADD(r, "budgets", knobs_json(st.knob));

@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Hybrid CPU/GPU execution (engine_int.h, Documentation/engine.md
+ * "Hybrid execution"): the CPU executor that computes a layer's cold
+ * experts straight from the DRAM pool while the device computes the rest,
+ * the per (expert, step) decision (moem_cost_exec(), shared with `moem
+ * sim --exec hybrid`), and the one-off measurement of the CPU kernels'
+ * throughput the decision needs.
+ *
+ * The CPU side runs the CPU backend's grouped FFN (the same kernels the
+ * CPU backend uses for everything) on the expert's bytes where they sit
+ * in the pool; on the CPU backend that is the engine's own backend, so
+ * its inputs and outputs are the engine's buffers and a hybrid run is
+ * bitwise the all-resident run. On another backend the B x H bf16 inputs
+ * come down once per layer and each CPU-computed (token, slot) row goes
+ * back up into the layer's output before combine, which then reduces
+ * the slots in the usual order.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <moem/error.h>
+#include <moem/log.h>
+#include <moem/util.h>
+
+#include "engine_int.h"
+
+/* The calibration's buffer: larger than any last-level cache we expect. */
+#define CAL_MIN_BYTES (64ull << 20)
+#define CAL_MAX_BYTES (512ull << 20)
+
+bool moem_eng_hybrid_on(const struct moem_engine *e)
+{
+	return e->cpu_be != NULL;
+}
+
+/* Time one pass of the batch-1 FFN over n copies of an expert blob. */
+static int cal_pass(struct moem_engine *e, uint8_t *buf, uint64_t stride, uint64_t n, moem_dptr x,
+		    moem_dptr out, uint64_t *ns)
+{
+	const struct moem_model_config *c = e->cfg;
+	struct moem_ffn_expert ex[MOEM_BE_MAX_SLOTS];
+	struct moem_ffn_assign as[MOEM_BE_MAX_SLOTS];
+	uint64_t t0 = moem_now_ns();
+	int ret = 0;
+
+	for (uint64_t i = 0; i < n && !ret;) {
+		uint32_t k = (uint32_t)moem_min(n - i, (uint64_t)MOEM_BE_MAX_SLOTS);
+		struct moem_ffn_args a = {.B = 1,
+					  .H = c->hidden,
+					  .I = c->moe_inter,
+					  .n_slots = MOEM_BE_MAX_SLOTS,
+					  .x = x,
+					  .out = out,
+					  .n_experts = k,
+					  .experts = ex,
+					  .n_assign = k,
+					  .assign = as};
+
+		for (uint32_t j = 0; j < k; j++) {
+			ex[j] = (struct moem_ffn_expert){
+				(moem_dptr)(uintptr_t)(buf + (i + j) * stride), e->prec[0], j, 1};
+			as[j] = (struct moem_ffn_assign){0, (uint16_t)j};
+		}
+		ret = moem_op_ffn(e->cpu_be, NULL, &a);
+		i += k;
+	}
+	*ns = moem_now_ns() - t0;
+	return ret;
+}
+
+/* One expert used by every one of B tokens: the per-token compute cost. */
+static int cal_tokens(struct moem_engine *e, uint8_t *blob, uint32_t B, moem_dptr x, moem_dptr out,
+		      uint64_t *ns)
+{
+	const struct moem_model_config *c = e->cfg;
+	struct moem_ffn_expert ex = {(moem_dptr)(uintptr_t)blob, e->prec[0], 0, B};
+	struct moem_ffn_assign as[MOEM_BE_MAX_TOKENS];
+	struct moem_ffn_args a = {.B = B,
+				  .H = c->hidden,
+				  .I = c->moe_inter,
+				  .n_slots = 1,
+				  .x = x,
+				  .out = out,
+				  .n_experts = 1,
+				  .experts = &ex,
+				  .n_assign = B,
+				  .assign = as};
+	uint64_t t0 = moem_now_ns();
+	int ret;
+
+	for (uint32_t t = 0; t < B; t++)
+		as[t] = (struct moem_ffn_assign){(uint16_t)t, 0};
+	ret = moem_op_ffn(e->cpu_be, NULL, &a);
+	*ns = moem_now_ns() - t0;
+	return ret;
+}
+
+/*
+ * cpu_gbps: the batch-1 FFN over copies of an expert blob filling a
+ * buffer larger than the last-level cache (the best of two passes), i.e.
+ * bytes read per ns from DRAM; cpu_token_ns: one expert used by 64 tokens,
+ * per token (the compute-bound end). Weights are a constant bf16 pattern
+ * (no NaN or subnormal to slow a kernel down).
+ */
+static int calibrate(struct moem_engine *e)
+{
+	const struct moem_model_config *c = e->cfg;
+	const uint64_t stride = moem_align_up(e->blob_bytes[0], 4096);
+	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	uint64_t want = moem_max(CAL_MIN_BYTES, llc > 0 ? 4 * (uint64_t)llc : 0), n, best = 0;
+	uint64_t tok_ns = 0;
+	size_t xbytes = (size_t)MOEM_BE_MAX_TOKENS * c->hidden * 2;
+	size_t obytes = (size_t)MOEM_BE_MAX_SLOTS * c->hidden * 4;
+	uint8_t *buf = NULL, *x = NULL, *out = NULL;
+	int ret = -ENOMEM;
+
+	want = moem_min(want, CAL_MAX_BYTES);
+	n = moem_max((uint64_t)1, want / stride);
+	buf = aligned_alloc(4096, n * stride);
+	x = aligned_alloc(256, xbytes);
+	out = aligned_alloc(256, moem_max(obytes, (size_t)MOEM_BE_MAX_TOKENS * c->hidden * 4));
+	if (!buf || !x || !out)
+		goto out;
+	memset(buf, 0x3c, n * stride);
+	memset(x, 0x3c, xbytes);
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t ns;
+
+		ret = cal_pass(e, buf, stride, n, (moem_dptr)(uintptr_t)x,
+			       (moem_dptr)(uintptr_t)out, &ns);
+		if (ret)
+			goto out;
+		if (!best || ns < best)
+			best = ns;
+		ret = cal_tokens(e, buf, MOEM_BE_MAX_TOKENS, (moem_dptr)(uintptr_t)x,
+				 (moem_dptr)(uintptr_t)out, &ns);
+		if (ret)
+			goto out;
+		if (!tok_ns || ns < tok_ns)
+			tok_ns = ns;
+	}
+	e->xcost.cpu_gbps = (double)(n * e->blob_bytes[0]) / (double)moem_max(best, (uint64_t)1);
+	e->xcost.cpu_token_ns = moem_max(tok_ns / MOEM_BE_MAX_TOKENS, (uint64_t)1);
+	moem_info("hybrid: CPU expert kernels read %.2f GB/s from DRAM, %llu ns per token "
+		  "(measured over %llu MiB, %s)",
+		  e->xcost.cpu_gbps, (unsigned long long)e->xcost.cpu_token_ns,
+		  (unsigned long long)((n * stride) >> 20), moem_prec_name(e->prec[0]));
+	ret = 0;
+out:
+	free(buf);
+	free(x);
+	free(out);
+	return ret;
+}
+
+int moem_eng_hybrid_open(struct moem_engine *e)
+{
+	const struct moem_model_config *c = e->cfg;
+	struct moem_backend_opts bo = {.threads = e->o.threads, .isa = e->o.cpu_isa};
+	int ret;
+
+	if (e->o.cpu_moe_layers > e->n_moe)
+		return moem_errf(EINVAL, "--cpu-moe-layers %u: the model has %u MoE layer%s",
+				 e->o.cpu_moe_layers, e->n_moe, e->n_moe == 1 ? "" : "s");
+	e->cpu_layers = e->o.cpu_moe_layers;
+	if (!e->o.exec_hybrid && !e->cpu_layers)
+		return 0;
+	if (e->uvm)
+		return moem_errf(EINVAL, "hybrid execution needs hbm mode vmm: under uvm the "
+					 "driver, not moem, decides where an expert is");
+	e->xcost = e->dcfg.cost;
+	e->xcost.link_gbps = e->o.link_gbps; /* the link as given, also under lockstep */
+	if (moem_backend_kind(e->be) == MOEM_BACKEND_CPU) {
+		e->cpu_be = e->be;
+	} else {
+		ret = moem_backend_open("cpu", &bo, &e->cpu_be_own);
+		if (ret)
+			return moem_err_prefix(-ret, "hybrid: the CPU executor's backend");
+		e->cpu_be = e->cpu_be_own;
+		e->cpu_x = aligned_alloc(256, (size_t)ENG_MAX_B * c->hidden * 2);
+		e->cpu_out = aligned_alloc(256, (size_t)ENG_MAX_B * c->top_k * c->hidden * 4);
+		if (!e->cpu_x || !e->cpu_out)
+			return -ENOMEM;
+	}
+	if (e->o.cpu_gbps > 0) {
+		e->xcost.cpu_gbps = e->o.cpu_gbps;
+		e->xcost.cpu_token_ns = e->o.cpu_token_ns;
+	} else {
+		ret = calibrate(e);
+		if (ret)
+			return moem_err_prefix(-ret, "hybrid: measuring the CPU kernels");
+		if (e->o.cpu_token_ns)
+			e->xcost.cpu_token_ns = e->o.cpu_token_ns;
+	}
+	ret = moem_cost_check(&e->xcost);
+	if (ret)
+		return moem_err_prefix(-ret, "hybrid");
+	if (!e->cpu_layers)
+		moem_info("hybrid: the cost model sends experts not in HBM to the CPU");
+	else
+		moem_info("hybrid: the experts of the first %u MoE layer%s on the CPU%s",
+			  e->cpu_layers, e->cpu_layers == 1 ? "" : "s",
+			  e->o.exec_hybrid ? ", the cost model places the rest" : "");
+	return 0;
+}
+
+void moem_eng_hybrid_close(struct moem_engine *e)
+{
+	moem_backend_close(e->cpu_be_own);
+	e->cpu_be_own = NULL;
+	e->cpu_be = NULL;
+	free(e->cpu_x);
+	free(e->cpu_out);
+	e->cpu_x = NULL;
+	e->cpu_out = NULL;
+}
+
+enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q, uint32_t m,
+				uint32_t x, uint32_t tokens, bool *forced)
+{
+	uint32_t pi;
+	int pub;
+
+	*forced = m < e->cpu_layers;
+	if (!e->cpu_be || (!*forced && !e->o.exec_hybrid))
+		return MOEM_EXEC_GPU;
+	pi = moem_tiers_plan(e->tiers, m, x);
+	pub = moem_tiers_published(e->tiers, m, x);
+	return moem_cost_exec_next(&e->xcost, q, e->blob_bytes[pi], tokens,
+				   pub >= 0 && ((uint32_t)pub == pi || e->o.allow_fallback),
+				   moem_tiers_staged(e->tiers, m, x, pi), 0, *forced);
+}
+
+bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m)
+{
+	return m >= e->cpu_layers;
+}
+
+int moem_eng_cpu_inputs(struct moem_engine *e, uint32_t B)
+{
+	int ret;
+
+	if (e->cpu_be == e->be)
+		return 0; /* the CPU backend: the layer's own buffers */
+	ret = moem_be_dtoh(e->be, e->cpu_x, e->xb, (uint64_t)B * e->cfg->hidden * 2, NULL);
+	/* also ends the last layer's uploads from cpu_out before it is rewritten */
+	if (!ret)
+		ret = moem_be_stream_sync(e->be, NULL);
+	return ret;
+}
+
+int moem_eng_cpu_ffn(struct moem_engine *e, uint32_t B, const struct moem_ffn_expert *ex,
+		     uint32_t n, const struct moem_ffn_assign *assign, uint32_t n_assign)
+{
+	const uint32_t H = e->cfg->hidden, K = e->cfg->top_k;
+	bool own = e->cpu_be == e->be;
+	struct moem_ffn_args a = {
+		.B = B,
+		.H = H,
+		.I = e->cfg->moe_inter,
+		.n_slots = K,
+		.x = own ? e->xb : (moem_dptr)(uintptr_t)e->cpu_x,
+		.out = own ? e->out : (moem_dptr)(uintptr_t)e->cpu_out,
+		.n_experts = n,
+		.experts = ex,
+		.n_assign = n_assign,
+		.assign = assign,
+	};
+	int ret;
+
+	if (!n)
+		return 0;
+	ret = moem_op_ffn(e->cpu_be, NULL, &a);
+	if (ret || own)
+		return ret;
+	/* Each CPU-computed (token, slot) row into the layer's output on the device. */
+	for (uint32_t i = 0; i < n && !ret; i++)
+		for (uint32_t j = ex[i].first; j < ex[i].first + ex[i].n && !ret; j++) {
+			uint64_t row = ((uint64_t)assign[j].token * K + assign[j].slot) * H;
+
+			ret = moem_be_htod(e->be, e->out + row * 4, e->cpu_out + row, H * 4ull,
+					   NULL);
+		}
+	return ret;
+}

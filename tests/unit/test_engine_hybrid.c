@@ -1,0 +1,380 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Hybrid CPU/GPU execution in the engine, on the CPU backend and the
+ * emulated tier (where the "device" side also runs the CPU kernels, so a
+ * hybrid run must give the all-resident run's digest bit for bit):
+ * --cpu-moe-layers and the cost model's choice both send experts to the
+ * CPU, those never enter HBM, fewer bytes go DRAM->HBM than without, the
+ * simulator makes the engine's decisions on the engine's own trace, and
+ * bad settings are refused with a message.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include <moem/engine.h>
+#include <moem/engine_args.h>
+#include <moem/log.h>
+#include <moem/pack.h>
+#include <moem/sim.h>
+#include <moem/trace.h>
+
+#include "kselftest_harness.h"
+#include "store_test_util.h"
+
+FIXTURE(hyb)
+{
+	char *dir, *model, *pack;
+	uint64_t expert_bytes;
+};
+
+FIXTURE_SETUP(hyb)
+{
+	struct moem_mkmodel_opts mo;
+	struct moem_pack_opts po = {0};
+
+	moem_log_set_level(MOEM_LOG_WARN);
+	self->dir = st_tmpdir();
+	self->model = st_path(self->dir, "model");
+	self->pack = st_path(self->dir, "m.moem");
+	st_tiny_opts(&mo, MOEM_ARCH_QWEN3_MOE, self->model);
+	mo.cfg.n_experts = 16;
+	mo.cfg.top_k = 4;
+	mo.cfg.hidden = 128;
+	mo.cfg.moe_inter = 128;
+	ASSERT_EQ(0, moem_mkmodel(&mo)) TH_LOG("%s", moem_last_error());
+	po.model_dir = self->model;
+	po.out_path = self->pack;
+	po.prec_mask = (1u << MOEM_PREC_BF16) | (1u << MOEM_PREC_Q4);
+	po.threads = 2;
+	ASSERT_EQ(0, moem_pack_write(&po)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_pack_bytes(self->pack, MOEM_PREC_BF16, &self->expert_bytes));
+}
+
+FIXTURE_TEARDOWN(hyb)
+{
+	st_rm_rf(self->dir);
+	free(self->dir);
+	free(self->model);
+	free(self->pack);
+}
+
+static struct moem_engine_opts base_opts(FIXTURE_DATA(hyb) * self)
+{
+	struct moem_engine_opts o = {0};
+
+	o.pack_path = self->pack;
+	o.backend = "cpu";
+	o.threads = 2;
+	o.pool.provider = MOEM_POOL_THP;
+	o.hi = MOEM_PREC_BF16;
+	o.link_gbps = 50;
+	return o;
+}
+
+static const struct moem_workload wl = {.kind = MOEM_WL_SYNTH, .batch = 8, .steps = 10};
+
+static int run(struct moem_engine_opts *o, const struct moem_workload *w, bool warm,
+	       struct moem_run_stats *rs, struct moem_engine_status *st)
+{
+	struct moem_engine *e;
+	int ret = moem_engine_open(o, &e);
+
+	if (ret)
+		return ret;
+	ret = warm ? moem_engine_warmup(e, NULL) : 0;
+	if (!ret)
+		ret = moem_engine_run(e, w, NULL, NULL, rs);
+	if (!ret && st)
+		moem_engine_get_status(e, st);
+	moem_engine_close(e);
+	return ret;
+}
+
+/*
+ * Every expert use is a hit, a miss, a fallback or a CPU computation; on
+ * the CPU backend the digest is the all-resident run's.
+ */
+static void check_run(struct __test_metadata *_metadata, const struct moem_run_stats *ref,
+		      const struct moem_run_stats *rs, const char *what)
+{
+	TH_LOG("%s: %llu on the CPU, hits %llu, misses %llu, %llu bytes to HBM, %llu from NVMe",
+	       what, (unsigned long long)rs->total.cpu_experts, (unsigned long long)rs->total.hits,
+	       (unsigned long long)rs->total.misses, (unsigned long long)rs->total.bytes_h2d,
+	       (unsigned long long)rs->total.bytes_nvme);
+	EXPECT_STREQ(ref->digest_hex, rs->digest_hex);
+	EXPECT_EQ(rs->total.active,
+		  rs->total.hits + rs->total.misses + rs->total.fallbacks + rs->total.cpu_experts);
+	EXPECT_GT(rs->total.cpu_experts, 0u);
+}
+
+TEST_F(hyb, cpu_moe_layers_same_outputs_and_never_in_hbm)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs, all;
+	struct moem_engine_status st;
+
+	ASSERT_EQ(0, run(&o, &wl, true, &ref, NULL)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0u, ref.total.cpu_experts);
+	/* two of the three MoE layers on the CPU, a quarter of the experts in HBM */
+	o.cpu_moe_layers = 2;
+	o.hbm_budget = self->expert_bytes / 4;
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, &st)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "cpu-moe-layers 2, 25% HBM");
+	EXPECT_STREQ("gpu", st.exec);
+	EXPECT_EQ(2u, st.cpu_moe_layers);
+	EXPECT_GT(st.cpu_gbps, 0); /* measured at open */
+	/* every layer on the CPU: nothing ever reaches HBM, warm-up included */
+	o.cpu_moe_layers = 3;
+	o.exec_hybrid = true;
+	o.cpu_gbps = 5;
+	ASSERT_EQ(0, run(&o, &wl, true, &all, &st)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &all, "cpu-moe-layers 3");
+	EXPECT_EQ(all.total.active, all.total.cpu_experts);
+	EXPECT_EQ(0u, all.total.bytes_h2d);
+	EXPECT_EQ(0u, st.bytes_h2d);
+	EXPECT_EQ(0u, st.hbm_used);
+	EXPECT_EQ(5.0, st.cpu_gbps);
+	/* DRAM below the model: CPU experts are read from NVMe into DRAM first */
+	o = base_opts(self);
+	o.cpu_moe_layers = 2;
+	o.cpu_gbps = 5;
+	o.hbm_budget = self->expert_bytes / 4;
+	o.dram_budget = self->expert_bytes / 3;
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, NULL)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "cpu-moe-layers 2, 25% HBM, 33% DRAM, cold");
+	EXPECT_GT(rs.total.bytes_nvme, 0u);
+}
+
+TEST_F(hyb, cost_model_choice_same_outputs_fewer_bytes)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, xfer, rs, slow;
+	struct moem_workload w = wl;
+
+	for (uint32_t b = 1; b <= 8; b += 7) {
+		w.batch = b;
+		ASSERT_EQ(0, run(&o, &w, true, &ref, NULL)) TH_LOG("%s", moem_last_error());
+		o = base_opts(self);
+		o.hbm_budget = self->expert_bytes / 4;
+		ASSERT_EQ(0, run(&o, &w, true, &xfer, NULL)) TH_LOG("%s", moem_last_error());
+		EXPECT_STREQ(ref.digest_hex, xfer.digest_hex);
+		EXPECT_GT(xfer.total.bytes_h2d, 0u);
+		/* a CPU that reads weights faster than the link moves them */
+		o.exec_hybrid = true;
+		o.cpu_gbps = 1000;
+		ASSERT_EQ(0, run(&o, &w, true, &rs, NULL)) TH_LOG("%s", moem_last_error());
+		check_run(_metadata, &ref, &rs, b == 1 ? "cost model, batch 1" : "batch 8");
+		TH_LOG("transfer-only: %llu bytes to HBM",
+		       (unsigned long long)xfer.total.bytes_h2d);
+		EXPECT_LT(rs.total.bytes_h2d, xfer.total.bytes_h2d);
+		/* and one slower than the link: the same as transfer-only */
+		o.cpu_gbps = 0.5;
+		ASSERT_EQ(0, run(&o, &w, true, &slow, NULL)) TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(0u, slow.total.cpu_experts);
+		EXPECT_STREQ(ref.digest_hex, slow.digest_hex);
+		o = base_opts(self);
+	}
+}
+
+/* Prefetch, eviction and precision policies keep working beside the CPU. */
+TEST_F(hyb, with_policies)
+{
+	static const char *const v[][3] = {
+		/* route, evict, prefetch */
+		{"cache-aware", "lru2", "adaptive"},
+		{"none", "pred", "adaptive"},
+		{"lynx", "lru", "none"},
+	};
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs;
+
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(v); i++) {
+		o = base_opts(self);
+		o.route = v[i][0];
+		ASSERT_EQ(0, run(&o, &wl, true, &ref, NULL)) TH_LOG("%s", moem_last_error());
+		o.evict = v[i][1];
+		o.prefetch = v[i][2];
+		o.hbm_budget = self->expert_bytes / 4;
+		o.dram_budget = self->expert_bytes / 2;
+		o.exec_hybrid = true;
+		o.cpu_gbps = 1000;
+		o.cpu_token_ns = 40;
+		o.cpu_moe_layers = 1;
+		ASSERT_EQ(0, run(&o, &wl, false, &rs, NULL)) TH_LOG("%s", moem_last_error());
+		check_run(_metadata, &ref, &rs, v[i][1]);
+	}
+	/* DynaExq: lo versions planned for cold experts are what the CPU computes */
+	o = base_opts(self);
+	o.two_prec = true;
+	o.lo = MOEM_PREC_Q4;
+	o.precision = "dynaexq";
+	o.hbm_budget = self->expert_bytes / 2;
+	o.exec_hybrid = true;
+	o.cpu_gbps = 1000;
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, NULL)) TH_LOG("%s", moem_last_error());
+	EXPECT_GT(rs.total.cpu_experts, 0u);
+	EXPECT_EQ(rs.total.active,
+		  rs.total.hits + rs.total.misses + rs.total.fallbacks + rs.total.cpu_experts);
+}
+
+/*
+ * `moem sim --exec hybrid` decides as the engine does: on the engine's own
+ * trace, at 25% HBM, batch 1 and 8, under LRU the simulator computes the
+ * same number of expert uses on the CPU and hits the same number of times
+ * in HBM; with a prefetcher within 3% of the uses (a simulated prefetch may
+ * still be on its way when a layer starts where the lockstep engine's has
+ * landed, the same reason simulator_matches_engine_on_its_trace allows
+ * 0.02 of hit rate).
+ * Both start cold (HBM and DRAM empty, DRAM room for the whole model, so
+ * the first use of each expert reads NVMe in both), the engine in
+ * lockstep (its link never busy, as the simulator's 10000 GB/s one); both
+ * decide with the same cost model (the engine's defaults: NVMe 7 GB/s,
+ * HBM 3000 GB/s, 20 ns per token; a 10000 GB/s link; a CPU rated so that
+ * a layer's experts split between the two sides).
+ */
+TEST_F(hyb, simulator_makes_the_engines_decisions)
+{
+	static const char *const pols[][3] = {
+		/* engine evict, prefetch; simulator preset */
+		{"lru", "none", "lru"},
+		{"lru", "fixed:S=2", "lru:prefetch=fixed,S=2"},
+	};
+	char *trace = st_path(self->dir, "hyb.trace");
+
+	for (size_t p = 0; p < MOEM_ARRAY_SIZE(pols); p++)
+		for (uint32_t b = 1; b <= 8; b += 7) {
+			struct moem_engine_opts o = base_opts(self);
+			struct moem_workload w = wl;
+			struct moem_run_stats rs;
+			struct moem_engine_status st;
+			struct moem_sim_cost c;
+			struct moem_sim_policy sp;
+			struct moem_sim_opts so = {0};
+			struct moem_sim_result r;
+			struct moem_trace_reader *tr;
+			const struct moem_trace_info *ti;
+			struct moem_engine *e;
+			uint64_t slot;
+
+			o.evict = pols[p][0];
+			o.prefetch = pols[p][1];
+			o.hbm_budget = self->expert_bytes / 4;
+			o.trace_out = trace;
+			o.lockstep = true;
+			o.link_gbps = 10000;
+			o.link_lat_us = -1;
+			o.exec_hybrid = true;
+			o.cpu_gbps = 5000;
+			o.cpu_token_ns = 30;
+			w.batch = b;
+			w.steps = 24;
+			ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+			ASSERT_EQ(0, moem_engine_run(e, &w, NULL, NULL, &rs))
+			TH_LOG("%s", moem_last_error());
+			moem_engine_get_status(e, &st);
+			moem_engine_close(e);
+
+			ASSERT_EQ(0, moem_trace_open(trace, &tr));
+			ti = moem_trace_reader_info(tr);
+			moem_sim_cost_default(&c);
+			c.hidden = ti->hidden;
+			c.inter = ti->moe_inter;
+			moem_trace_close(tr);
+			c.cost.link_gbps = 1e4;
+			c.cost.cpu_gbps = o.cpu_gbps;
+			c.cost.cpu_token_ns = o.cpu_token_ns;
+			c.exec_hybrid = true;
+			ASSERT_EQ(0, moem_sim_cost_finish(&c));
+			slot = (c.expert_bytes[MOEM_PREC_BF16] + 65535) & ~65535ULL;
+			c.hbm_bytes = st.hbm_budget / slot * c.expert_bytes[MOEM_PREC_BF16];
+			c.dram_bytes = 48 * c.expert_bytes[MOEM_PREC_BF16]; /* 3 x 16 experts */
+			c.dram_cold = true;
+			ASSERT_EQ(0, moem_sim_policy_parse(pols[p][2], &sp))
+			TH_LOG("%s", moem_last_error());
+			ASSERT_EQ(0, moem_sim_run(trace, &c, &sp, &so, &r))
+			TH_LOG("%s", moem_last_error());
+			TH_LOG("%s batch %u: on the CPU engine %llu sim %llu; hits engine %llu sim "
+			       "%llu; misses engine %llu; NVMe bytes engine %llu sim %llu",
+			       pols[p][2], b, (unsigned long long)rs.total.cpu_experts,
+			       (unsigned long long)r.cpu_experts, (unsigned long long)rs.total.hits,
+			       (unsigned long long)r.hits, (unsigned long long)rs.total.misses,
+			       (unsigned long long)rs.total.bytes_nvme,
+			       (unsigned long long)r.bytes_nvme);
+			EXPECT_GT(rs.total.cpu_experts, 0u);
+			EXPECT_GT(rs.total.misses, 0u); /* a split, not all on one side */
+			if (p == 0) {
+				EXPECT_EQ(rs.total.cpu_experts, r.cpu_experts);
+				EXPECT_EQ(rs.total.hits, r.hits);
+			} else {
+				double n = (double)rs.total.active;
+
+				EXPECT_LE(
+					fabs((double)rs.total.cpu_experts - (double)r.cpu_experts),
+					0.03 * n);
+				EXPECT_LE(fabs((double)rs.total.hits - (double)r.hits), 0.03 * n);
+			}
+		}
+	/* the simulator refuses what it cannot model, with a message */
+	{
+		struct moem_sim_cost c;
+		struct moem_sim_policy sp;
+		struct moem_sim_opts so = {0};
+		struct moem_sim_result r;
+
+		moem_sim_cost_default(&c);
+		c.hidden = c.inter = 128;
+		c.hbm_bytes = 1 << 20;
+		c.exec_hybrid = true;
+		ASSERT_EQ(0, moem_sim_policy_parse("lru", &sp));
+		EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+		EXPECT_MSG("needs the CPU's throughput");
+		c.cost.cpu_gbps = 10;
+		c.cpu_moe_layers = 4;
+		EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+		EXPECT_MSG("--cpu-moe-layers 4");
+		c.cpu_moe_layers = 3;
+		EXPECT_EQ(0, moem_sim_run(trace, &c, &sp, &so, &r)) TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(0u, r.bytes_pcie); /* every layer on the CPU */
+		EXPECT_EQ(1.0, r.cpu_share);
+		ASSERT_EQ(0, moem_sim_policy_parse("fluxmoe", &sp));
+		EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+		EXPECT_MSG("not DynaExq or FluxMoE");
+	}
+	free(trace);
+}
+
+TEST_F(hyb, bad_input)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_engine_args a;
+	struct moem_engine *e;
+
+	o.cpu_moe_layers = 4; /* the model has 3 MoE layers */
+	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
+	EXPECT_MSG("--cpu-moe-layers 4: the model has 3 MoE layers");
+	o.cpu_moe_layers = 0;
+	o.exec_hybrid = true;
+	o.hbm_mode = "uvm";
+	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
+	moem_engine_args_init(&a);
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "exec", "cpu"));
+	EXPECT_MSG("exec 'cpu': want gpu or hybrid");
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "cpu-moe-layers", "-1"));
+	EXPECT_MSG("cpu-moe-layers '-1'");
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "cpu-moe-layers", "2x"));
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "cpu-gbps", "0"));
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "cpu-gbps", "fast"));
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "cpu-token-ns", "-3"));
+	EXPECT_FALSE(a.o.exec_hybrid);
+	EXPECT_EQ(0u, a.o.cpu_moe_layers);
+	EXPECT_EQ(0, moem_engine_args_set(&a, "exec", "hybrid"));
+	EXPECT_EQ(0, moem_engine_args_set(&a, "cpu-moe-layers", "3"));
+	EXPECT_EQ(0, moem_engine_args_set(&a, "cpu-gbps", "12.5"));
+	EXPECT_TRUE(a.o.exec_hybrid);
+	EXPECT_EQ(3u, a.o.cpu_moe_layers);
+	EXPECT_EQ(12.5, a.o.cpu_gbps);
+	moem_engine_args_free(&a);
+}
+
+TEST_HARNESS_MAIN
