@@ -422,12 +422,17 @@ int moem_op_embed(struct moem_backend *be, struct moem_stream *s, const struct m
  * Dense projection: y[t][r] = sum_i x[t][i] * W[r][i], fp32 accumulation
  * (the router's numerics without its size limits): attention
  * projections, MLA's down/up projections, lm_head.
+ * prec: W's format. MOEM_PREC_BF16 (0, the default): bf16 [R][K].
+ * Otherwise W is one matrix in moem_qmat_layout(prec, R, K) (K a
+ * multiple of the group) and x is quantized per token as the expert
+ * FFN's is: the CPU backend only (the CUDA backend: -EOPNOTSUPP).
  */
 struct moem_matmul_args {
 	uint32_t B, K, R; /* tokens, input width (% 8 == 0), output rows */
 	moem_dptr x;	  /* bf16 [B][K] */
-	moem_dptr w;	  /* bf16 [R][K] */
+	moem_dptr w;	  /* bf16 [R][K], or the quantized matrix */
 	moem_dptr y;	  /* f32 [B][R] */
+	enum moem_prec prec;
 };
 int moem_op_matmul(struct moem_backend *be, struct moem_stream *s,
 		   const struct moem_matmul_args *a);

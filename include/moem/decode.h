@@ -50,6 +50,14 @@ struct moem_decoder_opts {
 	uint32_t max_seqs;	  /* sequences held at once (0: 64; at most 1024) */
 	uint32_t max_step_tokens; /* tokens of one step, all items (0: 512; at most 4096) */
 	uint32_t max_context;	  /* prompt + generated tokens (0: max_position_embeddings) */
+	/*
+	 * The attention projections and an untied lm_head: bf16 as packed
+	 * (MOEM_PREC_BF16, 0), or quantized to q8/q4/q2 when loaded, as
+	 * llama.cpp's quantized types do every matrix (embeddings, norms and
+	 * MLA's absorbed kv_b stay bf16). The CPU backend only; every such
+	 * matrix's input width must be a whole number of groups.
+	 */
+	enum moem_prec dense_prec;
 };
 
 /* Called with the logits of every position a sequence computes (see want_logits). */

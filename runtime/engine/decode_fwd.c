@@ -16,12 +16,20 @@
 
 #include "decode_int.h"
 
-/* Upload rows of pack tensors, stacked, as one bf16 device matrix. */
-static int upload(struct moem_decoder *d, const char *const *names, uint32_t n, moem_dptr *out)
+/*
+ * Upload rows of pack tensors, stacked, as one device matrix: bf16, or
+ * when q (a projection the decoder multiplies with mm()) and the
+ * decoder's dense_prec says so, quantized to it (moem_quantize()).
+ */
+static int upload_q(struct moem_decoder *d, const char *const *names, uint32_t n, bool q,
+		    moem_dptr *out)
 {
+	const enum moem_prec p = q ? d->o.dense_prec : MOEM_PREC_BF16;
 	const struct moem_pack_tensor *t[2];
-	uint64_t total = 0, at = 0;
+	uint64_t total = 0, at = 0, bytes, cols = 0;
+	struct moem_qmat_layout l;
 	uint16_t *b = NULL;
+	void *qm = NULL;
 	float *f = NULL;
 	int ret = 0;
 
@@ -30,6 +38,22 @@ static int upload(struct moem_decoder *d, const char *const *names, uint32_t n, 
 		if (!t[i])
 			return moem_errf(ENOENT, "the pack has no tensor %s", names[i]);
 		total += t[i]->nelem;
+	}
+	bytes = total * 2;
+	if (p != MOEM_PREC_BF16) {
+		cols = t[0]->shape[t[0]->ndim - 1];
+		for (uint32_t i = 0; i < n; i++)
+			if (t[i]->ndim != 2 || t[i]->shape[1] != cols)
+				return moem_errf(EINVAL,
+						 "%s: not a matrix of %llu columns to quantize",
+						 names[i], (unsigned long long)cols);
+		if (!cols || cols > UINT32_MAX || total / cols > UINT32_MAX)
+			return moem_errf(EINVAL, "%s: not a matrix to quantize", names[0]);
+		ret = moem_qmat_layout(p, (uint32_t)(total / cols), (uint32_t)cols, &l);
+		if (ret)
+			return moem_err_prefix(-ret, "%s to %s (--dense-prec)", names[0],
+					       moem_prec_name(p));
+		bytes = l.bytes;
 	}
 	b = malloc(total * 2);
 	if (!b)
@@ -42,16 +66,28 @@ static int upload(struct moem_decoder *d, const char *const *names, uint32_t n, 
 		at += t[i]->nelem;
 		free(f);
 	}
+	if (!ret && p != MOEM_PREC_BF16) {
+		qm = calloc(1, bytes);
+		ret = qm ? moem_quantize(p, b, l.rows, l.cols, qm, bytes) : -ENOMEM;
+		if (ret)
+			ret = moem_err_prefix(-ret, "%s to %s", names[0], moem_prec_name(p));
+	}
 	if (!ret)
-		ret = moem_be_alloc(d->be, total * 2, out);
+		ret = moem_be_alloc(d->be, bytes, out);
 	if (!ret)
-		ret = moem_be_htod(d->be, *out, b, total * 2, NULL);
+		ret = moem_be_htod(d->be, *out, qm ? qm : (void *)b, bytes, NULL);
 	if (!ret)
 		ret = moem_be_stream_sync(d->be, NULL);
 	if (!ret)
-		d->weight_bytes += total * 2;
+		d->weight_bytes += bytes;
+	free(qm);
 	free(b);
 	return ret;
+}
+
+static int upload(struct moem_decoder *d, const char *const *names, uint32_t n, moem_dptr *out)
+{
+	return upload_q(d, names, n, false, out);
 }
 
 static int up1(struct moem_decoder *d, uint32_t l, const char *what, moem_dptr *out)
@@ -61,6 +97,16 @@ static int up1(struct moem_decoder *d, uint32_t l, const char *what, moem_dptr *
 
 	snprintf(name, sizeof(name), "model.layers.%u.self_attn.%s.weight", l, what);
 	return upload(d, names, 1, out);
+}
+
+/* A projection mm() multiplies with: quantized as dense_prec says. */
+static int up1_q(struct moem_decoder *d, uint32_t l, const char *what, moem_dptr *out)
+{
+	char name[MOEM_TENSOR_NAME_MAX];
+	const char *names[1] = {name};
+
+	snprintf(name, sizeof(name), "model.layers.%u.self_attn.%s.weight", l, what);
+	return upload_q(d, names, 1, true, out);
 }
 
 static int load_layer(struct moem_decoder *d, uint32_t l)
@@ -75,21 +121,21 @@ static int load_layer(struct moem_decoder *d, uint32_t l)
 	if (!ret)
 		ret = upload(d, inn, 1, &L->in_norm);
 	if (!ret)
-		ret = up1(d, l, "o_proj", &L->wo);
+		ret = up1_q(d, l, "o_proj", &L->wo);
 	if (ret)
 		return ret;
 	if (d->mla) {
 		if (c->q_lora_rank) {
-			ret = up1(d, l, "q_a_proj", &L->wq_a);
+			ret = up1_q(d, l, "q_a_proj", &L->wq_a);
 			if (!ret)
 				ret = up1(d, l, "q_a_layernorm", &L->q_a_norm);
 			if (!ret)
-				ret = up1(d, l, "q_b_proj", &L->wq_b);
+				ret = up1_q(d, l, "q_b_proj", &L->wq_b);
 		} else {
-			ret = up1(d, l, "q_proj", &L->wq);
+			ret = up1_q(d, l, "q_proj", &L->wq);
 		}
 		if (!ret)
-			ret = up1(d, l, "kv_a_proj_with_mqa", &L->wkv_a);
+			ret = up1_q(d, l, "kv_a_proj_with_mqa", &L->wkv_a);
 		if (!ret)
 			ret = up1(d, l, "kv_a_layernorm", &L->kv_a_norm);
 		if (!ret)
@@ -98,9 +144,9 @@ static int load_layer(struct moem_decoder *d, uint32_t l)
 	}
 	snprintf(k, sizeof(k), "model.layers.%u.self_attn.k_proj.weight", l);
 	snprintf(v, sizeof(v), "model.layers.%u.self_attn.v_proj.weight", l);
-	ret = up1(d, l, "q_proj", &L->wq);
+	ret = up1_q(d, l, "q_proj", &L->wq);
 	if (!ret)
-		ret = upload(d, kv, 2, &L->wkv);
+		ret = upload_q(d, kv, 2, true, &L->wkv);
 	if (!ret && (c->arch == MOEM_ARCH_QWEN3_MOE || c->arch == MOEM_ARCH_OLMOE)) {
 		ret = up1(d, l, "q_norm", &L->q_norm);
 		if (!ret)
@@ -138,7 +184,7 @@ int moem_dec_load(struct moem_decoder *d)
 		return 0;
 	}
 	ret = moem_tensor_name(c, MOEM_TR_LM_HEAD, 0, 0, 0, name, sizeof(name));
-	return ret ? ret : upload(d, names, 1, &d->lm_head);
+	return ret ? ret : upload_q(d, names, 1, true, &d->lm_head);
 }
 
 void moem_dec_unload(struct moem_decoder *d)
@@ -175,12 +221,19 @@ static struct moem_kv_geom geom(const struct moem_decoder *d, uint32_t l)
 	return g;
 }
 
+static int mm_p(struct moem_decoder *d, uint32_t T, moem_dptr x, uint32_t K, moem_dptr w,
+		uint32_t R, moem_dptr y, enum moem_prec p)
+{
+	struct moem_matmul_args a = {T, K, R, x, w, y, p};
+
+	return moem_op_matmul(d->be, NULL, &a);
+}
+
+/* A projection uploaded by upload_q(.., true, ..): in dense_prec. */
 static int mm(struct moem_decoder *d, uint32_t T, moem_dptr x, uint32_t K, moem_dptr w, uint32_t R,
 	      moem_dptr y)
 {
-	struct moem_matmul_args a = {T, K, R, x, w, y};
-
-	return moem_op_matmul(d->be, NULL, &a);
+	return mm_p(d, T, x, K, w, R, y, d->o.dense_prec);
 }
 
 static int norm_rows(struct moem_decoder *d, uint32_t rows, uint32_t n, uint32_t stride,
@@ -462,7 +515,9 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 				   d->xb + (uint64_t)rows[i] * c->hidden * 2,
 				   (uint64_t)c->hidden * 2, NULL);
 	if (!ret && n_out)
-		ret = mm(d, n_out, d->hb, c->hidden, d->lm_head, c->vocab, d->logits);
+		/* a tied lm_head is the bf16 embedding table */
+		ret = mm_p(d, n_out, d->hb, c->hidden, d->lm_head, c->vocab, d->logits,
+			   c->tie_embeddings ? MOEM_PREC_BF16 : d->o.dense_prec);
 	if (!ret && n_out)
 		ret = moem_be_dtoh(d->be, d->logits_host, d->logits, (uint64_t)n_out * c->vocab * 4,
 				   NULL);

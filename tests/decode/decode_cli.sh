@@ -11,7 +11,11 @@
 #  - bad input gets a clear error: ids out of vocabulary, an empty prompt,
 #    a prompt longer than the context, sampling values out of range, a
 #    pack of format 1.0;
-#  - sampling with a seed is reproducible.
+#  - sampling with a seed is reproducible;
+#  - with the dense weights quantized (--dense-prec q8), budgets, batching
+#    and the thread count still never change tokens, and a model whose
+#    widths are no whole number of q8 groups, or an unknown precision, is
+#    refused with a message naming it.
 set -u
 B=${MOEM_BUILD:-build}
 moem=$B/bin/moem
@@ -67,6 +71,31 @@ for pk in q d; do
 		bad "$pk: chunked prefill changed tokens"
 done
 
+for pk in q d; do
+	dec() { "$moem" decode --pack "$tmp/$pk.moem" --max-new 12 --no-model-eos --quiet \
+		--dense-prec q8 "$@"; }
+	ref=$(dec --tokens $p1)
+	[ -n "$ref" ] || { bad "$pk dense q8: no output"; continue; }
+	got=$(dec --tokens $p1 --hbm 25% --dram 40% --threads 2)
+	[ "$got" = "$ref" ] && ok "$pk dense q8: 25% HBM and 2 threads give the same tokens" ||
+		bad "$pk dense q8: budgets or threads changed tokens: $got vs $ref"
+	# shellcheck disable=SC2086
+	got=$(dec --tokens $p1 $others | head -1)
+	[ "$got" = "$ref" ] && ok "$pk dense q8: batch of 8 gives the same tokens" ||
+		bad "$pk dense q8: batching changed tokens: $got vs $ref"
+done
+"$moem" mkmodel --arch qwen3_moe --layers 1 --experts 8 --topk 2 --hidden 192 \
+	--moe-intermediate 64 --seed 7 --out "$tmp/o" >/dev/null 2>&1 &&
+	"$moem" pack --model "$tmp/o" --out "$tmp/o.moem" --precisions bf16 >/dev/null 2>&1 ||
+	bad "cannot make the hidden-192 model"
+if out=$("$moem" decode --pack "$tmp/o.moem" --tokens 1,2 --max-new 2 --dense-prec q8 2>&1); then
+	bad "accepted: --dense-prec q8 on hidden 192"
+elif echo "$out" | grep -q "q_proj.weight to q8.*multiple of 128"; then
+	ok "refused: --dense-prec q8 on hidden 192 (names q_proj)"
+else
+	bad "--dense-prec q8 on hidden 192: message \"$out\""
+fi
+
 expect_err() {
 	what=$1
 	shift
@@ -85,6 +114,7 @@ long=$(seq -s, 1 4100)
 msg="does not fit the context" expect_err "prompt longer than the context" --tokens "$long"
 msg="temperature" expect_err "temperature out of range" --tokens 1,2 --temperature -1
 msg="top_p" expect_err "top_p out of range" --tokens 1,2 --temperature 1 --top-p 0
+msg="unknown precision 'q3'" expect_err "--dense-prec q3" --tokens 1,2 --dense-prec q3
 msg="repetition_penalty" expect_err "repetition penalty out of range" --tokens 1,2 \
 	--repetition-penalty 0
 msg="the model has 3 MoE layers" expect_err "--cpu-moe-layers beyond the MoE layers" \

@@ -7,6 +7,7 @@
 #    perplexity;
 #  - q4 experts, q8 experts and OEA routing move the distributions (KL > 0),
 #    q4 more than q8;
+#  - dense weights quantized (--dense-prec) move them too, q4 more than q8;
 #  - the report is labelled synthetic;
 #  - bad token files get clear errors.
 set -u
@@ -53,6 +54,14 @@ if awk -v a="$q4" -v b="$q8" -v c="$oea" 'BEGIN { exit !(a > b && b > 0 && c > 0
 	ok "KL: q4 $q4 > q8 $q8 > 0, oea $oea > 0"
 else
 	bad "KL: q4 '$q4' q8 '$q8' oea '$oea'"
+fi
+
+d8=$(field "$(ev --dense-prec q8)" mean_kl)
+d4=$(field "$(ev --dense-prec q4)" mean_kl)
+if awk -v a="$d4" -v b="$d8" 'BEGIN { exit !(a > b && b > 0) }'; then
+	ok "KL of quantized dense weights: q4 $d4 > q8 $d8 > 0"
+else
+	bad "KL of quantized dense weights: q4 '$d4' q8 '$d8'"
 fi
 
 expect_err() {

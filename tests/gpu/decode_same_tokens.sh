@@ -8,7 +8,9 @@
 #    logprobs agree within 2e-3;
 #  - budgets never change tokens: 25% HBM with 40% DRAM, and a KV budget
 #    so small that sequences wait for each other, give the all-resident
-#    run's tokens.
+#    run's tokens;
+#  - quantized dense weights (--dense-prec), a CPU-backend path, are
+#    refused with a clear error.
 # Runs on a GPU machine (make test-gpu) and on the kernel emulator (make
 # test-gpu-emu); skips (exit 4) without a CUDA device.
 set -u
@@ -71,4 +73,13 @@ for pk in q d; do
 		ok "$pk: tiny kv budget: $waits waits, same tokens" ||
 		bad "$pk: tiny kv budget: waits ${waits:-?}, tokens $first vs $ref"
 done
+# quantized dense weights are a CPU-backend path: refused here, not run wrong
+if out=$("$moem" decode --pack "$tmp/q.moem" --backend cuda --max-new 2 --tokens $p1 \
+	--dense-prec q8 2>&1); then
+	bad "accepted: --dense-prec q8 on the CUDA backend"
+elif echo "$out" | grep -q "CPU backend only"; then
+	ok "refused: --dense-prec q8 on the CUDA backend"
+else
+	bad "--dense-prec q8 on the CUDA backend: message \"$out\""
+fi
 exit $fail

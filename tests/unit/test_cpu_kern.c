@@ -386,16 +386,17 @@ TEST(same_bits_for_any_threads_and_batch)
 	call_free(&c);
 }
 
-/* y = x w^T on be (moem_op_matmul, the decoder's dense projections). */
-static int mm_run(struct moem_backend *be, const uint16_t *x, const uint16_t *w, uint32_t B,
-		  uint32_t K, uint32_t R, float *y)
+/* y = x w^T on be (moem_op_matmul, the decoder's dense projections); w of wbytes in prec. */
+static int mm_run_p(struct moem_backend *be, const uint16_t *x, const void *w, size_t wbytes,
+		    enum moem_prec p, uint32_t B, uint32_t K, uint32_t R, float *y)
 {
 	struct moem_matmul_args a = {B,
 				     K,
 				     R,
 				     tb_put(be, x, 2 * (size_t)B * K),
-				     tb_put(be, w, 2 * (size_t)R * K),
-				     tb_zeros(be, 4 * (size_t)B * R)};
+				     tb_put(be, w, wbytes),
+				     tb_zeros(be, 4 * (size_t)B * R),
+				     p};
 	int ret = moem_op_matmul(be, NULL, &a);
 
 	if (!ret)
@@ -404,6 +405,12 @@ static int mm_run(struct moem_backend *be, const uint16_t *x, const uint16_t *w,
 	moem_be_free(be, a.w);
 	moem_be_free(be, a.y);
 	return ret;
+}
+
+static int mm_run(struct moem_backend *be, const uint16_t *x, const uint16_t *w, uint32_t B,
+		  uint32_t K, uint32_t R, float *y)
+{
+	return mm_run_p(be, x, w, 2 * (size_t)R * K, MOEM_PREC_BF16, B, K, R, y);
 }
 
 /*
@@ -474,6 +481,88 @@ TEST(matmul_every_path_matches_scalar)
 		free(solo);
 		free(ref);
 	}
+}
+
+/*
+ * Quantized dense weights (moem_decode --dense-prec): the matrix in
+ * moem_qmat_layout, x quantized per token in the row kernel's format as
+ * the FFN's input is, so each ISA path stands within the FFN's
+ * tolerance of the scalar oracle for that precision (tol_for(), derived
+ * at the top: the error is the int8 activation quantization's, per
+ * block of 64, and a row of K >= 256 averages at least as much as the
+ * FFN's H = 128); the same bits for 1 and 3 threads and for a token
+ * alone; and K not a whole number of groups, or no such precision, is
+ * refused.
+ */
+TEST(matmul_quantized_every_path_matches_scalar)
+{
+	static const uint32_t shapes[][3] = {{1, 2048, 300}, {5, 768, 33}, {64, 256, 40}};
+	struct kcase kc[4];
+	int nk = kcases(kc);
+	struct moem_backend *be;
+	uint16_t *x0 = tb_rand_bf16(1, 8 * 200, 1.0), *w0 = tb_rand_bf16(2, 8 * 200, 0.05);
+	float y0[64];
+
+	kc[nk++] = (struct kcase){"scalar", &moem_cpu_kern_scalar};
+	for (int p = MOEM_PREC_Q8; p < MOEM_PREC_NR; p++)
+		for (unsigned int s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+			const uint32_t B = shapes[s][0], K = shapes[s][1], R = shapes[s][2];
+			uint16_t *x = tb_rand_bf16(60 + s, (size_t)B * K, 1.0);
+			uint16_t *w = tb_rand_bf16(70 + s, (size_t)R * K, 0.05);
+			float *want = malloc(4 * (size_t)B * R), *got = malloc(4 * (size_t)B * R);
+			float *got3 = malloc(4 * (size_t)B * R), *solo = malloc(4 * (size_t)R);
+			struct moem_qmat_layout l;
+			void *q;
+
+			ASSERT_EQ(0, moem_qmat_layout((enum moem_prec)p, R, K, &l));
+			q = calloc(1, l.bytes);
+			ASSERT_NE(NULL, q);
+			ASSERT_EQ(0, moem_quantize((enum moem_prec)p, w, R, K, q, l.bytes));
+			ASSERT_EQ(0, open_kern(&moem_cpu_kern_scalar, 2, &be));
+			ASSERT_EQ(0, mm_run_p(be, x, q, l.bytes, (enum moem_prec)p, B, K, R, want))
+			TH_LOG("%s", moem_last_error());
+			moem_backend_close(be);
+			for (int k = 0; k < nk; k++) {
+				const char *pn = moem_prec_name((enum moem_prec)p);
+
+				ASSERT_EQ(0, open_kern(kc[k].k, 1, &be));
+				ASSERT_EQ(0, mm_run_p(be, x, q, l.bytes, (enum moem_prec)p, B, K, R,
+						      got));
+				moem_backend_close(be);
+				for (uint32_t t = 0; t < B; t++) {
+					EXPECT_LE(row_err(got + (size_t)t * R, want + (size_t)t * R,
+							  R),
+						  tol_for(kc[k].k, (enum moem_prec)p))
+					TH_LOG("%s %s B %u K %u R %u token %u", kc[k].name, pn, B,
+					       K, R, t);
+				}
+				ASSERT_EQ(0, open_kern(kc[k].k, 3, &be));
+				ASSERT_EQ(0, mm_run_p(be, x, q, l.bytes, (enum moem_prec)p, B, K, R,
+						      got3));
+				ASSERT_EQ(0, mm_run_p(be, x + (size_t)(B - 1) * K, q, l.bytes,
+						      (enum moem_prec)p, 1, K, R, solo));
+				moem_backend_close(be);
+				EXPECT_EQ(0, memcmp(got, got3, 4 * (size_t)B * R))
+				TH_LOG("%s %s K %u: 3 threads differ from 1", kc[k].name, pn, K);
+				EXPECT_EQ(0, memcmp(solo, got + (size_t)(B - 1) * R, 4 * (size_t)R))
+				TH_LOG("%s %s K %u: the last token alone differs from in the batch",
+				       kc[k].name, pn, K);
+			}
+			free(q);
+			free(x);
+			free(w);
+			free(want);
+			free(got);
+			free(got3);
+			free(solo);
+		}
+	/* K 200 is no whole number of q8's groups; 7 is no precision */
+	ASSERT_EQ(0, open_kern(&moem_cpu_kern_scalar, 1, &be));
+	EXPECT_EQ(-EINVAL, mm_run_p(be, x0, w0, 2 * 8 * 200, MOEM_PREC_Q8, 8, 200, 8, y0));
+	EXPECT_EQ(-EINVAL, mm_run_p(be, x0, w0, 2 * 8 * 200, (enum moem_prec)7, 8, 200, 8, y0));
+	moem_backend_close(be);
+	free(x0);
+	free(w0);
 }
 
 /* Page -> node for the made-up topology: expert j's blob on node j % 2. */

@@ -64,6 +64,7 @@ static const struct option dec_opts[] = {
 	{"logits-out", required_argument, NULL, 0},
 	{"kv-bytes", required_argument, NULL, 0},
 	{"kv-block", required_argument, NULL, 0},
+	{"dense-prec", required_argument, NULL, 0},
 	{"max-seqs", required_argument, NULL, 0},
 	{"prefill-chunk", required_argument, NULL, 0},
 	{"no-warmup", no_argument, NULL, 0},
@@ -83,12 +84,15 @@ static void usage(FILE *f)
 		"ID,..]\n"
 		"                   [--no-model-eos] [--logprobs N] [--logits-out FILE]\n"
 		"                   [--kv-bytes SIZE] [--kv-block TOKENS] [--max-seqs N]\n"
-		"                   [--prefill-chunk N] [--json] [--quiet]\n"
+		"                   [--prefill-chunk N] [--dense-prec bf16|q8|q4|q2] [--json] "
+		"[--quiet]\n"
 		"                   [budgets and policies as moem run: --hbm --dram --precisions\n"
 		"                    --route --evict --prefetch --precision --paging --backend\n"
 		"                    --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X ...]\n"
 		"Each --tokens is one sequence; all are decoded together as one batch.\n"
-		"Greedy (temperature 0) unless --temperature is given.\n");
+		"Greedy (temperature 0) unless --temperature is given.\n"
+		"--dense-prec quantizes the attention projections and an untied lm_head\n"
+		"when loaded (CPU backend; default bf16 as packed).\n");
 }
 
 static int cmd_decode(int argc, char **argv)

@@ -62,6 +62,7 @@ static const struct option eval_opts[] = {
 	{"max-seqs", required_argument, NULL, 0},
 	{"prefill-chunk", required_argument, NULL, 0},
 	{"no-warmup", no_argument, NULL, 0},
+	{"dense-prec", required_argument, NULL, 0},
 	{"json", no_argument, NULL, 0},
 	{"help", no_argument, NULL, 'h'},
 	{0},
@@ -74,6 +75,7 @@ static void usage(FILE *f)
 		"                 [budgets and policies as moem decode: --hbm --dram --precisions\n"
 		"                  --fallback --route --evict --prefetch --precision --paging "
 		"...]\n"
+		"                 [--dense-prec bf16|q8|q4|q2]\n"
 		"Runs every sequence of the file (one per line: token ids separated by commas\n"
 		"or blanks; # starts a comment) teacher-forced, once as the reference (all\n"
 		"resident, bf16, plain top-k) and once with the options given, and reports\n"

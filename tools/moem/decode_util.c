@@ -203,6 +203,10 @@ int moem_dec_run_set(struct moem_dec_run *r, const char *name, const char *v)
 		return moem_parse_size(v, NULL, &r->dopt.kv_bytes);
 	if (!strcmp(name, "kv-block"))
 		return num_u(name, v, 1024, &r->dopt.block_tokens);
+	if (!strcmp(name, "dense-prec")) {
+		ret = moem_prec_parse(v, &r->dopt.dense_prec);
+		return ret ? moem_err_prefix(-ret, "--dense-prec") : 0;
+	}
 	if (!strcmp(name, "max-seqs"))
 		return num_u(name, v, 1024, &r->dopt.max_seqs);
 	if (!strcmp(name, "prefill-chunk")) {

@@ -46,6 +46,7 @@ static const char *const opt_names[MOEM_GEN_N_OPTS] = {
 	"logprobs",
 	"kv-bytes",
 	"kv-block",
+	"dense-prec",
 	"prefill-chunk",
 	"no-warmup",
 	"special",

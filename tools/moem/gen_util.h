@@ -27,7 +27,7 @@ struct json_object;
  * to moem_gen_set()): written to out[0..MOEM_GEN_N_OPTS); the caller adds
  * its own and the terminating {0}.
  */
-#define MOEM_GEN_N_OPTS 38
+#define MOEM_GEN_N_OPTS 39
 void moem_gen_options(struct option *out);
 
 /* The usage lines of those options. */
@@ -46,6 +46,8 @@ void moem_gen_options(struct option *out);
 	"  --json-stream            each piece of text as it comes as a line {\"text\": ...},\n" \
 	"                           then the --json object\n"                                    \
 	"  --kv-bytes SIZE --kv-block N --prefill-chunk N --no-warmup --quiet\n"                 \
+	"  --dense-prec P           quantize the attention projections and lm_head when\n"       \
+	"                           loaded (q8, q4, q2; CPU backend; as moem decode)\n"          \
 	"  budgets and policies as moem run: --hbm --dram --precisions --route --evict\n"        \
 	"  --prefetch --precision --paging --backend --threads --pool --loader ...\n"
 

@@ -79,6 +79,16 @@ int moem_op_matmul(struct moem_backend *be, struct moem_stream *s, const struct 
 		return ret;
 	if (a->K % 8)
 		return moem_errf(EINVAL, "matmul: K = %u is not a multiple of 8", a->K);
+	if ((unsigned int)a->prec >= MOEM_PREC_NR)
+		return moem_errf(EINVAL, "matmul: no precision %d", (int)a->prec);
+	if (a->prec != MOEM_PREC_BF16) {
+		struct moem_qmat_layout l;
+
+		/* K must be a whole number of the precision's groups */
+		ret = moem_qmat_layout(a->prec, a->R, a->K, &l);
+		if (ret)
+			return moem_err_prefix(-ret, "matmul");
+	}
 	return be->ops->matmul(be, strm(be, s), a);
 }
 

@@ -38,8 +38,10 @@ int moem_cpu_embed(struct moem_backend *be, struct moem_stream *s, const struct 
 
 /*
  * Dense projections (q/k/v/o, MLA's, lm_head) run on the expert FFN's
- * bf16 row kernel of the backend's instruction set (kern.h): a [R][K]
- * bf16 matrix is a moem_qmat_layout with no scales, and every output is
+ * row kernels of the backend's instruction set (kern.h): a [R][K] bf16
+ * matrix is a moem_qmat_layout with no scales, a quantized one (prec)
+ * is the layout of moem_qmat_layout(prec, R, K), its x quantized per
+ * token in the kernel's format as the FFN's input is. Every output is
  * made by one kernel call in the kernel's fixed order, so the bits
  * depend on K and the ISA only, never on B, R's split or the threads.
  * The scalar table is the oracle (dequantize a row, dot_f32).
@@ -70,37 +72,56 @@ int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
 {
 	struct cpu_backend *c = cpu_of(be);
 	const struct moem_cpu_kern *k = c->kern;
-	uint32_t nw = moem_tpool_size(c->pool);
+	const enum moem_prec p = a->prec;
+	uint32_t nw = moem_tpool_size(c->pool), fmt, qfmts = 0;
 	struct mm_job j = {.a = a};
-	size_t xn = (size_t)a->B * a->K, wn = (size_t)nw * a->K;
+	size_t xn = (size_t)a->B * a->K, wn = (size_t)nw * a->K, qb = 0, ib;
 	float *buf;
 	uint32_t *ident;
-	void *mem;
+	uint8_t *mem;
+	int ret;
 
-	/* AVX-512 steps over K 32 at a time, AVX2 and the scalar table 8 (K % 8 == 0) */
-	if (k->isa == MOEM_CPU_ISA_AVX512 && a->K % 32)
+	/* AVX-512 steps bf16 over K 32 at a time, AVX2 and the scalar table 8 (K % 8 == 0) */
+	if (p == MOEM_PREC_BF16 && k->isa == MOEM_CPU_ISA_AVX512 && a->K % 32)
 		k = moem_cpu_isa_check(MOEM_CPU_ISA_AVX2) ? &moem_cpu_kern_scalar
 							  : &moem_cpu_kern_avx2;
-	j.rows = k->rows[MOEM_PREC_BF16];
-	mem = moem_cpu_scratch(s, (size_t)a->B * sizeof(uint32_t) + (xn + wn) * sizeof(float));
+	j.rows = k->rows[p];
+	fmt = k->fmt[p];
+	if (p == MOEM_PREC_BF16) {
+		j.l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
+						.rows = a->R,
+						.cols = a->K,
+						.row_bytes = 2 * a->K,
+						.bytes = (uint64_t)2 * a->R * a->K};
+	} else {
+		ret = moem_qmat_layout(p, a->R, a->K, &j.l); /* checked by moem_op_matmul */
+		if (ret)
+			return ret;
+		if (fmt != CPU_ACT_F32) {
+			qfmts = 1u << fmt;
+			qb = moem_cpu_act_bytes(a->B, a->K, qfmts);
+		}
+	}
+	/* B ids, then the fp32 x and the workers' scratch, then x quantized (64-aligned) */
+	ib = moem_align_up((size_t)a->B * sizeof(uint32_t) + (xn + wn) * sizeof(float), 64);
+	mem = moem_cpu_scratch(s, ib + qb);
 	if (!mem)
 		return -ENOMEM;
-	ident = mem; /* B ids first: the floats after them stay 4-byte aligned */
+	ident = (uint32_t *)(void *)mem;
 	buf = (float *)(void *)(ident + a->B);
 	for (uint32_t t = 0; t < a->B; t++)
 		ident[t] = t;
 	j.ident = ident;
 	j.wbuf = buf + xn;
-	j.l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
-					.rows = a->R,
-					.cols = a->K,
-					.row_bytes = 2 * a->K,
-					.bytes = (uint64_t)2 * a->R * a->K};
 	j.act.K = a->K;
 	j.act.v[CPU_ACT_BF16] = moem_dptr_host(a->x);
-	if (k->fmt[MOEM_PREC_BF16] == CPU_ACT_F32) {
+	if (fmt != CPU_ACT_BF16) {
 		moem_cpu_convert_x(c->pool, moem_dptr_host(a->x), buf, a->B, a->K);
 		j.act.v[CPU_ACT_F32] = buf;
+	}
+	if (qfmts) {
+		/* replaces j.act: the f32 rows stay its source */
+		moem_cpu_prepare_act_in(c->pool, buf, a->B, a->K, qfmts, mem + ib, &j.act);
 	}
 	moem_tpool_run(c->pool, (a->R + MM_ROWS - 1) / MM_ROWS, mm_rows, &j);
 	return 0;

@@ -228,23 +228,41 @@ static void convert_rows(void *arg, uint32_t t, uint32_t worker)
 	bf16_to_f32_row(x + (size_t)t * b->a.K, (float *)b->f32 + (size_t)t * b->a.K, b->a.K);
 }
 
-int moem_cpu_prepare_act(const float *x, uint32_t rows, uint32_t K, uint32_t fmts,
-			 struct cpu_act *out)
+size_t moem_cpu_act_bytes(uint32_t rows, uint32_t K, uint32_t fmts)
 {
-	struct act_buf b = {.f32 = x, .fmts = fmts, .ext = 1u << CPU_ACT_F32};
+	struct act_buf b = {.fmts = fmts, .ext = 1u << CPU_ACT_F32};
 	struct carve cv = {0};
 
 	carve_act(&cv, &b, rows, K);
-	cv.base = aligned_alloc(64, cv.used + 64);
-	if (!cv.base)
-		return -ENOMEM;
-	cv.used = 0;
+	return cv.used;
+}
+
+void moem_cpu_prepare_act_in(struct moem_tpool *pool, const float *x, uint32_t rows, uint32_t K,
+			     uint32_t fmts, void *mem, struct cpu_act *out)
+{
+	struct act_buf b = {.f32 = x, .fmts = fmts, .ext = 1u << CPU_ACT_F32};
+	struct carve cv = {.base = mem};
+
 	carve_act(&cv, &b, rows, K);
 	b.a.v[CPU_ACT_F32] = x;
-	for (uint32_t r = 0; r < rows; r++)
-		prep_row(&b, r, 0);
+	if (pool)
+		moem_tpool_run(pool, rows, prep_row, &b);
+	else
+		for (uint32_t r = 0; r < rows; r++)
+			prep_row(&b, r, 0);
 	*out = b.a;
-	out->mem = cv.base;
+	out->mem = NULL;
+}
+
+int moem_cpu_prepare_act(const float *x, uint32_t rows, uint32_t K, uint32_t fmts,
+			 struct cpu_act *out)
+{
+	void *mem = aligned_alloc(64, moem_cpu_act_bytes(rows, K, fmts) + 64);
+
+	if (!mem)
+		return -ENOMEM;
+	moem_cpu_prepare_act_in(NULL, x, rows, K, fmts, mem, out);
+	out->mem = mem;
 	return 0;
 }
 

@@ -66,6 +66,16 @@ int moem_cpu_prepare_act(const float *x, uint32_t rows, uint32_t K, uint32_t fmt
 			 struct cpu_act *out);
 void moem_cpu_free_act(struct cpu_act *a);
 
+struct moem_tpool;
+/* Bytes of memory moem_cpu_prepare_act_in() lays the formats out in. */
+size_t moem_cpu_act_bytes(uint32_t rows, uint32_t K, uint32_t fmts);
+/*
+ * The same into mem (64-byte aligned, moem_cpu_act_bytes() long), the
+ * rows spread over pool (NULL: this thread); x must outlive *out.
+ */
+void moem_cpu_prepare_act_in(struct moem_tpool *pool, const float *x, uint32_t rows, uint32_t K,
+			     uint32_t fmts, void *mem, struct cpu_act *out);
+
 typedef void (*moem_cpu_rows_fn)(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,
 				 uint32_t r1, const struct cpu_act *x, const uint32_t *tok,
 				 uint32_t T, float *y, uint32_t ldy, float *scratch);

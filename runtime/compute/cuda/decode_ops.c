@@ -55,6 +55,11 @@ int moem_cuda_matmul(struct moem_backend *be, struct moem_stream *s,
 		.vec = !(a->x % 16) && !(a->w % 16),
 	};
 
+	if (a->prec != MOEM_PREC_BF16)
+		return moem_errf(
+			EOPNOTSUPP,
+			"matmul: %s weights are a CPU-backend path; the CUDA matmul takes bf16",
+			moem_prec_name(a->prec));
 	return launch(be, s, K_MATMUL, div_up(a->R, MOEM_K_MM_ROWS), div_up(a->B, MOEM_K_MM_TOKENS),
 		      MOEM_K_MM_THREADS, 0, &p);
 }
