@@ -72,8 +72,16 @@ static void duel_access(struct moem_driver *d, uint32_t vid)
 		}
 		moem_evict_access(ev, vid, d->pos);
 	}
+	/*
+	 * Hysteresis towards LRU: follow it as soon as its shadow hits more at
+	 * all, go back to the policy only once the policy's is ahead by the
+	 * margin. A policy about as good as LRU then never trails it by the
+	 * margin (lru2 and LFU at batch 1 and 50% HBM did); one clearly better
+	 * keeps its gain.
+	 */
 	if (d->sh[0])
-		d->follow_lru = d->sh_hit[1] > d->sh_hit[0] + DUEL_MARGIN;
+		d->follow_lru = d->follow_lru ? d->sh_hit[1] + DUEL_MARGIN > d->sh_hit[0]
+					      : d->sh_hit[1] > d->sh_hit[0];
 }
 
 void moem_drv_set_score(struct moem_driver *d, uint32_t vid, float score)
