@@ -64,11 +64,38 @@ void moem_cuda_kernels_unload(struct cuda_backend *cb)
 	memset(cb->fn, 0, sizeof(cb->fn));
 }
 
+/* cb->fn[k] for every kernel of mod whose name is names[k]. */
+static int module_kernels(struct cuda_backend *cb, CUmodule mod, const char (*names)[64])
+{
+	const struct moem_cuda_api *api = cb->api;
+	unsigned int nf = 0;
+	CUfunction *fns;
+	int ret;
+
+	ret = ck(cb, api->cuModuleGetFunctionCount(&nf, mod), "cuModuleGetFunctionCount");
+	if (ret)
+		return ret;
+	fns = calloc(nf ? nf : 1, sizeof(*fns));
+	if (!fns)
+		return -ENOMEM;
+	ret = ck(cb, api->cuModuleEnumerateFunctions(fns, nf, mod), "cuModuleEnumerateFunctions");
+	for (unsigned int f = 0; f < nf && !ret; f++) {
+		const char *fname = NULL;
+
+		ret = ck(cb, api->cuFuncGetName(&fname, fns[f]), "cuFuncGetName");
+		for (int k = 0; k < K_NR && !ret && fname; k++)
+			if (!strcmp(fname, names[k]))
+				cb->fn[k] = fns[f];
+	}
+	free(fns);
+	return ret;
+}
+
 int moem_cuda_kernels_load(struct cuda_backend *cb)
 {
 	const struct moem_cuda_api *api = cb->api;
+	char what[128], names[K_NR][64];
 	uint32_t n = 0;
-	char what[128];
 	int ret;
 
 	while (moem_cuda_fatbins[n].name)
@@ -89,45 +116,19 @@ int moem_cuda_kernels_load(struct cuda_backend *cb)
 	 * CUDA_ERROR_NOT_FOUND per miss, hundreds per open, each an error to
 	 * compute-sanitizer.
 	 */
+	for (int k = 0; k < K_NR; k++)
+		moem_cuda_kernel_name(k, names[k], sizeof(names[k]));
 	for (uint32_t i = 0; i < cb->n_mods; i++) {
-		unsigned int nf = 0;
-		CUfunction *fns;
-
-		ret = ck(cb, api->cuModuleGetFunctionCount(&nf, cb->mods[i]),
-			 "cuModuleGetFunctionCount");
-		if (ret)
-			goto err;
-		fns = calloc(nf ? nf : 1, sizeof(*fns));
-		if (!fns) {
-			ret = -ENOMEM;
-			goto err;
-		}
-		ret = ck(cb, api->cuModuleEnumerateFunctions(fns, nf, cb->mods[i]),
-			 "cuModuleEnumerateFunctions");
-		for (unsigned int f = 0; f < nf && !ret; f++) {
-			const char *fname = NULL;
-
-			ret = ck(cb, api->cuFuncGetName(&fname, fns[f]), "cuFuncGetName");
-			for (int k = 0; k < K_NR && !ret && fname; k++) {
-				char name[64];
-
-				if (!strcmp(fname, moem_cuda_kernel_name(k, name, sizeof(name))))
-					cb->fn[k] = fns[f];
-			}
-		}
-		free(fns);
+		ret = module_kernels(cb, cb->mods[i], names);
 		if (ret)
 			goto err;
 	}
 	for (int k = 0; k < K_NR; k++) {
-		char name[64];
-
 		if (!cb->fn[k]) {
-			moem_cuda_kernel_name(k, name, sizeof(name));
 			ret = moem_errf(ENOENT,
 					"cuda backend: kernel %s not found in the embedded "
 					"fatbins (stale build?)",
-					name);
+					names[k]);
 			goto err;
 		}
 	}
