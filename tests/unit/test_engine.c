@@ -20,6 +20,7 @@
 #include <moem/trace.h>
 
 #include "kselftest_harness.h"
+#include "sim_engine_util.h"
 #include "store_test_util.h"
 
 FIXTURE(eng)
@@ -421,9 +422,6 @@ static void engine_and_sim(struct __test_metadata *_metadata, FIXTURE_DATA(eng) 
 	struct moem_engine_status st;
 	char spec[160];
 	struct moem_engine *e;
-	const struct moem_trace_info *ti;
-	struct moem_trace_reader *tr;
-	uint64_t slot;
 
 	o.route = pc->route;
 	o.evict = pc->evict;
@@ -442,19 +440,12 @@ static void engine_and_sim(struct __test_metadata *_metadata, FIXTURE_DATA(eng) 
 	ASSERT_EQ(0, moem_engine_run(e, &w, NULL, NULL, rs)) TH_LOG("%s", moem_last_error());
 	moem_engine_get_status(e, &st);
 	moem_engine_close(e);
-	ASSERT_EQ(0, moem_trace_open(trace, &tr));
-	ti = moem_trace_reader_info(tr);
-	moem_sim_cost_default(&c);
-	c.hidden = ti->hidden;
-	c.inter = ti->moe_inter;
-	moem_trace_close(tr);
+	ASSERT_EQ(0, st_sim_cost_for_trace(trace, &c));
 	/* a link that is never busy, as the engine's lockstep makes its own */
 	c.cost.link_gbps = 1e4;
 	c.cost.nvme_gbps = 1e4;
 	ASSERT_EQ(0, moem_sim_cost_finish(&c));
-	/* the engine's slots: experts 64 KiB aligned in its arena */
-	slot = (c.expert_bytes[MOEM_PREC_BF16] + 65535) & ~65535ULL;
-	c.hbm_bytes = st.hbm_budget / slot * c.expert_bytes[MOEM_PREC_BF16];
+	st_sim_engine_hbm(&c, st.hbm_budget);
 	if (st.dram_budget)
 		c.dram_bytes = st.dram_budget / 4096 * 4096;
 	snprintf(spec, sizeof(spec), "%s%s%s%s", pc->sim_spec,

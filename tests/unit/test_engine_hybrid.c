@@ -20,6 +20,7 @@
 #include <moem/trace.h>
 
 #include "kselftest_harness.h"
+#include "sim_engine_util.h"
 #include "store_test_util.h"
 
 FIXTURE(hyb)
@@ -252,10 +253,7 @@ TEST_F(hyb, simulator_makes_the_engines_decisions)
 			struct moem_sim_policy sp;
 			struct moem_sim_opts so = {0};
 			struct moem_sim_result r;
-			struct moem_trace_reader *tr;
-			const struct moem_trace_info *ti;
 			struct moem_engine *e;
-			uint64_t slot;
 
 			o.evict = pols[p][0];
 			o.prefetch = pols[p][1];
@@ -275,19 +273,13 @@ TEST_F(hyb, simulator_makes_the_engines_decisions)
 			moem_engine_get_status(e, &st);
 			moem_engine_close(e);
 
-			ASSERT_EQ(0, moem_trace_open(trace, &tr));
-			ti = moem_trace_reader_info(tr);
-			moem_sim_cost_default(&c);
-			c.hidden = ti->hidden;
-			c.inter = ti->moe_inter;
-			moem_trace_close(tr);
+			ASSERT_EQ(0, st_sim_cost_for_trace(trace, &c));
 			c.cost.link_gbps = 1e4;
 			c.cost.cpu_gbps = o.cpu_gbps;
 			c.cost.cpu_token_ns = o.cpu_token_ns;
 			c.exec_hybrid = true;
 			ASSERT_EQ(0, moem_sim_cost_finish(&c));
-			slot = (c.expert_bytes[MOEM_PREC_BF16] + 65535) & ~65535ULL;
-			c.hbm_bytes = st.hbm_budget / slot * c.expert_bytes[MOEM_PREC_BF16];
+			st_sim_engine_hbm(&c, st.hbm_budget);
 			c.dram_bytes = 48 * c.expert_bytes[MOEM_PREC_BF16]; /* 3 x 16 experts */
 			c.dram_cold = true;
 			ASSERT_EQ(0, moem_sim_policy_parse(pols[p][2], &sp))
