@@ -2,8 +2,8 @@
 /*
  * Parameter blocks of the full-decode kernels (backend.h's "full-decode
  * ops"): the ABI between their launchers (runtime/compute/cuda/decode_ops.c)
- * and the kernels (cuda/{embed,matmul,rownorm,convert,rope,head_matmul,
- * kv_store,attention}.cu), laid out as kparams.h's blocks are.
+ * and the kernels (cuda/{embed,matmul,matmul_q,rownorm,convert,rope,
+ * head_matmul,kv_store,attention}.cu), laid out as kparams.h's blocks are.
  */
 #ifndef MOEM_CUDA_DECODE_KPARAMS_H
 #define MOEM_CUDA_DECODE_KPARAMS_H
@@ -28,6 +28,19 @@ struct moem_kembed_params {
 struct moem_kmatmul_params {
 	uint64_t x, w, y;
 	uint32_t B, K, R, vec;
+};
+
+/*
+ * The quantized dense projections (cuda/matmul_q.cu: moem_matmul_q8/q4/q2)
+ * take the same grid; w is one matrix in moem_qmat_layout(prec, R, K),
+ * whose plane offsets and row sizes come from that layout. vec: x and w
+ * 16-byte aligned (every data row is then: row_bytes % 16 == 0).
+ */
+struct moem_kmatmul_q_params {
+	uint64_t x, w, y;
+	uint64_t data_off, scale_off, min_off;
+	uint32_t B, K, R, vec;
+	uint32_t row_bytes, groups_per_row, pad[2];
 };
 
 struct moem_krownorm_params {

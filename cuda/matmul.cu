@@ -11,29 +11,8 @@
  * every (token, row) is computed the same way whatever the batch, so
  * batching never changes a bit.
  */
-#include "common.cuh"
 #include "decode_kparams.h"
-
-#define MM_GROUP 4
-
-/* Eight bf16 from p (16-byte aligned when vec), widened. */
-MOEM_DEVI void load8(const uint16_t *p, bool vec, float (&v)[8])
-{
-	if (vec) {
-		const uint4 u = *reinterpret_cast<const uint4 *>(p);
-		const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			v[2 * i] = __uint_as_float(w[i] << 16);
-			v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-		}
-		return;
-	}
-#pragma unroll
-	for (int i = 0; i < 8; i++)
-		v[i] = bf16_bits_to_f32(p[i]);
-}
+#include "matmul.cuh"
 
 static_assert(MOEM_K_MM_THREADS == MOEM_K_MM_ROWS * 32, "a warp per row");
 

@@ -969,21 +969,33 @@ static int dec_attn(struct moem_backend *be, struct timer *tm, double traffic, b
 	return ret;
 }
 
+/*
+ * A dense projection of B tokens: bf16 weights, or one matrix in
+ * moem_qmat_layout(p, R, K) (moem decode --dense-prec); the weight bytes
+ * a call reads over its time, against the copy traffic.
+ */
 static int dec_matmul(struct moem_backend *be, struct timer *tm, double traffic, const char *name,
-		      uint32_t B, uint32_t K, uint32_t R)
+		      uint32_t B, uint32_t K, uint32_t R, enum moem_prec p)
 {
+	struct moem_qmat_layout l = {.bytes = 2ull * R * K};
 	uint16_t *x = tb_rand_bf16(41, (size_t)B * K, 1.0);
-	moem_dptr dx = tb_put(be, x, 2ull * B * K), dw = tb_zeros(be, 2ull * R * K);
+	int ret = p == MOEM_PREC_BF16 ? 0 : moem_qmat_layout(p, R, K, &l);
+	moem_dptr dx = tb_put(be, x, 2ull * B * K), dw = ret ? 0 : tb_zeros(be, l.bytes);
 	moem_dptr dy = tb_zeros(be, 4ull * B * R);
-	struct moem_matmul_args a = {B, K, R, dx, dw, dy};
+	struct moem_matmul_args a = {B, K, R, dx, dw, dy, p};
 	char what[96], key[64];
 	double us = 0;
-	int ret = dx && dw && dy ? dec_time(be, tm, op_matmul, &a, &us) : -ENOMEM;
 
+	if (!ret)
+		ret = dx && dw && dy ? dec_time(be, tm, op_matmul, &a, &us) : -ENOMEM;
 	if (!ret) {
-		snprintf(what, sizeof(what), "matmul %s B %u (%u x %u)", name, B, R, K);
-		snprintf(key, sizeof(key), "matmul_%s_B%u", name, B);
-		dec_row(what, key, us, 2.0 * R * K, traffic);
+		snprintf(what, sizeof(what), "matmul %s %s B %u (%u x %u)", name, moem_prec_name(p),
+			 B, R, K);
+		if (p == MOEM_PREC_BF16)
+			snprintf(key, sizeof(key), "matmul_%s_B%u", name, B);
+		else
+			snprintf(key, sizeof(key), "matmul_%s_%s_B%u", name, moem_prec_name(p), B);
+		dec_row(what, key, us, (double)l.bytes, traffic);
 	}
 	moem_be_free(be, dx);
 	moem_be_free(be, dw);
@@ -1101,10 +1113,17 @@ static int bench_decode(struct moem_backend *be, struct timer *tm, double traffi
 	printf("\ndecode: the full-decode ops at Qwen3-30B-A3B attention shapes (%d heads, %d kv "
 	       "heads of %d) and DeepSeek-V2-Lite MLA (%d heads, latent %d + %d); synthetic\n",
 	       DHEADS, DKV, DHD, DMLA_H, DMLA_R, DMLA_LAT - DMLA_R);
-	STEP(dec_matmul(be, tm, traffic, "lm_head", 1, DH, DVOCAB));
-	STEP(dec_matmul(be, tm, traffic, "qkv", 1, DH, (DHEADS + 2 * DKV) * DHD));
-	STEP(dec_matmul(be, tm, traffic, "qkv", 8, DH, (DHEADS + 2 * DKV) * DHD));
-	STEP(dec_matmul(be, tm, traffic, "qkv", 64, DH, (DHEADS + 2 * DKV) * DHD));
+	STEP(dec_matmul(be, tm, traffic, "lm_head", 1, DH, DVOCAB, MOEM_PREC_BF16));
+	STEP(dec_matmul(be, tm, traffic, "qkv", 1, DH, (DHEADS + 2 * DKV) * DHD, MOEM_PREC_BF16));
+	STEP(dec_matmul(be, tm, traffic, "qkv", 8, DH, (DHEADS + 2 * DKV) * DHD, MOEM_PREC_BF16));
+	STEP(dec_matmul(be, tm, traffic, "qkv", 64, DH, (DHEADS + 2 * DKV) * DHD, MOEM_PREC_BF16));
+	/* quantized dense weights (--dense-prec): a batch-1 GEMV reads each byte once */
+	for (int p = MOEM_PREC_Q8; p < MOEM_PREC_NR; p++) {
+		STEP(dec_matmul(be, tm, traffic, "lm_head", 1, DH, DVOCAB, (enum moem_prec)p));
+		STEP(dec_matmul(be, tm, traffic, "qkv", 1, DH, (DHEADS + 2 * DKV) * DHD,
+				(enum moem_prec)p));
+	}
+	STEP(dec_matmul(be, tm, traffic, "qkv", 8, DH, (DHEADS + 2 * DKV) * DHD, MOEM_PREC_Q8));
 	/* the CPU reference's attention is one work item per (token, head): the
 	 * longest context and the big prefill chunk are for the GPU */
 	for (unsigned int c = 0; c < 3; c++) {

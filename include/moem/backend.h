@@ -424,8 +424,10 @@ int moem_op_embed(struct moem_backend *be, struct moem_stream *s, const struct m
  * projections, MLA's down/up projections, lm_head.
  * prec: W's format. MOEM_PREC_BF16 (0, the default): bf16 [R][K].
  * Otherwise W is one matrix in moem_qmat_layout(prec, R, K) (K a
- * multiple of the group) and x is quantized per token as the expert
- * FFN's is: the CPU backend only (the CUDA backend: -EOPNOTSUPP).
+ * multiple of the group), the same bytes on both backends. The CPU
+ * backend quantizes x per token as its expert FFN does (its scalar table:
+ * fp32 x); the CUDA backend dequantizes each weight as
+ * moem_dequantize_row() does and multiplies it with the bf16 x in fp32.
  */
 struct moem_matmul_args {
 	uint32_t B, K, R; /* tokens, input width (% 8 == 0), output rows */

@@ -54,8 +54,8 @@ struct moem_decoder_opts {
 	 * The attention projections and an untied lm_head: bf16 as packed
 	 * (MOEM_PREC_BF16, 0), or quantized to q8/q4/q2 when loaded, as
 	 * llama.cpp's quantized types do every matrix (embeddings, norms and
-	 * MLA's absorbed kv_b stay bf16). The CPU backend only; every such
-	 * matrix's input width must be a whole number of groups.
+	 * MLA's absorbed kv_b stay bf16). Both backends; every such matrix's
+	 * input width must be a whole number of groups.
 	 */
 	enum moem_prec dense_prec;
 };

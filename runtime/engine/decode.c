@@ -255,11 +255,6 @@ static int check_opts(struct moem_decoder *d, const struct moem_decoder_opts *o)
 	if ((unsigned int)d->o.dense_prec >= MOEM_PREC_NR)
 		return moem_errf(EINVAL, "decoder: no precision %d for the dense weights",
 				 (int)d->o.dense_prec);
-	if (d->o.dense_prec != MOEM_PREC_BF16 && moem_backend_kind(d->be) != MOEM_BACKEND_CPU)
-		return moem_errf(EOPNOTSUPP,
-				 "decoder: %s dense weights run on the CPU backend only (this one "
-				 "is %s)",
-				 moem_prec_name(d->o.dense_prec), moem_backend_name(d->be));
 	return 0;
 }
 

@@ -5,6 +5,8 @@
  *   embed, convert, rope, head_matmul, kv_store   bitwise identical
  *   rownorm     f32 <= 1 float ulp, bf16 <= 1 bf16 ulp (double sum of squares)
  *   matmul      |dy| <= 5e-5 * sum_i |x_i w_i|; unaligned rows too
+ *   matmul q8/q4/q2   |dy| <= (K/16 + K/32 + 38) 2^-24 sum_i |x_i w_i|
+ *               (derived at matmul_q_case)
  *   attention   |dout| <= 2e-5 * max|V| (split-KV online softmax vs exact);
  *               GQA, sliding window, MLA's latent cache, missing blocks,
  *               a prefill chunk, contexts long enough for many splits
@@ -188,6 +190,125 @@ TEST_F_TIMEOUT(dec, matmul, 900)
 	matmul_case(_metadata, self, 37, 512, 33, 0);  /* several token chunks, rows % 8 */
 	matmul_case(_metadata, self, 5, 64, 24, 2);    /* rows not 16-byte aligned */
 	matmul_case(_metadata, self, 3, 8, 5, 0);      /* K below a warp's width */
+}
+
+/*
+ * Quantized weights (moem_quantize()'s bytes on both backends) against
+ * the CPU backend's scalar table, which dequantizes a row exactly as
+ * moem_dequantize_row() and dots it with the fp32 x. The CUDA kernel
+ * dequantizes each weight with the same IEEE operations, so the two
+ * differ in summation order alone. Bound (Higham, first order): a sum
+ * of products carried through d sequential roundings is within d * u *
+ * sum|x w| of the exact one (u = 2^-24). The CPU's dot_f32 rounds each
+ * product (1), carries 16 lanes through K / 16 additions, adds its two
+ * accumulators (1) and sums 16 lanes as a tree (4); the kernel FMAs
+ * (no product rounding) K / 32 terms per lane and adds 32 lane sums in
+ * order (32). The two results are then within
+ *   (K / 16 + 6 + K / 32 + 32) * u * sum_i |x_i w_i|
+ * of each other, w the dequantized weights (about 1.1e-5 for K = 1024).
+ */
+static void matmul_q_case(struct __test_metadata *_metadata, FIXTURE_DATA(dec) * self,
+			  enum moem_prec p, uint32_t B, uint32_t K, uint32_t R, uint32_t off)
+{
+	const double tol = ((double)K / 16 + 6 + (double)K / 32 + 32) * 0x1p-24;
+	uint16_t *x = tb_rand_bf16(30 + B, (size_t)B * K + 8, 1.0);
+	uint16_t *w = tb_rand_bf16(40 + R, (size_t)R * K, 0.05);
+	float *yg = malloc(4 * (size_t)B * R), *yc = malloc(4 * (size_t)B * R);
+	float *y1 = malloc(4 * (size_t)R), *wr = malloc(4 * (size_t)K);
+	struct moem_qmat_layout l;
+	uint8_t *q;
+	struct dbuf dx, dw, dy;
+	struct moem_matmul_args a;
+	double worst = 0;
+
+	ASSERT_EQ(0, moem_qmat_layout(p, R, K, &l));
+	q = calloc(1, l.bytes + off);
+	ASSERT_NE(NULL, q);
+	ASSERT_EQ(0, moem_quantize(p, w, R, K, q + off, l.bytes));
+	dx = dput(self, x, 2 * ((size_t)B * K + 8));
+	dw = dput(self, q, l.bytes + off);
+	dy = dfill(self, 0xff, 4 * (size_t)B * R);
+	a = (struct moem_matmul_args){B, K, R, dx.g + off, dw.g + off, dy.g, p};
+	ASSERT_EQ(0, moem_op_matmul(self->g, NULL, &a)) TH_LOG("%s", moem_last_error());
+	a = (struct moem_matmul_args){B, K, R, dx.c + off, dw.c + off, dy.c, p};
+	ASSERT_EQ(0, moem_op_matmul(self->c, NULL, &a)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, dget(self, &dy, yg, yc));
+	for (uint32_t r = 0; r < R; r++) {
+		moem_dequantize_row(&l, q + off, r, wr);
+		for (uint32_t t = 0; t < B; t++) {
+			const uint16_t *xr = x + off / 2 + (size_t)t * K;
+			double mag = 0, d = fabs((double)yg[t * R + r] - yc[t * R + r]);
+
+			for (uint32_t i = 0; i < K; i++)
+				mag += fabs((double)moem_bf16_to_f32(xr[i]) * wr[i]);
+			ASSERT_LE(d, tol * mag + 1e-30)
+			TH_LOG("%s B %u K %u R %u off %u: t %u r %u: %.9g vs %.9g",
+			       moem_prec_name(p), B, K, R, off, t, r, yg[t * R + r], yc[t * R + r]);
+			worst = fmax(worst, d / (mag + 1e-30));
+		}
+	}
+	/* a token alone gives the bits it got in the batch */
+	for (uint32_t t = 0; t < B; t += (B > 3 ? B / 3 : 1)) {
+		a = (struct moem_matmul_args){.B = 1,
+					      .K = K,
+					      .R = R,
+					      .x = dx.g + off + (uint64_t)t * K * 2,
+					      .w = dw.g + off,
+					      .y = dy.g,
+					      .prec = p};
+		ASSERT_EQ(0, moem_op_matmul(self->g, NULL, &a));
+		ASSERT_EQ(0, tb_get(self->g, y1, dy.g, 4 * (size_t)R));
+		ASSERT_EQ(0, memcmp(y1, yg + (size_t)t * R, 4 * (size_t)R))
+		TH_LOG("%s B %u K %u R %u: token %u alone differs from the batch",
+		       moem_prec_name(p), B, K, R, t);
+	}
+	TH_LOG("matmul %s B %u K %u R %u off %u: worst |dy| / sum|xw| = %.2e (bound %.2e)",
+	       moem_prec_name(p), B, K, R, off, worst, tol);
+	free(q);
+	free(x);
+	free(w);
+	free(yg);
+	free(yc);
+	free(y1);
+	free(wr);
+	dfree(self, &dx);
+	dfree(self, &dw);
+	dfree(self, &dy);
+}
+
+TEST_F_TIMEOUT(dec, matmul_quantized, 900)
+{
+	for (int p = MOEM_PREC_Q8; p < MOEM_PREC_NR; p++) {
+		const enum moem_prec pr = (enum moem_prec)p;
+
+		matmul_q_case(_metadata, self, pr, 1, 1024, 520, 0); /* lm_head GEMV */
+		matmul_q_case(_metadata, self, pr, 7, 384, 100, 0);  /* chunks % 32, rows % 8 */
+		matmul_q_case(_metadata, self, pr, 37, 256, 33, 0);  /* several token chunks */
+		matmul_q_case(_metadata, self, pr, 5, 128, 24, 2);   /* not 16-byte aligned */
+	}
+}
+
+/* What the quantized matmul refuses, on both backends alike. */
+TEST_F(dec, matmul_quantized_refused)
+{
+	struct moem_backend *be[2] = {self->g, self->c};
+	struct dbuf d = dfill(self, 0, 1 << 20);
+
+	for (int i = 0; i < 2; i++) {
+		moem_dptr b = i ? d.c : d.g;
+		struct moem_matmul_args a = {2, 200, 8, b, b, b, MOEM_PREC_Q8};
+
+		/* K 200 is no whole number of q8's groups of 128; 7 is no precision */
+		EXPECT_EQ(-EINVAL, moem_op_matmul(be[i], NULL, &a));
+		EXPECT_NE(NULL, strstr(moem_last_error(), "multiple of 128"))
+		TH_LOG("%s", moem_last_error());
+		a = (struct moem_matmul_args){2, 192, 8, b, b, b + (512 << 10), MOEM_PREC_Q2};
+		EXPECT_EQ(0, moem_op_matmul(be[i], NULL, &a)) TH_LOG("%s", moem_last_error());
+		a.prec = (enum moem_prec)7;
+		EXPECT_EQ(-EINVAL, moem_op_matmul(be[i], NULL, &a));
+	}
+	EXPECT_EQ(0, moem_be_sync(self->g));
+	dfree(self, &d);
 }
 
 TEST_F(dec, rownorm)

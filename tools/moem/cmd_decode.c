@@ -92,7 +92,7 @@ static void usage(FILE *f)
 		"Each --tokens is one sequence; all are decoded together as one batch.\n"
 		"Greedy (temperature 0) unless --temperature is given.\n"
 		"--dense-prec quantizes the attention projections and an untied lm_head\n"
-		"when loaded (CPU backend; default bf16 as packed).\n");
+		"when loaded (default bf16 as packed).\n");
 }
 
 static int cmd_decode(int argc, char **argv)

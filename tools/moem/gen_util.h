@@ -47,7 +47,7 @@ void moem_gen_options(struct option *out);
 	"                           then the --json object\n"                                    \
 	"  --kv-bytes SIZE --kv-block N --prefill-chunk N --no-warmup --quiet\n"                 \
 	"  --dense-prec P           quantize the attention projections and lm_head when\n"       \
-	"                           loaded (q8, q4, q2; CPU backend; as moem decode)\n"          \
+	"                           loaded (q8, q4, q2; as moem decode)\n"                       \
 	"  budgets and policies as moem run: --hbm --dram --precisions --route --evict\n"        \
 	"  --prefetch --precision --paging --backend --threads --pool --loader ...\n"
 

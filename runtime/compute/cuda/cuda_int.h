@@ -37,6 +37,9 @@ enum cuda_kernel {
 	K_DECODE = K_FFN_DOWN + 16, /* the full-decode kernels (decode_ops.c) */
 	K_EMBED = K_DECODE,
 	K_MATMUL,
+	K_MATMUL_Q8, /* + prec - MOEM_PREC_Q8 (matmul_q.cu) */
+	K_MATMUL_Q4,
+	K_MATMUL_Q2,
 	K_ROWNORM,
 	K_CONVERT,
 	K_CONVERT_SEQ,

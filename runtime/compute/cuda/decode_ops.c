@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * Host launchers of the full-decode kernels (backend.h; kernels in
- * cuda/{embed,matmul,rownorm,convert,rope,head_matmul,kv_store,
- * attention}.cu, parameter blocks in cuda/decode_kparams.h). backend.c
- * has checked sizes and pointers; what is left here are the grids and the
- * CUDA kernels' own limits (attention's head dimensions). Grids keep
- * gridDim.y <= 65535.
+ * cuda/{embed,matmul,matmul_q,rownorm,convert,rope,head_matmul,
+ * kv_store,attention}.cu, parameter blocks in cuda/decode_kparams.h).
+ * backend.c has checked sizes and pointers; what is left here are the
+ * grids and the CUDA kernels' own limits (attention's head dimensions).
+ * Grids keep gridDim.y <= 65535.
  */
 #include <errno.h>
 
@@ -41,6 +41,39 @@ int moem_cuda_embed(struct moem_backend *be, struct moem_stream *s, const struct
 	return launch(be, s, K_EMBED, div_up(a->H, 256), a->B, 256, 0, &p);
 }
 
+/*
+ * Quantized weights (moem_qmat_layout(prec, R, K), checked by
+ * moem_op_matmul): moem_matmul_q8/q4/q2 on moem_matmul's grid, told the
+ * layout's plane offsets so that kernel and layout cannot disagree.
+ */
+static int matmul_q(struct moem_backend *be, struct moem_stream *s,
+		    const struct moem_matmul_args *a)
+{
+	struct moem_qmat_layout l;
+	struct moem_kmatmul_q_params p;
+	int ret = moem_qmat_layout(a->prec, a->R, a->K, &l);
+
+	if (ret)
+		return moem_err_prefix(-ret, "matmul");
+	p = (struct moem_kmatmul_q_params){
+		.x = a->x,
+		.w = a->w,
+		.y = a->y,
+		.data_off = l.data_off,
+		.scale_off = l.scale_off,
+		.min_off = l.min_off,
+		.B = a->B,
+		.K = a->K,
+		.R = a->R,
+		/* data rows are whole 16-byte chunks, planes 256-byte aligned */
+		.vec = !(a->x % 16) && !(a->w % 16),
+		.row_bytes = l.row_bytes,
+		.groups_per_row = l.groups_per_row,
+	};
+	return launch(be, s, K_MATMUL_Q8 + (a->prec - MOEM_PREC_Q8), div_up(a->R, MOEM_K_MM_ROWS),
+		      div_up(a->B, MOEM_K_MM_TOKENS), MOEM_K_MM_THREADS, 0, &p);
+}
+
 int moem_cuda_matmul(struct moem_backend *be, struct moem_stream *s,
 		     const struct moem_matmul_args *a)
 {
@@ -56,10 +89,7 @@ int moem_cuda_matmul(struct moem_backend *be, struct moem_stream *s,
 	};
 
 	if (a->prec != MOEM_PREC_BF16)
-		return moem_errf(
-			EOPNOTSUPP,
-			"matmul: %s weights are a CPU-backend path; the CUDA matmul takes bf16",
-			moem_prec_name(a->prec));
+		return matmul_q(be, s, a);
 	return launch(be, s, K_MATMUL, div_up(a->R, MOEM_K_MM_ROWS), div_up(a->B, MOEM_K_MM_TOKENS),
 		      MOEM_K_MM_THREADS, 0, &p);
 }

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Dense projection with quantized weights (moem decode --dense-prec):
+ * y[t][r] = W[r] . x[t], W one matrix in moem_qmat_layout(prec, R, K)
+ * (include/moem/quant.h, the layout the CPU backend's quantized dense
+ * GEMV reads and moem_quantize() writes: one pack/load path serves both
+ * backends), x bf16, y fp32.
+ *
+ * The shape is moem_matmul's (matmul.cu): a warp per weight row, the
+ * row's data plane streamed once per group of four tokens with 16-byte
+ * loads that bypass L1 (at batch 1 every weight byte is read once), its
+ * fp16 scales (and mins) read beside it. Lane l takes the 16-byte chunks
+ * l, l + 32, ...: 16 weights of q8, 32 of q4, 64 of q2, never across a
+ * quantization group (groups are 128, 128 and 64 weights: 128, 64 and
+ * 16 bytes). Each weight is dequantized as moem_dequantize_row() does it,
+ * w = q * s (+ m), each step one IEEE fp32 operation, so the weights are
+ * the CPU reference's bit for bit and the two backends differ only in
+ * summation order. The lane FMAs its weights in column order into one
+ * fp32 sum per token and one lane adds the 32 sums in lane order: every
+ * (token, row) is computed the same way whatever the batch.
+ */
+#include "decode_kparams.h"
+#include "matmul.cuh"
+
+static_assert(MOEM_K_MM_THREADS == MOEM_K_MM_ROWS * 32, "a warp per row");
+
+/* Weights per 16-byte chunk, per group. */
+template <int P> struct QDense;
+template <> struct QDense<P_Q8> {
+	static constexpr uint32_t E = 16, G = 128;
+};
+template <> struct QDense<P_Q4> {
+	static constexpr uint32_t E = 32, G = 128;
+};
+template <> struct QDense<P_Q2> {
+	static constexpr uint32_t E = 64, G = 64;
+};
+
+/* Sixteen bytes at p: one streaming load when aligned, else bytes. */
+MOEM_DEVI uint4 load16(const uint8_t *p, bool vec)
+{
+	uint32_t w[4] = {};
+
+	if (vec)
+		return ld_stream(reinterpret_cast<const uint4 *>(p));
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		w[i / 4] |= (uint32_t)p[i] << (8 * (i & 3));
+	return uint4{w[0], w[1], w[2], w[3]};
+}
+
+/* An fp16 scale or min (2-byte aligned when vec). */
+MOEM_DEVI float load_f16(const uint8_t *p, bool vec)
+{
+	const uint16_t h = vec ? *reinterpret_cast<const uint16_t *>(p)
+			       : (uint16_t)(p[0] | (uint32_t)p[1] << 8);
+
+	return f16_bits_to_f32(h);
+}
+
+/* Quantized value e (0 .. E-1) of a chunk, in quant.h's element order. */
+template <int P> MOEM_DEVI float qval(const uint32_t (&w)[4], uint32_t e)
+{
+	if (P == P_Q8)
+		return (float)(int8_t)(w[e / 4] >> (8 * (e & 3)));
+	if (P == P_Q4) /* element 2j in the low nibble of byte j */
+		return (float)((w[e / 8] >> (4 * (e & 7))) & 15u);
+	return (float)((w[e / 16] >> (2 * (e & 15))) & 3u); /* q2: bits 2i of byte j */
+}
+
+template <int P> MOEM_DEVI void matmul_q(const moem_kmatmul_q_params &p)
+{
+	constexpr uint32_t E = QDense<P>::E, G = QDense<P>::G;
+	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint32_t r = blockIdx.x * MOEM_K_MM_ROWS + warp;
+	const uint32_t t0 = blockIdx.y * MOEM_K_MM_TOKENS;
+	const uint32_t t1 = min(t0 + MOEM_K_MM_TOKENS, p.B);
+	const uint32_t chunks = p.row_bytes / 16;
+	const uint8_t *base = reinterpret_cast<const uint8_t *>(p.w);
+	const uint8_t *wq = base + p.data_off + (size_t)r * p.row_bytes;
+	const uint8_t *sc = base + p.scale_off + (size_t)r * p.groups_per_row * 2;
+	const uint8_t *mn = base + p.min_off + (size_t)r * p.groups_per_row * 2;
+	const uint16_t *x = reinterpret_cast<const uint16_t *>(p.x);
+	float *y = reinterpret_cast<float *>(p.y);
+	const bool vec = p.vec != 0;
+	__shared__ float red[MOEM_K_MM_ROWS][MM_GROUP][32];
+
+	if (r >= p.R)
+		return; /* whole warps: no collective below is left half-empty */
+	for (uint32_t tg = t0; tg < t1; tg += MM_GROUP) {
+		const uint32_t ng = min((uint32_t)MM_GROUP, t1 - tg);
+		float acc[MM_GROUP] = {};
+
+		for (uint32_t c = lane; c < chunks; c += 32) {
+			const uint4 raw = load16(wq + (size_t)c * 16, vec);
+			const uint32_t w4[4] = {raw.x, raw.y, raw.z, raw.w};
+			const uint32_t col = c * E, g = col / G;
+			const float s = load_f16(sc + 2 * g, vec);
+			const float m = P == P_Q8 ? 0.0f : load_f16(mn + 2 * g, vec);
+
+#pragma unroll
+			for (uint32_t e0 = 0; e0 < E; e0 += 8) {
+				float wv[8];
+
+#pragma unroll
+				for (uint32_t i = 0; i < 8; i++) {
+					wv[i] = __fmul_rn(qval<P>(w4, e0 + i), s);
+					if (P != P_Q8)
+						wv[i] = __fadd_rn(wv[i], m);
+				}
+#pragma unroll
+				for (uint32_t tk = 0; tk < MM_GROUP; tk++) {
+					float xv[8];
+
+					if (tk >= ng)
+						break;
+					load8(x + (size_t)(tg + tk) * p.K + col + e0, vec, xv);
+#pragma unroll
+					for (int i = 0; i < 8; i++)
+						acc[tk] = fmaf(wv[i], xv[i], acc[tk]);
+				}
+			}
+		}
+		/* lane tk adds the 32 lanes' sums of token tk in lane order */
+#pragma unroll
+		for (uint32_t tk = 0; tk < MM_GROUP; tk++)
+			red[warp][tk][lane] = acc[tk];
+		__syncwarp();
+		if (lane < ng) {
+			float s = 0.0f;
+
+			for (int l = 0; l < 32; l++)
+				s = __fadd_rn(s, red[warp][lane][l]);
+			y[(size_t)(tg + lane) * p.R + r] = s;
+		}
+		__syncwarp();
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(MOEM_K_MM_THREADS)
+	moem_matmul_q8(const moem_kmatmul_q_params p)
+{
+	matmul_q<P_Q8>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(MOEM_K_MM_THREADS)
+	moem_matmul_q4(const moem_kmatmul_q_params p)
+{
+	matmul_q<P_Q4>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(MOEM_K_MM_THREADS)
+	moem_matmul_q2(const moem_kmatmul_q_params p)
+{
+	matmul_q<P_Q2>(p);
+}
