@@ -98,7 +98,7 @@ static int write_tokenizer(const char *dir)
 }
 
 /* The tiny pack: mkmodel, the tokenizer beside it, pack. */
-static int make_pack(const char *dir, const char *path)
+static int make_pack(const char *dir, const char *path, uint32_t hidden)
 {
 	struct moem_mkmodel_opts mo;
 	struct moem_pack_opts po = {0};
@@ -110,7 +110,7 @@ static int make_pack(const char *dir, const char *path)
 	mo.cfg.n_layers = 2;
 	mo.cfg.n_experts = 8;
 	mo.cfg.top_k = 2;
-	mo.cfg.hidden = 128;
+	mo.cfg.hidden = hidden;
 	mo.cfg.moe_inter = 128;
 	mo.cfg.dense_inter = 128;
 	mo.cfg.vocab = 256;
@@ -303,7 +303,7 @@ FIXTURE_SETUP(http)
 	self->dir = dmn_tmpdir();
 	ASSERT_NE(NULL, self->dir);
 	snprintf(pack, sizeof(pack), "%s/t.moem", self->dir);
-	ASSERT_EQ(0, make_pack(self->dir, pack)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, make_pack(self->dir, pack, 128)) TH_LOG("%s", moem_last_error());
 	ASSERT_EQ(0, dmn_start(&self->d, self->dir, "--pack", pack, "--pool", "thp", "--listen",
 			       "127.0.0.1:0", "--http-timeout", "2", "--stream-buffer", "64K",
 			       "--max-queue", "2", "--max-batch", "2", "--step-tokens", "64",
@@ -583,6 +583,143 @@ TEST_F_TIMEOUT(http, ten_thousand_connections_dropped, 300)
 			    "{\"model\":\"t\",\"prompt\":\"still here\",\"max_tokens\":4}",
 			    self->buf, sizeof(self->buf)));
 	EXPECT_FALSE(dmn_exited(&self->d));
+}
+
+/*
+ * The decoder's dense precision (--dense-prec): served with the
+ * attention projections and lm_head in q8, shown by status and by
+ * `moemctl status`; refused with a message when the name is no
+ * precision (a usage error, exit 64) or the model's matrices
+ * cannot take it (hidden 192 is no whole number of q8's groups of 128:
+ * moemd stays up and says why it serves no model).
+ */
+FIXTURE(dense)
+{
+	char *dir;
+	struct dmn d;
+	char pack[512];
+	char buf[65536];
+};
+
+FIXTURE_SETUP(dense)
+{
+	self->dir = dmn_tmpdir();
+	ASSERT_NE(NULL, self->dir);
+	snprintf(self->pack, sizeof(self->pack), "%s/t.moem", self->dir);
+	self->d.pid = -1;
+}
+
+FIXTURE_TEARDOWN(dense)
+{
+	if (self->d.pid > 0 && !dmn_exited(&self->d)) {
+		kill(self->d.pid, SIGKILL);
+		for (uint64_t end = dmn_ms() + 20000; !dmn_exited(&self->d) && dmn_ms() < end;)
+			dmn_sleep_ms(5);
+	}
+	if (!_metadata->passed && self->d.pid > 0)
+		dmn_dump_log(&self->d);
+	dmn_rm_rf(self->dir);
+	free(self->dir);
+}
+
+/* moemd in self->dir on self->pack with the decoder's dense precision. */
+static int start_dense(FIXTURE_DATA(dense) * self, const char *prec)
+{
+	return dmn_start(&self->d, self->dir, "--pack", self->pack, "--pool", "thp", "--listen",
+			 "127.0.0.1:0", "--max-batch", "2", "--step-tokens", "64", "--dense-prec",
+			 prec, NULL);
+}
+
+/* `moemctl status` against the daemon, its output in buf. */
+static int moemctl_status(const struct dmn *d, char *buf, size_t cap)
+{
+	char cmd[1024];
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s/bin/moemctl --socket '%s' status 2>&1",
+		 getenv("MOEM_BUILD") ? getenv("MOEM_BUILD") : "build", d->sock);
+	f = popen(cmd, "r");
+	if (!f)
+		return -errno;
+	while (n + 1 < cap && !feof(f))
+		n += fread(buf + n, 1, cap - 1 - n, f);
+	buf[n] = 0;
+	return pclose(f) == 0 ? 0 : -EIO;
+}
+
+/* SIGTERM, and a clean exit. */
+static void stop_ok(struct __test_metadata *_metadata, struct dmn *d)
+{
+	kill(d->pid, SIGTERM);
+	ASSERT_EQ(0, dmn_wait_exit(d, 20000));
+	EXPECT_EQ(0, dmn_exit_code(d));
+}
+
+TEST_F_TIMEOUT(dense, q8_served_and_shown, 180)
+{
+	struct json_object *r;
+	int port;
+
+	ASSERT_EQ(0, make_pack(self->dir, self->pack, 128)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, start_dense(self, "q8"));
+	port = wait_port(&self->d, 60000);
+	ASSERT_GT(port, 0) TH_LOG("moemd did not listen (log %s)", self->d.log);
+	for (uint64_t end = dmn_ms() + 60000; dmn_ms() < end;) {
+		if (get(port, "/health", self->buf, sizeof(self->buf)) == 200)
+			break;
+		dmn_sleep_ms(10);
+	}
+	ASSERT_EQ(200, get(port, "/health", self->buf, sizeof(self->buf))) TH_LOG("%s", self->buf);
+	ASSERT_EQ(0, dmn_call(&self->d, "status", NULL, &r));
+	EXPECT_STREQ("q8", dmn_str(r, "serving.dense_prec"));
+	json_object_put(r);
+	EXPECT_EQ(200, post(port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"hi\",\"max_tokens\":4}", self->buf,
+			    sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	ASSERT_EQ(0, moemctl_status(&self->d, self->buf, sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	EXPECT_NE(NULL, strstr(self->buf, "dense weights (attention projections, lm_head) q8"))
+	TH_LOG("%s", self->buf);
+	stop_ok(_metadata, &self->d);
+}
+
+TEST_F_TIMEOUT(dense, refused_with_a_reason, 180)
+{
+	struct json_object *r = NULL;
+	const char *why = "";
+
+	ASSERT_EQ(0, make_pack(self->dir, self->pack, 192)) TH_LOG("%s", moem_last_error());
+	/* no such precision: a usage error (64), as any bad flag */
+	ASSERT_EQ(0, start_dense(self, "q3"));
+	ASSERT_EQ(0, dmn_wait_exit(&self->d, 20000));
+	EXPECT_EQ(64, dmn_exit_code(&self->d));
+	EXPECT_TRUE(dmn_log_has(&self->d, "dense-prec: unknown precision 'q3'"));
+	/* a model whose projections cannot be q8: up, serving no model, saying why */
+	ASSERT_EQ(0, start_dense(self, "q8"));
+	ASSERT_GT(wait_port(&self->d, 60000), 0) TH_LOG("moemd did not listen");
+	for (uint64_t end = dmn_ms() + 60000; dmn_ms() < end; dmn_sleep_ms(10)) {
+		json_object_put(r);
+		r = NULL;
+		why = "";
+		if (dmn_call(&self->d, "status", NULL, &r))
+			continue;
+		why = dmn_str(r, "serving.why_not");
+		if (why && *why)
+			break;
+	}
+	ASSERT_NE(NULL, r);
+	EXPECT_NE(NULL, strstr(why, "q_proj")) TH_LOG("why_not: %s", why);
+	EXPECT_NE(NULL, strstr(why, "--dense-prec")) TH_LOG("why_not: %s", why);
+	EXPECT_NE(NULL, strstr(why, "multiple of 128")) TH_LOG("why_not: %s", why);
+	EXPECT_FALSE(json_object_get_boolean(dmn_get(r, "serving.ready")));
+	json_object_put(r);
+	ASSERT_EQ(0, moemctl_status(&self->d, self->buf, sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	EXPECT_NE(NULL, strstr(self->buf, "not serving")) TH_LOG("%s", self->buf);
+	EXPECT_NE(NULL, strstr(self->buf, "q_proj")) TH_LOG("%s", self->buf);
+	stop_ok(_metadata, &self->d);
 }
 
 TEST_HARNESS_MAIN

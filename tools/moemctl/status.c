@@ -69,6 +69,10 @@ static void print_serving(struct json_object *sv)
 	       jbool(sv, "ready") ? "serving" : "not serving");
 	if (!jbool(sv, "ready") && *jstr(sv, "why_not"))
 		printf("          %s\n", jstr(sv, "why_not"));
+	/* an older moemd has no dense_prec */
+	if (*jstr(sv, "dense_prec"))
+		printf("decoder   dense weights (attention projections, lm_head) %s\n",
+		       jstr(sv, "dense_prec"));
 	printf("serving   queue %llu, running %llu (batch <= %llu, %llu tokens a step); %llu done, "
 	       "%llu cancelled, %llu failed, %llu refused; %llu prompt + %llu generated tokens\n",
 	       (unsigned long long)ju64(sv, "queue"), (unsigned long long)ju64(sv, "running"),

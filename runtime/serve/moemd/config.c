@@ -43,6 +43,7 @@ static const struct {
 	{"max-batch", false},
 	{"step-tokens", false},
 	{"prefill-chunk", false},
+	{"dense-prec", false},
 	{"max-body", false},
 	{"http-threads", false},
 	{"http-connections", false},
@@ -197,6 +198,8 @@ static void usage(FILE *f)
 		"  --api-key KEY | --api-key-file FILE   require 'Authorization: Bearer KEY'\n"
 		"  --model-name NAME    the served model id (default: the pack's file name)\n"
 		"  --max-queue N --max-batch N --step-tokens N --prefill-chunk N\n"
+		"  --dense-prec bf16|q8|q4|q2  attention projections and lm_head, quantized when\n"
+		"                       loaded (default bf16 as packed)\n"
 		"  --max-body SIZE --http-threads N --http-connections N --http-timeout S\n"
 		"  --stream-buffer SIZE\n"
 		"engine (as in 'moem run'):\n"
@@ -508,6 +511,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(n.http.listen, o->http.listen), "listen");
 	RESTART_IF(str_differs(n.http.api_key, o->http.api_key), "api-key");
 	RESTART_IF(str_differs(n.http.model_name, o->http.model_name), "model-name");
+	RESTART_IF(n.http.dense_prec != o->http.dense_prec, "dense-prec");
 	RESTART_IF(n.http.max_body != o->http.max_body || n.http.threads != o->http.threads ||
 			   n.http.max_conns != o->http.max_conns ||
 			   n.http.timeout_s != o->http.timeout_s,

@@ -309,6 +309,8 @@ struct json_object *moemd_serving_json(struct moemd_srv *s)
 	json_object_object_add(o, "ready", json_object_new_boolean(c.ready && !c.closing));
 	json_object_object_add(o, "why_not", json_object_new_string(c.model_err));
 	json_object_object_add(o, "api_key", json_object_new_boolean(s->cfg.api_key != NULL));
+	json_object_object_add(o, "dense_prec",
+			       json_object_new_string(moem_prec_name(s->cfg.dense_prec)));
 	json_object_object_add(o, "http_answers", json_object_new_uint64(answered));
 	json_object_object_add(o, "queue", json_object_new_uint64(st.waiting));
 	json_object_object_add(o, "running", json_object_new_uint64(st.running));

@@ -96,6 +96,7 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 	}
 	o.max_seqs = moem_min(d->cfg.sched.max_running, 1024u);
 	o.max_step_tokens = d->cfg.sched.step_tokens;
+	o.dense_prec = d->cfg.http.dense_prec;
 	ret = moem_decoder_open(d->e, &o, &m->dec);
 	if (ret)
 		goto fail;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include <moem/openai.h>
+#include <moem/quant.h>
 #include <moem/sched.h>
 
 struct moemd;
@@ -38,6 +39,8 @@ struct moemd_http_cfg {
 	uint32_t max_conns;	/* open connections at most */
 	uint32_t timeout_s;	/* an idle or slow connection is closed after this */
 	uint64_t stream_buffer; /* bytes a stream may hold unread before it is cancelled */
+	/* the decoder's attention projections and untied lm_head (decode.h) */
+	enum moem_prec dense_prec;
 };
 
 #define MOEMD_HTTP_DEFAULT_LISTEN "127.0.0.1:8000"
