@@ -270,6 +270,10 @@ struct moem_engine_status {
 	uint64_t cpu_experts, cpu_ns;
 	/* UVM mode: prefetches issued to the driver (tierdev.h) */
 	uint64_t uvm_prefetches, uvm_prefetch_bytes;
+	/* What the backend runs on (moem_backend_get_info): its device
+	 * string and, on the CPU backend, its worker threads (CUDA: 0). */
+	char backend_device[128];
+	uint32_t backend_threads;
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
 

@@ -798,6 +798,13 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	memset(st, 0, sizeof(*st));
 	snprintf(st->backend, sizeof(st->backend), "%s", moem_backend_name(e->be));
 	snprintf(st->backend_note, sizeof(st->backend_note), "%s", moem_backend_note(e->be));
+	{
+		struct moem_backend_info bi;
+
+		moem_backend_get_info(e->be, &bi);
+		snprintf(st->backend_device, sizeof(st->backend_device), "%s", bi.device);
+		st->backend_threads = bi.threads;
+	}
 	snprintf(st->pool_provider, sizeof(st->pool_provider), "%s",
 		 moem_pool_provider_name(e->pool_info.provider));
 	snprintf(st->pool_why, sizeof(st->pool_why), "%s", e->pool_info.why);

@@ -12,6 +12,7 @@
 #    a prompt longer than the context, sampling values out of range, a
 #    pack of format 1.0;
 #  - sampling with a seed is reproducible;
+#  - --json names the backend's device and thread count;
 #  - with the dense weights quantized (--dense-prec q8), budgets, batching
 #    and the thread count still never change tokens, and a model whose
 #    widths are no whole number of q8 groups, or an unknown precision, is
@@ -69,6 +70,19 @@ for pk in q d; do
 	got=$(dec --tokens $p1 --prefill-chunk 3)
 	[ "$got" = "$ref" ] && ok "$pk: chunked prefill gives the same tokens" ||
 		bad "$pk: chunked prefill changed tokens"
+done
+
+# --json names what ran the decode: the thread count asked for, and the device
+for t in 1 2; do
+	out=$("$moem" decode --pack "$tmp/q.moem" --max-new 2 --tokens $p1 --backend cpu \
+		--threads $t --json)
+	th=$(echo "$out" | sed -n 's/.*"threads":\([0-9]*\).*/\1/p')
+	dv=$(echo "$out" | sed -n 's/.*"device":"\([^"]*\)".*/\1/p')
+	if [ "$th" = $t ] && echo "$dv" | grep -q "^cpu: $t thread"; then
+		ok "--json --threads $t: threads $th, device '$dv'"
+	else
+		bad "--json --threads $t: threads '$th', device '$dv'"
+	fi
 done
 
 for pk in q d; do

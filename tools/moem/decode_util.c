@@ -560,6 +560,8 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 		json_object_object_add(o, "sequences", a);
 		moem_engine_get_status(r->e, &es);
 		json_object_object_add(o, "backend", json_object_new_string(es.backend));
+		json_object_object_add(o, "device", json_object_new_string(es.backend_device));
+		json_object_object_add(o, "threads", json_object_new_uint64(es.backend_threads));
 		json_object_object_add(o, "hbm_budget", json_object_new_uint64(es.hbm_budget));
 		json_object_object_add(o, "kv_bytes", json_object_new_uint64(r->dopt.kv_bytes));
 		json_object_object_add(
