@@ -97,10 +97,22 @@ for t in $THREADS; do
 			"$t" "$mp" "$mo" >>"$res"
 	done
 done
-$py - "$res" "$L" "$E" "$P" "$N" "$REPS" <<'PY' >"$dir/table.md"
-import json, sys
-L, E, P, N, R = sys.argv[2:]
+$py - "$res" "$L" "$E" "$P" "$N" "$REPS" "$dir/backend.txt" <<'PY' >"$dir/table.md"
+import json, re, sys
+L, E, P, N, R, meta = sys.argv[2:]
 rows = [json.loads(l) for l in open(sys.argv[1])]
+# Each row's thread counts as the programs report them (moem decode --json's
+# "threads", the peer's n_threads = n_threads_batch), not as asked.
+def threads(r):
+    mt = r["moem"].get("threads", r["threads"])
+    lt = r["llama"]["threads"] if "llama" in r else mt
+    return f"{mt}" if mt == lt else f"{mt} (llama.cpp {lt})"
+# The backend without its thread count, which varies by row.
+dev = rows[0]["moem"].get("device", rows[0]["moem"]["backend"]) if rows else "?"
+dev = re.sub(r"\b\d+ threads?, ", "", dev)
+used = sorted({threads(r) for r in rows}, key=lambda t: (len(t), t))
+with open(meta, "w") as f:
+    f.write(f"{dev}; threads: {', '.join(used)}\n")
 # Weight bytes one decode token reads (the qwen3-30b-a3b preset's shapes,
 # every layer MoE): 8 experts of 3 x 2048 x 768 per layer, q/k/v/o
 # (4096 + 2 x 512 rows of 2048, 2048 rows of 4096), lm_head 4096 x 2048;
@@ -133,11 +145,11 @@ for r in rows:
     if "llama" in r:
         l = r["llama"]
         lp, ld, ls = l["prompt_tokens_per_s"], l["decode_tokens_per_s"], l["median_decode_step_ms"]
-        print(f"| {r['threads']} | {r['moem_prec']} | {r['dense']} | {r['llama_type'].upper()} | "
+        print(f"| {threads(r)} | {r['moem_prec']} | {r['dense']} | {r['llama_type'].upper()} | "
               f"{r['hbm']} | {mp:.1f} | {lp:.1f} | {mp / lp:.2f}x | {md:.2f} ({ms:.0f}) | "
               f"{ld:.2f} ({ls:.0f}) | {md / ld:.2f}x | {split} | {gbs:.1f} |")
     else:
-        print(f"| {r['threads']} | {r['moem_prec']} | {r['dense']} | - | {r['hbm']} | {mp:.1f} | "
+        print(f"| {threads(r)} | {r['moem_prec']} | {r['dense']} | - | {r['hbm']} | {mp:.1f} | "
               f"- | - | {md:.2f} ({ms:.0f}) | - | - | {split} | - |")
 PY
 cat "$dir/table.md"
@@ -155,7 +167,9 @@ if [ -n "${DOC:-}" ]; then
 			"other work shares the cores and memory with both programs)"
 		echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
 		echo "- moem: $(git -C "$here" describe --always --dirty 2>/dev/null || echo unknown)," \
-			"backend $("$moem" backend | sed -n 's/^  device: //p')"
+			"backend $(cat "$dir/backend.txt") (each row's *threads* column: what both" \
+			"programs ran with, as each reported it; moem's CPU workers, llama.cpp's" \
+			"n_threads and n_threads_batch)"
 		echo "- llama.cpp: node-llama-cpp 3.21.1's prebuilt linux-x64 CPU build" \
 			"(llama.cpp $(sed -n 's/.*"tag": "\(.*\)".*/\1/p' \
 				"$B/llama-peer/npm/node_modules/node-llama-cpp/llama/llama.cpp.info.json")," \
