@@ -60,9 +60,9 @@ MOEM_DEVI float load_f16(const uint8_t *p, bool vec)
 
 /*
  * Quantized value e (0 .. E-1) of a chunk, in quant.h's element order,
- * as a float. Not (float)q: integer-to-float conversions run at a
- * quarter of the rate of other arithmetic or less (16 a clock per SM on
- * sm_80/sm_90), which would make q4 and q2 compute-bound. Instead the
+ * as a float. Not (float)q: integer-to-float conversions run at 16 a
+ * clock per SM on sm_80/sm_90, an eighth of fp32 arithmetic, which
+ * would make q4 and q2 bound by conversions. Instead the
  * integer u (< 2^23) goes into the mantissa of 2^23 and 2^23 is
  * subtracted: one logic op and one exact fp32 subtraction. q8's signed
  * byte is biased to u = q + 128 first (w ^ 0x80808080).
