@@ -238,7 +238,7 @@ if want profile; then
 		skipped profile "Nsight Compute (ncu) is not installed here"
 	else
 		for k in ffn_gateup_q4_n1 ffn_down_q4_n1 ffn_gateup_q2_n1 ffn_gateup_bf16_n1 \
-			ffn_gateup_bf16_n8 ffn_down_bf16_n8 attn_part matmul; do
+			ffn_gateup_bf16_n8 ffn_down_bf16_n8 attn_part matmul router_n1 route; do
 			phase "ncu_$k" 90 "$ncu" --target-processes all -k "regex:^moem_${k}\$" \
 				-s 1 -c 1 --section SpeedOfLight --section Occupancy \
 				--section LaunchStats --section WarpStateStats \
@@ -335,7 +335,13 @@ targets=$(awk '
 
 # One file with everything but the scratch models, for tools that bring
 # back only a few files from the GPU machine.
-tar czf "$out/run.tar.gz" -C "$out" --exclude=./work --exclude=./run.tar.gz . 2>/dev/null ||
+# Written elsewhere first: tar of a directory that holds the growing archive
+# reports "file changed as we read it" and fails.
+tgz=$(mktemp "${TMPDIR:-/tmp}/run-gpu.XXXXXX") &&
+	tar czf "$tgz" -C "$out" --exclude=./work --exclude=./run.tar.gz . 2>/dev/null &&
+	chmod 644 "$tgz" && mv -f "$tgz" "$out/run.tar.gz" || {
+	rm -f "$tgz"
 	echo "run-gpu.sh: could not write $out/run.tar.gz" >&2
+}
 echo "run-gpu.sh: $([ $failed = 0 ] && echo passed || echo FAILED) in ${total}s; $out/summary.md"
 exit $failed
