@@ -81,9 +81,15 @@ template <int P> MOEM_DEVI float qval(const uint32_t (&w)[4], uint32_t e)
 	return u23((w[e / 16] >> (2 * (e & 15))) & 3u, 8388608.0f); /* q2: bits 2i of byte j */
 }
 
-template <int P> MOEM_DEVI void matmul_q(const moem_kmatmul_q_params &p)
+/*
+ * VEC (x and w 16-byte aligned) is a template argument rather than a
+ * branch in the loop, so that the unrolled iterations' weight loads can
+ * be issued together.
+ */
+template <int P, bool VEC> MOEM_DEVI void matmul_q(const moem_kmatmul_q_params &p)
 {
 	constexpr uint32_t E = QDense<P>::E, G = QDense<P>::G;
+	[[maybe_unused]] constexpr int n_unroll = P == P_Q8 ? 4 : 2; /* the emulator ignores the pragma */
 	const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const uint32_t r = blockIdx.x * MOEM_K_MM_ROWS + warp;
 	const uint32_t t0 = blockIdx.y * MOEM_K_MM_TOKENS;
@@ -95,7 +101,7 @@ template <int P> MOEM_DEVI void matmul_q(const moem_kmatmul_q_params &p)
 	const uint8_t *mn = base + p.min_off + (size_t)r * p.groups_per_row * 2;
 	const uint16_t *x = reinterpret_cast<const uint16_t *>(p.x);
 	float *y = reinterpret_cast<float *>(p.y);
-	const bool vec = p.vec != 0;
+	const bool vec = VEC;
 	__shared__ float red[MOEM_K_MM_ROWS][MM_GROUP][32];
 
 	if (r >= p.R)
@@ -104,6 +110,9 @@ template <int P> MOEM_DEVI void matmul_q(const moem_kmatmul_q_params &p)
 		const uint32_t ng = min((uint32_t)MM_GROUP, t1 - tg);
 		float acc[MM_GROUP] = {};
 
+		/* unrolled as moem_matmul's K loop: several 16-byte weight loads
+		 * in flight per lane (q4 and q2 rows are 2x and 4x shorter) */
+#pragma unroll n_unroll
 		for (uint32_t c = lane; c < chunks; c += 32) {
 			const uint4 raw = load16(wq + (size_t)c * 16, vec);
 			const uint32_t bias = P == P_Q8 ? 0x80808080u : 0;
@@ -154,17 +163,26 @@ template <int P> MOEM_DEVI void matmul_q(const moem_kmatmul_q_params &p)
 extern "C" __global__ void __launch_bounds__(MOEM_K_MM_THREADS)
 	moem_matmul_q8(const moem_kmatmul_q_params p)
 {
-	matmul_q<P_Q8>(p);
+	if (p.vec)
+		matmul_q<P_Q8, true>(p);
+	else
+		matmul_q<P_Q8, false>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(MOEM_K_MM_THREADS)
 	moem_matmul_q4(const moem_kmatmul_q_params p)
 {
-	matmul_q<P_Q4>(p);
+	if (p.vec)
+		matmul_q<P_Q4, true>(p);
+	else
+		matmul_q<P_Q4, false>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(MOEM_K_MM_THREADS)
 	moem_matmul_q2(const moem_kmatmul_q_params p)
 {
-	matmul_q<P_Q2>(p);
+	if (p.vec)
+		matmul_q<P_Q2, true>(p);
+	else
+		matmul_q<P_Q2, false>(p);
 }
