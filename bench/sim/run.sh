@@ -102,8 +102,27 @@ field() { # trace, field, moem sim options...
 	for b in 1 8 32; do
 		for s in $SEEDS; do
 			for h in 25 50; do
-				sim "m-b$b-s$s" --policy all --hbm "$h%" --md |
-					awk -F'|' -v b="$b" -v s="$s" -v h="$h" -f bench/sim/matrix.awk
+				sim "m-b$b-s$s" --policy all --hbm "$h%" --md >"$OUT/m-b$b-s$s-h$h.md"
+				awk -F'|' -v b="$b" -v s="$s" -v h="$h" -v what=hit \
+					-f bench/sim/matrix.awk "$OUT/m-b$b-s$s-h$h.md"
+			done
+		done
+	done
+	echo
+	echo "Stall against its floor on the same runs: the floor is the stall Belady"
+	echo "MIN's loads at the budget force (its misses x expert bytes over the link,"
+	echo "less the run's compute, which any transfer may hide behind: the least"
+	echo "stall any schedule of these accesses can have); each policy's stall is"
+	echo "given as a multiple of it (1.00 would be optimal; \`-\`: compute hides"
+	echo "even MIN's loads, no floor). Best is the lossless policy nearest the floor."
+	echo
+	echo "| batch | seed | HBM | floor (ms/step) | lru | lru2 | lfu | pred | prefetch-fixed | expertflow | moem | fluxmoe | best |"
+	echo "| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --- |"
+	for b in 1 8 32; do
+		for s in $SEEDS; do
+			for h in 25 50; do
+				awk -F'|' -v b="$b" -v s="$s" -v h="$h" -v what=stall \
+					-f bench/sim/matrix.awk "$OUT/m-b$b-s$s-h$h.md"
 			done
 		done
 	done

@@ -49,6 +49,20 @@ uint64_t moem_cost_load_ns(const struct moem_cost *c, uint64_t bytes, bool from_
 uint64_t moem_cost_gpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens);
 
 /*
+ * The least stall any schedule can have when it must move link_bytes into
+ * HBM over the link while the run computes for compute_ns: the link is
+ * busy link_bytes / link_gbps, and only that much of it can hide behind
+ * compute (a transfer can overlap any compute, even an earlier step's, so
+ * the bound is over the whole run, not per layer). With link_bytes the
+ * bytes Belady MIN loads at the budget (the fewest loads any schedule of
+ * the same accesses needs, prefetching or not), this is the stall floor
+ * that `moem sim` reports each policy's stall against. 0 when compute
+ * hides the link entirely.
+ */
+uint64_t moem_cost_stall_bound_ns(const struct moem_cost *c, uint64_t link_bytes,
+				  uint64_t compute_ns);
+
+/*
  * Where an expert version lives once it leaves HBM. Inclusive: DRAM keeps
  * its own copy of what is in HBM, so an eviction costs nothing now and a
  * later use reads DRAM (or NVMe if DRAM dropped it). Exclusive: DRAM

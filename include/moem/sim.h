@@ -123,6 +123,14 @@ struct moem_sim_result {
 	double mean_T;		/* distinct experts per layer-step */
 	uint64_t stall_ns;
 	uint64_t compute_ns; /* the same run without any stall */
+	/* the stall floor: the bytes Belady MIN loads over the link on the
+	 * counted steps (its misses at the same slots), and the least stall
+	 * moving them allows (moem_cost_stall_bound_ns()); stall_x_bound =
+	 * stall_ns / stall_bound_ns (0 when the bound is 0: compute hides
+	 * even MIN's loads) */
+	uint64_t min_bytes;
+	uint64_t stall_bound_ns;
+	double stall_x_bound;
 	uint64_t total_ns;
 	double step_ns; /* modelled time per decode step */
 	uint64_t bytes_pcie, bytes_nvme;

@@ -412,6 +412,9 @@ static int finish(struct sim *s)
 			       : 0;
 	r->belady_hit_rate = ba ? (double)bh / ba : 0;
 	r->frac_belady = r->belady_hit_rate > 0 ? r->hit_rate / r->belady_hit_rate : 0;
+	r->min_bytes = (ba - bh) * s->size;
+	r->stall_bound_ns = moem_cost_stall_bound_ns(&s->c->cost, r->min_bytes, r->compute_ns);
+	r->stall_x_bound = r->stall_bound_ns ? (double)r->stall_ns / (double)r->stall_bound_ns : 0;
 	r->mean_T = r->layer_steps ? r->mean_T / r->layer_steps : 0;
 	r->hbm_peak = s->hbm.peak;
 	r->mean_S = st.s_n ? (double)st.s_sum / st.s_n : 0;
