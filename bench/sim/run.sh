@@ -128,6 +128,33 @@ field() { # trace, field, moem sim options...
 	done
 	echo
 
+	echo "Inclusive against exclusive DRAM at 25% HBM and 50% DRAM (the DRAM tier"
+	echo "a cache under its default rule; \`moem sim TRACE --hbm 25% --dram 50% --policy P"
+	echo "--policy P:copyback=0 --md\`): NVMe -> DRAM and copied-back HBM -> DRAM MB"
+	echo "per step and the modelled step, with the cost model's copy back (exclusive,"
+	echo "the default) and without it (inclusive). Documentation/tiers.md has the rule."
+	echo
+	echo "| batch | seed | policy | NVMe MB/step inclusive | NVMe MB/step exclusive | copied back MB/step | step ms inclusive | step ms exclusive |"
+	echo "| --: | --: | --- | --: | --: | --: | --: | --: |"
+	for b in 1 8; do
+		for s in $SEEDS; do
+			for p in lru pred moem; do
+				sim "m-b$b-s$s" --hbm 25% --dram 50% --policy "$p" \
+					--policy "$p:copyback=0" --md |
+					awk -F'|' -v b="$b" -v s="$s" -v p="$p" '
+					function trim(x) { gsub(/^ +| +$/, "", x); return x }
+					NR > 2 && NF > 10 {
+						q = trim($2)
+						if (q == p) { ne = trim($14); d2h = trim($15); se = trim($12) }
+						else { ni = trim($14); si = trim($12) }
+					}
+					END { printf "| %d | %d | %s | %s | %s | %s | %s | %s |\n",
+						b, s, p, ni, ne, d2h, si, se }'
+			done
+		done
+	done
+	echo
+
 	echo "## 1. Every policy at HBM = 25%"
 	for t in b1 b8 b32 b8-code; do
 		echo

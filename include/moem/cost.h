@@ -73,6 +73,18 @@ uint64_t moem_cost_stall_bound_ns(const struct moem_cost *c, uint64_t link_bytes
  * write-back is cheaper than the NVMe read it saves.
  */
 bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, uint64_t dram_bytes);
+/*
+ * The same choice per eviction, as the engine and the simulator make it
+ * (moem_driver_copy_back()): copy a version that leaves HBM, and that
+ * DRAM no longer holds, back into DRAM (device -> host) rather than drop
+ * it. reuse_p is the probability that it is used again before DRAM would
+ * evict it. Worth it when the NVMe read it saves, weighed by reuse_p,
+ * exceeds the write-back's own time (charged on the critical path: the
+ * slot it frees waits for it):
+ *   reuse_p * (bytes / min(link, nvme) - bytes / link) > bytes / d2h
+ * With the defaults (link 25, NVMe 7 GB/s) that is reuse_p > 0.39.
+ */
+bool moem_cost_copy_back(const struct moem_cost *c, uint64_t bytes, double reuse_p);
 
 /*
  * Hybrid CPU/GPU execution (ALGORITHMS.md sec. 7): where one expert of a

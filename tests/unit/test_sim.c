@@ -5,7 +5,8 @@
  * policy beats it; HBM use never exceeds the budget; DynaExq never
  * stalls; cache-aware order never adds stall; E[T] on uniform routing;
  * OEA T equals pruned top-k0 T; the stall floor (MIN's loads at the
- * link's rate less compute) on a trace worked out by hand; clear errors
+ * link's rate less compute) on a trace worked out by hand; exclusive
+ * DRAM's copy-back rule; clear errors
  * for what cannot run.
  */
 #include <errno.h>
@@ -420,6 +421,33 @@ TEST(stall_bound_by_hand)
 	EXPECT_EQ(0u, r.stall_bound_ns);
 	EXPECT_EQ(0, r.stall_x_bound);
 	EXPECT_EQ(0u, moem_cost_stall_bound_ns(&c.cost, 6 * size, compute));
+}
+
+/*
+ * Exclusive DRAM's rule (cost.h): copy back when reuse_p times the NVMe
+ * read it saves exceeds the write-back. At link 25 and NVMe 7 GB/s a
+ * read from NVMe costs bytes/7 against bytes/25 from DRAM, a saving of
+ * 18/175 ns per byte, and the write-back bytes/25: worth it above
+ * reuse_p = 7/18 = 0.3889.
+ */
+TEST(copy_back_rule)
+{
+	const uint64_t b = 9u << 20;
+	struct moem_cost c;
+
+	moem_cost_default(&c);
+	EXPECT_FALSE(moem_cost_copy_back(&c, b, 0));
+	EXPECT_FALSE(moem_cost_copy_back(&c, b, 0.38));
+	EXPECT_TRUE(moem_cost_copy_back(&c, b, 0.40));
+	EXPECT_TRUE(moem_cost_copy_back(&c, b, 1));
+	/* a slower device -> host direction raises the bar: 2 x 7/18 */
+	c.d2h_gbps = 12.5;
+	EXPECT_FALSE(moem_cost_copy_back(&c, b, 0.77));
+	EXPECT_TRUE(moem_cost_copy_back(&c, b, 0.79));
+	/* NVMe as fast as the link saves nothing: never */
+	c.d2h_gbps = 0;
+	c.nvme_gbps = c.link_gbps;
+	EXPECT_FALSE(moem_cost_copy_back(&c, b, 1));
 }
 
 TEST(cleanup)

@@ -70,6 +70,15 @@ bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, u
 	return dram_bytes < model_bytes && d2h > c->nvme_gbps;
 }
 
+bool moem_cost_copy_back(const struct moem_cost *c, uint64_t bytes, double reuse_p)
+{
+	double d2h = c->d2h_gbps > 0 ? c->d2h_gbps : c->link_gbps;
+	double saved = (double)bytes / moem_cost_h2d_bpn(c, true) -
+		       (double)bytes / moem_cost_h2d_bpn(c, false);
+
+	return reuse_p > 0 && reuse_p * saved > (double)bytes / d2h;
+}
+
 static double cpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens, bool in_dram)
 {
 	/* an expert only on NVMe is read into DRAM first */
