@@ -54,8 +54,8 @@ int moem_tr_dram_alloc(struct moem_tiers *t, const struct ver *in, bool evict, u
  * Exclusive DRAM (cost.h): v leaves HBM and DRAM does not hold it; the
  * HBM evictor (the policy driver's moem_driver_copy_back()) decides
  * whether it is copied back. The copy reads the device memory through
- * the host (host_view: the emulated device and UVM); a CUDA device has
- * no such view, and there the tiers stay inclusive. Synchronous, under
+ * the host (host_view: the emulated device); a CUDA VMM arena has no
+ * such view, and there the tiers stay inclusive. Synchronous, under
  * the lock, before the slot is freed: the slot's next tenant cannot
  * overwrite it while it is read. Compute may still be reading it too,
  * which is harmless: nothing writes a resident version.
