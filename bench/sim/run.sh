@@ -102,8 +102,54 @@ field() { # trace, field, moem sim options...
 	for b in 1 8 32; do
 		for s in $SEEDS; do
 			for h in 25 50; do
-				sim "m-b$b-s$s" --policy all --hbm "$h%" --md |
-					awk -F'|' -v b="$b" -v s="$s" -v h="$h" -f bench/sim/matrix.awk
+				sim "m-b$b-s$s" --policy all --hbm "$h%" --md >"$OUT/m-b$b-s$s-h$h.md"
+				awk -F'|' -v b="$b" -v s="$s" -v h="$h" -v what=hit \
+					-f bench/sim/matrix.awk "$OUT/m-b$b-s$s-h$h.md"
+			done
+		done
+	done
+	echo
+	echo "Stall against its floor on the same runs: the floor is the stall Belady"
+	echo "MIN's loads at the budget force (its misses x expert bytes over the link,"
+	echo "less the run's compute, which any transfer may hide behind: the least"
+	echo "stall any schedule of these accesses can have); each policy's stall is"
+	echo "given as a multiple of it (1.00 would be optimal; \`-\`: compute hides"
+	echo "even MIN's loads, no floor). Best is the lossless policy nearest the floor."
+	echo
+	echo "| batch | seed | HBM | floor (ms/step) | lru | lru2 | lfu | pred | prefetch-fixed | expertflow | moem | fluxmoe | best |"
+	echo "| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --- |"
+	for b in 1 8 32; do
+		for s in $SEEDS; do
+			for h in 25 50; do
+				awk -F'|' -v b="$b" -v s="$s" -v h="$h" -v what=stall \
+					-f bench/sim/matrix.awk "$OUT/m-b$b-s$s-h$h.md"
+			done
+		done
+	done
+	echo
+
+	echo "Inclusive against exclusive DRAM at 25% HBM and 50% DRAM (the DRAM tier"
+	echo "a cache under its default rule; \`moem sim TRACE --hbm 25% --dram 50% --policy P"
+	echo "--policy P:copyback=0 --md\`): NVMe -> DRAM and copied-back HBM -> DRAM MB"
+	echo "per step and the modelled step, with the cost model's copy back (exclusive,"
+	echo "the default) and without it (inclusive). Documentation/tiers.md has the rule."
+	echo
+	echo "| batch | seed | policy | NVMe MB/step inclusive | NVMe MB/step exclusive | copied back MB/step | step ms inclusive | step ms exclusive |"
+	echo "| --: | --: | --- | --: | --: | --: | --: | --: |"
+	for b in 1 8; do
+		for s in $SEEDS; do
+			for p in lru pred moem; do
+				sim "m-b$b-s$s" --hbm 25% --dram 50% --policy "$p" \
+					--policy "$p:copyback=0" --md |
+					awk -F'|' -v b="$b" -v s="$s" -v p="$p" '
+					function trim(x) { gsub(/^ +| +$/, "", x); return x }
+					NR > 2 && NF > 10 {
+						q = trim($2)
+						if (q == p) { ne = trim($14); d2h = trim($15); se = trim($12) }
+						else { ni = trim($14); si = trim($12) }
+					}
+					END { printf "| %d | %d | %s | %s | %s | %s | %s | %s |\n",
+						b, s, p, ni, ne, d2h, si, se }'
 			done
 		done
 	done

@@ -49,6 +49,20 @@ uint64_t moem_cost_load_ns(const struct moem_cost *c, uint64_t bytes, bool from_
 uint64_t moem_cost_gpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens);
 
 /*
+ * The least stall any schedule can have when it must move link_bytes into
+ * HBM over the link while the run computes for compute_ns: the link is
+ * busy link_bytes / link_gbps, and only that much of it can hide behind
+ * compute (a transfer can overlap any compute, even an earlier step's, so
+ * the bound is over the whole run, not per layer). With link_bytes the
+ * bytes Belady MIN loads at the budget (the fewest loads any schedule of
+ * the same accesses needs, prefetching or not), this is the stall floor
+ * that `moem sim` reports each policy's stall against. 0 when compute
+ * hides the link entirely.
+ */
+uint64_t moem_cost_stall_bound_ns(const struct moem_cost *c, uint64_t link_bytes,
+				  uint64_t compute_ns);
+
+/*
  * Where an expert version lives once it leaves HBM. Inclusive: DRAM keeps
  * its own copy of what is in HBM, so an eviction costs nothing now and a
  * later use reads DRAM (or NVMe if DRAM dropped it). Exclusive: DRAM
@@ -59,6 +73,18 @@ uint64_t moem_cost_gpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t to
  * write-back is cheaper than the NVMe read it saves.
  */
 bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, uint64_t dram_bytes);
+/*
+ * The same choice per eviction, as the engine and the simulator make it
+ * (moem_driver_copy_back()): copy a version that leaves HBM, and that
+ * DRAM no longer holds, back into DRAM (device -> host) rather than drop
+ * it. reuse_p is the probability that it is used again before DRAM would
+ * evict it. Worth it when the NVMe read it saves, weighed by reuse_p,
+ * exceeds the write-back's own time (charged on the critical path: the
+ * slot it frees waits for it):
+ *   reuse_p * (bytes / min(link, nvme) - bytes / link) > bytes / d2h
+ * With the defaults (link 25, NVMe 7 GB/s) that is reuse_p > 0.39.
+ */
+bool moem_cost_copy_back(const struct moem_cost *c, uint64_t bytes, double reuse_p);
 
 /*
  * Hybrid CPU/GPU execution (ALGORITHMS.md sec. 7): where one expert of a

@@ -112,9 +112,9 @@ struct moem_driver_ops {
  *            serves HBM's misses, and this ranks by the last one);
  *  policy    the HBM policy (--evict) over DRAM, pred's scores included;
  *  hbm-first the versions that also hold an HBM slot first (DRAM keeps
- *            what HBM does not), then LRU. There is no copy back from
- *            HBM to DRAM, so such a version is read from NVMe again when
- *            HBM evicts it.
+ *            what HBM does not), then LRU. Such a version is read from
+ *            NVMe again when HBM evicts it unless the cost model copies
+ *            it back (cfg.copy_back, moem_driver_copy_back()).
  * Documentation/tiers.md has the rule and the measurements behind the
  * default.
  */
@@ -145,6 +145,10 @@ struct moem_driver_cfg {
 	struct moem_cost cost;
 	uint64_t expert_bytes; /* bytes of a planned (hi) version, for the horizon */
 	uint64_t hbm_slots;    /* expert versions the HBM budget holds (0: no LRU duel) */
+	/* Exclusive DRAM as the cost model decides (moem_driver_copy_back()):
+	 * the owner can copy a version back device -> host and DRAM is below
+	 * the model. Keeps a predictor (the decision reads its estimates). */
+	bool copy_back;
 };
 
 /* Counters since creation (an owner subtracts a snapshot to leave out a warm-up). */
@@ -235,6 +239,22 @@ void moem_driver_dram_used(struct moem_driver *d, uint32_t vid);
 void moem_driver_dram_removed(struct moem_driver *d, uint32_t vid);
 int moem_driver_dram_pick(struct moem_driver *d, bool (*ok)(void *arg, uint32_t vid), void *arg,
 			  uint32_t *vid);
+
+/*
+ * Exclusive or inclusive DRAM, per eviction (cfg.copy_back): vid is
+ * leaving HBM and DRAM does not hold it. Copy it back into DRAM (device
+ * -> host) rather than drop it and read it from NVMe at its next use?
+ * room: DRAM has room for its bytes without evicting anything; else
+ * *dram_victim is the DRAM rule's victim (among what ok() accepts, as
+ * moem_driver_dram_pick()), which the owner evicts first. reuse_p, the
+ * chance that vid is used before DRAM would evict it, is the predictor's
+ * probability that its layer's next run uses it, or 0 when the DRAM
+ * victim is expected to be used before vid (the copy would push out
+ * something worth more) or the predictor does not know vid's layer yet;
+ * then moem_cost_copy_back() decides. true: copy it back.
+ */
+bool moem_driver_copy_back(struct moem_driver *d, uint32_t vid, uint64_t bytes, bool room,
+			   bool (*ok)(void *arg, uint32_t vid), void *arg, uint32_t *dram_victim);
 
 /* A miss found no victim: withdraw one prefetch not yet started (true if one was). */
 bool moem_driver_reclaim(struct moem_driver *d);

@@ -139,6 +139,7 @@ struct moem_step_stats {
 	uint64_t hits, misses, fallbacks;
 	uint64_t stall_ns;
 	uint64_t bytes_nvme, bytes_h2d;
+	uint64_t bytes_d2h; /* HBM -> DRAM: evicted versions copied back (exclusive DRAM) */
 	uint64_t step_ns;
 	/* hybrid execution: (layer, expert) pairs computed on the CPU, and the
 	 * time the CPU spent on them (loads from NVMe it waited for included) */

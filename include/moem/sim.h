@@ -61,6 +61,13 @@ struct moem_sim_cost {
 	bool exec_hybrid;
 	uint32_t cpu_moe_layers;
 	double exec_link_gbps;
+	/*
+	 * The NVMe bandwidth the copy-back decision assumes (0: cost.nvme_gbps),
+	 * for replaying an engine run whose policies assume another figure
+	 * than the link the replay models (a lockstep engine's see 7 GB/s
+	 * while its loads take no modelled time).
+	 */
+	double decide_nvme_gbps;
 };
 
 /* Defaults above; hbm_bytes 0 until set. */
@@ -93,6 +100,10 @@ struct moem_sim_policy {
 	bool ordered;	   /* cache-aware execution order */
 	bool pregate;	   /* read the trace's pre-gate picks (default on) */
 	int dram;	   /* enum moem_dram_rule: the DRAM cache's victims (dram=, lru) */
+	/* copyback= (1): with a DRAM cache, HBM's victims that DRAM lacks are
+	 * copied back when the cost model says so (moem_driver_copy_back());
+	 * 0: inclusive DRAM, never */
+	bool copy_back;
 	struct moem_dynaexq_cfg dx;
 	bool dx_pair_given, dx_n_hi_given;
 	struct moem_paging_cfg pg;
@@ -123,9 +134,18 @@ struct moem_sim_result {
 	double mean_T;		/* distinct experts per layer-step */
 	uint64_t stall_ns;
 	uint64_t compute_ns; /* the same run without any stall */
+	/* the stall floor: the bytes Belady MIN loads over the link on the
+	 * counted steps (its misses at the same slots), and the least stall
+	 * moving them allows (moem_cost_stall_bound_ns()); stall_x_bound =
+	 * stall_ns / stall_bound_ns (0 when the bound is 0: compute hides
+	 * even MIN's loads) */
+	uint64_t min_bytes;
+	uint64_t stall_bound_ns;
+	double stall_x_bound;
 	uint64_t total_ns;
 	double step_ns; /* modelled time per decode step */
 	uint64_t bytes_pcie, bytes_nvme;
+	uint64_t bytes_d2h; /* copied back HBM -> DRAM (exclusive DRAM, cost-model decided) */
 	uint64_t bytes_demand, bytes_prefetch, bytes_other;
 	uint64_t pf_issued, pf_used, pf_wasted;
 	double mean_S;	   /* prefetch horizon, mean over layer-steps */

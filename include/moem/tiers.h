@@ -87,6 +87,14 @@ struct moem_evictor {
 	int (*pick)(struct moem_evictor *ev, uint32_t incoming, enum moem_prio prio,
 		    bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *id);
 	void (*destroy)(struct moem_evictor *ev);
+	/*
+	 * Optional, on the HBM evictor: id (bytes) is leaving HBM and DRAM
+	 * lacks it; copy it back into DRAM? room: DRAM has room for it; else
+	 * *victim (among what ok() accepts in DRAM) is evicted first. NULL:
+	 * never (inclusive DRAM). The engine's is moem_driver_copy_back().
+	 */
+	bool (*copy_back)(struct moem_evictor *ev, uint32_t id, uint64_t bytes, bool room,
+			  bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *victim);
 };
 
 /* Plain LRU over n_ids ids. */
@@ -124,6 +132,7 @@ struct moem_tiers_stats {
 	uint64_t cpu_dram_misses;
 	uint64_t stall_ns;		  /* time spent in moem_tiers_wait */
 	uint64_t bytes_nvme;		  /* NVMe -> DRAM */
+	uint64_t bytes_d2h;		  /* HBM -> DRAM: versions copied back on eviction */
 	uint64_t bytes_h2d[MOEM_PRIO_NR]; /* DRAM -> HBM by priority */
 	uint64_t evict_hbm, evict_dram;
 	uint64_t hbm_used, hbm_budget, hbm_mapped;

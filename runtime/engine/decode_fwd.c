@@ -450,6 +450,7 @@ static void add_tiers(struct moem_engine *e, const struct moem_tiers_stats *a,
 	st->misses = b->misses - a->misses;
 	st->fallbacks = b->fallbacks - a->fallbacks;
 	st->bytes_nvme = b->bytes_nvme - a->bytes_nvme;
+	st->bytes_d2h = b->bytes_d2h - a->bytes_d2h;
 	for (int p = 0; p < MOEM_PRIO_NR; p++)
 		st->bytes_h2d += b->bytes_h2d[p] - a->bytes_h2d[p];
 }
@@ -542,6 +543,7 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	e->total.fallbacks += st.fallbacks;
 	e->total.stall_ns += st.stall_ns;
 	e->total.bytes_nvme += st.bytes_nvme;
+	e->total.bytes_d2h += st.bytes_d2h;
 	e->total.bytes_h2d += st.bytes_h2d;
 	e->total.step_ns += st.step_ns;
 	e->total.cpu_experts += st.cpu_experts;

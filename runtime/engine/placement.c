@@ -69,6 +69,14 @@ static void ev_destroy(struct moem_evictor *ev)
 {
 }
 
+static bool ev_copy_back(struct moem_evictor *ev, uint32_t id, uint64_t bytes, bool room,
+			 bool (*ok)(void *arg, uint32_t id), void *arg, uint32_t *victim)
+{
+	if (!of_ev(ev)->drv)
+		return false;
+	return moem_driver_copy_back(of_ev(ev)->drv, id, bytes, room, ok, arg, victim);
+}
+
 /* ---- the DRAM tier's evictor: the driver too ----------------------------------- */
 
 static struct moem_engine *of_dev(struct moem_evictor *ev)
@@ -337,6 +345,8 @@ int moem_eng_placement_open(struct moem_engine *e)
 		dc->prefetch = ret == 0;
 	/* pred eviction ranks by the predictor even when nothing is prefetched */
 	dc->predictor = dc->prefetch || dc->evict.kind == MOEM_EVICT_PRED;
+	/* exclusive DRAM, per eviction as the cost model says, when DRAM is below the model */
+	dc->copy_back = e->n_moe >= 2 && e->o.dram_budget < e->arena_bytes;
 	if (dc->predictor && e->n_moe < 2) {
 		moem_warn("--evict pred needs two MoE layers or more: lru");
 		dc->evict.kind = MOEM_EVICT_LRU;
@@ -360,6 +370,7 @@ int moem_eng_placement_open(struct moem_engine *e)
 	e->hev.touch = ev_touch;
 	e->hev.pick = ev_pick;
 	e->hev.destroy = ev_destroy;
+	e->hev.copy_back = dc->copy_back ? ev_copy_back : NULL;
 	e->dramev.add = dev_add;
 	e->dramev.del = dev_del;
 	e->dramev.touch = dev_touch;

@@ -297,6 +297,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		st.misses = t1.misses - t0.misses;
 		st.fallbacks = t1.fallbacks - t0.fallbacks;
 		st.bytes_nvme = t1.bytes_nvme - t0.bytes_nvme;
+		st.bytes_d2h = t1.bytes_d2h - t0.bytes_d2h;
 		for (int p = 0; p < MOEM_PRIO_NR; p++)
 			st.bytes_h2d += t1.bytes_h2d[p] - t0.bytes_h2d[p];
 		st.step_ns = moem_now_ns() - s0;
@@ -310,6 +311,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		e->total.fallbacks += st.fallbacks;
 		e->total.stall_ns += st.stall_ns;
 		e->total.bytes_nvme += st.bytes_nvme;
+		e->total.bytes_d2h += st.bytes_d2h;
 		e->total.bytes_h2d += st.bytes_h2d;
 		e->total.step_ns += st.step_ns;
 		e->total.cpu_experts += st.cpu_experts;
@@ -323,6 +325,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		rs.total.fallbacks += st.fallbacks;
 		rs.total.stall_ns += st.stall_ns;
 		rs.total.bytes_nvme += st.bytes_nvme;
+		rs.total.bytes_d2h += st.bytes_d2h;
 		rs.total.bytes_h2d += st.bytes_h2d;
 		rs.total.step_ns += st.step_ns;
 		rs.total.cpu_experts += st.cpu_experts;

@@ -444,6 +444,8 @@ static void engine_and_sim(struct __test_metadata *_metadata, FIXTURE_DATA(eng) 
 	/* a link that is never busy, as the engine's lockstep makes its own */
 	c.cost.link_gbps = 1e4;
 	c.cost.nvme_gbps = 1e4;
+	/* what the engine's policies assume of NVMe when they weigh a copy back */
+	c.decide_nvme_gbps = 7;
 	ASSERT_EQ(0, moem_sim_cost_finish(&c));
 	st_sim_engine_hbm(&c, st.hbm_budget);
 	if (st.dram_budget)
@@ -455,12 +457,14 @@ static void engine_and_sim(struct __test_metadata *_metadata, FIXTURE_DATA(eng) 
 	ASSERT_EQ(0, moem_sim_run(trace, &c, &sp, &so, r)) TH_LOG("%s", moem_last_error());
 	TH_LOG("%s/%s/%s/%s dram-evict %s batch %u hbm %u/5 dram %u/5: hit rate engine %.4f sim "
 	       "%.4f, "
-	       "DRAM->HBM bytes engine %llu sim %llu, NVMe bytes engine %llu sim %llu",
+	       "DRAM->HBM bytes engine %llu sim %llu, NVMe bytes engine %llu sim %llu, "
+	       "copied back engine %llu sim %llu",
 	       pc->route, pc->evict, pc->prefetch, pc->paging,
 	       pc->dram_evict ? pc->dram_evict : "lru", pc->batch, pc->fifths,
 	       pc->dram_fifths ? pc->dram_fifths : 5, rs->hit_rate, r->hit_rate,
 	       (unsigned long long)rs->total.bytes_h2d, (unsigned long long)r->bytes_pcie,
-	       (unsigned long long)rs->total.bytes_nvme, (unsigned long long)r->bytes_nvme);
+	       (unsigned long long)rs->total.bytes_nvme, (unsigned long long)r->bytes_nvme,
+	       (unsigned long long)rs->total.bytes_d2h, (unsigned long long)r->bytes_d2h);
 	free(trace);
 }
 
@@ -474,6 +478,8 @@ static void engine_and_sim(struct __test_metadata *_metadata, FIXTURE_DATA(eng) 
  */
 TEST_F(eng, simulator_matches_engine_on_its_trace)
 {
+	uint64_t copied = 0;
+
 	for (size_t p = 0; p < MOEM_ARRAY_SIZE(pair_cases); p++)
 		for (size_t b = 0; b < 2; b++)
 			for (size_t f = 0; f < 2; f++) {
@@ -491,8 +497,10 @@ TEST_F(eng, simulator_matches_engine_on_its_trace)
 			}
 	/*
 	 * DRAM below the model (60%, HBM 40%): the DRAM tier's rule too, NVMe
-	 * bytes included; every case under the default rule, the other two
-	 * rules with pred and moem at batch 8.
+	 * bytes included, and exclusive DRAM: the versions HBM evicts that the
+	 * cost model copies back to DRAM (the same decisions: equal bytes);
+	 * every case under the default rule, the other two rules with pred
+	 * and moem at batch 8.
 	 */
 	for (size_t p = 0; p < MOEM_ARRAY_SIZE(pair_cases) + 4; p++)
 		for (size_t b = 0; b < 2; b++) {
@@ -519,7 +527,12 @@ TEST_F(eng, simulator_matches_engine_on_its_trace)
 			EXPECT_LE(fabs((double)rs.total.bytes_nvme - (double)r.bytes_nvme),
 				  0.10 * (double)rs.total.bytes_nvme);
 			EXPECT_GT(rs.total.bytes_nvme, 0u);
+			EXPECT_LE(fabs((double)rs.total.bytes_d2h - (double)r.bytes_d2h),
+				  0.10 * (double)rs.total.bytes_d2h);
+			copied += rs.total.bytes_d2h;
 		}
+	/* the cost model copies back somewhere in these runs (else the above is vacuous) */
+	EXPECT_GT(copied, 0u);
 }
 
 /*

@@ -4,7 +4,10 @@
  * preset reaches exactly the offline MIN bound and no demand-paging
  * policy beats it; HBM use never exceeds the budget; DynaExq never
  * stalls; cache-aware order never adds stall; E[T] on uniform routing;
- * OEA T equals pruned top-k0 T; clear errors for what cannot run.
+ * OEA T equals pruned top-k0 T; the stall floor (MIN's loads at the
+ * link's rate less compute) on a trace worked out by hand; exclusive
+ * DRAM's copy-back rule; clear errors
+ * for what cannot run.
  */
 #include <errno.h>
 #include <math.h>
@@ -339,6 +342,112 @@ TEST(errors)
 	o.warmup_steps = 9;
 	EXPECT_EQ(0, run(tr, "lru", &c, &o, &r)) TH_LOG("%s", moem_last_error());
 	EXPECT_EQ(1u, r.steps);
+}
+
+/*
+ * The stall floor on a trace small enough to work out by hand: 2 MoE
+ * layers of 2 experts, top-1, one token, 4 steps; the token takes expert
+ * 0 of both layers on even steps and expert 1 on odd ones. Keys in tick
+ * order: a b c d a b c d (a = L0E0, b = L1E0, c = L0E1, d = L1E1). With 2
+ * slots Belady MIN misses a, b, c (evicts b: used at tick 5, a at 4), d
+ * (evicts c: used at 6), hits a, misses b (evicts a: never used again),
+ * misses c (evicts b), hits d: 6 loads. The floor is 6 expert loads at
+ * the link's rate less the run's compute, 8 layers of layer_ns + one
+ * expert read from HBM + one (token, expert) pair.
+ */
+TEST(stall_bound_by_hand)
+{
+	struct moem_trace_info in = {
+		.flags = 0, .n_layers = 2, .n_experts = 2, .top_k = 1, .max_tokens = 1};
+	const char *pols[] = {"lru", "lru2", "lfu", "pred", "belady", "moem", "prefetch-fixed"};
+	struct moem_sim_opts o = {0};
+	struct moem_trace_writer *w;
+	struct moem_sim_result r;
+	struct moem_sim_cost c;
+	char path[128];
+	uint64_t size, compute, bound;
+	double load;
+
+	snprintf(path, sizeof(path), "%s/hand.trace", dir);
+	ASSERT_EQ(0, moem_trace_writer_open(path, &in, &w));
+	for (uint64_t st = 0; st < 4; st++)
+		for (uint32_t l = 0; l < 2; l++) {
+			int32_t id = (int32_t)(st % 2);
+			float wt = 1.0f;
+			struct moem_trace_rec rec = {
+				.step = st, .layer = l, .tokens = 1, .ids = &id, .w = &wt};
+
+			ASSERT_EQ(0, moem_trace_write(w, &rec)) TH_LOG("%s", moem_last_error());
+		}
+	ASSERT_EQ(0, moem_trace_writer_close(w));
+
+	moem_sim_cost_default(&c);
+	c.hidden = 256;
+	c.inter = 128;
+	c.cost.link_gbps = 1; /* 1 byte per ns: a load costs its size in ns */
+	c.cost.layer_ns = 1000;
+	c.cost.token_ns = 20;
+	ASSERT_EQ(0, moem_sim_cost_finish(&c));
+	size = c.expert_bytes[MOEM_PREC_BF16];
+	c.hbm_bytes = 2 * size;
+	load = (double)size / c.cost.link_gbps;
+	compute = 8 * (1000 + (uint64_t)((double)size / c.cost.hbm_gbps + 0.5) + 20);
+	ASSERT_GT(6 * load, (double)compute); /* the link, not compute, is the limit */
+	bound = (uint64_t)(6 * load - (double)compute + 0.5);
+	EXPECT_EQ(bound, moem_cost_stall_bound_ns(&c.cost, 6 * size, compute));
+
+	ASSERT_EQ(0, run(path, "belady", &c, &o, &r)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(2u, r.hits);
+	EXPECT_EQ(8u, r.accesses);
+	EXPECT_EQ(6 * size, r.min_bytes);
+	EXPECT_EQ(compute, r.compute_ns);
+	EXPECT_EQ(bound, r.stall_bound_ns);
+	/* every policy, MIN's own schedule included, stalls at least the floor */
+	for (size_t i = 0; i < sizeof(pols) / sizeof(pols[0]); i++) {
+		ASSERT_EQ(0, run(path, pols[i], &c, &o, &r)) TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(bound, r.stall_bound_ns) TH_LOG("%s", pols[i]);
+		EXPECT_GE(r.stall_ns, r.stall_bound_ns) TH_LOG("%s", pols[i]);
+		EXPECT_EQ((double)r.stall_ns / (double)bound, r.stall_x_bound)
+		TH_LOG("%s", pols[i]);
+	}
+	/* LRU on this cycle misses every use: 8 loads on a link that has to
+	 * finish each before its layer runs */
+	ASSERT_EQ(0, run(path, "lru", &c, &o, &r));
+	EXPECT_EQ(0u, r.hits);
+	EXPECT_GT(r.stall_x_bound, 1.2);
+	/* a link fast enough for compute to hide MIN's loads: no floor, no ratio */
+	c.cost.link_gbps = 6.0 * (double)size / (double)compute * 2;
+	ASSERT_EQ(0, run(path, "belady", &c, &o, &r));
+	EXPECT_EQ(0u, r.stall_bound_ns);
+	EXPECT_EQ(0, r.stall_x_bound);
+	EXPECT_EQ(0u, moem_cost_stall_bound_ns(&c.cost, 6 * size, compute));
+}
+
+/*
+ * Exclusive DRAM's rule (cost.h): copy back when reuse_p times the NVMe
+ * read it saves exceeds the write-back. At link 25 and NVMe 7 GB/s a
+ * read from NVMe costs bytes/7 against bytes/25 from DRAM, a saving of
+ * 18/175 ns per byte, and the write-back bytes/25: worth it above
+ * reuse_p = 7/18 = 0.3889.
+ */
+TEST(copy_back_rule)
+{
+	const uint64_t b = 9u << 20;
+	struct moem_cost c;
+
+	moem_cost_default(&c);
+	EXPECT_FALSE(moem_cost_copy_back(&c, b, 0));
+	EXPECT_FALSE(moem_cost_copy_back(&c, b, 0.38));
+	EXPECT_TRUE(moem_cost_copy_back(&c, b, 0.40));
+	EXPECT_TRUE(moem_cost_copy_back(&c, b, 1));
+	/* a slower device -> host direction raises the bar: 2 x 7/18 */
+	c.d2h_gbps = 12.5;
+	EXPECT_FALSE(moem_cost_copy_back(&c, b, 0.77));
+	EXPECT_TRUE(moem_cost_copy_back(&c, b, 0.79));
+	/* NVMe as fast as the link saves nothing: never */
+	c.d2h_gbps = 0;
+	c.nvme_gbps = c.link_gbps;
+	EXPECT_FALSE(moem_cost_copy_back(&c, b, 1));
 }
 
 TEST(cleanup)

@@ -239,6 +239,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("stall_ns", rs->total.stall_ns);
 	J_DBL("stall_share", rs->stall_share);
 	J_U64("bytes_nvme", rs->total.bytes_nvme);
+	J_U64("bytes_d2h", rs->total.bytes_d2h);
 	J_U64("bytes_h2d", rs->total.bytes_h2d);
 	J_U64("step_ns", rs->total.step_ns);
 	J_STR("exec", st->exec);
@@ -257,7 +258,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 static void print_human(const struct run_args *a, const struct moem_run_stats *rs,
 			const struct moem_engine_status *st)
 {
-	char b1[32], b2[32];
+	char b1[32], b2[32], b3[32];
 
 	printf("moem run: %llu steps x %u tokens on %s (%s), pool %s\n",
 	       (unsigned long long)rs->total.step, a->ea.w.batch, st->backend,
@@ -279,9 +280,11 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 		       (unsigned long long)rs->total.cpu_experts,
 		       rs->total.step ? (double)rs->total.cpu_experts / rs->total.step : 0.0,
 		       (double)rs->total.cpu_ns / 1e6);
-	printf("  moved        NVMe->DRAM %s, DRAM->HBM %s; stalls %.1f ms (%.1f%% of time)\n",
+	printf("  moved        NVMe->DRAM %s, DRAM->HBM %s, HBM->DRAM (copied back) %s; stalls "
+	       "%.1f ms (%.1f%% of time)\n",
 	       moem_fmt_bytes(rs->total.bytes_nvme, b1, sizeof(b1)),
 	       moem_fmt_bytes(rs->total.bytes_h2d, b2, sizeof(b2)),
+	       moem_fmt_bytes(rs->total.bytes_d2h, b3, sizeof(b3)),
 	       (double)rs->total.stall_ns / 1e6, rs->stall_share * 100);
 	printf("  speed        %.1f tokens/s, %.1f ms per step\n", rs->tokens_per_s,
 	       rs->total.step ? (double)rs->total.step_ns / rs->total.step / 1e6 : 0.0);

@@ -86,11 +86,22 @@ static int parse_u64(const char *s, const char *what, uint64_t *v)
 	return 0;
 }
 
+/* Stall as a multiple of its floor (sim.h), "-" where compute hides even MIN's loads. */
+static const char *xbound(const struct moem_sim_result *r, char *buf, size_t n)
+{
+	if (!r->stall_bound_ns)
+		return "-";
+	snprintf(buf, n, "%.2f", r->stall_x_bound);
+	return buf;
+}
+
 static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep, bool hyb)
 {
-	fprintf(f, "%-26s %6s %7s %7s %7s %7s %9s %9s %8s %8s %5s %5s%s\n", "policy",
-		sweep ? "hbm%" : "T", "hit", "belady", "xMIN", "late", "stall/st", "step",
-		"PCIe/st", "NVMe/st", "S", "hi%", hyb ? "  cpu%   cpu/st" : "");
+	char xb[32];
+
+	fprintf(f, "%-26s %6s %7s %7s %7s %7s %9s %6s %9s %8s %8s %8s %5s %5s%s\n", "policy",
+		sweep ? "hbm%" : "T", "hit", "belady", "xMIN", "late", "stall/st", "xfloor", "step",
+		"PCIe/st", "NVMe/st", "D2H/st", "S", "hi%", hyb ? "  cpu%   cpu/st" : "");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct moem_sim_result *r = &rows[i].r;
 		double st = r->steps ? (double)r->steps : 1;
@@ -104,14 +115,13 @@ static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep,
 				fprintf(f, "%-26s %6s  n/a: %s\n", rows[i].spec, "-", rows[i].msg);
 			continue;
 		}
-		fprintf(f,
-			"%-26s %6.1f %7.4f %7.4f %7.3f %7.4f %7.3fms %7.3fms %6.1fMB %6.1fMB "
-			"%5.1f %5.1f",
-			rows[i].spec, sweep ? rows[i].pct : r->mean_T, r->hit_rate,
-			r->belady_hit_rate, r->frac_belady,
-			r->accesses ? (double)r->late / r->accesses : 0, r->stall_ns / st / 1e6,
-			r->step_ns / 1e6, r->bytes_pcie / st / 1e6, r->bytes_nvme / st / 1e6,
-			r->mean_S, 100 * r->hi_frac);
+		fprintf(f, "%-26s %6.1f %7.4f %7.4f %7.3f %7.4f %7.3fms %6s %7.3fms ", rows[i].spec,
+			sweep ? rows[i].pct : r->mean_T, r->hit_rate, r->belady_hit_rate,
+			r->frac_belady, r->accesses ? (double)r->late / r->accesses : 0,
+			r->stall_ns / st / 1e6, xbound(r, xb, sizeof(xb)), r->step_ns / 1e6);
+		fprintf(f, "%6.1fMB %6.1fMB %6.1fMB %5.1f %5.1f", r->bytes_pcie / st / 1e6,
+			r->bytes_nvme / st / 1e6, r->bytes_d2h / st / 1e6, r->mean_S,
+			100 * r->hi_frac);
 		if (hyb)
 			fprintf(f, " %5.1f %6.3fms", 100 * r->cpu_share, r->cpu_ns / st / 1e6);
 		fputc('\n', f);
@@ -121,28 +131,32 @@ static void print_table(FILE *f, const struct row *rows, uint32_t n, bool sweep,
 /* The same table in Markdown, for Documentation/benchmarks (bench/sim/run.sh). */
 static void print_md(FILE *f, const struct row *rows, uint32_t n, bool hyb)
 {
+	char xb[32];
+
 	fprintf(f,
 		"| policy | HBM %% | mean T | hit rate | Belady | x Belady | late | "
-		"stall/step (ms) | step (ms) | PCIe MB/step | NVMe MB/step | mean S | hi %% |%s\n"
+		"stall/step (ms) | stall floor (ms) | x floor | step (ms) | PCIe MB/step | NVMe "
+		"MB/step | D2H MB/step | mean S | hi %% |%s\n"
 		"| --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: "
-		"|%s\n",
+		"| --: | --: | --: |%s\n",
 		hyb ? " CPU %% of uses | CPU ms/step |" : "", hyb ? " --: | --: |" : "");
 	for (uint32_t i = 0; i < n; i++) {
 		const struct moem_sim_result *r = &rows[i].r;
 		double st = r->steps ? (double)r->steps : 1;
 
 		if (rows[i].err) {
-			fprintf(f, "| %s | %.1f | n/a: %s |||||||||||\n", rows[i].spec, rows[i].pct,
-				rows[i].msg);
+			fprintf(f, "| %s | %.1f | n/a: %s ||||||||||||||\n", rows[i].spec,
+				rows[i].pct, rows[i].msg);
 			continue;
 		}
-		fprintf(f,
-			"| %s | %.1f | %.2f | %.4f | %.4f | %.3f | %.4f | %.3f | %.3f | %.1f | "
-			"%.1f | %.1f | %.1f |",
+		fprintf(f, "| %s | %.1f | %.2f | %.4f | %.4f | %.3f | %.4f | %.3f | %.3f | %s | ",
 			rows[i].spec, rows[i].pct, r->mean_T, r->hit_rate, r->belady_hit_rate,
 			r->frac_belady, r->accesses ? (double)r->late / r->accesses : 0,
-			r->stall_ns / st / 1e6, r->step_ns / 1e6, r->bytes_pcie / st / 1e6,
-			r->bytes_nvme / st / 1e6, r->mean_S, 100 * r->hi_frac);
+			r->stall_ns / st / 1e6, r->stall_bound_ns / st / 1e6,
+			xbound(r, xb, sizeof(xb)));
+		fprintf(f, "%.3f | %.1f | %.1f | %.1f | %.1f | %.1f |", r->step_ns / 1e6,
+			r->bytes_pcie / st / 1e6, r->bytes_nvme / st / 1e6, r->bytes_d2h / st / 1e6,
+			r->mean_S, 100 * r->hi_frac);
 		if (hyb)
 			fprintf(f, " %.1f | %.3f |", 100 * r->cpu_share, r->cpu_ns / st / 1e6);
 		fputc('\n', f);
@@ -166,9 +180,14 @@ static struct json_object *row_json(const struct row *w, bool hyb)
 	json_object_object_add(o, "belady_hit_rate", json_object_new_double(r->belady_hit_rate));
 	json_object_object_add(o, "frac_belady", json_object_new_double(r->frac_belady));
 	json_object_object_add(o, "stall_ns", json_object_new_uint64(r->stall_ns));
+	json_object_object_add(o, "min_bytes", json_object_new_uint64(r->min_bytes));
+	json_object_object_add(o, "stall_bound_ns", json_object_new_uint64(r->stall_bound_ns));
+	json_object_object_add(o, "stall_x_bound",
+			       r->stall_bound_ns ? json_object_new_double(r->stall_x_bound) : NULL);
 	json_object_object_add(o, "bytes_moved", json_object_new_uint64(r->bytes_pcie));
 	json_object_object_add(o, "bytes_pcie", json_object_new_uint64(r->bytes_pcie));
 	json_object_object_add(o, "bytes_nvme", json_object_new_uint64(r->bytes_nvme));
+	json_object_object_add(o, "bytes_d2h", json_object_new_uint64(r->bytes_d2h));
 	json_object_object_add(o, "bytes_demand", json_object_new_uint64(r->bytes_demand));
 	json_object_object_add(o, "bytes_prefetch", json_object_new_uint64(r->bytes_prefetch));
 	json_object_object_add(o, "bytes_other", json_object_new_uint64(r->bytes_other));

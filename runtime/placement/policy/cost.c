@@ -52,6 +52,14 @@ uint64_t moem_cost_gpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t to
 	return (uint64_t)((double)bytes / c->hbm_gbps + 0.5) + (uint64_t)tokens * c->token_ns;
 }
 
+uint64_t moem_cost_stall_bound_ns(const struct moem_cost *c, uint64_t link_bytes,
+				  uint64_t compute_ns)
+{
+	double link = (double)link_bytes / c->link_gbps;
+
+	return link > (double)compute_ns ? (uint64_t)(link - (double)compute_ns + 0.5) : 0;
+}
+
 bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, uint64_t dram_bytes)
 {
 	double d2h = c->d2h_gbps > 0 ? c->d2h_gbps : c->link_gbps;
@@ -60,6 +68,15 @@ bool moem_cost_dram_exclusive(const struct moem_cost *c, uint64_t model_bytes, u
 	 * direction (PCIe is full duplex: it does not delay copies to HBM);
 	 * reading it again from NVMe costs bytes / nvme on the critical path. */
 	return dram_bytes < model_bytes && d2h > c->nvme_gbps;
+}
+
+bool moem_cost_copy_back(const struct moem_cost *c, uint64_t bytes, double reuse_p)
+{
+	double d2h = c->d2h_gbps > 0 ? c->d2h_gbps : c->link_gbps;
+	double saved = (double)bytes / moem_cost_h2d_bpn(c, true) -
+		       (double)bytes / moem_cost_h2d_bpn(c, false);
+
+	return reuse_p > 0 && reuse_p * saved > (double)bytes / d2h;
 }
 
 static double cpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens, bool in_dram)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/cost.h>
 #include <moem/error.h>
 
 #include "driver_int.h"
@@ -137,8 +138,9 @@ int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver
 	d->req = malloc(4096 * sizeof(*d->req));
 	d->prob = malloc(d->N * sizeof(*d->prob));
 	d->next_use = malloc(LN * sizeof(*d->next_use));
+	d->reuse_q = calloc(LN, sizeof(*d->reuse_q));
 	if (!d->plan || !d->pin || !d->brought || !d->fl_seq || !d->fl_tpos || !d->fl_used ||
-	    !d->req || !d->prob || !d->next_use) {
+	    !d->req || !d->prob || !d->next_use || !d->reuse_q) {
 		ret = -ENOMEM;
 		goto err;
 	}
@@ -157,7 +159,7 @@ int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver
 	}
 	if (ret)
 		goto err;
-	if (c->predictor || c->prefetch || c->paging) {
+	if (c->predictor || c->prefetch || c->paging || c->copy_back) {
 		struct moem_prefetch_cfg pc = c->pf;
 
 		pc.n_layers = d->L;
@@ -204,6 +206,7 @@ void moem_driver_destroy(struct moem_driver *d)
 	free(d->req);
 	free(d->prob);
 	free(d->next_use);
+	free(d->reuse_q);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
@@ -305,8 +308,11 @@ const char *moem_dram_rule_name(enum moem_dram_rule r)
 void moem_driver_dram_inserted(struct moem_driver *d, uint32_t vid)
 {
 	drv_lock(d);
-	if (!moem_evict_has(d->dev, vid))
+	if (!moem_evict_has(d->dev, vid)) {
 		moem_evict_insert(d->dev, vid, d->pos);
+		d->dram_n++;
+		d->dram_ins++;
+	}
 	moem_evict_access(d->dev, vid, d->pos);
 	drv_unlock(d);
 }
@@ -322,7 +328,10 @@ void moem_driver_dram_used(struct moem_driver *d, uint32_t vid)
 void moem_driver_dram_removed(struct moem_driver *d, uint32_t vid)
 {
 	drv_lock(d);
-	moem_evict_remove(d->dev, vid);
+	if (moem_evict_has(d->dev, vid)) {
+		moem_evict_remove(d->dev, vid);
+		d->dram_n--;
+	}
 	drv_unlock(d);
 }
 
@@ -368,6 +377,42 @@ int moem_driver_dram_pick(struct moem_driver *d, bool (*ok)(void *arg, uint32_t 
 	d->ok_arg = prev_arg;
 	drv_unlock(d);
 	return ret;
+}
+
+bool moem_driver_copy_back(struct moem_driver *d, uint32_t vid, uint64_t bytes, bool room,
+			   bool (*ok)(void *arg, uint32_t vid), void *arg, uint32_t *dram_victim)
+{
+	uint32_t key = vid / 2;
+	double nu, q, runs;
+	bool yes;
+
+	if (!d->c.copy_back)
+		return false;
+	drv_lock(d);
+	nu = d->next_use[key];
+	q = isfinite(nu) ? d->reuse_q[key] : 0;
+	/*
+	 * q is the chance of a use at the layer's next run; DRAM keeps what it
+	 * holds for about dram_n / (insertions per tick) ticks, i.e. that many
+	 * runs of the layer over L, and a use at any of them counts.
+	 */
+	runs = d->dram_ins ? (double)d->dram_n * (double)(d->pos + 1) / (double)d->dram_ins /
+				     (double)d->L
+			   : 1;
+	if (q > 0 && q < 1 && runs > 1)
+		q = 1 - pow(1 - q, runs);
+	drv_unlock(d);
+	if (!moem_cost_copy_back(&d->c.cost, bytes, q))
+		return false;
+	if (room)
+		return true;
+	if (moem_driver_dram_pick(d, ok, arg, dram_victim))
+		return false;
+	/* the worth rule of prefetch, for DRAM: push out only what is expected later */
+	drv_lock(d);
+	yes = d->next_use[*dram_victim / 2] > nu;
+	drv_unlock(d);
+	return yes;
 }
 
 /* ---- pred's scores: an online Belady ----------------------------------------- */
@@ -423,6 +468,7 @@ int moem_drv_score_layer(struct moem_driver *d, uint32_t l)
 	ret = moem_prefetch_reuse(d->pf, l, d->prob);
 	for (uint32_t e = 0; !ret && e < d->N; e++) {
 		d->next_use[l * d->N + e] = moem_drv_expected_use(d, next, d->prob[e]);
+		d->reuse_q[l * d->N + e] = d->prob[e];
 		if (d->c.evict.kind == MOEM_EVICT_PRED)
 			moem_drv_set_score(d, moem_drv_vid(d, l * d->N + e),
 					   score_of(d, next, d->prob[e]));

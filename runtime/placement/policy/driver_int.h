@@ -54,7 +54,11 @@ struct moem_driver {
 	 * INFINITY while the predictor does not know its layer). A prefetch
 	 * evicts only a victim expected later than the prefetched expert.
 	 */
-	double *next_use;      /* [L * N] */
+	double *next_use; /* [L * N] */
+	float *reuse_q;	  /* [L * N] the probability behind next_use (copy-back) */
+	/* DRAM's churn, for how long a version copied back would stay there:
+	 * versions it holds, and insertions since creation */
+	uint64_t dram_n, dram_ins;
 	uint32_t in_vid;       /* the version a prefetch is bringing (moem_driver_pick) */
 	double in_next_use;    /* and its expected use */
 	uint32_t layer_misses; /* the current layer's experts not resident when needed */

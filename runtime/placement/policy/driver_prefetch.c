@@ -159,6 +159,7 @@ static int issue(struct moem_driver *d, const struct moem_prefetch_req *r)
 		ret = moem_drv_flight_add(d, key, r->pos);
 		d->brought[key] = 1;
 		d->next_use[key] = moem_drv_expected_use(d, r->pos, r->prob);
+		d->reuse_q[key] = r->prob;
 		moem_evict_predict(d->ev, vid, r->pos);
 		d->st.pf_issued++;
 		ret = ret ? ret : 1;

@@ -110,6 +110,12 @@ double moem_sim_link_bpn(struct sim *s, uint32_t key, uint64_t bytes)
 
 void moem_sim_on_done(struct sim *s, struct sim_xfer *x)
 {
+	/* a copy back to DRAM: its DRAM copy was counted in when it was queued */
+	if (x->kind == XK_WRITEBACK) {
+		if (x->counted)
+			s->r->bytes_d2h += x->bytes;
+		return;
+	}
 	if (x->counted) {
 		s->r->bytes_pcie += x->bytes;
 		if (x->kind == XK_DEMAND)
@@ -348,6 +354,11 @@ static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
 	dc.cost = s->c->cost;
 	dc.expert_bytes = s->size;
 	dc.hbm_slots = s->c->hbm_bytes / s->size;
+	s->copy_back = s->dram_cache && p->copy_back &&
+		       (p->mode == MOEM_SIM_CACHE || p->mode == MOEM_SIM_FLUXMOE);
+	dc.copy_back = s->copy_back;
+	if (s->c->decide_nvme_gbps > 0)
+		dc.cost.nvme_gbps = s->c->decide_nvme_gbps;
 	if (p->mode == MOEM_SIM_CACHE || p->mode == MOEM_SIM_FLUXMOE) {
 		dc.prefetch = p->prefetch;
 		dc.pf = p->pf;
@@ -412,6 +423,9 @@ static int finish(struct sim *s)
 			       : 0;
 	r->belady_hit_rate = ba ? (double)bh / ba : 0;
 	r->frac_belady = r->belady_hit_rate > 0 ? r->hit_rate / r->belady_hit_rate : 0;
+	r->min_bytes = (ba - bh) * s->size;
+	r->stall_bound_ns = moem_cost_stall_bound_ns(&s->c->cost, r->min_bytes, r->compute_ns);
+	r->stall_x_bound = r->stall_bound_ns ? (double)r->stall_ns / (double)r->stall_bound_ns : 0;
 	r->mean_T = r->layer_steps ? r->mean_T / r->layer_steps : 0;
 	r->hbm_peak = s->hbm.peak;
 	r->mean_S = st.s_n ? (double)st.s_sum / st.s_n : 0;

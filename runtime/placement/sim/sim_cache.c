@@ -37,6 +37,48 @@ static void drop(struct sim *s, uint32_t key)
 	moem_driver_removed(s->d, key * 2);
 }
 
+/* A DRAM victim for a copy back: staged, and not being copied to HBM. */
+static bool dram_ok(void *arg, uint32_t vid)
+{
+	const struct sim *s = arg;
+
+	return s->in_dram[vid / 2] && s->k[vid / 2].st != K_FLIGHT;
+}
+
+/*
+ * key leaves HBM: copy it back to DRAM if DRAM lacks it and the driver
+ * (the cost model) says so. The copy runs on the one copy engine at the
+ * priority of the fetch that takes the slot, ahead of it (the slot is
+ * overwritten only once it is out): the cost model charges it on the
+ * critical path, and so does the simulator. Its DRAM copy counts from
+ * now, as a load into DRAM does.
+ */
+static void copy_back(struct sim *s, uint32_t key, int prio)
+{
+	const struct moem_cost *c = &s->c->cost;
+	bool room = s->dram.limit - s->dram.used >= s->size && s->dram.used <= s->dram.limit;
+	uint32_t v;
+
+	if (!s->copy_back || s->in_dram[key])
+		return;
+	if (!moem_driver_copy_back(s->d, key * 2, s->size, room, dram_ok, s, &v))
+		return;
+	if (!room) {
+		moem_driver_dram_removed(s->d, v);
+		s->in_dram[v / 2] = 0;
+		moem_tier_budget_release(&s->dram, s->size);
+	}
+	if (!moem_tier_budget_try_reserve(&s->dram, s->size))
+		return;
+	if (moem_sim_ce_add(s, key, XK_WRITEBACK, prio, s->size,
+			    c->d2h_gbps > 0 ? c->d2h_gbps : c->link_gbps) == SIM_NONE) {
+		moem_tier_budget_release(&s->dram, s->size);
+		return;
+	}
+	s->in_dram[key] = 1;
+	moem_driver_dram_inserted(s->d, key * 2);
+}
+
 /* MIN: the resident key used farthest in the future, not used by this layer (lowest on ties). */
 static int oracle_victim(struct sim *s, uint32_t *v)
 {
@@ -92,6 +134,7 @@ static int make_room(struct sim *s, uint32_t key, uint64_t bytes)
 			v /= 2;
 		}
 		if (!ret) {
+			copy_back(s, v, PRIO_MISS);
 			drop(s, v);
 			continue;
 		}
@@ -136,6 +179,7 @@ static int prefetch_room(struct sim *s, uint32_t key)
 			return 0;
 		if (moem_driver_pick(s->d, key * 2, MOEM_PRIO_PREFETCH, resident, s, &v))
 			return -EAGAIN;
+		copy_back(s, v / 2, PRIO_PREFETCH);
 		drop(s, v / 2);
 	}
 }

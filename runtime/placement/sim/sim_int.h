@@ -23,7 +23,7 @@
 #define SIM_INF	 UINT64_MAX
 
 enum { PRIO_MISS = 0, PRIO_PREFETCH = 1, PRIO_LOW = 2, PRIO_NR };
-enum { XK_DEMAND, XK_PREFETCH, XK_PROMOTE, XK_DEMOTE, XK_PAGE };
+enum { XK_DEMAND, XK_PREFETCH, XK_PROMOTE, XK_DEMOTE, XK_PAGE, XK_WRITEBACK };
 enum { XS_FREE, XS_QUEUED, XS_ACTIVE, XS_DONE };
 enum { K_ABSENT = 0, K_FLIGHT = 1, K_RES = 2 };
 
@@ -70,6 +70,7 @@ struct sim {
 	struct moem_route_cfg rc;
 	struct moem_driver *d;
 	bool dram_cache; /* DRAM below the model: a cache under the driver's DRAM rule */
+	bool copy_back;	 /* and HBM's victims may be copied back to it (driver.h) */
 	struct moem_tier_budget hbm, dram;
 	struct sim_key *k; /* [L * N] */
 	uint8_t *in_dram;  /* [L * N] */

@@ -141,8 +141,10 @@ static int cache_parts(struct moem_spec *sp, const struct preset *ps, struct moe
 	if (ret)
 		return ret;
 	p->pf_queue = 64;
+	p->copy_back = true;
 	ret = moem_spec_u32(sp, "queue", 1, 4096, &p->pf_queue)
-		      ?: moem_spec_bool(sp, "pregate", &p->pregate);
+		      ?: moem_spec_bool(sp, "pregate", &p->pregate)
+		      ?: moem_spec_bool(sp, "copyback", &p->copy_back);
 	if (!ret) {
 		enum moem_dram_rule dr;
 

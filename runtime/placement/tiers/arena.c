@@ -66,6 +66,7 @@ void moem_tr_hbm_evict(struct moem_tiers *t, struct ver *v)
 {
 	uint64_t need = moem_tr_hbm_need(t, moem_tr_vbytes(t, v));
 
+	moem_tr_copy_back(t, v);
 	t->hev->del(t->hev, v->id);
 	v->hs = H_ABSENT;
 	t->n_resident[moem_tr_pi(v)]--;

@@ -50,6 +50,44 @@ int moem_tr_dram_alloc(struct moem_tiers *t, const struct ver *in, bool evict, u
 	}
 }
 
+/*
+ * Exclusive DRAM (cost.h): v leaves HBM and DRAM does not hold it; the
+ * HBM evictor (the policy driver's moem_driver_copy_back()) decides
+ * whether it is copied back. The copy reads the device memory through
+ * the host (host_view: the emulated device); a CUDA VMM arena has no
+ * such view, and there the tiers stay inclusive. Synchronous, under
+ * the lock, before the slot is freed: the slot's next tenant cannot
+ * overwrite it while it is read. Compute may still be reading it too,
+ * which is harmless: nothing writes a resident version.
+ */
+void moem_tr_copy_back(struct moem_tiers *t, struct ver *v)
+{
+	uint64_t bytes = moem_tr_vbytes(t, v), off;
+	const void *src;
+	uint32_t id;
+	bool room;
+
+	if (v->ds != D_ABSENT || !t->hev->copy_back || !t->dev->ops->host_view)
+		return;
+	src = t->dev->ops->host_view(t->dev, t->base + v->hoff);
+	if (!src)
+		return;
+	room = moem_extent_used_bytes(&t->dx) + moem_align_up(bytes, 4096) <= t->dram_budget;
+	if (!t->hev->copy_back(t->hev, v->id, bytes, room, moem_tr_dram_ok, t, &id))
+		return;
+	if (!room)
+		moem_tr_dram_evict(t, &t->v[id]);
+	if (moem_tr_dram_alloc(t, v, false, &off))
+		return;
+	memcpy(t->pool + off, src, bytes);
+	v->doff = off;
+	v->ds = D_READY;
+	t->n_ready++;
+	t->dev_ev->add(t->dev_ev, v->id);
+	moem_tr_note(t, v, 1);
+	t->st.bytes_d2h += bytes;
+}
+
 static void on_load_done(void *arg, int status)
 {
 	struct ver *v = arg;

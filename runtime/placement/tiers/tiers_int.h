@@ -84,6 +84,9 @@ struct moem_tiers {
 	uint64_t n_resident[2], n_ready; /* versions RESIDENT by pi, READY */
 };
 
+/* staging.c: v is leaving HBM; copy it back to DRAM if the HBM evictor says so (lock held). */
+void moem_tr_copy_back(struct moem_tiers *t, struct ver *v);
+
 static inline void moem_tr_note(struct moem_tiers *t, const struct ver *v, int ready)
 {
 	if (t->note)
