@@ -37,6 +37,7 @@
 #include "policy_prefetch.h"
 #include "policy_paging.h"
 #include "cost.h"
+#include "place.h"
 #include "driver.h"
 #include "sim.h"
 #include "xfer.h"
