@@ -32,6 +32,7 @@
 
 #include "backend.h"
 #include "loader.h"
+#include "place.h"
 #include "pool.h"
 #include "quant.h"
 
@@ -108,12 +109,15 @@ struct moem_engine_opts {
 	 * or without exec_hybrid. cpu_gbps > 0 gives the CPU kernels'
 	 * throughput (else it is measured at open), cpu_token_ns their cost
 	 * per (token, expert) pair (0: measured, or none when cpu_gbps is
-	 * given).
+	 * given). place: the --place rules (place.h), resolved against the
+	 * model at open with cpu_moe_layers as the last rule; a cpu rule
+	 * starts the CPU executor as cpu_moe_layers does.
 	 */
 	bool exec_hybrid;
 	uint32_t cpu_moe_layers;
 	double cpu_gbps;
 	uint64_t cpu_token_ns;
+	struct moem_place_rules place;
 };
 
 enum moem_workload_kind {
@@ -265,6 +269,8 @@ struct moem_engine_status {
 	 * throughput the decision uses (0: no CPU executor), and totals. */
 	char exec[8];
 	uint32_t cpu_moe_layers;
+	char place[256];     /* the --place rules, moem_place_format_all() */
+	uint64_t cpu_placed; /* experts placed on the CPU always (rules, cpu-moe-layers) */
 	double cpu_gbps;
 	uint64_t cpu_token_ns;
 	uint64_t cpu_experts, cpu_ns;

@@ -346,6 +346,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 			e->moe_layer[e->n_moe++] = l;
 	}
 	ret = pick_precisions(e);
+	if (!ret)
+		ret = moem_eng_place_open(e); /* a bad --place rule, before anything loads */
 	if (ret)
 		goto err;
 	/* pre-gate depth: the default 2, none, or what was asked, within the step */
@@ -851,7 +853,9 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	snprintf(st->hotness, sizeof(st->hotness), "%s", e->hotness);
 	snprintf(st->hbm_mode, sizeof(st->hbm_mode), "%s", e->uvm ? "uvm" : "vmm");
 	snprintf(st->exec, sizeof(st->exec), "%s", e->o.exec_hybrid ? "hybrid" : "gpu");
-	st->cpu_moe_layers = e->cpu_layers;
+	st->cpu_moe_layers = e->o.cpu_moe_layers;
+	moem_place_format_all(&e->o.place, st->place, sizeof(st->place));
+	st->cpu_placed = e->n_placed_cpu;
 	st->cpu_gbps = e->cpu_be ? e->xcost.cpu_gbps : 0;
 	st->cpu_token_ns = e->cpu_be ? e->xcost.cpu_token_ns : 0;
 	if (e->uvm) {

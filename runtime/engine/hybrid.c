@@ -162,11 +162,7 @@ int moem_eng_hybrid_open(struct moem_engine *e)
 	struct moem_backend_opts bo = {.threads = e->o.threads, .isa = e->o.cpu_isa};
 	int ret;
 
-	if (e->o.cpu_moe_layers > e->n_moe)
-		return moem_errf(EINVAL, "--cpu-moe-layers %u: the model has %u MoE layer%s",
-				 e->o.cpu_moe_layers, e->n_moe, e->n_moe == 1 ? "" : "s");
-	e->cpu_layers = e->o.cpu_moe_layers;
-	if (!e->o.exec_hybrid && !e->cpu_layers)
+	if (!e->o.exec_hybrid && !e->n_placed_cpu)
 		return 0;
 	if (e->uvm)
 		return moem_errf(EINVAL, "hybrid execution needs hbm mode vmm: under uvm the "
@@ -198,17 +194,34 @@ int moem_eng_hybrid_open(struct moem_engine *e)
 	ret = moem_cost_check(&e->xcost);
 	if (ret)
 		return moem_err_prefix(-ret, "hybrid");
-	if (!e->cpu_layers)
+	if (!e->n_placed_cpu)
 		moem_info("hybrid: the cost model sends experts not in HBM to the CPU");
 	else
-		moem_info("hybrid: the experts of the first %u MoE layer%s on the CPU%s",
-			  e->cpu_layers, e->cpu_layers == 1 ? "" : "s",
+		moem_info("hybrid: %llu expert%s placed on the CPU%s",
+			  (unsigned long long)e->n_placed_cpu, e->n_placed_cpu == 1 ? "" : "s",
 			  e->o.exec_hybrid ? ", the cost model places the rest" : "");
 	return 0;
 }
 
+int moem_eng_place_open(struct moem_engine *e)
+{
+	const uint32_t N = e->cfg->n_experts;
+	int ret;
+
+	/* validate first: a model-sized map only when some rule places anything */
+	ret = moem_place_map(&e->o.place, e->o.cpu_moe_layers, e->n_moe, N, NULL, &e->n_placed_cpu);
+	if (ret || (!e->o.place.n && !e->o.cpu_moe_layers))
+		return ret;
+	e->place = calloc((size_t)e->n_moe * N, 1);
+	if (!e->place)
+		return -ENOMEM;
+	return moem_place_map(&e->o.place, e->o.cpu_moe_layers, e->n_moe, N, e->place, NULL);
+}
+
 void moem_eng_hybrid_close(struct moem_engine *e)
 {
+	free(e->place);
+	e->place = NULL;
 	moem_backend_close(e->cpu_be_own);
 	e->cpu_be_own = NULL;
 	e->cpu_be = NULL;
@@ -221,11 +234,13 @@ void moem_eng_hybrid_close(struct moem_engine *e)
 enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q, uint32_t m,
 				uint32_t x, uint32_t tokens, bool *forced)
 {
+	enum moem_place w =
+		e->place ? (enum moem_place)e->place[m * e->cfg->n_experts + x] : MOEM_PLACE_AUTO;
 	uint32_t pi;
 	int pub;
 
-	*forced = m < e->cpu_layers;
-	if (!e->cpu_be || (!*forced && !e->o.exec_hybrid))
+	*forced = w == MOEM_PLACE_CPU;
+	if (!e->cpu_be || w == MOEM_PLACE_GPU || (!*forced && !e->o.exec_hybrid))
 		return MOEM_EXEC_GPU;
 	pi = moem_tiers_plan(e->tiers, m, x);
 	pub = moem_tiers_published(e->tiers, m, x);
@@ -234,9 +249,9 @@ enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q
 				   moem_tiers_staged(e->tiers, m, x, pi), 0, *forced);
 }
 
-bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m)
+bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m, uint32_t x)
 {
-	return m >= e->cpu_layers;
+	return !e->place || e->place[m * e->cfg->n_experts + x] != MOEM_PLACE_CPU;
 }
 
 int moem_eng_cpu_inputs(struct moem_engine *e, uint32_t B)

@@ -431,9 +431,11 @@ dram_full:
 		return ret;
 	/* Then HBM, planned versions, up to its budget, from what DRAM holds
 	 * (a load here would evict staged versions from DRAM); not the
-	 * experts of --cpu-moe-layers layers, which never enter it. */
-	for (uint32_t m = e->cpu_layers; m < e->n_moe && !ret; m++)
+	 * experts placed on the CPU, which never enter it. */
+	for (uint32_t m = 0; m < e->n_moe && !ret; m++)
 		for (uint32_t x = 0; x < e->cfg->n_experts && !ret; x++) {
+			if (!moem_eng_hbm_allowed(e, m, x))
+				continue;
 			moem_tiers_usage(e->tiers, &hu, &hb, &du, &db, &nv);
 			if (hu + e->blob_bytes[0] > hb)
 				goto hbm_full;

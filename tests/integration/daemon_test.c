@@ -678,6 +678,47 @@ TEST_F(d, sighup_reloads)
 	shutdown_ok(_metadata, &self->m);
 }
 
+/*
+ * --place rules in the config file and on the command line: the flags'
+ * replace the file's, and status shows the rules in force.
+ */
+TEST_F(d, place_rules)
+{
+	char conf[600], body[1024];
+	struct json_object *r;
+
+	snprintf(conf, sizeof(conf), "%s/moemd.conf", self->dir);
+	snprintf(body, sizeof(body),
+		 "pack = %s\nbackend = cpu\nthreads = 1\npool = thp\nhbm = 30%%\n"
+		 "place = layers=0:cpu\nplace = layers=1,experts=0-3:gpu\n",
+		 self->pack);
+	write_conf(conf, body);
+	{
+		const char *args[] = {"--config", conf, NULL};
+
+		ASSERT_EQ(0, dmn_start_argv(&self->m, self->dir, args));
+	}
+	ASSERT_EQ(0, dmn_wait_ready(&self->m, 30000));
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("layers=0:cpu; layers=1,experts=0-3:gpu", dmn_str(r, "policies.place"));
+	EXPECT_EQ(16u, dmn_u64(r, "policies.cpu_placed"));
+	/* a CPU executor, measured */
+	EXPECT_GT(json_object_get_double(dmn_get(r, "policies.cpu_gbps")), 0);
+	json_object_put(r);
+	shutdown_ok(_metadata, &self->m);
+	{
+		const char *args[] = {"--config", conf, "--place", "layers=1,experts=2:cpu", NULL};
+
+		ASSERT_EQ(0, dmn_start_argv(&self->m, self->dir, args));
+	}
+	ASSERT_EQ(0, dmn_wait_ready(&self->m, 30000));
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("layers=1,experts=2:cpu", dmn_str(r, "policies.place"));
+	EXPECT_EQ(1u, dmn_u64(r, "policies.cpu_placed"));
+	json_object_put(r);
+	shutdown_ok(_metadata, &self->m);
+}
+
 TEST_F(d, configuration_errors)
 {
 	char conf[600];
@@ -691,6 +732,17 @@ TEST_F(d, configuration_errors)
 	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
 	EXPECT_EQ(64, dmn_exit_code(&self->m));
 	EXPECT_TRUE(dmn_log_has(&self->m, "batch '0'"));
+	ASSERT_EQ(0, dmn_start(&self->m, self->dir, "--pack", self->pack, "--place",
+			       "layers=0:nowhere", NULL));
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
+	EXPECT_EQ(64, dmn_exit_code(&self->m));
+	EXPECT_TRUE(dmn_log_has(&self->m, "'nowhere' is not cpu, gpu or auto"));
+	/* checked against the pack's 2 MoE layers when the engine opens */
+	ASSERT_EQ(0, dmn_start(&self->m, self->dir, "--pack", self->pack, "--backend", "cpu",
+			       "--place", "layers=2:cpu", NULL));
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 30000));
+	EXPECT_NE(0, dmn_exit_code(&self->m));
+	EXPECT_TRUE(dmn_log_has(&self->m, "MoE layer 2 is beyond the model's 2"));
 	snprintf(conf, sizeof(conf), "%s/bad.conf", self->dir);
 	write_conf(conf, "hbm = 12G\nsparkle = yes\n");
 	ASSERT_EQ(0, dmn_start(&self->m, self->dir, "--pack", self->pack, "--config", conf, NULL));

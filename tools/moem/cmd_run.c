@@ -67,6 +67,7 @@ static const struct option run_opts[] = {
 	{"cpu-moe-layers", required_argument, NULL, 0},
 	{"cpu-gbps", required_argument, NULL, 0},
 	{"cpu-token-ns", required_argument, NULL, 0},
+	{"place", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},
 	{"trace-out", required_argument, NULL, 0},
@@ -106,7 +107,7 @@ static void run_usage(FILE *f)
 		"                [--hotness engine|bpf] [--pregate D] [--counts-out FILE]\n"
 		"                [--hbm-mode vmm|uvm]\n"
 		"                [--exec gpu|hybrid] [--cpu-moe-layers N] [--cpu-gbps X]\n"
-		"                [--cpu-token-ns NS]\n"
+		"                [--cpu-token-ns NS] [--place RULE]...\n"
 		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
 		"                [--ready-fd FD] [--until-eof FD]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
@@ -118,6 +119,10 @@ static void run_usage(FILE *f)
 		"the cost model says it is cheaper than loading it; --cpu-moe-layers N puts\n"
 		"the experts of the first N MoE layers on the CPU always; --cpu-gbps X gives\n"
 		"the CPU kernels' throughput instead of measuring it at start.\n"
+		"--place [layers=LIST][,experts=LIST]:cpu|gpu|auto places experts by MoE\n"
+		"layer and expert (LIST: N, N-M, * separated by commas), repeatable: the\n"
+		"first matching rule wins, --cpu-moe-layers N is layers=0-(N-1):cpu after\n"
+		"them; cpu: always on the CPU, never in HBM; gpu: never on the CPU.\n"
 		"--ready-fd FD writes \"step N\" to FD as each step completes; --until-eof FD\n"
 		"ends the run (after its current step) when FD reads end-of-file, so that a\n"
 		"script decides how long it lasts (with --steps as the upper bound).\n");
@@ -243,6 +248,8 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("step_ns", rs->total.step_ns);
 	J_STR("exec", st->exec);
 	J_U64("cpu_moe_layers", st->cpu_moe_layers);
+	J_STR("place", st->place);
+	J_U64("cpu_placed", st->cpu_placed);
 	J_DBL("cpu_gbps", st->cpu_gbps);
 	J_U64("cpu_token_ns", st->cpu_token_ns);
 	J_U64("cpu_experts", rs->total.cpu_experts);
@@ -279,6 +286,9 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 		       (unsigned long long)rs->total.cpu_experts,
 		       rs->total.step ? (double)rs->total.cpu_experts / rs->total.step : 0.0,
 		       (double)rs->total.cpu_ns / 1e6);
+	if (st->place[0])
+		printf("  place        %s (%llu experts always on the CPU)\n", st->place,
+		       (unsigned long long)st->cpu_placed);
 	printf("  moved        NVMe->DRAM %s, DRAM->HBM %s; stalls %.1f ms (%.1f%% of time)\n",
 	       moem_fmt_bytes(rs->total.bytes_nvme, b1, sizeof(b1)),
 	       moem_fmt_bytes(rs->total.bytes_h2d, b2, sizeof(b2)),

@@ -171,6 +171,9 @@ void print_status(struct json_object *st)
 			       jdbl(pol, "cpu_gbps"),
 			       (unsigned long long)(c ? ju64(c, "cpu_experts") : 0),
 			       c ? (double)ju64(c, "cpu_ns") / 1e9 : 0.0);
+		if (*jstr(pol, "place"))
+			printf("place     %s (%llu experts always on the CPU)\n",
+			       jstr(pol, "place"), (unsigned long long)ju64(pol, "cpu_placed"));
 	}
 	print_budgets("budgets", jobj(st, "budgets"));
 	if (jbool(k, "loaded"))

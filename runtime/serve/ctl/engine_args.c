@@ -49,6 +49,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"cpu-moe-layers", false, MOEM_ARG_ENGINE},
 	{"cpu-gbps", false, MOEM_ARG_ENGINE},
 	{"cpu-token-ns", false, MOEM_ARG_ENGINE},
+	{"place", false, MOEM_ARG_ENGINE},
 	{"workload", false, MOEM_ARG_WORKLOAD},
 	{"batch", false, MOEM_ARG_WORKLOAD},
 	{"steps", false, MOEM_ARG_WORKLOAD},
@@ -337,6 +338,8 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 	}
 	if (!strcmp(name, "cpu-token-ns"))
 		return parse_u64(name, v, 0, 1000000000, &a->o.cpu_token_ns);
+	if (!strcmp(name, "place")) /* repeatable: each appends a rule (place.h) */
+		return moem_place_add(&a->o.place, v);
 	if (!strcmp(name, "loader"))
 		return moem_loader_mode_parse(v, &a->o.loader.mode);
 	if (!strcmp(name, "workload"))

@@ -204,6 +204,7 @@ static void usage(FILE *f)
 		"  --fallback\n"
 		"  --route SPEC --evict SPEC --prefetch SPEC --precision SPEC --paging SPEC\n"
 		"  --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X --cpu-token-ns NS\n"
+		"  --place RULE (repeatable; flags replace the config file's rules)\n"
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
 		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
@@ -306,6 +307,7 @@ int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
 {
 	struct option *opts = build_opts();
 	int ch, idx, ret, rc = MOEMD_EXIT_CONFIG;
+	bool place_flags = false;
 
 	if (!opts)
 		return MOEMD_EXIT_FAIL;
@@ -352,6 +354,12 @@ int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
 		}
 		if (!strcmp(opts[idx].name, "config"))
 			continue;
+		/* --place rules replace the file's (first match wins: else
+		 * the file's rules would win over the flags) */
+		if (!strcmp(opts[idx].name, "place") && !place_flags) {
+			c->ea.o.place.n = 0;
+			place_flags = true;
+		}
 		ret = cfg_set(c, opts[idx].name, optarg ? optarg : "");
 		if (ret) {
 			fprintf(stderr, "moemd: --%s: %s\n", opts[idx].name, moem_strerror(ret));
@@ -498,6 +506,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(a->cpu_moe_layers != b->cpu_moe_layers, "cpu-moe-layers");
 	RESTART_IF(a->cpu_gbps != b->cpu_gbps, "cpu-gbps");
 	RESTART_IF(a->cpu_token_ns != b->cpu_token_ns, "cpu-token-ns");
+	RESTART_IF(!moem_place_equal(&a->place, &b->place), "place");
 	RESTART_IF(a->loader.mode != b->loader.mode, "loader");
 	RESTART_IF(a->no_verify != b->no_verify, "no-verify");
 	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");

@@ -195,6 +195,8 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "hotness", STR(st.hotness));
 	ADD(o, "exec", STR(st.exec));
 	ADD(o, "cpu_moe_layers", U64(st.cpu_moe_layers));
+	ADD(o, "place", STR(st.place));
+	ADD(o, "cpu_placed", U64(st.cpu_placed));
 	ADD(o, "cpu_gbps", DBL(st.cpu_gbps));
 	ADD(r, "policies", o);
 
