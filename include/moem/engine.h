@@ -111,13 +111,16 @@ struct moem_engine_opts {
 	 * per (token, expert) pair (0: measured, or none when cpu_gbps is
 	 * given). place: the --place rules (place.h), resolved against the
 	 * model at open with cpu_moe_layers as the last rule; a cpu rule
-	 * starts the CPU executor as cpu_moe_layers does.
+	 * starts the CPU executor as cpu_moe_layers does. calibration: the
+	 * cache of `moem calibrate` (calib.h) read for the CPU figures when
+	 * cpu_gbps is 0 (NULL: the default path; "none": always measure).
 	 */
 	bool exec_hybrid;
 	uint32_t cpu_moe_layers;
 	double cpu_gbps;
 	uint64_t cpu_token_ns;
 	struct moem_place_rules place;
+	const char *calibration;
 };
 
 enum moem_workload_kind {
@@ -273,6 +276,7 @@ struct moem_engine_status {
 	uint64_t cpu_placed; /* experts placed on the CPU always (rules, cpu-moe-layers) */
 	double cpu_gbps;
 	uint64_t cpu_token_ns;
+	char cpu_from[16]; /* where cpu_gbps came from: "given", "cache", "measured" ("" off) */
 	uint64_t cpu_experts, cpu_ns;
 	/* UVM mode: prefetches issued to the driver (tierdev.h) */
 	uint64_t uvm_prefetches, uvm_prefetch_bytes;

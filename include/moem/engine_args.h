@@ -7,6 +7,7 @@
  *   pack hbm dram kv precisions fallback route evict prefetch precision
  *   paging backend threads cpu-threads cpu-isa pool region persistent
  *   link-gbps loader exec cpu-moe-layers cpu-gbps cpu-token-ns place
+ *   calibration
  *   no-verify trace-out trace-logits hotness pregate   (engine settings)
  *   workload batch steps mix seed              (workload settings)
  *

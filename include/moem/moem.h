@@ -45,6 +45,7 @@
 #include "tiers.h"
 #include "engine.h"
 #include "engine_args.h"
+#include "calib.h"
 #include "sample.h"
 #include "rope.h"
 #include "decode.h"

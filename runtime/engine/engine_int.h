@@ -124,6 +124,7 @@ struct moem_engine {
 	struct moem_backend *cpu_be;	 /* e->be on the CPU backend, else cpu_be_own */
 	struct moem_backend *cpu_be_own; /* a CPU backend of our own */
 	struct moem_cost xcost;		 /* what the exec decision weighs */
+	char cpu_from[16];		 /* "given", "cache", "measured" */
 	uint8_t *place;			 /* [n_moe][N] enum moem_place (place.h), or NULL */
 	uint64_t n_placed_cpu;		 /* experts placed on the CPU always */
 	uint16_t *cpu_x;		 /* host bf16 [ENG_MAX_B][H]: the layer's FFN input */

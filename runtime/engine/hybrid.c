@@ -4,8 +4,9 @@
  * "Hybrid execution"): the CPU executor that computes a layer's cold
  * experts straight from the DRAM pool while the device computes the rest,
  * the per (expert, step) decision (moem_cost_exec(), shared with `moem
- * sim --exec hybrid`), and the one-off measurement of the CPU kernels'
- * throughput the decision needs.
+ * sim --exec hybrid`), and the CPU kernels' figures the decision needs:
+ * given, read from the calibration cache when it describes this machine
+ * (calib.h, `moem calibrate`), or measured once at open.
  *
  * The CPU side runs the CPU backend's grouped FFN (the same kernels the
  * CPU backend uses for everything) on the expert's bytes where they sit
@@ -21,139 +22,86 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <moem/calib.h>
 #include <moem/error.h>
 #include <moem/log.h>
 #include <moem/util.h>
 
 #include "engine_int.h"
 
-/* The calibration's buffer: larger than any last-level cache we expect. */
-#define CAL_MIN_BYTES (64ull << 20)
-#define CAL_MAX_BYTES (512ull << 20)
-
 bool moem_eng_hybrid_on(const struct moem_engine *e)
 {
 	return e->cpu_be != NULL;
 }
 
-/* Time one pass of the batch-1 FFN over n copies of an expert blob. */
-static int cal_pass(struct moem_engine *e, uint8_t *buf, uint64_t stride, uint64_t n, moem_dptr x,
-		    moem_dptr out, uint64_t *ns)
+/*
+ * The CPU figures from the calibration cache (calib.h) when it was made on
+ * this machine with this thread count and ISA and has the precision: 0.
+ * Otherwise a note of why not, and -ENOENT: measure instead. A bad file is
+ * never fatal.
+ */
+static int from_cache(struct moem_engine *e)
 {
 	const struct moem_model_config *c = e->cfg;
-	struct moem_ffn_expert ex[MOEM_BE_MAX_SLOTS];
-	struct moem_ffn_assign as[MOEM_BE_MAX_SLOTS];
-	uint64_t t0 = moem_now_ns();
-	int ret = 0;
-
-	for (uint64_t i = 0; i < n && !ret;) {
-		uint32_t k = (uint32_t)moem_min(n - i, (uint64_t)MOEM_BE_MAX_SLOTS);
-		struct moem_ffn_args a = {.B = 1,
-					  .H = c->hidden,
-					  .I = c->moe_inter,
-					  .n_slots = MOEM_BE_MAX_SLOTS,
-					  .x = x,
-					  .out = out,
-					  .n_experts = k,
-					  .experts = ex,
-					  .n_assign = k,
-					  .assign = as};
-
-		for (uint32_t j = 0; j < k; j++) {
-			ex[j] = (struct moem_ffn_expert){
-				(moem_dptr)(uintptr_t)(buf + (i + j) * stride), e->prec[0], j, 1};
-			as[j] = (struct moem_ffn_assign){0, (uint16_t)j};
-		}
-		ret = moem_op_ffn(e->cpu_be, NULL, &a);
-		i += k;
-	}
-	*ns = moem_now_ns() - t0;
-	return ret;
-}
-
-/* One expert used by every one of B tokens: the per-token compute cost. */
-static int cal_tokens(struct moem_engine *e, uint8_t *blob, uint32_t B, moem_dptr x, moem_dptr out,
-		      uint64_t *ns)
-{
-	const struct moem_model_config *c = e->cfg;
-	struct moem_ffn_expert ex = {(moem_dptr)(uintptr_t)blob, e->prec[0], 0, B};
-	struct moem_ffn_assign as[MOEM_BE_MAX_TOKENS];
-	struct moem_ffn_args a = {.B = B,
-				  .H = c->hidden,
-				  .I = c->moe_inter,
-				  .n_slots = 1,
-				  .x = x,
-				  .out = out,
-				  .n_experts = 1,
-				  .experts = &ex,
-				  .n_assign = B,
-				  .assign = as};
-	uint64_t t0 = moem_now_ns();
+	struct moem_backend_info bi;
+	struct moem_calib cal, here;
+	char path[4096], why[512];
 	int ret;
 
-	for (uint32_t t = 0; t < B; t++)
-		as[t] = (struct moem_ffn_assign){(uint16_t)t, 0};
-	ret = moem_op_ffn(e->cpu_be, NULL, &a);
-	*ns = moem_now_ns() - t0;
-	return ret;
+	if (e->o.calibration && !strcmp(e->o.calibration, "none"))
+		return -ENOENT;
+	if (e->o.calibration)
+		snprintf(path, sizeof(path), "%s", e->o.calibration);
+	else if (moem_calib_default_path(path, sizeof(path)))
+		return -ENOENT;
+	ret = moem_calib_read(path, &cal);
+	if (ret == -ENOENT) {
+		moem_info("hybrid: no calibration cache at %s (moem calibrate writes one)", path);
+		return ret;
+	}
+	if (ret) {
+		moem_warn("hybrid: calibration cache ignored: %s", moem_last_error());
+		return -ENOENT;
+	}
+	moem_backend_get_info(e->cpu_be, &bi);
+	moem_calib_machine(bi.threads, bi.isa, &here);
+	if (!moem_calib_matches(&cal, &here, why, sizeof(why))) {
+		moem_info("hybrid: calibration cache %s ignored: %s", path, why);
+		return -ENOENT;
+	}
+	ret = moem_calib_cpu_for(&cal, e->prec[0], c->hidden, c->moe_inter, &e->xcost.cpu_gbps,
+				 &e->xcost.cpu_token_ns);
+	if (ret) {
+		moem_info("hybrid: calibration cache %s has no %s figures", path,
+			  moem_prec_name(e->prec[0]));
+		return ret;
+	}
+	snprintf(e->cpu_from, sizeof(e->cpu_from), "cache");
+	moem_info("hybrid: CPU expert kernels %.2f GB/s, %llu ns per token (%s, calibration "
+		  "cache %s)",
+		  e->xcost.cpu_gbps, (unsigned long long)e->xcost.cpu_token_ns,
+		  moem_prec_name(e->prec[0]), path);
+	return 0;
 }
 
-/*
- * cpu_gbps: the batch-1 FFN over copies of an expert blob filling a
- * buffer larger than the last-level cache (the best of two passes), i.e.
- * bytes read per ns from DRAM; cpu_token_ns: one expert used by 64 tokens,
- * per token (the compute-bound end). Weights are a constant bf16 pattern
- * (no NaN or subnormal to slow a kernel down).
- */
+/* Measure this CPU's kernels on the model's expert shape (calib.h). */
 static int calibrate(struct moem_engine *e)
 {
-	const struct moem_model_config *c = e->cfg;
-	const uint64_t stride = moem_align_up(e->blob_bytes[0], 4096);
-	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-	uint64_t want = moem_max(CAL_MIN_BYTES, llc > 0 ? 4 * (uint64_t)llc : 0), n, best = 0;
-	uint64_t tok_ns = 0;
-	size_t xbytes = (size_t)MOEM_BE_MAX_TOKENS * c->hidden * 2;
-	size_t obytes = (size_t)MOEM_BE_MAX_SLOTS * c->hidden * 4;
-	uint8_t *buf = NULL, *x = NULL, *out = NULL;
-	int ret = -ENOMEM;
+	struct moem_calib_cpu m;
+	uint64_t bytes;
+	int ret = moem_calib_cpu_measure(e->cpu_be, e->prec[0], e->cfg->hidden, e->cfg->moe_inter,
+					 &m, &bytes);
 
-	want = moem_min(want, CAL_MAX_BYTES);
-	n = moem_max((uint64_t)1, want / stride);
-	buf = aligned_alloc(4096, n * stride);
-	x = aligned_alloc(256, xbytes);
-	out = aligned_alloc(256, moem_max(obytes, (size_t)MOEM_BE_MAX_TOKENS * c->hidden * 4));
-	if (!buf || !x || !out)
-		goto out;
-	memset(buf, 0x3c, n * stride);
-	memset(x, 0x3c, xbytes);
-	for (int pass = 0; pass < 2; pass++) {
-		uint64_t ns;
-
-		ret = cal_pass(e, buf, stride, n, (moem_dptr)(uintptr_t)x,
-			       (moem_dptr)(uintptr_t)out, &ns);
-		if (ret)
-			goto out;
-		if (!best || ns < best)
-			best = ns;
-		ret = cal_tokens(e, buf, MOEM_BE_MAX_TOKENS, (moem_dptr)(uintptr_t)x,
-				 (moem_dptr)(uintptr_t)out, &ns);
-		if (ret)
-			goto out;
-		if (!tok_ns || ns < tok_ns)
-			tok_ns = ns;
-	}
-	e->xcost.cpu_gbps = (double)(n * e->blob_bytes[0]) / (double)moem_max(best, (uint64_t)1);
-	e->xcost.cpu_token_ns = moem_max(tok_ns / MOEM_BE_MAX_TOKENS, (uint64_t)1);
+	if (ret)
+		return ret;
+	e->xcost.cpu_gbps = m.gbps;
+	e->xcost.cpu_token_ns = m.token_ns;
+	snprintf(e->cpu_from, sizeof(e->cpu_from), "measured");
 	moem_info("hybrid: CPU expert kernels read %.2f GB/s from DRAM, %llu ns per token "
 		  "(measured over %llu MiB, %s)",
 		  e->xcost.cpu_gbps, (unsigned long long)e->xcost.cpu_token_ns,
-		  (unsigned long long)((n * stride) >> 20), moem_prec_name(e->prec[0]));
-	ret = 0;
-out:
-	free(buf);
-	free(x);
-	free(out);
-	return ret;
+		  (unsigned long long)(bytes >> 20), moem_prec_name(e->prec[0]));
+	return 0;
 }
 
 int moem_eng_hybrid_open(struct moem_engine *e)
@@ -184,8 +132,9 @@ int moem_eng_hybrid_open(struct moem_engine *e)
 	if (e->o.cpu_gbps > 0) {
 		e->xcost.cpu_gbps = e->o.cpu_gbps;
 		e->xcost.cpu_token_ns = e->o.cpu_token_ns;
+		snprintf(e->cpu_from, sizeof(e->cpu_from), "given");
 	} else {
-		ret = calibrate(e);
+		ret = from_cache(e) ? calibrate(e) : 0;
 		if (ret)
 			return moem_err_prefix(-ret, "hybrid: measuring the CPU kernels");
 		if (e->o.cpu_token_ns)

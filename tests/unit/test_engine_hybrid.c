@@ -11,7 +11,10 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <moem/backend.h>
+#include <moem/calib.h>
 #include <moem/engine.h>
 #include <moem/engine_args.h>
 #include <moem/log.h>
@@ -479,6 +482,89 @@ TEST_F(hyb, simulator_honours_place_rules)
 	EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
 	EXPECT_MSG("need the CPU's throughput");
 	free(trace);
+}
+
+/*
+ * The calibration cache: the engine takes the CPU figures from it when it
+ * describes this machine (CPU model, threads, ISA) and has the served
+ * precision; a corrupt file, another version, another machine or a cache
+ * without the precision is ignored (the engine measures, and opens);
+ * --cpu-gbps wins over the cache.
+ */
+TEST_F(hyb, calibration_cache)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_backend_opts bo = {.threads = o.threads};
+	struct moem_backend_info bi;
+	struct moem_backend *be;
+	struct moem_engine_status st;
+	struct moem_run_stats rs;
+	struct moem_calib c, other;
+	char *path = st_path(self->dir, "cache/calibration.json");
+	char *bad = st_path(self->dir, "bad.json");
+	FILE *f;
+
+	ASSERT_EQ(0, moem_backend_open("cpu", &bo, &be));
+	moem_backend_get_info(be, &bi);
+	moem_backend_close(be);
+	ASSERT_EQ(0, moem_calib_machine(bi.threads, bi.isa, &c));
+	c.hidden = 64; /* the model's experts are 128 x 128: 4x the weights */
+	c.inter = 64;
+	c.cpu[MOEM_PREC_BF16] = (struct moem_calib_cpu){true, 123.5, 20};
+	ASSERT_EQ(0, moem_calib_write(path, &c)) TH_LOG("%s", moem_last_error());
+	o.exec_hybrid = true;
+	o.hbm_budget = self->expert_bytes / 4;
+	o.calibration = path;
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("cache", st.cpu_from);
+	EXPECT_EQ(123.5, st.cpu_gbps);
+	EXPECT_EQ(80u, st.cpu_token_ns);
+	/* --cpu-gbps overrides it */
+	o.cpu_gbps = 7;
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("given", st.cpu_from);
+	EXPECT_EQ(7.0, st.cpu_gbps);
+	o.cpu_gbps = 0;
+	/* another machine, a cache without bf16: measured */
+	other = c;
+	snprintf(other.cpu_model, sizeof(other.cpu_model), "Another CPU");
+	ASSERT_EQ(0, moem_calib_write(bad, &other));
+	o.calibration = bad;
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	other = c;
+	other.threads++;
+	ASSERT_EQ(0, moem_calib_write(bad, &other));
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	other = c;
+	other.cpu[MOEM_PREC_BF16].valid = false;
+	other.cpu[MOEM_PREC_Q4] = (struct moem_calib_cpu){true, 50, 10};
+	ASSERT_EQ(0, moem_calib_write(bad, &other));
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	/* corrupt, another version, missing, "none": measured, never an error */
+	f = fopen(bad, "w");
+	ASSERT_NE(NULL, f);
+	fputs("{\"format\":\"moem-calibration\",\"vers", f);
+	fclose(f);
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	f = fopen(bad, "w");
+	ASSERT_NE(NULL, f);
+	fputs("{\"format\":\"moem-calibration\",\"version\":2}", f);
+	fclose(f);
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	unlink(bad);
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	o.calibration = "none";
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	EXPECT_GT(st.cpu_gbps, 0);
+	free(path);
+	free(bad);
 }
 
 TEST_F(hyb, bad_input)

@@ -45,6 +45,7 @@ static const struct option dec_opts[] = {
 	{"cpu-gbps", required_argument, NULL, 0},
 	{"cpu-token-ns", required_argument, NULL, 0},
 	{"place", required_argument, NULL, 0},
+	{"calibration", required_argument, NULL, 0},
 	{"cpu-threads", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},

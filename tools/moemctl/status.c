@@ -165,10 +165,12 @@ void print_status(struct json_object *st)
 		printf("\n");
 		/* hybrid execution: only when a CPU executor is on (an older moemd has no key) */
 		if (jdbl(pol, "cpu_gbps") > 0)
-			printf("exec      %s, cpu-moe-layers %llu, CPU %.2f GB/s: %llu experts on "
-			       "the CPU, %.3f s\n",
+			printf("exec      %s, cpu-moe-layers %llu, CPU %.2f GB/s%s%s%s: %llu "
+			       "experts "
+			       "on the CPU, %.3f s\n",
 			       jstr(pol, "exec"), (unsigned long long)ju64(pol, "cpu_moe_layers"),
-			       jdbl(pol, "cpu_gbps"),
+			       jdbl(pol, "cpu_gbps"), *jstr(pol, "cpu_from") ? " (" : "",
+			       jstr(pol, "cpu_from"), *jstr(pol, "cpu_from") ? ")" : "",
 			       (unsigned long long)(c ? ju64(c, "cpu_experts") : 0),
 			       c ? (double)ju64(c, "cpu_ns") / 1e9 : 0.0);
 		if (*jstr(pol, "place"))

@@ -198,6 +198,7 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "place", STR(st.place));
 	ADD(o, "cpu_placed", U64(st.cpu_placed));
 	ADD(o, "cpu_gbps", DBL(st.cpu_gbps));
+	ADD(o, "cpu_from", STR(st.cpu_from));
 	ADD(r, "policies", o);
 
 	ADD(r, "budgets", knobs_json(st.knob));
