@@ -155,10 +155,11 @@ struct SrcBf16 { /* rows of bf16 x */
 		return x + (size_t)(assign ? assign[n] & 0xffffu : (uint32_t)n) * K;
 	}
 	template <int P>
-	MOEM_DEVI void piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	MOEM_DEVI float piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
 	{
 		const uint16_t *r = row(n) + col;
 		uint16_t v[8];
+		float sum = 0.0f;
 
 		if (P == P_Q2) { /* columns 0..3 and 8..11 */
 			const uint2 a = *reinterpret_cast<const uint2 *>(r);
@@ -172,25 +173,9 @@ struct SrcBf16 { /* rows of bf16 x */
 		for (int i = 0; i < 8; i++) {
 			h[i] = v[piece_src<P>(i)];
 			l[i] = 0;
+			sum = __fadd_rn(sum, bf16_bits_to_f32(v[i]));
 		}
-	}
-	/* Columns [col, col + PER) of token n added in order (PER 2 or 4). */
-	template <int PER> MOEM_DEVI float lane_sum(int n, uint32_t col) const
-	{
-		const uint16_t *r = row(n) + col;
-
-		if constexpr (PER == 4) {
-			const uint2 v = *reinterpret_cast<const uint2 *>(r);
-
-			return __fadd_rn(__fadd_rn(__fadd_rn(bf16_bits_to_f32(v.x & 0xffffu),
-							     bf16_bits_to_f32(v.x >> 16)),
-						   bf16_bits_to_f32(v.y & 0xffffu)),
-					 bf16_bits_to_f32(v.y >> 16));
-		} else {
-			const uint32_t v = *reinterpret_cast<const uint32_t *>(r);
-
-			return __fadd_rn(bf16_bits_to_f32(v & 0xffffu), bf16_bits_to_f32(v >> 16));
-		}
+		return sum;
 	}
 };
 
@@ -199,12 +184,13 @@ struct SrcF32 { /* rows n of the fp32 activation scratch, split hi + lo */
 	uint32_t K;
 
 	template <int P>
-	MOEM_DEVI void piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	MOEM_DEVI float piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
 	{
 		const float *r = a + (size_t)n * K + col;
 		const float4 v0 = *reinterpret_cast<const float4 *>(r);
 		const float4 v1 = *reinterpret_cast<const float4 *>(r + (P == P_Q2 ? 8 : 4));
 		const float v[8] = { v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w };
+		float sum = 0.0f;
 
 #pragma unroll
 		for (int i = 0; i < 8; i++) {
@@ -214,21 +200,9 @@ struct SrcF32 { /* rows n of the fp32 activation scratch, split hi + lo */
 
 			h[i] = __bfloat16_as_ushort(hb);
 			l[i] = __bfloat16_as_ushort(lb);
+			sum = __fadd_rn(sum, v[i]);
 		}
-	}
-	template <int PER> MOEM_DEVI float lane_sum(int n, uint32_t col) const
-	{
-		const float *r = a + (size_t)n * K + col;
-
-		if constexpr (PER == 4) {
-			const float4 v = *reinterpret_cast<const float4 *>(r);
-
-			return __fadd_rn(__fadd_rn(__fadd_rn(v.x, v.y), v.z), v.w);
-		} else {
-			const float2 v = *reinterpret_cast<const float2 *>(r);
-
-			return __fadd_rn(v.x, v.y);
-		}
+		return sum;
 	}
 };
 
@@ -247,10 +221,19 @@ MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
  * is stored at piece index it * E/2 + c * 4 + t of the token's row, so
  * the quad's lanes read 64 contiguous bytes and token rows are RS (= 64
  * mod 128) bytes apart: conflict-free 128-bit loads. Each thread builds
- * whole pieces (one 16-byte store each). Asymmetric formats also get
- * xs[n][group] = sum of the group's columns (fp32): a warp per group, each
- * lane adding its G/32 columns in order, then a butterfly of shuffles (the
- * same tree every time: deterministic).
+ * whole pieces (one 16-byte store each); only the n_tok real tokens' rows
+ * are staged (gemm_tile() feeds zeros for the padding tokens instead of
+ * reading their rows).
+ *
+ * Asymmetric formats also get xs[n][group] = the sum of the group's
+ * columns (fp32), a by-product of the staging: each thread adds its
+ * piece's 8 values in order, and the G/8 pieces of a group, which sit in
+ * G/8 consecutive lanes of one warp (S == G, and the pieces of a token are
+ * a multiple of G/8), are added by a fixed butterfly of shuffles: the same
+ * tree every time, so the result is deterministic. Why not a warp per
+ * group: that costs a dependent load and a five-step butterfly per (token,
+ * group) in every block, which made the asymmetric formats' blocks slower
+ * than their weight bytes at every batch (the H200 run of b02b17e).
  */
 template <int P, int NT, bool HILO, class Src>
 MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8_t *hi,
@@ -258,42 +241,42 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 {
 	typedef Prec<P> PR;
 	constexpr int E = PR::E, S = 4 * E, NPAD = NT * MOEM_K_NTILE;
+	constexpr int GP = PR::ASYM ? PR::G / 8 : 1; /* pieces per group */
 	constexpr uint32_t RS = moem_k_rowstride(NT, HILO), KC = moem_k_kc(NT, HILO);
-	const int pieces = len / 8;
+	const int pieces = len / 8, total = n_tok * pieces;
 
-	for (int idx = threadIdx.x; idx < NPAD * pieces; idx += blockDim.x) {
-		const int n = idx / pieces, q = idx - n * pieces;
+	static_assert(!PR::ASYM || (S == PR::G && 32 % GP == 0), "a group is one iteration");
+	/* Every lane of a warp runs the same trips: the group sums shuffle. */
+	for (int base = 0; base < total; base += blockDim.x) {
+		const int idx = base + threadIdx.x;
+		const bool ok = idx < total;
+		const int n = ok ? idx / pieces : 0, q = ok ? idx - n * pieces : 0;
 		const int it = q / (E / 2), c = (q % (E / 2)) / 4, t = q % 4;
 		/* q2 pieces take columns 4c..4c+3 and 4c+8..4c+11 of the lane's 16 */
 		const uint32_t col = kc + it * S + lane_col<P>(t) * E + (P == P_Q2 ? 4 * c : 8 * c);
 		uint16_t h[8], l[8];
+		float sum = 0.0f;
 
-		if (n < n_tok) {
-			src.template piece<P>(n, col, h, l);
-		} else {
-#pragma unroll
-			for (int i = 0; i < 8; i++)
-				h[i] = l[i] = 0;
+		if (ok) {
+			sum = src.template piece<P>(n, col, h, l);
+			*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
+			if (HILO)
+				*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
 		}
-		*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
-		if (HILO)
-			*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
+		if constexpr (PR::ASYM != 0) {
+#pragma unroll
+			for (int off = GP / 2; off; off >>= 1)
+				sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
+			if (ok && q % GP == 0)
+				xs[n * (KC / PR::G) + q / GP] = sum;
+		}
 	}
 	if constexpr (PR::ASYM != 0) {
-		constexpr int G = PR::G, PER = G / 32;
-		const int ng = len / G, lane = threadIdx.x & 31;
+		/* the padding tokens' sums: read by the mma epilogue, never stored */
+		const int ng = len / PR::G;
 
-		for (int idx = threadIdx.x >> 5; idx < NPAD * ng; idx += blockDim.x >> 5) {
-			const int n = idx / ng, gl = idx - n * ng;
-			float v = n < n_tok ? src.template lane_sum<PER>(n, kc + gl * G + lane * PER)
-					    : 0.0f;
-
-#pragma unroll
-			for (int off = 16; off; off >>= 1)
-				v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
-			if (lane == 0)
-				xs[n * (KC / G) + gl] = v;
-		}
+		for (int idx = n_tok * ng + threadIdx.x; idx < NPAD * ng; idx += blockDim.x)
+			xs[(idx / ng) * (KC / PR::G) + idx % ng] = 0.0f;
 	}
 }
 
@@ -398,10 +381,13 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 #pragma unroll
 				for (int nt = 0; nt < NT; nt++) {
 					const uint32_t ro = (nt * MOEM_K_NTILE + g) * RS + off;
+					/* padding tokens' rows are not staged: zeros */
+					const bool real = nt * MOEM_K_NTILE + g < n_tok;
 
-					bh[nt] = *reinterpret_cast<const uint4 *>(hi + ro);
+					bh[nt] = real ? *reinterpret_cast<const uint4 *>(hi + ro) : uint4{};
 					if (HILO)
-						bl[nt] = *reinterpret_cast<const uint4 *>(lo + ro);
+						bl[nt] = real ? *reinterpret_cast<const uint4 *>(lo + ro)
+							      : uint4{};
 				}
 #pragma unroll
 				for (int hh = 0; hh < 2; hh++) {

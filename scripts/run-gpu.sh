@@ -6,7 +6,7 @@
 # (they are in lib/). Documentation/developing.md, "Testing on a GPU
 # machine", has the procedure.
 #
-#   run-gpu.sh [--tests | --bench | --all] [--budget S] [--smoke] OUTDIR
+#   run-gpu.sh [--tests | --bench | --all | --profile] [--budget S] [--smoke] OUTDIR
 #
 #   --tests    GPU unit and parity tests (every op against the CPU backend),
 #              the fatal-error test, the engine on the GPU (budgets, host
@@ -18,6 +18,10 @@
 #              torch is installed), tier benchmarks, UVM against VMM staging
 #              at one HBM budget (page faults and bytes through CUPTI)
 #   --all      both, interleaved so the most telling run first (default)
+#   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
+#              of each of a few kernels inside bench_kernels: speed of
+#              light, occupancy and its limiters, warp stall reasons (the
+#              logs ncu_*.log); not part of --all
 #   --budget S start no phase after S seconds (default 510: the whole run
 #              ends inside 9 minutes on one H100); phases left out say so
 #   --smoke    a few seconds of each kind of phase (the kernel emulator runs
@@ -38,6 +42,7 @@ while [ $# -gt 0 ]; do
 	--tests) mode=tests ;;
 	--bench) mode=bench ;;
 	--all) mode=all ;;
+	--profile) mode=profile ;;
 	--smoke) smoke=1 ;;
 	--budget)
 		budget=${2:-}
@@ -61,7 +66,7 @@ case "$budget" in '' | *[!0-9]*)
 	;;
 esac
 if [ -z "$out" ]; then
-	echo "usage: run-gpu.sh [--tests|--bench|--all] [--budget S] [--smoke] OUTDIR" >&2
+	echo "usage: run-gpu.sh [--tests|--bench|--all|--profile] [--budget S] [--smoke] OUTDIR" >&2
 	exit 2
 fi
 mkdir -p "$out/logs" || exit 2
@@ -163,7 +168,7 @@ skipped() {
 T=$here/tests/gpu
 K=$here/bench/kernels
 R=$here/bench/tiers
-want() { [ "$mode" = all ] || [ "$mode" = "$1" ]; }
+want() { [ "$1" != profile ] && [ "$mode" = all ] || [ "$mode" = "$1" ]; }
 
 have_torch() { [ "${torch%% *}" != none ] && [ "${torch##* }" = cuda ]; }
 no_torch="python3 with a CUDA-enabled torch is not installed here ($torch)"
@@ -221,6 +226,25 @@ else
 				-t ffn_small_and_odd_shapes -t router -t route_all_modes_same_choices \
 				-t rmsnorm -t quantize_bytes_and_status
 		fi
+	fi
+fi
+
+# Nsight Compute on one launch of each kernel named (a regex on its name):
+# the first launch inside a bench_kernels run is a warm-up, hence -s 1.
+if want profile; then
+	ncu=$(command -v ncu 2>/dev/null || ls /usr/local/cuda/bin/ncu \
+		/opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+	if [ -z "$ncu" ]; then
+		skipped profile "Nsight Compute (ncu) is not installed here"
+	else
+		for k in ffn_gateup_q4_n1 ffn_down_q4_n1 ffn_gateup_q2_n1 ffn_gateup_bf16_n1 \
+			ffn_gateup_bf16_n8 ffn_down_bf16_n8 attn_part matmul; do
+			phase "ncu_$k" 90 "$ncu" --target-processes all -k "regex:^moem_${k}\$" \
+				-s 1 -c 1 --section SpeedOfLight --section Occupancy \
+				--section LaunchStats --section WarpStateStats \
+				--section MemoryWorkloadAnalysis "$K/bench_kernels" --backend cuda \
+				$([ "$smoke" = 1 ] && echo --smoke)
+		done
 	fi
 fi
 
