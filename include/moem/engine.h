@@ -271,6 +271,7 @@ struct moem_engine_status {
 	/* Hybrid execution: "gpu" or "hybrid", --cpu-moe-layers, the CPU
 	 * throughput the decision uses (0: no CPU executor), and totals. */
 	char exec[8];
+	bool exec_hybrid;
 	uint32_t cpu_moe_layers;
 	char place[256];     /* the --place rules, moem_place_format_all() */
 	uint64_t cpu_placed; /* experts placed on the CPU always (rules, cpu-moe-layers) */
@@ -278,10 +279,26 @@ struct moem_engine_status {
 	uint64_t cpu_token_ns;
 	char cpu_from[16]; /* where cpu_gbps came from: "given", "cache", "measured" ("" off) */
 	uint64_t cpu_experts, cpu_ns;
+	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's */
 	/* UVM mode: prefetches issued to the driver (tierdev.h) */
 	uint64_t uvm_prefetches, uvm_prefetch_bytes;
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
+
+/*
+ * Hybrid execution's live switches, as the budget knobs are: exec (true:
+ * hybrid) and cpu_moe_layers; the --place rules stay as opened. Checked
+ * now, with a message: -EINVAL under hbm mode uvm, for cpu_moe_layers
+ * beyond the model or that the rules leave nothing to (as at open), or for
+ * more experts on the CPU than the DRAM budget holds a layer of; -EBUSY
+ * when the CPU executor has to open (it was not at start) while a run
+ * holds the engine; the executor's own errors (its figures come from
+ * cpu_gbps, the calibration cache, or a measurement, as at open). A
+ * refused change changes nothing. Applied at the next layer boundary of
+ * a run, at once otherwise; experts newly placed on the CPU are not used
+ * in HBM from then on (those resident there leave by eviction).
+ */
+int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu_moe_layers);
 
 /* The model's MoE layers and experts per layer. */
 void moem_engine_moe_shape(const struct moem_engine *e, uint32_t *n_moe, uint32_t *n_experts);

@@ -127,8 +127,16 @@ struct moem_engine {
 	char cpu_from[16];		 /* "given", "cache", "measured" */
 	uint8_t *place;			 /* [n_moe][N] enum moem_place (place.h), or NULL */
 	uint64_t n_placed_cpu;		 /* experts placed on the CPU always */
-	uint16_t *cpu_x;		 /* host bf16 [ENG_MAX_B][H]: the layer's FFN input */
-	float *cpu_out;			 /* host f32 [ENG_MAX_B][K][H]: CPU-computed rows */
+	/* A live change of exec / cpu_moe_layers (moem_engine_set_hybrid),
+	 * under knob_lock until the engine thread takes it at a layer
+	 * boundary (moem_eng_hybrid_apply). */
+	bool hyb_dirty, hyb_exec;
+	uint32_t hyb_layers;
+	uint8_t *hyb_place;
+	uint64_t hyb_n_cpu;
+	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's, under knob_lock */
+	uint16_t *cpu_x; /* host bf16 [ENG_MAX_B][H]: the layer's FFN input */
+	float *cpu_out;	 /* host f32 [ENG_MAX_B][K][H]: CPU-computed rows */
 };
 
 /*
@@ -219,6 +227,8 @@ void moem_eng_dstep_free(struct moem_engine *e);
 /*
  * hybrid.c: the CPU executor. place_open() resolves the --place rules
  * and cpu_moe_layers against the model (as soon as its shape is known).
+ * hybrid_apply() takes a live change (moem_engine_set_hybrid) on the
+ * engine thread, at a layer boundary.
  * open() after the tiers and activations
  * (measures the CPU kernels unless cpu_gbps was given); off unless exec
  * hybrid, cpu_moe_layers or a cpu --place rule. exec_of() is where expert
@@ -231,6 +241,7 @@ void moem_eng_dstep_free(struct moem_engine *e);
  * rows (e->out).
  */
 int moem_eng_place_open(struct moem_engine *e);
+void moem_eng_hybrid_apply(struct moem_engine *e);
 int moem_eng_hybrid_open(struct moem_engine *e);
 void moem_eng_hybrid_close(struct moem_engine *e);
 bool moem_eng_hybrid_on(const struct moem_engine *e);

@@ -104,17 +104,24 @@ static int calibrate(struct moem_engine *e)
 	return 0;
 }
 
-int moem_eng_hybrid_open(struct moem_engine *e)
+static void executor_close(struct moem_engine *e)
+{
+	moem_backend_close(e->cpu_be_own);
+	e->cpu_be_own = NULL;
+	e->cpu_be = NULL;
+	free(e->cpu_x);
+	free(e->cpu_out);
+	e->cpu_x = NULL;
+	e->cpu_out = NULL;
+}
+
+/* The CPU executor: its backend, host buffers and the cost model's figures. */
+static int executor_open(struct moem_engine *e)
 {
 	const struct moem_model_config *c = e->cfg;
 	struct moem_backend_opts bo = {.threads = e->o.threads, .isa = e->o.cpu_isa};
 	int ret;
 
-	if (!e->o.exec_hybrid && !e->n_placed_cpu)
-		return 0;
-	if (e->uvm)
-		return moem_errf(EINVAL, "hybrid execution needs hbm mode vmm: under uvm the "
-					 "driver, not moem, decides where an expert is");
 	e->xcost = e->dcfg.cost;
 	e->xcost.link_gbps = e->o.link_gbps; /* the link as given, also under lockstep */
 	if (moem_backend_kind(e->be) == MOEM_BACKEND_CPU) {
@@ -143,6 +150,23 @@ int moem_eng_hybrid_open(struct moem_engine *e)
 	ret = moem_cost_check(&e->xcost);
 	if (ret)
 		return moem_err_prefix(-ret, "hybrid");
+	return 0;
+}
+
+static const char uvm_msg[] = "hybrid execution needs hbm mode vmm: under uvm the driver, not "
+			      "moem, decides where an expert is";
+
+int moem_eng_hybrid_open(struct moem_engine *e)
+{
+	int ret;
+
+	if (!e->o.exec_hybrid && !e->n_placed_cpu)
+		return 0;
+	if (e->uvm)
+		return moem_errf(EINVAL, "%s", uvm_msg);
+	ret = executor_open(e);
+	if (ret)
+		return ret;
 	if (!e->n_placed_cpu)
 		moem_info("hybrid: the cost model sends experts not in HBM to the CPU");
 	else
@@ -170,14 +194,95 @@ int moem_eng_place_open(struct moem_engine *e)
 void moem_eng_hybrid_close(struct moem_engine *e)
 {
 	free(e->place);
+	free(e->hyb_place);
 	e->place = NULL;
-	moem_backend_close(e->cpu_be_own);
-	e->cpu_be_own = NULL;
-	e->cpu_be = NULL;
-	free(e->cpu_x);
-	free(e->cpu_out);
-	e->cpu_x = NULL;
-	e->cpu_out = NULL;
+	e->hyb_place = NULL;
+	executor_close(e);
+}
+
+int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu_moe_layers)
+{
+	const uint32_t N = e->cfg->n_experts;
+	uint64_t n_cpu = 0, layer_bytes = (uint64_t)N * e->blob_bytes[0];
+	uint8_t *map = NULL;
+	int ret;
+
+	ret = moem_place_map(&e->o.place, cpu_moe_layers, e->n_moe, N, NULL, &n_cpu);
+	if (ret)
+		return ret;
+	if ((exec_hybrid || n_cpu) && e->uvm)
+		return moem_errf(EINVAL, "%s", uvm_msg);
+	/* Placed experts must find DRAM room (or a step fails): at least a
+	 * layer's worth, beside what is staged there. */
+	if (n_cpu > e->n_placed_cpu && e->applied_dram < layer_bytes)
+		return moem_errf(ENOSPC,
+				 "cpu-moe-layers %u: the DRAM budget (%llu bytes) is below one "
+				 "layer's experts (%llu bytes), where experts on the CPU are "
+				 "computed from",
+				 cpu_moe_layers, (unsigned long long)e->applied_dram,
+				 (unsigned long long)layer_bytes);
+	if (e->o.place.n || cpu_moe_layers) {
+		map = calloc((size_t)e->n_moe * N, 1);
+		if (!map)
+			return -ENOMEM;
+		moem_place_map(&e->o.place, cpu_moe_layers, e->n_moe, N, map, NULL);
+	}
+	if ((exec_hybrid || n_cpu) && !e->cpu_be) {
+		/* The executor was not opened at start: open it now, while no
+		 * run reads e->cpu_be. */
+		if (!moem_eng_claim_brief(e)) {
+			free(map);
+			return moem_errf(EBUSY, "hybrid: the CPU executor was not opened at start "
+						"and opens only between runs: a run holds the "
+						"engine now");
+		}
+		ret = executor_open(e);
+		if (ret)
+			executor_close(e);
+		moem_eng_unclaim(e);
+		if (ret) {
+			free(map);
+			return ret;
+		}
+	}
+	pthread_mutex_lock(&e->knob_lock);
+	free(e->hyb_place);
+	e->hyb_place = map;
+	e->hyb_exec = exec_hybrid;
+	e->hyb_layers = cpu_moe_layers;
+	e->hyb_n_cpu = n_cpu;
+	e->hyb_dirty = true;
+	pthread_mutex_unlock(&e->knob_lock);
+	/* at once when no run holds the engine, else at its next layer boundary */
+	if (moem_eng_claim_brief(e)) {
+		moem_eng_hybrid_apply(e);
+		moem_eng_unclaim(e);
+	}
+	return 0;
+}
+
+void moem_eng_hybrid_apply(struct moem_engine *e)
+{
+	uint8_t *old;
+
+	pthread_mutex_lock(&e->knob_lock);
+	if (!e->hyb_dirty) {
+		pthread_mutex_unlock(&e->knob_lock);
+		return;
+	}
+	old = e->place;
+	e->place = e->hyb_place;
+	e->hyb_place = NULL;
+	e->o.exec_hybrid = e->hyb_exec;
+	e->o.cpu_moe_layers = e->hyb_layers;
+	e->n_placed_cpu = e->hyb_n_cpu;
+	e->hyb_dirty = false;
+	pthread_mutex_unlock(&e->knob_lock);
+	free(old);
+	__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
+	moem_info("hybrid: exec %s, cpu-moe-layers %u: %llu expert%s placed on the CPU",
+		  e->o.exec_hybrid ? "hybrid" : "gpu", e->o.cpu_moe_layers,
+		  (unsigned long long)e->n_placed_cpu, e->n_placed_cpu == 1 ? "" : "s");
 }
 
 enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q, uint32_t m,

@@ -180,7 +180,7 @@ void moem_eng_unclaim_work(struct moem_engine *e)
 	/* A knob set while we held the engine, after our last layer
 	 * boundary, was left to us: apply it now. */
 	pthread_mutex_lock(&e->knob_lock);
-	dirty = e->knob_dirty;
+	dirty = e->knob_dirty | e->hyb_dirty; /* or a live exec change */
 	pthread_mutex_unlock(&e->knob_lock);
 	if (dirty)
 		moem_engine_apply_knobs(e);
@@ -314,6 +314,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		e->total.step_ns += st.step_ns;
 		e->total.cpu_experts += st.cpu_experts;
 		e->total.cpu_ns += st.cpu_ns;
+		e->last_cpu_experts = st.cpu_experts;
+		e->last_cpu_ns = st.cpu_ns;
 		pthread_mutex_unlock(&e->knob_lock);
 		rs.total.step++;
 		rs.total.tokens += B;

@@ -567,6 +567,123 @@ TEST_F(hyb, calibration_cache)
 	free(bad);
 }
 
+/* Live switches from inside a run: the step callback is on the engine thread. */
+struct live {
+	struct moem_engine *e;
+	uint32_t switch_at;
+	int set_ret;
+	uint64_t cpu[16];
+};
+
+static int live_step(void *arg, const struct moem_step_stats *s)
+{
+	struct live *l = arg;
+
+	if (s->step < 16)
+		l->cpu[s->step] = s->cpu_experts;
+	if (s->step == l->switch_at)
+		l->set_ret = moem_engine_set_hybrid(l->e, true, 0);
+	return 0;
+}
+
+/*
+ * exec and cpu_moe_layers change on an open engine: at once between runs,
+ * at the next layer boundary during one; a change that cannot apply is
+ * refused with a message and changes nothing.
+ */
+TEST_F(hyb, live_switches)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs, lay;
+	struct moem_engine_status st;
+	struct moem_engine *e;
+	struct live l = {0};
+	struct moem_workload w = wl;
+
+	ASSERT_EQ(0, run(&o, &wl, true, &ref, NULL)) TH_LOG("%s", moem_last_error());
+	o.hbm_budget = self->expert_bytes / 4;
+	o.cpu_moe_layers = 2;
+	ASSERT_EQ(0, run(&o, &wl, true, &lay, NULL)) TH_LOG("%s", moem_last_error());
+	o.cpu_moe_layers = 0;
+	o.cpu_gbps = 1000;
+
+	/* no executor at open: exec hybrid opens it between runs */
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_warmup(e, NULL));
+	moem_engine_get_status(e, &st);
+	EXPECT_STREQ("gpu", st.exec);
+	EXPECT_EQ(0, st.cpu_gbps);
+	ASSERT_EQ(0, moem_engine_set_hybrid(e, true, 0)) TH_LOG("%s", moem_last_error());
+	moem_engine_get_status(e, &st);
+	EXPECT_STREQ("hybrid", st.exec);
+	EXPECT_EQ(1000.0, st.cpu_gbps);
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "exec hybrid set live");
+	/* cpu_moe_layers 2 alone: what opening with it computes on the CPU */
+	ASSERT_EQ(0, moem_engine_set_hybrid(e, false, 2)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "cpu-moe-layers 2 set live");
+	EXPECT_EQ(lay.total.cpu_experts, rs.total.cpu_experts);
+	moem_engine_get_status(e, &st);
+	EXPECT_EQ(2u, st.cpu_moe_layers);
+	EXPECT_EQ(32u, st.cpu_placed);
+	EXPECT_GT(st.last_cpu_experts, 0u);
+	EXPECT_GT(st.last_cpu_ns, 0u);
+	/* refused: beyond the model; nothing changes */
+	EXPECT_EQ(-EINVAL, moem_engine_set_hybrid(e, true, 4));
+	EXPECT_MSG("--cpu-moe-layers 4: the model has 3 MoE layers");
+	moem_engine_get_status(e, &st);
+	EXPECT_STREQ("gpu", st.exec);
+	EXPECT_EQ(2u, st.cpu_moe_layers);
+	/* back to the device alone: nothing on the CPU, the same outputs */
+	ASSERT_EQ(0, moem_engine_set_hybrid(e, false, 0));
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	EXPECT_EQ(0u, rs.total.cpu_experts);
+	/* during a run: from the step after the change */
+	w.steps = 8;
+	l.e = e;
+	l.switch_at = 3;
+	ASSERT_EQ(0, moem_engine_run(e, &w, live_step, &l, &rs)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0, l.set_ret) TH_LOG("%s", moem_last_error());
+	for (uint32_t i = 0; i <= 3; i++) {
+		EXPECT_EQ(0u, l.cpu[i]) TH_LOG("step %u", i);
+	}
+	EXPECT_GT(l.cpu[4] + l.cpu[5] + l.cpu[6] + l.cpu[7], 0u);
+	moem_engine_close(e);
+
+	/* an executor that must open while a run holds the engine: refused, the run goes on */
+	o.cpu_gbps = 1000;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	l = (struct live){.e = e, .switch_at = 1};
+	ASSERT_EQ(0, moem_engine_run(e, &w, live_step, &l, &rs)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(-EBUSY, l.set_ret);
+	EXPECT_EQ(0u, rs.total.cpu_experts);
+	EXPECT_EQ(8u, rs.total.step);
+	moem_engine_get_status(e, &st);
+	EXPECT_STREQ("gpu", st.exec);
+	moem_engine_close(e);
+
+	/* more experts on the CPU than DRAM holds a layer of: refused */
+	o.dram_budget = self->expert_bytes / 8;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(-ENOSPC, moem_engine_set_hybrid(e, false, 1));
+	EXPECT_MSG("below one layer's experts");
+	moem_engine_get_status(e, &st);
+	EXPECT_EQ(0u, st.cpu_moe_layers);
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	moem_engine_close(e);
+
+	/* a --cpu-moe-layers value the rules leave nothing to */
+	o = base_opts(self);
+	ASSERT_EQ(0, moem_place_add(&o.place, "layers=0:gpu"));
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(-EINVAL, moem_engine_set_hybrid(e, false, 1));
+	EXPECT_MSG("--cpu-moe-layers 1 matches nothing");
+	moem_engine_close(e);
+}
+
 TEST_F(hyb, bad_input)
 {
 	struct moem_engine_opts o = base_opts(self);

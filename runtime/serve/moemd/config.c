@@ -503,8 +503,21 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(n.ea.region, o->ea.region), "region");
 	RESTART_IF(a->pool.persistent != b->pool.persistent, "persistent");
 	RESTART_IF(a->link_gbps != b->link_gbps, "link-gbps");
-	RESTART_IF(a->exec_hybrid != b->exec_hybrid, "exec");
-	RESTART_IF(a->cpu_moe_layers != b->cpu_moe_layers, "cpu-moe-layers");
+	if ((a->exec_hybrid != b->exec_hybrid || a->cpu_moe_layers != b->cpu_moe_layers) &&
+	    moemd_state_get(d) == MOEMD_READY) {
+		/* Live, as moemctl set exec / cpu_moe_layers. */
+		rc = moem_engine_set_hybrid(d->e, a->exec_hybrid, a->cpu_moe_layers);
+		if (rc) {
+			moem_warn("reload: exec %s, cpu-moe-layers %u refused: %s",
+				  a->exec_hybrid ? "hybrid" : "gpu", a->cpu_moe_layers,
+				  moem_strerror(rc));
+		} else {
+			moem_info("reload: exec %s, cpu-moe-layers %u",
+				  a->exec_hybrid ? "hybrid" : "gpu", a->cpu_moe_layers);
+			o->ea.o.exec_hybrid = a->exec_hybrid;
+			o->ea.o.cpu_moe_layers = a->cpu_moe_layers;
+		}
+	}
 	RESTART_IF(a->cpu_gbps != b->cpu_gbps, "cpu-gbps");
 	RESTART_IF(a->cpu_token_ns != b->cpu_token_ns, "cpu-token-ns");
 	RESTART_IF(!moem_place_equal(&a->place, &b->place), "place");
