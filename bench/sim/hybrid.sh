@@ -132,3 +132,5 @@ best() { # trace, moem sim options...
 } >"$RES.tmp"
 mv "$RES.tmp" "$RES"
 echo "bench-hybrid: wrote $RES" >&2
+# The end-to-end section: moem run, transfer-only against hybrid.
+MOEM=$MOEM OUT=$OUT DOC=$DOC LINK=$PCIE "$(dirname "$0")/hybrid_run.sh"
