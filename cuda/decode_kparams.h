@@ -85,8 +85,8 @@ struct moem_kkv_store_params {
  * * SPLITS + s][2] (max, sum) and o[same][v_dim].
  */
 #define MOEM_K_ATTN_THREADS   128
-#define MOEM_K_ATTN_SPLITS    32
-#define MOEM_K_ATTN_SPLIT_MIN 64
+#define MOEM_K_ATTN_SPLITS    128
+#define MOEM_K_ATTN_SPLIT_MIN 32
 #define MOEM_K_ATTN_KTILE     32   /* keys per tile inside a split (a warp's width) */
 #define MOEM_K_ATTN_ACC	      32   /* accumulators per thread: hb * v_dim <= 32 * 128 */
 #define MOEM_K_ATTN_MAX_HB    8	   /* query heads per block */

@@ -221,19 +221,18 @@ MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
  * is stored at piece index it * E/2 + c * 4 + t of the token's row, so
  * the quad's lanes read 64 contiguous bytes and token rows are RS (= 64
  * mod 128) bytes apart: conflict-free 128-bit loads. Each thread builds
- * whole pieces (one 16-byte store each); only the n_tok real tokens' rows
- * are staged (gemm_tile() feeds zeros for the padding tokens instead of
- * reading their rows).
+ * whole pieces (one 16-byte store each); padding tokens' pieces are zeros.
  *
  * Asymmetric formats also get xs[n][group] = the sum of the group's
  * columns (fp32), a by-product of the staging: each thread adds its
  * piece's 8 values in order, and the G/8 pieces of a group, which sit in
  * G/8 consecutive lanes of one warp (S == G, and the pieces of a token are
- * a multiple of G/8), are added by a fixed butterfly of shuffles: the same
- * tree every time, so the result is deterministic. Why not a warp per
- * group: that costs a dependent load and a five-step butterfly per (token,
- * group) in every block, which made the asymmetric formats' blocks slower
- * than their weight bytes at every batch (the H200 run of b02b17e).
+ * a multiple of G/8, as is blockDim.x), are added by a fixed butterfly of
+ * shuffles: the same tree every time, so the result is deterministic. Why
+ * not a warp per group: that costs a dependent load and a five-step
+ * butterfly per (token, group) in every block, which made the asymmetric
+ * formats' blocks slower than their weight bytes at every batch (the H200
+ * run of b02b17e).
  */
 template <int P, int NT, bool HILO, class Src>
 MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8_t *hi,
@@ -243,7 +242,7 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 	constexpr int E = PR::E, S = 4 * E, NPAD = NT * MOEM_K_NTILE;
 	constexpr int GP = PR::ASYM ? PR::G / 8 : 1; /* pieces per group */
 	constexpr uint32_t RS = moem_k_rowstride(NT, HILO), KC = moem_k_kc(NT, HILO);
-	const int pieces = len / 8, total = n_tok * pieces;
+	const int pieces = len / 8, total = NPAD * pieces;
 
 	static_assert(!PR::ASYM || (S == PR::G && 32 % GP == 0), "a group is one iteration");
 	/* Every lane of a warp runs the same trips: the group sums shuffle. */
@@ -257,26 +256,25 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 		uint16_t h[8], l[8];
 		float sum = 0.0f;
 
-		if (ok) {
+		if (!ok)
+			continue; /* the whole warp: blockDim.x is a multiple of 32 */
+		if (n < n_tok) {
 			sum = src.template piece<P>(n, col, h, l);
-			*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
-			if (HILO)
-				*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
+		} else {
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				h[i] = l[i] = 0;
 		}
+		*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
+		if (HILO)
+			*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
 		if constexpr (PR::ASYM != 0) {
 #pragma unroll
 			for (int off = GP / 2; off; off >>= 1)
 				sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-			if (ok && q % GP == 0)
+			if (q % GP == 0)
 				xs[n * (KC / PR::G) + q / GP] = sum;
 		}
-	}
-	if constexpr (PR::ASYM != 0) {
-		/* the padding tokens' sums: read by the mma epilogue, never stored */
-		const int ng = len / PR::G;
-
-		for (int idx = n_tok * ng + threadIdx.x; idx < NPAD * ng; idx += blockDim.x)
-			xs[(idx / ng) * (KC / PR::G) + idx % ng] = 0.0f;
 	}
 }
 
@@ -381,13 +379,10 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 #pragma unroll
 				for (int nt = 0; nt < NT; nt++) {
 					const uint32_t ro = (nt * MOEM_K_NTILE + g) * RS + off;
-					/* padding tokens' rows are not staged: zeros */
-					const bool real = nt * MOEM_K_NTILE + g < n_tok;
 
-					bh[nt] = real ? *reinterpret_cast<const uint4 *>(hi + ro) : uint4{};
+					bh[nt] = *reinterpret_cast<const uint4 *>(hi + ro);
 					if (HILO)
-						bl[nt] = real ? *reinterpret_cast<const uint4 *>(lo + ro)
-							      : uint4{};
+						bl[nt] = *reinterpret_cast<const uint4 *>(lo + ro);
 				}
 #pragma unroll
 				for (int hh = 0; hh < 2; hh++) {

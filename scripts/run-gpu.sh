@@ -238,7 +238,7 @@ if want profile; then
 		skipped profile "Nsight Compute (ncu) is not installed here"
 	else
 		for k in ffn_gateup_q4_n1 ffn_down_q4_n1 ffn_gateup_q2_n1 ffn_gateup_bf16_n1 \
-			ffn_gateup_bf16_n8 ffn_down_bf16_n8 attn_part matmul; do
+			ffn_gateup_bf16_n8 ffn_down_bf16_n8 attn_part matmul router_n1 route; do
 			phase "ncu_$k" 90 "$ncu" --target-processes all -k "regex:^moem_${k}\$" \
 				-s 1 -c 1 --section SpeedOfLight --section Occupancy \
 				--section LaunchStats --section WarpStateStats \

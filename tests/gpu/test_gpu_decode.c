@@ -550,7 +550,7 @@ static void attn_run(struct __test_metadata *_metadata, FIXTURE_DATA(dec) * self
 
 TEST_F_TIMEOUT(dec, attention_gqa_long_context, 1200)
 {
-	/* 2999 keys: 47 splits of 64 would be too many, so 24 splits of 128 */
+	/* 2999 keys: 94 splits of 32 (at most MOEM_K_ATTN_SPLITS of them) */
 	static const int32_t pos[] = {0, 2999, 37, 130, -1, 64, 2047, 2048};
 	static const uint32_t seq[] = {0, 0, 1, 0, 1, 1, 0, 1};
 	const struct attn_case k = {"gqa 8/2 x 64", 8,	2, 64,	64, 0, false, 2,
