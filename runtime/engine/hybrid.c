@@ -203,7 +203,7 @@ void moem_eng_hybrid_close(struct moem_engine *e)
 int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu_moe_layers)
 {
 	const uint32_t N = e->cfg->n_experts;
-	uint64_t n_cpu = 0, layer_bytes = (uint64_t)N * e->blob_bytes[0];
+	uint64_t n_cpu = 0, layer_bytes = (uint64_t)N * e->blob_bytes[0], placed, dram;
 	uint8_t *map = NULL;
 	int ret;
 
@@ -212,14 +212,21 @@ int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu
 		return ret;
 	if ((exec_hybrid || n_cpu) && e->uvm)
 		return moem_errf(EINVAL, "%s", uvm_msg);
+	/* what is placed now (or pending), and the DRAM budget in force */
+	pthread_mutex_lock(&e->knob_lock);
+	placed = e->hyb_dirty ? e->hyb_n_cpu : e->n_placed_cpu;
+	pthread_mutex_unlock(&e->knob_lock);
+	pthread_mutex_lock(&e->budget_lock);
+	dram = e->applied_dram;
+	pthread_mutex_unlock(&e->budget_lock);
 	/* Placed experts must find DRAM room (or a step fails): at least a
 	 * layer's worth, beside what is staged there. */
-	if (n_cpu > e->n_placed_cpu && e->applied_dram < layer_bytes)
+	if (n_cpu > placed && dram < layer_bytes)
 		return moem_errf(ENOSPC,
 				 "cpu-moe-layers %u: the DRAM budget (%llu bytes) is below one "
 				 "layer's experts (%llu bytes), where experts on the CPU are "
 				 "computed from",
-				 cpu_moe_layers, (unsigned long long)e->applied_dram,
+				 cpu_moe_layers, (unsigned long long)dram,
 				 (unsigned long long)layer_bytes);
 	if (e->o.place.n || cpu_moe_layers) {
 		map = calloc((size_t)e->n_moe * N, 1);
