@@ -105,8 +105,12 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ATTN_THREADS)
 		acc[a] = 0.0f;
 	__syncthreads();
 	for (uint32_t jt = j0; jt < j1; jt += KT) {
-		/* scores: a warp per key, lanes over the dimension */
-		for (uint32_t kk = warp; kk < KT; kk += AT_WARPS) {
+		/* scores: a warp per key, lanes over the dimension; unrolled so that
+		 * the warp's keys are loaded together (rolled, each key's block-table
+		 * lookup and K row were a dependent round trip to memory) */
+#pragma unroll
+		for (uint32_t i = 0; i < KT / AT_WARPS; i++) {
+			const uint32_t kk = warp + i * AT_WARPS;
 			const uint32_t j = jt + kk;
 			const float *e = j < j1 ? kv_entry(p.kv, tab, j) : nullptr;
 			float d[MOEM_K_ATTN_MAX_HB];
@@ -117,6 +121,7 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ATTN_THREADS)
 			if (e) {
 				const float *k = e + p.k_off + (size_t)g * p.qk_dim;
 
+#pragma unroll 4
 				for (uint32_t c = lane; c < p.qk_dim; c += 32) {
 					const float kv = k[c];
 
@@ -168,6 +173,8 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ATTN_THREADS)
 			if (hh >= nh)
 				break;
 			v = __fmul_rn(acc[a], corr[hh]);
+			/* unrolled: the tile's V loads in flight together, same FMA order */
+#pragma unroll
 			for (uint32_t kk = 0; kk < KT; kk++)
 				if (vrow[kk])
 					v = fmaf(sc[hh][kk], vrow[kk][c], v);

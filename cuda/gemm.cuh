@@ -213,6 +213,18 @@ MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
 }
 
 /*
+ * Whether padding tokens (n_tok <= n < NPAD) are left out of the staging,
+ * gemm_tile() giving the mma zeros for their rows instead of reading them:
+ * for the asymmetric formats, whose staging (with the group sums) is heavy
+ * against their few weight bytes per block. Not for bf16 and q8: on the
+ * H200 (runs of 1aa7a7e and 27d8500) the predicated shared-memory load in
+ * the innermost loop cost them 13-40% per expert, while skipping saved q4
+ * and q2 18% and 12% at batch 1. The padding tokens' group sums are still
+ * written (zeros): the epilogue reads them for the columns it discards.
+ */
+template <int P> constexpr bool PAD_SKIP = Prec<P>::ASYM != 0;
+
+/*
  * Stage columns [kc, kc + len) of the n-tiles' B rows into shared memory
  * in the lanes' register order. Lane t's E columns of iteration it start
  * at it * S + t * E; its register r holds the bf16 pair decode() puts in
@@ -221,7 +233,8 @@ MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
  * is stored at piece index it * E/2 + c * 4 + t of the token's row, so
  * the quad's lanes read 64 contiguous bytes and token rows are RS (= 64
  * mod 128) bytes apart: conflict-free 128-bit loads. Each thread builds
- * whole pieces (one 16-byte store each); padding tokens' pieces are zeros.
+ * whole pieces (one 16-byte store each); padding tokens' pieces are zeros,
+ * or not staged at all (PAD_SKIP).
  *
  * Asymmetric formats also get xs[n][group] = the sum of the group's
  * columns (fp32), a by-product of the staging: each thread adds its
@@ -265,9 +278,11 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 			for (int i = 0; i < 8; i++)
 				h[i] = l[i] = 0;
 		}
-		*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
-		if (HILO)
-			*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
+		if (!PAD_SKIP<P> || n < n_tok) {
+			*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
+			if (HILO)
+				*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
+		}
 		if constexpr (PR::ASYM != 0) {
 #pragma unroll
 			for (int off = GP / 2; off; off >>= 1)
@@ -379,10 +394,15 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 #pragma unroll
 				for (int nt = 0; nt < NT; nt++) {
 					const uint32_t ro = (nt * MOEM_K_NTILE + g) * RS + off;
+					/* rows of unstaged padding tokens: zeros */
+					const bool real =
+						!PAD_SKIP<P> || nt * MOEM_K_NTILE + g < n_tok;
 
-					bh[nt] = *reinterpret_cast<const uint4 *>(hi + ro);
+					bh[nt] = real ? *reinterpret_cast<const uint4 *>(hi + ro)
+						      : uint4{};
 					if (HILO)
-						bl[nt] = *reinterpret_cast<const uint4 *>(lo + ro);
+						bl[nt] = real ? *reinterpret_cast<const uint4 *>(lo + ro)
+							      : uint4{};
 				}
 #pragma unroll
 				for (int hh = 0; hh < 2; hh++) {

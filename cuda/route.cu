@@ -106,7 +106,7 @@ MOEM_DEVI void emit(const moem_kroute_params &p, int t, const float *z, const in
 	const int lane = threadIdx.x & 31;
 	int32_t *ids = reinterpret_cast<int32_t *>(p.ids) + (size_t)t * p.k;
 	float *w = reinterpret_cast<float *>(p.w) + (size_t)t * p.k;
-	double m = -INFINITY, sum = 0.0, chosen = 0.0;
+	double m = -INFINITY, sum = 0.0, chosen = 0.0, pj[2];
 
 	if (n) {
 		for (int e = lane; e < (int)p.N; e += 32)
@@ -120,16 +120,22 @@ MOEM_DEVI void emit(const moem_kroute_params &p, int t, const float *z, const in
 		for (int off = 16; off; off >>= 1)
 			sum += __shfl_down_sync(0xffffffffu, sum, off);
 		sum = __shfl_sync(0xffffffffu, sum, 0);
-		if (lane == 0)
-			for (int j = 0; j < n; j++)
-				chosen += exp((double)clean_logit(z[list[j]]) - m) / sum;
-		chosen = __shfl_sync(0xffffffffu, chosen, 0);
 	}
+	/* Each lane its slots' probabilities (k <= 64: two per lane), then
+	 * their sum in slot order as route.h adds them: the same doubles as
+	 * one lane computing them all in turn, without its chain of exps. */
+	for (int r = 0; r < 2; r++) {
+		const int j = lane + 32 * r;
+
+		pj[r] = j < n ? exp((double)clean_logit(z[list[j]]) - m) / sum : 0.0;
+	}
+	for (int j = 0; j < n; j++) /* n is the warp's: every lane shuffles */
+		chosen += __shfl_sync(0xffffffffu, pj[j >> 5], j & 31);
 	for (int j = lane; j < (int)p.k; j += 32) {
 		float wj = 0.0f;
 
 		if (j < n) {
-			double v = exp((double)clean_logit(z[list[j]]) - m) / sum;
+			double v = pj[j >> 5];
 
 			if (p.norm_topk_prob && chosen > 0)
 				v /= chosen;

@@ -335,7 +335,13 @@ targets=$(awk '
 
 # One file with everything but the scratch models, for tools that bring
 # back only a few files from the GPU machine.
-tar czf "$out/run.tar.gz" -C "$out" --exclude=./work --exclude=./run.tar.gz . 2>/dev/null ||
+# Written elsewhere first: tar of a directory that holds the growing archive
+# reports "file changed as we read it" and fails.
+tgz=$(mktemp "${TMPDIR:-/tmp}/run-gpu.XXXXXX") &&
+	tar czf "$tgz" -C "$out" --exclude=./work --exclude=./run.tar.gz . 2>/dev/null &&
+	chmod 644 "$tgz" && mv -f "$tgz" "$out/run.tar.gz" || {
+	rm -f "$tgz"
 	echo "run-gpu.sh: could not write $out/run.tar.gz" >&2
+}
 echo "run-gpu.sh: $([ $failed = 0 ] && echo passed || echo FAILED) in ${total}s; $out/summary.md"
 exit $failed

@@ -25,9 +25,14 @@ fi
 label=$([ "$backend" = cuda ] && echo "GPU" || echo "CPU backend: no device plan")
 echo "decode step, every expert in HBM ($label; synthetic Qwen3-30B-A3B expert shapes, 8 layers x 32 experts, top-4, batch 1, 48 new tokens)"
 printf '%-14s %14s %12s %13s\n' plan median_step_ms tokens/s device_steps
+# Every expert in HBM means an HBM budget of the experts' bytes (8 x 32 x
+# 9 MiB = 2304 MiB) plus the KV pool, which on CUDA comes out of the same
+# budget: with --hbm 100% and the default pool (up to half the budget)
+# the experts got about 60% and no step was ever planned on the device
+# (the H200 run of 27d8500 printed device_steps 0 on both rows).
 run() {
 	env "$@" "$moem" decode --pack "$dir/q30d.moem" --backend "$backend" --tokens 5,17,300,42 \
-		--max-new 48 --no-model-eos --json --quiet
+		--max-new 48 --no-model-eos --json --quiet --hbm 2368M --kv-bytes 64M
 }
 num() { echo "$1" | sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" | head -1; }
 dev=$(run MOEM_DEVICE_PLAN=1)
@@ -39,6 +44,12 @@ printf '%-14s %14.3f %12.2f %13s\n' per-layer "$hm" "$(num "$host" decode_tokens
 	"$(num "$host" device_steps)"
 # Both rows take the same path on the CPU backend: no result to record.
 [ "$backend" = cuda ] || exit 0
+ds=$(num "$dev" device_steps)
+if [ "${ds:-0}" -eq 0 ]; then
+	echo "sync_step: the device row planned no step on the device: it would time the" \
+		"per-layer path twice" >&2
+	exit 1
+fi
 echo "RESULT decode_step_ms_device_plan=$dm"
 echo "RESULT decode_step_ms_per_layer=$hm"
 awk -v d="$dm" -v h="$hm" 'BEGIN { if (d > 0) printf "RESULT decode_step_per_layer_over_device=%.3f\n", h / d }'

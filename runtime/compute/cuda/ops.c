@@ -42,6 +42,19 @@ int moem_cuda_rmsnorm(struct moem_backend *be, struct moem_stream *s,
 	return moem_cuda_launch(cb, K_RMSNORM, a->B, 1, 256, 0, cuda_stream_of(s), &p);
 }
 
+/*
+ * A router has few rows (one per expert): the tile engine's 16 rows a block
+ * gave a 128-expert router 8 blocks, and on the H200 the router took 16.5
+ * us for one token (Documentation/benchmarks/gpu.md, profile). When the
+ * tile engine would not cover the SMs, the dense projection kernel (a warp
+ * per row) computes it instead: 8 times the warps. Both are fp32 sums of
+ * bf16 products (backends.md: the router within 5e-5 of the CPU's).
+ */
+static bool router_by_rows(const struct cuda_backend *cb, const struct moem_router_args *a)
+{
+	return (a->N + 15) / 16 < cb->base.info.sm_count && !(a->H % 8);
+}
+
 int moem_cuda_router(struct moem_backend *be, struct moem_stream *s,
 		     const struct moem_router_args *a)
 {
@@ -49,6 +62,21 @@ int moem_cuda_router(struct moem_backend *be, struct moem_stream *s,
 	int ret = 0;
 
 	ENTER(cb);
+	if (router_by_rows(cb, a)) {
+		struct moem_kmatmul_params p = {
+			.x = a->x,
+			.w = a->gate,
+			.y = a->logits,
+			.B = a->B,
+			.K = a->H,
+			.R = a->N,
+			.vec = !(a->x % 16) && !(a->gate % 16),
+		};
+
+		return moem_cuda_launch(cb, K_MATMUL, (a->N + MOEM_K_MM_ROWS - 1) / MOEM_K_MM_ROWS,
+					(a->B + MOEM_K_MM_TOKENS - 1) / MOEM_K_MM_TOKENS,
+					MOEM_K_MM_THREADS, 0, cuda_stream_of(s), &p);
+	}
 	/* The tile engine takes up to 64 tokens: one launch per chunk. */
 	for (uint32_t t0 = 0; !ret && t0 < a->B; t0 += MOEM_BE_MAX_TOKENS) {
 		uint32_t n = moem_min(MOEM_BE_MAX_TOKENS, a->B - t0), c = nt_class(n);

@@ -162,8 +162,10 @@ CUAPI cuDeviceGetAttribute(int *v, int attr, int)
 	case 76:
 		*v = 0;
 		break;
-	case 16: /* SMs */
-		*v = 1;
+	case 16: /* SMs: an H100's, or MOEM_EMU_SMS (choices that depend on it) */
+		*v = getenv("MOEM_EMU_SMS") ? atoi(getenv("MOEM_EMU_SMS")) : 132;
+		if (*v < 1)
+			*v = 1;
 		break;
 	case 41: /* unified addressing */
 	case 83: /* concurrent managed access */
