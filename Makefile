@@ -261,7 +261,8 @@ benchmarks
   bench-kernels      CPU kernels; bench-gpu: kernels, tiers on the GPU
   bench-tiers        transfer engine and tokens/s at HBM budgets; bench-tiers-gpu
   bench-sim          the policy matrix through the simulator
-  bench-hybrid       hybrid CPU/GPU execution against transfer-only (simulator)
+  bench-hybrid       hybrid CPU/GPU execution against transfer-only (simulator, moem run)
+  bench-hybrid-run   only its moem run tokens/s section
   bench-trace        the tracing overhead
   bench-restart      warm vs cold restart in the guest
 other

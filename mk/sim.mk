@@ -5,16 +5,21 @@
 # simulator numbers, engine digests and trace files against golden files).
 # bench-hybrid: hybrid CPU/GPU execution against transfer-only in the
 # simulator, with this machine's CPU kernels (bench/sim/hybrid.sh ->
-# Documentation/benchmarks/hybrid.md).
+# Documentation/benchmarks/hybrid.md), then moem run tokens/s end to end
+# (bench/sim/hybrid_run.sh, alone: bench-hybrid-run).
 BENCH_SUITES += bench-sim bench-hybrid
 TEST_SUITES += test-guard
 
-.PHONY: bench-sim bench-hybrid test-guard
+.PHONY: bench-sim bench-hybrid bench-hybrid-run test-guard
 bench-sim: all
 	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/sim bench/sim/run.sh
 
 bench-hybrid: all
 	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/hybrid bench/sim/hybrid.sh
+
+# Only the end-to-end section of hybrid.md (moem run tokens/s); bench-hybrid runs it too.
+bench-hybrid-run: all
+	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/hybrid bench/sim/hybrid_run.sh
 
 test-guard: all
 	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite guard tests/guard/guard.sh

@@ -35,7 +35,7 @@ rm -rf "$OUT/model" "$OUT/model.moem"
 	--moe-intermediate 768 --seed 1 --out "$OUT/model" >/dev/null 2>&1
 "$MOEM" pack --model "$OUT/model" --out "$OUT/model.moem" --precisions bf16 >/dev/null 2>&1
 cal=$("$MOEM" run --pack "$OUT/model.moem" --backend cpu --exec hybrid --batch 1 --steps 1 \
-	--no-warmup --json --quiet)
+	--no-warmup --calibration none --json --quiet)
 cpu_gbps=$(echo "$cal" | sed -n 's/.*"cpu_gbps":\([0-9.e+]*\).*/\1/p')
 [ -n "$cpu_gbps" ] && cpu_gbps=$(awk -v g="$cpu_gbps" 'BEGIN { printf "%.2f", g }')
 cpu_tok=$(echo "$cal" | sed -n 's/.*"cpu_token_ns":\([0-9]*\).*/\1/p')
@@ -132,3 +132,5 @@ best() { # trace, moem sim options...
 } >"$RES.tmp"
 mv "$RES.tmp" "$RES"
 echo "bench-hybrid: wrote $RES" >&2
+# The end-to-end section: moem run, transfer-only against hybrid.
+MOEM=$MOEM OUT=$OUT DOC=$DOC LINK=$PCIE "$(dirname "$0")/hybrid_run.sh"

@@ -32,6 +32,7 @@
 
 #include "backend.h"
 #include "loader.h"
+#include "place.h"
 #include "pool.h"
 #include "quant.h"
 
@@ -108,12 +109,18 @@ struct moem_engine_opts {
 	 * or without exec_hybrid. cpu_gbps > 0 gives the CPU kernels'
 	 * throughput (else it is measured at open), cpu_token_ns their cost
 	 * per (token, expert) pair (0: measured, or none when cpu_gbps is
-	 * given).
+	 * given). place: the --place rules (place.h), resolved against the
+	 * model at open with cpu_moe_layers as the last rule; a cpu rule
+	 * starts the CPU executor as cpu_moe_layers does. calibration: the
+	 * cache of `moem calibrate` (calib.h) read for the CPU figures when
+	 * cpu_gbps is 0 (NULL: the default path; "none": always measure).
 	 */
 	bool exec_hybrid;
 	uint32_t cpu_moe_layers;
 	double cpu_gbps;
 	uint64_t cpu_token_ns;
+	struct moem_place_rules place;
+	const char *calibration;
 };
 
 enum moem_workload_kind {
@@ -265,10 +272,15 @@ struct moem_engine_status {
 	/* Hybrid execution: "gpu" or "hybrid", --cpu-moe-layers, the CPU
 	 * throughput the decision uses (0: no CPU executor), and totals. */
 	char exec[8];
+	bool exec_hybrid;
 	uint32_t cpu_moe_layers;
+	char place[256];     /* the --place rules, moem_place_format_all() */
+	uint64_t cpu_placed; /* experts placed on the CPU always (rules, cpu-moe-layers) */
 	double cpu_gbps;
 	uint64_t cpu_token_ns;
+	char cpu_from[16]; /* where cpu_gbps came from: "given", "cache", "measured" ("" off) */
 	uint64_t cpu_experts, cpu_ns;
+	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's */
 	/* UVM mode: prefetches issued to the driver (tierdev.h) */
 	uint64_t uvm_prefetches, uvm_prefetch_bytes;
 	/* What the backend runs on (moem_backend_get_info): its device
@@ -277,6 +289,21 @@ struct moem_engine_status {
 	uint32_t backend_threads;
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
+
+/*
+ * Hybrid execution's live switches, as the budget knobs are: exec (true:
+ * hybrid) and cpu_moe_layers; the --place rules stay as opened. Checked
+ * now, with a message: -EINVAL under hbm mode uvm, for cpu_moe_layers
+ * beyond the model or that the rules leave nothing to (as at open), or for
+ * more experts on the CPU than the DRAM budget holds a layer of; -EBUSY
+ * when the CPU executor has to open (it was not at start) while a run
+ * holds the engine; the executor's own errors (its figures come from
+ * cpu_gbps, the calibration cache, or a measurement, as at open). A
+ * refused change changes nothing. Applied at the next layer boundary of
+ * a run, at once otherwise; experts newly placed on the CPU are not used
+ * in HBM from then on (those resident there leave by eviction).
+ */
+int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu_moe_layers);
 
 /* The model's MoE layers and experts per layer. */
 void moem_engine_moe_shape(const struct moem_engine *e, uint32_t *n_moe, uint32_t *n_experts);

@@ -6,10 +6,12 @@
  *
  *   pack hbm dram kv precisions fallback route evict prefetch precision
  *   paging backend threads cpu-threads cpu-isa pool region persistent
- *   link-gbps loader exec cpu-moe-layers cpu-gbps cpu-token-ns
+ *   link-gbps loader exec cpu-moe-layers cpu-gbps cpu-token-ns place
+ *   calibration
  *   no-verify trace-out trace-logits hotness pregate   (engine settings)
  *   workload batch steps mix seed              (workload settings)
  *
+ * place may be given more than once: each appends a rule (place.h).
  * Boolean settings take no value on a command line; in a file they take
  * yes/no, true/false, on/off or 1/0 (an empty value means yes).
  */

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "cost.h"
+#include "place.h"
 #include "policy.h"
 #include "quant.h"
 
@@ -51,7 +52,9 @@ struct moem_sim_cost {
 	 * Hybrid execution (`moem sim --exec hybrid`), cache policies only:
 	 * each (expert, step) goes where the engine would send it, by the same
 	 * moem_cost_exec() on cost.cpu_gbps and cost.cpu_token_ns; the first
-	 * cpu_moe_layers MoE layers are always on the CPU and never in HBM.
+	 * cpu_moe_layers MoE layers are always on the CPU and never in HBM,
+	 * and the place rules (place.h) resolved by the engine's own
+	 * moem_place_map(): cpu experts as those, gpu ones never on the CPU.
 	 * exec_link_gbps is the link the decision assumes (0: cost.link_gbps;
 	 * the engine's --link-gbps when the modelled link is not it). A CPU
 	 * expert costs moem_cost_cpu_ns() on one CPU timeline that runs beside
@@ -68,6 +71,7 @@ struct moem_sim_cost {
 	 * while its loads take no modelled time).
 	 */
 	double decide_nvme_gbps;
+	struct moem_place_rules place;
 };
 
 /* Defaults above; hbm_bytes 0 until set. */

@@ -548,6 +548,8 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	e->total.step_ns += st.step_ns;
 	e->total.cpu_experts += st.cpu_experts;
 	e->total.cpu_ns += st.cpu_ns;
+	e->last_cpu_experts = st.cpu_experts;
+	e->last_cpu_ns = st.cpu_ns;
 	pthread_mutex_unlock(&e->knob_lock);
 	ds->wait_ns += st.stall_ns;
 	ds->hits += st.hits;

@@ -130,13 +130,13 @@ static bool dstep_allowed(const struct moem_engine *e, uint32_t B)
 	 * trace wants the routing (and logits) layer by layer.
 	 */
 	/*
-	 * Hybrid execution: --cpu-moe-layers layers are never in HBM, so the
-	 * per-layer path runs them; with exec hybrid alone a step with every
+	 * Hybrid execution: experts placed on the CPU (--place,
+	 * --cpu-moe-layers) are never in HBM, so the per-layer path runs them; with exec hybrid alone a step with every
 	 * expert resident sends none to the CPU (moem_cost_exec), so planning
 	 * it on the device changes nothing.
 	 */
 	return moem_be_has_ffn_routed(e->be) && B <= MOEM_BE_MAX_TOKENS && e->n_moe && !e->uvm &&
-	       !e->dcfg.paging && !e->trace && !e->o.trace_logits && !e->cpu_layers;
+	       !e->dcfg.paging && !e->trace && !e->o.trace_logits && !e->n_placed_cpu;
 }
 
 /* Give back the step's pins: one release (one lock) per layer. */

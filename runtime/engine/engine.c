@@ -346,6 +346,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 			e->moe_layer[e->n_moe++] = l;
 	}
 	ret = pick_precisions(e);
+	if (!ret)
+		ret = moem_eng_place_open(e); /* a bad --place rule, before anything loads */
 	if (ret)
 		goto err;
 	/* pre-gate depth: the default 2, none, or what was asked, within the step */
@@ -689,6 +691,7 @@ int moem_eng_apply_knobs(struct moem_engine *e)
 	share = moem_eng_expert_hbm(e, k[MOEM_BUDGET_HBM_BYTES],
 				    kv_charged(e, k[MOEM_BUDGET_KV_BYTES]));
 	pthread_mutex_unlock(&e->knob_lock);
+	moem_eng_hybrid_apply(e);
 	if (!dirty)
 		return 0;
 	if (dirty & ((1u << MOEM_BUDGET_HBM_BYTES) | (1u << MOEM_BUDGET_DRAM_BYTES) |
@@ -820,6 +823,12 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->steps = e->total.step;
 	st->cpu_experts = e->total.cpu_experts;
 	st->cpu_ns = e->total.cpu_ns;
+	st->last_cpu_experts = e->last_cpu_experts;
+	st->last_cpu_ns = e->last_cpu_ns;
+	/* a pending live change shows as set (applied at the next layer boundary) */
+	st->exec_hybrid = e->hyb_dirty ? e->hyb_exec : e->o.exec_hybrid;
+	st->cpu_moe_layers = e->hyb_dirty ? e->hyb_layers : e->o.cpu_moe_layers;
+	st->cpu_placed = e->hyb_dirty ? e->hyb_n_cpu : e->n_placed_cpu;
 	memcpy(st->knob, e->knob, sizeof(st->knob));
 	snprintf(st->trace_path, sizeof(st->trace_path), "%s", e->trace_path ? e->trace_path : "");
 	pthread_mutex_unlock(&e->knob_lock);
@@ -857,10 +866,11 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->running = __atomic_load_n(&e->running, __ATOMIC_ACQUIRE);
 	snprintf(st->hotness, sizeof(st->hotness), "%s", e->hotness);
 	snprintf(st->hbm_mode, sizeof(st->hbm_mode), "%s", e->uvm ? "uvm" : "vmm");
-	snprintf(st->exec, sizeof(st->exec), "%s", e->o.exec_hybrid ? "hybrid" : "gpu");
-	st->cpu_moe_layers = e->cpu_layers;
+	snprintf(st->exec, sizeof(st->exec), "%s", st->exec_hybrid ? "hybrid" : "gpu");
+	moem_place_format_all(&e->o.place, st->place, sizeof(st->place));
 	st->cpu_gbps = e->cpu_be ? e->xcost.cpu_gbps : 0;
 	st->cpu_token_ns = e->cpu_be ? e->xcost.cpu_token_ns : 0;
+	snprintf(st->cpu_from, sizeof(st->cpu_from), "%s", e->cpu_be ? e->cpu_from : "");
 	if (e->uvm) {
 		struct moem_uvm_stats us;
 

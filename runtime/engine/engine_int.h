@@ -124,9 +124,19 @@ struct moem_engine {
 	struct moem_backend *cpu_be;	 /* e->be on the CPU backend, else cpu_be_own */
 	struct moem_backend *cpu_be_own; /* a CPU backend of our own */
 	struct moem_cost xcost;		 /* what the exec decision weighs */
-	uint32_t cpu_layers;		 /* the first cpu_layers MoE layers: always the CPU */
-	uint16_t *cpu_x;		 /* host bf16 [ENG_MAX_B][H]: the layer's FFN input */
-	float *cpu_out;			 /* host f32 [ENG_MAX_B][K][H]: CPU-computed rows */
+	char cpu_from[16];		 /* "given", "cache", "measured" */
+	uint8_t *place;			 /* [n_moe][N] enum moem_place (place.h), or NULL */
+	uint64_t n_placed_cpu;		 /* experts placed on the CPU always */
+	/* A live change of exec / cpu_moe_layers (moem_engine_set_hybrid),
+	 * under knob_lock until the engine thread takes it at a layer
+	 * boundary (moem_eng_hybrid_apply). */
+	bool hyb_dirty, hyb_exec;
+	uint32_t hyb_layers;
+	uint8_t *hyb_place;
+	uint64_t hyb_n_cpu;
+	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's, under knob_lock */
+	uint16_t *cpu_x; /* host bf16 [ENG_MAX_B][H]: the layer's FFN input */
+	float *cpu_out;	 /* host f32 [ENG_MAX_B][K][H]: CPU-computed rows */
 };
 
 /*
@@ -215,22 +225,29 @@ int moem_eng_dstep_end(struct moem_engine *e, uint64_t step, struct moem_step_st
 void moem_eng_dstep_abort(struct moem_engine *e);
 void moem_eng_dstep_free(struct moem_engine *e);
 /*
- * hybrid.c: the CPU executor. open() after the tiers and activations
+ * hybrid.c: the CPU executor. place_open() resolves the --place rules
+ * and cpu_moe_layers against the model (as soon as its shape is known).
+ * hybrid_apply() takes a live change (moem_engine_set_hybrid) on the
+ * engine thread, at a layer boundary.
+ * open() after the tiers and activations
  * (measures the CPU kernels unless cpu_gbps was given); off unless exec
- * hybrid or cpu_moe_layers. exec_of() is where expert x of MoE layer m,
- * used by tokens (token, slot) pairs, runs this step (*forced: a
- * --cpu-moe-layers layer). hbm_allowed(): may MoE layer m's experts enter
- * HBM (not under --cpu-moe-layers). cpu_inputs() brings the layer's FFN
+ * hybrid, cpu_moe_layers or a cpu --place rule. exec_of() is where expert
+ * x of MoE layer m, used by tokens (token, slot) pairs, runs this step
+ * (*forced: placed on the CPU by a rule or --cpu-moe-layers; an expert
+ * placed on the GPU never goes to the CPU). hbm_allowed(): may expert x
+ * of MoE layer m enter HBM (not when placed on the CPU). cpu_inputs() brings the layer's FFN
  * input (e->xb, B tokens) to the host; cpu_ffn() runs the given experts
  * (blobs: host addresses in the pool) on the CPU into the layer's output
  * rows (e->out).
  */
+int moem_eng_place_open(struct moem_engine *e);
+void moem_eng_hybrid_apply(struct moem_engine *e);
 int moem_eng_hybrid_open(struct moem_engine *e);
 void moem_eng_hybrid_close(struct moem_engine *e);
 bool moem_eng_hybrid_on(const struct moem_engine *e);
 enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q, uint32_t m,
 				uint32_t x, uint32_t tokens, bool *forced);
-bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m);
+bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m, uint32_t x);
 int moem_eng_cpu_inputs(struct moem_engine *e, uint32_t B);
 int moem_eng_cpu_ffn(struct moem_engine *e, uint32_t B, const struct moem_ffn_expert *ex,
 		     uint32_t n, const struct moem_ffn_assign *assign, uint32_t n_assign);

@@ -4,8 +4,9 @@
  * "Hybrid execution"): the CPU executor that computes a layer's cold
  * experts straight from the DRAM pool while the device computes the rest,
  * the per (expert, step) decision (moem_cost_exec(), shared with `moem
- * sim --exec hybrid`), and the one-off measurement of the CPU kernels'
- * throughput the decision needs.
+ * sim --exec hybrid`), and the CPU kernels' figures the decision needs:
+ * given, read from the calibration cache when it describes this machine
+ * (calib.h, `moem calibrate`), or measured once at open.
  *
  * The CPU side runs the CPU backend's grouped FFN (the same kernels the
  * CPU backend uses for everything) on the expert's bytes where they sit
@@ -21,156 +22,106 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <moem/calib.h>
 #include <moem/error.h>
 #include <moem/log.h>
 #include <moem/util.h>
 
 #include "engine_int.h"
 
-/* The calibration's buffer: larger than any last-level cache we expect. */
-#define CAL_MIN_BYTES (64ull << 20)
-#define CAL_MAX_BYTES (512ull << 20)
-
 bool moem_eng_hybrid_on(const struct moem_engine *e)
 {
 	return e->cpu_be != NULL;
 }
 
-/* Time one pass of the batch-1 FFN over n copies of an expert blob. */
-static int cal_pass(struct moem_engine *e, uint8_t *buf, uint64_t stride, uint64_t n, moem_dptr x,
-		    moem_dptr out, uint64_t *ns)
+/*
+ * The CPU figures from the calibration cache (calib.h) when it was made on
+ * this machine with this thread count and ISA and has the precision: 0.
+ * Otherwise a note of why not, and -ENOENT: measure instead. A bad file is
+ * never fatal.
+ */
+static int from_cache(struct moem_engine *e)
 {
 	const struct moem_model_config *c = e->cfg;
-	struct moem_ffn_expert ex[MOEM_BE_MAX_SLOTS];
-	struct moem_ffn_assign as[MOEM_BE_MAX_SLOTS];
-	uint64_t t0 = moem_now_ns();
-	int ret = 0;
-
-	for (uint64_t i = 0; i < n && !ret;) {
-		uint32_t k = (uint32_t)moem_min(n - i, (uint64_t)MOEM_BE_MAX_SLOTS);
-		struct moem_ffn_args a = {.B = 1,
-					  .H = c->hidden,
-					  .I = c->moe_inter,
-					  .n_slots = MOEM_BE_MAX_SLOTS,
-					  .x = x,
-					  .out = out,
-					  .n_experts = k,
-					  .experts = ex,
-					  .n_assign = k,
-					  .assign = as};
-
-		for (uint32_t j = 0; j < k; j++) {
-			ex[j] = (struct moem_ffn_expert){
-				(moem_dptr)(uintptr_t)(buf + (i + j) * stride), e->prec[0], j, 1};
-			as[j] = (struct moem_ffn_assign){0, (uint16_t)j};
-		}
-		ret = moem_op_ffn(e->cpu_be, NULL, &a);
-		i += k;
-	}
-	*ns = moem_now_ns() - t0;
-	return ret;
-}
-
-/* One expert used by every one of B tokens: the per-token compute cost. */
-static int cal_tokens(struct moem_engine *e, uint8_t *blob, uint32_t B, moem_dptr x, moem_dptr out,
-		      uint64_t *ns)
-{
-	const struct moem_model_config *c = e->cfg;
-	struct moem_ffn_expert ex = {(moem_dptr)(uintptr_t)blob, e->prec[0], 0, B};
-	struct moem_ffn_assign as[MOEM_BE_MAX_TOKENS];
-	struct moem_ffn_args a = {.B = B,
-				  .H = c->hidden,
-				  .I = c->moe_inter,
-				  .n_slots = 1,
-				  .x = x,
-				  .out = out,
-				  .n_experts = 1,
-				  .experts = &ex,
-				  .n_assign = B,
-				  .assign = as};
-	uint64_t t0 = moem_now_ns();
+	struct moem_backend_info bi;
+	struct moem_calib cal, here;
+	char path[4096], why[512];
 	int ret;
 
-	for (uint32_t t = 0; t < B; t++)
-		as[t] = (struct moem_ffn_assign){(uint16_t)t, 0};
-	ret = moem_op_ffn(e->cpu_be, NULL, &a);
-	*ns = moem_now_ns() - t0;
-	return ret;
+	if (e->o.calibration && !strcmp(e->o.calibration, "none"))
+		return -ENOENT;
+	if (e->o.calibration)
+		snprintf(path, sizeof(path), "%s", e->o.calibration);
+	else if (moem_calib_default_path(path, sizeof(path)))
+		return -ENOENT;
+	ret = moem_calib_read(path, &cal);
+	if (ret == -ENOENT) {
+		moem_info("hybrid: no calibration cache at %s (moem calibrate writes one)", path);
+		return ret;
+	}
+	if (ret) {
+		moem_warn("hybrid: calibration cache ignored: %s", moem_last_error());
+		return -ENOENT;
+	}
+	moem_backend_get_info(e->cpu_be, &bi);
+	moem_calib_machine(bi.threads, bi.isa, &here);
+	if (!moem_calib_matches(&cal, &here, why, sizeof(why))) {
+		moem_info("hybrid: calibration cache %s ignored: %s", path, why);
+		return -ENOENT;
+	}
+	ret = moem_calib_cpu_for(&cal, e->prec[0], c->hidden, c->moe_inter, &e->xcost.cpu_gbps,
+				 &e->xcost.cpu_token_ns);
+	if (ret) {
+		moem_info("hybrid: calibration cache %s has no %s figures", path,
+			  moem_prec_name(e->prec[0]));
+		return ret;
+	}
+	snprintf(e->cpu_from, sizeof(e->cpu_from), "cache");
+	moem_info("hybrid: CPU expert kernels %.2f GB/s, %llu ns per token (%s, calibration "
+		  "cache %s)",
+		  e->xcost.cpu_gbps, (unsigned long long)e->xcost.cpu_token_ns,
+		  moem_prec_name(e->prec[0]), path);
+	return 0;
 }
 
-/*
- * cpu_gbps: the batch-1 FFN over copies of an expert blob filling a
- * buffer larger than the last-level cache (the best of two passes), i.e.
- * bytes read per ns from DRAM; cpu_token_ns: one expert used by 64 tokens,
- * per token (the compute-bound end). Weights are a constant bf16 pattern
- * (no NaN or subnormal to slow a kernel down).
- */
+/* Measure this CPU's kernels on the model's expert shape (calib.h). */
 static int calibrate(struct moem_engine *e)
 {
-	const struct moem_model_config *c = e->cfg;
-	const uint64_t stride = moem_align_up(e->blob_bytes[0], 4096);
-	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-	uint64_t want = moem_max(CAL_MIN_BYTES, llc > 0 ? 4 * (uint64_t)llc : 0), n, best = 0;
-	uint64_t tok_ns = 0;
-	size_t xbytes = (size_t)MOEM_BE_MAX_TOKENS * c->hidden * 2;
-	size_t obytes = (size_t)MOEM_BE_MAX_SLOTS * c->hidden * 4;
-	uint8_t *buf = NULL, *x = NULL, *out = NULL;
-	int ret = -ENOMEM;
+	struct moem_calib_cpu m;
+	uint64_t bytes;
+	int ret = moem_calib_cpu_measure(e->cpu_be, e->prec[0], e->cfg->hidden, e->cfg->moe_inter,
+					 &m, &bytes);
 
-	want = moem_min(want, CAL_MAX_BYTES);
-	n = moem_max((uint64_t)1, want / stride);
-	buf = aligned_alloc(4096, n * stride);
-	x = aligned_alloc(256, xbytes);
-	out = aligned_alloc(256, moem_max(obytes, (size_t)MOEM_BE_MAX_TOKENS * c->hidden * 4));
-	if (!buf || !x || !out)
-		goto out;
-	memset(buf, 0x3c, n * stride);
-	memset(x, 0x3c, xbytes);
-	for (int pass = 0; pass < 2; pass++) {
-		uint64_t ns;
-
-		ret = cal_pass(e, buf, stride, n, (moem_dptr)(uintptr_t)x,
-			       (moem_dptr)(uintptr_t)out, &ns);
-		if (ret)
-			goto out;
-		if (!best || ns < best)
-			best = ns;
-		ret = cal_tokens(e, buf, MOEM_BE_MAX_TOKENS, (moem_dptr)(uintptr_t)x,
-				 (moem_dptr)(uintptr_t)out, &ns);
-		if (ret)
-			goto out;
-		if (!tok_ns || ns < tok_ns)
-			tok_ns = ns;
-	}
-	e->xcost.cpu_gbps = (double)(n * e->blob_bytes[0]) / (double)moem_max(best, (uint64_t)1);
-	e->xcost.cpu_token_ns = moem_max(tok_ns / MOEM_BE_MAX_TOKENS, (uint64_t)1);
+	if (ret)
+		return ret;
+	e->xcost.cpu_gbps = m.gbps;
+	e->xcost.cpu_token_ns = m.token_ns;
+	snprintf(e->cpu_from, sizeof(e->cpu_from), "measured");
 	moem_info("hybrid: CPU expert kernels read %.2f GB/s from DRAM, %llu ns per token "
 		  "(measured over %llu MiB, %s)",
 		  e->xcost.cpu_gbps, (unsigned long long)e->xcost.cpu_token_ns,
-		  (unsigned long long)((n * stride) >> 20), moem_prec_name(e->prec[0]));
-	ret = 0;
-out:
-	free(buf);
-	free(x);
-	free(out);
-	return ret;
+		  (unsigned long long)(bytes >> 20), moem_prec_name(e->prec[0]));
+	return 0;
 }
 
-int moem_eng_hybrid_open(struct moem_engine *e)
+static void executor_close(struct moem_engine *e)
+{
+	moem_backend_close(e->cpu_be_own);
+	e->cpu_be_own = NULL;
+	e->cpu_be = NULL;
+	free(e->cpu_x);
+	free(e->cpu_out);
+	e->cpu_x = NULL;
+	e->cpu_out = NULL;
+}
+
+/* The CPU executor: its backend, host buffers and the cost model's figures. */
+static int executor_open(struct moem_engine *e)
 {
 	const struct moem_model_config *c = e->cfg;
 	struct moem_backend_opts bo = {.threads = e->o.threads, .isa = e->o.cpu_isa};
 	int ret;
 
-	if (e->o.cpu_moe_layers > e->n_moe)
-		return moem_errf(EINVAL, "--cpu-moe-layers %u: the model has %u MoE layer%s",
-				 e->o.cpu_moe_layers, e->n_moe, e->n_moe == 1 ? "" : "s");
-	e->cpu_layers = e->o.cpu_moe_layers;
-	if (!e->o.exec_hybrid && !e->cpu_layers)
-		return 0;
-	if (e->uvm)
-		return moem_errf(EINVAL, "hybrid execution needs hbm mode vmm: under uvm the "
-					 "driver, not moem, decides where an expert is");
 	e->xcost = e->dcfg.cost;
 	e->xcost.link_gbps = e->o.link_gbps; /* the link as given, also under lockstep */
 	if (moem_backend_kind(e->be) == MOEM_BACKEND_CPU) {
@@ -188,8 +139,9 @@ int moem_eng_hybrid_open(struct moem_engine *e)
 	if (e->o.cpu_gbps > 0) {
 		e->xcost.cpu_gbps = e->o.cpu_gbps;
 		e->xcost.cpu_token_ns = e->o.cpu_token_ns;
+		snprintf(e->cpu_from, sizeof(e->cpu_from), "given");
 	} else {
-		ret = calibrate(e);
+		ret = from_cache(e) ? calibrate(e) : 0;
 		if (ret)
 			return moem_err_prefix(-ret, "hybrid: measuring the CPU kernels");
 		if (e->o.cpu_token_ns)
@@ -198,34 +150,158 @@ int moem_eng_hybrid_open(struct moem_engine *e)
 	ret = moem_cost_check(&e->xcost);
 	if (ret)
 		return moem_err_prefix(-ret, "hybrid");
-	if (!e->cpu_layers)
+	return 0;
+}
+
+static const char uvm_msg[] = "hybrid execution needs hbm mode vmm: under uvm the driver, not "
+			      "moem, decides where an expert is";
+
+int moem_eng_hybrid_open(struct moem_engine *e)
+{
+	int ret;
+
+	if (!e->o.exec_hybrid && !e->n_placed_cpu)
+		return 0;
+	if (e->uvm)
+		return moem_errf(EINVAL, "%s", uvm_msg);
+	ret = executor_open(e);
+	if (ret)
+		return ret;
+	if (!e->n_placed_cpu)
 		moem_info("hybrid: the cost model sends experts not in HBM to the CPU");
 	else
-		moem_info("hybrid: the experts of the first %u MoE layer%s on the CPU%s",
-			  e->cpu_layers, e->cpu_layers == 1 ? "" : "s",
+		moem_info("hybrid: %llu expert%s placed on the CPU%s",
+			  (unsigned long long)e->n_placed_cpu, e->n_placed_cpu == 1 ? "" : "s",
 			  e->o.exec_hybrid ? ", the cost model places the rest" : "");
 	return 0;
 }
 
+int moem_eng_place_open(struct moem_engine *e)
+{
+	const uint32_t N = e->cfg->n_experts;
+	int ret;
+
+	/* validate first: a model-sized map only when some rule places anything */
+	ret = moem_place_map(&e->o.place, e->o.cpu_moe_layers, e->n_moe, N, NULL, &e->n_placed_cpu);
+	if (ret || (!e->o.place.n && !e->o.cpu_moe_layers))
+		return ret;
+	e->place = calloc((size_t)e->n_moe * N, 1);
+	if (!e->place)
+		return -ENOMEM;
+	return moem_place_map(&e->o.place, e->o.cpu_moe_layers, e->n_moe, N, e->place, NULL);
+}
+
 void moem_eng_hybrid_close(struct moem_engine *e)
 {
-	moem_backend_close(e->cpu_be_own);
-	e->cpu_be_own = NULL;
-	e->cpu_be = NULL;
-	free(e->cpu_x);
-	free(e->cpu_out);
-	e->cpu_x = NULL;
-	e->cpu_out = NULL;
+	free(e->place);
+	free(e->hyb_place);
+	e->place = NULL;
+	e->hyb_place = NULL;
+	executor_close(e);
+}
+
+int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu_moe_layers)
+{
+	const uint32_t N = e->cfg->n_experts;
+	uint64_t n_cpu = 0, layer_bytes = (uint64_t)N * e->blob_bytes[0], placed, dram;
+	uint8_t *map = NULL;
+	int ret;
+
+	ret = moem_place_map(&e->o.place, cpu_moe_layers, e->n_moe, N, NULL, &n_cpu);
+	if (ret)
+		return ret;
+	if ((exec_hybrid || n_cpu) && e->uvm)
+		return moem_errf(EINVAL, "%s", uvm_msg);
+	/* what is placed now (or pending), and the DRAM budget in force */
+	pthread_mutex_lock(&e->knob_lock);
+	placed = e->hyb_dirty ? e->hyb_n_cpu : e->n_placed_cpu;
+	pthread_mutex_unlock(&e->knob_lock);
+	pthread_mutex_lock(&e->budget_lock);
+	dram = e->applied_dram;
+	pthread_mutex_unlock(&e->budget_lock);
+	/* Placed experts must find DRAM room (or a step fails): at least a
+	 * layer's worth, beside what is staged there. */
+	if (n_cpu > placed && dram < layer_bytes)
+		return moem_errf(ENOSPC,
+				 "cpu-moe-layers %u: the DRAM budget (%llu bytes) is below one "
+				 "layer's experts (%llu bytes), where experts on the CPU are "
+				 "computed from",
+				 cpu_moe_layers, (unsigned long long)dram,
+				 (unsigned long long)layer_bytes);
+	if (e->o.place.n || cpu_moe_layers) {
+		map = calloc((size_t)e->n_moe * N, 1);
+		if (!map)
+			return -ENOMEM;
+		moem_place_map(&e->o.place, cpu_moe_layers, e->n_moe, N, map, NULL);
+	}
+	if ((exec_hybrid || n_cpu) && !e->cpu_be) {
+		/* The executor was not opened at start: open it now, while no
+		 * run reads e->cpu_be. */
+		if (!moem_eng_claim_brief(e)) {
+			free(map);
+			return moem_errf(EBUSY, "hybrid: the CPU executor was not opened at start "
+						"and opens only between runs: a run holds the "
+						"engine now");
+		}
+		ret = executor_open(e);
+		if (ret)
+			executor_close(e);
+		moem_eng_unclaim(e);
+		if (ret) {
+			free(map);
+			return ret;
+		}
+	}
+	pthread_mutex_lock(&e->knob_lock);
+	free(e->hyb_place);
+	e->hyb_place = map;
+	e->hyb_exec = exec_hybrid;
+	e->hyb_layers = cpu_moe_layers;
+	e->hyb_n_cpu = n_cpu;
+	e->hyb_dirty = true;
+	pthread_mutex_unlock(&e->knob_lock);
+	/* at once when no run holds the engine, else at its next layer boundary */
+	if (moem_eng_claim_brief(e)) {
+		moem_eng_hybrid_apply(e);
+		moem_eng_unclaim(e);
+	}
+	return 0;
+}
+
+void moem_eng_hybrid_apply(struct moem_engine *e)
+{
+	uint8_t *old;
+
+	pthread_mutex_lock(&e->knob_lock);
+	if (!e->hyb_dirty) {
+		pthread_mutex_unlock(&e->knob_lock);
+		return;
+	}
+	old = e->place;
+	e->place = e->hyb_place;
+	e->hyb_place = NULL;
+	e->o.exec_hybrid = e->hyb_exec;
+	e->o.cpu_moe_layers = e->hyb_layers;
+	e->n_placed_cpu = e->hyb_n_cpu;
+	e->hyb_dirty = false;
+	pthread_mutex_unlock(&e->knob_lock);
+	free(old);
+	__atomic_store_n(&e->knobs_applied_ns, moem_now_ns(), __ATOMIC_RELEASE);
+	moem_info("hybrid: exec %s, cpu-moe-layers %u: %llu expert%s placed on the CPU",
+		  e->o.exec_hybrid ? "hybrid" : "gpu", e->o.cpu_moe_layers,
+		  (unsigned long long)e->n_placed_cpu, e->n_placed_cpu == 1 ? "" : "s");
 }
 
 enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q, uint32_t m,
 				uint32_t x, uint32_t tokens, bool *forced)
 {
+	enum moem_place w =
+		e->place ? (enum moem_place)e->place[m * e->cfg->n_experts + x] : MOEM_PLACE_AUTO;
 	uint32_t pi;
 	int pub;
 
-	*forced = m < e->cpu_layers;
-	if (!e->cpu_be || (!*forced && !e->o.exec_hybrid))
+	*forced = w == MOEM_PLACE_CPU;
+	if (!e->cpu_be || w == MOEM_PLACE_GPU || (!*forced && !e->o.exec_hybrid))
 		return MOEM_EXEC_GPU;
 	pi = moem_tiers_plan(e->tiers, m, x);
 	pub = moem_tiers_published(e->tiers, m, x);
@@ -234,9 +310,9 @@ enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q
 				   moem_tiers_staged(e->tiers, m, x, pi), 0, *forced);
 }
 
-bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m)
+bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m, uint32_t x)
 {
-	return m >= e->cpu_layers;
+	return !e->place || e->place[m * e->cfg->n_experts + x] != MOEM_PLACE_CPU;
 }
 
 int moem_eng_cpu_inputs(struct moem_engine *e, uint32_t B)

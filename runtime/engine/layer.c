@@ -253,11 +253,11 @@ static void cpu_unpin(struct layer_ctx *c)
 }
 
 /*
- * Hybrid execution: the experts the cost model (or --cpu-moe-layers)
- * sends to the CPU get their DRAM copy pinned (a load from NVMe started
+ * Hybrid execution: the experts the cost model (or a --place rule,
+ * --cpu-moe-layers) sends to the CPU get their DRAM copy pinned (a load from NVMe started
  * for those not staged) and move, in order, behind the device's groups.
  * One that DRAM has no room for now runs on the device instead, unless
- * its layer is the CPU's alone.
+ * it is placed on the CPU.
  */
 static int split_cpu(struct layer_ctx *c)
 {
@@ -281,7 +281,7 @@ static int split_cpu(struct layer_ctx *c)
 			if (ret == -EAGAIN && forced)
 				ret = moem_errf(ENOSPC,
 						"layer %u expert %u: no room in the DRAM budget "
-						"for an expert of a --cpu-moe-layers layer",
+						"for an expert placed on the CPU",
 						e->moe_layer[c->m], g->expert);
 			if (ret >= 0) {
 				g->pending = ret == MOEM_ACQ_PENDING;

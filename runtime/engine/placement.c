@@ -126,8 +126,8 @@ static int op_fetch(void *arg, uint32_t key, enum moem_prio prio, uint64_t tpos)
 {
 	struct moem_engine *e = arg;
 
-	/* --cpu-moe-layers: those layers' experts never take HBM */
-	if (!moem_eng_hbm_allowed(e, key / e->cfg->n_experts))
+	/* placed on the CPU (--place, --cpu-moe-layers): never takes HBM */
+	if (!moem_eng_hbm_allowed(e, key / e->cfg->n_experts, key % e->cfg->n_experts))
 		return 0;
 	return moem_tiers_prefetch(e->tiers, key / e->cfg->n_experts, key % e->cfg->n_experts,
 				   prio);
@@ -160,8 +160,9 @@ static int op_transition(void *arg, uint32_t key, uint32_t pi)
 	int r;
 
 	moem_tiers_set_plan(e->tiers, m, x, pi);
-	/* a --cpu-moe-layers layer: the CPU computes the planned version from DRAM */
-	r = moem_eng_hbm_allowed(e, m) ? moem_tiers_prefetch(e->tiers, m, x, MOEM_PRIO_PROMOTE) : 0;
+	/* placed on the CPU: it computes the planned version from DRAM */
+	r = moem_eng_hbm_allowed(e, m, x) ? moem_tiers_prefetch(e->tiers, m, x, MOEM_PRIO_PROMOTE)
+					  : 0;
 	if (r < 0) {
 		/* a promotion that does not fit waits: offered again later */
 		moem_tiers_set_plan(e->tiers, m, x, pi ^ 1);

@@ -180,7 +180,7 @@ void moem_eng_unclaim_work(struct moem_engine *e)
 	/* A knob set while we held the engine, after our last layer
 	 * boundary, was left to us: apply it now. */
 	pthread_mutex_lock(&e->knob_lock);
-	dirty = e->knob_dirty;
+	dirty = e->knob_dirty | e->hyb_dirty; /* or a live exec change */
 	pthread_mutex_unlock(&e->knob_lock);
 	if (dirty)
 		moem_engine_apply_knobs(e);
@@ -316,6 +316,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		e->total.step_ns += st.step_ns;
 		e->total.cpu_experts += st.cpu_experts;
 		e->total.cpu_ns += st.cpu_ns;
+		e->last_cpu_experts = st.cpu_experts;
+		e->last_cpu_ns = st.cpu_ns;
 		pthread_mutex_unlock(&e->knob_lock);
 		rs.total.step++;
 		rs.total.tokens += B;
@@ -434,9 +436,11 @@ dram_full:
 		return ret;
 	/* Then HBM, planned versions, up to its budget, from what DRAM holds
 	 * (a load here would evict staged versions from DRAM); not the
-	 * experts of --cpu-moe-layers layers, which never enter it. */
-	for (uint32_t m = e->cpu_layers; m < e->n_moe && !ret; m++)
+	 * experts placed on the CPU, which never enter it. */
+	for (uint32_t m = 0; m < e->n_moe && !ret; m++)
 		for (uint32_t x = 0; x < e->cfg->n_experts && !ret; x++) {
+			if (!moem_eng_hbm_allowed(e, m, x))
+				continue;
 			moem_tiers_usage(e->tiers, &hu, &hb, &du, &db, &nv);
 			if (hu + e->blob_bytes[0] > hb)
 				goto hbm_full;

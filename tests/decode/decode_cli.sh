@@ -5,7 +5,7 @@
 #  - budgets never change greedy tokens: 25% HBM and a small DRAM budget,
 #    and a KV budget so small that sequences wait for each other, give the
 #    all-resident run's tokens; so do hybrid CPU/GPU runs (--cpu-moe-layers,
-#    and the cost model's choice at 25% HBM);
+#    --place rules, and the cost model's choice at 25% HBM);
 #  - batching never changes tokens: a sequence alone and in a batch of 8
 #    of different lengths;
 #  - bad input gets a clear error: ids out of vocabulary, an empty prompt,
@@ -48,7 +48,9 @@ for pk in q d; do
 	got=$(dec --tokens $p1 --hbm 25% --dram 40%)
 	[ "$got" = "$ref" ] && ok "$pk: 25% HBM, 40% DRAM gives the same tokens" ||
 		bad "$pk: budgets changed tokens: $got vs $ref"
-	for v in "--cpu-moe-layers 2 --hbm 25%" "--exec hybrid --cpu-gbps 1000 --hbm 25% --dram 40%"; do
+	for v in "--cpu-moe-layers 2 --hbm 25%" "--exec hybrid --cpu-gbps 1000 --hbm 25% --dram 40%" \
+		"--place layers=0,experts=0-7:cpu --place layers=1:cpu --hbm 25%" \
+		"--exec hybrid --cpu-gbps 1000 --place layers=1:gpu --hbm 25%"; do
 		# shellcheck disable=SC2086
 		got=$(dec --tokens $p1 $v)
 		[ "$got" = "$ref" ] && ok "$pk: $v gives the same tokens" ||
@@ -135,6 +137,12 @@ msg="the model has 3 MoE layers" expect_err "--cpu-moe-layers beyond the MoE lay
 	--tokens 1,2 --cpu-moe-layers 4
 msg="want a number" expect_err "negative --cpu-moe-layers" --tokens 1,2 --cpu-moe-layers -1
 msg="want gpu or hybrid" expect_err "unknown --exec" --tokens 1,2 --exec npu
+msg="MoE layer 3 is beyond the model's 3" expect_err "--place beyond the MoE layers" \
+	--tokens 1,2 --place layers=1-3:cpu
+msg="'host' is not cpu, gpu or auto" expect_err "--place that does not parse" --tokens 1,2 \
+	--place layers=0:host
+msg="'layers=1:gpu' matches nothing" expect_err "--place that matches nothing" --tokens 1,2 \
+	--place layers=0-2:cpu --place layers=1:gpu
 
 a=$("$moem" decode --pack "$tmp/q.moem" --tokens $p1 --max-new 12 --temperature 0.9 \
 	--top-p 0.9 --top-k 50 --seed 42 --quiet)

@@ -11,7 +11,9 @@
 #    those experts' numerics are the CPU kernels';
 #  - moem run at 25% HBM moves fewer bytes DRAM->HBM with --exec hybrid
 #    than transfer-only, computes experts on the CPU, and none of a
-#    --cpu-moe-layers layer ever enters HBM (all layers: 0 bytes).
+#    --cpu-moe-layers layer ever enters HBM (all layers: 0 bytes);
+#  - moem calibrate measures the link through the CUDA backend, and the
+#    engine then takes its CPU figures from that cache.
 # Runs on a GPU machine (make test-gpu) and on the kernel emulator (make
 # test-gpu-emu); skips (exit 4) without a CUDA device.
 set -u
@@ -60,6 +62,7 @@ for v in "--cpu-moe-layers 2 --hbm 25%" "--exec hybrid --cpu-gbps 1000 --hbm 25%
 done
 
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+field_str() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
 runj() {
 	"$moem" run --pack "$tmp/q.moem" --backend cuda --batch 4 --steps 6 --json --quiet "$@"
 }
@@ -80,5 +83,21 @@ if [ "${ab:-x}" = 0 ] && [ "${ac:-0}" -gt 0 ]; then
 	ok "--cpu-moe-layers 3: $ac experts on the CPU, nothing moved to HBM"
 else
 	bad "--cpu-moe-layers 3: ${ab:-?} bytes to HBM, ${ac:-?} on the CPU"
+fi
+# moem calibrate measures the host->device link through the CUDA backend,
+# and an engine on this machine then takes its CPU figures from the cache.
+cal=$("$moem" calibrate --out "$tmp/cal.json" --precisions bf16 --hidden 128 --inter 128 \
+	--json 2>/dev/null)
+lg=$(echo "$cal" | sed -n 's/.*"link_gbps":\([0-9.e+-]*\).*/\1/p')
+if [ -n "$lg" ] && awk -v g="$lg" 'BEGIN { exit !(g > 0) }'; then
+	ok "moem calibrate: link $lg GB/s host->device"
+else
+	bad "moem calibrate: no link figure: $cal"
+fi
+from=$(runj --hbm 25% --exec hybrid --calibration "$tmp/cal.json" | field_str cpu_from)
+if [ "$from" = cache ]; then
+	ok "the engine read the calibration cache"
+else
+	bad "the engine's CPU figures came from '${from:-?}', not the cache"
 fi
 exit $fail

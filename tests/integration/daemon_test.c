@@ -630,7 +630,7 @@ TEST_F(d, sighup_reloads)
 	snprintf(conf, sizeof(conf), "%s/moemd.conf", self->dir);
 	snprintf(body, sizeof(body),
 		 "# test config\npack = %s\nbackend = cpu\nthreads = 1\npool = thp\nhbm = 30%%\n"
-		 "dram = 60%%\nprecisions = bf16,q4\nsteps = 5\n",
+		 "dram = 60%%\nprecisions = bf16,q4\nsteps = 5\ncpu-gbps = 1000\n",
 		 self->pack);
 	write_conf(conf, body);
 	{
@@ -646,7 +646,8 @@ TEST_F(d, sighup_reloads)
 	/* Budgets, routing and run defaults change live; evict needs a restart. */
 	snprintf(body, sizeof(body),
 		 "pack = %s\nbackend = cpu\nthreads = 1\npool = thp\nhbm = 50%%\n"
-		 "dram = 60%%\nprecisions = bf16,q4\nsteps = 7\nroute = lynx\nevict = lru2\n",
+		 "dram = 60%%\nprecisions = bf16,q4\nsteps = 7\nroute = lynx\nevict = lru2\n"
+		 "cpu-gbps = 1000\nexec = hybrid\ncpu-moe-layers = 1\n",
 		 self->pack);
 	write_conf(conf, body);
 	dmn_kill(&self->m, SIGHUP);
@@ -660,6 +661,9 @@ TEST_F(d, sighup_reloads)
 	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
 	EXPECT_EQ(0, strncmp(dmn_str(r, "policies.route"), "lynx", 4));
 	EXPECT_STREQ("lru", dmn_str(r, "policies.evict"));
+	/* hybrid execution's switches are live too (the same reload did them) */
+	EXPECT_STREQ("hybrid", dmn_str(r, "policies.exec"));
+	EXPECT_EQ(1u, dmn_u64(r, "policies.cpu_moe_layers"));
 	json_object_put(r);
 	EXPECT_TRUE(dmn_log_has(&self->m, "'evict' changed"));
 	ASSERT_EQ(0, dmn_call(&self->m, "run", NULL, &r));
@@ -678,6 +682,121 @@ TEST_F(d, sighup_reloads)
 	shutdown_ok(_metadata, &self->m);
 }
 
+/*
+ * --place rules in the config file and on the command line: the flags'
+ * replace the file's, and status shows the rules in force.
+ */
+TEST_F(d, place_rules)
+{
+	char conf[600], body[1024];
+	struct json_object *r;
+
+	snprintf(conf, sizeof(conf), "%s/moemd.conf", self->dir);
+	snprintf(body, sizeof(body),
+		 "pack = %s\nbackend = cpu\nthreads = 1\npool = thp\nhbm = 30%%\n"
+		 "place = layers=0:cpu\nplace = layers=1,experts=0-3:gpu\n",
+		 self->pack);
+	write_conf(conf, body);
+	{
+		const char *args[] = {"--config", conf, NULL};
+
+		ASSERT_EQ(0, dmn_start_argv(&self->m, self->dir, args));
+	}
+	ASSERT_EQ(0, dmn_wait_ready(&self->m, 30000));
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("layers=0:cpu; layers=1,experts=0-3:gpu", dmn_str(r, "policies.place"));
+	EXPECT_EQ(16u, dmn_u64(r, "policies.cpu_placed"));
+	/* a CPU executor, measured */
+	EXPECT_GT(json_object_get_double(dmn_get(r, "policies.cpu_gbps")), 0);
+	json_object_put(r);
+	shutdown_ok(_metadata, &self->m);
+	{
+		const char *args[] = {"--config", conf, "--place", "layers=1,experts=2:cpu", NULL};
+
+		ASSERT_EQ(0, dmn_start_argv(&self->m, self->dir, args));
+	}
+	ASSERT_EQ(0, dmn_wait_ready(&self->m, 30000));
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("layers=1,experts=2:cpu", dmn_str(r, "policies.place"));
+	EXPECT_EQ(1u, dmn_u64(r, "policies.cpu_placed"));
+	json_object_put(r);
+	shutdown_ok(_metadata, &self->m);
+}
+
+/*
+ * Hybrid execution's switches live on the socket, as the budget knobs:
+ * get and set exec and cpu_moe_layers; status shows experts computed on
+ * the CPU per step and their time; a change that cannot apply is refused
+ * with a message and the daemon serves on as it was.
+ */
+TEST_F(d, hybrid_switches_live)
+{
+	struct json_object *r;
+
+	START_READY("--pool", "thp", "--cpu-gbps", "1000", NULL);
+	ASSERT_EQ(0, dmn_call(&self->m, "get", dmn_args("knob", "exec", NULL), &r));
+	EXPECT_STREQ("gpu", dmn_str(r, "value"));
+	json_object_put(r);
+	ASSERT_EQ(0,
+		  dmn_call(&self->m, "set", dmn_args("knob", "exec", "value", "hybrid", NULL), &r))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("hybrid", dmn_str(r, "value"));
+	EXPECT_STREQ("now", dmn_str(r, "applied"));
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "run", dmn_run_args("steps", "6", "batch", "4", NULL), &r))
+	TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("hybrid", dmn_str(r, "policies.exec"));
+	EXPECT_STREQ("given", dmn_str(r, "policies.cpu_from"));
+	EXPECT_GT(dmn_u64(r, "counters.cpu_experts"), 0u);
+	EXPECT_GT(json_object_get_double(dmn_get(r, "counters.cpu_experts_per_step")), 0);
+	EXPECT_GT(json_object_get_double(dmn_get(r, "counters.cpu_ns_per_step")), 0);
+	EXPECT_NE(NULL, dmn_get(r, "counters.cpu_experts_last_step"));
+	json_object_put(r);
+
+	/* refused, with the reason; nothing changes */
+	EXPECT_EQ(-EINVAL, dmn_call(&self->m, "set",
+				    dmn_args("knob", "cpu_moe_layers", "value", "3", NULL), &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "the model has 2 MoE layers"))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(-EINVAL,
+		  dmn_call(&self->m, "set", dmn_args("knob", "exec", "value", "npu", NULL), &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "want gpu or hybrid"));
+	EXPECT_EQ(-EINVAL, dmn_call(&self->m, "set",
+				    dmn_args("knob", "cpu_moe_layers", "value", "-1", NULL), &r));
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("hybrid", dmn_str(r, "policies.exec"));
+	EXPECT_EQ(0u, dmn_u64(r, "policies.cpu_moe_layers"));
+	json_object_put(r);
+
+	/* the first MoE layer on the CPU, then everything back on the device */
+	ASSERT_EQ(0, dmn_call(&self->m, "set",
+			      dmn_args("knob", "cpu_moe_layers", "value", "1", NULL), &r))
+	TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "get", NULL, &r));
+	EXPECT_EQ(1u, dmn_u64(r, "knobs.cpu_moe_layers"));
+	EXPECT_STREQ("hybrid", dmn_str(r, "knobs.exec"));
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_EQ(16u, dmn_u64(r, "policies.cpu_placed"));
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "set", dmn_args("knob", "exec", "value", "gpu", NULL), &r));
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "set",
+			      dmn_args("knob", "cpu_moe_layers", "value", "0", NULL), &r));
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "run", dmn_run_args("steps", "3", "batch", "4", NULL), &r))
+	TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_EQ(0u, dmn_u64(r, "counters.cpu_experts_last_step"));
+	EXPECT_STREQ("gpu", dmn_str(r, "policies.exec"));
+	json_object_put(r);
+	shutdown_ok(_metadata, &self->m);
+}
+
 TEST_F(d, configuration_errors)
 {
 	char conf[600];
@@ -691,6 +810,17 @@ TEST_F(d, configuration_errors)
 	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
 	EXPECT_EQ(64, dmn_exit_code(&self->m));
 	EXPECT_TRUE(dmn_log_has(&self->m, "batch '0'"));
+	ASSERT_EQ(0, dmn_start(&self->m, self->dir, "--pack", self->pack, "--place",
+			       "layers=0:nowhere", NULL));
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
+	EXPECT_EQ(64, dmn_exit_code(&self->m));
+	EXPECT_TRUE(dmn_log_has(&self->m, "'nowhere' is not cpu, gpu or auto"));
+	/* checked against the pack's 2 MoE layers when the engine opens */
+	ASSERT_EQ(0, dmn_start(&self->m, self->dir, "--pack", self->pack, "--backend", "cpu",
+			       "--place", "layers=2:cpu", NULL));
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 30000));
+	EXPECT_NE(0, dmn_exit_code(&self->m));
+	EXPECT_TRUE(dmn_log_has(&self->m, "MoE layer 2 is beyond the model's 2"));
 	snprintf(conf, sizeof(conf), "%s/bad.conf", self->dir);
 	write_conf(conf, "hbm = 12G\nsparkle = yes\n");
 	ASSERT_EQ(0, dmn_start(&self->m, self->dir, "--pack", self->pack, "--config", conf, NULL));

@@ -3,15 +3,18 @@
  * Hybrid CPU/GPU execution in the engine, on the CPU backend and the
  * emulated tier (where the "device" side also runs the CPU kernels, so a
  * hybrid run must give the all-resident run's digest bit for bit):
- * --cpu-moe-layers and the cost model's choice both send experts to the
- * CPU, those never enter HBM, fewer bytes go DRAM->HBM than without, the
+ * --cpu-moe-layers, --place rules and the cost model's choice send
+ * experts to the CPU, those never enter HBM, fewer bytes go DRAM->HBM than without, the
  * simulator makes the engine's decisions on the engine's own trace, and
  * bad settings are refused with a message.
  */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <moem/backend.h>
+#include <moem/calib.h>
 #include <moem/engine.h>
 #include <moem/engine_args.h>
 #include <moem/log.h>
@@ -336,6 +339,351 @@ TEST_F(hyb, simulator_makes_the_engines_decisions)
 	free(trace);
 }
 
+/*
+ * --place rules: the CPU experts they name are computed on the CPU and
+ * never take HBM, the GPU ones never go to the CPU even when the cost
+ * model would send them, and the output is the all-resident run's.
+ */
+TEST_F(hyb, place_rules)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs, lay, full, half;
+	struct moem_engine_status st;
+
+	ASSERT_EQ(0, run(&o, &wl, true, &ref, NULL)) TH_LOG("%s", moem_last_error());
+	/* a rule for the first two MoE layers is --cpu-moe-layers 2 */
+	o.cpu_moe_layers = 2;
+	o.hbm_budget = self->expert_bytes / 4;
+	ASSERT_EQ(0, run(&o, &wl, true, &lay, NULL)) TH_LOG("%s", moem_last_error());
+	o.cpu_moe_layers = 0;
+	ASSERT_EQ(0, moem_place_add(&o.place, "layers=0-1:cpu"));
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, &st)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "layers=0-1:cpu");
+	EXPECT_EQ(lay.total.cpu_experts, rs.total.cpu_experts);
+	EXPECT_EQ(32u, st.cpu_placed);
+	EXPECT_STREQ("layers=0-1:cpu", st.place);
+	/* half the experts of every layer on the CPU: HBM holds the other half */
+	o = base_opts(self);
+	ASSERT_EQ(0, run(&o, &wl, true, &full, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0u, full.total.misses);
+	{
+		uint64_t used_all = st.hbm_used;
+
+		ASSERT_EQ(0, moem_place_add(&o.place, "experts=0-7:cpu"));
+		ASSERT_EQ(0, run(&o, &wl, true, &half, &st)) TH_LOG("%s", moem_last_error());
+		check_run(_metadata, &ref, &half, "experts=0-7:cpu, all of HBM");
+		EXPECT_LT(half.total.cpu_experts, half.total.active);
+		EXPECT_EQ(half.total.active, half.total.hits + half.total.cpu_experts);
+		EXPECT_EQ(used_all, 2 * st.hbm_used);
+		EXPECT_EQ(24u, st.cpu_placed);
+	}
+	/* the cost model would send cold experts to the CPU; gpu rules keep them */
+	o = base_opts(self);
+	o.hbm_budget = self->expert_bytes / 4;
+	o.exec_hybrid = true;
+	o.cpu_gbps = 1000;
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, NULL)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "exec hybrid, no rules");
+	ASSERT_EQ(0, moem_place_add(&o.place, "layers=*:gpu"));
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, NULL)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	EXPECT_EQ(0u, rs.total.cpu_experts);
+	EXPECT_GT(rs.total.misses, 0u);
+	/* every expert on the CPU by rule: nothing reaches HBM */
+	o.place.n = 0;
+	ASSERT_EQ(0, moem_place_add(&o.place, "layers=1,experts=*:auto"));
+	ASSERT_EQ(0, moem_place_add(&o.place, "experts=0-15:cpu"));
+	o.exec_hybrid = false;
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, &st)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "layers 0 and 2 on the CPU, 1 auto under exec gpu");
+	EXPECT_EQ(lay.total.active, rs.total.active);
+	EXPECT_LT(rs.total.cpu_experts, rs.total.active);
+	o.place.n = 0;
+	ASSERT_EQ(0, moem_place_add(&o.place, "experts=0-15:cpu"));
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, &st)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "experts=0-15:cpu");
+	EXPECT_EQ(rs.total.active, rs.total.cpu_experts);
+	EXPECT_EQ(0u, rs.total.bytes_h2d);
+	EXPECT_EQ(0u, st.hbm_used);
+}
+
+/* The simulator resolves the same rules with the engine's code and decides alike. */
+TEST_F(hyb, simulator_honours_place_rules)
+{
+	static const char *const rules[] = {"layers=0,experts=0-7:cpu", "layers=1,experts=4-11:gpu",
+					    "layers=2,experts=15:cpu"};
+	char *trace = st_path(self->dir, "place.trace");
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_workload w = wl;
+	struct moem_run_stats rs;
+	struct moem_engine_status st;
+	struct moem_sim_cost c;
+	struct moem_sim_policy sp;
+	struct moem_sim_opts so = {0};
+	struct moem_sim_result r;
+	struct moem_engine *e;
+
+	o.evict = "lru";
+	o.prefetch = "none";
+	o.hbm_budget = self->expert_bytes / 4;
+	o.trace_out = trace;
+	o.lockstep = true;
+	o.link_gbps = 10000;
+	o.link_lat_us = -1;
+	o.exec_hybrid = true;
+	o.cpu_gbps = 5000;
+	o.cpu_token_ns = 30;
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(rules); i++)
+		ASSERT_EQ(0, moem_place_add(&o.place, rules[i]));
+	w.batch = 4;
+	w.steps = 24;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_run(e, &w, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	moem_engine_get_status(e, &st);
+	moem_engine_close(e);
+
+	ASSERT_EQ(0, st_sim_cost_for_trace(trace, &c));
+	c.cost.link_gbps = 1e4;
+	c.cost.cpu_gbps = o.cpu_gbps;
+	c.cost.cpu_token_ns = o.cpu_token_ns;
+	c.exec_hybrid = true;
+	c.place = o.place;
+	ASSERT_EQ(0, moem_sim_cost_finish(&c));
+	st_sim_engine_hbm(&c, st.hbm_budget);
+	c.dram_bytes = 48 * c.expert_bytes[MOEM_PREC_BF16];
+	c.dram_cold = true;
+	ASSERT_EQ(0, moem_sim_policy_parse("lru", &sp));
+	ASSERT_EQ(0, moem_sim_run(trace, &c, &sp, &so, &r)) TH_LOG("%s", moem_last_error());
+	TH_LOG("on the CPU engine %llu sim %llu; hits engine %llu sim %llu",
+	       (unsigned long long)rs.total.cpu_experts, (unsigned long long)r.cpu_experts,
+	       (unsigned long long)rs.total.hits, (unsigned long long)r.hits);
+	EXPECT_GT(rs.total.cpu_experts, 0u);
+	EXPECT_GT(rs.total.misses, 0u);
+	EXPECT_EQ(rs.total.cpu_experts, r.cpu_experts);
+	EXPECT_EQ(rs.total.hits, r.hits);
+	/* without the rules the decisions differ: the rules are what both followed */
+	c.place.n = 0;
+	ASSERT_EQ(0, moem_sim_run(trace, &c, &sp, &so, &r)) TH_LOG("%s", moem_last_error());
+	EXPECT_NE(rs.total.cpu_experts, r.cpu_experts);
+	/* a rule beyond the trace's model, or one that matches nothing */
+	ASSERT_EQ(0, moem_place_add(&c.place, "layers=3:cpu"));
+	EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+	EXPECT_MSG("MoE layer 3 is beyond the model's 3");
+	c.place.n = 0;
+	ASSERT_EQ(0, moem_place_add(&c.place, "layers=*:gpu"));
+	ASSERT_EQ(0, moem_place_add(&c.place, "experts=3:cpu"));
+	EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+	EXPECT_MSG("'experts=3:cpu' matches nothing");
+	/* cpu rules need the CPU's throughput, as --cpu-moe-layers */
+	c.place.n = 0;
+	ASSERT_EQ(0, moem_place_add(&c.place, "experts=3:cpu"));
+	c.exec_hybrid = false;
+	c.cost.cpu_gbps = 0;
+	EXPECT_EQ(-EINVAL, moem_sim_run(trace, &c, &sp, &so, &r));
+	EXPECT_MSG("need the CPU's throughput");
+	free(trace);
+}
+
+/*
+ * The calibration cache: the engine takes the CPU figures from it when it
+ * describes this machine (CPU model, threads, ISA) and has the served
+ * precision; a corrupt file, another version, another machine or a cache
+ * without the precision is ignored (the engine measures, and opens);
+ * --cpu-gbps wins over the cache.
+ */
+TEST_F(hyb, calibration_cache)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_backend_opts bo = {.threads = o.threads};
+	struct moem_backend_info bi;
+	struct moem_backend *be;
+	struct moem_engine_status st;
+	struct moem_run_stats rs;
+	struct moem_calib c, other;
+	char *path = st_path(self->dir, "cache/calibration.json");
+	char *bad = st_path(self->dir, "bad.json");
+	FILE *f;
+
+	ASSERT_EQ(0, moem_backend_open("cpu", &bo, &be));
+	moem_backend_get_info(be, &bi);
+	moem_backend_close(be);
+	ASSERT_EQ(0, moem_calib_machine(bi.threads, bi.isa, &c));
+	c.hidden = 64; /* the model's experts are 128 x 128: 4x the weights */
+	c.inter = 64;
+	c.cpu[MOEM_PREC_BF16] = (struct moem_calib_cpu){true, 123.5, 20};
+	ASSERT_EQ(0, moem_calib_write(path, &c)) TH_LOG("%s", moem_last_error());
+	o.exec_hybrid = true;
+	o.hbm_budget = self->expert_bytes / 4;
+	o.calibration = path;
+	ASSERT_EQ(0, run(&o, &wl, true, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("cache", st.cpu_from);
+	EXPECT_EQ(123.5, st.cpu_gbps);
+	EXPECT_EQ(80u, st.cpu_token_ns);
+	/* --cpu-gbps overrides it */
+	o.cpu_gbps = 7;
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("given", st.cpu_from);
+	EXPECT_EQ(7.0, st.cpu_gbps);
+	o.cpu_gbps = 0;
+	/* another machine, a cache without bf16: measured */
+	other = c;
+	snprintf(other.cpu_model, sizeof(other.cpu_model), "Another CPU");
+	ASSERT_EQ(0, moem_calib_write(bad, &other));
+	o.calibration = bad;
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	other = c;
+	other.threads++;
+	ASSERT_EQ(0, moem_calib_write(bad, &other));
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	other = c;
+	other.cpu[MOEM_PREC_BF16].valid = false;
+	other.cpu[MOEM_PREC_Q4] = (struct moem_calib_cpu){true, 50, 10};
+	ASSERT_EQ(0, moem_calib_write(bad, &other));
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	/* corrupt, another version, missing, "none": measured, never an error */
+	f = fopen(bad, "w");
+	ASSERT_NE(NULL, f);
+	fputs("{\"format\":\"moem-calibration\",\"vers", f);
+	fclose(f);
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	f = fopen(bad, "w");
+	ASSERT_NE(NULL, f);
+	fputs("{\"format\":\"moem-calibration\",\"version\":2}", f);
+	fclose(f);
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	unlink(bad);
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	o.calibration = "none";
+	ASSERT_EQ(0, run(&o, &wl, false, &rs, &st)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ("measured", st.cpu_from);
+	EXPECT_GT(st.cpu_gbps, 0);
+	free(path);
+	free(bad);
+}
+
+/* Live switches from inside a run: the step callback is on the engine thread. */
+struct live {
+	struct moem_engine *e;
+	uint32_t switch_at;
+	int set_ret;
+	uint64_t cpu[16];
+};
+
+static int live_step(void *arg, const struct moem_step_stats *s)
+{
+	struct live *l = arg;
+
+	if (s->step < 16)
+		l->cpu[s->step] = s->cpu_experts;
+	if (s->step == l->switch_at)
+		l->set_ret = moem_engine_set_hybrid(l->e, true, 0);
+	return 0;
+}
+
+/*
+ * exec and cpu_moe_layers change on an open engine: at once between runs,
+ * at the next layer boundary during one; a change that cannot apply is
+ * refused with a message and changes nothing.
+ */
+TEST_F(hyb, live_switches)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats ref, rs, lay;
+	struct moem_engine_status st;
+	struct moem_engine *e;
+	struct live l = {0};
+	struct moem_workload w = wl;
+
+	ASSERT_EQ(0, run(&o, &wl, true, &ref, NULL)) TH_LOG("%s", moem_last_error());
+	o.hbm_budget = self->expert_bytes / 4;
+	o.cpu_moe_layers = 2;
+	ASSERT_EQ(0, run(&o, &wl, true, &lay, NULL)) TH_LOG("%s", moem_last_error());
+	o.cpu_moe_layers = 0;
+	o.cpu_gbps = 1000;
+
+	/* no executor at open: exec hybrid opens it between runs */
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_warmup(e, NULL));
+	moem_engine_get_status(e, &st);
+	EXPECT_STREQ("gpu", st.exec);
+	EXPECT_EQ(0, st.cpu_gbps);
+	ASSERT_EQ(0, moem_engine_set_hybrid(e, true, 0)) TH_LOG("%s", moem_last_error());
+	moem_engine_get_status(e, &st);
+	EXPECT_STREQ("hybrid", st.exec);
+	EXPECT_EQ(1000.0, st.cpu_gbps);
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "exec hybrid set live");
+	/* cpu_moe_layers 2 alone: what opening with it computes on the CPU */
+	ASSERT_EQ(0, moem_engine_set_hybrid(e, false, 2)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	check_run(_metadata, &ref, &rs, "cpu-moe-layers 2 set live");
+	EXPECT_EQ(lay.total.cpu_experts, rs.total.cpu_experts);
+	moem_engine_get_status(e, &st);
+	EXPECT_EQ(2u, st.cpu_moe_layers);
+	EXPECT_EQ(32u, st.cpu_placed);
+	EXPECT_GT(st.last_cpu_experts, 0u);
+	EXPECT_GT(st.last_cpu_ns, 0u);
+	/* refused: beyond the model; nothing changes */
+	EXPECT_EQ(-EINVAL, moem_engine_set_hybrid(e, true, 4));
+	EXPECT_MSG("--cpu-moe-layers 4: the model has 3 MoE layers");
+	moem_engine_get_status(e, &st);
+	EXPECT_STREQ("gpu", st.exec);
+	EXPECT_EQ(2u, st.cpu_moe_layers);
+	/* back to the device alone: nothing on the CPU, the same outputs */
+	ASSERT_EQ(0, moem_engine_set_hybrid(e, false, 0));
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	EXPECT_EQ(0u, rs.total.cpu_experts);
+	/* during a run: from the step after the change */
+	w.steps = 8;
+	l.e = e;
+	l.switch_at = 3;
+	ASSERT_EQ(0, moem_engine_run(e, &w, live_step, &l, &rs)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0, l.set_ret) TH_LOG("%s", moem_last_error());
+	for (uint32_t i = 0; i <= 3; i++) {
+		EXPECT_EQ(0u, l.cpu[i]) TH_LOG("step %u", i);
+	}
+	EXPECT_GT(l.cpu[4] + l.cpu[5] + l.cpu[6] + l.cpu[7], 0u);
+	moem_engine_close(e);
+
+	/* an executor that must open while a run holds the engine: refused, the run goes on */
+	o.cpu_gbps = 1000;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	l = (struct live){.e = e, .switch_at = 1};
+	ASSERT_EQ(0, moem_engine_run(e, &w, live_step, &l, &rs)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(-EBUSY, l.set_ret);
+	EXPECT_EQ(0u, rs.total.cpu_experts);
+	EXPECT_EQ(8u, rs.total.step);
+	moem_engine_get_status(e, &st);
+	EXPECT_STREQ("gpu", st.exec);
+	moem_engine_close(e);
+
+	/* more experts on the CPU than DRAM holds a layer of: refused */
+	o.dram_budget = self->expert_bytes / 8;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(-ENOSPC, moem_engine_set_hybrid(e, false, 1));
+	EXPECT_MSG("below one layer's experts");
+	moem_engine_get_status(e, &st);
+	EXPECT_EQ(0u, st.cpu_moe_layers);
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
+	moem_engine_close(e);
+
+	/* a --cpu-moe-layers value the rules leave nothing to */
+	o = base_opts(self);
+	ASSERT_EQ(0, moem_place_add(&o.place, "layers=0:gpu"));
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(-EINVAL, moem_engine_set_hybrid(e, false, 1));
+	EXPECT_MSG("--cpu-moe-layers 1 matches nothing");
+	moem_engine_close(e);
+}
+
 TEST_F(hyb, bad_input)
 {
 	struct moem_engine_opts o = base_opts(self);
@@ -366,7 +714,24 @@ TEST_F(hyb, bad_input)
 	EXPECT_TRUE(a.o.exec_hybrid);
 	EXPECT_EQ(3u, a.o.cpu_moe_layers);
 	EXPECT_EQ(12.5, a.o.cpu_gbps);
+	/* --place: appended in order; a bad rule changes nothing */
+	EXPECT_EQ(0, moem_engine_args_set(&a, "place", "layers=0:cpu"));
+	EXPECT_EQ(-EINVAL, moem_engine_args_set(&a, "place", "layers=0"));
+	EXPECT_MSG("place 'layers=0': no ':'");
+	EXPECT_EQ(0, moem_engine_args_set(&a, "place", "experts=3-4:gpu"));
+	EXPECT_EQ(2u, a.o.place.n);
+	EXPECT_EQ(MOEM_PLACE_GPU, a.o.place.r[1].where);
 	moem_engine_args_free(&a);
+	/* rules are checked against the model at open */
+	o = base_opts(self);
+	ASSERT_EQ(0, moem_place_add(&o.place, "layers=0,experts=16:cpu"));
+	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
+	EXPECT_MSG("expert 16 is beyond the model's 16 per layer (0-15)");
+	o.place.n = 0;
+	ASSERT_EQ(0, moem_place_add(&o.place, "layers=0-2:gpu"));
+	o.cpu_moe_layers = 1;
+	EXPECT_EQ(-EINVAL, moem_engine_open(&o, &e));
+	EXPECT_MSG("--cpu-moe-layers 1 matches nothing");
 }
 
 TEST_HARNESS_MAIN

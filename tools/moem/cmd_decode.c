@@ -44,6 +44,8 @@ static const struct option dec_opts[] = {
 	{"cpu-moe-layers", required_argument, NULL, 0},
 	{"cpu-gbps", required_argument, NULL, 0},
 	{"cpu-token-ns", required_argument, NULL, 0},
+	{"place", required_argument, NULL, 0},
+	{"calibration", required_argument, NULL, 0},
 	{"cpu-threads", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},
@@ -88,7 +90,8 @@ static void usage(FILE *f)
 		"[--quiet]\n"
 		"                   [budgets and policies as moem run: --hbm --dram --precisions\n"
 		"                    --route --evict --prefetch --precision --paging --backend\n"
-		"                    --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X ...]\n"
+		"                    --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X\n"
+		"                    --place RULE ...]\n"
 		"Each --tokens is one sequence; all are decoded together as one batch.\n"
 		"Greedy (temperature 0) unless --temperature is given.\n"
 		"--dense-prec quantizes the attention projections and an untied lm_head\n"

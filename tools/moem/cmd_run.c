@@ -67,6 +67,8 @@ static const struct option run_opts[] = {
 	{"cpu-moe-layers", required_argument, NULL, 0},
 	{"cpu-gbps", required_argument, NULL, 0},
 	{"cpu-token-ns", required_argument, NULL, 0},
+	{"place", required_argument, NULL, 0},
+	{"calibration", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},
 	{"trace-out", required_argument, NULL, 0},
@@ -106,7 +108,7 @@ static void run_usage(FILE *f)
 		"                [--hotness engine|bpf] [--pregate D] [--counts-out FILE]\n"
 		"                [--hbm-mode vmm|uvm]\n"
 		"                [--exec gpu|hybrid] [--cpu-moe-layers N] [--cpu-gbps X]\n"
-		"                [--cpu-token-ns NS]\n"
+		"                [--cpu-token-ns NS] [--place RULE]... [--calibration FILE|none]\n"
 		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
 		"                [--ready-fd FD] [--until-eof FD]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
@@ -117,7 +119,12 @@ static void run_usage(FILE *f)
 		"--exec hybrid computes each expert not in HBM on the CPU, from DRAM, when\n"
 		"the cost model says it is cheaper than loading it; --cpu-moe-layers N puts\n"
 		"the experts of the first N MoE layers on the CPU always; --cpu-gbps X gives\n"
-		"the CPU kernels' throughput instead of measuring it at start.\n"
+		"the CPU kernels' throughput instead of measuring it at start or reading it\n"
+		"from moem calibrate's cache (--calibration: another file, or none).\n"
+		"--place [layers=LIST][,experts=LIST]:cpu|gpu|auto places experts by MoE\n"
+		"layer and expert (LIST: N, N-M, * separated by commas), repeatable: the\n"
+		"first matching rule wins, --cpu-moe-layers N is layers=0-(N-1):cpu after\n"
+		"them; cpu: always on the CPU, never in HBM; gpu: never on the CPU.\n"
 		"--ready-fd FD writes \"step N\" to FD as each step completes; --until-eof FD\n"
 		"ends the run (after its current step) when FD reads end-of-file, so that a\n"
 		"script decides how long it lasts (with --steps as the upper bound).\n");
@@ -244,7 +251,10 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("step_ns", rs->total.step_ns);
 	J_STR("exec", st->exec);
 	J_U64("cpu_moe_layers", st->cpu_moe_layers);
+	J_STR("place", st->place);
+	J_U64("cpu_placed", st->cpu_placed);
 	J_DBL("cpu_gbps", st->cpu_gbps);
+	J_STR("cpu_from", st->cpu_from);
 	J_U64("cpu_token_ns", st->cpu_token_ns);
 	J_U64("cpu_experts", rs->total.cpu_experts);
 	J_U64("cpu_ns", rs->total.cpu_ns);
@@ -274,12 +284,15 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 	       rs->mean_T, (unsigned long long)rs->total.hits, (unsigned long long)rs->total.misses,
 	       (unsigned long long)rs->total.fallbacks, rs->hit_rate);
 	if (st->cpu_gbps > 0)
-		printf("  cpu          exec %s, cpu-moe-layers %u, CPU at %.2f GB/s: %llu experts "
-		       "on the CPU (%.1f per step), %.1f ms\n",
-		       st->exec, st->cpu_moe_layers, st->cpu_gbps,
+		printf("  cpu          exec %s, cpu-moe-layers %u, CPU at %.2f GB/s (%s): %llu "
+		       "experts on the CPU (%.1f per step), %.1f ms\n",
+		       st->exec, st->cpu_moe_layers, st->cpu_gbps, st->cpu_from,
 		       (unsigned long long)rs->total.cpu_experts,
 		       rs->total.step ? (double)rs->total.cpu_experts / rs->total.step : 0.0,
 		       (double)rs->total.cpu_ns / 1e6);
+	if (st->place[0])
+		printf("  place        %s (%llu experts always on the CPU)\n", st->place,
+		       (unsigned long long)st->cpu_placed);
 	printf("  moved        NVMe->DRAM %s, DRAM->HBM %s, HBM->DRAM (copied back) %s; stalls "
 	       "%.1f ms (%.1f%% of time)\n",
 	       moem_fmt_bytes(rs->total.bytes_nvme, b1, sizeof(b1)),

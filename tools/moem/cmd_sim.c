@@ -44,6 +44,8 @@ static void sim_usage(FILE *f)
 		"                     cost (moem run logs what it measured)\n"
 		"  --link-gbps X      the link the decision assumes (default --pcie-gbps)\n"
 		"  --cpu-moe-layers N the first N MoE layers' experts always on the CPU\n"
+		"  --place RULE       [layers=LIST][,experts=LIST]:cpu|gpu|auto, repeatable;\n"
+		"                     the first matching rule places an expert (as moem run)\n"
 		"  --seed S --warmup STEPS --steps N\n"
 		"  --sweep            every policy x --budgets (10,15,20,25,35,50,75%%)\n"
 		"  --budgets LIST     comma list of sizes or percentages\n"
@@ -300,6 +302,7 @@ enum {
 	O_CPU_TOKEN,
 	O_XLINK,
 	O_CPU_LAYERS,
+	O_PLACE,
 };
 
 static const struct option sim_opts[] = {
@@ -329,6 +332,7 @@ static const struct option sim_opts[] = {
 	{"cpu-token-ns", required_argument, NULL, O_CPU_TOKEN},
 	{"link-gbps", required_argument, NULL, O_XLINK},
 	{"cpu-moe-layers", required_argument, NULL, O_CPU_LAYERS},
+	{"place", required_argument, NULL, O_PLACE},
 	{"help", no_argument, NULL, 'h'},
 	{0},
 };
@@ -346,7 +350,7 @@ struct sim_args {
 /* Hybrid execution simulated: the results gain the CPU's columns. */
 static bool hybrid(const struct sim_args *a)
 {
-	return a->c.exec_hybrid || a->c.cpu_moe_layers;
+	return a->c.exec_hybrid || a->c.cpu_moe_layers || a->c.place.n;
 }
 
 /* One option; 0, or the exit status (2 usage, 1 error) with a message printed. */
@@ -452,6 +456,9 @@ static int sim_option(struct sim_args *a, int ch, const char *arg)
 		}
 		a->c.cpu_moe_layers = (uint32_t)v;
 		return 0;
+	case O_PLACE:
+		ret = moem_place_add(&a->c.place, arg);
+		return ret ? moem_tool_fail("sim", ret, "--place") : 0;
 	default:
 		sim_usage(stderr);
 		return 2;
@@ -580,6 +587,12 @@ static void print_json(const struct sim_args *a, const struct moem_trace_info *i
 								      : c->cost.link_gbps));
 		json_object_object_add(cm, "cpu_moe_layers",
 				       json_object_new_uint64(c->cpu_moe_layers));
+		if (c->place.n) {
+			char buf[1024];
+
+			moem_place_format_all(&c->place, buf, sizeof(buf));
+			json_object_object_add(cm, "place", json_object_new_string(buf));
+		}
 	}
 	for (uint32_t i = 0; i < n; i++)
 		json_object_array_add(arr, row_json(&rows[i], hybrid(a)));
@@ -615,6 +628,12 @@ static void print_text(const struct sim_args *a, const struct moem_trace_info *i
 		       (unsigned long long)c->cost.cpu_token_ns,
 		       c->exec_link_gbps > 0 ? c->exec_link_gbps : c->cost.link_gbps,
 		       c->cpu_moe_layers ? "; the first MoE layers on the CPU" : "");
+	if (c->place.n) {
+		char buf[1024];
+
+		moem_place_format_all(&c->place, buf, sizeof(buf));
+		printf("place: %s\n", buf);
+	}
 	if (!a->sweep)
 		printf("budget: HBM %.1f%% of expert bytes (%.2f GiB)\n", rows[0].pct,
 		       rows[0].r.hbm_bytes / (double)MOEM_GiB);

@@ -418,11 +418,12 @@ static const struct {
 	const char *args, *help;
 } commands[] = {
 	{"status", cmd_status, "", "pool, tiers, hit rates, stalls, policies, budgets, run"},
-	{"get", cmd_get, "[KNOB]", "budget knobs and batching settings in force"},
+	{"get", cmd_get, "[KNOB]", "budget knobs, batching and hybrid settings in force"},
 	{"set", cmd_set, "[--via socket|ioctl|sysfs] KNOB VALUE",
 	 "change a knob (below; hbm_bytes and dram_bytes also take 40% of the expert\n"
 	 "      bytes, socket only; the model server's max_batch, max_queue,\n"
-	 "      step_tokens, prefill_chunk, socket only)"},
+	 "      step_tokens, prefill_chunk, socket only; hybrid execution's exec\n"
+	 "      gpu|hybrid and cpu_moe_layers N, socket only)"},
 	{"run", cmd_run, "[--workload W] [--batch B] [--steps N] [--mix M] [--seed S]",
 	 "submit a workload and show its result"},
 	{"stop-run", cmd_stop_run, "", "end the run in progress after its current step"},

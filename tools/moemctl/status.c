@@ -168,13 +168,27 @@ void print_status(struct json_object *st)
 			printf(", hotness %s", jstr(pol, "hotness"));
 		printf("\n");
 		/* hybrid execution: only when a CPU executor is on (an older moemd has no key) */
-		if (jdbl(pol, "cpu_gbps") > 0)
-			printf("exec      %s, cpu-moe-layers %llu, CPU %.2f GB/s: %llu experts on "
-			       "the CPU, %.3f s\n",
+		if (jdbl(pol, "cpu_gbps") > 0) {
+			const char *from = jstr(pol, "cpu_from");
+
+			printf("exec      %s, cpu-moe-layers %llu, CPU %.2f GB/s%s%s%s\n",
 			       jstr(pol, "exec"), (unsigned long long)ju64(pol, "cpu_moe_layers"),
-			       jdbl(pol, "cpu_gbps"),
+			       jdbl(pol, "cpu_gbps"), *from ? " (" : "", from, *from ? ")" : "");
+			printf("cpu       %llu experts on the CPU, %.3f s; last step %llu, %.2f "
+			       "ms; "
+			       "mean %.1f per step, %.2f ms\n",
 			       (unsigned long long)(c ? ju64(c, "cpu_experts") : 0),
-			       c ? (double)ju64(c, "cpu_ns") / 1e9 : 0.0);
+			       c ? (double)ju64(c, "cpu_ns") / 1e9 : 0.0,
+			       (unsigned long long)(c ? ju64(c, "cpu_experts_last_step") : 0),
+			       c ? (double)ju64(c, "cpu_ns_last_step") / 1e6 : 0.0,
+			       c ? jdbl(c, "cpu_experts_per_step") : 0.0,
+			       c ? jdbl(c, "cpu_ns_per_step") / 1e6 : 0.0);
+		} else if (!strcmp(jstr(pol, "exec"), "gpu")) {
+			printf("exec      gpu (no CPU executor)\n");
+		}
+		if (*jstr(pol, "place"))
+			printf("place     %s (%llu experts always on the CPU)\n",
+			       jstr(pol, "place"), (unsigned long long)ju64(pol, "cpu_placed"));
 	}
 	print_budgets("budgets", jobj(st, "budgets"));
 	if (jbool(k, "loaded"))

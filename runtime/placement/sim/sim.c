@@ -157,6 +157,7 @@ static void sim_free(struct sim *s)
 	free(s->keys);
 	free(s->pgprob);
 	free(s->next_use);
+	free(s->place);
 	moem_access_log_free(&s->log);
 }
 
@@ -481,7 +482,20 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 				(unsigned long long)s.size);
 		goto out;
 	}
-	if ((c.exec_hybrid || c.cpu_moe_layers) && p->mode != MOEM_SIM_CACHE &&
+	/* the engine's placement, by the engine's code */
+	ret = moem_place_map(&c.place, c.cpu_moe_layers, s.L, s.N, NULL, &s.n_placed_cpu);
+	if (ret) {
+		ret = moem_err_prefix(-ret, "%s", trace);
+		goto out;
+	}
+	if (c.place.n || c.cpu_moe_layers) {
+		s.place = calloc((size_t)s.L * s.N, 1);
+		ret = s.place ? moem_place_map(&c.place, c.cpu_moe_layers, s.L, s.N, s.place, NULL)
+			      : -ENOMEM;
+		if (ret)
+			goto out;
+	}
+	if ((c.exec_hybrid || s.n_placed_cpu) && p->mode != MOEM_SIM_CACHE &&
 	    p->mode != MOEM_SIM_BELADY) {
 		ret = moem_errf(EINVAL,
 				"policy %s: hybrid execution is simulated with the cache "
@@ -493,13 +507,9 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 		ret = moem_errf(EINVAL, "--exec hybrid needs the CPU's throughput (--cpu-gbps)");
 		goto out;
 	}
-	if (c.cpu_moe_layers > s.L) {
-		ret = moem_errf(EINVAL, "--cpu-moe-layers %u: %s has %u MoE layers",
-				c.cpu_moe_layers, trace, s.L);
-		goto out;
-	}
-	if (c.cpu_moe_layers && !(c.cost.cpu_gbps > 0)) {
-		ret = moem_errf(EINVAL, "--cpu-moe-layers needs the CPU's throughput (--cpu-gbps)");
+	if (s.n_placed_cpu && !(c.cost.cpu_gbps > 0)) {
+		ret = moem_errf(EINVAL, "experts placed on the CPU (--cpu-moe-layers, --place) "
+					"need the CPU's throughput (--cpu-gbps)");
 		goto out;
 	}
 	s.xc = c.cost;

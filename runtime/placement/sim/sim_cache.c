@@ -205,8 +205,8 @@ int moem_sim_cache_fetch(void *arg, uint32_t key, enum moem_prio prio, uint64_t 
 
 	if (k->st != K_ABSENT)
 		return 0;
-	/* --cpu-moe-layers: those layers' experts never take HBM (as the engine's op_fetch) */
-	if (key / s->N < s->c->cpu_moe_layers)
+	/* placed on the CPU: never takes HBM (as the engine's op_fetch) */
+	if (s->place && s->place[key] == MOEM_PLACE_CPU)
 		return 0;
 	ret = miss ? make_room(s, key, s->size) : prefetch_room(s, key);
 	if (ret)
@@ -282,9 +282,11 @@ static uint64_t expert_ns(const struct sim *s, uint32_t key)
 static bool on_cpu(struct sim *s, struct moem_exec_queue *q, uint32_t key, enum moem_res was)
 {
 	bool in_dram = !s->dram_cache || s->in_dram[key];
-	bool force = key / s->N < s->c->cpu_moe_layers;
+	enum moem_place w = s->place ? (enum moem_place)s->place[key] : MOEM_PLACE_AUTO;
+	bool force = w == MOEM_PLACE_CPU;
 
-	if (!force && !s->c->exec_hybrid)
+	/* the engine's moem_eng_exec_of() */
+	if (w == MOEM_PLACE_GPU || (!force && !s->c->exec_hybrid))
 		return false;
 	if (moem_cost_exec_next(&s->xc, q, s->size, s->tok[key % s->N], was == MOEM_RES_RESIDENT,
 				in_dram, 0, force) != MOEM_EXEC_CPU)
@@ -329,7 +331,7 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 
 		if (oracle)
 			k->next_use = s->next_use[s->nu_i++];
-		if ((s->c->exec_hybrid || s->c->cpu_moe_layers) && on_cpu(s, &q, key, was)) {
+		if ((s->c->exec_hybrid || s->n_placed_cpu) && on_cpu(s, &q, key, was)) {
 			n_cpu++; /* neither a hit nor a miss, and the policy does not hear of it */
 			continue;
 		}

@@ -101,8 +101,11 @@ struct sim {
 	/* dynaexq */
 	enum moem_prec dx_hi, dx_lo;
 	uint64_t hi_uses;
-	/* hybrid execution: the cost model the decision reads */
+	/* hybrid execution: the cost model the decision reads, and where each
+	 * expert is placed ([L * N] enum moem_place; NULL: no rules) */
 	struct moem_cost xc;
+	uint8_t *place;
+	uint64_t n_placed_cpu;
 	/* fluxmoe */
 	uint64_t step_bytes; /* this step's misses' bytes (streamed on demand) */
 	double tau_comp;     /* this step's compute */

@@ -49,6 +49,8 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"cpu-moe-layers", false, MOEM_ARG_ENGINE},
 	{"cpu-gbps", false, MOEM_ARG_ENGINE},
 	{"cpu-token-ns", false, MOEM_ARG_ENGINE},
+	{"place", false, MOEM_ARG_ENGINE},
+	{"calibration", false, MOEM_ARG_ENGINE},
 	{"workload", false, MOEM_ARG_WORKLOAD},
 	{"batch", false, MOEM_ARG_WORKLOAD},
 	{"steps", false, MOEM_ARG_WORKLOAD},
@@ -79,13 +81,14 @@ void moem_engine_args_init(struct moem_engine_args *a)
 }
 
 /* The const char * fields of o and w that the struct owns. */
-#define N_OWNED 13
+#define N_OWNED 14
 static const char **owned(struct moem_engine_args *a, int i)
 {
 	const char **f[N_OWNED] = {
-		&a->o.pack_path, &a->o.backend,	 &a->o.route,	   &a->o.evict, &a->o.prefetch,
-		&a->o.precision, &a->o.paging,	 &a->o.trace_out,  &a->w.mix,	&a->w.path,
-		&a->o.hotness,	 &a->o.hbm_mode, &a->o.dram_evict,
+		&a->o.pack_path,  &a->o.backend,     &a->o.route,   &a->o.evict,
+		&a->o.prefetch,	  &a->o.precision,   &a->o.paging,  &a->o.trace_out,
+		&a->w.mix,	  &a->w.path,	     &a->o.hotness, &a->o.hbm_mode,
+		&a->o.dram_evict, &a->o.calibration,
 	};
 
 	return f[i];
@@ -337,6 +340,13 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 	}
 	if (!strcmp(name, "cpu-token-ns"))
 		return parse_u64(name, v, 0, 1000000000, &a->o.cpu_token_ns);
+	if (!strcmp(name, "calibration")) {
+		if (!*v)
+			return moem_errf(EINVAL, "calibration: want a file or 'none'");
+		return set_str(&a->o.calibration, v);
+	}
+	if (!strcmp(name, "place")) /* repeatable: each appends a rule (place.h) */
+		return moem_place_add(&a->o.place, v);
 	if (!strcmp(name, "loader"))
 		return moem_loader_mode_parse(v, &a->o.loader.mode);
 	if (!strcmp(name, "workload"))

@@ -207,6 +207,8 @@ static void usage(FILE *f)
 		"  --fallback\n"
 		"  --route SPEC --evict SPEC --prefetch SPEC --precision SPEC --paging SPEC\n"
 		"  --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X --cpu-token-ns NS\n"
+		"  --place RULE (repeatable; flags replace the config file's rules)\n"
+		"  --calibration FILE|none  the CPU figures' cache (default: moem calibrate's)\n"
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
 		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
@@ -309,6 +311,7 @@ int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
 {
 	struct option *opts = build_opts();
 	int ch, idx, ret, rc = MOEMD_EXIT_CONFIG;
+	bool place_flags = false;
 
 	if (!opts)
 		return MOEMD_EXIT_FAIL;
@@ -355,6 +358,12 @@ int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv)
 		}
 		if (!strcmp(opts[idx].name, "config"))
 			continue;
+		/* --place rules replace the file's (first match wins: else
+		 * the file's rules would win over the flags) */
+		if (!strcmp(opts[idx].name, "place") && !place_flags) {
+			c->ea.o.place.n = 0;
+			place_flags = true;
+		}
 		ret = cfg_set(c, opts[idx].name, optarg ? optarg : "");
 		if (ret) {
 			fprintf(stderr, "moemd: --%s: %s\n", opts[idx].name, moem_strerror(ret));
@@ -497,10 +506,25 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(n.ea.region, o->ea.region), "region");
 	RESTART_IF(a->pool.persistent != b->pool.persistent, "persistent");
 	RESTART_IF(a->link_gbps != b->link_gbps, "link-gbps");
-	RESTART_IF(a->exec_hybrid != b->exec_hybrid, "exec");
-	RESTART_IF(a->cpu_moe_layers != b->cpu_moe_layers, "cpu-moe-layers");
+	if ((a->exec_hybrid != b->exec_hybrid || a->cpu_moe_layers != b->cpu_moe_layers) &&
+	    moemd_state_get(d) == MOEMD_READY) {
+		/* Live, as moemctl set exec / cpu_moe_layers. */
+		rc = moem_engine_set_hybrid(d->e, a->exec_hybrid, a->cpu_moe_layers);
+		if (rc) {
+			moem_warn("reload: exec %s, cpu-moe-layers %u refused: %s",
+				  a->exec_hybrid ? "hybrid" : "gpu", a->cpu_moe_layers,
+				  moem_strerror(rc));
+		} else {
+			moem_info("reload: exec %s, cpu-moe-layers %u",
+				  a->exec_hybrid ? "hybrid" : "gpu", a->cpu_moe_layers);
+			o->ea.o.exec_hybrid = a->exec_hybrid;
+			o->ea.o.cpu_moe_layers = a->cpu_moe_layers;
+		}
+	}
 	RESTART_IF(a->cpu_gbps != b->cpu_gbps, "cpu-gbps");
 	RESTART_IF(a->cpu_token_ns != b->cpu_token_ns, "cpu-token-ns");
+	RESTART_IF(!moem_place_equal(&a->place, &b->place), "place");
+	RESTART_IF(str_differs(a->calibration, b->calibration), "calibration");
 	RESTART_IF(a->loader.mode != b->loader.mode, "loader");
 	RESTART_IF(a->no_verify != b->no_verify, "no-verify");
 	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");

@@ -184,6 +184,12 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "bytes_h2d", U64(st.bytes_h2d));
 	ADD(o, "cpu_experts", U64(st.cpu_experts));
 	ADD(o, "cpu_ns", U64(st.cpu_ns));
+	/* per step: the last one's, and the mean since the engine opened */
+	ADD(o, "cpu_experts_last_step", U64(st.last_cpu_experts));
+	ADD(o, "cpu_ns_last_step", U64(st.last_cpu_ns));
+	ADD(o, "cpu_experts_per_step",
+	    DBL(st.steps ? (double)st.cpu_experts / (double)st.steps : 0.0));
+	ADD(o, "cpu_ns_per_step", DBL(st.steps ? (double)st.cpu_ns / (double)st.steps : 0.0));
 	ADD(r, "counters", o);
 
 	o = json_object_new_object();
@@ -195,7 +201,10 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "hotness", STR(st.hotness));
 	ADD(o, "exec", STR(st.exec));
 	ADD(o, "cpu_moe_layers", U64(st.cpu_moe_layers));
+	ADD(o, "place", STR(st.place));
+	ADD(o, "cpu_placed", U64(st.cpu_placed));
 	ADD(o, "cpu_gbps", DBL(st.cpu_gbps));
+	ADD(o, "cpu_from", STR(st.cpu_from));
 	ADD(r, "policies", o);
 
 	ADD(r, "budgets", knobs_json(st.knob));

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * This machine's figures for hybrid execution's cost model (cost.h), as
+ * `moem calibrate` measures them and the engine reads them back at open
+ * (Documentation/engine.md, "Calibration"): the CPU expert kernels'
+ * weight reads at batch 1 (GB/s, over a buffer larger than the last-level
+ * cache) and their cost per (token, expert) pair at batch 64, per
+ * precision, with a given worker count and instruction set; and the
+ * host -> device link through the CUDA backend, when there is one.
+ *
+ * The cache is one JSON file (format "moem-calibration", version
+ * MOEM_CALIB_VERSION) written atomically; it applies only to the machine
+ * it describes: the same CPU model, worker thread count and ISA.
+ */
+#ifndef MOEM_CALIB_H
+#define MOEM_CALIB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "quant.h"
+
+#define MOEM_CALIB_VERSION 1
+#define MOEM_CALIB_TOKENS  64 /* the batch the per-token cost is measured at */
+
+struct moem_calib_cpu {
+	bool valid;
+	double gbps;	   /* expert weight bytes read per ns, batch 1 */
+	uint64_t token_ns; /* per (token, expert) pair, one expert used by 64 tokens */
+};
+
+struct moem_calib {
+	uint32_t version;
+	char cpu_model[128];	/* /proc/cpuinfo's "model name" */
+	uint32_t threads;	/* CPU backend workers the figures were taken with */
+	enum moem_cpu_isa isa;	/* the kernels' instruction set (resolved, never AUTO) */
+	uint32_t hidden, inter; /* the expert shape measured */
+	struct moem_calib_cpu cpu[MOEM_PREC_NR];
+	double link_gbps;    /* host -> device copies; 0: not measured */
+	char link_note[160]; /* why the link was not measured */
+	int64_t created;     /* Unix time */
+};
+
+/*
+ * Fill c's identity for this machine (version, CPU model, the given
+ * worker count and resolved ISA); figures zeroed.
+ */
+int moem_calib_machine(uint32_t threads, enum moem_cpu_isa isa, struct moem_calib *c);
+
+/*
+ * Measure the CPU kernels of be (a CPU backend) for one precision on
+ * experts of hidden x inter: batch-1 GB/s over copies of an expert filling
+ * at least 64 MiB and 4x the last-level cache (best of two passes), and
+ * the per-token cost of one expert used by MOEM_CALIB_TOKENS tokens.
+ * *buf_bytes (may be NULL) gets the size of the buffer read.
+ */
+int moem_calib_cpu_measure(struct moem_backend *be, enum moem_prec prec, uint32_t hidden,
+			   uint32_t inter, struct moem_calib_cpu *out, uint64_t *buf_bytes);
+
+/*
+ * Host -> device copy bandwidth through the CUDA backend (pinned host
+ * memory, 256 MiB, best of three) into c->link_gbps; without a CUDA device
+ * -ENODEV, link_gbps 0 and the reason in c->link_note.
+ */
+int moem_calib_link(struct moem_calib *c);
+
+/*
+ * The cache file: $XDG_CACHE_HOME/moem/calibration.json, else
+ * $HOME/.cache/moem/calibration.json. -ENOENT with a message if neither
+ * variable is set, -ENAMETOOLONG if it does not fit.
+ */
+int moem_calib_default_path(char *buf, size_t size);
+
+/*
+ * Write c to path atomically: a temporary file in the same directory
+ * (created if missing, as the cache directory), fsync, rename; on any
+ * error nothing is left behind and an existing file is untouched.
+ */
+int moem_calib_write(const char *path, const struct moem_calib *c);
+
+/*
+ * Read path into c. -ENOENT if there is no file; -EINVAL with a message
+ * for one that is not a calibration file or has a field missing or out of
+ * range; -ESTALE with a message for another format version.
+ */
+int moem_calib_read(const char *path, struct moem_calib *c);
+
+/*
+ * Was c measured on the machine here describes (CPU model, threads,
+ * ISA)? If not, why (may be NULL) says what differs.
+ */
+bool moem_calib_matches(const struct moem_calib *c, const struct moem_calib *here, char *why,
+			size_t size);
+
+/*
+ * The CPU figures for prec on experts of hidden x inter: GB/s as
+ * measured, the per-token cost scaled by the weights per expert (it is
+ * compute: proportional to hidden x inter). -ENOENT if c has no figures
+ * for prec.
+ */
+int moem_calib_cpu_for(const struct moem_calib *c, enum moem_prec prec, uint32_t hidden,
+		       uint32_t inter, double *gbps, uint64_t *token_ns);
+
+#endif /* MOEM_CALIB_H */
