@@ -55,51 +55,112 @@ static void f16_row(const uint16_t *in, float *out, uint32_t n)
 		out[i] = _cvtsh_ss(in[i]);
 }
 
+/*
+ * The tiles below keep every accumulator and weight vector in a register:
+ * their loops over rows and tokens are unrolled by pragma (at -O2 GCC keeps
+ * a small array indexed by a loop variable on the stack, and an
+ * accumulator there costs a store and a reload per FMA).
+ */
+
 /* ---- bf16: R rows x T tokens, one accumulator per output ------------------ */
 
+/*
+ * R <= 4 rows x T <= 4 tokens with R + 1 + R * T <= 16 ymm: the R weight
+ * vectors are widened once per 8 elements and used by all T tokens.
+ */
 INL void bf16_tile(const uint16_t *w0, size_t ldw, const float *const *xr, uint32_t K, const int R,
 		   const int T, float *y, uint32_t ldy)
 {
 	__m256 acc[4][4];
 
-	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
 			acc[r][t] = _mm256_setzero_ps();
+	}
 	for (uint32_t k = 0; k < K; k += 8) {
 		__m256 w[4];
 
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++)
 			w[r] = bf16x8(w0 + r * ldw + k);
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
 			__m256 x = _mm256_loadu_ps(xr[t] + k);
 
+#pragma GCC unroll 4
 			for (int r = 0; r < R; r++)
 				acc[r][t] = _mm256_fmadd_ps(w[r], x, acc[r][t]);
 		}
 	}
-	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
 			y[(size_t)t * ldy + r] = hsum8(acc[r][t]);
+	}
 }
 
-#define TILE_T(fn, R, T, ...)                           \
-	do {                                            \
-		switch (T) {                            \
-		case 1:                                 \
-			fn(__VA_ARGS__, R, 1, y_, ldy); \
-			break;                          \
-		case 2:                                 \
-			fn(__VA_ARGS__, R, 2, y_, ldy); \
-			break;                          \
-		case 3:                                 \
-			fn(__VA_ARGS__, R, 3, y_, ldy); \
-			break;                          \
-		default:                                \
-			fn(__VA_ARGS__, R, 4, y_, ldy); \
-			break;                          \
-		}                                       \
+/* One call of fn(..., T, y_, ldy) for T in 1..4 known at compile time. */
+#define TILE_N(fn, T, ...)                           \
+	do {                                         \
+		switch (T) {                         \
+		case 1:                              \
+			fn(__VA_ARGS__, 1, y_, ldy); \
+			break;                       \
+		case 2:                              \
+			fn(__VA_ARGS__, 2, y_, ldy); \
+			break;                       \
+		case 3:                              \
+			fn(__VA_ARGS__, 3, y_, ldy); \
+			break;                       \
+		default:                             \
+			fn(__VA_ARGS__, 4, y_, ldy); \
+			break;                       \
+		}                                    \
 	} while (0)
 
+/* The tile shapes avx2_bf16 uses (each within the register budget). */
+static void bf16_shape(uint32_t R, uint32_t T, const uint16_t *w0, size_t ldw,
+		       const float *const *xr, uint32_t K, float *y, uint32_t ldy)
+{
+#define BF16_CASE(r, t)                                  \
+	case (r)*8 + (t):                                \
+		bf16_tile(w0, ldw, xr, K, r, t, y, ldy); \
+		break
+	switch (R * 8 + T) {
+		BF16_CASE(4, 1);
+		BF16_CASE(4, 2);
+		BF16_CASE(3, 1);
+		BF16_CASE(3, 2);
+		BF16_CASE(3, 3);
+		BF16_CASE(3, 4);
+		BF16_CASE(2, 1);
+		BF16_CASE(2, 2);
+		BF16_CASE(2, 3);
+		BF16_CASE(2, 4);
+		BF16_CASE(1, 1);
+		BF16_CASE(1, 2);
+		BF16_CASE(1, 3);
+	default:
+		bf16_tile(w0, ldw, xr, K, 1, 4, y, ldy);
+		break;
+	}
+#undef BF16_CASE
+}
+
+/* Bytes of bf16 rows a block holds while every token group passes over it (L2: 512 KiB+). */
+#define BF16_BLOCK_BYTES (192u << 10)
+
+/*
+ * Tokens in groups of 4 (a batch that is a multiple of 4 has no
+ * remainder), rows in tiles of 3 for 3-4 tokens and of 4 for 1-2 (the
+ * register budget above). Rows go in blocks of a multiple of 12 rows and
+ * <= BF16_BLOCK_BYTES: every token group passes over a block while it
+ * sits in L2, so the matrix is read from memory once per call whatever
+ * T is (the FFN's 16 and 32 rows are one block).
+ */
 static void avx2_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,
 		      uint32_t r1, const struct cpu_act *x, const uint32_t *tok, uint32_t T,
 		      float *y, uint32_t ldy, float *scratch)
@@ -107,115 +168,152 @@ static void avx2_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, uint
 	const uint16_t *W = (const uint16_t *)(const void *)(mat + l->data_off);
 	const float *xf = x->v[CPU_ACT_F32];
 	const uint32_t K = l->cols;
+	uint32_t rb = BF16_BLOCK_BYTES / (2 * K) / 12 * 12;
 
-	for (uint32_t i = 0; i < T; i += 4) {
-		const float *xr[4];
-		uint32_t n = T - i < 4 ? T - i : 4, r = r0;
+	if (rb < 12)
+		rb = 12;
+	for (uint32_t b0 = r0; b0 < r1; b0 += rb) {
+		const uint32_t b1 = r1 - b0 < rb ? r1 : b0 + rb;
 
-		for (uint32_t t = 0; t < n; t++)
-			xr[t] = xf + (size_t)tok[i + t] * K;
-		/* one token (decode's GEMV): four rows, four FMA chains in flight */
-		for (; n == 1 && r + 4 <= r1; r += 4) {
-			float *y_ = y + (size_t)i * ldy + (r - r0);
+		for (uint32_t i = 0; i < T; i += 4) {
+			const float *xr[4];
+			uint32_t n = T - i < 4 ? T - i : 4, rt = n <= 2 ? 4 : 3;
 
-			bf16_tile(W + (size_t)r * K, K, xr, K, 4, 1, y_, ldy);
-		}
-		for (; r + 2 <= r1; r += 2) {
-			float *y_ = y + (size_t)i * ldy + (r - r0);
+			for (uint32_t t = 0; t < n; t++)
+				xr[t] = xf + (size_t)tok[i + t] * K;
+			for (uint32_t r = b0; r < b1; r += rt) {
+				uint32_t nr = b1 - r < rt ? b1 - r : rt;
+				float *y_ = y + (size_t)i * ldy + (r - r0);
 
-			TILE_T(bf16_tile, 2, n, W + (size_t)r * K, K, xr, K);
-		}
-		if (r < r1) {
-			float *y_ = y + (size_t)i * ldy + (r - r0);
-
-			TILE_T(bf16_tile, 1, n, W + (size_t)r * K, K, xr, K);
+				bf16_shape(nr, n, W + (size_t)r * K, K, xr, K, y_, ldy);
+			}
 		}
 	}
 }
 
-/* ---- quantized: 1 row x T tokens, int8 blocks of 64 ------------------------ */
+/* ---- quantized: R rows x T tokens, int8 blocks of 64 ---------------------- */
 
-/* Sum of 32-bit lanes of two vpmaddubsw results, each widened separately (q8). */
-INL __m256i dot_s8(__m256i aw0, __m256i w0, __m256i aw1, __m256i w1, const int8_t *xq)
+/*
+ * q8 weights as the two operands vpmaddubsw needs against signed
+ * activations: the codes (their signs go onto x) and |codes|.
+ */
+struct qw {
+	__m256i u0, u1, a0, a1;
+};
+
+/* Block b of a row: q8 codes and magnitudes; q4/q2 codes 0..15 / 0..3 in activation order. */
+INL struct qw q_unpack(enum moem_prec p, const uint8_t *wq, uint32_t b)
 {
-	const __m256i ones = _mm256_set1_epi16(1);
-	__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xq);
-	__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32));
-	__m256i p0 = _mm256_maddubs_epi16(aw0, _mm256_sign_epi8(x0, w0));
-	__m256i p1 = _mm256_maddubs_epi16(aw1, _mm256_sign_epi8(x1, w1));
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+	struct qw w;
 
-	return _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones));
+	if (p == MOEM_PREC_Q8) {
+		w.u0 = _mm256_loadu_si256((const __m256i *)(const void *)(wq + 64 * b));
+		w.u1 = _mm256_loadu_si256((const __m256i *)(const void *)(wq + 64 * b + 32));
+		w.a0 = _mm256_abs_epi8(w.u0);
+		w.a1 = _mm256_abs_epi8(w.u1);
+	} else if (p == MOEM_PREC_Q4) {
+		__m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(wq + 32 * b));
+
+		w.u0 = _mm256_and_si256(v, m4);
+		w.u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+		w.a0 = w.a1 = w.u0;
+	} else {
+		/* [v, v >> 2]: bit pairs 0 and 1 in the low lane, 2 and 3 in the high one */
+		__m256i vv =
+			_mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+						  (const __m128i *)(const void *)(wq + 16 * b))),
+					  _mm256_set_epi64x(2, 2, 0, 0));
+
+		w.u0 = _mm256_and_si256(vv, m2);
+		w.u1 = _mm256_and_si256(_mm256_srli_epi16(vv, 4), m2);
+		w.a0 = w.a1 = w.u0;
+	}
+	return w;
 }
 
-/* Unsigned weights (q4: <= 15, q2: <= 3): the 16-bit pairs of both halves add without overflow. */
-INL __m256i dot_u(__m256i u0, __m256i u1, const int8_t *xq)
+/* The block's integer dot product in 8 lanes (exact). */
+INL __m256i q_dot(enum moem_prec p, const struct qw *w, __m256i x0, __m256i x1)
 {
-	__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xq);
-	__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 32));
-	__m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(u0, x0), _mm256_maddubs_epi16(u1, x1));
+	const __m256i ones = _mm256_set1_epi16(1);
 
-	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+	if (p == MOEM_PREC_Q8) {
+		/* |w| <= 128, |x| <= 127: every 16-bit pair sum is below 2^15 */
+		__m256i p0 = _mm256_maddubs_epi16(w->a0, _mm256_sign_epi8(x0, w->u0));
+		__m256i p1 = _mm256_maddubs_epi16(w->a1, _mm256_sign_epi8(x1, w->u1));
+
+		return _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones));
+	}
+	/* unsigned codes <= 15: the pairs of both halves add without overflow */
+	return _mm256_madd_epi16(
+		_mm256_add_epi16(_mm256_maddubs_epi16(w->u0, x0), _mm256_maddubs_epi16(w->u1, x1)),
+		ones);
 }
 
 /*
- * One row of a quantized matrix against T tokens. gshift: log2(blocks per
- * group) (q8/q4: 1, q2: 0); sw/mn the row's scales and mins as floats.
+ * The min term of q4/q2 (sum over groups of min x the group's activation
+ * sum, in group order), out of line so that every tile shape runs the
+ * very same instructions for it.
+ */
+static __attribute__((noinline)) float min_term(const float *mn, const float *xs, uint32_t ng,
+						uint32_t gshift)
+{
+	float m = 0.0f;
+
+	for (uint32_t g = 0; g < ng; g++)
+		m += mn[g] * (gshift ? xs[2 * g] + xs[2 * g + 1] : xs[g]);
+	return m;
+}
+
+/*
+ * One row x T <= 4 tokens of a quantized matrix: sw/mn the row's scales
+ * and mins as floats. Per block the row's weights are unpacked once for
+ * the T tokens; the scale of an output is the fp32 product s x qs, as one
+ * vmulps of two broadcasts gives it. One row at a time keeps the weights
+ * one sequential stream: tiles of 2 and 4 rows interleave streams 1-2 KiB
+ * apart and measured slower at batch 1 (the hardware prefetcher follows
+ * one stream better than four).
  */
 INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sw, const float *mn, uint32_t NB,
 		uint32_t gshift, const int8_t *const *xq, const float *const *qs,
 		const float *const *xs, const int T, float *y, uint32_t ldy)
 {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
 	__m256 acc[4];
 
+#pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		acc[t] = _mm256_setzero_ps();
 	for (uint32_t b = 0; b < NB; b++) {
-		float s = sw[b >> gshift];
-		__m256i u0, u1, a0 = _mm256_setzero_si256(), a1 = a0;
+		const struct qw w = q_unpack(p, wq, b);
+		const __m256 s = _mm256_broadcast_ss(sw + (b >> gshift));
 
-		if (p == MOEM_PREC_Q8) {
-			u0 = _mm256_loadu_si256((const __m256i *)(const void *)(wq + 64 * b));
-			u1 = _mm256_loadu_si256((const __m256i *)(const void *)(wq + 64 * b + 32));
-			a0 = _mm256_abs_epi8(u0);
-			a1 = _mm256_abs_epi8(u1);
-		} else if (p == MOEM_PREC_Q4) {
-			__m256i v =
-				_mm256_loadu_si256((const __m256i *)(const void *)(wq + 32 * b));
-
-			u0 = _mm256_and_si256(v, m4);
-			u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-		} else {
-			__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(wq + 16 * b));
-			__m256i vv = _mm256_inserti128_si256(_mm256_castsi128_si256(v),
-							     _mm_srli_epi16(v, 2), 1);
-
-			u0 = _mm256_and_si256(vv, m2);
-			u1 = _mm256_and_si256(_mm256_srli_epi16(vv, 4), m2);
-		}
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
 			const int8_t *xb = xq[t] + 64 * (size_t)b;
-			__m256i d =
-				p == MOEM_PREC_Q8 ? dot_s8(a0, u0, a1, u1, xb) : dot_u(u0, u1, xb);
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xb);
+			__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32));
+			__m256i d = q_dot(p, &w, x0, x1);
 
 			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
-						 _mm256_set1_ps(s * qs[t][b]), acc[t]);
+						 _mm256_mul_ps(s, _mm256_broadcast_ss(qs[t] + b)),
+						 acc[t]);
 		}
 	}
+#pragma GCC unroll 4
 	for (int t = 0; t < T; t++) {
 		float v = hsum8(acc[t]);
 
-		if (p != MOEM_PREC_Q8) {
-			float m = 0.0f;
-
-			for (uint32_t g = 0; g < (NB >> gshift); g++)
-				m += mn[g] * (gshift ? xs[t][2 * g] + xs[t][2 * g + 1] : xs[t][g]);
-			v += m;
-		}
+		if (p != MOEM_PREC_Q8)
+			v += min_term(mn, xs[t], NB >> gshift, gshift);
 		y[(size_t)t * ldy] = v;
 	}
 }
 
+/*
+ * Row by row; the tokens in groups of 4, which share each block of the
+ * row as unpacked once. scratch: the row's scales (and mins) as floats,
+ * 2 G <= K floats.
+ */
 INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_layout *l,
 		const uint8_t *mat, uint32_t r0, uint32_t r1, const struct cpu_act *x,
 		const uint32_t *tok, uint32_t T, float *y, uint32_t ldy, float *scratch)
@@ -237,27 +335,14 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 			const int8_t *xq[4];
 			const float *qs[4], *xs[4];
 			uint32_t n = T - i < 4 ? T - i : 4;
-			float *yy = y + (size_t)i * ldy + (r - r0);
+			float *y_ = y + (size_t)i * ldy + (r - r0);
 
 			for (uint32_t t = 0; t < n; t++) {
 				xq[t] = xq_all + (size_t)tok[i + t] * K;
 				qs[t] = x->qs + (size_t)tok[i + t] * NB;
 				xs[t] = x->xs + (size_t)tok[i + t] * NB;
 			}
-			switch (n) {
-			case 1:
-				q_tile(p, wq, sw, mn, NB, gshift, xq, qs, xs, 1, yy, ldy);
-				break;
-			case 2:
-				q_tile(p, wq, sw, mn, NB, gshift, xq, qs, xs, 2, yy, ldy);
-				break;
-			case 3:
-				q_tile(p, wq, sw, mn, NB, gshift, xq, qs, xs, 3, yy, ldy);
-				break;
-			default:
-				q_tile(p, wq, sw, mn, NB, gshift, xq, qs, xs, 4, yy, ldy);
-				break;
-			}
+			TILE_N(q_tile, n, p, wq, sw, mn, NB, gshift, xq, qs, xs);
 		}
 	}
 }
