@@ -331,6 +331,102 @@ TEST(rows_odd_ranges_match_scalar)
 	}
 }
 
+/*
+ * The kernels alone: every output of a call over 37 rows x 64 tokens has
+ * the same bits as the same row and token computed alone (one row, one
+ * token: decode's GEMV) and as in calls over every smaller token count
+ * 1..12 and row ranges with every remainder of the row and token tiles
+ * (bf16 3 x 4 and 4 x 1-2 on AVX2, quantized 1 x 4). K 384 is three
+ * quantized groups of 128 (an odd number), and 37 rows leave 1 over
+ * the tiles of 3 and 4.
+ */
+TEST(rows_same_bits_for_any_call_shape)
+{
+	static const uint32_t Ks[] = {256, 384};
+	const uint32_t R = 37, B = 64;
+	struct kcase kc[4];
+	int nk = kcases(kc);
+	struct moem_rng rng;
+
+	kc[nk++] = (struct kcase){"scalar", &moem_cpu_kern_scalar};
+	moem_rng_seed(&rng, 11, 0);
+	for (unsigned int ki = 0; ki < sizeof(Ks) / sizeof(Ks[0]); ki++)
+		for (int p = 0; p < MOEM_PREC_NR; p++) {
+			const uint32_t K = Ks[ki];
+			struct moem_qmat_layout l;
+			uint16_t *w = tb_rand_bf16(90 + p, (size_t)R * K, 0.05);
+			float *xf = tb_rand_f32(95 + p, (size_t)B * K, 1.0);
+			float *full = malloc(4 * (size_t)B * R), *part = malloc(4 * (size_t)B * R);
+			float scratch[1024];
+			uint32_t tok[64];
+			uint8_t *q;
+
+			for (size_t i = 0; i < (size_t)B * K; i++) /* FFN inputs are bf16 */
+				xf[i] = moem_bf16_to_f32(moem_f32_to_bf16(xf[i]));
+			if (p == MOEM_PREC_BF16) {
+				l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
+							      .rows = R,
+							      .cols = K,
+							      .row_bytes = 2 * K,
+							      .bytes = (uint64_t)2 * R * K};
+				q = (uint8_t *)w;
+			} else {
+				ASSERT_EQ(0, moem_qmat_layout((enum moem_prec)p, R, K, &l));
+				q = aligned_alloc(64, (l.bytes + 63) & ~(uint64_t)63);
+				ASSERT_NE(NULL, q);
+				ASSERT_EQ(0, moem_quantize((enum moem_prec)p, w, R, K, q, l.bytes));
+			}
+			for (uint32_t t = 0; t < B; t++) /* the tokens out of order */
+				tok[t] = (t * 29 + 5) % B;
+			for (int k = 0; k < nk; k++) {
+				const struct moem_cpu_kern *kt = kc[k].k;
+				const char *pn = moem_prec_name((enum moem_prec)p);
+				uint32_t fmts = (1u << CPU_ACT_F32) | (1u << kt->fmt[p]);
+				struct cpu_act a;
+
+				ASSERT_EQ(0, moem_cpu_prepare_act(xf, B, K, fmts, &a));
+				kt->rows[p](&l, q, 0, R, &a, tok, B, full, R, scratch);
+				/* each output alone */
+				for (uint32_t t = 0; t < B; t++)
+					for (uint32_t r = 0; r < R; r++) {
+						float one;
+
+						kt->rows[p](&l, q, r, r + 1, &a, &tok[t], 1, &one,
+							    1, scratch);
+						ASSERT_EQ(0, memcmp(&one, &full[t * R + r], 4))
+						TH_LOG("%s %s K %u: row %u token %u alone %a, in "
+						       "37 x "
+						       "64 %a",
+						       kc[k].name, pn, K, r, tok[t], one,
+						       full[t * R + r]);
+					}
+				/* every token count 1..12 at random rows and a random first token */
+				for (uint32_t n = 1; n <= 12; n++) {
+					uint32_t r0 = (uint32_t)moem_rng_below(&rng, R - 1);
+					uint32_t r1 =
+						r0 + 1 + (uint32_t)moem_rng_below(&rng, R - r0);
+					uint32_t t0 = (uint32_t)moem_rng_below(&rng, B - n + 1);
+
+					kt->rows[p](&l, q, r0, r1, &a, tok + t0, n, part, r1 - r0,
+						    scratch);
+					for (uint32_t t = 0; t < n; t++)
+						ASSERT_EQ(0, memcmp(part + t * (r1 - r0),
+								    full + (t0 + t) * R + r0,
+								    4 * (r1 - r0)))
+					TH_LOG("%s %s K %u: rows %u..%u x %u tokens from %u",
+					       kc[k].name, pn, K, r0, r1, n, t0);
+				}
+				moem_cpu_free_act(&a);
+			}
+			if (q != (uint8_t *)w)
+				free(q);
+			free(w);
+			free(xf);
+			free(full);
+			free(part);
+		}
+}
+
 /* Bits do not depend on the thread count, nor on which tokens share a call. */
 TEST(same_bits_for_any_threads_and_batch)
 {
