@@ -78,29 +78,44 @@ static void f16_row(const uint16_t *in, float *out, uint32_t n)
 
 /* ---- bf16: R rows x T tokens, vdpbf16ps, one accumulator per output ------ */
 
+/*
+ * R <= 4 rows x T <= 4 tokens: 16 accumulators, 4 weight vectors and x in
+ * 32 zmm. The loops over rows and tokens are unrolled by pragma: at -O2
+ * GCC otherwise keeps the accumulator array on the stack (a store and a
+ * reload per vdpbf16ps).
+ */
 INL void bf16_tile(const uint16_t *w0, size_t ldw, const uint16_t *const *xr, uint32_t K,
 		   const int R, const int T, float *y, uint32_t ldy)
 {
-	__m512 acc[2][4];
+	__m512 acc[4][4];
 
-	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
 			acc[r][t] = _mm512_setzero_ps();
+	}
 	for (uint32_t k = 0; k < K; k += 32) {
-		bh512 w[2];
+		bh512 w[4];
 
+#pragma GCC unroll 4
 		for (int r = 0; r < R; r++)
 			w[r] = load_bh(w0 + r * ldw + k);
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
 			bh512 x = load_bh(xr[t] + k);
 
+#pragma GCC unroll 4
 			for (int r = 0; r < R; r++)
 				acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], x);
 		}
 	}
-	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
 			y[(size_t)t * ldy + r] = hsum16(acc[r][t]);
+	}
 }
 
 #define TILE_T(fn, R, T, ...)                           \
@@ -135,6 +150,11 @@ static void avx512_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, ui
 
 		for (uint32_t t = 0; t < n; t++)
 			xr[t] = xb + (size_t)tok[i + t] * K;
+		for (; r + 4 <= r1; r += 4) {
+			float *y_ = y + (size_t)i * ldy + (r - r0);
+
+			TILE_T(bf16_tile, 4, n, W + (size_t)r * K, K, xr, K);
+		}
 		for (; r + 2 <= r1; r += 2) {
 			float *y_ = y + (size_t)i * ldy + (r - r0);
 
@@ -150,6 +170,21 @@ static void avx512_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, ui
 
 /* ---- quantized: 1 row x T tokens, vpdpbusd over blocks of 64 --------------- */
 
+/*
+ * The min term of q4/q2 (sum over groups of min x the group's activation
+ * sum, in group order), out of line so that every tile shape runs the
+ * very same instructions for it.
+ */
+static __attribute__((noinline)) float min_term(const float *mn, const float *xs, uint32_t ng,
+						uint32_t gshift)
+{
+	float m = 0.0f;
+
+	for (uint32_t g = 0; g < ng; g++)
+		m += mn[g] * (gshift ? xs[2 * g] + xs[2 * g + 1] : xs[g]);
+	return m;
+}
+
 INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sw, const float *mn, uint32_t NB,
 		uint32_t gshift, const int8_t *const *xq, const float *const *qs,
 		const float *const *xs, const int T, float *y, uint32_t ldy)
@@ -162,6 +197,7 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sw, const floa
 				 0x40004, 0x20002, 0x20002, 0x20002, 0x20002, 0, 0, 0, 0);
 	__m512 acc[4];
 
+#pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		acc[t] = _mm512_setzero_ps();
 	for (uint32_t b = 0; b < NB; b++) {
@@ -184,6 +220,7 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sw, const floa
 
 			w = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(v), sh), m2);
 		}
+#pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
 			__m512i xv = _mm512_loadu_si512((const void *)(xq[t] + 64 * (size_t)b));
 			__m512i d =
@@ -195,16 +232,12 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sw, const floa
 						 _mm512_set1_ps(s * qs[t][b]), acc[t]);
 		}
 	}
+#pragma GCC unroll 4
 	for (int t = 0; t < T; t++) {
 		float v = hsum16(acc[t]);
 
-		if (p != MOEM_PREC_Q8) {
-			float m = 0.0f;
-
-			for (uint32_t g = 0; g < (NB >> gshift); g++)
-				m += mn[g] * (gshift ? xs[t][2 * g] + xs[t][2 * g + 1] : xs[t][g]);
-			v += m;
-		}
+		if (p != MOEM_PREC_Q8)
+			v += min_term(mn, xs[t], NB >> gshift, gshift);
 		y[(size_t)t * ldy] = v;
 	}
 }
