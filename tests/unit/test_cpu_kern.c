@@ -337,12 +337,13 @@ TEST(rows_odd_ranges_match_scalar)
  * token: decode's GEMV) and as in calls over every smaller token count
  * 1..12 and row ranges with every remainder of the row and token tiles
  * (bf16 3 x 4 and 4 x 1-2 on AVX2, quantized 1 x 4). K 384 is three
- * quantized groups of 128 (an odd number), and 37 rows leave 1 over
+ * quantized groups of 128 (an odd number), K 1152 nine (8 in the min
+ * term's vector lanes, 1 after; q2: 16 and 2), and 37 rows leave 1 over
  * the tiles of 3 and 4.
  */
 TEST(rows_same_bits_for_any_call_shape)
 {
-	static const uint32_t Ks[] = {256, 384};
+	static const uint32_t Ks[] = {256, 384, 1152};
 	const uint32_t R = 37, B = 64;
 	struct kcase kc[4];
 	int nk = kcases(kc);
@@ -357,7 +358,7 @@ TEST(rows_same_bits_for_any_call_shape)
 			uint16_t *w = tb_rand_bf16(90 + p, (size_t)R * K, 0.05);
 			float *xf = tb_rand_f32(95 + p, (size_t)B * K, 1.0);
 			float *full = malloc(4 * (size_t)B * R), *part = malloc(4 * (size_t)B * R);
-			float scratch[1024];
+			float scratch[2048]; /* >= K floats (kern.h) */
 			uint32_t tok[64];
 			uint8_t *q;
 
