@@ -11,7 +11,16 @@
  * call, not on the thread. That is what keeps results bitwise the same
  * for any thread count, expert order or batch split.
  *
- * scratch holds K floats of the calling worker's own.
+ * How a kernel tiles rows and tokens, blocks rows for the cache or
+ * splits K into chunks is its own affair, as long as each output keeps
+ * that one order (a partial sum stored and reloaded in fp32 is exact);
+ * test_cpu_kern compares every output of a call, bit for bit, with the
+ * same row and token computed alone and in calls of other shapes.
+ *
+ * scratch holds K floats of the calling worker's own: the scalar
+ * kernels dequantize a row into it; the AVX2 and AVX-512 quantized
+ * kernels keep the row's scales and mins there as floats
+ * (2 x groups_per_row <= K); the bf16 kernels use none.
  *
  * Activations are prepared once per call (ffn.c) in the form each
  * kernel reads, named by enum cpu_act_fmt:
