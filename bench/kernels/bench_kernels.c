@@ -398,49 +398,82 @@ static double peer_seconds(int kind, const uint8_t *buf, size_t bytes, uint64_t 
 	return (moem_now_ns() - t0) / 1e9;
 }
 
-/* What the CPU FFN of each precision is compared with, per the backend's ISA. */
+/*
+ * What the CPU FFN of each precision is compared with, per the backend's
+ * ISA: measured once for the header, then again right before each FFN
+ * row, whose ratios are to the peers of that moment (a machine shared
+ * with other work drifts over a run; the range is reported).
+ */
 static double cpu_peak[MOEM_PREC_NR], cpu_read_gbps;
+static double peer_read_lo, peer_read_hi, peer_peak_lo, peer_peak_hi;
+static uint8_t *peer_buf;
+#define PEER_BYTES (512ull << 20)
+
+/* Measure the peers into cpu_read_gbps and cpu_peak[] (medians of reps). */
+static void cpu_peers_measure(const struct moem_backend_info *info, int reps, uint64_t iters)
+{
+	double s[10], opsper;
+	int avx512 = info->isa == MOEM_CPU_ISA_AVX512;
+
+	for (int r = 0; r < reps; r++)
+		s[r] = peer_seconds(0, peer_buf, PEER_BYTES, 0, info->threads);
+	cpu_read_gbps = PEER_BYTES / median(s, reps) / 1e9;
+	if (info->isa == MOEM_CPU_ISA_SCALAR)
+		return; /* no vector peak to hold plain C to */
+	/* 12 chains x iters instructions per thread; ops per instruction: */
+	opsper = 12.0 * iters * info->threads;
+	for (int r = 0; r < reps; r++)
+		s[r] = peer_seconds(avx512 ? 2 : 1, NULL, 0, iters, info->threads);
+	cpu_peak[MOEM_PREC_BF16] = opsper * (avx512 ? 64 : 16) / median(s, reps) / 1e9;
+	for (int r = 0; r < reps; r++)
+		s[r] = peer_seconds(avx512 ? 4 : 3, NULL, 0, iters, info->threads);
+	cpu_peak[MOEM_PREC_Q8] = cpu_peak[MOEM_PREC_Q4] = cpu_peak[MOEM_PREC_Q2] =
+		opsper * (avx512 ? 128 : 64) / median(s, reps) / 1e9;
+}
 
 static int bench_cpu_peers(struct moem_backend *be)
 {
 	struct moem_backend_info info;
-	const size_t bytes = 512ull << 20;
 	const uint64_t iters = quick ? (1u << 22) : (1u << 24);
-	double s[10], fma, dot, opsper;
-	int reps = quick ? 3 : 7, avx512;
-	uint8_t *buf;
+	int avx512;
 
 	moem_backend_get_info(be, &info);
-	buf = aligned_alloc(4096, bytes);
-	if (!buf)
+	peer_buf = aligned_alloc(4096, PEER_BYTES);
+	if (!peer_buf)
 		return -ENOMEM;
-	memset(buf, 1, bytes);
-	for (int r = 0; r < reps; r++)
-		s[r] = peer_seconds(0, buf, bytes, 0, info.threads);
-	free(buf);
-	cpu_read_gbps = bytes / median(s, reps) / 1e9;
-	printf("read: %.1f GB/s, read-only stream over %zu MiB on %u pinned thread%s\n",
-	       cpu_read_gbps, bytes >> 20, info.threads, info.threads == 1 ? "" : "s");
+	memset(peer_buf, 1, PEER_BYTES);
+	cpu_peers_measure(&info, quick ? 3 : 7, iters);
+	printf("read: %.1f GB/s, read-only stream over %llu MiB on %u pinned thread%s\n",
+	       cpu_read_gbps, PEER_BYTES >> 20, info.threads, info.threads == 1 ? "" : "s");
 	result("read_gbps", cpu_read_gbps);
 	if (info.isa == MOEM_CPU_ISA_SCALAR)
-		return 0; /* no vector peak to hold plain C to */
+		return 0;
 	avx512 = info.isa == MOEM_CPU_ISA_AVX512;
-	/* 12 chains x iters instructions per thread; ops per instruction: */
-	opsper = 12.0 * iters * info.threads;
-	for (int r = 0; r < reps; r++)
-		s[r] = peer_seconds(avx512 ? 2 : 1, NULL, 0, iters, info.threads);
-	fma = opsper * (avx512 ? 64 : 16) / median(s, reps) / 1e9;
-	for (int r = 0; r < reps; r++)
-		s[r] = peer_seconds(avx512 ? 4 : 3, NULL, 0, iters, info.threads);
-	dot = opsper * (avx512 ? 128 : 64) / median(s, reps) / 1e9;
-	printf("peak: %.0f GFLOP/s %s, %.0f Gop/s int8 %s (register-only loops, %u threads)\n", fma,
-	       avx512 ? "vdpbf16ps" : "fp32 FMA", dot, avx512 ? "vpdpbusd" : "vpmaddubsw+vpmaddwd",
-	       info.threads);
-	result("peak_bf16_gflops", fma);
-	result("peak_int8_gops", dot);
-	cpu_peak[MOEM_PREC_BF16] = fma;
-	cpu_peak[MOEM_PREC_Q8] = cpu_peak[MOEM_PREC_Q4] = cpu_peak[MOEM_PREC_Q2] = dot;
+	printf("peak: %.0f GFLOP/s %s, %.0f Gop/s int8 %s (register-only loops, %u threads)\n",
+	       cpu_peak[MOEM_PREC_BF16], avx512 ? "vdpbf16ps" : "fp32 FMA", cpu_peak[MOEM_PREC_Q8],
+	       avx512 ? "vpdpbusd" : "vpmaddubsw+vpmaddwd", info.threads);
+	result("peak_bf16_gflops", cpu_peak[MOEM_PREC_BF16]);
+	result("peak_int8_gops", cpu_peak[MOEM_PREC_Q8]);
 	return 0;
+}
+
+/* The peers again, before an FFN row; their range over the rows. */
+static void cpu_peers_again(struct moem_backend *be)
+{
+	struct moem_backend_info info;
+
+	if (!peer_buf || moem_backend_kind(be) != MOEM_BACKEND_CPU)
+		return;
+	moem_backend_get_info(be, &info);
+	cpu_peers_measure(&info, 3, quick ? (1u << 22) : (1u << 24));
+	if (!peer_read_lo || cpu_read_gbps < peer_read_lo)
+		peer_read_lo = cpu_read_gbps;
+	if (cpu_read_gbps > peer_read_hi)
+		peer_read_hi = cpu_read_gbps;
+	if (!peer_peak_lo || cpu_peak[MOEM_PREC_BF16] < peer_peak_lo)
+		peer_peak_lo = cpu_peak[MOEM_PREC_BF16];
+	if (cpu_peak[MOEM_PREC_BF16] > peer_peak_hi)
+		peer_peak_hi = cpu_peak[MOEM_PREC_BF16];
 }
 
 /* ---- 2. expert FFN bandwidth --------------------------------------------- */
@@ -517,6 +550,8 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 			/* one output slot per expert: at most 64 experts per call */
 			a = (struct moem_ffn_args){B,  ffn_h, ffn_i, moem_min(ne, 64), dx, dout, 0,
 						   fe, na,    as};
+			if (!smoke && cpu_read_gbps > 0)
+				cpu_peers_again(be);
 			for (int r = 0; r < reps + 1 && !ret; r++) {
 				for (uint32_t e = 0; e < ne; e++) /* alternate the two sets */
 					fe[e].blob = blobs[(r & 1) * ne + e];
@@ -575,6 +610,15 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 		}
 		for (uint32_t i = 0; i < 2 * ne; i++)
 			moem_be_free(be, blobs[i]);
+	}
+	if (peer_read_hi > 0) {
+		printf("  peers before each row: read %.1f..%.1f GB/s, fp32/bf16 peak %.0f..%.0f "
+		       "GFLOP/s (each row's ratios are to its own)\n",
+		       peer_read_lo, peer_read_hi, peer_peak_lo, peer_peak_hi);
+		result("peer_read_gbps_lo", peer_read_lo);
+		result("peer_read_gbps_hi", peer_read_hi);
+		result("peer_peak_gflops_lo", peer_peak_lo);
+		result("peer_peak_gflops_hi", peer_peak_hi);
 	}
 	if (!ret && t_b1[MOEM_PREC_Q4] > 0) {
 		double sp = t_b1[MOEM_PREC_BF16] / t_b1[MOEM_PREC_Q4];
@@ -1224,6 +1268,8 @@ int main(int argc, char **argv)
 	if (!ret && info.kind == MOEM_BACKEND_CPU && !smoke)
 		ret = bench_cpu_peers(be);
 	STEP(bench_ffn(be, &tm, copy, traffic));
+	free(peer_buf); /* the peers are measured for the FFN rows only */
+	peer_buf = NULL;
 	if (!smoke) {
 		STEP(bench_layer(be, &tm));
 		STEP(bench_decode(be, &tm, traffic));

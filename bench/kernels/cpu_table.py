@@ -77,7 +77,9 @@ def main():
     L.append("shapes are Qwen3-30B-A3B's expert, H 2048 x I 768, every expert of a call")
     L.append("taking B tokens, calls alternating between two expert sets larger than")
     L.append("the last-level cache. Every figure is a ratio to a peer run in the same")
-    L.append("process on the same threads (bench_kernels.c, section 1b):")
+    L.append("process on the same threads (bench_kernels.c, section 1b), measured")
+    L.append("again right before each row and that row's ratios taken to them, so that")
+    L.append("load from other work that comes and goes over the run touches both:")
     L.append("")
     L.append("- *of read*: weight bytes per second over a read-only streaming kernel")
     L.append("  over 512 MiB on the same number of pinned threads (target >= 0.8 at B 1);")
@@ -102,6 +104,11 @@ def main():
     L.append(f"- Peers: read {o['read_gbps']:.1f} GB/s; peak "
              f"{f(o.get('peak_bf16_gflops'), '{:.0f}')} GFLOP/s (bf16 instruction), "
              f"{f(o.get('peak_int8_gops'), '{:.0f}')} Gop/s (int8 instruction)")
+    if "peer_read_gbps_hi" in o:
+        L.append(f"- Peers again before each row, whose *of read* and *of peak* are to "
+                 f"those of that moment: read {o['peer_read_gbps_lo']:.1f}..."
+                 f"{o['peer_read_gbps_hi']:.1f} GB/s, peak "
+                 f"{o['peer_peak_gflops_lo']:.0f}...{o['peer_peak_gflops_hi']:.0f} GFLOP/s")
     if not t:
         L.append("- PyTorch: not measured in this run (no torch for /usr/bin/python3)")
     L.append("")
