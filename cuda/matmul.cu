@@ -43,30 +43,8 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_MM_THREADS)
 			float wv[8];
 
 			load8(w + k, vec, wv);
-#pragma unroll
-			for (uint32_t g = 0; g < MM_GROUP; g++) {
-				float xv[8];
-
-				if (g >= ng)
-					break;
-				load8(x + (size_t)(tg + g) * p.K + k, vec, xv);
-#pragma unroll
-				for (int i = 0; i < 8; i++)
-					acc[g] = fmaf(wv[i], xv[i], acc[g]);
-			}
+			mm_fma8(wv, x + k, p.K, tg, ng, vec, acc);
 		}
-		/* lane g adds the 32 lanes' sums of token g in lane order */
-#pragma unroll
-		for (uint32_t g = 0; g < MM_GROUP; g++)
-			red[warp][g][lane] = acc[g];
-		__syncwarp();
-		if (lane < ng) {
-			float s = 0.0f;
-
-			for (int l = 0; l < 32; l++)
-				s = __fadd_rn(s, red[warp][lane][l]);
-			y[(size_t)(tg + lane) * p.R + r] = s;
-		}
-		__syncwarp();
+		mm_reduce(red[warp], acc, lane, ng, y, tg, p.R, r);
 	}
 }

@@ -131,32 +131,10 @@ template <int P, bool VEC> MOEM_DEVI void matmul_q(const moem_kmatmul_q_params &
 					if (P != P_Q8)
 						wv[i] = __fadd_rn(wv[i], m);
 				}
-#pragma unroll
-				for (uint32_t tk = 0; tk < MM_GROUP; tk++) {
-					float xv[8];
-
-					if (tk >= ng)
-						break;
-					load8(x + (size_t)(tg + tk) * p.K + col + e0, vec, xv);
-#pragma unroll
-					for (int i = 0; i < 8; i++)
-						acc[tk] = fmaf(wv[i], xv[i], acc[tk]);
-				}
+				mm_fma8(wv, x + col + e0, p.K, tg, ng, vec, acc);
 			}
 		}
-		/* lane tk adds the 32 lanes' sums of token tk in lane order */
-#pragma unroll
-		for (uint32_t tk = 0; tk < MM_GROUP; tk++)
-			red[warp][tk][lane] = acc[tk];
-		__syncwarp();
-		if (lane < ng) {
-			float s = 0.0f;
-
-			for (int l = 0; l < 32; l++)
-				s = __fadd_rn(s, red[warp][lane][l]);
-			y[(size_t)(tg + lane) * p.R + r] = s;
-		}
-		__syncwarp();
+		mm_reduce(red[warp], acc, lane, ng, y, tg, p.R, r);
 	}
 }
 

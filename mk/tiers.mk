@@ -2,8 +2,10 @@
 #
 # Tier benchmarks (issue: tiered residency).
 #   bench-tiers      transfer engine vs raw device copies (emulated device
-#                    here, CUDA on a GPU machine) and tokens/s at HBM =
-#                    100/50/25% of expert bytes with on-demand LRU
+#                    here), tokens/s at HBM = 100/50/25% of expert bytes
+#                    with on-demand LRU, and the DRAM tier's eviction rules
+#                    (bench/tiers/page.sh); DOC=path writes the page
+#                    Documentation/benchmarks/tiers.md
 #   bench-tiers-gpu  the same on the GPU from this build (bench-gpu runs the
 #                    GPU bundle's copy, mk/gpu-bundle.mk)
 
@@ -17,8 +19,7 @@ $(BENCH_TIERS): $(O)/bench/tiers/bench_tiers.o $(LIB)
 
 .PHONY: bench-tiers bench-tiers-gpu
 bench-tiers: all $(BENCH_TIERS)
-	$(Q)$(BENCH_TIERS) --backend cpu
-	$(Q)MOEM_BUILD=$(O) bench/tiers/tokens.sh cpu
+	$(Q)MOEM_BUILD=$(O) DOC=$(DOC) sh bench/tiers/page.sh
 
 bench-tiers-gpu: all $(BENCH_TIERS)
 	$(Q)$(BENCH_TIERS) --backend cuda

@@ -81,6 +81,12 @@ int moem_calib_default_path(char *buf, size_t size);
 int moem_calib_write(const char *path, const struct moem_calib *c);
 
 /*
+ * The cache file's JSON text for c (what moem_calib_write() writes),
+ * indented or on one line; the caller frees it. NULL without memory.
+ */
+char *moem_calib_to_json(const struct moem_calib *c, bool pretty);
+
+/*
  * Read path into c. -ENOENT if there is no file; -EINVAL with a message
  * for one that is not a calibration file or has a field missing or out of
  * range; -ESTALE with a message for another format version.

@@ -299,10 +299,21 @@ static struct json_object *to_json(const struct moem_calib *c)
 	return o;
 }
 
+char *moem_calib_to_json(const struct moem_calib *c, bool pretty)
+{
+	struct json_object *o = to_json(c);
+	char *text = o ? strdup(json_object_to_json_string_ext(
+				 o, (pretty ? JSON_C_TO_STRING_PRETTY : JSON_C_TO_STRING_PLAIN) |
+					    JSON_C_TO_STRING_NOSLASHESCAPE))
+		       : NULL;
+
+	json_object_put(o);
+	return text;
+}
+
 int moem_calib_write(const char *path, const struct moem_calib *c)
 {
-	struct json_object *o = NULL;
-	const char *text;
+	char *text;
 	char *tmp = NULL;
 	size_t len;
 	int fd = -1, ret;
@@ -319,9 +330,13 @@ int moem_calib_write(const char *path, const struct moem_calib *c)
 		free(tmp);
 		return ret;
 	}
-	o = to_json(c);
-	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-							 JSON_C_TO_STRING_NOSLASHESCAPE);
+	text = moem_calib_to_json(c, true);
+	if (!text) {
+		close(fd);
+		unlink(tmp);
+		free(tmp);
+		return -ENOMEM;
+	}
 	len = strlen(text);
 	ret = fchmod(fd, 0644) < 0 ? -errno : 0;
 	for (size_t off = 0; !ret && off < len;) {
@@ -344,7 +359,7 @@ int moem_calib_write(const char *path, const struct moem_calib *c)
 		unlink(tmp);
 		ret = moem_errf(-ret, "%s: write: %s", path, strerror(-ret));
 	}
-	json_object_put(o);
+	free(text);
 	free(tmp);
 	return ret;
 }

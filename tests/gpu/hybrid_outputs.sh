@@ -88,7 +88,7 @@ fi
 # and an engine on this machine then takes its CPU figures from the cache.
 cal=$("$moem" calibrate --out "$tmp/cal.json" --precisions bf16 --hidden 128 --inter 128 \
 	--json 2>/dev/null)
-lg=$(echo "$cal" | sed -n 's/.*"link_gbps":\([0-9.e+-]*\).*/\1/p')
+lg=$(echo "$cal" | sed -n 's/.*"h2d_gbps":\([0-9.e+-]*\).*/\1/p')
 if [ -n "$lg" ] && awk -v g="$lg" 'BEGIN { exit !(g > 0) }'; then
 	ok "moem calibrate: link $lg GB/s host->device"
 else

@@ -11,8 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <json-c/json.h>
-
 #include <moem/backend.h>
 #include <moem/calib.h>
 #include <moem/engine_args.h>
@@ -42,29 +40,11 @@ static void calibrate_usage(FILE *f)
 static void print_cal(const struct moem_calib *c, bool json)
 {
 	if (json) {
-		struct json_object *o = json_object_new_object(), *cpu = json_object_new_object();
+		/* the cache file's own shape, on one line */
+		char *text = moem_calib_to_json(c, false);
 
-		json_object_object_add(o, "cpu_model", json_object_new_string(c->cpu_model));
-		json_object_object_add(o, "threads", json_object_new_int64(c->threads));
-		json_object_object_add(o, "isa", json_object_new_string(moem_cpu_isa_name(c->isa)));
-		json_object_object_add(o, "hidden", json_object_new_int64(c->hidden));
-		json_object_object_add(o, "inter", json_object_new_int64(c->inter));
-		for (int p = 0; p < MOEM_PREC_NR; p++) {
-			struct json_object *e;
-
-			if (!c->cpu[p].valid)
-				continue;
-			e = json_object_new_object();
-			json_object_object_add(e, "gbps", json_object_new_double(c->cpu[p].gbps));
-			json_object_object_add(e, "token_ns",
-					       json_object_new_int64((int64_t)c->cpu[p].token_ns));
-			json_object_object_add(cpu, moem_prec_name((enum moem_prec)p), e);
-		}
-		json_object_object_add(o, "cpu", cpu);
-		json_object_object_add(o, "link_gbps", json_object_new_double(c->link_gbps));
-		json_object_object_add(o, "link_note", json_object_new_string(c->link_note));
-		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_NOSLASHESCAPE));
-		json_object_put(o);
+		printf("%s\n", text ? text : "{}");
+		free(text);
 		return;
 	}
 	printf("machine   %s, %u threads, %s\n", c->cpu_model, c->threads,

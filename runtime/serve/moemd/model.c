@@ -78,7 +78,7 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 	if (pack)
 		moem_pack_close(pack);
 	if (ret) {
-		ret = moem_err_prefix(ret, "the pack's tokenizer");
+		ret = moem_err_prefix(-ret, "the pack's tokenizer");
 		goto fail;
 	}
 	moem_tok_info(m->tok, &m->info);
@@ -106,7 +106,7 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 	m->max_context = u.max_context;
 	ret = first_step(m);
 	if (ret) {
-		ret = moem_err_prefix(ret, "the first step");
+		ret = moem_err_prefix(-ret, "the first step");
 		goto fail;
 	}
 	moem_info("serving: %s tokenizer (%u tokens%s), context %u, KV %llu blocks of %u tokens",
