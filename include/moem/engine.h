@@ -76,6 +76,12 @@ struct moem_engine_opts {
 	 * never busy (tests comparing the two; slower than a normal run).
 	 */
 	bool lockstep;
+	/*
+	 * Device-planned decode steps run as plain launches, never as CUDA
+	 * graphs (as MOEM_CUDA_GRAPHS=0 in the environment does;
+	 * Documentation/engine.md, "CUDA graphs").
+	 */
+	bool no_graphs;
 	struct moem_loader_opts loader;
 	bool verify_blobs;     /* check each staged blob's checksum (default on) */
 	bool no_verify;	       /* turn verify_blobs off */

@@ -454,6 +454,7 @@ void moem_engine_close(struct moem_engine *e)
 				    e->cnt, e->out, e->shout,  e->resident, e->counts};
 
 		moem_be_sync(e->be);
+		moem_eng_graph_free(e);
 		if (e->pg_logits)
 			moem_be_free(e->be, e->pg_logits);
 		for (size_t i = 0; i < MOEM_ARRAY_SIZE(bufs); i++)
