@@ -212,7 +212,9 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 /* Any thread: a budget knob (include/uapi/linux/moem.h values). Checked
  * now (moem_engine_check_knob(): nothing changed when refused), applied at
- * the next layer. */
+ * the next layer. exec and cpu_moe_layers are moem_engine_set_hybrid()
+ * with the other switch as it is (checked as it checks, applied as it
+ * applies). */
 int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob);
 /*

@@ -133,6 +133,9 @@ struct moem_engine {
 	 * boundary (moem_eng_hybrid_apply). */
 	bool hyb_dirty, hyb_exec;
 	uint32_t hyb_layers;
+	/* Serialises changes of exec / cpu_moe_layers: a change of one knob
+	 * (moem_eng_set_hybrid_knob) keeps the other as it is. */
+	pthread_mutex_t hyb_set_lock;
 	uint8_t *hyb_place;
 	uint64_t hyb_n_cpu;
 	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's, under knob_lock */
@@ -277,6 +280,8 @@ void moem_eng_graph_free(struct moem_engine *e);
  */
 int moem_eng_place_open(struct moem_engine *e);
 void moem_eng_hybrid_apply(struct moem_engine *e);
+/* The exec or cpu_moe_layers knob (moem_engine_set_knob): the other kept. */
+int moem_eng_set_hybrid_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 int moem_eng_hybrid_open(struct moem_engine *e);
 void moem_eng_hybrid_close(struct moem_engine *e);
 bool moem_eng_hybrid_on(const struct moem_engine *e);
