@@ -26,19 +26,18 @@ struct moem_knob_def {
 	u64 min, max;
 	u32 unit; /* enum moem_knob_unit */
 	u32 who;  /* enum moem_knob_who */
+	/* An ENUM knob's value names, [0..max], NULL-terminated. */
+	const char *const *values;
 };
 
-#define MOEM_KNOB_DEF_(id, nm, nr, u, lo, hi, w, a)				\
+#define MOEM_VALUE_NAME_(id, nm, nr) \
+	[nr] = nm,
+#define MOEM_KNOB_DEF_(id, nm, nr, u, lo, hi, w, a, vals)			\
 	[nr] = { .name = #nm, .min = lo, .max = hi, .unit = MOEM_KNOB_UNIT_##u,	\
-		 .who = MOEM_KNOB_WHO_##w },
+		 .who = MOEM_KNOB_WHO_##w,					\
+		 .values = (const char *const[]){ vals(MOEM_VALUE_NAME_) NULL } },
 static const struct moem_knob_def moem_knobs[MOEM_BUDGET_NR] = {
 	MOEM_KNOBS(MOEM_KNOB_DEF_)
-};
-
-#define MOEM_REROUTE_NAME_(id, nm, nr) \
-	[nr] = nm,
-static const char *const moem_reroute_names[MOEM_REROUTE_NR] = {
-	MOEM_REROUTES(MOEM_REROUTE_NAME_)
 };
 
 static int moem_budget_validate(u32 knob, u64 v)
@@ -98,7 +97,7 @@ static int moem_budget_parse(u32 knob, const char *buf, size_t count, u64 *value
 	int ret;
 
 	if (moem_knobs[knob].unit == MOEM_KNOB_UNIT_ENUM) {
-		ret = moem_sysfs_match(moem_reroute_names, ARRAY_SIZE(moem_reroute_names), buf,
+		ret = moem_sysfs_match(moem_knobs[knob].values, moem_knobs[knob].max + 1, buf,
 				       count);
 		if (ret < 0)
 			return ret;
@@ -125,7 +124,7 @@ static ssize_t budget_show(struct kobject *kobj, struct kobj_attribute *attr, ch
 
 	moem_budget_get(knob, &v, &seq);
 	if (moem_knobs[knob].unit == MOEM_KNOB_UNIT_ENUM)
-		return sysfs_emit(buf, "%s\n", moem_reroute_names[v]);
+		return sysfs_emit(buf, "%s\n", moem_knobs[knob].values[v]);
 	return sysfs_emit(buf, "%llu\n", v);
 }
 
@@ -147,7 +146,7 @@ static ssize_t budget_store(struct kobject *kobj, struct kobj_attribute *attr, c
 }
 
 /* One file per knob, named as the table says. */
-#define MOEM_KNOB_ATTR_(id, nm, nr, u, lo, hi, w, a)			\
+#define MOEM_KNOB_ATTR_(id, nm, nr, u, lo, hi, w, a, vals)		\
 	[nr] = {							\
 		.attr = __ATTR(nm, 0644, budget_show, budget_store),	\
 		.knob = nr,						\

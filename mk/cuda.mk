@@ -130,7 +130,8 @@ test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
 	$(Q)LD_LIBRARY_PATH=$(EMU_DIR) MOEM_GPU_EMU=1 MOEM_BUILD=$(O) \
 		scripts/run-tests.sh --suite gpu-emu --timeout 3000 $(GPU_TEST_BINS) \
 		tests/gpu/engine_same_outputs.sh tests/gpu/decode_same_tokens.sh \
-		tests/gpu/sync_per_step.sh tests/gpu/hybrid_outputs.sh tests/gpu/router_tile.sh
+		tests/gpu/sync_per_step.sh tests/gpu/graph_steps.sh tests/gpu/hybrid_outputs.sh \
+		tests/gpu/router_tile.sh
 endif
 
 # bench/tiers/bench_uvm.c: UVM against moem's VMM staging at one HBM budget

@@ -10,13 +10,15 @@
 #
 #   --tests    GPU unit and parity tests (every op against the CPU backend),
 #              the fatal-error test, the engine on the GPU (budgets, host
-#              synchronisations per step, GPU against CPU), the PyTorch
+#              synchronisations per step, CUDA graphs of decode steps,
+#              GPU against CPU), the PyTorch
 #              check, compute-sanitizer memcheck and racecheck when the
 #              toolkit is installed
 #   --bench    kernel benchmarks (FFN weight bytes/s against the device's
 #              copy bandwidth, and against PyTorch's bf16 grouped matmul when
 #              torch is installed), tier benchmarks, UVM against VMM staging
-#              at one HBM budget (page faults and bytes through CUPTI)
+#              at one HBM budget (page faults and bytes through CUPTI),
+#              the decode step with and without CUDA graphs (sync_step)
 #   --all      both, interleaved so the most telling run first (default)
 #   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
 #              of each of a few kernels inside bench_kernels: speed of
@@ -195,6 +197,7 @@ else
 	want tests && phase engine_budgets 120 "$T/engine_same_outputs.sh"
 	want tests && phase decode_tokens 180 "$T/decode_same_tokens.sh"
 	want tests && phase sync_per_step 90 "$T/sync_per_step.sh"
+	want tests && phase graph_steps 90 "$T/graph_steps.sh"
 	want tests && phase hybrid 90 "$T/hybrid_outputs.sh"
 	want bench && phase bench_kernels 120 "$K/bench_kernels" --backend cuda \
 		--out "$out/kernels.txt"
@@ -207,7 +210,7 @@ else
 	fi
 	want bench && phase bench_tiers 60 "$R/bench_tiers" --backend cuda
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
-	want bench && phase sync_step 60 "$R/sync_step.sh" cuda
+	want bench && phase sync_step 90 "$R/sync_step.sh" cuda
 	want bench && phase uvm_vs_vmm 120 "$R/uvm.sh" cuda
 	if want tests; then
 		if have_torch; then

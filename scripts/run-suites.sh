@@ -7,6 +7,9 @@
 # without qemu, a GPU or BPF privileges skips those parts: CI's log says
 # which).
 #   scripts/run-suites.sh MAKE SUITE...
+# Each suite runs with XDG_CACHE_HOME set to a fresh empty directory (and
+# scripts/run-tests.sh gives every program of it its own): a developer's
+# ~/.cache/moem/calibration.json never reaches a test.
 set -u
 make=$1
 shift
@@ -17,7 +20,8 @@ start=$(date +%s)
 for s in "$@"; do
 	echo "=== $s"
 	t0=$(date +%s)
-	$make --no-print-directory "$s" 2>&1 | tee "$logs/$s.log"
+	mkdir "$logs/cache-$s"
+	XDG_CACHE_HOME=$logs/cache-$s $make --no-print-directory "$s" 2>&1 | tee "$logs/$s.log"
 	rc=${PIPESTATUS[0]}
 	echo "$rc $(($(date +%s) - t0))" >"$logs/$s.rc"
 	[ "$rc" -eq 0 ] || failed="$failed $s"

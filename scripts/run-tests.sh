@@ -5,6 +5,11 @@
 # 4 (KSFT_SKIP) or 77 = skip, anything else = fail; the output of a
 # failed or skipped test is shown, the rest summarised.
 #   scripts/run-tests.sh [--suite NAME] [--timeout S] prog...
+# Each program runs with XDG_CACHE_HOME set to a fresh empty directory,
+# removed after it: nothing a developer keeps in ~/.cache/moem (the
+# calibration cache moem calibrate writes, which every engine open reads)
+# reaches a test, and nothing a test writes there outlives it
+# (MOEM_TEST_RUNNER=1 tells a test it runs here: test_calib checks it).
 set -u
 suite=tests
 tmo=${MOEM_TEST_TIMEOUT:-300}
@@ -18,12 +23,16 @@ done
 
 pass=0 fail=0 skip=0 failed=""
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+cache=
+trap 'rm -f "$log"; [ -z "$cache" ] || rm -rf "$cache"' EXIT
 for t in "$@"; do
 	name=$(basename "$t")
+	cache=$(mktemp -d "${TMPDIR:-/tmp}/moem-test-cache.XXXXXX") && chmod 0755 "$cache" || exit 1
 	start=$(date +%s%N)
-	timeout -k 10 "$tmo" "$t" >"$log" 2>&1
+	MOEM_TEST_RUNNER=1 XDG_CACHE_HOME=$cache timeout -k 10 "$tmo" "$t" >"$log" 2>&1
 	rc=$?
+	rm -rf "$cache"
+	cache=
 	ms=$((($(date +%s%N) - start) / 1000000))
 	secs=$((ms / 1000)).$(((ms % 1000) / 100))
 	case $rc in

@@ -182,6 +182,33 @@ int moem_be_stream_wait(struct moem_backend *be, struct moem_stream *s, struct m
 /* Wait for all work on all streams. */
 int moem_be_sync(struct moem_backend *be);
 
+/*
+ * Graphs: record what is queued on a stream once, replay it many times
+ * (CUDA stream capture, cuGraphInstantiate, cuGraphLaunch). Optional:
+ * moem_be_has_graphs() is false on the CPU backend.
+ *
+ * Between capture_begin() and capture_end() the work queued on s from
+ * the calling thread is recorded, not run; nothing in that window may
+ * synchronise, allocate or free, or read what the work writes. Copies
+ * to and from host memory must use registered (pinned) memory; a
+ * replay copies whatever that memory holds at the time. Kernel
+ * arguments are fixed at capture: anything that changes from one replay
+ * to the next must be read by the kernels from device memory.
+ * capture_end() ends the capture in every case; on success *out is an
+ * instantiated graph, else the capture is dropped and the thread's
+ * message says why (an op the capture cannot hold, a backend buffer
+ * that had to grow). A graph holds the backend's internal buffers as
+ * they were at capture: moem_be_graph_epoch() changes whenever those
+ * move, and a graph captured under an older epoch must not be launched.
+ */
+struct moem_graph;
+bool moem_be_has_graphs(const struct moem_backend *be);
+int moem_be_capture_begin(struct moem_backend *be, struct moem_stream *s);
+int moem_be_capture_end(struct moem_backend *be, struct moem_stream *s, struct moem_graph **out);
+int moem_be_graph_launch(struct moem_backend *be, struct moem_graph *g, struct moem_stream *s);
+void moem_be_graph_destroy(struct moem_backend *be, struct moem_graph *g);
+uint64_t moem_be_graph_epoch(struct moem_backend *be);
+
 /* Events (timing enabled). */
 int moem_be_event_create(struct moem_backend *be, struct moem_event **out);
 void moem_be_event_destroy(struct moem_backend *be, struct moem_event *ev);

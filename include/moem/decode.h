@@ -140,6 +140,9 @@ struct moem_decode_stats {
 	/* forward passes whose MoE layers were planned on the device: one
 	 * host synchronisation each (Documentation/backends.md) */
 	uint64_t device_steps;
+	/* of those, run as a CUDA graph (replayed or just captured), and
+	 * captured (Documentation/engine.md, "CUDA graphs") */
+	uint64_t graph_steps, graph_captures;
 	/* hybrid execution: (layer, expert) pairs computed on the CPU, its time */
 	uint64_t cpu_experts, cpu_ns;
 };

@@ -12,7 +12,7 @@
 #include <linux/moem.h>
 
 /* This library's version, checked against the module's at open. */
-#define MOEM_LIB_VERSION ((1 << 16) | 2)
+#define MOEM_LIB_VERSION ((1 << 16) | 3)
 #define MOEM_DEV_PATH	 "/dev/moem"
 #define MOEM_SYSFS_ROOT	 "/sys/kernel/moem"
 
@@ -47,6 +47,9 @@ struct moem_knob_info {
 	uint64_t min, max;
 	enum moem_knob_who who;
 	enum moem_knob_apply apply;
+	/* An ENUM knob's value names, [0..max], NULL-terminated (its
+	 * values column); an empty list ({NULL}) for the others. */
+	const char *const *values;
 };
 
 /* The row of knob, or NULL if knob is not one. */
@@ -56,15 +59,17 @@ const char *moem_knob_apply_text(enum moem_knob_apply a);
 /* "bytes", "permille", "layers", "name". */
 const char *moem_knob_unit_name(enum moem_knob_unit u);
 
-/* Knob names as sysfs spells them: "hbm_bytes", ..., "kv_bytes". */
+/* Knob names as sysfs spells them: "hbm_bytes", ..., "cpu_moe_layers". */
 const char *moem_budget_name(enum moem_budget_knob knob);
 int moem_budget_lookup(const char *name, enum moem_budget_knob *out);
 /* Reroute policy names: "none", "lynx", "oea", "cache-aware", "piggyback". */
 const char *moem_reroute_name(enum moem_reroute r);
 int moem_reroute_parse(const char *s, enum moem_reroute *out);
+/* The name of an ENUM knob's value v ("hybrid" for exec 1), or "?". */
+const char *moem_knob_value_name(enum moem_budget_knob knob, uint64_t v);
 /*
  * Parse a knob value as a user writes it (sizes may carry K/M/G suffixes,
- * reroute takes a name) and validate it with the kernel's rules; -EINVAL or
+ * an ENUM knob takes one of its value names) and validate it with the kernel's rules; -EINVAL or
  * -ERANGE with a message otherwise, *value untouched.
  */
 int moem_budget_parse(enum moem_budget_knob knob, const char *s, uint64_t *value);

@@ -76,6 +76,12 @@ struct moem_engine_opts {
 	 * never busy (tests comparing the two; slower than a normal run).
 	 */
 	bool lockstep;
+	/*
+	 * Device-planned decode steps run as plain launches, never as CUDA
+	 * graphs (as MOEM_CUDA_GRAPHS=0 in the environment does;
+	 * Documentation/engine.md, "CUDA graphs").
+	 */
+	bool no_graphs;
 	struct moem_loader_opts loader;
 	bool verify_blobs;     /* check each staged blob's checksum (default on) */
 	bool no_verify;	       /* turn verify_blobs off */
@@ -206,7 +212,9 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 /* Any thread: a budget knob (include/uapi/linux/moem.h values). Checked
  * now (moem_engine_check_knob(): nothing changed when refused), applied at
- * the next layer. */
+ * the next layer. exec and cpu_moe_layers are moem_engine_set_hybrid()
+ * with the other switch as it is (checked as it checks, applied as it
+ * applies). */
 int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob);
 /*

@@ -67,6 +67,7 @@ static int resize_pool(struct moem_decoder *d, uint32_t n)
 	d->pool = np;
 	d->pool_blocks = n;
 	pthread_mutex_unlock(&d->lock);
+	moem_eng_graph_flush(d->e); /* graphs captured with the old pool (synchronised above) */
 	return 0;
 }
 
@@ -750,6 +751,8 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 	d->total.bytes_nvme += st.bytes_nvme;
 	d->total.bytes_h2d += st.bytes_h2d;
 	d->total.device_steps += st.device_steps;
+	d->total.graph_steps += st.graph_steps;
+	d->total.graph_captures += st.graph_captures;
 	d->total.cpu_experts += st.cpu_experts;
 	d->total.cpu_ns += st.cpu_ns;
 	pthread_mutex_unlock(&d->lock);

@@ -455,47 +455,30 @@ static void add_tiers(struct moem_engine *e, const struct moem_tiers_stats *a,
 		st->bytes_h2d += b->bytes_h2d[p] - a->bytes_h2d[p];
 }
 
-int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uint32_t *rows,
-		     uint32_t n_out, struct moem_decode_stats *ds)
+/*
+ * The step's launches after its input upload, up to the copy of the
+ * logits back: what a graph of the step holds (graph.c). knobs: apply
+ * the engine's knobs before each layer (not inside a capture: a changed
+ * routing policy would change the launches the graph's key stands for).
+ */
+static int launches(struct moem_decoder *d, uint32_t T, const uint32_t *rows, uint32_t n_out,
+		    bool knobs, struct moem_step_stats *st, struct moem_decode_stats *ds)
 {
 	struct moem_engine *e = d->e;
 	const struct moem_model_config *c = d->cfg;
 	struct moem_embed_args em = {T, c->hidden, c->vocab, d->ids_d, d->embed, e->h};
 	struct moem_rmsnorm_args fn = {T, c->hidden, c->rms_eps, e->h, d->final_norm, d->xb};
-	struct moem_step_stats st = {.step = e->total.step, .tokens = T};
-	struct moem_tiers_stats t0, t1;
-	enum moem_route_kind kind = e->rp.kind;
-	uint64_t s0 = moem_now_ns(), a0, m0;
-	bool dev;
+	uint64_t a0 = moem_now_ns(), m0;
 	int ret;
 
-	moem_tiers_get_stats(e->tiers, &t0);
-	a0 = moem_now_ns();
-	/* Through pinned memory: the last step's sync ended its copies from there. */
-	memcpy(d->io_host, d->ids, 4 * T);
-	memcpy(d->io_host + DEC_PIECE, d->pos, 4 * T);
-	memcpy(d->io_host + 2 * DEC_PIECE, d->tab, 4 * T);
-	ret = moem_be_htod(d->be, d->ids_d, d->io_host, 4 * T, NULL);
-	if (!ret)
-		ret = moem_be_htod(d->be, d->pos_d, d->io_host + DEC_PIECE, 4 * T, NULL);
-	if (!ret)
-		ret = moem_be_htod(d->be, d->tab_d, d->io_host + 2 * DEC_PIECE, 4 * T, NULL);
-	if (!ret)
-		ret = moem_op_embed(d->be, NULL, &em);
+	ret = moem_op_embed(d->be, NULL, &em);
 	ds->attn_ns += moem_now_ns() - a0;
-	/* A prefill chunk is compute-bound and wakes most experts anyway:
-	 * LYNX/OEA/piggyback reduce decode batches only. */
-	if (prefill && (kind == MOEM_RP_LYNX || kind == MOEM_RP_OEA || kind == MOEM_RP_PIGGYBACK))
-		e->rp.kind = MOEM_RP_NONE;
-	/* Every expert in HBM: the step's MoE layers plan on the device (dstep.c). */
-	if (!ret)
-		ret = moem_eng_dstep_begin(e, T);
-	dev = moem_eng_dstep_on(e);
 	for (uint32_t l = 0; l < c->n_layers && !ret; l++) {
 		struct moem_rmsnorm_args in = {T,    c->hidden,	      c->rms_eps,
 					       e->h, d->L[l].in_norm, d->xb};
 
-		moem_eng_apply_knobs(e);
+		if (knobs)
+			moem_eng_apply_knobs(e);
 		a0 = moem_now_ns();
 		ret = moem_op_rmsnorm(d->be, NULL, &in);
 		if (!ret)
@@ -503,10 +486,9 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 		m0 = moem_now_ns();
 		ds->attn_ns += m0 - a0;
 		if (!ret)
-			ret = moem_eng_layer(e, l, T, st.step, NULL, &st);
+			ret = moem_eng_layer(e, l, T, st->step, NULL, st);
 		ds->moe_ns += moem_now_ns() - m0;
 	}
-	e->rp.kind = kind;
 	a0 = moem_now_ns();
 	if (!ret)
 		ret = moem_op_rmsnorm(d->be, NULL, &fn);
@@ -522,6 +504,72 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	if (!ret && n_out)
 		ret = moem_be_dtoh(d->be, d->logits_host, d->logits, (uint64_t)n_out * c->vocab * 4,
 				   NULL);
+	ds->head_ns += moem_now_ns() - a0;
+	return ret;
+}
+
+/* The graph key of a device-planned step (engine_int.h). */
+static void graph_key(const struct moem_decoder *d, uint32_t T, const uint32_t *rows,
+		      uint32_t n_out, struct moem_eng_graph_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	k->T = T;
+	k->n_out = n_out;
+	for (uint32_t i = 0; i < n_out; i++)
+		k->rows[i] = (uint8_t)rows[i]; /* < DEC_PIECE */
+	k->kv_pool = d->pool;
+	k->kv_blocks = d->pool_blocks;
+}
+
+int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uint32_t *rows,
+		     uint32_t n_out, struct moem_decode_stats *ds)
+{
+	struct moem_engine *e = d->e;
+	struct moem_step_stats st = {.step = e->total.step, .tokens = T};
+	enum moem_eng_graph_mode gm = ENG_GRAPH_OFF;
+	struct moem_eng_graph_key key;
+	struct moem_tiers_stats t0, t1;
+	enum moem_route_kind kind = e->rp.kind;
+	uint64_t s0 = moem_now_ns(), a0;
+	bool dev, rerun = false;
+	int ret;
+
+	_Static_assert(DEC_PIECE <= 256, "graph keys hold rows in a byte");
+	moem_tiers_get_stats(e->tiers, &t0);
+	a0 = moem_now_ns();
+	/* Through pinned memory: the last step's sync ended its copies from there. */
+	memcpy(d->io_host, d->ids, 4 * T);
+	memcpy(d->io_host + DEC_PIECE, d->pos, 4 * T);
+	memcpy(d->io_host + 2 * DEC_PIECE, d->tab, 4 * T);
+	ret = moem_be_htod(d->be, d->ids_d, d->io_host, 4 * T, NULL);
+	if (!ret)
+		ret = moem_be_htod(d->be, d->pos_d, d->io_host + DEC_PIECE, 4 * T, NULL);
+	if (!ret)
+		ret = moem_be_htod(d->be, d->tab_d, d->io_host + 2 * DEC_PIECE, 4 * T, NULL);
+	ds->attn_ns += moem_now_ns() - a0;
+	moem_eng_apply_knobs(e);
+	/* A prefill chunk is compute-bound and wakes most experts anyway:
+	 * LYNX/OEA/piggyback reduce decode batches only. */
+	if (prefill && (kind == MOEM_RP_LYNX || kind == MOEM_RP_OEA || kind == MOEM_RP_PIGGYBACK))
+		e->rp.kind = MOEM_RP_NONE;
+	/* Every expert in HBM: the step's MoE layers plan on the device (dstep.c),
+	 * and its launches can be a graph (graph.c). */
+	if (!ret)
+		ret = moem_eng_dstep_begin(e, T);
+	dev = moem_eng_dstep_on(e);
+	if (!ret && dev) {
+		graph_key(d, T, rows, n_out, &key);
+		ret = moem_eng_graph_begin(e, &key, &gm);
+	}
+	if (!ret && gm != ENG_GRAPH_REPLAY)
+		ret = launches(d, T, rows, n_out, gm == ENG_GRAPH_OFF, &st, ds);
+	if (gm == ENG_GRAPH_CAPTURE) {
+		ret = moem_eng_graph_end(e, ret, &rerun);
+		if (!ret && rerun) /* the capture failed and ran nothing */
+			ret = launches(d, T, rows, n_out, false, &st, ds);
+	}
+	e->rp.kind = kind;
+	a0 = moem_now_ns();
 	if (!ret)
 		ret = moem_be_stream_sync(d->be, NULL);
 	ds->head_ns += moem_now_ns() - a0;
@@ -558,6 +606,8 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	ds->bytes_nvme += st.bytes_nvme;
 	ds->bytes_h2d += st.bytes_h2d;
 	ds->device_steps += dev;
+	ds->graph_steps += gm != ENG_GRAPH_OFF && !rerun;
+	ds->graph_captures += gm == ENG_GRAPH_CAPTURE && !rerun;
 	ds->cpu_experts += st.cpu_experts;
 	ds->cpu_ns += st.cpu_ns;
 	return 0;

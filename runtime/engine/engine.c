@@ -306,6 +306,7 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	e->batch = 8;
 	pthread_mutex_init(&e->knob_lock, NULL);
 	pthread_mutex_init(&e->budget_lock, NULL);
+	pthread_mutex_init(&e->hyb_set_lock, NULL);
 	snprintf(e->route_spec, sizeof(e->route_spec), "%s", or_default(o->route, "none"));
 	/* FluxMoE's cache is pred's unless told otherwise: paging never below LRU */
 	paged = o->paging && *o->paging && strcmp(o->paging, "none");
@@ -416,6 +417,8 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->dcfg.prefetch ? MOEM_BUDGET_PREFETCH_MAX : 0;
 	e->knob[MOEM_BUDGET_REROUTE] =
 		(uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
+	e->knob[MOEM_BUDGET_EXEC] = e->o.exec_hybrid ? MOEM_EXEC_MODE_HYBRID : MOEM_EXEC_MODE_GPU;
+	e->knob[MOEM_BUDGET_CPU_MOE_LAYERS] = e->o.cpu_moe_layers;
 	moem_driver_set_depth(e->drv, (uint32_t)e->knob[MOEM_BUDGET_PREFETCH_DEPTH]);
 	if (o->kv_budget) {
 		/* A KV budget in HBM leaves the experts the rest from the start. */
@@ -451,6 +454,7 @@ void moem_engine_close(struct moem_engine *e)
 				    e->cnt, e->out, e->shout,  e->resident, e->counts};
 
 		moem_be_sync(e->be);
+		moem_eng_graph_free(e);
 		if (e->pg_logits)
 			moem_be_free(e->be, e->pg_logits);
 		for (size_t i = 0; i < MOEM_ARRAY_SIZE(bufs); i++)
@@ -489,6 +493,7 @@ void moem_engine_close(struct moem_engine *e)
 	free(e->trace_path);
 	pthread_mutex_destroy(&e->knob_lock);
 	pthread_mutex_destroy(&e->budget_lock);
+	pthread_mutex_destroy(&e->hyb_set_lock);
 	free(e);
 }
 
@@ -569,6 +574,10 @@ int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, ui
 
 	if (ret)
 		return ret;
+	if (knob == MOEM_BUDGET_CPU_MOE_LAYERS)
+		/* the rest (DRAM room, the executor) only moem_engine_set_hybrid knows */
+		return moem_place_map(&e->o.place, (uint32_t)value, e->n_moe, e->cfg->n_experts,
+				      NULL, NULL);
 	if (knob == MOEM_BUDGET_HBM_BYTES || knob == MOEM_BUDGET_KV_BYTES) {
 		pthread_mutex_lock(&e->knob_lock);
 		hbm = knob == MOEM_BUDGET_HBM_BYTES ? value : e->knob[MOEM_BUDGET_HBM_BYTES];
@@ -605,6 +614,8 @@ int moem_engine_set_knob(struct moem_engine *e, enum moem_budget_knob knob, uint
 
 	if (ret)
 		return ret;
+	if (knob == MOEM_BUDGET_EXEC || knob == MOEM_BUDGET_CPU_MOE_LAYERS)
+		return moem_eng_set_hybrid_knob(e, knob, value);
 	pthread_mutex_lock(&e->knob_lock);
 	e->knob[knob] = value;
 	e->knob_dirty |= 1u << knob;

@@ -118,7 +118,8 @@ struct moem_engine {
 	uint32_t *hot_delta;		/* [N] */
 	char hotness[96];		/* what serves, for status */
 
-	struct moem_eng_dstep *ds; /* device-planned steps (dstep.c), or NULL */
+	struct moem_eng_dstep *ds;  /* device-planned steps (dstep.c), or NULL */
+	struct moem_eng_graphs *gr; /* their graphs (graph.c), or NULL */
 
 	/* Hybrid execution (hybrid.c): the CPU executor, NULL when off. */
 	struct moem_backend *cpu_be;	 /* e->be on the CPU backend, else cpu_be_own */
@@ -132,6 +133,9 @@ struct moem_engine {
 	 * boundary (moem_eng_hybrid_apply). */
 	bool hyb_dirty, hyb_exec;
 	uint32_t hyb_layers;
+	/* Serialises changes of exec / cpu_moe_layers: a change of one knob
+	 * (moem_eng_set_hybrid_knob) keeps the other as it is. */
+	pthread_mutex_t hyb_set_lock;
 	uint8_t *hyb_place;
 	uint64_t hyb_n_cpu;
 	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's, under knob_lock */
@@ -225,6 +229,40 @@ int moem_eng_dstep_end(struct moem_engine *e, uint64_t step, struct moem_step_st
 void moem_eng_dstep_abort(struct moem_engine *e);
 void moem_eng_dstep_free(struct moem_engine *e);
 /*
+ * graph.c: a device-planned step's launches captured once per shape and
+ * replayed (Documentation/engine.md, "CUDA graphs"). The key holds all
+ * that fixes the launches' grids and by-value arguments; what changes
+ * from step to step (ids, positions, block tables, the residency table)
+ * the kernels read from device memory the step updates before the launch.
+ * Zero the key, fill what the caller knows (the decoder: tokens, logits
+ * rows, KV pool); begin() adds the engine's part (routing policy), then
+ *  - ENG_GRAPH_OFF: launch as usual (graphs off, or a shape seen for the
+ *    first time: the step grows whatever buffers it needs, plainly);
+ *  - ENG_GRAPH_CAPTURE: launch as usual, then end(): the launches become
+ *    a graph, which end() launches; *rerun when the capture failed (no
+ *    work ran: launch again, plainly; graphs are then off for the
+ *    process, said once);
+ *  - ENG_GRAPH_REPLAY: the step's graph is launched: launch nothing.
+ * Nothing may synchronise between begin() and end(). flush() destroys
+ * every graph (after a synchronisation: device buffers a graph uses moved).
+ */
+enum moem_eng_graph_mode { ENG_GRAPH_OFF, ENG_GRAPH_CAPTURE, ENG_GRAPH_REPLAY };
+
+struct moem_eng_graph_key {
+	uint32_t T, n_out;
+	uint32_t rp_kind, rp_k0, rp_beta;
+	float rp_alpha;
+	uint64_t kv_pool;
+	uint32_t kv_blocks, pad;
+	uint8_t rows[ENG_MAX_B]; /* of n_out; the rest 0 */
+};
+
+int moem_eng_graph_begin(struct moem_engine *e, struct moem_eng_graph_key *k,
+			 enum moem_eng_graph_mode *mode);
+int moem_eng_graph_end(struct moem_engine *e, int err, bool *rerun);
+void moem_eng_graph_flush(struct moem_engine *e);
+void moem_eng_graph_free(struct moem_engine *e);
+/*
  * hybrid.c: the CPU executor. place_open() resolves the --place rules
  * and cpu_moe_layers against the model (as soon as its shape is known).
  * hybrid_apply() takes a live change (moem_engine_set_hybrid) on the
@@ -242,6 +280,8 @@ void moem_eng_dstep_free(struct moem_engine *e);
  */
 int moem_eng_place_open(struct moem_engine *e);
 void moem_eng_hybrid_apply(struct moem_engine *e);
+/* The exec or cpu_moe_layers knob (moem_engine_set_knob): the other kept. */
+int moem_eng_set_hybrid_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value);
 int moem_eng_hybrid_open(struct moem_engine *e);
 void moem_eng_hybrid_close(struct moem_engine *e);
 bool moem_eng_hybrid_on(const struct moem_engine *e);

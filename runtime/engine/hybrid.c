@@ -200,7 +200,8 @@ void moem_eng_hybrid_close(struct moem_engine *e)
 	executor_close(e);
 }
 
-int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu_moe_layers)
+/* moem_engine_set_hybrid() under hyb_set_lock. */
+static int set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu_moe_layers)
 {
 	const uint32_t N = e->cfg->n_experts;
 	uint64_t n_cpu = 0, layer_bytes = (uint64_t)N * e->blob_bytes[0], placed, dram;
@@ -259,6 +260,9 @@ int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu
 	e->hyb_layers = cpu_moe_layers;
 	e->hyb_n_cpu = n_cpu;
 	e->hyb_dirty = true;
+	/* the knobs (get_knob, status, /metrics) show it set, as the others */
+	e->knob[MOEM_BUDGET_EXEC] = exec_hybrid ? MOEM_EXEC_MODE_HYBRID : MOEM_EXEC_MODE_GPU;
+	e->knob[MOEM_BUDGET_CPU_MOE_LAYERS] = cpu_moe_layers;
 	pthread_mutex_unlock(&e->knob_lock);
 	/* at once when no run holds the engine, else at its next layer boundary */
 	if (moem_eng_claim_brief(e)) {
@@ -266,6 +270,36 @@ int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu
 		moem_eng_unclaim(e);
 	}
 	return 0;
+}
+
+int moem_engine_set_hybrid(struct moem_engine *e, bool exec_hybrid, uint32_t cpu_moe_layers)
+{
+	int ret;
+
+	pthread_mutex_lock(&e->hyb_set_lock);
+	ret = set_hybrid(e, exec_hybrid, cpu_moe_layers);
+	pthread_mutex_unlock(&e->hyb_set_lock);
+	return ret;
+}
+
+int moem_eng_set_hybrid_knob(struct moem_engine *e, enum moem_budget_knob knob, uint64_t value)
+{
+	bool hyb;
+	uint32_t layers;
+	int ret;
+
+	pthread_mutex_lock(&e->hyb_set_lock);
+	pthread_mutex_lock(&e->knob_lock);
+	hyb = e->knob[MOEM_BUDGET_EXEC] == MOEM_EXEC_MODE_HYBRID;
+	layers = (uint32_t)e->knob[MOEM_BUDGET_CPU_MOE_LAYERS];
+	pthread_mutex_unlock(&e->knob_lock);
+	if (knob == MOEM_BUDGET_EXEC)
+		hyb = value == MOEM_EXEC_MODE_HYBRID;
+	else
+		layers = (uint32_t)value;
+	ret = set_hybrid(e, hyb, layers);
+	pthread_mutex_unlock(&e->hyb_set_lock);
+	return ret;
 }
 
 void moem_eng_hybrid_apply(struct moem_engine *e)

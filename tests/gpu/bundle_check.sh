@@ -53,7 +53,7 @@ if [ "$size" -le "$max" ]; then ok "size $size bytes <= $max"; else bad "size $s
 for f in run-gpu.sh BUILD-INFO scripts/run-tests.sh bin/moem lib/libmoem.so \
 	tests/gpu/test_gpu_ops tests/gpu/test_gpu_fatal tests/gpu/dump_ops \
 	tests/gpu/engine_same_outputs.sh tests/gpu/decode_same_tokens.sh tests/gpu/torch_check.py \
-	tests/gpu/sync_per_step.sh \
+	tests/gpu/sync_per_step.sh tests/gpu/graph_steps.sh \
 	bench/kernels/bench_kernels bench/kernels/torch_ffn.py bench/tiers/bench_tiers \
 	bench/tiers/tokens.sh bench/tiers/bench_uvm bench/tiers/uvm.sh bench/tiers/sync_step.sh \
 	tests/gpu/test_gpu_driver tests/gpu/test_gpu_tierdev; do

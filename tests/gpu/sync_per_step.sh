@@ -6,10 +6,13 @@
 # layer on the device, and the host waits once per step, for the logits.
 #  - the greedy tokens of the device-planned steps equal the CPU
 #    backend's and those of the per-layer path (MOEM_DEVICE_PLAN=0);
-#  - every decode step was planned on the device (device_steps);
+#  - every decode step was planned on the device (device_steps), and the
+#    steps after a shape's first two were replayed CUDA graphs
+#    (graph_steps; Documentation/engine.md, "CUDA graphs");
 #  - on the kernel emulator, which counts every host synchronisation
 #    (stream, event and context synchronisations, pageable copies back,
-#    implicit ones) step by step: exactly one in each decode step, while
+#    implicit ones) step by step: exactly one in each decode step, with
+#    graphs and without (MOEM_CUDA_GRAPHS=0), while
 #    the per-layer path makes at least one per MoE layer (so the count
 #    tells them apart).
 # Runs on a GPU machine (the counts need the emulator: skipped there) and
@@ -61,6 +64,12 @@ if [ -n "$steps" ] && [ "${dsteps:-0}" = "$steps" ] && [ "$steps" -gt 0 ]; then
 else
 	bad "device_steps ${dsteps:-?} of ${steps:-?} steps: $js"
 fi
+gs=$(echo "$js" | sed -n 's/.*"graph_steps":\([0-9]*\).*/\1/p' | head -1)
+if [ -n "$steps" ] && [ "${gs:-0}" -gt 0 ] && [ "$gs" -ge $((steps - 3)) ]; then
+	ok "$gs of $steps steps ran as CUDA graphs (the prefill and the first decode step plainly)"
+else
+	bad "graph_steps ${gs:-?} of ${steps:-?} steps: $js"
+fi
 hs=$(MOEM_DEVICE_PLAN=0 dec --backend cuda --max-new 12 --json |
 	sed -n 's/.*"device_steps":\([0-9]*\).*/\1/p' | head -1)
 [ "${hs:-x}" = 0 ] && ok "MOEM_DEVICE_PLAN=0 plans every step on the host" ||
@@ -85,12 +94,19 @@ steps() {
 # the decode steps' counts (all but the first), one per line
 decode_steps() { echo "$1" | tr ',' '\n' | tail -n +2; }
 dev=$(steps)
+plain=$(steps MOEM_CUDA_GRAPHS=0)
 host=$(steps MOEM_DEVICE_PLAN=0)
 n=$(decode_steps "$dev" | grep -c .)
 if [ "$n" -ge 6 ] && [ -z "$(decode_steps "$dev" | grep -vx 1)" ]; then
 	ok "one host synchronisation in each of $n decode steps (prefill, then decode: $dev)"
 else
 	bad "host synchronisations per step (prefill, then decode): '$dev', want 1 per decode step"
+fi
+n=$(decode_steps "$plain" | grep -c .)
+if [ "$n" -ge 6 ] && [ -z "$(decode_steps "$plain" | grep -vx 1)" ]; then
+	ok "without graphs too: one in each of $n decode steps ($plain)"
+else
+	bad "MOEM_CUDA_GRAPHS=0: host synchronisations per step '$plain', want 1 per decode step"
 fi
 if [ -n "$host" ] && [ -z "$(decode_steps "$host" | awk -v m=$((layers + 1)) '$1 < m')" ]; then
 	ok "the per-layer path: $host (at least one per MoE layer: the count tells them apart)"

@@ -11,6 +11,9 @@
  *    until it waits (the stream is held by cuStreamWaitValue32);
  *  - a captured graph replays its copies, reading memory when it runs, and
  *    a synchronisation during capture invalidates it;
+ *  - during a thread-local capture the capturing thread may not allocate
+ *    (the capture is invalidated), another thread may, and only the
+ *    capturing thread may end it;
  *  - managed memory written by the host is read right by a kernel, before
  *    and after cuMemPrefetchAsync (the emulator also counts its faults).
  * Kernels come from libmoem's embedded modules; the driver is called
@@ -18,6 +21,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <moem/backend.h>
@@ -242,6 +246,61 @@ TEST_F(drv, graphs_replay_captured_copies)
 		  self->api->cuStreamEndCapture(self->s, &g));
 	EXPECT_EQ(NULL, g);
 	self->api->cuMemFreeHost(h);
+}
+
+struct other_thread {
+	FIXTURE_DATA(drv) * self;
+	CUresult alloc, end;
+};
+
+/* Another thread: allocate and free, then try to end the capture. */
+static void *other_thread(void *arg)
+{
+	struct other_thread *o = arg;
+	const struct moem_cuda_api *api = o->self->api;
+	CUdeviceptr p = 0;
+	CUgraph g = NULL;
+
+	o->alloc = api->cuCtxSetCurrent(o->self->ctx);
+	if (o->alloc == CUDA_SUCCESS)
+		o->alloc = api->cuMemAlloc(&p, 4096);
+	if (o->alloc == CUDA_SUCCESS)
+		o->alloc = api->cuMemFree(p);
+	o->end = api->cuStreamEndCapture(o->self->s, &g);
+	return NULL;
+}
+
+TEST_F(drv, thread_local_capture_refuses_the_capturing_threads_unsafe_calls)
+{
+	struct other_thread o = {self, CUDA_ERROR_UNKNOWN, CUDA_ERROR_UNKNOWN};
+	CUdeviceptr a = dalloc(self, 4096, 1), b = dalloc(self, 4096, 2), p = 0;
+	CUgraph g = NULL;
+	pthread_t th;
+
+	ASSERT_TRUE(a && b);
+	ASSERT_EQ(CUDA_SUCCESS, self->api->cuStreamSynchronize(self->s));
+	/* another thread allocates freely; it cannot end this thread's capture */
+	ASSERT_EQ(CUDA_SUCCESS,
+		  self->api->cuStreamBeginCapture(self->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+	ASSERT_EQ(CUDA_SUCCESS, self->api->cuMemcpyDtoDAsync(b, a, 4096, self->s));
+	ASSERT_EQ(0, pthread_create(&th, NULL, other_thread, &o));
+	pthread_join(th, NULL);
+	EXPECT_EQ(CUDA_SUCCESS, o.alloc);
+	EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, o.end);
+	ASSERT_EQ(CUDA_SUCCESS, self->api->cuStreamEndCapture(self->s, &g));
+	ASSERT_NE(NULL, g);
+	self->api->cuGraphDestroy(g);
+	/* the capturing thread may not: the capture is spoilt */
+	ASSERT_EQ(CUDA_SUCCESS,
+		  self->api->cuStreamBeginCapture(self->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+	ASSERT_EQ(CUDA_SUCCESS, self->api->cuMemcpyDtoDAsync(b, a, 4096, self->s));
+	EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, self->api->cuMemAlloc(&p, 4096));
+	g = NULL;
+	EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+		  self->api->cuStreamEndCapture(self->s, &g));
+	EXPECT_EQ(NULL, g);
+	self->api->cuMemFree(a);
+	self->api->cuMemFree(b);
 }
 
 typedef void (*uvm_counters_fn)(uint64_t out[5]);

@@ -349,6 +349,10 @@ TEST_F(moem, budget_bad_fields)
 		{MOEM_BUDGET_PREFETCH_DEPTH, ~0ULL},
 		{MOEM_BUDGET_REROUTE, MOEM_REROUTE_NR},
 		{MOEM_BUDGET_REROUTE, (1ULL << 32)},
+		{MOEM_BUDGET_EXEC, MOEM_EXEC_MODE_NR},
+		{MOEM_BUDGET_EXEC, ~0ULL},
+		{MOEM_BUDGET_CPU_MOE_LAYERS, MOEM_BUDGET_MOE_LAYERS_MAX + 1},
+		{MOEM_BUDGET_CPU_MOE_LAYERS, (1ULL << 32) + 1},
 	};
 	for (unsigned int i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memset(&b, 0, sizeof(b));

@@ -4,8 +4,10 @@
  * its own): for every row, budgets/<name> exists (0644), takes the row's
  * min and max, refuses max + 1 and garbage and keeps its value, and the
  * ioctl agrees both ways (reads what sysfs wrote, refuses what sysfs
- * refused, writes what sysfs then shows). The module has no knob file the
- * table lacks, and a caller the table's "who" excludes writes none.
+ * refused, writes what sysfs then shows); an ENUM knob takes every name
+ * of its own value list and none of another knob's. The module has no
+ * knob file the table lacks, and a caller the table's "who" excludes
+ * writes none.
  */
 #include <dirent.h>
 
@@ -16,20 +18,21 @@ struct row {
 	uint32_t nr;
 	int unit; /* enum moem_knob_unit */
 	uint64_t min, max;
+	const char *const *values;
 };
 
-#define ROW(id, nm, n, u, lo, hi, w, a) {#nm, n, MOEM_KNOB_UNIT_##u, lo, hi},
+/* An ENUM knob's value names, [0..max], NULL-terminated. */
+#define VAL(id, nm, n) [n] = nm,
+#define ROW(id, nm, n, u, lo, hi, w, a, vals) \
+	{#nm, n, MOEM_KNOB_UNIT_##u, lo, hi, (const char *const[]){vals(VAL) NULL}},
 static const struct row rows[] = {MOEM_KNOBS(ROW)};
 #define N_ROWS (sizeof(rows) / sizeof(rows[0]))
 
-#define RR(id, nm, n) nm,
-static const char *const reroutes[] = {MOEM_REROUTES(RR)};
-
-/* A value as sysfs spells it: plain decimal, or the enum's name. */
+/* A value as sysfs spells it: plain decimal, or the name from the knob's own list. */
 static void spell(const struct row *r, uint64_t v, char *buf, size_t len)
 {
-	if (r->unit == MOEM_KNOB_UNIT_ENUM && v < MOEM_REROUTE_NR)
-		snprintf(buf, len, "%s", reroutes[v]);
+	if (r->unit == MOEM_KNOB_UNIT_ENUM && v <= r->max)
+		snprintf(buf, len, "%s", r->values[v]);
 	else
 		snprintf(buf, len, "%llu", (unsigned long long)v);
 }
@@ -88,6 +91,23 @@ TEST_F(moem, knob_table_matches_module)
 		spell(r, r->max, sp, sizeof(sp));
 		EXPECT_EQ(0, sysfs_write(path, sp)) TH_LOG("%s <- %s", r->name, sp);
 		expect_shows(_metadata, self->dev, r, r->max);
+
+		/* an ENUM knob: each of its names; another knob's names refused */
+		for (uint64_t x = 0; r->unit == MOEM_KNOB_UNIT_ENUM && x <= r->max; x++) {
+			EXPECT_EQ(0, sysfs_write(path, r->values[x]))
+			TH_LOG("%s <- %s", r->name, r->values[x]);
+			expect_shows(_metadata, self->dev, r, x);
+			for (size_t j = 0; j < N_ROWS; j++) {
+				for (size_t y = 0; j != i && rows[j].values[y]; y++) {
+					EXPECT_EQ(-EINVAL, sysfs_write(path, rows[j].values[y]))
+					TH_LOG("%s <- %s's %s", r->name, rows[j].name,
+					       rows[j].values[y]);
+				}
+			}
+			expect_shows(_metadata, self->dev, r, x);
+		}
+		spell(r, r->max, sp, sizeof(sp));
+		EXPECT_EQ(0, sysfs_write(path, sp)) TH_LOG("%s <- %s", r->name, sp);
 
 		/* max + 1 and garbage: refused, the value kept */
 		snprintf(sp, sizeof(sp), "%llu", (unsigned long long)r->max + 1);

@@ -32,7 +32,7 @@ TEST_F(moem, version)
 	EXPECT_EQ(0, v.reserved[0]);
 	EXPECT_EQ(0, v.reserved[1]);
 	ASSERT_EQ(0, sysfs_read(SYSFS "/abi_version", buf, sizeof(buf)));
-	EXPECT_STREQ("1.2", buf);
+	EXPECT_STREQ("1.3", buf);
 	/* libmoem checks the version at open. */
 	int fd;
 

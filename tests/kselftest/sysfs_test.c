@@ -150,6 +150,22 @@ static const struct {
 	{MOEM_BUDGET_REROUTE, "lynx2"},
 	{MOEM_BUDGET_REROUTE, "1"},
 	{MOEM_BUDGET_REROUTE, "cache_aware"},
+	{MOEM_BUDGET_REROUTE, "hybrid"},
+	{MOEM_BUDGET_EXEC, "gpu"},
+	{MOEM_BUDGET_EXEC, "hybrid"},
+	{MOEM_BUDGET_EXEC, "hybrid\n"},
+	{MOEM_BUDGET_EXEC, "transfer"},
+	{MOEM_BUDGET_EXEC, "HYBRID"},
+	{MOEM_BUDGET_EXEC, "1"},
+	{MOEM_BUDGET_EXEC, "lynx"},
+	{MOEM_BUDGET_EXEC, ""},
+	{MOEM_BUDGET_CPU_MOE_LAYERS, "0"},
+	{MOEM_BUDGET_CPU_MOE_LAYERS, "48"},
+	{MOEM_BUDGET_CPU_MOE_LAYERS, "256"},
+	{MOEM_BUDGET_CPU_MOE_LAYERS, "257"},
+	{MOEM_BUDGET_CPU_MOE_LAYERS, "4294967297"},
+	{MOEM_BUDGET_CPU_MOE_LAYERS, "-1"},
+	{MOEM_BUDGET_CPU_MOE_LAYERS, "2M"},
 };
 
 /*
@@ -159,9 +175,16 @@ static const struct {
  */
 static bool lib_accepts(uint32_t knob, const char *text, uint64_t *v)
 {
-	if (knob != MOEM_BUDGET_REROUTE && (!*text || strspn(text, "0123456789") != strlen(text)))
+	const bool is_enum =
+		moem_knob_info((enum moem_budget_knob)knob)->unit == MOEM_KNOB_UNIT_ENUM;
+	char t[64];
+	size_t n = strlen(text);
+
+	/* sysfs drops one trailing newline, as echo writes it */
+	snprintf(t, sizeof(t), "%.*s", (int)(n && text[n - 1] == '\n' ? n - 1 : n), text);
+	if (!is_enum && (!*t || strspn(t, "0123456789") != strlen(t)))
 		return false;
-	return moem_budget_parse((enum moem_budget_knob)knob, text, v) == 0;
+	return moem_budget_parse((enum moem_budget_knob)knob, t, v) == 0;
 }
 
 TEST_F(moem, budget_knobs_sysfs_and_ioctl)
@@ -368,7 +391,12 @@ TEST_F(moem, poll_wakes_on_change)
 		/* A sysfs write wakes the waiter. */
 		w = (struct waiter){.path = path, .timeout_ms = 10000};
 		start_waiter(&w, &th);
-		ASSERT_EQ(0, sysfs_write(path, k == MOEM_BUDGET_REROUTE ? "oea" : "7"));
+		ASSERT_EQ(0,
+			  sysfs_write(path,
+				      moem_knob_info((enum moem_budget_knob)k)->unit ==
+						      MOEM_KNOB_UNIT_ENUM
+					      ? moem_knob_info((enum moem_budget_knob)k)->values[1]
+					      : "7"));
 		pthread_join(th, NULL);
 		EXPECT_EQ(1, w.ret) TH_LOG("%s", knobs_name(k));
 		EXPECT_TRUE(w.revents & POLLPRI);

@@ -230,4 +230,31 @@ TEST(default_path)
 	free(home);
 }
 
+/*
+ * Under the test runner (scripts/run-tests.sh, which says so with
+ * MOEM_TEST_RUNNER=1) the calibration cache every engine open reads is a fresh
+ * directory of the runner's, not the developer's ~/.cache/moem: tests
+ * that open an engine are hermetic.
+ */
+TEST(runner_gives_a_fresh_cache)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	char buf[4096], mine[4096];
+	struct stat st;
+
+	if (!getenv("MOEM_TEST_RUNNER"))
+		SKIP(return, "not under scripts/run-tests.sh");
+	ASSERT_NE(NULL, xdg) TH_LOG("the runner sets XDG_CACHE_HOME");
+	ASSERT_EQ('/', xdg[0]);
+	ASSERT_EQ(0, stat(xdg, &st)) TH_LOG("%s: %s", xdg, strerror(errno));
+	EXPECT_TRUE(S_ISDIR(st.st_mode));
+	ASSERT_EQ(0, moem_calib_default_path(buf, sizeof(buf)));
+	EXPECT_EQ(0, strncmp(buf, xdg, strlen(xdg))) TH_LOG("%s", buf);
+	EXPECT_NE(0, access(buf, F_OK)) TH_LOG("%s exists: not a fresh cache", buf);
+	if (home) {
+		snprintf(mine, sizeof(mine), "%s/.cache/moem/calibration.json", home);
+		EXPECT_STRNE(mine, buf);
+	}
+}
+
 TEST_HARNESS_MAIN

@@ -5,8 +5,10 @@
  * moemd's "get"/"set" and moemctl's --via paths call), which names it
  * back, the row's unit, range, who and apply, and values parsed, checked
  * and formatted by its range: min and max pass, max + 1 and garbage are
- * refused, and what is formatted parses back. The table is expanded here
- * on its own, so a library that drifted from it fails.
+ * refused, and what is formatted parses back; an ENUM knob takes each
+ * name of its own value list (reroute's, exec's) and no other's. The
+ * table is expanded here on its own, so a library that drifted from it
+ * fails.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,17 +26,31 @@ struct row {
 	uint64_t min, max;
 	enum moem_knob_who who;
 	enum moem_knob_apply apply;
+	const char *const *values; /* its value list, NULL-terminated */
+	int n_values;
 };
 
-#define ROW(id, nm, n, u, lo, hi, w, a) \
-	{#nm, n, MOEM_KNOB_UNIT_##u, lo, hi, MOEM_KNOB_WHO_##w, MOEM_KNOB_APPLY_##a},
+#define VAL(id, nm, n) [n] = nm,
+/* The knob's value list as a NULL-terminated array, and its length. */
+#define VALUES(vals)   ((const char *const[]){vals(VAL) NULL})
+#define N_VALUES(vals) ((int)(sizeof(VALUES(vals)) / sizeof(char *)) - 1)
+#define ROW(id, nm, n, u, lo, hi, w, a, vals) \
+	{#nm,                                 \
+	 n,                                   \
+	 MOEM_KNOB_UNIT_##u,                  \
+	 lo,                                  \
+	 hi,                                  \
+	 MOEM_KNOB_WHO_##w,                   \
+	 MOEM_KNOB_APPLY_##a,                 \
+	 VALUES(vals),                        \
+	 N_VALUES(vals)},
 static const struct row rows[] = {MOEM_KNOBS(ROW)};
 
-/* A value as a user writes it: a number, or the enum's name. */
+/* A value as a user writes it: a number, or the name from the knob's list. */
 static void spell(const struct row *r, uint64_t v, char *buf, size_t len)
 {
 	if (r->unit == MOEM_KNOB_UNIT_ENUM)
-		snprintf(buf, len, "%s", moem_reroute_name((enum moem_reroute)v));
+		snprintf(buf, len, "%s", v < (uint64_t)r->n_values ? r->values[v] : "?");
 	else
 		snprintf(buf, len, "%llu", (unsigned long long)v);
 }
@@ -75,7 +91,103 @@ TEST(library_rows_are_the_table)
 		EXPECT_EQ(rows[i].apply, ki->apply);
 		EXPECT_STRNE("?", moem_knob_apply_text(ki->apply));
 		EXPECT_STRNE("?", moem_knob_unit_name(ki->unit));
+		/* an ENUM knob's range is its value list; the others have none */
+		if (rows[i].unit == MOEM_KNOB_UNIT_ENUM) {
+			EXPECT_EQ(0u, rows[i].min);
+			EXPECT_EQ((uint64_t)rows[i].n_values - 1, rows[i].max)
+			TH_LOG("%s", ki->name);
+		} else {
+			EXPECT_EQ(0, rows[i].n_values) TH_LOG("%s", ki->name);
+		}
+		ASSERT_NE(NULL, ki->values);
+		for (int v = 0; v < rows[i].n_values; v++) {
+			EXPECT_STREQ(rows[i].values[v], ki->values[v]);
+		}
+		EXPECT_EQ(NULL, ki->values[rows[i].n_values]) TH_LOG("%s", ki->name);
 	}
+}
+
+/*
+ * Every name of an ENUM knob's list parses to its index, is how the value
+ * is formatted and named, and the names of another knob's list are refused
+ * with a message listing this knob's names.
+ */
+TEST(enum_knobs_take_their_own_names)
+{
+	int n_enum = 0;
+
+	for (int i = 0; i < MOEM_BUDGET_NR; i++) {
+		enum moem_budget_knob k = (enum moem_budget_knob)i;
+		const struct row *r = &rows[i];
+		char out[64];
+		uint64_t v;
+
+		if (r->unit != MOEM_KNOB_UNIT_ENUM) {
+			EXPECT_STREQ("?", moem_knob_value_name(k, 0));
+			continue;
+		}
+		n_enum++;
+		ASSERT_GT(r->n_values, 1) TH_LOG("%s", r->name);
+		for (int x = 0; x < r->n_values; x++) {
+			v = ~0ull;
+			ASSERT_EQ(0, moem_budget_parse(k, r->values[x], &v))
+			TH_LOG("%s %s: %s", r->name, r->values[x], moem_last_error());
+			EXPECT_EQ((uint64_t)x, v);
+			EXPECT_STREQ(r->values[x], moem_knob_value_name(k, v));
+			moem_budget_format(k, v, out, sizeof(out));
+			EXPECT_STREQ(r->values[x], out);
+			for (int y = 0; y < x; y++) {
+				EXPECT_STRNE(r->values[x], r->values[y]);
+			}
+		}
+		EXPECT_STREQ("?", moem_knob_value_name(k, r->max + 1));
+		for (int j = 0; j < MOEM_BUDGET_NR; j++) {
+			const struct row *o = &rows[j];
+
+			for (int x = 0; j != i && x < o->n_values; x++) {
+				moem_clear_error();
+				v = 7;
+				EXPECT_EQ(-EINVAL, moem_budget_parse(k, o->values[x], &v))
+				TH_LOG("%s took %s's %s", r->name, o->name, o->values[x]);
+				EXPECT_EQ(7u, v);
+				for (int y = 0; y < r->n_values; y++) {
+					EXPECT_NE(NULL, strstr(moem_last_error(), r->values[y]))
+					TH_LOG("%s", moem_last_error());
+				}
+			}
+		}
+	}
+	EXPECT_GE(n_enum, 2); /* reroute and exec */
+}
+
+/* exec spells its values as --exec does, cpu_moe_layers spans a pack's layers. */
+TEST(hybrid_switches)
+{
+	enum moem_budget_knob k;
+	uint64_t v = 9;
+
+	ASSERT_EQ(0, moem_budget_lookup("exec", &k));
+	EXPECT_EQ(MOEM_BUDGET_EXEC, k);
+	EXPECT_EQ(6, (int)k); /* ABI values never change */
+	EXPECT_EQ(MOEM_KNOB_UNIT_ENUM, moem_knob_info(k)->unit);
+	EXPECT_EQ(MOEM_KNOB_APPLY_LAYER, moem_knob_info(k)->apply);
+	ASSERT_EQ(0, moem_budget_parse(k, "gpu", &v));
+	EXPECT_EQ((uint64_t)MOEM_EXEC_MODE_GPU, v);
+	ASSERT_EQ(0, moem_budget_parse(k, "hybrid", &v));
+	EXPECT_EQ((uint64_t)MOEM_EXEC_MODE_HYBRID, v);
+	EXPECT_EQ(-EINVAL, moem_budget_parse(k, "transfer", &v));
+	EXPECT_EQ(-EINVAL, moem_budget_parse(k, "1", &v));
+	EXPECT_EQ(-ERANGE, moem_budget_validate(k, MOEM_EXEC_MODE_NR));
+	ASSERT_EQ(0, moem_budget_lookup("cpu_moe_layers", &k));
+	EXPECT_EQ(MOEM_BUDGET_CPU_MOE_LAYERS, k);
+	EXPECT_EQ(7, (int)k);
+	EXPECT_EQ(MOEM_KNOB_UNIT_LAYERS, moem_knob_info(k)->unit);
+	EXPECT_EQ(MOEM_KNOB_APPLY_LAYER, moem_knob_info(k)->apply);
+	ASSERT_EQ(0, moem_budget_parse(k, "256", &v));
+	EXPECT_EQ(256u, v);
+	EXPECT_EQ(-ERANGE, moem_budget_parse(k, "257", &v));
+	EXPECT_EQ(256u, v);
+	EXPECT_EQ(-EINVAL, moem_budget_parse(k, "2 layers", &v));
 }
 
 TEST(ranges_parse_validate_format)
@@ -103,8 +215,7 @@ TEST(ranges_parse_validate_format)
 		}
 		moem_clear_error();
 		EXPECT_EQ(-EINVAL, moem_budget_parse(k, "x1", &v)) TH_LOG("%s", r->name);
-		EXPECT_NE(NULL, strstr(moem_last_error(),
-				       r->unit == MOEM_KNOB_UNIT_ENUM ? "reroute" : r->name))
+		EXPECT_NE(NULL, strstr(moem_last_error(), r->name))
 		TH_LOG("%s: %s", r->name, moem_last_error());
 		EXPECT_EQ(-EINVAL, moem_budget_parse(k, "-1", &v)) TH_LOG("%s", r->name);
 	}

@@ -325,6 +325,8 @@ static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stat
 	a->bytes_nvme += b->bytes_nvme;
 	a->bytes_h2d += b->bytes_h2d;
 	a->device_steps += b->device_steps;
+	a->graph_steps += b->graph_steps;
+	a->graph_captures += b->graph_captures;
 	a->cpu_experts += b->cpu_experts;
 	a->cpu_ns += b->cpu_ns;
 }
@@ -596,6 +598,9 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 		json_object_object_add(o, "bytes_h2d", json_object_new_uint64(r->st.bytes_h2d));
 		json_object_object_add(o, "device_steps",
 				       json_object_new_uint64(r->st.device_steps));
+		json_object_object_add(o, "graph_steps", json_object_new_uint64(r->st.graph_steps));
+		json_object_object_add(o, "graph_captures",
+				       json_object_new_uint64(r->st.graph_captures));
 		json_object_object_add(o, "cpu_experts", json_object_new_uint64(r->st.cpu_experts));
 		json_object_object_add(o, "cpu_ms", json_object_new_double(r->st.cpu_ns / 1e6));
 		fprintf(f, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));

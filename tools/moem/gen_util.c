@@ -336,6 +336,8 @@ static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stat
 	a->bytes_nvme += b->bytes_nvme;
 	a->bytes_h2d += b->bytes_h2d;
 	a->device_steps += b->device_steps;
+	a->graph_steps += b->graph_steps;
+	a->graph_captures += b->graph_captures;
 }
 
 int moem_gen_run(struct moem_gen *g, const int32_t *prompt, uint32_t n, FILE *stream,

@@ -455,7 +455,7 @@ static void usage(FILE *f)
 				ki->unit == MOEM_KNOB_UNIT_BYTES ? " (K/M/G/T suffixes; 0: unset)"
 								 : "");
 		for (int r = 0; ki->unit == MOEM_KNOB_UNIT_ENUM && r <= (int)ki->max; r++)
-			fprintf(f, " %s", moem_reroute_name((enum moem_reroute)r));
+			fprintf(f, " %s", ki->values[r]);
 		fprintf(f, "; applied %s\n", moem_knob_apply_text(ki->apply));
 	}
 	fprintf(f, "\nThe socket defaults to %s (or $MOEMD_SOCKET).\n", MOEM_CTL_SOCKET);

@@ -22,7 +22,7 @@
 #include <linux/types.h>
 
 #define MOEM_ABI_MAJOR		1
-#define MOEM_ABI_MINOR		2
+#define MOEM_ABI_MINOR		3
 #define MOEM_ABI_VERSION	((MOEM_ABI_MAJOR << 16) | MOEM_ABI_MINOR)
 
 /* Oldest libmoem (major << 16 | minor) this module still serves. */

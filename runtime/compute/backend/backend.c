@@ -291,6 +291,56 @@ int moem_be_event_elapsed(struct moem_backend *be, struct moem_event *a, struct 
 	return be->ops->event_elapsed(be, a, b, ms);
 }
 
+/* ---- graphs ------------------------------------------------------------- */
+
+bool moem_be_has_graphs(const struct moem_backend *be)
+{
+	return be && be->ops->capture_begin;
+}
+
+static int graphs(struct moem_backend *be)
+{
+	if (!be->ops->capture_begin)
+		return moem_errf(EOPNOTSUPP, "%s backend: no graphs", be->ops->name);
+	return alive(be);
+}
+
+int moem_be_capture_begin(struct moem_backend *be, struct moem_stream *s)
+{
+	int ret = graphs(be);
+
+	return ret ? ret : be->ops->capture_begin(be, strm(be, s));
+}
+
+int moem_be_capture_end(struct moem_backend *be, struct moem_stream *s, struct moem_graph **out)
+{
+	*out = NULL;
+	if (!be->ops->capture_end)
+		return moem_errf(EOPNOTSUPP, "%s backend: no graphs", be->ops->name);
+	/* Even on a fatal backend: the capture must end. */
+	return be->ops->capture_end(be, strm(be, s), out);
+}
+
+int moem_be_graph_launch(struct moem_backend *be, struct moem_graph *g, struct moem_stream *s)
+{
+	int ret = graphs(be);
+
+	if (!ret && !g)
+		ret = moem_errf(EINVAL, "graph launch: null graph");
+	return ret ? ret : be->ops->graph_launch(be, g, strm(be, s));
+}
+
+void moem_be_graph_destroy(struct moem_backend *be, struct moem_graph *g)
+{
+	if (g && be->ops->graph_destroy)
+		be->ops->graph_destroy(be, g);
+}
+
+uint64_t moem_be_graph_epoch(struct moem_backend *be)
+{
+	return be->ops->graph_epoch ? be->ops->graph_epoch(be) : 0;
+}
+
 /* ---- ops ---------------------------------------------------------------- */
 
 int moem_op_rmsnorm(struct moem_backend *be, struct moem_stream *s,

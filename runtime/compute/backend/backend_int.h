@@ -42,6 +42,12 @@ struct moem_backend_ops {
 	int (*event_sync)(struct moem_backend *be, struct moem_event *ev);
 	int (*event_elapsed)(struct moem_backend *be, struct moem_event *a, struct moem_event *b,
 			     float *ms);
+	/* optional, all or none (moem_be_has_graphs) */
+	int (*capture_begin)(struct moem_backend *be, struct moem_stream *s);
+	int (*capture_end)(struct moem_backend *be, struct moem_stream *s, struct moem_graph **out);
+	int (*graph_launch)(struct moem_backend *be, struct moem_graph *g, struct moem_stream *s);
+	void (*graph_destroy)(struct moem_backend *be, struct moem_graph *g);
+	uint64_t (*graph_epoch)(struct moem_backend *be);
 
 	int (*rmsnorm)(struct moem_backend *be, struct moem_stream *s,
 		       const struct moem_rmsnorm_args *a);

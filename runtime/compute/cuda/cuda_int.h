@@ -69,10 +69,28 @@ struct cuda_ring_rec {
 	CUevent ev;
 };
 
+/*
+ * A graph capture in progress on a stream (graph.c). The ring's host
+ * regions are recycled by event, which a capture cannot record and a
+ * replay would outlive: descriptors written inside a capture go to the
+ * capture's own pinned block instead, which the graph keeps until it is
+ * destroyed, so that every replay copies the same bytes.
+ */
+#define CUDA_GRAPH_DESC_BYTES (256u << 10)
+
+struct cuda_capture {
+	uint8_t *desc_h; /* cuMemAllocHost */
+	CUdeviceptr desc_d;
+	uint32_t used;
+	uint64_t epoch; /* cb->graph_epoch at the start */
+	int err;	/* the first ring or scratch use the capture could not hold */
+};
+
 struct cuda_stream {
 	struct moem_stream base;
 	CUstream s;
-	uint8_t *ring_h; /* cuMemAllocHost */
+	struct cuda_capture *cap; /* non-NULL while capturing */
+	uint8_t *ring_h;	  /* cuMemAllocHost */
 	CUdeviceptr ring_d;
 	uint32_t ring_head;
 	struct cuda_ring_rec recs[CUDA_RING_RECS];
@@ -95,6 +113,7 @@ struct cuda_backend {
 	uint32_t n_mods;
 	CUfunction fn[K_NR];
 	struct cuda_stream dflt;
+	uint64_t graph_epoch; /* bumped when a stream's scratch moves (graph.c) */
 };
 
 static inline struct cuda_backend *cuda_of(struct moem_backend *be)
@@ -153,6 +172,13 @@ void moem_cuda_ring_free(struct cuda_backend *cb, struct cuda_stream *cs);
 /* Device scratch of at least bytes for this stream's next op. */
 int moem_cuda_scratch(struct cuda_backend *cb, struct cuda_stream *cs, uint64_t bytes,
 		      CUdeviceptr *out);
+
+/* Graphs (graph.c): the backend ops. */
+int moem_cuda_capture_begin(struct moem_backend *be, struct moem_stream *s);
+int moem_cuda_capture_end(struct moem_backend *be, struct moem_stream *s, struct moem_graph **out);
+int moem_cuda_graph_launch(struct moem_backend *be, struct moem_graph *g, struct moem_stream *s);
+void moem_cuda_graph_destroy(struct moem_backend *be, struct moem_graph *g);
+uint64_t moem_cuda_graph_epoch(struct moem_backend *be);
 
 int moem_cuda_rmsnorm(struct moem_backend *be, struct moem_stream *s,
 		      const struct moem_rmsnorm_args *a);

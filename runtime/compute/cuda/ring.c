@@ -64,6 +64,22 @@ int moem_cuda_ring_get(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t
 	int ret;
 
 	len = (uint32_t)moem_align_up(len, 256);
+	if (cs->cap) {
+		struct cuda_capture *c = cs->cap;
+
+		if (len > CUDA_GRAPH_DESC_BYTES - c->used) {
+			c->err = -E2BIG;
+			return moem_errf(E2BIG,
+					 "cuda backend: a graph capture holds %u bytes of "
+					 "descriptors, %u more asked",
+					 CUDA_GRAPH_DESC_BYTES, len);
+		}
+		*host = c->desc_h + c->used;
+		*dev = c->desc_d + c->used;
+		*off = c->used;
+		c->used += len;
+		return 0;
+	}
 	if (len > CUDA_RING_BYTES)
 		return moem_errf(E2BIG, "cuda backend: %u bytes of descriptors", len);
 	if (!cs->ring_h) {
@@ -96,6 +112,11 @@ int moem_cuda_ring_get(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t
 
 int moem_cuda_ring_copy(struct cuda_backend *cb, struct cuda_stream *cs, uint32_t off, uint32_t len)
 {
+	if (cs->cap) /* recorded: each replay copies the capture's block again */
+		return ck(cb,
+			  cb->api->cuMemcpyHtoDAsync(cs->cap->desc_d + off, cs->cap->desc_h + off,
+						     len, cs->s),
+			  "cuMemcpyHtoDAsync(descriptors)");
 	return ck(cb, cb->api->cuMemcpyHtoDAsync(cs->ring_d + off, cs->ring_h + off, len, cs->s),
 		  "cuMemcpyHtoDAsync(descriptors)");
 }
@@ -106,6 +127,8 @@ int moem_cuda_ring_commit(struct cuda_backend *cb, struct cuda_stream *cs, uint3
 	struct cuda_ring_rec *r = &cs->recs[(cs->rec_first + cs->rec_n) % CUDA_RING_RECS];
 	int ret;
 
+	if (cs->cap) /* the capture's block lives as long as its graph */
+		return 0;
 	if (!r->ev) {
 		ret = ck(cb,
 			 cb->api->cuEventCreate(&r->ev,
@@ -130,6 +153,13 @@ int moem_cuda_scratch(struct cuda_backend *cb, struct cuda_stream *cs, uint64_t 
 	int ret;
 
 	if (bytes > cs->scratch_cap) {
+		if (cs->cap) { /* no synchronisation or allocation inside a capture */
+			cs->cap->err = -EAGAIN;
+			return moem_errf(EAGAIN,
+					 "cuda backend: the stream's scratch must grow to %llu "
+					 "bytes inside a graph capture",
+					 (unsigned long long)bytes);
+		}
 		bytes = moem_align_up(bytes, 1 << 20);
 		/* Earlier work on this stream may still read the old buffer. */
 		ret = ck(cb, cb->api->cuStreamSynchronize(cs->s), "cuStreamSynchronize");
@@ -142,6 +172,8 @@ int moem_cuda_scratch(struct cuda_backend *cb, struct cuda_stream *cs, uint64_t 
 			ck(cb, cb->api->cuMemFree(cs->scratch), "cuMemFree(scratch)");
 		cs->scratch = p;
 		cs->scratch_cap = bytes;
+		/* graphs captured with the old buffer must not run again */
+		__atomic_add_fetch(&cb->graph_epoch, 1, __ATOMIC_RELEASE);
 	}
 	*out = cs->scratch;
 	return 0;

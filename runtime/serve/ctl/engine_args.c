@@ -316,15 +316,21 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 	}
 	if (!strcmp(name, "link-gbps"))
 		return set_link(a, v);
+	/* The values and range of moem.ko's exec and cpu_moe_layers knobs
+	 * (<linux/moem_knobs.h>), spelled as the command line's. */
 	if (!strcmp(name, "exec")) {
-		if (strcmp(v, "gpu") && strcmp(v, "hybrid"))
-			return moem_errf(EINVAL, "exec '%s': want gpu or hybrid", v);
-		a->o.exec_hybrid = !strcmp(v, "hybrid");
+		ret = moem_budget_parse(MOEM_BUDGET_EXEC, v, &x);
+		if (ret)
+			return moem_errf(
+				-ret, "exec '%s': want %s or %s", v,
+				moem_knob_value_name(MOEM_BUDGET_EXEC, MOEM_EXEC_MODE_GPU),
+				moem_knob_value_name(MOEM_BUDGET_EXEC, MOEM_EXEC_MODE_HYBRID));
+		a->o.exec_hybrid = x == MOEM_EXEC_MODE_HYBRID;
 		return 0;
 	}
 	if (!strcmp(name, "cpu-moe-layers")) {
 		/* the model's MoE layer count is checked when the engine opens */
-		ret = parse_u64(name, v, 0, 1024, &x);
+		ret = parse_u64(name, v, 0, MOEM_BUDGET_MOE_LAYERS_MAX, &x);
 		if (!ret)
 			a->o.cpu_moe_layers = (uint32_t)x;
 		return ret;

@@ -106,7 +106,7 @@ static void cmd_status(struct moemd *d, struct moemd_client *c, int64_t id)
 static struct json_object *knob_json(enum moem_budget_knob k, uint64_t v)
 {
 	if (moem_knob_info(k)->unit == MOEM_KNOB_UNIT_ENUM)
-		return json_object_new_string(moem_reroute_name((enum moem_reroute)v));
+		return json_object_new_string(moem_knob_value_name(k, v));
 	return json_object_new_uint64(v);
 }
 
@@ -118,68 +118,8 @@ static int knob_lookup(const char *name, enum moem_budget_knob *k)
 	if (!moem_budget_lookup(name, k))
 		return 0;
 	snprintf(why, sizeof(why), "%s", moem_last_error());
-	return moem_errf(EINVAL,
-			 "%s; batching: max_batch, max_queue, step_tokens, prefill_chunk; hybrid: "
-			 "exec, cpu_moe_layers",
+	return moem_errf(EINVAL, "%s; batching: max_batch, max_queue, step_tokens, prefill_chunk",
 			 why);
-}
-
-/*
- * Hybrid execution's live switches (moem_engine_set_hybrid): "exec" (gpu,
- * hybrid) and "cpu_moe_layers"; not budget knobs of moem.ko.
- */
-static bool hybrid_knob(const char *name)
-{
-	return !strcmp(name, "exec") || !strcmp(name, "cpu_moe_layers");
-}
-
-static struct json_object *hybrid_json(struct moemd *d, const char *name)
-{
-	struct moem_engine_status st;
-
-	moem_engine_get_status(d->e, &st);
-	return name[0] == 'e' ? json_object_new_string(st.exec)
-			      : json_object_new_uint64(st.cpu_moe_layers);
-}
-
-static void set_hybrid(struct moemd *d, struct moemd_client *c, int64_t id, const char *name,
-		       const char *val)
-{
-	struct moem_engine_status st;
-	struct json_object *r;
-	bool hyb;
-	uint32_t layers;
-	int ret = 0;
-
-	moem_engine_get_status(d->e, &st);
-	hyb = st.exec_hybrid;
-	layers = st.cpu_moe_layers;
-	if (name[0] == 'e') {
-		if (strcmp(val, "gpu") && strcmp(val, "hybrid"))
-			ret = moem_errf(EINVAL, "exec '%s': want gpu or hybrid", val);
-		hyb = !strcmp(val, "hybrid");
-	} else {
-		char *end;
-		unsigned long v = strtoul(val, &end, 10);
-
-		if (!*val || *end || *val == '-' || v > 1024)
-			ret = moem_errf(EINVAL, "cpu_moe_layers '%s': want 0..1024", val);
-		layers = (uint32_t)v;
-	}
-	if (!ret)
-		ret = moem_engine_set_hybrid(d->e, hyb, layers);
-	if (ret) {
-		reply_err(d, c, id, -ret, "%s", moem_last_error());
-		return;
-	}
-	moem_info("hybrid: %s = %s from the control socket", name, val);
-	r = moem_ctl_ok(id);
-	json_object_object_add(r, "knob", json_object_new_string(name));
-	json_object_object_add(r, "value", hybrid_json(d, name));
-	json_object_object_add(
-		r, "applied",
-		json_object_new_string(run_active(d) ? "at the next layer boundary" : "now"));
-	moemd_client_send(d, c, r);
 }
 
 static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
@@ -202,8 +142,6 @@ static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 				knob_json((enum moem_budget_knob)i,
 					  moem_engine_get_knob(d->e, (enum moem_budget_knob)i)));
 		moemd_serve_knobs_json(d->srv, knobs);
-		json_object_object_add(knobs, "exec", hybrid_json(d, "exec"));
-		json_object_object_add(knobs, "cpu_moe_layers", hybrid_json(d, "cpu_moe_layers"));
 		json_object_object_add(r, "knobs", knobs);
 		moemd_client_send(d, c, r);
 		return;
@@ -213,13 +151,6 @@ static void cmd_get(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 		r = moem_ctl_ok(id);
 		json_object_object_add(r, "knob", json_object_new_string(name));
 		json_object_object_add(r, "value", json_object_new_uint64(now));
-		moemd_client_send(d, c, r);
-		return;
-	}
-	if (!ret && hybrid_knob(name)) {
-		r = moem_ctl_ok(id);
-		json_object_object_add(r, "knob", json_object_new_string(name));
-		json_object_object_add(r, "value", hybrid_json(d, name));
 		moemd_client_send(d, c, r);
 		return;
 	}
@@ -290,10 +221,6 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 			json_object_object_add(r, "applied",
 					       json_object_new_string("at the next step boundary"));
 			moemd_client_send(d, c, r);
-			return;
-		}
-		if (ret == -ENOENT && hybrid_knob(name)) {
-			set_hybrid(d, c, id, name, val);
 			return;
 		}
 		if (ret == -ENOENT)

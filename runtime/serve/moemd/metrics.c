@@ -254,7 +254,9 @@ static void engine(struct out *o, struct moemd *d)
 	    label(st.route, a, sizeof(a)), label(st.evict, b, sizeof(b)),
 	    label(st.prefetch, c, sizeof(c)), label(st.precision, e, sizeof(e)),
 	    label(st.paging, f, sizeof(f)));
-	help(o, "moem_knob", "gauge", "budget knobs in force (reroute: 0 none, then as moemctl)");
+	help(o, "moem_knob", "gauge",
+	     "budget knobs in force (reroute, exec: the index of the value in the order "
+	     "moemctl --help lists them)");
 	for (int k = 0; k < MOEM_BUDGET_NR; k++)
 		put(o, "moem_knob{name=\"%s\"} %llu\n", moem_budget_name((enum moem_budget_knob)k),
 		    (unsigned long long)st.knob[k]);

@@ -229,7 +229,9 @@ void moemd_sysfs_adopt(struct moemd *d);
 int moemd_sysfs_start(struct moemd *d);
 void moemd_sysfs_close(struct moemd *d);
 bool moemd_sysfs_present(const struct moemd *d);
-/* Kernel knob values and pool numbers for status (false without moem.ko). */
+/* Kernel knob values and pool numbers for status (false without moem.ko);
+ * MOEMD_KNOB_ABSENT for a knob an older moem.ko lacks. */
+#define MOEMD_KNOB_ABSENT UINT64_MAX
 bool moemd_sysfs_read(struct moemd *d, uint64_t knob[MOEM_BUDGET_NR], uint64_t *seq);
 
 /* notify.c: the sd_notify protocol without libsystemd */

@@ -39,10 +39,11 @@ static struct json_object *knobs_json(const uint64_t *knob)
 	struct json_object *o = json_object_new_object();
 
 	for (int k = 0; k < MOEM_BUDGET_NR; k++)
-		ADD(o, moem_budget_name((enum moem_budget_knob)k),
-		    moem_knob_info((enum moem_budget_knob)k)->unit == MOEM_KNOB_UNIT_ENUM
-			    ? STR(moem_reroute_name((enum moem_reroute)knob[k]))
-			    : U64(knob[k]));
+		if (knob[k] != MOEMD_KNOB_ABSENT)
+			ADD(o, moem_budget_name((enum moem_budget_knob)k),
+			    moem_knob_info((enum moem_budget_knob)k)->unit == MOEM_KNOB_UNIT_ENUM
+				    ? STR(moem_knob_value_name((enum moem_budget_knob)k, knob[k]))
+				    : U64(knob[k]));
 	return o;
 }
 

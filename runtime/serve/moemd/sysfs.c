@@ -8,10 +8,16 @@
  * below one expert is refused, nothing changes) and applies it at once
  * when idle or at the next layer boundary of a run.
  *
+ * Every write the kernel accepted is applied, also one that leaves the
+ * file as it was: an administrator who writes "gpu" to exec while moemd
+ * runs hybrid from its config means gpu.
+ *
  * At startup, a knob that holds something other than its load-time
- * default (0, or "none") was set by an administrator: it overrides the
- * config (logged). The watcher's own file descriptors are read only by
- * the watcher: a read elsewhere would consume the notification.
+ * default (0, "none" or "gpu") was set by an administrator: it overrides
+ * the config (logged). A knob an older moem.ko lacks (ABI 1.2 has no exec
+ * or cpu_moe_layers) is logged and left to the command line, config and
+ * socket. The watcher's own file descriptors are read only by the
+ * watcher: a read elsewhere would consume the notification.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -87,7 +93,9 @@ int moemd_sysfs_open(struct moemd *d)
 		s->fd[k] = open(path, O_RDONLY | O_CLOEXEC);
 		if (s->fd[k] < 0 && errno == ENOENT && k) {
 			/* An older moem.ko without this knob: the socket sets it. */
-			moem_info("budgets: moem.ko has no %s file (older module)", path);
+			moem_info("budgets: moem.ko has no %s (an older module): %s is as the "
+				  "command line or config set it, the control socket changes it",
+				  path, moem_budget_name((enum moem_budget_knob)k));
 			continue;
 		}
 		if (s->fd[k] < 0) {
@@ -116,7 +124,9 @@ err:
 
 static bool is_default(enum moem_budget_knob k, uint64_t v)
 {
-	return v == 0; /* 0 bytes = no limit set, 0 permille, depth 0, reroute none */
+	/* 0 bytes = no limit set, 0 permille, depth 0, reroute none, exec gpu,
+	 * no MoE layer on the CPU */
+	return v == 0;
 }
 
 /* Hand one kernel value to the engine; log what happened. */
@@ -163,8 +173,8 @@ void moemd_sysfs_adopt(struct moemd *d)
 			      " (set before moemd started: overrides the config)");
 }
 
-/* Re-read knob k; apply it if it changed. */
-static void check(struct moemd *d, enum moem_budget_knob k, uint64_t wake_ns)
+/* Re-read knob k; apply it if it changed, or if written (notified). */
+static void check(struct moemd *d, enum moem_budget_knob k, uint64_t wake_ns, bool notified)
 {
 	struct moemd_sysfs *s = d->sysfs;
 	uint64_t v;
@@ -177,7 +187,7 @@ static void check(struct moemd *d, enum moem_budget_knob k, uint64_t wake_ns)
 		moem_warn("budgets: %s", moem_strerror(ret));
 		return;
 	}
-	if (v == s->seen[k])
+	if (v == s->seen[k] && !notified)
 		return;
 	s->seen[k] = v;
 	apply(d, k, v, wake_ns, "");
@@ -191,7 +201,7 @@ static void *watch_main(void *arg)
 
 	/* Changes made while the engine was opening. */
 	for (int k = 0; k < MOEM_BUDGET_NR; k++)
-		check(d, (enum moem_budget_knob)k, moem_now_ns());
+		check(d, (enum moem_budget_knob)k, moem_now_ns(), false);
 	for (int k = 0; k < MOEM_BUDGET_NR; k++)
 		p[k] = (struct pollfd){.fd = s->fd[k], .events = POLLPRI | POLLERR};
 	p[MOEM_BUDGET_NR] = (struct pollfd){.fd = s->stop_efd, .events = POLLIN};
@@ -209,7 +219,7 @@ static void *watch_main(void *arg)
 			break;
 		for (int k = 0; k < MOEM_BUDGET_NR; k++)
 			if (p[k].revents)
-				check(d, (enum moem_budget_knob)k, now);
+				check(d, (enum moem_budget_knob)k, now, true);
 	}
 	return NULL;
 }
@@ -274,7 +284,7 @@ bool moemd_sysfs_read(struct moemd *d, uint64_t knob[MOEM_BUDGET_NR], uint64_t *
 		knob_path((enum moem_budget_knob)k, path, sizeof(path));
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0 && errno == ENOENT && k) {
-			knob[k] = 0; /* an older moem.ko without this knob */
+			knob[k] = MOEMD_KNOB_ABSENT; /* an older moem.ko without this knob */
 			continue;
 		}
 		if (fd < 0)

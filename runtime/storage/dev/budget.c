@@ -12,16 +12,23 @@
 
 #include <moem/dev.h>
 #include <moem/error.h>
+#include <moem/model.h>
 #include <moem/util.h>
 
-#define KNOB_INFO(id, nm, nr, u, lo, hi, w, a) \
-	[nr] = {.name = #nm,                   \
-		.unit = MOEM_KNOB_UNIT_##u,    \
-		.min = lo,                     \
-		.max = hi,                     \
-		.who = MOEM_KNOB_WHO_##w,      \
-		.apply = MOEM_KNOB_APPLY_##a},
+#define VALUE_NAME(id, nm, nr) [nr] = nm,
+#define KNOB_INFO(id, nm, nr, u, lo, hi, w, a, vals) \
+	[nr] = {.name = #nm,                         \
+		.unit = MOEM_KNOB_UNIT_##u,          \
+		.min = lo,                           \
+		.max = hi,                           \
+		.who = MOEM_KNOB_WHO_##w,            \
+		.apply = MOEM_KNOB_APPLY_##a,        \
+		.values = (const char *const[]){vals(VALUE_NAME) NULL}},
 static const struct moem_knob_info knobs[MOEM_BUDGET_NR] = {MOEM_KNOBS(KNOB_INFO)};
+
+/* moem.ko cannot include model.h: the bound it takes is spelled twice. */
+_Static_assert(MOEM_BUDGET_MOE_LAYERS_MAX == MOEM_MAX_LAYERS,
+	       "cpu_moe_layers' range is the layers a pack holds");
 
 #define REROUTE_NAME(id, nm, nr) [nr] = nm,
 static const char *const reroute_names[MOEM_REROUTE_NR] = {MOEM_REROUTES(REROUTE_NAME)};
@@ -102,6 +109,30 @@ int moem_reroute_parse(const char *s, enum moem_reroute *out)
 			 name_list(reroute_names, MOEM_REROUTE_NR, list, sizeof(list)));
 }
 
+const char *moem_knob_value_name(enum moem_budget_knob knob, uint64_t v)
+{
+	const struct moem_knob_info *k = moem_knob_info(knob);
+
+	if (!k || k->unit != MOEM_KNOB_UNIT_ENUM || v > k->max)
+		return "?";
+	return k->values[v];
+}
+
+/* An ENUM knob's value by name; the error lists the names. */
+static int value_parse(const struct moem_knob_info *k, const char *s, uint64_t *out)
+{
+	char list[160];
+
+	for (uint64_t i = 0; i <= k->max; i++) {
+		if (!strcmp(s, k->values[i])) {
+			*out = i;
+			return 0;
+		}
+	}
+	return moem_errf(EINVAL, "%s: unknown value '%s' (%s)", k->name, s,
+			 name_list(k->values, (size_t)k->max + 1, list, sizeof(list)));
+}
+
 int moem_budget_validate(enum moem_budget_knob knob, uint64_t v)
 {
 	const struct moem_knob_info *k = moem_knob_info(knob);
@@ -111,8 +142,8 @@ int moem_budget_validate(enum moem_budget_knob knob, uint64_t v)
 	if (v >= k->min && v <= k->max)
 		return 0;
 	if (k->unit == MOEM_KNOB_UNIT_ENUM)
-		return moem_errf(ERANGE, "%s: %llu is not a policy", k->name,
-				 (unsigned long long)v);
+		return moem_errf(ERANGE, "%s: %llu is not one of its %llu values", k->name,
+				 (unsigned long long)v, (unsigned long long)k->max + 1);
 	if (k->unit == MOEM_KNOB_UNIT_BYTES && k->max == MOEM_BUDGET_BYTES_MAX)
 		return moem_errf(ERANGE, "%s: %llu is above the 2^50-byte limit", k->name,
 				 (unsigned long long)v);
@@ -124,7 +155,6 @@ int moem_budget_parse(enum moem_budget_knob knob, const char *s, uint64_t *value
 {
 	const struct moem_knob_info *k = moem_knob_info(knob);
 	unsigned long long n;
-	enum moem_reroute r;
 	uint64_t v;
 	char *end;
 	int ret;
@@ -133,10 +163,9 @@ int moem_budget_parse(enum moem_budget_knob knob, const char *s, uint64_t *value
 		return moem_errf(EINVAL, "unknown knob %d", (int)knob);
 	switch (k->unit) {
 	case MOEM_KNOB_UNIT_ENUM:
-		ret = moem_reroute_parse(s, &r);
+		ret = value_parse(k, s, &v);
 		if (ret)
 			return ret;
-		v = r;
 		break;
 	case MOEM_KNOB_UNIT_BYTES:
 		ret = moem_parse_size(s, NULL, &v);
@@ -165,7 +194,7 @@ void moem_budget_format(enum moem_budget_knob knob, uint64_t value, char *buf, s
 	const struct moem_knob_info *k = moem_knob_info(knob);
 
 	if (k && k->unit == MOEM_KNOB_UNIT_ENUM)
-		snprintf(buf, len, "%s", moem_reroute_name((enum moem_reroute)value));
+		snprintf(buf, len, "%s", moem_knob_value_name(knob, value));
 	else
 		snprintf(buf, len, "%llu", (unsigned long long)value);
 }

@@ -342,9 +342,11 @@ CUAPI cuLaunchKernel(kfunc *f, unsigned int gx, unsigned int gy, unsigned int gz
 	buf = std::make_shared<std::vector<uint8_t>>(at + 16);
 	for (unsigned int i = 0; i < k->nargs; i++)
 		memcpy(buf->data() + off[i], params[i], k->size[i]);
-	emu_count_launch(k->name);
+	/* a capture's launches count when a graph of them runs */
+	if (!emu_capturing((emu_stream *)s))
+		emu_count_launch(k->name, false);
 	nth = fault_launch();
-	return emu_enqueue(
+	return emu_enqueue_kernel(
 		(emu_stream *)s,
 		[k, buf, off, gx, gy, bx, smem, nth] {
 			void *args[16];
@@ -369,6 +371,6 @@ CUAPI cuLaunchKernel(kfunc *f, unsigned int gx, unsigned int gy, unsigned int gz
 				emu_sticky.compare_exchange_strong(zero, r);
 			}
 		},
-		false, NULL);
+		k->name);
 }
 

@@ -73,12 +73,21 @@ int emu_enqueue(emu_stream *s, std::function<void()> op, bool is_copy, uint64_t 
 void emu_wait_seq(emu_stream *s, uint64_t seq);
 /* Wait until everything queued on every stream so far has run. */
 void emu_drain_all(void);
+/* A kernel: as emu_enqueue; a capture keeps its name for the counts. */
+int emu_enqueue_kernel(emu_stream *s, std::function<void()> op, const char *kernel);
 bool emu_capturing(emu_stream *s);
+/*
+ * A call the driver calls potentially unsafe during a capture (it may
+ * allocate or synchronise): E_STREAM_CAPTURE_UNSUPPORTED, invalidating
+ * the capture, if the calling thread began one not relaxed, or any
+ * thread a global one; else OK.
+ */
+int emu_capture_unsafe(void);
 /* A call a capture does not allow: ends the capture as invalidated. */
 int emu_capture_refuse(emu_stream *s);
 /* Count a host synchronisation of the given kind, a launch of the named
- * kernel (MOEM_EMU_STATS, MOEM_EMU_STEP_KERNEL). */
+ * kernel, plain or by a graph (MOEM_EMU_STATS, MOEM_EMU_STEP_KERNEL). */
 void emu_count_sync(const char *kind);
-void emu_count_launch(const char *name);
+void emu_count_launch(const char *name, bool graph);
 
 #endif /* MOEM_EMU_H */

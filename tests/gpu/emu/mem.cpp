@@ -359,6 +359,8 @@ CUAPI cuMemAlloc_v2(uint64_t *p, size_t bytes)
 {
 	void *m;
 
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	if (emu_sticky)
 		return emu_sticky;
 	if (!bytes)
@@ -375,6 +377,8 @@ CUAPI cuMemAlloc_v2(uint64_t *p, size_t bytes)
 
 CUAPI cuMemFree_v2(uint64_t p)
 {
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	/* cuMemFree waits for the device: nothing queued may still use p. */
 	emu_count_sync("implicit");
 	emu_drain_all();
@@ -390,6 +394,8 @@ CUAPI cuMemAllocHost_v2(void **p, size_t bytes)
 {
 	size_t len = (bytes + 4095) & ~(size_t)4095;
 
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	if (emu_sticky)
 		return emu_sticky;
 	*p = aligned_alloc(4096, len ? len : 4096);
@@ -401,6 +407,8 @@ CUAPI cuMemAllocHost_v2(void **p, size_t bytes)
 
 CUAPI cuMemFreeHost(void *p)
 {
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	emu_count_sync("implicit");
 	emu_drain_all();
 	if (!del_range((uint64_t)(uintptr_t)p, EMU_PINNED, NULL))
@@ -411,6 +419,8 @@ CUAPI cuMemFreeHost(void *p)
 
 CUAPI cuMemHostRegister_v2(void *p, size_t bytes, unsigned int)
 {
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	if (emu_sticky)
 		return emu_sticky;
 	if (!p || !bytes)
@@ -431,6 +441,8 @@ CUAPI cuMemHostRegister_v2(void *p, size_t bytes, unsigned int)
 
 CUAPI cuMemHostUnregister(void *p)
 {
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	emu_count_sync("implicit");
 	emu_drain_all();
 	if (!del_range((uint64_t)(uintptr_t)p, EMU_PINNED, NULL))
@@ -534,6 +546,8 @@ CUAPI cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s)
 	/* Pageable: the driver stages the source now; the copy lands later. */
 	if (emu_capturing((emu_stream *)s))
 		return emu_capture_refuse((emu_stream *)s);
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	{
 		auto buf = std::make_shared<std::vector<uint8_t>>((const uint8_t *)src,
 								  (const uint8_t *)src + n);
@@ -567,6 +581,8 @@ CUAPI cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s)
 	/* Pageable: returns once the copy is done. */
 	if (emu_capturing((emu_stream *)s))
 		return emu_capture_refuse((emu_stream *)s);
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	r = emu_enqueue((emu_stream *)s,
 			[dst, src, n] { memmove(dst, (const void *)(uintptr_t)src, n); }, true,
 			&seq);

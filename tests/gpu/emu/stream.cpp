@@ -15,10 +15,19 @@
  * the call. Stream capture records a stream's operations into a graph
  * instead of running them; cuGraphLaunch queues them again, as many times
  * as it is called. Calls a capture cannot contain (a synchronisation, a
- * pageable copy, an event record) end it as invalidated, like the driver.
+ * pageable copy, an event record) end it as invalidated, like the driver;
+ * so do the calls the driver calls potentially unsafe (allocations,
+ * frees, host registrations and any synchronisation) made by the thread
+ * that began a capture in global or thread-local mode, or by any thread
+ * while a global-mode capture is under way: emu_capture_unsafe(). A
+ * capture ends on the thread that began it (unless relaxed). With
+ * MOEM_EMU_FAULT_CAPTURE=1 every capture ends invalidated (the engine's
+ * fallback is tested with it).
  *
  * MOEM_EMU_STATS=FILE appends one line per process at exit: the host
- * synchronisations it made by kind, and its launches. With
+ * synchronisations it made by kind, its launches (kernels launched
+ * plainly; a capture's are not), graph launches and the kernels they
+ * ran, and the graphs and graph execs still alive (a leak if not 0). With
  * MOEM_EMU_STEP_KERNEL=NAME, a kernel launched once at the start of each
  * step (moem_embed for a decode step), the line ends with step_syncs=
  * the host synchronisations between one launch of it and the next, step
@@ -43,6 +52,7 @@
 struct op {
 	std::function<void()> fn;
 	bool is_copy;
+	const char *kernel; /* the kernel's name, for the counts of a graph's replays */
 };
 
 struct emu_graph {
@@ -57,6 +67,8 @@ struct emu_stream {
 	/* capture */
 	bool capturing;
 	int capture_err;
+	int capture_mode; /* CU_STREAM_CAPTURE_MODE_*: 0 global, 1 thread-local, 2 relaxed */
+	pthread_t capture_owner;
 	emu_graph *graph;
 };
 
@@ -81,7 +93,8 @@ static long lag_us = -1;
 enum { S_STREAM, S_EVENT, S_CTX, S_PAGEABLE, S_IMPLICIT, S_NR };
 static const char *const sync_names[S_NR] = { "stream_sync", "event_sync", "ctx_sync",
 					      "pageable_dtoh", "implicit" };
-static std::atomic<uint64_t> n_sync[S_NR], n_launch, n_graph, n_query;
+static std::atomic<uint64_t> n_sync[S_NR], n_launch, n_graph, n_graph_kernels, n_query;
+static std::atomic<int64_t> n_graphs_live, n_execs_live;
 static std::mutex step_mu;
 /* Total syncs at each step kernel launch; never freed, so that it outlives
  * the static destructors that run before write_stats(). */
@@ -103,11 +116,14 @@ void emu_count_sync(const char *kind)
 			n_sync[i]++;
 }
 
-void emu_count_launch(const char *name)
+void emu_count_launch(const char *name, bool graph)
 {
 	static const char *step = getenv("MOEM_EMU_STEP_KERNEL");
 
-	n_launch++;
+	if (graph)
+		n_graph_kernels++;
+	else
+		n_launch++;
 	if (step && name && !strcmp(name, step)) {
 		std::lock_guard<std::mutex> g(step_mu);
 
@@ -129,9 +145,11 @@ __attribute__((destructor)) static void write_stats(void)
 	fprintf(f, "pid=%d syncs=%llu", (int)getpid(), (unsigned long long)total);
 	for (int i = 0; i < S_NR; i++)
 		fprintf(f, " %s=%llu", sync_names[i], (unsigned long long)n_sync[i]);
-	fprintf(f, " queries=%llu launches=%llu graph_launches=%llu",
+	fprintf(f, " queries=%llu launches=%llu graph_launches=%llu graph_kernels=%llu",
 		(unsigned long long)n_query, (unsigned long long)n_launch,
-		(unsigned long long)n_graph);
+		(unsigned long long)n_graph, (unsigned long long)n_graph_kernels);
+	fprintf(f, " graphs_live=%lld execs_live=%lld", (long long)n_graphs_live,
+		(long long)n_execs_live);
 	if (getenv("MOEM_EMU_STEP_KERNEL")) {
 		std::lock_guard<std::mutex> g(step_mu);
 
@@ -207,6 +225,22 @@ static emu_stream *resolve(emu_stream *s)
 	return legacy;
 }
 
+int emu_enqueue_kernel(emu_stream *s, std::function<void()> fn, const char *kernel)
+{
+	s = resolve(s);
+	std::lock_guard<std::mutex> g(g_mu);
+
+	if (s->capturing) {
+		if (!s->capture_err)
+			s->graph->ops.push_back(op{ std::move(fn), false, kernel });
+		return s->capture_err ? E_STREAM_CAPTURE_INVALIDATED : OK;
+	}
+	s->q.push_back(op{ std::move(fn), false, kernel });
+	s->enq++;
+	g_cv.notify_all();
+	return OK;
+}
+
 int emu_enqueue(emu_stream *s, std::function<void()> fn, bool is_copy, uint64_t *seq)
 {
 	s = resolve(s);
@@ -214,10 +248,10 @@ int emu_enqueue(emu_stream *s, std::function<void()> fn, bool is_copy, uint64_t 
 
 	if (s->capturing) {
 		if (!s->capture_err)
-			s->graph->ops.push_back(op{ std::move(fn), is_copy });
+			s->graph->ops.push_back(op{ std::move(fn), is_copy, NULL });
 		return s->capture_err ? E_STREAM_CAPTURE_INVALIDATED : OK;
 	}
-	s->q.push_back(op{ std::move(fn), is_copy });
+	s->q.push_back(op{ std::move(fn), is_copy, NULL });
 	s->enq++;
 	if (seq)
 		*seq = s->enq;
@@ -259,6 +293,24 @@ int emu_capture_refuse(emu_stream *s)
 	if (s && s->capturing)
 		s->capture_err = E_STREAM_CAPTURE_INVALIDATED;
 	return E_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+int emu_capture_unsafe(void)
+{
+	std::lock_guard<std::mutex> g(g_mu);
+	pthread_t self = pthread_self();
+	bool hit = false;
+
+	for (emu_stream *s : streams) {
+		if (!s->capturing)
+			continue;
+		if (s->capture_mode == 0 ||
+		    (s->capture_mode == 1 && pthread_equal(s->capture_owner, self))) {
+			s->capture_err = E_STREAM_CAPTURE_INVALIDATED;
+			hit = true;
+		}
+	}
+	return hit ? E_STREAM_CAPTURE_UNSUPPORTED : OK;
 }
 
 static bool any_capture(void)
@@ -316,6 +368,8 @@ CUAPI cuStreamSynchronize(void *p)
 
 	if (emu_capturing(s))
 		return emu_capture_refuse(s);
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	emu_count_sync("stream_sync");
 	s = resolve(s);
 	{
@@ -339,8 +393,10 @@ CUAPI cuStreamQuery(void *p)
 
 CUAPI cuCtxSynchronize(void)
 {
-	if (any_capture())
+	if (any_capture()) {
+		emu_capture_unsafe();
 		return E_STREAM_CAPTURE_UNSUPPORTED;
+	}
 	emu_count_sync("ctx_sync");
 	emu_drain_all();
 	return emu_sticky;
@@ -415,6 +471,8 @@ CUAPI cuEventSynchronize(void *e)
 	emu_event *ev = (emu_event *)e;
 	std::shared_ptr<marker> m;
 
+	if (emu_capture_unsafe())
+		return E_STREAM_CAPTURE_UNSUPPORTED;
 	emu_count_sync("event_sync");
 	{
 		std::unique_lock<std::mutex> lk(g_mu);
@@ -503,7 +561,7 @@ CUAPI cuEventElapsedTime_v2(float *ms, void *a, void *b)
 
 /* ---- graphs ---------------------------------------------------------------------- */
 
-CUAPI cuStreamBeginCapture_v2(void *p, int)
+CUAPI cuStreamBeginCapture_v2(void *p, int mode)
 {
 	emu_stream *s = (emu_stream *)p;
 	std::lock_guard<std::mutex> g(g_mu);
@@ -512,10 +570,12 @@ CUAPI cuStreamBeginCapture_v2(void *p, int)
 		return emu_sticky;
 	if (!s) /* the legacy stream cannot be captured */
 		return E_STREAM_CAPTURE_UNSUPPORTED;
-	if (s->capturing)
+	if (s->capturing || mode < 0 || mode > 2)
 		return E_INVALID_VALUE;
 	s->capturing = true;
 	s->capture_err = 0;
+	s->capture_mode = mode;
+	s->capture_owner = pthread_self();
 	s->graph = new emu_graph();
 	return OK;
 }
@@ -527,7 +587,15 @@ CUAPI cuStreamEndCapture(void *p, void **graph)
 
 	if (!s || !s->capturing)
 		return E_INVALID_VALUE;
+	if (s->capture_mode != 2 && !pthread_equal(s->capture_owner, pthread_self()))
+		return E_STREAM_CAPTURE_WRONG_THREAD;
 	s->capturing = false;
+	{
+		static const char *f = getenv("MOEM_EMU_FAULT_CAPTURE");
+
+		if (f && !strcmp(f, "1"))
+			s->capture_err = E_STREAM_CAPTURE_INVALIDATED;
+	}
 	if (s->capture_err) {
 		delete s->graph;
 		s->graph = NULL;
@@ -536,6 +604,7 @@ CUAPI cuStreamEndCapture(void *p, void **graph)
 	}
 	*graph = s->graph;
 	s->graph = NULL;
+	n_graphs_live++;
 	return OK;
 }
 
@@ -556,6 +625,7 @@ CUAPI cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long)
 	if (!graph)
 		return E_INVALID_VALUE;
 	*exec = new emu_graph(*(emu_graph *)graph);
+	n_execs_live++;
 	return OK;
 }
 
@@ -568,21 +638,36 @@ CUAPI cuGraphLaunch(void *exec, void *p)
 		return emu_sticky;
 	if (!gr)
 		return E_INVALID_VALUE;
+	if (emu_capturing((emu_stream *)p))
+		return emu_capture_refuse((emu_stream *)p); /* no child graphs here */
 	n_graph++;
-	for (const op &o : gr->ops)
-		if (!r)
+	for (const op &o : gr->ops) {
+		if (r)
+			break;
+		if (o.kernel) {
+			emu_count_launch(o.kernel, true);
+			r = emu_enqueue_kernel((emu_stream *)p, o.fn, o.kernel);
+		} else {
 			r = emu_enqueue((emu_stream *)p, o.fn, o.is_copy, NULL);
+		}
+	}
 	return r;
 }
 
 CUAPI cuGraphExecDestroy(void *exec)
 {
+	if (!exec)
+		return E_INVALID_VALUE;
+	n_execs_live--;
 	delete (emu_graph *)exec;
 	return OK;
 }
 
 CUAPI cuGraphDestroy(void *graph)
 {
+	if (!graph)
+		return E_INVALID_VALUE;
+	n_graphs_live--;
 	delete (emu_graph *)graph;
 	return OK;
 }

@@ -10,7 +10,8 @@
  * status shows them; a value the kernel accepts but the model cannot
  * (below one expert) is refused by the daemon and changes nothing; a
  * knob set before the daemon starts overrides its config. The latencies
- * are printed as a MOEM-RESULT line.
+ * are printed as a MOEM-RESULT line. Hybrid execution's switches (exec,
+ * cpu_moe_layers, ABI 1.3) follow the same path: hybrid_switches_*.
  */
 #include <fcntl.h>
 
@@ -45,6 +46,9 @@ static void knobs_reset(void)
 	knob_write("hi_precision_permille", "0");
 	knob_write("prefetch_depth", "0");
 	knob_write("reroute", "none");
+	knob_write("kv_bytes", "0");
+	knob_write("exec", "gpu");
+	knob_write("cpu_moe_layers", "0");
 }
 
 FIXTURE_SETUP(s)
@@ -70,15 +74,25 @@ FIXTURE_TEARDOWN(s)
 	free(self->dir);
 }
 
+/* Start moemd on the guest's pack; extra: more arguments, NULL-terminated. */
+static int start_with(FIXTURE_DATA(s) * self, const char *const *extra)
+{
+	const char *args[32] = {"--pack", g_pack(),	 "--backend", "cpu",	      "--threads",
+				"1",	  "--pool",	 "kmod",      "--precisions", "bf16,q4",
+				"--hbm",  "25%",	 "--dram",    "50%",	      "--batch",
+				"1",	  "--log-level", "debug"};
+	int n = 18, ret;
+
+	for (int i = 0; extra && extra[i] && n < 31; i++)
+		args[n++] = extra[i];
+	args[n] = NULL;
+	ret = dmn_start_argv(&self->m, self->dir, args);
+	return ret ? ret : dmn_wait_ready(&self->m, 300000);
+}
+
 static int start(FIXTURE_DATA(s) * self)
 {
-	const char *args[] = {"--pack", g_pack(), "--backend",	  "cpu",     "--threads",   "1",
-			      "--pool", "kmod",	  "--precisions", "bf16,q4", "--hbm",	    "25%",
-			      "--dram", "50%",	  "--batch",	  "1",	     "--log-level", "debug",
-			      NULL};
-	int ret = dmn_start_argv(&self->m, self->dir, args);
-
-	return ret ? ret : dmn_wait_ready(&self->m, 300000);
+	return start_with(self, NULL);
 }
 
 /* Run moemctl with args; its stdout into out (NUL-terminated). */
@@ -263,6 +277,165 @@ TEST_F_TIMEOUT(s, sysfs_changes_during_a_run, 900)
 	dmn_kill(&self->m, SIGTERM);
 	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
 	EXPECT_EQ(0, dmn_exit_code(&self->m));
+}
+
+/* Poll status until path (a string) == want, within a minute. */
+static int wait_str(struct dmn *m, const char *path, const char *want)
+{
+	uint64_t end = dmn_ms() + 60000;
+
+	while (dmn_ms() < end) {
+		struct json_object *r;
+		bool ok = false;
+
+		if (dmn_call(m, "status", NULL, &r) == 0)
+			ok = !strcmp(dmn_str(r, path), want);
+		json_object_put(r);
+		if (ok)
+			return 0;
+		dmn_sleep_ms(1);
+	}
+	return -ETIMEDOUT;
+}
+
+/* Poll status until path (a number) == want, within a minute. */
+static int wait_u64(struct dmn *m, const char *path, uint64_t want)
+{
+	uint64_t applied;
+
+	return wait_applied(m, path, want, &applied);
+}
+
+/* A short run to its end; its result in *r. */
+static int run_steps(struct dmn *m, const char *steps, struct json_object **r)
+{
+	return dmn_call(m, "run", dmn_run_args("steps", steps, "batch", "4", NULL), r);
+}
+
+/*
+ * Hybrid execution's switches through moem.ko: an administrator's write
+ * to budgets/exec (sysfs) and budgets/cpu_moe_layers (the ioctl, through
+ * moemctl set --via ioctl) changes moemd's exec mode as moemctl set does,
+ * and moemctl status shows it; a value moem.ko refuses never reaches
+ * moemd; one it accepts but the model cannot take (more MoE layers than
+ * the pack has) is refused by moemd, counted, and changes nothing; the
+ * engine runs on throughout (runs after each change compute experts on
+ * the CPU, or not). A socket change is moemd's: status shows it under
+ * budgets, moem.ko keeps the administrator's value, and the
+ * administrator writing that same value again still applies it.
+ */
+TEST_F_TIMEOUT(s, hybrid_switches_through_sysfs, 900)
+{
+	static const char *const extra[] = {"--cpu-gbps", "1000", NULL};
+	uint64_t refused;
+	struct json_object *r;
+	char out[8192];
+
+	ASSERT_EQ(0, start_with(self, extra));
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("gpu", dmn_str(r, "policies.exec"));
+	EXPECT_STREQ("gpu", dmn_str(r, "kernel.budgets.exec"));
+	EXPECT_EQ(0u, dmn_u64(r, "kernel.budgets.cpu_moe_layers"));
+	json_object_put(r);
+
+	/* sysfs: exec hybrid; a run then computes experts on the CPU */
+	ASSERT_EQ(0, knob_write("exec", "hybrid"));
+	ASSERT_EQ(0, wait_str(&self->m, "policies.exec", "hybrid")) TH_LOG("exec never applied");
+	ASSERT_EQ(0, run_steps(&self->m, "4", &r)) TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("hybrid", dmn_str(r, "budgets.exec"));
+	EXPECT_STREQ("hybrid", dmn_str(r, "kernel.budgets.exec"));
+	EXPECT_GT(dmn_u64(r, "counters.cpu_experts"), 0u);
+	json_object_put(r);
+	{
+		const char *a[] = {"status", NULL};
+
+		EXPECT_EQ(0, moemctl(self->m.sock, out, sizeof(out), a));
+		EXPECT_NE(NULL, strstr(out, "exec      hybrid, cpu-moe-layers 0"))
+		TH_LOG("%s", out);
+		EXPECT_NE(NULL, strstr(out, "exec hybrid, cpu_moe_layers 0")) TH_LOG("%s", out);
+	}
+
+	/* the ioctl (moemctl set --via ioctl): the first MoE layer on the CPU */
+	{
+		const char *a[] = {"set", "--via", "ioctl", "cpu_moe_layers", "1", NULL};
+
+		EXPECT_EQ(0, moemctl(self->m.sock, out, sizeof(out), a)) TH_LOG("%s", out);
+		ASSERT_EQ(0, wait_u64(&self->m, "policies.cpu_moe_layers", 1));
+	}
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_EQ(16u, dmn_u64(r, "policies.cpu_placed")); /* the pack's 16 experts a layer */
+	refused = dmn_u64(r, "knobs.sysfs_refused");
+	json_object_put(r);
+
+	/* moem.ko refuses these: moemd sees nothing */
+	EXPECT_EQ(-EINVAL, knob_write("exec", "transfer"));
+	EXPECT_EQ(-EINVAL, knob_write("exec", "lynx"));
+	EXPECT_EQ(-EINVAL, knob_write("cpu_moe_layers", "257"));
+	/* moem.ko takes 200, the 4-layer model cannot: moemd refuses it */
+	ASSERT_EQ(0, knob_write("cpu_moe_layers", "200"));
+	ASSERT_EQ(0, wait_u64(&self->m, "knobs.sysfs_refused", refused + 1));
+	EXPECT_TRUE(dmn_log_has(&self->m, "the model has 4 MoE layers"));
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_EQ(1u, dmn_u64(r, "policies.cpu_moe_layers"));
+	EXPECT_STREQ("hybrid", dmn_str(r, "policies.exec"));
+	EXPECT_EQ(200u, dmn_u64(r, "kernel.budgets.cpu_moe_layers"));
+	json_object_put(r);
+	/* ... and runs on as it was */
+	ASSERT_EQ(0, run_steps(&self->m, "3", &r)) TH_LOG("%s", moem_last_error());
+	EXPECT_GT(dmn_u64(r, "steps"), 0u);
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_GT(dmn_u64(r, "counters.cpu_experts_last_step"), 0u);
+	json_object_put(r);
+
+	/* back to the device through sysfs */
+	ASSERT_EQ(0, knob_write("cpu_moe_layers", "0"));
+	ASSERT_EQ(0, wait_u64(&self->m, "policies.cpu_moe_layers", 0));
+	ASSERT_EQ(0, knob_write("exec", "gpu"));
+	ASSERT_EQ(0, wait_str(&self->m, "policies.exec", "gpu"));
+	ASSERT_EQ(0, run_steps(&self->m, "3", &r)) TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_EQ(0u, dmn_u64(r, "counters.cpu_experts_last_step"));
+	json_object_put(r);
+
+	/* the socket: moemd's value, moem.ko keeps the administrator's */
+	ASSERT_EQ(0,
+		  dmn_call(&self->m, "set", dmn_args("knob", "exec", "value", "hybrid", NULL), &r))
+	TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("hybrid", dmn_str(r, "budgets.exec"));
+	EXPECT_STREQ("gpu", dmn_str(r, "kernel.budgets.exec"));
+	json_object_put(r);
+	/* the administrator writes gpu again: a write is meant, it applies */
+	ASSERT_EQ(0, knob_write("exec", "gpu"));
+	ASSERT_EQ(0, wait_str(&self->m, "policies.exec", "gpu"));
+
+	dmn_kill(&self->m, SIGTERM);
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
+	EXPECT_EQ(0, dmn_exit_code(&self->m));
+}
+
+/* exec set before moemd starts overrides its config, as the other knobs. */
+TEST_F_TIMEOUT(s, hybrid_switch_set_before_start_wins, 600)
+{
+	static const char *const extra[] = {"--cpu-gbps", "1000", NULL};
+	struct json_object *r;
+
+	ASSERT_EQ(0, knob_write("exec", "hybrid"));
+	ASSERT_EQ(0, knob_write("cpu_moe_layers", "2"));
+	ASSERT_EQ(0, start_with(self, extra));
+	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
+	EXPECT_STREQ("hybrid", dmn_str(r, "policies.exec"));
+	EXPECT_EQ(2u, dmn_u64(r, "policies.cpu_moe_layers"));
+	EXPECT_EQ(32u, dmn_u64(r, "policies.cpu_placed"));
+	json_object_put(r);
+	EXPECT_TRUE(dmn_log_has(&self->m, "overrides the config"));
+	dmn_kill(&self->m, SIGTERM);
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
 }
 
 TEST_F_TIMEOUT(s, knob_set_before_start_wins, 600)
