@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,10 +233,18 @@ static int set_kernel(const char *via, const char *knob, const char *value)
 		snprintf(path, sizeof(path), "%s/budgets/%s", MOEM_SYSFS_ROOT, knob);
 		moem_budget_format(k, v, buf, sizeof(buf));
 		fd = open(path, O_WRONLY | O_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			int err = errno;
+			const char *why = "";
+
+			/* the budgets directory there but not the file: an older module */
+			if (err == ENOENT && !access(MOEM_SYSFS_ROOT "/budgets", F_OK))
+				why = " (the loaded moem.ko predates this knob)";
+			else if (err == ENOENT)
+				why = " (moem.ko not loaded)";
 			return fail("set --via sysfs",
-				    moem_errf(errno, "%s: %s%s", path, strerror(errno),
-					      errno == ENOENT ? " (moem.ko not loaded)" : ""));
+				    moem_errf(err, "%s: %s%s", path, strerror(err), why));
+		}
 		n = write(fd, buf, strlen(buf));
 		ret = n < 0 ? -errno : 0;
 		close(fd);
