@@ -62,10 +62,10 @@ const char *moem_knob_unit_name(enum moem_knob_unit u);
 /* Knob names as sysfs spells them: "hbm_bytes", ..., "cpu_moe_layers". */
 const char *moem_budget_name(enum moem_budget_knob knob);
 int moem_budget_lookup(const char *name, enum moem_budget_knob *out);
-/* Reroute policy names: "none", "lynx", "oea", "cache-aware", "piggyback". */
-const char *moem_reroute_name(enum moem_reroute r);
-int moem_reroute_parse(const char *s, enum moem_reroute *out);
-/* The name of an ENUM knob's value v ("hybrid" for exec 1), or "?". */
+/*
+ * The name of an ENUM knob's value v ("hybrid" for exec 1, "lynx" for
+ * reroute 1), or "?"; moem_budget_parse() takes the names.
+ */
 const char *moem_knob_value_name(enum moem_budget_knob knob, uint64_t v);
 /*
  * Parse a knob value as a user writes it (sizes may carry K/M/G suffixes,

@@ -231,12 +231,12 @@ TEST(reroute_names_are_the_table)
 
 	ASSERT_EQ(MOEM_REROUTE_NR, sizeof(rr) / sizeof(rr[0]));
 	for (int i = 0; i < MOEM_REROUTE_NR; i++) {
-		enum moem_reroute r;
+		uint64_t r;
 
 		EXPECT_EQ(i, rr[i].nr);
-		ASSERT_EQ(0, moem_reroute_parse(rr[i].name, &r));
+		ASSERT_EQ(0, moem_budget_parse(MOEM_BUDGET_REROUTE, rr[i].name, &r));
 		EXPECT_EQ(rr[i].nr, (int)r);
-		EXPECT_STREQ(rr[i].name, moem_reroute_name(r));
+		EXPECT_STREQ(rr[i].name, moem_knob_value_name(MOEM_BUDGET_REROUTE, r));
 	}
 }
 

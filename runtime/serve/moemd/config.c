@@ -434,12 +434,12 @@ static void reload_budget(struct moemd *d, enum moem_budget_knob k, uint64_t now
 static void reload_route(struct moemd *d, const char *now, const char *was)
 {
 	const char *spec = now ? now : "none";
-	enum moem_reroute r;
+	uint64_t r;
 	int ret;
 
 	if (!str_differs(now, was))
 		return;
-	if (strchr(spec, ':') || moem_reroute_parse(spec, &r)) {
+	if (strchr(spec, ':') || moem_budget_parse(MOEM_BUDGET_REROUTE, spec, &r)) {
 		moem_warn("reload: route '%s' is not a plain reroute kind (none, lynx, oea, "
 			  "cache-aware, piggyback): restart moemd to apply it",
 			  spec);

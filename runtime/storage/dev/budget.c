@@ -30,9 +30,6 @@ static const struct moem_knob_info knobs[MOEM_BUDGET_NR] = {MOEM_KNOBS(KNOB_INFO
 _Static_assert(MOEM_BUDGET_MOE_LAYERS_MAX == MOEM_MAX_LAYERS,
 	       "cpu_moe_layers' range is the layers a pack holds");
 
-#define REROUTE_NAME(id, nm, nr) [nr] = nm,
-static const char *const reroute_names[MOEM_REROUTE_NR] = {MOEM_REROUTES(REROUTE_NAME)};
-
 const struct moem_knob_info *moem_knob_info(enum moem_budget_knob knob)
 {
 	return (unsigned int)knob < MOEM_BUDGET_NR ? &knobs[knob] : NULL;
@@ -88,25 +85,6 @@ int moem_budget_lookup(const char *name, enum moem_budget_knob *out)
 	}
 	return moem_errf(EINVAL, "unknown knob '%s' (%s)", name,
 			 name_list(names, MOEM_BUDGET_NR, list, sizeof(list)));
-}
-
-const char *moem_reroute_name(enum moem_reroute r)
-{
-	return (unsigned int)r < MOEM_REROUTE_NR ? reroute_names[r] : "?";
-}
-
-int moem_reroute_parse(const char *s, enum moem_reroute *out)
-{
-	char list[128];
-
-	for (int i = 0; i < MOEM_REROUTE_NR; i++) {
-		if (!strcmp(s, reroute_names[i])) {
-			*out = (enum moem_reroute)i;
-			return 0;
-		}
-	}
-	return moem_errf(EINVAL, "unknown reroute policy '%s' (%s)", s,
-			 name_list(reroute_names, MOEM_REROUTE_NR, list, sizeof(list)));
 }
 
 const char *moem_knob_value_name(enum moem_budget_knob knob, uint64_t v)
