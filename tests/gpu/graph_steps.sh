@@ -11,7 +11,8 @@
 #    grows and shrinks as they start and finish, and 8-token KV blocks
 #    that the positions cross;
 #  - steps were replayed: graph_steps > graph_captures > 0 (moem decode
-#    --json), and 0 of both with MOEM_CUDA_GRAPHS=0;
+#    --json), and 0 of both with --no-cuda-graphs (qwen3_moe) or
+#    MOEM_CUDA_GRAPHS=0 (deepseek_v2);
 #  - a capture that fails (the emulator's MOEM_EMU_FAULT_CAPTURE=1) turns
 #    graphs off with one warning, and changes no token;
 #  - on the emulator: graph launches counted by the driver itself
@@ -62,7 +63,14 @@ for pk in q d; do
 	# (the statistics file is the kernel emulator's; a GPU's driver ignores it)
 	on=$(MOEM_EMU_STATS="$tmp/stats" dec --backend cuda 2>"$tmp/err.on") ||
 		{ bad "$pk: graphs on: $(cat "$tmp/err.on")"; continue; }
-	off=$(MOEM_CUDA_GRAPHS=0 dec --backend cuda 2>/dev/null)
+	# graphs off: the flag for one pack, the environment for the other
+	if [ $pk = q ]; then
+		offhow=--no-cuda-graphs
+		off=$(dec --backend cuda --no-cuda-graphs 2>/dev/null)
+	else
+		offhow=MOEM_CUDA_GRAPHS=0
+		off=$(MOEM_CUDA_GRAPHS=0 dec --backend cuda 2>/dev/null)
+	fi
 	cpu=$(dec --backend cpu 2>/dev/null)
 	ton=$(seqs "$on")
 	n=$(echo "$ton" | grep -c .)
@@ -83,8 +91,8 @@ for pk in q d; do
 		bad "$pk: graph_steps ${gs:-?}, graph_captures ${gc:-?}, device_steps ${ds:-?}, kv_waits ${waits:-?}"
 	fi
 	[ "$(num "$off" graph_steps)" = 0 ] && [ "$(num "$off" graph_captures)" = 0 ] &&
-		ok "$pk: MOEM_CUDA_GRAPHS=0 runs no graph" ||
-		bad "$pk: MOEM_CUDA_GRAPHS=0: graph_steps $(num "$off" graph_steps)"
+		ok "$pk: $offhow runs no graph" ||
+		bad "$pk: $offhow: graph_steps $(num "$off" graph_steps)"
 
 	[ -n "${MOEM_GPU_EMU:-}" ] || continue
 	gl=$(sed -n 's/.* graph_launches=\([0-9]*\).*/\1/p' "$tmp/stats")

@@ -49,6 +49,7 @@ static const struct option dec_opts[] = {
 	{"cpu-threads", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},
+	{"no-cuda-graphs", no_argument, NULL, 0},
 	{"tokens", required_argument, NULL, 0},
 	{"max-new", required_argument, NULL, 0},
 	{"temperature", required_argument, NULL, 0},
@@ -95,7 +96,8 @@ static void usage(FILE *f)
 		"Each --tokens is one sequence; all are decoded together as one batch.\n"
 		"Greedy (temperature 0) unless --temperature is given.\n"
 		"--dense-prec quantizes the attention projections and an untied lm_head\n"
-		"when loaded (default bf16 as packed).\n");
+		"when loaded (default bf16 as packed). --no-cuda-graphs launches every\n"
+		"step's kernels one by one (as MOEM_CUDA_GRAPHS=0; Documentation/engine.md).\n");
 }
 
 static int cmd_decode(int argc, char **argv)

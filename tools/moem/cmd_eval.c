@@ -35,7 +35,7 @@
 
 /* Options the reference run takes from the command line; the rest it sets. */
 static const char *const neutral[] = {
-	"pack",	    "backend",	"threads",  "pool",	     "loader",	  "no-verify",
+	"pack",	    "backend",	"threads",  "pool",	     "loader",	  "no-verify",	"no-cuda-graphs",
 	"kv-bytes", "kv-block", "max-seqs", "prefill-chunk", "no-warmup", "link-gbps",
 };
 
@@ -57,6 +57,7 @@ static const struct option eval_opts[] = {
 	{"link-gbps", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},
+	{"no-cuda-graphs", no_argument, NULL, 0},
 	{"kv-bytes", required_argument, NULL, 0},
 	{"kv-block", required_argument, NULL, 0},
 	{"max-seqs", required_argument, NULL, 0},

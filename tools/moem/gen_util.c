@@ -30,6 +30,7 @@ static const char *const opt_names[MOEM_GEN_N_OPTS] = {
 	"link-gbps",
 	"loader",
 	"no-verify",
+	"no-cuda-graphs",
 	"max-new",
 	"temperature",
 	"top-k",
@@ -58,8 +59,9 @@ static const char *const opt_names[MOEM_GEN_N_OPTS] = {
 /* Options without an argument. */
 static bool is_flag(const char *name)
 {
-	static const char *const flags[] = {"fallback", "no-verify", "no-model-eos", "no-warmup",
-					    "special",	"json",	     "json-stream",  "quiet"};
+	static const char *const flags[] = {"fallback",	    "no-verify",   "no-cuda-graphs",
+					    "no-model-eos", "no-warmup",   "special",
+					    "json",	    "json-stream", "quiet"};
 
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(flags); i++)
 		if (!strcmp(name, flags[i]))

@@ -38,6 +38,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"link-gbps", false, MOEM_ARG_ENGINE},
 	{"loader", false, MOEM_ARG_ENGINE},
 	{"no-verify", true, MOEM_ARG_ENGINE},
+	{"no-cuda-graphs", true, MOEM_ARG_ENGINE},
 	{"trace-out", false, MOEM_ARG_ENGINE},
 	{"trace-logits", true, MOEM_ARG_ENGINE},
 	{"hotness", false, MOEM_ARG_ENGINE},
@@ -226,6 +227,8 @@ static int set_flag(struct moem_engine_args *a, const char *name, const char *v)
 		a->o.pool.persistent = b;
 	else if (!strcmp(name, "no-verify"))
 		a->o.no_verify = b;
+	else if (!strcmp(name, "no-cuda-graphs"))
+		a->o.no_graphs = b;
 	else if (!strcmp(name, "require-pinned"))
 		a->o.pool.require_pinned = b;
 	else

@@ -211,7 +211,7 @@ static void usage(FILE *f)
 		"  --calibration FILE|none  the CPU figures' cache (default: moem calibrate's)\n"
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
-		"  --loader MODE --no-verify --trace-out FILE --trace-logits\n"
+		"  --loader MODE --no-verify --no-cuda-graphs --trace-out FILE --trace-logits\n"
 		"  --mem-reserve SIZE|PCT%% memory left to the machine (default 1/16 of RAM)\n"
 		"  --require-pinned     refuse to serve on a pool that is not pinned\n"
 		"default workload of 'run' requests:\n"
@@ -527,6 +527,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(a->calibration, b->calibration), "calibration");
 	RESTART_IF(a->loader.mode != b->loader.mode, "loader");
 	RESTART_IF(a->no_verify != b->no_verify, "no-verify");
+	RESTART_IF(a->no_graphs != b->no_graphs, "no-cuda-graphs");
 	RESTART_IF(str_differs(a->hotness, b->hotness), "hotness");
 	RESTART_IF(str_differs(n.socket, o->socket), "socket");
 	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
