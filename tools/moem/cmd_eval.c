@@ -35,8 +35,9 @@
 
 /* Options the reference run takes from the command line; the rest it sets. */
 static const char *const neutral[] = {
-	"pack",	    "backend",	"threads",  "pool",	     "loader",	  "no-verify",	"no-cuda-graphs",
-	"kv-bytes", "kv-block", "max-seqs", "prefill-chunk", "no-warmup", "link-gbps",
+	"pack",		 "backend",	   "threads",	"pool",	    "loader",
+	"no-verify",	 "no-cuda-graphs", "kv-bytes",	"kv-block", "max-seqs",
+	"prefill-chunk", "no-warmup",	   "link-gbps",
 };
 
 static const struct option eval_opts[] = {
