@@ -225,38 +225,33 @@ static emu_stream *resolve(emu_stream *s)
 	return legacy;
 }
 
-int emu_enqueue_kernel(emu_stream *s, std::function<void()> fn, const char *kernel)
+/* Queue o on s, or record it into the graph s is capturing. */
+static int push(emu_stream *s, op o, uint64_t *seq)
 {
 	s = resolve(s);
 	std::lock_guard<std::mutex> g(g_mu);
 
 	if (s->capturing) {
 		if (!s->capture_err)
-			s->graph->ops.push_back(op{ std::move(fn), false, kernel });
+			s->graph->ops.push_back(std::move(o));
 		return s->capture_err ? E_STREAM_CAPTURE_INVALIDATED : OK;
 	}
-	s->q.push_back(op{ std::move(fn), false, kernel });
-	s->enq++;
-	g_cv.notify_all();
-	return OK;
-}
-
-int emu_enqueue(emu_stream *s, std::function<void()> fn, bool is_copy, uint64_t *seq)
-{
-	s = resolve(s);
-	std::lock_guard<std::mutex> g(g_mu);
-
-	if (s->capturing) {
-		if (!s->capture_err)
-			s->graph->ops.push_back(op{ std::move(fn), is_copy, NULL });
-		return s->capture_err ? E_STREAM_CAPTURE_INVALIDATED : OK;
-	}
-	s->q.push_back(op{ std::move(fn), is_copy, NULL });
+	s->q.push_back(std::move(o));
 	s->enq++;
 	if (seq)
 		*seq = s->enq;
 	g_cv.notify_all();
 	return OK;
+}
+
+int emu_enqueue_kernel(emu_stream *s, std::function<void()> fn, const char *kernel)
+{
+	return push(s, op{ std::move(fn), false, kernel }, NULL);
+}
+
+int emu_enqueue(emu_stream *s, std::function<void()> fn, bool is_copy, uint64_t *seq)
+{
+	return push(s, op{ std::move(fn), is_copy, NULL }, seq);
 }
 
 void emu_wait_seq(emu_stream *s, uint64_t seq)
