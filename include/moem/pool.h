@@ -46,6 +46,26 @@ struct moem_pool_opts {
 	uint64_t mem_reserve;
 	bool fit;	     /* more than fits: shrink to what fits (say so in why) */
 	bool require_pinned; /* refuse a pool whose pages are not pinned */
+	/*
+	 * NUMA nodes to place the pool on ("0,1", "0-3"; moem_pool_nodes_parse()).
+	 * NULL or "": every node with memory this process may allocate on.
+	 * Over several nodes the pool is cut into one contiguous range per
+	 * node (2 MiB chunks, as equal as the size allows), each bound there
+	 * with mbind(MPOL_BIND) and checked with move_pages(2) before the
+	 * pool is handed out; one node (a one-node machine by default) binds
+	 * nothing and behaves as before. thp and hugetlb only: moem.ko places
+	 * a region on its node= parameter, so kmod refuses a list of several.
+	 */
+	const char *nodes;
+};
+
+#define MOEM_POOL_MAX_NODES   16   /* nodes one pool spans */
+#define MOEM_POOL_NODE_ID_MAX 1023 /* highest node number accepted */
+
+/* A contiguous range of the pool whose pages are on one node. */
+struct moem_pool_node {
+	int32_t node; /* NUMA node, -1: not known (no NUMA, or pages on several) */
+	uint64_t off, bytes;
 };
 
 struct moem_pool_info {
@@ -60,6 +80,11 @@ struct moem_pool_info {
 	char region[64];   /* kmod region name */
 	char why[320];	   /* why this provider ("kmod not loaded: ..."), and any limit */
 	char backing[128]; /* what the kernel says of the pages */
+	/* Where the pages are: ranges in offset order covering the pool, one
+	 * per node; bound says they were placed with mbind and checked. */
+	uint32_t n_nodes;
+	bool bound;
+	struct moem_pool_node nodes[MOEM_POOL_MAX_NODES];
 };
 
 struct moem_pool;
@@ -92,6 +117,14 @@ uint64_t moem_pool_size(const struct moem_pool *pool);
 void moem_pool_get_info(const struct moem_pool *pool, struct moem_pool_info *info);
 /* The region fd of a kmod pool (for info ioctls), else -1. */
 int moem_pool_region_fd(const struct moem_pool *pool);
+
+/*
+ * Parse a node list ("0", "0,2", "0-3,6") into ascending unique node
+ * numbers and check each exists, has memory and is allowed to this
+ * process (its cpuset): 0 and *n, or -EINVAL / -ENODEV with a message
+ * naming the node. "" or NULL: every such node.
+ */
+int moem_pool_nodes_parse(const char *s, int32_t nodes[MOEM_POOL_MAX_NODES], uint32_t *n);
 
 const char *moem_pool_provider_name(enum moem_pool_provider p);
 int moem_pool_provider_parse(const char *s, enum moem_pool_provider *out);

@@ -13,6 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <numa.h>
+#include <numaif.h>
+
 #include <moem/error.h>
 #include <moem/pool.h>
 #include <moem/util.h>
@@ -285,6 +288,100 @@ TEST(bad_opts)
 	o.provider = (enum moem_pool_provider)42;
 	o.size = 2 * MOEM_MiB;
 	EXPECT_EQ(-EINVAL, moem_pool_open(&o, &p));
+}
+
+/* The node of the first page of each 2 MiB chunk, from the kernel (move_pages status). */
+static void expect_chunks_on(struct __test_metadata *_metadata, struct moem_pool *p,
+			     const struct moem_pool_node *r)
+{
+	uint8_t *b = moem_pool_base(p);
+
+	for (uint64_t off = r->off; off < r->off + r->bytes; off += MOEM_CHUNK_BYTES) {
+		void *page = b + off;
+		int status = -1;
+
+		ASSERT_EQ(0, move_pages(0, 1, &page, NULL, &status, 0));
+		ASSERT_EQ(r->node, status) TH_LOG("chunk at %llu", (unsigned long long)off);
+	}
+}
+
+/* The default on this one-node machine: one range, nothing bound, as before. */
+TEST(nodes_default_one_node)
+{
+	struct moem_pool_opts o = {.provider = MOEM_POOL_THP, .size = 8 * MOEM_MiB};
+	struct moem_pool_info info;
+	struct moem_pool *p;
+	int32_t nodes[MOEM_POOL_MAX_NODES];
+	uint32_t n;
+
+	ASSERT_EQ(0, moem_pool_nodes_parse(NULL, nodes, &n)) TH_LOG("%s", moem_last_error());
+	if (n != 1)
+		SKIP(return, "%u NUMA nodes here: the one-node default is not this machine's", n);
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	ASSERT_EQ(1u, info.n_nodes);
+	EXPECT_FALSE(info.bound);
+	EXPECT_EQ(0u, info.nodes[0].off);
+	EXPECT_EQ(moem_pool_size(p), info.nodes[0].bytes);
+	/* where the kernel put it, found after the fact */
+	EXPECT_EQ(numa_available() < 0 ? 0 : nodes[0], info.nodes[0].node);
+	fill_check(_metadata, p);
+	moem_pool_close(p);
+}
+
+/* A node named is bound: every chunk is checked on it. */
+TEST(nodes_named_is_bound)
+{
+	struct moem_pool_opts o = {.provider = MOEM_POOL_THP, .size = 8 * MOEM_MiB, .nodes = "0"};
+	struct moem_pool_info info;
+	struct moem_pool *p;
+
+	if (numa_available() < 0)
+		SKIP(return, "no NUMA in this kernel");
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	ASSERT_EQ(1u, info.n_nodes);
+	EXPECT_TRUE(info.bound);
+	EXPECT_EQ(0, info.nodes[0].node);
+	expect_chunks_on(_metadata, p, &info.nodes[0]);
+	fill_check(_metadata, p);
+	moem_pool_close(p);
+}
+
+TEST(nodes_refused_clearly)
+{
+	struct moem_pool_opts o = {.provider = MOEM_POOL_THP, .size = 8 * MOEM_MiB};
+	int32_t nodes[MOEM_POOL_MAX_NODES];
+	char missing[32];
+	struct moem_pool *p;
+	uint32_t n;
+
+	snprintf(missing, sizeof(missing), "0,%d", numa_available() < 0 ? 1 : numa_max_node() + 1);
+	o.nodes = missing;
+	EXPECT_EQ(-ENODEV, moem_pool_open(&o, &p));
+	EXPECT_NE(NULL,
+		  strstr(moem_last_error(), numa_available() < 0 ? "no NUMA" : "does not exist"))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_NE(NULL, strstr(moem_last_error(), missing)) TH_LOG("%s", moem_last_error());
+	o.nodes = "1023";
+	EXPECT_EQ(-ENODEV, moem_pool_open(&o, &p));
+	for (int i = 0; i < 6; i++) {
+		static const char *const bad[] = {"x", "0,", "1-0", "0-", "-1", "1024"};
+
+		EXPECT_EQ(-EINVAL, moem_pool_nodes_parse(bad[i], nodes, &n)) TH_LOG("%s", bad[i]);
+		EXPECT_NE(NULL, strstr(moem_last_error(), bad[i]));
+	}
+	/* repeats and ranges collapse to one sorted list */
+	ASSERT_EQ(0, moem_pool_nodes_parse("0,0-0,0", nodes, &n)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(1u, n);
+	EXPECT_EQ(0, nodes[0]);
+	/* moem.ko cannot spread one region over several nodes (checked
+	 * before anything is opened, but only after the list is valid) */
+	if (numa_available() >= 0 && numa_max_node() >= 1) {
+		o.provider = MOEM_POOL_KMOD;
+		o.nodes = "0,1";
+		EXPECT_EQ(-EOPNOTSUPP, moem_pool_open(&o, &p));
+	}
 }
 
 TEST(provider_names)

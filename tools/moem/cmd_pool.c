@@ -16,9 +16,12 @@ static void pool_usage(FILE *f)
 	fprintf(f, "usage: moem pool [--size SIZE] [--provider auto|kmod|hugetlb|thp]\n"
 		   "                 [--name REGION] [--persistent] [--attach] [--json]\n"
 		   "                 [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
+		   "                 [--dram-nodes all|LIST]\n"
 		   "Open the host staging pool, touch it, and report which provider served it.\n"
 		   "A pool larger than the machine can give (MemAvailable less the reserve,\n"
-		   "default 1/16 of RAM) is refused before any memory is locked.\n");
+		   "default 1/16 of RAM) is refused before any memory is locked.\n"
+		   "--dram-nodes spreads it over NUMA nodes (default: every node this process\n"
+		   "may allocate on), one range per node, bound there and checked.\n");
 }
 
 static int cmd_pool(int argc, char **argv)
@@ -33,6 +36,7 @@ static int cmd_pool(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{"mem-reserve", required_argument, NULL, 'r'},
 		{"require-pinned", no_argument, NULL, 'R'},
+		{"dram-nodes", required_argument, NULL, 'N'},
 		{0},
 	};
 	struct moem_pool_mem mem;
@@ -55,6 +59,9 @@ static int cmd_pool(int argc, char **argv)
 			break;
 		case 'R':
 			o.require_pinned = true;
+			break;
+		case 'N':
+			o.nodes = strcmp(optarg, "all") ? optarg : NULL;
 			break;
 		case 's':
 			ret = moem_parse_size(optarg, NULL, &o.size);
@@ -96,11 +103,17 @@ static int cmd_pool(int argc, char **argv)
 	moem_pool_get_info(pool, &info);
 	if (json) {
 		printf("{\"provider\":\"%s\",\"size\":%llu,\"page_bytes\":%llu,\"huge_bytes\":%llu,"
-		       "\"pinned\":%s,\"pinned_bytes\":%llu,\"attached\":%s}\n",
+		       "\"pinned\":%s,\"pinned_bytes\":%llu,\"attached\":%s,",
 		       moem_pool_provider_name(info.provider), (unsigned long long)info.size,
 		       (unsigned long long)info.page_bytes, (unsigned long long)info.huge_bytes,
 		       info.pinned ? "true" : "false", (unsigned long long)info.pinned_bytes,
 		       info.attached ? "true" : "false");
+		printf("\"bound\":%s,\"nodes\":[", info.bound ? "true" : "false");
+		for (uint32_t k = 0; k < info.n_nodes; k++)
+			printf("%s{\"node\":%d,\"off\":%llu,\"bytes\":%llu}", k ? "," : "",
+			       info.nodes[k].node, (unsigned long long)info.nodes[k].off,
+			       (unsigned long long)info.nodes[k].bytes);
+		printf("]}\n");
 	} else {
 		printf("pool provider: %s\n", moem_pool_provider_name(info.provider));
 		printf("  why:         %s\n", info.why);
@@ -111,6 +124,11 @@ static int cmd_pool(int argc, char **argv)
 		printf("  pinned:      %s (%s locked)\n", info.pinned ? "yes" : "NO",
 		       moem_fmt_bytes(info.pinned_bytes, b2, sizeof(b2)));
 		printf("  kernel says: %s\n", info.backing);
+		for (uint32_t k = 0; k < info.n_nodes; k++)
+			printf("  node %-7d %s at offset %s%s\n", info.nodes[k].node,
+			       moem_fmt_bytes(info.nodes[k].bytes, b1, sizeof(b1)),
+			       moem_fmt_bytes(info.nodes[k].off, b2, sizeof(b2)),
+			       info.bound ? " (mbind, checked with move_pages)" : "");
 	}
 	moem_pool_close(pool);
 	return 0;

@@ -43,6 +43,11 @@ int moem_pool_hugetlb_open(const struct moem_pool_opts *in, struct moem_pool *po
 			    "the free huge pages (vm.nr_hugepages)", &o.size);
 	if (ret)
 		return moem_errf(ENOSPC, "hugetlb: %s", moem_last_error());
+	ret = moem_pool_nodes_plan(in, o.size, pool);
+	if (!ret)
+		ret = moem_pool_nodes_room(pool, true);
+	if (ret)
+		return ret;
 
 	fd = memfd_create("moem-pool", MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB);
 	if (fd < 0)
@@ -52,13 +57,30 @@ int moem_pool_hugetlb_open(const struct moem_pool_opts *in, struct moem_pool *po
 		goto err_fd;
 	}
 	/* MAP_POPULATE faults every huge page now: a shortage fails here, not
-	 * later with SIGBUS in the middle of a load. */
-	base = mmap(NULL, opts->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	 * later with SIGBUS in the middle of a load. Over NUMA nodes the
+	 * ranges are bound first, then faulted with MADV_POPULATE_WRITE,
+	 * which fails the same way (Linux 5.14). */
+	base = mmap(NULL, opts->size, PROT_READ | PROT_WRITE,
+		    MAP_SHARED | (pool->bind ? 0 : MAP_POPULATE), fd, 0);
 	if (base == MAP_FAILED) {
 		ret = moem_errf(errno == ENOMEM ? ENOSPC : errno,
 				"hugetlb pool of %llu MiB: %s (reserve more with vm.nr_hugepages)",
 				(unsigned long long)(opts->size >> 20), strerror(errno));
 		goto err_fd;
+	}
+	if (pool->bind) {
+		ret = moem_pool_nodes_bind(pool, base);
+		if (!ret && madvise(base, opts->size, MADV_POPULATE_WRITE))
+			ret = moem_errf(errno == ENOMEM || errno == EFAULT ? ENOSPC : errno,
+					"hugetlb pool of %llu MiB over %u NUMA nodes: populate: "
+					"%s (reserve huge pages on each node: "
+					"/sys/devices/system/node/nodeN/hugepages)",
+					(unsigned long long)(opts->size >> 20), pool->info.n_nodes,
+					strerror(errno));
+		if (ret) {
+			munmap(base, opts->size);
+			goto err_fd;
+		}
 	}
 	pool->base = base;
 	pool->size = opts->size;

@@ -35,19 +35,25 @@ int moem_pool_provider_parse(const char *s, enum moem_pool_provider *out)
 	return moem_errf(EINVAL, "unknown pool provider '%s' (auto, kmod, hugetlb, thp)", s);
 }
 
-static int open_auto(const struct moem_pool_opts *opts, struct moem_pool *pool)
+static int open_auto(const struct moem_pool_opts *opts, uint32_t n_named, struct moem_pool *pool)
 {
 	char kmod_why[160], thp_why[sizeof(pool->info.why)];
 	uint64_t need = opts->size / MOEM_CHUNK_BYTES, free_huge;
 	int ret;
 
-	ret = moem_pool_kmod_open(opts, pool);
-	if (ret == 0)
-		return 0;
-	if (ret != -ENODEV)
-		return ret; /* the module is there but refused: say so, do not hide it */
-	snprintf(kmod_why, sizeof(kmod_why), "kmod not loaded (%s missing)",
-		 opts->dev_path ? opts->dev_path : "/dev/moem");
+	if (n_named > 1) {
+		snprintf(kmod_why, sizeof(kmod_why),
+			 "kmod skipped (moem.ko cannot spread a region over NUMA nodes %s)",
+			 opts->nodes);
+	} else {
+		ret = moem_pool_kmod_open(opts, pool);
+		if (ret == 0)
+			return 0;
+		if (ret != -ENODEV)
+			return ret; /* the module is there but refused: say so, do not hide it */
+		snprintf(kmod_why, sizeof(kmod_why), "kmod not loaded (%s missing)",
+			 opts->dev_path ? opts->dev_path : "/dev/moem");
+	}
 	free_huge = moem_hugetlb_free_pages();
 	if (free_huge >= need) {
 		ret = moem_pool_hugetlb_open(opts, pool);
@@ -73,6 +79,8 @@ static int open_auto(const struct moem_pool_opts *opts, struct moem_pool *pool)
 int moem_pool_open(const struct moem_pool_opts *in, struct moem_pool **out)
 {
 	struct moem_pool_opts opts = *in;
+	int32_t named[MOEM_POOL_MAX_NODES];
+	uint32_t n_named = 0;
 	struct moem_pool *pool;
 	int ret;
 
@@ -85,6 +93,19 @@ int moem_pool_open(const struct moem_pool_opts *in, struct moem_pool **out)
 	    opts.size > (1ULL << 50))
 		return moem_errf(EINVAL, "pool size %llu is too large",
 				 (unsigned long long)in->size);
+	/* moem.ko puts a region's pages on its node= parameter: it cannot
+	 * spread one over several nodes. */
+	if (opts.nodes && *opts.nodes) {
+		ret = moem_pool_nodes_parse(opts.nodes, named, &n_named);
+		if (ret)
+			return ret;
+		if (n_named > 1 && opts.provider == MOEM_POOL_KMOD)
+			return moem_errf(EOPNOTSUPP,
+					 "a kmod pool cannot span NUMA nodes %s (moem.ko places a "
+					 "region on its node= parameter); use the thp or hugetlb "
+					 "provider",
+					 opts.nodes);
+	}
 	if (!opts.name)
 		opts.name = "moem";
 	if (!opts.mode)
@@ -105,11 +126,26 @@ int moem_pool_open(const struct moem_pool_opts *in, struct moem_pool **out)
 		ret = moem_pool_thp_open(&opts, pool);
 		break;
 	default:
-		ret = open_auto(&opts, pool);
+		ret = open_auto(&opts, n_named, pool);
 		break;
 	}
 	if (ret) {
 		free(pool);
+		return ret;
+	}
+	if (!pool->info.n_nodes) { /* kmod: the module placed it (node=) */
+		pool->info.n_nodes = 1;
+		pool->info.nodes[0] = (struct moem_pool_node){.node = -1, .bytes = pool->size};
+	}
+	ret = moem_pool_nodes_check(pool, pool->base);
+	if (!ret && pool->info.provider == MOEM_POOL_KMOD && n_named == 1 &&
+	    pool->info.nodes[0].node != named[0])
+		ret = moem_errf(EXDEV,
+				"moem.ko's region is not (all) on NUMA node %d: load the module "
+				"with node=%d, or use the thp or hugetlb provider",
+				named[0], named[0]);
+	if (ret) {
+		moem_pool_close(pool);
 		return ret;
 	}
 	if (!pool->info.why[0])

@@ -12,6 +12,7 @@ struct moem_pool {
 	int fd;	    /* kmod region fd or hugetlb memfd, else -1 */
 	struct moem_pool_info info;
 	char limit[240]; /* how moem_pool_fit() shrank it, or "" */
+	bool bind;	 /* info.nodes are to be bound (nodes.c) */
 };
 
 /*
@@ -31,6 +32,19 @@ int moem_pool_kmod_room(uint64_t *free_bytes, uint64_t *room);
 int moem_pool_kmod_open(const struct moem_pool_opts *opts, struct moem_pool *pool);
 int moem_pool_hugetlb_open(const struct moem_pool_opts *opts, struct moem_pool *pool);
 int moem_pool_thp_open(const struct moem_pool_opts *opts, struct moem_pool *pool);
+
+/*
+ * nodes.c. plan: cut size bytes into info.nodes' ranges, one per node of
+ * opts->nodes (pool->bind set when they are to be bound); room: refuse a
+ * range its node cannot hold (hugetlb: its free huge pages); bind:
+ * mbind each range at base, before its pages are touched; check: after
+ * they are, every chunk on its range's node (or, unbound, record the
+ * node if all chunks share one).
+ */
+int moem_pool_nodes_plan(const struct moem_pool_opts *opts, uint64_t size, struct moem_pool *pool);
+int moem_pool_nodes_room(struct moem_pool *pool, bool hugetlb);
+int moem_pool_nodes_bind(struct moem_pool *pool, void *base);
+int moem_pool_nodes_check(struct moem_pool *pool, void *base);
 
 /* Free 2 MiB huge pages the kernel has reserved, from sysfs. */
 uint64_t moem_hugetlb_free_pages(void);

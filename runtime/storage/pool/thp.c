@@ -29,6 +29,10 @@ int moem_pool_thp_open(const struct moem_pool_opts *in, struct moem_pool *pool)
 
 	/* Every byte of it is new memory: never more than the machine has. */
 	ret = moem_pool_fit(in, pool, 0, UINT64_MAX, NULL, &o.size);
+	if (!ret)
+		ret = moem_pool_nodes_plan(in, o.size, pool);
+	if (!ret)
+		ret = moem_pool_nodes_room(pool, false);
 	if (ret)
 		return ret;
 	len = opts->size + MOEM_CHUNK_BYTES;
@@ -46,6 +50,12 @@ int moem_pool_thp_open(const struct moem_pool_opts *in, struct moem_pool *pool)
 		munmap(base + opts->size, (size_t)(raw + len - (base + opts->size)));
 	if (madvise(base, opts->size, MADV_HUGEPAGE) < 0) {
 		/* THP compiled out or disabled: still a working (4 KiB) pool. */
+	}
+	/* Each node's range bound before a page is touched (mlock faults them). */
+	ret = moem_pool_nodes_bind(pool, base);
+	if (ret) {
+		munmap(base, opts->size);
+		return ret;
 	}
 	if (!opts->no_lock) {
 		if (mlock(base, opts->size) == 0)
