@@ -32,6 +32,15 @@ void moem_extent_fini(struct moem_extent *x);
  * -EINVAL for 0 bytes or more than the capacity.
  */
 int moem_extent_alloc(struct moem_extent *x, uint64_t bytes, uint64_t *off);
+/*
+ * Allocate bytes inside [lo, hi) (bytes, granule aligned), ignoring the
+ * limit: the DRAM tier's per-node ranges. *hint (bytes, kept by the
+ * caller, one per range) is where the next-fit search starts.
+ */
+int moem_extent_alloc_in(struct moem_extent *x, uint64_t bytes, uint64_t lo, uint64_t hi,
+			 uint64_t *hint, uint64_t *off);
+/* Bytes allocated inside [lo, hi) (granule aligned). */
+uint64_t moem_extent_used_in(const struct moem_extent *x, uint64_t lo, uint64_t hi);
 /* Allocate exactly [off, off + bytes) (granule aligned); -EBUSY if any of
  * it is used, -EINVAL if it is not aligned or crosses the limit. */
 int moem_extent_reserve(struct moem_extent *x, uint64_t off, uint64_t bytes);

@@ -42,6 +42,8 @@
 #define MOEM_TIER_HI 0u
 #define MOEM_TIER_LO 1u
 
+#define MOEM_TIERS_MAX_NODES 16 /* = MOEM_POOL_MAX_NODES */
+
 struct moem_tiers_cfg {
 	uint32_t n_layers;	    /* MoE layers */
 	uint32_t n_experts;	    /* routed experts per MoE layer */
@@ -55,6 +57,18 @@ struct moem_tiers_cfg {
 	bool allow_fallback;	    /* take the other version instead of waiting */
 	uint32_t hbm_granule_shift; /* slot granule, default 16 (64 KiB) */
 	struct moem_xfer_opts xfer;
+	/*
+	 * The pool's NUMA nodes (moem_pool_info.nodes, moved into the tiers'
+	 * offsets): node k holds [node_off[k], node_off[k + 1]), the last up
+	 * to pool_bytes; node_off[0] is 0. 0 or 1 node: one range, placement
+	 * as before. Over several, the version of expert e of layer l goes to
+	 * node (l + e) % n_nodes, or the next with room when that one is full
+	 * (counted in dram_node_fallback), and the DRAM budget is shared
+	 * among the nodes in proportion to their ranges.
+	 */
+	uint32_t n_nodes;
+	int32_t node_id[MOEM_TIERS_MAX_NODES];
+	uint64_t node_off[MOEM_TIERS_MAX_NODES];
 };
 
 /*
@@ -141,6 +155,14 @@ struct moem_tiers_stats {
 	uint64_t dram_ready;
 	double link_bw;	       /* bytes/s, transfer engine EWMA */
 	uint64_t link_busy_ns; /* device time of all copies */
+	/* DRAM per NUMA node (one entry, node as configured, without NUMA):
+	 * bytes of the pool there, its share of the budget, bytes used. */
+	uint32_t n_nodes;
+	struct {
+		int32_t node;
+		uint64_t bytes, budget, used;
+	} dram_node[MOEM_TIERS_MAX_NODES];
+	uint64_t dram_node_fallback; /* versions placed off their node: it was full */
 };
 
 struct moem_tiers;
@@ -265,6 +287,11 @@ int moem_tiers_adopt(struct moem_tiers *t, uint32_t vid, uint64_t doff);
 /* Wait until no load or copy is in flight. */
 void moem_tiers_drain(struct moem_tiers *t);
 void moem_tiers_get_stats(struct moem_tiers *t, struct moem_tiers_stats *s);
+/* Where the DRAM copy of a version is: *node (cfg.node_id; -1 when the
+ * pool's node is not known) and *off in the pool; -ENOENT if it is not
+ * loaded into DRAM, -EINVAL for a bad version. */
+int moem_tiers_dram_node(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi,
+			 int32_t *node, uint64_t *off);
 /* Cheap: bytes used (with in-flight allocations) and budgets of both tiers. */
 void moem_tiers_usage(struct moem_tiers *t, uint64_t *hbm_used, uint64_t *hbm_budget,
 		      uint64_t *dram_used, uint64_t *dram_budget, uint64_t *bytes_nvme);

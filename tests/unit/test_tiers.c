@@ -135,6 +135,9 @@ FIXTURE(tiers)
 	struct moem_tiers *t;
 	uint8_t *pool;
 	uint64_t pool_bytes;
+	/* NUMA nodes the pool is cut into for the tiers (0: one, as before) */
+	uint32_t n_nodes;
+	uint64_t node_off[2];
 };
 
 static int make(struct __test_metadata *_metadata, FIXTURE_DATA(tiers) * self, uint64_t hbm,
@@ -153,6 +156,9 @@ static int make(struct __test_metadata *_metadata, FIXTURE_DATA(tiers) * self, u
 		.dram_budget = dram,
 		.allow_fallback = fallback,
 		.xfer = {.piece_bytes = 128 << 10},
+		.n_nodes = self->n_nodes,
+		.node_id = {0, 1},
+		.node_off = {self->node_off[0], self->node_off[1]},
 	};
 
 	ASSERT_EQ(0, moem_tierdev_emu_create(&eo, &self->dev));
@@ -447,6 +453,147 @@ TEST_F(tiers, staging_never_evicts)
 	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
 }
 
+/* One node: the per-node report is the whole pool, at no known node. */
+TEST_F(tiers, one_node_reports_whole_pool)
+{
+	struct moem_tiers_stats s;
+	int32_t node;
+	uint64_t off;
+
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 16 << 20, false, false));
+	ASSERT_EQ(0, moem_tiers_stage(self->t, 1, 2, MOEM_TIER_HI));
+	moem_tiers_drain(self->t);
+	moem_tiers_get_stats(self->t, &s);
+	ASSERT_EQ(1u, s.n_nodes);
+	EXPECT_EQ(-1, s.dram_node[0].node);
+	EXPECT_EQ(self->pool_bytes, s.dram_node[0].bytes);
+	EXPECT_EQ((uint64_t)16 << 20, s.dram_node[0].budget);
+	EXPECT_EQ(s.dram_used, s.dram_node[0].used);
+	ASSERT_EQ(0, moem_tiers_dram_node(self->t, 1, 2, MOEM_TIER_HI, &node, &off));
+	EXPECT_EQ(-1, node);
+	EXPECT_EQ(0u, off); /* first fit, as before */
+	EXPECT_EQ(-ENOENT, moem_tiers_dram_node(self->t, 1, 3, MOEM_TIER_HI, &node, &off));
+	EXPECT_EQ(-EINVAL, moem_tiers_dram_node(self->t, L, 0, MOEM_TIER_HI, &node, &off));
+}
+
+/* Check every staged version lies inside its node's range and its bytes are whole. */
+static void expect_on_nodes(struct __test_metadata *_metadata, FIXTURE_DATA(tiers) * self,
+			    uint32_t *on_node, uint32_t *off_node)
+{
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t e = 0; e < N; e++) {
+			int32_t node;
+			uint64_t off, lo, hi;
+
+			if (moem_tiers_dram_node(self->t, l, e, MOEM_TIER_HI, &node, &off))
+				continue;
+			ASSERT_TRUE(node == 0 || node == 1);
+			lo = self->node_off[node];
+			hi = node ? self->pool_bytes : self->node_off[1];
+			ASSERT_GE(off, lo);
+			ASSERT_LE(off + HI_BYTES, hi)
+			TH_LOG("(%u,%u) at %llu on node %d", l, e, (unsigned long long)off, node);
+			for (uint64_t i = 0; i < HI_BYTES; i += 997)
+				ASSERT_EQ(pattern(l, e, 0, i), self->pool[off + i]);
+			if ((uint32_t)node == (l + e) % 2)
+				(*on_node)++;
+			else
+				(*off_node)++;
+		}
+}
+
+/* Two nodes: each layer's experts alternate between them. */
+TEST_F(tiers, two_nodes_spread_each_layer)
+{
+	struct moem_tiers_stats s;
+	uint32_t on = 0, off = 0;
+
+	self->n_nodes = 2;
+	self->node_off[1] = 32 << 20;
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 64 << 20, false, false));
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t e = 0; e < N; e++)
+			ASSERT_EQ(0, moem_tiers_stage(self->t, l, e, MOEM_TIER_HI));
+	moem_tiers_drain(self->t);
+	expect_on_nodes(_metadata, self, &on, &off);
+	EXPECT_EQ((uint32_t)(L * N), on);
+	EXPECT_EQ(0u, off);
+	moem_tiers_get_stats(self->t, &s);
+	ASSERT_EQ(2u, s.n_nodes);
+	EXPECT_EQ(0u, s.dram_node_fallback);
+	EXPECT_EQ(s.dram_node[0].used, s.dram_node[1].used);
+	EXPECT_EQ(s.dram_used, s.dram_node[0].used + s.dram_node[1].used);
+	EXPECT_EQ((uint64_t)32 << 20, s.dram_node[1].bytes);
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+}
+
+/* A full node sends its experts to the other one, and says so. */
+TEST_F(tiers, two_nodes_fall_back_when_full)
+{
+	struct moem_tiers_stats s;
+	uint32_t on = 0, off = 0;
+
+	self->n_nodes = 2;
+	self->node_off[1] = 4 * 6 * 65536; /* node 0 holds 4 hi versions */
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 64 << 20, false, false));
+	for (uint32_t e = 0; e < N; e++)
+		ASSERT_EQ(0, moem_tiers_stage(self->t, 0, e, MOEM_TIER_HI));
+	moem_tiers_drain(self->t);
+	expect_on_nodes(_metadata, self, &on, &off);
+	EXPECT_EQ((uint32_t)N, on + off);
+	EXPECT_EQ(4u + N / 2, on);
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_EQ((uint64_t)off, s.dram_node_fallback);
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+}
+
+/* The DRAM budget is shared by the nodes: shrinking it evicts on both. */
+TEST_F(tiers, two_nodes_share_the_budget)
+{
+	struct moem_tiers_stats s;
+	uint32_t on = 0, off = 0;
+
+	self->n_nodes = 2;
+	self->node_off[1] = 32 << 20;
+	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 64 << 20, false, false));
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t e = 0; e < N; e++)
+			ASSERT_EQ(0, moem_tiers_stage(self->t, l, e, MOEM_TIER_HI));
+	moem_tiers_drain(self->t);
+	ASSERT_EQ(0, moem_tiers_set_budget(self->t, 8 << 20, 4 << 20));
+	moem_tiers_get_stats(self->t, &s);
+	EXPECT_LE(s.dram_used, (uint64_t)4 << 20);
+	for (int k = 0; k < 2; k++) {
+		EXPECT_EQ((uint64_t)2 << 20, s.dram_node[k].budget);
+		EXPECT_LE(s.dram_node[k].used, s.dram_node[k].budget);
+		EXPECT_GT(s.dram_node[k].used, 0u);
+	}
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+	/* a budget below one version per node still leaves each node one */
+	ASSERT_EQ(0, moem_tiers_set_budget(self->t, 8 << 20, HI_BYTES));
+	moem_tiers_get_stats(self->t, &s);
+	for (int k = 0; k < 2; k++)
+		EXPECT_EQ(moem_align_up((uint64_t)HI_BYTES, 4096), s.dram_node[k].budget);
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+	/* grown back, the versions staged again land on their nodes */
+	ASSERT_EQ(0, moem_tiers_set_budget(self->t, 8 << 20, 64 << 20));
+	for (uint32_t e = 0; e < N; e++)
+		ASSERT_EQ(0, moem_tiers_stage(self->t, 3, e, MOEM_TIER_HI));
+	moem_tiers_drain(self->t);
+	expect_on_nodes(_metadata, self, &on, &off);
+	EXPECT_EQ(0u, off);
+	EXPECT_EQ(0, moem_tiers_check(self->t)) TH_LOG("%s", moem_last_error());
+}
+
+/* Node ranges that do not cover the pool in order are refused. */
+TEST_F(tiers, bad_node_ranges_refused)
+{
+	self->n_nodes = 2;
+	self->node_off[1] = 128 << 20; /* beyond the 64 MiB pool */
+	EXPECT_EQ(-EINVAL, make(_metadata, self, 8 << 20, 16 << 20, false, false));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "beyond"));
+}
+
 struct budget_thread {
 	struct moem_tiers *t;
 	volatile int stop;
@@ -470,8 +617,7 @@ static void *budget_changer(void *arg)
 	return NULL;
 }
 
-/* Timing-bound on a busy machine (emulated link sleeps): a generous timeout. */
-TEST_F_TIMEOUT(tiers, randomized_stress, 600)
+static void stress(struct __test_metadata *_metadata, FIXTURE_DATA(tiers) * self)
 {
 	struct budget_thread bt = {.seed = 7};
 	struct moem_xref refs[N];
@@ -547,6 +693,20 @@ TEST_F_TIMEOUT(tiers, randomized_stress, 600)
 	EXPECT_GT(s.hits, 0u);
 	EXPECT_LE(s.hbm_used, s.hbm_budget);
 	EXPECT_LE(s.dram_used, s.dram_budget);
+}
+
+/* Timing-bound on a busy machine (emulated link sleeps): a generous timeout. */
+TEST_F_TIMEOUT(tiers, randomized_stress, 600)
+{
+	stress(_metadata, self);
+}
+
+/* The same over two NUMA nodes: the shared budget moving under the loads. */
+TEST_F_TIMEOUT(tiers, randomized_stress_two_nodes, 600)
+{
+	self->n_nodes = 2;
+	self->node_off[1] = 24 << 20; /* unequal ranges */
+	stress(_metadata, self);
 }
 
 TEST_HARNESS_MAIN

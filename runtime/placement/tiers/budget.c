@@ -28,7 +28,8 @@ void moem_tr_apply_budgets(struct moem_tiers *t)
 	if (moem_extent_used_bytes(&t->hx) <= t->hbm_budget &&
 	    moem_extent_used_bytes(&t->dx) <= t->dram_budget &&
 	    moem_extent_limit_bytes(&t->hx) == moem_min(lim, t->mapped) &&
-	    moem_extent_limit_bytes(&t->dx) == (t->dram_budget & ~4095ULL) &&
+	    (t->n_nodes > 1 ? t->win_budget == t->dram_budget
+			    : moem_extent_limit_bytes(&t->dx) == (t->dram_budget & ~4095ULL)) &&
 	    t->mapped == moem_align_up(t->hbm_budget, t->gran))
 		return;
 
@@ -39,8 +40,7 @@ void moem_tr_apply_budgets(struct moem_tiers *t)
 		    v->hoff + moem_tr_hbm_need(t, moem_tr_vbytes(t, v)) > lim &&
 		    moem_tr_hbm_ok(t, i))
 			moem_tr_hbm_evict(t, v);
-		if (v->ds == D_READY && v->doff + moem_tr_vbytes(t, v) > t->dram_budget &&
-		    moem_tr_dram_ok(t, i))
+		if (v->ds == D_READY && moem_tr_dram_above(t, v) && moem_tr_dram_ok(t, i))
 			moem_tr_dram_evict(t, v);
 	}
 	while (moem_extent_used_bytes(&t->hx) > t->hbm_budget &&
@@ -61,7 +61,16 @@ void moem_tr_apply_budgets(struct moem_tiers *t)
 				t->mapped = new_mapped;
 		}
 	}
-	moem_extent_set_limit(&t->dx, t->dram_budget & ~4095ULL);
+	if (t->n_nodes <= 1) {
+		moem_extent_set_limit(&t->dx, t->dram_budget & ~4095ULL);
+		return;
+	}
+	/* Over nodes the allocator's limit stays at the pool's end; the
+	 * budget is each node's allowed part, clean once nothing is beyond. */
+	for (uint32_t k = 0; k < t->n_nodes; k++)
+		if (moem_extent_used_in(&t->dx, t->nlim[k], t->nhi[k]))
+			return;
+	t->win_budget = t->dram_budget;
 }
 
 int moem_tiers_set_budget(struct moem_tiers *t, uint64_t hbm, uint64_t dram)
@@ -93,6 +102,10 @@ int moem_tiers_set_budget(struct moem_tiers *t, uint64_t hbm, uint64_t dram)
 	}
 	t->hbm_budget = hbm;
 	t->dram_budget = dram;
+	if (t->n_nodes > 1) {
+		moem_tr_dram_windows(t);
+		t->win_budget = UINT64_MAX; /* apply_budgets checks them anew */
+	}
 	moem_tr_apply_budgets(t);
 	pthread_cond_broadcast(&t->cond);
 out:

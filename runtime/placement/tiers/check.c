@@ -53,8 +53,7 @@ int moem_tiers_check(struct moem_tiers *t)
 		}
 		if (v->ds != D_ABSENT) {
 			dsum += dn;
-			if (v->ds == D_READY && v->doff + dn > t->dram_budget && !v->dpins &&
-			    !v->cpins)
+			if (v->ds == D_READY && moem_tr_dram_above(t, v) && !v->dpins && !v->cpins)
 				d_above++;
 		}
 		res[i & 1] += v->hs == H_RESIDENT;

@@ -10,6 +10,7 @@
 
 #include <moem/error.h>
 #include <moem/extent.h>
+#include <moem/util.h>
 
 static inline bool bit_get(const uint64_t *b, uint64_t i)
 {
@@ -105,6 +106,44 @@ int moem_extent_alloc(struct moem_extent *x, uint64_t bytes, uint64_t *off)
 	x->hint = at + n;
 	*off = at << x->shift;
 	return 0;
+}
+
+int moem_extent_alloc_in(struct moem_extent *x, uint64_t bytes, uint64_t lo, uint64_t hi,
+			 uint64_t *hint, uint64_t *off)
+{
+	uint64_t n, at, from, to;
+
+	if (!bytes || bytes > (x->capacity << x->shift))
+		return -EINVAL;
+	from = lo >> x->shift;
+	to = moem_min(hi >> x->shift, x->capacity);
+	n = (bytes + (1ULL << x->shift) - 1) >> x->shift;
+	if (from >= to || n > to - from)
+		return -ENOSPC;
+	at = *hint >> x->shift;
+	at = find_run(x, n, at >= from && at < to ? at : from, to);
+	if (at == to)
+		at = find_run(x, n, from, to);
+	if (at == to)
+		return -ENOSPC;
+	bits_set(x->bits, at, n, true);
+	x->used += n;
+	*hint = (at + n) << x->shift;
+	*off = at << x->shift;
+	return 0;
+}
+
+uint64_t moem_extent_used_in(const struct moem_extent *x, uint64_t lo, uint64_t hi)
+{
+	uint64_t i = lo >> x->shift, to = moem_min(hi >> x->shift, x->capacity), n = 0;
+
+	for (; i < to && (i & 63); i++)
+		n += bit_get(x->bits, i);
+	for (; i + 64 <= to; i += 64)
+		n += (uint64_t)__builtin_popcountll(x->bits[i >> 6]);
+	for (; i < to; i++)
+		n += bit_get(x->bits, i);
+	return n << x->shift;
 }
 
 int moem_extent_reserve(struct moem_extent *x, uint64_t off, uint64_t bytes)

@@ -30,6 +30,72 @@ void moem_tr_dram_evict(struct moem_tiers *t, struct ver *v)
 	t->st.evict_dram++;
 }
 
+uint32_t moem_tr_node_of(const struct moem_tiers *t, uint64_t off)
+{
+	uint32_t k = 0;
+
+	while (k + 1 < t->n_nodes && off >= t->nhi[k])
+		k++;
+	return k;
+}
+
+bool moem_tr_dram_above(const struct moem_tiers *t, const struct ver *v)
+{
+	uint64_t end = v->doff + moem_tr_vbytes(t, v);
+
+	if (t->n_nodes <= 1)
+		return end > t->dram_budget;
+	return end > t->nlim[moem_tr_node_of(t, v->doff)];
+}
+
+/*
+ * Each node may use the share of its range that the budget is of the
+ * pool, but never less than one version (rounded to granules), so that
+ * every node can take the experts given to it under any budget the
+ * tiers accept.
+ */
+void moem_tr_dram_windows(struct moem_tiers *t)
+{
+	uint64_t big = moem_max(t->c.bytes[0], t->c.n_prec > 1 ? t->c.bytes[1] : 0);
+
+	big = moem_align_up(big, 4096);
+	for (uint32_t k = 0; k < t->n_nodes; k++) {
+		uint64_t len = t->nhi[k] - t->nlo[k];
+		uint64_t share =
+			(uint64_t)((unsigned __int128)t->dram_budget * len / t->pool_bytes) &
+			~4095ULL;
+
+		t->nlim[k] = t->nlo[k] + moem_min(len, moem_max(share, big));
+	}
+}
+
+/*
+ * A place for in: one node, first fit as before; over several, the node
+ * the version is given to ((layer + expert) % nodes: a layer's experts
+ * alternate, so the CPU workers of every node get a share of a layer's
+ * work and every node's memory bandwidth serves it), else the next node
+ * with room.
+ */
+static int dram_place(struct moem_tiers *t, const struct ver *in, uint64_t bytes, uint64_t *off)
+{
+	uint32_t le = moem_tr_le(t, in), k0;
+
+	if (t->n_nodes <= 1)
+		return moem_extent_alloc(&t->dx, bytes, off);
+	k0 = (le / t->c.n_experts + le % t->c.n_experts) % t->n_nodes;
+	for (uint32_t i = 0; i < t->n_nodes; i++) {
+		uint32_t k = (k0 + i) % t->n_nodes;
+
+		if (moem_extent_alloc_in(&t->dx, bytes, t->nlo[k], t->nlim[k], &t->nhint[k], off) ==
+		    0) {
+			if (i)
+				t->st.dram_node_fallback++;
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
 int moem_tr_dram_alloc(struct moem_tiers *t, const struct ver *in, bool evict, uint64_t *off)
 {
 	uint64_t bytes = moem_tr_vbytes(t, in);
@@ -41,7 +107,7 @@ int moem_tr_dram_alloc(struct moem_tiers *t, const struct ver *in, bool evict, u
 				 (unsigned long long)bytes, (unsigned long long)t->dram_budget);
 	for (;;) {
 		if (moem_extent_used_bytes(&t->dx) + moem_align_up(bytes, 4096) <= t->dram_budget &&
-		    moem_extent_alloc(&t->dx, bytes, off) == 0)
+		    dram_place(t, in, bytes, off) == 0)
 			return 0;
 		if (!evict ||
 		    t->dev_ev->pick(t->dev_ev, in->id, MOEM_PRIO_MISS, moem_tr_dram_ok, t, &id))

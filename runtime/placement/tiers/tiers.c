@@ -243,6 +243,16 @@ void moem_tiers_get_stats(struct moem_tiers *t, struct moem_tiers_stats *s)
 	s->hbm_resident[0] = t->n_resident[0];
 	s->hbm_resident[1] = t->n_resident[1];
 	s->dram_ready = t->n_ready;
+	s->n_nodes = t->n_nodes;
+	for (uint32_t k = 0; k < t->n_nodes; k++) {
+		uint64_t lim = t->n_nodes > 1 ? t->nlim[k]
+					      : moem_min(t->nhi[k], t->dram_budget & ~4095ULL);
+
+		s->dram_node[k].node = t->c.node_id[k];
+		s->dram_node[k].bytes = t->nhi[k] - t->nlo[k];
+		s->dram_node[k].budget = lim - t->nlo[k];
+		s->dram_node[k].used = moem_extent_used_in(&t->dx, t->nlo[k], t->nhi[k]);
+	}
 	pthread_mutex_unlock(&t->lock);
 	s->link_bw = moem_xfer_bandwidth(t->xfer);
 	{
@@ -251,6 +261,52 @@ void moem_tiers_get_stats(struct moem_tiers *t, struct moem_tiers_stats *s)
 		moem_xfer_get_stats(t->xfer, &xs);
 		s->link_busy_ns = xs.busy_ns;
 	}
+}
+
+int moem_tiers_dram_node(struct moem_tiers *t, uint32_t layer, uint32_t expert, uint32_t pi,
+			 int32_t *node, uint64_t *off)
+{
+	const struct ver *v;
+	int ret = moem_tr_check_version(t, layer, expert, pi);
+
+	if (ret)
+		return ret;
+	v = &t->v[((uint64_t)layer * t->c.n_experts + expert) * 2 + pi];
+	pthread_mutex_lock(&t->lock);
+	if (v->ds == D_READY) {
+		*off = v->doff;
+		*node = t->c.node_id[moem_tr_node_of(t, v->doff)];
+	} else {
+		ret = -ENOENT;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+/* The nodes' ranges from cfg (one covering the pool when none are given). */
+static int setup_nodes(struct moem_tiers *t, uint64_t pool_bytes)
+{
+	const struct moem_tiers_cfg *c = &t->c;
+
+	t->n_nodes = c->n_nodes ? c->n_nodes : 1;
+	if (t->n_nodes > MOEM_TIERS_MAX_NODES || c->node_off[0])
+		return moem_errf(EINVAL, "tiers: %u NUMA nodes, the first at %llu", c->n_nodes,
+				 (unsigned long long)c->node_off[0]);
+	if (!c->n_nodes)
+		t->c.node_id[0] = -1;
+	for (uint32_t k = 0; k < t->n_nodes; k++) {
+		t->nlo[k] = c->node_off[k];
+		t->nhi[k] = k + 1 < t->n_nodes ? c->node_off[k + 1] : pool_bytes;
+		if (t->nhi[k] <= t->nlo[k] || t->nhi[k] > pool_bytes || (t->nlo[k] & 4095))
+			return moem_errf(EINVAL,
+					 "tiers: NUMA node %d's range [%llu, %llu) is empty, "
+					 "unaligned or beyond the %llu-byte pool",
+					 c->node_id[k], (unsigned long long)t->nlo[k],
+					 (unsigned long long)t->nhi[k],
+					 (unsigned long long)pool_bytes);
+		t->nhint[k] = t->nlo[k];
+	}
+	return 0;
 }
 
 const void *moem_tiers_host_view(struct moem_tiers *t, const struct moem_xref *ref)
@@ -303,10 +359,13 @@ int moem_tiers_create(const struct moem_tiers_cfg *cfg, struct moem_tierdev *dev
 		t->v[i].t = t;
 		t->v[i].id = (uint32_t)i;
 	}
+	ret = setup_nodes(t, pool_bytes);
+	if (ret)
+		goto err_free;
 	ret = moem_extent_init(&t->hx, t->capacity, 0, __builtin_ctzll(t->slot_gran));
 	if (ret)
 		goto err_free;
-	ret = moem_extent_init(&t->dx, pool_bytes, 0, 12);
+	ret = moem_extent_init(&t->dx, pool_bytes, t->n_nodes > 1 ? pool_bytes : 0, 12);
 	if (ret)
 		goto err_hx;
 	ret = dev->ops->reserve(dev, t->capacity, &t->base);

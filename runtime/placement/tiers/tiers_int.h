@@ -82,6 +82,14 @@ struct moem_tiers {
 	moem_tiers_note_fn note;
 	void *note_arg;
 	uint64_t n_resident[2], n_ready; /* versions RESIDENT by pi, READY */
+	/* DRAM over NUMA nodes (staging.c; n_nodes 1: one range, as before):
+	 * node k's range [nlo[k], nhi[k]), the part of it the budget allows
+	 * [nlo[k], nlim[k]), its next-fit hint; win_budget: the budget for
+	 * which no version lies outside the allowed parts. */
+	uint32_t n_nodes;
+	uint64_t nlo[MOEM_TIERS_MAX_NODES], nhi[MOEM_TIERS_MAX_NODES];
+	uint64_t nlim[MOEM_TIERS_MAX_NODES], nhint[MOEM_TIERS_MAX_NODES];
+	uint64_t win_budget;
 };
 
 /* staging.c: v is leaving HBM; copy it back to DRAM if the HBM evictor says so (lock held). */
@@ -130,6 +138,12 @@ void moem_tr_hbm_evict(struct moem_tiers *t, struct ver *v);
 int moem_tr_hbm_alloc(struct moem_tiers *t, const struct ver *in, enum moem_prio prio,
 		      uint64_t *off, uint64_t *wait_seq);
 
+/* staging.c: the node index (0..n_nodes-1) whose range holds pool offset off. */
+uint32_t moem_tr_node_of(const struct moem_tiers *t, uint64_t off);
+/* staging.c: v's DRAM copy lies beyond what the DRAM budget allows. */
+bool moem_tr_dram_above(const struct moem_tiers *t, const struct ver *v);
+/* staging.c: move the nodes' allowed parts to the DRAM budget. */
+void moem_tr_dram_windows(struct moem_tiers *t);
 /* staging.c: ready, not read by a copy or the CPU (the DRAM evictor's ok()). */
 bool moem_tr_dram_ok(void *arg, uint32_t id);
 void moem_tr_dram_evict(struct moem_tiers *t, struct ver *v);
