@@ -295,6 +295,15 @@ struct moem_engine_status {
 	 * string and, on the CPU backend, its worker threads (CUDA: 0). */
 	char backend_device[128];
 	uint32_t backend_threads;
+	/* The DRAM tier per NUMA node (moem_tiers_stats.dram_node): one entry
+	 * on a one-node pool; pool_bound: placed with mbind and checked. */
+	bool pool_bound;
+	uint32_t dram_n_nodes;
+	struct {
+		int32_t node; /* -1: not known */
+		uint64_t bytes, budget, used;
+	} dram_node[MOEM_POOL_MAX_NODES];
+	uint64_t dram_node_fallback; /* versions placed off their node: it was full */
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
 

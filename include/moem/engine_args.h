@@ -49,6 +49,7 @@ struct moem_engine_args {
 	char *hbm, *dram, *precisions;
 	char *region;	   /* the region setting (o.pool.name points here) */
 	char *mem_reserve; /* the mem-reserve setting until resolved */
+	char *dram_nodes;  /* the dram-nodes setting (o.pool.nodes points here) */
 };
 
 /* Defaults: synthetic workload, batch 8, 32 steps, bf16, auto backend and pool. */

@@ -250,6 +250,26 @@ static int open_pool(struct moem_engine *e)
 	return 0;
 }
 
+/*
+ * The pool's NUMA ranges in the tiers' offsets (the directory takes the
+ * pool's first bytes): the DRAM tier places each expert on a node.
+ */
+static void tiers_nodes(const struct moem_engine *e, struct moem_tiers_cfg *tc)
+{
+	const struct moem_pool_info *pi = &e->pool_info;
+	uint64_t dir = dir_bytes(e);
+
+	_Static_assert(MOEM_TIERS_MAX_NODES == MOEM_POOL_MAX_NODES, "node tables differ");
+	for (uint32_t k = 0; k < pi->n_nodes; k++) {
+		uint64_t end = pi->nodes[k].off + pi->nodes[k].bytes;
+
+		if (end <= dir)
+			continue; /* all directory */
+		tc->node_id[tc->n_nodes] = pi->nodes[k].node;
+		tc->node_off[tc->n_nodes++] = pi->nodes[k].off > dir ? pi->nodes[k].off - dir : 0;
+	}
+}
+
 static int open_tiers(struct moem_engine *e)
 {
 	struct moem_tiers_cfg tc = {
@@ -273,6 +293,7 @@ static int open_tiers(struct moem_engine *e)
 	};
 	int ret;
 
+	tiers_nodes(e, &tc);
 	if (e->uvm)
 		ret = moem_tierdev_uvm_create(e->be, &e->dev);
 	else if (moem_backend_kind(e->be) == MOEM_BACKEND_CUDA)
@@ -859,6 +880,15 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->hbm_used = ts.hbm_used;
 	st->dram_budget = ts.dram_budget;
 	st->dram_used = ts.dram_used;
+	st->pool_bound = e->pool_info.bound;
+	st->dram_n_nodes = ts.n_nodes;
+	for (uint32_t k = 0; k < ts.n_nodes; k++) {
+		st->dram_node[k].node = ts.dram_node[k].node;
+		st->dram_node[k].bytes = ts.dram_node[k].bytes;
+		st->dram_node[k].budget = ts.dram_node[k].budget;
+		st->dram_node[k].used = ts.dram_node[k].used;
+	}
+	st->dram_node_fallback = ts.dram_node_fallback;
 	st->hbm_resident_hi = ts.hbm_resident[0];
 	st->hbm_resident_lo = ts.hbm_resident[1];
 	st->dram_ready = ts.dram_ready;

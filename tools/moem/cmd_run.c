@@ -77,6 +77,7 @@ static const struct option run_opts[] = {
 	{"pregate", required_argument, NULL, 0},
 	{"hbm-mode", required_argument, NULL, 0},
 	{"mem-reserve", required_argument, NULL, 0},
+	{"dram-nodes", required_argument, NULL, 0},
 	{"require-pinned", no_argument, NULL, 0},
 	{"counts-out", required_argument, NULL, 0},
 	{"ready-fd", required_argument, NULL, 0},
@@ -110,6 +111,7 @@ static void run_usage(FILE *f)
 		"                [--exec gpu|hybrid] [--cpu-moe-layers N] [--cpu-gbps X]\n"
 		"                [--cpu-token-ns NS] [--place RULE]... [--calibration FILE|none]\n"
 		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
+		"                [--dram-nodes all|LIST]\n"
 		"                [--ready-fd FD] [--until-eof FD]\n"
 		"                [--config FILE] [--json] [--quiet]\n"
 		"Sizes take K/M/G/T suffixes, or a percentage of the pack's expert bytes.\n"
@@ -234,6 +236,33 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("uvm_prefetch_bytes", st->uvm_prefetch_bytes);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
+	{
+		/* the DRAM tier per NUMA node: [{node, bytes, budget, used, free}] */
+		json_object *nodes = json_object_new_array();
+
+		for (uint32_t k = 0; k < st->dram_n_nodes; k++) {
+			json_object *n = json_object_new_object();
+
+			json_object_object_add(n, "node",
+					       json_object_new_int(st->dram_node[k].node));
+			json_object_object_add(n, "bytes",
+					       json_object_new_uint64(st->dram_node[k].bytes));
+			json_object_object_add(n, "budget",
+					       json_object_new_uint64(st->dram_node[k].budget));
+			json_object_object_add(n, "used",
+					       json_object_new_uint64(st->dram_node[k].used));
+			json_object_object_add(
+				n, "free",
+				json_object_new_uint64(
+					st->dram_node[k].budget > st->dram_node[k].used
+						? st->dram_node[k].budget - st->dram_node[k].used
+						: 0));
+			json_object_array_add(nodes, n);
+		}
+		json_object_object_add(o, "dram_nodes", nodes);
+		json_object_object_add(o, "pool_bound", json_object_new_boolean(st->pool_bound));
+		J_U64("dram_node_fallback", st->dram_node_fallback);
+	}
 	J_U64("batch", a->ea.w.batch);
 	J_U64("steps", rs->total.step);
 	J_U64("tokens", rs->total.tokens);

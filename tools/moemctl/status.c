@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include <moem/dev.h>
 #include <moem/util.h>
 
@@ -91,6 +93,31 @@ static void print_serving(struct json_object *sv)
 	printf("\n");
 }
 
+/* The DRAM tier per NUMA node, when the pool spans several (or names its node). */
+static void dram_nodes(struct json_object *t)
+{
+	struct json_object *nodes = jobj(t, "dram_nodes");
+	char a[32], b[32], c[32];
+	size_t n;
+
+	if (!nodes || !json_object_is_type(nodes, json_type_array))
+		return;
+	n = json_object_array_length(nodes);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *nd = json_object_array_get_idx(nodes, i);
+		int64_t node = json_object_get_int64(jobj(nd, "node"));
+
+		if (n == 1 && node < 0)
+			return; /* one node, not known: nothing to add */
+		printf("          DRAM node %lld: %s used, %s free (of %s)\n", (long long)node,
+		       bytes(ju64(nd, "used"), a), bytes(ju64(nd, "free"), b),
+		       bytes(ju64(nd, "bytes"), c));
+	}
+	if (ju64(t, "dram_node_fallback"))
+		printf("          %llu versions placed off their node (it was full)\n",
+		       (unsigned long long)ju64(t, "dram_node_fallback"));
+}
+
 void print_status(struct json_object *st)
 {
 	struct json_object *d = jobj(st, "daemon"), *k = jobj(st, "kernel"), *p = jobj(st, "pool"),
@@ -143,6 +170,7 @@ void print_status(struct json_object *st)
 		printf("          DRAM %s of %s (%llu versions staged); link %.1f GB/s\n",
 		       bytes(ju64(t, "dram_used"), a), bytes(ju64(t, "dram_budget"), b),
 		       (unsigned long long)ju64(t, "dram_ready"), jdbl(t, "link_gbps"));
+		dram_nodes(t);
 	}
 	if (c) {
 		printf("counters  %llu steps; HBM hits %llu, misses %llu, fallbacks %llu (hit rate "

@@ -45,6 +45,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"pregate", false, MOEM_ARG_ENGINE},
 	{"hbm-mode", false, MOEM_ARG_ENGINE},
 	{"mem-reserve", false, MOEM_ARG_ENGINE},
+	{"dram-nodes", false, MOEM_ARG_ENGINE},
 	{"require-pinned", true, MOEM_ARG_ENGINE},
 	{"exec", false, MOEM_ARG_ENGINE},
 	{"cpu-moe-layers", false, MOEM_ARG_ENGINE},
@@ -104,6 +105,7 @@ void moem_engine_args_free(struct moem_engine_args *a)
 	free(a->precisions);
 	free(a->region);
 	free(a->mem_reserve);
+	free(a->dram_nodes);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -129,7 +131,9 @@ int moem_engine_args_copy(struct moem_engine_args *dst, const struct moem_engine
 	ret |= dup_str(&dst->precisions, src->precisions);
 	ret |= dup_str(&dst->region, src->region);
 	ret |= dup_str(&dst->mem_reserve, src->mem_reserve);
+	ret |= dup_str(&dst->dram_nodes, src->dram_nodes);
 	dst->o.pool.name = dst->region;
+	dst->o.pool.nodes = dst->dram_nodes;
 	if (ret) {
 		moem_engine_args_free(dst);
 		return -ENOMEM;
@@ -291,6 +295,20 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 		return set_str(&a->w.mix, v);
 	if (!strcmp(name, "mem-reserve"))
 		return set_own(&a->mem_reserve, v);
+	if (!strcmp(name, "dram-nodes")) {
+		int32_t nodes[MOEM_POOL_MAX_NODES];
+		uint32_t n;
+
+		/* "all" (or empty): every node; a list is checked now, not at open */
+		if (!strcmp(v, "all"))
+			v = "";
+		ret = moem_pool_nodes_parse(v, nodes, &n);
+		if (!ret)
+			ret = set_own(&a->dram_nodes, v);
+		if (!ret)
+			a->o.pool.nodes = a->dram_nodes;
+		return ret;
+	}
 	if (!strcmp(name, "threads") || !strcmp(name, "cpu-threads")) {
 		/* one worker per CPU at most: the workers are pinned, one CPU each;
 		 * "threads 0" (the older name) still means every CPU */

@@ -213,6 +213,7 @@ static void usage(FILE *f)
 		"  --region NAME (default moemd-<pack id>) --persistent[=no] --link-gbps X\n"
 		"  --loader MODE --no-verify --no-cuda-graphs --trace-out FILE --trace-logits\n"
 		"  --mem-reserve SIZE|PCT%% memory left to the machine (default 1/16 of RAM)\n"
+		"  --dram-nodes all|LIST  NUMA nodes the pool spans (default all, e.g. 0,1)\n"
 		"  --require-pinned     refuse to serve on a pool that is not pinned\n"
 		"default workload of 'run' requests:\n"
 		"  --workload synth|hidden:FILE|trace:FILE --batch B --steps N --mix W:x,.. --seed "
@@ -533,6 +534,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(n.sysfs_knobs != o->sysfs_knobs, "sysfs-knobs");
 	RESTART_IF(a->pool.require_pinned != b->pool.require_pinned, "require-pinned");
 	RESTART_IF(a->pool.mem_reserve != b->pool.mem_reserve, "mem-reserve");
+	RESTART_IF(str_differs(a->pool.nodes, b->pool.nodes), "dram-nodes");
 	RESTART_IF(str_differs(n.http.listen, o->http.listen), "listen");
 	RESTART_IF(str_differs(n.http.api_key, o->http.api_key), "api-key");
 	RESTART_IF(str_differs(n.http.model_name, o->http.model_name), "model-name");

@@ -233,6 +233,19 @@ static void engine(struct out *o, struct moemd *d)
 	help(o, "moem_used_bytes", "gauge", "bytes in use in each tier");
 	put(o, "moem_used_bytes{tier=\"hbm\"} %llu\n", (unsigned long long)st.hbm_used);
 	put(o, "moem_used_bytes{tier=\"dram\"} %llu\n", (unsigned long long)st.dram_used);
+	help(o, "moem_dram_node_bytes", "gauge",
+	     "the DRAM tier per NUMA node: bytes used and free of its share of the budget");
+	for (uint32_t k = 0; k < st.dram_n_nodes; k++) {
+		uint64_t nb = st.dram_node[k].budget, nu = st.dram_node[k].used;
+
+		put(o, "moem_dram_node_bytes{node=\"%d\",state=\"used\"} %llu\n",
+		    st.dram_node[k].node, (unsigned long long)nu);
+		put(o, "moem_dram_node_bytes{node=\"%d\",state=\"free\"} %llu\n",
+		    st.dram_node[k].node, (unsigned long long)(nb > nu ? nb - nu : 0));
+	}
+	one(o, "moem_dram_node_fallback_total", "counter",
+	    "expert versions placed off their NUMA node because it was full",
+	    (double)st.dram_node_fallback);
 	if (kv) {
 		put(o, "moem_used_bytes{tier=\"kv\"} %llu\n", (unsigned long long)kv_used);
 		one(o, "moem_kv_sequences", "gauge", "sequences holding KV cache blocks",
