@@ -39,6 +39,7 @@ static const struct option dec_opts[] = {
 	{"backend", required_argument, NULL, 0},
 	{"threads", required_argument, NULL, 0},
 	{"pool", required_argument, NULL, 0},
+	{"dram-nodes", required_argument, NULL, 0},
 	{"link-gbps", required_argument, NULL, 0},
 	{"exec", required_argument, NULL, 0},
 	{"cpu-moe-layers", required_argument, NULL, 0},
@@ -92,7 +93,7 @@ static void usage(FILE *f)
 		"                   [budgets and policies as moem run: --hbm --dram --precisions\n"
 		"                    --route --evict --prefetch --precision --paging --backend\n"
 		"                    --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X\n"
-		"                    --place RULE ...]\n"
+		"                    --place RULE ... --pool --dram-nodes]\n"
 		"Each --tokens is one sequence; all are decoded together as one batch.\n"
 		"Greedy (temperature 0) unless --temperature is given.\n"
 		"--dense-prec quantizes the attention projections and an untied lm_head\n"

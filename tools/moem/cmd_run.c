@@ -26,6 +26,7 @@
 #include <moem/util.h>
 
 #include "cmd.h"
+#include "numa_json.h"
 
 struct run_args {
 	struct moem_engine_args ea;
@@ -236,33 +237,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("uvm_prefetch_bytes", st->uvm_prefetch_bytes);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
-	{
-		/* the DRAM tier per NUMA node: [{node, bytes, budget, used, free}] */
-		json_object *nodes = json_object_new_array();
-
-		for (uint32_t k = 0; k < st->dram_n_nodes; k++) {
-			json_object *n = json_object_new_object();
-
-			json_object_object_add(n, "node",
-					       json_object_new_int(st->dram_node[k].node));
-			json_object_object_add(n, "bytes",
-					       json_object_new_uint64(st->dram_node[k].bytes));
-			json_object_object_add(n, "budget",
-					       json_object_new_uint64(st->dram_node[k].budget));
-			json_object_object_add(n, "used",
-					       json_object_new_uint64(st->dram_node[k].used));
-			json_object_object_add(
-				n, "free",
-				json_object_new_uint64(
-					st->dram_node[k].budget > st->dram_node[k].used
-						? st->dram_node[k].budget - st->dram_node[k].used
-						: 0));
-			json_object_array_add(nodes, n);
-		}
-		json_object_object_add(o, "dram_nodes", nodes);
-		json_object_object_add(o, "pool_bound", json_object_new_boolean(st->pool_bound));
-		J_U64("dram_node_fallback", st->dram_node_fallback);
-	}
+	dram_nodes_json(o, st);
 	J_U64("batch", a->ea.w.batch);
 	J_U64("steps", rs->total.step);
 	J_U64("tokens", rs->total.tokens);

@@ -27,6 +27,7 @@ static const char *const opt_names[MOEM_GEN_N_OPTS] = {
 	"backend",
 	"threads",
 	"pool",
+	"dram-nodes",
 	"link-gbps",
 	"loader",
 	"no-verify",

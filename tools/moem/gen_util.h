@@ -27,7 +27,7 @@ struct json_object;
  * to moem_gen_set()): written to out[0..MOEM_GEN_N_OPTS); the caller adds
  * its own and the terminating {0}.
  */
-#define MOEM_GEN_N_OPTS 40
+#define MOEM_GEN_N_OPTS 41
 void moem_gen_options(struct option *out);
 
 /* The usage lines of those options. */
