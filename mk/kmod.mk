@@ -8,6 +8,7 @@
 #                         6.1 and 6.12), warnings as errors
 #   make test-kmod        the guest suite under qemu -accel tcg, on each kernel of
 #                         KVERS in turn, with a result line for each
+#   make test-numa        the NUMA guest alone (two nodes; make test-kmod runs it too)
 #   make test-kmod-debug  the suite on a debug build of 6.12 (KASAN, lockdep,
 #                         kmemleak, ...) made once into $(O)/kernel-debug; long,
 #                         not part of `make test`
@@ -21,14 +22,14 @@ KSFT_HDRS := $(wildcard tests/kselftest/*.h)
 # and liburing included. Sanitizers need their runtime, so never here.
 KSFT_CFLAGS := $(filter-out -fsanitize=% -fno-sanitize-recover=% -fPIC,$(CFLAGS)) -static \
 	-Wno-sign-compare -Wno-misleading-indentation
-KSFT_LDLIBS := -luring -lpthread
+KSFT_LDLIBS := -luring -lnuma -lpthread
 KMOD_SRCS := Kbuild kmod/Kbuild $(wildcard kmod/*.c kmod/*.h) $(wildcard include/uapi/linux/moem*.h)
 KMOD_ALL := $(foreach v,$(KVERS),$(O)/kmod/$(v)/moem.ko)
 KDEBUG	:= $(O)/kernel-debug
 
 TEST_SUITES += test-kmod
 
-.PHONY: kmod kmod-all kmod-clean test-kmod test-kmod-debug kselftest-build kmod-shell
+.PHONY: kmod kmod-all kmod-clean test-kmod test-numa test-kmod-debug kselftest-build kmod-shell
 
 # kbuild must not see this Makefile's command-line O= (its own O= means
 # something else), so drop command-line variables from what it inherits.
@@ -58,8 +59,18 @@ kselftest-build: $(KSFT_BINS)
 # test-kernels.sh exits 77 when qemu or every guest kernel is missing: a
 # skip, not a failure of `make test` (it says why).
 # GUEST_EXTRA_BINS: helpers other areas put in the guest (mk/bpf.mk).
+# Then the NUMA guest (make test-numa), after it: never two TCG guests at once.
 test-kmod: $(KMOD_ALL) kselftest-build $(GUEST_EXTRA_BINS)
 	$(Q)scripts/guest/test-kernels.sh $(O) "$(KVERS)" $(KSFT_BINS) $(GUEST_EXTRA_BINS); \
+		rc=$$?; [ $$rc -eq 77 ] && rc=0; \
+		scripts/guest/test-kernels.sh --numa $(O) "$(KVERS)" $(NUMA_BINS); \
+		rn=$$?; [ $$rn -eq 77 ] && rn=0; [ $$rc -eq 0 ] && [ $$rn -eq 0 ]
+
+# The DRAM pool and tier on a guest with two NUMA nodes (QEMU's emulated
+# NUMA), on each kernel: tests/kselftest/numa_test.c as root and as a user.
+NUMA_BINS := $(O)/kselftest/numa_test $(O)/kselftest/moem_asuser
+test-numa: $(KMOD_ALL) $(NUMA_BINS)
+	$(Q)scripts/guest/test-kernels.sh --numa $(O) "$(KVERS)" $(NUMA_BINS); \
 		rc=$$?; [ $$rc -eq 77 ] && rc=0; exit $$rc
 
 # The debug kernel: built once (scripts/guest/debug-kernel.sh says how long),

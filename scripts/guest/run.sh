@@ -25,6 +25,8 @@
 #     --disk-mb N     size of that disk (default 64)
 #     --env K=V       export K=V to the guest's script (repeatable)
 #     --mem MB        guest memory (default 2048)
+#     --numa N        N NUMA nodes (2..8), the memory split evenly, one vCPU
+#                     each (-smp N); default one node, two vCPUs
 #
 # Fails on: a "not ok" TAP line, a program that exits non-zero or is
 # killed by its timeout, a program with no result, a failed rmmod, and any
@@ -47,6 +49,7 @@ script=
 check=$here/check.sh
 disk_mb=64
 mem_mb=2048
+numa=1
 disk_add=()
 envs=()
 while [ $# -gt 0 ]; do
@@ -57,6 +60,7 @@ while [ $# -gt 0 ]; do
 	--disk-mb) disk_mb=$2; shift 2 ;;
 	--env) envs+=("$2"); shift 2 ;;
 	--mem) mem_mb=$2; shift 2 ;;
+	--numa) numa=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
 	--kimage) kimage=$2; shift 2 ;;
 	--kver) kver=$2; shift 2 ;;
@@ -170,14 +174,25 @@ append="console=ttyS0 quiet panic=-1 nokaslr no_timer_check"
 # (6.12, no module loaded) and starve a vCPU's timer into an RCU stall
 # (6.1), one run in many; the guest is slower, and reproducible.
 accel=tcg,thread=single
+# The machine: two vCPUs on one node, or --numa N nodes of one vCPU and
+# an equal share of the memory each.
+machine=(-m "$mem_mb" -smp 2)
+if [ "$numa" -gt 1 ]; then
+	[ "$numa" -le 8 ] || die "--numa $numa: at most 8 nodes"
+	machine=(-m "$((mem_mb / numa * numa))" -smp "$numa")
+	for ((n = 0; n < numa; n++)); do
+		machine+=(-object "memory-backend-ram,id=m$n,size=$((mem_mb / numa))M"
+			-numa "node,nodeid=$n,cpus=$n,memdev=m$n")
+	done
+fi
 log=$work/guest.log
 start=$(date +%s%N)
 if [ $shell -eq 1 ]; then
-	exec "$qemu" -accel "$accel" -m "$mem_mb" -smp 2 -nographic -no-reboot -kernel "$kimage" \
+	exec "$qemu" -accel "$accel" "${machine[@]}" -nographic -no-reboot -kernel "$kimage" \
 		-initrd "$work/initramfs.cpio" -append "$append" \
 		-drive "file=$work/disk.img,if=virtio,format=raw" -nic none
 fi
-timeout -k 10 "$tmo" "$qemu" -accel "$accel" -m "$mem_mb" -smp 2 -nographic -no-reboot \
+timeout -k 10 "$tmo" "$qemu" -accel "$accel" "${machine[@]}" -nographic -no-reboot \
 	-kernel "$kimage" -initrd "$work/initramfs.cpio" -append "$append" \
 	-drive "file=$work/disk.img,if=virtio,format=raw" -nic none </dev/null >"$log" 2>&1
 qrc=$?

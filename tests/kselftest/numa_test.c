@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * The DRAM pool over NUMA nodes, on a guest booted with two of them
+ * (scripts/guest/run.sh --numa 2, make test-numa): a thp pool and, as
+ * root, a hugetlb pool span both nodes with every 2 MiB chunk on the node
+ * its range names, as move_pages(2) reports it; the DRAM tier over such a
+ * pool puts the experts of one layer on both nodes, each version's pages
+ * (first and last) on the node the tier says. Where the machine has one
+ * node (the ordinary guest, MOEM_NUMA_NODES unset) it skips; where
+ * MOEM_NUMA_NODES says how many there must be, fewer is a failure.
+ */
+#include <errno.h>
+#include <numa.h>
+#include <numaif.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <moem/error.h>
+#include <moem/pool.h>
+#include <moem/tierdev.h>
+#include <moem/tiers.h>
+#include <moem/util.h>
+
+#include "kselftest_harness.h"
+
+/* How many nodes this guest has; SKIPs (or fails, when told how many to expect) below two. */
+#define NEED_TWO_NODES()                                                           \
+	do {                                                                       \
+		const char *want = getenv("MOEM_NUMA_NODES");                      \
+		int have = numa_available() < 0 ? 1 : numa_num_configured_nodes(); \
+		if (want && have < atoi(want))                                     \
+			ASSERT_GE(have, atoi(want))                                \
+			TH_LOG("the guest should have %s nodes", want);            \
+		if (have < 2)                                                      \
+			SKIP(return, "one NUMA node here");                        \
+	} while (0)
+
+static int page_node(const void *p)
+{
+	void *page = (void *)((uintptr_t)p & ~4095UL);
+	int status = -1;
+
+	if (move_pages(0, 1, &page, NULL, &status, 0))
+		return -errno;
+	return status;
+}
+
+/* Every chunk of every range on its node; both nodes used. */
+static void expect_spread(struct __test_metadata *_metadata, struct moem_pool *p)
+{
+	struct moem_pool_info info;
+	uint8_t *b = moem_pool_base(p);
+	uint64_t covered = 0;
+
+	moem_pool_get_info(p, &info);
+	ASSERT_EQ(2u, info.n_nodes);
+	ASSERT_TRUE(info.bound);
+	for (uint32_t k = 0; k < info.n_nodes; k++) {
+		const struct moem_pool_node *r = &info.nodes[k];
+
+		EXPECT_EQ((int32_t)k, r->node);
+		EXPECT_EQ(covered, r->off);
+		EXPECT_GT(r->bytes, 0u);
+		for (uint64_t off = r->off; off < r->off + r->bytes; off += MOEM_CHUNK_BYTES) {
+			ASSERT_EQ(r->node, page_node(b + off))
+			TH_LOG("chunk at %llu", (unsigned long long)off);
+			ASSERT_EQ(r->node, page_node(b + off + MOEM_CHUNK_BYTES - 1));
+		}
+		covered += r->bytes;
+	}
+	EXPECT_EQ(moem_pool_size(p), covered);
+	/* the memory works: written and read back */
+	memset(b, 0x5a, covered);
+	for (uint64_t i = 0; i < covered; i += 4093)
+		ASSERT_EQ(0x5a, b[i]);
+}
+
+TEST(thp_pool_spans_both_nodes)
+{
+	struct moem_pool_opts o = {.provider = MOEM_POOL_THP, .size = 64 * MOEM_MiB};
+	struct moem_pool *p;
+
+	NEED_TWO_NODES();
+	/* the default: every node the process may allocate on */
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	expect_spread(_metadata, p);
+	moem_pool_close(p);
+	/* named, unequal split: 5 chunks, 3 on node 0 and 2 on node 1 */
+	o.nodes = "0-1";
+	o.size = 10 * MOEM_MiB;
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	expect_spread(_metadata, p);
+	{
+		struct moem_pool_info info;
+
+		moem_pool_get_info(p, &info);
+		EXPECT_EQ(6 * MOEM_MiB, info.nodes[0].bytes);
+		EXPECT_EQ(4 * MOEM_MiB, info.nodes[1].bytes);
+	}
+	moem_pool_close(p);
+	/* one node named: all of it there */
+	o.nodes = "1";
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	for (uint64_t off = 0; off < moem_pool_size(p); off += MOEM_CHUNK_BYTES)
+		ASSERT_EQ(1, page_node((uint8_t *)moem_pool_base(p) + off));
+	moem_pool_close(p);
+	/* a node the guest does not have */
+	o.nodes = "0,2";
+	EXPECT_EQ(-ENODEV, moem_pool_open(&o, &p));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "does not exist"))
+	TH_LOG("%s", moem_last_error());
+}
+
+static int write_int(const char *path, long v)
+{
+	FILE *f = fopen(path, "w");
+	int ret = 0;
+
+	if (!f)
+		return -errno;
+	if (fprintf(f, "%ld\n", v) < 0)
+		ret = -EIO;
+	if (fclose(f))
+		ret = -errno;
+	return ret;
+}
+
+#define NODE_HUGE "/sys/devices/system/node/node%d/hugepages/hugepages-2048kB/nr_hugepages"
+
+TEST(hugetlb_pool_spans_both_nodes)
+{
+	struct moem_pool_opts o = {.provider = MOEM_POOL_HUGETLB, .size = 16 * MOEM_MiB};
+	struct moem_pool *p;
+	char path[128];
+	int ret;
+
+	NEED_TWO_NODES();
+	if (geteuid())
+		SKIP(return, "reserving huge pages needs root");
+	for (int n = 0; n < 2; n++) {
+		snprintf(path, sizeof(path), NODE_HUGE, n);
+		ASSERT_EQ(0, write_int(path, 4));
+	}
+	ret = moem_pool_open(&o, &p);
+	EXPECT_EQ(0, ret) TH_LOG("%s", moem_last_error());
+	if (!ret) {
+		expect_spread(_metadata, p);
+		moem_pool_close(p);
+	}
+	/* enough huge pages in all, too few on one node: refused before
+	 * anything is mapped, naming the node */
+	snprintf(path, sizeof(path), NODE_HUGE, 0);
+	ASSERT_EQ(0, write_int(path, 7));
+	snprintf(path, sizeof(path), NODE_HUGE, 1);
+	ASSERT_EQ(0, write_int(path, 1));
+	EXPECT_EQ(-ENOSPC, moem_pool_open(&o, &p));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "NUMA node 1")) TH_LOG("%s", moem_last_error());
+	for (int n = 0; n < 2; n++) {
+		snprintf(path, sizeof(path), NODE_HUGE, n);
+		write_int(path, 0);
+	}
+}
+
+/* ---- the DRAM tier over a two-node pool ---------------------------------- */
+
+#define L     2
+#define N     8
+#define BYTES (3 * MOEM_MiB + 12345) /* spans chunks: its pages must all be on one node */
+
+struct job {
+	uint32_t l, e;
+	uint8_t *dst;
+	uint64_t bytes;
+	void (*done)(void *, int);
+	void *arg;
+	struct job *next;
+};
+
+/* Loads complete from a thread of their own (never inside read()). */
+struct tstager {
+	struct moem_stager s;
+	pthread_t th;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct job *jobs;
+	int stop;
+};
+
+static void *stager_thread(void *arg)
+{
+	struct tstager *st = arg;
+
+	pthread_mutex_lock(&st->lock);
+	while (!st->stop || st->jobs) {
+		struct job *j = st->jobs;
+
+		if (!j) {
+			pthread_cond_wait(&st->cond, &st->lock);
+			continue;
+		}
+		st->jobs = j->next;
+		pthread_mutex_unlock(&st->lock);
+		memset(j->dst, (int)(j->l * N + j->e + 1), j->bytes);
+		j->done(j->arg, 0);
+		free(j);
+		pthread_mutex_lock(&st->lock);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+static int stager_read(struct moem_stager *s, uint32_t l, uint32_t e, uint32_t pi, void *dst,
+		       uint64_t bytes, void (*done)(void *, int), void *arg)
+{
+	struct tstager *st = (struct tstager *)s;
+	struct job *j = calloc(1, sizeof(*j));
+
+	(void)pi;
+	if (!j)
+		return -ENOMEM;
+	*j = (struct job){l, e, dst, bytes, done, arg, NULL};
+	pthread_mutex_lock(&st->lock);
+	j->next = st->jobs;
+	st->jobs = j;
+	pthread_cond_signal(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+TEST(tier_spreads_each_layer_over_the_nodes)
+{
+	struct moem_pool_opts po = {.provider = MOEM_POOL_THP, .size = 64 * MOEM_MiB};
+	struct moem_emu_opts eo = {.link_gbps = 50, .granularity = 1 << 20};
+	struct tstager st = {.s.read = stager_read};
+	struct moem_tiers_cfg c = {
+		.n_layers = L,
+		.n_experts = N,
+		.n_prec = 1,
+		.bytes = {BYTES},
+		.hbm_budget = 8 * MOEM_MiB,
+		.dram_budget = 64 * MOEM_MiB,
+		.xfer = {.piece_bytes = 1 << 20},
+	};
+	struct moem_evictor *hev, *dev_ev;
+	struct moem_tiers_stats s;
+	struct moem_pool_info info;
+	struct moem_tierdev *dev;
+	struct moem_tiers *t;
+	struct moem_pool *p;
+	uint8_t *base;
+
+	NEED_TWO_NODES();
+	ASSERT_EQ(0, moem_pool_open(&po, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	ASSERT_EQ(2u, info.n_nodes);
+	c.n_nodes = info.n_nodes;
+	for (uint32_t k = 0; k < info.n_nodes; k++) {
+		c.node_id[k] = info.nodes[k].node;
+		c.node_off[k] = info.nodes[k].off;
+	}
+	base = moem_pool_base(p);
+	pthread_mutex_init(&st.lock, NULL);
+	pthread_cond_init(&st.cond, NULL);
+	ASSERT_EQ(0, pthread_create(&st.th, NULL, stager_thread, &st));
+	ASSERT_EQ(0, moem_tierdev_emu_create(&eo, &dev));
+	ASSERT_EQ(0, moem_evictor_lru_create(L * N * 2, &hev));
+	ASSERT_EQ(0, moem_evictor_lru_create(L * N * 2, &dev_ev));
+	ASSERT_EQ(0, moem_tiers_create(&c, dev, base, moem_pool_size(p), &st.s, hev, dev_ev, &t))
+	TH_LOG("%s", moem_last_error());
+	for (uint32_t l = 0; l < L; l++) {
+		for (uint32_t e = 0; e < N; e++) {
+			ASSERT_EQ(0, moem_tiers_stage(t, l, e, MOEM_TIER_HI))
+			TH_LOG("(%u,%u): %s", l, e, moem_last_error());
+		}
+	}
+	moem_tiers_drain(t);
+	for (uint32_t l = 0; l < L; l++) {
+		uint32_t per_node[2] = {0, 0};
+
+		for (uint32_t e = 0; e < N; e++) {
+			int32_t node;
+			uint64_t off;
+
+			ASSERT_EQ(0, moem_tiers_dram_node(t, l, e, MOEM_TIER_HI, &node, &off));
+			ASSERT_TRUE(node == 0 || node == 1);
+			per_node[node]++;
+			/* the kernel agrees with the tier, at both ends of the copy */
+			for (uint64_t i = 0; i < BYTES; i += MOEM_CHUNK_BYTES / 2) {
+				ASSERT_EQ(node, page_node(base + off + i))
+				TH_LOG("(%u,%u) at %llu+%llu", l, e, (unsigned long long)off,
+				       (unsigned long long)i);
+			}
+			ASSERT_EQ(node, page_node(base + off + BYTES - 1));
+			ASSERT_EQ((uint8_t)(l * N + e + 1), base[off + BYTES - 1]);
+		}
+		EXPECT_EQ(N / 2, per_node[0]) TH_LOG("layer %u", l);
+		EXPECT_EQ(N / 2, per_node[1]) TH_LOG("layer %u", l);
+	}
+	moem_tiers_get_stats(t, &s);
+	ASSERT_EQ(2u, s.n_nodes);
+	EXPECT_EQ(0u, s.dram_node_fallback);
+	EXPECT_EQ(s.dram_node[0].used, s.dram_node[1].used);
+	EXPECT_EQ(0, moem_tiers_check(t)) TH_LOG("%s", moem_last_error());
+	moem_tiers_destroy(t);
+	hev->destroy(hev);
+	dev_ev->destroy(dev_ev);
+	dev->ops->destroy(dev);
+	pthread_mutex_lock(&st.lock);
+	st.stop = 1;
+	pthread_cond_signal(&st.cond);
+	pthread_mutex_unlock(&st.lock);
+	pthread_join(st.th, NULL);
+	moem_pool_close(p);
+}
+
+TEST_HARNESS_MAIN
