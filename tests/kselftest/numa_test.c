@@ -33,7 +33,7 @@
 		int have = numa_available() < 0 ? 1 : numa_num_configured_nodes(); \
 		if (want && have < atoi(want))                                     \
 			ASSERT_GE(have, atoi(want))                                \
-			TH_LOG("the guest should have %s nodes", want);            \
+		TH_LOG("the guest should have %s nodes", want);                    \
 		if (have < 2)                                                      \
 			SKIP(return, "one NUMA node here");                        \
 	} while (0)
