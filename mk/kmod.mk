@@ -54,6 +54,9 @@ $(O)/kselftest/%: tests/kselftest/%.c $(KSFT_HDRS) $(GUEST_LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(TEST_CPPFLAGS) $(KSFT_CFLAGS) -o $@ $< $(GUEST_LIB) $(KSFT_LDLIBS)
 
+# numa_test runs the engine: all of libmoem's libraries, static.
+$(O)/kselftest/numa_test: KSFT_LDLIBS = $(LDLIBS)
+
 kselftest-build: $(KSFT_BINS)
 
 # test-kernels.sh exits 77 when qemu or every guest kernel is missing: a

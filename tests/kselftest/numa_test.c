@@ -5,7 +5,9 @@
  * root, a hugetlb pool span both nodes with every 2 MiB chunk on the node
  * its range names, as move_pages(2) reports it; the DRAM tier over such a
  * pool puts the experts of one layer on both nodes, each version's pages
- * (first and last) on the node the tier says. Where the machine has one
+ * (first and last) on the node the tier says; the engine computing every
+ * expert on the CPU from a pool over both nodes gives the outputs of a
+ * one-node run. Where the machine has one
  * node (the ordinary guest, MOEM_NUMA_NODES unset) it skips; where
  * MOEM_NUMA_NODES says how many there must be, fewer is a failure.
  */
@@ -18,13 +20,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <moem/engine.h>
 #include <moem/error.h>
+#include <moem/log.h>
+#include <moem/pack.h>
 #include <moem/pool.h>
 #include <moem/tierdev.h>
 #include <moem/tiers.h>
 #include <moem/util.h>
 
 #include "kselftest_harness.h"
+#include "../unit/store_test_util.h"
 
 /* How many nodes this guest has; SKIPs (or fails, when told how many to expect) below two. */
 #define NEED_TWO_NODES()                                                           \
@@ -314,6 +320,88 @@ TEST(tier_spreads_each_layer_over_the_nodes)
 	pthread_mutex_unlock(&st.lock);
 	pthread_join(st.th, NULL);
 	moem_pool_close(p);
+}
+
+/* ---- hybrid execution over a two-node pool ------------------------------- */
+
+static int run_engine(const char *pack, const char *nodes, struct moem_run_stats *rs,
+		      struct moem_engine_status *st)
+{
+	struct moem_engine_opts o = {
+		.pack_path = pack,
+		.backend = "cpu",
+		.threads = 2, /* one worker per node: vCPU n is node n */
+		.pool = {.provider = MOEM_POOL_THP, .nodes = nodes},
+		.hi = MOEM_PREC_BF16,
+		.dram_budget = 32 * MOEM_MiB,
+		.hbm_budget = 1 * MOEM_MiB,
+		.link_gbps = 50,
+		.exec_hybrid = true,
+		.cpu_moe_layers = 3, /* every MoE layer's experts on the CPU */
+		.cpu_gbps = 5,	     /* given: no measuring under TCG */
+		.cpu_token_ns = 1000,
+	};
+	struct moem_workload w = {.kind = MOEM_WL_SYNTH, .batch = 4, .steps = 6};
+	struct moem_engine *e;
+	int ret = moem_engine_open(&o, &e);
+
+	if (ret)
+		return ret;
+	ret = moem_engine_run(e, &w, NULL, NULL, rs);
+	moem_engine_get_status(e, st);
+	moem_engine_close(e);
+	return ret;
+}
+
+/*
+ * The engine with every expert computed on the CPU from a pool over both
+ * nodes gives the one-node run's outputs bit for bit, and the experts'
+ * copies (hence their work) were on both nodes.
+ */
+TEST(hybrid_outputs_equal_the_one_node_run)
+{
+	struct moem_mkmodel_opts mo;
+	struct moem_pack_opts po = {0};
+	struct moem_run_stats one, two;
+	struct moem_engine_status st;
+	char *dir, *model, *pack;
+
+	NEED_TWO_NODES();
+	moem_log_set_level(MOEM_LOG_WARN);
+	dir = st_tmpdir();
+	ASSERT_NE(NULL, dir);
+	model = st_path(dir, "model");
+	pack = st_path(dir, "m.moem");
+	st_tiny_opts(&mo, MOEM_ARCH_QWEN3_MOE, model);
+	mo.cfg.n_experts = 16;
+	mo.cfg.top_k = 4;
+	ASSERT_EQ(0, moem_mkmodel(&mo)) TH_LOG("%s", moem_last_error());
+	po.model_dir = model;
+	po.out_path = pack;
+	po.prec_mask = 1u << MOEM_PREC_BF16;
+	po.threads = 2;
+	ASSERT_EQ(0, moem_pack_write(&po)) TH_LOG("%s", moem_last_error());
+
+	ASSERT_EQ(0, run_engine(pack, "0", &one, &st)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(1u, st.dram_n_nodes);
+	EXPECT_EQ(0, st.dram_node[0].node);
+	EXPECT_GT(one.total.cpu_experts, 0u);
+	ASSERT_EQ(0, run_engine(pack, "0,1", &two, &st)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(2u, st.dram_n_nodes);
+	EXPECT_TRUE(st.pool_bound);
+	for (int k = 0; k < 2; k++) {
+		EXPECT_EQ(k, st.dram_node[k].node);
+		EXPECT_GT(st.dram_node[k].used, 0u) TH_LOG("node %d", k);
+	}
+	EXPECT_EQ(one.total.cpu_experts, two.total.cpu_experts);
+	EXPECT_STREQ(one.digest_hex, two.digest_hex);
+	TH_LOG("%llu CPU expert computations; digest %s; node 0 %llu, node 1 %llu bytes used",
+	       (unsigned long long)two.total.cpu_experts, two.digest_hex,
+	       (unsigned long long)st.dram_node[0].used, (unsigned long long)st.dram_node[1].used);
+	st_rm_rf(dir);
+	free(dir);
+	free(model);
+	free(pack);
 }
 
 TEST_HARNESS_MAIN
