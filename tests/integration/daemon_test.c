@@ -125,6 +125,18 @@ TEST_F(d, start_stop)
 	EXPECT_GT(dmn_u64(r, "tiers.hbm_budget"), 0u);
 	EXPECT_EQ(dmn_u64(r, "tiers.hbm_budget"), dmn_u64(r, "budgets.hbm_bytes"));
 	EXPECT_GT(dmn_u64(r, "tiers.dram_ready"), 0u); /* warm-up staged something */
+	{
+		/* the DRAM tier per NUMA node adds up to the tier (one node here) */
+		struct json_object *nodes = dmn_get(r, "tiers.dram_nodes");
+		uint64_t used = 0;
+
+		ASSERT_NE(NULL, nodes);
+		ASSERT_GE(json_object_array_length(nodes), 1u);
+		for (size_t i = 0; i < json_object_array_length(nodes); i++)
+			used += dmn_u64(json_object_array_get_idx(nodes, i), "used");
+		EXPECT_EQ(dmn_u64(r, "tiers.dram_used"), used);
+		EXPECT_EQ(0u, dmn_u64(r, "tiers.dram_node_fallback"));
+	}
 	EXPECT_STREQ("none", dmn_str(r, "policies.route"));
 	EXPECT_EQ(0, strncmp(dmn_str(r, "policies.hotness"), "engine", 6));
 	json_object_put(r);

@@ -544,6 +544,9 @@ TEST_F_TIMEOUT(http, kv_bytes_live, 120)
 	json_object_put(r);
 	EXPECT_EQ((double)want, metric(self->port, "moem_budget_bytes{tier=\"kv\"}"));
 	EXPECT_EQ((double)want, metric(self->port, "moem_knob{name=\"kv_bytes\"}"));
+	/* the DRAM tier per NUMA node (this machine: node 0 only) */
+	EXPECT_GT(metric(self->port, "moem_dram_node_bytes{node=\"0\",state=\"used\"}"), 0);
+	EXPECT_EQ(0, metric(self->port, "moem_dram_node_fallback_total"));
 
 	moem_clear_error();
 	ret = dmn_call(&self->d, "set", dmn_args("knob", "kv_bytes", "value", "1000", NULL), &r);
