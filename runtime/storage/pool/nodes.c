@@ -242,23 +242,23 @@ int moem_pool_nodes_bind(struct moem_pool *pool, void *base)
 	return 0;
 }
 
-/* move_pages(2) in status mode: the node of the first page of chunks [first, first + count). */
-static int chunk_nodes(const void *base, int32_t *out, uint64_t first, uint64_t count)
+/*
+ * move_pages(2) in status mode: the node of the page at byte at of each
+ * chunk in [first, first + count) (at most 512). A chunk in one huge
+ * page is all on one node; in 4 KiB pages (THP off) its first and last
+ * pages are what stray_chunk() looks at.
+ */
+static int chunk_nodes(const void *base, int32_t *out, uint64_t first, uint64_t count, uint64_t at)
 {
-	enum { BATCH = 512 };
-	void *pages[BATCH];
-	int status[BATCH];
+	void *pages[512];
+	int status[512];
 
-	for (uint64_t i = first; i < first + count; i += BATCH) {
-		unsigned long n = (unsigned long)moem_min((uint64_t)BATCH, first + count - i);
-
-		for (unsigned long j = 0; j < n; j++)
-			pages[j] = (uint8_t *)base + (i + j) * MOEM_CHUNK_BYTES;
-		if (move_pages(0, n, pages, NULL, status, 0))
-			return -errno;
-		for (unsigned long j = 0; j < n; j++)
-			out[i - first + j] = status[j];
-	}
+	for (uint64_t j = 0; j < count; j++)
+		pages[j] = (uint8_t *)base + (first + j) * MOEM_CHUNK_BYTES + at;
+	if (move_pages(0, (unsigned long)count, pages, NULL, status, 0))
+		return -errno;
+	for (uint64_t j = 0; j < count; j++)
+		out[j] = status[j];
 	return 0;
 }
 
@@ -266,19 +266,22 @@ static int chunk_nodes(const void *base, int32_t *out, uint64_t first, uint64_t 
 static int64_t stray_chunk(const void *base, uint64_t first, uint64_t count, int node,
 			   int32_t *where, int *err)
 {
+	static const uint64_t ends[2] = {0, MOEM_CHUNK_BYTES - 4096};
 	int32_t st[512];
 
 	for (uint64_t i = first; i < first + count; i += 512) {
 		uint64_t n = moem_min((uint64_t)512, first + count - i);
 
-		*err = chunk_nodes(base, st, i, n);
-		if (*err)
-			return (int64_t)i;
-		for (uint64_t j = 0; j < n; j++)
-			if (st[j] != node) {
-				*where = st[j];
-				return (int64_t)(i + j);
-			}
+		for (int e = 0; e < 2; e++) {
+			*err = chunk_nodes(base, st, i, n, ends[e]);
+			if (*err)
+				return (int64_t)i;
+			for (uint64_t j = 0; j < n; j++)
+				if (st[j] != node) {
+					*where = st[j];
+					return (int64_t)(i + j);
+				}
+		}
 	}
 	return -1;
 }
@@ -295,7 +298,7 @@ int moem_pool_nodes_check(struct moem_pool *pool, void *base)
 		int32_t first = -1, where = -1;
 		int err = 0;
 
-		if (chunk_nodes(base, &first, 0, 1) || first < 0)
+		if (chunk_nodes(base, &first, 0, 1, 0) || first < 0)
 			return 0;
 		if (stray_chunk(base, 0, pool->size / MOEM_CHUNK_BYTES, first, &where, &err) < 0)
 			pool->info.nodes[0].node = first;
