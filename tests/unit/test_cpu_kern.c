@@ -739,6 +739,35 @@ TEST(quantized_activations_match_definition)
 	free(x);
 }
 
+/*
+ * A block holding a NaN, anywhere in it, gets scale NaN and every q 0 (so
+ * the outputs that read it are NaN, as the fp32 paths give); the blocks
+ * around it are untouched. A NaN followed by finite values used to be
+ * forgotten by the amax scan, and the NaN element converted to int8.
+ */
+TEST(nan_in_a_block_makes_its_scale_nan)
+{
+	const uint32_t K = 256, NB = K / 64;
+	const uint32_t fmts = (1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8);
+	float *x = tb_rand_f32(43, K, 2.0);
+	struct cpu_act a;
+
+	ASSERT_NE(NULL, x);
+	for (uint32_t at = 0; at < 64; at += 21) {
+		x[64 + at] = NAN; /* block 1: first, middle, last-ish */
+		ASSERT_EQ(0, moem_cpu_prepare_act(x, 1, K, fmts, &a));
+		EXPECT_TRUE(isnan(a.qs[1])) TH_LOG("NaN at %u: scale %a", at, a.qs[1]);
+		for (uint32_t i = 0; i < 64; i++)
+			ASSERT_EQ(0, ((const int8_t *)a.v[CPU_ACT_QNAT])[64 + i]);
+		for (uint32_t b = 0; b < NB; b++)
+			if (b != 1)
+				EXPECT_TRUE(isfinite(a.qs[b]) && a.qs[b] > 0.0f);
+		moem_cpu_free_act(&a);
+		x[64 + at] = 0.5f;
+	}
+	free(x);
+}
+
 TEST(numa_work_follows_expert_pages)
 {
 	struct moem_cpu_topo topo = {.n_nodes = 2, .n_cpus = 4, .node_id = {0, 1}};

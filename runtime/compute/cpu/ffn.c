@@ -83,8 +83,9 @@ MOEM_CPU_CLONES static void quantize_row(struct act_buf *b, uint32_t row)
 		for (uint32_t i = 0; i < QB; i++) {
 			float v = fabsf(xb[i]);
 
-			if (!(v <= amax))
-				amax = v; /* NaN sticks */
+			/* a NaN sticks: nothing after it replaces it */
+			if (!(v <= amax) && !isnan(amax))
+				amax = v;
 			sum += xb[i];
 		}
 		sx = amax / 127.0f;
