@@ -607,6 +607,18 @@ void moem_driver_set_depth(struct moem_driver *d, uint32_t depth)
 	drv_unlock(d);
 }
 
+double moem_driver_expected_use(struct moem_driver *d, uint32_t key)
+{
+	double t;
+
+	if (key >= d->L * d->N)
+		return INFINITY;
+	drv_lock(d);
+	t = d->next_use[key];
+	drv_unlock(d);
+	return t;
+}
+
 const struct moem_cost *moem_driver_cost(const struct moem_driver *d)
 {
 	return &d->c.cost;
