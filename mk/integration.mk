@@ -12,8 +12,8 @@
 #
 #   MOEM_KILL9_ITERS=N      kill -9 iterations on the host (default 100)
 #   MOEM_GUEST_KILL9_ITERS=N  ... in the guest (default 30; TCG is slow)
-#   make bench-restart      warm/cold restart-to-first-step on a larger pack in the
-#                           guest (BENCH_RESTART_PACK="LAYERS EXPERTS HIDDEN WIDTH")
+#   make bench-restart      warm/cold restart-to-first-step in the guest on two
+#                           packs (BENCH_RESTART_PACKS="L E H I;L E H I", DOC=page)
 
 INTEG_SRCS	:= $(wildcard tests/integration/*_test.c)
 INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
@@ -86,17 +86,17 @@ test-daemon-guest: kmod guest-daemon-build
 		tests/integration/guest/run.sh $(O) $(KMOD) $(GUEST_DMN_PROGS) $(GUEST_DMN_BINS); \
 		rc=$$?; [ $$rc -eq 77 ] && rc=0; exit $$rc
 
-# The warm-restart measurement on a larger pack (a benchmark, on demand):
-# only warm_restart_test, in a guest with room for the pack's region.
-BENCH_RESTART_PACK	?= 4 32 1024 1024
+# The warm-restart measurement (a benchmark, on demand): only
+# warm_restart_test, in a guest with room for each pack's region, on the
+# test's pack and a larger one (bench/restart/run.sh;
+# BENCH_RESTART_PACKS="L E H I;L E H I"). DOC=path writes the page.
 BENCH_RESTART_MEM	?= 4096
 BENCH_SUITES		+= bench-restart
 
 .PHONY: bench-restart
 bench-restart: kmod guest-daemon-build
-	$(Q)KVER=$(KVER) KIMAGE=$(KIMAGE) MOEM=$(O)/bin/moem MOEM_GUEST_PACK="$(BENCH_RESTART_PACK)" \
-		MOEM_GUEST_MEM=$(BENCH_RESTART_MEM) MOEM_GUEST_POOL_MB=$$(($(BENCH_RESTART_MEM) / 2)) \
-		tests/integration/guest/run.sh $(O) $(KMOD) $(GUEST_DMN_PROGS) \
+	$(Q)KVER=$(KVER) KIMAGE=$(KIMAGE) MOEM=$(O)/bin/moem BENCH_RESTART_MEM=$(BENCH_RESTART_MEM) \
+		DOC=$(DOC) bench/restart/run.sh $(O) $(KMOD) $(GUEST_DMN_PROGS) \
 		$(O)/guest-daemon/warm_restart_test; rc=$$?; [ $$rc -eq 77 ] && rc=0; exit $$rc
 
 # One after the other (never in parallel: the guest's timings would suffer).

@@ -87,4 +87,4 @@ $(O)/bench/kmod/pin-cost: bench/kmod/pin_cost.c
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -luring
 
 bench-kmod-pin: $(O)/bench/kmod/pin-cost
-	$(Q)bench/kmod/pin_cost.sh $(O)/bench/kmod/pin-cost --dir $(O)/bench
+	$(Q)DOC=$(DOC) bench/kmod/pin_cost.sh $(O)/bench/kmod/pin-cost --dir $(O)/bench
