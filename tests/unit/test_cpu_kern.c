@@ -683,6 +683,91 @@ static uint16_t fake_node_of(const void *addr, void *arg)
  * threads on node 1): every FFN item runs on a worker of its expert's
  * node, both nodes work, and the result is the one-node result.
  */
+/*
+ * The activation quantizer (ffn.c, kern.h) against its definition written
+ * out here with libm: per block of 64, sx = amax / 127, q = nearbyintf(x /
+ * sx), the block sum in order, each format's element order. The library
+ * runs an AVX2 clone of it on this machine (vroundss for nearbyintf);
+ * every byte and float must be the same. Rows of mixed magnitudes, with
+ * zero blocks and values that land on .5 after the division.
+ */
+TEST(quantized_activations_match_definition)
+{
+	const uint32_t rows = 5, K = 1152, NB = K / 64;
+	const uint32_t fmts = (1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
+			      (1u << CPU_ACT_QM4);
+	float *x = tb_rand_f32(41, (size_t)rows * K, 3.0);
+	struct cpu_act a;
+
+	ASSERT_NE(NULL, x);
+	for (uint32_t i = 0; i < 64; i++) /* row 1, block 3: all zero */
+		x[K + 3 * 64 + i] = 0.0f;
+	for (uint32_t i = 0; i < 64; i++) /* row 2, block 0: k + 0.5 steps of amax 127 */
+		x[2 * K + i] = i == 0 ? 127.0f : (float)(i % 9) - 4.5f;
+	ASSERT_EQ(0, moem_cpu_prepare_act(x, rows, K, fmts, &a));
+	for (uint32_t r = 0; r < rows; r++)
+		for (uint32_t b = 0; b < NB; b++) {
+			const float *xb = x + (size_t)r * K + (size_t)b * 64;
+			size_t o = (size_t)r * K + (size_t)b * 64;
+			float amax = 0.0f, sum = 0.0f, sx;
+
+			for (uint32_t i = 0; i < 64; i++) {
+				amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+				sum += xb[i];
+			}
+			sx = amax / 127.0f;
+			ASSERT_EQ(0, memcmp(&sx, &a.qs[(size_t)r * NB + b], 4))
+			TH_LOG("row %u block %u: scale %a, want %a", r, b, a.qs[r * NB + b], sx);
+			ASSERT_EQ(0, memcmp(&sum, &a.xs[(size_t)r * NB + b], 4))
+			TH_LOG("row %u block %u: sum %a, want %a", r, b, a.xs[r * NB + b], sum);
+			for (uint32_t i = 0; i < 64; i++) {
+				float q = sx > 0.0f ? nearbyintf(xb[i] / sx) : 0.0f;
+				int8_t want = (int8_t)(q > 127.0f ? 127 : q < -127.0f ? -127 : q);
+				const int8_t *nat = a.v[CPU_ACT_QNAT], *eo = a.v[CPU_ACT_QEO];
+				const int8_t *m4 = a.v[CPU_ACT_QM4];
+				const uint8_t *u8 = a.v[CPU_ACT_QU8];
+
+				ASSERT_EQ(want, nat[o + i])
+				TH_LOG("row %u block %u element %u: %d, want %d", r, b, i,
+				       nat[o + i], want);
+				ASSERT_EQ(want, eo[o + (i & 1) * 32 + i / 2]);
+				ASSERT_EQ(want, m4[o + (i & 3) * 16 + i / 4]);
+				ASSERT_EQ((uint8_t)(want + 128), u8[o + i]);
+			}
+		}
+	moem_cpu_free_act(&a);
+	free(x);
+}
+
+/*
+ * A block holding a NaN, anywhere in it, gets scale NaN and every q 0 (so
+ * the outputs that read it are NaN, as the fp32 paths give); the blocks
+ * around it are untouched. A NaN followed by finite values used to be
+ * forgotten by the amax scan, and the NaN element converted to int8.
+ */
+TEST(nan_in_a_block_makes_its_scale_nan)
+{
+	const uint32_t K = 256, NB = K / 64;
+	const uint32_t fmts = (1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8);
+	float *x = tb_rand_f32(43, K, 2.0);
+	struct cpu_act a;
+
+	ASSERT_NE(NULL, x);
+	for (uint32_t at = 0; at < 64; at += 21) {
+		x[64 + at] = NAN; /* block 1: first, middle, last-ish */
+		ASSERT_EQ(0, moem_cpu_prepare_act(x, 1, K, fmts, &a));
+		EXPECT_TRUE(isnan(a.qs[1])) TH_LOG("NaN at %u: scale %a", at, a.qs[1]);
+		for (uint32_t i = 0; i < 64; i++)
+			ASSERT_EQ(0, ((const int8_t *)a.v[CPU_ACT_QNAT])[64 + i]);
+		for (uint32_t b = 0; b < NB; b++)
+			if (b != 1)
+				EXPECT_TRUE(isfinite(a.qs[b]) && a.qs[b] > 0.0f);
+		moem_cpu_free_act(&a);
+		x[64 + at] = 0.5f;
+	}
+	free(x);
+}
+
 TEST(numa_work_follows_expert_pages)
 {
 	struct moem_cpu_topo topo = {.n_nodes = 2, .n_cpus = 4, .node_id = {0, 1}};

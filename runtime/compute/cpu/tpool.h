@@ -39,6 +39,13 @@ uint32_t moem_tpool_size(const struct moem_tpool *p);
 uint32_t moem_tpool_nodes(const struct moem_tpool *p);
 /* How many workers are pinned. */
 uint32_t moem_tpool_pinned(const struct moem_tpool *p);
+/*
+ * How long a worker polls for the next job, and the caller for the
+ * workers to finish one, before either sleeps (tpool.c): the default,
+ * and a setter for tests (0: always sleep).
+ */
+#define MOEM_TPOOL_SPIN_NS 100000u
+void moem_tpool_set_spin(struct moem_tpool *p, uint64_t ns);
 /* The node worker w belongs to. */
 uint32_t moem_tpool_worker_node(const struct moem_tpool *p, uint32_t w);
 /*
