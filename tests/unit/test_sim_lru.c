@@ -29,8 +29,8 @@
  * issue's target, 0.9, at batch 1; at batch 8 what is reached on this
  * matrix, less a little (a policy change that loses more fails here).
  * Measured when set: 1.014 at batch 1 (FluxMoE's window; prefetching can
- * beat MIN, which bounds demand paging), 0.919 at batch 8 and 1.034 at
- * batch 32; pred, demand paging alone, 0.932, 0.878 and 0.974. On the
+ * beat MIN, which bounds demand paging), 0.919 at batch 8 and 1.010 at
+ * batch 32; pred, demand paging alone, 0.932, 0.879 and 0.953. On the
  * 48-layer shape batch 8 is about 0.8 of MIN, and the restricted oracles
  * say why (Documentation/policies.md).
  */
