@@ -155,6 +155,34 @@ field() { # trace, field, moem sim options...
 	done
 	echo
 
+	echo "What the information an online policy has can reach (batch 8, 25% HBM,"
+	echo "the matrix's traces): Belady's MIN restricted to what a policy could"
+	echo "know, \`belady:look=S,fb=pred\` (the next S layer runs exactly, as a"
+	echo "perfect pre-gate of depth S would give, and pred's online estimate for"
+	echo "the rest), \`belady:gran=step\` (each expert's next use known to the"
+	echo "step, not the layer), against pred and moem online; hit rate (x MIN)."
+	echo "Documentation/policies.md reads it."
+	echo
+	echo "| seed | MIN | look 1 | look 2 | look 24 | look 47 | look 48 | next step | pred | moem |"
+	echo "| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
+	for s in $SEEDS; do
+		sim "m-b8-s$s" --hbm 25% --md --policy belady \
+			--policy belady:look=1,fb=pred --policy belady:look=2,fb=pred \
+			--policy belady:look=24,fb=pred --policy belady:look=47,fb=pred \
+			--policy belady:look=48,fb=pred --policy belady:gran=step,fb=pred \
+			--policy pred --policy moem |
+			awk -F'|' -v s="$s" '
+			function trim(x) { gsub(/^ +| +$/, "", x); return x }
+			NR > 2 && NF > 10 { v[n++] = trim($5) " (" trim($7) ")" }
+			END {
+				printf "| %d", s
+				for (i = 0; i < n; i++)
+					printf " | %s", v[i]
+				printf " |\n"
+			}'
+	done
+	echo
+
 	echo "## 1. Every policy at HBM = 25%"
 	for t in b1 b8 b32 b8-code; do
 		echo

@@ -279,6 +279,12 @@ void moem_driver_set_n_hi(struct moem_driver *d, uint32_t n_hi);
 void moem_driver_set_capacity(struct moem_driver *d, uint32_t capacity);
 /* FluxMoE: experts of the next layer paged in at most (the batch moved). */
 void moem_driver_set_window(struct moem_driver *d, uint32_t window);
+/*
+ * The tick at which key is next expected to be used, from the predictor
+ * (pred's ranking: its layer's next run plus L (1 - q) / q); INFINITY
+ * before the predictor has seen its layer or without a predictor.
+ */
+double moem_driver_expected_use(struct moem_driver *d, uint32_t key);
 /* The cost model the driver decides with (the engine updates it from measurements). */
 const struct moem_cost *moem_driver_cost(const struct moem_driver *d);
 

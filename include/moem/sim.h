@@ -108,10 +108,27 @@ struct moem_sim_policy {
 	 * copied back when the cost model says so (moem_driver_copy_back());
 	 * 0: inclusive DRAM, never */
 	bool copy_back;
+	/*
+	 * belady only: what the oracle knows (a bound on what that much
+	 * information allows, not a policy). look > 0: MIN over the next look
+	 * ticks only; a key not used within them is evicted first, among such
+	 * keys by oracle_fb. step: next uses known to the step, not the tick
+	 * (ties by oracle_fb). Defaults (look 0, tick): MIN.
+	 */
+	uint32_t oracle_look;
+	bool oracle_step;
+	int oracle_fb; /* enum moem_sim_oracle_fb */
 	struct moem_dynaexq_cfg dx;
 	bool dx_pair_given, dx_n_hi_given;
 	struct moem_paging_cfg pg;
 	bool pg_initial_given;
+};
+
+/* How a restricted oracle ranks the keys it has no next use for (fb=). */
+enum moem_sim_oracle_fb {
+	MOEM_SIM_FB_LRU = 0,  /* least recently used first */
+	MOEM_SIM_FB_LFU = 1,  /* fewest uses so far first, then LRU */
+	MOEM_SIM_FB_PRED = 2, /* latest use the online predictor expects first (pred's rank) */
 };
 
 int moem_sim_policy_parse(const char *spec, struct moem_sim_policy *p);

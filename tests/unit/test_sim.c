@@ -109,6 +109,15 @@ TEST(policy_parse)
 	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("belady:route=piggyback", &p));
 	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("lru:route=lynx:alpha=1", &p));
 	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("mru", &p));
+	ASSERT_EQ(0, moem_sim_policy_parse("belady:look=16,fb=pred,gran=step", &p));
+	EXPECT_EQ(MOEM_SIM_BELADY, p.mode);
+	EXPECT_EQ(16u, p.oracle_look);
+	EXPECT_EQ(MOEM_SIM_FB_PRED, p.oracle_fb);
+	EXPECT_TRUE(p.oracle_step);
+	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("belady:fb=mru", &p));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "fb=mru"));
+	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("belady:gran=layer", &p));
+	EXPECT_EQ(-EINVAL, moem_sim_policy_parse("lru:look=4", &p)); /* an oracle's key */
 }
 
 TEST(deterministic)
@@ -166,6 +175,37 @@ TEST(belady_bound_and_budgets)
 			EXPECT_LE(r.hbm_peak, c.hbm_bytes) TH_LOG("%s", p);
 			EXPECT_GT(r.belady_hit_rate, 0);
 		}
+	}
+}
+
+/*
+ * The restricted oracles (what a policy with that much of the future can
+ * reach): a lookahead past the trace's end is MIN itself, decision for
+ * decision; any restriction is still demand paging, so never above MIN.
+ */
+TEST(restricted_oracles)
+{
+	const char *tr = trace(_metadata, "bound.trace", 4, 80, false);
+	struct moem_sim_opts o = {.warmup_steps = 5};
+	const char *pols[] = {
+		"belady:look=1",    "belady:look=8,fb=lfu",	"belady:look=8,fb=pred",
+		"belady:gran=step", "belady:gran=step,fb=pred", "belady:look=1,fb=pred"};
+	struct moem_sim_result r, min;
+	struct moem_sim_cost c;
+
+	cost(&c, 25);
+	ASSERT_EQ(0, run(tr, "belady", &c, &o, &min));
+	ASSERT_EQ(0, run(tr, "belady:look=100000", &c, &o, &r));
+	EXPECT_EQ(min.hits, r.hits);
+	ASSERT_EQ(0, run(tr, "belady:look=100000,fb=pred", &c, &o, &r));
+	EXPECT_EQ(min.hits, r.hits);
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(pols); i++) {
+		ASSERT_EQ(0, run(tr, pols[i], &c, &o, &r))
+		TH_LOG("%s: %s", pols[i], moem_last_error());
+		EXPECT_LE(r.hit_rate, r.belady_hit_rate + 1e-12) TH_LOG("%s", pols[i]);
+		EXPECT_EQ(min.belady_hit_rate, r.belady_hit_rate);
+		EXPECT_LE(r.hbm_peak, c.hbm_bytes) TH_LOG("%s", pols[i]);
+		TH_LOG("%s %.4f (MIN %.4f)", pols[i], r.hit_rate, min.hit_rate);
 	}
 }
 

@@ -26,12 +26,18 @@
 
 /*
  * The fraction of MIN the best lossless policy must reach at 25% HBM: the
- * issue's target, 0.9. Measured when set: 1.017 at batch 1 (FluxMoE's
- * window; prefetching can beat MIN, which bounds demand paging) and 0.924
- * at batch 8 (moem); pred, demand paging alone, 0.929 and 0.882.
+ * issue's target, 0.9, at batch 1; at batch 8 what is reached on this
+ * matrix, less a little (a policy change that loses more fails here).
+ * Measured when set: 1.014 at batch 1 (FluxMoE's window; prefetching can
+ * beat MIN, which bounds demand paging), 0.919 at batch 8 and 1.010 at
+ * batch 32; pred, demand paging alone, 0.932, 0.879 and 0.953. On the
+ * 48-layer shape batch 8 is about 0.8 of MIN, and the restricted oracles
+ * say why (Documentation/policies.md).
  */
-#define MIN_FRAC_B1 0.90
-#define MIN_FRAC_B8 0.90
+#define MIN_FRAC_B1	 0.90
+#define MIN_FRAC_B8	 0.915
+#define MIN_FRAC_B32	 0.95
+#define PRED_MIN_FRAC_B8 0.87
 
 static const char *const lossless[] = {"lru2",	     "lfu",  "pred",   "prefetch-fixed",
 				       "expertflow", "moem", "fluxmoe"};
@@ -78,7 +84,8 @@ static int run(const char *tr, const char *spec, double pct, struct moem_sim_res
 }
 
 /* One trace: every lossless policy at both budgets; returns the best fraction of MIN at 25%. */
-static double row(struct __test_metadata *_metadata, uint32_t B, uint64_t steps, uint64_t seed)
+static double row(struct __test_metadata *_metadata, uint32_t B, uint64_t steps, uint64_t seed,
+		  double *pred_frac)
 {
 	static const double budgets[] = {25, 50};
 	char path[128];
@@ -109,26 +116,31 @@ static double row(struct __test_metadata *_metadata, uint32_t B, uint64_t steps,
 	       "paging) %.3f\n",
 	       B, (unsigned long long)seed, best25, pred25);
 	fflush(stdout);
+	if (pred_frac)
+		*pred_frac = pred25;
 	return best25;
 }
 
 TEST(batch1)
 {
-	double f = row(_metadata, 1, 150, 11);
+	double f = row(_metadata, 1, 150, 11, NULL);
 
 	EXPECT_GE(f, MIN_FRAC_B1) TH_LOG("best lossless at 25%%, batch 1: %.3f of MIN", f);
 }
 
 TEST(batch8)
 {
-	double f = row(_metadata, 8, 80, 18);
+	double pred, f = row(_metadata, 8, 80, 18, &pred);
 
 	EXPECT_GE(f, MIN_FRAC_B8) TH_LOG("best lossless at 25%%, batch 8: %.3f of MIN", f);
+	EXPECT_GE(pred, PRED_MIN_FRAC_B8) TH_LOG("pred at 25%%, batch 8: %.3f of MIN", pred);
 }
 
 TEST(batch32)
 {
-	row(_metadata, 32, 40, 32);
+	double f = row(_metadata, 32, 40, 32, NULL);
+
+	EXPECT_GE(f, MIN_FRAC_B32) TH_LOG("best lossless at 25%%, batch 32: %.3f of MIN", f);
 }
 
 TEST(cleanup)

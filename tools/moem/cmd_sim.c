@@ -31,6 +31,8 @@ static void sim_usage(FILE *f)
 		"  --policy SPEC      NAME[:key=value,...], repeatable, or 'all' (default)\n"
 		"                     presets: lru lru2 lfu pred belady prefetch-fixed\n"
 		"                     expertflow moem lynx oea piggyback dynaexq fluxmoe\n"
+		"                     belady:look=TICKS,gran=step,fb=lru|lfu|pred: MIN\n"
+		"                     knowing less of the future (a bound, not a policy)\n"
 		"  --hbm SIZE|PCT%%    HBM expert budget, bytes or %% of all expert bytes (25%%)\n"
 		"  --dram SIZE|PCT%%   DRAM expert cache (default: every expert)\n"
 		"  --prec P           precision experts are served in (bf16)\n"

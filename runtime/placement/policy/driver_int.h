@@ -48,6 +48,8 @@ struct moem_driver {
 	struct moem_prefetch_req *req;
 	float *prob;	     /* [N] scratch */
 	uint64_t score_base; /* pred's scores are ticks relative to this */
+	double t_ema;	     /* distinct experts per layer-step (EMA) */
+	double pred_w;	     /* the miss term's weight in pred's rank (pred_weight()) */
 	/*
 	 * The worth of what is in HBM, for every eviction policy: the tick at
 	 * which each key is expected to be used next (pred's estimate,

@@ -360,6 +360,11 @@ static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
 	dc.copy_back = s->copy_back;
 	if (s->c->decide_nvme_gbps > 0)
 		dc.cost.nvme_gbps = s->c->decide_nvme_gbps;
+	if (p->mode == MOEM_SIM_BELADY && p->oracle_fb == MOEM_SIM_FB_PRED) {
+		/* the restricted oracle's fallback is pred's online estimate */
+		dc.pf = p->pf;
+		dc.predictor = true;
+	}
 	if (p->mode == MOEM_SIM_CACHE || p->mode == MOEM_SIM_FLUXMOE) {
 		dc.prefetch = p->prefetch;
 		dc.pf = p->pf;

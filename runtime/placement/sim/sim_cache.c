@@ -79,17 +79,61 @@ static void copy_back(struct sim *s, uint32_t key, int prio)
 	moem_driver_dram_inserted(s->d, key * 2);
 }
 
-/* MIN: the resident key used farthest in the future, not used by this layer (lowest on ties). */
+/*
+ * The oracle's rank of a resident key: the larger, the sooner evicted.
+ * MIN: its next use. A restricted oracle (sim.h) knows next uses only
+ * look ticks ahead, or only to the step; what it does not know, it ranks
+ * by its fallback below every key it knows a nearer use of.
+ */
+static void oracle_rank(struct sim *s, uint32_t key, uint64_t now, uint64_t *known, double *fb)
+{
+	const struct moem_sim_policy *p = s->p;
+	const struct sim_key *k = &s->k[key];
+	uint64_t nu = k->next_use;
+
+	if (p->oracle_look && nu != SIM_INF && nu - now > p->oracle_look)
+		nu = SIM_INF;
+	if (p->oracle_step && nu != SIM_INF)
+		nu /= s->L;
+	*known = nu;
+	switch (p->oracle_fb) {
+	case MOEM_SIM_FB_LFU:
+		*fb = -(double)k->uses * 1e12 - (double)k->last_use;
+		break;
+	case MOEM_SIM_FB_PRED:
+		*fb = moem_driver_expected_use(s->d, key);
+		break;
+	default:
+		*fb = -(double)k->last_use;
+		break;
+	}
+}
+
+/* MIN (or a restricted oracle): the resident key used farthest in the future, not used by this
+ * layer (lowest on ties). */
 static int oracle_victim(struct sim *s, uint32_t *v)
 {
 	const uint32_t m = (uint32_t)(s->pos % s->L);
+	const bool plain = !s->p->oracle_look && !s->p->oracle_step;
+	const uint64_t now = s->log.n_pos - 1;
 	uint32_t best = SIM_NONE;
+	uint64_t bk = 0, kn;
+	double bf = 0, f;
 
 	for (uint32_t key = 0; key < s->L * s->N; key++) {
 		if (s->k[key].st != K_RES || (key / s->N == m && s->act[key % s->N]))
 			continue;
-		if (best == SIM_NONE || s->k[key].next_use > s->k[best].next_use)
+		if (plain) {
+			if (best == SIM_NONE || s->k[key].next_use > s->k[best].next_use)
+				best = key;
+			continue;
+		}
+		oracle_rank(s, key, now, &kn, &f);
+		if (best == SIM_NONE || kn > bk || (kn == bk && f > bf)) {
 			best = key;
+			bk = kn;
+			bf = f;
+		}
 	}
 	if (best == SIM_NONE)
 		return -ENOENT;
@@ -329,8 +373,11 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 		struct sim_key *k = &s->k[key];
 		enum moem_res was = moem_sim_cache_state(s, key);
 
-		if (oracle)
+		if (oracle) {
 			k->next_use = s->next_use[s->nu_i++];
+			k->last_use = s->log.n_pos - 1;
+			k->uses++;
+		}
 		if ((s->c->exec_hybrid || s->n_placed_cpu) && on_cpu(s, &q, key, was)) {
 			n_cpu++; /* neither a hit nor a miss, and the policy does not hear of it */
 			continue;

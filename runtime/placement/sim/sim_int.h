@@ -57,6 +57,8 @@ struct sim_key {
 	uint64_t ready_ns;
 	uint64_t bytes;	   /* HBM bytes reserved for it */
 	uint64_t next_use; /* Belady oracle */
+	uint64_t last_use; /* restricted oracle's fallback: tick index of the last use */
+	uint64_t uses;	   /* and the uses so far */
 };
 
 struct sim {

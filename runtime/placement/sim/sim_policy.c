@@ -86,6 +86,30 @@ static int set_kind(struct moem_spec *sp, const char *key, const char *def, char
 	return 0;
 }
 
+/* belady's restrictions (sim.h): look=TICKS, gran=tick|step, fb=lru|lfu|pred */
+static int oracle_parts(struct moem_spec *sp, struct moem_sim_policy *p)
+{
+	static const char *const fbs[] = {"lru", "lfu", "pred"};
+	const char *gran = moem_spec_str(sp, "gran"), *fb = moem_spec_str(sp, "fb");
+	int ret;
+
+	ret = moem_spec_u32(sp, "look", 0, 1u << 30, &p->oracle_look);
+	if (ret)
+		return ret;
+	if (gran && strcmp(gran, "tick") && strcmp(gran, "step"))
+		return moem_errf(EINVAL, "policy %s: gran=%s (tick, step)", sp->name, gran);
+	p->oracle_step = gran && !strcmp(gran, "step");
+	p->oracle_fb = MOEM_SIM_FB_LRU;
+	if (!fb)
+		return 0;
+	for (int i = 0; i < (int)MOEM_ARRAY_SIZE(fbs); i++)
+		if (!strcmp(fb, fbs[i])) {
+			p->oracle_fb = i;
+			return 0;
+		}
+	return moem_errf(EINVAL, "policy %s: fb=%s (lru, lfu, pred)", sp->name, fb);
+}
+
 static int cache_parts(struct moem_spec *sp, const struct preset *ps, struct moem_sim_policy *p)
 {
 	static const char *const rkeys[] = {"alpha", "beta", "any", "k0", NULL};
@@ -114,7 +138,7 @@ static int cache_parts(struct moem_spec *sp, const struct preset *ps, struct moe
 		return moem_errf(EINVAL, "policy %s: order=%s (fifo, cache-aware)", sp->name,
 				 order);
 	if (p->mode == MOEM_SIM_BELADY)
-		return 0;
+		return oracle_parts(sp, p);
 	/* eviction */
 	if ((ret = set_kind(sp, "evict", ps->evict, ev, sizeof(ev))) ||
 	    (ret = fwd(sp, "W", "W", ev, sizeof(ev))) ||
