@@ -92,4 +92,5 @@ $(O)/bench/trace/%: $(O)/bench/trace/%.o $(LIB)
 
 .PHONY: bench-trace
 bench-trace: all $(BENCH_TRACE_BINS)
-	$(Q)MOEM=$(O)/bin/moem BIN=$(O)/bench/trace OUT=$(O)/bench/trace bench/trace/run.sh
+	$(Q)MOEM=$(O)/bin/moem BIN=$(O)/bench/trace OUT=$(O)/bench/trace DOC=$(DOC) \
+		bench/trace/run.sh
