@@ -190,6 +190,9 @@ TEST(pool_above_memavailable)
 		EXPECT_EQ(-ENOSPC, moem_pool_open(&o, &p));
 		EXPECT_NE(NULL, strstr(moem_last_error(), "huge pages"))
 		TH_LOG("%s", moem_last_error());
+		/* prefixed once, the message it prefixes whole */
+		EXPECT_EQ(0, strncmp(moem_last_error(), "hugetlb: a pool of ", 19))
+		TH_LOG("%s", moem_last_error());
 	}
 }
 

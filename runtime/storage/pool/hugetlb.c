@@ -42,7 +42,7 @@ int moem_pool_hugetlb_open(const struct moem_pool_opts *in, struct moem_pool *po
 	ret = moem_pool_fit(in, pool, moem_hugetlb_free_pages() * MOEM_CHUNK_BYTES, 0,
 			    "the free huge pages (vm.nr_hugepages)", &o.size);
 	if (ret)
-		return moem_errf(ENOSPC, "hugetlb: %s", moem_last_error());
+		return moem_err_prefix(ENOSPC, "hugetlb");
 	ret = moem_pool_nodes_plan(in, o.size, pool);
 	if (!ret)
 		ret = moem_pool_nodes_room(pool, true);
