@@ -502,12 +502,9 @@ static void expect_on_nodes(struct __test_metadata *_metadata, FIXTURE_DATA(tier
 		}
 }
 
-/* Two nodes: each layer's experts alternate between them. */
-TEST_F(tiers, two_nodes_spread_each_layer)
+/* Tiers over two equal nodes of the 64 MiB pool, every hi version staged. */
+static void stage_all_on_two_nodes(struct __test_metadata *_metadata, FIXTURE_DATA(tiers) * self)
 {
-	struct moem_tiers_stats s;
-	uint32_t on = 0, off = 0;
-
 	self->n_nodes = 2;
 	self->node_off[1] = 32 << 20;
 	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 64 << 20, false, false));
@@ -515,6 +512,15 @@ TEST_F(tiers, two_nodes_spread_each_layer)
 		for (uint32_t e = 0; e < N; e++)
 			ASSERT_EQ(0, moem_tiers_stage(self->t, l, e, MOEM_TIER_HI));
 	moem_tiers_drain(self->t);
+}
+
+/* Two nodes: each layer's experts alternate between them. */
+TEST_F(tiers, two_nodes_spread_each_layer)
+{
+	struct moem_tiers_stats s;
+	uint32_t on = 0, off = 0;
+
+	stage_all_on_two_nodes(_metadata, self);
 	expect_on_nodes(_metadata, self, &on, &off);
 	EXPECT_EQ((uint32_t)(L * N), on);
 	EXPECT_EQ(0u, off);
@@ -553,13 +559,7 @@ TEST_F(tiers, two_nodes_share_the_budget)
 	struct moem_tiers_stats s;
 	uint32_t on = 0, off = 0;
 
-	self->n_nodes = 2;
-	self->node_off[1] = 32 << 20;
-	ASSERT_EQ(0, make(_metadata, self, 8 << 20, 64 << 20, false, false));
-	for (uint32_t l = 0; l < L; l++)
-		for (uint32_t e = 0; e < N; e++)
-			ASSERT_EQ(0, moem_tiers_stage(self->t, l, e, MOEM_TIER_HI));
-	moem_tiers_drain(self->t);
+	stage_all_on_two_nodes(_metadata, self);
 	ASSERT_EQ(0, moem_tiers_set_budget(self->t, 8 << 20, 4 << 20));
 	moem_tiers_get_stats(self->t, &s);
 	EXPECT_LE(s.dram_used, (uint64_t)4 << 20);
