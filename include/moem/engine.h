@@ -299,10 +299,7 @@ struct moem_engine_status {
 	 * on a one-node pool; pool_bound: placed with mbind and checked. */
 	bool pool_bound;
 	uint32_t dram_n_nodes;
-	struct {
-		int32_t node; /* -1: not known */
-		uint64_t bytes, budget, used;
-	} dram_node[MOEM_POOL_MAX_NODES];
+	struct moem_dram_node dram_node[MOEM_POOL_MAX_NODES];
 	uint64_t dram_node_fallback; /* versions placed off their node: it was full */
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);

@@ -68,6 +68,12 @@ struct moem_pool_node {
 	uint64_t off, bytes;
 };
 
+/* The DRAM tier's use of one node's range (moem_tiers_stats, moem_engine_status). */
+struct moem_dram_node {
+	int32_t node;		      /* -1: not known */
+	uint64_t bytes, budget, used; /* of the pool there, its share of the budget, in use */
+};
+
 struct moem_pool_info {
 	enum moem_pool_provider provider;
 	uint64_t size;

@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pool.h"
 #include "quant.h"
 #include "tierdev.h"
 #include "xfer.h"
@@ -42,7 +43,7 @@
 #define MOEM_TIER_HI 0u
 #define MOEM_TIER_LO 1u
 
-#define MOEM_TIERS_MAX_NODES 16 /* = MOEM_POOL_MAX_NODES */
+#define MOEM_TIERS_MAX_NODES MOEM_POOL_MAX_NODES
 
 struct moem_tiers_cfg {
 	uint32_t n_layers;	    /* MoE layers */
@@ -155,13 +156,9 @@ struct moem_tiers_stats {
 	uint64_t dram_ready;
 	double link_bw;	       /* bytes/s, transfer engine EWMA */
 	uint64_t link_busy_ns; /* device time of all copies */
-	/* DRAM per NUMA node (one entry, node as configured, without NUMA):
-	 * bytes of the pool there, its share of the budget, bytes used. */
+	/* DRAM per NUMA node (one entry, node as configured, without NUMA). */
 	uint32_t n_nodes;
-	struct {
-		int32_t node;
-		uint64_t bytes, budget, used;
-	} dram_node[MOEM_TIERS_MAX_NODES];
+	struct moem_dram_node dram_node[MOEM_TIERS_MAX_NODES];
 	uint64_t dram_node_fallback; /* versions placed off their node: it was full */
 };
 

@@ -259,7 +259,6 @@ static void tiers_nodes(const struct moem_engine *e, struct moem_tiers_cfg *tc)
 	const struct moem_pool_info *pi = &e->pool_info;
 	uint64_t dir = dir_bytes(e);
 
-	_Static_assert(MOEM_TIERS_MAX_NODES == MOEM_POOL_MAX_NODES, "node tables differ");
 	for (uint32_t k = 0; k < pi->n_nodes; k++) {
 		uint64_t end = pi->nodes[k].off + pi->nodes[k].bytes;
 
@@ -882,12 +881,7 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->dram_used = ts.dram_used;
 	st->pool_bound = e->pool_info.bound;
 	st->dram_n_nodes = ts.n_nodes;
-	for (uint32_t k = 0; k < ts.n_nodes; k++) {
-		st->dram_node[k].node = ts.dram_node[k].node;
-		st->dram_node[k].bytes = ts.dram_node[k].bytes;
-		st->dram_node[k].budget = ts.dram_node[k].budget;
-		st->dram_node[k].used = ts.dram_node[k].used;
-	}
+	memcpy(st->dram_node, ts.dram_node, ts.n_nodes * sizeof(ts.dram_node[0]));
 	st->dram_node_fallback = ts.dram_node_fallback;
 	st->hbm_resident_hi = ts.hbm_resident[0];
 	st->hbm_resident_lo = ts.hbm_resident[1];
