@@ -303,6 +303,13 @@ struct moem_engine_status {
 	uint64_t dram_node_fallback; /* versions placed off their node: it was full */
 };
 void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st);
+/*
+ * Add st's DRAM tier per NUMA node to the JSON object o: "dram_nodes"
+ * ([{node, bytes, budget, used, free}]), "dram_node_fallback" and
+ * "pool_bound" (moemd's status and moem's --json print the same).
+ */
+struct json_object;
+void moem_engine_dram_nodes_json(struct json_object *o, const struct moem_engine_status *st);
 
 /*
  * Hybrid execution's live switches, as the budget knobs are: exec (true:

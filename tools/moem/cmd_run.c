@@ -26,7 +26,6 @@
 #include <moem/util.h>
 
 #include "cmd.h"
-#include "numa_json.h"
 
 struct run_args {
 	struct moem_engine_args ea;
@@ -237,7 +236,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("uvm_prefetch_bytes", st->uvm_prefetch_bytes);
 	J_U64("hbm_budget", st->hbm_budget);
 	J_U64("dram_budget", st->dram_budget);
-	dram_nodes_json(o, st);
+	moem_engine_dram_nodes_json(o, st);
 	J_U64("batch", a->ea.w.batch);
 	J_U64("steps", rs->total.step);
 	J_U64("tokens", rs->total.tokens);

@@ -13,7 +13,6 @@
 #include <moem/util.h>
 
 #include "decode_util.h"
-#include "numa_json.h"
 
 void moem_dec_run_init(struct moem_dec_run *r)
 {
@@ -567,7 +566,7 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 		json_object_object_add(o, "threads", json_object_new_uint64(es.backend_threads));
 		json_object_object_add(o, "hbm_budget", json_object_new_uint64(es.hbm_budget));
 		json_object_object_add(o, "dram_budget", json_object_new_uint64(es.dram_budget));
-		dram_nodes_json(o, &es);
+		moem_engine_dram_nodes_json(o, &es);
 		json_object_object_add(o, "kv_bytes", json_object_new_uint64(r->dopt.kv_bytes));
 		json_object_object_add(
 			o, "ttft_ms",

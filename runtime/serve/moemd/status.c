@@ -164,24 +164,7 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "dram_budget", U64(st.dram_budget));
 	ADD(o, "dram_used", U64(st.dram_used));
 	ADD(o, "dram_ready", U64(st.dram_ready));
-	{
-		json_object *nodes = json_object_new_array();
-
-		for (uint32_t k = 0; k < st.dram_n_nodes; k++) {
-			json_object *n = json_object_new_object();
-			uint64_t b = st.dram_node[k].budget, u = st.dram_node[k].used;
-
-			ADD(n, "node", json_object_new_int(st.dram_node[k].node));
-			ADD(n, "bytes", U64(st.dram_node[k].bytes));
-			ADD(n, "budget", U64(b));
-			ADD(n, "used", U64(u));
-			ADD(n, "free", U64(b > u ? b - u : 0));
-			json_object_array_add(nodes, n);
-		}
-		ADD(o, "dram_nodes", nodes);
-		ADD(o, "dram_node_fallback", U64(st.dram_node_fallback));
-		ADD(o, "pool_bound", BOOL(st.pool_bound));
-	}
+	moem_engine_dram_nodes_json(o, &st);
 	ADD(o, "link_gbps", DBL(st.link_gbps));
 	ADD(o, "prefetch_horizon", U64(st.prefetch_horizon));
 	ADD(r, "tiers", o);

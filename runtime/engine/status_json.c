@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
-/* The DRAM tier per NUMA node as JSON (numa_json.h). */
-#include "numa_json.h"
+/* Parts of moem_engine_status as JSON, shared by moemd's status and moem's --json (engine.h). */
+#include <json-c/json.h>
 
-void dram_nodes_json(json_object *o, const struct moem_engine_status *st)
+#include <moem/engine.h>
+
+void moem_engine_dram_nodes_json(struct json_object *o, const struct moem_engine_status *st)
 {
 	json_object *nodes = json_object_new_array();
 
