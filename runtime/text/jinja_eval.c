@@ -506,12 +506,14 @@ int moem_jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 						out);
 		} else {
 			ret = moem_jinja_test(c, n->name, n->name_len, args, n->nargs + 1, &r);
-			*out = jv_bool(r != n->negate);
+			if (!ret)
+				*out = jv_bool(r != n->negate);
 		}
 		break;
 	case JN_NOT:
 		ret = moem_jinja_eval(c, n->a, &a);
-		*out = jv_bool(!moem_jv_truthy(&a));
+		if (!ret)
+			*out = jv_bool(!moem_jv_truthy(&a));
 		break;
 	case JN_NEG:
 		ret = moem_jinja_eval(c, n->a, &a);
@@ -529,7 +531,8 @@ int moem_jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 		ret = moem_jinja_eval(c, n->a, &a);
 		if (!ret && (moem_jv_truthy(&a) == (n->k == JN_AND)))
 			ret = moem_jinja_eval(c, n->b, &a);
-		*out = a;
+		if (!ret)
+			*out = a;
 		break;
 	case JN_COND:
 		ret = moem_jinja_eval(c, n->b, &x);
