@@ -85,8 +85,10 @@ static long moem_ioc_create(struct moem_region_create __user *uarg)
 
 	if (copy_from_user(&c, uarg, sizeof(c)))
 		return -EFAULT;
-	if (c.pad || !moem_zero(c.reserved) || (c.flags & ~MOEM_REGION_FLAGS_ALL) ||
-	    (c.mode & ~0777U))
+	if (!moem_zero(c.reserved) || (c.flags & ~MOEM_REGION_FLAGS_ALL) || (c.mode & ~0777U))
+		return -EINVAL;
+	/* node was a pad before 1.4: without the flag it must still be zero. */
+	if ((c.flags & MOEM_REGION_NODE) ? !moem_pool_node_valid(c.node) : c.node)
 		return -EINVAL;
 	ret = moem_name_from_user(name, c.name_ptr);
 	if (ret)
@@ -100,7 +102,7 @@ static long moem_ioc_create(struct moem_region_create __user *uarg)
 		moem_region_put(r);
 		return -EEXIST;
 	}
-	ret = moem_region_new(name, c.size, c.flags, c.mode, &r);
+	ret = moem_region_new(name, c.size, c.flags, c.mode, c.node, &r);
 	if (ret)
 		return ret;
 	ret = moem_region_publish(r);
@@ -153,7 +155,8 @@ static long moem_ioc_info(struct moem_region_info __user *uarg)
 
 	if (copy_from_user(&info, uarg, sizeof(info)))
 		return -EFAULT;
-	if (info.pad || !moem_zero(info.reserved))
+	/* node is output only (ABI 1.4): what it held on input does not matter. */
+	if (!moem_zero(info.reserved))
 		return -EINVAL;
 	ret = moem_name_from_user(name, info.name_ptr);
 	if (ret)

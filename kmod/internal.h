@@ -37,7 +37,8 @@ extern struct mutex moem_lock;
 /*
  * Pool (pool.c). A chunk is one order-9 compound page; the pool holds its
  * floor (prealloc_mb, never charged) and grows up to max (max_pool_mb)
- * with chunks charged to the creating task's memory cgroup.
+ * with chunks charged to the creating task's memory cgroup. Free chunks
+ * are kept per NUMA node.
  */
 /* What became of a chunk a region gave back (trace moem_chunk_free). */
 enum moem_chunk_free_why {
@@ -49,12 +50,19 @@ enum moem_chunk_free_why {
 int moem_pool_init(unsigned long max_chunks, unsigned long floor_chunks, int node);
 void moem_pool_exit(void);
 /*
- * Fill chunks[0..nr) with zeroed chunks for region id: free (floor) chunks
+ * Fill chunks[0..nr) with zeroed chunks for region id, all on node (a
+ * node with memory, moem_pool_node_valid()), or for NUMA_NO_NODE where
+ * the node= parameter says (any node if it is -1): free (floor) chunks
  * first, *nr_floor of them, then new ones up to the ceiling. 0, -ENOSPC
- * (over the ceiling), -ENOMEM (no memory, or the memory cgroup's limit),
- * or -EINTR (fatal signal); on error nothing is taken.
+ * (over the ceiling), -ENOMEM (no memory on the node, or the memory
+ * cgroup's limit), or -EINTR (fatal signal); on error nothing is taken.
  */
-int moem_pool_get(struct page **chunks, unsigned long nr, u64 id, unsigned long *nr_floor);
+int moem_pool_get(struct page **chunks, unsigned long nr, int node, u64 id,
+		  unsigned long *nr_floor);
+/* A node a region may ask for: in range and with memory. */
+bool moem_pool_node_valid(u32 node);
+/* Bytes the pool holds, and holds free, on node (one with memory). */
+void moem_pool_node_stats(int node, u64 *total_bytes, u64 *free_bytes);
 /* True if any of the chunks has a reference besides the pool's. */
 bool moem_pool_pinned(struct page **chunks, unsigned long nr);
 void moem_pool_trace_pinned(struct page **chunks, unsigned long nr, u64 id);
@@ -88,6 +96,7 @@ struct moem_region {
 	kuid_t owner;
 	u32 mode;
 	u32 flags;
+	u32 nid;		/* of every chunk, or MOEM_NODE_ANY (info.node) */
 	struct inode *inode;	/* the region's own, on moem's pseudo fs */
 	struct mutex map_lock;	/* map_file, and nr_maps' moves to and from 0 */
 	struct file *map_file;	/* held while nr_maps > 0 */
@@ -102,9 +111,12 @@ int moem_name_from_user(char *name, u64 uptr);
 int moem_region_check_size(u64 size);
 /*
  * An unnamed region with zeroed chunks and one reference (the caller's),
- * owned and charged to the caller's euid: -EDQUOT over its quota.
+ * owned and charged to the caller's euid: -EDQUOT over its quota. With
+ * MOEM_REGION_NODE in flags every chunk is on node (checked by the
+ * caller), else node is ignored.
  */
-int moem_region_new(const char *name, u64 size, u32 flags, u32 mode, struct moem_region **out);
+int moem_region_new(const char *name, u64 size, u32 flags, u32 mode, u32 node,
+		    struct moem_region **out);
 /* Name it (namespace + sysfs, a reference if persistent): 0 or -EEXIST. */
 int moem_region_publish(struct moem_region *r);
 /* Undo publish if the name is still this region's (a failed CREATE). */

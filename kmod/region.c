@@ -115,7 +115,21 @@ static void moem_region_free(struct moem_region *r)
 	kobject_put(&r->kobj); /* frees r */
 }
 
-int moem_region_new(const char *name, u64 size, u32 flags, u32 mode, struct moem_region **out)
+/* The node every chunk is on, or MOEM_NODE_ANY: what INFO reports. */
+static u32 moem_region_chunks_node(const struct moem_region *r)
+{
+	int nid = page_to_nid(r->chunks[0]);
+	unsigned long i;
+
+	for (i = 1; i < r->nr_chunks; i++) {
+		if (page_to_nid(r->chunks[i]) != nid)
+			return MOEM_NODE_ANY;
+	}
+	return nid;
+}
+
+int moem_region_new(const char *name, u64 size, u32 flags, u32 mode, u32 node,
+		    struct moem_region **out)
 {
 	struct moem_region *r;
 	kuid_t owner = current_euid();
@@ -157,9 +171,12 @@ int moem_region_new(const char *name, u64 size, u32 flags, u32 mode, struct moem
 		ret = -ENOMEM;
 		goto err_free;
 	}
-	ret = moem_pool_get(r->chunks, r->nr_chunks, r->id, &r->nr_floor);
+	ret = moem_pool_get(r->chunks, r->nr_chunks,
+			    (flags & MOEM_REGION_NODE) ? (int)node : NUMA_NO_NODE, r->id,
+			    &r->nr_floor);
 	if (ret)
 		goto err_free;
+	r->nid = moem_region_chunks_node(r);
 	*out = r;
 	return 0;
 
@@ -361,6 +378,7 @@ void moem_region_fill_info(const struct moem_region *r, struct moem_region_info 
 	info->flags = r->flags;
 	info->nr_maps = atomic_read(&r->nr_maps);
 	info->nr_fds = atomic_read(&r->nr_files);
+	info->node = r->nid;
 }
 
 int moem_region_info_by_name(const char *name, struct moem_region_info *info)
@@ -474,7 +492,8 @@ static long moem_region_ioctl_info(struct moem_region *r, struct moem_region_inf
 
 	if (copy_from_user(&info, uarg, sizeof(info)))
 		return -EFAULT;
-	if (info.pad || !mem_is_zero(info.reserved, sizeof(info.reserved)))
+	/* node is output only (ABI 1.4): what it held on input does not matter. */
+	if (!mem_is_zero(info.reserved, sizeof(info.reserved)))
 		return -EINVAL;
 	if (info.name_ptr && copy_to_user(u64_to_user_ptr(info.name_ptr), r->name, sizeof(r->name)))
 		return -EFAULT;

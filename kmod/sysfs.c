@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * /sys/kernel/moem: abi_version; pool/ (the numbers POOL_STATS returns, and
- * the per-user quota user_max_bytes); budgets/ (budget.c); regions/<name>/
- * for each named region, added on create and removed on destroy.
+ * the per-user quota user_max_bytes); nodes/node<N>/ (the pool's bytes on
+ * each NUMA node that had memory at load); budgets/ (budget.c);
+ * regions/<name>/ for each named region, added on create and removed on
+ * destroy.
  * Documented in Documentation/ABI/testing/sysfs-kernel-moem.
  *
  * Writable files follow one rule, the ioctls' too: the writer needs
@@ -16,6 +18,7 @@
 #include <linux/capability.h>
 #include <linux/kernel.h>
 #include <linux/kobject.h>
+#include <linux/nodemask.h>
 #include <linux/string.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
@@ -25,6 +28,8 @@
 
 struct kobject *moem_kobj;
 struct kobject *moem_regions_kobj;
+static struct kobject *moem_nodes_kobj;
+static struct kobject **moem_node_kobjs; /* [nr_node_ids], NULL: no directory */
 
 /* The value part of what was written: count bytes minus one trailing newline. */
 static int moem_sysfs_value_len(const char *buf, size_t count, size_t *len)
@@ -217,12 +222,15 @@ MOEM_REGION_ATTR(persistent, "%d", !!(r->flags & MOEM_REGION_PERSISTENT));
 MOEM_REGION_ATTR(maps, "%d", atomic_read(&r->nr_maps));
 MOEM_REGION_ATTR(files, "%d", atomic_read(&r->nr_files));
 MOEM_REGION_ATTR(id, "%llu", r->id);
+/* -1: chunks on several nodes (MOEM_NODE_ANY in the ioctl). */
+MOEM_REGION_ATTR(node, "%d", r->nid == MOEM_NODE_ANY ? -1 : (int)r->nid);
 
 static struct attribute *moem_region_attrs[] = {
 	&region_size_bytes_attr.attr, &region_owner_uid_attr.attr,
 	&region_mode_attr.attr,	      &region_persistent_attr.attr,
 	&region_maps_attr.attr,	      &region_files_attr.attr,
-	&region_id_attr.attr,	      NULL,
+	&region_id_attr.attr,	      &region_node_attr.attr,
+	NULL,
 };
 ATTRIBUTE_GROUPS(moem_region);
 
@@ -236,6 +244,107 @@ const struct kobj_type moem_region_ktype = {
 	.sysfs_ops = &kobj_sysfs_ops,
 	.default_groups = moem_region_groups,
 };
+
+/* nodes/node<N>/: a node's total_bytes and free_bytes. */
+
+struct moem_node_kobj {
+	struct kobject kobj;
+	int nid;
+};
+
+static int to_nid(struct kobject *kobj)
+{
+	return container_of(kobj, struct moem_node_kobj, kobj)->nid;
+}
+
+static ssize_t node_total_bytes_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	u64 total, free;
+
+	moem_regions_reap_now();
+	moem_pool_node_stats(to_nid(kobj), &total, &free);
+	return sysfs_emit(buf, "%llu\n", total);
+}
+
+static ssize_t node_free_bytes_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	u64 total, free;
+
+	moem_regions_reap_now();
+	moem_pool_node_stats(to_nid(kobj), &total, &free);
+	return sysfs_emit(buf, "%llu\n", free);
+}
+
+static struct kobj_attribute node_total_bytes_attr =
+	__ATTR(total_bytes, 0444, node_total_bytes_show, NULL);
+static struct kobj_attribute node_free_bytes_attr =
+	__ATTR(free_bytes, 0444, node_free_bytes_show, NULL);
+
+static struct attribute *moem_node_attrs[] = {
+	&node_total_bytes_attr.attr,
+	&node_free_bytes_attr.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(moem_node);
+
+static void moem_node_kobj_release(struct kobject *kobj)
+{
+	kfree(container_of(kobj, struct moem_node_kobj, kobj));
+}
+
+static const struct kobj_type moem_node_ktype = {
+	.release = moem_node_kobj_release,
+	.sysfs_ops = &kobj_sysfs_ops,
+	.default_groups = moem_node_groups,
+};
+
+static void moem_sysfs_nodes_exit(void)
+{
+	int nid;
+
+	if (!moem_node_kobjs)
+		return;
+	for (nid = 0; nid < nr_node_ids; nid++)
+		kobject_put(moem_node_kobjs[nid]); /* NULL is fine */
+	kfree(moem_node_kobjs);
+	moem_node_kobjs = NULL;
+	kobject_put(moem_nodes_kobj);
+}
+
+static int moem_sysfs_nodes_init(void)
+{
+	struct moem_node_kobj *nk;
+	int nid, ret;
+
+	moem_nodes_kobj = kobject_create_and_add("nodes", moem_kobj);
+	if (!moem_nodes_kobj)
+		return -ENOMEM;
+	moem_node_kobjs = kcalloc(nr_node_ids, sizeof(*moem_node_kobjs), GFP_KERNEL);
+	if (!moem_node_kobjs) {
+		kobject_put(moem_nodes_kobj);
+		return -ENOMEM;
+	}
+	for_each_node_state(nid, N_MEMORY) {
+		nk = kzalloc(sizeof(*nk), GFP_KERNEL);
+		if (!nk) {
+			ret = -ENOMEM;
+			goto err_nodes;
+		}
+		nk->nid = nid;
+		ret = kobject_init_and_add(&nk->kobj, &moem_node_ktype, moem_nodes_kobj, "node%d",
+					   nid);
+		if (ret) {
+			kobject_put(&nk->kobj); /* frees nk */
+			goto err_nodes;
+		}
+		moem_node_kobjs[nid] = &nk->kobj;
+	}
+	return 0;
+
+err_nodes:
+	moem_sysfs_nodes_exit();
+	return ret;
+}
 
 int moem_sysfs_init(void)
 {
@@ -252,8 +361,13 @@ int moem_sysfs_init(void)
 		ret = -ENOMEM;
 		goto err_remove_groups;
 	}
+	ret = moem_sysfs_nodes_init();
+	if (ret)
+		goto err_put_regions;
 	return 0;
 
+err_put_regions:
+	kobject_put(moem_regions_kobj);
 err_remove_groups:
 	sysfs_remove_groups(moem_kobj, moem_groups);
 err_put_moem:
@@ -263,6 +377,7 @@ err_put_moem:
 
 void moem_sysfs_exit(void)
 {
+	moem_sysfs_nodes_exit();
 	kobject_put(moem_regions_kobj);
 	sysfs_remove_groups(moem_kobj, moem_groups);
 	kobject_put(moem_kobj);

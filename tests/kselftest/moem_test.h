@@ -53,6 +53,20 @@ static inline int region_create(int dev, const char *name, uint64_t size, uint32
 	return ret ? ret : (int)c.fd;
 }
 
+/* The same on NUMA node node (MOEM_REGION_NODE). */
+static inline int region_create_on(int dev, const char *name, uint64_t size, uint32_t flags,
+				   uint32_t mode, uint32_t node)
+{
+	struct moem_region_create c = {.name_ptr = (uintptr_t)name,
+				       .size = size,
+				       .flags = flags | MOEM_REGION_NODE,
+				       .mode = mode,
+				       .node = node};
+	int ret = ioc(dev, MOEM_IOC_REGION_CREATE, &c);
+
+	return ret ? ret : (int)c.fd;
+}
+
 static inline int region_open(int dev, const char *name, uint32_t flags)
 {
 	struct moem_region_open o = {.name_ptr = (uintptr_t)name, .flags = flags};

@@ -5,8 +5,11 @@
  * mapped, no data leak through a recreated region, listing, ownership
  * and permissions, MOEM_OPEN_OWNED (a region a daemon can trust), the
  * per-user quota and memory cgroup charging, one privilege rule for the
- * writable knobs, and libmoem's kmod pool provider attaching to a
- * persistent region after its creator exited and refusing a squatted one.
+ * writable knobs, libmoem's kmod pool provider attaching to a
+ * persistent region after its creator exited and refusing a squatted one,
+ * and regions on a chosen NUMA node (MOEM_REGION_NODE) on this one-node
+ * guest: the flag's rules, bad nodes, what INFO and sysfs report (the
+ * two-node guest's numa_test.c checks where the pages really are).
  */
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -32,7 +35,7 @@ TEST_F(moem, version)
 	EXPECT_EQ(0, v.reserved[0]);
 	EXPECT_EQ(0, v.reserved[1]);
 	ASSERT_EQ(0, sysfs_read(SYSFS "/abi_version", buf, sizeof(buf)));
-	EXPECT_STREQ("1.3", buf);
+	EXPECT_STREQ("1.4", buf);
 	/* libmoem checks the version at open. */
 	int fd;
 
@@ -513,6 +516,159 @@ TEST_F(moem, kmod_pool_provider_attach)
 	EXPECT_EQ(-EEXIST, moem_pool_open(&o, &pool));
 	ASSERT_EQ(0, region_destroy(self->dev, "poolprov"));
 	EXPECT_POOL_BASELINE(self);
+}
+
+/* Bytes the pool holds (what) on node, from nodes/node<N>/, or -1. */
+static int64_t node_bytes(int node, const char *what)
+{
+	char path[128];
+	uint64_t v;
+
+	snprintf(path, sizeof(path), SYSFS "/nodes/node%d/%s", node, what);
+	return sysfs_read_u64(path, &v) ? -1 : (int64_t)v;
+}
+
+/* Every node= directory's total and free add up to the pool's. */
+static void expect_nodes_sum(struct __test_metadata *_metadata, int dev)
+{
+	struct moem_pool_stats st;
+	uint64_t total = 0, free_bytes = 0;
+	int64_t t, f;
+
+	ASSERT_EQ(0, pool_stats(dev, &st));
+	for (int n = 0; n < 1024; n++) {
+		t = node_bytes(n, "total_bytes");
+		f = node_bytes(n, "free_bytes");
+		if (t < 0)
+			continue;
+		ASSERT_LE(0, f);
+		EXPECT_LE(f, t);
+		total += (uint64_t)t;
+		free_bytes += (uint64_t)f;
+	}
+	EXPECT_EQ(st.total_bytes, total);
+	EXPECT_EQ(st.free_bytes, free_bytes);
+}
+
+/*
+ * MOEM_REGION_NODE (ABI 1.4) on the guest's one node: a region on node 0
+ * is made, zeroed, and says so in INFO, FD_INFO and sysfs; node 0's
+ * figures in nodes/node0/ follow it; a node that does not exist or has no
+ * memory is -EINVAL, as is a node with the flag clear and a flag bit
+ * beyond the known ones; INFO's node is output only.
+ */
+static int user_on_node(int dev)
+{
+	struct moem_region_info info;
+	int fd = region_create_on(dev, "node-user", 2 * MiB, 0, 0600, 0), ret = 0;
+
+	if (fd < 0)
+		return 1;
+	if (region_info(dev, "node-user", &info) || info.node != 0 ||
+	    info.owner_uid != (uint32_t)geteuid() || !(info.flags & MOEM_REGION_NODE))
+		ret = 2;
+	else if (region_create_on(dev, "node-user2", 2 * MiB, 0, 0600, 1) != -EINVAL)
+		ret = 3;
+	close(fd);
+	return ret;
+}
+
+TEST_F(moem, region_on_node)
+{
+	struct moem_region_create c;
+	struct moem_region_info info;
+	char name[MOEM_NAME_MAX], buf[32];
+	int64_t total0, free0;
+	uint8_t *p;
+	int fd, fd2;
+
+	total0 = node_bytes(0, "total_bytes");
+	free0 = node_bytes(0, "free_bytes");
+	ASSERT_LE(0, total0);
+	ASSERT_LE(0, free0);
+	EXPECT_EQ(-1, node_bytes(1, "total_bytes")); /* one node here */
+	expect_nodes_sum(_metadata, self->dev);
+
+	fd = region_create_on(self->dev, "node0", 6 * MiB, 0, 0600, 0);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, region_info(self->dev, "node0", &info));
+	EXPECT_EQ(0u, info.node);
+	EXPECT_EQ(MOEM_REGION_NODE, info.flags);
+	EXPECT_EQ(6 * MiB, info.size);
+	ASSERT_EQ(0, region_fd_info(fd, &info, name));
+	EXPECT_EQ(0u, info.node);
+	EXPECT_STREQ("node0", name);
+	ASSERT_EQ(0, sysfs_read(SYSFS "/regions/node0/node", buf, sizeof(buf)));
+	EXPECT_STREQ("0", buf);
+	/* node 0 holds the region: floor chunks first, then new ones */
+	EXPECT_EQ(total0 + (int64_t)(6 * MiB) - (free0 < (int64_t)(6 * MiB) ? free0 : 6 * MiB),
+		  node_bytes(0, "total_bytes"));
+	expect_nodes_sum(_metadata, self->dev);
+	p = map_region(fd, 6 * MiB, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	EXPECT_TRUE(all_zero(p, 6 * MiB));
+	pattern_fill(p, 6 * MiB, 9);
+	munmap(p, 6 * MiB);
+	close(fd);
+	/* ...and gives them back: a new region on the node reads zero */
+	EXPECT_POOL_BASELINE(self);
+	fd = region_create_on(self->dev, "node0", 6 * MiB, 0, 0600, 0);
+	ASSERT_LE(0, fd);
+	p = map_region(fd, 6 * MiB, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	EXPECT_TRUE(all_zero(p, 6 * MiB));
+	munmap(p, 6 * MiB);
+
+	/* Without the flag: the node its chunks are on, not flagged. */
+	fd2 = region_create(self->dev, "node-any", 2 * MiB, 0, 0600);
+	ASSERT_LE(0, fd2);
+	memset(&info, 0, sizeof(info));
+	info.name_ptr = (uintptr_t) "node-any";
+	info.node = 77; /* output only: ignored on input */
+	ASSERT_EQ(0, ioc(self->dev, MOEM_IOC_REGION_INFO, &info));
+	EXPECT_EQ(0u, info.node);
+	EXPECT_EQ(0u, info.flags);
+	info.name_ptr = 0;
+	info.node = 0xffffffffU;
+	ASSERT_EQ(0, ioc(fd2, MOEM_IOC_REGION_FD_INFO, &info));
+	EXPECT_EQ(0u, info.node);
+	ASSERT_EQ(0, sysfs_read(SYSFS "/regions/node-any/node", buf, sizeof(buf)));
+	EXPECT_STREQ("0", buf);
+	close(fd2);
+
+	/* Bad nodes: none of them makes a region or takes memory. */
+	const uint32_t bad[] = {1, 2, 63, 1023, 1024, 0x7fffffffU, MOEM_NODE_ANY};
+
+	for (unsigned int i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		EXPECT_EQ(-EINVAL,
+			  region_create_on(self->dev, "node-bad", 2 * MiB, 0, 0600, bad[i]))
+		TH_LOG("node %u", bad[i]);
+	}
+	/* node is a pad without the flag: non-zero is refused, zero is fine */
+	c = (struct moem_region_create){
+		.name_ptr = (uintptr_t) "node-bad", .size = 2 * MiB, .mode = 0600, .node = 1};
+	EXPECT_EQ(-EINVAL, ioc(self->dev, MOEM_IOC_REGION_CREATE, &c));
+	c.node = 0x80000000U;
+	EXPECT_EQ(-EINVAL, ioc(self->dev, MOEM_IOC_REGION_CREATE, &c));
+	c.node = 0;
+	c.flags = MOEM_REGION_FLAGS_ALL + 1; /* the next bit is still unknown */
+	EXPECT_EQ(-EINVAL, ioc(self->dev, MOEM_IOC_REGION_CREATE, &c));
+	c.flags = MOEM_REGION_NODE;
+	c.reserved[0] = 1;
+	EXPECT_EQ(-EINVAL, ioc(self->dev, MOEM_IOC_REGION_CREATE, &c));
+	EXPECT_EQ(-ENOENT, region_open(self->dev, "node-bad", 0));
+	/* A taken name stays taken, whatever the node. */
+	EXPECT_EQ(-EEXIST, region_create_on(self->dev, "node0", 2 * MiB, 0, 0600, 0));
+	close(fd);
+
+	/* Users may place their regions too (the quota is per user, any node). */
+	if (geteuid() == 0) {
+		EXPECT_EQ(0, as_user(self->dev, user_on_node));
+	} else {
+		EXPECT_EQ(0, user_on_node(self->dev));
+	}
+	EXPECT_POOL_BASELINE(self);
+	expect_nodes_sum(_metadata, self->dev);
 }
 
 /* OWNED: only the caller's own region, writable by nobody else. */

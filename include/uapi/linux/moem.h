@@ -22,7 +22,7 @@
 #include <linux/types.h>
 
 #define MOEM_ABI_MAJOR		1
-#define MOEM_ABI_MINOR		3
+#define MOEM_ABI_MINOR		4
 #define MOEM_ABI_VERSION	((MOEM_ABI_MAJOR << 16) | MOEM_ABI_MINOR)
 
 /* Oldest libmoem (major << 16 | minor) this module still serves. */
@@ -51,7 +51,11 @@ struct moem_version {
 
 /* Region flags. */
 #define MOEM_REGION_PERSISTENT	(1U << 0) /* survives its last fd and mapping */
-#define MOEM_REGION_FLAGS_ALL	(MOEM_REGION_PERSISTENT)
+#define MOEM_REGION_NODE	(1U << 1) /* 1.4: every chunk on NUMA node `node` */
+#define MOEM_REGION_FLAGS_ALL	(MOEM_REGION_PERSISTENT | MOEM_REGION_NODE)
+
+/* moem_region_info.node and moem_pool_stats.node: no one node. */
+#define MOEM_NODE_ANY		0xffffffffU
 
 /*
  * MOEM_IOC_REGION_CREATE: make a region of size bytes (a non-zero multiple
@@ -63,6 +67,14 @@ struct moem_version {
  * (/sys/kernel/moem/pool/user_max_bytes), -ENOMEM on allocation failure or
  * when the caller's memory cgroup cannot be charged for the chunks the pool
  * has to grow by.
+ *
+ * MOEM_REGION_NODE (ABI 1.4): every chunk comes from NUMA node `node`, its
+ * free chunks first, then new ones allocated there and nowhere else:
+ * -ENOMEM when the node has no 2 MiB pages left, -EINVAL when `node` is
+ * not a node with memory. Without the flag `node` must be zero (it was a
+ * pad before 1.4, so old binaries pass zero) and the region's chunks come
+ * from the module's node= parameter, or any node. A 1.3 module refuses
+ * the flag with -EINVAL.
  */
 struct moem_region_create {
 	__u64 name_ptr;		/* in: NUL-terminated name, 1..63 bytes */
@@ -70,7 +82,7 @@ struct moem_region_create {
 	__u32 flags;		/* in: MOEM_REGION_* */
 	__u32 mode;		/* in: permission bits, e.g. 0600 */
 	__u32 fd;		/* out: region fd */
-	__u32 pad;		/* must be zero */
+	__u32 node;		/* in: with MOEM_REGION_NODE, else zero */
 	__u64 reserved[4];	/* must be zero */
 };
 
@@ -97,7 +109,11 @@ struct moem_region_open {
 
 /*
  * MOEM_IOC_REGION_INFO: describe a region by name (any caller may ask;
- * names and sizes are visible in sysfs anyway).
+ * names and sizes are visible in sysfs anyway). node (ABI 1.4; a pad that
+ * had to be zero before) is output only and ignored on input: the NUMA
+ * node every chunk of the region is on, MOEM_NODE_ANY if they are on
+ * several. A 1.3 module refuses a non-zero value there with -EINVAL and
+ * returns zero: zero it before each call to an older module.
  */
 struct moem_region_info {
 	__u64 name_ptr;		/* in */
@@ -109,7 +125,7 @@ struct moem_region_info {
 	__u32 nr_maps;		/* out: live VMAs mapping it */
 	__u32 nr_fds;		/* out: open region fds (files: dups share one); */
 				/* mappings do not count */
-	__u32 pad;		/* must be zero */
+	__u32 node;		/* out: NUMA node of its chunks, or MOEM_NODE_ANY */
 	__u64 reserved[4];	/* must be zero */
 };
 
@@ -144,7 +160,7 @@ struct moem_pool_stats {
 	__u64 free_bytes;	/* out: held chunks in no region */
 	__u64 max_bytes;	/* out: max_pool_mb ceiling */
 	__u64 chunk_bytes;	/* out: MOEM_CHUNK_SIZE */
-	__u32 node;		/* out: NUMA node, or 0xffffffff for any */
+	__u32 node;		/* out: node= parameter, or MOEM_NODE_ANY */
 	__u32 nr_regions;	/* out */
 	__u64 reserved[4];	/* out: zero */
 };
