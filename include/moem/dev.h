@@ -12,7 +12,7 @@
 #include <linux/moem.h>
 
 /* This library's version, checked against the module's at open. */
-#define MOEM_LIB_VERSION ((1 << 16) | 3)
+#define MOEM_LIB_VERSION ((1 << 16) | 4)
 #define MOEM_DEV_PATH	 "/dev/moem"
 #define MOEM_SYSFS_ROOT	 "/sys/kernel/moem"
 
@@ -24,6 +24,13 @@ int moem_dev_open(const char *path, int *fd);
 int moem_dev_version(int fd, struct moem_version *v);
 int moem_dev_region_create(int fd, const char *name, uint64_t size, uint32_t flags, uint32_t mode,
 			   int *region_fd);
+/*
+ * The same with every chunk on NUMA node node (MOEM_REGION_NODE, ABI 1.4;
+ * a 1.3 module refuses it with -EINVAL, so check the version first);
+ * node -1: where the module's node= parameter says, as above.
+ */
+int moem_dev_region_create_on(int fd, const char *name, uint64_t size, uint32_t flags,
+			      uint32_t mode, int node, int *region_fd);
 int moem_dev_region_open(int fd, const char *name, uint32_t flags, int *region_fd);
 int moem_dev_region_info(int fd, const char *name, struct moem_region_info *info);
 int moem_dev_region_fd_info(int region_fd, struct moem_region_info *info, char *name);

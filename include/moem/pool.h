@@ -53,8 +53,11 @@ struct moem_pool_opts {
 	 * node (2 MiB chunks, as equal as the size allows), each bound there
 	 * with mbind(MPOL_BIND) and checked with move_pages(2) before the
 	 * pool is handed out; one node (a one-node machine by default) binds
-	 * nothing and behaves as before. thp and hugetlb only: moem.ko places
-	 * a region on its node= parameter, so kmod refuses a list of several.
+	 * nothing and behaves as before. kmod (moem.ko ABI 1.4) makes one
+	 * region per node instead, "<name>@<node>", placed by the module
+	 * (MOEM_REGION_NODE) and mapped back to back; by default it does so
+	 * only when the module was loaded without node=, and a module older
+	 * than 1.4 refuses a list of several (-EOPNOTSUPP, naming its ABI).
 	 */
 	const char *nodes;
 };
@@ -123,6 +126,13 @@ uint64_t moem_pool_size(const struct moem_pool *pool);
 void moem_pool_get_info(const struct moem_pool *pool, struct moem_pool_info *info);
 /* The region fd of a kmod pool (for info ioctls), else -1. */
 int moem_pool_region_fd(const struct moem_pool *pool);
+/*
+ * Destroy what a kmod pool named name left in moem.ko: the region name and
+ * the per-node regions "name@<node>" of a pool over several nodes (owner
+ * or CAP_SYS_ADMIN). 0 and *destroyed (0 if there were none), -ENODEV
+ * without the module, or the first failure (the others are still tried).
+ */
+int moem_pool_kmod_destroy(const char *dev_path, const char *name, uint32_t *destroyed);
 
 /*
  * Parse a node list ("0", "0,2", "0-3,6") into ascending unique node

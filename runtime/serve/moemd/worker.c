@@ -34,20 +34,21 @@ static void job_fail(struct moemd_job *j, int ret)
 	snprintf(j->err, sizeof(j->err), "%s", moem_strerror(ret));
 }
 
-/* --cold: forget what a previous daemon staged for this pack. */
+/* --cold: forget what a previous daemon staged for this pack (its region,
+ * or its regions name@<node> of a pool over NUMA nodes). */
 static void destroy_region(struct moemd *d)
 {
 	const char *name = d->cfg.ea.o.pool.name;
-	int fd, ret;
+	uint32_t n = 0;
+	int ret;
 
-	if (moem_dev_open(NULL, &fd))
+	ret = moem_pool_kmod_destroy(NULL, name, &n);
+	if (ret == -ENODEV)
 		return; /* no moem.ko: nothing persists anyway */
-	ret = moem_dev_region_destroy(fd, name);
-	if (!ret)
-		moem_info("--cold: destroyed region '%s'", name);
-	else if (ret != -ENOENT)
+	if (n)
+		moem_info("--cold: destroyed %u region%s of '%s'", n, n > 1 ? "s" : "", name);
+	if (ret)
 		moem_warn("--cold: cannot destroy region '%s': %s", name, moem_strerror(ret));
-	close(fd);
 }
 
 static int open_engine(struct moemd *d)

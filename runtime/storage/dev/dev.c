@@ -2,6 +2,7 @@
 /* Checked wrappers over the moem.ko ioctls (dev.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -71,10 +72,11 @@ int moem_dev_open(const char *path, int *out)
 	return 0;
 }
 
-int moem_dev_region_create(int fd, const char *name, uint64_t size, uint32_t flags, uint32_t mode,
-			   int *region_fd)
+int moem_dev_region_create_on(int fd, const char *name, uint64_t size, uint32_t flags,
+			      uint32_t mode, int node, int *region_fd)
 {
 	struct moem_region_create c;
+	char where[32] = "";
 	int ret = check_name(name);
 
 	if (ret)
@@ -84,12 +86,28 @@ int moem_dev_region_create(int fd, const char *name, uint64_t size, uint32_t fla
 	c.size = size;
 	c.flags = flags;
 	c.mode = mode;
+	if (node >= 0) {
+		c.flags |= MOEM_REGION_NODE;
+		c.node = (uint32_t)node;
+		snprintf(where, sizeof(where), " on NUMA node %d", node);
+	}
 	ret = xioctl(fd, MOEM_IOC_REGION_CREATE, &c);
+	if (ret == -ENOMEM && node >= 0)
+		return moem_errf(ENOMEM,
+				 "create region '%s' (%llu bytes)%s: the node has no free 2 MiB "
+				 "pages left for it (or the memory cgroup's limit was reached)",
+				 name, (unsigned long long)size, where);
 	if (ret)
-		return moem_errf(-ret, "create region '%s' (%llu bytes): %s", name,
-				 (unsigned long long)size, strerror(-ret));
+		return moem_errf(-ret, "create region '%s' (%llu bytes)%s: %s", name,
+				 (unsigned long long)size, where, strerror(-ret));
 	*region_fd = (int)c.fd;
 	return 0;
+}
+
+int moem_dev_region_create(int fd, const char *name, uint64_t size, uint32_t flags, uint32_t mode,
+			   int *region_fd)
+{
+	return moem_dev_region_create_on(fd, name, size, flags, mode, -1, region_fd);
 }
 
 int moem_dev_region_open(int fd, const char *name, uint32_t flags, int *region_fd)

@@ -41,16 +41,17 @@ static int open_auto(const struct moem_pool_opts *opts, uint32_t n_named, struct
 	uint64_t need = opts->size / MOEM_CHUNK_BYTES, free_huge;
 	int ret;
 
-	if (n_named > 1) {
+	ret = moem_pool_kmod_open(opts, pool);
+	if (ret == 0)
+		return 0;
+	if (ret == -EOPNOTSUPP && n_named > 1) {
+		/* A module older than per-node regions: the next provider can. */
 		snprintf(kmod_why, sizeof(kmod_why),
-			 "kmod skipped (moem.ko cannot spread a region over NUMA nodes %s)",
+			 "kmod skipped (this moem.ko cannot place regions on NUMA nodes %s)",
 			 opts->nodes);
+	} else if (ret != -ENODEV) {
+		return ret; /* the module is there but refused: say so, do not hide it */
 	} else {
-		ret = moem_pool_kmod_open(opts, pool);
-		if (ret == 0)
-			return 0;
-		if (ret != -ENODEV)
-			return ret; /* the module is there but refused: say so, do not hide it */
 		snprintf(kmod_why, sizeof(kmod_why), "kmod not loaded (%s missing)",
 			 opts->dev_path ? opts->dev_path : "/dev/moem");
 	}
@@ -93,18 +94,11 @@ int moem_pool_open(const struct moem_pool_opts *in, struct moem_pool **out)
 	    opts.size > (1ULL << 50))
 		return moem_errf(EINVAL, "pool size %llu is too large",
 				 (unsigned long long)in->size);
-	/* moem.ko puts a region's pages on its node= parameter: it cannot
-	 * spread one over several nodes. */
+	/* A kmod pool over several nodes needs moem.ko 1.4 (kmod.c says so). */
 	if (opts.nodes && *opts.nodes) {
 		ret = moem_pool_nodes_parse(opts.nodes, named, &n_named);
 		if (ret)
 			return ret;
-		if (n_named > 1 && opts.provider == MOEM_POOL_KMOD)
-			return moem_errf(EOPNOTSUPP,
-					 "a kmod pool cannot span NUMA nodes %s (moem.ko places a "
-					 "region on its node= parameter); use the thp or hugetlb "
-					 "provider",
-					 opts.nodes);
 	}
 	if (!opts.name)
 		opts.name = "moem";
@@ -133,11 +127,12 @@ int moem_pool_open(const struct moem_pool_opts *in, struct moem_pool **out)
 		free(pool);
 		return ret;
 	}
-	if (!pool->info.n_nodes) { /* kmod: the module placed it (node=) */
+	if (!pool->info.n_nodes) { /* kmod 1.3: the module placed it (node=) */
 		pool->info.n_nodes = 1;
 		pool->info.nodes[0] = (struct moem_pool_node){.node = -1, .bytes = pool->size};
 	}
-	ret = moem_pool_nodes_check(pool, pool->base);
+	/* What moem.ko placed on a node on request it reports itself. */
+	ret = pool->info.bound ? 0 : moem_pool_nodes_check(pool, pool->base);
 	if (!ret && pool->info.provider == MOEM_POOL_KMOD && n_named == 1 &&
 	    pool->info.nodes[0].node != named[0])
 		ret = moem_errf(EXDEV,
