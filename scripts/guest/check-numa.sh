@@ -5,8 +5,9 @@
 #   scripts/guest/check-numa.sh LOG PROG...
 # The guest had two nodes; every PROG named *_test ran as root and as a
 # user, exited 0 with no "not ok" and no SKIP (a skip there means the
-# nodes were missing); the script reached MOEM-DONE; the kernel log after
-# boot holds no problem report. Exit 0 pass, 1 fail.
+# nodes were missing); moem.ko loaded and unloaded; the script reached
+# MOEM-DONE; the kernel log after boot holds no problem report. Exit 0
+# pass, 1 fail.
 set -u
 log=$1
 shift
@@ -45,10 +46,13 @@ for t in "$@"; do
 	done
 done
 grep -q '^MOEM-DONE' "$log" || bad "the guest did not reach the end of its script"
+for s in insmod rmmod; do
+	grep -q "^MOEM-STEP $s ok" "$log" || bad "moem.ko: $s did not succeed"
+done
 pat='BUG:|WARNING:|Out of memory|oom-kill|page allocation failure|Oops|general protection|Call Trace:|UBSAN|kernel BUG|Bad page|rcu: INFO|Kernel panic'
 kern=$(awk '/^MOEM-DMESG-BEGIN/ { on = 1 } /^MOEM-DMESG-END/ { on = 0 } on' "$log" |
 	grep -E "$pat" || true)
 [ -z "$kern" ] || bad "kernel log reports problems: $(printf '%s\n' "$kern" | head -n 5)"
 [ $fail -eq 0 ] && echo "test-numa: $(sed -n 's/^MOEM-GUEST kernel //p' "$log" | head -n 1):" \
-	"the pool and the DRAM tier on two NUMA nodes, as root and as a user"
+	"the pool (thp, hugetlb, moem.ko) and the DRAM tier on two NUMA nodes, as root and as a user"
 exit $fail

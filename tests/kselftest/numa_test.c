@@ -7,19 +7,28 @@
  * pool puts the experts of one layer on both nodes, each version's pages
  * (first and last) on the node the tier says; the engine computing every
  * expert on the CPU from a pool over both nodes gives the outputs of a
- * one-node run. Where the machine has one
- * node (the ordinary guest, MOEM_NUMA_NODES unset) it skips; where
- * MOEM_NUMA_NODES says how many there must be, fewer is a failure.
+ * one-node run. moem.ko (loaded by scripts/guest/numa.sh) makes a region
+ * on each node with every page there, keeps its per-node figures and its
+ * per-user quota over both nodes, and its pool provider spreads a pool
+ * over both (one region per node), reattaches the set and refuses half of
+ * one; the DRAM tier and the engine work over that pool as over thp.
+ * Where the machine has one node (the ordinary guest, MOEM_NUMA_NODES
+ * unset) it skips; where MOEM_NUMA_NODES says how many there must be,
+ * fewer is a failure, and so is a missing /dev/moem.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <numa.h>
 #include <numaif.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <moem/dev.h>
 #include <moem/engine.h>
 #include <moem/error.h>
 #include <moem/log.h>
@@ -42,6 +51,17 @@
 		TH_LOG("the guest should have %s nodes", want);                    \
 		if (have < 2)                                                      \
 			SKIP(return, "one NUMA node here");                        \
+	} while (0)
+
+/* /dev/moem, or a SKIP where nobody said the module is there. */
+#define NEED_MOEM_KO(fd)                                                          \
+	do {                                                                      \
+		(fd) = open("/dev/moem", O_RDWR | O_CLOEXEC);                     \
+		if ((fd) < 0 && getenv("MOEM_NUMA_NODES"))                        \
+			ASSERT_LE(0, (fd))                                        \
+		TH_LOG("/dev/moem: %s (numa.sh loads moem.ko)", strerror(errno)); \
+		if ((fd) < 0)                                                     \
+			SKIP(return, "moem.ko not loaded");                       \
 	} while (0)
 
 static int page_node(const void *p)
@@ -118,6 +138,263 @@ TEST(thp_pool_spans_both_nodes)
 	EXPECT_EQ(-ENODEV, moem_pool_open(&o, &p));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "does not exist"))
 	TH_LOG("%s", moem_last_error());
+}
+
+/* ---- moem.ko regions on a chosen node ------------------------------------ */
+
+/* A number from moem.ko's sysfs, or -1. */
+static int64_t ko_read(const char *path)
+{
+	unsigned long long v;
+	FILE *f = fopen(path, "r");
+	int n;
+
+	if (!f)
+		return -1;
+	n = fscanf(f, "%llu", &v);
+	fclose(f);
+	return n == 1 ? (int64_t)v : -1;
+}
+
+/* nodes/node<N>/<file> and pool/<file>. */
+static int64_t ko_node(int node, const char *file)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "/sys/kernel/moem/nodes/node%d/%s", node, file);
+	return ko_read(path);
+}
+
+static int64_t ko_pool(const char *file)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "/sys/kernel/moem/pool/%s", file);
+	return ko_read(path);
+}
+
+/* Every 4 KiB page of [p, p + len) on node, by move_pages(2). */
+static void expect_pages_on(struct __test_metadata *_metadata, const uint8_t *p, uint64_t len,
+			    int node)
+{
+	uint64_t n = len / 4096;
+	void **pages = calloc(n, sizeof(*pages));
+	int *status = calloc(n, sizeof(*status));
+
+	ASSERT_NE(NULL, pages);
+	ASSERT_NE(NULL, status);
+	for (uint64_t i = 0; i < n; i++)
+		pages[i] = (void *)(p + i * 4096);
+	ASSERT_EQ(0, move_pages(0, n, pages, NULL, status, 0)) TH_LOG("%s", strerror(errno));
+	for (uint64_t i = 0; i < n; i++) {
+		ASSERT_EQ(node, status[i]) TH_LOG("page %llu", (unsigned long long)i);
+	}
+	free(pages);
+	free(status);
+}
+
+TEST(kmod_region_on_each_node)
+{
+	int64_t total[2], free_bytes[2], sum_total = 0, sum_free = 0;
+	const uint64_t size = 12 * MOEM_MiB;
+	struct moem_region_info info;
+	char name[32];
+	int dev, fd[2];
+	uint8_t *p[2];
+
+	NEED_TWO_NODES();
+	NEED_MOEM_KO(dev);
+	for (int n = 0; n < 2; n++) {
+		total[n] = ko_node(n, "total_bytes");
+		free_bytes[n] = ko_node(n, "free_bytes");
+		ASSERT_LE(0, total[n]) TH_LOG("node %d has no nodes/node%d", n, n);
+		ASSERT_LE(0, free_bytes[n]);
+	}
+	for (int n = 0; n < 2; n++) {
+		snprintf(name, sizeof(name), "numa-r%d", n);
+		ASSERT_EQ(0, moem_dev_region_create_on(dev, name, size, 0, 0600, n, &fd[n]))
+		TH_LOG("%s", moem_last_error());
+		ASSERT_EQ(0, moem_dev_region_info(dev, name, &info));
+		EXPECT_EQ((uint32_t)n, info.node);
+		EXPECT_TRUE(info.flags & MOEM_REGION_NODE);
+		p[n] = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd[n], 0);
+		ASSERT_NE(MAP_FAILED, p[n]);
+		/* zeroed, then touched: every page mapped, every page on node n */
+		for (uint64_t i = 0; i < size; i += 4096)
+			ASSERT_EQ(0, p[n][i]);
+		memset(p[n], 0x40 + n, size);
+		expect_pages_on(_metadata, p[n], size, n);
+	}
+	/* each node's free (floor) chunks were used first, then it grew by the rest */
+	for (int n = 0; n < 2; n++) {
+		int64_t reused = free_bytes[n] < (int64_t)size ? free_bytes[n] : (int64_t)size;
+
+		EXPECT_EQ(total[n] + (int64_t)size - reused, ko_node(n, "total_bytes"))
+		TH_LOG("node %d", n);
+		EXPECT_EQ(free_bytes[n] - reused, ko_node(n, "free_bytes"));
+	}
+	for (int n = 0; n < 2; n++) {
+		sum_total += ko_node(n, "total_bytes");
+		sum_free += ko_node(n, "free_bytes");
+	}
+	EXPECT_EQ(ko_pool("total_bytes"), sum_total);
+	EXPECT_EQ(ko_pool("free_bytes"), sum_free);
+	for (int n = 0; n < 2; n++) {
+		munmap(p[n], size);
+		close(fd[n]);
+	}
+	/* gone with their last fd: node 1 is back where it was */
+	EXPECT_EQ(total[1], ko_node(1, "total_bytes"));
+	EXPECT_EQ(total[0], ko_node(0, "total_bytes"));
+	/* a node the guest does not have */
+	EXPECT_EQ(-EINVAL, moem_dev_region_create_on(dev, "numa-bad", size, 0, 0600, 2, &fd[0]));
+	close(dev);
+}
+
+/*
+ * A user without CAP_SYS_ADMIN cannot pin more than its quota by
+ * spreading regions over nodes: the quota counts every node (the root
+ * phase runs it through a child that becomes uid 65534).
+ */
+static int quota_over_nodes(int dev)
+{
+	int64_t quota = ko_pool("user_max_bytes");
+	uint64_t half;
+	int fd[2], extra, ret = 0;
+
+	if (quota < (int64_t)(4 * MOEM_MiB))
+		return 1;
+	half = (uint64_t)quota / 2 / MOEM_CHUNK_BYTES * MOEM_CHUNK_BYTES;
+	if (moem_dev_region_create_on(dev, "numa-q0", half, 0, 0600, 0, &fd[0]))
+		return 2;
+	if (moem_dev_region_create_on(dev, "numa-q1", (uint64_t)quota - half, 0, 0600, 1, &fd[1])) {
+		close(fd[0]);
+		return 3;
+	}
+	for (int n = 0; n < 2 && !ret; n++) {
+		if (moem_dev_region_create_on(dev, "numa-q2", MOEM_CHUNK_BYTES, 0, 0600, n,
+					      &extra) != -EDQUOT)
+			ret = 4 + n;
+	}
+	close(fd[0]);
+	close(fd[1]);
+	return ret;
+}
+
+TEST(kmod_quota_counts_every_node)
+{
+	int dev;
+
+	NEED_TWO_NODES();
+	NEED_MOEM_KO(dev);
+	if (geteuid() == 0) {
+		pid_t pid = fork();
+		int st;
+
+		ASSERT_LE(0, pid);
+		if (pid == 0)
+			_exit(setgid(65534) || setuid(65534) ? 100 : quota_over_nodes(dev));
+		ASSERT_EQ(pid, waitpid(pid, &st, 0));
+		ASSERT_TRUE(WIFEXITED(st));
+		EXPECT_EQ(0, WEXITSTATUS(st));
+	} else {
+		EXPECT_EQ(0, quota_over_nodes(dev));
+	}
+	close(dev);
+}
+
+/* The kmod provider over both nodes: one region per node, mapped as one. */
+TEST(kmod_pool_spans_both_nodes)
+{
+	struct moem_pool_opts o = {.provider = MOEM_POOL_KMOD,
+				   .size = 10 * MOEM_MiB,
+				   .name = "numa-pool",
+				   .persistent = true};
+	struct moem_region_info ri;
+	struct moem_pool_info info;
+	struct moem_pool *p;
+	int dev, fd;
+
+	NEED_TWO_NODES();
+	NEED_MOEM_KO(dev);
+	/* the default (module loaded without node=): every node */
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	TH_LOG("%s", info.why);
+	EXPECT_FALSE(info.attached);
+	/* unequal split, as thp cuts it: 3 chunks on node 0, 2 on node 1 */
+	EXPECT_EQ(6 * MOEM_MiB, info.nodes[0].bytes);
+	EXPECT_EQ(4 * MOEM_MiB, info.nodes[1].bytes);
+	for (int n = 0; n < 2; n++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "numa-pool@%d", n);
+		ASSERT_EQ(0, moem_dev_region_info(dev, name, &ri)) TH_LOG("%s", moem_last_error());
+		EXPECT_EQ((uint32_t)n, ri.node);
+		EXPECT_EQ(info.nodes[n].bytes, ri.size);
+	}
+	/* kmod pages are mapped on first touch: touch, then ask the kernel */
+	memset(moem_pool_base(p), 0, moem_pool_size(p));
+	expect_spread(_metadata, p);
+	memset(moem_pool_base(p), 0x6b, moem_pool_size(p));
+	moem_pool_close(p);
+
+	/* a restart reattaches the set, bytes and layout as they were */
+	o.attach = true;
+	o.size = 0;
+	o.nodes = "0-1";
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	EXPECT_TRUE(info.attached);
+	EXPECT_TRUE(info.persistent);
+	ASSERT_EQ(10 * MOEM_MiB, moem_pool_size(p));
+	EXPECT_EQ(6 * MOEM_MiB, info.nodes[1].off);
+	for (uint64_t i = 0; i < moem_pool_size(p); i += 4093)
+		ASSERT_EQ(0x6b, ((uint8_t *)moem_pool_base(p))[i]);
+	expect_spread(_metadata, p);
+	moem_pool_close(p);
+
+	/* a set with a region missing is refused, not half used */
+	ASSERT_EQ(0, moem_dev_region_destroy(dev, "numa-pool@1"));
+	EXPECT_EQ(-ENOENT, moem_pool_open(&o, &p));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "incomplete")) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_dev_region_destroy(dev, "numa-pool@0"));
+
+	/* one region of the name (a one-node pool) is another layout */
+	ASSERT_EQ(0, moem_dev_region_create(dev, "numa-pool", 2 * MOEM_MiB, MOEM_REGION_PERSISTENT,
+					    0600, &fd));
+	close(fd);
+	o.size = 4 * MOEM_MiB;
+	EXPECT_EQ(-EEXIST, moem_pool_open(&o, &p));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "one region")) TH_LOG("%s", moem_last_error());
+	/* ...which a restart with the default nodes reattaches as it was
+	 * (made before the module had per-node regions, say) */
+	o.nodes = NULL;
+	o.size = 0;
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	EXPECT_TRUE(info.attached);
+	EXPECT_EQ(1u, info.n_nodes);
+	EXPECT_EQ(2 * MOEM_MiB, moem_pool_size(p));
+	moem_pool_close(p);
+	ASSERT_EQ(0, moem_dev_region_destroy(dev, "numa-pool"));
+
+	/* one node named: the whole region there */
+	o = (struct moem_pool_opts){
+		.provider = MOEM_POOL_KMOD, .size = 6 * MOEM_MiB, .name = "numa-one", .nodes = "1"};
+	ASSERT_EQ(0, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	moem_pool_get_info(p, &info);
+	EXPECT_EQ(1u, info.n_nodes);
+	EXPECT_EQ(1, info.nodes[0].node);
+	EXPECT_TRUE(info.bound);
+	memset(moem_pool_base(p), 1, moem_pool_size(p));
+	expect_pages_on(_metadata, moem_pool_base(p), moem_pool_size(p), 1);
+	moem_pool_close(p);
+	/* a name that leaves no room for "@<node>" */
+	o.nodes = "0,1";
+	o.name = "a-region-name-of-sixty-two-bytes-which-is-within-the-limit-xyz";
+	EXPECT_EQ(-ENAMETOOLONG, moem_pool_open(&o, &p)) TH_LOG("%s", moem_last_error());
+	close(dev);
 }
 
 static int write_int(const char *path, long v)
@@ -236,9 +513,10 @@ static int stager_read(struct moem_stager *s, uint32_t l, uint32_t e, uint32_t p
 	return 0;
 }
 
-TEST(tier_spreads_each_layer_over_the_nodes)
+static void tier_spread(struct __test_metadata *_metadata, enum moem_pool_provider provider)
 {
-	struct moem_pool_opts po = {.provider = MOEM_POOL_THP, .size = 64 * MOEM_MiB};
+	struct moem_pool_opts po = {
+		.provider = provider, .size = 64 * MOEM_MiB, .name = "numa-tier"};
 	struct moem_emu_opts eo = {.link_gbps = 50, .granularity = 1 << 20};
 	struct tstager st = {.s.read = stager_read};
 	struct moem_tiers_cfg c = {
@@ -258,10 +536,10 @@ TEST(tier_spreads_each_layer_over_the_nodes)
 	struct moem_pool *p;
 	uint8_t *base;
 
-	NEED_TWO_NODES();
 	ASSERT_EQ(0, moem_pool_open(&po, &p)) TH_LOG("%s", moem_last_error());
 	moem_pool_get_info(p, &info);
 	ASSERT_EQ(2u, info.n_nodes);
+	ASSERT_TRUE(info.bound);
 	c.n_nodes = info.n_nodes;
 	for (uint32_t k = 0; k < info.n_nodes; k++) {
 		c.node_id[k] = info.nodes[k].node;
@@ -322,16 +600,33 @@ TEST(tier_spreads_each_layer_over_the_nodes)
 	moem_pool_close(p);
 }
 
+TEST(tier_spreads_each_layer_over_the_nodes)
+{
+	NEED_TWO_NODES();
+	tier_spread(_metadata, MOEM_POOL_THP);
+}
+
+/* The same over moem.ko: the node of each chunk is its region's. */
+TEST(tier_spreads_each_layer_over_kmod_regions)
+{
+	int dev;
+
+	NEED_TWO_NODES();
+	NEED_MOEM_KO(dev);
+	close(dev);
+	tier_spread(_metadata, MOEM_POOL_KMOD);
+}
+
 /* ---- hybrid execution over a two-node pool ------------------------------- */
 
-static int run_engine(const char *pack, const char *nodes, struct moem_run_stats *rs,
-		      struct moem_engine_status *st)
+static int run_engine(const char *pack, enum moem_pool_provider provider, const char *nodes,
+		      struct moem_run_stats *rs, struct moem_engine_status *st)
 {
 	struct moem_engine_opts o = {
 		.pack_path = pack,
 		.backend = "cpu",
 		.threads = 2, /* one worker per node: vCPU n is node n */
-		.pool = {.provider = MOEM_POOL_THP, .nodes = nodes},
+		.pool = {.provider = provider, .nodes = nodes, .name = "numa-engine"},
 		.hi = MOEM_PREC_BF16,
 		.dram_budget = 32 * MOEM_MiB,
 		.hbm_budget = 1 * MOEM_MiB,
@@ -382,22 +677,33 @@ TEST(hybrid_outputs_equal_the_one_node_run)
 	po.threads = 2;
 	ASSERT_EQ(0, moem_pack_write(&po)) TH_LOG("%s", moem_last_error());
 
-	ASSERT_EQ(0, run_engine(pack, "0", &one, &st)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, run_engine(pack, MOEM_POOL_THP, "0", &one, &st))
+	TH_LOG("%s", moem_last_error());
 	ASSERT_EQ(1u, st.dram_n_nodes);
 	EXPECT_EQ(0, st.dram_node[0].node);
 	EXPECT_GT(one.total.cpu_experts, 0u);
-	ASSERT_EQ(0, run_engine(pack, "0,1", &two, &st)) TH_LOG("%s", moem_last_error());
-	ASSERT_EQ(2u, st.dram_n_nodes);
-	EXPECT_TRUE(st.pool_bound);
-	for (int k = 0; k < 2; k++) {
-		EXPECT_EQ(k, st.dram_node[k].node);
-		EXPECT_GT(st.dram_node[k].used, 0u) TH_LOG("node %d", k);
+	/* over both nodes: thp, then moem.ko's regions (where it is loaded) */
+	for (int prov = 0; prov < 2; prov++) {
+		enum moem_pool_provider pv = prov ? MOEM_POOL_KMOD : MOEM_POOL_THP;
+
+		if (pv == MOEM_POOL_KMOD && access("/dev/moem", F_OK) && !getenv("MOEM_NUMA_NODES"))
+			break;
+		ASSERT_EQ(0, run_engine(pack, pv, "0,1", &two, &st))
+		TH_LOG("%s: %s", moem_pool_provider_name(pv), moem_last_error());
+		ASSERT_EQ(2u, st.dram_n_nodes);
+		EXPECT_TRUE(st.pool_bound);
+		for (int k = 0; k < 2; k++) {
+			EXPECT_EQ(k, st.dram_node[k].node);
+			EXPECT_GT(st.dram_node[k].used, 0u) TH_LOG("node %d", k);
+		}
+		EXPECT_EQ(one.total.cpu_experts, two.total.cpu_experts);
+		EXPECT_STREQ(one.digest_hex, two.digest_hex);
+		TH_LOG("%s: %llu CPU expert computations; digest %s; node 0 %llu, node 1 %llu "
+		       "bytes used",
+		       moem_pool_provider_name(pv), (unsigned long long)two.total.cpu_experts,
+		       two.digest_hex, (unsigned long long)st.dram_node[0].used,
+		       (unsigned long long)st.dram_node[1].used);
 	}
-	EXPECT_EQ(one.total.cpu_experts, two.total.cpu_experts);
-	EXPECT_STREQ(one.digest_hex, two.digest_hex);
-	TH_LOG("%llu CPU expert computations; digest %s; node 0 %llu, node 1 %llu bytes used",
-	       (unsigned long long)two.total.cpu_experts, two.digest_hex,
-	       (unsigned long long)st.dram_node[0].used, (unsigned long long)st.dram_node[1].used);
 	st_rm_rf(dir);
 	free(dir);
 	free(model);
