@@ -8,7 +8,8 @@
 #                         6.1 and 6.12), warnings as errors
 #   make test-kmod        the guest suite under qemu -accel tcg, on each kernel of
 #                         KVERS in turn, with a result line for each
-#   make test-numa        the NUMA guest alone (two nodes; make test-kmod runs it too)
+#   make test-numa        the NUMA guest alone (two nodes, and one without memory;
+#                         make test-kmod runs it too)
 #   make test-kmod-debug  the suite on a debug build of 6.12 (KASAN, lockdep,
 #                         kmemleak, ...) made once into $(O)/kernel-debug; long,
 #                         not part of `make test`

@@ -8,6 +8,7 @@
 # /dev/moem given to the user's group for the second phase; at the end it
 # must unload (every test's regions gone).
 export MOEM_NUMA_NODES=2
+export MOEM_NUMA_MEMLESS=2 # test-kernels.sh: --memless 1, node 2
 step() {
 	# step NAME command...: run, report ok or FAILED
 	name=$1

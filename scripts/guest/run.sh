@@ -27,6 +27,8 @@
 #     --mem MB        guest memory (default 2048)
 #     --numa N        N NUMA nodes (2..8), the memory split evenly, one vCPU
 #                     each (-smp N); default one node, two vCPUs
+#     --memless M     with --numa: M more nodes (numbered from N) with one
+#                     vCPU each and no memory (default 0)
 #
 # Fails on: a "not ok" TAP line, a program that exits non-zero or is
 # killed by its timeout, a program with no result, a failed rmmod, and any
@@ -50,6 +52,7 @@ check=$here/check.sh
 disk_mb=64
 mem_mb=2048
 numa=1
+memless=0
 disk_add=()
 envs=()
 while [ $# -gt 0 ]; do
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
 	--env) envs+=("$2"); shift 2 ;;
 	--mem) mem_mb=$2; shift 2 ;;
 	--numa) numa=$2; shift 2 ;;
+	--memless) memless=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
 	--kimage) kimage=$2; shift 2 ;;
 	--kver) kver=$2; shift 2 ;;
@@ -175,14 +179,19 @@ append="console=ttyS0 quiet panic=-1 nokaslr no_timer_check"
 # (6.1), one run in many; the guest is slower, and reproducible.
 accel=tcg,thread=single
 # The machine: two vCPUs on one node, or --numa N nodes of one vCPU and
-# an equal share of the memory each.
+# an equal share of the memory each, and --memless M nodes of one vCPU
+# and no memory after them (Linux onlines such a node without N_MEMORY).
 machine=(-m "$mem_mb" -smp 2)
 if [ "$numa" -gt 1 ]; then
 	[ "$numa" -le 8 ] || die "--numa $numa: at most 8 nodes"
-	machine=(-m "$((mem_mb / numa * numa))" -smp "$numa")
+	[ "$memless" -ge 0 ] && [ "$((numa + memless))" -le 8 ] || die "--memless $memless: at most 8 nodes in all"
+	machine=(-m "$((mem_mb / numa * numa))" -smp "$((numa + memless))")
 	for ((n = 0; n < numa; n++)); do
 		machine+=(-object "memory-backend-ram,id=m$n,size=$((mem_mb / numa))M"
 			-numa "node,nodeid=$n,cpus=$n,memdev=m$n")
+	done
+	for ((n = numa; n < numa + memless; n++)); do
+		machine+=(-numa "node,nodeid=$n,cpus=$n")
 	done
 fi
 log=$work/guest.log

@@ -5,8 +5,9 @@
 # one after the other (never in parallel: two TCG guests on two cores
 # would starve each other), and a line for each.
 #   scripts/guest/test-kernels.sh [--numa] BUILD_DIR "VER..." PROG...
-# --numa: the NUMA guest instead (two nodes, scripts/guest/numa.sh judged
-# by check-numa.sh), working in BUILD_DIR/guest/numa-VER.
+# --numa: the NUMA guest instead (two nodes with memory and a third, node
+# 2, with a vCPU and none; scripts/guest/numa.sh judged by check-numa.sh),
+# working in BUILD_DIR/guest/numa-VER.
 # moem.ko for VER is BUILD_DIR/kmod/VER/moem.ko (make kmod-all); the guest
 # of VER works in BUILD_DIR/guest/VER. Exit 1 if any kernel failed, 77 if
 # none could run (no qemu, no kernel), else 0. Debian 12 has two kernels
@@ -16,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mode=()
 tag=
 if [ "${1:-}" = --numa ]; then
-	mode=(--numa 2 --script "$here/numa.sh" --check "$here/check-numa.sh")
+	mode=(--numa 2 --memless 1 --script "$here/numa.sh" --check "$here/check-numa.sh")
 	tag=numa-
 	shift
 fi

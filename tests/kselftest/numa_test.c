@@ -133,8 +133,8 @@ TEST(thp_pool_spans_both_nodes)
 	for (uint64_t off = 0; off < moem_pool_size(p); off += MOEM_CHUNK_BYTES)
 		ASSERT_EQ(1, page_node((uint8_t *)moem_pool_base(p) + off));
 	moem_pool_close(p);
-	/* a node the guest does not have */
-	o.nodes = "0,2";
+	/* a node the guest does not have (node 2 has no memory: its own test) */
+	o.nodes = "0,3";
 	EXPECT_EQ(-ENODEV, moem_pool_open(&o, &p));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "does not exist"))
 	TH_LOG("%s", moem_last_error());
@@ -247,7 +247,74 @@ TEST(kmod_region_on_each_node)
 	EXPECT_EQ(total[1], ko_node(1, "total_bytes"));
 	EXPECT_EQ(total[0], ko_node(0, "total_bytes"));
 	/* a node the guest does not have */
-	EXPECT_EQ(-EINVAL, moem_dev_region_create_on(dev, "numa-bad", size, 0, 0600, 2, &fd[0]));
+	EXPECT_EQ(-EINVAL, moem_dev_region_create_on(dev, "numa-bad", size, 0, 0600, 63, &fd[0]));
+	close(dev);
+}
+
+/* The first node that is online but has no memory (a CPU-only node), or -1. */
+static int memoryless_node(void)
+{
+	for (int n = 0; n < 64; n++) {
+		char path[96];
+		uint64_t total = 1;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/meminfo", n);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		{
+			char line[160];
+			unsigned long long v;
+			int nd;
+
+			while (fgets(line, sizeof(line), f))
+				if (sscanf(line, "Node %d MemTotal: %llu kB", &nd, &v) == 2)
+					total = v;
+		}
+		fclose(f);
+		if (!total)
+			return n;
+	}
+	return -1;
+}
+
+/*
+ * A node that exists (online, with a CPU) but has no memory is refused
+ * with EINVAL, as a node that does not exist is, and takes nothing; it
+ * has no nodes/node<N>/ directory. The NUMA guest has one
+ * (MOEM_NUMA_MEMLESS names it: run.sh --memless 1).
+ */
+TEST(kmod_node_without_memory)
+{
+	const char *memless = getenv("MOEM_NUMA_MEMLESS");
+	int64_t total = ko_pool("total_bytes");
+	int dev, fd, node = memoryless_node();
+
+	NEED_TWO_NODES();
+	NEED_MOEM_KO(dev);
+	if (memless)
+		ASSERT_EQ(atoi(memless), node) TH_LOG("no memoryless node %s in the guest", memless);
+	if (node < 0) {
+		close(dev);
+		SKIP(return, "no memoryless node here");
+	}
+	EXPECT_EQ(-EINVAL,
+		  moem_dev_region_create_on(dev, "numa-memless", 2 * MOEM_MiB, 0, 0600, node, &fd));
+	EXPECT_EQ(-1, ko_node(node, "total_bytes"));
+	EXPECT_EQ(total, ko_pool("total_bytes"));
+	/* a pool named to it is refused by libmoem first, by name */
+	{
+		struct moem_pool_opts o = {.provider = MOEM_POOL_KMOD, .size = 2 * MOEM_MiB};
+		struct moem_pool *p;
+		char list[16];
+
+		snprintf(list, sizeof(list), "0,%d", node);
+		o.nodes = list;
+		EXPECT_EQ(-ENODEV, moem_pool_open(&o, &p));
+		EXPECT_NE(NULL, strstr(moem_last_error(), "has no memory"))
+		TH_LOG("%s", moem_last_error());
+	}
 	close(dev);
 }
 
