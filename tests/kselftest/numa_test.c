@@ -294,7 +294,7 @@ TEST(kmod_node_without_memory)
 	NEED_TWO_NODES();
 	NEED_MOEM_KO(dev);
 	if (memless)
-		ASSERT_EQ(atoi(memless), node) TH_LOG("no memoryless node %s in the guest", memless);
+		ASSERT_EQ(atoi(memless), node) TH_LOG("no memoryless node %s", memless);
 	if (node < 0) {
 		close(dev);
 		SKIP(return, "no memoryless node here");
