@@ -24,7 +24,8 @@ MODULE_PARM_DESC(prealloc_mb, "MiB carved at load and kept while loaded, a multi
 
 static int node = NUMA_NO_NODE;
 module_param(node, int, 0444);
-MODULE_PARM_DESC(node, "NUMA node the pool's memory comes from (-1: any)");
+MODULE_PARM_DESC(node,
+		 "NUMA node of the floor and of regions created without one (-1: any)");
 
 /*
  * Bytes one user without CAP_SYS_ADMIN may own in regions (user.c); -1:
