@@ -378,10 +378,61 @@ static void block_scales(const float *sw, const float *qs, uint32_t NB, uint32_t
 		sq[b] = sw[b >> gshift] * qs[b];
 }
 
+/* Rows per q_rows() call, and the row length (blocks) below which batch 1 takes it. */
+#define SHORT_R	 4
+#define SHORT_NB 32
+
+/*
+ * R rows x 1 token of a matrix with short rows (K < 2048: an expert's
+ * down projection), for batch 1. There one row is only 12 blocks, and a
+ * row's own setup (its scales converted, block scales made, the min
+ * term, one chain of NB dependent FMAs) cost about as much as its
+ * blocks: q2 at 2048 x 768 ran at 0.34 of the read stream. R adjacent
+ * rows are still one sequential stream, their scales and mins are
+ * converted in one go with no tail, and R accumulator chains overlap.
+ * Each block's scale is the same fp32 product sw x qs that
+ * block_scales() makes, taken in the loop, so every output keeps
+ * q_tile's order and bits (test_cpu_kern). Long rows stay on q_tile:
+ * there R streams a KiB apart measured slower, as above.
+ */
+INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sw, const float *mn,
+		uint32_t G, uint32_t NB, uint32_t gshift, const int8_t *xq, const float *qs,
+		const float *xs, const int R, float *y)
+{
+	const uint32_t bpb = p == MOEM_PREC_Q4 ? 32 : 16; /* bytes per block */
+	__m256 acc[SHORT_R];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (uint32_t b = 0; b < NB; b++) {
+		const int8_t *xb = xq + 64 * (size_t)b;
+		__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xb);
+		__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32));
+		__m256 xsc = _mm256_broadcast_ss(qs + b);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const struct qw w = q_unpack(p, wq + r * rowb, b);
+			__m256 s =
+				_mm256_mul_ps(_mm256_broadcast_ss(sw + r * G + (b >> gshift)), xsc);
+
+			if (!((b * bpb) & 63))
+				pf(wq + r * rowb + (size_t)bpb * b);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_dot(p, &w, x0, x1)), s,
+						 acc[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		y[r] = hsum8(acc[r]) + min_term(mn + r * G, xs, NB >> gshift, gshift);
+}
+
 /*
  * Row by row; the tokens in groups of 4, which share each block of the
  * row as unpacked once. scratch: the row's scales (and mins) as floats
- * and the block scales of up to 4 tokens, 2 G + 4 NB <= K floats.
+ * and the block scales of up to 4 tokens, 2 G + 4 NB <= K floats; in
+ * q_rows() the scales and mins of SHORT_R rows, 2 SHORT_R G <= K / 8.
  */
 INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_layout *l,
 		const uint8_t *mat, uint32_t r0, uint32_t r1, const struct cpu_act *x,
@@ -391,8 +442,22 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 	const uint32_t gshift = p == MOEM_PREC_Q2 ? 0 : 1;
 	const int8_t *xq_all = x->v[fmt];
 	float *sw = scratch, *mn = scratch + G, *sq = scratch + 2 * G;
+	uint32_t r = r0;
 
-	for (uint32_t r = r0; r < r1; r++) {
+	if (T == 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
+		const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
+		const uint16_t *m16 = (const uint16_t *)(const void *)(mat + l->min_off);
+
+		for (; r + SHORT_R <= r1; r += SHORT_R) {
+			f16_row(s16 + (size_t)r * G, sw, SHORT_R * G);
+			f16_row(m16 + (size_t)r * G, sw + SHORT_R * G, SHORT_R * G);
+			q_rows(p, mat + l->data_off + (size_t)r * l->row_bytes, l->row_bytes, sw,
+			       sw + SHORT_R * G, G, NB, gshift, xq_all + (size_t)tok[0] * K,
+			       x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB, SHORT_R,
+			       y + (r - r0));
+		}
+	}
+	for (; r < r1; r++) {
 		const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
 
 		f16_row((const uint16_t *)(const void *)(mat + l->scale_off) + (size_t)r * G, sw,
