@@ -313,8 +313,8 @@ static __attribute__((noinline)) float min_term(const float *mn, const float *xs
  * prefetched PF_DIST ahead.
  */
 INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const float *mn, uint32_t NB,
-		uint32_t gshift, const int8_t *const *xq, const float *const *xs, const int T,
-		float *y, uint32_t ldy)
+		uint32_t gshift, int mins, const int8_t *const *xq, const float *const *xs,
+		const int T, float *y, uint32_t ldy)
 {
 	__m256 acc[4];
 
@@ -344,7 +344,7 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const floa
 	for (int t = 0; t < T; t++) {
 		float v = hsum8(acc[t]);
 
-		if (p != MOEM_PREC_Q8)
+		if (p != MOEM_PREC_Q8 && mins)
 			v += min_term(mn, xs[t], NB >> gshift, gshift);
 		y[(size_t)t * ldy] = v;
 	}
@@ -429,6 +429,70 @@ INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *s
 }
 
 /*
+ * The min terms of rows r0..r1 x T tokens added to y (which holds each
+ * output's hsum8 of its blocks), 8 tokens to a vector: the very
+ * operations min_term() does for one output, lane by lane. xg: the
+ * tokens' group sums, [g][8]; P[j]: what min_term()'s lane j holds (the
+ * products of groups j, j + 8, ..., in order), summed in hsum8's tree;
+ * then the groups left over, in order. Per row and 8 tokens this is
+ * about 3 G instructions, where min_term() took about 30 per output: a
+ * q4 prefill profile (16 tokens an expert) had min_term() at a quarter
+ * of the expert FFN's time. scratch: 9 G floats.
+ */
+static void min_pass(const uint16_t *m16, uint32_t G, uint32_t gshift, const struct cpu_act *x,
+		     uint32_t NB, const uint32_t *tok, uint32_t T, uint32_t r0, uint32_t r1,
+		     float *y, uint32_t ldy, float *scratch)
+{
+	float *xg = scratch, *mn = scratch + 8 * (size_t)G;
+	const uint32_t G8 = G / 8 * 8;
+
+	for (uint32_t i = 0; i < T; i += 8) {
+		const uint32_t n = T - i < 8 ? T - i : 8;
+
+		for (uint32_t t = 0; t < 8; t++) {
+			const float *xs = x->xs + (size_t)tok[i + (t < n ? t : 0)] * NB;
+
+			for (uint32_t g = 0; g < G; g++)
+				xg[g * 8 + t] = t >= n	 ? 0.0f
+						: gshift ? xs[2 * g] + xs[2 * g + 1]
+							 : xs[g];
+		}
+		for (uint32_t r = r0; r < r1; r++) {
+			__m256 m = _mm256_setzero_ps();
+			float o[8];
+
+			f16_row(m16 + (size_t)r * G, mn, G);
+			if (G8) {
+				__m256 P[8];
+
+#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++)
+					P[j] = _mm256_setzero_ps();
+				for (uint32_t g = 0; g < G8; g += 8) {
+#pragma GCC unroll 8
+					for (int j = 0; j < 8; j++)
+						P[j] = _mm256_add_ps(
+							P[j],
+							_mm256_mul_ps(
+								_mm256_broadcast_ss(mn + g + j),
+								_mm256_loadu_ps(xg + (g + j) * 8)));
+				}
+				m = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(P[0], P[4]),
+								_mm256_add_ps(P[2], P[6])),
+						  _mm256_add_ps(_mm256_add_ps(P[1], P[5]),
+								_mm256_add_ps(P[3], P[7])));
+			}
+			for (uint32_t g = G8; g < G; g++)
+				m = _mm256_add_ps(m, _mm256_mul_ps(_mm256_broadcast_ss(mn + g),
+								   _mm256_loadu_ps(xg + g * 8)));
+			_mm256_storeu_ps(o, m);
+			for (uint32_t t = 0; t < n; t++)
+				y[(size_t)(i + t) * ldy + (r - r0)] += o[t];
+		}
+	}
+}
+
+/*
  * Row by row; the tokens in groups of 4, which share each block of the
  * row as unpacked once. scratch: the row's scales (and mins) as floats
  * and the block scales of up to 4 tokens, 2 G + 4 NB <= K floats; in
@@ -477,9 +541,12 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 				block_scales(sw, x->qs + (size_t)tok[i + t] * NB, NB, gshift,
 					     sq + (size_t)t * NB);
 			}
-			TILE_N(q_tile, n, p, wq, sq, mn, NB, gshift, xq, xs);
+			TILE_N(q_tile, n, p, wq, sq, mn, NB, gshift, T == 1, xq, xs);
 		}
 	}
+	if (p != MOEM_PREC_Q8 && T > 1)
+		min_pass((const uint16_t *)(const void *)(mat + l->min_off), G, gshift, x, NB, tok,
+			 T, r0, r1, y, ldy, scratch);
 }
 
 static void avx2_q8(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0, uint32_t r1,
