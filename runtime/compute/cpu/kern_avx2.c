@@ -429,6 +429,55 @@ INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *s
 }
 
 /*
+ * 2 rows x T <= 4 tokens of a short-row matrix (K < 2048), for calls of
+ * several tokens (prefill: the tokens routed to an expert): each
+ * token's activation block is loaded once for both rows, where the
+ * one-row tile loaded it per row (a profile of a q4 prefill had most of
+ * the tile's time on the vpmaddubsw that take the activations from
+ * memory), and a row pair's scales convert in one go. On long rows it
+ * measured slower at 4 tokens (two streams a KiB apart) and no faster
+ * at 16, so they keep q_tile. sq + (r * 4 + t) * NB: block scales of
+ * row r, token t. The min term is min_pass()'s. Same order per output
+ * as q_tile.
+ */
+INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
+		 const int8_t *const *xq, const int T, float *y, uint32_t ldy)
+{
+	const uint32_t bpb = p == MOEM_PREC_Q4 ? 32 : 16; /* bytes per block */
+	__m256 acc[2][4];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+	for (uint32_t b = 0; b < NB; b++) {
+		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq + rowb, b);
+
+		if (!((b * bpb) & 63)) {
+			pf(wq + (size_t)bpb * b);
+			pf(wq + rowb + (size_t)bpb * b);
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+			const int8_t *xb = xq[t] + 64 * (size_t)b;
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xb);
+			__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32));
+
+			acc[0][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_dot(p, &w0, x0, x1)),
+						    _mm256_broadcast_ss(sq + (size_t)t * NB + b),
+						    acc[0][t]);
+			acc[1][t] = _mm256_fmadd_ps(
+				_mm256_cvtepi32_ps(q_dot(p, &w1, x0, x1)),
+				_mm256_broadcast_ss(sq + (size_t)(4 + t) * NB + b), acc[1][t]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++) {
+		y[(size_t)t * ldy] = hsum8(acc[0][t]);
+		y[(size_t)t * ldy + 1] = hsum8(acc[1][t]);
+	}
+}
+
+/*
  * The min terms of rows r0..r1 x T tokens added to y (which holds each
  * output's hsum8 of its blocks), 8 tokens to a vector: the very
  * operations min_term() does for one output, lane by lane. xg: the
@@ -496,7 +545,8 @@ static void min_pass(const uint16_t *m16, uint32_t G, uint32_t gshift, const str
  * Row by row; the tokens in groups of 4, which share each block of the
  * row as unpacked once. scratch: the row's scales (and mins) as floats
  * and the block scales of up to 4 tokens, 2 G + 4 NB <= K floats; in
- * q_rows() the scales and mins of SHORT_R rows, 2 SHORT_R G <= K / 8.
+ * q_rows() the scales and mins of SHORT_R rows, 2 SHORT_R G <= K / 8;
+ * for q_tile2() 2 rows' scales and block scales, 2 G + 8 NB <= K / 4.
  */
 INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_layout *l,
 		const uint8_t *mat, uint32_t r0, uint32_t r1, const struct cpu_act *x,
@@ -521,12 +571,36 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 			       y + (r - r0));
 		}
 	}
+	if (T > 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
+		const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
+
+		for (; r + 2 <= r1; r += 2) {
+			const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
+
+			f16_row(s16 + (size_t)r * G, sw, 2 * G);
+			for (uint32_t i = 0; i < T; i += 4) {
+				const int8_t *xq[4];
+				uint32_t n = T - i < 4 ? T - i : 4;
+				float *y_ = y + (size_t)i * ldy + (r - r0);
+
+				for (uint32_t t = 0; t < n; t++) {
+					const float *qs = x->qs + (size_t)tok[i + t] * NB;
+
+					xq[t] = xq_all + (size_t)tok[i + t] * K;
+					block_scales(sw, qs, NB, gshift, sq + (size_t)t * NB);
+					block_scales(sw + G, qs, NB, gshift,
+						     sq + (size_t)(4 + t) * NB);
+				}
+				TILE_N(q_tile2, n, p, wq, l->row_bytes, sq, NB, xq);
+			}
+		}
+	}
 	for (; r < r1; r++) {
 		const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
 
 		f16_row((const uint16_t *)(const void *)(mat + l->scale_off) + (size_t)r * G, sw,
 			G);
-		if (p != MOEM_PREC_Q8)
+		if (p != MOEM_PREC_Q8 && T == 1) /* else min_pass() */
 			f16_row((const uint16_t *)(const void *)(mat + l->min_off) + (size_t)r * G,
 				mn, G);
 		for (uint32_t i = 0; i < T; i += 4) {
