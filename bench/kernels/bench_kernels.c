@@ -704,8 +704,10 @@ static int bench_layer(struct moem_backend *be, struct timer *tm)
 	for (int m = 0; !ret && m < 3; m++)
 		for (unsigned int bi = 0; !ret && bi < 4; bi++) {
 			const uint32_t B = batches[bi];
-			int reps = quick ? 2 : moem_backend_kind(be) == MOEM_BACKEND_CUDA ? 20 : 3;
-			double t[5][20], med[5], total = 0;
+			/* Enough repetitions on the CPU for the router share's spread:
+			 * on a shared machine one slow repetition moves a median of 3. */
+			int reps = quick ? 2 : moem_backend_kind(be) == MOEM_BACKEND_CUDA ? 20 : 9;
+			double t[5][20], share[20], med[5], total = 0, lo = 100, hi = 0;
 			uint32_t T = 0;
 
 			for (int r = 0; r < reps + 1 && !ret; r++) {
@@ -765,9 +767,17 @@ static int bench_layer(struct moem_backend *be, struct timer *tm)
 				STEP(timer_start(tm));
 				STEP(moem_op_combine(be, NULL, &ca));
 				STEP(timer_stop(tm, &sec[4]));
-				if (r)
-					for (int i = 0; i < 5; i++)
+				if (r) {
+					double all = 0;
+
+					for (int i = 0; i < 5; i++) {
 						t[i][r - 1] = sec[i];
+						all += sec[i];
+					}
+					share[r - 1] = all > 0 ? 100 * (sec[1] + sec[2]) / all : 0;
+					lo = share[r - 1] < lo ? share[r - 1] : lo;
+					hi = share[r - 1] > hi ? share[r - 1] : hi;
+				}
 			}
 			if (ret)
 				break;
@@ -776,9 +786,9 @@ static int bench_layer(struct moem_backend *be, struct timer *tm)
 				total += med[i];
 			}
 			printf("  %-5s %3u   %9u   %7.1f  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f   "
-			       "%6.2f%%\n",
+			       "%6.2f%% (%.2f-%.2f over %d)\n",
 			       mode_names[m], B, T, med[0], med[1], med[2], med[3], med[4], total,
-			       100 * (med[1] + med[2]) / total);
+			       median(share, reps), lo, hi, reps);
 			snprintf(key, sizeof(key), "layer_%s_B%u_T", mode_names[m], B);
 			result(key, T);
 			snprintf(key, sizeof(key), "layer_%s_B%u_us", mode_names[m], B);
@@ -788,8 +798,16 @@ static int bench_layer(struct moem_backend *be, struct timer *tm)
 				result(key, med[1]);
 			snprintf(key, sizeof(key), "route_%s_B%u_us", mode_names[m], B);
 			result(key, med[2]);
+			/* The share of each repetition, its median and range: the
+			 * router's cost and the layer's move together under load. */
 			snprintf(key, sizeof(key), "route_share_%s_B%u_pct", mode_names[m], B);
-			result(key, 100 * (med[1] + med[2]) / total);
+			result(key, median(share, reps));
+			snprintf(key, sizeof(key), "route_share_%s_B%u_min_pct", mode_names[m], B);
+			result(key, lo);
+			snprintf(key, sizeof(key), "route_share_%s_B%u_max_pct", mode_names[m], B);
+			result(key, hi);
+			snprintf(key, sizeof(key), "layer_%s_B%u_reps", mode_names[m], B);
+			result(key, reps);
 		}
 	layer_free(be, &L);
 	return ret;

@@ -56,6 +56,37 @@ def f(v, fmt):
     return fmt.format(v) if isinstance(v, float) else "-"
 
 
+def layer_rows(L, o):
+    """The router's share of one MoE layer, per routing mode and batch."""
+    if not any(k.startswith("route_share_") for k in o):
+        return
+    L.append("")
+    L.append("## The router's share of a MoE layer")
+    L.append("")
+    L.append("One MoE layer at Qwen3-30B-A3B shapes (N 128, k 8, bf16 experts, a random")
+    L.append("router, so nearly uniform: **synthetic**): rmsnorm, router GEMV, routing")
+    L.append("(top-k, LYNX or OEA), the FFN of the chosen experts and the combine, each")
+    L.append("timed on the host clock. The share (router + routing) / layer is taken in")
+    L.append("every repetition; the table gives its median and range over the")
+    L.append("repetitions (target <= 3% at batch 1, LYNX reports 3-4%). T is the")
+    L.append("number of distinct experts the batch activates.")
+    L.append("")
+    L.append("| mode | B | T | router us | routing us | layer us | share (median) | share (range) | reps |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for m in ("topk", "lynx", "oea"):
+        for b in BATCHES:
+            sh = o.get(f"route_share_{m}_B{b}_pct")
+            if sh is None:
+                continue
+            lo, hi = o.get(f"route_share_{m}_B{b}_min_pct"), o.get(f"route_share_{m}_B{b}_max_pct")
+            rng = f"{lo:.2f}-{hi:.2f}%" if isinstance(lo, float) and isinstance(hi, float) else "-"
+            L.append(f"| {m} | {b} | {f(o.get(f'layer_{m}_B{b}_T'), '{:.0f}')} | "
+                     f"{f(o.get(f'router_B{b}_us'), '{:.1f}')} | "
+                     f"{f(o.get(f'route_{m}_B{b}_us'), '{:.1f}')} | "
+                     f"{f(o.get(f'layer_{m}_B{b}_us'), '{:.0f}')} | {sh:.2f}% | {rng} | "
+                     f"{f(o.get(f'layer_{m}_B{b}_reps'), '{:.0f}')} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", required=True)
@@ -129,6 +160,7 @@ def main():
         L.append("PyTorch bf16 us/expert: " + ", ".join(
             f"B {b}: {f(t.get(f'torch_cpu_ffn_bf16_B{b}_us_per_expert'), '{:.0f}')}"
             for b in BATCHES))
+    layer_rows(L, o)
     L.append("")
     tmp = a.out + ".tmp"
     with open(tmp, "w") as fh:

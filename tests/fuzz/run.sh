@@ -6,7 +6,8 @@
 # Each harness starts from its committed seeds (tests/fuzz/corpus/<name>/,
 # read-only) plus what earlier runs found (build/fuzz/corpus/<name>/). A
 # crash, leak, sanitizer report or timeout fails the run; the reproducer is
-# kept under build/fuzz/artifacts/.
+# kept under build/fuzz/artifacts/. FUZZ_SEED, when set, fixes libFuzzer's
+# seed (make test-fuzz); unset, each run draws its own (make fuzz).
 set -u
 secs=$1
 shift
@@ -18,10 +19,12 @@ for name in "$@"; do
 	log="$B/fuzz/$name.log"
 	mkdir -p "$work" "$B/fuzz/artifacts"
 	dict=""
+	seed=""
+	[ -n "${FUZZ_SEED:-}" ] && seed="-seed=$FUZZ_SEED"
 	[ -f "tests/fuzz/$name.dict" ] && dict="-dict=tests/fuzz/$name.dict"
 	# shellcheck disable=SC2086
 	"$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-		-artifact_prefix="$B/fuzz/artifacts/$name-" $dict \
+		-artifact_prefix="$B/fuzz/artifacts/$name-" $dict $seed \
 		"$work" "tests/fuzz/corpus/$name" >"$log" 2>&1
 	rc=$?
 	runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
