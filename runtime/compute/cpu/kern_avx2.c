@@ -313,8 +313,8 @@ static __attribute__((noinline)) float min_term(const float *mn, const float *xs
  * prefetched PF_DIST ahead.
  */
 INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const float *mn, uint32_t NB,
-		uint32_t gshift, const int8_t *const *xq, const float *const *xs, const int T,
-		float *y, uint32_t ldy)
+		uint32_t gshift, int mins, const int8_t *const *xq, const float *const *xs,
+		const int T, float *y, uint32_t ldy)
 {
 	__m256 acc[4];
 
@@ -344,7 +344,7 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const floa
 	for (int t = 0; t < T; t++) {
 		float v = hsum8(acc[t]);
 
-		if (p != MOEM_PREC_Q8)
+		if (p != MOEM_PREC_Q8 && mins)
 			v += min_term(mn, xs[t], NB >> gshift, gshift);
 		y[(size_t)t * ldy] = v;
 	}
@@ -378,10 +378,175 @@ static void block_scales(const float *sw, const float *qs, uint32_t NB, uint32_t
 		sq[b] = sw[b >> gshift] * qs[b];
 }
 
+/* Rows per q_rows() call, and the row length (blocks) below which batch 1 takes it. */
+#define SHORT_R	 4
+#define SHORT_NB 32
+
+/*
+ * R rows x 1 token of a matrix with short rows (K < 2048: an expert's
+ * down projection), for batch 1. There one row is only 12 blocks, and a
+ * row's own setup (its scales converted, block scales made, the min
+ * term, one chain of NB dependent FMAs) cost about as much as its
+ * blocks: q2 at 2048 x 768 ran at 0.34 of the read stream. R adjacent
+ * rows are still one sequential stream, their scales and mins are
+ * converted in one go with no tail, and R accumulator chains overlap.
+ * Each block's scale is the same fp32 product sw x qs that
+ * block_scales() makes, taken in the loop, so every output keeps
+ * q_tile's order and bits (test_cpu_kern). Long rows stay on q_tile:
+ * there R streams a KiB apart measured slower, as above.
+ */
+INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sw, const float *mn,
+		uint32_t G, uint32_t NB, uint32_t gshift, const int8_t *xq, const float *qs,
+		const float *xs, const int R, float *y)
+{
+	const uint32_t bpb = p == MOEM_PREC_Q4 ? 32 : 16; /* bytes per block */
+	__m256 acc[SHORT_R];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (uint32_t b = 0; b < NB; b++) {
+		const int8_t *xb = xq + 64 * (size_t)b;
+		__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xb);
+		__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32));
+		__m256 xsc = _mm256_broadcast_ss(qs + b);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const struct qw w = q_unpack(p, wq + r * rowb, b);
+			__m256 s =
+				_mm256_mul_ps(_mm256_broadcast_ss(sw + r * G + (b >> gshift)), xsc);
+
+			if (!((b * bpb) & 63))
+				pf(wq + r * rowb + (size_t)bpb * b);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_dot(p, &w, x0, x1)), s,
+						 acc[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+		y[r] = hsum8(acc[r]) + min_term(mn + r * G, xs, NB >> gshift, gshift);
+}
+
+/*
+ * 2 rows x T <= 4 tokens of a short-row matrix (K < 2048), for calls of
+ * several tokens (prefill: the tokens routed to an expert): each
+ * token's activation block is loaded once for both rows, where the
+ * one-row tile loaded it per row (a profile of a q4 prefill had most of
+ * the tile's time on the vpmaddubsw that take the activations from
+ * memory), and a row pair's scales convert in one go. On long rows it
+ * measured slower at 4 tokens (two streams a KiB apart) and no faster
+ * at 16, so they keep q_tile. sq + (r * 4 + t) * NB: block scales of
+ * row r, token t. The min term is min_pass()'s. Same order per output
+ * as q_tile.
+ */
+INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
+		 const int8_t *const *xq, const int T, float *y, uint32_t ldy)
+{
+	const uint32_t bpb = p == MOEM_PREC_Q4 ? 32 : 16; /* bytes per block */
+	__m256 acc[2][4];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+	for (uint32_t b = 0; b < NB; b++) {
+		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq + rowb, b);
+
+		if (!((b * bpb) & 63)) {
+			pf(wq + (size_t)bpb * b);
+			pf(wq + rowb + (size_t)bpb * b);
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+			const int8_t *xb = xq[t] + 64 * (size_t)b;
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xb);
+			__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32));
+
+			acc[0][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_dot(p, &w0, x0, x1)),
+						    _mm256_broadcast_ss(sq + (size_t)t * NB + b),
+						    acc[0][t]);
+			acc[1][t] = _mm256_fmadd_ps(
+				_mm256_cvtepi32_ps(q_dot(p, &w1, x0, x1)),
+				_mm256_broadcast_ss(sq + (size_t)(4 + t) * NB + b), acc[1][t]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++) {
+		y[(size_t)t * ldy] = hsum8(acc[0][t]);
+		y[(size_t)t * ldy + 1] = hsum8(acc[1][t]);
+	}
+}
+
+/*
+ * The min terms of rows r0..r1 x T tokens added to y (which holds each
+ * output's hsum8 of its blocks), 8 tokens to a vector: the very
+ * operations min_term() does for one output, lane by lane. xg: the
+ * tokens' group sums, [g][8]; P[j]: what min_term()'s lane j holds (the
+ * products of groups j, j + 8, ..., in order), summed in hsum8's tree;
+ * then the groups left over, in order. Per row and 8 tokens this is
+ * about 3 G instructions, where min_term() took about 30 per output: a
+ * q4 prefill profile (16 tokens an expert) had min_term() at a quarter
+ * of the expert FFN's time. scratch: 9 G floats.
+ */
+static void min_pass(const uint16_t *m16, uint32_t G, uint32_t gshift, const struct cpu_act *x,
+		     uint32_t NB, const uint32_t *tok, uint32_t T, uint32_t r0, uint32_t r1,
+		     float *y, uint32_t ldy, float *scratch)
+{
+	float *xg = scratch, *mn = scratch + 8 * (size_t)G;
+	const uint32_t G8 = G / 8 * 8;
+
+	for (uint32_t i = 0; i < T; i += 8) {
+		const uint32_t n = T - i < 8 ? T - i : 8;
+
+		for (uint32_t t = 0; t < 8; t++) {
+			const float *xs = x->xs + (size_t)tok[i + (t < n ? t : 0)] * NB;
+
+			for (uint32_t g = 0; g < G; g++)
+				xg[g * 8 + t] = t >= n	 ? 0.0f
+						: gshift ? xs[2 * g] + xs[2 * g + 1]
+							 : xs[g];
+		}
+		for (uint32_t r = r0; r < r1; r++) {
+			__m256 m = _mm256_setzero_ps();
+			float o[8];
+
+			f16_row(m16 + (size_t)r * G, mn, G);
+			if (G8) {
+				__m256 P[8];
+
+#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++)
+					P[j] = _mm256_setzero_ps();
+				for (uint32_t g = 0; g < G8; g += 8) {
+#pragma GCC unroll 8
+					for (int j = 0; j < 8; j++)
+						P[j] = _mm256_add_ps(
+							P[j],
+							_mm256_mul_ps(
+								_mm256_broadcast_ss(mn + g + j),
+								_mm256_loadu_ps(xg + (g + j) * 8)));
+				}
+				m = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(P[0], P[4]),
+								_mm256_add_ps(P[2], P[6])),
+						  _mm256_add_ps(_mm256_add_ps(P[1], P[5]),
+								_mm256_add_ps(P[3], P[7])));
+			}
+			for (uint32_t g = G8; g < G; g++)
+				m = _mm256_add_ps(m, _mm256_mul_ps(_mm256_broadcast_ss(mn + g),
+								   _mm256_loadu_ps(xg + g * 8)));
+			_mm256_storeu_ps(o, m);
+			for (uint32_t t = 0; t < n; t++)
+				y[(size_t)(i + t) * ldy + (r - r0)] += o[t];
+		}
+	}
+}
+
 /*
  * Row by row; the tokens in groups of 4, which share each block of the
  * row as unpacked once. scratch: the row's scales (and mins) as floats
- * and the block scales of up to 4 tokens, 2 G + 4 NB <= K floats.
+ * and the block scales of up to 4 tokens, 2 G + 4 NB <= K floats; in
+ * q_rows() the scales and mins of SHORT_R rows, 2 SHORT_R G <= K / 8;
+ * for q_tile2() 2 rows' scales and block scales, 2 G + 8 NB <= K / 4.
  */
 INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_layout *l,
 		const uint8_t *mat, uint32_t r0, uint32_t r1, const struct cpu_act *x,
@@ -391,13 +556,51 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 	const uint32_t gshift = p == MOEM_PREC_Q2 ? 0 : 1;
 	const int8_t *xq_all = x->v[fmt];
 	float *sw = scratch, *mn = scratch + G, *sq = scratch + 2 * G;
+	uint32_t r = r0;
 
-	for (uint32_t r = r0; r < r1; r++) {
+	if (T == 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
+		const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
+		const uint16_t *m16 = (const uint16_t *)(const void *)(mat + l->min_off);
+
+		for (; r + SHORT_R <= r1; r += SHORT_R) {
+			f16_row(s16 + (size_t)r * G, sw, SHORT_R * G);
+			f16_row(m16 + (size_t)r * G, sw + SHORT_R * G, SHORT_R * G);
+			q_rows(p, mat + l->data_off + (size_t)r * l->row_bytes, l->row_bytes, sw,
+			       sw + SHORT_R * G, G, NB, gshift, xq_all + (size_t)tok[0] * K,
+			       x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB, SHORT_R,
+			       y + (r - r0));
+		}
+	}
+	if (T > 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
+		const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
+
+		for (; r + 2 <= r1; r += 2) {
+			const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
+
+			f16_row(s16 + (size_t)r * G, sw, 2 * G);
+			for (uint32_t i = 0; i < T; i += 4) {
+				const int8_t *xq[4];
+				uint32_t n = T - i < 4 ? T - i : 4;
+				float *y_ = y + (size_t)i * ldy + (r - r0);
+
+				for (uint32_t t = 0; t < n; t++) {
+					const float *qs = x->qs + (size_t)tok[i + t] * NB;
+
+					xq[t] = xq_all + (size_t)tok[i + t] * K;
+					block_scales(sw, qs, NB, gshift, sq + (size_t)t * NB);
+					block_scales(sw + G, qs, NB, gshift,
+						     sq + (size_t)(4 + t) * NB);
+				}
+				TILE_N(q_tile2, n, p, wq, l->row_bytes, sq, NB, xq);
+			}
+		}
+	}
+	for (; r < r1; r++) {
 		const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
 
 		f16_row((const uint16_t *)(const void *)(mat + l->scale_off) + (size_t)r * G, sw,
 			G);
-		if (p != MOEM_PREC_Q8)
+		if (p != MOEM_PREC_Q8 && T == 1) /* else min_pass() */
 			f16_row((const uint16_t *)(const void *)(mat + l->min_off) + (size_t)r * G,
 				mn, G);
 		for (uint32_t i = 0; i < T; i += 4) {
@@ -412,9 +615,12 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 				block_scales(sw, x->qs + (size_t)tok[i + t] * NB, NB, gshift,
 					     sq + (size_t)t * NB);
 			}
-			TILE_N(q_tile, n, p, wq, sq, mn, NB, gshift, xq, xs);
+			TILE_N(q_tile, n, p, wq, sq, mn, NB, gshift, T == 1, xq, xs);
 		}
 	}
+	if (p != MOEM_PREC_Q8 && T > 1)
+		min_pass((const uint16_t *)(const void *)(mat + l->min_off), G, gshift, x, NB, tok,
+			 T, r0, r1, y, ldy, scratch);
 }
 
 static void avx2_q8(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0, uint32_t r1,
