@@ -279,7 +279,7 @@ TEST_F(drv, thread_local_capture_refuses_the_capturing_threads_unsafe_calls)
 
 	ASSERT_TRUE(a && b);
 	ASSERT_EQ(CUDA_SUCCESS, self->api->cuStreamSynchronize(self->s));
-	/* another thread allocates freely; it cannot end this thread's capture */
+	/* another thread allocates freely; it may not end this thread's capture */
 	ASSERT_EQ(CUDA_SUCCESS,
 		  self->api->cuStreamBeginCapture(self->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
 	ASSERT_EQ(CUDA_SUCCESS, self->api->cuMemcpyDtoDAsync(b, a, 4096, self->s));
@@ -287,6 +287,16 @@ TEST_F(drv, thread_local_capture_refuses_the_capturing_threads_unsafe_calls)
 	pthread_join(th, NULL);
 	EXPECT_EQ(CUDA_SUCCESS, o.alloc);
 	EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, o.end);
+	/* ... and its try ends the capture (as a real driver does: H200 run) */
+	EXPECT_EQ(CUDA_ERROR_ILLEGAL_STATE, self->api->cuStreamEndCapture(self->s, &g));
+	EXPECT_EQ(NULL, g);
+	/* the stream is an ordinary stream again */
+	ASSERT_EQ(CUDA_SUCCESS, self->api->cuMemcpyDtoDAsync(b, a, 4096, self->s));
+	ASSERT_EQ(CUDA_SUCCESS, self->api->cuStreamSynchronize(self->s));
+	/* a capture of the capturing thread alone ends with its graph */
+	ASSERT_EQ(CUDA_SUCCESS,
+		  self->api->cuStreamBeginCapture(self->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+	ASSERT_EQ(CUDA_SUCCESS, self->api->cuMemcpyDtoDAsync(b, a, 4096, self->s));
 	ASSERT_EQ(CUDA_SUCCESS, self->api->cuStreamEndCapture(self->s, &g));
 	ASSERT_NE(NULL, g);
 	self->api->cuGraphDestroy(g);

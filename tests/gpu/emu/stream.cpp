@@ -580,10 +580,23 @@ CUAPI cuStreamEndCapture(void *p, void **graph)
 	emu_stream *s = (emu_stream *)p;
 	std::lock_guard<std::mutex> g(g_mu);
 
-	if (!s || !s->capturing)
+	if (!s)
 		return E_INVALID_VALUE;
-	if (s->capture_mode != 2 && !pthread_equal(s->capture_owner, pthread_self()))
+	/* A stream not capturing: what the H200's driver answered (580.159.04). */
+	if (!s->capturing)
+		return E_ILLEGAL_STATE;
+	/*
+	 * Another thread ending a thread-local or global capture: refused, and
+	 * the capture is over (the driver of the H200 run of 83b299c answered
+	 * the capturing thread's own cuStreamEndCapture afterwards with
+	 * CUDA_ERROR_ILLEGAL_STATE, as for a stream not capturing).
+	 */
+	if (s->capture_mode != 2 && !pthread_equal(s->capture_owner, pthread_self())) {
+		s->capturing = false;
+		delete s->graph;
+		s->graph = NULL;
 		return E_STREAM_CAPTURE_WRONG_THREAD;
+	}
 	s->capturing = false;
 	{
 		static const char *f = getenv("MOEM_EMU_FAULT_CAPTURE");
