@@ -14,14 +14,20 @@
 
 #include "gemm.cuh"
 
-template <int NT> struct FfnShape {
-	static constexpr int RT = NT < 4 ? NT : 4; /* row tiles per block */
-	static constexpr int KS = 4 / RT;	   /* K split among the warps */
-};
+/*
+ * A block's 4 warps take RT row tiles of 16 rows and split K KS = 4 / RT
+ * ways. The plain kernels (moem_ffn_*_n<NT>) use RT = min(NT, 4); for NT 1
+ * and 2 the _r<RT> kernels offer the other tilings (more rows per block:
+ * the block's staging of x serves more weight bytes, which matters most
+ * for the formats with few bytes per row), chosen per precision by the
+ * host (runtime/compute/cuda/ops.c, ffn_kernel()).
+ */
+template <int NT> constexpr int FFN_RT_DEFAULT = NT < 4 ? NT : 4;
 
-template <int P, int NT> MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
+template <int P, int NT, int RT = FFN_RT_DEFAULT<NT>>
+MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 {
-	constexpr int RT = FfnShape<NT>::RT, KS = FfnShape<NT>::KS;
+	constexpr int KS = 4 / RT;
 	MOEM_DYN_SMEM(smem);
 	const moem_kffn_desc d = reinterpret_cast<const moem_kffn_desc *>(p.desc)[blockIdx.y];
 	if (!d.n) /* an unused descriptor of a device-planned launch (ffn_plan.cu) */
@@ -30,9 +36,9 @@ template <int P, int NT> MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 	const int rt = warp % RT, ks = warp / RT, g = lane >> 2, t = lane & 3;
 	const uint32_t r0 = (blockIdx.x * RT + rt) * 16;
 	const uint8_t *blob = reinterpret_cast<const uint8_t *>(d.blob);
-	const uint8_t *const wb[2] = { blob + p.mat_off[0], blob + p.mat_off[1] };
-	const SrcBf16 src = { reinterpret_cast<const uint16_t *>(p.x),
-			      reinterpret_cast<const uint32_t *>(p.assign) + d.assign_off, p.H };
+	const uint8_t *const wb[2] = {blob + p.mat_off[0], blob + p.mat_off[1]};
+	const SrcBf16 src = {reinterpret_cast<const uint16_t *>(p.x),
+			     reinterpret_cast<const uint32_t *>(p.assign) + d.assign_off, p.H};
 	float acc[2][NT][4] = {};
 	float *act = reinterpret_cast<float *>(p.act);
 
@@ -49,13 +55,15 @@ template <int P, int NT> MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 			const float gv = acc[0][nt][c], uv = acc[1][nt][c];
 
 			if (n < d.n && row < p.I)
-				act[(size_t)(d.act_off + n) * p.I + row] = gv / (1.0f + expf(-gv)) * uv;
+				act[(size_t)(d.act_off + n) * p.I + row] =
+					gv / (1.0f + expf(-gv)) * uv;
 		}
 }
 
-template <int P, int NT> MOEM_DEVI void ffn_down(const moem_kffn_params &p)
+template <int P, int NT, int RT = FFN_RT_DEFAULT<NT>>
+MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 {
-	constexpr int RT = FfnShape<NT>::RT, KS = FfnShape<NT>::KS;
+	constexpr int KS = 4 / RT;
 	MOEM_DYN_SMEM(smem);
 	const moem_kffn_desc d = reinterpret_cast<const moem_kffn_desc *>(p.desc)[blockIdx.y];
 	if (!d.n) /* an unused descriptor of a device-planned launch (ffn_plan.cu) */
@@ -64,8 +72,8 @@ template <int P, int NT> MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 	const int rt = warp % RT, ks = warp / RT, g = lane >> 2, t = lane & 3;
 	const uint32_t r0 = (blockIdx.x * RT + rt) * 16;
 	const uint8_t *blob = reinterpret_cast<const uint8_t *>(d.blob);
-	const uint8_t *const wb[1] = { blob + p.mat_off[2] };
-	const SrcF32 src = { reinterpret_cast<const float *>(p.act) + (size_t)d.act_off * p.I, p.I };
+	const uint8_t *const wb[1] = {blob + p.mat_off[2]};
+	const SrcF32 src = {reinterpret_cast<const float *>(p.act) + (size_t)d.act_off * p.I, p.I};
 	const uint32_t *assign = reinterpret_cast<const uint32_t *>(p.assign) + d.assign_off;
 	float acc[1][NT][4] = {};
 	float *out = reinterpret_cast<float *>(p.out);
@@ -90,22 +98,39 @@ template <int P, int NT> MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 		}
 }
 
-#define MOEM_FFN_KERNELS_NT(P, name, NT)                                                          \
-	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)                               \
-		moem_ffn_gateup_##name##_n##NT(const moem_kffn_params p)                          \
-	{                                                                                          \
-		ffn_gateup<P, NT>(p);                                                              \
-	}                                                                                          \
-	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)                               \
-		moem_ffn_down_##name##_n##NT(const moem_kffn_params p)                            \
-	{                                                                                          \
-		ffn_down<P, NT>(p);                                                                \
+#define MOEM_FFN_KERNELS_NT(P, name, NT)                                 \
+	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)     \
+		moem_ffn_gateup_##name##_n##NT(const moem_kffn_params p) \
+	{                                                                \
+		ffn_gateup<P, NT>(p);                                    \
+	}                                                                \
+	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)     \
+		moem_ffn_down_##name##_n##NT(const moem_kffn_params p)   \
+	{                                                                \
+		ffn_down<P, NT>(p);                                      \
 	}
 
-#define MOEM_FFN_KERNELS(P, name)                                                                  \
-	MOEM_FFN_KERNELS_NT(P, name, 1)                                                            \
-	MOEM_FFN_KERNELS_NT(P, name, 2)                                                            \
-	MOEM_FFN_KERNELS_NT(P, name, 4)                                                            \
-	MOEM_FFN_KERNELS_NT(P, name, 8)
+#define MOEM_FFN_KERNELS_RT(P, name, NT, RT)                                     \
+	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)             \
+		moem_ffn_gateup_##name##_n##NT##_r##RT(const moem_kffn_params p) \
+	{                                                                        \
+		ffn_gateup<P, NT, RT>(p);                                        \
+	}                                                                        \
+	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)             \
+		moem_ffn_down_##name##_n##NT##_r##RT(const moem_kffn_params p)   \
+	{                                                                        \
+		ffn_down<P, NT, RT>(p);                                          \
+	}
+
+/* The variants' order is kparams.h's moem_k_ffn_var_rt(). */
+#define MOEM_FFN_KERNELS(P, name)          \
+	MOEM_FFN_KERNELS_NT(P, name, 1)    \
+	MOEM_FFN_KERNELS_NT(P, name, 2)    \
+	MOEM_FFN_KERNELS_NT(P, name, 4)    \
+	MOEM_FFN_KERNELS_NT(P, name, 8)    \
+	MOEM_FFN_KERNELS_RT(P, name, 1, 2) \
+	MOEM_FFN_KERNELS_RT(P, name, 1, 4) \
+	MOEM_FFN_KERNELS_RT(P, name, 2, 1) \
+	MOEM_FFN_KERNELS_RT(P, name, 2, 4)
 
 #endif /* MOEM_CUDA_FFN_CUH */

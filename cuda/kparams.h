@@ -147,6 +147,22 @@ MOEM_KFN uint32_t moem_k_rowstride(uint32_t nt, uint32_t hilo)
 	return moem_k_kc(nt, hilo) * 2u + 64u;
 }
 
+/*
+ * FFN row tiling (cuda/ffn.cuh): a block covers 16 * RT rows, its 4 warps
+ * splitting K 4 / RT ways. The plain kernel of n-tile class c (NT = 1 << c)
+ * has RT = min(NT, 4); classes 0 and 1 also have variants _r<RT> with
+ * moem_k_ffn_var_rt(c, v), v = 0, 1, in that order.
+ */
+MOEM_KFN uint32_t moem_k_ffn_rt_plain(uint32_t cls)
+{
+	return cls < 2 ? 1u << cls : 4u;
+}
+
+MOEM_KFN uint32_t moem_k_ffn_var_rt(uint32_t cls, uint32_t v)
+{
+	return v ? 4u : cls ? 1u : 2u;
+}
+
 /* prec: 0 bf16, 1 q8, 2 q4, 3 q2 (enum moem_prec). */
 MOEM_KFN uint32_t moem_k_smem(uint32_t prec, uint32_t nt, uint32_t hilo)
 {

@@ -18,7 +18,8 @@
 #              copy bandwidth, and against PyTorch's bf16 grouped matmul when
 #              torch is installed), tier benchmarks, UVM against VMM staging
 #              at one HBM budget (page faults and bytes through CUPTI),
-#              the decode step with and without CUDA graphs (sync_step)
+#              the decode step with and without CUDA graphs (sync_step),
+#              the FFN of 1..16 tokens under each row tiling (ffn_rt*)
 #   --all      both, interleaved so the most telling run first (default)
 #   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
 #              of each of a few kernels inside bench_kernels: speed of
@@ -186,6 +187,8 @@ if [ "$smoke" = 1 ]; then
 	done
 	want bench && phase bench_kernels 300 "$K/bench_kernels" --backend cuda --smoke \
 		--out "$out/kernels.txt"
+	want bench && phase ffn_rt4 300 "$K/bench_kernels" --backend cuda --smoke --ffn-rt 4 \
+		--out "$out/kernels_rt4.txt"
 	want bench && phase uvm_vs_vmm 300 "$R/uvm.sh" --smoke cuda
 else
 	want tests && phase gpu_ops 180 "$T/test_gpu_ops"
@@ -208,6 +211,12 @@ else
 			skipped torch_ffn "$no_torch"
 		fi
 	fi
+	# The FFN rows again under each row tiling of 1..16 tokens an expert
+	# (MOEM_CUDA_FFN_RT; cuda/ffn.cuh): keys ffn_<prec>_B<B>_rt<R>_*.
+	for r in 1 2 4; do
+		want bench && phase "ffn_rt$r" 60 "$K/bench_kernels" --backend cuda --ffn-rt "$r" \
+			--out "$out/kernels_rt$r.txt"
+	done
 	want bench && phase bench_tiers 60 "$R/bench_tiers" --backend cuda
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
 	want bench && phase sync_step 90 "$R/sync_step.sh" cuda

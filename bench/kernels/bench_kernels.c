@@ -53,6 +53,8 @@ static uint32_t ffn_h = 2048, ffn_i = 768;
 #define QK 8
 
 static const uint32_t batches[] = {1, 4, 16, 64};
+/* --ffn-rt R: the FFN rows only, B <= 16, keys ffn_<prec>_B<B>_rt<R>_* */
+static char rt_tag[16];
 
 /* Run x unless an earlier step failed (ret holds the first error). */
 #define STEP(x)                    \
@@ -533,7 +535,7 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 		if (ret)
 			break;
 		bytes_of[p] = (double)eb;
-		for (unsigned int bi = 0; !ret && bi < (smoke ? 2u : 4u); bi++) {
+		for (unsigned int bi = 0; !ret && bi < (smoke ? 2u : rt_tag[0] ? 3u : 4u); bi++) {
 			uint32_t B = batches[bi], na = 0;
 			int reps = smoke ? 1 : quick ? 3 : gpu ? 20 : (B >= 16 ? 3 : 5);
 			double s[20], sec;
@@ -596,14 +598,17 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 					result(key, pr);
 				}
 			}
-			snprintf(key, sizeof(key), "ffn_%s_B%u_gbps", moem_prec_name(p), B);
+			snprintf(key, sizeof(key), "ffn_%s_B%u%s_gbps", moem_prec_name(p), B,
+				 rt_tag);
 			result(key, eb * ne / sec / 1e9);
-			snprintf(key, sizeof(key), "ffn_%s_B%u_vs_copy", moem_prec_name(p), B);
+			snprintf(key, sizeof(key), "ffn_%s_B%u%s_vs_copy", moem_prec_name(p), B,
+				 rt_tag);
 			result(key, eb * ne / sec / 1e9 / copy);
-			snprintf(key, sizeof(key), "ffn_%s_B%u_vs_traffic", moem_prec_name(p), B);
+			snprintf(key, sizeof(key), "ffn_%s_B%u%s_vs_traffic", moem_prec_name(p), B,
+				 rt_tag);
 			result(key, eb * ne / sec / 1e9 / traffic);
-			snprintf(key, sizeof(key), "ffn_%s_B%u_us_per_expert", moem_prec_name(p),
-				 B);
+			snprintf(key, sizeof(key), "ffn_%s_B%u%s_us_per_expert", moem_prec_name(p),
+				 B, rt_tag);
 			result(key, sec / ne * 1e6);
 			if (B == 1)
 				t_b1[p] = sec / ne;
@@ -620,7 +625,7 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 		result("peer_peak_gflops_lo", peer_peak_lo);
 		result("peer_peak_gflops_hi", peer_peak_hi);
 	}
-	if (!ret && t_b1[MOEM_PREC_Q4] > 0) {
+	if (!ret && t_b1[MOEM_PREC_Q4] > 0 && !rt_tag[0]) {
 		double sp = t_b1[MOEM_PREC_BF16] / t_b1[MOEM_PREC_Q4];
 		double ideal = bytes_of[MOEM_PREC_BF16] / bytes_of[MOEM_PREC_Q4];
 
@@ -1213,6 +1218,7 @@ int main(int argc, char **argv)
 		{"quick", no_argument, NULL, 'q'},
 		{"smoke", no_argument, NULL, 's'},
 		{"out", required_argument, NULL, 'o'},
+		{"ffn-rt", required_argument, NULL, 'r'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -1224,7 +1230,7 @@ int main(int argc, char **argv)
 	double copy = 0, traffic = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "b:t:i:qso:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:t:i:qso:r:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'b':
 			name = optarg;
@@ -1249,11 +1255,19 @@ int main(int argc, char **argv)
 		case 'o':
 			out = optarg;
 			break;
+		case 'r': /* a CUDA row tiling (cuda.c ffn_rt_init()) */
+			if (strspn(optarg, "124") != strlen(optarg) || strlen(optarg) != 1) {
+				fprintf(stderr, "bench_kernels: --ffn-rt takes 1, 2 or 4\n");
+				return 2;
+			}
+			snprintf(rt_tag, sizeof(rt_tag), "_rt%s", optarg);
+			setenv("MOEM_CUDA_FFN_RT", optarg, 1);
+			break;
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: bench_kernels [--backend cpu|cuda] [--threads N] "
 				"[--isa auto|scalar|avx2|avx512] [--quick] [--smoke] [--out "
-				"FILE]\n");
+				"FILE] [--ffn-rt 1|2|4]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -1276,6 +1290,9 @@ int main(int argc, char **argv)
 	       smoke   ? ", smoke (tiny shapes: measures nothing)"
 	       : quick ? ", quick"
 		       : "");
+	if (rt_tag[0])
+		printf("bench_kernels: FFN rows only, MOEM_CUDA_FFN_RT=%s (keys *%s_*)\n",
+		       getenv("MOEM_CUDA_FFN_RT"), rt_tag);
 	if (info.kind == MOEM_BACKEND_CPU && out_file)
 		fprintf(out_file, "cpu_isa=%s\nthreads=%u\n", moem_cpu_isa_name(info.isa),
 			info.threads);
@@ -1288,7 +1305,7 @@ int main(int argc, char **argv)
 	STEP(bench_ffn(be, &tm, copy, traffic));
 	free(peer_buf); /* the peers are measured for the FFN rows only */
 	peer_buf = NULL;
-	if (!smoke) {
+	if (!smoke && !rt_tag[0]) {
 		STEP(bench_layer(be, &tm));
 		STEP(bench_decode(be, &tm, traffic));
 	}

@@ -106,7 +106,7 @@ if [ -n "${EMU_DIR:-}" ] && [ $real_gpu = 0 ]; then
 	else
 		bad "run-gpu.sh --smoke on the kernel emulator: exit $rc"
 	fi
-	for p in gpu_ops gpu_fatal test_gpu_driver test_gpu_tierdev bench_kernels uvm_vs_vmm; do
+	for p in gpu_ops gpu_fatal test_gpu_driver test_gpu_tierdev bench_kernels ffn_rt4 uvm_vs_vmm; do
 		grep -q "{\"name\":\"$p\",\"status\":\"pass\"" "$out/summary.json" || bad "phase $p did not pass"
 	done
 	grep -q '^ffn_bf16_B1_gbps ' "$out/results.txt" || bad "no FFN result in results.txt"

@@ -407,6 +407,42 @@ TEST_F_TIMEOUT(pair, ffn_small_and_odd_shapes, 1200)
 	ffn_case_prec(_metadata, self, 320, 192, 64, 700, MOEM_PREC_Q2);
 }
 
+/*
+ * Every FFN row tiling of 1..16 tokens an expert (cuda/ffn.cuh, chosen per
+ * precision at open, MOEM_CUDA_FFN_RT overriding): each within the
+ * tolerance, at 1, 5 and 16 tokens.
+ */
+TEST_F_TIMEOUT(pair, ffn_every_row_tiling, 1200)
+{
+	static const char *const rts[] = {"1", "2", "4", "bf16=4,q8=2,q4=1,q2=4"};
+	const char *old = getenv("MOEM_CUDA_FFN_RT");
+	struct moem_backend *b = NULL;
+
+	for (unsigned int i = 0; i < sizeof(rts) / sizeof(rts[0]); i++) {
+		setenv("MOEM_CUDA_FFN_RT", rts[i], 1);
+		moem_backend_close(self->g);
+		self->g = NULL;
+		ASSERT_EQ(0, moem_backend_open(gpu_name(), NULL, &self->g))
+		TH_LOG("%s", moem_last_error());
+		TH_LOG("MOEM_CUDA_FFN_RT=%s", rts[i]);
+		ffn_case(_metadata, self, 2048, 768, 1, 800 + i);
+		ffn_case(_metadata, self, 384, 1408, 5, 810 + i);
+		ffn_case(_metadata, self, 256, 1152, 16, 820 + i);
+	}
+	/* a bad value is refused at open, naming the variable */
+	if (!strcmp(gpu_name(), "cuda")) {
+		setenv("MOEM_CUDA_FFN_RT", "q4=3", 1);
+		EXPECT_EQ(-EINVAL, moem_backend_open("cuda", NULL, &b));
+		EXPECT_NE(NULL, strstr(moem_last_error(), "MOEM_CUDA_FFN_RT"));
+		setenv("MOEM_CUDA_FFN_RT", "q5=4", 1);
+		EXPECT_EQ(-EINVAL, moem_backend_open("cuda", NULL, &b));
+	}
+	if (old)
+		setenv("MOEM_CUDA_FFN_RT", old, 1);
+	else
+		unsetenv("MOEM_CUDA_FFN_RT");
+}
+
 TEST_F(pair, combine_bitwise)
 {
 	const uint32_t B = 37, H = 2100, k = 8, S = 2;

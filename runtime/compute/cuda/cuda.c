@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <moem/error.h>
+#include <moem/quant.h>
 #include <moem/util.h>
 
 #include "cuda_int.h"
@@ -376,6 +377,54 @@ static int probe(const struct moem_cuda_api *api, const struct moem_backend_opts
 	return 0;
 }
 
+/*
+ * FFN row tiling per precision for 1..16 tokens an expert (cuda/ffn.cuh):
+ * rows per block / 16, for n-tile classes 0 (B <= 8) and 1 (B <= 16).
+ */
+static const uint8_t ffn_rt_default[MOEM_PREC_NR][2] = {
+	[MOEM_PREC_BF16] = {1, 2},
+	[MOEM_PREC_Q8] = {1, 2},
+	[MOEM_PREC_Q4] = {1, 2},
+	[MOEM_PREC_Q2] = {1, 2},
+};
+
+/*
+ * The tiling, from the defaults or MOEM_CUDA_FFN_RT: a comma list of R
+ * (every precision) or PREC=R, R one of 1, 2, 4 (both classes). For
+ * benchmarks (bench_kernels --ffn-rt) and tests of every tiling.
+ */
+static int ffn_rt_init(struct cuda_backend *cb)
+{
+	const char *env = getenv("MOEM_CUDA_FFN_RT");
+	char buf[128], *save = NULL;
+
+	memcpy(cb->ffn_rt, ffn_rt_default, sizeof(cb->ffn_rt));
+	if (!env || !*env)
+		return 0;
+	if (strlen(env) >= sizeof(buf))
+		return moem_errf(EINVAL, "MOEM_CUDA_FFN_RT: too long");
+	strcpy(buf, env);
+	for (char *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(it, '='), *val = eq ? eq + 1 : it;
+		enum moem_prec p = MOEM_PREC_BF16;
+		uint32_t first = 0, last = MOEM_PREC_NR - 1;
+
+		if (eq) {
+			*eq = 0;
+			if (moem_prec_parse(it, &p))
+				return moem_errf(EINVAL, "MOEM_CUDA_FFN_RT: no precision '%s'", it);
+			first = last = p;
+		}
+		if (strcmp(val, "1") && strcmp(val, "2") && strcmp(val, "4"))
+			return moem_errf(
+				EINVAL, "MOEM_CUDA_FFN_RT: '%s' is not 1, 2 or 4 row tiles a block",
+				val);
+		for (uint32_t q = first; q <= last; q++)
+			cb->ffn_rt[q][0] = cb->ffn_rt[q][1] = (uint8_t)(*val - '0');
+	}
+	return 0;
+}
+
 int moem_cuda_backend_open(const struct moem_backend_opts *opts, struct moem_backend **out)
 {
 	const struct moem_cuda_api *api;
@@ -445,7 +494,9 @@ int moem_cuda_backend_open(const struct moem_backend_opts *opts, struct moem_bac
 	ret = ck(cb, api->cuDevicePrimaryCtxRetain(&cb->ctx, dev), "cuDevicePrimaryCtxRetain");
 	if (ret)
 		goto err_free;
-	ret = moem_cuda_enter(cb);
+	ret = ffn_rt_init(cb);
+	if (!ret)
+		ret = moem_cuda_enter(cb);
 	if (!ret)
 		ret = moem_cuda_kernels_load(cb);
 	if (ret)

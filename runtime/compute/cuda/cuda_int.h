@@ -34,7 +34,10 @@ enum cuda_kernel {
 	K_ROUTER,		     /* + n-tile class 0..3 */
 	K_FFN_GATEUP = K_ROUTER + 4, /* + prec * 4 + n-tile class */
 	K_FFN_DOWN = K_FFN_GATEUP + 16,
-	K_DECODE = K_FFN_DOWN + 16, /* the full-decode kernels (decode_ops.c) */
+	/* + pass * 16 + prec * 4 + class * 2 + v: the row tilings of classes
+	 * 0 and 1 (kparams.h moem_k_ffn_var_rt) */
+	K_FFN_VAR = K_FFN_DOWN + 16,
+	K_DECODE = K_FFN_VAR + 32, /* the full-decode kernels (decode_ops.c) */
 	K_EMBED = K_DECODE,
 	K_MATMUL,
 	K_MATMUL_Q8, /* + prec - MOEM_PREC_Q8 (matmul_q.cu) */
@@ -113,6 +116,8 @@ struct cuda_backend {
 	uint32_t n_mods;
 	CUfunction fn[K_NR];
 	struct cuda_stream dflt;
+	/* FFN rows per block / 16 for n-tile classes 0, 1 (ffn_rt_init()) */
+	uint8_t ffn_rt[MOEM_PREC_NR][2];
 	uint64_t graph_epoch; /* bumped when a stream's scratch moves (graph.c) */
 };
 

@@ -48,6 +48,11 @@ const char *moem_cuda_kernel_name(enum cuda_kernel k, char *buf, size_t len)
 		snprintf(buf, len, "moem_router_n%d", nt[k - K_ROUTER]);
 	else if (k >= K_DECODE)
 		snprintf(buf, len, "%s", decode_names[k - K_DECODE]);
+	else if (k >= K_FFN_VAR)
+		snprintf(buf, len, "moem_ffn_%s_%s_n%d_r%u",
+			 (k - K_FFN_VAR) / 16 ? "down" : "gateup",
+			 prec_names[(k - K_FFN_VAR) % 16 / 4], nt[(k - K_FFN_VAR) % 4 / 2],
+			 moem_k_ffn_var_rt((k - K_FFN_VAR) % 4 / 2, (k - K_FFN_VAR) % 2));
 	else if (k < K_FFN_DOWN)
 		snprintf(buf, len, "moem_ffn_gateup_%s_n%d", prec_names[(k - K_FFN_GATEUP) / 4],
 			 nt[(k - K_FFN_GATEUP) % 4]);
