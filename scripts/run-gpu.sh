@@ -6,7 +6,7 @@
 # (they are in lib/). Documentation/developing.md, "Testing on a GPU
 # machine", has the procedure.
 #
-#   run-gpu.sh [--tests | --bench | --all | --profile] [--budget S] [--smoke] OUTDIR
+#   run-gpu.sh [--tests | --bench | --all | --profile] [--budget S] [--kernels L] [--smoke] OUTDIR
 #
 #   --tests    GPU unit and parity tests (every op against the CPU backend),
 #              the fatal-error test, the engine on the GPU (budgets, host
@@ -27,6 +27,8 @@
 #              logs ncu_*.log); not part of --all
 #   --budget S start no phase after S seconds (default 510: the whole run
 #              ends inside 9 minutes on one H100); phases left out say so
+#   --kernels L  --profile only the kernels of the comma list L (names as in
+#              the ncu_* phases, e.g. ffn_gateup_q4_n1,route)
 #   --smoke    a few seconds of each kind of phase (the kernel emulator runs
 #              this, tests/gpu/bundle_check.sh)
 #
@@ -39,7 +41,7 @@
 # GPU or driver (nothing was run; the summary says why).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-mode=all budget=510 smoke=0 out=
+mode=all budget=510 smoke=0 out= kernels=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--tests) mode=tests ;;
@@ -49,6 +51,10 @@ while [ $# -gt 0 ]; do
 	--smoke) smoke=1 ;;
 	--budget)
 		budget=${2:-}
+		shift
+		;;
+	--kernels)
+		kernels=${2:-}
 		shift
 		;;
 	-h | --help)
@@ -69,7 +75,7 @@ case "$budget" in '' | *[!0-9]*)
 	;;
 esac
 if [ -z "$out" ]; then
-	echo "usage: run-gpu.sh [--tests|--bench|--all|--profile] [--budget S] [--smoke] OUTDIR" >&2
+	echo "usage: run-gpu.sh [--tests|--bench|--all|--profile] [--budget S] [--kernels L] [--smoke] OUTDIR" >&2
 	exit 2
 fi
 mkdir -p "$out/logs" || exit 2
@@ -173,6 +179,9 @@ K=$here/bench/kernels
 R=$here/bench/tiers
 want() { [ "$1" != profile ] && [ "$mode" = all ] || [ "$mode" = "$1" ]; }
 
+# want_kernel K: --profile's kernel K is on the --kernels list (or no list).
+want_kernel() { [ -z "$kernels" ] || case ",$kernels," in *",$1,"*) true ;; *) false ;; esac; }
+
 have_torch() { [ "${torch%% *}" != none ] && [ "${torch##* }" = cuda ]; }
 no_torch="python3 with a CUDA-enabled torch is not installed here ($torch)"
 
@@ -249,9 +258,12 @@ if want profile; then
 	if [ -z "$ncu" ]; then
 		skipped profile "Nsight Compute (ncu) is not installed here"
 	else
+		# ..._n1 with or without a row tiling suffix: the kernel the backend picks
 		for k in ffn_gateup_q4_n1 ffn_down_q4_n1 ffn_gateup_q2_n1 ffn_gateup_bf16_n1 \
 			ffn_gateup_bf16_n8 ffn_down_bf16_n8 attn_part matmul router_n1 route; do
-			phase "ncu_$k" 90 "$ncu" --target-processes all -k "regex:^moem_${k}\$" \
+			want_kernel "$k" || continue
+			phase "ncu_$k" 90 "$ncu" --target-processes all \
+				-k "regex:^moem_${k}(_r[124])?\$" \
 				-s 1 -c 1 --section SpeedOfLight --section Occupancy \
 				--section LaunchStats --section WarpStateStats \
 				--section MemoryWorkloadAnalysis "$K/bench_kernels" --backend cuda \

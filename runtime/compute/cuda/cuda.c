@@ -380,12 +380,16 @@ static int probe(const struct moem_cuda_api *api, const struct moem_backend_opts
 /*
  * FFN row tiling per precision for 1..16 tokens an expert (cuda/ffn.cuh):
  * rows per block / 16, for n-tile classes 0 (B <= 8) and 1 (B <= 16).
+ * The fastest of 1, 2 and 4 on the H200 run of 0a65138 (bench_kernels
+ * --ffn-rt, Documentation/benchmarks/gpu.md): the fewer weight bytes a
+ * row has, the more rows a block's staging of the activations should
+ * serve.
  */
 static const uint8_t ffn_rt_default[MOEM_PREC_NR][2] = {
 	[MOEM_PREC_BF16] = {1, 2},
-	[MOEM_PREC_Q8] = {1, 2},
-	[MOEM_PREC_Q4] = {1, 2},
-	[MOEM_PREC_Q2] = {1, 2},
+	[MOEM_PREC_Q8] = {2, 4},
+	[MOEM_PREC_Q4] = {4, 4},
+	[MOEM_PREC_Q2] = {4, 4},
 };
 
 /*
