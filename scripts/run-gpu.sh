@@ -32,6 +32,8 @@
 #   --smoke    a few seconds of each kind of phase (the kernel emulator runs
 #              this, tests/gpu/bundle_check.sh)
 #
+# Scratch models go under OUTDIR/work and are removed at the end
+# (MOEM_GPU_KEEP_WORK=1 keeps them).
 # Writes OUTDIR/summary.json and OUTDIR/summary.md (device, driver, what ran,
 # pass/fail/skip and seconds per phase, every benchmark number, the targets),
 # OUTDIR/results.txt (the RESULT key=value lines), OUTDIR/logs/ and
@@ -367,5 +369,9 @@ tgz=$(mktemp "${TMPDIR:-/tmp}/run-gpu.XXXXXX") &&
 	rm -f "$tgz"
 	echo "run-gpu.sh: could not write $out/run.tar.gz" >&2
 }
+# The scratch models (gigabytes: the tier and UVM benchmarks' packs) go, so
+# that OUTDIR holds only what a device tool should bring back;
+# MOEM_GPU_KEEP_WORK=1 keeps them.
+[ "${MOEM_GPU_KEEP_WORK:-0}" = 1 ] || rm -rf "$out/work"
 echo "run-gpu.sh: $([ $failed = 0 ] && echo passed || echo FAILED) in ${total}s; $out/summary.md"
 exit $failed

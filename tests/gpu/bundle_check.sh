@@ -116,6 +116,9 @@ if [ -n "${EMU_DIR:-}" ] && [ $real_gpu = 0 ]; then
 		tar tzf "$out/run.tar.gz" | grep -q 'summary.json' &&
 		! tar tzf "$out/run.tar.gz" | grep -q '^\./work/' ||
 		bad "run.tar.gz lacks the logs or summary, or holds work/"
+	# the scratch models are gone: OUTDIR is what a device tool brings back
+	[ ! -e "$out/work" ] || bad "run-gpu.sh left its scratch models in OUTDIR/work"
+	grep -q '^ffn_q4_B1_rt4_gbps ' "$out/results.txt" || bad "no --ffn-rt 4 result in results.txt"
 	# the JSON parses (python3 here, not on the GPU machine)
 	if command -v python3 >/dev/null 2>&1; then
 		python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$out/summary.json" ||
