@@ -74,6 +74,64 @@ TEST_F(cpu, rmsnorm_matches_double_reference)
 	moem_be_free(self->be, a.y);
 }
 
+/*
+ * The router's logits are dot_f32()'s, bit for bit: lane j of two 8-wide
+ * fp32 accumulators takes elements 16 i + j and 16 i + 8 + j, the two are
+ * added and reduced pairwise. The engine's routing (top-k ties, LYNX
+ * bins) is only as reproducible as these bits.
+ */
+static float dot_f32_order(const uint16_t *w, const uint16_t *x, uint32_t n)
+{
+	float a0[8] = {0}, a1[8] = {0}, v[8];
+
+	for (uint32_t i = 0; i + 16 <= n; i += 16)
+		for (int j = 0; j < 8; j++) {
+			float p0 = moem_bf16_to_f32(w[i + j]) * moem_bf16_to_f32(x[i + j]);
+			float p1 = moem_bf16_to_f32(w[i + 8 + j]) * moem_bf16_to_f32(x[i + 8 + j]);
+
+			a0[j] += p0;
+			a1[j] += p1;
+		}
+	for (int j = 0; j < 8; j++)
+		v[j] = a0[j] + a1[j];
+	return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+TEST_F(cpu, router_logits_are_dot_f32_bit_for_bit)
+{
+	static const uint32_t shapes[][3] = {
+		{1, 2048, 128}, {1, 64, 5}, {3, 96, 13}, {5, 32, 1}, {2, 4096, 60}};
+
+	for (unsigned int c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++) {
+		const uint32_t B = shapes[c][0], H = shapes[c][1], N = shapes[c][2];
+		uint16_t *x = tb_rand_bf16(30 + c, (size_t)B * H, 1.0),
+			 *g = tb_rand_bf16(40 + c, (size_t)N * H, 0.05);
+		float *z = malloc(sizeof(float) * B * N);
+		struct moem_router_args a = {.B = B, .H = H, .N = N};
+
+		ASSERT_NE(NULL, z);
+		a.x = tb_put(self->be, x, 2ull * B * H);
+		a.gate = tb_put(self->be, g, 2ull * N * H);
+		a.logits = tb_zeros(self->be, sizeof(float) * B * N);
+		ASSERT_EQ(0, moem_op_router(self->be, NULL, &a));
+		ASSERT_EQ(0, tb_get(self->be, z, a.logits, sizeof(float) * B * N));
+		for (uint32_t t = 0; t < B; t++)
+			for (uint32_t e = 0; e < N; e++) {
+				float ref = dot_f32_order(g + (size_t)e * H, x + (size_t)t * H, H);
+
+				ASSERT_EQ(0, memcmp(&ref, &z[t * N + e], 4))
+				TH_LOG("B %u H %u N %u: t %u e %u: %a vs %a", B, H, N, t, e,
+				       z[t * N + e], ref);
+			}
+		free(x);
+		free(g);
+		free(z);
+		moem_be_free(self->be, a.x);
+		moem_be_free(self->be, a.gate);
+		moem_be_free(self->be, a.logits);
+	}
+}
+
 TEST_F(cpu, router_matches_double_reference)
 {
 	const uint32_t B = 7, H = 512, N = 24;
