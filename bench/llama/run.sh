@@ -191,13 +191,13 @@ if [ -n "${DOC:-}" ]; then
 			"\`--dense-prec\` the decoder quantizes them when it loads them, as llama.cpp's" \
 			"types do; dense q4 costs more quality than dense q8 (\`moem eval --dense-prec\`," \
 			"tests/decode/eval_cli.sh), where Q4_K_M keeps attn_v and the output matrix in" \
-			"Q6_K. What is left of a gap is in the GB/s column against the read-only stream" \
-			"of cpu-kernels.md: a perf profile of the q8 row puts the expert and projection" \
-			"kernels' time on their weight loads (int8 dot products on activations quantized" \
-			"per token, vpmaddubsw/vpmaddwd; bound by memory, not by dequantisation), and the" \
-			"rest of a step (router, norms, RoPE, attention over a short KV cache, lm_head)" \
-			"is the small remainder the split shows. On this shared 2-CPU machine the load" \
-			"above moves both programs' rates by tens of percent from run to run."
+			"Q6_K. What is left of a gap shows in the GB/s column (moem's weight bytes per" \
+			"second) against the read-only stream of cpu-kernels.md on the same machine type:" \
+			"where a row reads well below that stream, its expert and projection kernels," \
+			"not memory, set the pace (cpu-kernels.md's *of read* column per precision);" \
+			"the rest of a step (router, norms, RoPE, attention over a short KV cache," \
+			"lm_head) is the remainder the split shows. On this shared 2-CPU machine the" \
+			"load above moves both programs' rates by tens of percent from run to run."
 	} >"$DOC.tmp"
 	mv "$DOC.tmp" "$DOC"
 fi
