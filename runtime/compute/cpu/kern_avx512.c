@@ -308,6 +308,49 @@ static void block_scales(const float *sw, const float *qs, uint32_t NB, uint32_t
 /* Bytes of weights per block of 64. */
 #define QBPB(p) ((p) == MOEM_PREC_Q8 ? 64u : (p) == MOEM_PREC_Q4 ? 32u : 16u)
 
+/* The prefetch of block b's weights, once per 64 bytes. */
+INL void pf_blk(enum moem_prec p, const uint8_t *wq, uint32_t b)
+{
+	if (!((b * QBPB(p)) & 63))
+		pf(wq + (size_t)QBPB(p) * b);
+}
+
+/*
+ * Blocks b and b + 1 of a row (b + 1 < NB). q4: both from one 64-byte
+ * load, the nibbles of the two blocks split by two lane shuffles (5
+ * vector instructions where two q_unpack() take 8).
+ */
+INL void q_unpack2(enum moem_prec p, const uint8_t *wq, uint32_t b, struct qw *w0, struct qw *w1)
+{
+	if (p == MOEM_PREC_Q4) {
+		const __m512i m4 = _mm512_set1_epi8(0x0f);
+		__m512i v = _mm512_loadu_si512((const void *)(wq + 32 * (size_t)b));
+		__m512i lo = _mm512_and_si512(v, m4);
+		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+
+		w0->w = w0->comp = _mm512_shuffle_i32x4(lo, hi, 0x44); /* lo 0 1, hi 0 1 */
+		w1->w = w1->comp = _mm512_shuffle_i32x4(lo, hi, 0xee); /* lo 2 3, hi 2 3 */
+	} else {
+		*w0 = q_unpack(p, wq, b);
+		*w1 = q_unpack(p, wq, b + 1);
+	}
+}
+
+/* acc + block b's dot product with activation row xq at scale s (broadcast). */
+INL __m512 q_fma(enum moem_prec p, const struct qw *w, const int8_t *xq, uint32_t b, float s,
+		 __m512 acc)
+{
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(q_dot(p, w, xq + 64 * (size_t)b)),
+			       _mm512_set1_ps(s), acc);
+}
+
+/*
+ * Every quantized tile keeps two accumulators per output, even blocks
+ * and odd blocks, each in k order, added before hsum16: at batch 1 one
+ * chain of dependent FMAs (4 cycles each) bounded a q4/q2 row, not the
+ * ports.
+ */
+
 /*
  * One row x T <= 4 tokens: per block the row's weights are unpacked
  * once for the T tokens; sq + t * NB token t's block scales. One row at
@@ -318,25 +361,35 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const floa
 		uint32_t gshift, int mins, const int8_t *const *xq, const float *const *xs,
 		const int T, float *y, uint32_t ldy)
 {
-	__m512 acc[4];
+	__m512 acc[2][4];
+	uint32_t b = 0;
 
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
-		acc[t] = _mm512_setzero_ps();
-	for (uint32_t b = 0; b < NB; b++) {
+		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+	for (; b + 2 <= NB; b += 2) {
+		struct qw w0, w1;
+
+		q_unpack2(p, wq, b, &w0, &w1);
+		pf_blk(p, wq, b);
+		pf_blk(p, wq, b + 1);
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+			acc[0][t] = q_fma(p, &w0, xq[t], b, sq[(size_t)t * NB + b], acc[0][t]);
+			acc[1][t] =
+				q_fma(p, &w1, xq[t], b + 1, sq[(size_t)t * NB + b + 1], acc[1][t]);
+		}
+	}
+	if (b < NB) {
 		const struct qw w = q_unpack(p, wq, b);
 
-		if (!((b * QBPB(p)) & 63))
-			pf(wq + (size_t)QBPB(p) * b);
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++)
-			acc[t] = _mm512_fmadd_ps(
-				_mm512_cvtepi32_ps(q_dot(p, &w, xq[t] + 64 * (size_t)b)),
-				_mm512_set1_ps(sq[(size_t)t * NB + b]), acc[t]);
+			acc[0][t] = q_fma(p, &w, xq[t], b, sq[(size_t)t * NB + b], acc[0][t]);
 	}
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++) {
-		float v = hsum16(acc[t]);
+		float v = hsum16(_mm512_add_ps(acc[0][t], acc[1][t]));
 
 		if (p != MOEM_PREC_Q8 && mins)
 			v += min_term(mn, xs[t], NB >> gshift, gshift);
@@ -349,41 +402,89 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const floa
 #define SHORT_NB 32
 
 /*
+ * min_term() of 4 rows (mins mn + r * G) and one token, row r in lane r:
+ * lane by lane the very operations min_term() does (its lane j's
+ * products of groups j, j + 8, ... summed in hsum8's tree, then the
+ * groups left over), where 4 calls of it were a sixth of a q4 down
+ * projection's time at batch 1.
+ */
+static void min_rows4(const float *mn, uint32_t G, const float *xs, uint32_t gshift, float *out)
+{
+	const uint32_t G8 = G / 8 * 8;
+	__m128 m = _mm_setzero_ps();
+
+#define XG(g)  (gshift ? xs[2 * (g)] + xs[2 * (g) + 1] : xs[g])
+#define MN4(g) _mm_set_ps(mn[3 * G + (g)], mn[2 * G + (g)], mn[G + (g)], mn[g])
+	if (G8) {
+		__m128 P[8];
+
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++)
+			P[j] = _mm_setzero_ps();
+		for (uint32_t g = 0; g < G8; g += 8) {
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++)
+				P[j] = _mm_add_ps(P[j],
+						  _mm_mul_ps(MN4(g + j), _mm_set1_ps(XG(g + j))));
+		}
+		m = _mm_add_ps(_mm_add_ps(_mm_add_ps(P[0], P[4]), _mm_add_ps(P[2], P[6])),
+			       _mm_add_ps(_mm_add_ps(P[1], P[5]), _mm_add_ps(P[3], P[7])));
+	}
+	for (uint32_t g = G8; g < G; g++)
+		m = _mm_add_ps(m, _mm_mul_ps(MN4(g), _mm_set1_ps(XG(g))));
+#undef XG
+#undef MN4
+	_mm_storeu_ps(out, m);
+}
+
+/*
  * R rows x 1 token of a matrix with short rows (K < 2048: an expert's
  * down projection, 12 blocks a row), for batch 1, as kern_avx2.c does:
  * a row's own setup cost about as much as its blocks. R adjacent rows
  * are still one sequential stream, their scales and mins convert in one
- * go, and R accumulator chains overlap. Each block's scale is the same
- * fp32 product sw x qs that block_scales() makes, so every output keeps
- * q_tile's order and bits.
+ * go, R x 2 accumulator chains overlap, and the min terms of the R rows
+ * are one min_rows4(). Each block's scale is the same fp32 product
+ * sw x qs that block_scales() makes, so every output keeps q_tile's
+ * order and bits.
  */
 INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sw, const float *mn,
 		uint32_t G, uint32_t NB, uint32_t gshift, const int8_t *xq, const float *qs,
-		const float *xs, const int R, float *y)
+		const float *xs, float *y)
 {
-	__m512 acc[SHORT_R];
+	__m512 acc[2][SHORT_R];
+	float m[SHORT_R];
+	uint32_t b = 0;
 
 #pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		acc[r] = _mm512_setzero_ps();
-	for (uint32_t b = 0; b < NB; b++) {
-		const int8_t *xb = xq + 64 * (size_t)b;
-		const float xsc = qs[b];
-
+	for (int r = 0; r < SHORT_R; r++)
+		acc[0][r] = acc[1][r] = _mm512_setzero_ps();
+	for (; b + 2 <= NB; b += 2) {
 #pragma GCC unroll 4
-		for (int r = 0; r < R; r++) {
-			const struct qw w = q_unpack(p, wq + r * rowb, b);
-			__m512 s = _mm512_set1_ps(sw[r * G + (b >> gshift)] * xsc);
+		for (int r = 0; r < SHORT_R; r++) {
+			struct qw w0, w1;
 
-			if (!((b * QBPB(p)) & 63))
-				pf(wq + r * rowb + (size_t)QBPB(p) * b);
-			acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q_dot(p, &w, xb)), s, acc[r]);
+			q_unpack2(p, wq + r * rowb, b, &w0, &w1);
+			pf_blk(p, wq + r * rowb, b);
+			pf_blk(p, wq + r * rowb, b + 1);
+			acc[0][r] =
+				q_fma(p, &w0, xq, b, sw[r * G + (b >> gshift)] * qs[b], acc[0][r]);
+			acc[1][r] = q_fma(p, &w1, xq, b + 1,
+					  sw[r * G + ((b + 1) >> gshift)] * qs[b + 1], acc[1][r]);
 		}
 	}
+	if (b < NB) {
 #pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		y[r] = hsum16(acc[r]) +
-		       (p != MOEM_PREC_Q8 ? min_term(mn + r * G, xs, NB >> gshift, gshift) : 0.0f);
+		for (int r = 0; r < SHORT_R; r++) {
+			const struct qw w = q_unpack(p, wq + r * rowb, b);
+
+			acc[0][r] =
+				q_fma(p, &w, xq, b, sw[r * G + (b >> gshift)] * qs[b], acc[0][r]);
+		}
+	}
+	min_rows4(mn, G, xs, gshift, m);
+#pragma GCC unroll 4
+	for (int r = 0; r < SHORT_R; r++)
+		y[r] = hsum16(_mm512_add_ps(acc[0][r], acc[1][r])) + m[r];
 }
 
 /*
@@ -395,34 +496,48 @@ INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *s
 INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
 		 const int8_t *const *xq, const int T, float *y, uint32_t ldy)
 {
-	__m512 acc[2][4];
+	__m512 acc[2][2][4]; /* [row][even/odd block][token] */
+	uint32_t b = 0;
 
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
-		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
-	for (uint32_t b = 0; b < NB; b++) {
-		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq + rowb, b);
+		acc[0][0][t] = acc[0][1][t] = acc[1][0][t] = acc[1][1][t] = _mm512_setzero_ps();
+	for (; b + 2 <= NB; b += 2) {
+		struct qw w[2][2];
 
-		if (!((b * QBPB(p)) & 63)) {
-			pf(wq + (size_t)QBPB(p) * b);
-			pf(wq + rowb + (size_t)QBPB(p) * b);
+#pragma GCC unroll 2
+		for (int r = 0; r < 2; r++) {
+			q_unpack2(p, wq + r * rowb, b, &w[r][0], &w[r][1]);
+			pf_blk(p, wq + r * rowb, b);
+			pf_blk(p, wq + r * rowb, b + 1);
 		}
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
-			const int8_t *xb = xq[t] + 64 * (size_t)b;
+#pragma GCC unroll 2
+			for (int r = 0; r < 2; r++) {
+				const float *s = sq + (size_t)(4 * r + t) * NB;
 
-			acc[0][t] =
-				_mm512_fmadd_ps(_mm512_cvtepi32_ps(q_dot(p, &w0, xb)),
-						_mm512_set1_ps(sq[(size_t)t * NB + b]), acc[0][t]);
-			acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q_dot(p, &w1, xb)),
-						    _mm512_set1_ps(sq[(size_t)(4 + t) * NB + b]),
-						    acc[1][t]);
+				acc[r][0][t] = q_fma(p, &w[r][0], xq[t], b, s[b], acc[r][0][t]);
+				acc[r][1][t] =
+					q_fma(p, &w[r][1], xq[t], b + 1, s[b + 1], acc[r][1][t]);
+			}
+		}
+	}
+	if (b < NB) {
+		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq + rowb, b);
+
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+			acc[0][0][t] =
+				q_fma(p, &w0, xq[t], b, sq[(size_t)t * NB + b], acc[0][0][t]);
+			acc[1][0][t] =
+				q_fma(p, &w1, xq[t], b, sq[(size_t)(4 + t) * NB + b], acc[1][0][t]);
 		}
 	}
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++) {
-		y[(size_t)t * ldy] = hsum16(acc[0][t]);
-		y[(size_t)t * ldy + 1] = hsum16(acc[1][t]);
+		y[(size_t)t * ldy] = hsum16(_mm512_add_ps(acc[0][0][t], acc[0][1][t]));
+		y[(size_t)t * ldy + 1] = hsum16(_mm512_add_ps(acc[1][0][t], acc[1][1][t]));
 	}
 }
 
@@ -531,7 +646,7 @@ INL void avx512_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat
 			f16_row(m16 + (size_t)r * G, sw + SHORT_R * G, SHORT_R * G);
 			q_rows(p, mat + l->data_off + (size_t)r * l->row_bytes, l->row_bytes, sw,
 			       sw + SHORT_R * G, G, NB, gshift, xq_all + (size_t)tok[0] * K,
-			       x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB, SHORT_R,
+			       x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB,
 			       y + (r - r0));
 		}
 	}
