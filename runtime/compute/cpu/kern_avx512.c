@@ -208,7 +208,7 @@ static void avx512_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, ui
  * per 64 bytes it reads, as kern_avx2.c does (there the hardware
  * prefetcher alone left the batch-1 GEMV short of the read stream).
  */
-#define PF_DIST 1024
+#define PF_DIST 2048
 
 INL void pf(const void *p)
 {
