@@ -336,14 +336,16 @@ TEST(rows_odd_ranges_match_scalar)
  * the same bits as the same row and token computed alone (one row, one
  * token: decode's GEMV) and as in calls over every smaller token count
  * 1..12 and row ranges with every remainder of the row and token tiles
- * (bf16 3 x 4 and 4 x 1-2 on AVX2, quantized 1 x 4). K 384 is three
- * quantized groups of 128 (an odd number), K 1152 nine (8 in the min
- * term's vector lanes, 1 after; q2: 16 and 2), and 37 rows leave 1 over
- * the tiles of 3 and 4.
+ * (bf16 3 x 4 and 4 x 1-2 on AVX2, quantized 1 x 4, short rows 4 x 1
+ * at batch 1 and 2 x 4), and each token alone over all rows. K 384 is
+ * three quantized groups of 128 (an odd number), K 1152 nine (8 in the
+ * min term's vector lanes, 1 after; q2: 16 and 2), K 320 five blocks of
+ * 64 (q2 only: AVX-512 takes blocks in pairs), and 37 rows leave 1 over
+ * the tiles of 2, 3 and 4.
  */
 TEST(rows_same_bits_for_any_call_shape)
 {
-	static const uint32_t Ks[] = {256, 384, 1152};
+	static const uint32_t Ks[] = {256, 320, 384, 1152};
 	const uint32_t R = 37, B = 64;
 	struct kcase kc[4];
 	int nk = kcases(kc);
@@ -355,12 +357,19 @@ TEST(rows_same_bits_for_any_call_shape)
 		for (int p = 0; p < MOEM_PREC_NR; p++) {
 			const uint32_t K = Ks[ki];
 			struct moem_qmat_layout l;
-			uint16_t *w = tb_rand_bf16(90 + p, (size_t)R * K, 0.05);
-			float *xf = tb_rand_f32(95 + p, (size_t)B * K, 1.0);
-			float *full = malloc(4 * (size_t)B * R), *part = malloc(4 * (size_t)B * R);
+			uint16_t *w;
+			float *xf, *full, *part;
 			float scratch[2048]; /* >= K floats (kern.h) */
 			uint32_t tok[64];
 			uint8_t *q;
+
+			/* K 320: q2 only (odd blocks a row); q8 and q4 groups are 128 */
+			if (p != MOEM_PREC_BF16 && K % 128 && p != MOEM_PREC_Q2)
+				continue;
+			w = tb_rand_bf16(90 + p, (size_t)R * K, 0.05);
+			xf = tb_rand_f32(95 + p, (size_t)B * K, 1.0);
+			full = malloc(4 * (size_t)B * R);
+			part = malloc(4 * (size_t)B * R);
 
 			for (size_t i = 0; i < (size_t)B * K; i++) /* FFN inputs are bf16 */
 				xf[i] = moem_bf16_to_f32(moem_f32_to_bf16(xf[i]));
@@ -401,6 +410,13 @@ TEST(rows_same_bits_for_any_call_shape)
 						       kc[k].name, pn, K, r, tok[t], one,
 						       full[t * R + r]);
 					}
+				/* each token alone over all rows (batch 1's row tiles) */
+				for (uint32_t t = 0; t < B; t++) {
+					kt->rows[p](&l, q, 0, R, &a, &tok[t], 1, part, R, scratch);
+					ASSERT_EQ(0, memcmp(part, full + t * R, 4 * R))
+					TH_LOG("%s %s K %u: token %u alone over %u rows",
+					       kc[k].name, pn, K, tok[t], R);
+				}
 				/* every token count 1..12 at random rows and a random first token */
 				for (uint32_t n = 1; n <= 12; n++) {
 					uint32_t r0 = (uint32_t)moem_rng_below(&rng, R - 1);

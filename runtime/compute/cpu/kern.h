@@ -20,8 +20,8 @@
  * scratch holds K floats of the calling worker's own: the scalar
  * kernels dequantize a row into it; the AVX2 and AVX-512 quantized
  * kernels keep the row's scales and mins there as floats
- * (2 x groups_per_row <= K), AVX2 also the row's block scales for up
- * to 4 tokens (4 x K / 64 more); the bf16 kernels use none.
+ * (2 x groups_per_row <= K) and the row's block scales for up to 4
+ * tokens (4 x K / 64 more); the bf16 kernels use none.
  *
  * Activations are prepared once per call (ffn.c) in the form each
  * kernel reads, named by enum cpu_act_fmt:

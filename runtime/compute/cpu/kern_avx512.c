@@ -10,10 +10,23 @@
  * 128 x (sum of the block's weights), is taken off once per row and
  * block for all tokens.
  *
- * Per output the order is: lane j of one 16-wide accumulator takes,
- * block by block in k order (bf16: 32 elements at a time), then a
- * 16-to-1 sum of fixed shape; q4/q2 add the min term last, as AVX2 does.
+ * Per output the order is: bf16, lane j of one 16-wide accumulator
+ * takes 32 elements at a time in k order; quantized, lane j of two
+ * accumulators takes the even and the odd blocks in k order, the two are
+ * added; then a 16-to-1 sum of fixed shape (hsum16, or hsum16x4 with the
+ * same adds); q4/q2 add the min term last, in kern_avx2.c's 8-lane order.
  * Rows and tokens are interleaved, never merged.
+ *
+ * The quantized path has kern_avx2.c's structure (tuned there on an
+ * AVX2-only machine, then here on an Intel Xeon with AVX-512 BF16/VNNI,
+ * 2 cores): F16C scale rows, block scales made once per row and token,
+ * the weight stream prefetched PF_DIST ahead, short rows (K < 2048, the
+ * down projection) 4 rows at a time at batch 1 and 2 rows x 4 tokens for
+ * more, and the min term of several tokens 8 at a time (min_pass). Two
+ * accumulator chains per output, because at batch 1 one chain of
+ * dependent FMAs bounded a q4/q2 row before the ports did. On that Xeon
+ * these kernels beat kern_avx2.c at every precision and batch 1-64
+ * (bench_kernels, 2 threads; q4 at batch 1 140 against 245 us/expert).
  *
  * The unit tests also compile this file against SIMDe's portable
  * AVX-512 (MOEM_CPU_SIMDE), so its logic is checked on machines without
@@ -62,6 +75,33 @@ INL float hsum16(__m512 v)
 	return _mm_cvtss_f32(s);
 }
 
+/* 128-bit lanes of a and b picked by imm as vshuff32x4 does (SIMDe aliases only the integer one). */
+#define SHUF128(a, b, imm)   \
+	_mm512_castsi512_ps( \
+		_mm512_shuffle_i32x4(_mm512_castps_si512(a), _mm512_castps_si512(b), (imm)))
+
+/*
+ * out[i] = hsum16(v[i]) for 4 vectors, bit for bit: per vector the very
+ * adds of hsum16's tree (the 512 -> 256 fold, 256 -> 128, the high pair,
+ * the odd element), two or four vectors to an instruction. About 14
+ * instructions where 4 hsum16() take 36: a sixth of a short row's work.
+ */
+INL void hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d, float *out)
+{
+	/* [a 0-3 + a 8-11, a 4-7 + a 12-15, the same of b] */
+	__m512 x = _mm512_add_ps(SHUF128(a, b, 0x44), SHUF128(a, b, 0xee));
+	__m512 y = _mm512_add_ps(SHUF128(c, d, 0x44), SHUF128(c, d, 0xee));
+	/* one 128-bit lane each of a, b, c, d: the halves added */
+	__m512 s = _mm512_add_ps(SHUF128(x, y, 0x88), SHUF128(x, y, 0xdd));
+
+	s = _mm512_add_ps(s, _mm512_shuffle_ps(s, s, 0xee)); /* movehl */
+	s = _mm512_add_ps(s, _mm512_shuffle_ps(s, s, 0xf5)); /* movehdup */
+	_mm_storeu_ps(
+		out,
+		_mm512_castps512_ps128(_mm512_permutexvar_ps(
+			_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), s)));
+}
+
 INL bh512 load_bh(const void *p)
 {
 	bh512 v;
@@ -70,10 +110,16 @@ INL bh512 load_bh(const void *p)
 	return v;
 }
 
+/* n fp16 values to fp32 (exact) with F16C, 8 at a time (also in the SIMDe build). */
 static void f16_row(const uint16_t *in, float *out, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++)
-		out[i] = moem_f16_to_f32(in[i]);
+	uint32_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+						  (const __m128i *)(const void *)(in + i))));
+	for (; i < n; i++)
+		out[i] = _cvtsh_ss(in[i]);
 }
 
 /* ---- bf16: R rows x T tokens, vdpbf16ps, one accumulator per output ------ */
@@ -168,80 +214,478 @@ static void avx512_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, ui
 	}
 }
 
-/* ---- quantized: 1 row x T tokens, vpdpbusd over blocks of 64 --------------- */
+/* ---- quantized: R rows x T tokens, vpdpbusd over blocks of 64 ------------- */
 
 /*
- * The min term of q4/q2 (sum over groups of min x the group's activation
- * sum, in group order), out of line so that every tile shape runs the
+ * Bytes ahead of its weight stream a quantized kernel prefetches, once
+ * per 64 bytes it reads, as kern_avx2.c does (there the hardware
+ * prefetcher alone left the batch-1 GEMV short of the read stream).
+ */
+#define PF_DIST 2048
+
+INL void pf(const void *p)
+{
+	_mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
+}
+
+INL float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* Block b of a row as vpdpbusd's weight operand; q8 also its bias, 128 x its lane sums. */
+struct qw {
+	__m512i w, comp;
+};
+
+INL struct qw q_unpack(enum moem_prec p, const uint8_t *wq, uint32_t b)
+{
+	const __m512i m2 = _mm512_set1_epi8(3);
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	/* q2: the 16-byte block in four 128-bit lanes shifted right by 0, 2, 4, 6 */
+	const __m512i sh =
+		_mm512_set_epi32(0x60006, 0x60006, 0x60006, 0x60006, 0x40004, 0x40004, 0x40004,
+				 0x40004, 0x20002, 0x20002, 0x20002, 0x20002, 0, 0, 0, 0);
+	struct qw w;
+
+	if (p == MOEM_PREC_Q8) {
+		w.w = _mm512_loadu_si512((const void *)(wq + 64 * (size_t)b));
+		w.comp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80),
+					     w.w);
+	} else if (p == MOEM_PREC_Q4) {
+		__m256i v =
+			_mm256_loadu_si256((const __m256i *)(const void *)(wq + 32 * (size_t)b));
+		__m256i lo = _mm256_and_si256(v, m4);
+		__m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+
+		w.w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+		w.comp = w.w;
+	} else {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(wq + 16 * (size_t)b));
+
+		w.w = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(v), sh), m2);
+		w.comp = w.w;
+	}
+	return w;
+}
+
+/* The block's integer dot product with activation block xb, 16 lanes (exact). */
+INL __m512i q_dot(enum moem_prec p, const struct qw *w, const int8_t *xb)
+{
+	__m512i x = _mm512_loadu_si512((const void *)xb);
+
+	if (p == MOEM_PREC_Q8)
+		return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), x, w->w),
+					w->comp);
+	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->w, x);
+}
+
+/*
+ * The min term of q4/q2: the sum over groups of min x the group's
+ * activation sum (q4: the sums of its two blocks), 8 groups at a time in
+ * 8 lanes, the lanes summed in hsum8's shape, then the groups left over
+ * in order; kern_avx2.c's, out of line so that every tile shape runs the
  * very same instructions for it.
  */
 static __attribute__((noinline)) float min_term(const float *mn, const float *xs, uint32_t ng,
 						uint32_t gshift)
 {
-	float m = 0.0f;
+	__m256 m8 = _mm256_setzero_ps();
+	uint32_t g = 0;
+	float m;
 
-	for (uint32_t g = 0; g < ng; g++)
+	for (; g + 8 <= ng; g += 8) {
+		__m256 xg;
+
+		if (gshift) {
+			/* block pairs: vhaddps leaves groups 0 1 4 5 2 3 6 7, vpermpd reorders */
+			__m256 h = _mm256_hadd_ps(_mm256_loadu_ps(xs + 2 * g),
+						  _mm256_loadu_ps(xs + 2 * g + 8));
+
+			xg = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(h), 0xd8));
+		} else {
+			xg = _mm256_loadu_ps(xs + g);
+		}
+		m8 = _mm256_add_ps(m8, _mm256_mul_ps(_mm256_loadu_ps(mn + g), xg));
+	}
+	m = hsum8(m8);
+	for (; g < ng; g++)
 		m += mn[g] * (gshift ? xs[2 * g] + xs[2 * g + 1] : xs[g]);
 	return m;
 }
 
-INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sw, const float *mn, uint32_t NB,
-		uint32_t gshift, const int8_t *const *xq, const float *const *qs,
-		const float *const *xs, const int T, float *y, uint32_t ldy)
+/*
+ * sq[b] = sw[b >> gshift] x qs[b] for the NB blocks of a row and a token:
+ * the scale of each block's integer dot product, 16 blocks to a vmulps.
+ */
+static void block_scales(const float *sw, const float *qs, uint32_t NB, uint32_t gshift, float *sq)
 {
-	const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
-	const __m512i bias = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-	/* q2: the 16-byte block in four 128-bit lanes shifted right by 0, 2, 4, 6 */
-	const __m512i sh =
-		_mm512_set_epi32(0x60006, 0x60006, 0x60006, 0x60006, 0x40004, 0x40004, 0x40004,
-				 0x40004, 0x20002, 0x20002, 0x20002, 0x20002, 0, 0, 0, 0);
-	__m512 acc[4];
+	uint32_t b = 0;
+
+	if (gshift) { /* two blocks per group: each scale twice */
+		const __m512i dup =
+			_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+
+		for (; b + 16 <= NB; b += 16) {
+			__m512 s = _mm512_permutexvar_ps(
+				dup, _mm512_castps256_ps512(_mm256_loadu_ps(sw + b / 2)));
+
+			_mm512_storeu_ps(sq + b, _mm512_mul_ps(s, _mm512_loadu_ps(qs + b)));
+		}
+	} else {
+		for (; b + 16 <= NB; b += 16)
+			_mm512_storeu_ps(sq + b, _mm512_mul_ps(_mm512_loadu_ps(sw + b),
+							       _mm512_loadu_ps(qs + b)));
+	}
+	for (; b < NB; b++)
+		sq[b] = sw[b >> gshift] * qs[b];
+}
+
+/* Bytes of weights per block of 64. */
+#define QBPB(p) ((p) == MOEM_PREC_Q8 ? 64u : (p) == MOEM_PREC_Q4 ? 32u : 16u)
+
+/* The prefetch of block b's weights, once per 64 bytes. */
+INL void pf_blk(enum moem_prec p, const uint8_t *wq, uint32_t b)
+{
+	if (!((b * QBPB(p)) & 63))
+		pf(wq + (size_t)QBPB(p) * b);
+}
+
+/*
+ * Blocks b and b + 1 of a row (b + 1 < NB). q4: both from one 64-byte
+ * load, the nibbles of the two blocks split by two lane shuffles (5
+ * vector instructions where two q_unpack() take 8).
+ */
+INL void q_unpack2(enum moem_prec p, const uint8_t *wq, uint32_t b, struct qw *w0, struct qw *w1)
+{
+	if (p == MOEM_PREC_Q4) {
+		const __m512i m4 = _mm512_set1_epi8(0x0f);
+		__m512i v = _mm512_loadu_si512((const void *)(wq + 32 * (size_t)b));
+		__m512i lo = _mm512_and_si512(v, m4);
+		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+
+		w0->w = w0->comp = _mm512_shuffle_i32x4(lo, hi, 0x44); /* lo 0 1, hi 0 1 */
+		w1->w = w1->comp = _mm512_shuffle_i32x4(lo, hi, 0xee); /* lo 2 3, hi 2 3 */
+	} else {
+		*w0 = q_unpack(p, wq, b);
+		*w1 = q_unpack(p, wq, b + 1);
+	}
+}
+
+/* acc + block b's dot product with activation row xq at scale s (broadcast). */
+INL __m512 q_fma(enum moem_prec p, const struct qw *w, const int8_t *xq, uint32_t b, float s,
+		 __m512 acc)
+{
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(q_dot(p, w, xq + 64 * (size_t)b)),
+			       _mm512_set1_ps(s), acc);
+}
+
+/*
+ * Every quantized tile keeps two accumulators per output, even blocks
+ * and odd blocks, each in k order, added before hsum16: at batch 1 one
+ * chain of dependent FMAs (4 cycles each) bounded a q4/q2 row, not the
+ * ports.
+ */
+
+/*
+ * One row x T <= 4 tokens: per block the row's weights are unpacked
+ * once for the T tokens; sq + t * NB token t's block scales. One row at
+ * a time keeps the weights one sequential stream, prefetched PF_DIST
+ * ahead. The min term only where mins (batch 1; else min_pass()).
+ */
+INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const float *mn, uint32_t NB,
+		uint32_t gshift, int mins, const int8_t *const *xq, const float *const *xs,
+		const int T, float *y, uint32_t ldy)
+{
+	__m512 acc[2][4];
+	uint32_t b = 0;
 
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
-		acc[t] = _mm512_setzero_ps();
-	for (uint32_t b = 0; b < NB; b++) {
-		float s = sw[b >> gshift];
-		__m512i w, comp = zero;
+		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+	for (; b + 2 <= NB; b += 2) {
+		struct qw w0, w1;
 
-		if (p == MOEM_PREC_Q8) {
-			w = _mm512_loadu_si512((const void *)(wq + 64 * b));
-			comp = _mm512_dpbusd_epi32(zero, bias, w);
-		} else if (p == MOEM_PREC_Q4) {
-			__m256i v =
-				_mm256_loadu_si256((const __m256i *)(const void *)(wq + 32 * b));
-			__m256i lo = _mm256_and_si256(v, _mm512_castsi512_si256(m4));
-			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4),
-						      _mm512_castsi512_si256(m4));
-
-			w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-		} else {
-			__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(wq + 16 * b));
-
-			w = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(v), sh), m2);
-		}
+		q_unpack2(p, wq, b, &w0, &w1);
+		pf_blk(p, wq, b);
+		pf_blk(p, wq, b + 1);
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
-			__m512i xv = _mm512_loadu_si512((const void *)(xq[t] + 64 * (size_t)b));
-			__m512i d =
-				p == MOEM_PREC_Q8
-					? _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, xv, w), comp)
-					: _mm512_dpbusd_epi32(zero, w, xv);
-
-			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
-						 _mm512_set1_ps(s * qs[t][b]), acc[t]);
+			acc[0][t] = q_fma(p, &w0, xq[t], b, sq[(size_t)t * NB + b], acc[0][t]);
+			acc[1][t] =
+				q_fma(p, &w1, xq[t], b + 1, sq[(size_t)t * NB + b + 1], acc[1][t]);
 		}
+	}
+	if (b < NB) {
+		const struct qw w = q_unpack(p, wq, b);
+
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++)
+			acc[0][t] = q_fma(p, &w, xq[t], b, sq[(size_t)t * NB + b], acc[0][t]);
 	}
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++) {
-		float v = hsum16(acc[t]);
+		float v = hsum16(_mm512_add_ps(acc[0][t], acc[1][t]));
 
-		if (p != MOEM_PREC_Q8)
+		if (p != MOEM_PREC_Q8 && mins)
 			v += min_term(mn, xs[t], NB >> gshift, gshift);
 		y[(size_t)t * ldy] = v;
 	}
 }
 
+/* Rows per q_rows() call, and the row length (blocks) below which batch 1 takes it. */
+#define SHORT_R	 4
+#define SHORT_NB 32
+
+/*
+ * min_term() of 4 rows (mins mn + r * G) and one token, row r in lane r:
+ * lane by lane the very operations min_term() does (its lane j's
+ * products of groups j, j + 8, ... summed in hsum8's tree, then the
+ * groups left over), where 4 calls of it were a sixth of a q4 down
+ * projection's time at batch 1.
+ */
+static void min_rows4(const float *mn, uint32_t G, const float *xs, uint32_t gshift, float *out)
+{
+	const uint32_t G8 = G / 8 * 8;
+	__m128 m = _mm_setzero_ps();
+
+#define XG(g)  (gshift ? xs[2 * (g)] + xs[2 * (g) + 1] : xs[g])
+#define MN4(g) _mm_set_ps(mn[3 * G + (g)], mn[2 * G + (g)], mn[G + (g)], mn[g])
+	if (G8) {
+		__m128 P[8];
+
+#pragma GCC unroll 8
+		for (int j = 0; j < 8; j++)
+			P[j] = _mm_setzero_ps();
+		for (uint32_t g = 0; g < G8; g += 8) {
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++)
+				P[j] = _mm_add_ps(P[j],
+						  _mm_mul_ps(MN4(g + j), _mm_set1_ps(XG(g + j))));
+		}
+		m = _mm_add_ps(_mm_add_ps(_mm_add_ps(P[0], P[4]), _mm_add_ps(P[2], P[6])),
+			       _mm_add_ps(_mm_add_ps(P[1], P[5]), _mm_add_ps(P[3], P[7])));
+	}
+	for (uint32_t g = G8; g < G; g++)
+		m = _mm_add_ps(m, _mm_mul_ps(MN4(g), _mm_set1_ps(XG(g))));
+#undef XG
+#undef MN4
+	_mm_storeu_ps(out, m);
+}
+
+/*
+ * R rows x 1 token of a matrix with short rows (K < 2048: an expert's
+ * down projection, 12 blocks a row), for batch 1, as kern_avx2.c does:
+ * a row's own setup cost about as much as its blocks. R adjacent rows
+ * are still one sequential stream, their scales and mins convert in one
+ * go, R x 2 accumulator chains overlap, and the min terms of the R rows
+ * are one min_rows4(). Each block's scale is the same fp32 product
+ * sw x qs that block_scales() makes, so every output keeps q_tile's
+ * order and bits.
+ */
+INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sw, const float *mn,
+		uint32_t G, uint32_t NB, uint32_t gshift, const int8_t *xq, const float *qs,
+		const float *xs, float *y)
+{
+	__m512 acc[2][SHORT_R];
+	float m[SHORT_R];
+	uint32_t b = 0;
+
+#pragma GCC unroll 4
+	for (int r = 0; r < SHORT_R; r++)
+		acc[0][r] = acc[1][r] = _mm512_setzero_ps();
+	for (; b + 2 <= NB; b += 2) {
+#pragma GCC unroll 4
+		for (int r = 0; r < SHORT_R; r++) {
+			struct qw w0, w1;
+
+			q_unpack2(p, wq + r * rowb, b, &w0, &w1);
+			pf_blk(p, wq + r * rowb, b);
+			pf_blk(p, wq + r * rowb, b + 1);
+			acc[0][r] =
+				q_fma(p, &w0, xq, b, sw[r * G + (b >> gshift)] * qs[b], acc[0][r]);
+			acc[1][r] = q_fma(p, &w1, xq, b + 1,
+					  sw[r * G + ((b + 1) >> gshift)] * qs[b + 1], acc[1][r]);
+		}
+	}
+	if (b < NB) {
+#pragma GCC unroll 4
+		for (int r = 0; r < SHORT_R; r++) {
+			const struct qw w = q_unpack(p, wq + r * rowb, b);
+
+			acc[0][r] =
+				q_fma(p, &w, xq, b, sw[r * G + (b >> gshift)] * qs[b], acc[0][r]);
+		}
+	}
+	min_rows4(mn, G, xs, gshift, m);
+	hsum16x4(_mm512_add_ps(acc[0][0], acc[1][0]), _mm512_add_ps(acc[0][1], acc[1][1]),
+		 _mm512_add_ps(acc[0][2], acc[1][2]), _mm512_add_ps(acc[0][3], acc[1][3]), y);
+#pragma GCC unroll 4
+	for (int r = 0; r < SHORT_R; r++)
+		y[r] += m[r];
+}
+
+/*
+ * 2 rows x T <= 4 tokens of a short-row matrix, for calls of several
+ * tokens: each token's activation block is loaded once for both rows.
+ * sq + (r * 4 + t) * NB: block scales of row r, token t. Same order per
+ * output as q_tile; the min term is min_pass()'s.
+ */
+INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
+		 const int8_t *const *xq, const int T, float *y, uint32_t ldy)
+{
+	__m512 acc[2][2][4]; /* [row][even/odd block][token] */
+	uint32_t b = 0;
+
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		acc[0][0][t] = acc[0][1][t] = acc[1][0][t] = acc[1][1][t] = _mm512_setzero_ps();
+	for (; b + 2 <= NB; b += 2) {
+		struct qw w[2][2];
+
+#pragma GCC unroll 2
+		for (int r = 0; r < 2; r++) {
+			q_unpack2(p, wq + r * rowb, b, &w[r][0], &w[r][1]);
+			pf_blk(p, wq + r * rowb, b);
+			pf_blk(p, wq + r * rowb, b + 1);
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+#pragma GCC unroll 2
+			for (int r = 0; r < 2; r++) {
+				const float *s = sq + (size_t)(4 * r + t) * NB;
+
+				acc[r][0][t] = q_fma(p, &w[r][0], xq[t], b, s[b], acc[r][0][t]);
+				acc[r][1][t] =
+					q_fma(p, &w[r][1], xq[t], b + 1, s[b + 1], acc[r][1][t]);
+			}
+		}
+	}
+	if (b < NB) {
+		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq + rowb, b);
+
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++) {
+			acc[0][0][t] =
+				q_fma(p, &w0, xq[t], b, sq[(size_t)t * NB + b], acc[0][0][t]);
+			acc[1][0][t] =
+				q_fma(p, &w1, xq[t], b, sq[(size_t)(4 + t) * NB + b], acc[1][0][t]);
+		}
+	}
+	if (T == 4) {
+		float o[2][4];
+
+#pragma GCC unroll 2
+		for (int r = 0; r < 2; r++)
+			hsum16x4(_mm512_add_ps(acc[r][0][0], acc[r][1][0]),
+				 _mm512_add_ps(acc[r][0][1], acc[r][1][1]),
+				 _mm512_add_ps(acc[r][0][2], acc[r][1][2]),
+				 _mm512_add_ps(acc[r][0][3], acc[r][1][3]), o[r]);
+#pragma GCC unroll 4
+		for (int t = 0; t < 4; t++) {
+			y[(size_t)t * ldy] = o[0][t];
+			y[(size_t)t * ldy + 1] = o[1][t];
+		}
+		return;
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++) {
+		y[(size_t)t * ldy] = hsum16(_mm512_add_ps(acc[0][0][t], acc[0][1][t]));
+		y[(size_t)t * ldy + 1] = hsum16(_mm512_add_ps(acc[1][0][t], acc[1][1][t]));
+	}
+}
+
+/*
+ * The min terms of rows r0..r1 x T tokens added to y (which holds each
+ * output's sum of its blocks), 8 tokens to a vector: lane by lane the
+ * very operations min_term() does for one output (kern_avx2.c's
+ * min_pass()). scratch: 9 G floats.
+ */
+static void min_pass(const uint16_t *m16, uint32_t G, uint32_t gshift, const struct cpu_act *x,
+		     uint32_t NB, const uint32_t *tok, uint32_t T, uint32_t r0, uint32_t r1,
+		     float *y, uint32_t ldy, float *scratch)
+{
+	float *xg = scratch, *mn = scratch + 8 * (size_t)G;
+	const uint32_t G8 = G / 8 * 8;
+
+	for (uint32_t i = 0; i < T; i += 8) {
+		const uint32_t n = T - i < 8 ? T - i : 8;
+
+		for (uint32_t t = 0; t < 8; t++) {
+			const float *xs = x->xs + (size_t)tok[i + (t < n ? t : 0)] * NB;
+
+			for (uint32_t g = 0; g < G; g++)
+				xg[g * 8 + t] = t >= n	 ? 0.0f
+						: gshift ? xs[2 * g] + xs[2 * g + 1]
+							 : xs[g];
+		}
+		for (uint32_t r = r0; r < r1; r++) {
+			__m256 m = _mm256_setzero_ps();
+			float o[8];
+
+			f16_row(m16 + (size_t)r * G, mn, G);
+			if (G8) {
+				__m256 P[8];
+
+#pragma GCC unroll 8
+				for (int j = 0; j < 8; j++)
+					P[j] = _mm256_setzero_ps();
+				for (uint32_t g = 0; g < G8; g += 8) {
+#pragma GCC unroll 8
+					for (int j = 0; j < 8; j++)
+						P[j] = _mm256_add_ps(
+							P[j],
+							_mm256_mul_ps(
+								_mm256_broadcast_ss(mn + g + j),
+								_mm256_loadu_ps(xg + (g + j) * 8)));
+				}
+				m = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(P[0], P[4]),
+								_mm256_add_ps(P[2], P[6])),
+						  _mm256_add_ps(_mm256_add_ps(P[1], P[5]),
+								_mm256_add_ps(P[3], P[7])));
+			}
+			for (uint32_t g = G8; g < G; g++)
+				m = _mm256_add_ps(m, _mm256_mul_ps(_mm256_broadcast_ss(mn + g),
+								   _mm256_loadu_ps(xg + g * 8)));
+			_mm256_storeu_ps(o, m);
+			for (uint32_t t = 0; t < n; t++)
+				y[(size_t)(i + t) * ldy + (r - r0)] += o[t];
+		}
+	}
+}
+
+/* One call of fn(..., T, y_, ldy) for T in 1..4 known at compile time. */
+#define TILE_N(fn, T, ...)                           \
+	do {                                         \
+		switch (T) {                         \
+		case 1:                              \
+			fn(__VA_ARGS__, 1, y_, ldy); \
+			break;                       \
+		case 2:                              \
+			fn(__VA_ARGS__, 2, y_, ldy); \
+			break;                       \
+		case 3:                              \
+			fn(__VA_ARGS__, 3, y_, ldy); \
+			break;                       \
+		default:                             \
+			fn(__VA_ARGS__, 4, y_, ldy); \
+			break;                       \
+		}                                    \
+	} while (0)
+
+/*
+ * kern_avx2.c's structure: short rows 4 at a time at batch 1 and 2 at a
+ * time for several tokens, else row by row with the tokens in groups of
+ * 4; the min term of several tokens in min_pass(). scratch: the row's
+ * scales (and mins) as floats and the block scales of up to 4 tokens,
+ * 2 G + 4 NB <= K floats; in q_rows() the scales and mins of SHORT_R
+ * rows, 2 SHORT_R G <= K / 8; for q_tile2() 2 rows' scales and block
+ * scales, 2 G + 8 NB <= K / 4.
+ */
 INL void avx512_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_layout *l,
 		  const uint8_t *mat, uint32_t r0, uint32_t r1, const struct cpu_act *x,
 		  const uint32_t *tok, uint32_t T, float *y, uint32_t ldy, float *scratch)
@@ -249,43 +693,66 @@ INL void avx512_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat
 	const uint32_t K = l->cols, NB = K / MOEM_CPU_QBLOCK, G = l->groups_per_row;
 	const uint32_t gshift = p == MOEM_PREC_Q2 ? 0 : 1;
 	const int8_t *xq_all = x->v[fmt];
-	float *sw = scratch, *mn = scratch + G;
+	const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
+	const uint16_t *m16 = (const uint16_t *)(const void *)(mat + l->min_off);
+	float *sw = scratch, *mn = scratch + G, *sq = scratch + 2 * G;
+	uint32_t r = r0;
 
-	for (uint32_t r = r0; r < r1; r++) {
-		const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
+	if (T == 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
+		for (; r + SHORT_R <= r1; r += SHORT_R) {
+			f16_row(s16 + (size_t)r * G, sw, SHORT_R * G);
+			f16_row(m16 + (size_t)r * G, sw + SHORT_R * G, SHORT_R * G);
+			q_rows(p, mat + l->data_off + (size_t)r * l->row_bytes, l->row_bytes, sw,
+			       sw + SHORT_R * G, G, NB, gshift, xq_all + (size_t)tok[0] * K,
+			       x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB,
+			       y + (r - r0));
+		}
+	}
+	if (T > 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
+		for (; r + 2 <= r1; r += 2) {
+			const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
 
-		f16_row((const uint16_t *)(const void *)(mat + l->scale_off) + (size_t)r * G, sw,
-			G);
-		if (p != MOEM_PREC_Q8)
-			f16_row((const uint16_t *)(const void *)(mat + l->min_off) + (size_t)r * G,
-				mn, G);
-		for (uint32_t i = 0; i < T; i += 4) {
-			const int8_t *xq[4];
-			const float *qs[4], *xs[4];
-			uint32_t n = T - i < 4 ? T - i : 4;
-			float *yy = y + (size_t)i * ldy + (r - r0);
+			f16_row(s16 + (size_t)r * G, sw, 2 * G);
+			for (uint32_t i = 0; i < T; i += 4) {
+				const int8_t *xq[4];
+				uint32_t n = T - i < 4 ? T - i : 4;
+				float *y_ = y + (size_t)i * ldy + (r - r0);
 
-			for (uint32_t t = 0; t < n; t++) {
-				xq[t] = xq_all + (size_t)tok[i + t] * K;
-				qs[t] = x->qs + (size_t)tok[i + t] * NB;
-				xs[t] = x->xs + (size_t)tok[i + t] * NB;
-			}
-			switch (n) {
-			case 1:
-				q_tile(p, wq, sw, mn, NB, gshift, xq, qs, xs, 1, yy, ldy);
-				break;
-			case 2:
-				q_tile(p, wq, sw, mn, NB, gshift, xq, qs, xs, 2, yy, ldy);
-				break;
-			case 3:
-				q_tile(p, wq, sw, mn, NB, gshift, xq, qs, xs, 3, yy, ldy);
-				break;
-			default:
-				q_tile(p, wq, sw, mn, NB, gshift, xq, qs, xs, 4, yy, ldy);
-				break;
+				for (uint32_t t = 0; t < n; t++) {
+					const float *qs = x->qs + (size_t)tok[i + t] * NB;
+
+					xq[t] = xq_all + (size_t)tok[i + t] * K;
+					block_scales(sw, qs, NB, gshift, sq + (size_t)t * NB);
+					block_scales(sw + G, qs, NB, gshift,
+						     sq + (size_t)(4 + t) * NB);
+				}
+				TILE_N(q_tile2, n, p, wq, l->row_bytes, sq, NB, xq);
 			}
 		}
 	}
+	for (; r < r1; r++) {
+		const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
+
+		f16_row(s16 + (size_t)r * G, sw, G);
+		if (p != MOEM_PREC_Q8 && T == 1) /* else min_pass() */
+			f16_row(m16 + (size_t)r * G, mn, G);
+		for (uint32_t i = 0; i < T; i += 4) {
+			const int8_t *xq[4];
+			const float *xs[4];
+			uint32_t n = T - i < 4 ? T - i : 4;
+			float *y_ = y + (size_t)i * ldy + (r - r0);
+
+			for (uint32_t t = 0; t < n; t++) {
+				xq[t] = xq_all + (size_t)tok[i + t] * K;
+				xs[t] = x->xs + (size_t)tok[i + t] * NB;
+				block_scales(sw, x->qs + (size_t)tok[i + t] * NB, NB, gshift,
+					     sq + (size_t)t * NB);
+			}
+			TILE_N(q_tile, n, p, wq, sq, mn, NB, gshift, T == 1, xq, xs);
+		}
+	}
+	if (p != MOEM_PREC_Q8 && T > 1)
+		min_pass(m16, G, gshift, x, NB, tok, T, r0, r1, y, ldy, scratch);
 }
 
 static void avx512_q8(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,
