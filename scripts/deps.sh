@@ -20,13 +20,15 @@
 # machine's default boot entry and its headers `make kmod`'s target.
 set -eu
 
+# dwarves: pahole, which module builds against 6.12's headers run (their
+# vmlinux carries the BTF that moem.ko's is generated against).
 PKGS="
 build-essential pkg-config git
 libjson-c-dev liburing-dev libxxhash-dev libssl-dev libsystemd-dev libinih-dev
 libmicrohttpd-dev
 libpcre2-dev libutf8proc-dev nodejs
 clang llvm libclang-rt-14-dev libbpf-dev bpftool systemtap-sdt-dev
-linux-headers-amd64 linux-image-amd64 kmod
+linux-headers-amd64 linux-image-amd64 kmod dwarves
 qemu-system-x86 busybox-static cpio e2fsprogs
 fio gnuplot-nox python3-torch python3-jinja2
 cppcheck clang-format valgrind help2man
