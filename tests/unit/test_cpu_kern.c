@@ -335,7 +335,7 @@ TEST(rows_odd_ranges_match_scalar)
 }
 
 /*
- * The kernels alone: every output of a call over 37 rows x 64 tokens has
+ * The kernels alone: every output of a call over 73 rows x 64 tokens has
  * the same bits as the same row and token computed alone (one row, one
  * token: decode's GEMV) and as in calls over every smaller token count
  * 1..12 and row ranges with every remainder of the row and token tiles
@@ -343,13 +343,15 @@ TEST(rows_odd_ranges_match_scalar)
  * at batch 1 and 2 x 4), and each token alone over all rows. K 384 is
  * three quantized groups of 128 (an odd number), K 1152 nine (8 in the
  * min term's vector lanes, 1 after; q2: 16 and 2), K 320 five blocks of
- * 64 (q2 only: AVX-512 takes blocks in pairs), and 37 rows leave 1 over
- * the tiles of 2, 3 and 4.
+ * 64 (q2 only: AVX-512 takes blocks in pairs), and 73 rows leave 1 over
+ * the tiles of 2, 3 and 4; on AMX 73 rows are four row tiles of 16 and a
+ * last tile moved back to end on row 72, 64 tokens two groups of 32 and
+ * the smaller calls one group of 16.
  */
 TEST(rows_same_bits_for_any_call_shape)
 {
 	static const uint32_t Ks[] = {256, 320, 384, 1152};
-	const uint32_t R = 37, B = 64;
+	const uint32_t R = 73, B = 64;
 	struct kcase kc[6];
 	int nk = kcases(kc);
 	struct moem_rng rng;
@@ -408,7 +410,7 @@ TEST(rows_same_bits_for_any_call_shape)
 							    1, scratch);
 						ASSERT_EQ(0, memcmp(&one, &full[t * R + r], 4))
 						TH_LOG("%s %s K %u: row %u token %u alone %a, in "
-						       "37 x "
+						       "73 x "
 						       "64 %a",
 						       kc[k].name, pn, K, r, tok[t], one,
 						       full[t * R + r]);

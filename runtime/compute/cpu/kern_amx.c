@@ -55,7 +55,7 @@
 #define INL static inline __attribute__((always_inline))
 
 #define PF_DIST	    8 /* steps of 32 elements a weight row is prefetched ahead */
-#define SCATTER_MAX 4 /* tokens up to this many go to their B columns by vpscatterdd */
+#define SCATTER_MAX 1 /* tokens up to this many go to their B columns by vpscatterdd */
 
 struct amx_cfg {
 	uint8_t palette;
