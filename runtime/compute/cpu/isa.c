@@ -191,8 +191,9 @@ enum moem_cpu_isa moem_cpu_isa_best(void)
 
 	/*
 	 * Not amx: on the Xeon it was measured on, its bf16 kernel beats
-	 * avx512's from 16 tokens up but is slower at batch 1 (decode), so
-	 * it is taken only by name (MOEM_CPU_ISA=amx, --cpu-isa amx).
+	 * avx512's from 4 tokens up but is about 1.25x slower at batch 1
+	 * (decode), so it is taken only by name (MOEM_CPU_ISA=amx,
+	 * --cpu-isa amx). backends.md has the figures.
 	 */
 	moem_cpu_features(&f);
 	if (isa_missing(&f, MOEM_CPU_ISA_AVX512, miss, sizeof(miss)))

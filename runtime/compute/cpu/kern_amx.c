@@ -54,8 +54,10 @@
 
 #define INL static inline __attribute__((always_inline))
 
-#define PF_DIST	    8 /* steps of 32 elements a weight row is prefetched ahead */
-#define SCATTER_MAX 1 /* tokens up to this many go to their B columns by vpscatterdd */
+#define PF_DIST	    8	 /* steps of 32 elements a weight row is prefetched ahead */
+#define RUN_STEPS   32	 /* K steps of one row block before the next (amx_block4) */
+#define PF_BYTES    8192 /* how far ahead amx_block4 prefetches a weight row */
+#define SCATTER_MAX 1	 /* tokens up to this many go to their B columns by vpscatterdd */
 
 struct amx_cfg {
 	uint8_t palette;
@@ -207,9 +209,27 @@ INL void amx_block(const uint8_t *w0, const uint8_t *w1, size_t ldw, uint32_t m,
 }
 
 /*
+ * K steps [s0, se) of one row block: weights w, A tile A, into C tile C,
+ * B tile 6 from vb0. A macro: the tile numbers are spelled into the
+ * instructions.
+ */
+#define ROW_RUN(C, A, w, s0, se)                                                                \
+	for (uint32_t s_ = (s0); s_ < (se); s_++) {                                             \
+		for (uint32_t r_ = 0; r_ < m; r_++)                                             \
+			_mm_prefetch((const char *)(w) + r_ * ldw + 64 * (size_t)s_ + PF_BYTES, \
+				     _MM_HINT_T0);                                              \
+		_tile_loadd(6, vb0 + 256 * (size_t)s_, 64);                                     \
+		_tile_loadd(A, (w) + 64 * (size_t)s_, ldw);                                     \
+		_tile_dpbf16ps(C, A, 6);                                                        \
+	}
+
+/*
  * Four row blocks (A tiles 4, 5, 7, 4 from rows w[0..3]) x one token tile
- * (B tile 6) into C tiles 0-3: four independent accumulations a step
- * where one or two would wait on TDPBF16PS's latency.
+ * (B tile 6) into C tiles 0-3, K in runs of RUN_STEPS steps: block 0's
+ * run, then block 1's, 2's, 3's, then the next run. Each C tile still
+ * takes its own steps in k order; long runs along 16 rows stream the
+ * weights better than all 64 rows a line at a time (batch 1, one thread,
+ * a 768 x 2048 matrix: 150 -> 130 us; avx512 110).
  */
 static void amx_block4(const uint8_t *const *w, size_t ldw, uint32_t m, const uint32_t *vb0,
 		       uint32_t K)
@@ -218,21 +238,13 @@ static void amx_block4(const uint8_t *const *w, size_t ldw, uint32_t m, const ui
 	_tile_zero(1);
 	_tile_zero(2);
 	_tile_zero(3);
-	for (uint32_t s = 0; s < K / 32; s++) {
-		for (int b = 0; b < 4; b++)
-			for (uint32_t r = 0; r < m; r++)
-				_mm_prefetch((const char *)w[b] + r * ldw +
-						     64 * (size_t)(s + PF_DIST),
-					     _MM_HINT_T1);
-		_tile_loadd(6, vb0 + 256 * (size_t)s, 64);
-		_tile_loadd(4, w[0] + 64 * (size_t)s, ldw);
-		_tile_loadd(5, w[1] + 64 * (size_t)s, ldw);
-		_tile_loadd(7, w[2] + 64 * (size_t)s, ldw);
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(1, 5, 6);
-		_tile_dpbf16ps(2, 7, 6);
-		_tile_loadd(4, w[3] + 64 * (size_t)s, ldw);
-		_tile_dpbf16ps(3, 4, 6);
+	for (uint32_t s0 = 0; s0 < K / 32; s0 += RUN_STEPS) {
+		uint32_t se = s0 + RUN_STEPS < K / 32 ? s0 + RUN_STEPS : K / 32;
+
+		ROW_RUN(0, 4, w[0], s0, se);
+		ROW_RUN(1, 5, w[1], s0, se);
+		ROW_RUN(2, 7, w[2], s0, se);
+		ROW_RUN(3, 4, w[3], s0, se);
 	}
 }
 
