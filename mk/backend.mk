@@ -15,6 +15,8 @@ $(O)/runtime/compute/cpu/%.o: CFLAGS += -O3
 $(O)/runtime/compute/cpu/kern_avx2.o: CFLAGS += -mavx2 -mfma -mf16c
 $(O)/runtime/compute/cpu/kern_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw \
 	-mavx512vl -mavx512bf16 -mavx512vnni
+$(O)/runtime/compute/cpu/kern_amx.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw \
+	-mavx512vl -mavx512bf16 -mavx512vnni -mamx-tile -mamx-bf16
 # NUMA topology and page placement (runtime/compute/cpu/numa.c).
 LDLIBS	+= -lnuma
 

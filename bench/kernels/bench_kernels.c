@@ -415,7 +415,7 @@ static uint8_t *peer_buf;
 static void cpu_peers_measure(const struct moem_backend_info *info, int reps, uint64_t iters)
 {
 	double s[10], opsper;
-	int avx512 = info->isa == MOEM_CPU_ISA_AVX512;
+	int avx512 = info->isa == MOEM_CPU_ISA_AVX512 || info->isa == MOEM_CPU_ISA_AMX;
 
 	for (int r = 0; r < reps; r++)
 		s[r] = peer_seconds(0, peer_buf, PEER_BYTES, 0, info->threads);
@@ -450,7 +450,7 @@ static int bench_cpu_peers(struct moem_backend *be)
 	result("read_gbps", cpu_read_gbps);
 	if (info.isa == MOEM_CPU_ISA_SCALAR)
 		return 0;
-	avx512 = info.isa == MOEM_CPU_ISA_AVX512;
+	avx512 = info.isa == MOEM_CPU_ISA_AVX512 || info.isa == MOEM_CPU_ISA_AMX;
 	printf("peak: %.0f GFLOP/s %s, %.0f Gop/s int8 %s (register-only loops, %u threads)\n",
 	       cpu_peak[MOEM_PREC_BF16], avx512 ? "vdpbf16ps" : "fp32 FMA", cpu_peak[MOEM_PREC_Q8],
 	       avx512 ? "vpdpbusd" : "vpmaddubsw+vpmaddwd", info.threads);
@@ -1266,7 +1266,7 @@ int main(int argc, char **argv)
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: bench_kernels [--backend cpu|cuda] [--threads N] "
-				"[--isa auto|scalar|avx2|avx512] [--quick] [--smoke] [--out "
+				"[--isa auto|scalar|avx2|avx512|amx] [--quick] [--smoke] [--out "
 				"FILE] [--ffn-rt 1|2|4]\n");
 			return c == 'h' ? 0 : 2;
 		}

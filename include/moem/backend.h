@@ -69,7 +69,10 @@ enum moem_backend_kind {
  *          and the oracle the others are tested against;
  *  avx2    AVX2 + FMA + F16C: bf16 weights in fp32 FMA, q8/q4/q2 as int8
  *          dot products (vpmaddubsw) on activations quantized per token;
- *  avx512  AVX-512 F/BW/VL with BF16 (vdpbf16ps) and VNNI (vpdpbusd).
+ *  avx512  AVX-512 F/BW/VL with BF16 (vdpbf16ps) and VNNI (vpdpbusd);
+ *  amx     avx512 plus AMX tiles (AMX-TILE, AMX-BF16, the tile state
+ *          granted by the OS): bf16 weights with TDPBF16PS, q8/q4/q2 as
+ *          avx512.
  * AUTO takes $MOEM_CPU_ISA when it is set, else the best the CPU has. The
  * vector paths give the same bits for any thread count and batch split,
  * but not the same bits as scalar (within the tolerance backends.md
@@ -80,10 +83,11 @@ enum moem_cpu_isa {
 	MOEM_CPU_ISA_SCALAR = 1,
 	MOEM_CPU_ISA_AVX2 = 2,
 	MOEM_CPU_ISA_AVX512 = 3,
+	MOEM_CPU_ISA_AMX = 4,
 	MOEM_CPU_ISA_NR
 };
 
-/* "auto", "scalar", "avx2", "avx512". */
+/* "auto", "scalar", "avx2", "avx512", "amx". */
 const char *moem_cpu_isa_name(enum moem_cpu_isa isa);
 /* Parse one of those names; -EINVAL with a message for anything else. */
 int moem_cpu_isa_parse(const char *s, enum moem_cpu_isa *out);

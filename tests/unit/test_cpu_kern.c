@@ -74,6 +74,8 @@ static int kcases(struct kcase *out)
 		out[n++] = (struct kcase){"avx2", &moem_cpu_kern_avx2};
 	if (moem_cpu_isa_check(MOEM_CPU_ISA_AVX512) == 0)
 		out[n++] = (struct kcase){"avx512", &moem_cpu_kern_avx512};
+	if (moem_cpu_isa_check(MOEM_CPU_ISA_AMX) == 0)
+		out[n++] = (struct kcase){"amx", &moem_cpu_kern_amx};
 	out[n++] = (struct kcase){"avx512 on SIMDe", &moem_cpu_kern_avx512_emu};
 	return n;
 }
@@ -225,10 +227,10 @@ TEST(ffn_every_path_matches_scalar)
 {
 	static const uint32_t shapes[][2] = {{128, 128}, {384, 256}, {640, 384}, {256, 640}};
 	static const uint32_t batches[] = {1, 2, 3, 5, 8, 13, 31, 64};
-	struct kcase kc[3];
+	struct kcase kc[6];
 	int nk = kcases(kc);
 	struct moem_backend *ref;
-	double worst[3][MOEM_PREC_NR] = {{0}};
+	double worst[6][MOEM_PREC_NR] = {{0}};
 
 	ASSERT_EQ(0, open_kern(&moem_cpu_kern_scalar, 2, &ref));
 	for (unsigned int s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
@@ -275,7 +277,7 @@ TEST(ffn_every_path_matches_scalar)
 /* The kernels alone on odd row ranges and token subsets: the tile edges. */
 TEST(rows_odd_ranges_match_scalar)
 {
-	struct kcase kc[3];
+	struct kcase kc[6];
 	int nk = kcases(kc);
 	struct moem_rng r;
 
@@ -297,7 +299,8 @@ TEST(rows_odd_ranges_match_scalar)
 				uint32_t r0 = (uint32_t)moem_rng_below(&r, I - 8);
 				uint32_t r1 = r0 + 1 + (uint32_t)moem_rng_below(&r, 9);
 				uint32_t T = 1 + (uint32_t)moem_rng_below(&r, B), tok[16];
-				float want[16 * 16], got[16 * 16], scratch[1024];
+				float want[16 * 16], got[16 * 16];
+				static float scratch[MOEM_CPU_SCRATCH_FLOATS(384)];
 				struct cpu_act a;
 
 				if (r1 > I)
@@ -332,7 +335,7 @@ TEST(rows_odd_ranges_match_scalar)
 }
 
 /*
- * The kernels alone: every output of a call over 37 rows x 64 tokens has
+ * The kernels alone: every output of a call over 73 rows x 64 tokens has
  * the same bits as the same row and token computed alone (one row, one
  * token: decode's GEMV) and as in calls over every smaller token count
  * 1..12 and row ranges with every remainder of the row and token tiles
@@ -340,14 +343,16 @@ TEST(rows_odd_ranges_match_scalar)
  * at batch 1 and 2 x 4), and each token alone over all rows. K 384 is
  * three quantized groups of 128 (an odd number), K 1152 nine (8 in the
  * min term's vector lanes, 1 after; q2: 16 and 2), K 320 five blocks of
- * 64 (q2 only: AVX-512 takes blocks in pairs), and 37 rows leave 1 over
- * the tiles of 2, 3 and 4.
+ * 64 (q2 only: AVX-512 takes blocks in pairs), and 73 rows leave 1 over
+ * the tiles of 2, 3 and 4; on AMX 73 rows are four row tiles of 16 and a
+ * last tile moved back to end on row 72, 64 tokens two groups of 32 and
+ * the smaller calls one group of 16.
  */
 TEST(rows_same_bits_for_any_call_shape)
 {
 	static const uint32_t Ks[] = {256, 320, 384, 1152};
-	const uint32_t R = 37, B = 64;
-	struct kcase kc[4];
+	const uint32_t R = 73, B = 64;
+	struct kcase kc[6];
 	int nk = kcases(kc);
 	struct moem_rng rng;
 
@@ -359,7 +364,7 @@ TEST(rows_same_bits_for_any_call_shape)
 			struct moem_qmat_layout l;
 			uint16_t *w;
 			float *xf, *full, *part;
-			float scratch[2048]; /* >= K floats (kern.h) */
+			static float scratch[MOEM_CPU_SCRATCH_FLOATS(1152)]; /* kern.h */
 			uint32_t tok[64];
 			uint8_t *q;
 
@@ -405,7 +410,7 @@ TEST(rows_same_bits_for_any_call_shape)
 							    1, scratch);
 						ASSERT_EQ(0, memcmp(&one, &full[t * R + r], 4))
 						TH_LOG("%s %s K %u: row %u token %u alone %a, in "
-						       "37 x "
+						       "73 x "
 						       "64 %a",
 						       kc[k].name, pn, K, r, tok[t], one,
 						       full[t * R + r]);
@@ -448,7 +453,7 @@ TEST(rows_same_bits_for_any_call_shape)
 TEST(same_bits_for_any_threads_and_batch)
 {
 	static const uint32_t threads[] = {1, 2, 5};
-	struct kcase kc[4];
+	struct kcase kc[6];
 	int nk = kcases(kc);
 	struct call c, one;
 
@@ -536,8 +541,8 @@ static int mm_run(struct moem_backend *be, const uint16_t *x, const uint16_t *w,
 TEST(matmul_every_path_matches_scalar)
 {
 	static const uint32_t shapes[][3] = {
-		{1, 2048, 300}, {7, 512, 129}, {64, 264, 40}, {3, 8, 17}};
-	struct kcase kc[4];
+		{1, 2048, 300}, {7, 512, 129}, {64, 264, 40}, {3, 8, 17}, {5, 96, 9}};
+	struct kcase kc[6];
 	int nk = kcases(kc);
 
 	kc[nk++] = (struct kcase){"scalar", &moem_cpu_kern_scalar};
@@ -610,7 +615,7 @@ TEST(matmul_every_path_matches_scalar)
 TEST(matmul_quantized_every_path_matches_scalar)
 {
 	static const uint32_t shapes[][3] = {{1, 2048, 300}, {5, 768, 33}, {64, 256, 40}};
-	struct kcase kc[4];
+	struct kcase kc[6];
 	int nk = kcases(kc);
 	struct moem_backend *be;
 	uint16_t *x0 = tb_rand_bf16(1, 8 * 200, 1.0), *w0 = tb_rand_bf16(2, 8 * 200, 0.05);

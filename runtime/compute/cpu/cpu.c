@@ -239,6 +239,8 @@ static const struct moem_backend_ops cpu_ops = {
 static const struct moem_cpu_kern *kern_for(enum moem_cpu_isa isa)
 {
 	switch (isa) {
+	case MOEM_CPU_ISA_AMX:
+		return &moem_cpu_kern_amx;
 	case MOEM_CPU_ISA_AVX512:
 		return &moem_cpu_kern_avx512;
 	case MOEM_CPU_ISA_AVX2:

@@ -54,7 +54,7 @@ struct mm_job {
 	struct moem_qmat_layout l;
 	struct cpu_act act;
 	const uint32_t *ident; /* 0..B-1 */
-	float *wbuf;	       /* [workers][K] */
+	float *wbuf;	       /* [workers][MOEM_CPU_SCRATCH_FLOATS(K)] */
 };
 
 static void mm_rows(void *arg, uint32_t item, uint32_t worker)
@@ -64,7 +64,8 @@ static void mm_rows(void *arg, uint32_t item, uint32_t worker)
 	uint32_t r0 = item * MM_ROWS, r1 = moem_min(r0 + MM_ROWS, a->R);
 
 	j->rows(&j->l, moem_dptr_host(a->w), r0, r1, &j->act, j->ident, a->B,
-		(float *)moem_dptr_host(a->y) + r0, a->R, j->wbuf + (size_t)worker * a->K);
+		(float *)moem_dptr_host(a->y) + r0, a->R,
+		j->wbuf + worker * MOEM_CPU_SCRATCH_FLOATS(a->K));
 }
 
 int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
@@ -75,14 +76,15 @@ int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
 	const enum moem_prec p = a->prec;
 	uint32_t nw = moem_tpool_size(c->pool), fmt, qfmts = 0;
 	struct mm_job j = {.a = a};
-	size_t xn = (size_t)a->B * a->K, wn = (size_t)nw * a->K, qb = 0, ib;
+	size_t xn = (size_t)a->B * a->K, wn = nw * MOEM_CPU_SCRATCH_FLOATS(a->K), qb = 0, ib;
 	float *buf;
 	uint32_t *ident;
 	uint8_t *mem;
 	int ret;
 
-	/* AVX-512 steps bf16 over K 32 at a time, AVX2 and the scalar table 8 (K % 8 == 0) */
-	if (p == MOEM_PREC_BF16 && k->isa == MOEM_CPU_ISA_AVX512 && a->K % 32)
+	/* AVX-512 and AMX step bf16 over K 32 at a time, AVX2 and the scalar table 8 (K % 8 == 0) */
+	if (p == MOEM_PREC_BF16 && (k->isa == MOEM_CPU_ISA_AVX512 || k->isa == MOEM_CPU_ISA_AMX) &&
+	    a->K % 32)
 		k = moem_cpu_isa_check(MOEM_CPU_ISA_AVX2) ? &moem_cpu_kern_scalar
 							  : &moem_cpu_kern_avx2;
 	j.rows = k->rows[p];

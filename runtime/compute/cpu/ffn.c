@@ -25,6 +25,13 @@
 
 #define GATEUP_ROWS 16
 #define DOWN_ROWS   32
+/*
+ * The AMX table builds its B tiles (the tokens' activations) once per
+ * call: bigger row blocks spread that over more rows, and give it two
+ * row tiles at a time.
+ */
+#define AMX_ROWS    64
+#define MAX_ROWS    64
 #define QB	    MOEM_CPU_QBLOCK
 
 /* One prepared operand (the FFN input, or act). */
@@ -50,7 +57,8 @@ struct ffn_job {
 	uint16_t *inode;   /* [items]: node of each item */
 	float *wbuf;	   /* [workers][wlen] */
 	size_t wlen;
-	uint32_t rb1, rb2; /* row blocks per expert in pass 1 and 3 */
+	uint32_t rb1, rb2;	   /* row blocks per expert in pass 1 and 3 */
+	uint32_t gu_rows, dn_rows; /* rows of a block in pass 1 and 3 */
 };
 
 static inline float silu(float g)
@@ -137,8 +145,8 @@ static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
 	const struct moem_expert_layout *l = &j->lay[ex->prec];
 	const uint8_t *blob = moem_dptr_host(ex->blob);
 	float *w = j->wbuf + (size_t)worker * j->wlen;
-	float *g = w + moem_max(a->H, a->I), *u = g + 64 * GATEUP_ROWS;
-	uint32_t r0 = blk * GATEUP_ROWS, r1 = moem_min(r0 + GATEUP_ROWS, a->I), nr = r1 - r0;
+	float *g = w + MOEM_CPU_SCRATCH_FLOATS(moem_max(a->H, a->I)), *u = g + 64 * MAX_ROWS;
+	uint32_t r0 = blk * j->gu_rows, r1 = moem_min(r0 + j->gu_rows, a->I), nr = r1 - r0;
 	const uint32_t *tok = j->tok + j->act_off[e];
 	moem_cpu_rows_fn rows = j->k->rows[ex->prec];
 
@@ -167,8 +175,9 @@ static void down_rows(void *arg, uint32_t item, uint32_t worker)
 	const struct moem_expert_layout *l = &j->lay[ex->prec];
 	const uint8_t *blob = moem_dptr_host(ex->blob);
 	float *out = moem_dptr_host(a->out);
-	float *w = j->wbuf + (size_t)worker * j->wlen, *y = w + moem_max(a->H, a->I);
-	uint32_t h0 = blk * DOWN_ROWS, h1 = moem_min(h0 + DOWN_ROWS, a->H), nr = h1 - h0;
+	float *w = j->wbuf + (size_t)worker * j->wlen,
+	      *y = w + MOEM_CPU_SCRATCH_FLOATS(moem_max(a->H, a->I));
+	uint32_t h0 = blk * j->dn_rows, h1 = moem_min(h0 + j->dn_rows, a->H), nr = h1 - h0;
 
 	j->k->rows[ex->prec](&l->mat[MOEM_MAT_DOWN], blob + l->mat_off[MOEM_MAT_DOWN], h0, h1,
 			     &j->act.a, j->ident + j->act_off[e], ex->n, y, nr, w);
@@ -289,6 +298,8 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	for (int p = 0; p < MOEM_PREC_NR; p++)
 		if (moem_expert_layout((enum moem_prec)p, a->H, a->I, &j.lay[p]))
 			memset(&j.lay[p], 0, sizeof(j.lay[p])); /* checked per expert upstream */
+	j.gu_rows = j.k->isa == MOEM_CPU_ISA_AMX ? AMX_ROWS : GATEUP_ROWS;
+	j.dn_rows = j.k->isa == MOEM_CPU_ISA_AMX ? AMX_ROWS : DOWN_ROWS;
 	for (uint32_t e = 0; e < a->n_experts; e++) {
 		total += a->experts[e].n; /* <= 64 * 64: assignments are unique */
 		fmts |= 1u << j.k->fmt[a->experts[e].prec];
@@ -301,7 +312,7 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	j.in.a.v[CPU_ACT_BF16] = moem_dptr_host(a->x);
 	j.in.ext = 1u << CPU_ACT_BF16;
 	j.act.ext = 1u << CPU_ACT_F32;
-	j.wlen = moem_max(a->H, a->I) + 2 * 64 * moem_max(GATEUP_ROWS, DOWN_ROWS);
+	j.wlen = MOEM_CPU_SCRATCH_FLOATS(moem_max(a->H, a->I)) + 2 * 64 * MAX_ROWS;
 	for (int pass = 0; pass < 2; pass++) {
 		if (pass) {
 			cv.base = moem_cpu_scratch(s, cv.used);
@@ -319,8 +330,8 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		j.tok = carve(&cv, 4 * (size_t)total);
 		j.ident = carve(&cv, 4 * (size_t)total);
 		j.enode = carve(&cv, 2 * (size_t)a->n_experts);
-		items = a->n_experts * moem_max((a->I + GATEUP_ROWS - 1) / GATEUP_ROWS,
-						(a->H + DOWN_ROWS - 1) / DOWN_ROWS);
+		items = a->n_experts * moem_max((a->I + j.gu_rows - 1) / j.gu_rows,
+						(a->H + j.dn_rows - 1) / j.dn_rows);
 		j.inode = carve(&cv, 2 * (size_t)items);
 		j.wbuf = carve(&cv, 4 * j.wlen * nw);
 	}
@@ -335,8 +346,8 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		}
 		j.enode[e] = moem_cpu_node_of(c, moem_dptr_host(ex->blob));
 	}
-	j.rb1 = (a->I + GATEUP_ROWS - 1) / GATEUP_ROWS;
-	j.rb2 = (a->H + DOWN_ROWS - 1) / DOWN_ROWS;
+	j.rb1 = (a->I + j.gu_rows - 1) / j.gu_rows;
+	j.rb2 = (a->H + j.dn_rows - 1) / j.dn_rows;
 
 	if (need_f32)
 		moem_tpool_run(c->pool, a->B, convert_rows, &j.in);

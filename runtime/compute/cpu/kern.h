@@ -17,11 +17,14 @@
  * test_cpu_kern compares every output of a call, bit for bit, with the
  * same row and token computed alone and in calls of other shapes.
  *
- * scratch holds K floats of the calling worker's own: the scalar
+ * scratch holds MOEM_CPU_SCRATCH_FLOATS(K) floats of the calling
+ * worker's own (every caller sizes it so for every table): the scalar
  * kernels dequantize a row into it; the AVX2 and AVX-512 quantized
  * kernels keep the row's scales and mins there as floats
  * (2 x groups_per_row <= K) and the row's block scales for up to 4
- * tokens (4 x K / 64 more); the bf16 kernels use none.
+ * tokens (4 x K / 64 more); the AVX2 and AVX-512 bf16 kernels use none;
+ * the AMX bf16 kernel lays 32 tokens' activations out as its B tiles
+ * there (32 x K bf16).
  *
  * Activations are prepared once per call (ffn.c) in the form each
  * kernel reads, named by enum cpu_act_fmt:
@@ -47,7 +50,9 @@
 #include <moem/half.h>
 #include <moem/quant.h>
 
-#define MOEM_CPU_QBLOCK 64 /* activation quantization block */
+#define MOEM_CPU_QBLOCK		   64 /* activation quantization block */
+/* The floats of scratch a row kernel may use for rows of K elements. */
+#define MOEM_CPU_SCRATCH_FLOATS(K) (16 * (size_t)(K))
 
 enum cpu_act_fmt {
 	CPU_ACT_F32 = 0,
@@ -100,6 +105,7 @@ struct moem_cpu_kern {
 extern const struct moem_cpu_kern moem_cpu_kern_scalar;
 extern const struct moem_cpu_kern moem_cpu_kern_avx2;
 extern const struct moem_cpu_kern moem_cpu_kern_avx512;
+extern const struct moem_cpu_kern moem_cpu_kern_amx;
 /* kern_avx512.c built against SIMDe's portable AVX-512 (unit tests only). */
 extern const struct moem_cpu_kern moem_cpu_kern_avx512_emu;
 
