@@ -14,7 +14,7 @@
  * takes 32 elements at a time in k order; quantized, lane j of two
  * accumulators takes the even and the odd blocks in k order, the two are
  * added; then a 16-to-1 sum of fixed shape (hsum16, or hsum16x4 with the
- * same adds); q4/q2 add the min term last, in kern_avx2.c's 8-lane order.
+ * same adds); q4/q2 add the min term last, in the 8-lane order of kern_x86.h.
  * Rows and tokens are interleaved, never merged.
  *
  * The quantized path has kern_avx2.c's structure (tuned there on an
@@ -62,6 +62,8 @@ typedef __m512bh bh512;
 #include "kern.h"
 
 #define INL static inline __attribute__((always_inline))
+
+#include "kern_x86.h"
 
 INL float hsum16(__m512 v)
 {
@@ -111,17 +113,6 @@ INL bh512 load_bh(const void *p)
 }
 
 /* n fp16 values to fp32 (exact) with F16C, 8 at a time (also in the SIMDe build). */
-static void f16_row(const uint16_t *in, float *out, uint32_t n)
-{
-	uint32_t i = 0;
-
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
-						  (const __m128i *)(const void *)(in + i))));
-	for (; i < n; i++)
-		out[i] = _cvtsh_ss(in[i]);
-}
-
 /* ---- bf16: R rows x T tokens, vdpbf16ps, one accumulator per output ------ */
 
 /*
@@ -228,15 +219,6 @@ INL void pf(const void *p)
 	_mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
 }
 
-INL float hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
 /* Block b of a row as vpdpbusd's weight operand; q8 also its bias, 128 x its lane sums. */
 struct qw {
 	__m512i w, comp;
@@ -282,40 +264,6 @@ INL __m512i q_dot(enum moem_prec p, const struct qw *w, const int8_t *xb)
 		return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), x, w->w),
 					w->comp);
 	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->w, x);
-}
-
-/*
- * The min term of q4/q2: the sum over groups of min x the group's
- * activation sum (q4: the sums of its two blocks), 8 groups at a time in
- * 8 lanes, the lanes summed in hsum8's shape, then the groups left over
- * in order; kern_avx2.c's, out of line so that every tile shape runs the
- * very same instructions for it.
- */
-static __attribute__((noinline)) float min_term(const float *mn, const float *xs, uint32_t ng,
-						uint32_t gshift)
-{
-	__m256 m8 = _mm256_setzero_ps();
-	uint32_t g = 0;
-	float m;
-
-	for (; g + 8 <= ng; g += 8) {
-		__m256 xg;
-
-		if (gshift) {
-			/* block pairs: vhaddps leaves groups 0 1 4 5 2 3 6 7, vpermpd reorders */
-			__m256 h = _mm256_hadd_ps(_mm256_loadu_ps(xs + 2 * g),
-						  _mm256_loadu_ps(xs + 2 * g + 8));
-
-			xg = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(h), 0xd8));
-		} else {
-			xg = _mm256_loadu_ps(xs + g);
-		}
-		m8 = _mm256_add_ps(m8, _mm256_mul_ps(_mm256_loadu_ps(mn + g), xg));
-	}
-	m = hsum8(m8);
-	for (; g < ng; g++)
-		m += mn[g] * (gshift ? xs[2 * g] + xs[2 * g + 1] : xs[g]);
-	return m;
 }
 
 /*
@@ -596,65 +544,6 @@ INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *
 	for (int t = 0; t < T; t++) {
 		y[(size_t)t * ldy] = hsum16(_mm512_add_ps(acc[0][0][t], acc[0][1][t]));
 		y[(size_t)t * ldy + 1] = hsum16(_mm512_add_ps(acc[1][0][t], acc[1][1][t]));
-	}
-}
-
-/*
- * The min terms of rows r0..r1 x T tokens added to y (which holds each
- * output's sum of its blocks), 8 tokens to a vector: lane by lane the
- * very operations min_term() does for one output (kern_avx2.c's
- * min_pass()). scratch: 9 G floats.
- */
-static void min_pass(const uint16_t *m16, uint32_t G, uint32_t gshift, const struct cpu_act *x,
-		     uint32_t NB, const uint32_t *tok, uint32_t T, uint32_t r0, uint32_t r1,
-		     float *y, uint32_t ldy, float *scratch)
-{
-	float *xg = scratch, *mn = scratch + 8 * (size_t)G;
-	const uint32_t G8 = G / 8 * 8;
-
-	for (uint32_t i = 0; i < T; i += 8) {
-		const uint32_t n = T - i < 8 ? T - i : 8;
-
-		for (uint32_t t = 0; t < 8; t++) {
-			const float *xs = x->xs + (size_t)tok[i + (t < n ? t : 0)] * NB;
-
-			for (uint32_t g = 0; g < G; g++)
-				xg[g * 8 + t] = t >= n	 ? 0.0f
-						: gshift ? xs[2 * g] + xs[2 * g + 1]
-							 : xs[g];
-		}
-		for (uint32_t r = r0; r < r1; r++) {
-			__m256 m = _mm256_setzero_ps();
-			float o[8];
-
-			f16_row(m16 + (size_t)r * G, mn, G);
-			if (G8) {
-				__m256 P[8];
-
-#pragma GCC unroll 8
-				for (int j = 0; j < 8; j++)
-					P[j] = _mm256_setzero_ps();
-				for (uint32_t g = 0; g < G8; g += 8) {
-#pragma GCC unroll 8
-					for (int j = 0; j < 8; j++)
-						P[j] = _mm256_add_ps(
-							P[j],
-							_mm256_mul_ps(
-								_mm256_broadcast_ss(mn + g + j),
-								_mm256_loadu_ps(xg + (g + j) * 8)));
-				}
-				m = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(P[0], P[4]),
-								_mm256_add_ps(P[2], P[6])),
-						  _mm256_add_ps(_mm256_add_ps(P[1], P[5]),
-								_mm256_add_ps(P[3], P[7])));
-			}
-			for (uint32_t g = G8; g < G; g++)
-				m = _mm256_add_ps(m, _mm256_mul_ps(_mm256_broadcast_ss(mn + g),
-								   _mm256_loadu_ps(xg + g * 8)));
-			_mm256_storeu_ps(o, m);
-			for (uint32_t t = 0; t < n; t++)
-				y[(size_t)(i + t) * ldy + (r - r0)] += o[t];
-		}
 	}
 }
 
