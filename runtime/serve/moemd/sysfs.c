@@ -139,6 +139,11 @@ static void apply(struct moemd *d, enum moem_budget_knob k, uint64_t v, uint64_t
 	moem_budget_format(k, v, val, sizeof(val));
 	moem_clear_error();
 	ret = moem_engine_set_knob(d->e, k, v);
+	/* The refusal is logged before the counter moves: whoever saw the
+	 * count in status finds the reason in the log. */
+	if (ret)
+		moem_warn("budgets: %s = %s from sysfs refused: %s", moem_budget_name(k), val,
+			  moem_strerror(ret));
 	pthread_mutex_lock(&d->kstats_lock);
 	d->kstats.last_wake_ns = wake_ns;
 	d->kstats.last_set_ns = moem_now_ns();
@@ -148,11 +153,8 @@ static void apply(struct moemd *d, enum moem_budget_knob k, uint64_t v, uint64_t
 	else
 		d->kstats.sysfs_changes++;
 	pthread_mutex_unlock(&d->kstats_lock);
-	if (ret) {
-		moem_warn("budgets: %s = %s from sysfs refused: %s", moem_budget_name(k), val,
-			  moem_strerror(ret));
+	if (ret)
 		return;
-	}
 	ret = moem_engine_apply_knobs(d->e);
 	if (ret)
 		moem_warn("budgets: %s = %s from sysfs refused: %s", moem_budget_name(k), val,
