@@ -57,6 +57,29 @@ MOEM_DEVI uint2 ld_stream(const uint2 *p)
 	return v;
 }
 
+/*
+ * cp.async: 16 bytes global -> shared without registers (L1 bypassed),
+ * in commit groups; cp_async_wait<N>() returns once all but the N most
+ * recent groups have landed (for this thread: a __syncthreads() makes
+ * them visible to the block).
+ */
+MOEM_DEVI void cp_async16(void *smem, const void *g)
+{
+	const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g) : "memory");
+}
+
+MOEM_DEVI void cp_async_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N> MOEM_DEVI void cp_async_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* Two bf16 holding small integers (128 + q, exact) minus 128: exact. */
 MOEM_DEVI uint32_t bf16x2_minus128(uint32_t v)
 {

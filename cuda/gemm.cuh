@@ -145,7 +145,72 @@ template <int P> MOEM_DEVI int piece_src(int i)
 	return P == P_Q4 || P == P_Q2 ? (i >> 1) + 4 * (i & 1) : i;
 }
 
+/* The piece at r (bf16 columns col.. of a row). */
+template <int P> MOEM_DEVI float piece_bf16(const uint16_t *r, uint16_t (&h)[8], uint16_t (&l)[8])
+{
+	uint16_t v[8];
+	float sum = 0.0f;
+
+	if (P == P_Q2) { /* columns 0..3 and 8..11 */
+		const uint2 a = *reinterpret_cast<const uint2 *>(r);
+		const uint2 b = *reinterpret_cast<const uint2 *>(r + 8);
+
+		unpack8(uint4{ a.x, a.y, b.x, b.y }, v);
+	} else {
+		unpack8(*reinterpret_cast<const uint4 *>(r), v);
+	}
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		h[i] = v[piece_src<P>(i)];
+		l[i] = 0;
+		sum = __fadd_rn(sum, bf16_bits_to_f32(v[i]));
+	}
+	return sum;
+}
+
+/* The piece at r (fp32 columns col.. of a row), split hi + lo. */
+template <int P> MOEM_DEVI float piece_f32(const float *r, uint16_t (&h)[8], uint16_t (&l)[8])
+{
+	const float4 v0 = *reinterpret_cast<const float4 *>(r);
+	const float4 v1 = *reinterpret_cast<const float4 *>(r + (P == P_Q2 ? 8 : 4));
+	const float v[8] = { v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w };
+	float sum = 0.0f;
+
+#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		const float x = v[piece_src<P>(i)];
+		const __nv_bfloat16 hb = __float2bfloat16_rn(x);
+		const __nv_bfloat16 lb = __float2bfloat16_rn(x - __bfloat162float(hb));
+
+		h[i] = __bfloat16_as_ushort(hb);
+		l[i] = __bfloat16_as_ushort(lb);
+		sum = __fadd_rn(sum, v[i]);
+	}
+	return sum;
+}
+
+/*
+ * A K chunk of a source's rows copied into shared memory (the _a kernels'
+ * raw buffers): token n's row at x + n * K, columns from c0.
+ */
+template <class T> struct SrcRaw {
+	const T *x;
+	uint32_t K, c0;
+
+	template <int P>
+	MOEM_DEVI float piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	{
+		const T *r = x + (size_t)n * K + (col - c0);
+
+		if constexpr (sizeof(T) == 2)
+			return piece_bf16<P>(r, h, l);
+		else
+			return piece_f32<P>(r, h, l);
+	}
+};
+
 struct SrcBf16 { /* rows of bf16 x */
+	typedef uint16_t T;
 	const uint16_t *x;
 	const uint32_t *assign; /* token of n (low 16 bits); NULL: token n */
 	uint32_t K;
@@ -157,54 +222,43 @@ struct SrcBf16 { /* rows of bf16 x */
 	template <int P>
 	MOEM_DEVI float piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
 	{
-		const uint16_t *r = row(n) + col;
-		uint16_t v[8];
-		float sum = 0.0f;
-
-		if (P == P_Q2) { /* columns 0..3 and 8..11 */
-			const uint2 a = *reinterpret_cast<const uint2 *>(r);
-			const uint2 b = *reinterpret_cast<const uint2 *>(r + 8);
-
-			unpack8(uint4{ a.x, a.y, b.x, b.y }, v);
-		} else {
-			unpack8(*reinterpret_cast<const uint4 *>(r), v);
-		}
-#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			h[i] = v[piece_src<P>(i)];
-			l[i] = 0;
-			sum = __fadd_rn(sum, bf16_bits_to_f32(v[i]));
-		}
-		return sum;
+		return piece_bf16<P>(row(n) + col, h, l);
 	}
 };
 
 struct SrcF32 { /* rows n of the fp32 activation scratch, split hi + lo */
+	typedef float T;
 	const float *a;
 	uint32_t K;
 
+	MOEM_DEVI const float *row(int n) const
+	{
+		return a + (size_t)n * K;
+	}
 	template <int P>
 	MOEM_DEVI float piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
 	{
-		const float *r = a + (size_t)n * K + col;
-		const float4 v0 = *reinterpret_cast<const float4 *>(r);
-		const float4 v1 = *reinterpret_cast<const float4 *>(r + (P == P_Q2 ? 8 : 4));
-		const float v[8] = { v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w };
-		float sum = 0.0f;
-
-#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			const float x = v[piece_src<P>(i)];
-			const __nv_bfloat16 hb = __float2bfloat16_rn(x);
-			const __nv_bfloat16 lb = __float2bfloat16_rn(x - __bfloat162float(hb));
-
-			h[i] = __bfloat16_as_ushort(hb);
-			l[i] = __bfloat16_as_ushort(lb);
-			sum = __fadd_rn(sum, v[i]);
-		}
-		return sum;
+		return piece_f32<P>(row(n) + col, h, l);
 	}
 };
+
+/*
+ * Issue (one commit group) the cp.async copies of columns [kc, kc + len)
+ * of the n_tok real tokens' rows into raw, row n at n * KC elements.
+ */
+template <uint32_t KC, class Src>
+MOEM_DEVI void raw_issue(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8_t *raw)
+{
+	typedef typename Src::T T;
+	const int per = len * sizeof(T) / 16, total = n_tok * per;
+
+	for (int i = threadIdx.x; i < total; i += blockDim.x) {
+		const int n = i / per, q = i - n * per;
+
+		cp_async16(raw + ((size_t)n * KC * sizeof(T) + q * 16), src.row(n) + kc + q * (16 / sizeof(T)));
+	}
+	cp_async_commit();
+}
 
 MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
 {
@@ -309,7 +363,7 @@ template <int P, int MATS> struct RawSlot {
  * synchronises the block); rows beyond `rows` are computed on the last
  * row and must not be stored. Ends with a __syncthreads(): smem is free.
  */
-template <int P, int NT, int KS, int MATS, bool HILO, class Src>
+template <int P, int NT, int KS, int MATS, bool HILO, bool ASYNC, class Src>
 MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq, uint32_t rows,
 			 uint32_t K, uint32_t r0, int ks, const Src &src, int n_tok,
 			 float (&acc)[MATS][NT][4], uint8_t *smem)
@@ -325,8 +379,14 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 	const uint32_t rg = min(r0 + g, rows - 1), rg8 = min(r0 + g + 8, rows - 1);
 	uint8_t *const hi = smem, *const lo = smem + NPAD * RS;
 	float *const xs = reinterpret_cast<float *>(smem + (HILO ? 2 : 1) * NPAD * RS);
+	/* ASYNC: the two raw buffers after the staging area (kparams.h) */
+	uint8_t *const raw0 = smem + (moem_k_smem(P, NT, HILO) + 15u) / 16u * 16u;
+	constexpr uint32_t RB = moem_k_raw_bytes(NT, HILO);
+	int ci = 0;
 
-	for (uint32_t kc = 0; kc < K; kc += KC) {
+	if (ASYNC)
+		raw_issue<KC>(src, n_tok, 0, min(KC, K), raw0);
+	for (uint32_t kc = 0; kc < K; kc += KC, ci++) {
 		const uint32_t len = min(KC, K - kc);
 		const int nit = len / S, nu = (nit + IPL - 1) / IPL;
 
@@ -496,7 +556,28 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 			for (int d = 0; d < D; d++)
 				if (ks + d * KS < nu)
 					load(buf[d], ks + d * KS);
-			stage<P, NT, HILO>(src, n_tok, kc, len, hi, lo, xs);
+			if constexpr (ASYNC) {
+				/*
+				 * The next chunk's rows go into the other buffer
+				 * (whose staging ended at the last chunk's second
+				 * barrier) while this one's are staged and used.
+				 */
+				typedef typename Src::T T;
+				const SrcRaw<T> rs = {
+					reinterpret_cast<const T *>(raw0 + (ci & 1) * RB), KC, kc};
+
+				if (kc + KC < K) {
+					raw_issue<KC>(src, n_tok, kc + KC, min(KC, K - kc - KC),
+						      raw0 + ((ci + 1) & 1) * RB);
+					cp_async_wait<1>();
+				} else {
+					cp_async_wait<0>();
+				}
+				__syncthreads();
+				stage<P, NT, HILO>(rs, n_tok, kc, len, hi, lo, xs);
+			} else {
+				stage<P, NT, HILO>(src, n_tok, kc, len, hi, lo, xs);
+			}
 			__syncthreads();
 			for (int base = ks; base < nu; base += D * KS) {
 #pragma unroll

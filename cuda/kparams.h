@@ -172,4 +172,21 @@ MOEM_KFN uint32_t moem_k_smem(uint32_t prec, uint32_t nt, uint32_t hilo)
 			: 0u);
 }
 
+/*
+ * The FFN kernels with asynchronous staging (cuda/ffn.cuh, _a): the raw
+ * activation rows of the next K chunk are copied by cp.async into one of
+ * two buffers after the staging area while the block computes the
+ * current chunk. Bytes of one buffer, and the block's dynamic shared
+ * memory (more than 48 KiB: kernels.c raises the kernels' limit).
+ */
+MOEM_KFN uint32_t moem_k_raw_bytes(uint32_t nt, uint32_t hilo)
+{
+	return nt * MOEM_K_NTILE * moem_k_kc(nt, hilo) * (hilo ? 4u : 2u);
+}
+
+MOEM_KFN uint32_t moem_k_smem_async(uint32_t prec, uint32_t nt, uint32_t hilo)
+{
+	return (moem_k_smem(prec, nt, hilo) + 15u) / 16u * 16u + 2u * moem_k_raw_bytes(nt, hilo);
+}
+
 #endif /* MOEM_CUDA_KPARAMS_H */

@@ -19,7 +19,8 @@
 #              torch is installed), tier benchmarks, UVM against VMM staging
 #              at one HBM budget (page faults and bytes through CUPTI),
 #              the decode step with and without CUDA graphs (sync_step),
-#              the FFN of 1..16 tokens under each row tiling (ffn_rt*)
+#              the FFN of 1..16 tokens under each row tiling (ffn_rt*),
+#              of 16..64 under each staging setting (ffn_as*)
 #   --all      both, interleaved so the most telling run first (default)
 #   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
 #              of each of a few kernels inside bench_kernels: speed of
@@ -29,6 +30,9 @@
 #              ends inside 9 minutes on one H100); phases left out say so
 #   --kernels L  --profile only the kernels of the comma list L (names as in
 #              the ncu_* phases, e.g. ffn_gateup_q4_n1,route)
+#   --phases L run only the phases of the comma list L (names as in the
+#              summary, e.g. gpu_ops,bench_kernels,torch_ffn): the others
+#              are listed as not run
 #   --smoke    a few seconds of each kind of phase (the kernel emulator runs
 #              this, tests/gpu/bundle_check.sh)
 #
@@ -43,7 +47,7 @@
 # GPU or driver (nothing was run; the summary says why).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-mode=all budget=510 smoke=0 out= kernels=
+mode=all budget=510 smoke=0 out= kernels= phases=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--tests) mode=tests ;;
@@ -57,6 +61,10 @@ while [ $# -gt 0 ]; do
 		;;
 	--kernels)
 		kernels=${2:-}
+		shift
+		;;
+	--phases)
+		phases=${2:-}
 		shift
 		;;
 	-h | --help)
@@ -139,7 +147,10 @@ phase() {
 	local name=$1 limit=$2 left rc t0 secs status note=
 	shift 2
 	left=$((budget - ($(date +%s) - start) - 5))
-	if [ "$left" -lt 15 ]; then
+	if [ -n "$phases" ] && case ",$phases," in *",$name,"*) false ;; *) true ;; esac then
+		status=not-run note="not on --phases"
+		secs=0
+	elif [ "$left" -lt 15 ]; then
 		status=not-run note="out of time (budget ${budget}s)"
 		secs=0
 	else
@@ -228,6 +239,12 @@ else
 		want bench && phase "ffn_rt$r" 60 "$K/bench_kernels" --backend cuda --ffn-rt "$r" \
 			--out "$out/kernels_rt$r.txt"
 	done
+	# And 16..64 tokens an expert under each asynchronous staging setting
+	# (MOEM_CUDA_FFN_ASYNC; cuda/gemm.cuh): keys ffn_<prec>_B<B>_as<T>_*.
+	for a in off 16 32 64; do
+		want bench && phase "ffn_as$a" 60 "$K/bench_kernels" --backend cuda --ffn-async "$a" \
+			--out "$out/kernels_as$a.txt"
+	done
 	want bench && phase bench_tiers 60 "$R/bench_tiers" --backend cuda
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
 	want bench && phase sync_step 90 "$R/sync_step.sh" cuda
@@ -260,12 +277,13 @@ if want profile; then
 	if [ -z "$ncu" ]; then
 		skipped profile "Nsight Compute (ncu) is not installed here"
 	else
-		# ..._n1 with or without a row tiling suffix: the kernel the backend picks
+		# with or without a row tiling or staging suffix: the kernel the backend picks
 		for k in ffn_gateup_q4_n1 ffn_down_q4_n1 ffn_gateup_q2_n1 ffn_gateup_bf16_n1 \
-			ffn_gateup_bf16_n8 ffn_down_bf16_n8 attn_part matmul router_n1 route; do
+			ffn_gateup_bf16_n8 ffn_down_bf16_n8 ffn_gateup_q4_n8 ffn_down_q4_n8 \
+			attn_part matmul router_n1 route; do
 			want_kernel "$k" || continue
 			phase "ncu_$k" 90 "$ncu" --target-processes all \
-				-k "regex:^moem_${k}(_r[124])?\$" \
+				-k "regex:^moem_${k}(_r[124]|_a)?\$" \
 				-s 1 -c 1 --section SpeedOfLight --section Occupancy \
 				--section LaunchStats --section WarpStateStats \
 				--section MemoryWorkloadAnalysis "$K/bench_kernels" --backend cuda \

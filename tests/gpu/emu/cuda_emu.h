@@ -80,6 +80,9 @@ extern dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
 void emu_syncthreads(void);
 void emu_syncwarp(void);
 uint8_t *emu_dyn_smem(void);
+void emu_cp_async16(void *dst, const void *src); /* sched.cpp */
+void emu_cp_async_commit(void);
+void emu_cp_async_wait(unsigned int n);
 uint64_t *emu_warp_slots(void); /* 32 exchange slots of the calling warp */
 
 struct emu_mma_frag {
@@ -271,6 +274,24 @@ static inline uint4 ld_stream(const uint4 *p)
 static inline uint2 ld_stream(const uint2 *p)
 {
 	return *p;
+}
+
+/* cp.async.cg 16 bytes global -> shared, and its groups (sched.cpp). */
+static inline void cp_async16(void *smem, const void *g)
+{
+	emu_cp_async16(smem, g);
+}
+
+static inline void cp_async_commit(void)
+{
+	emu_cp_async_commit();
+}
+
+template <int N> static inline void cp_async_wait(void)
+{
+	EMU_FENCE();
+	emu_cp_async_wait(N);
+	EMU_FENCE();
 }
 
 static inline uint32_t bf16x2_minus128(uint32_t v)
