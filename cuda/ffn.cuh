@@ -122,7 +122,7 @@ MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 		ffn_down<P, NT, RT>(p);                                          \
 	}
 
-/* Asynchronous staging (gemm_tile ASYNC; kparams.h moem_k_smem_async). */
+/* Weights through shared memory (gemm_tile ASYNC; kparams.h moem_k_smem_async). */
 #define MOEM_FFN_KERNELS_A(P, name, NT)                                      \
 	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)         \
 		moem_ffn_gateup_##name##_n##NT##_a(const moem_kffn_params p) \

@@ -189,28 +189,7 @@ template <int P> MOEM_DEVI float piece_f32(const float *r, uint16_t (&h)[8], uin
 	return sum;
 }
 
-/*
- * A K chunk of a source's rows copied into shared memory (the _a kernels'
- * raw buffers): token n's row at x + n * K, columns from c0.
- */
-template <class T> struct SrcRaw {
-	const T *x;
-	uint32_t K, c0;
-
-	template <int P>
-	MOEM_DEVI float piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
-	{
-		const T *r = x + (size_t)n * K + (col - c0);
-
-		if constexpr (sizeof(T) == 2)
-			return piece_bf16<P>(r, h, l);
-		else
-			return piece_f32<P>(r, h, l);
-	}
-};
-
 struct SrcBf16 { /* rows of bf16 x */
-	typedef uint16_t T;
 	const uint16_t *x;
 	const uint32_t *assign; /* token of n (low 16 bits); NULL: token n */
 	uint32_t K;
@@ -227,7 +206,6 @@ struct SrcBf16 { /* rows of bf16 x */
 };
 
 struct SrcF32 { /* rows n of the fp32 activation scratch, split hi + lo */
-	typedef float T;
 	const float *a;
 	uint32_t K;
 
@@ -241,24 +219,6 @@ struct SrcF32 { /* rows n of the fp32 activation scratch, split hi + lo */
 		return piece_f32<P>(row(n) + col, h, l);
 	}
 };
-
-/*
- * Issue (one commit group) the cp.async copies of columns [kc, kc + len)
- * of the n_tok real tokens' rows into raw, row n at n * KC elements.
- */
-template <uint32_t KC, class Src>
-MOEM_DEVI void raw_issue(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8_t *raw)
-{
-	typedef typename Src::T T;
-	const int per = len * sizeof(T) / 16, total = n_tok * per;
-
-	for (int i = threadIdx.x; i < total; i += blockDim.x) {
-		const int n = i / per, q = i - n * per;
-
-		cp_async16(raw + ((size_t)n * KC * sizeof(T) + q * 16), src.row(n) + kc + q * (16 / sizeof(T)));
-	}
-	cp_async_commit();
-}
 
 MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
 {
@@ -370,28 +330,38 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 {
 	typedef Prec<P> PR;
 	typedef RawSlot<P, MATS> Slot;
+	typedef typename PR::Raw Raw;
 	constexpr int E = PR::E, S = 4 * E, REGS = E / 2, PIECES = E / 8, IPL = PR::IPL;
 	constexpr int NPAD = NT * MOEM_K_NTILE, G = PR::G;
 	constexpr uint32_t KC = moem_k_kc(NT, HILO), RS = moem_k_rowstride(NT, HILO);
-	/* load units in flight per warp: 12-16 bytes of each row per lane */
-	constexpr int D = MATS == 2 && NT >= 8 ? (IPL > 1 ? 1 : 2) : IPL > 1 ? 2 : MATS == 2 ? 3 : 4;
+	/*
+	 * Load units in flight per warp: in registers 12-16 bytes of each row
+	 * per lane; ASYNC, MOEM_K_WDEPTH units through shared memory.
+	 */
+	constexpr int D = ASYNC	   ? MOEM_K_WDEPTH
+			  : MATS == 2 && NT >= 8 ? (IPL > 1 ? 1 : 2)
+			  : IPL > 1		 ? 2
+			  : MATS == 2		 ? 3
+						 : 4;
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const uint32_t rg = min(r0 + g, rows - 1), rg8 = min(r0 + g + 8, rows - 1);
 	uint8_t *const hi = smem, *const lo = smem + NPAD * RS;
 	float *const xs = reinterpret_cast<float *>(smem + (HILO ? 2 : 1) * NPAD * RS);
-	/* ASYNC: the two raw buffers after the staging area (kparams.h) */
-	uint8_t *const raw0 = smem + (moem_k_smem(P, NT, HILO) + 15u) / 16u * 16u;
-	constexpr uint32_t RB = moem_k_raw_bytes(NT, HILO);
-	int ci = 0;
+	/*
+	 * ASYNC: the warp's ring of D load units after the staging area
+	 * (kparams.h moem_k_smem_async), unit slot d's raw word of (matrix m,
+	 * row half r) at ((d * MATS + m) * 2 + r) * 32 + lane. A lane reads
+	 * back only what its own cp.async wrote: no barrier, only its wait.
+	 */
+	Raw *const ring = reinterpret_cast<Raw *>(smem + (moem_k_smem(P, NT, HILO) + 15u) / 16u * 16u) +
+			  (threadIdx.x >> 5) * D * MATS * 2 * 32 + lane;
 
-	if (ASYNC)
-		raw_issue<KC>(src, n_tok, 0, min(KC, K), raw0);
-	for (uint32_t kc = 0; kc < K; kc += KC, ci++) {
+	for (uint32_t kc = 0; kc < K; kc += KC) {
 		const uint32_t len = min(KC, K - kc);
 		const int nit = len / S, nu = (nit + IPL - 1) / IPL;
 
 		/* Load unit u: iterations u * IPL ..; an odd q2 tail has one. */
-		auto load = [&](Slot &sl, int u) {
+		auto load = [&](Slot &sl, int u, int d) {
 			const int it0 = u * IPL;
 			const bool half = IPL > 1 && it0 + 1 >= nit;
 			const uint32_t boff = (kc + it0 * S) * PR::BITS / 8 +
@@ -403,8 +373,12 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 				const uint8_t *w1 = wb[m] + (size_t)rg8 * mq.row_bytes + boff;
 
 				if (IPL > 1 && half && t >= 2) {
-					/* lanes 2-3 would read the absent second group */
+					/* lanes 2-3 would read the absent second group
+					 * (ASYNC: fetch() gives them zeros) */
 					sl.w[m][0] = sl.w[m][1] = typename PR::Raw{};
+				} else if constexpr (ASYNC) {
+					cp_async<sizeof(Raw)>(ring + ((d * MATS + m) * 2) * 32, w0);
+					cp_async<sizeof(Raw)>(ring + ((d * MATS + m) * 2 + 1) * 32, w1);
 				} else {
 					sl.w[m][0] = ld_stream(
 						reinterpret_cast<const typename PR::Raw *>(w0));
@@ -548,36 +522,40 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 			}
 		};
 
+		/*
+		 * ASYNC: every load call site commits one cp.async group (empty
+		 * when it loads nothing), so before unit slot d is read the D - 1
+		 * newer groups are the only ones that may still be in flight.
+		 */
+		auto fetch = [&](Slot &cur, int u, int d) {
+			if constexpr (ASYNC) {
+				const bool none = IPL > 1 && u * IPL + 1 >= nit && t >= 2;
+
+				cp_async_wait<D - 1>();
+#pragma unroll
+				for (int m = 0; m < MATS; m++)
+#pragma unroll
+					for (int r = 0; r < 2; r++)
+						cur.w[m][r] = none ? Raw{}
+								   : ring[((d * MATS + m) * 2 + r) * 32];
+			}
+		};
+		auto commit = [&]() {
+			if constexpr (ASYNC)
+				cp_async_commit();
+		};
+
 		{
 			Slot buf[D];
 
 			/* The first weights are on their way while the block stages. */
 #pragma unroll
-			for (int d = 0; d < D; d++)
+			for (int d = 0; d < D; d++) {
 				if (ks + d * KS < nu)
-					load(buf[d], ks + d * KS);
-			if constexpr (ASYNC) {
-				/*
-				 * The next chunk's rows go into the other buffer
-				 * (whose staging ended at the last chunk's second
-				 * barrier) while this one's are staged and used.
-				 */
-				typedef typename Src::T T;
-				const SrcRaw<T> rs = {
-					reinterpret_cast<const T *>(raw0 + (ci & 1) * RB), KC, kc};
-
-				if (kc + KC < K) {
-					raw_issue<KC>(src, n_tok, kc + KC, min(KC, K - kc - KC),
-						      raw0 + ((ci + 1) & 1) * RB);
-					cp_async_wait<1>();
-				} else {
-					cp_async_wait<0>();
-				}
-				__syncthreads();
-				stage<P, NT, HILO>(rs, n_tok, kc, len, hi, lo, xs);
-			} else {
-				stage<P, NT, HILO>(src, n_tok, kc, len, hi, lo, xs);
+					load(buf[d], ks + d * KS, d);
+				commit();
 			}
+			stage<P, NT, HILO>(src, n_tok, kc, len, hi, lo, xs);
 			__syncthreads();
 			for (int base = ks; base < nu; base += D * KS) {
 #pragma unroll
@@ -587,8 +565,10 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 					if (u < nu) {
 						Slot cur = buf[d];
 
+						fetch(cur, u, d);
 						if (u + D * KS < nu)
-							load(buf[d], u + D * KS);
+							load(buf[d], u + D * KS, d);
+						commit();
 						compute(cur, u);
 					}
 				}

@@ -444,11 +444,13 @@ TEST_F_TIMEOUT(pair, ffn_every_row_tiling, 1200)
 }
 
 /*
- * The FFN kernels with asynchronous staging (cuda/ffn.cuh _a: cp.async
- * into double buffers; the emulator keeps a copy out of shared memory
- * until its wait), chosen per precision from an n-tile class on
- * (MOEM_CUDA_FFN_ASYNC overriding): each within the tolerance at 16, 20
- * and 64 tokens (at 20, K chunks that end short of the chunk size).
+ * The FFN kernels whose weights stream through shared memory (cuda/ffn.cuh
+ * _a: a ring of cp.async load units per warp; the emulator keeps a copy
+ * out of shared memory until the thread's wait lets it through), chosen
+ * per precision from an n-tile class on (MOEM_CUDA_FFN_ASYNC overriding):
+ * each within the tolerance at 16, 20 and 64 tokens (at 20, K chunks that
+ * end short of the chunk size; q2 with an odd number of groups: the half
+ * load unit).
  */
 TEST_F_TIMEOUT(pair, ffn_every_async_class, 1200)
 {
@@ -466,6 +468,7 @@ TEST_F_TIMEOUT(pair, ffn_every_async_class, 1200)
 		ffn_case(_metadata, self, 2048, 768, 16, 900 + i);
 		ffn_case(_metadata, self, 384, 1408, 20, 910 + i);
 		ffn_case(_metadata, self, 256, 1152, 64, 920 + i);
+		ffn_case_prec(_metadata, self, 320, 192, 64, 930 + i, MOEM_PREC_Q2);
 	}
 	/* a bad value is refused at open, naming the variable */
 	if (!strcmp(gpu_name(), "cuda")) {

@@ -430,11 +430,10 @@ static int ffn_rt_init(struct cuda_backend *cb)
 }
 
 /*
- * Asynchronous staging of the FFN activations (cuda/ffn.cuh _a kernels:
- * cp.async into double buffers, the next K chunk's rows in flight while
- * the block computes this one) from which n-tile class on, per
- * precision; 4 = never. It costs 64 KiB more shared memory a block, so
- * it pays only where staging dominates: many tokens an expert.
+ * The FFN kernels whose weights stream through shared memory (cuda/ffn.cuh
+ * _a: each warp keeps MOEM_K_WDEPTH load units in flight by cp.async
+ * instead of 1-4 in registers) from which n-tile class on, per precision;
+ * 4 = never. They take 24-48 KiB more shared memory a block.
  */
 static const uint8_t ffn_async_default[MOEM_PREC_NR] = {2, 2, 2, 2};
 

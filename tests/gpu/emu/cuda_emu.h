@@ -80,7 +80,7 @@ extern dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
 void emu_syncthreads(void);
 void emu_syncwarp(void);
 uint8_t *emu_dyn_smem(void);
-void emu_cp_async16(void *dst, const void *src); /* sched.cpp */
+void emu_cp_async(void *dst, const void *src, unsigned int n); /* sched.cpp */
 void emu_cp_async_commit(void);
 void emu_cp_async_wait(unsigned int n);
 uint64_t *emu_warp_slots(void); /* 32 exchange slots of the calling warp */
@@ -276,10 +276,10 @@ static inline uint2 ld_stream(const uint2 *p)
 	return *p;
 }
 
-/* cp.async.cg 16 bytes global -> shared, and its groups (sched.cpp). */
-static inline void cp_async16(void *smem, const void *g)
+/* cp.async N bytes global -> shared, and its groups (sched.cpp). */
+template <int N> static inline void cp_async(void *smem, const void *g)
 {
-	emu_cp_async16(smem, g);
+	emu_cp_async(smem, g, N);
 }
 
 static inline void cp_async_commit(void)

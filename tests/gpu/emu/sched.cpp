@@ -151,21 +151,22 @@ struct emu_mma_frag *emu_warp_frags(void)
 struct cp_pending {
 	uint8_t *dst;
 	uint8_t data[16];
-	unsigned int group;
+	unsigned int n, group;
 };
 static std::vector<cp_pending> cp_queue[MAX_THREADS];
 static unsigned int cp_group[MAX_THREADS];
 
-void emu_cp_async16(void *dst, const void *src)
+void emu_cp_async(void *dst, const void *src, unsigned int n)
 {
 	cp_pending c;
 
-	if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) {
+	if ((n != 4 && n != 8 && n != 16) || (uintptr_t)dst % n || (uintptr_t)src % n) {
 		fprintf(stderr, "emu: misaligned cp.async in %s\n", kernel->name);
 		__builtin_trap(); /* as the alignment check does: MISALIGNED_ADDRESS */
 	}
 	c.dst = (uint8_t *)dst;
-	memcpy(c.data, src, 16);
+	c.n = n;
+	memcpy(c.data, src, n);
 	c.group = cp_group[cur - fibers];
 	cp_queue[cur - fibers].push_back(c);
 }
@@ -184,7 +185,7 @@ void emu_cp_async_wait(unsigned int n)
 	/* groups older than the n most recent committed ones (and none open) */
 	for (size_t i = 0; i < q.size(); i++) {
 		if (q[i].group + n < g)
-			memcpy(q[i].dst, q[i].data, 16);
+			memcpy(q[i].dst, q[i].data, q[i].n);
 		else
 			q[keep++] = q[i];
 	}
