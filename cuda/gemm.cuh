@@ -125,10 +125,10 @@ MOEM_DEVI uint2 q2_exchange(uint2 w, int t)
 }
 
 /*
- * B operand sources. piece<P>() returns the 8 bf16 values (hi, and lo for
- * an fp32 source) that fill one 16-byte staging piece starting at column
- * col of token n, in register order; sum() adds columns [col, col + len)
- * in order, in fp32.
+ * B operand sources. load<P>(n, col) reads the source values of the
+ * 16-byte staging piece starting at column col of token n; piece_of<P>()
+ * turns them into the piece's 8 bf16 values in register order (hi, and lo
+ * for an fp32 source) and returns their sum, added in order in fp32.
  */
 MOEM_DEVI void unpack8(uint4 v, uint16_t (&h)[8])
 {
@@ -145,20 +145,24 @@ template <int P> MOEM_DEVI int piece_src(int i)
 	return P == P_Q4 || P == P_Q2 ? (i >> 1) + 4 * (i & 1) : i;
 }
 
-/* The piece at r (bf16 columns col.. of a row). */
-template <int P> MOEM_DEVI float piece_bf16(const uint16_t *r, uint16_t (&h)[8], uint16_t (&l)[8])
+/*
+ * A piece's 8 source values as loaded: bf16 (q2: columns 0..3 and
+ * 8..11), or fp32 (q2: columns 0..3 and 8..11).
+ */
+struct RawBf16 {
+	uint4 v;
+};
+struct RawF32 {
+	float4 v0, v1;
+};
+
+/* The piece in register order (h; fp32: hi h + lo l) and its sum in order. */
+template <int P> MOEM_DEVI float piece_of(const RawBf16 &r, uint16_t (&h)[8], uint16_t (&l)[8])
 {
 	uint16_t v[8];
 	float sum = 0.0f;
 
-	if (P == P_Q2) { /* columns 0..3 and 8..11 */
-		const uint2 a = *reinterpret_cast<const uint2 *>(r);
-		const uint2 b = *reinterpret_cast<const uint2 *>(r + 8);
-
-		unpack8(uint4{ a.x, a.y, b.x, b.y }, v);
-	} else {
-		unpack8(*reinterpret_cast<const uint4 *>(r), v);
-	}
+	unpack8(r.v, v);
 #pragma unroll
 	for (int i = 0; i < 8; i++) {
 		h[i] = v[piece_src<P>(i)];
@@ -168,12 +172,9 @@ template <int P> MOEM_DEVI float piece_bf16(const uint16_t *r, uint16_t (&h)[8],
 	return sum;
 }
 
-/* The piece at r (fp32 columns col.. of a row), split hi + lo. */
-template <int P> MOEM_DEVI float piece_f32(const float *r, uint16_t (&h)[8], uint16_t (&l)[8])
+template <int P> MOEM_DEVI float piece_of(const RawF32 &r, uint16_t (&h)[8], uint16_t (&l)[8])
 {
-	const float4 v0 = *reinterpret_cast<const float4 *>(r);
-	const float4 v1 = *reinterpret_cast<const float4 *>(r + (P == P_Q2 ? 8 : 4));
-	const float v[8] = { v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w };
+	const float v[8] = { r.v0.x, r.v0.y, r.v0.z, r.v0.w, r.v1.x, r.v1.y, r.v1.z, r.v1.w };
 	float sum = 0.0f;
 
 #pragma unroll
@@ -190,6 +191,7 @@ template <int P> MOEM_DEVI float piece_f32(const float *r, uint16_t (&h)[8], uin
 }
 
 struct SrcBf16 { /* rows of bf16 x */
+	typedef RawBf16 Raw;
 	const uint16_t *x;
 	const uint32_t *assign; /* token of n (low 16 bits); NULL: token n */
 	uint32_t K;
@@ -198,25 +200,32 @@ struct SrcBf16 { /* rows of bf16 x */
 	{
 		return x + (size_t)(assign ? assign[n] & 0xffffu : (uint32_t)n) * K;
 	}
-	template <int P>
-	MOEM_DEVI float piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
+	/* the piece of token n starting at column col */
+	template <int P> MOEM_DEVI Raw load(int n, uint32_t col) const
 	{
-		return piece_bf16<P>(row(n) + col, h, l);
+		const uint16_t *r = row(n) + col;
+
+		if (P == P_Q2) {
+			const uint2 a = *reinterpret_cast<const uint2 *>(r);
+			const uint2 b = *reinterpret_cast<const uint2 *>(r + 8);
+
+			return Raw{ uint4{ a.x, a.y, b.x, b.y } };
+		}
+		return Raw{ *reinterpret_cast<const uint4 *>(r) };
 	}
 };
 
 struct SrcF32 { /* rows n of the fp32 activation scratch, split hi + lo */
+	typedef RawF32 Raw;
 	const float *a;
 	uint32_t K;
 
-	MOEM_DEVI const float *row(int n) const
+	template <int P> MOEM_DEVI Raw load(int n, uint32_t col) const
 	{
-		return a + (size_t)n * K;
-	}
-	template <int P>
-	MOEM_DEVI float piece(int n, uint32_t col, uint16_t (&h)[8], uint16_t (&l)[8]) const
-	{
-		return piece_f32<P>(row(n) + col, h, l);
+		const float *r = a + (size_t)n * K + col;
+
+		return Raw{ *reinterpret_cast<const float4 *>(r),
+			    *reinterpret_cast<const float4 *>(r + (P == P_Q2 ? 8 : 4)) };
 	}
 };
 
@@ -237,6 +246,14 @@ MOEM_DEVI uint4 pack8(const uint16_t (&v)[8])
  * written (zeros): the epilogue reads them for the columns it discards.
  */
 template <int P> constexpr bool PAD_SKIP = Prec<P>::ASYM != 0;
+
+/*
+ * Pieces a thread loads before it converts and stores them (stage()): at
+ * one n-tile a thread stages at most two real pieces a chunk, and the
+ * registers would cost the batch-1 kernels occupancy; at eight the
+ * registers are spent on the accumulators.
+ */
+template <int NT> constexpr int STAGE_UNROLL = NT == 1 ? 1 : NT == 8 ? 2 : 4;
 
 /*
  * Stage columns [kc, kc + len) of the n-tiles' B rows into shared memory
@@ -270,39 +287,59 @@ MOEM_DEVI void stage(const Src &src, int n_tok, uint32_t kc, uint32_t len, uint8
 	constexpr int GP = PR::ASYM ? PR::G / 8 : 1; /* pieces per group */
 	constexpr uint32_t RS = moem_k_rowstride(NT, HILO), KC = moem_k_kc(NT, HILO);
 	const int pieces = len / 8, total = NPAD * pieces;
+	constexpr int SU = STAGE_UNROLL<NT>;
 
 	static_assert(!PR::ASYM || (S == PR::G && 32 % GP == 0), "a group is one iteration");
-	/* Every lane of a warp runs the same trips: the group sums shuffle. */
-	for (int base = 0; base < total; base += blockDim.x) {
-		const int idx = base + threadIdx.x;
-		const bool ok = idx < total;
-		const int n = ok ? idx / pieces : 0, q = ok ? idx - n * pieces : 0;
-		const int it = q / (E / 2), c = (q % (E / 2)) / 4, t = q % 4;
-		/* q2 pieces take columns 4c..4c+3 and 4c+8..4c+11 of the lane's 16 */
-		const uint32_t col = kc + it * S + lane_col<P>(t) * E + (P == P_Q2 ? 4 * c : 8 * c);
-		uint16_t h[8], l[8];
-		float sum = 0.0f;
+	/*
+	 * SU pieces a thread: all their loads first, then the conversions and
+	 * stores (the compiler cannot move a load above a store to shared
+	 * memory through these pointers, so one piece at a time waited out
+	 * the global latency SU times over). Every lane of a warp runs the
+	 * same trips (total is a multiple of 32): the group sums shuffle.
+	 */
+	for (int base = 0; base < total; base += SU * blockDim.x) {
+		typename Src::Raw rv[SU];
 
-		if (!ok)
-			continue; /* the whole warp: blockDim.x is a multiple of 32 */
-		if (n < n_tok) {
-			sum = src.template piece<P>(n, col, h, l);
-		} else {
 #pragma unroll
-			for (int i = 0; i < 8; i++)
-				h[i] = l[i] = 0;
+		for (int u = 0; u < SU; u++) {
+			const int idx = base + u * blockDim.x + threadIdx.x;
+			const int n = idx / pieces, q = idx - n * pieces;
+			const int it = q / (E / 2), c = (q % (E / 2)) / 4, t = q % 4;
+			/* q2 pieces take columns 4c..4c+3 and 4c+8..4c+11 of the lane's 16 */
+			const uint32_t col =
+				kc + it * S + lane_col<P>(t) * E + (P == P_Q2 ? 4 * c : 8 * c);
+
+			if (idx < total && n < n_tok)
+				rv[u] = src.template load<P>(n, col);
 		}
-		if (!PAD_SKIP<P> || n < n_tok) {
-			*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
-			if (HILO)
-				*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
-		}
-		if constexpr (PR::ASYM != 0) {
 #pragma unroll
-			for (int off = GP / 2; off; off >>= 1)
-				sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-			if (q % GP == 0)
-				xs[n * (KC / PR::G) + q / GP] = sum;
+		for (int u = 0; u < SU; u++) {
+			const int idx = base + u * blockDim.x + threadIdx.x;
+			const int n = idx / pieces, q = idx - n * pieces;
+			uint16_t h[8], l[8];
+			float sum = 0.0f;
+
+			if (idx >= total)
+				break; /* the whole warp, and every later u */
+			if (n < n_tok) {
+				sum = piece_of<P>(rv[u], h, l);
+			} else {
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					h[i] = l[i] = 0;
+			}
+			if (!PAD_SKIP<P> || n < n_tok) {
+				*reinterpret_cast<uint4 *>(hi + n * RS + q * 16) = pack8(h);
+				if (HILO)
+					*reinterpret_cast<uint4 *>(lo + n * RS + q * 16) = pack8(l);
+			}
+			if constexpr (PR::ASYM != 0) {
+#pragma unroll
+				for (int off = GP / 2; off; off >>= 1)
+					sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
+				if (q % GP == 0)
+					xs[n * (KC / PR::G) + q / GP] = sum;
+			}
 		}
 	}
 }

@@ -148,7 +148,7 @@ phase() {
 	shift 2
 	left=$((budget - ($(date +%s) - start) - 5))
 	if [ -n "$phases" ] && case ",$phases," in *",$name,"*) false ;; *) true ;; esac then
-		status=not-run note="not on --phases"
+		status=skip note="not on --phases"
 		secs=0
 	elif [ "$left" -lt 15 ]; then
 		status=not-run note="out of time (budget ${budget}s)"

@@ -435,7 +435,7 @@ static int ffn_rt_init(struct cuda_backend *cb)
  * instead of 1-4 in registers) from which n-tile class on, per precision;
  * 4 = never. They take 24-48 KiB more shared memory a block.
  */
-static const uint8_t ffn_async_default[MOEM_PREC_NR] = {2, 2, 2, 2};
+static const uint8_t ffn_async_default[MOEM_PREC_NR] = {4, 4, 4, 4};
 
 /*
  * From the defaults or MOEM_CUDA_FFN_ASYNC: a comma list of T (every
