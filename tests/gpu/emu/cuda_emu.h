@@ -7,8 +7,9 @@
  * are barriers between them. mma.sync follows the PTX ISA's fragment
  * layout for m16n8k16 exactly, so a kernel that feeds it the wrong
  * registers computes wrong numbers here too. Not modelled: timing, the
- * memory model (every op is sequentially consistent), tensor-core
- * rounding (fp32 adds in k order).
+ * memory model (every op is sequentially consistent, but a cp.async copy
+ * lands only at its thread's wait), tensor-core rounding (fp32 adds in k
+ * order).
  *
  * Kernels find their way to the fake driver without a list: __global__
  * marks them (used) and __launch_bounds__ records the bound in a section
