@@ -57,33 +57,6 @@ MOEM_DEVI uint2 ld_stream(const uint2 *p)
 	return v;
 }
 
-/*
- * cp.async: N (8 or 16) bytes global -> shared without registers, in
- * commit groups; cp_async_wait<W>() returns once all but the W most
- * recent groups of this thread have landed.
- */
-template <int N> MOEM_DEVI void cp_async(void *smem, const void *g)
-{
-	const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-
-	if constexpr (N == 16) /* L1 bypassed */
-		asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g)
-			     : "memory");
-	else
-		asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(g), "n"(N)
-			     : "memory");
-}
-
-MOEM_DEVI void cp_async_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int W> MOEM_DEVI void cp_async_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(W) : "memory");
-}
-
 /* Two bf16 holding small integers (128 + q, exact) minus 128: exact. */
 MOEM_DEVI uint32_t bf16x2_minus128(uint32_t v)
 {

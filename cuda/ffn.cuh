@@ -24,7 +24,7 @@
  */
 template <int NT> constexpr int FFN_RT_DEFAULT = NT < 4 ? NT : 4;
 
-template <int P, int NT, int RT = FFN_RT_DEFAULT<NT>, bool ASYNC = false>
+template <int P, int NT, int RT = FFN_RT_DEFAULT<NT>>
 MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 {
 	constexpr int KS = 4 / RT;
@@ -42,7 +42,7 @@ MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 	float acc[2][NT][4] = {};
 	float *act = reinterpret_cast<float *>(p.act);
 
-	gemm_tile<P, NT, KS, 2, false, ASYNC>(wb, p.mat[0], p.I, p.H, r0, ks, src, d.n, acc, smem);
+	gemm_tile<P, NT, KS, 2, false>(wb, p.mat[0], p.I, p.H, r0, ks, src, d.n, acc, smem);
 	reduce_ks<NT, 2, KS, RT>(acc, smem, rt, ks);
 	if (ks)
 		return;
@@ -60,7 +60,7 @@ MOEM_DEVI void ffn_gateup(const moem_kffn_params &p)
 		}
 }
 
-template <int P, int NT, int RT = FFN_RT_DEFAULT<NT>, bool ASYNC = false>
+template <int P, int NT, int RT = FFN_RT_DEFAULT<NT>>
 MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 {
 	constexpr int KS = 4 / RT;
@@ -78,7 +78,7 @@ MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 	float acc[1][NT][4] = {};
 	float *out = reinterpret_cast<float *>(p.out);
 
-	gemm_tile<P, NT, KS, 1, true, ASYNC>(wb, p.mat[2], p.H, p.I, r0, ks, src, d.n, acc, smem);
+	gemm_tile<P, NT, KS, 1, true>(wb, p.mat[2], p.H, p.I, r0, ks, src, d.n, acc, smem);
 	reduce_ks<NT, 1, KS, RT>(acc, smem, rt, ks);
 	if (ks)
 		return;
@@ -122,19 +122,6 @@ MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 		ffn_down<P, NT, RT>(p);                                          \
 	}
 
-/* Weights through shared memory (gemm_tile ASYNC; kparams.h moem_k_smem_async). */
-#define MOEM_FFN_KERNELS_A(P, name, NT)                                      \
-	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)         \
-		moem_ffn_gateup_##name##_n##NT##_a(const moem_kffn_params p) \
-	{                                                                    \
-		ffn_gateup<P, NT, FFN_RT_DEFAULT<NT>, true>(p);              \
-	}                                                                    \
-	extern "C" __global__ void __launch_bounds__(MOEM_K_THREADS)         \
-		moem_ffn_down_##name##_n##NT##_a(const moem_kffn_params p)   \
-	{                                                                    \
-		ffn_down<P, NT, FFN_RT_DEFAULT<NT>, true>(p);                \
-	}
-
 /* The variants' order is kparams.h's moem_k_ffn_var_rt(). */
 #define MOEM_FFN_KERNELS(P, name)          \
 	MOEM_FFN_KERNELS_NT(P, name, 1)    \
@@ -144,9 +131,6 @@ MOEM_DEVI void ffn_down(const moem_kffn_params &p)
 	MOEM_FFN_KERNELS_RT(P, name, 1, 2) \
 	MOEM_FFN_KERNELS_RT(P, name, 1, 4) \
 	MOEM_FFN_KERNELS_RT(P, name, 2, 1) \
-	MOEM_FFN_KERNELS_RT(P, name, 2, 4) \
-	MOEM_FFN_KERNELS_A(P, name, 2)     \
-	MOEM_FFN_KERNELS_A(P, name, 4)     \
-	MOEM_FFN_KERNELS_A(P, name, 8)
+	MOEM_FFN_KERNELS_RT(P, name, 2, 4)
 
 #endif /* MOEM_CUDA_FFN_CUH */

@@ -360,45 +360,29 @@ template <int P, int MATS> struct RawSlot {
  * synchronises the block); rows beyond `rows` are computed on the last
  * row and must not be stored. Ends with a __syncthreads(): smem is free.
  */
-template <int P, int NT, int KS, int MATS, bool HILO, bool ASYNC, class Src>
+template <int P, int NT, int KS, int MATS, bool HILO, class Src>
 MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq, uint32_t rows,
 			 uint32_t K, uint32_t r0, int ks, const Src &src, int n_tok,
 			 float (&acc)[MATS][NT][4], uint8_t *smem)
 {
 	typedef Prec<P> PR;
 	typedef RawSlot<P, MATS> Slot;
-	typedef typename PR::Raw Raw;
 	constexpr int E = PR::E, S = 4 * E, REGS = E / 2, PIECES = E / 8, IPL = PR::IPL;
 	constexpr int NPAD = NT * MOEM_K_NTILE, G = PR::G;
 	constexpr uint32_t KC = moem_k_kc(NT, HILO), RS = moem_k_rowstride(NT, HILO);
-	/*
-	 * Load units in flight per warp: in registers 12-16 bytes of each row
-	 * per lane; ASYNC, MOEM_K_WDEPTH units through shared memory.
-	 */
-	constexpr int D = ASYNC	   ? MOEM_K_WDEPTH
-			  : MATS == 2 && NT >= 8 ? (IPL > 1 ? 1 : 2)
-			  : IPL > 1		 ? 2
-			  : MATS == 2		 ? 3
-						 : 4;
+	/* load units in flight per warp: 12-16 bytes of each row per lane */
+	constexpr int D = MATS == 2 && NT >= 8 ? (IPL > 1 ? 1 : 2) : IPL > 1 ? 2 : MATS == 2 ? 3 : 4;
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const uint32_t rg = min(r0 + g, rows - 1), rg8 = min(r0 + g + 8, rows - 1);
 	uint8_t *const hi = smem, *const lo = smem + NPAD * RS;
 	float *const xs = reinterpret_cast<float *>(smem + (HILO ? 2 : 1) * NPAD * RS);
-	/*
-	 * ASYNC: the warp's ring of D load units after the staging area
-	 * (kparams.h moem_k_smem_async), unit slot d's raw word of (matrix m,
-	 * row half r) at ((d * MATS + m) * 2 + r) * 32 + lane. A lane reads
-	 * back only what its own cp.async wrote: no barrier, only its wait.
-	 */
-	Raw *const ring = reinterpret_cast<Raw *>(smem + (moem_k_smem(P, NT, HILO) + 15u) / 16u * 16u) +
-			  (threadIdx.x >> 5) * D * MATS * 2 * 32 + lane;
 
 	for (uint32_t kc = 0; kc < K; kc += KC) {
 		const uint32_t len = min(KC, K - kc);
 		const int nit = len / S, nu = (nit + IPL - 1) / IPL;
 
 		/* Load unit u: iterations u * IPL ..; an odd q2 tail has one. */
-		auto load = [&](Slot &sl, int u, int d) {
+		auto load = [&](Slot &sl, int u) {
 			const int it0 = u * IPL;
 			const bool half = IPL > 1 && it0 + 1 >= nit;
 			const uint32_t boff = (kc + it0 * S) * PR::BITS / 8 +
@@ -410,12 +394,8 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 				const uint8_t *w1 = wb[m] + (size_t)rg8 * mq.row_bytes + boff;
 
 				if (IPL > 1 && half && t >= 2) {
-					/* lanes 2-3 would read the absent second group
-					 * (ASYNC: fetch() gives them zeros) */
+					/* lanes 2-3 would read the absent second group */
 					sl.w[m][0] = sl.w[m][1] = typename PR::Raw{};
-				} else if constexpr (ASYNC) {
-					cp_async<sizeof(Raw)>(ring + ((d * MATS + m) * 2) * 32, w0);
-					cp_async<sizeof(Raw)>(ring + ((d * MATS + m) * 2 + 1) * 32, w1);
 				} else {
 					sl.w[m][0] = ld_stream(
 						reinterpret_cast<const typename PR::Raw *>(w0));
@@ -559,39 +539,14 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 			}
 		};
 
-		/*
-		 * ASYNC: every load call site commits one cp.async group (empty
-		 * when it loads nothing), so before unit slot d is read the D - 1
-		 * newer groups are the only ones that may still be in flight.
-		 */
-		auto fetch = [&](Slot &cur, int u, int d) {
-			if constexpr (ASYNC) {
-				const bool none = IPL > 1 && u * IPL + 1 >= nit && t >= 2;
-
-				cp_async_wait<D - 1>();
-#pragma unroll
-				for (int m = 0; m < MATS; m++)
-#pragma unroll
-					for (int r = 0; r < 2; r++)
-						cur.w[m][r] = none ? Raw{}
-								   : ring[((d * MATS + m) * 2 + r) * 32];
-			}
-		};
-		auto commit = [&]() {
-			if constexpr (ASYNC)
-				cp_async_commit();
-		};
-
 		{
 			Slot buf[D];
 
 			/* The first weights are on their way while the block stages. */
 #pragma unroll
-			for (int d = 0; d < D; d++) {
+			for (int d = 0; d < D; d++)
 				if (ks + d * KS < nu)
-					load(buf[d], ks + d * KS, d);
-				commit();
-			}
+					load(buf[d], ks + d * KS);
 			stage<P, NT, HILO>(src, n_tok, kc, len, hi, lo, xs);
 			__syncthreads();
 			for (int base = ks; base < nu; base += D * KS) {
@@ -602,10 +557,8 @@ MOEM_DEVI void gemm_tile(const uint8_t *const (&wb)[MATS], const moem_kq_mat &mq
 					if (u < nu) {
 						Slot cur = buf[d];
 
-						fetch(cur, u, d);
 						if (u + D * KS < nu)
-							load(buf[d], u + D * KS, d);
-						commit();
+							load(buf[d], u + D * KS);
 						compute(cur, u);
 					}
 				}

@@ -172,20 +172,4 @@ MOEM_KFN uint32_t moem_k_smem(uint32_t prec, uint32_t nt, uint32_t hilo)
 			: 0u);
 }
 
-/*
- * The FFN kernels whose weights stream through shared memory (cuda/ffn.cuh
- * _a): each warp keeps MOEM_K_WDEPTH load units in flight by cp.async in a
- * ring after the staging area, instead of a few in registers. The block's
- * dynamic shared memory (more than 48 KiB: kernels.c raises the kernels'
- * limit); the down pass (hilo) has one matrix, gate/up two.
- */
-#define MOEM_K_WDEPTH 6
-
-MOEM_KFN uint32_t moem_k_smem_async(uint32_t prec, uint32_t nt, uint32_t hilo)
-{
-	return (moem_k_smem(prec, nt, hilo) + 15u) / 16u * 16u +
-	       (MOEM_K_THREADS / 32u) * MOEM_K_WDEPTH * (hilo ? 1u : 2u) * 2u * 32u *
-		       (prec == 3 ? 8u : 16u);
-}
-
 #endif /* MOEM_CUDA_KPARAMS_H */

@@ -18,7 +18,7 @@ template <int NT> MOEM_DEVI void router(const moem_kgemm_params &p)
 	float acc[1][NT][4] = {};
 	float *out = reinterpret_cast<float *>(p.out);
 
-	gemm_tile<P_BF16, NT, 4, 1, false, false>(wb, mq, p.rows, p.K, r0, warp, src, p.n_tok, acc, smem);
+	gemm_tile<P_BF16, NT, 4, 1, false>(wb, mq, p.rows, p.K, r0, warp, src, p.n_tok, acc, smem);
 	reduce_ks<NT, 1, 4, 1>(acc, smem, 0, warp);
 	if (warp)
 		return;

@@ -19,8 +19,7 @@
 #              torch is installed), tier benchmarks, UVM against VMM staging
 #              at one HBM budget (page faults and bytes through CUPTI),
 #              the decode step with and without CUDA graphs (sync_step),
-#              the FFN of 1..16 tokens under each row tiling (ffn_rt*),
-#              of 16..64 under each staging setting (ffn_as*)
+#              the FFN of 1..16 tokens under each row tiling (ffn_rt*)
 #   --all      both, interleaved so the most telling run first (default)
 #   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
 #              of each of a few kernels inside bench_kernels: speed of
@@ -32,7 +31,7 @@
 #              the ncu_* phases, e.g. ffn_gateup_q4_n1,route)
 #   --phases L run only the phases of the comma list L (names as in the
 #              summary, e.g. gpu_ops,bench_kernels,torch_ffn): the others
-#              are listed as not run
+#              are listed as skipped
 #   --smoke    a few seconds of each kind of phase (the kernel emulator runs
 #              this, tests/gpu/bundle_check.sh)
 #
@@ -239,12 +238,6 @@ else
 		want bench && phase "ffn_rt$r" 60 "$K/bench_kernels" --backend cuda --ffn-rt "$r" \
 			--out "$out/kernels_rt$r.txt"
 	done
-	# And 16..64 tokens an expert under each asynchronous staging setting
-	# (MOEM_CUDA_FFN_ASYNC; cuda/gemm.cuh): keys ffn_<prec>_B<B>_as<T>_*.
-	for a in off 16 32 64; do
-		want bench && phase "ffn_as$a" 60 "$K/bench_kernels" --backend cuda --ffn-async "$a" \
-			--out "$out/kernels_as$a.txt"
-	done
 	want bench && phase bench_tiers 60 "$R/bench_tiers" --backend cuda
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
 	want bench && phase sync_step 90 "$R/sync_step.sh" cuda
@@ -277,13 +270,13 @@ if want profile; then
 	if [ -z "$ncu" ]; then
 		skipped profile "Nsight Compute (ncu) is not installed here"
 	else
-		# with or without a row tiling or staging suffix: the kernel the backend picks
+		# with or without a row tiling suffix: the kernel the backend picks
 		for k in ffn_gateup_q4_n1 ffn_down_q4_n1 ffn_gateup_q2_n1 ffn_gateup_bf16_n1 \
 			ffn_gateup_bf16_n8 ffn_down_bf16_n8 ffn_gateup_q4_n8 ffn_down_q4_n8 \
 			attn_part matmul router_n1 route; do
 			want_kernel "$k" || continue
 			phase "ncu_$k" 90 "$ncu" --target-processes all \
-				-k "regex:^moem_${k}(_r[124]|_a)?\$" \
+				-k "regex:^moem_${k}(_r[124])?\$" \
 				-s 1 -c 1 --section SpeedOfLight --section Occupancy \
 				--section LaunchStats --section WarpStateStats \
 				--section MemoryWorkloadAnalysis "$K/bench_kernels" --backend cuda \

@@ -53,12 +53,8 @@ static uint32_t ffn_h = 2048, ffn_i = 768;
 #define QK 8
 
 static const uint32_t batches[] = {1, 4, 16, 64};
-/*
- * --ffn-rt R: the FFN rows only, B <= 16, keys ffn_<prec>_B<B>_rt<R>_*;
- * --ffn-async T: the FFN rows only, B >= 16, keys ffn_<prec>_B<B>_as<T>_*
- */
+/* --ffn-rt R: the FFN rows only, B <= 16, keys ffn_<prec>_B<B>_rt<R>_* */
 static char rt_tag[16];
-static int as_tag;
 
 /* Run x unless an earlier step failed (ret holds the first error). */
 #define STEP(x)                    \
@@ -539,15 +535,8 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 		if (ret)
 			break;
 		bytes_of[p] = (double)eb;
-		for (unsigned int bi = 0; !ret && bi < (smoke		       ? 2u
-							: rt_tag[0] && !as_tag ? 3u
-									       : 4u);
-		     bi++) {
+		for (unsigned int bi = 0; !ret && bi < (smoke ? 2u : rt_tag[0] ? 3u : 4u); bi++) {
 			uint32_t B = batches[bi], na = 0;
-
-			/* the asynchronous staging serves 9..64 tokens an expert */
-			if (as_tag && !smoke && B < 16)
-				continue;
 			int reps = smoke ? 1 : quick ? 3 : gpu ? 20 : (B >= 16 ? 3 : 5);
 			double s[20], sec;
 			struct moem_ffn_args a;
@@ -1230,7 +1219,6 @@ int main(int argc, char **argv)
 		{"smoke", no_argument, NULL, 's'},
 		{"out", required_argument, NULL, 'o'},
 		{"ffn-rt", required_argument, NULL, 'r'},
-		{"ffn-async", required_argument, NULL, 'a'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -1242,7 +1230,7 @@ int main(int argc, char **argv)
 	double copy = 0, traffic = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "b:t:i:qso:r:a:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:t:i:qso:r:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'b':
 			name = optarg;
@@ -1275,22 +1263,11 @@ int main(int argc, char **argv)
 			snprintf(rt_tag, sizeof(rt_tag), "_rt%s", optarg);
 			setenv("MOEM_CUDA_FFN_RT", optarg, 1);
 			break;
-		case 'a': /* asynchronous staging from T tokens (cuda.c ffn_async_init()) */
-			if (strcmp(optarg, "16") && strcmp(optarg, "32") && strcmp(optarg, "64") &&
-			    strcmp(optarg, "off")) {
-				fprintf(stderr,
-					"bench_kernels: --ffn-async takes 16, 32, 64 or off\n");
-				return 2;
-			}
-			snprintf(rt_tag, sizeof(rt_tag), "_as%s", optarg);
-			as_tag = 1;
-			setenv("MOEM_CUDA_FFN_ASYNC", optarg, 1);
-			break;
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: bench_kernels [--backend cpu|cuda] [--threads N] "
 				"[--isa auto|scalar|avx2|avx512|amx] [--quick] [--smoke] [--out "
-				"FILE] [--ffn-rt 1|2|4] [--ffn-async 16|32|64|off]\n");
+				"FILE] [--ffn-rt 1|2|4]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -1314,9 +1291,8 @@ int main(int argc, char **argv)
 	       : quick ? ", quick"
 		       : "");
 	if (rt_tag[0])
-		printf("bench_kernels: FFN rows only, %s=%s (keys *%s_*)\n",
-		       as_tag ? "MOEM_CUDA_FFN_ASYNC" : "MOEM_CUDA_FFN_RT",
-		       getenv(as_tag ? "MOEM_CUDA_FFN_ASYNC" : "MOEM_CUDA_FFN_RT"), rt_tag);
+		printf("bench_kernels: FFN rows only, MOEM_CUDA_FFN_RT=%s (keys *%s_*)\n",
+		       getenv("MOEM_CUDA_FFN_RT"), rt_tag);
 	if (info.kind == MOEM_BACKEND_CPU && out_file)
 		fprintf(out_file, "cpu_isa=%s\nthreads=%u\n", moem_cpu_isa_name(info.isa),
 			info.threads);

@@ -443,47 +443,6 @@ TEST_F_TIMEOUT(pair, ffn_every_row_tiling, 1200)
 		unsetenv("MOEM_CUDA_FFN_RT");
 }
 
-/*
- * The FFN kernels whose weights stream through shared memory (cuda/ffn.cuh
- * _a: a ring of cp.async load units per warp; the emulator keeps a copy
- * out of shared memory until the thread's wait lets it through), chosen
- * per precision from an n-tile class on (MOEM_CUDA_FFN_ASYNC overriding):
- * each within the tolerance at 16, 20 and 64 tokens (at 20, K chunks that
- * end short of the chunk size; q2 with an odd number of groups: the half
- * load unit).
- */
-TEST_F_TIMEOUT(pair, ffn_every_async_class, 1200)
-{
-	static const char *const as[] = {"16", "64", "off", "bf16=16,q8=off,q4=32,q2=16"};
-	const char *old = getenv("MOEM_CUDA_FFN_ASYNC");
-	struct moem_backend *b = NULL;
-
-	for (unsigned int i = 0; i < sizeof(as) / sizeof(as[0]); i++) {
-		setenv("MOEM_CUDA_FFN_ASYNC", as[i], 1);
-		moem_backend_close(self->g);
-		self->g = NULL;
-		ASSERT_EQ(0, moem_backend_open(gpu_name(), NULL, &self->g))
-		TH_LOG("%s", moem_last_error());
-		TH_LOG("MOEM_CUDA_FFN_ASYNC=%s", as[i]);
-		ffn_case(_metadata, self, 2048, 768, 16, 900 + i);
-		ffn_case(_metadata, self, 384, 1408, 20, 910 + i);
-		ffn_case(_metadata, self, 256, 1152, 64, 920 + i);
-		ffn_case_prec(_metadata, self, 320, 192, 64, 930 + i, MOEM_PREC_Q2);
-	}
-	/* a bad value is refused at open, naming the variable */
-	if (!strcmp(gpu_name(), "cuda")) {
-		setenv("MOEM_CUDA_FFN_ASYNC", "q4=8", 1);
-		EXPECT_EQ(-EINVAL, moem_backend_open("cuda", NULL, &b));
-		EXPECT_NE(NULL, strstr(moem_last_error(), "MOEM_CUDA_FFN_ASYNC"));
-		setenv("MOEM_CUDA_FFN_ASYNC", "q5=16", 1);
-		EXPECT_EQ(-EINVAL, moem_backend_open("cuda", NULL, &b));
-	}
-	if (old)
-		setenv("MOEM_CUDA_FFN_ASYNC", old, 1);
-	else
-		unsetenv("MOEM_CUDA_FFN_ASYNC");
-}
-
 TEST_F(pair, combine_bitwise)
 {
 	const uint32_t B = 37, H = 2100, k = 8, S = 2;

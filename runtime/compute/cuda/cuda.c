@@ -429,60 +429,6 @@ static int ffn_rt_init(struct cuda_backend *cb)
 	return 0;
 }
 
-/*
- * The FFN kernels whose weights stream through shared memory (cuda/ffn.cuh
- * _a: each warp keeps MOEM_K_WDEPTH load units in flight by cp.async
- * instead of 1-4 in registers) from which n-tile class on, per precision;
- * 4 = never. They take 24-48 KiB more shared memory a block.
- */
-static const uint8_t ffn_async_default[MOEM_PREC_NR] = {4, 4, 4, 4};
-
-/*
- * From the defaults or MOEM_CUDA_FFN_ASYNC: a comma list of T (every
- * precision) or PREC=T, T one of 16, 32, 64 (experts with more than T/2
- * tokens use it) or off. For benchmarks (bench_kernels --ffn-async) and
- * tests of every kernel.
- */
-static int ffn_async_init(struct cuda_backend *cb)
-{
-	const char *env = getenv("MOEM_CUDA_FFN_ASYNC");
-	char buf[128], *save = NULL;
-
-	memcpy(cb->ffn_async, ffn_async_default, sizeof(cb->ffn_async));
-	if (!env || !*env)
-		return 0;
-	if (strlen(env) >= sizeof(buf))
-		return moem_errf(EINVAL, "MOEM_CUDA_FFN_ASYNC: too long");
-	strcpy(buf, env);
-	for (char *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(it, '='), *val = eq ? eq + 1 : it;
-		enum moem_prec p = MOEM_PREC_BF16;
-		uint32_t first = 0, last = MOEM_PREC_NR - 1, c;
-
-		if (eq) {
-			*eq = 0;
-			if (moem_prec_parse(it, &p))
-				return moem_errf(EINVAL, "MOEM_CUDA_FFN_ASYNC: no precision '%s'",
-						 it);
-			first = last = p;
-		}
-		if (!strcmp(val, "16"))
-			c = 1;
-		else if (!strcmp(val, "32"))
-			c = 2;
-		else if (!strcmp(val, "64"))
-			c = 3;
-		else if (!strcmp(val, "off"))
-			c = 4;
-		else
-			return moem_errf(EINVAL,
-					 "MOEM_CUDA_FFN_ASYNC: '%s' is not 16, 32, 64 or off", val);
-		for (uint32_t q = first; q <= last; q++)
-			cb->ffn_async[q] = (uint8_t)c;
-	}
-	return 0;
-}
-
 int moem_cuda_backend_open(const struct moem_backend_opts *opts, struct moem_backend **out)
 {
 	const struct moem_cuda_api *api;
@@ -553,8 +499,6 @@ int moem_cuda_backend_open(const struct moem_backend_opts *opts, struct moem_bac
 	if (ret)
 		goto err_free;
 	ret = ffn_rt_init(cb);
-	if (!ret)
-		ret = ffn_async_init(cb);
 	if (!ret)
 		ret = moem_cuda_enter(cb);
 	if (!ret)

@@ -37,10 +37,7 @@ enum cuda_kernel {
 	/* + pass * 16 + prec * 4 + class * 2 + v: the row tilings of classes
 	 * 0 and 1 (kparams.h moem_k_ffn_var_rt) */
 	K_FFN_VAR = K_FFN_DOWN + 16,
-	/* + pass * 12 + prec * 3 + class - 1: asynchronous staging, classes
-	 * 1..3 (cuda/ffn.cuh _a, kparams.h moem_k_smem_async) */
-	K_FFN_ASYNC = K_FFN_VAR + 32,
-	K_DECODE = K_FFN_ASYNC + 24, /* the full-decode kernels (decode_ops.c) */
+	K_DECODE = K_FFN_VAR + 32, /* the full-decode kernels (decode_ops.c) */
 	K_EMBED = K_DECODE,
 	K_MATMUL,
 	K_MATMUL_Q8, /* + prec - MOEM_PREC_Q8 (matmul_q.cu) */
@@ -121,9 +118,6 @@ struct cuda_backend {
 	struct cuda_stream dflt;
 	/* FFN rows per block / 16 for n-tile classes 0, 1 (ffn_rt_init()) */
 	uint8_t ffn_rt[MOEM_PREC_NR][2];
-	/* the smallest n-tile class with asynchronous staging; 4: none
-	 * (ffn_async_init()) */
-	uint8_t ffn_async[MOEM_PREC_NR];
 	uint64_t graph_epoch; /* bumped when a stream's scratch moves (graph.c) */
 };
 

@@ -48,10 +48,6 @@ const char *moem_cuda_kernel_name(enum cuda_kernel k, char *buf, size_t len)
 		snprintf(buf, len, "moem_router_n%d", nt[k - K_ROUTER]);
 	else if (k >= K_DECODE)
 		snprintf(buf, len, "%s", decode_names[k - K_DECODE]);
-	else if (k >= K_FFN_ASYNC)
-		snprintf(buf, len, "moem_ffn_%s_%s_n%d_a",
-			 (k - K_FFN_ASYNC) / 12 ? "down" : "gateup",
-			 prec_names[(k - K_FFN_ASYNC) % 12 / 3], nt[(k - K_FFN_ASYNC) % 3 + 1]);
 	else if (k >= K_FFN_VAR)
 		snprintf(buf, len, "moem_ffn_%s_%s_n%d_r%u",
 			 (k - K_FFN_VAR) / 16 ? "down" : "gateup",
@@ -143,18 +139,6 @@ int moem_cuda_kernels_load(struct cuda_backend *cb)
 					names[k]);
 			goto err;
 		}
-	}
-	/* The asynchronous-staging kernels use more than the default 48 KiB. */
-	for (int k = K_FFN_ASYNC; k < K_DECODE; k++) {
-		uint32_t i = k - K_FFN_ASYNC, pass = i / 12, prec = i % 12 / 3, nt = 2u << (i % 3);
-
-		ret = ck(cb,
-			 api->cuFuncSetAttribute(cb->fn[k],
-						 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-						 (int)moem_k_smem_async(prec, nt, pass)),
-			 "cuFuncSetAttribute");
-		if (ret)
-			goto err;
 	}
 	return 0;
 

@@ -230,20 +230,13 @@ _Static_assert(sizeof(struct moem_res_entry) == sizeof(struct moem_kres_entry),
 
 /*
  * The kernel of an FFN pass (0 gate/up, 1 down) for a precision and
- * n-tile class, its row tiles per block (*rt) and dynamic shared memory
- * (*smem): the asynchronous-staging kernel from the backend's ffn_async
- * class on, else the plain kernel, or for classes 0 and 1 the variant of
- * the backend's tiling (ffn_rt).
+ * n-tile class, and its row tiles per block (*rt): the plain kernel, or
+ * for classes 0 and 1 the variant of the backend's tiling (ffn_rt).
  */
 static enum cuda_kernel ffn_kernel(const struct cuda_backend *cb, uint32_t pass, uint32_t prec,
-				   uint32_t c, uint32_t *rt, uint32_t *smem)
+				   uint32_t c, uint32_t *rt)
 {
 	*rt = moem_k_ffn_rt_plain(c);
-	*smem = moem_k_smem(prec, 1u << c, pass);
-	if (c >= 1 && c >= cb->ffn_async[prec]) {
-		*smem = moem_k_smem_async(prec, 1u << c, pass);
-		return K_FFN_ASYNC + pass * 12 + prec * 3 + c - 1;
-	}
 	if (c < 2 && cb->ffn_rt[prec][c] != *rt) {
 		for (uint32_t v = 0; v < 2; v++)
 			if (moem_k_ffn_var_rt(c, v) == cb->ffn_rt[prec][c]) {
@@ -313,10 +306,9 @@ int moem_cuda_ffn(struct moem_backend *be, struct moem_stream *s, const struct m
 	ret = moem_cuda_ring_copy(cb, cs, off, len);
 	for (int pass = 0; !ret && pass < 2; pass++) {
 		for (uint32_t b = 0; !ret && b < 16; b++) {
-			uint32_t prec = b / 4, c = b % 4, rt;
+			uint32_t prec = b / 4, c = b % 4, nt = 1u << c, rt;
 			uint32_t rows = pass ? a->H : a->I;
-			uint32_t smem;
-			enum cuda_kernel k = ffn_kernel(cb, pass, prec, c, &rt, &smem);
+			enum cuda_kernel k = ffn_kernel(cb, pass, prec, c, &rt);
 			struct moem_kffn_params p;
 
 			if (!cnt[b])
@@ -326,7 +318,7 @@ int moem_cuda_ffn(struct moem_backend *be, struct moem_stream *s, const struct m
 			p.desc = ring_d + (uint64_t)first[b] * sizeof(*desc);
 			p.assign = ring_d + desc_bytes;
 			ret = moem_cuda_launch(cb, k, (rows + 16 * rt - 1) / (16 * rt), cnt[b],
-					       MOEM_K_THREADS, smem, cs, &p);
+					       MOEM_K_THREADS, moem_k_smem(prec, nt, pass), cs, &p);
 		}
 	}
 	/* Even after a failed launch the copy may be queued: keep the region. */
@@ -380,10 +372,9 @@ int moem_cuda_ffn_routed(struct moem_backend *be, struct moem_stream *s,
 	ret = moem_cuda_launch(cb, K_FFN_PLAN, 1, 1, MOEM_K_PLAN_THREADS, 0, cs, &pp);
 	for (int pass = 0; !ret && pass < 2; pass++) {
 		for (uint32_t b = 0; !ret && b < 16; b++) {
-			uint32_t prec = b / 4, c = b % 4, rt;
+			uint32_t prec = b / 4, c = b % 4, nt = 1u << c, rt;
 			uint32_t rows = pass ? a->H : a->I;
-			uint32_t smem;
-			enum cuda_kernel k = ffn_kernel(cb, pass, prec, c, &rt, &smem);
+			enum cuda_kernel k = ffn_kernel(cb, pass, prec, c, &rt);
 			struct moem_kffn_params p;
 
 			if (!(a->prec_mask & 1u << prec) || c >= n_class)
@@ -392,7 +383,7 @@ int moem_cuda_ffn_routed(struct moem_backend *be, struct moem_stream *s,
 			p.desc = pp.desc + (uint64_t)b * D * sizeof(struct moem_kffn_desc);
 			p.assign = pp.assign;
 			ret = moem_cuda_launch(cb, k, (rows + 16 * rt - 1) / (16 * rt), D,
-					       MOEM_K_THREADS, smem, cs, &p);
+					       MOEM_K_THREADS, moem_k_smem(prec, nt, pass), cs, &p);
 		}
 	}
 	return ret;

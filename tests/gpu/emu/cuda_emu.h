@@ -7,9 +7,8 @@
  * are barriers between them. mma.sync follows the PTX ISA's fragment
  * layout for m16n8k16 exactly, so a kernel that feeds it the wrong
  * registers computes wrong numbers here too. Not modelled: timing, the
- * memory model (every op is sequentially consistent, but a cp.async copy
- * lands only at its thread's wait), tensor-core rounding (fp32 adds in k
- * order).
+ * memory model (every op is sequentially consistent), tensor-core
+ * rounding (fp32 adds in k order).
  *
  * Kernels find their way to the fake driver without a list: __global__
  * marks them (used) and __launch_bounds__ records the bound in a section
@@ -81,9 +80,6 @@ extern dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
 void emu_syncthreads(void);
 void emu_syncwarp(void);
 uint8_t *emu_dyn_smem(void);
-void emu_cp_async(void *dst, const void *src, unsigned int n); /* sched.cpp */
-void emu_cp_async_commit(void);
-void emu_cp_async_wait(unsigned int n);
 uint64_t *emu_warp_slots(void); /* 32 exchange slots of the calling warp */
 
 struct emu_mma_frag {
@@ -275,24 +271,6 @@ static inline uint4 ld_stream(const uint4 *p)
 static inline uint2 ld_stream(const uint2 *p)
 {
 	return *p;
-}
-
-/* cp.async N bytes global -> shared, and its groups (sched.cpp). */
-template <int N> static inline void cp_async(void *smem, const void *g)
-{
-	emu_cp_async(smem, g, N);
-}
-
-static inline void cp_async_commit(void)
-{
-	emu_cp_async_commit();
-}
-
-template <int N> static inline void cp_async_wait(void)
-{
-	EMU_FENCE();
-	emu_cp_async_wait(N);
-	EMU_FENCE();
 }
 
 static inline uint32_t bf16x2_minus128(uint32_t v)

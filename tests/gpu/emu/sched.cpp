@@ -17,7 +17,6 @@
  * still crashes).
  */
 #include <mutex>
-#include <vector>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -141,57 +140,6 @@ struct emu_mma_frag *emu_warp_frags(void)
 	return warp_frags[cur->tid.x / 32];
 }
 
-/*
- * cp.async: a thread's copies stay pending (not visible in shared memory)
- * until its cp.async.wait_group lets their group through, so a kernel
- * that reads the destination before waiting reads the 0xcd garbage of a
- * fresh block, as it could read stale data on the GPU. The source is read
- * at issue.
- */
-struct cp_pending {
-	uint8_t *dst;
-	uint8_t data[16];
-	unsigned int n, group;
-};
-static std::vector<cp_pending> cp_queue[MAX_THREADS];
-static unsigned int cp_group[MAX_THREADS];
-
-void emu_cp_async(void *dst, const void *src, unsigned int n)
-{
-	cp_pending c;
-
-	if ((n != 4 && n != 8 && n != 16) || (uintptr_t)dst % n || (uintptr_t)src % n) {
-		fprintf(stderr, "emu: misaligned cp.async in %s\n", kernel->name);
-		__builtin_trap(); /* as the alignment check does: MISALIGNED_ADDRESS */
-	}
-	c.dst = (uint8_t *)dst;
-	c.n = n;
-	memcpy(c.data, src, n);
-	c.group = cp_group[cur - fibers];
-	cp_queue[cur - fibers].push_back(c);
-}
-
-void emu_cp_async_commit(void)
-{
-	cp_group[cur - fibers]++;
-}
-
-void emu_cp_async_wait(unsigned int n)
-{
-	std::vector<cp_pending> &q = cp_queue[cur - fibers];
-	const unsigned int g = cp_group[cur - fibers];
-	size_t keep = 0;
-
-	/* groups older than the n most recent committed ones (and none open) */
-	for (size_t i = 0; i < q.size(); i++) {
-		if (q[i].group + n < g)
-			memcpy(q[i].dst, q[i].data, q[i].n);
-		else
-			q[keep++] = q[i];
-	}
-	q.resize(keep);
-}
-
 static void fiber_main(void)
 {
 	kernel->invoke(kernel->fn, kernel_args);
@@ -283,8 +231,6 @@ static void run_grid(const struct emu_kernel *k, dim3 grid, unsigned int nthread
 				for (int r = 0; r < 6; r++)
 					*--top = 0;
 				fibers[i] = fiber{ top, dim3{ (unsigned int)i, 0, 0 }, 0 };
-				cp_queue[i].clear(); /* an exited thread's copies: lost */
-				cp_group[i] = 0;
 			}
 			for (;;) {
 				unsigned long before = progress;
