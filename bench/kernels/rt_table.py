@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-only
-"""The FFN row tiling and staging tables of a GPU run (run-gpu.sh --bench,
-phases ffn_rt1, ffn_rt2, ffn_rt4 and ffn_as*): per precision and batch, us
-per expert and the fraction of the copy bandwidth under each row tiling
-(1..16 tokens an expert) and each MOEM_CUDA_FFN_ASYNC setting (16..64),
-the fastest marked.
+"""The FFN row tiling table of a GPU run (run-gpu.sh --bench, phases
+ffn_rt1, ffn_rt2, ffn_rt4): per precision and batch, us per expert and the
+fraction of the copy bandwidth under each row tiling (1..16 tokens an
+expert), the fastest marked. Also the table of the ffn_as* phases (16..64
+tokens under each MOEM_CUDA_FFN_ASYNC setting) that bundles c87394e to
+a486682 wrote (gpu.md, fourth session; those kernels are removed).
 
     rt_table.py RESULTS.TXT     (run-gpu.sh's OUTDIR/results.txt)
 """
