@@ -23,8 +23,9 @@
 #   --all      both, interleaved so the most telling run first (default)
 #   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
 #              of each of a few kernels inside bench_kernels: speed of
-#              light, occupancy and its limiters, warp stall reasons (the
-#              logs ncu_*.log); not part of --all
+#              light, occupancy and its limiters, scheduler statistics,
+#              warp stall reasons with their sampled counts (the logs
+#              ncu_*.log); not part of --all
 #   --budget S start no phase after S seconds (default 510: the whole run
 #              ends inside 9 minutes on one H100); phases left out say so
 #   --kernels L  --profile only the kernels of the comma list L (names as in
@@ -279,7 +280,9 @@ if want profile; then
 				-k "regex:^moem_${k}(_r[124])?\$" \
 				-s 1 -c 1 --section SpeedOfLight --section Occupancy \
 				--section LaunchStats --section WarpStateStats \
-				--section MemoryWorkloadAnalysis "$K/bench_kernels" --backend cuda \
+				--section SchedulerStats --section MemoryWorkloadAnalysis \
+				--metrics "regex:smsp__pcsamp_warps_issue_stalled_.*" \
+				"$K/bench_kernels" --backend cuda \
 				$([ "$smoke" = 1 ] && echo --smoke)
 		done
 	fi
