@@ -31,8 +31,10 @@
  * row tiles at a time.
  */
 #define AMX_ROWS    64
-#define MAX_ROWS    64
-#define QB	    MOEM_CPU_QBLOCK
+/* The most rows a block of either pass has: what a worker's g/u/y scratch holds. */
+#define MAX_ROWS    AMX_ROWS
+_Static_assert(GATEUP_ROWS <= MAX_ROWS && DOWN_ROWS <= MAX_ROWS, "MAX_ROWS is the largest");
+#define QB MOEM_CPU_QBLOCK
 
 /* One prepared operand (the FFN input, or act). */
 struct act_buf {
