@@ -44,11 +44,20 @@ static int duel_create(struct moem_driver *d, const struct moem_evict_cfg *ec)
 	return ret;
 }
 
+/*
+ * The policy's shadow keeps FluxMoE's resident set as the real cache
+ * does (drv_ok()), so that the duel weighs the set's pinning too: where
+ * plain LRU over every expert hits more, the driver follows it and lets
+ * the set go (drv_ok()).
+ */
 static bool sh_ok(void *arg, uint32_t vid)
 {
 	const struct moem_driver *d = arg;
+	uint32_t key = vid / 2;
 
-	return d->pin[vid / 2] != d->pos + 1;
+	if (d->pin[key] == d->pos + 1)
+		return false;
+	return d->sh_cur || !d->resident || !d->resident[key] || vid != moem_drv_vid(d, key);
 }
 
 /* A demand access replayed on both shadows (lock held). */
@@ -60,6 +69,7 @@ static void duel_access(struct moem_driver *d, uint32_t vid)
 		uint32_t v;
 
 		d->sh_hit[i] += DUEL_EMA * ((hit ? 1.0 : 0.0) - d->sh_hit[i]);
+		d->sh_cur = i;
 		if (!hit) {
 			while (d->sh_n[i] >= d->slots && d->sh_n[i] &&
 			       !moem_evict_victim(ev, d->pos, 0, sh_ok, d, &v)) {
@@ -222,7 +232,7 @@ static bool drv_ok(void *arg, uint32_t vid)
 
 	if (d->pin[key] == d->pos + 1)
 		return false;
-	if (d->resident && d->resident[key] && vid == moem_drv_vid(d, key))
+	if (d->resident && d->resident[key] && vid == moem_drv_vid(d, key) && !d->follow_lru)
 		return false;
 	/*
 	 * A prefetch never takes the place of another one not yet polled as

@@ -83,6 +83,7 @@ struct moem_driver {
 	uint64_t sh_n[2], slots;
 	double sh_hit[2]; /* hit rates, EMA over accesses */
 	bool follow_lru;
+	int sh_cur; /* the shadow duel_access() asks for a victim (0: the policy's) */
 	/* The owner's ok() during a pick, and the pick's priority. */
 	bool (*ok)(void *arg, uint32_t vid);
 	void *ok_arg;
