@@ -205,10 +205,28 @@ static const uint32_t *b_tiles(const struct cpu_act *x, const uint32_t *tok, uin
 	return vb;
 }
 
-/* Rows [b, e) of the C tile of rows from start, tokens [0, n), to y (token t at y + t * ldy). */
+/*
+ * Rows [b, e) of the C tile of rows from start, tokens [0, n), to y (token
+ * t at y + t * ldy). From 4 tokens the tile is transposed in registers
+ * and each token's rows stored under a mask (rows outside [b, e) are not
+ * touched); fewer go element by element. Moves only: the same bits.
+ */
 static void c_store(const float *c, uint32_t start, uint32_t b, uint32_t e, uint32_t n, float *y,
 		    uint32_t ldy, uint32_t r0)
 {
+	if (n >= 4) {
+		__mmask16 k =
+			(__mmask16)((((1u << (e - start)) - 1) >> (b - start)) << (b - start));
+		__m512i v[16];
+
+		for (int i = 0; i < 16; i++)
+			v[i] = _mm512_loadu_si512(c + 16 * i);
+		tr16(v);
+		for (uint32_t t = 0; t < n; t++)
+			_mm512_mask_storeu_epi32(y + (ptrdiff_t)t * ldy + ((ptrdiff_t)start - r0),
+						 k, v[t]);
+		return;
+	}
 	for (uint32_t t = 0; t < n; t++)
 		for (uint32_t r = b; r < e; r++)
 			y[(size_t)t * ldy + (r - r0)] = c[(r - start) * 16 + t];
