@@ -23,7 +23,9 @@
  *
  * Prints a table and RESULT key=value lines (also written to --out).
  *   bench_kernels [--backend cpu|cuda] [--threads N] [--isa ISA] [--quick] [--smoke]
- *                 [--out FILE]
+ *                 [--out FILE] [--ffn-reps N]
+ * --ffn-reps N: each FFN row the median of N timed repetitions (1-64),
+ * for ranking two close kernels on a shared, noisy machine.
  * --smoke: a tiny shape (H 256, I 128), two experts, B = 1 and 4, bf16 and
  * q4, no peers and no layer section: proves the program and its output on
  * the kernel emulator, measures nothing.
@@ -63,7 +65,7 @@ static char rt_tag[16];
 			ret = (x); \
 	} while (0)
 static FILE *out_file;
-static int quick, smoke;
+static int quick, smoke, ffn_reps;
 
 static void result(const char *key, double v)
 {
@@ -537,8 +539,12 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 		bytes_of[p] = (double)eb;
 		for (unsigned int bi = 0; !ret && bi < (smoke ? 2u : rt_tag[0] ? 3u : 4u); bi++) {
 			uint32_t B = batches[bi], na = 0;
-			int reps = smoke ? 1 : quick ? 3 : gpu ? 20 : (B >= 16 ? 3 : 5);
-			double s[20], sec;
+			int reps = ffn_reps ? ffn_reps
+				   : smoke  ? 1
+				   : quick  ? 3
+				   : gpu    ? 20
+					    : (B >= 16 ? 3 : 5);
+			double s[64], sec;
 			struct moem_ffn_args a;
 
 			if (!dout && (ret = moem_be_alloc(be, 4ull * 64 * 256 * ffn_h, &dout)))
@@ -1219,6 +1225,7 @@ int main(int argc, char **argv)
 		{"smoke", no_argument, NULL, 's'},
 		{"out", required_argument, NULL, 'o'},
 		{"ffn-rt", required_argument, NULL, 'r'},
+		{"ffn-reps", required_argument, NULL, 'n'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -1230,7 +1237,7 @@ int main(int argc, char **argv)
 	double copy = 0, traffic = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "b:t:i:qso:r:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:t:i:qso:r:n:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'b':
 			name = optarg;
@@ -1255,6 +1262,13 @@ int main(int argc, char **argv)
 		case 'o':
 			out = optarg;
 			break;
+		case 'n':
+			ffn_reps = atoi(optarg);
+			if (ffn_reps < 1 || ffn_reps > 64) {
+				fprintf(stderr, "bench_kernels: --ffn-reps takes 1 to 64\n");
+				return 2;
+			}
+			break;
 		case 'r': /* a CUDA row tiling (cuda.c ffn_rt_init()) */
 			if (strspn(optarg, "124") != strlen(optarg) || strlen(optarg) != 1) {
 				fprintf(stderr, "bench_kernels: --ffn-rt takes 1, 2 or 4\n");
@@ -1267,7 +1281,7 @@ int main(int argc, char **argv)
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: bench_kernels [--backend cpu|cuda] [--threads N] "
 				"[--isa auto|scalar|avx2|avx512|amx] [--quick] [--smoke] [--out "
-				"FILE] [--ffn-rt 1|2|4]\n");
+				"FILE] [--ffn-rt 1|2|4] [--ffn-reps N]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}

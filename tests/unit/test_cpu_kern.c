@@ -427,7 +427,11 @@ TEST(rows_same_bits_for_any_call_shape)
 					uint32_t r0 = (uint32_t)moem_rng_below(&rng, R - 1);
 					uint32_t r1 =
 						r0 + 1 + (uint32_t)moem_rng_below(&rng, R - r0);
-					uint32_t t0 = (uint32_t)moem_rng_below(&rng, B - n + 1);
+					/* a group's first row (in place) or any */
+					uint32_t t0 =
+						n % 2 ? 16 * (uint32_t)moem_rng_below(
+								     &rng, (B - n) / 16 + 1)
+						      : (uint32_t)moem_rng_below(&rng, B - n + 1);
 
 					kt->rows[p](&l, q, r0, r1, &a, tok + t0, n, part, r1 - r0,
 						    scratch);
@@ -437,6 +441,44 @@ TEST(rows_same_bits_for_any_call_shape)
 								    4 * (r1 - r0)))
 					TH_LOG("%s %s K %u: rows %u..%u x %u tokens from %u",
 					       kc[k].name, pn, K, r0, r1, n, t0);
+				}
+				moem_cpu_free_act(&a);
+				if (kt != &moem_cpu_kern_amx || p != MOEM_PREC_BF16)
+					continue;
+				/*
+				 * AMX with the B tiles laid out beforehand (VNNI, as the
+				 * FFN does): loaded in place for a group's rows, gathered
+				 * from it otherwise; the bits of the bf16 rows' calls.
+				 */
+				ASSERT_EQ(0,
+					  moem_cpu_prepare_act(xf, B, K, 1u << CPU_ACT_VNNI, &a));
+				kt->rows[p](&l, q, 0, R, &a, tok, B, part, R, scratch);
+				ASSERT_EQ(0, memcmp(part, full, 4 * (size_t)B * R))
+				TH_LOG("amx VNNI K %u: 73 x 64 out of order", K);
+				for (uint32_t n = 1; n <= B; n += 1 + n / 2) {
+					/* a group's first row (in place) or any */
+					uint32_t t0 =
+						n % 2 ? 16 * (uint32_t)moem_rng_below(
+								     &rng, (B - n) / 16 + 1)
+						      : (uint32_t)moem_rng_below(&rng, B - n + 1);
+					uint32_t r0 = (uint32_t)moem_rng_below(&rng, R - 1), id[64];
+
+					for (uint32_t t = 0; t < n; t++)
+						id[t] = t0 + t;
+					kt->rows[p](&l, q, r0, R, &a, id, n, part, R - r0, scratch);
+					for (uint32_t t = 0; t < n; t++) {
+						uint32_t at =
+							0; /* where token t0 + t sits in full */
+
+						while (tok[at] != t0 + t)
+							at++;
+						ASSERT_EQ(0,
+							  memcmp(part + t * (R - r0),
+								 full + at * R + r0, 4 * (R - r0)))
+						TH_LOG("amx VNNI K %u: rows %u.. x %u tokens from "
+						       "%u, in place",
+						       K, r0, n, t0);
+					}
 				}
 				moem_cpu_free_act(&a);
 			}

@@ -46,13 +46,19 @@ int moem_cpu_embed(struct moem_backend *be, struct moem_stream *s, const struct 
  * depend on K and the ISA only, never on B, R's split or the threads.
  * The scalar table is the oracle (dequantize a row, dot_f32).
  */
-#define MM_ROWS 16
+#define MM_ROWS	    16
+/*
+ * amx bf16: x laid out once in VNNI form (kern.h; the B tiles every call
+ * would otherwise build) and four row tiles of 16 a call.
+ */
+#define MM_AMX_ROWS 64
 
 struct mm_job {
 	const struct moem_matmul_args *a;
 	moem_cpu_rows_fn rows;
 	struct moem_qmat_layout l;
 	struct cpu_act act;
+	uint32_t nrows;	       /* rows of an item */
 	const uint32_t *ident; /* 0..B-1 */
 	float *wbuf;	       /* [workers][MOEM_CPU_SCRATCH_FLOATS(K)] */
 };
@@ -61,11 +67,20 @@ static void mm_rows(void *arg, uint32_t item, uint32_t worker)
 {
 	struct mm_job *j = arg;
 	const struct moem_matmul_args *a = j->a;
-	uint32_t r0 = item * MM_ROWS, r1 = moem_min(r0 + MM_ROWS, a->R);
+	uint32_t r0 = item * j->nrows, r1 = moem_min(r0 + j->nrows, a->R);
 
 	j->rows(&j->l, moem_dptr_host(a->w), r0, r1, &j->act, j->ident, a->B,
 		(float *)moem_dptr_host(a->y) + r0, a->R,
 		j->wbuf + worker * MOEM_CPU_SCRATCH_FLOATS(a->K));
+}
+
+/* VNNI group g of x, straight from its bf16 rows. */
+static void mm_pack(void *arg, uint32_t g, uint32_t worker)
+{
+	struct mm_job *j = arg;
+
+	moem_cpu_amx_pack(j->act.v[CPU_ACT_BF16], NULL, moem_min(16, j->a->B - 16 * g), j->a->K,
+			  (uint32_t *)j->act.v[CPU_ACT_VNNI], 16 * g);
 }
 
 int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
@@ -77,6 +92,7 @@ int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
 	uint32_t nw = moem_tpool_size(c->pool), fmt, qfmts = 0;
 	struct mm_job j = {.a = a};
 	size_t xn = (size_t)a->B * a->K, wn = nw * MOEM_CPU_SCRATCH_FLOATS(a->K), qb = 0, ib;
+	bool pack;
 	float *buf;
 	uint32_t *ident;
 	uint8_t *mem;
@@ -89,6 +105,10 @@ int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
 							  : &moem_cpu_kern_avx2;
 	j.rows = k->rows[p];
 	fmt = k->fmt[p];
+	pack = p == MOEM_PREC_BF16 && k->isa == MOEM_CPU_ISA_AMX;
+	j.nrows = pack ? MM_AMX_ROWS : MM_ROWS;
+	if (pack)
+		qb = (size_t)2 * a->K * moem_align_up(a->B, 16);
 	if (p == MOEM_PREC_BF16) {
 		j.l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
 						.rows = a->R,
@@ -125,7 +145,11 @@ int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
 		/* replaces j.act: the f32 rows stay its source */
 		moem_cpu_prepare_act_in(c->pool, buf, a->B, a->K, qfmts, mem + ib, &j.act);
 	}
-	moem_tpool_run(c->pool, (a->R + MM_ROWS - 1) / MM_ROWS, mm_rows, &j);
+	if (pack) {
+		j.act.v[CPU_ACT_VNNI] = mem + ib;
+		moem_tpool_run(c->pool, (a->B + 15) / 16, mm_pack, &j);
+	}
+	moem_tpool_run(c->pool, (a->R + j.nrows - 1) / j.nrows, mm_rows, &j);
 	return 0;
 }
 

@@ -8,6 +8,10 @@
  *      silu(gate . x) * (up . x) for each of the expert's tokens;
  *   2. prepare the act rows the same way;
  *   3. down: items are (expert, block of output rows); out[token][slot][h].
+ * With the amx table, bf16 experts read both inputs in VNNI form (kern.h),
+ * laid out after passes 0 and 2 with each expert's rows starting a new
+ * group of 16 (the kernel loads a group's B tiles in place), so the B
+ * tiles are built once per stage, not by each row block's call.
  * Every output element is produced by one item with the kernel's fixed
  * order, so results are bitwise independent of thread count, scheduling,
  * expert order and how tokens share a call. Items of an expert run on
@@ -26,9 +30,8 @@
 #define GATEUP_ROWS 16
 #define DOWN_ROWS   32
 /*
- * The AMX table builds its B tiles (the tokens' activations) once per
- * call: bigger row blocks spread that over more rows, and give it two
- * row tiles at a time.
+ * The AMX table takes four row tiles of 16 at a time (kern_amx.c); its
+ * B tiles come laid out (VNNI), so a call of a row block builds none.
  */
 #define AMX_ROWS    64
 /* The most rows a block of either pass has: what a worker's g/u/y scratch holds. */
@@ -51,10 +54,17 @@ struct ffn_job {
 	const struct moem_cpu_kern *k;
 	struct moem_expert_layout lay[MOEM_PREC_NR];
 	struct act_buf in, act;
+	/* amx bf16 experts: the input gathered per act row and act, in VNNI form */
+	struct cpu_act vin, vact;
+	bool pack;
+	uint32_t *voff;	   /* [n_experts]: first VNNI row of each expert (a multiple of 16) */
+	uint32_t *gsrc;	   /* [groups]: the act row of each VNNI group's first row */
+	uint8_t *gn;	   /* [groups]: its rows (1..16) */
+	uint32_t groups;   /* VNNI rows / 16 */
 	float *actf;	   /* [total][I] */
 	uint32_t *act_off; /* [n_experts]: first act row of each expert */
 	uint32_t *tok;	   /* [total]: input row (token) of each act row */
-	uint32_t *ident;   /* [total]: 0..total-1 */
+	uint32_t *ident;   /* [max(total, VNNI rows)]: 0, 1, ... */
 	uint16_t *enode;   /* [n_experts]: node of the blob */
 	uint16_t *inode;   /* [items]: node of each item */
 	float *wbuf;	   /* [workers][wlen] */
@@ -136,6 +146,37 @@ static void prep_row(void *arg, uint32_t row, uint32_t worker)
 		quantize_row(b, row);
 }
 
+/* VNNI group g of an operand's own rows, from its bf16 rows (after prep_row). */
+static void pack_rows(void *arg, uint32_t g, uint32_t worker)
+{
+	struct act_buf *b = arg;
+
+	moem_cpu_amx_pack(b->a.v[CPU_ACT_BF16], NULL, moem_min(16, b->rows - 16 * g), b->a.K,
+			  (uint32_t *)b->a.v[CPU_ACT_VNNI], 16 * g);
+}
+
+/* The formats made for fmts: VNNI is made from BF16. */
+static uint32_t act_fmts(uint32_t fmts)
+{
+	return fmts & (1u << CPU_ACT_VNNI) ? fmts | (1u << CPU_ACT_BF16) : fmts;
+}
+
+/* The FFN's VNNI groups: group g of dst from the bf16 rows xb + map[gsrc[g] + t]. */
+struct pack_job {
+	const struct ffn_job *j;
+	const uint16_t *xb;
+	const uint32_t *map;
+	struct cpu_act *dst;
+};
+
+static void pack_groups(void *arg, uint32_t g, uint32_t worker)
+{
+	struct pack_job *p = arg;
+
+	moem_cpu_amx_pack(p->xb, p->map + p->j->gsrc[g], p->j->gn[g], p->dst->K,
+			  (uint32_t *)p->dst->v[CPU_ACT_VNNI], 16 * g);
+}
+
 /* ---- passes ------------------------------------------------------------- */
 
 static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
@@ -150,12 +191,16 @@ static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
 	float *g = w + MOEM_CPU_SCRATCH_FLOATS(moem_max(a->H, a->I)), *u = g + 64 * MAX_ROWS;
 	uint32_t r0 = blk * j->gu_rows, r1 = moem_min(r0 + j->gu_rows, a->I), nr = r1 - r0;
 	const uint32_t *tok = j->tok + j->act_off[e];
+	const struct cpu_act *x = &j->in.a;
 	moem_cpu_rows_fn rows = j->k->rows[ex->prec];
 
-	rows(&l->mat[MOEM_MAT_GATE], blob + l->mat_off[MOEM_MAT_GATE], r0, r1, &j->in.a, tok, ex->n,
-	     g, nr, w);
-	rows(&l->mat[MOEM_MAT_UP], blob + l->mat_off[MOEM_MAT_UP], r0, r1, &j->in.a, tok, ex->n, u,
-	     nr, w);
+	if (j->pack && ex->prec == MOEM_PREC_BF16) {
+		x = &j->vin;
+		tok = j->ident + j->voff[e];
+	}
+	rows(&l->mat[MOEM_MAT_GATE], blob + l->mat_off[MOEM_MAT_GATE], r0, r1, x, tok, ex->n, g, nr,
+	     w);
+	rows(&l->mat[MOEM_MAT_UP], blob + l->mat_off[MOEM_MAT_UP], r0, r1, x, tok, ex->n, u, nr, w);
 	for (uint32_t t = 0; t < ex->n; t++)
 		for (uint32_t r = 0; r < nr; r++)
 			j->actf[((size_t)j->act_off[e] + t) * a->I + r0 + r] =
@@ -180,9 +225,15 @@ static void down_rows(void *arg, uint32_t item, uint32_t worker)
 	float *w = j->wbuf + (size_t)worker * j->wlen,
 	      *y = w + MOEM_CPU_SCRATCH_FLOATS(moem_max(a->H, a->I));
 	uint32_t h0 = blk * j->dn_rows, h1 = moem_min(h0 + j->dn_rows, a->H), nr = h1 - h0;
+	const struct cpu_act *x = &j->act.a;
+	const uint32_t *tok = j->ident + j->act_off[e];
 
-	j->k->rows[ex->prec](&l->mat[MOEM_MAT_DOWN], blob + l->mat_off[MOEM_MAT_DOWN], h0, h1,
-			     &j->act.a, j->ident + j->act_off[e], ex->n, y, nr, w);
+	if (j->pack && ex->prec == MOEM_PREC_BF16) {
+		x = &j->vact;
+		tok = j->ident + j->voff[e];
+	}
+	j->k->rows[ex->prec](&l->mat[MOEM_MAT_DOWN], blob + l->mat_off[MOEM_MAT_DOWN], h0, h1, x,
+			     tok, ex->n, y, nr, w);
 	for (uint32_t t = 0; t < ex->n; t++) {
 		const struct moem_ffn_assign *as = &a->assign[ex->first + t];
 
@@ -226,9 +277,11 @@ static void carve_act(struct carve *c, struct act_buf *b, uint32_t rows, uint32_
 		b->a.v[CPU_ACT_F32] = carve(c, 4 * n);
 	if (b->fmts & ~b->ext & (1u << CPU_ACT_BF16))
 		b->a.v[CPU_ACT_BF16] = carve(c, 2 * n);
-	for (int f = CPU_ACT_QNAT; f < CPU_ACT_NR; f++)
+	for (int f = CPU_ACT_QNAT; f <= CPU_ACT_QM4; f++)
 		if (b->fmts & (1u << f))
 			b->a.v[f] = carve(c, n);
+	if (b->fmts & (1u << CPU_ACT_VNNI))
+		b->a.v[CPU_ACT_VNNI] = carve(c, (size_t)2 * K * ((rows + 15) & ~15u));
 	if (q) {
 		b->a.qs = carve(c, 4 * nb);
 		b->a.xs = carve(c, 4 * nb);
@@ -245,7 +298,7 @@ static void convert_rows(void *arg, uint32_t t, uint32_t worker)
 
 size_t moem_cpu_act_bytes(uint32_t rows, uint32_t K, uint32_t fmts)
 {
-	struct act_buf b = {.fmts = fmts, .ext = 1u << CPU_ACT_F32};
+	struct act_buf b = {.fmts = act_fmts(fmts), .ext = 1u << CPU_ACT_F32};
 	struct carve cv = {0};
 
 	carve_act(&cv, &b, rows, K);
@@ -255,7 +308,7 @@ size_t moem_cpu_act_bytes(uint32_t rows, uint32_t K, uint32_t fmts)
 void moem_cpu_prepare_act_in(struct moem_tpool *pool, const float *x, uint32_t rows, uint32_t K,
 			     uint32_t fmts, void *mem, struct cpu_act *out)
 {
-	struct act_buf b = {.f32 = x, .fmts = fmts, .ext = 1u << CPU_ACT_F32};
+	struct act_buf b = {.f32 = x, .fmts = act_fmts(fmts), .ext = 1u << CPU_ACT_F32};
 	struct carve cv = {.base = mem};
 
 	carve_act(&cv, &b, rows, K);
@@ -265,6 +318,13 @@ void moem_cpu_prepare_act_in(struct moem_tpool *pool, const float *x, uint32_t r
 	else
 		for (uint32_t r = 0; r < rows; r++)
 			prep_row(&b, r, 0);
+	if (b.fmts & (1u << CPU_ACT_VNNI)) {
+		if (pool)
+			moem_tpool_run(pool, (rows + 15) / 16, pack_rows, &b);
+		else
+			for (uint32_t g = 0; g < (rows + 15) / 16; g++)
+				pack_rows(&b, g, 0);
+	}
 	*out = b.a;
 	out->mem = NULL;
 }
@@ -293,7 +353,7 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	const uint32_t nw = moem_tpool_size(c->pool);
 	struct ffn_job j = {.c = c, .a = a, .k = c->kern};
 	struct carve cv = {0};
-	uint32_t total = 0, fmts = 0, items;
+	uint32_t total = 0, fmts = 0, items, vrows = 0;
 	bool need_f32;
 	int ret = 0;
 
@@ -304,8 +364,12 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	j.dn_rows = j.k->isa == MOEM_CPU_ISA_AMX ? AMX_ROWS : DOWN_ROWS;
 	for (uint32_t e = 0; e < a->n_experts; e++) {
 		total += a->experts[e].n; /* <= 64 * 64: assignments are unique */
+		vrows += (a->experts[e].n + 15) & ~15u;
 		fmts |= 1u << j.k->fmt[a->experts[e].prec];
 	}
+	/* the amx table's bf16 B tiles: laid out once per stage (kern.h VNNI) */
+	j.pack = j.k->isa == MOEM_CPU_ISA_AMX && (fmts & (1u << CPU_ACT_BF16));
+	j.groups = j.pack ? vrows / 16 : 0;
 	/* fp32 values are the source of every other form */
 	need_f32 = fmts & ~(1u << CPU_ACT_BF16);
 	j.in.fmts = fmts | (need_f32 ? 1u << CPU_ACT_F32 : 0);
@@ -330,7 +394,12 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		carve_act(&cv, &j.act, total, a->I);
 		j.act_off = carve(&cv, 4 * (size_t)a->n_experts);
 		j.tok = carve(&cv, 4 * (size_t)total);
-		j.ident = carve(&cv, 4 * (size_t)total);
+		j.ident = carve(&cv, 4 * (size_t)moem_max(total, 16 * j.groups));
+		j.voff = carve(&cv, 4 * (size_t)a->n_experts);
+		j.gsrc = carve(&cv, 4 * (size_t)j.groups);
+		j.gn = carve(&cv, j.groups);
+		j.vin.v[CPU_ACT_VNNI] = carve(&cv, (size_t)32 * j.groups * a->H);
+		j.vact.v[CPU_ACT_VNNI] = carve(&cv, (size_t)32 * j.groups * a->I);
 		j.enode = carve(&cv, 2 * (size_t)a->n_experts);
 		items = a->n_experts * moem_max((a->I + j.gu_rows - 1) / j.gu_rows,
 						(a->H + j.dn_rows - 1) / j.dn_rows);
@@ -338,16 +407,23 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		j.wbuf = carve(&cv, 4 * j.wlen * nw);
 	}
 	total = 0;
-	for (uint32_t e = 0; e < a->n_experts; e++) {
+	for (uint32_t e = 0, g = 0; e < a->n_experts; e++) {
 		const struct moem_ffn_expert *ex = &a->experts[e];
 
 		j.act_off[e] = total;
-		for (uint32_t t = 0; t < ex->n; t++, total++) {
+		j.voff[e] = 16 * g;
+		for (uint32_t t = 0; t < ex->n; t++, total++)
 			j.tok[total] = a->assign[ex->first + t].token;
-			j.ident[total] = total;
+		for (uint32_t t = 0; j.pack && t < ex->n; t += 16, g++) {
+			j.gsrc[g] = j.act_off[e] + t;
+			j.gn[g] = (uint8_t)moem_min(16, ex->n - t);
 		}
 		j.enode[e] = moem_cpu_node_of(c, moem_dptr_host(ex->blob));
 	}
+	for (uint32_t i = 0; i < moem_max(total, 16 * j.groups); i++)
+		j.ident[i] = i;
+	j.vin.K = a->H;
+	j.vact.K = a->I;
 	j.rb1 = (a->I + j.gu_rows - 1) / j.gu_rows;
 	j.rb2 = (a->H + j.dn_rows - 1) / j.dn_rows;
 
@@ -355,6 +431,11 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		moem_tpool_run(c->pool, a->B, convert_rows, &j.in);
 	if (j.in.fmts & ~((1u << CPU_ACT_F32) | (1u << CPU_ACT_BF16)))
 		moem_tpool_run(c->pool, a->B, prep_row, &j.in);
+	if (j.pack) {
+		struct pack_job pj = {&j, j.in.a.v[CPU_ACT_BF16], j.tok, &j.vin};
+
+		moem_tpool_run(c->pool, j.groups, pack_groups, &pj);
+	}
 	for (uint32_t i = 0; i < a->n_experts * j.rb1; i++)
 		j.inode[i] = j.enode[i / j.rb1];
 	ret = moem_tpool_run_nodes(c->pool, a->n_experts * j.rb1, gateup_rows, &j, j.inode);
@@ -362,6 +443,11 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		return ret;
 	if (j.act.fmts & ~(1u << CPU_ACT_F32))
 		moem_tpool_run(c->pool, total, prep_row, &j.act);
+	if (j.pack) {
+		struct pack_job pj = {&j, j.act.a.v[CPU_ACT_BF16], j.ident, &j.vact};
+
+		moem_tpool_run(c->pool, j.groups, pack_groups, &pj);
+	}
 	for (uint32_t i = 0; i < a->n_experts * j.rb2; i++)
 		j.inode[i] = j.enode[i / j.rb2];
 	return moem_tpool_run_nodes(c->pool, a->n_experts * j.rb2, down_rows, &j, j.inode);

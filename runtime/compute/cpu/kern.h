@@ -24,7 +24,7 @@
  * (2 x groups_per_row <= K) and the row's block scales for up to 4
  * tokens (4 x K / 64 more); the AVX2 and AVX-512 bf16 kernels use none;
  * the AMX bf16 kernel lays 32 tokens' activations out as its B tiles
- * there (32 x K bf16).
+ * there (32 x K bf16) when they are not in VNNI form already.
  *
  * Activations are prepared once per call (ffn.c) in the form each
  * kernel reads, named by enum cpu_act_fmt:
@@ -39,6 +39,15 @@
  *          u8 (the unsigned operand of vpdpbusd, with the weights signed);
  *          QEO evens then odds (q4: low nibbles, then high nibbles);
  *          QM4 element 4j+i at i * 16 + j (q2: bit pair i of byte j).
+ *   VNNI   uint32 [rows / 16][K / 2][16] (rows rounded up to 16): the
+ *          BF16 values in pairs, row r's pair (2p, 2p + 1) at
+ *          (r / 16) * 8 K + 16 p + r % 16; the AMX kernel's B tiles for
+ *          each group of 16 rows, loaded in place (1 KB a K step, as
+ *          the kernel lays them out itself otherwise), so the FFN builds
+ *          them once per stage rather than once per call of a row block.
+ *          Only where the amx ISA passed isa.c's check (the packing is
+ *          AVX-512); no table names it as what it reads: the amx one
+ *          takes it instead of BF16 when it is there.
  */
 #ifndef MOEM_CPU_KERN_H
 #define MOEM_CPU_KERN_H
@@ -61,6 +70,7 @@ enum cpu_act_fmt {
 	CPU_ACT_QU8,
 	CPU_ACT_QEO,
 	CPU_ACT_QM4,
+	CPU_ACT_VNNI,
 	CPU_ACT_NR
 };
 
@@ -90,6 +100,14 @@ size_t moem_cpu_act_bytes(uint32_t rows, uint32_t K, uint32_t fmts);
  */
 void moem_cpu_prepare_act_in(struct moem_tpool *pool, const float *x, uint32_t rows, uint32_t K,
 			     uint32_t fmts, void *mem, struct cpu_act *out);
+/*
+ * The VNNI group of rows c..c + 15 (c % 16 == 0) of an operand laid out
+ * as above at vnni: row c + t from the bf16 row xb + map[t] * K (map
+ * NULL: row c + t) for t < n, zeros for t in n..15 (kern_amx.c; only
+ * after the amx ISA's check).
+ */
+void moem_cpu_amx_pack(const uint16_t *xb, const uint32_t *map, uint32_t n, uint32_t K,
+		       uint32_t *vnni, uint32_t c);
 
 typedef void (*moem_cpu_rows_fn)(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,
 				 uint32_t r1, const struct cpu_act *x, const uint32_t *tok,

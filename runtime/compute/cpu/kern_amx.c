@@ -6,7 +6,10 @@
  *   A tile  16 weight rows x 32 bf16 of K, loaded straight from the
  *           weight matrix with the row stride;
  *   B tile  16 pairs of K x 16 tokens: B[k / 2][2 t + (k & 1)] =
- *           act[tok[t]][k] (VNNI pairs), built per call in scratch;
+ *           act[tok[t]][k] (VNNI pairs): loaded in place from the
+ *           operand's VNNI form (kern.h) when the tokens are a group of
+ *           16 rows there, as the FFN lays them out, else built per call
+ *           in scratch;
  *   C tile  16 rows x 16 tokens of fp32, then written to y transposed.
  *
  * Per output the order is: one fp32 accumulator (C element) that takes
@@ -29,14 +32,17 @@
  * again); groups of 17-32 (two B tiles) two row blocks (4 C, 2 A, 2 B).
  * The FFN hands this table row blocks of 64 (ffn.c AMX_ROWS).
  *
- * Scratch: the B tiles of a group of 32 tokens, 32 x K bf16, are
+ * Scratch: the B tiles of a group of 32 tokens not in VNNI form already
+ * (dense matmuls, tests), 32 x K bf16, are
  * MOEM_CPU_SCRATCH_FLOATS(K) = 16 K floats (kern.h), the part of the
  * per-call scratch every caller sizes for every table (ffn.c,
  * decode_ops.c), allocated before any kernel runs; so the kernel itself
  * allocates nothing and cannot fail half way (a fallback to another
  * kernel would change bits). The activations are put in place once per
  * group of tokens: up to SCATTER_MAX tokens by vpscatterdd (a token's 16
- * pairs of a K step to its B column), more by 16 x 16 dword transposes.
+ * pairs of a K step to its B column), more by 16 x 16 dword transposes
+ * (the same transposes lay out the VNNI form: moem_cpu_amx_pack()), or
+ * gathered from a VNNI form whose rows are not one group.
  * Columns of absent tokens are left as they are: they only reach C
  * columns that are never stored (TDPBF16PS raises no exceptions).
  *
@@ -48,6 +54,7 @@
  * uses tiles; the tiles are left configured between calls.
  */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "kern.h"
@@ -125,17 +132,17 @@ INL void tr16(__m512i *r)
 /*
  * The B tiles of n <= 16 tokens: tile s (k = 32 s .. 32 s + 31) at
  * vb + 256 s dwords, row j the pair k = 32 s + 2 j of the 16 tokens,
- * zeros for the tokens past n (the scatter leaves those columns as they
- * are).
+ * zeros for the tokens past n, or, if scatter (a lone token), those
+ * columns left as they are.
  */
 static void vnni_build(const uint16_t *xb, const uint32_t *tok, uint32_t n, uint32_t K,
-		       uint32_t *vb)
+		       uint32_t *vb, bool scatter)
 {
 	const uint16_t *xr[16];
 
 	for (uint32_t t = 0; t < n; t++)
 		xr[t] = xb + (size_t)tok[t] * K;
-	if (n <= SCATTER_MAX) {
+	if (scatter) {
 		const __m512i idx = _mm512_mullo_epi32(
 			_mm512_set1_epi32(16),
 			_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
@@ -158,10 +165,68 @@ static void vnni_build(const uint16_t *xb, const uint32_t *tok, uint32_t n, uint
 	}
 }
 
-/* Rows [b, e) of the C tile of rows from start, tokens [0, n), to y (token t at y + t * ldy). */
+void moem_cpu_amx_pack(const uint16_t *xb, const uint32_t *map, uint32_t n, uint32_t K,
+		       uint32_t *vnni, uint32_t c)
+{
+	uint32_t id[16];
+
+	if (!map) {
+		for (uint32_t t = 0; t < n; t++)
+			id[t] = c + t;
+		map = id;
+	}
+	vnni_build(xb, map, n, K, vnni + (size_t)c * K / 2, false);
+}
+
+/*
+ * Where the B tiles of n <= 16 tokens come from: in place in x's VNNI
+ * form if the tokens are one group of rows there (consecutive, the first
+ * a multiple of 16), else laid out in vb, from the VNNI form or the bf16
+ * rows. The same values either way, so the same bits.
+ */
+static const uint32_t *b_tiles(const struct cpu_act *x, const uint32_t *tok, uint32_t n, uint32_t K,
+			       uint32_t *vb)
+{
+	const uint32_t *v = x->v[CPU_ACT_VNNI];
+	uint32_t t = 1;
+
+	if (!v) {
+		vnni_build(x->v[CPU_ACT_BF16], tok, n, K, vb, n <= SCATTER_MAX);
+		return vb;
+	}
+	while (t < n && tok[t] == tok[0] + t)
+		t++;
+	if (t == n && tok[0] % 16 == 0)
+		return v + (size_t)tok[0] * K / 2;
+	for (uint32_t p = 0; p < K / 2; p++)
+		for (t = 0; t < 16; t++)
+			vb[16 * p + t] =
+				t < n ? v[(size_t)(tok[t] / 16) * 8 * K + 16 * p + tok[t] % 16] : 0;
+	return vb;
+}
+
+/*
+ * Rows [b, e) of the C tile of rows from start, tokens [0, n), to y (token
+ * t at y + t * ldy). From 4 tokens the tile is transposed in registers
+ * and each token's rows stored under a mask (rows outside [b, e) are not
+ * touched); fewer go element by element. Moves only: the same bits.
+ */
 static void c_store(const float *c, uint32_t start, uint32_t b, uint32_t e, uint32_t n, float *y,
 		    uint32_t ldy, uint32_t r0)
 {
+	if (n >= 4) {
+		__mmask16 k =
+			(__mmask16)((((1u << (e - start)) - 1) >> (b - start)) << (b - start));
+		__m512i v[16];
+
+		for (int i = 0; i < 16; i++)
+			v[i] = _mm512_loadu_si512(c + 16 * i);
+		tr16(v);
+		for (uint32_t t = 0; t < n; t++)
+			_mm512_mask_storeu_epi32(y + (ptrdiff_t)t * ldy + ((ptrdiff_t)start - r0),
+						 k, v[t]);
+		return;
+	}
 	for (uint32_t t = 0; t < n; t++)
 		for (uint32_t r = b; r < e; r++)
 			y[(size_t)t * ldy + (r - r0)] = c[(r - start) * 16 + t];
@@ -253,10 +318,9 @@ static void amx_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, uint3
 		     uint32_t ldy, float *scratch)
 {
 	const uint8_t *W = mat + l->data_off;
-	const uint16_t *xb = x->v[CPU_ACT_BF16];
 	const uint32_t K = l->cols, m = l->rows < 16 ? l->rows : 16;
 	const size_t ldw = l->row_bytes;
-	uint32_t *vb0 = (uint32_t *)(void *)scratch, *vb1 = vb0 + 8 * (size_t)K;
+	uint32_t *sb0 = (uint32_t *)(void *)scratch, *sb1 = sb0 + 8 * (size_t)K;
 	float c[4][16 * 16];
 
 	if (r0 >= r1 || !T)
@@ -265,10 +329,11 @@ static void amx_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, uint3
 	for (uint32_t i = 0; i < T; i += 32) {
 		uint32_t n = T - i < 32 ? T - i : 32, n0 = n < 16 ? n : 16, n1 = n - n0;
 
-		vnni_build(xb, tok + i, n0, K, vb0);
-		if (n1)
-			vnni_build(xb, tok + i + 16, n1, K, vb1);
+		const uint32_t *vb0 = b_tiles(x, tok + i, n0, K, sb0), *vb1 = NULL;
 		uint32_t b0 = r0;
+
+		if (n1)
+			vb1 = b_tiles(x, tok + i + 16, n1, K, sb1);
 
 		for (; !n1 && b0 + 3 * m < r1; b0 += 4 * m) {
 			const uint8_t *w[4];
