@@ -38,7 +38,11 @@
  *          QNAT natural order (q8 weights); QU8 natural order, q + 128 as
  *          u8 (the unsigned operand of vpdpbusd, with the weights signed);
  *          QEO evens then odds (q4: low nibbles, then high nibbles);
- *          QM4 element 4j+i at i * 16 + j (q2: bit pair i of byte j).
+ *          QM4 element 4j+i at i * 16 + j (q2: bit pair i of byte j);
+ *          QM4X the same in groups of 4 blocks, bit pair i of the group's
+ *          block L at i * 64 + L * 16 + j (one 64-byte load of q2 weights
+ *          shifted by 2i is that vector's weight operand), the blocks
+ *          after the last full group as QM4.
  */
 #ifndef MOEM_CPU_KERN_H
 #define MOEM_CPU_KERN_H
@@ -61,6 +65,7 @@ enum cpu_act_fmt {
 	CPU_ACT_QU8,
 	CPU_ACT_QEO,
 	CPU_ACT_QM4,
+	CPU_ACT_QM4X,
 	CPU_ACT_NR
 };
 

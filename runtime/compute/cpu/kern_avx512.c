@@ -11,10 +11,13 @@
  * block for all tokens.
  *
  * Per output the order is: bf16, lane j of one 16-wide accumulator
- * takes 32 elements at a time in k order; quantized, lane j of two
+ * takes 32 elements at a time in k order; q8/q4, lane j of two
  * accumulators takes the even and the odd blocks in k order, the two are
- * added; then a 16-to-1 sum of fixed shape (hsum16, or hsum16x4 with the
- * same adds); q4/q2 add the min term last, in the 8-lane order of kern_x86.h.
+ * added; q2 the same with groups of 4 blocks for blocks (one integer sum
+ * of the 4 blocks' products, block L's in lanes 4L..4L+3, scaled by one
+ * FMA), the blocks after the last full group in the odd accumulator;
+ * then a 16-to-1 sum of fixed shape (hsum16, or hsum16x4 with the same
+ * adds); q4/q2 add the min term last, in the 8-lane order of kern_x86.h.
  * Rows and tokens are interleaved, never merged.
  *
  * The quantized path has kern_avx2.c's structure (tuned there on an
@@ -333,11 +336,68 @@ INL __m512 q_fma(enum moem_prec p, const struct qw *w, const int8_t *xq, uint32_
 }
 
 /*
+ * q2 in groups of 4 blocks (activation format QM4X): one 64-byte load
+ * holds the 4 blocks' 16 bytes in its 4 lanes, and shifted by 2i and
+ * masked it is bit pair i of all 4 against the activations' vector i;
+ * the 4 vpdpbusd go into one int32 sum (exact), lane group L being block
+ * L's, so the group takes one vcvtdq2ps and one FMA, with the 4 block
+ * scales each in its lane group, where block by block took 4 of each and
+ * 4 variable shifts: a batch-1 q2 row was bound by those instructions.
+ */
+#define Q2G 4 /* blocks per group */
+
+INL void q2_unpack4(const uint8_t *wq, uint32_t b, __m512i w[4])
+{
+	const __m512i m2 = _mm512_set1_epi8(3);
+	__m512i v = _mm512_loadu_si512((const void *)(wq + 16 * (size_t)b));
+
+	w[0] = _mm512_and_si512(v, m2);
+	w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2);
+	w[2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m2);
+	w[3] = _mm512_and_si512(_mm512_srli_epi16(v, 6), m2);
+}
+
+/* The 4 blocks' scales s[0..3], each in its 4 lanes. */
+INL __m512 q2_scale4(__m128 s)
+{
+	const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+
+	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
+}
+
+/* acc + group (blocks b..b+3) of activation row xq (QM4X) at scales s. */
+INL __m512 q2_fma4(const __m512i w[4], const int8_t *xq, uint32_t b, __m512 s, __m512 acc)
+{
+	const int8_t *xb = xq + 64 * (size_t)b;
+	__m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0],
+					_mm512_loadu_si512((const void *)xb));
+
+	d = _mm512_dpbusd_epi32(d, w[1], _mm512_loadu_si512((const void *)(xb + 64)));
+	d = _mm512_dpbusd_epi32(d, w[2], _mm512_loadu_si512((const void *)(xb + 128)));
+	d = _mm512_dpbusd_epi32(d, w[3], _mm512_loadu_si512((const void *)(xb + 192)));
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc);
+}
+
+/*
  * Every quantized tile keeps two accumulators per output, even blocks
  * and odd blocks, each in k order, added before hsum16: at batch 1 one
  * chain of dependent FMAs (4 cycles each) bounded a q4/q2 row, not the
  * ports.
  */
+
+/* q_tile's group of blocks b..b+3 into acc[0..T-1]. */
+INL void q2_tile_grp(const uint8_t *wq, const float *sq, uint32_t NB, const int8_t *const *xq,
+		     const int T, uint32_t b, __m512 *acc)
+{
+	__m512i w[4];
+
+	q2_unpack4(wq, b, w);
+	pf(wq + 16 * (size_t)b);
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		acc[t] = q2_fma4(w, xq[t], b, q2_scale4(_mm_loadu_ps(sq + (size_t)t * NB + b)),
+				 acc[t]);
+}
 
 /*
  * One row x T <= 4 tokens: per block the row's weights are unpacked
@@ -355,6 +415,24 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const floa
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+	if (p == MOEM_PREC_Q2) { /* groups 2n, 2n + 1 in acc 0, 1; the blocks after in acc 1 */
+		for (; b + 2 * Q2G <= NB; b += 2 * Q2G) {
+			q2_tile_grp(wq, sq, NB, xq, T, b, acc[0]);
+			q2_tile_grp(wq, sq, NB, xq, T, b + Q2G, acc[1]);
+		}
+		if (b + Q2G <= NB) {
+			q2_tile_grp(wq, sq, NB, xq, T, b, acc[0]);
+			b += Q2G;
+		}
+		for (; b < NB; b++) {
+			const struct qw w = q_unpack(p, wq, b);
+
+#pragma GCC unroll 4
+			for (int t = 0; t < T; t++)
+				acc[1][t] =
+					q_fma(p, &w, xq[t], b, sq[(size_t)t * NB + b], acc[1][t]);
+		}
+	}
 	for (; b + 2 <= NB; b += 2) {
 		struct qw w0, w1;
 
@@ -425,6 +503,23 @@ static void min_rows4(const float *mn, uint32_t G, const float *xs, uint32_t gsh
 	_mm_storeu_ps(out, m);
 }
 
+/* q_rows()'s group of blocks b..b+3 of SHORT_R rows into acc[0..SHORT_R-1]. */
+INL void q2_rows_grp(const uint8_t *wq, size_t rowb, const float *sw, uint32_t G, const int8_t *xq,
+		     const float *qs, uint32_t b, __m512 *acc)
+{
+	const __m128 q4 = _mm_loadu_ps(qs + b);
+
+#pragma GCC unroll 4
+	for (int r = 0; r < SHORT_R; r++) {
+		__m512i w[4];
+
+		q2_unpack4(wq + r * rowb, b, w);
+		pf(wq + r * rowb + 16 * (size_t)b);
+		acc[r] = q2_fma4(w, xq, b, q2_scale4(_mm_mul_ps(_mm_loadu_ps(sw + r * G + b), q4)),
+				 acc[r]);
+	}
+}
+
 /*
  * R rows x 1 token of a matrix with short rows (K < 2048: an expert's
  * down projection, 12 blocks a row), for batch 1, as kern_avx2.c does:
@@ -446,6 +541,24 @@ INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *s
 #pragma GCC unroll 4
 	for (int r = 0; r < SHORT_R; r++)
 		acc[0][r] = acc[1][r] = _mm512_setzero_ps();
+	if (p == MOEM_PREC_Q2) { /* q_tile's order; gshift 0, so G == NB */
+		for (; b + 2 * Q2G <= NB; b += 2 * Q2G) {
+			q2_rows_grp(wq, rowb, sw, G, xq, qs, b, acc[0]);
+			q2_rows_grp(wq, rowb, sw, G, xq, qs, b + Q2G, acc[1]);
+		}
+		if (b + Q2G <= NB) {
+			q2_rows_grp(wq, rowb, sw, G, xq, qs, b, acc[0]);
+			b += Q2G;
+		}
+		for (; b < NB; b++) {
+#pragma GCC unroll 4
+			for (int r = 0; r < SHORT_R; r++) {
+				const struct qw w = q_unpack(p, wq + r * rowb, b);
+
+				acc[1][r] = q_fma(p, &w, xq, b, sw[r * G + b] * qs[b], acc[1][r]);
+			}
+		}
+	}
 	for (; b + 2 <= NB; b += 2) {
 #pragma GCC unroll 4
 		for (int r = 0; r < SHORT_R; r++) {
@@ -477,6 +590,26 @@ INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *s
 		y[r] += m[r];
 }
 
+/* q_tile2()'s group of blocks b..b+3 of 2 rows into acc0 and acc1 [0..T-1]. */
+INL void q2_tile2_grp(const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
+		      const int8_t *const *xq, const int T, uint32_t b, __m512 *acc0, __m512 *acc1)
+{
+	__m512i w[2][4];
+
+#pragma GCC unroll 2
+	for (int r = 0; r < 2; r++) {
+		q2_unpack4(wq + r * rowb, b, w[r]);
+		pf(wq + r * rowb + 16 * (size_t)b);
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++) {
+		acc0[t] = q2_fma4(w[0], xq[t], b, q2_scale4(_mm_loadu_ps(sq + (size_t)t * NB + b)),
+				  acc0[t]);
+		acc1[t] = q2_fma4(w[1], xq[t], b,
+				  q2_scale4(_mm_loadu_ps(sq + (size_t)(4 + t) * NB + b)), acc1[t]);
+	}
+}
+
 /*
  * 2 rows x T <= 4 tokens of a short-row matrix, for calls of several
  * tokens: each token's activation block is loaded once for both rows.
@@ -492,6 +625,28 @@ INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		acc[0][0][t] = acc[0][1][t] = acc[1][0][t] = acc[1][1][t] = _mm512_setzero_ps();
+	if (p == MOEM_PREC_Q2) { /* q_tile's order */
+		for (; b + 2 * Q2G <= NB; b += 2 * Q2G) {
+			q2_tile2_grp(wq, rowb, sq, NB, xq, T, b, acc[0][0], acc[1][0]);
+			q2_tile2_grp(wq, rowb, sq, NB, xq, T, b + Q2G, acc[0][1], acc[1][1]);
+		}
+		if (b + Q2G <= NB) {
+			q2_tile2_grp(wq, rowb, sq, NB, xq, T, b, acc[0][0], acc[1][0]);
+			b += Q2G;
+		}
+		for (; b < NB; b++) {
+#pragma GCC unroll 2
+			for (int r = 0; r < 2; r++) {
+				const struct qw w = q_unpack(p, wq + r * rowb, b);
+
+#pragma GCC unroll 4
+				for (int t = 0; t < T; t++)
+					acc[r][1][t] = q_fma(p, &w, xq[t], b,
+							     sq[(size_t)(4 * r + t) * NB + b],
+							     acc[r][1][t]);
+			}
+		}
+	}
 	for (; b + 2 <= NB; b += 2) {
 		struct qw w[2][2];
 
@@ -662,11 +817,11 @@ static void avx512_q2(const struct moem_qmat_layout *l, const uint8_t *mat, uint
 		      uint32_t r1, const struct cpu_act *x, const uint32_t *tok, uint32_t T,
 		      float *y, uint32_t ldy, float *scratch)
 {
-	avx512_q(MOEM_PREC_Q2, CPU_ACT_QM4, l, mat, r0, r1, x, tok, T, y, ldy, scratch);
+	avx512_q(MOEM_PREC_Q2, CPU_ACT_QM4X, l, mat, r0, r1, x, tok, T, y, ldy, scratch);
 }
 
 const struct moem_cpu_kern KERN_TABLE = {
 	.isa = MOEM_CPU_ISA_AVX512,
 	.rows = {avx512_bf16, avx512_q8, avx512_q4, avx512_q2},
-	.fmt = {CPU_ACT_BF16, CPU_ACT_QU8, CPU_ACT_QEO, CPU_ACT_QM4},
+	.fmt = {CPU_ACT_BF16, CPU_ACT_QU8, CPU_ACT_QEO, CPU_ACT_QM4X},
 };
