@@ -718,7 +718,7 @@ TEST(quantized_activations_match_definition)
 {
 	const uint32_t rows = 5, K = 1152, NB = K / 64;
 	const uint32_t fmts = (1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
-			      (1u << CPU_ACT_QM4) | (1u << CPU_ACT_QM4X);
+			      (1u << CPU_ACT_QM4) | (1u << CPU_ACT_QM4X) | (1u << CPU_ACT_QEO2);
 	float *x = tb_rand_f32(41, (size_t)rows * K, 3.0);
 	struct cpu_act a;
 
@@ -748,6 +748,10 @@ TEST(quantized_activations_match_definition)
 				int8_t want = (int8_t)(q > 127.0f ? 127 : q < -127.0f ? -127 : q);
 				const int8_t *nat = a.v[CPU_ACT_QNAT], *eo = a.v[CPU_ACT_QEO];
 				const int8_t *m4 = a.v[CPU_ACT_QM4], *m4x = a.v[CPU_ACT_QM4X];
+				const int8_t *eo2 = a.v[CPU_ACT_QEO2];
+				/* QEO2: pairs of blocks (all 18), evens of both, then odds */
+				size_t oe = (size_t)r * K + (size_t)(b / 2) * 128 + (i & 1) * 64 +
+					    (b % 2) * 32;
 				/* QM4X: groups of 4 blocks (16 blocks of 18), the last 2 as QM4 */
 				size_t ox = b < 16 ? (size_t)r * K + (size_t)(b / 4) * 256 +
 							     (i & 3) * 64 + (b % 4) * 16
@@ -760,6 +764,7 @@ TEST(quantized_activations_match_definition)
 				ASSERT_EQ(want, eo[o + (i & 1) * 32 + i / 2]);
 				ASSERT_EQ(want, m4[o + (i & 3) * 16 + i / 4]);
 				ASSERT_EQ(want, m4x[ox + i / 4]);
+				ASSERT_EQ(want, eo2[oe + i / 2]);
 				ASSERT_EQ((uint8_t)(want + 128), u8[o + i]);
 			}
 		}

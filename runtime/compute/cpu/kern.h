@@ -38,6 +38,8 @@
  *          QNAT natural order (q8 weights); QU8 natural order, q + 128 as
  *          u8 (the unsigned operand of vpdpbusd, with the weights signed);
  *          QEO evens then odds (q4: low nibbles, then high nibbles);
+ *          QEO2 the same in pairs of blocks, the pair's evens (block b's,
+ *          then b + 1's) then its odds, a last odd block as QEO;
  *          QM4 element 4j+i at i * 16 + j (q2: bit pair i of byte j);
  *          QM4X the same in groups of 4 blocks, bit pair i of the group's
  *          block L at i * 64 + L * 16 + j (one 64-byte load of q2 weights
@@ -66,6 +68,7 @@ enum cpu_act_fmt {
 	CPU_ACT_QEO,
 	CPU_ACT_QM4,
 	CPU_ACT_QM4X,
+	CPU_ACT_QEO2,
 	CPU_ACT_NR
 };
 
