@@ -343,14 +343,16 @@ TEST(rows_odd_ranges_match_scalar)
  * at batch 1 and 2 x 4), and each token alone over all rows. K 384 is
  * three quantized groups of 128 (an odd number), K 1152 nine (8 in the
  * min term's vector lanes, 1 after; q2: 16 and 2), K 320 five blocks of
- * 64 (q2 only: AVX-512 takes blocks in pairs), and 73 rows leave 1 over
+ * 64 (q2 only: AVX-512 takes blocks in pairs), K 832 thirteen (q2 only:
+ * AVX-512 takes q2 in groups of 4 blocks, two groups at a time, then
+ * one group and a block left over), and 73 rows leave 1 over
  * the tiles of 2, 3 and 4; on AMX 73 rows are four row tiles of 16 and a
  * last tile moved back to end on row 72, 64 tokens two groups of 32 and
  * the smaller calls one group of 16.
  */
 TEST(rows_same_bits_for_any_call_shape)
 {
-	static const uint32_t Ks[] = {256, 320, 384, 1152};
+	static const uint32_t Ks[] = {256, 320, 384, 832, 1152};
 	const uint32_t R = 73, B = 64;
 	struct kcase kc[6];
 	int nk = kcases(kc);
@@ -368,7 +370,7 @@ TEST(rows_same_bits_for_any_call_shape)
 			uint32_t tok[64];
 			uint8_t *q;
 
-			/* K 320: q2 only (odd blocks a row); q8 and q4 groups are 128 */
+			/* K 320, 832: q2 only (odd blocks a row); q8 and q4 groups are 128 */
 			if (p != MOEM_PREC_BF16 && K % 128 && p != MOEM_PREC_Q2)
 				continue;
 			w = tb_rand_bf16(90 + p, (size_t)R * K, 0.05);
@@ -758,7 +760,7 @@ TEST(quantized_activations_match_definition)
 {
 	const uint32_t rows = 5, K = 1152, NB = K / 64;
 	const uint32_t fmts = (1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
-			      (1u << CPU_ACT_QM4);
+			      (1u << CPU_ACT_QM4) | (1u << CPU_ACT_QM4X) | (1u << CPU_ACT_QEO2);
 	float *x = tb_rand_f32(41, (size_t)rows * K, 3.0);
 	struct cpu_act a;
 
@@ -787,7 +789,15 @@ TEST(quantized_activations_match_definition)
 				float q = sx > 0.0f ? nearbyintf(xb[i] / sx) : 0.0f;
 				int8_t want = (int8_t)(q > 127.0f ? 127 : q < -127.0f ? -127 : q);
 				const int8_t *nat = a.v[CPU_ACT_QNAT], *eo = a.v[CPU_ACT_QEO];
-				const int8_t *m4 = a.v[CPU_ACT_QM4];
+				const int8_t *m4 = a.v[CPU_ACT_QM4], *m4x = a.v[CPU_ACT_QM4X];
+				const int8_t *eo2 = a.v[CPU_ACT_QEO2];
+				/* QEO2: pairs of blocks (all 18), evens of both, then odds */
+				size_t oe = (size_t)r * K + (size_t)(b / 2) * 128 + (i & 1) * 64 +
+					    (b % 2) * 32;
+				/* QM4X: groups of 4 blocks (16 blocks of 18), the last 2 as QM4 */
+				size_t ox = b < 16 ? (size_t)r * K + (size_t)(b / 4) * 256 +
+							     (i & 3) * 64 + (b % 4) * 16
+						   : o + (i & 3) * 16;
 				const uint8_t *u8 = a.v[CPU_ACT_QU8];
 
 				ASSERT_EQ(want, nat[o + i])
@@ -795,6 +805,8 @@ TEST(quantized_activations_match_definition)
 				       nat[o + i], want);
 				ASSERT_EQ(want, eo[o + (i & 1) * 32 + i / 2]);
 				ASSERT_EQ(want, m4[o + (i & 3) * 16 + i / 4]);
+				ASSERT_EQ(want, m4x[ox + i / 4]);
+				ASSERT_EQ(want, eo2[oe + i / 2]);
 				ASSERT_EQ((uint8_t)(want + 128), u8[o + i]);
 			}
 		}

@@ -127,6 +127,22 @@ MOEM_CPU_CLONES static void quantize_row(struct act_buf *b, uint32_t row)
 		if (b->fmts & (1u << CPU_ACT_QM4))
 			for (uint32_t i = 0; i < QB; i++)
 				((int8_t *)b->a.v[CPU_ACT_QM4])[o + (i & 3) * 16 + i / 4] = q[i];
+		if (b->fmts & (1u << CPU_ACT_QEO2)) {
+			/* a pair of blocks: evens of L at L * 32, odds at 64 + L * 32 */
+			size_t og = blk < NB / 2 * 2 ? o - (size_t)(blk & 1) * 32 : o;
+			uint32_t st = blk < NB / 2 * 2 ? 64 : 32;
+
+			for (uint32_t i = 0; i < QB; i++)
+				((int8_t *)b->a.v[CPU_ACT_QEO2])[og + (i & 1) * st + i / 2] = q[i];
+		}
+		if (b->fmts & (1u << CPU_ACT_QM4X)) {
+			/* a full group of 4 blocks: bit pair i's 16 of block L at i * 64 + L * 16 */
+			size_t og = blk < NB / 4 * 4 ? o - (size_t)(blk & 3) * 48 : o;
+			uint32_t st = blk < NB / 4 * 4 ? 64 : 16;
+
+			for (uint32_t i = 0; i < QB; i++)
+				((int8_t *)b->a.v[CPU_ACT_QM4X])[og + (i & 3) * st + i / 4] = q[i];
+		}
 	}
 }
 
@@ -142,7 +158,7 @@ static void prep_row(void *arg, uint32_t row, uint32_t worker)
 			o[i] = moem_f32_to_bf16(b->f32[(size_t)row * K + i]);
 	}
 	if (b->fmts & ((1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
-		       (1u << CPU_ACT_QM4)))
+		       (1u << CPU_ACT_QM4) | (1u << CPU_ACT_QM4X) | (1u << CPU_ACT_QEO2)))
 		quantize_row(b, row);
 }
 
@@ -268,8 +284,9 @@ static void *carve(struct carve *c, size_t bytes)
 static void carve_act(struct carve *c, struct act_buf *b, uint32_t rows, uint32_t K)
 {
 	const size_t n = (size_t)rows * K, nb = (size_t)rows * (K / QB);
-	const bool q = b->fmts & ((1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
-				  (1u << CPU_ACT_QM4));
+	const uint32_t qf = (1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
+			    (1u << CPU_ACT_QM4) | (1u << CPU_ACT_QM4X) | (1u << CPU_ACT_QEO2);
+	const bool q = b->fmts & qf;
 
 	b->rows = rows;
 	b->a.K = K;
@@ -277,8 +294,8 @@ static void carve_act(struct carve *c, struct act_buf *b, uint32_t rows, uint32_
 		b->a.v[CPU_ACT_F32] = carve(c, 4 * n);
 	if (b->fmts & ~b->ext & (1u << CPU_ACT_BF16))
 		b->a.v[CPU_ACT_BF16] = carve(c, 2 * n);
-	for (int f = CPU_ACT_QNAT; f <= CPU_ACT_QM4; f++)
-		if (b->fmts & (1u << f))
+	for (int f = 0; f < CPU_ACT_NR; f++) /* the int8 forms, rows x K bytes each */
+		if (b->fmts & qf & (1u << f))
 			b->a.v[f] = carve(c, n);
 	if (b->fmts & (1u << CPU_ACT_VNNI))
 		b->a.v[CPU_ACT_VNNI] = carve(c, (size_t)2 * K * ((rows + 15) & ~15u));

@@ -38,7 +38,13 @@
  *          QNAT natural order (q8 weights); QU8 natural order, q + 128 as
  *          u8 (the unsigned operand of vpdpbusd, with the weights signed);
  *          QEO evens then odds (q4: low nibbles, then high nibbles);
- *          QM4 element 4j+i at i * 16 + j (q2: bit pair i of byte j).
+ *          QEO2 the same in pairs of blocks, the pair's evens (block b's,
+ *          then b + 1's) then its odds, a last odd block as QEO;
+ *          QM4 element 4j+i at i * 16 + j (q2: bit pair i of byte j);
+ *          QM4X the same in groups of 4 blocks, bit pair i of the group's
+ *          block L at i * 64 + L * 16 + j (one 64-byte load of q2 weights
+ *          shifted by 2i is that vector's weight operand), the blocks
+ *          after the last full group as QM4.
  *   VNNI   uint32 [rows / 16][K / 2][16] (rows rounded up to 16): the
  *          BF16 values in pairs, row r's pair (2p, 2p + 1) at
  *          (r / 16) * 8 K + 16 p + r % 16; the AMX kernel's B tiles for
@@ -71,6 +77,8 @@ enum cpu_act_fmt {
 	CPU_ACT_QEO,
 	CPU_ACT_QM4,
 	CPU_ACT_VNNI,
+	CPU_ACT_QM4X,
+	CPU_ACT_QEO2,
 	CPU_ACT_NR
 };
 

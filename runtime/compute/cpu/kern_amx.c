@@ -423,5 +423,5 @@ static void amx_q2(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_
 const struct moem_cpu_kern moem_cpu_kern_amx = {
 	.isa = MOEM_CPU_ISA_AMX,
 	.rows = {amx_bf16, amx_q8, amx_q4, amx_q2},
-	.fmt = {CPU_ACT_BF16, CPU_ACT_QU8, CPU_ACT_QEO, CPU_ACT_QM4},
+	.fmt = {CPU_ACT_BF16, CPU_ACT_QU8, CPU_ACT_QEO2, CPU_ACT_QM4X},
 };

@@ -11,10 +11,14 @@
  * block for all tokens.
  *
  * Per output the order is: bf16, lane j of one 16-wide accumulator
- * takes 32 elements at a time in k order; quantized, lane j of two
+ * takes 32 elements at a time in k order; q8, lane j of two
  * accumulators takes the even and the odd blocks in k order, the two are
- * added; then a 16-to-1 sum of fixed shape (hsum16, or hsum16x4 with the
- * same adds); q4/q2 add the min term last, in the 8-lane order of kern_x86.h.
+ * added; q4 and q2 the same with groups of 2 and 4 blocks for blocks (one
+ * integer sum of the group's products, block L's in its 16 / QG lanes,
+ * scaled by one FMA), the blocks after the last full group in the odd
+ * accumulator;
+ * then a 16-to-1 sum of fixed shape (hsum16, or hsum16x4 with the same
+ * adds); q4/q2 add the min term last, in the 8-lane order of kern_x86.h.
  * Rows and tokens are interleaved, never merged.
  *
  * The quantized path has kern_avx2.c's structure (tuned there on an
@@ -303,25 +307,11 @@ INL void pf_blk(enum moem_prec p, const uint8_t *wq, uint32_t b)
 		pf(wq + (size_t)QBPB(p) * b);
 }
 
-/*
- * Blocks b and b + 1 of a row (b + 1 < NB). q4: both from one 64-byte
- * load, the nibbles of the two blocks split by two lane shuffles (5
- * vector instructions where two q_unpack() take 8).
- */
+/* Blocks b and b + 1 of a row (b + 1 < NB; q8: q4 and q2 take groups, qg_unpack()). */
 INL void q_unpack2(enum moem_prec p, const uint8_t *wq, uint32_t b, struct qw *w0, struct qw *w1)
 {
-	if (p == MOEM_PREC_Q4) {
-		const __m512i m4 = _mm512_set1_epi8(0x0f);
-		__m512i v = _mm512_loadu_si512((const void *)(wq + 32 * (size_t)b));
-		__m512i lo = _mm512_and_si512(v, m4);
-		__m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-
-		w0->w = w0->comp = _mm512_shuffle_i32x4(lo, hi, 0x44); /* lo 0 1, hi 0 1 */
-		w1->w = w1->comp = _mm512_shuffle_i32x4(lo, hi, 0xee); /* lo 2 3, hi 2 3 */
-	} else {
-		*w0 = q_unpack(p, wq, b);
-		*w1 = q_unpack(p, wq, b + 1);
-	}
+	*w0 = q_unpack(p, wq, b);
+	*w1 = q_unpack(p, wq, b + 1);
 }
 
 /* acc + block b's dot product with activation row xq at scale s (broadcast). */
@@ -333,11 +323,98 @@ INL __m512 q_fma(enum moem_prec p, const struct qw *w, const int8_t *xq, uint32_
 }
 
 /*
+ * q4 and q2 in groups of blocks, 2 and 4, one 64-byte load of weights
+ * (activation formats QEO2, QM4X): masked, and shifted by 4 (q4) or by 2i
+ * (q2), vector i is nibble or bit pair i of every block of the group,
+ * against the activations' vector i. The group's vpdpbusd go into one
+ * int32 sum (exact), block L's in lanes 16 L / QG .. 16 (L + 1) / QG - 1,
+ * so a group takes one vcvtdq2ps and one FMA, with its block scales each
+ * in its lanes, where block by block took one of each a block (and q2 a
+ * variable shift a block): a batch-1 q2 row was bound by those
+ * instructions.
+ */
+#define QG(p) ((p) == MOEM_PREC_Q2 ? 4u : 2u) /* blocks per group */
+
+INL void qg_unpack(enum moem_prec p, const uint8_t *wq, uint32_t b, __m512i w[4])
+{
+	__m512i v = _mm512_loadu_si512((const void *)(wq + QBPB(p) * (size_t)b));
+
+	if (p == MOEM_PREC_Q4) {
+		const __m512i m4 = _mm512_set1_epi8(0x0f);
+
+		w[0] = _mm512_and_si512(v, m4);
+		w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+	} else {
+		const __m512i m2 = _mm512_set1_epi8(3);
+
+		w[0] = _mm512_and_si512(v, m2);
+		w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2);
+		w[2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m2);
+		w[3] = _mm512_and_si512(_mm512_srli_epi16(v, 6), m2);
+	}
+}
+
+/* The QG floats at s (a group's block scales), for qg_scale(). */
+INL __m128 qg_ld(enum moem_prec p, const float *s)
+{
+	if (p == MOEM_PREC_Q4)
+		return _mm_castpd_ps(_mm_load_sd((const double *)(const void *)s));
+	return _mm_loadu_ps(s);
+}
+
+/* A row's weight scale of each block of the group at b, for a qg_ld() of its block scales. */
+INL __m128 qg_sw(enum moem_prec p, const float *sw, uint32_t b)
+{
+	if (p == MOEM_PREC_Q4)
+		return _mm_set1_ps(sw[b >> 1]);
+	return _mm_loadu_ps(sw + b);
+}
+
+/* The group's block scales s[0..QG - 1], each in its lanes. */
+INL __m512 qg_scale(enum moem_prec p, __m128 s)
+{
+	const __m512i i2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	const __m512i i4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+
+	return _mm512_permutexvar_ps(p == MOEM_PREC_Q4 ? i2 : i4, _mm512_castps128_ps512(s));
+}
+
+/* acc + the group at block b of activation row xq (QEO2, QM4X) at scales s. */
+INL __m512 qg_fma(enum moem_prec p, const __m512i w[4], const int8_t *xq, uint32_t b, __m512 s,
+		  __m512 acc)
+{
+	const int8_t *xb = xq + 64 * (size_t)b;
+	__m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0],
+					_mm512_loadu_si512((const void *)xb));
+
+	d = _mm512_dpbusd_epi32(d, w[1], _mm512_loadu_si512((const void *)(xb + 64)));
+	if (p == MOEM_PREC_Q2) {
+		d = _mm512_dpbusd_epi32(d, w[2], _mm512_loadu_si512((const void *)(xb + 128)));
+		d = _mm512_dpbusd_epi32(d, w[3], _mm512_loadu_si512((const void *)(xb + 192)));
+	}
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc);
+}
+
+/*
  * Every quantized tile keeps two accumulators per output, even blocks
  * and odd blocks, each in k order, added before hsum16: at batch 1 one
  * chain of dependent FMAs (4 cycles each) bounded a q4/q2 row, not the
  * ports.
  */
+
+/* q_tile's group at block b into acc[0..T-1]. */
+INL void qg_tile(enum moem_prec p, const uint8_t *wq, const float *sq, uint32_t NB,
+		 const int8_t *const *xq, const int T, uint32_t b, __m512 *acc)
+{
+	__m512i w[4];
+
+	qg_unpack(p, wq, b, w);
+	pf(wq + QBPB(p) * (size_t)b);
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++)
+		acc[t] = qg_fma(p, w, xq[t], b, qg_scale(p, qg_ld(p, sq + (size_t)t * NB + b)),
+				acc[t]);
+}
 
 /*
  * One row x T <= 4 tokens: per block the row's weights are unpacked
@@ -355,6 +432,24 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const floa
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+	if (p != MOEM_PREC_Q8) { /* groups 2n, 2n + 1 in acc 0, 1; the block(s) after in acc 1 */
+		for (; b + 2 * QG(p) <= NB; b += 2 * QG(p)) {
+			qg_tile(p, wq, sq, NB, xq, T, b, acc[0]);
+			qg_tile(p, wq, sq, NB, xq, T, b + QG(p), acc[1]);
+		}
+		if (b + QG(p) <= NB) {
+			qg_tile(p, wq, sq, NB, xq, T, b, acc[0]);
+			b += QG(p);
+		}
+		for (; b < NB; b++) {
+			const struct qw w = q_unpack(p, wq, b);
+
+#pragma GCC unroll 4
+			for (int t = 0; t < T; t++)
+				acc[1][t] =
+					q_fma(p, &w, xq[t], b, sq[(size_t)t * NB + b], acc[1][t]);
+		}
+	}
 	for (; b + 2 <= NB; b += 2) {
 		struct qw w0, w1;
 
@@ -425,6 +520,23 @@ static void min_rows4(const float *mn, uint32_t G, const float *xs, uint32_t gsh
 	_mm_storeu_ps(out, m);
 }
 
+/* q_rows()'s group at block b of SHORT_R rows into acc[0..SHORT_R-1]. */
+INL void qg_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sw, uint32_t G,
+		 const int8_t *xq, const float *qs, uint32_t b, __m512 *acc)
+{
+	const __m128 q = qg_ld(p, qs + b);
+
+#pragma GCC unroll 4
+	for (int r = 0; r < SHORT_R; r++) {
+		__m512i w[4];
+
+		qg_unpack(p, wq + r * rowb, b, w);
+		pf(wq + r * rowb + QBPB(p) * (size_t)b);
+		acc[r] = qg_fma(p, w, xq, b, qg_scale(p, _mm_mul_ps(qg_sw(p, sw + r * G, b), q)),
+				acc[r]);
+	}
+}
+
 /*
  * R rows x 1 token of a matrix with short rows (K < 2048: an expert's
  * down projection, 12 blocks a row), for batch 1, as kern_avx2.c does:
@@ -446,27 +558,22 @@ INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *s
 #pragma GCC unroll 4
 	for (int r = 0; r < SHORT_R; r++)
 		acc[0][r] = acc[1][r] = _mm512_setzero_ps();
-	for (; b + 2 <= NB; b += 2) {
-#pragma GCC unroll 4
-		for (int r = 0; r < SHORT_R; r++) {
-			struct qw w0, w1;
-
-			q_unpack2(p, wq + r * rowb, b, &w0, &w1);
-			pf_blk(p, wq + r * rowb, b);
-			pf_blk(p, wq + r * rowb, b + 1);
-			acc[0][r] =
-				q_fma(p, &w0, xq, b, sw[r * G + (b >> gshift)] * qs[b], acc[0][r]);
-			acc[1][r] = q_fma(p, &w1, xq, b + 1,
-					  sw[r * G + ((b + 1) >> gshift)] * qs[b + 1], acc[1][r]);
-		}
+	/* q4 and q2 only (q8 has no short-row tiles): q_tile's order */
+	for (; b + 2 * QG(p) <= NB; b += 2 * QG(p)) {
+		qg_rows(p, wq, rowb, sw, G, xq, qs, b, acc[0]);
+		qg_rows(p, wq, rowb, sw, G, xq, qs, b + QG(p), acc[1]);
 	}
-	if (b < NB) {
+	if (b + QG(p) <= NB) {
+		qg_rows(p, wq, rowb, sw, G, xq, qs, b, acc[0]);
+		b += QG(p);
+	}
+	for (; b < NB; b++) {
 #pragma GCC unroll 4
 		for (int r = 0; r < SHORT_R; r++) {
 			const struct qw w = q_unpack(p, wq + r * rowb, b);
 
-			acc[0][r] =
-				q_fma(p, &w, xq, b, sw[r * G + (b >> gshift)] * qs[b], acc[0][r]);
+			acc[1][r] =
+				q_fma(p, &w, xq, b, sw[r * G + (b >> gshift)] * qs[b], acc[1][r]);
 		}
 	}
 	min_rows4(mn, G, xs, gshift, m);
@@ -475,6 +582,26 @@ INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *s
 #pragma GCC unroll 4
 	for (int r = 0; r < SHORT_R; r++)
 		y[r] += m[r];
+}
+
+/* q_tile2()'s group at block b of 2 rows into acc0 and acc1 [0..T-1]. */
+INL void qg_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
+		  const int8_t *const *xq, const int T, uint32_t b, __m512 *acc0, __m512 *acc1)
+{
+	__m512i w[2][4];
+
+#pragma GCC unroll 2
+	for (int r = 0; r < 2; r++) {
+		qg_unpack(p, wq + r * rowb, b, w[r]);
+		pf(wq + r * rowb + QBPB(p) * (size_t)b);
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < T; t++) {
+		acc0[t] = qg_fma(p, w[0], xq[t], b, qg_scale(p, qg_ld(p, sq + (size_t)t * NB + b)),
+				 acc0[t]);
+		acc1[t] = qg_fma(p, w[1], xq[t], b,
+				 qg_scale(p, qg_ld(p, sq + (size_t)(4 + t) * NB + b)), acc1[t]);
+	}
 }
 
 /*
@@ -492,36 +619,25 @@ INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *
 #pragma GCC unroll 4
 	for (int t = 0; t < T; t++)
 		acc[0][0][t] = acc[0][1][t] = acc[1][0][t] = acc[1][1][t] = _mm512_setzero_ps();
-	for (; b + 2 <= NB; b += 2) {
-		struct qw w[2][2];
-
+	/* q4 and q2 only: q_tile's order */
+	for (; b + 2 * QG(p) <= NB; b += 2 * QG(p)) {
+		qg_tile2(p, wq, rowb, sq, NB, xq, T, b, acc[0][0], acc[1][0]);
+		qg_tile2(p, wq, rowb, sq, NB, xq, T, b + QG(p), acc[0][1], acc[1][1]);
+	}
+	if (b + QG(p) <= NB) {
+		qg_tile2(p, wq, rowb, sq, NB, xq, T, b, acc[0][0], acc[1][0]);
+		b += QG(p);
+	}
+	for (; b < NB; b++) {
 #pragma GCC unroll 2
 		for (int r = 0; r < 2; r++) {
-			q_unpack2(p, wq + r * rowb, b, &w[r][0], &w[r][1]);
-			pf_blk(p, wq + r * rowb, b);
-			pf_blk(p, wq + r * rowb, b + 1);
-		}
-#pragma GCC unroll 4
-		for (int t = 0; t < T; t++) {
-#pragma GCC unroll 2
-			for (int r = 0; r < 2; r++) {
-				const float *s = sq + (size_t)(4 * r + t) * NB;
+			const struct qw w = q_unpack(p, wq + r * rowb, b);
 
-				acc[r][0][t] = q_fma(p, &w[r][0], xq[t], b, s[b], acc[r][0][t]);
+#pragma GCC unroll 4
+			for (int t = 0; t < T; t++)
 				acc[r][1][t] =
-					q_fma(p, &w[r][1], xq[t], b + 1, s[b + 1], acc[r][1][t]);
-			}
-		}
-	}
-	if (b < NB) {
-		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq + rowb, b);
-
-#pragma GCC unroll 4
-		for (int t = 0; t < T; t++) {
-			acc[0][0][t] =
-				q_fma(p, &w0, xq[t], b, sq[(size_t)t * NB + b], acc[0][0][t]);
-			acc[1][0][t] =
-				q_fma(p, &w1, xq[t], b, sq[(size_t)(4 + t) * NB + b], acc[1][0][t]);
+					q_fma(p, &w, xq[t], b, sq[(size_t)(4 * r + t) * NB + b],
+					      acc[r][1][t]);
 		}
 	}
 	if (T == 4) {
@@ -655,18 +771,18 @@ static void avx512_q4(const struct moem_qmat_layout *l, const uint8_t *mat, uint
 		      uint32_t r1, const struct cpu_act *x, const uint32_t *tok, uint32_t T,
 		      float *y, uint32_t ldy, float *scratch)
 {
-	avx512_q(MOEM_PREC_Q4, CPU_ACT_QEO, l, mat, r0, r1, x, tok, T, y, ldy, scratch);
+	avx512_q(MOEM_PREC_Q4, CPU_ACT_QEO2, l, mat, r0, r1, x, tok, T, y, ldy, scratch);
 }
 
 static void avx512_q2(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,
 		      uint32_t r1, const struct cpu_act *x, const uint32_t *tok, uint32_t T,
 		      float *y, uint32_t ldy, float *scratch)
 {
-	avx512_q(MOEM_PREC_Q2, CPU_ACT_QM4, l, mat, r0, r1, x, tok, T, y, ldy, scratch);
+	avx512_q(MOEM_PREC_Q2, CPU_ACT_QM4X, l, mat, r0, r1, x, tok, T, y, ldy, scratch);
 }
 
 const struct moem_cpu_kern KERN_TABLE = {
 	.isa = MOEM_CPU_ISA_AVX512,
 	.rows = {avx512_bf16, avx512_q8, avx512_q4, avx512_q2},
-	.fmt = {CPU_ACT_BF16, CPU_ACT_QU8, CPU_ACT_QEO, CPU_ACT_QM4},
+	.fmt = {CPU_ACT_BF16, CPU_ACT_QU8, CPU_ACT_QEO2, CPU_ACT_QM4X},
 };
