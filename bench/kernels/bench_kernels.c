@@ -219,10 +219,11 @@ static int bench_copy(struct moem_backend *be, struct timer *tm, double *copy, d
  *  - peak: register-only loops of the instruction the FFN's inner loop is
  *    built on, 12 independent chains: FMA (fp32, bf16 on AVX2), vdpbf16ps
  *    (bf16 on AVX-512), vpmaddubsw + vpmaddwd (int8 on AVX2), vpdpbusd
- *    (int8 on AVX-512). Operations count 2 per multiply-add.
+ *    (int8 on AVX-512); TDPBF16PS into 4 tiles (bf16 on amx, whose
+ *    q8/q4/q2 are AVX-512's). Operations count 2 per multiply-add.
  */
 struct peer_job {
-	int kind; /* 0 read, 1 fma, 2 dpbf16, 3 maddubs, 4 dpbusd */
+	int kind; /* 0 read, 1 fma, 2 dpbf16, 3 maddubs, 4 dpbusd, 5 tdpbf16 */
 	const uint8_t *p;
 	size_t n;
 	uint64_t iters;
@@ -342,6 +343,48 @@ __attribute__((target("avx512f,avx512vnni"))) static double peak_dpbusd(uint64_t
 	return (double)_mm512_reduce_add_epi32(c0);
 }
 
+/*
+ * The amx table's bf16 instruction: 4 independent C tiles (16 x 16 fp32)
+ * each taking A (16 x 32 bf16) x B (32 x 16) per TDPBF16PS, 16 x 16 x 32
+ * multiply-adds. A peer thread of its own (the process was granted the
+ * tile state when the backend opened), so its tile configuration touches
+ * no worker's.
+ */
+struct peak_tilecfg {
+	uint8_t palette, start_row, reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) static double peak_tdpbf16(uint64_t iters)
+{
+	struct peak_tilecfg cfg = {.palette = 1};
+	float out[16 * 16];
+
+	for (int t = 0; t < 8; t++) {
+		cfg.colsb[t] = 64;
+		cfg.rows[t] = 16;
+	}
+	_tile_loadconfig(&cfg);
+	_tile_zero(0);
+	_tile_zero(1);
+	_tile_zero(2);
+	_tile_zero(3);
+	_tile_zero(4);
+	_tile_zero(5);
+	_tile_zero(6);
+	_tile_zero(7);
+	for (uint64_t i = 0; i < iters; i++) {
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(1, 4, 7);
+		_tile_dpbf16ps(2, 5, 6);
+		_tile_dpbf16ps(3, 5, 7);
+	}
+	_tile_stored(0, out, 64);
+	_tile_release();
+	return out[0];
+}
+
 static void *peer_run(void *v)
 {
 	struct peer_job *j = v;
@@ -366,6 +409,9 @@ static void *peer_run(void *v)
 		break;
 	case 3:
 		j->sink = peak_maddubs(j->iters);
+		break;
+	case 5:
+		j->sink = peak_tdpbf16(j->iters);
 		break;
 	default:
 		j->sink = peak_dpbusd(j->iters);
@@ -426,9 +472,17 @@ static void cpu_peers_measure(const struct moem_backend_info *info, int reps, ui
 		return; /* no vector peak to hold plain C to */
 	/* 12 chains x iters instructions per thread; ops per instruction: */
 	opsper = 12.0 * iters * info->threads;
-	for (int r = 0; r < reps; r++)
-		s[r] = peer_seconds(avx512 ? 2 : 1, NULL, 0, iters, info->threads);
-	cpu_peak[MOEM_PREC_BF16] = opsper * (avx512 ? 64 : 16) / median(s, reps) / 1e9;
+	if (info->isa == MOEM_CPU_ISA_AMX) {
+		/* 4 x 16 x 16 x 32 multiply-adds an iteration, a quarter of the iterations */
+		for (int r = 0; r < reps; r++)
+			s[r] = peer_seconds(5, NULL, 0, iters / 4, info->threads);
+		cpu_peak[MOEM_PREC_BF16] = (double)(iters / 4) * info->threads * 4 * 16 * 16 * 32 *
+					   2 / median(s, reps) / 1e9;
+	} else {
+		for (int r = 0; r < reps; r++)
+			s[r] = peer_seconds(avx512 ? 2 : 1, NULL, 0, iters, info->threads);
+		cpu_peak[MOEM_PREC_BF16] = opsper * (avx512 ? 64 : 16) / median(s, reps) / 1e9;
+	}
 	for (int r = 0; r < reps; r++)
 		s[r] = peer_seconds(avx512 ? 4 : 3, NULL, 0, iters, info->threads);
 	cpu_peak[MOEM_PREC_Q8] = cpu_peak[MOEM_PREC_Q4] = cpu_peak[MOEM_PREC_Q2] =
@@ -454,8 +508,11 @@ static int bench_cpu_peers(struct moem_backend *be)
 		return 0;
 	avx512 = info.isa == MOEM_CPU_ISA_AVX512 || info.isa == MOEM_CPU_ISA_AMX;
 	printf("peak: %.0f GFLOP/s %s, %.0f Gop/s int8 %s (register-only loops, %u threads)\n",
-	       cpu_peak[MOEM_PREC_BF16], avx512 ? "vdpbf16ps" : "fp32 FMA", cpu_peak[MOEM_PREC_Q8],
-	       avx512 ? "vpdpbusd" : "vpmaddubsw+vpmaddwd", info.threads);
+	       cpu_peak[MOEM_PREC_BF16],
+	       info.isa == MOEM_CPU_ISA_AMX ? "tdpbf16ps"
+	       : avx512			    ? "vdpbf16ps"
+					    : "fp32 FMA",
+	       cpu_peak[MOEM_PREC_Q8], avx512 ? "vpdpbusd" : "vpmaddubsw+vpmaddwd", info.threads);
 	result("peak_bf16_gflops", cpu_peak[MOEM_PREC_BF16]);
 	result("peak_int8_gops", cpu_peak[MOEM_PREC_Q8]);
 	return 0;
