@@ -23,9 +23,12 @@
  *
  * Prints a table and RESULT key=value lines (also written to --out).
  *   bench_kernels [--backend cpu|cuda] [--threads N] [--isa ISA] [--quick] [--smoke]
- *                 [--out FILE] [--ffn-reps N]
+ *                 [--out FILE] [--ffn-reps N] [--ffn-prec LIST]
  * --ffn-reps N: each FFN row the median of N timed repetitions (1-64),
  * for ranking two close kernels on a shared, noisy machine.
+ * --ffn-prec LIST: the FFN rows of these precisions only ("q8,q2"), also
+ * with --quick (which else takes bf16 and q4): to rank one precision's
+ * kernels without the whole run.
  * --smoke: a tiny shape (H 256, I 128), two experts, B = 1 and 4, bf16 and
  * q4, no peers and no layer section: proves the program and its output on
  * the kernel emulator, measures nothing.
@@ -66,6 +69,7 @@ static char rt_tag[16];
 	} while (0)
 static FILE *out_file;
 static int quick, smoke, ffn_reps;
+static uint32_t ffn_precs; /* 1 << prec; 0: all (bf16 and q4 if quick) */
 
 static void result(const char *key, double v)
 {
@@ -581,7 +585,8 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 		uint64_t eb;
 		uint32_t ne;
 
-		if ((quick || smoke) && p != MOEM_PREC_BF16 && p != MOEM_PREC_Q4)
+		if (ffn_precs ? !(ffn_precs & (1u << p))
+			      : (quick || smoke) && p != MOEM_PREC_BF16 && p != MOEM_PREC_Q4)
 			continue;
 		{
 			struct moem_expert_layout l;
@@ -688,7 +693,7 @@ static int bench_ffn(struct moem_backend *be, struct timer *tm, double copy, dou
 		result("peer_peak_gflops_lo", peer_peak_lo);
 		result("peer_peak_gflops_hi", peer_peak_hi);
 	}
-	if (!ret && t_b1[MOEM_PREC_Q4] > 0 && !rt_tag[0]) {
+	if (!ret && t_b1[MOEM_PREC_Q4] > 0 && t_b1[MOEM_PREC_BF16] > 0 && !rt_tag[0]) {
 		double sp = t_b1[MOEM_PREC_BF16] / t_b1[MOEM_PREC_Q4];
 		double ideal = bytes_of[MOEM_PREC_BF16] / bytes_of[MOEM_PREC_Q4];
 
@@ -1283,6 +1288,7 @@ int main(int argc, char **argv)
 		{"out", required_argument, NULL, 'o'},
 		{"ffn-rt", required_argument, NULL, 'r'},
 		{"ffn-reps", required_argument, NULL, 'n'},
+		{"ffn-prec", required_argument, NULL, 'p'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -1294,7 +1300,7 @@ int main(int argc, char **argv)
 	double copy = 0, traffic = 0;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "b:t:i:qso:r:n:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:t:i:qso:r:n:p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'b':
 			name = optarg;
@@ -1326,6 +1332,12 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'p':
+			if (moem_prec_parse_list(optarg, &ffn_precs)) {
+				fprintf(stderr, "bench_kernels: %s\n", moem_last_error());
+				return 2;
+			}
+			break;
 		case 'r': /* a CUDA row tiling (cuda.c ffn_rt_init()) */
 			if (strspn(optarg, "124") != strlen(optarg) || strlen(optarg) != 1) {
 				fprintf(stderr, "bench_kernels: --ffn-rt takes 1, 2 or 4\n");
@@ -1338,7 +1350,7 @@ int main(int argc, char **argv)
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: bench_kernels [--backend cpu|cuda] [--threads N] "
 				"[--isa auto|scalar|avx2|avx512|amx] [--quick] [--smoke] [--out "
-				"FILE] [--ffn-rt 1|2|4] [--ffn-reps N]\n");
+				"FILE] [--ffn-rt 1|2|4] [--ffn-reps N] [--ffn-prec LIST]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
