@@ -93,7 +93,13 @@ static void amx_config(uint32_t m)
 		c.colsb[i] = 64;
 		c.rows[i] = i < 6 ? (uint8_t)m : 16;
 	}
-	_tile_loadconfig(&c);
+	/*
+	 * Not _tile_loadconfig(): GCC 12's asm names only the first 8 bytes
+	 * of the configuration as its input, so the compiler may drop or
+	 * sink the stores of the rest past LDTILECFG, which then faults
+	 * (#GP) on garbage column widths.
+	 */
+	__asm__ volatile("ldtilecfg %0" ::"m"(c));
 }
 
 /* r[j] = column j of the 16 x 16 dwords r[0..15]. */
