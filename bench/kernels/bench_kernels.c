@@ -369,7 +369,8 @@ __attribute__((target("amx-tile,amx-bf16"))) static double peak_tdpbf16(uint64_t
 		cfg.colsb[t] = 64;
 		cfg.rows[t] = 16;
 	}
-	_tile_loadconfig(&cfg);
+	/* not _tile_loadconfig(): GCC 12's asm names only 8 of its 64 bytes (kern_amx.c) */
+	__asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 	_tile_zero(0);
 	_tile_zero(1);
 	_tile_zero(2);
