@@ -38,6 +38,10 @@
 #define MAX_ROWS    AMX_ROWS
 _Static_assert(GATEUP_ROWS <= MAX_ROWS && DOWN_ROWS <= MAX_ROWS, "MAX_ROWS is the largest");
 #define QB MOEM_CPU_QBLOCK
+/* The int8 forms (kern.h), rows x K bytes each, made by quantize_row(). */
+#define QFMTS                                                                                     \
+	((1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) | (1u << CPU_ACT_QM4) | \
+	 (1u << CPU_ACT_QM4X) | (1u << CPU_ACT_QEO2))
 
 /* One prepared operand (the FFN input, or act). */
 struct act_buf {
@@ -81,6 +85,26 @@ static inline float silu(float g)
 /* ---- activation preparation ----------------------------------------------- */
 
 /*
+ * Block blk (of NB in the row; o its offset) of the forms that deal its
+ * 64 values q out G ways (kern.h): element i at (i % G) * st + i / G.
+ * Plain (QEO, QM4): within the block, st = 64 / G. Grouped (QEO2, QM4X):
+ * a full group of G blocks is dealt out together, block L of the group at
+ * L * 64 / G and st = 64; the blocks after the last full group as plain.
+ */
+static inline void put_interleaved(const void *form, size_t o, uint32_t blk, uint32_t NB,
+				   uint32_t G, bool grouped, const int8_t *q)
+{
+	const uint32_t sub = QB / G;
+	const bool full = grouped && blk < NB / G * G;
+	const size_t og = full ? o - (size_t)(blk % G) * (QB - sub) : o;
+	const uint32_t st = full ? QB : sub;
+	int8_t *dst = (int8_t *)form;
+
+	for (uint32_t i = 0; i < QB; i++)
+		dst[og + (i % G) * st + i / G] = q[i];
+}
+
+/*
  * Quantize one row of K floats in blocks of 64 (kern.h): sx = amax / 127,
  * q = rne(x / sx); a non-finite block gets sx = NaN so the outputs that
  * read it are NaN, as the fp32 paths would give. Every matmul and FFN
@@ -122,27 +146,13 @@ MOEM_CPU_CLONES static void quantize_row(struct act_buf *b, uint32_t row)
 			for (uint32_t i = 0; i < QB; i++)
 				((uint8_t *)b->a.v[CPU_ACT_QU8])[o + i] = (uint8_t)(q[i] + 128);
 		if (b->fmts & (1u << CPU_ACT_QEO))
-			for (uint32_t i = 0; i < QB; i++)
-				((int8_t *)b->a.v[CPU_ACT_QEO])[o + (i & 1) * 32 + i / 2] = q[i];
+			put_interleaved(b->a.v[CPU_ACT_QEO], o, blk, NB, 2, false, q);
 		if (b->fmts & (1u << CPU_ACT_QM4))
-			for (uint32_t i = 0; i < QB; i++)
-				((int8_t *)b->a.v[CPU_ACT_QM4])[o + (i & 3) * 16 + i / 4] = q[i];
-		if (b->fmts & (1u << CPU_ACT_QEO2)) {
-			/* a pair of blocks: evens of L at L * 32, odds at 64 + L * 32 */
-			size_t og = blk < NB / 2 * 2 ? o - (size_t)(blk & 1) * 32 : o;
-			uint32_t st = blk < NB / 2 * 2 ? 64 : 32;
-
-			for (uint32_t i = 0; i < QB; i++)
-				((int8_t *)b->a.v[CPU_ACT_QEO2])[og + (i & 1) * st + i / 2] = q[i];
-		}
-		if (b->fmts & (1u << CPU_ACT_QM4X)) {
-			/* a full group of 4 blocks: bit pair i's 16 of block L at i * 64 + L * 16 */
-			size_t og = blk < NB / 4 * 4 ? o - (size_t)(blk & 3) * 48 : o;
-			uint32_t st = blk < NB / 4 * 4 ? 64 : 16;
-
-			for (uint32_t i = 0; i < QB; i++)
-				((int8_t *)b->a.v[CPU_ACT_QM4X])[og + (i & 3) * st + i / 4] = q[i];
-		}
+			put_interleaved(b->a.v[CPU_ACT_QM4], o, blk, NB, 4, false, q);
+		if (b->fmts & (1u << CPU_ACT_QEO2))
+			put_interleaved(b->a.v[CPU_ACT_QEO2], o, blk, NB, 2, true, q);
+		if (b->fmts & (1u << CPU_ACT_QM4X))
+			put_interleaved(b->a.v[CPU_ACT_QM4X], o, blk, NB, 4, true, q);
 	}
 }
 
@@ -157,8 +167,7 @@ static void prep_row(void *arg, uint32_t row, uint32_t worker)
 		for (uint32_t i = 0; i < K; i++)
 			o[i] = moem_f32_to_bf16(b->f32[(size_t)row * K + i]);
 	}
-	if (b->fmts & ((1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
-		       (1u << CPU_ACT_QM4) | (1u << CPU_ACT_QM4X) | (1u << CPU_ACT_QEO2)))
+	if (b->fmts & QFMTS)
 		quantize_row(b, row);
 }
 
@@ -284,9 +293,7 @@ static void *carve(struct carve *c, size_t bytes)
 static void carve_act(struct carve *c, struct act_buf *b, uint32_t rows, uint32_t K)
 {
 	const size_t n = (size_t)rows * K, nb = (size_t)rows * (K / QB);
-	const uint32_t qf = (1u << CPU_ACT_QNAT) | (1u << CPU_ACT_QU8) | (1u << CPU_ACT_QEO) |
-			    (1u << CPU_ACT_QM4) | (1u << CPU_ACT_QM4X) | (1u << CPU_ACT_QEO2);
-	const bool q = b->fmts & qf;
+	const bool q = b->fmts & QFMTS;
 
 	b->rows = rows;
 	b->a.K = K;
@@ -294,8 +301,8 @@ static void carve_act(struct carve *c, struct act_buf *b, uint32_t rows, uint32_
 		b->a.v[CPU_ACT_F32] = carve(c, 4 * n);
 	if (b->fmts & ~b->ext & (1u << CPU_ACT_BF16))
 		b->a.v[CPU_ACT_BF16] = carve(c, 2 * n);
-	for (int f = 0; f < CPU_ACT_NR; f++) /* the int8 forms, rows x K bytes each */
-		if (b->fmts & qf & (1u << f))
+	for (int f = 0; f < CPU_ACT_NR; f++)
+		if (b->fmts & QFMTS & (1u << f))
 			b->a.v[f] = carve(c, n);
 	if (b->fmts & (1u << CPU_ACT_VNNI))
 		b->a.v[CPU_ACT_VNNI] = carve(c, (size_t)2 * K * ((rows + 15) & ~15u));
