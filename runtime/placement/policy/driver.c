@@ -44,6 +44,12 @@ static int duel_create(struct moem_driver *d, const struct moem_evict_cfg *ec)
 	return ret;
 }
 
+/* vid is the version of an expert in FluxMoE's resident set. */
+static bool in_resident_set(const struct moem_driver *d, uint32_t vid)
+{
+	return d->resident && d->resident[vid / 2] && vid == moem_drv_vid(d, vid / 2);
+}
+
 /*
  * The policy's shadow keeps FluxMoE's resident set as the real cache
  * does (drv_ok()), so that the duel weighs the set's pinning too: where
@@ -53,11 +59,10 @@ static int duel_create(struct moem_driver *d, const struct moem_evict_cfg *ec)
 static bool sh_ok(void *arg, uint32_t vid)
 {
 	const struct moem_driver *d = arg;
-	uint32_t key = vid / 2;
 
-	if (d->pin[key] == d->pos + 1)
+	if (d->pin[vid / 2] == d->pos + 1)
 		return false;
-	return d->sh_cur || !d->resident || !d->resident[key] || vid != moem_drv_vid(d, key);
+	return d->sh_cur || !in_resident_set(d, vid);
 }
 
 /* A demand access replayed on both shadows (lock held). */
@@ -232,7 +237,7 @@ static bool drv_ok(void *arg, uint32_t vid)
 
 	if (d->pin[key] == d->pos + 1)
 		return false;
-	if (d->resident && d->resident[key] && vid == moem_drv_vid(d, key) && !d->follow_lru)
+	if (!d->follow_lru && in_resident_set(d, vid))
 		return false;
 	/*
 	 * A prefetch never takes the place of another one not yet polled as
