@@ -300,20 +300,6 @@ static void block_scales(const float *sw, const float *qs, uint32_t NB, uint32_t
 /* Bytes of weights per block of 64. */
 #define QBPB(p) ((p) == MOEM_PREC_Q8 ? 64u : (p) == MOEM_PREC_Q4 ? 32u : 16u)
 
-/* The prefetch of block b's weights, once per 64 bytes. */
-INL void pf_blk(enum moem_prec p, const uint8_t *wq, uint32_t b)
-{
-	if (!((b * QBPB(p)) & 63))
-		pf(wq + (size_t)QBPB(p) * b);
-}
-
-/* Blocks b and b + 1 of a row (b + 1 < NB; q8: q4 and q2 take groups, qg_unpack()). */
-INL void q_unpack2(enum moem_prec p, const uint8_t *wq, uint32_t b, struct qw *w0, struct qw *w1)
-{
-	*w0 = q_unpack(p, wq, b);
-	*w1 = q_unpack(p, wq, b + 1);
-}
-
 /* acc + block b's dot product with activation row xq at scale s (broadcast). */
 INL __m512 q_fma(enum moem_prec p, const struct qw *w, const int8_t *xq, uint32_t b, float s,
 		 __m512 acc)
@@ -450,12 +436,11 @@ INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const floa
 					q_fma(p, &w, xq[t], b, sq[(size_t)t * NB + b], acc[1][t]);
 		}
 	}
-	for (; b + 2 <= NB; b += 2) {
-		struct qw w0, w1;
+	for (; b + 2 <= NB; b += 2) { /* q8 (q4 and q2 took every block above): 64 bytes a block */
+		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq, b + 1);
 
-		q_unpack2(p, wq, b, &w0, &w1);
-		pf_blk(p, wq, b);
-		pf_blk(p, wq, b + 1);
+		pf(wq + 64 * (size_t)b);
+		pf(wq + 64 * (size_t)(b + 1));
 #pragma GCC unroll 4
 		for (int t = 0; t < T; t++) {
 			acc[0][t] = q_fma(p, &w0, xq[t], b, sq[(size_t)t * NB + b], acc[0][t]);
