@@ -22,7 +22,8 @@
 #include "backend.h"
 #include "quant.h"
 
-#define MOEM_CALIB_VERSION 1
+/* 2: the amx table's q8/q4/q2 kernels changed (AMX-INT8): their figures are measured again */
+#define MOEM_CALIB_VERSION 2
 #define MOEM_CALIB_TOKENS  64 /* the batch the per-token cost is measured at */
 
 struct moem_calib_cpu {

@@ -152,18 +152,18 @@ TEST(bad_files)
 	EXPECT_MSG("not a moem calibration file");
 	put_file(path, "{\"format\":\"moem-calibration\",\"version\":99}");
 	EXPECT_EQ(-ESTALE, moem_calib_read(path, &r));
-	EXPECT_MSG("format version 99, this moem reads 1");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":1,\"machine\":{\"cpu_model\":"
+	EXPECT_MSG("format version 99, this moem reads 2");
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":2,\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"avx2\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{\"bf16\":{\"gbps\":-1,\"token_ns\":5}}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
 	EXPECT_MSG("cpu.bf16 wants gbps");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":1,\"machine\":{\"cpu_model\":"
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":2,\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"auto\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{\"bf16\":{\"gbps\":1,\"token_ns\":5}}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
 	EXPECT_MSG("\"machine\" wants");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":1,\"machine\":{\"cpu_model\":"
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":2,\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"avx2\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));

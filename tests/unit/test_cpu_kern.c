@@ -493,6 +493,91 @@ TEST(rows_same_bits_for_any_call_shape)
 		}
 }
 
+/*
+ * Matrices of fewer than 16 rows (a row tile of its own on AMX; the amx
+ * quantized kernels' panels repeat the last row) and 1..20 tokens (on
+ * amx: the VNNI form below 4 tokens, the AMX form from 4, a group of 16
+ * and the VNNI form for the rest past 16): within tolerance of the
+ * scalar kernels, and each token's outputs the bits of that token alone.
+ */
+TEST(rows_small_matrices_match_scalar)
+{
+	static const uint32_t Rs[] = {1, 5, 15};
+	const uint32_t K = 384, B = 20;
+	struct kcase kc[6];
+	int nk = kcases(kc);
+	static float scratch[MOEM_CPU_SCRATCH_FLOATS(384)];
+
+	for (unsigned int ri = 0; ri < sizeof(Rs) / sizeof(Rs[0]); ri++)
+		for (int p = 0; p < MOEM_PREC_NR; p++) {
+			const uint32_t R = Rs[ri];
+			uint16_t *w = tb_rand_bf16(70 + p, (size_t)R * K, 0.05);
+			float *xf = tb_rand_f32(75 + p, (size_t)B * K, 1.0);
+			float want[20 * 15], got[20 * 15], one[15];
+			struct moem_qmat_layout l;
+			uint32_t tok[20];
+			uint8_t *q = (uint8_t *)w;
+
+			for (size_t i = 0; i < (size_t)B * K; i++) /* FFN inputs are bf16 */
+				xf[i] = moem_bf16_to_f32(moem_f32_to_bf16(xf[i]));
+			if (p == MOEM_PREC_BF16) {
+				l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
+							      .rows = R,
+							      .cols = K,
+							      .row_bytes = 2 * K,
+							      .bytes = (uint64_t)2 * R * K};
+			} else {
+				ASSERT_EQ(0, moem_qmat_layout((enum moem_prec)p, R, K, &l));
+				q = aligned_alloc(64, (l.bytes + 63) & ~(uint64_t)63);
+				ASSERT_NE(NULL, q);
+				ASSERT_EQ(0, moem_quantize((enum moem_prec)p, w, R, K, q, l.bytes));
+			}
+			for (uint32_t t = 0; t < B; t++)
+				tok[t] = (t * 7 + 3) % B;
+			for (int k = 0; k < nk; k++) {
+				const struct moem_cpu_kern *kt = kc[k].k;
+				uint32_t fmts = (1u << CPU_ACT_F32) | (1u << kt->fmt[p]) |
+						(1u << moem_cpu_kern_scalar.fmt[p]);
+				struct cpu_act a;
+				double den = 0;
+
+				ASSERT_EQ(0, moem_cpu_prepare_act(xf, B, K, fmts, &a));
+				/* the outputs' scale: a row of few outputs may sum to about 0 */
+				moem_cpu_kern_scalar.rows[p](&l, q, 0, R, &a, tok, B, want, R,
+							     scratch);
+				for (uint32_t i = 0; i < B * R; i++)
+					den = fmax(den, fabs(want[i]));
+				for (uint32_t T = 1; T <= B; T++) {
+					moem_cpu_kern_scalar.rows[p](&l, q, 0, R, &a, tok, T, want,
+								     R, scratch);
+					kt->rows[p](&l, q, 0, R, &a, tok, T, got, R, scratch);
+					for (uint32_t t = 0; t < T; t++) {
+						double num = 0;
+
+						for (uint32_t i = 0; i < R; i++)
+							num = fmax(num, fabs(got[t * R + i] -
+									     want[t * R + i]));
+						ASSERT_LE(num, 2 * tol_for(kt, p) * den + 1e-6)
+						TH_LOG("%s %s %u rows x %u tokens: token %u off by "
+						       "%g of %g",
+						       kc[k].name, moem_prec_name(p), R, T, t, num,
+						       den);
+						kt->rows[p](&l, q, 0, R, &a, &tok[t], 1, one, R,
+							    scratch);
+						ASSERT_EQ(0, memcmp(one, got + t * R, 4 * R))
+						TH_LOG("%s %s %u rows: token %u of %u alone",
+						       kc[k].name, moem_prec_name(p), R, t, T);
+					}
+				}
+				moem_cpu_free_act(&a);
+			}
+			if (q != (uint8_t *)w)
+				free(q);
+			free(w);
+			free(xf);
+		}
+}
+
 /* Bits do not depend on the thread count, nor on which tokens share a call. */
 TEST(same_bits_for_any_threads_and_batch)
 {

@@ -99,10 +99,11 @@ static bool isa_missing(const struct moem_cpu_feat *f, enum moem_cpu_isa isa, ch
 		{f->avx512vnni, "avx512vnni"},
 		{f->amx_tile && f->os_amx, "amx-tile (with OS support)"},
 		{f->amx_bf16, "amx-bf16"},
+		{f->amx_int8, "amx-int8"},
 	};
 	unsigned int n = isa == MOEM_CPU_ISA_AVX2     ? 4
 			 : isa == MOEM_CPU_ISA_AVX512 ? 9
-			 : isa == MOEM_CPU_ISA_AMX    ? 11
+			 : isa == MOEM_CPU_ISA_AMX    ? 12
 						      : 0;
 	size_t used = 0;
 
@@ -193,8 +194,9 @@ enum moem_cpu_isa moem_cpu_isa_best(void)
 	 * amx where the CPU has it and the kernel grants the tile state: its
 	 * bf16 kernel, with the B tiles laid out once per FFN stage, was as
 	 * fast as avx512's at batch 1 and 2x (4 tokens) to 5x (64) faster on
-	 * the Xeon it was measured on (backends.md); its q8/q4/q2 are
-	 * avx512's functions, so quantized experts keep their bits.
+	 * the Xeon it was measured on (backends.md); its q8/q4/q2
+	 * (kern_amx_q.c) as fast at batch 1 and 2-3x faster from 16 tokens,
+	 * with bits of their own (a calibration made on avx512 is redone).
 	 */
 	moem_cpu_features(&f);
 	if (isa_missing(&f, MOEM_CPU_ISA_AMX, miss, sizeof(miss)) && amx_permit() == 0)

@@ -24,7 +24,8 @@
  * (2 x groups_per_row <= K) and the row's block scales for up to 4
  * tokens (4 x K / 64 more); the AVX2 and AVX-512 bf16 kernels use none;
  * the AMX bf16 kernel lays 32 tokens' activations out as its B tiles
- * there (32 x K bf16) when they are not in VNNI form already.
+ * there (32 x K bf16) when they are not in VNNI form already, and the
+ * AMX int8 kernels 16 tokens' (16 x K bytes) with their scales.
  *
  * Activations are prepared once per call (ffn.c) in the form each
  * kernel reads, named by enum cpu_act_fmt:

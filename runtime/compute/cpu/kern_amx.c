@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The AMX row kernels (kern.h): bf16 weights against bf16 activations
- * with TDPBF16PS; q8, q4 and q2 are kern_avx512.c's. The output is C^T:
+ * with TDPBF16PS, and the table; q8, q4 and q2 are kern_amx_q.c's. The
+ * output is C^T:
  *
  *   A tile  16 weight rows x 32 bf16 of K, loaded straight from the
  *           weight matrix with the row stride;
@@ -50,7 +51,7 @@
  * the amx ISA (arch_prctl(ARCH_REQ_XCOMP_PERM)), before the backend
  * makes its workers; each thread loads the tile configuration (LDTILECFG)
  * before its first tile instruction, and again only when a call needs
- * other tile rows (a thread-local flag: amx_cfg_m). Nothing else in moem
+ * other tile shapes (a thread-local key: amx_cfg_key). Nothing else in moem
  * uses tiles; the tiles are left configured between calls.
  */
 #include <immintrin.h>
@@ -60,6 +61,8 @@
 #include "kern.h"
 
 #define INL static inline __attribute__((always_inline))
+
+#include "kern_amx.h"
 
 #define PF_DIST	    8	 /* steps of 32 elements a weight row is prefetched ahead */
 #define RUN_STEPS   32	 /* K steps of one row block before the next (amx_block4) */
@@ -75,22 +78,25 @@ struct amx_cfg {
 };
 
 /*
- * Tiles 0-3 C (m rows x 16 fp32), 4-5 A (m rows x 32 bf16), 6-7 B (16
- * rows x 32 bf16), loaded when this thread's is not that already.
+ * Tiles 0-3 C (m rows x n 32-bit columns), 4-5 A (m rows x 64 bytes),
+ * 6-7 B (16 rows x n 32-bit columns), loaded when this thread's is not
+ * that already. bf16 takes n = 16; the quantized kernels n = the tokens
+ * of a group rounded up to a power of 2, so that a C tile of one token
+ * is one 64-byte vector of 16 rows (and B tiles are read in place).
  */
-static __thread uint32_t amx_cfg_m;
+static __thread uint32_t amx_cfg_key;
 
-static void amx_config(uint32_t m)
+void moem_cpu_amx_config(uint32_t m, uint32_t n)
 {
 	struct amx_cfg c;
 
-	if (amx_cfg_m == m)
+	if (amx_cfg_key == (m | n << 8))
 		return;
-	amx_cfg_m = m;
+	amx_cfg_key = m | n << 8;
 	memset(&c, 0, sizeof(c));
 	c.palette = 1;
 	for (int i = 0; i < 8; i++) {
-		c.colsb[i] = 64;
+		c.colsb[i] = i == 4 || i == 5 ? 64 : (uint16_t)(4 * n);
 		c.rows[i] = i < 6 ? (uint8_t)m : 16;
 	}
 	/*
@@ -100,39 +106,6 @@ static void amx_config(uint32_t m)
 	 * (#GP) on garbage column widths.
 	 */
 	__asm__ volatile("ldtilecfg %0" ::"m"(c));
-}
-
-/* r[j] = column j of the 16 x 16 dwords r[0..15]. */
-INL void tr16(__m512i *r)
-{
-	__m512i t[16];
-
-#pragma GCC unroll 8
-	for (int i = 0; i < 8; i++) {
-		t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-	}
-#pragma GCC unroll 4
-	for (int i = 0; i < 4; i++) {
-		r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-		r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-		r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-		r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-	}
-#pragma GCC unroll 2
-	for (int i = 0; i < 2; i++) {
-#pragma GCC unroll 4
-		for (int j = 0; j < 4; j++) {
-			t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
-			t[8 * i + 4 + j] =
-				_mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
-		}
-	}
-#pragma GCC unroll 8
-	for (int j = 0; j < 8; j++) {
-		r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
-		r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
-	}
 }
 
 /*
@@ -209,33 +182,6 @@ static const uint32_t *b_tiles(const struct cpu_act *x, const uint32_t *tok, uin
 			vb[16 * p + t] =
 				t < n ? v[(size_t)(tok[t] / 16) * 8 * K + 16 * p + tok[t] % 16] : 0;
 	return vb;
-}
-
-/*
- * Rows [b, e) of the C tile of rows from start, tokens [0, n), to y (token
- * t at y + t * ldy). From 4 tokens the tile is transposed in registers
- * and each token's rows stored under a mask (rows outside [b, e) are not
- * touched); fewer go element by element. Moves only: the same bits.
- */
-static void c_store(const float *c, uint32_t start, uint32_t b, uint32_t e, uint32_t n, float *y,
-		    uint32_t ldy, uint32_t r0)
-{
-	if (n >= 4) {
-		__mmask16 k =
-			(__mmask16)((((1u << (e - start)) - 1) >> (b - start)) << (b - start));
-		__m512i v[16];
-
-		for (int i = 0; i < 16; i++)
-			v[i] = _mm512_loadu_si512(c + 16 * i);
-		tr16(v);
-		for (uint32_t t = 0; t < n; t++)
-			_mm512_mask_storeu_epi32(y + (ptrdiff_t)t * ldy + ((ptrdiff_t)start - r0),
-						 k, v[t]);
-		return;
-	}
-	for (uint32_t t = 0; t < n; t++)
-		for (uint32_t r = b; r < e; r++)
-			y[(size_t)t * ldy + (r - r0)] = c[(r - start) * 16 + t];
 }
 
 /*
@@ -331,7 +277,7 @@ static void amx_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, uint3
 
 	if (r0 >= r1 || !T)
 		return;
-	amx_config(m);
+	moem_cpu_amx_config(m, 16);
 	for (uint32_t i = 0; i < T; i += 32) {
 		uint32_t n = T - i < 32 ? T - i : 32, n0 = n < 16 ? n : 16, n1 = n - n0;
 
@@ -404,30 +350,8 @@ static void amx_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, uint3
 	}
 }
 
-/* The quantized kernels are kern_avx512.c's, taken from its table. */
-static void amx_q8(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0, uint32_t r1,
-		   const struct cpu_act *x, const uint32_t *tok, uint32_t T, float *y, uint32_t ldy,
-		   float *scratch)
-{
-	moem_cpu_kern_avx512.rows[MOEM_PREC_Q8](l, mat, r0, r1, x, tok, T, y, ldy, scratch);
-}
-
-static void amx_q4(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0, uint32_t r1,
-		   const struct cpu_act *x, const uint32_t *tok, uint32_t T, float *y, uint32_t ldy,
-		   float *scratch)
-{
-	moem_cpu_kern_avx512.rows[MOEM_PREC_Q4](l, mat, r0, r1, x, tok, T, y, ldy, scratch);
-}
-
-static void amx_q2(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0, uint32_t r1,
-		   const struct cpu_act *x, const uint32_t *tok, uint32_t T, float *y, uint32_t ldy,
-		   float *scratch)
-{
-	moem_cpu_kern_avx512.rows[MOEM_PREC_Q2](l, mat, r0, r1, x, tok, T, y, ldy, scratch);
-}
-
 const struct moem_cpu_kern moem_cpu_kern_amx = {
 	.isa = MOEM_CPU_ISA_AMX,
-	.rows = {amx_bf16, amx_q8, amx_q4, amx_q2},
-	.fmt = {CPU_ACT_BF16, CPU_ACT_QU8, CPU_ACT_QEO2, CPU_ACT_QM4X},
+	.rows = {amx_bf16, moem_cpu_amx_q8, moem_cpu_amx_q4, moem_cpu_amx_q2},
+	.fmt = {CPU_ACT_BF16, CPU_ACT_QNAT, CPU_ACT_QEO2, CPU_ACT_QM4X},
 };
