@@ -223,11 +223,12 @@ static int bench_copy(struct moem_backend *be, struct timer *tm, double *copy, d
  *  - peak: register-only loops of the instruction the FFN's inner loop is
  *    built on, 12 independent chains: FMA (fp32, bf16 on AVX2), vdpbf16ps
  *    (bf16 on AVX-512), vpmaddubsw + vpmaddwd (int8 on AVX2), vpdpbusd
- *    (int8 on AVX-512); TDPBF16PS into 4 tiles (bf16 on amx, whose
- *    q8/q4/q2 are AVX-512's). Operations count 2 per multiply-add.
+ *    (int8 on AVX-512); TDPBF16PS and TDPBUSD into 4 tiles (bf16 and
+ *    int8 on amx: its q8/q4/q2 take TDPBUSD from 4 tokens, vpdpbusd
+ *    below). Operations count 2 per multiply-add.
  */
 struct peer_job {
-	int kind; /* 0 read, 1 fma, 2 dpbf16, 3 maddubs, 4 dpbusd, 5 tdpbf16 */
+	int kind; /* 0 read, 1 fma, 2 dpbf16, 3 maddubs, 4 dpbusd, 5 tdpbf16, 6 tdpbusd */
 	const uint8_t *p;
 	size_t n;
 	uint64_t iters;
@@ -390,6 +391,40 @@ __attribute__((target("amx-tile,amx-bf16"))) static double peak_tdpbf16(uint64_t
 	return out[0];
 }
 
+/*
+ * The amx table's int8 instruction from 4 tokens (kern_amx_q.c): the
+ * same 4 C tiles, A 16 x 64 bytes x B 64 x 16 per TDPBUSD, 16 x 16 x 64
+ * multiply-adds.
+ */
+__attribute__((target("amx-tile,amx-int8"))) static double peak_tdpbusd(uint64_t iters)
+{
+	struct peak_tilecfg cfg = {.palette = 1};
+	int32_t out[16 * 16];
+
+	for (int t = 0; t < 8; t++) {
+		cfg.colsb[t] = 64;
+		cfg.rows[t] = 16;
+	}
+	__asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+	_tile_zero(0);
+	_tile_zero(1);
+	_tile_zero(2);
+	_tile_zero(3);
+	_tile_zero(4);
+	_tile_zero(5);
+	_tile_zero(6);
+	_tile_zero(7);
+	for (uint64_t i = 0; i < iters; i++) {
+		_tile_dpbusd(0, 4, 6);
+		_tile_dpbusd(1, 4, 7);
+		_tile_dpbusd(2, 5, 6);
+		_tile_dpbusd(3, 5, 7);
+	}
+	_tile_stored(0, out, 64);
+	_tile_release();
+	return out[0];
+}
+
 static void *peer_run(void *v)
 {
 	struct peer_job *j = v;
@@ -417,6 +452,9 @@ static void *peer_run(void *v)
 		break;
 	case 5:
 		j->sink = peak_tdpbf16(j->iters);
+		break;
+	case 6:
+		j->sink = peak_tdpbusd(j->iters);
 		break;
 	default:
 		j->sink = peak_dpbusd(j->iters);
@@ -488,10 +526,18 @@ static void cpu_peers_measure(const struct moem_backend_info *info, int reps, ui
 			s[r] = peer_seconds(avx512 ? 2 : 1, NULL, 0, iters, info->threads);
 		cpu_peak[MOEM_PREC_BF16] = opsper * (avx512 ? 64 : 16) / median(s, reps) / 1e9;
 	}
-	for (int r = 0; r < reps; r++)
-		s[r] = peer_seconds(avx512 ? 4 : 3, NULL, 0, iters, info->threads);
-	cpu_peak[MOEM_PREC_Q8] = cpu_peak[MOEM_PREC_Q4] = cpu_peak[MOEM_PREC_Q2] =
-		opsper * (avx512 ? 128 : 64) / median(s, reps) / 1e9;
+	if (info->isa == MOEM_CPU_ISA_AMX) {
+		/* 4 x 16 x 16 x 64 multiply-adds an iteration, a quarter of the iterations */
+		for (int r = 0; r < reps; r++)
+			s[r] = peer_seconds(6, NULL, 0, iters / 4, info->threads);
+		cpu_peak[MOEM_PREC_Q8] = (double)(iters / 4) * info->threads * 4 * 16 * 16 * 64 *
+					 2 / median(s, reps) / 1e9;
+	} else {
+		for (int r = 0; r < reps; r++)
+			s[r] = peer_seconds(avx512 ? 4 : 3, NULL, 0, iters, info->threads);
+		cpu_peak[MOEM_PREC_Q8] = opsper * (avx512 ? 128 : 64) / median(s, reps) / 1e9;
+	}
+	cpu_peak[MOEM_PREC_Q4] = cpu_peak[MOEM_PREC_Q2] = cpu_peak[MOEM_PREC_Q8];
 }
 
 static int bench_cpu_peers(struct moem_backend *be)
@@ -517,7 +563,11 @@ static int bench_cpu_peers(struct moem_backend *be)
 	       info.isa == MOEM_CPU_ISA_AMX ? "tdpbf16ps"
 	       : avx512			    ? "vdpbf16ps"
 					    : "fp32 FMA",
-	       cpu_peak[MOEM_PREC_Q8], avx512 ? "vpdpbusd" : "vpmaddubsw+vpmaddwd", info.threads);
+	       cpu_peak[MOEM_PREC_Q8],
+	       info.isa == MOEM_CPU_ISA_AMX ? "tdpbusd"
+	       : avx512			    ? "vpdpbusd"
+					    : "vpmaddubsw+vpmaddwd",
+	       info.threads);
 	result("peak_bf16_gflops", cpu_peak[MOEM_PREC_BF16]);
 	result("peak_int8_gops", cpu_peak[MOEM_PREC_Q8]);
 	return 0;
