@@ -444,6 +444,33 @@ TEST(rows_same_bits_for_any_call_shape)
 					TH_LOG("%s %s K %u: rows %u..%u x %u tokens from %u",
 					       kc[k].name, pn, K, r0, r1, n, t0);
 				}
+				if (kt == &moem_cpu_kern_amx && p != MOEM_PREC_BF16) {
+					/*
+					 * The B tiles laid out beforehand (QT, as the FFN
+					 * does), the call's tokens in call order: 64
+					 * tokens, and 37 from the 6th (a last group of 5).
+					 */
+					uint8_t *qt = aligned_alloc(64, (size_t)B * K);
+
+					ASSERT_NE(NULL, qt);
+					for (uint32_t c = 0; c < B; c += 16)
+						moem_cpu_amxq_pack((enum moem_prec)p,
+								   a.v[kt->fmt[p]], tok + c, 16, K,
+								   qt, c);
+					a.v[CPU_ACT_QT] = qt;
+					kt->rows[p](&l, q, 0, R, &a, tok, B, part, R, scratch);
+					ASSERT_EQ(0, memcmp(part, full, 4 * (size_t)B * R))
+					TH_LOG("amx QT %s K %u: 73 x 64", pn, K);
+					for (uint32_t c = 0; c < 37; c += 16)
+						moem_cpu_amxq_pack((enum moem_prec)p,
+								   a.v[kt->fmt[p]], tok + 5 + c,
+								   moem_min(16, 37 - c), K, qt, c);
+					kt->rows[p](&l, q, 0, R, &a, tok + 5, 37, part, R, scratch);
+					ASSERT_EQ(0, memcmp(part, full + 5 * R, 4 * (size_t)37 * R))
+					TH_LOG("amx QT %s K %u: 73 x 37", pn, K);
+					a.v[CPU_ACT_QT] = NULL;
+					free(qt);
+				}
 				moem_cpu_free_act(&a);
 				if (kt != &moem_cpu_kern_amx || p != MOEM_PREC_BF16)
 					continue;

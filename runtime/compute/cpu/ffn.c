@@ -58,12 +58,18 @@ struct ffn_job {
 	const struct moem_cpu_kern *k;
 	struct moem_expert_layout lay[MOEM_PREC_NR];
 	struct act_buf in, act;
-	/* amx bf16 experts: the input gathered per act row and act, in VNNI form */
+	/*
+	 * amx: the input gathered per act row and act laid out once per
+	 * stage in groups of 16 of an expert's rows, bf16 experts' in VNNI
+	 * form (vin, vact), q8/q4/q2 experts' as QT B tiles (qt_in, qt_act)
+	 */
 	struct cpu_act vin, vact;
+	uint8_t *qt_in, *qt_act;
 	bool pack;
 	uint32_t *voff;	   /* [n_experts]: first VNNI row of each expert (a multiple of 16) */
 	uint32_t *gsrc;	   /* [groups]: the act row of each VNNI group's first row */
 	uint8_t *gn;	   /* [groups]: its rows (1..16) */
+	uint8_t *gprec;	   /* [groups]: its expert's precision */
 	uint32_t groups;   /* VNNI rows / 16 */
 	float *actf;	   /* [total][I] */
 	uint32_t *act_off; /* [n_experts]: first act row of each expert */
@@ -186,20 +192,30 @@ static uint32_t act_fmts(uint32_t fmts)
 	return fmts & (1u << CPU_ACT_VNNI) ? fmts | (1u << CPU_ACT_BF16) : fmts;
 }
 
-/* The FFN's VNNI groups: group g of dst from the bf16 rows xb + map[gsrc[g] + t]. */
+/*
+ * The FFN's groups: group g of a bf16 expert into dst's VNNI form from
+ * the bf16 rows of src, of a q8/q4/q2 expert into qt from src's form for
+ * the table's kernel of that precision; row t from map[gsrc[g] + t].
+ */
 struct pack_job {
 	const struct ffn_job *j;
-	const uint16_t *xb;
+	const struct cpu_act *src;
 	const uint32_t *map;
 	struct cpu_act *dst;
+	uint8_t *qt;
 };
 
 static void pack_groups(void *arg, uint32_t g, uint32_t worker)
 {
 	struct pack_job *p = arg;
+	const enum moem_prec prec = (enum moem_prec)p->j->gprec[g];
 
-	moem_cpu_amx_pack(p->xb, p->map + p->j->gsrc[g], p->j->gn[g], p->dst->K,
-			  (uint32_t *)p->dst->v[CPU_ACT_VNNI], 16 * g);
+	if (prec == MOEM_PREC_BF16)
+		moem_cpu_amx_pack(p->src->v[CPU_ACT_BF16], p->map + p->j->gsrc[g], p->j->gn[g],
+				  p->dst->K, (uint32_t *)p->dst->v[CPU_ACT_VNNI], 16 * g);
+	else
+		moem_cpu_amxq_pack(prec, p->src->v[p->j->k->fmt[prec]], p->map + p->j->gsrc[g],
+				   p->j->gn[g], p->dst->K, p->qt, 16 * g);
 }
 
 /* ---- passes ------------------------------------------------------------- */
@@ -218,10 +234,15 @@ static void gateup_rows(void *arg, uint32_t item, uint32_t worker)
 	const uint32_t *tok = j->tok + j->act_off[e];
 	const struct cpu_act *x = &j->in.a;
 	moem_cpu_rows_fn rows = j->k->rows[ex->prec];
+	struct cpu_act xq;
 
 	if (j->pack && ex->prec == MOEM_PREC_BF16) {
 		x = &j->vin;
 		tok = j->ident + j->voff[e];
+	} else if (j->pack) { /* the call's own B tiles, its tokens in order */
+		xq = *x;
+		xq.v[CPU_ACT_QT] = j->qt_in + (size_t)j->voff[e] * a->H;
+		x = &xq;
 	}
 	rows(&l->mat[MOEM_MAT_GATE], blob + l->mat_off[MOEM_MAT_GATE], r0, r1, x, tok, ex->n, g, nr,
 	     w);
@@ -252,10 +273,15 @@ static void down_rows(void *arg, uint32_t item, uint32_t worker)
 	uint32_t h0 = blk * j->dn_rows, h1 = moem_min(h0 + j->dn_rows, a->H), nr = h1 - h0;
 	const struct cpu_act *x = &j->act.a;
 	const uint32_t *tok = j->ident + j->act_off[e];
+	struct cpu_act xq;
 
 	if (j->pack && ex->prec == MOEM_PREC_BF16) {
 		x = &j->vact;
 		tok = j->ident + j->voff[e];
+	} else if (j->pack) {
+		xq = *x;
+		xq.v[CPU_ACT_QT] = j->qt_act + (size_t)j->voff[e] * a->I;
+		x = &xq;
 	}
 	j->k->rows[ex->prec](&l->mat[MOEM_MAT_DOWN], blob + l->mat_off[MOEM_MAT_DOWN], h0, h1, x,
 			     tok, ex->n, y, nr, w);
@@ -391,8 +417,8 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		vrows += (a->experts[e].n + 15) & ~15u;
 		fmts |= 1u << j.k->fmt[a->experts[e].prec];
 	}
-	/* the amx table's bf16 B tiles: laid out once per stage (kern.h VNNI) */
-	j.pack = j.k->isa == MOEM_CPU_ISA_AMX && (fmts & (1u << CPU_ACT_BF16));
+	/* the amx table's B tiles: laid out once per stage (kern.h VNNI, QT) */
+	j.pack = j.k->isa == MOEM_CPU_ISA_AMX;
 	j.groups = j.pack ? vrows / 16 : 0;
 	/* fp32 values are the source of every other form */
 	need_f32 = fmts & ~(1u << CPU_ACT_BF16);
@@ -422,8 +448,11 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		j.voff = carve(&cv, 4 * (size_t)a->n_experts);
 		j.gsrc = carve(&cv, 4 * (size_t)j.groups);
 		j.gn = carve(&cv, j.groups);
+		j.gprec = carve(&cv, j.groups);
 		j.vin.v[CPU_ACT_VNNI] = carve(&cv, (size_t)32 * j.groups * a->H);
 		j.vact.v[CPU_ACT_VNNI] = carve(&cv, (size_t)32 * j.groups * a->I);
+		j.qt_in = carve(&cv, (size_t)16 * j.groups * a->H);
+		j.qt_act = carve(&cv, (size_t)16 * j.groups * a->I);
 		j.enode = carve(&cv, 2 * (size_t)a->n_experts);
 		items = a->n_experts * moem_max((a->I + j.gu_rows - 1) / j.gu_rows,
 						(a->H + j.dn_rows - 1) / j.dn_rows);
@@ -441,6 +470,7 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		for (uint32_t t = 0; j.pack && t < ex->n; t += 16, g++) {
 			j.gsrc[g] = j.act_off[e] + t;
 			j.gn[g] = (uint8_t)moem_min(16, ex->n - t);
+			j.gprec[g] = (uint8_t)ex->prec;
 		}
 		j.enode[e] = moem_cpu_node_of(c, moem_dptr_host(ex->blob));
 	}
@@ -456,7 +486,7 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	if (j.in.fmts & ~((1u << CPU_ACT_F32) | (1u << CPU_ACT_BF16)))
 		moem_tpool_run(c->pool, a->B, prep_row, &j.in);
 	if (j.pack) {
-		struct pack_job pj = {&j, j.in.a.v[CPU_ACT_BF16], j.tok, &j.vin};
+		struct pack_job pj = {&j, &j.in.a, j.tok, &j.vin, j.qt_in};
 
 		moem_tpool_run(c->pool, j.groups, pack_groups, &pj);
 	}
@@ -468,7 +498,7 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	if (j.act.fmts & ~(1u << CPU_ACT_F32))
 		moem_tpool_run(c->pool, total, prep_row, &j.act);
 	if (j.pack) {
-		struct pack_job pj = {&j, j.act.a.v[CPU_ACT_BF16], j.ident, &j.vact};
+		struct pack_job pj = {&j, &j.act.a, j.ident, &j.vact, j.qt_act};
 
 		moem_tpool_run(c->pool, j.groups, pack_groups, &pj);
 	}

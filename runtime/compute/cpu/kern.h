@@ -55,6 +55,15 @@
  *          Only where the amx ISA passed isa.c's check (the packing is
  *          AVX-512); no table names it as what it reads: the amx one
  *          takes it instead of BF16 when it is there.
+ *   QT     int8 [T / 16][K / 64][16][16 x 4 bytes] (T rounded up to 16):
+ *          the amx table's q8/q4/q2 B tiles of a call's own tokens, in
+ *          call order: block b of tokens 16 g .. 16 g + 15 at
+ *          (16 g * K / 64 + b) * 1024, row j its dwords j (VNNI-4), the
+ *          block's bytes in the order of the precision (q8 natural, q4
+ *          QEO, q2 QM4), zeros past the tokens; made by
+ *          moem_cpu_amxq_pack() from the table's format, once per FFN
+ *          stage and expert, and set per call (the FFN's own cpu_act for
+ *          the call): a call that has none builds its tiles itself.
  */
 #ifndef MOEM_CPU_KERN_H
 #define MOEM_CPU_KERN_H
@@ -80,6 +89,7 @@ enum cpu_act_fmt {
 	CPU_ACT_VNNI,
 	CPU_ACT_QM4X,
 	CPU_ACT_QEO2,
+	CPU_ACT_QT,
 	CPU_ACT_NR
 };
 
@@ -117,6 +127,15 @@ void moem_cpu_prepare_act_in(struct moem_tpool *pool, const float *x, uint32_t r
  */
 void moem_cpu_amx_pack(const uint16_t *xb, const uint32_t *map, uint32_t n, uint32_t K,
 		       uint32_t *vnni, uint32_t c);
+/*
+ * The QT group of a call's tokens c..c + 15 (c % 16 == 0) for precision
+ * p (q8, q4, q2) at qt: token c + t from row map[t] of xq, in the amx
+ * table's format for p (q8 QNAT, q4 QEO2, q2 QM4X; rows of K bytes), for
+ * t < n, zeros for t in n..15 (kern_amx_q.c; only after the amx ISA's
+ * check).
+ */
+void moem_cpu_amxq_pack(enum moem_prec p, const int8_t *xq, const uint32_t *map, uint32_t n,
+			uint32_t K, uint8_t *qt, uint32_t c);
 
 typedef void (*moem_cpu_rows_fn)(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,
 				 uint32_t r1, const struct cpu_act *x, const uint32_t *tok,

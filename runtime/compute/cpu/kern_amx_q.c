@@ -158,6 +158,33 @@ INL __m512i q_ridx(const int N, int j)
 }
 
 /*
+ * C tiles are stored to a ring of C_RING buffers and scaled C_LAG blocks
+ * later: vector loads of a tile store's bytes wait for it to reach L1,
+ * and scaling each block's C right after its store bound the kernel
+ * from 16 tokens.
+ */
+#define C_RING 4
+#define C_LAG  2
+
+/* Block b's C (flat, c) into acc[0..N-1] at its block scales: one FMA an output. */
+INL void q_scale(const int N, const int32_t *c, const float *qsf, const float *sw, const float *swf,
+		 uint32_t G, uint32_t gshift, uint32_t b, __m512 *acc)
+{
+	const __m512 q = _mm512_loadu_ps(qsf + 16 * (size_t)b);
+	const uint32_t g = b >> gshift;
+
+#pragma GCC unroll 16
+	for (int j = 0; j < N; j++) {
+		__m512 s = N == 16 ? _mm512_set1_ps(sw[j * G + g])
+				   : _mm512_loadu_ps(swf + 16 * ((size_t)g * N + j));
+
+		acc[j] = _mm512_fmadd_ps(
+			_mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(c + 16 * j))),
+			_mm512_mul_ps(q, s), acc[j]);
+	}
+}
+
+/*
  * Rows of 16 x one group of tokens in N (2, 4, 8, 16) columns: C
  * tiles stored flat, row r's token t at r N + t, so N vectors of 16
  * lanes hold the block's 16 N products. B tiles at vb + bstep b, stride
@@ -190,32 +217,24 @@ INL void q_rowblk(enum moem_prec p, const int N, const uint8_t *w, const uint8_t
 			a_unpack(p, w, ldw, m, u, abuf + 1024 * u);
 	Q_ISSUE(0, 4, 6, 0);
 	for (uint32_t b = 0; b < NB; b++) {
-		const __m512 q = _mm512_loadu_ps(qsf + 16 * (size_t)b);
-		const uint32_t g = b >> gshift;
-		const int32_t *c = cb[b & 1];
-
 		if (p != MOEM_PREC_Q8 && b % QCH == 0) /* the next chunk */
 			for (uint32_t u = b + QCH; u < b + 2 * QCH && u < NB; u++)
 				a_unpack(p, w, ldw, m, u, abuf + 1024 * (u % (2 * QCH)));
 		if (b & 1) {
 			if (b + 1 < NB)
 				Q_ISSUE(0, 4, 6, b + 1);
-			_tile_stored(1, cb[1], 4 * N);
+			_tile_stored(1, cb[b % C_RING], 4 * N);
 		} else {
 			if (b + 1 < NB)
 				Q_ISSUE(1, 5, 7, b + 1);
-			_tile_stored(0, cb[0], 4 * N);
+			_tile_stored(0, cb[b % C_RING], 4 * N);
 		}
-#pragma GCC unroll 16
-		for (int j = 0; j < N; j++) {
-			__m512 s = N == 16 ? _mm512_set1_ps(sw[j * G + g])
-					   : _mm512_loadu_ps(swf + 16 * ((size_t)g * N + j));
-
-			acc[j] = _mm512_fmadd_ps(
-				_mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(c + 16 * j))),
-				_mm512_mul_ps(q, s), acc[j]);
-		}
+		if (b >= C_LAG)
+			q_scale(N, cb[(b - C_LAG) % C_RING], qsf, sw, swf, G, gshift, b - C_LAG,
+				acc);
 	}
+	for (uint32_t b = NB > C_LAG ? NB - C_LAG : 0; b < NB; b++)
+		q_scale(N, cb[b % C_RING], qsf, sw, swf, G, gshift, b, acc);
 	if (p != MOEM_PREC_Q8 && N == 16) {
 #pragma GCC unroll 16
 		for (int j = 0; j < 16; j++) {
@@ -679,8 +698,8 @@ INL void vnni_q(enum moem_prec p, const struct moem_qmat_layout *l, const uint8_
  * loaded straight from the matrix (s8, TDPBSSD against the s8
  * activations), q4/q2 unpacked to u8 codes in a buffer on the stack
  * (TDPBUSD). Tokens in groups of up to 16, each group's B tiles in N
- * columns (its count rounded up to a power of 2), laid out per call in
- * scratch by b_build(). Rows in blocks of m = min(16, matrix rows), a
+ * columns (its count rounded up to a power of 2), from the call's QT
+ * form when it has one, else laid out in scratch by b_build(). Rows in blocks of m = min(16, matrix rows), a
  * last block moved back as amx_bf16 does.
  *
  * Scratch (floats): B tiles 4 K, qsf K / 4, xgf K / 4, sw and mn 16 G
@@ -701,7 +720,7 @@ INL void amx_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_la
 	float *qsf = scratch + 4 * (size_t)K, *xgf = qsf + 16 * (size_t)NB;
 	float *sw = xgf + 16 * (size_t)G, *mn = sw + 16 * (size_t)G, *swf = mn + 16 * (size_t)G;
 	uint8_t abuf[2 * QCH * 1024] __attribute__((aligned(64)));
-	int32_t cb[2][256] __attribute__((aligned(64)));
+	int32_t cb[C_RING][256] __attribute__((aligned(64)));
 	float c[256] __attribute__((aligned(64)));
 
 	if (r0 >= r1 || !T)
@@ -724,7 +743,10 @@ INL void amx_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_la
 			break;
 		}
 		moem_cpu_amx_config(m, N);
-		b_build(p, xq, tok + i, nt, K, (uint8_t *)vbuf);
+		if (x->v[CPU_ACT_QT]) /* laid out once per FFN stage */
+			vb = (const uint8_t *)x->v[CPU_ACT_QT] + (size_t)i * K;
+		else
+			b_build(p, xq, tok + i, nt, K, (uint8_t *)vbuf);
 		{ /* lane l: token l % N's block scales and group sums, 0 past the tokens */
 			const __m512i tl =
 				_mm512_and_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
@@ -795,6 +817,18 @@ INL void amx_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_la
 					y[(size_t)(i + t) * ldy + (r - r0)] = c[(r - st) * N + t];
 		}
 	}
+}
+
+void moem_cpu_amxq_pack(enum moem_prec p, const int8_t *xq, const uint32_t *map, uint32_t n,
+			uint32_t K, uint8_t *qt, uint32_t c)
+{
+	qt += (size_t)c * K;
+	if (p == MOEM_PREC_Q8)
+		b_build(MOEM_PREC_Q8, xq, map, n, K, qt);
+	else if (p == MOEM_PREC_Q4)
+		b_build(MOEM_PREC_Q4, xq, map, n, K, qt);
+	else
+		b_build(MOEM_PREC_Q2, xq, map, n, K, qt);
 }
 
 void moem_cpu_amx_q8(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0, uint32_t r1,
