@@ -48,8 +48,10 @@ int moem_cpu_embed(struct moem_backend *be, struct moem_stream *s, const struct 
  */
 #define MM_ROWS	    16
 /*
- * amx bf16: x laid out once in VNNI form (kern.h; the B tiles every call
- * would otherwise build) and four row tiles of 16 a call.
+ * amx: four row tiles (or panels) of 16 a call; bf16 with x laid out
+ * once in VNNI form (kern.h; the B tiles every call would otherwise
+ * build). A q8/q4/q2 call's own setup (the tokens' block sums, the
+ * first panel's prefetch) took a quarter of a 16-row call at batch 1.
  */
 #define MM_AMX_ROWS 64
 
@@ -106,7 +108,7 @@ int moem_cpu_matmul(struct moem_backend *be, struct moem_stream *s,
 	j.rows = k->rows[p];
 	fmt = k->fmt[p];
 	pack = p == MOEM_PREC_BF16 && k->isa == MOEM_CPU_ISA_AMX;
-	j.nrows = pack ? MM_AMX_ROWS : MM_ROWS;
+	j.nrows = k->isa == MOEM_CPU_ISA_AMX ? MM_AMX_ROWS : MM_ROWS;
 	if (pack)
 		qb = (size_t)2 * a->K * moem_align_up(a->B, 16);
 	if (p == MOEM_PREC_BF16) {

@@ -195,7 +195,8 @@ static uint32_t act_fmts(uint32_t fmts)
 /*
  * The FFN's groups: group g of a bf16 expert into dst's VNNI form from
  * the bf16 rows of src, of a q8/q4/q2 expert into qt from src's form for
- * the table's kernel of that precision; row t from map[gsrc[g] + t].
+ * the table's kernel of that precision (a group of MOEM_CPU_AMX_QMIN rows
+ * or more: fewer take no tiles); row t from map[gsrc[g] + t].
  */
 struct pack_job {
 	const struct ffn_job *j;
@@ -210,6 +211,8 @@ static void pack_groups(void *arg, uint32_t g, uint32_t worker)
 	struct pack_job *p = arg;
 	const enum moem_prec prec = (enum moem_prec)p->j->gprec[g];
 
+	if (prec != MOEM_PREC_BF16 && p->j->gn[g] < MOEM_CPU_AMX_QMIN)
+		return; /* the kernel's VNNI form: no tiles */
 	if (prec == MOEM_PREC_BF16)
 		moem_cpu_amx_pack(p->src->v[CPU_ACT_BF16], p->map + p->j->gsrc[g], p->j->gn[g],
 				  p->dst->K, (uint32_t *)p->dst->v[CPU_ACT_VNNI], 16 * g);

@@ -76,6 +76,8 @@
 #include <moem/quant.h>
 
 #define MOEM_CPU_QBLOCK		   64 /* activation quantization block */
+/* The amx table's q8/q4/q2 take tiles (QT) for groups of this many tokens and more. */
+#define MOEM_CPU_AMX_QMIN	   4
 /* The floats of scratch a row kernel may use for rows of K elements. */
 #define MOEM_CPU_SCRATCH_FLOATS(K) (16 * (size_t)(K))
 

@@ -44,9 +44,7 @@
  * the same for 1 or 16 columns of B while the VNNI form's work grows
  * with each token; the VNNI form streams a batch-1 row block faster.
  */
-#ifndef AMX_QMIN
-#define AMX_QMIN 4
-#endif
+#define AMX_QMIN MOEM_CPU_AMX_QMIN
 
 /*
  * Steps (64 bytes of a row) the VNNI form takes of one row before the
@@ -55,7 +53,9 @@
  * kern_avx512.c's row-by-row stream on one thread); a run's partials
  * wait in L1 (8 KB) for the reduction.
  */
+#ifndef RP_RUN
 #define RP_RUN 8
+#endif
 #define RP_TOK 3 /* tokens a run takes each row step for (its steps: RP_RUN / tokens) */
 
 /* ---- the AMX form: TDPBSSD / TDPBUSD, one C tile per block of 64 -------- */
