@@ -53,9 +53,7 @@
  * kern_avx512.c's row-by-row stream on one thread); a run's partials
  * wait in L1 (8 KB) for the reduction.
  */
-#ifndef RP_RUN
 #define RP_RUN 8
-#endif
 #define RP_TOK 3 /* tokens a run takes each row step for (its steps: RP_RUN / tokens) */
 
 /* ---- the AMX form: TDPBSSD / TDPBUSD, one C tile per block of 64 -------- */
