@@ -42,6 +42,7 @@
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,11 +350,10 @@ __attribute__((target("avx512f,avx512vnni"))) static double peak_dpbusd(uint64_t
 }
 
 /*
- * The amx table's bf16 instruction: 4 independent C tiles (16 x 16 fp32)
- * each taking A (16 x 32 bf16) x B (32 x 16) per TDPBF16PS, 16 x 16 x 32
- * multiply-adds. A peer thread of its own (the process was granted the
- * tile state when the backend opened), so its tile configuration touches
- * no worker's.
+ * The amx table's instructions: 4 independent C tiles (16 x 16) each
+ * taking A x B per instruction. A peer thread of its own (the process
+ * was granted the tile state when the backend opened), so its tile
+ * configuration touches no worker's.
  */
 struct peak_tilecfg {
 	uint8_t palette, start_row, reserved[14];
@@ -361,10 +361,16 @@ struct peak_tilecfg {
 	uint8_t rows[16];
 };
 
-__attribute__((target("amx-tile,amx-bf16"))) static double peak_tdpbf16(uint64_t iters)
+/*
+ * bf16 (int8 false): TDPBF16PS, A 16 x 32 bf16 x B 32 x 16, 16 x 16 x 32
+ * multiply-adds; int8: TDPBUSD (kern_amx_q.c from 4 tokens), A 16 x 64
+ * bytes x B 64 x 16, 16 x 16 x 64.
+ */
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) static double peak_tiles(uint64_t iters,
+									       bool int8)
 {
 	struct peak_tilecfg cfg = {.palette = 1};
-	float out[16 * 16];
+	int32_t out[16 * 16];
 
 	for (int t = 0; t < 8; t++) {
 		cfg.colsb[t] = 64;
@@ -380,45 +386,17 @@ __attribute__((target("amx-tile,amx-bf16"))) static double peak_tdpbf16(uint64_t
 	_tile_zero(5);
 	_tile_zero(6);
 	_tile_zero(7);
-	for (uint64_t i = 0; i < iters; i++) {
-		_tile_dpbf16ps(0, 4, 6);
-		_tile_dpbf16ps(1, 4, 7);
-		_tile_dpbf16ps(2, 5, 6);
-		_tile_dpbf16ps(3, 5, 7);
-	}
-	_tile_stored(0, out, 64);
-	_tile_release();
-	return out[0];
-}
-
-/*
- * The amx table's int8 instruction from 4 tokens (kern_amx_q.c): the
- * same 4 C tiles, A 16 x 64 bytes x B 64 x 16 per TDPBUSD, 16 x 16 x 64
- * multiply-adds.
- */
-__attribute__((target("amx-tile,amx-int8"))) static double peak_tdpbusd(uint64_t iters)
-{
-	struct peak_tilecfg cfg = {.palette = 1};
-	int32_t out[16 * 16];
-
-	for (int t = 0; t < 8; t++) {
-		cfg.colsb[t] = 64;
-		cfg.rows[t] = 16;
-	}
-	__asm__ volatile("ldtilecfg %0" ::"m"(cfg));
-	_tile_zero(0);
-	_tile_zero(1);
-	_tile_zero(2);
-	_tile_zero(3);
-	_tile_zero(4);
-	_tile_zero(5);
-	_tile_zero(6);
-	_tile_zero(7);
-	for (uint64_t i = 0; i < iters; i++) {
+	for (uint64_t i = 0; int8 && i < iters; i++) {
 		_tile_dpbusd(0, 4, 6);
 		_tile_dpbusd(1, 4, 7);
 		_tile_dpbusd(2, 5, 6);
 		_tile_dpbusd(3, 5, 7);
+	}
+	for (uint64_t i = 0; !int8 && i < iters; i++) {
+		_tile_dpbf16ps(0, 4, 6);
+		_tile_dpbf16ps(1, 4, 7);
+		_tile_dpbf16ps(2, 5, 6);
+		_tile_dpbf16ps(3, 5, 7);
 	}
 	_tile_stored(0, out, 64);
 	_tile_release();
@@ -451,10 +429,10 @@ static void *peer_run(void *v)
 		j->sink = peak_maddubs(j->iters);
 		break;
 	case 5:
-		j->sink = peak_tdpbf16(j->iters);
+		j->sink = peak_tiles(j->iters, false);
 		break;
 	case 6:
-		j->sink = peak_tdpbusd(j->iters);
+		j->sink = peak_tiles(j->iters, true);
 		break;
 	default:
 		j->sink = peak_dpbusd(j->iters);
@@ -502,10 +480,20 @@ static double peer_read_lo, peer_read_hi, peer_peak_lo, peer_peak_hi;
 static uint8_t *peer_buf;
 #define PEER_BYTES (512ull << 20)
 
+/* Gop/s of peer kind's register-only loop: iters iterations of ops on threads, median of reps. */
+static double peak_gops(int kind, uint64_t iters, uint32_t threads, int reps, double ops)
+{
+	double s[10];
+
+	for (int r = 0; r < reps; r++)
+		s[r] = peer_seconds(kind, NULL, 0, iters, threads);
+	return (double)iters * threads * ops / median(s, reps) / 1e9;
+}
+
 /* Measure the peers into cpu_read_gbps and cpu_peak[] (medians of reps). */
 static void cpu_peers_measure(const struct moem_backend_info *info, int reps, uint64_t iters)
 {
-	double s[10], opsper;
+	double s[10];
 	int avx512 = info->isa == MOEM_CPU_ISA_AVX512 || info->isa == MOEM_CPU_ISA_AMX;
 
 	for (int r = 0; r < reps; r++)
@@ -513,29 +501,21 @@ static void cpu_peers_measure(const struct moem_backend_info *info, int reps, ui
 	cpu_read_gbps = PEER_BYTES / median(s, reps) / 1e9;
 	if (info->isa == MOEM_CPU_ISA_SCALAR)
 		return; /* no vector peak to hold plain C to */
-	/* 12 chains x iters instructions per thread; ops per instruction: */
-	opsper = 12.0 * iters * info->threads;
+	/*
+	 * The vector loops: 12 chains, an instruction each an iteration; the
+	 * tile loops: 4 C tiles of 16 x 16 x (32 bf16 or 64 bytes) multiply-
+	 * adds an iteration, a quarter of the iterations. 2 ops a multiply-add.
+	 */
 	if (info->isa == MOEM_CPU_ISA_AMX) {
-		/* 4 x 16 x 16 x 32 multiply-adds an iteration, a quarter of the iterations */
-		for (int r = 0; r < reps; r++)
-			s[r] = peer_seconds(5, NULL, 0, iters / 4, info->threads);
-		cpu_peak[MOEM_PREC_BF16] = (double)(iters / 4) * info->threads * 4 * 16 * 16 * 32 *
-					   2 / median(s, reps) / 1e9;
+		cpu_peak[MOEM_PREC_BF16] =
+			peak_gops(5, iters / 4, info->threads, reps, 4.0 * 16 * 16 * 32 * 2);
+		cpu_peak[MOEM_PREC_Q8] =
+			peak_gops(6, iters / 4, info->threads, reps, 4.0 * 16 * 16 * 64 * 2);
 	} else {
-		for (int r = 0; r < reps; r++)
-			s[r] = peer_seconds(avx512 ? 2 : 1, NULL, 0, iters, info->threads);
-		cpu_peak[MOEM_PREC_BF16] = opsper * (avx512 ? 64 : 16) / median(s, reps) / 1e9;
-	}
-	if (info->isa == MOEM_CPU_ISA_AMX) {
-		/* 4 x 16 x 16 x 64 multiply-adds an iteration, a quarter of the iterations */
-		for (int r = 0; r < reps; r++)
-			s[r] = peer_seconds(6, NULL, 0, iters / 4, info->threads);
-		cpu_peak[MOEM_PREC_Q8] = (double)(iters / 4) * info->threads * 4 * 16 * 16 * 64 *
-					 2 / median(s, reps) / 1e9;
-	} else {
-		for (int r = 0; r < reps; r++)
-			s[r] = peer_seconds(avx512 ? 4 : 3, NULL, 0, iters, info->threads);
-		cpu_peak[MOEM_PREC_Q8] = opsper * (avx512 ? 128 : 64) / median(s, reps) / 1e9;
+		cpu_peak[MOEM_PREC_BF16] = peak_gops(avx512 ? 2 : 1, iters, info->threads, reps,
+						     12.0 * (avx512 ? 64 : 16));
+		cpu_peak[MOEM_PREC_Q8] = peak_gops(avx512 ? 4 : 3, iters, info->threads, reps,
+						   12.0 * (avx512 ? 128 : 64));
 	}
 	cpu_peak[MOEM_PREC_Q4] = cpu_peak[MOEM_PREC_Q2] = cpu_peak[MOEM_PREC_Q8];
 }

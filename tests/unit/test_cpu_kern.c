@@ -335,6 +335,34 @@ TEST(rows_odd_ranges_match_scalar)
 }
 
 /*
+ * R x K bf16 weights w as a row kernel's matrix of precision p, layout in
+ * *l: w itself for bf16, else quantized into memory of its own (free()
+ * it when it is not w). NULL on a layout or quantization error.
+ */
+static uint8_t *kern_mat(enum moem_prec p, uint16_t *w, uint32_t R, uint32_t K,
+			 struct moem_qmat_layout *l)
+{
+	uint8_t *q;
+
+	if (p == MOEM_PREC_BF16) {
+		*l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
+					       .rows = R,
+					       .cols = K,
+					       .row_bytes = 2 * K,
+					       .bytes = (uint64_t)2 * R * K};
+		return (uint8_t *)w;
+	}
+	if (moem_qmat_layout(p, R, K, l))
+		return NULL;
+	q = aligned_alloc(64, (l->bytes + 63) & ~(uint64_t)63);
+	if (q && moem_quantize(p, w, R, K, q, l->bytes)) {
+		free(q);
+		q = NULL;
+	}
+	return q;
+}
+
+/*
  * The kernels alone: every output of a call over 73 rows x 64 tokens has
  * the same bits as the same row and token computed alone (one row, one
  * token: decode's GEMV) and as in calls over every smaller token count
@@ -380,19 +408,8 @@ TEST(rows_same_bits_for_any_call_shape)
 
 			for (size_t i = 0; i < (size_t)B * K; i++) /* FFN inputs are bf16 */
 				xf[i] = moem_bf16_to_f32(moem_f32_to_bf16(xf[i]));
-			if (p == MOEM_PREC_BF16) {
-				l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
-							      .rows = R,
-							      .cols = K,
-							      .row_bytes = 2 * K,
-							      .bytes = (uint64_t)2 * R * K};
-				q = (uint8_t *)w;
-			} else {
-				ASSERT_EQ(0, moem_qmat_layout((enum moem_prec)p, R, K, &l));
-				q = aligned_alloc(64, (l.bytes + 63) & ~(uint64_t)63);
-				ASSERT_NE(NULL, q);
-				ASSERT_EQ(0, moem_quantize((enum moem_prec)p, w, R, K, q, l.bytes));
-			}
+			q = kern_mat((enum moem_prec)p, w, R, K, &l);
+			ASSERT_NE(NULL, q);
 			for (uint32_t t = 0; t < B; t++) /* the tokens out of order */
 				tok[t] = (t * 29 + 5) % B;
 			for (int k = 0; k < nk; k++) {
@@ -543,22 +560,12 @@ TEST(rows_small_matrices_match_scalar)
 			float want[20 * 15], got[20 * 15], one[15];
 			struct moem_qmat_layout l;
 			uint32_t tok[20];
-			uint8_t *q = (uint8_t *)w;
+			uint8_t *q;
 
 			for (size_t i = 0; i < (size_t)B * K; i++) /* FFN inputs are bf16 */
 				xf[i] = moem_bf16_to_f32(moem_f32_to_bf16(xf[i]));
-			if (p == MOEM_PREC_BF16) {
-				l = (struct moem_qmat_layout){.prec = MOEM_PREC_BF16,
-							      .rows = R,
-							      .cols = K,
-							      .row_bytes = 2 * K,
-							      .bytes = (uint64_t)2 * R * K};
-			} else {
-				ASSERT_EQ(0, moem_qmat_layout((enum moem_prec)p, R, K, &l));
-				q = aligned_alloc(64, (l.bytes + 63) & ~(uint64_t)63);
-				ASSERT_NE(NULL, q);
-				ASSERT_EQ(0, moem_quantize((enum moem_prec)p, w, R, K, q, l.bytes));
-			}
+			q = kern_mat((enum moem_prec)p, w, R, K, &l);
+			ASSERT_NE(NULL, q);
 			for (uint32_t t = 0; t < B; t++)
 				tok[t] = (t * 7 + 3) % B;
 			for (int k = 0; k < nk; k++) {

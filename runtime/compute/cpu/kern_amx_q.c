@@ -38,6 +38,7 @@
 #define INL static inline __attribute__((always_inline))
 
 #include "kern_amx.h"
+#include "kern_x86.h"
 
 /*
  * Token groups of this many and more take the AMX form. A TDPBUSD costs
@@ -57,18 +58,6 @@
 #define RP_TOK 3 /* tokens a run takes each row step for (its steps: RP_RUN / tokens) */
 
 /* ---- the AMX form: TDPBSSD / TDPBUSD, one C tile per block of 64 -------- */
-
-/* The fp16 scale (and min) rows of 16 weight rows, to fp32 (exact), 8 at a time. */
-static void f16_rows(const uint16_t *in, float *out, uint32_t n)
-{
-	uint32_t i = 0;
-
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
-						  (const __m128i *)(const void *)(in + i))));
-	for (; i < n; i++)
-		out[i] = _cvtsh_ss(in[i]);
-}
 
 /*
  * One block's 64 u8 codes of a q4 row (32 bytes at wb) in QEO order: the
@@ -787,9 +776,9 @@ INL void amx_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_la
 			const uint32_t st = b0 + m > l->rows ? l->rows - m : b0;
 			const uint32_t e = b0 + m < r1 ? b0 + m : r1;
 
-			f16_rows(s16 + (size_t)st * G, sw, m * G);
+			f16_row(s16 + (size_t)st * G, sw, m * G);
 			if (p != MOEM_PREC_Q8)
-				f16_rows(m16 + (size_t)st * G, mn, m * G);
+				f16_row(m16 + (size_t)st * G, mn, m * G);
 			if (N < 16)
 				sw_flat(sw, G, (int)N, swf);
 			switch (N) {

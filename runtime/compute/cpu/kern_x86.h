@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * 256-bit helpers the AVX2 and AVX-512 row kernels share (included by
- * kern_avx2.c and kern_avx512.c, the latter also in its SIMDe build):
+ * kern_avx2.c and kern_avx512.c, the latter also in its SIMDe build, and
+ * by kern_amx_q.c for f16_row()):
  * the q4/q2 min term in particular must be the very same instructions in
  * both, lane by lane, for every tile shape of either file. Included after
  * the file's intrinsics header and its INL.
@@ -44,8 +45,8 @@ static void f16_row(const uint16_t *in, float *out, uint32_t n)
  * instructions for it. (A scalar chain of one add per group cost about
  * as much as a q2 row's blocks at batch 1.)
  */
-static __attribute__((noinline)) float min_term(const float *mn, const float *xs, uint32_t ng,
-						uint32_t gshift)
+static __attribute__((noinline, unused)) float min_term(const float *mn, const float *xs,
+							uint32_t ng, uint32_t gshift)
 {
 	__m256 m8 = _mm256_setzero_ps();
 	uint32_t g = 0;
@@ -82,9 +83,10 @@ static __attribute__((noinline)) float min_term(const float *mn, const float *xs
  * q4 prefill profile (16 tokens an expert) had min_term() at a quarter
  * of the expert FFN's time. scratch: 9 G floats.
  */
-static void min_pass(const uint16_t *m16, uint32_t G, uint32_t gshift, const struct cpu_act *x,
-		     uint32_t NB, const uint32_t *tok, uint32_t T, uint32_t r0, uint32_t r1,
-		     float *y, uint32_t ldy, float *scratch)
+static __attribute__((unused)) void min_pass(const uint16_t *m16, uint32_t G, uint32_t gshift,
+					     const struct cpu_act *x, uint32_t NB,
+					     const uint32_t *tok, uint32_t T, uint32_t r0,
+					     uint32_t r1, float *y, uint32_t ldy, float *scratch)
 {
 	float *xg = scratch, *mn = scratch + 8 * (size_t)G;
 	const uint32_t G8 = G / 8 * 8;
