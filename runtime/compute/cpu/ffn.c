@@ -407,6 +407,7 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	struct ffn_job j = {.c = c, .a = a, .k = c->kern};
 	struct carve cv = {0};
 	uint32_t total = 0, fmts = 0, items, vrows = 0;
+	uint32_t vgroups, qgroups; /* groups the VNNI and QT forms are carved for */
 	bool need_f32;
 	int ret = 0;
 
@@ -423,6 +424,8 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	/* the amx table's B tiles: laid out once per stage (kern.h VNNI, QT) */
 	j.pack = j.k->isa == MOEM_CPU_ISA_AMX;
 	j.groups = j.pack ? vrows / 16 : 0;
+	vgroups = fmts & (1u << CPU_ACT_BF16) ? j.groups : 0;
+	qgroups = fmts & QFMTS ? j.groups : 0;
 	/* fp32 values are the source of every other form */
 	need_f32 = fmts & ~(1u << CPU_ACT_BF16);
 	j.in.fmts = fmts | (need_f32 ? 1u << CPU_ACT_F32 : 0);
@@ -452,10 +455,11 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		j.gsrc = carve(&cv, 4 * (size_t)j.groups);
 		j.gn = carve(&cv, j.groups);
 		j.gprec = carve(&cv, j.groups);
-		j.vin.v[CPU_ACT_VNNI] = carve(&cv, (size_t)32 * j.groups * a->H);
-		j.vact.v[CPU_ACT_VNNI] = carve(&cv, (size_t)32 * j.groups * a->I);
-		j.qt_in = carve(&cv, (size_t)16 * j.groups * a->H);
-		j.qt_act = carve(&cv, (size_t)16 * j.groups * a->I);
+		/* only the forms some expert reads: bf16 VNNI, q8/q4/q2 QT */
+		j.vin.v[CPU_ACT_VNNI] = carve(&cv, (size_t)32 * vgroups * a->H);
+		j.vact.v[CPU_ACT_VNNI] = carve(&cv, (size_t)32 * vgroups * a->I);
+		j.qt_in = carve(&cv, (size_t)16 * qgroups * a->H);
+		j.qt_act = carve(&cv, (size_t)16 * qgroups * a->I);
 		j.enode = carve(&cv, 2 * (size_t)a->n_experts);
 		items = a->n_experts * moem_max((a->I + j.gu_rows - 1) / j.gu_rows,
 						(a->H + j.dn_rows - 1) / j.dn_rows);
