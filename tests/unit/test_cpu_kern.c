@@ -465,7 +465,8 @@ TEST(rows_same_bits_for_any_call_shape)
 					/*
 					 * The B tiles laid out beforehand (QT, as the FFN
 					 * does), the call's tokens in call order: 64
-					 * tokens, and 37 from the 6th (a last group of 5).
+					 * tokens, 37 from the 6th (a last group of 5) and
+					 * 34 from the 10th (2 past the last group).
 					 */
 					uint8_t *qt = aligned_alloc(64, (size_t)B * K);
 
@@ -485,6 +486,14 @@ TEST(rows_same_bits_for_any_call_shape)
 					kt->rows[p](&l, q, 0, R, &a, tok + 5, 37, part, R, scratch);
 					ASSERT_EQ(0, memcmp(part, full + 5 * R, 4 * (size_t)37 * R))
 					TH_LOG("amx QT %s K %u: 73 x 37", pn, K);
+					/* 34: two groups of tiles and 2 tokens in the VNNI form */
+					for (uint32_t c = 0; c < 32; c += 16)
+						moem_cpu_amxq_pack((enum moem_prec)p,
+								   a.v[kt->fmt[p]], tok + 9 + c, 16,
+								   K, qt, c);
+					kt->rows[p](&l, q, 0, R, &a, tok + 9, 34, part, R, scratch);
+					ASSERT_EQ(0, memcmp(part, full + 9 * R, 4 * (size_t)34 * R))
+					TH_LOG("amx QT %s K %u: 73 x 34", pn, K);
 					a.v[CPU_ACT_QT] = NULL;
 					free(qt);
 				}
