@@ -211,12 +211,10 @@ static void pack_groups(void *arg, uint32_t g, uint32_t worker)
 	struct pack_job *p = arg;
 	const enum moem_prec prec = (enum moem_prec)p->j->gprec[g];
 
-	if (prec != MOEM_PREC_BF16 && p->j->gn[g] < MOEM_CPU_AMX_QMIN)
-		return; /* the kernel's VNNI form: no tiles */
 	if (prec == MOEM_PREC_BF16)
 		moem_cpu_amx_pack(p->src->v[CPU_ACT_BF16], p->map + p->j->gsrc[g], p->j->gn[g],
 				  p->dst->K, (uint32_t *)p->dst->v[CPU_ACT_VNNI], 16 * g);
-	else
+	else if (p->j->gn[g] >= MOEM_CPU_AMX_QMIN) /* fewer: the kernel's VNNI form, no tiles */
 		moem_cpu_amxq_pack(prec, p->src->v[p->j->k->fmt[prec]], p->map + p->j->gsrc[g],
 				   p->j->gn[g], p->dst->K, p->qt, 16 * g);
 }

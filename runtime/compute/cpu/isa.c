@@ -195,8 +195,9 @@ enum moem_cpu_isa moem_cpu_isa_best(void)
 	 * bf16 kernel, with the B tiles laid out once per FFN stage, was as
 	 * fast as avx512's at batch 1 and 2x (4 tokens) to 5x (64) faster on
 	 * the Xeon it was measured on (backends.md); its q8/q4/q2
-	 * (kern_amx_q.c) as fast at batch 1 and 2-3x faster from 16 tokens,
-	 * with bits of their own (a calibration made on avx512 is redone).
+	 * (kern_amx_q.c) about level with avx512's at batch 1 on 2 threads
+	 * (5-15% behind on one) and 2-3x faster from 16 tokens, with bits of
+	 * their own (a calibration made on avx512 is redone).
 	 */
 	moem_cpu_features(&f);
 	if (isa_missing(&f, MOEM_CPU_ISA_AMX, miss, sizeof(miss)) && amx_permit() == 0)

@@ -81,8 +81,7 @@ struct amx_cfg {
  * Tiles 0-3 C (m rows x n 32-bit columns), 4-5 A (m rows x 64 bytes),
  * 6-7 B (16 rows x n 32-bit columns), loaded when this thread's is not
  * that already. bf16 takes n = 16; the quantized kernels n = the tokens
- * of a group rounded up to a power of 2, so that a C tile of one token
- * is one 64-byte vector of 16 rows (and B tiles are read in place).
+ * of a group rounded up to 4, 8 or 16 (kern_amx_q.c).
  */
 static __thread uint32_t amx_cfg_key;
 

@@ -111,7 +111,7 @@ INL void a_unpack(enum moem_prec p, const uint8_t *w, size_t ldw, uint32_t m, ui
  * bytes, exact in int32. The lines of the next row block (wn, 16 rows
  * on) are prefetched a block's share at a time, in address order: 16
  * rows read 64 bytes at a time are 16 streams, which the hardware
- * prefetcher alone left at about half the read bandwidth at batch 1.
+ * prefetcher alone left at about half the read bandwidth at few tokens.
  * A macro: tile numbers are spelled into the instructions.
  */
 #define Q_ISSUE(Ct, At, Bt, b)                                                            \
@@ -132,14 +132,12 @@ INL void a_unpack(enum moem_prec p, const uint8_t *w, size_t ldw, uint32_t m, ui
 		}                                                                         \
 	} while (0)
 
-/* Lane l of vector j of a flat tile of N columns is row (16 j + l) / N, token l % N. */
+/* Lane l of vector j of a flat tile of N (4, 8, 16) columns: row (16 j + l) / N, token l % N. */
 INL __m512i q_ridx(const int N, int j)
 {
 	const __m512i l = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
 
-	return _mm512_srli_epi32(_mm512_add_epi32(l, _mm512_set1_epi32(16 * j)), N == 1	  ? 0
-										 : N == 2 ? 1
-										 : N == 4 ? 2
+	return _mm512_srli_epi32(_mm512_add_epi32(l, _mm512_set1_epi32(16 * j)), N == 4	  ? 2
 										 : N == 8 ? 3
 											  : 4);
 }
@@ -172,7 +170,7 @@ INL void q_scale(const int N, const int32_t *c, const float *qsf, const float *s
 }
 
 /*
- * Rows of 16 x one group of tokens in N (2, 4, 8, 16) columns: C
+ * Rows of 16 x one group of tokens in N (4, 8, 16) columns: C
  * tiles stored flat, row r's token t at r N + t, so N vectors of 16
  * lanes hold the block's 16 N products. B tiles at vb + bstep b, stride
  * bstride; qsf[b] and xgf[g]: the tokens' block scales and group sums in
@@ -275,10 +273,8 @@ static void sw_flat(const float *sw, uint32_t G, const int N, float *swf)
 		tr16(r);
 		for (uint32_t g = 0; g < ng; g++)
 			for (int j = 0; j < N; j++)
-				_mm512_storeu_ps(
-					swf + 16 * ((size_t)(g0 + g) * N + j),
-					N == 1 ? _mm512_castsi512_ps(r[g])
-					       : _mm512_permutexvar_ps(q_ridx(N, j),
+				_mm512_storeu_ps(swf + 16 * ((size_t)(g0 + g) * N + j),
+						 _mm512_permutexvar_ps(q_ridx(N, j),
 								       _mm512_castsi512_ps(r[g])));
 	}
 }
@@ -685,9 +681,9 @@ INL void vnni_q(enum moem_prec p, const struct moem_qmat_layout *l, const uint8_
  * loaded straight from the matrix (s8, TDPBSSD against the s8
  * activations), q4/q2 unpacked to u8 codes in a buffer on the stack
  * (TDPBUSD). Tokens in groups of up to 16, each group's B tiles in N
- * columns (its count rounded up to a power of 2), from the call's QT
- * form when it has one, else laid out in scratch by b_build(). Rows in blocks of m = min(16, matrix rows), a
- * last block moved back as amx_bf16 does.
+ * columns (its count rounded up to 4, 8 or 16), from the call's QT form
+ * when it has one, else laid out in scratch by b_build(). Rows in blocks
+ * of m = min(16, matrix rows), a last block moved back as amx_bf16 does.
  *
  * Scratch (floats): B tiles 4 K, qsf K / 4, xgf K / 4, sw and mn 16 G
  * each (<= K / 4), swf 16 N G (<= 128 K / 64 = 2 K): <= 7 K <=
@@ -720,7 +716,7 @@ INL void amx_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_la
 	memset(sw, 0, 2 * 16 * sizeof(float) * G);
 	for (uint32_t i = 0; i < T; i += 16) {
 		const uint32_t nt = T - i < 16 ? T - i : 16;
-		const uint32_t N = nt <= 2 ? 2 : nt <= 4 ? 4 : nt <= 8 ? 8 : 16;
+		const uint32_t N = nt <= 4 ? 4 : nt <= 8 ? 8 : 16;
 		const uint8_t *vb = (const uint8_t *)vbuf;
 		const size_t bstep = 1024, bstride = 64;
 
@@ -782,9 +778,6 @@ INL void amx_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_la
 			if (N < 16)
 				sw_flat(sw, G, (int)N, swf);
 			switch (N) {
-			case 2:
-				Q_N(2);
-				break;
 			case 4:
 				Q_N(4);
 				break;
