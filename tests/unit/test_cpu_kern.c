@@ -468,32 +468,26 @@ TEST(rows_same_bits_for_any_call_shape)
 					 * tokens, 37 from the 6th (a last group of 5) and
 					 * 34 from the 10th (2 past the last group).
 					 */
+					static const uint32_t cs[][2] = {{0, 64}, {5, 37}, {9, 34}};
 					uint8_t *qt = aligned_alloc(64, (size_t)B * K);
 
 					ASSERT_NE(NULL, qt);
-					for (uint32_t c = 0; c < B; c += 16)
-						moem_cpu_amxq_pack((enum moem_prec)p,
-								   a.v[kt->fmt[p]], tok + c, 16, K,
-								   qt, c);
 					a.v[CPU_ACT_QT] = qt;
-					kt->rows[p](&l, q, 0, R, &a, tok, B, part, R, scratch);
-					ASSERT_EQ(0, memcmp(part, full, 4 * (size_t)B * R))
-					TH_LOG("amx QT %s K %u: 73 x 64", pn, K);
-					for (uint32_t c = 0; c < 37; c += 16)
-						moem_cpu_amxq_pack((enum moem_prec)p,
-								   a.v[kt->fmt[p]], tok + 5 + c,
-								   moem_min(16, 37 - c), K, qt, c);
-					kt->rows[p](&l, q, 0, R, &a, tok + 5, 37, part, R, scratch);
-					ASSERT_EQ(0, memcmp(part, full + 5 * R, 4 * (size_t)37 * R))
-					TH_LOG("amx QT %s K %u: 73 x 37", pn, K);
-					/* 34: two groups of tiles and 2 tokens in the VNNI form */
-					for (uint32_t c = 0; c < 32; c += 16)
-						moem_cpu_amxq_pack((enum moem_prec)p,
-								   a.v[kt->fmt[p]], tok + 9 + c, 16,
-								   K, qt, c);
-					kt->rows[p](&l, q, 0, R, &a, tok + 9, 34, part, R, scratch);
-					ASSERT_EQ(0, memcmp(part, full + 9 * R, 4 * (size_t)34 * R))
-					TH_LOG("amx QT %s K %u: 73 x 34", pn, K);
+					for (unsigned int ci = 0; ci < 3; ci++) {
+						const uint32_t t0 = cs[ci][0], n = cs[ci][1];
+
+						for (uint32_t c = 0; c < n; c += 16)
+							moem_cpu_amxq_pack(
+								(enum moem_prec)p, a.v[kt->fmt[p]],
+								tok + t0 + c, moem_min(16, n - c),
+								K, qt, c);
+						kt->rows[p](&l, q, 0, R, &a, tok + t0, n, part, R,
+							    scratch);
+						ASSERT_EQ(0, memcmp(part, full + t0 * R,
+								    4 * (size_t)n * R))
+						TH_LOG("amx QT %s K %u: 73 x %u from %u", pn, K, n,
+						       t0);
+					}
 					a.v[CPU_ACT_QT] = NULL;
 					free(qt);
 				}
