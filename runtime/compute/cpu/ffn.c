@@ -405,8 +405,8 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 	struct ffn_job j = {.c = c, .a = a, .k = c->kern};
 	struct carve cv = {0};
 	uint32_t total = 0, fmts = 0, items, vrows = 0;
-	uint32_t vgroups, qgroups; /* groups the VNNI and QT forms are carved for */
-	bool need_f32;
+	uint32_t vgroups, qgroups;  /* groups the VNNI and QT forms are carved for */
+	bool need_f32, lay = false; /* lay: some group is laid out (pack_groups()) */
 	int ret = 0;
 
 	for (int p = 0; p < MOEM_PREC_NR; p++)
@@ -476,6 +476,8 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 			j.gsrc[g] = j.act_off[e] + t;
 			j.gn[g] = (uint8_t)moem_min(16, ex->n - t);
 			j.gprec[g] = (uint8_t)ex->prec;
+			/* a group to lay out: bf16 always, q8/q4/q2 where the AMX form reads it */
+			lay |= ex->prec == MOEM_PREC_BF16 || j.gn[g] >= MOEM_CPU_AMX_QMIN;
 		}
 		j.enode[e] = moem_cpu_node_of(c, moem_dptr_host(ex->blob));
 	}
@@ -490,7 +492,7 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		moem_tpool_run(c->pool, a->B, convert_rows, &j.in);
 	if (j.in.fmts & ~((1u << CPU_ACT_F32) | (1u << CPU_ACT_BF16)))
 		moem_tpool_run(c->pool, a->B, prep_row, &j.in);
-	if (j.pack) {
+	if (lay) {
 		struct pack_job pj = {&j, &j.in.a, j.tok, &j.vin, j.qt_in};
 
 		moem_tpool_run(c->pool, j.groups, pack_groups, &pj);
@@ -502,7 +504,7 @@ int moem_cpu_ffn(struct moem_backend *be, struct moem_stream *s, const struct mo
 		return ret;
 	if (j.act.fmts & ~(1u << CPU_ACT_F32))
 		moem_tpool_run(c->pool, total, prep_row, &j.act);
-	if (j.pack) {
+	if (lay) {
 		struct pack_job pj = {&j, &j.act.a, j.ident, &j.vact, j.qt_act};
 
 		moem_tpool_run(c->pool, j.groups, pack_groups, &pj);
