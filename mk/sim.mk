@@ -10,9 +10,17 @@
 BENCH_SUITES += bench-sim bench-hybrid
 TEST_SUITES += test-guard
 
+# The online policies' bound on the synthetic workload (bench/sim/online_bound.c).
+ONLINE_BOUND	:= $(O)/bench/sim/online_bound
+
+$(ONLINE_BOUND): $(O)/bench/sim/online_bound.o $(LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LDLIBS)
+
 .PHONY: bench-sim bench-hybrid bench-hybrid-run test-guard
-bench-sim: all
-	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/sim bench/sim/run.sh
+bench-sim: all $(ONLINE_BOUND)
+	$(Q)MOEM=$(O)/bin/moem ONLINE_BOUND=$(ONLINE_BOUND) OUT=$(O)/bench/sim bench/sim/run.sh
 
 bench-hybrid: all
 	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/hybrid bench/sim/hybrid.sh
@@ -21,5 +29,5 @@ bench-hybrid: all
 bench-hybrid-run: all
 	$(Q)MOEM=$(O)/bin/moem OUT=$(O)/bench/hybrid bench/sim/hybrid_run.sh
 
-test-guard: all
+test-guard: all $(ONLINE_BOUND)
 	$(Q)MOEM_BUILD=$(O) scripts/run-tests.sh --suite guard tests/guard/guard.sh

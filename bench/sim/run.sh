@@ -22,6 +22,11 @@ SEEDS=${SEEDS:-"1 2 3"}
 
 mkdir -p "$OUT" "$DOC"
 [ -x "$MOEM" ] || { echo "bench-sim: $MOEM not built (make)" >&2; exit 1; }
+ONLINE_BOUND=${ONLINE_BOUND:-build/bench/sim/online_bound}
+[ -x "$ONLINE_BOUND" ] || {
+	echo "bench-sim: $ONLINE_BOUND not built (make $ONLINE_BOUND)" >&2
+	exit 1
+}
 
 gen() { # name, then trace gen options
 	name=$1
@@ -180,6 +185,35 @@ field() { # trace, field, moem sim options...
 					printf " | %s", v[i]
 				printf " |\n"
 			}'
+	done
+	echo
+
+	echo "What a predictor of this generator could reach (25% HBM, the matrix's"
+	echo "traces): \`online_bound\` (bench/sim/online_bound.c) regenerates each"
+	echo "trace's routing (the same accesses: its MIN is the trace's) and evicts"
+	echo "the expert least likely to be used at its layer's next run, that"
+	echo "probability computed from the generator's hidden state after the last"
+	echo "layer run (every token's intents, its workload's Zipf popularity per"
+	echo "layer, persistence, the cross-layer maps): no online policy knows"
+	echo "more. Its hit rate (x MIN) against pred's (\`moem sim --policy pred\`)."
+	echo "Documentation/policies.md reads it."
+	echo
+	echo "| batch | seed | MIN | generator-aware | pred | lru |"
+	echo "| --: | --: | --: | --: | --: | --: |"
+	for b in 1 8 32; do
+		for s in $SEEDS; do
+			t="m-b$b-s$s"
+			"$ONLINE_BOUND" --batch "$b" --seed $((1000 * s + b)) \
+				--steps "$(info "$t" steps)" --hbm 25 |
+				awk -v b="$b" -v s="$s" -v pred="$(sim "$t" --hbm 25% --md --policy pred |
+					awk -F'|' 'NR > 2 && NF > 10 {
+						gsub(/ /, "", $5); gsub(/ /, "", $7)
+						print $5 " (" $7 ")" }')" '
+				/^hit rate:/ { # belady H  lru H (R x belady)  gen H (R x belady)
+					printf "| %d | %d | %s | %s %s) | %s | %s %s) |\n", b, s, $4,
+						$11, $12, pred, $6, $7
+				}'
+		done
 	done
 	echo
 

@@ -113,6 +113,16 @@ uint32_t moem_synth_workload(const struct moem_synth *g, uint32_t b);
 uint64_t moem_synth_seq_id(const struct moem_synth *g, uint32_t b);
 /* The K intent experts of slot b at MoE layer m, strongest first. */
 const uint16_t *moem_synth_intents(const struct moem_synth *g, uint32_t b, uint32_t m);
+/*
+ * The generator's hidden structure, for bounds on online policies (what a
+ * predictor that knew the generator could do; bench/sim/online_bound.c):
+ * the probability that one Zipf draw of workload w at layer m picks
+ * expert e (before draws of the same token's other intents are excluded),
+ * and M[m], the map a redrawn intent follows from layer m to m + 1
+ * (NULL for the last layer).
+ */
+double moem_synth_zipf_p(const struct moem_synth *g, uint32_t w, uint32_t m, uint32_t e);
+const uint16_t *moem_synth_layer_map(const struct moem_synth *g, uint32_t m);
 /* Target logit of the j-th intent. */
 double moem_synth_intent_logit(const struct moem_synth_params *p, uint32_t j);
 

@@ -31,6 +31,7 @@ B=${MOEM_BUILD:-build}
 top=$(cd "$(dirname "$0")/../.." && pwd)
 gold=$top/tests/guard/golden
 moem=$(cd "$B" && pwd)/bin/moem
+bound=$(cd "$B" && pwd)/bench/sim/online_bound
 update=0
 [ "${1:-}" = --update ] && update=1
 tmp=$(mktemp -d /tmp/moem-guard-XXXXXX)
@@ -71,6 +72,17 @@ sim sim-b8-dram.json b8.trace --dram 50%
 	"$moem" sim small.trace --policy lru --warmup 20 2>&1
 	echo "exit $?"
 } >"$out/sim-cli.txt"
+
+# bench/sim/online_bound regenerates trace gen's routing to bound online
+# policies: the accesses must stay the trace's, so its MIN must be the
+# simulator's on that trace (the bound's own hit rates follow its policy:
+# not pinned).
+[ -x "$bound" ] || die "$bound not built (make $B/bench/sim/online_bound)"
+bmin=$("$bound" --layers 8 --experts 32 --top-k 4 --batch 8 --steps 200 --seed 18 \
+	--hbm 25 | awk '/^hit rate:/ { print $4 }')
+smin=$("$moem" sim b8.trace --policy belady --hbm 25% | awk '$1 == "belady" { print $3 }')
+[ -n "$bmin" ] && [ "$bmin" = "$smin" ] ||
+	die "online_bound's MIN '$bmin' is not the simulator's '$smin' on the same trace"
 
 # ---- the engine --------------------------------------------------------------
 "$moem" mkmodel --arch qwen3_moe --layers 4 --experts 16 --topk 4 --hidden 256 \

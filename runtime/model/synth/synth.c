@@ -464,6 +464,18 @@ const uint16_t *moem_synth_intents(const struct moem_synth *g, uint32_t b, uint3
 	return g->intent + ((size_t)b * g->p.n_layers + m) * g->p.top_k;
 }
 
+double moem_synth_zipf_p(const struct moem_synth *g, uint32_t w, uint32_t m, uint32_t e)
+{
+	const uint32_t r = g->pos[((size_t)w * g->p.n_layers + m) * g->p.n_experts + e];
+
+	return g->zipf_cdf[r] - (r ? g->zipf_cdf[r - 1] : 0.0);
+}
+
+const uint16_t *moem_synth_layer_map(const struct moem_synth *g, uint32_t m)
+{
+	return m + 1 < g->p.n_layers ? g->map + (size_t)m * g->p.n_experts : NULL;
+}
+
 double moem_synth_intent_logit(const struct moem_synth_params *p, uint32_t j)
 {
 	return p->boost * (1.0 - 0.5 * (double)j / p->top_k);
