@@ -193,6 +193,28 @@ INL void q_rowblk(enum moem_prec p, const int N, const uint8_t *w, const uint8_t
 	const size_t QB_ = p == MOEM_PREC_Q8 ? 64 : p == MOEM_PREC_Q4 ? 32 : 16;
 	__m512 acc[16];
 
+	/*
+	 * N = 16: the min terms first, parked in out and added last: 16
+	 * chains of FMAs side by side (groups outside), with no accumulator
+	 * of the blocks live yet.
+	 */
+	if (p != MOEM_PREC_Q8 && N == 16) {
+		__m512 s[16];
+
+#pragma GCC unroll 16
+		for (int j = 0; j < 16; j++)
+			s[j] = _mm512_setzero_ps();
+		for (uint32_t g = 0; g < G; g++) {
+			const __m512 x = _mm512_loadu_ps(xgf + 16 * (size_t)g);
+
+#pragma GCC unroll 16
+			for (int j = 0; j < 16; j++)
+				s[j] = _mm512_fmadd_ps(_mm512_set1_ps(mn[j * G + g]), x, s[j]);
+		}
+#pragma GCC unroll 16
+		for (int j = 0; j < 16; j++)
+			_mm512_storeu_ps(out + 16 * j, s[j]);
+	}
 #pragma GCC unroll 16
 	for (int j = 0; j < N; j++)
 		acc[j] = _mm512_setzero_ps();
@@ -222,14 +244,8 @@ INL void q_rowblk(enum moem_prec p, const int N, const uint8_t *w, const uint8_t
 		q_scale(N, cb[b % C_RING], qsf, sw, swf, G, gshift, b, acc);
 	if (p != MOEM_PREC_Q8 && N == 16) {
 #pragma GCC unroll 16
-		for (int j = 0; j < 16; j++) {
-			__m512 s = _mm512_setzero_ps();
-
-			for (uint32_t g = 0; g < G; g++)
-				s = _mm512_fmadd_ps(_mm512_set1_ps(mn[j * G + g]),
-						    _mm512_loadu_ps(xgf + 16 * (size_t)g), s);
-			acc[j] = _mm512_add_ps(acc[j], s);
-		}
+		for (int j = 0; j < 16; j++)
+			acc[j] = _mm512_add_ps(acc[j], _mm512_loadu_ps(out + 16 * j));
 	} else if (p != MOEM_PREC_Q8) {
 		const __m512i gi = _mm512_mullo_epi32(
 			_mm512_set1_epi32((int)G),
