@@ -18,7 +18,7 @@ $(O)/runtime/compute/cpu/kern_avx512.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f 
 $(O)/runtime/compute/cpu/kern_amx.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw \
 	-mavx512vl -mavx512bf16 -mavx512vnni -mamx-tile -mamx-bf16
 $(O)/runtime/compute/cpu/kern_amx_q.o: CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw \
-	-mavx512vl -mavx512vnni -mamx-tile -mamx-int8
+	-mavx512vl -mavx512vnni -mgfni -mamx-tile -mamx-int8
 # NUMA topology and page placement (runtime/compute/cpu/numa.c).
 LDLIBS	+= -lnuma
 

@@ -37,6 +37,7 @@ struct moem_cpu_kern;
 struct moem_cpu_feat {
 	bool avx, avx2, fma, f16c;
 	bool avx512f, avx512bw, avx512vl, avx512bf16, avx512vnni;
+	bool gfni;
 	bool amx_tile, amx_bf16, amx_int8;
 	bool os_avx, os_avx512, os_amx; /* XCR0: the OS saves that state */
 };

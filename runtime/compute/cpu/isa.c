@@ -72,6 +72,7 @@ void moem_cpu_features(struct moem_cpu_feat *f)
 			f->avx512bw = !!(b & (1u << 30));
 			f->avx512vl = !!(b & (1u << 31));
 			f->avx512vnni = !!(c & (1u << 11));
+			f->gfni = !!(c & (1u << 8));
 			f->avx512bf16 = !!(a1 & (1u << 5));
 			f->amx_tile = !!(d & (1u << 24));
 			f->amx_bf16 = !!(d & (1u << 22));
@@ -100,10 +101,11 @@ static bool isa_missing(const struct moem_cpu_feat *f, enum moem_cpu_isa isa, ch
 		{f->amx_tile && f->os_amx, "amx-tile (with OS support)"},
 		{f->amx_bf16, "amx-bf16"},
 		{f->amx_int8, "amx-int8"},
+		{f->gfni, "gfni"},
 	};
 	unsigned int n = isa == MOEM_CPU_ISA_AVX2     ? 4
 			 : isa == MOEM_CPU_ISA_AVX512 ? 9
-			 : isa == MOEM_CPU_ISA_AMX    ? 12
+			 : isa == MOEM_CPU_ISA_AMX    ? 13
 						      : 0;
 	size_t used = 0;
 
@@ -118,11 +120,11 @@ static bool isa_missing(const struct moem_cpu_feat *f, enum moem_cpu_isa isa, ch
 /* What f has, for messages: "avx2 fma f16c". */
 static void isa_have(const struct moem_cpu_feat *f, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s%s%s%s%s%s%s%s%s", f->avx2 ? "avx2 " : "", f->fma ? "fma " : "",
+	snprintf(buf, len, "%s%s%s%s%s%s%s%s%s%s", f->avx2 ? "avx2 " : "", f->fma ? "fma " : "",
 		 f->f16c ? "f16c " : "", f->avx512f ? "avx512f " : "",
 		 f->avx512bw ? "avx512bw " : "", f->avx512vl ? "avx512vl " : "",
 		 f->avx512bf16 ? "avx512bf16 " : "", f->avx512vnni ? "avx512vnni " : "",
-		 f->amx_tile ? "amx " : "");
+		 f->gfni ? "gfni " : "", f->amx_tile ? "amx " : "");
 	if (!buf[0])
 		snprintf(buf, len, "none of avx2, fma, avx512");
 	else

@@ -57,6 +57,22 @@
 #define RP_RUN 8
 #define RP_TOK 3 /* tokens a run takes each row step for (its steps: RP_RUN / tokens) */
 
+/*
+ * Codes are taken out of their bytes by GFNI's affine transform (one
+ * instruction, where a shift and a mask were two): GF_FIELD(s, n) is the
+ * bit matrix that moves bits s..s + n - 1 of each byte to bits 0..n - 1
+ * and clears the others (output bit i is the parity of its row, byte
+ * 7 - i of the matrix, with the input byte: that row is input bit s + i).
+ */
+#define GF_ROW(s, n, i) ((i) < (n) ? (1ull << ((s) + (i))) << (8 * (7 - (i))) : 0ull)
+#define GF_FIELD(s, n) \
+	((long long)(GF_ROW(s, n, 0) | GF_ROW(s, n, 1) | GF_ROW(s, n, 2) | GF_ROW(s, n, 3)))
+
+INL __m512i gf_take(__m512i v, __m512i A)
+{
+	return _mm512_gf2p8affine_epi64_epi8(v, A, 0);
+}
+
 /* ---- the AMX form: TDPBSSD / TDPBUSD, one C tile per block of 64 -------- */
 
 /*
@@ -65,11 +81,12 @@
  */
 INL __m512i q4_blk(const uint8_t *wb)
 {
-	const __m512i sh = _mm512_set_epi32(0x40004, 0x40004, 0x40004, 0x40004, 0x40004, 0x40004,
-					    0x40004, 0x40004, 0, 0, 0, 0, 0, 0, 0, 0);
-	__m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)wb));
+	const __m512i A =
+		_mm512_set_epi64(GF_FIELD(4, 4), GF_FIELD(4, 4), GF_FIELD(4, 4), GF_FIELD(4, 4),
+				 GF_FIELD(0, 4), GF_FIELD(0, 4), GF_FIELD(0, 4), GF_FIELD(0, 4));
 
-	return _mm512_and_si512(_mm512_srlv_epi16(v, sh), _mm512_set1_epi8(0x0f));
+	return gf_take(
+		_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)wb)), A);
 }
 
 /*
@@ -78,12 +95,12 @@ INL __m512i q4_blk(const uint8_t *wb)
  */
 INL __m512i q2_blk(const uint8_t *wb)
 {
-	const __m512i sh =
-		_mm512_set_epi32(0x60006, 0x60006, 0x60006, 0x60006, 0x40004, 0x40004, 0x40004,
-				 0x40004, 0x20002, 0x20002, 0x20002, 0x20002, 0, 0, 0, 0);
-	__m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)wb));
+	const __m512i A =
+		_mm512_set_epi64(GF_FIELD(6, 2), GF_FIELD(6, 2), GF_FIELD(4, 2), GF_FIELD(4, 2),
+				 GF_FIELD(2, 2), GF_FIELD(2, 2), GF_FIELD(0, 2), GF_FIELD(0, 2));
 
-	return _mm512_and_si512(_mm512_srlv_epi16(v, sh), _mm512_set1_epi8(3));
+	return gf_take(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)wb)),
+		       A);
 }
 
 /* Block b of m q4/q2 weight rows (from w, stride ldw) as an A tile of u8 codes at a. */
@@ -370,17 +387,13 @@ INL void rp_unpack(enum moem_prec p, const uint8_t *wb, __m512i *w)
 	if (p == MOEM_PREC_Q8) {
 		w[0] = _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
 	} else if (p == MOEM_PREC_Q4) {
-		const __m512i m4 = _mm512_set1_epi8(0x0f);
-
-		w[0] = _mm512_and_si512(v, m4);
-		w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+		w[0] = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+		w[1] = gf_take(v, _mm512_set1_epi64(GF_FIELD(4, 4)));
 	} else {
-		const __m512i m2 = _mm512_set1_epi8(3);
-
-		w[0] = _mm512_and_si512(v, m2);
-		w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2);
-		w[2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m2);
-		w[3] = _mm512_and_si512(_mm512_srli_epi16(v, 6), m2);
+		w[0] = _mm512_and_si512(v, _mm512_set1_epi8(3));
+		w[1] = gf_take(v, _mm512_set1_epi64(GF_FIELD(2, 2)));
+		w[2] = gf_take(v, _mm512_set1_epi64(GF_FIELD(4, 2)));
+		w[3] = gf_take(v, _mm512_set1_epi64(GF_FIELD(6, 2)));
 	}
 }
 
