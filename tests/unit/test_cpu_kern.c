@@ -1033,6 +1033,63 @@ TEST(numa_work_follows_expert_pages)
 }
 
 /* The engine settings that size and steer the CPU backend, and their errors. */
+/* Distance in units in the last place between two finite floats. */
+static int64_t ulps(float a, float b)
+{
+	int32_t i, j;
+
+	memcpy(&i, &a, sizeof(i));
+	memcpy(&j, &b, sizeof(j));
+	return llabs((int64_t)(i < 0 ? -(i & 0x7fffffff) : i) -
+		     (int64_t)(j < 0 ? -(j & 0x7fffffff) : j));
+}
+
+/*
+ * moem_cpu_swiglu(): within 2 ulp of silu(g) * u computed in double over
+ * g in [-88, 88] (further down e^-g is past FLT_MAX, as expf's), and the
+ * special values as g / (1 + expf(-g)) * u gives them.
+ */
+TEST(swiglu_is_silu_times_up)
+{
+	enum { N = 1 << 16 };
+	static const float sp[] = {NAN,	    INFINITY, -INFINITY, 0.0f,	-0.0f, -88.8f,
+				   -100.0f, 1e-30f,   -1e-30f,	 87.5f, 200.0f};
+	const uint32_t ns = sizeof(sp) / sizeof(sp[0]);
+	float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+	float *o = malloc(sizeof(float) * N);
+	int64_t worst = 0;
+
+	ASSERT_TRUE(g && u && o);
+	for (uint32_t i = 0; i < N; i++) {
+		g[i] = (float)(-88.0 + 176.0 * i / (N - 1));
+		u[i] = i % 3 ? 1.0f : -0.75f;
+	}
+	moem_cpu_swiglu(g, u, o, N);
+	for (uint32_t i = 0; i < N; i++) {
+		float want = (float)((double)g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+		int64_t d = ulps(o[i], want);
+
+		worst = d > worst ? d : worst;
+	}
+	EXPECT_LE(worst, 2);
+	memcpy(g, sp, sizeof(sp));
+	for (uint32_t i = 0; i < ns; i++)
+		u[i] = 1.0f;
+	moem_cpu_swiglu(g, u, o, ns);
+	for (uint32_t i = 0; i < ns; i++) {
+		float want = g[i] / (1.0f + expf(-g[i])) * u[i];
+
+		if (isnan(want)) {
+			EXPECT_TRUE(isnan(o[i]));
+		} else {
+			EXPECT_EQ(0, ulps(o[i], want));
+		}
+	}
+	free(g);
+	free(u);
+	free(o);
+}
+
 TEST(cpu_settings)
 {
 	struct moem_engine_args a;

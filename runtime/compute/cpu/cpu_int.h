@@ -159,6 +159,9 @@ void moem_cpu_convert_x(struct moem_tpool *pool, const uint16_t *x, float *xf, u
 
 typedef float v8f __attribute__((vector_size(32)));
 
+/* o[i] = silu(g[i]) * u[i] for i < n, the same bits in every build (ffn.c). */
+void moem_cpu_swiglu(const float *g, const float *u, float *o, uint32_t n);
+
 /* Macros, not functions: a 32-byte vector in a function signature changes
  * the ABI between builds with and without AVX (gcc -Wpsabi). */
 #define V8_LOAD(v, p) memcpy(&(v), (p), sizeof(v))
