@@ -149,31 +149,62 @@ static inline void put_interleaved(const void *form, size_t o, uint32_t blk, uin
  * vroundss where the default build calls libm's nearbyintf (3x faster,
  * the same values).
  */
+#define QSTAT 8
+
+/*
+ * amax[j] and sum[j] of blocks blk + j, j < n <= QSTAT, of the row at x:
+ * the largest |value| (a NaN sticks: nothing after it replaces it) and
+ * the sum in element order, as one block at a time would give them.
+ */
+static inline void block_stats(const float *x, uint32_t blk, uint32_t n, float *amax, float *sum)
+{
+	for (uint32_t j = 0; j < QSTAT; j++)
+		amax[j] = sum[j] = 0.0f;
+	for (uint32_t i = 0; i < QB; i++)
+		for (uint32_t j = 0; j < QSTAT; j++) {
+			float v, xv;
+
+			if (j >= n)
+				break;
+			xv = x[(size_t)(blk + j) * QB + i];
+			v = fabsf(xv);
+			if (!(v <= amax[j]) && !isnan(amax[j]))
+				amax[j] = v;
+			sum[j] += xv;
+		}
+}
+
 MOEM_CPU_CLONES static void quantize_row(struct act_buf *b, uint32_t row)
 {
 	const uint32_t K = b->a.K, NB = K / QB;
 	const float *x = b->f32 + (size_t)row * K;
 	float *qs = (float *)b->a.qs + (size_t)row * NB, *xs = (float *)b->a.xs + (size_t)row * NB;
 
+	float amaxs[QSTAT], sums[QSTAT];
+
 	for (uint32_t blk = 0; blk < NB; blk++) {
 		const float *xb = x + (size_t)blk * QB;
 		size_t o = (size_t)row * K + (size_t)blk * QB;
-		float amax = 0.0f, sum = 0.0f, sx;
+		float amax, sum, sx;
 		int8_t q[QB];
 
-		for (uint32_t i = 0; i < QB; i++) {
-			float v = fabsf(xb[i]);
-
-			/* a NaN sticks: nothing after it replaces it */
-			if (!(v <= amax) && !isnan(amax))
-				amax = v;
-			sum += xb[i];
-		}
+		/*
+		 * Each block's amax and sum (in element order), QSTAT blocks
+		 * side by side: a block alone is a chain of QB dependent adds.
+		 */
+		if (blk % QSTAT == 0)
+			block_stats(x, blk, NB - blk < QSTAT ? NB - blk : QSTAT, amaxs, sums);
+		amax = amaxs[blk % QSTAT];
+		sum = sums[blk % QSTAT];
 		sx = amax / 127.0f;
-		for (uint32_t i = 0; i < QB; i++) {
-			float r = sx > 0.0f && isfinite(sx) ? nearbyintf(xb[i] / sx) : 0.0f;
+		if (sx > 0.0f && isfinite(sx)) {
+			for (uint32_t i = 0; i < QB; i++) {
+				float r = nearbyintf(xb[i] / sx);
 
-			q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
+				q[i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+			}
+		} else {
+			memset(q, 0, sizeof(q));
 		}
 		qs[blk] = isfinite(sx) ? sx : NAN;
 		xs[blk] = sum;
