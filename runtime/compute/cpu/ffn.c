@@ -141,14 +141,6 @@ static inline void put_interleaved(const void *form, size_t o, uint32_t blk, uin
 		dst[og + (i % G) * st + i / G] = q[i];
 }
 
-/*
- * Quantize one row of K floats in blocks of 64 (kern.h): sx = amax / 127,
- * q = rne(x / sx); a non-finite block gets sx = NaN so the outputs that
- * read it are NaN, as the fp32 paths would give. Every matmul and FFN
- * input of a decode step passes here: the AVX2 clone rounds with
- * vroundss where the default build calls libm's nearbyintf (3x faster,
- * the same values).
- */
 #define QSTAT 8
 
 /*
@@ -174,12 +166,19 @@ static inline void block_stats(const float *x, uint32_t blk, uint32_t n, float *
 		}
 }
 
+/*
+ * Quantize one row of K floats in blocks of 64 (kern.h): sx = amax / 127,
+ * q = rne(x / sx); a non-finite block gets sx = NaN so the outputs that
+ * read it are NaN, as the fp32 paths would give. Every matmul and FFN
+ * input of a decode step passes here: the AVX2 clone divides and rounds
+ * 8 values at a time where the default build calls libm's nearbyintf
+ * (the same values).
+ */
 MOEM_CPU_CLONES static void quantize_row(struct act_buf *b, uint32_t row)
 {
 	const uint32_t K = b->a.K, NB = K / QB;
 	const float *x = b->f32 + (size_t)row * K;
 	float *qs = (float *)b->a.qs + (size_t)row * NB, *xs = (float *)b->a.xs + (size_t)row * NB;
-
 	float amaxs[QSTAT], sums[QSTAT];
 
 	for (uint32_t blk = 0; blk < NB; blk++) {
