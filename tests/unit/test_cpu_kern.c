@@ -1090,6 +1090,51 @@ TEST(swiglu_is_silu_times_up)
 	free(o);
 }
 
+/*
+ * The quantizer's block statistics: the AVX2 form gives the plain form's
+ * amax and sum for every block (NaN for NaN), over rows with NaNs,
+ * infinities, -0 and every count of blocks 1..QSTAT.
+ */
+TEST(block_stats_forms_agree)
+{
+	enum { NB = 21 };
+	float *x = malloc(sizeof(float) * NB * MOEM_CPU_QBLOCK);
+	struct moem_rng r;
+	uint32_t bad = 0;
+
+	ASSERT_NE(NULL, x);
+	moem_rng_seed(&r, 7, 0);
+	for (int trial = 0; trial < 400; trial++) {
+		for (uint32_t i = 0; i < NB * MOEM_CPU_QBLOCK; i++) {
+			uint32_t u = moem_rng_below(&r, 4000);
+
+			x[i] = (float)(moem_rng_f64(&r) * 200.0 - 100.0);
+			x[i] = u == 0	? NAN
+			       : u == 1 ? INFINITY
+			       : u == 2 ? -INFINITY
+			       : u == 3 ? -0.0f
+					: x[i];
+		}
+		for (uint32_t blk = 0; blk < NB; blk += MOEM_CPU_QSTAT) {
+			uint32_t n = NB - blk < MOEM_CPU_QSTAT ? NB - blk : MOEM_CPU_QSTAT;
+			float a0[MOEM_CPU_QSTAT], s0[MOEM_CPU_QSTAT], a1[MOEM_CPU_QSTAT],
+				s1[MOEM_CPU_QSTAT];
+
+			n = trial % 3 ? n : 1 + (uint32_t)trial % n;
+			moem_cpu_block_stats(x, blk, n, a0, s0, false);
+			moem_cpu_block_stats(x, blk, n, a1, s1, true);
+			for (uint32_t j = 0; j < n; j++) {
+				bad += isnan(a0[j]) != isnan(a1[j]) ||
+				       (!isnan(a0[j]) && memcmp(&a0[j], &a1[j], sizeof(float)));
+				bad += isnan(s0[j]) != isnan(s1[j]) ||
+				       (!isnan(s0[j]) && memcmp(&s0[j], &s1[j], sizeof(float)));
+			}
+		}
+	}
+	EXPECT_EQ(0u, bad);
+	free(x);
+}
+
 TEST(cpu_settings)
 {
 	struct moem_engine_args a;

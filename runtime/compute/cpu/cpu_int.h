@@ -162,6 +162,17 @@ typedef float v8f __attribute__((vector_size(32)));
 /* o[i] = silu(g[i]) * u[i] for i < n, the same bits in every build (ffn.c). */
 void moem_cpu_swiglu(const float *g, const float *u, float *o, uint32_t n);
 
+/*
+ * The activation quantizer's block statistics (ffn.c): amax[j] (the
+ * largest |value|, a NaN sticking) and sum[j] (in element order) of the
+ * 64-value blocks blk + j of the row at x, j < n <= MOEM_CPU_QSTAT; vec:
+ * the AVX2 form where the CPU has it (the same values; a NaN sum's sign
+ * may differ), else the plain one.
+ */
+#define MOEM_CPU_QSTAT 8
+void moem_cpu_block_stats(const float *x, uint32_t blk, uint32_t n, float *amax, float *sum,
+			  bool vec);
+
 /* Macros, not functions: a 32-byte vector in a function signature changes
  * the ABI between builds with and without AVX (gcc -Wpsabi). */
 #define V8_LOAD(v, p) memcpy(&(v), (p), sizeof(v))
