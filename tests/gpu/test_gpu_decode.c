@@ -92,18 +92,6 @@ static void dfree(FIXTURE_DATA(dec) * self, struct dbuf *d)
 	moem_be_free(self->c, d->c);
 }
 
-/* Distance in float ulps (same sign assumed close to each other). */
-static int64_t f32_ulps(float a, float b)
-{
-	int64_t ia = (int32_t)moem_f32_bits(a), ib = (int32_t)moem_f32_bits(b);
-
-	if (ia < 0)
-		ia = INT32_MIN - ia;
-	if (ib < 0)
-		ib = INT32_MIN - ib;
-	return ia > ib ? ia - ib : ib - ia;
-}
-
 TEST_F(dec, embed)
 {
 	const uint32_t B = 6, H = 300, V = 50;
@@ -341,7 +329,7 @@ TEST_F(dec, rownorm)
 	ASSERT_EQ(0, moem_op_rownorm(self->c, NULL, &a));
 	ASSERT_EQ(0, dget(self, &dx, fg, fc));
 	for (size_t i = 0; i < (size_t)rows * xs; i++) {
-		ASSERT_LE(f32_ulps(fg[i], fc[i]), 1)
+		ASSERT_LE(tb_f32_ulps(fg[i], fc[i]), 1)
 		TH_LOG("f32 element %zu: %.9g vs %.9g", i, fg[i], fc[i]);
 		if (i % xs >= n) {
 			ASSERT_EQ(moem_f32_bits(x[i]), moem_f32_bits(fg[i]));

@@ -125,6 +125,18 @@ static inline double tb_rel_err(const float *a, const double *b, size_t n)
 	return den > 0 ? num / den : num;
 }
 
+/* Distance in float ulps between two finite floats (across zero too). */
+static inline int64_t tb_f32_ulps(float a, float b)
+{
+	int64_t ia = (int32_t)moem_f32_bits(a), ib = (int32_t)moem_f32_bits(b);
+
+	if (ia < 0)
+		ia = INT32_MIN - ia;
+	if (ib < 0)
+		ib = INT32_MIN - ib;
+	return ia > ib ? ia - ib : ib - ia;
+}
+
 /* bf16 ulps between two bf16 values of the same sign (sign change: big). */
 static inline int tb_bf16_ulps(uint16_t a, uint16_t b)
 {

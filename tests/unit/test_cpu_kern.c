@@ -1033,17 +1033,6 @@ TEST(numa_work_follows_expert_pages)
 }
 
 /* The engine settings that size and steer the CPU backend, and their errors. */
-/* Distance in units in the last place between two finite floats. */
-static int64_t ulps(float a, float b)
-{
-	int32_t i, j;
-
-	memcpy(&i, &a, sizeof(i));
-	memcpy(&j, &b, sizeof(j));
-	return llabs((int64_t)(i < 0 ? -(i & 0x7fffffff) : i) -
-		     (int64_t)(j < 0 ? -(j & 0x7fffffff) : j));
-}
-
 /*
  * moem_cpu_swiglu(): within 2 ulp of silu(g) * u computed in double over
  * g in [-88, 88] (further down e^-g is past FLT_MAX, as expf's), and the
@@ -1067,7 +1056,7 @@ TEST(swiglu_is_silu_times_up)
 	moem_cpu_swiglu(g, u, o, N);
 	for (uint32_t i = 0; i < N; i++) {
 		float want = (float)((double)g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
-		int64_t d = ulps(o[i], want);
+		int64_t d = tb_f32_ulps(o[i], want);
 
 		worst = d > worst ? d : worst;
 	}
@@ -1082,7 +1071,7 @@ TEST(swiglu_is_silu_times_up)
 		if (isnan(want)) {
 			EXPECT_TRUE(isnan(o[i]));
 		} else {
-			EXPECT_EQ(0, ulps(o[i], want));
+			EXPECT_EQ(0, tb_f32_ulps(o[i], want));
 		}
 	}
 	free(g);
