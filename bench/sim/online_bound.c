@@ -214,11 +214,12 @@ int main(int argc, char **argv)
 	int32_t *ids = NULL;
 	float *wt = NULL, *z = NULL;
 	uint8_t *seen = NULL;
-	int ch, ret;
+	int ch, idx = 0, ret;
 
-	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
 		char *end = NULL;
 		unsigned long long v = 0;
+		uint32_t v32;
 
 		if (ch == 'H') {
 			usage(stdout);
@@ -255,33 +256,26 @@ int main(int argc, char **argv)
 		errno = 0;
 		v = strtoull(optarg, &end, 10);
 		if (errno || end == optarg || *end || optarg[0] == '-') {
-			fprintf(stderr, "online_bound: --%s %s: not a number\n",
-				ch == 'b'   ? "batch"
-				: ch == 's' ? "seed"
-				: ch == 'n' ? "steps"
-				: ch == 'w' ? "warmup"
-				: ch == 'L' ? "layers"
-				: ch == 'E' ? "experts"
-					    : "top-k",
+			fprintf(stderr, "online_bound: --%s %s: not a number\n", opts[idx].name,
 				optarg);
 			return 2;
 		}
+		/* out of every range below when it does not fit */
+		v32 = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 		if (ch == 's')
 			seed = v;
 		else if (ch == 'n')
 			steps = v;
 		else if (ch == 'w')
 			warmup = v;
-		else if (v > 65536)
-			v = 65537; /* out of every range below */
-		if (ch == 'b')
-			B = (uint32_t)v;
+		else if (ch == 'b')
+			B = v32;
 		else if (ch == 'L')
-			L = (uint32_t)v;
+			L = v32;
 		else if (ch == 'E')
-			N = (uint32_t)v;
+			N = v32;
 		else if (ch == 'k')
-			K = (uint32_t)v;
+			K = v32;
 	}
 	if (optind < argc || !steps || steps > 100000 || warmup >= steps || !B || B > 4096) {
 		fprintf(stderr, "online_bound: want --steps 1..100000 above --warmup, --batch "
