@@ -175,6 +175,8 @@ static inline void block_stats(const float *x, uint32_t blk, uint32_t n, float *
  * each element gathered: the same comparisons, NaN rule and sums in
  * element order, so the same values; where the CPU has AVX2.
  */
+_Static_assert(QSTAT == 8, "block_stats_avx2() takes QSTAT blocks in one AVX2 vector");
+
 __attribute__((target("avx2"))) static void block_stats_avx2(const float *x, uint32_t blk,
 							     uint32_t n, float *amax, float *sum)
 {
