@@ -205,10 +205,9 @@ field() { # trace, field, moem sim options...
 			t="m-b$b-s$s"
 			"$ONLINE_BOUND" --batch "$b" --seed $((1000 * s + b)) \
 				--steps "$(info "$t" steps)" --hbm 25 |
-				awk -v b="$b" -v s="$s" -v pred="$(sim "$t" --hbm 25% --md --policy pred |
-					awk -F'|' 'NR > 2 && NF > 10 {
+				awk -v b="$b" -v s="$s" -v pred="$(awk -F'|' '$2 == " pred " {
 						gsub(/ /, "", $5); gsub(/ /, "", $7)
-						print $5 " (" $7 ")" }')" '
+						print $5 " (" $7 ")" }' "$OUT/$t-h25.md")" '
 				/^hit rate:/ { # belady H  lru H (R x belady)  gen H (R x belady)
 					printf "| %d | %d | %s | %s %s) | %s | %s %s) |\n", b, s, $4,
 						$11, $12, pred, $6, $7
