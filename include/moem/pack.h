@@ -208,6 +208,14 @@ int moem_pack_read_tensor(const struct moem_pack *p, const struct moem_pack_tens
 /* Read a tensor converted to float (exact for all three dtypes), checksum checked. */
 int moem_pack_read_tensor_f32(const struct moem_pack *p, const struct moem_pack_tensor *t,
 			      float *dst, uint64_t nelem);
+/*
+ * Read a tensor converted to bf16 (f32 rounded to nearest even, as
+ * moem_f32_to_bf16(); bf16 as stored), checksum checked. Needs no buffer
+ * of the tensor's size besides dst, which is what loads of large dense
+ * weights (embeddings, lm_head) want.
+ */
+int moem_pack_read_tensor_bf16(const struct moem_pack *p, const struct moem_pack_tensor *t,
+			       uint16_t *dst, uint64_t nelem);
 /* Check every tensor and blob checksum, with a progress bar if given. */
 int moem_pack_verify(const struct moem_pack *p, struct moem_progress *prog);
 

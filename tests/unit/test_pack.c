@@ -7,9 +7,11 @@
  * error order q2 > q4 > q8.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <moem/half.h>
 #include <moem/pack.h>
@@ -128,6 +130,7 @@ static void round_trip(struct __test_metadata *_metadata, const char *model, con
 	struct moem_ckpt *c;
 	const struct moem_model_config *pc, *cc;
 	uint32_t routed = 0;
+	uint64_t bad;
 
 	ASSERT_EQ(0, do_pack(model, pack, ALL_PRECS, 2)) TH_LOG("%s", moem_last_error());
 	ASSERT_EQ(0, moem_pack_open(pack, &p)) TH_LOG("%s", moem_last_error());
@@ -159,6 +162,12 @@ static void round_trip(struct __test_metadata *_metadata, const char *model, con
 		ASSERT_EQ(0, moem_pack_read_tensor_f32(p, t, fa, t->nelem));
 		ASSERT_EQ(0, moem_st_read_f32(f, st, fb, st->nelem));
 		EXPECT_EQ(0, memcmp(fa, fb, sizeof(float) * t->nelem));
+		/* the bf16 read is the float read rounded, whatever the dtype */
+		ASSERT_EQ(0, moem_pack_read_tensor_bf16(p, t, a, t->nelem));
+		bad = 0;
+		for (uint64_t k = 0; k < t->nelem; k++)
+			bad += moem_f32_to_bf16(fa[k]) != ((uint16_t *)a)[k];
+		EXPECT_EQ(0u, bad) TH_LOG("%s", t->name);
 		EXPECT_TRUE(moem_is_aligned(t->offset, MOEM_PACK_ALIGN));
 		free(a);
 		free(b);
@@ -346,6 +355,49 @@ TEST_F(pk, synth_basis_from_pack)
 	EXPECT_LT(worst, 1e-5);
 	free(got);
 	free(want);
+	moem_pack_close(p);
+}
+
+/*
+ * An f32 tensor is read as bf16 through a bounce buffer with its checksum
+ * taken as it streams (pack_read.c, 64 KiB chunks): a flipped byte in a
+ * later chunk of a tensor of several is caught, and a wrong count refused.
+ */
+TEST_F(pk, bf16_read_of_f32_checks_every_chunk)
+{
+	const struct moem_pack_tensor *t = NULL;
+	struct moem_pack *p;
+	uint16_t *buf;
+	uint8_t byte;
+	int fd;
+
+	st_tiny_opts(&self->o, MOEM_ARCH_QWEN3_MOE, self->model);
+	self->o.cfg.dtype = MOEM_DTYPE_F32;
+	self->o.cfg.vocab = 1000; /* an embedding of 8 chunks */
+	ASSERT_EQ(0, moem_mkmodel(&self->o));
+	ASSERT_EQ(0, do_pack(self->model, self->pack, 1, 2));
+	ASSERT_EQ(0, moem_pack_open(self->pack, &p));
+	for (uint32_t i = 0; i < moem_pack_n_tensors(p); i++) {
+		const struct moem_pack_tensor *c = moem_pack_tensor_at(p, i);
+
+		if (!t || c->size > t->size)
+			t = c;
+	}
+	ASSERT_EQ(MOEM_DTYPE_F32, t->dtype);
+	ASSERT_GT(t->size, 64u << 10); /* more than one chunk */
+	buf = malloc(t->nelem * 2);
+	ASSERT_EQ(0, moem_pack_read_tensor_bf16(p, t, buf, t->nelem));
+	EXPECT_EQ(-EINVAL, moem_pack_read_tensor_bf16(p, t, buf, t->nelem - 1));
+	EXPECT_MSG("caller expects");
+	fd = open(self->pack, O_RDWR);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(1, pread(fd, &byte, 1, t->offset + t->size - 3));
+	byte ^= 0x40;
+	ASSERT_EQ(1, pwrite(fd, &byte, 1, t->offset + t->size - 3));
+	close(fd);
+	EXPECT_EQ(-EBADMSG, moem_pack_read_tensor_bf16(p, t, buf, t->nelem));
+	EXPECT_MSG("checksum");
+	free(buf);
 	moem_pack_close(p);
 }
 

@@ -95,6 +95,60 @@ int moem_pack_read_tensor_f32(const struct moem_pack *p, const struct moem_pack_
 	return ret;
 }
 
+#define CONVERT_CHUNK (64u << 10)
+
+/* An f32 tensor to bf16 through a bounce buffer, its checksum taken as it streams. */
+static int read_f32_as_bf16(const struct moem_pack *p, const struct moem_pack_tensor *t,
+			    uint16_t *dst)
+{
+	float *f = malloc(CONVERT_CHUNK);
+	XXH3_state_t *st = XXH3_createState();
+	uint64_t sum, at = 0;
+	int ret = 0;
+
+	if (!f || !st) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	XXH3_64bits_reset(st);
+	for (uint64_t o = 0; o < t->size && !ret; o += CONVERT_CHUNK) {
+		size_t n = (size_t)moem_min((uint64_t)CONVERT_CHUNK, t->size - o);
+
+		ret = moem_pack_pread(p, f, n, t->offset + o);
+		if (ret)
+			break;
+		XXH3_64bits_update(st, f, n);
+		for (size_t i = 0; i < n / 4; i++)
+			dst[at++] = moem_f32_to_bf16(f[i]);
+	}
+	sum = ret ? 0 : XXH3_64bits_digest(st);
+	if (!ret && sum != t->xxh3)
+		ret = moem_errf(EBADMSG, "%s: tensor %s: checksum %016llx, the index says %016llx",
+				p->path, t->name, (unsigned long long)sum,
+				(unsigned long long)t->xxh3);
+out:
+	XXH3_freeState(st);
+	free(f);
+	return ret;
+}
+
+int moem_pack_read_tensor_bf16(const struct moem_pack *p, const struct moem_pack_tensor *t,
+			       uint16_t *dst, uint64_t nelem)
+{
+	int ret;
+
+	if (nelem != t->nelem)
+		return moem_errf(EINVAL, "tensor %s has %llu elements, caller expects %llu",
+				 t->name, (unsigned long long)t->nelem, (unsigned long long)nelem);
+	if (t->dtype == MOEM_DTYPE_F32)
+		return read_f32_as_bf16(p, t, dst);
+	ret = moem_pack_read_tensor(p, t, dst, nelem * 2);
+	if (!ret && t->dtype == MOEM_DTYPE_F16)
+		for (uint64_t i = 0; i < nelem; i++)
+			dst[i] = moem_f32_to_bf16(moem_f16_to_f32(dst[i]));
+	return ret;
+}
+
 #define VERIFY_CHUNK (8u << 20)
 
 static int verify_range(const struct moem_pack *p, XXH3_state_t *st, uint8_t *buf, uint64_t off,
