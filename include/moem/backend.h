@@ -160,6 +160,12 @@ const char *moem_backend_fatal_msg(const struct moem_backend *be);
 int moem_be_alloc(struct moem_backend *be, uint64_t bytes, moem_dptr *out);
 void moem_be_free(struct moem_backend *be, moem_dptr p);
 int moem_be_mem_info(struct moem_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
+/*
+ * The host address of device memory p when the host can write it in
+ * place (the CPU backend's), else NULL: a loader then fills it without a
+ * bounce buffer and a copy.
+ */
+void *moem_be_host_ptr(const struct moem_backend *be, moem_dptr p);
 /* Fill bytes with the byte value v (0..255). */
 int moem_be_memset(struct moem_backend *be, moem_dptr p, int v, uint64_t bytes,
 		   struct moem_stream *s);

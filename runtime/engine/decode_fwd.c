@@ -28,9 +28,8 @@ static int upload_q(struct moem_decoder *d, const char *const *names, uint32_t n
 	const struct moem_pack_tensor *t[2];
 	uint64_t total = 0, at = 0, bytes, cols = 0;
 	struct moem_qmat_layout l;
-	uint16_t *b = NULL;
+	uint16_t *b = NULL, *dev;
 	void *qm = NULL;
-	float *f = NULL;
 	int ret = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -55,33 +54,38 @@ static int upload_q(struct moem_decoder *d, const char *const *names, uint32_t n
 					       moem_prec_name(p));
 		bytes = l.bytes;
 	}
-	b = malloc(total * 2);
+	ret = moem_be_alloc(d->be, bytes, out);
+	if (ret)
+		return ret;
+	/* On the CPU backend the device memory is filled in place. */
+	dev = moem_be_host_ptr(d->be, *out);
+	b = dev && p == MOEM_PREC_BF16 ? dev : malloc(total * 2);
 	if (!b)
-		return -ENOMEM;
+		ret = -ENOMEM;
 	for (uint32_t i = 0; i < n && !ret; i++) {
-		f = malloc(t[i]->nelem * sizeof(float));
-		ret = f ? moem_pack_read_tensor_f32(d->e->pack, t[i], f, t[i]->nelem) : -ENOMEM;
-		for (uint64_t k = 0; !ret && k < t[i]->nelem; k++)
-			b[at + k] = moem_f32_to_bf16(f[k]);
+		ret = moem_pack_read_tensor_bf16(d->e->pack, t[i], b + at, t[i]->nelem);
 		at += t[i]->nelem;
-		free(f);
 	}
 	if (!ret && p != MOEM_PREC_BF16) {
-		qm = calloc(1, bytes);
+		qm = dev ? dev : malloc(bytes);
 		ret = qm ? moem_quantize(p, b, l.rows, l.cols, qm, bytes) : -ENOMEM;
 		if (ret)
 			ret = moem_err_prefix(-ret, "%s to %s", names[0], moem_prec_name(p));
 	}
-	if (!ret)
-		ret = moem_be_alloc(d->be, bytes, out);
-	if (!ret)
+	if (!ret && !dev)
 		ret = moem_be_htod(d->be, *out, qm ? qm : (void *)b, bytes, NULL);
-	if (!ret)
+	if (!ret && !dev)
 		ret = moem_be_stream_sync(d->be, NULL);
 	if (!ret)
 		d->weight_bytes += bytes;
-	free(qm);
-	free(b);
+	if (qm != dev)
+		free(qm);
+	if (b != dev)
+		free(b);
+	if (ret) {
+		moem_be_free(d->be, *out);
+		*out = 0;
+	}
 	return ret;
 }
 

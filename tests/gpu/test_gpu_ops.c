@@ -105,6 +105,9 @@ TEST_F(pair, rmsnorm)
 		struct moem_rmsnorm_args a = {B, H, 1e-6f, dx.g, dw.g, dy.g};
 		size_t exact = 0;
 
+		/* device memory on a GPU has no host address to fill in place */
+		EXPECT_EQ(NULL, moem_be_host_ptr(self->g, dx.g));
+		EXPECT_NE(NULL, moem_be_host_ptr(self->c, dx.c));
 		ASSERT_EQ(0, moem_op_rmsnorm(self->g, NULL, &a)) TH_LOG("%s", moem_last_error());
 		a.x = dx.c;
 		a.weight = dw.c;

@@ -90,6 +90,12 @@ TEST(memory_streams_events)
 	for (int i = 10; i < 30; i++)
 		EXPECT_EQ(0x5a, out[i]);
 	EXPECT_EQ(0, memcmp(in + 30, out + 30, 970));
+	/* the CPU backend's device memory is written in place through its host address */
+	ASSERT_NE(NULL, moem_be_host_ptr(be, d1));
+	memset(moem_be_host_ptr(be, d1), 0x33, 1000);
+	ASSERT_EQ(0, moem_be_dtoh(be, out, d1, 1000, NULL));
+	for (int i = 0; i < 1000; i++)
+		ASSERT_EQ(0x33, out[i]);
 	EXPECT_EQ(-EINVAL, moem_be_memset(be, d1, 256, 1, NULL));
 	EXPECT_EQ(-EINVAL, moem_be_htod(be, 0, in, 1, NULL));
 	EXPECT_EQ(0, moem_be_htod(be, 0, in, 0, NULL)); /* nothing to do */

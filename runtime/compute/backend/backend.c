@@ -144,6 +144,11 @@ void moem_be_free(struct moem_backend *be, moem_dptr p)
 		be->ops->free(be, p);
 }
 
+void *moem_be_host_ptr(const struct moem_backend *be, moem_dptr p)
+{
+	return be->kind == MOEM_BACKEND_CPU ? moem_dptr_host(p) : NULL;
+}
+
 int moem_be_mem_info(struct moem_backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
 {
 	CHECK_ALIVE(be);
