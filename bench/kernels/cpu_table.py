@@ -117,7 +117,8 @@ def main():
     L.append("- *of peak*: FLOP/s (2 per multiply-add) over a register-only loop of the")
     L.append("  instruction the kernel is built on: fp32 FMA (bf16 on AVX2), vdpbf16ps")
     L.append("  (bf16 on AVX-512), TDPBF16PS into 4 tiles (bf16 on amx), vpmaddubsw+vpmaddwd")
-    L.append("  or vpdpbusd (q8/q4/q2; integer operations) (target >= 0.5 at B 64);")
+    L.append("  (q8/q4/q2 on AVX2), vpdpbusd (on AVX-512) or TDPBUSD into 4 tiles (on amx;")
+    L.append("  integer operations) (target >= 0.5 at B 64);")
     L.append("- *x torch*: PyTorch's bf16 `torch.matmul` SwiGLU on the same shapes and")
     L.append("  thread count (Debian's python3-torch), its time over moem's in that")
     L.append("  precision (> 1: moem is faster; target >= 1.5).")
@@ -142,6 +143,10 @@ def main():
                  f"{o['peer_peak_gflops_lo']:.0f}...{o['peer_peak_gflops_hi']:.0f} GFLOP/s")
     if not t:
         L.append("- PyTorch: not measured in this run (no torch for /usr/bin/python3)")
+    elif "torch_cpu_version" in t:
+        impl = t.get("torch_cpu_matmul_impl", "not reported")
+        L.append(f"- PyTorch {t['torch_cpu_version']}: its bf16 matmul runs oneDNN's `{impl}`"
+                 " (oneDNN's verbose mode, a 64-token matmul of this run's shape)")
     L.append("")
     L.append("| prec | B | us/expert | GB/s | of read | GFLOP/s | of peak | x torch |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -25,9 +25,11 @@ precision against torch's bf16:
 Exit 4 (skip) without torch.
 usage: torch_ffn.py [--ours FILE] [--quick] [--cpu]
 """
-import time
 import argparse
+import os
 import sys
+import tempfile
+import time
 
 H, I = 2048, 768
 
@@ -148,6 +150,31 @@ def main():
     return 0
 
 
+def onednn_impl(torch, x, w):
+    """The oneDNN implementation torch.matmul(x, w.t()) runs, from oneDNN's
+    verbose lines on file descriptor 1 (where its C code prints), or None."""
+    try:
+        with tempfile.TemporaryFile() as f:
+            sys.stdout.flush()
+            saved = os.dup(1)
+            os.dup2(f.fileno(), 1)
+            try:
+                with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                    torch.matmul(x, w.t())
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+            f.seek(0)
+            text = f.read().decode(errors="replace")
+    except (AttributeError, OSError, RuntimeError):
+        return None
+    for line in text.splitlines():
+        p = line.split(",")
+        if len(p) > 4 and p[1] == "exec" and p[3] == "matmul":
+            return p[4]
+    return None
+
+
 def cpu_main(torch, args):
     ours = {}
     if args.ours:
@@ -170,6 +197,13 @@ def cpu_main(torch, args):
     print("   B   torch us/expert   GB/s   moem/torch speed: " +
           "  ".join(f"{p:>5}" for p in ("bf16", "q8", "q4", "q2")))
     reps = 3 if args.quick else 7
+    # What the peer is: Debian's torch reports "CPU capability usage: AVX2"
+    # for its own kernels, while its bf16 matmul is oneDNN's, which picks
+    # its ISA at run time (AMX where the CPU has it).
+    impl = onednn_impl(torch, torch.randn(64, H, dtype=torch.bfloat16), sets[0][0][0])
+    print(f"RESULT torch_cpu_version={torch.__version__}")
+    if impl:
+        print(f"RESULT torch_cpu_matmul_impl={impl}")
 
     def run(x, s):
         for wg, wu, wd in sets[s]:
