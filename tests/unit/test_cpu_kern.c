@@ -1032,7 +1032,6 @@ TEST(numa_work_follows_expert_pages)
 	free(o2);
 }
 
-/* The engine settings that size and steer the CPU backend, and their errors. */
 /*
  * moem_cpu_swiglu(): within 2 ulp of silu(g) * u computed in double over
  * g in [-88, 88] (further down e^-g is past FLT_MAX, as expf's), and the
@@ -1124,6 +1123,7 @@ TEST(block_stats_forms_agree)
 	free(x);
 }
 
+/* The engine settings that size and steer the CPU backend, and their errors. */
 TEST(cpu_settings)
 {
 	struct moem_engine_args a;
