@@ -53,10 +53,20 @@ int moem_pack_read_blob(const struct moem_pack *p, const struct moem_pack_blob *
 	return moem_pack_verify_blob(b, dst);
 }
 
+/* -EBADMSG naming the tensor when sum is not the index's checksum of it. */
+static int tensor_sum_check(const struct moem_pack *p, const struct moem_pack_tensor *t,
+			    uint64_t sum)
+{
+	if (sum != t->xxh3)
+		return moem_errf(EBADMSG, "%s: tensor %s: checksum %016llx, the index says %016llx",
+				 p->path, t->name, (unsigned long long)sum,
+				 (unsigned long long)t->xxh3);
+	return 0;
+}
+
 int moem_pack_read_tensor(const struct moem_pack *p, const struct moem_pack_tensor *t, void *dst,
 			  uint64_t len)
 {
-	uint64_t sum;
 	int ret;
 
 	if (len < t->size)
@@ -65,12 +75,7 @@ int moem_pack_read_tensor(const struct moem_pack *p, const struct moem_pack_tens
 	ret = moem_pack_pread(p, dst, (size_t)t->size, t->offset);
 	if (ret)
 		return ret;
-	sum = XXH3_64bits(dst, (size_t)t->size);
-	if (sum != t->xxh3)
-		return moem_errf(EBADMSG, "%s: tensor %s: checksum %016llx, the index says %016llx",
-				 p->path, t->name, (unsigned long long)sum,
-				 (unsigned long long)t->xxh3);
-	return 0;
+	return tensor_sum_check(p, t, XXH3_64bits(dst, (size_t)t->size));
 }
 
 int moem_pack_read_tensor_f32(const struct moem_pack *p, const struct moem_pack_tensor *t,
@@ -103,7 +108,7 @@ static int read_f32_as_bf16(const struct moem_pack *p, const struct moem_pack_te
 {
 	float *f = malloc(CONVERT_CHUNK);
 	XXH3_state_t *st = XXH3_createState();
-	uint64_t sum, at = 0;
+	uint64_t at = 0;
 	int ret = 0;
 
 	if (!f || !st) {
@@ -111,7 +116,7 @@ static int read_f32_as_bf16(const struct moem_pack *p, const struct moem_pack_te
 		goto out;
 	}
 	XXH3_64bits_reset(st);
-	for (uint64_t o = 0; o < t->size && !ret; o += CONVERT_CHUNK) {
+	for (uint64_t o = 0; o < t->size; o += CONVERT_CHUNK) {
 		size_t n = (size_t)moem_min((uint64_t)CONVERT_CHUNK, t->size - o);
 
 		ret = moem_pack_pread(p, f, n, t->offset + o);
@@ -121,11 +126,8 @@ static int read_f32_as_bf16(const struct moem_pack *p, const struct moem_pack_te
 		for (size_t i = 0; i < n / 4; i++)
 			dst[at++] = moem_f32_to_bf16(f[i]);
 	}
-	sum = ret ? 0 : XXH3_64bits_digest(st);
-	if (!ret && sum != t->xxh3)
-		ret = moem_errf(EBADMSG, "%s: tensor %s: checksum %016llx, the index says %016llx",
-				p->path, t->name, (unsigned long long)sum,
-				(unsigned long long)t->xxh3);
+	if (!ret)
+		ret = tensor_sum_check(p, t, XXH3_64bits_digest(st));
 out:
 	XXH3_freeState(st);
 	free(f);
