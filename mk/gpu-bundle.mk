@@ -82,7 +82,8 @@ GB_CUPTI	:= $(if $(CUPTI_LIB),$(GB)/lib/$(notdir $(CUPTI_LIB)))
 GB_SCRIPTS	:= $(GB)/run-gpu.sh $(GB)/scripts/run-tests.sh \
 		   $(patsubst %,$(GB)/%,$(filter-out tests/gpu/bundle_check.sh, \
 		   $(wildcard tests/gpu/*.sh tests/gpu/*.py)) \
-		   $(wildcard bench/kernels/*.py bench/kernels/*.sh bench/tiers/*.sh))
+		   $(wildcard bench/kernels/*.py bench/kernels/*.sh bench/tiers/*.sh) \
+		   bench/decode/gpu.sh bench/decode/torch_decode.py)
 
 $(GB_LIB): $(LIB)
 	$(call msg,SO,$@)

@@ -19,7 +19,9 @@
 #              torch is installed), tier benchmarks, UVM against VMM staging
 #              at one HBM budget (page faults and bytes through CUPTI),
 #              the decode step with and without CUDA graphs (sync_step),
-#              the FFN of 1..16 tokens under each row tiling (ffn_rt*)
+#              the FFN of 1..16 tokens under each row tiling (ffn_rt*),
+#              decode tokens/s at batch 1 and 8, all-resident and 25% HBM,
+#              against PyTorch's eager decode of the same model (decode_bench)
 #   --all      both, interleaved so the most telling run first (default)
 #   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
 #              of each of a few kernels inside bench_kernels: speed of
@@ -240,6 +242,13 @@ else
 			--out "$out/kernels_rt$r.txt"
 	done
 	want bench && phase bench_tiers 60 "$R/bench_tiers" --backend cuda
+	if want bench; then
+		if command -v python3 >/dev/null 2>&1; then
+			phase decode_bench 150 "$here/bench/decode/gpu.sh" cuda
+		else
+			skipped decode_bench "python3 is not installed here"
+		fi
+	fi
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
 	want bench && phase sync_step 90 "$R/sync_step.sh" cuda
 	want bench && phase uvm_vs_vmm 120 "$R/uvm.sh" cuda
