@@ -51,9 +51,14 @@ for batch in 1 8; do
 		>"$dir/prompts$batch"
 	args=$(sed 's/^/--tokens /' "$dir/prompts$batch" | tr '\n' ' ')
 	for hbm in 100% 25%; do
+		# On CUDA the KV pool comes out of the HBM budget (Documentation/
+		# engine.md, "KV cache"): the budget is the experts' share (each
+		# expert 9 MiB in bf16) plus a 64 MiB pool, more than these
+		# sequences need, so "100%" means every expert resident.
+		mib=$((L * E * 9 * ${hbm%\%} / 100 + 64))
 		# shellcheck disable=SC2086
 		"$moem" decode --pack "$m.moem" $args --max-new "$N" --no-model-eos \
-			--backend "$backend" --hbm "$hbm" --json |
+			--backend "$backend" --hbm "${mib}M" --kv-bytes 64M --json |
 			$py -c "
 import json, sys
 d = json.load(sys.stdin)
@@ -61,6 +66,7 @@ print(json.dumps({'who': 'moem', 'batch': $batch, 'hbm': '$hbm',
                   'tps': d['decode_tokens_per_s'], 'step_ms': d['median_decode_step_ms'],
                   'ptps': d['prompt_tokens_per_s'], 'device_steps': d.get('device_steps', 0),
                   'graph_steps': d.get('graph_steps', 0), 'h2d': d['bytes_h2d'],
+                  'misses': d['misses'], 'dec': d['decode'], 'pre': d['prefill'],
                   'tokens': [s['tokens'] for s in d['sequences']]}))" >>"$res"
 	done
 	if [ $torch_ok = 1 ]; then
@@ -88,8 +94,17 @@ else:
     print("PyTorch: not installed here; its rows and the ratios are left out.")
 print()
 print("| batch | run | decode tok/s | median step ms | prompt tok/s | decode x PyTorch "
-      "| prompt x PyTorch | tokens as PyTorch's |")
-print("|---|---|---:|---:|---:|---:|---:|---:|")
+      "| prompt x PyTorch | tokens as PyTorch's | decode: attention / MoE (waiting) / head "
+      "| prefill: attention / MoE (waiting) / head | misses | device steps |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|")
+
+
+def split(d):  # shares of the steps' time
+    if not d:
+        return ""
+    t = d["total_ms"] or 1
+    a, m, w, h = (100 * d[k] / t for k in ("attention_ms", "moe_ms", "waiting_ms", "head_ms"))
+    return f"{a:.0f}% / {m:.0f}% ({w:.0f}%) / {h:.0f}%"
 
 
 def same(a, b):  # greedy tokens equal up to the first difference, summed over sequences
@@ -112,7 +127,8 @@ for r in rows:
         tot = sum(len(s) for s in t["tokens"])
         sm = f"{same(r['tokens'], t['tokens'])}/{tot}"
     print(f"| {r['batch']} | {name} | {r['tps']:.1f} | {r['step_ms']:.2f} | {r['ptps']:.0f} "
-          f"| {rt} | {pt} | {sm} |")
+          f"| {rt} | {pt} | {sm} | {split(r.get('dec'))} | {split(r.get('pre'))} "
+          f"| {r.get('misses', '')} | {r.get('device_steps', '')} |")
     key = "torch" if r["who"] == "pytorch" else "moem_hbm" + r["hbm"].rstrip("%")
     res.append(f"RESULT decode_{key}_B{r['batch']}_tps={r['tps']:.3f}")
     res.append(f"RESULT decode_{key}_B{r['batch']}_prompt_tps={r['ptps']:.3f}")
