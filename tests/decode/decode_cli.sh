@@ -87,6 +87,26 @@ for t in 1 2; do
 	fi
 done
 
+# Prompts known up front: the KV pool holds those sequences and no more
+# (one 16-token block for 3 + 13 tokens; two sequences of 24 tokens, two
+# blocks each), unless the user sized it (--max-seqs: the model's context).
+kvj() { "$moem" decode --pack "$tmp/q.moem" --no-model-eos --json "$@" |
+	sed -n "s/.*\"kv_bytes\":\([0-9]*\),\"kv_max_seqs\":\([0-9]*\),\"kv_max_context\":\([0-9]*\).*/\1 \2 \3/p"; }
+one=$(kvj --tokens 1,2,3 --max-new 13)
+two=$(kvj --tokens 1,2,3 --tokens 4000,3999,17,5,6,7,8,9,10,11,12,13 --max-new 12)
+set -- $one
+blk=${1:-0}
+if [ "$one" = "$blk 1 16" ] && [ "$blk" -gt 0 ] && [ "$two" = "$((4 * blk)) 2 24" ]; then
+	ok "the KV pool holds the prompts' sequences: '$one', '$two'"
+else
+	bad "KV pool for the prompts: '$one' (want B 1 16), '$two' (want 4B 2 24)"
+fi
+set -- $(kvj --tokens 1,2,3 --max-new 13 --max-seqs 4)
+mp=$(sed -n 's/.*"max_position_embeddings": *\([0-9]*\).*/\1/p' "$tmp/q/config.json")
+[ "$2" = 4 ] && [ "$3" = "$mp" ] && [ "$1" -gt "$blk" ] &&
+	ok "--max-seqs 4: the pool is the decoder's default ($1 bytes, context $3)" ||
+	bad "--max-seqs 4: kv '$*', the model's context is $mp"
+
 for pk in q d; do
 	dec() { "$moem" decode --pack "$tmp/$pk.moem" --max-new 12 --no-model-eos --quiet \
 		--dense-prec q8 "$@"; }

@@ -241,10 +241,43 @@ static void write_logits(void *arg, uint64_t seq, uint32_t pos, const float *l, 
 	fwrite(l, sizeof(float), V, r->logits_f);
 }
 
+/*
+ * A run whose prompts are all known before the decoder opens (moem decode,
+ * moem eval) sizes the KV pool for them unless the user sized it (--kv-bytes,
+ * --max-seqs, the engine's kv setting): the decoder's default, 64 sequences
+ * of the model's whole context, is a server's, and on the CUDA backend the
+ * pool comes out of the HBM budget, so it took up to half the experts' room
+ * for blocks no sequence would use.
+ */
+static int size_for_prompts(struct moem_dec_run *r)
+{
+	struct moem_pack *pk;
+	uint64_t need = 2;
+	uint32_t max_pos;
+	int ret;
+
+	if (!r->n_seqs || r->dopt.kv_bytes || r->dopt.max_seqs || r->dopt.max_context ||
+	    r->ea.o.kv_budget)
+		return 0;
+	ret = moem_pack_open(r->ea.o.pack_path, &pk);
+	if (ret)
+		return ret;
+	max_pos = moem_pack_config(pk)->max_pos;
+	moem_pack_close(pk);
+	for (uint32_t i = 0; i < r->n_seqs; i++)
+		need = moem_max(need, (uint64_t)r->seqs[i].n_prompt + r->sp.max_new_tokens);
+	/* A prompt too long for the model keeps the decoder's own message. */
+	r->dopt.max_context = (uint32_t)moem_min(need, (uint64_t)max_pos);
+	r->dopt.max_seqs = moem_min(r->n_seqs, 64u);
+	return 0;
+}
+
 int moem_dec_run_open(struct moem_dec_run *r)
 {
 	int ret = moem_engine_args_resolve(&r->ea);
 
+	if (!ret)
+		ret = size_for_prompts(r);
 	if (ret)
 		return ret;
 	if (r->quiet || r->json)
@@ -522,6 +555,7 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 		struct json_object *o = json_object_new_object(), *a = json_object_new_array();
 		struct json_object *t = json_object_new_object();
 		struct moem_engine_status es;
+		struct moem_kv_usage ku;
 
 		for (uint32_t i = 0; i < r->n_seqs; i++) {
 			const struct moem_dec_seq_out *s = &r->seqs[i];
@@ -567,7 +601,10 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 		json_object_object_add(o, "hbm_budget", json_object_new_uint64(es.hbm_budget));
 		json_object_object_add(o, "dram_budget", json_object_new_uint64(es.dram_budget));
 		moem_engine_dram_nodes_json(o, &es);
-		json_object_object_add(o, "kv_bytes", json_object_new_uint64(r->dopt.kv_bytes));
+		moem_decoder_kv_usage(r->d, &ku);
+		json_object_object_add(o, "kv_bytes", json_object_new_uint64(ku.budget_bytes));
+		json_object_object_add(o, "kv_max_seqs", json_object_new_uint64(ku.max_seqs));
+		json_object_object_add(o, "kv_max_context", json_object_new_uint64(ku.max_context));
 		json_object_object_add(
 			o, "ttft_ms",
 			json_object_new_double(r->n_seqs ? (double)ttft / r->n_seqs / 1e6 : 0));
