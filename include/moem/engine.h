@@ -224,6 +224,10 @@ uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob)
  * boundary. Returns 0, or the tiers' refusal (-ERANGE ...) of a budget.
  */
 int moem_engine_apply_knobs(struct moem_engine *e);
+/* Whether the decoder's KV pool is device memory charged to the HBM budget
+ * (the CUDA backend; on the CPU backend it is host memory, bounded by
+ * kv_bytes alone). */
+bool moem_engine_kv_in_hbm(const struct moem_engine *e);
 /* Any thread: end the current run after the step in progress, or a
  * warm-up after the expert being staged (it then returns -ECANCELED). */
 void moem_engine_stop(struct moem_engine *e);

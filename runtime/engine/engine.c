@@ -522,6 +522,11 @@ bool moem_eng_kv_in_hbm(const struct moem_engine *e)
 	return e->be && moem_backend_kind(e->be) == MOEM_BACKEND_CUDA;
 }
 
+bool moem_engine_kv_in_hbm(const struct moem_engine *e)
+{
+	return moem_eng_kv_in_hbm(e);
+}
+
 uint64_t moem_eng_expert_hbm(const struct moem_engine *e, uint64_t hbm, uint64_t kv)
 {
 	if (!hbm)

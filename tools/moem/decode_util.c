@@ -272,6 +272,27 @@ static int size_for_prompts(struct moem_dec_run *r)
 	return 0;
 }
 
+/*
+ * --hbm in % is a share of the experts' bytes (moem_engine_args_resolve()).
+ * Where the KV pool is device memory it comes out of the HBM budget, and
+ * "--hbm 100%" would leave an expert or more out of HBM and every step off
+ * the device plan: this run's pool is added on top of the experts' share.
+ * A budget in bytes stays as given: it is the device memory to use.
+ */
+static int pool_on_top(struct moem_dec_run *r)
+{
+	struct moem_kv_usage ku;
+	int ret;
+
+	if (!r->ea.hbm || !strchr(r->ea.hbm, '%') || !r->ea.o.hbm_budget ||
+	    !moem_engine_kv_in_hbm(r->e))
+		return 0;
+	moem_decoder_kv_usage(r->d, &ku);
+	ret = moem_engine_set_knob(r->e, MOEM_BUDGET_HBM_BYTES,
+				   r->ea.o.hbm_budget + moem_max(ku.budget_bytes, ku.pool_bytes));
+	return ret ? ret : moem_engine_apply_knobs(r->e);
+}
+
 int moem_dec_run_open(struct moem_dec_run *r)
 {
 	int ret = moem_engine_args_resolve(&r->ea);
@@ -283,10 +304,13 @@ int moem_dec_run_open(struct moem_dec_run *r)
 	if (r->quiet || r->json)
 		moem_log_set_level(MOEM_LOG_WARN);
 	ret = moem_engine_open(&r->ea.o, &r->e);
-	if (!ret && !r->no_warmup)
-		ret = moem_engine_warmup(r->e, NULL);
 	if (!ret)
 		ret = moem_decoder_open(r->e, &r->dopt, &r->d);
+	if (!ret)
+		ret = pool_on_top(r);
+	/* After the decoder: the warm-up fills the experts' share it leaves. */
+	if (!ret && !r->no_warmup)
+		ret = moem_engine_warmup(r->e, NULL);
 	if (ret)
 		return ret;
 	if (r->logits_out && !r->logits_fn) {
