@@ -45,10 +45,13 @@ res=$dir/results.jsonl
 torch_ok=1
 $py -c 'import torch' 2>/dev/null || torch_ok=0
 for batch in 1 8; do
-	# the same prompts for both sides: one a line, ids separated by commas
-	awk -v b="$batch" -v p="$P" 'BEGIN { srand(7); for (i = 0; i < b; i++) {
-		s = ""; for (j = 0; j < p; j++) s = s (j ? "," : "") int(rand() * 4096); print s } }' \
-		>"$dir/prompts$batch"
+	# the same prompts for both sides and every run, one a line, ids
+	# separated by commas: Park-Miller's generator, exact in awk's doubles
+	# (awk's own rand() differs between machines' awks)
+	awk -v b="$batch" -v p="$P" 'BEGIN { x = 7; for (i = 0; i < b; i++) { s = "";
+		for (j = 0; j < p; j++) { x = (x * 16807) % 2147483647
+			s = s (j ? "," : "") x % 4096 }
+		print s } }' >"$dir/prompts$batch"
 	args=$(sed 's/^/--tokens /' "$dir/prompts$batch" | tr '\n' ' ')
 	for hbm in 100% 25%; do
 		# On CUDA the KV pool comes out of the HBM budget (Documentation/
@@ -134,6 +137,12 @@ for r in rows:
     res.append(f"RESULT decode_{key}_B{r['batch']}_prompt_tps={r['ptps']:.3f}")
     if rt:
         res.append(f"RESULT decode_{key}_B{r['batch']}_vs_torch={rt}")
+print()
+# The first sequence's greedy tokens on each side: where they part shows
+# whether a difference comes and goes between runs.
+for r in rows:
+    if r["batch"] == 1 and r["hbm"] == "100%":
+        print(f"tokens ({r['who']}, batch 1): {','.join(map(str, r['tokens'][0]))}")
 print()
 print("\n".join(res))
 PY
