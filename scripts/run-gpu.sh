@@ -21,7 +21,9 @@
 #              the decode step with and without CUDA graphs (sync_step),
 #              the FFN of 1..16 tokens under each row tiling (ffn_rt*),
 #              decode tokens/s at batch 1 and 8, all-resident and 25% HBM,
-#              against PyTorch's eager decode of the same model (decode_bench)
+#              against PyTorch's eager decode of the same model (decode_bench),
+#              hybrid CPU/GPU experts against transfer-only at 25% HBM
+#              (hybrid_run, OUTDIR/hybrid.md)
 #   --all      both, interleaved so the most telling run first (default)
 #   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
 #              of each of a few kernels inside bench_kernels: speed of
@@ -250,6 +252,10 @@ else
 		fi
 	fi
 	want bench && phase tokens 90 "$R/tokens.sh" cuda
+	# Hybrid CPU/GPU experts end to end: moem run tokens/s at 25% HBM,
+	# transfer-only against --exec hybrid (writes OUTDIR/hybrid.md).
+	want bench && phase hybrid_run 150 env MOEM="$moem" OUT="$MOEM_BENCH_DIR/hybrid" DOC="$out" \
+		BACKEND=cuda REPS=3 COMMIT="$bundle_info" "$here/bench/sim/hybrid_run.sh"
 	want bench && phase sync_step 90 "$R/sync_step.sh" cuda
 	want bench && phase uvm_vs_vmm 120 "$R/uvm.sh" cuda
 	if want tests; then
