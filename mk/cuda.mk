@@ -131,6 +131,7 @@ test-gpu-emu: all $(GPU_TEST_BINS) $(GPU_TOOLS) $(EMU_DIR)/libcuda.so.1
 		scripts/run-tests.sh --suite gpu-emu --timeout 3000 $(GPU_TEST_BINS) \
 		tests/gpu/engine_same_outputs.sh tests/gpu/decode_same_tokens.sh \
 		tests/gpu/sync_per_step.sh tests/gpu/graph_steps.sh tests/gpu/hybrid_outputs.sh \
+		tests/gpu/moemd_hbm_share.sh \
 		tests/gpu/router_tile.sh
 endif
 

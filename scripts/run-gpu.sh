@@ -11,7 +11,8 @@
 #   --tests    GPU unit and parity tests (every op against the CPU backend),
 #              the fatal-error test, the engine on the GPU (budgets, host
 #              synchronisations per step, CUDA graphs of decode steps,
-#              GPU against CPU), the PyTorch
+#              GPU against CPU, moemd's HBM share with the KV pool on top),
+#              the PyTorch
 #              check, compute-sanitizer memcheck and racecheck when the
 #              toolkit is installed
 #   --bench    kernel benchmarks (FFN weight bytes/s against the device's
@@ -228,6 +229,7 @@ else
 	want tests && phase sync_per_step 90 "$T/sync_per_step.sh"
 	want tests && phase graph_steps 90 "$T/graph_steps.sh"
 	want tests && phase hybrid 90 "$T/hybrid_outputs.sh"
+	want tests && phase moemd_hbm 90 "$T/moemd_hbm_share.sh"
 	want bench && phase bench_kernels 120 "$K/bench_kernels" --backend cuda \
 		--out "$out/kernels.txt"
 	if want bench; then

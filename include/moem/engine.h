@@ -224,10 +224,14 @@ uint64_t moem_engine_get_knob(struct moem_engine *e, enum moem_budget_knob knob)
  * boundary. Returns 0, or the tiers' refusal (-ERANGE ...) of a budget.
  */
 int moem_engine_apply_knobs(struct moem_engine *e);
-/* Whether the decoder's KV pool is device memory charged to the HBM budget
- * (the CUDA backend; on the CPU backend it is host memory, bounded by
- * kv_bytes alone). */
-bool moem_engine_kv_in_hbm(const struct moem_engine *e);
+/*
+ * The bytes of the decoder's KV pool charged to the HBM budget now: the
+ * kv_bytes knob, or the pool while it is larger; 0 where the pool is not
+ * device memory (the CPU backend: host memory, bounded by kv_bytes alone).
+ * For a budget given as a share of the experts' bytes (a percentage), to
+ * which the tools and moemd add it. Any thread.
+ */
+uint64_t moem_engine_kv_hbm_bytes(struct moem_engine *e);
 /* Any thread: end the current run after the step in progress, or a
  * warm-up after the expert being staged (it then returns -ECANCELED). */
 void moem_engine_stop(struct moem_engine *e);

@@ -522,11 +522,6 @@ bool moem_eng_kv_in_hbm(const struct moem_engine *e)
 	return e->be && moem_backend_kind(e->be) == MOEM_BACKEND_CUDA;
 }
 
-bool moem_engine_kv_in_hbm(const struct moem_engine *e)
-{
-	return moem_eng_kv_in_hbm(e);
-}
-
 uint64_t moem_eng_expert_hbm(const struct moem_engine *e, uint64_t hbm, uint64_t kv)
 {
 	if (!hbm)
@@ -548,6 +543,18 @@ static uint64_t min_expert_hbm(const struct moem_engine *e)
 static uint64_t kv_charged(const struct moem_engine *e, uint64_t kv_knob)
 {
 	return moem_max(kv_knob, e->kv_pool_bytes);
+}
+
+uint64_t moem_engine_kv_hbm_bytes(struct moem_engine *e)
+{
+	uint64_t v;
+
+	if (!moem_eng_kv_in_hbm(e))
+		return 0;
+	pthread_mutex_lock(&e->knob_lock);
+	v = kv_charged(e, e->knob[MOEM_BUDGET_KV_BYTES]);
+	pthread_mutex_unlock(&e->knob_lock);
+	return v;
 }
 
 uint64_t moem_eng_kv_room(struct moem_engine *e)

@@ -281,15 +281,12 @@ static int size_for_prompts(struct moem_dec_run *r)
  */
 static int pool_on_top(struct moem_dec_run *r)
 {
-	struct moem_kv_usage ku;
+	uint64_t kv = moem_engine_kv_hbm_bytes(r->e);
 	int ret;
 
-	if (!r->ea.hbm || !strchr(r->ea.hbm, '%') || !r->ea.o.hbm_budget ||
-	    !moem_engine_kv_in_hbm(r->e))
+	if (!r->ea.hbm || !strchr(r->ea.hbm, '%') || !r->ea.o.hbm_budget || !kv)
 		return 0;
-	moem_decoder_kv_usage(r->d, &ku);
-	ret = moem_engine_set_knob(r->e, MOEM_BUDGET_HBM_BYTES,
-				   r->ea.o.hbm_budget + moem_max(ku.budget_bytes, ku.pool_bytes));
+	ret = moem_engine_set_knob(r->e, MOEM_BUDGET_HBM_BYTES, r->ea.o.hbm_budget + kv);
 	return ret ? ret : moem_engine_apply_knobs(r->e);
 }
 

@@ -183,6 +183,8 @@ static int budget_pct(struct moemd *d, enum moem_budget_knob k, const char *val,
 	ret = moem_parse_size(val, &total, v);
 	if (ret)
 		return moem_err_prefix(-ret, "%s", moem_budget_name(k));
+	if (k == MOEM_BUDGET_HBM_BYTES)
+		*v = moemd_hbm_for_share(d, *v);
 	return moem_budget_validate(k, *v);
 }
 

@@ -414,6 +414,16 @@ static bool str_differs(const char *a, const char *b)
 }
 
 /* Apply a budget from the config again (a change of the file). */
+static bool pct(const char *budget)
+{
+	return budget && strchr(budget, '%');
+}
+
+uint64_t moemd_hbm_for_share(struct moemd *d, uint64_t share)
+{
+	return share && d->e ? share + moem_engine_kv_hbm_bytes(d->e) : share;
+}
+
 static void reload_budget(struct moemd *d, enum moem_budget_knob k, uint64_t now, uint64_t was)
 {
 	int ret;
@@ -481,7 +491,13 @@ void moemd_reload(struct moemd *d)
 		moem_info("reload: log-level changed");
 	}
 	if (moemd_state_get(d) == MOEMD_READY) {
-		reload_budget(d, MOEM_BUDGET_HBM_BYTES, a->hbm_budget, b->hbm_budget);
+		/* A share in % compared as a share, applied with the pool on top;
+		 * the same bytes turned into a share (or back) apply too. */
+		if (a->hbm_budget != b->hbm_budget || pct(n.ea.hbm) != pct(o->ea.hbm))
+			reload_budget(d, MOEM_BUDGET_HBM_BYTES,
+				      pct(n.ea.hbm) ? moemd_hbm_for_share(d, a->hbm_budget)
+						    : a->hbm_budget,
+				      UINT64_MAX);
 		reload_budget(d, MOEM_BUDGET_DRAM_BYTES, a->dram_budget, b->dram_budget);
 		reload_budget(d, MOEM_BUDGET_KV_BYTES, a->kv_budget, b->kv_budget);
 		reload_route(d, a->route, b->route);

@@ -483,6 +483,37 @@ bool moemd_serve_step(struct moemd *d)
 	return ret != 0;
 }
 
+/*
+ * The decoder's KV pool now exists: with --hbm (or hbm = in the config) in
+ * %, the experts keep that share and the pool comes on top where it is
+ * device memory (moemd_hbm_for_share()). Unless the budget changed since
+ * start (the socket or sysfs): then it is what was set.
+ */
+static int pool_on_top(struct moemd *d)
+{
+	const struct moem_engine_args *a = &d->cfg.ea;
+	uint64_t hbm;
+	int ret;
+
+	if (!a->hbm || !strchr(a->hbm, '%') ||
+	    moem_engine_get_knob(d->e, MOEM_BUDGET_HBM_BYTES) != a->o.hbm_budget)
+		return 0;
+	hbm = moemd_hbm_for_share(d, a->o.hbm_budget);
+	if (hbm == a->o.hbm_budget)
+		return 0;
+	ret = moem_engine_set_knob(d->e, MOEM_BUDGET_HBM_BYTES, hbm);
+	if (!ret)
+		ret = moem_engine_apply_knobs(d->e);
+	/* the warm-up again: what the pool's first charge pushed out comes back */
+	if (!ret && !d->cfg.no_warmup)
+		ret = moem_engine_warmup(d->e, NULL);
+	if (!ret)
+		moem_info("budgets: hbm_bytes %llu: the experts' %s and the KV pool's %llu",
+			  (unsigned long long)hbm, a->hbm,
+			  (unsigned long long)(hbm - a->o.hbm_budget));
+	return ret;
+}
+
 void moemd_serve_open(struct moemd *d)
 {
 	struct moemd_srv *s = d->srv;
@@ -500,6 +531,8 @@ void moemd_serve_open(struct moemd *d)
 	s->model_tried = true;
 	moem_clear_error();
 	ret = moemd_model_open(d, &s->model);
+	if (!ret)
+		ret = pool_on_top(d);
 	if (!ret)
 		ret = moem_sched_create(&s->sched_opts, &moemd_model_ops, s->model, &sink,
 					&s->sched);
