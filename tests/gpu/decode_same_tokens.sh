@@ -74,22 +74,26 @@ for pk in q d; do
 		ok "$pk: tiny kv budget: $waits waits, same tokens" ||
 		bad "$pk: tiny kv budget: waits ${waits:-?}, tokens $first vs $ref"
 done
-# --hbm in % is a share of the experts' bytes, and the KV pool (device
-# memory here) comes on top: 100% holds every expert, and every step is
-# planned on the device. The same budget in bytes is the device memory to
-# use: the pool takes its room, an expert is missed, no step is planned.
+# --hbm in % is a share of the experts' bytes, no --hbm all of them, and
+# the KV pool (device memory here) comes on top: 100% or no budget holds
+# every expert, and every step is planned on the device. The same budget
+# in bytes is the device memory to use: the pool takes its room, an expert
+# is missed, no step is planned.
 num() { echo "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p" | head -1; }
 hb() { "$moem" decode --pack "$tmp/q.moem" --backend cuda --max-new 6 --no-model-eos \
-	--json --quiet --tokens $p1 --hbm "$1"; }
-out=$(hb 100%)
-share=$(num "$out" hbm_budget)
-if [ "$(num "$out" misses)" = 0 ] && [ "${share:-0}" -gt 0 ] &&
-	[ "$(num "$out" device_steps)" -gt 0 ]; then
-	ok "--hbm 100%: every expert resident ($share bytes), $(num "$out" device_steps) device steps"
-else
-	bad "--hbm 100%: misses $(num "$out" misses), device steps $(num "$out" device_steps)"
-fi
-out=$(hb "${share:-1}")
+	--json --quiet --tokens $p1 "$@"; }
+for b in 100% none; do
+	if [ $b = none ]; then out=$(hb); else out=$(hb --hbm $b); fi
+	share=$(num "$out" hbm_budget)
+	if [ "$(num "$out" misses)" = 0 ] && [ "${share:-0}" -gt 0 ] &&
+		[ "$(num "$out" device_steps)" -gt 0 ]; then
+		ok "--hbm $b: every expert resident ($share bytes)," \
+			"$(num "$out" device_steps) device steps"
+	else
+		bad "--hbm $b: misses $(num "$out" misses), device steps $(num "$out" device_steps)"
+	fi
+done
+out=$(hb --hbm "${share:-1}")
 if [ "$(num "$out" misses)" -gt 0 ] && [ "$(num "$out" device_steps)" = 0 ]; then
 	ok "--hbm $share (bytes): the pool takes its room, $(num "$out" misses) misses"
 else

@@ -4,7 +4,8 @@
 # moemd on the CUDA backend, where the decoder's KV pool is device memory
 # charged to the HBM budget:
 #  - --hbm 100% is the experts' share: once the model is served every
-#    expert is resident and the budget is that share plus the pool;
+#    expert is resident and the budget is that share plus the pool; the
+#    same with no --hbm;
 #  - --hbm in bytes is the device memory to use: the pool takes its room
 #    and some experts stay out;
 #  - moemctl set hbm_bytes 100% over the socket, and hbm = 100% in the
@@ -88,19 +89,19 @@ wait_log() {
 	done
 }
 
-if start --hbm 100%; then
+share=0
+for b in 100% none; do
+	if [ $b = none ]; then start; else start --hbm $b; fi ||
+		{ bad "moemd --hbm $b did not serve"; continue; }
 	set -- $(state)
 	if [ "$4" -gt 0 ] && [ "$4" = "$5" ] && [ "$1" -gt "$2" ] && [ "$3" = "$2" ]; then
-		ok "--hbm 100%: all $4 experts resident, hbm_bytes $1 = the experts' $2 + the pool"
+		ok "--hbm $b: all $4 experts resident, hbm_bytes $1 = the experts' $2 + the pool"
 	else
-		bad "--hbm 100%: knob $1, share $2, used $3, resident $4 of $5"
+		bad "--hbm $b: knob $1, share $2, used $3, resident $4 of $5"
 	fi
-	share=$2
+	[ $b = 100% ] && share=$2
 	stop
-else
-	bad "moemd --hbm 100% did not serve"
-	share=0
-fi
+done
 if [ "$share" -gt 0 ] && start --hbm "$share"; then
 	set -- $(state)
 	if [ "$1" = "$share" ] && [ "$2" -lt "$share" ] && [ "$4" -lt "$5" ]; then

@@ -273,26 +273,28 @@ static int size_for_prompts(struct moem_dec_run *r)
 }
 
 /*
- * --hbm in % is a share of the experts' bytes (moem_engine_args_resolve()).
- * Where the KV pool is device memory it comes out of the HBM budget, and
- * "--hbm 100%" would leave an expert or more out of HBM and every step off
- * the device plan: this run's pool is added on top of the experts' share.
- * A budget in bytes stays as given: it is the device memory to use.
+ * --hbm in % is a share of the experts' bytes (moem_engine_args_resolve()),
+ * and no --hbm is all of them. Where the KV pool is device memory it comes
+ * out of the HBM budget, so either would leave an expert or more out of HBM
+ * and every step off the device plan: this run's pool is added on top of
+ * the experts' share (share: the knob as the engine opened). A budget in
+ * bytes stays as given: it is the device memory to use.
  */
-static int pool_on_top(struct moem_dec_run *r)
+static int pool_on_top(struct moem_dec_run *r, uint64_t share)
 {
 	uint64_t kv = moem_engine_kv_hbm_bytes(r->e);
 	int ret;
 
-	if (!r->ea.hbm || !strchr(r->ea.hbm, '%') || !r->ea.o.hbm_budget || !kv)
+	if ((r->ea.hbm && !strchr(r->ea.hbm, '%')) || !share || !kv)
 		return 0;
-	ret = moem_engine_set_knob(r->e, MOEM_BUDGET_HBM_BYTES, r->ea.o.hbm_budget + kv);
+	ret = moem_engine_set_knob(r->e, MOEM_BUDGET_HBM_BYTES, share + kv);
 	return ret ? ret : moem_engine_apply_knobs(r->e);
 }
 
 int moem_dec_run_open(struct moem_dec_run *r)
 {
 	int ret = moem_engine_args_resolve(&r->ea);
+	uint64_t share = 0;
 
 	if (!ret)
 		ret = size_for_prompts(r);
@@ -302,9 +304,11 @@ int moem_dec_run_open(struct moem_dec_run *r)
 		moem_log_set_level(MOEM_LOG_WARN);
 	ret = moem_engine_open(&r->ea.o, &r->e);
 	if (!ret)
+		share = moem_engine_get_knob(r->e, MOEM_BUDGET_HBM_BYTES);
+	if (!ret)
 		ret = moem_decoder_open(r->e, &r->dopt, &r->d);
 	if (!ret)
-		ret = pool_on_top(r);
+		ret = pool_on_top(r, share);
 	/* After the decoder: the warm-up fills the experts' share it leaves. */
 	if (!ret && !r->no_warmup)
 		ret = moem_engine_warmup(r->e, NULL);

@@ -110,6 +110,9 @@ struct moemd {
 	int argc;
 	char **argv;
 	struct moem_engine *e;
+	/* the hbm_bytes knob as the engine opened: the experts' share asked
+	 * for, or all of them with no budget (serve.c adds the KV pool) */
+	uint64_t hbm_at_open;
 	int state; /* enum moemd_state, atomic */
 	uint64_t start_ns, ready_ns;
 	uint64_t open_ns, warmup_ns; /* how long engine open and warm-up took */

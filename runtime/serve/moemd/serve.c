@@ -484,22 +484,23 @@ bool moemd_serve_step(struct moemd *d)
 }
 
 /*
- * The decoder's KV pool now exists: with --hbm (or hbm = in the config) in
- * %, the experts keep that share and the pool comes on top where it is
- * device memory (moemd_hbm_for_share()). Unless the budget changed since
- * start (the socket or sysfs): then it is what was set.
+ * The decoder's KV pool now exists: with no HBM budget, or one in % (--hbm,
+ * hbm = in the config), the experts keep all of theirs or that share and
+ * the pool comes on top where it is device memory (moemd_hbm_for_share()).
+ * Unless the budget changed since the engine opened (sysfs, the socket):
+ * then it is what was set.
  */
 static int pool_on_top(struct moemd *d)
 {
 	const struct moem_engine_args *a = &d->cfg.ea;
-	uint64_t hbm;
+	uint64_t hbm, share = d->hbm_at_open;
 	int ret;
 
-	if (!a->hbm || !strchr(a->hbm, '%') ||
-	    moem_engine_get_knob(d->e, MOEM_BUDGET_HBM_BYTES) != a->o.hbm_budget)
+	if ((a->hbm && !strchr(a->hbm, '%')) ||
+	    moem_engine_get_knob(d->e, MOEM_BUDGET_HBM_BYTES) != share)
 		return 0;
-	hbm = moemd_hbm_for_share(d, a->o.hbm_budget);
-	if (hbm == a->o.hbm_budget)
+	hbm = moemd_hbm_for_share(d, share);
+	if (hbm == share)
 		return 0;
 	ret = moem_engine_set_knob(d->e, MOEM_BUDGET_HBM_BYTES, hbm);
 	if (!ret)
@@ -509,8 +510,8 @@ static int pool_on_top(struct moemd *d)
 		ret = moem_engine_warmup(d->e, NULL);
 	if (!ret)
 		moem_info("budgets: hbm_bytes %llu: the experts' %s and the KV pool's %llu",
-			  (unsigned long long)hbm, a->hbm,
-			  (unsigned long long)(hbm - a->o.hbm_budget));
+			  (unsigned long long)hbm, a->hbm ? a->hbm : "whole size",
+			  (unsigned long long)(hbm - share));
 	return ret;
 }
 

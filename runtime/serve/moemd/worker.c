@@ -85,6 +85,7 @@ static void do_open(struct moemd *d, struct moemd_job *j)
 	}
 	moem_engine_get_status(d->e, &st);
 	snprintf(d->pack_id, sizeof(d->pack_id), "%s", st.pack_id);
+	d->hbm_at_open = moem_engine_get_knob(d->e, MOEM_BUDGET_HBM_BYTES);
 	moemd_sysfs_adopt(d);
 	if (d->cfg.no_warmup || moemd_state_get(d) == MOEMD_DRAINING)
 		return;
