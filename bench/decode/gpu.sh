@@ -97,8 +97,8 @@ else:
     print("PyTorch: not installed here; its rows and the ratios are left out.")
 print()
 print("| batch | run | decode tok/s | median step ms | prompt tok/s | decode x PyTorch "
-      "| prompt x PyTorch | tokens as PyTorch's | decode: attention / MoE (waiting) / head "
-      "| prefill: attention / MoE (waiting) / head | misses | device steps |")
+      "| prompt x PyTorch | tokens as PyTorch's | decode: attention / MoE (waiting) / head / device "
+      "| prefill: attention / MoE (waiting) / head / device | misses | device steps |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|")
 
 
@@ -106,8 +106,9 @@ def split(d):  # shares of the steps' time
     if not d:
         return ""
     t = d["total_ms"] or 1
-    a, m, w, h = (100 * d[k] / t for k in ("attention_ms", "moe_ms", "waiting_ms", "head_ms"))
-    return f"{a:.0f}% / {m:.0f}% ({w:.0f}%) / {h:.0f}%"
+    a, m, w, h, v = (100 * d.get(k, 0) / t for k in
+                     ("attention_ms", "moe_ms", "waiting_ms", "head_ms", "device_ms"))
+    return f"{a:.0f}% / {m:.0f}% ({w:.0f}%) / {h:.0f}% / {v:.0f}%"
 
 
 def same(a, b):  # greedy tokens equal up to the first difference, summed over sequences

@@ -131,10 +131,14 @@ struct moem_decode_stats {
 	uint64_t steps;
 	uint64_t prefill_tokens, decode_tokens, sampled;
 	uint64_t step_ns;
-	uint64_t attn_ns;		  /* embedding, norms, projections, RoPE, attention */
-	uint64_t moe_ns;		  /* the engine's MoE / dense MLP half, waiting included */
-	uint64_t wait_ns;		  /* of moe_ns: waiting for experts to arrive */
-	uint64_t head_ns;		  /* final norm, lm_head, sampling */
+	uint64_t attn_ns; /* embedding, norms, projections, RoPE, attention */
+	uint64_t moe_ns;  /* the engine's MoE / dense MLP half, waiting included */
+	uint64_t wait_ns; /* of moe_ns: waiting for experts to arrive */
+	uint64_t head_ns; /* final norm, lm_head, sampling */
+	/* steps planned on the device: their kernels are queued whole and
+	 * waited for once, so the host sees launches in the split above and
+	 * the rest as this wait, which no phase can claim */
+	uint64_t device_ns;
 	uint64_t hits, misses, fallbacks; /* expert residency, as moem run counts it */
 	uint64_t bytes_nvme, bytes_h2d;
 	/* forward passes whose MoE layers were planned on the device: one

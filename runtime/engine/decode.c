@@ -745,6 +745,7 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 	d->total.moe_ns += st.moe_ns;
 	d->total.wait_ns += st.wait_ns;
 	d->total.head_ns += st.head_ns;
+	d->total.device_ns += st.device_ns;
 	d->total.hits += st.hits;
 	d->total.misses += st.misses;
 	d->total.fallbacks += st.fallbacks;

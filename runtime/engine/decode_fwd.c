@@ -576,7 +576,10 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	a0 = moem_now_ns();
 	if (!ret)
 		ret = moem_be_stream_sync(d->be, NULL);
-	ds->head_ns += moem_now_ns() - a0;
+	if (dev)
+		ds->device_ns += moem_now_ns() - a0;
+	else
+		ds->head_ns += moem_now_ns() - a0;
 	if (!ret)
 		ret = moem_eng_dstep_end(e, st.step, &st);
 	if (ret) {

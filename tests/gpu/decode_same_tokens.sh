@@ -80,21 +80,25 @@ done
 # in bytes is the device memory to use: the pool takes its room, an expert
 # is missed, no step is planned.
 num() { echo "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p" | head -1; }
+fnum() { echo "$1" | sed -n "s/.*\"time\":{[^}]*\"$2\":\([-0-9.e+]*\).*/\1/p"; }
 hb() { "$moem" decode --pack "$tmp/q.moem" --backend cuda --max-new 6 --no-model-eos \
 	--json --quiet --tokens $p1 "$@"; }
 for b in 100% none; do
 	if [ $b = none ]; then out=$(hb); else out=$(hb --hbm $b); fi
 	share=$(num "$out" hbm_budget)
+	# steps planned on the device are waited for once: that wait is device_ms
 	if [ "$(num "$out" misses)" = 0 ] && [ "${share:-0}" -gt 0 ] &&
-		[ "$(num "$out" device_steps)" -gt 0 ]; then
+		[ "$(num "$out" device_steps)" -gt 0 ] &&
+		awk -v v="$(fnum "$out" device_ms)" 'BEGIN { exit !(v > 0) }'; then
 		ok "--hbm $b: every expert resident ($share bytes)," \
-			"$(num "$out" device_steps) device steps"
+			"$(num "$out" device_steps) device steps, $(fnum "$out" device_ms) ms waited"
 	else
 		bad "--hbm $b: misses $(num "$out" misses), device steps $(num "$out" device_steps)"
 	fi
 done
 out=$(hb --hbm "${share:-1}")
-if [ "$(num "$out" misses)" -gt 0 ] && [ "$(num "$out" device_steps)" = 0 ]; then
+if [ "$(num "$out" misses)" -gt 0 ] && [ "$(num "$out" device_steps)" = 0 ] &&
+	awk -v v="$(fnum "$out" device_ms)" 'BEGIN { exit !(v != "" && v == 0) }'; then
 	ok "--hbm $share (bytes): the pool takes its room, $(num "$out" misses) misses"
 else
 	bad "--hbm $share (bytes): misses $(num "$out" misses), device steps" \

@@ -377,6 +377,7 @@ static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stat
 	a->moe_ns += b->moe_ns;
 	a->wait_ns += b->wait_ns;
 	a->head_ns += b->head_ns;
+	a->device_ns += b->device_ns;
 	a->hits += b->hits;
 	a->misses += b->misses;
 	a->fallbacks += b->fallbacks;
@@ -445,6 +446,7 @@ static struct json_object *split_json(const struct moem_decode_stats *s)
 	json_object_object_add(t, "moe_ms", json_object_new_double(s->moe_ns / 1e6));
 	json_object_object_add(t, "waiting_ms", json_object_new_double(s->wait_ns / 1e6));
 	json_object_object_add(t, "head_ms", json_object_new_double(s->head_ns / 1e6));
+	json_object_object_add(t, "device_ms", json_object_new_double(s->device_ns / 1e6));
 	return t;
 }
 
@@ -646,6 +648,8 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 		json_object_object_add(t, "waiting_ms",
 				       json_object_new_double(r->st.wait_ns / 1e6));
 		json_object_object_add(t, "head_ms", json_object_new_double(r->st.head_ns / 1e6));
+		json_object_object_add(t, "device_ms",
+				       json_object_new_double(r->st.device_ns / 1e6));
 		json_object_object_add(o, "time", t);
 		/* the same split for steps with prefill work and for decode-only steps */
 		json_object_object_add(o, "prefill", split_json(&r->pre_st));

@@ -333,6 +333,7 @@ static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stat
 	a->moe_ns += b->moe_ns;
 	a->wait_ns += b->wait_ns;
 	a->head_ns += b->head_ns;
+	a->device_ns += b->device_ns;
 	a->hits += b->hits;
 	a->misses += b->misses;
 	a->fallbacks += b->fallbacks;
@@ -494,6 +495,7 @@ struct json_object *moem_gen_json(const struct moem_gen *g, const struct moem_ge
 	json_object_object_add(t, "moe_ms", json_object_new_double(ms(o->st.moe_ns)));
 	json_object_object_add(t, "waiting_ms", json_object_new_double(ms(o->st.wait_ns)));
 	json_object_object_add(t, "head_ms", json_object_new_double(ms(o->st.head_ns)));
+	json_object_object_add(t, "device_ms", json_object_new_double(ms(o->st.device_ns)));
 	json_object_object_add(j, "time", t);
 	json_object_object_add(j, "hits", json_object_new_uint64(o->st.hits));
 	json_object_object_add(j, "misses", json_object_new_uint64(o->st.misses));
