@@ -232,6 +232,14 @@ int moem_engine_apply_knobs(struct moem_engine *e);
  * which the tools and moemd add it. Any thread.
  */
 uint64_t moem_engine_kv_hbm_bytes(struct moem_engine *e);
+/*
+ * hbm_bytes = share + moem_engine_kv_hbm_bytes(), applied: the experts keep
+ * share with the pool on top. 0 done (or nothing to do: no pool in device
+ * memory, share 0); -ENOSPC with a message, nothing changed, when the
+ * device has less memory free than the pool's bytes and a margin (the
+ * pool then stays inside the budget); other -errno from the knob.
+ */
+int moem_engine_hbm_on_top(struct moem_engine *e, uint64_t share);
 /* Any thread: end the current run after the step in progress, or a
  * warm-up after the expert being staged (it then returns -ECANCELED). */
 void moem_engine_stop(struct moem_engine *e);

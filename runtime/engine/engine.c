@@ -557,6 +557,31 @@ uint64_t moem_engine_kv_hbm_bytes(struct moem_engine *e)
 	return v;
 }
 
+/* What a budget change may leave the device for everything else (cuBLAS-less
+ * kernels, graphs, the driver): the raise is refused below it. */
+#define HBM_ON_TOP_MARGIN (64ull << 20)
+
+int moem_engine_hbm_on_top(struct moem_engine *e, uint64_t share)
+{
+	uint64_t kv = moem_engine_kv_hbm_bytes(e), fr = 0, tot = 0;
+	int ret;
+
+	if (!kv || !share)
+		return 0;
+	ret = moem_be_mem_info(e->be, &fr, &tot);
+	if (ret)
+		return ret;
+	if (fr < kv + HBM_ON_TOP_MARGIN)
+		return moem_errf(
+			ENOSPC,
+			"the KV pool's %llu bytes on top of the experts' %llu: the device has "
+			"%llu bytes free, less than that and a %llu-byte margin",
+			(unsigned long long)kv, (unsigned long long)share, (unsigned long long)fr,
+			HBM_ON_TOP_MARGIN);
+	ret = moem_engine_set_knob(e, MOEM_BUDGET_HBM_BYTES, share + kv);
+	return ret ? ret : moem_engine_apply_knobs(e);
+}
+
 uint64_t moem_eng_kv_room(struct moem_engine *e)
 {
 	uint64_t hbm, share;

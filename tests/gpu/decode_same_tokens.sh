@@ -104,6 +104,20 @@ else
 	bad "--hbm $share (bytes): misses $(num "$out" misses), device steps" \
 		"$(num "$out" device_steps)"
 fi
+# A device too full for the pool on top (the emulator's memory cut to 80
+# MiB, less than the pool and the 64 MiB margin free): a warning names
+# it, the pool stays inside the budget, the run completes.
+if [ "${MOEM_GPU_EMU:-}" = 1 ]; then
+	out=$(MOEM_EMU_MEM_MIB=80 "$moem" decode --pack "$tmp/q.moem" --backend cuda --max-new 6 \
+		--no-model-eos --json --tokens $p1 --hbm 100% 2>&1)
+	if echo "$out" | grep -q "KV pool's .* bytes free" &&
+		[ "$(num "$out" hbm_budget)" -lt "${share:-0}" ] &&
+		echo "$out" | grep -q '"finish":"length"'; then
+		ok "80 MiB device: the pool stays inside --hbm 100% with a warning, the run completes"
+	else
+		bad "80 MiB device: $(echo "$out" | grep -v '^{' | head -3)"
+	fi
+fi
 # Quantized dense weights (--dense-prec q8: the attention projections and
 # lm_head as one q8 matrix each, the same bytes on both backends): the
 # CUDA kernel dequantizes every weight as the CPU's scalar table does and

@@ -282,13 +282,17 @@ static int size_for_prompts(struct moem_dec_run *r)
  */
 static int pool_on_top(struct moem_dec_run *r, uint64_t share)
 {
-	uint64_t kv = moem_engine_kv_hbm_bytes(r->e);
 	int ret;
 
-	if ((r->ea.hbm && !strchr(r->ea.hbm, '%')) || !share || !kv)
+	if (r->ea.hbm && !strchr(r->ea.hbm, '%'))
 		return 0;
-	ret = moem_engine_set_knob(r->e, MOEM_BUDGET_HBM_BYTES, share + kv);
-	return ret ? ret : moem_engine_apply_knobs(r->e);
+	ret = moem_engine_hbm_on_top(r->e, share);
+	if (ret == -ENOSPC) {
+		/* the pool stays inside the budget: a slower run, not a failed one */
+		moem_warn("%s", moem_last_error());
+		ret = 0;
+	}
+	return ret;
 }
 
 int moem_dec_run_open(struct moem_dec_run *r)

@@ -486,27 +486,30 @@ bool moemd_serve_step(struct moemd *d)
 /*
  * The decoder's KV pool now exists: with no HBM budget, or one in % (--hbm,
  * hbm = in the config), the experts keep all of theirs or that share and
- * the pool comes on top where it is device memory (moemd_hbm_for_share()).
+ * the pool comes on top where it is device memory (moem_engine_hbm_on_top()).
  * Unless the budget changed since the engine opened (sysfs, the socket):
  * then it is what was set.
  */
 static int pool_on_top(struct moemd *d)
 {
 	const struct moem_engine_args *a = &d->cfg.ea;
-	uint64_t hbm, share = d->hbm_at_open;
+	uint64_t share = d->hbm_at_open, hbm;
 	int ret;
 
 	if ((a->hbm && !strchr(a->hbm, '%')) ||
 	    moem_engine_get_knob(d->e, MOEM_BUDGET_HBM_BYTES) != share)
 		return 0;
-	hbm = moemd_hbm_for_share(d, share);
-	if (hbm == share)
+	ret = moem_engine_hbm_on_top(d->e, share);
+	if (ret == -ENOSPC) {
+		/* the pool stays inside the budget: served slower, not refused */
+		moem_warn("budgets: %s", moem_last_error());
 		return 0;
-	ret = moem_engine_set_knob(d->e, MOEM_BUDGET_HBM_BYTES, hbm);
-	if (!ret)
-		ret = moem_engine_apply_knobs(d->e);
+	}
+	hbm = moem_engine_get_knob(d->e, MOEM_BUDGET_HBM_BYTES);
+	if (ret || hbm == share)
+		return ret;
 	/* the warm-up again: what the pool's first charge pushed out comes back */
-	if (!ret && !d->cfg.no_warmup)
+	if (!d->cfg.no_warmup)
 		ret = moem_engine_warmup(d->e, NULL);
 	if (!ret)
 		moem_info("budgets: hbm_bytes %llu: the experts' %s and the KV pool's %llu",

@@ -40,7 +40,20 @@
 #include "cuda_emu.h"
 #include "emu.h"
 
-#define TOTAL_BYTES (8ull << 30)
+/* The device's memory: 8 GiB, or MOEM_EMU_MEM_MIB (tests of what a full
+ * device refuses). */
+static uint64_t total_bytes(void)
+{
+	static uint64_t t;
+
+	if (!t) {
+		const char *v = getenv("MOEM_EMU_MEM_MIB");
+
+		t = v && atoll(v) > 0 ? (uint64_t)atoll(v) << 20 : 8ull << 30;
+	}
+	return t;
+}
+#define TOTAL_BYTES total_bytes()
 #define GRAN	    (2ull << 20) /* VMM granularity */
 #define MPAGE	    (64ull << 10) /* managed page */
 
