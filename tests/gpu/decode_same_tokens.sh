@@ -13,18 +13,7 @@
 #    greedy tokens equal the CPU backend's scalar table's.
 # Runs on a GPU machine (make test-gpu) and on the kernel emulator (make
 # test-gpu-emu); skips (exit 4) without a CUDA device.
-set -u
-B=${MOEM_BUILD:-build}
-moem=$B/bin/moem
-if ! why=$("$moem" backend --backend cuda 2>&1); then
-	echo "SKIP: $why"
-	exit 4
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. "$(dirname "$0")/lib.sh"
 # the ids of a --logprobs line (id:logprob,...)
 ids() { echo "$1" | sed 's/ (.*//; s/:[^,]*//g'; }
 

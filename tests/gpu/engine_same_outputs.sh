@@ -8,15 +8,7 @@
 # on a real GPU, a budgeted run is clean under compute-sanitizer memcheck
 # and racecheck. Runs on a GPU machine (make test-gpu) and on the kernel
 # emulator (make test-gpu-emu); skips (exit 4) without a CUDA device.
-set -u
-B=${MOEM_BUILD:-build}
-moem=$B/bin/moem
-if ! why=$("$moem" backend --backend cuda 2>&1); then
-	echo "SKIP: $why"
-	exit 4
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 "$moem" mkmodel --arch qwen3_moe --layers 3 --experts 16 --topk 4 --hidden 256 \
 	--moe-intermediate 256 --seed 5 --out "$tmp/m" >/dev/null || exit 1
 "$moem" pack --model "$tmp/m" --out "$tmp/m.moem" --precisions bf16,q4 >/dev/null || exit 1

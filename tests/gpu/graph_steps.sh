@@ -21,18 +21,7 @@
 # Runs on a GPU machine (the emulator's counts are skipped there) and on
 # the kernel emulator (make test-gpu-emu); skips (exit 4) without a CUDA
 # device.
-set -u
-B=${MOEM_BUILD:-build}
-moem=$B/bin/moem
-if ! why=$("$moem" backend --backend cuda 2>&1); then
-	echo "SKIP: $why"
-	exit 4
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. "$(dirname "$0")/lib.sh"
 
 "$moem" mkmodel --arch qwen3_moe --layers 3 --experts 16 --topk 4 --hidden 256 \
 	--moe-intermediate 128 --seed 11 --out "$tmp/q" >/dev/null 2>&1 &&

@@ -15,19 +15,9 @@
 # merges) so that moemd serves it. Runs on a GPU machine (make test-gpu)
 # and on the kernel emulator (make test-gpu-emu); skips (exit 4) without a
 # CUDA device.
-set -u
-B=${MOEM_BUILD:-build}
-moem=$B/bin/moem
-if ! why=$("$moem" backend --backend cuda 2>&1); then
-	echo "SKIP: $why"
-	exit 4
-fi
-tmp=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 
 # GPT-2's byte-level vocabulary: printable bytes stand for themselves,
 # the others for U+0100 on, in byte order; written as \u escapes.
@@ -89,6 +79,16 @@ wait_log() {
 	done
 }
 
+# on_top WHAT: after WHAT, the knob holds the experts' $share and the pool
+on_top() {
+	set -- "$1" $(state)
+	if [ "$2" -gt "$share" ] && [ "$3" = "$share" ]; then
+		ok "$1: hbm_bytes $2, the experts' share $3"
+	else
+		bad "$1: knob $2, share $3 (want $share)"
+	fi
+}
+
 share=0
 for b in 100% none; do
 	if [ $b = none ]; then start; else start --hbm $b; fi ||
@@ -111,12 +111,7 @@ if [ "$share" -gt 0 ] && start --hbm "$share"; then
 		bad "--hbm $share (bytes): knob $1, share $2, resident $4 of $5"
 	fi
 	ctl set hbm_bytes 100% >/dev/null || bad "moemctl set hbm_bytes 100% refused"
-	set -- $(state)
-	if [ "$1" -gt "$share" ] && [ "$2" = "$share" ]; then
-		ok "moemctl set hbm_bytes 100%: hbm_bytes $1, the experts' share $2"
-	else
-		bad "moemctl set hbm_bytes 100%: knob $1, share $2 (want $share)"
-	fi
+	on_top "moemctl set hbm_bytes 100%"
 	stop
 fi
 printf 'hbm = %s\n' "$share" >"$tmp/conf"
@@ -124,12 +119,7 @@ if [ "$share" -gt 0 ] && start --config "$tmp/conf"; then
 	printf 'hbm = 100%%\n' >"$tmp/conf"
 	kill -HUP "$pid"
 	if wait_log "reload: hbm_bytes = "; then
-		set -- $(state)
-		if [ "$1" -gt "$share" ] && [ "$2" = "$share" ]; then
-			ok "hbm = 100% reloaded by SIGHUP: hbm_bytes $1, the experts' share $2"
-		else
-			bad "hbm = 100% reloaded: knob $1, share $2 (want $share)"
-		fi
+		on_top "hbm = 100% reloaded by SIGHUP"
 	else
 		bad "SIGHUP: no reload of hbm_bytes in the log"
 		cat "$tmp/log"

@@ -18,18 +18,7 @@
 # Runs on a GPU machine (the counts need the emulator: skipped there) and
 # on the kernel emulator (make test-gpu-emu); skips (exit 4) without a
 # CUDA device.
-set -u
-B=${MOEM_BUILD:-build}
-moem=$B/bin/moem
-if ! why=$("$moem" backend --backend cuda 2>&1); then
-	echo "SKIP: $why"
-	exit 4
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. "$(dirname "$0")/lib.sh"
 
 layers=3
 "$moem" mkmodel --arch qwen3_moe --layers $layers --experts 16 --topk 4 --hidden 256 \
