@@ -83,7 +83,8 @@ GB_SCRIPTS	:= $(GB)/run-gpu.sh $(GB)/scripts/run-tests.sh \
 		   $(patsubst %,$(GB)/%,$(filter-out tests/gpu/bundle_check.sh, \
 		   $(wildcard tests/gpu/*.sh tests/gpu/*.py)) \
 		   $(wildcard bench/kernels/*.py bench/kernels/*.sh bench/tiers/*.sh) \
-		   bench/decode/gpu.sh bench/decode/torch_decode.py bench/sim/hybrid_run.sh)
+		   bench/decode/gpu.sh bench/decode/model.sh \
+		   bench/decode/torch_decode.py bench/sim/hybrid_run.sh)
 
 $(GB_LIB): $(LIB)
 	$(call msg,SO,$@)

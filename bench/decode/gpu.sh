@@ -32,14 +32,8 @@ case $backend in cuda | cpu) ;; *)
 	;;
 esac
 mkdir -p "$dir"
-m=$dir/q3-L$L-E$E
-if [ ! -f "$m.moem" ]; then
-	rm -rf "$m"
-	"$moem" mkmodel --preset qwen3-30b-a3b --layers "$L" --experts "$E" --seed 1 \
-		--out "$m" >/dev/null
-	"$moem" pack --model "$m" --out "$m.moem.tmp" --precisions bf16 >/dev/null
-	mv "$m.moem.tmp" "$m.moem"
-fi
+. "$here/model.sh"
+decode_model "$dir" "$L" "$E" bf16 keep
 res=$dir/results.jsonl
 : >"$res"
 torch_ok=1

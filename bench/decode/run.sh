@@ -22,15 +22,8 @@ N=${DECODE_BENCH_NEW:-32}
 dir=${DECODE_BENCH_DIR:-$B/bench/decode}
 py=/usr/bin/python3
 mkdir -p "$dir"
-m=$dir/q3-L$L-E$E
-if [ ! -f "$m.moem" ]; then
-	rm -rf "$m"
-	"$moem" mkmodel --preset qwen3-30b-a3b --layers "$L" --experts "$E" --seed 1 \
-		--out "$m" >/dev/null
-	"$moem" pack --model "$m" --out "$m.moem.tmp" --precisions bf16,q4 >/dev/null
-	mv "$m.moem.tmp" "$m.moem"
-	rm -rf "$m"
-fi
+. "$(dirname "$0")/model.sh"
+decode_model "$dir" "$L" "$E" bf16,q4
 prompts() { # $1 sequences of $P ids
 	$py -c "
 import random, sys
