@@ -557,8 +557,8 @@ uint64_t moem_engine_kv_hbm_bytes(struct moem_engine *e)
 	return v;
 }
 
-/* What a budget change may leave the device for everything else (cuBLAS-less
- * kernels, graphs, the driver): the raise is refused below it. */
+/* What a raise must leave free on the device for the rest (the driver's own
+ * allocations, CUDA graphs, scratch): below it the raise is refused. */
 #define HBM_ON_TOP_MARGIN (64ull << 20)
 
 int moem_engine_hbm_on_top(struct moem_engine *e, uint64_t share)
