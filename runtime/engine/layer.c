@@ -493,7 +493,16 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	if (e->moe_idx[l] < 0)
 		return dense_layer(e, l, B);
 	m = (uint32_t)e->moe_idx[l];
-	e->pos = step * e->n_moe + m;
+	/*
+	 * The policies' clock (LRU ages, the predictor's history, prefetch and
+	 * paging targets) counts the engine's steps, not this run's: step
+	 * starts at 0 in every moem_engine_run(), and a clock going back made
+	 * the predictor refuse every later target (FluxMoE's paging and
+	 * ExpertFlow's prefetch did nothing after a daemon's first run).
+	 * e->total.step is this step's number among all (decode passes
+	 * step = e->total.step already).
+	 */
+	e->pos = e->total.step * e->n_moe + m;
 	if (moem_eng_dstep_on(e))
 		return moe_layer_dev(e, l, m, B);
 	ret = route(e, m, B, replay, true);
