@@ -233,11 +233,13 @@ int moem_engine_apply_knobs(struct moem_engine *e);
  */
 uint64_t moem_engine_kv_hbm_bytes(struct moem_engine *e);
 /*
- * hbm_bytes = share + moem_engine_kv_hbm_bytes(), applied: the experts keep
- * share with the pool on top. 0 done (or nothing to do: no pool in device
- * memory, share 0); -ENOSPC with a message, nothing changed, when the
- * device has less memory free than the pool's bytes and a margin (the
- * pool then stays inside the budget); other -errno from the knob.
+ * Set hbm_bytes for an experts' share (a budget in %, or none): share plus
+ * moem_engine_kv_hbm_bytes(), so the experts keep share with the pool on
+ * top (share alone where the pool is not device memory, 0 for no limit),
+ * and apply it. -ENOSPC with a message, nothing changed, when that raises
+ * the budget and the device has less memory free than the pool's bytes and
+ * a margin (a caller may keep the pool inside the budget instead); other
+ * -errno as moem_engine_set_knob() and moem_engine_apply_knobs().
  */
 int moem_engine_hbm_on_top(struct moem_engine *e, uint64_t share);
 /* Any thread: end the current run after the step in progress, or a

@@ -563,21 +563,24 @@ uint64_t moem_engine_kv_hbm_bytes(struct moem_engine *e)
 
 int moem_engine_hbm_on_top(struct moem_engine *e, uint64_t share)
 {
-	uint64_t kv = moem_engine_kv_hbm_bytes(e), fr = 0, tot = 0;
+	uint64_t kv = share ? moem_engine_kv_hbm_bytes(e) : 0, fr = 0, tot = 0;
+	uint64_t now = moem_engine_get_knob(e, MOEM_BUDGET_HBM_BYTES);
 	int ret;
 
-	if (!kv || !share)
-		return 0;
-	ret = moem_be_mem_info(e->be, &fr, &tot);
-	if (ret)
-		return ret;
-	if (fr < kv + HBM_ON_TOP_MARGIN)
-		return moem_errf(
-			ENOSPC,
-			"the KV pool's %llu bytes on top of the experts' %llu: the device has "
-			"%llu bytes free, less than that and a %llu-byte margin",
-			(unsigned long long)kv, (unsigned long long)share, (unsigned long long)fr,
-			HBM_ON_TOP_MARGIN);
+	/* only a raise asks the device (0 is no limit: any budget lowers it) */
+	if (kv && now && share + kv > now) {
+		ret = moem_be_mem_info(e->be, &fr, &tot);
+		if (ret)
+			return ret;
+		if (fr < kv + HBM_ON_TOP_MARGIN)
+			return moem_errf(
+				ENOSPC,
+				"the KV pool's %llu bytes on top of the experts' %llu: the "
+				"device has %llu bytes free, less than that and a %llu-byte "
+				"margin",
+				(unsigned long long)kv, (unsigned long long)share,
+				(unsigned long long)fr, HBM_ON_TOP_MARGIN);
+	}
 	ret = moem_engine_set_knob(e, MOEM_BUDGET_HBM_BYTES, share + kv);
 	return ret ? ret : moem_engine_apply_knobs(e);
 }

@@ -183,8 +183,6 @@ static int budget_pct(struct moemd *d, enum moem_budget_knob k, const char *val,
 	ret = moem_parse_size(val, &total, v);
 	if (ret)
 		return moem_err_prefix(-ret, "%s", moem_budget_name(k));
-	if (k == MOEM_BUDGET_HBM_BYTES)
-		*v = moemd_hbm_for_share(d, *v);
 	return moem_budget_validate(k, *v);
 }
 
@@ -194,6 +192,7 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	const char *name;
 	struct json_object *r;
 	char val[64];
+	bool share = false; /* an HBM budget in %: the experts' share */
 	uint64_t v;
 	int ret;
 
@@ -232,10 +231,16 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 		ret = budget_pct(d, k, val, &v);
 	else if (!ret)
 		ret = moem_budget_parse(k, val, &v);
-	if (!ret)
+	share = !ret && k == MOEM_BUDGET_HBM_BYTES && strchr(val, '%');
+	if (share) {
+		/* the KV pool on top where it is device memory (engine.h) */
+		ret = moem_engine_hbm_on_top(d->e, v);
+		v = moem_engine_get_knob(d->e, k);
+	} else if (!ret) {
 		ret = moem_engine_set_knob(d->e, k, v);
-	if (!ret)
-		ret = moem_engine_apply_knobs(d->e);
+		if (!ret)
+			ret = moem_engine_apply_knobs(d->e);
+	}
 	if (ret) {
 		reply_err(d, c, id, -ret, "%s", moem_last_error());
 		return;

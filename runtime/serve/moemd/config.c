@@ -413,17 +413,12 @@ static bool str_differs(const char *a, const char *b)
 	return (a == NULL) != (b == NULL) || (a && strcmp(a, b));
 }
 
-/* Apply a budget from the config again (a change of the file). */
 static bool pct(const char *budget)
 {
 	return budget && strchr(budget, '%');
 }
 
-uint64_t moemd_hbm_for_share(struct moemd *d, uint64_t share)
-{
-	return share && d->e ? share + moem_engine_kv_hbm_bytes(d->e) : share;
-}
-
+/* Apply a budget from the config again (a change of the file). */
 static void reload_budget(struct moemd *d, enum moem_budget_knob k, uint64_t now, uint64_t was)
 {
 	int ret;
@@ -438,6 +433,19 @@ static void reload_budget(struct moemd *d, enum moem_budget_knob k, uint64_t now
 			  (unsigned long long)now, moem_strerror(ret));
 	else
 		moem_info("reload: %s = %llu", moem_budget_name(k), (unsigned long long)now);
+}
+
+/* An HBM budget in %: the experts' share, the KV pool on top (engine.h). */
+static void reload_share(struct moemd *d, uint64_t share)
+{
+	int ret = moem_engine_hbm_on_top(d->e, share);
+	uint64_t now = moem_engine_get_knob(d->e, MOEM_BUDGET_HBM_BYTES);
+
+	if (ret)
+		moem_warn("reload: hbm_bytes for a share of %llu refused: %s",
+			  (unsigned long long)share, moem_strerror(ret));
+	else
+		moem_info("reload: hbm_bytes = %llu", (unsigned long long)now);
 }
 
 /* The route setting maps onto the reroute knob when it names a kind
@@ -493,11 +501,12 @@ void moemd_reload(struct moemd *d)
 	if (moemd_state_get(d) == MOEMD_READY) {
 		/* A share in % compared as a share, applied with the pool on top;
 		 * the same bytes turned into a share (or back) apply too. */
-		if (a->hbm_budget != b->hbm_budget || pct(n.ea.hbm) != pct(o->ea.hbm))
-			reload_budget(d, MOEM_BUDGET_HBM_BYTES,
-				      pct(n.ea.hbm) ? moemd_hbm_for_share(d, a->hbm_budget)
-						    : a->hbm_budget,
-				      UINT64_MAX);
+		if (pct(n.ea.hbm)) {
+			if (a->hbm_budget != b->hbm_budget || !pct(o->ea.hbm))
+				reload_share(d, a->hbm_budget);
+		} else if (a->hbm_budget != b->hbm_budget || pct(o->ea.hbm)) {
+			reload_budget(d, MOEM_BUDGET_HBM_BYTES, a->hbm_budget, UINT64_MAX);
+		}
 		reload_budget(d, MOEM_BUDGET_DRAM_BYTES, a->dram_budget, b->dram_budget);
 		reload_budget(d, MOEM_BUDGET_KV_BYTES, a->kv_budget, b->kv_budget);
 		reload_route(d, a->route, b->route);

@@ -168,13 +168,6 @@ void moemd_cfg_free(struct moemd_cfg *c);
 int moemd_cfg_parse(struct moemd_cfg *c, int argc, char **argv);
 /* SIGHUP: read the config again and apply what can change live. */
 void moemd_reload(struct moemd *d);
-/*
- * The HBM budget for an experts' share given as a percentage: on a backend
- * whose KV pool is device memory (moem_engine_kv_hbm_bytes()) the pool is
- * added on top, so "100%" keeps every expert resident; a budget given in
- * bytes is the device memory to use and goes to the engine as it is.
- */
-uint64_t moemd_hbm_for_share(struct moemd *d, uint64_t share);
 
 /* worker.c */
 int moemd_worker_start(struct moemd *d);
