@@ -37,22 +37,30 @@ awk 'BEGIN { n = 0
 	"$moem" pack --model "$tmp/q" --out "$tmp/q.moem" --precisions bf16 >/dev/null 2>&1 ||
 	{ echo "FAIL: cannot make the model"; exit 1; }
 
+# wait_log PATTERN: until moemd's log has a line matching it (0), or moemd
+# exits first or 5 minutes pass (1). tail -f follows the log as it grows
+# (inotify) and ends with moemd (--pid); grep stops at the first match.
+wait_log() {
+	rm -f "$tmp/follow"
+	mkfifo "$tmp/follow" || return 1
+	tail -n +1 --pid="$pid" -f "$tmp/log" >"$tmp/follow" &
+	tpid=$!
+	timeout 300 grep -q -m1 -e "$1" <"$tmp/follow"
+	r=$?
+	kill "$tpid" 2>/dev/null
+	wait "$tpid" 2>/dev/null
+	return $r
+}
+
 # start ARGS: moemd in the background until it serves the model (or gives up)
 start() {
-	rm -f "$tmp/s.sock" "$tmp/log"
+	rm -f "$tmp/s.sock"
+	: >"$tmp/log"
 	"$B/bin/moemd" --pack "$tmp/q.moem" --socket "$tmp/s.sock" --backend cuda \
-		--persistent=no --listen 127.0.0.1:0 "$@" 2>"$tmp/log" &
+		--persistent=no --listen 127.0.0.1:0 "$@" 2>>"$tmp/log" &
 	pid=$!
-	i=0
-	until grep -q "serving: .* ready\|no model to serve" "$tmp/log"; do
-		i=$((i + 1))
-		if ! kill -0 "$pid" 2>/dev/null || [ $i -gt 3000 ]; then
-			cat "$tmp/log"
-			return 1
-		fi
-		sleep 0.1
-	done
-	grep -q "serving: .* ready" "$tmp/log" || { cat "$tmp/log"; return 1; }
+	wait_log "serving: .* ready\|no model to serve" && grep -q "serving: .* ready" "$tmp/log" ||
+		{ cat "$tmp/log"; return 1; }
 }
 stop() {
 	kill "$pid" 2>/dev/null
@@ -69,15 +77,6 @@ state() {
 		END { print k + 0, s + 0, u + 0, r + 0, d + 0 }'
 }
 
-# wait_log PATTERN: until moemd's log has it (or gives up)
-wait_log() {
-	i=0
-	until grep -q "$1" "$tmp/log"; do
-		i=$((i + 1))
-		[ $i -gt 3000 ] && return 1
-		sleep 0.1
-	done
-}
 
 # on_top WHAT: after WHAT, the knob holds the experts' $share and the pool
 on_top() {
