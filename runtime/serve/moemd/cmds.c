@@ -188,7 +188,7 @@ static int budget_pct(struct moemd *d, enum moem_budget_knob k, const char *val,
 
 static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct json_object *req)
 {
-	enum moem_budget_knob k;
+	enum moem_budget_knob k = MOEM_BUDGET_NR; /* set by knob_lookup() */
 	const char *name;
 	struct json_object *r;
 	char val[64];
