@@ -255,6 +255,11 @@ int moem_driver_lookahead(struct moem_driver *d)
 	d->st.s_sum += S;
 	d->st.s_n++;
 	moem_evict_set_horizon(d->ev, S);
+	if (!d->depth) {
+		/* prefetch_depth 0 (parked, or off): no plan to make, nothing to issue */
+		pthread_mutex_unlock(&d->lock);
+		return 0;
+	}
 	n = moem_prefetch_plan(d->pf, pos, d->req, 4096);
 	/*
 	 * The cost model: a prefetch pays only with link time the layers before
