@@ -309,6 +309,34 @@ static int open_tiers(struct moem_engine *e)
 	return 0;
 }
 
+/*
+ * A prefetch pays with link time the compute leaves idle (the cost model in
+ * driver_prefetch.c). On the CPU backend the emulated link's copies are a
+ * host thread's memcpys: when the workers take every CPU this process may
+ * run on, that time is the compute's, a prefetch hides no copy and a wrong
+ * one costs its copy and its victim outright (the demo's ExpertFlow row ran
+ * 2-5% below LRU for it). There the prefetch depth starts at 0: the policy
+ * keeps its state (lru2 its horizon), nothing is issued; the
+ * prefetch_depth knob issues them anyway. Lockstep runs, whose link is never
+ * busy by definition, keep it (the tests comparing the engine with the
+ * simulator).
+ */
+static bool prefetch_parked(struct moem_engine *e)
+{
+	struct moem_backend_info bi;
+
+	if (e->o.lockstep || moem_backend_kind(e->be) != MOEM_BACKEND_CPU)
+		return false;
+	moem_backend_get_info(e->be, &bi);
+	if (bi.threads < moem_cpu_count())
+		return false;
+	moem_info("prefetch %s: parked (prefetch_depth 0): the emulated link's copies run on "
+		  "the %u CPUs the workers use, so a prefetch cannot hide one; "
+		  "fewer workers (%u) or the prefetch_depth knob issue them",
+		  e->prefetch_spec, bi.threads, bi.threads > 1 ? bi.threads - 1 : 1);
+	return true;
+}
+
 int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 {
 	struct moem_backend_opts bo = {.threads = o->threads, .isa = o->cpu_isa};
@@ -434,7 +462,9 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	e->applied_hbm = e->o.hbm_budget;
 	e->applied_dram = e->o.dram_budget;
 	e->knob[MOEM_BUDGET_HI_PRECISION_PERMILLE] = 1000;
-	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = e->dcfg.prefetch ? MOEM_BUDGET_PREFETCH_MAX : 0;
+	e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = 0;
+	if (e->dcfg.prefetch && !prefetch_parked(e))
+		e->knob[MOEM_BUDGET_PREFETCH_DEPTH] = MOEM_BUDGET_PREFETCH_MAX;
 	e->knob[MOEM_BUDGET_REROUTE] =
 		(uint64_t)e->rp.kind < MOEM_REROUTE_NR ? (uint64_t)e->rp.kind : 0;
 	e->knob[MOEM_BUDGET_EXEC] = e->o.exec_hybrid ? MOEM_EXEC_MODE_HYBRID : MOEM_EXEC_MODE_GPU;

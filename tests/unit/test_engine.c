@@ -88,7 +88,12 @@ static int run(struct __test_metadata *_metadata, struct moem_engine_opts *o,
 
 	if (ret)
 		return ret;
-	ret = moem_engine_warmup(e, NULL);
+	/* Prefetches issued whatever this machine's CPU count (engine.c parks
+	 * them where the emulated link's copies share the workers' CPUs). */
+	if (o->prefetch && strcmp(o->prefetch, "none"))
+		ret = moem_engine_set_knob(e, MOEM_BUDGET_PREFETCH_DEPTH, MOEM_BUDGET_PREFETCH_MAX);
+	if (!ret)
+		ret = moem_engine_warmup(e, NULL);
 	if (!ret)
 		ret = moem_engine_run(e, w, fn, arg, rs);
 	if (keep && !ret)
@@ -181,6 +186,7 @@ TEST_F(eng, budget_shrink_and_grow_mid_run)
 	o.prefetch = "adaptive";
 	o.evict = "lru2";
 	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_engine_set_knob(e, MOEM_BUDGET_PREFETCH_DEPTH, MOEM_BUDGET_PREFETCH_MAX));
 	ASSERT_EQ(0, moem_engine_warmup(e, NULL));
 	bs.e = e;
 	bs.small = self->expert_bytes / 8;
@@ -641,6 +647,63 @@ TEST_F(eng, bad_input)
 	/* still serving after all that */
 	EXPECT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs));
 	moem_engine_close(e);
+}
+
+/*
+ * Where the emulated link's copies run on the CPUs the workers take (the
+ * CPU backend with a worker on every CPU), a prefetch cannot hide a copy:
+ * the engine parks prefetching (depth 0) and an LRU run with a prefetcher
+ * moves what it moves without one. The prefetch_depth knob issues them
+ * again; fewer workers than CPUs, or lockstep, never park.
+ */
+TEST_F(eng, prefetch_parked_where_copies_share_the_workers_cpus)
+{
+	const uint32_t ncpu = moem_cpu_count();
+	struct moem_run_stats plain, parked, forced;
+	struct moem_workload w = wl;
+	struct moem_engine *e;
+
+	for (int v = 0; v < 3; v++) {
+		struct moem_engine_opts o = base_opts(self);
+		struct moem_run_stats *rs = v == 0 ? &plain : v == 1 ? &parked : &forced;
+
+		o.threads = ncpu;
+		o.hbm_budget = self->expert_bytes / 2;
+		o.prefetch = v ? "fixed:S=2" : "none";
+		w.steps = 16;
+		ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(0, moem_engine_get_knob(e, MOEM_BUDGET_PREFETCH_DEPTH));
+		if (v == 2)
+			ASSERT_EQ(0, moem_engine_set_knob(e, MOEM_BUDGET_PREFETCH_DEPTH,
+							  MOEM_BUDGET_PREFETCH_MAX));
+		ASSERT_EQ(0, moem_engine_warmup(e, NULL));
+		ASSERT_EQ(0, moem_engine_run(e, &w, NULL, NULL, rs))
+		TH_LOG("%s", moem_last_error());
+		moem_engine_close(e);
+	}
+	TH_LOG("bytes to HBM: no prefetch %llu, parked %llu, knob raised %llu",
+	       (unsigned long long)plain.total.bytes_h2d,
+	       (unsigned long long)parked.total.bytes_h2d,
+	       (unsigned long long)forced.total.bytes_h2d);
+	EXPECT_EQ(plain.total.bytes_h2d, parked.total.bytes_h2d);
+	EXPECT_EQ(plain.total.hits, parked.total.hits);
+	EXPECT_NE(plain.total.bytes_h2d, forced.total.bytes_h2d);
+	EXPECT_STREQ(plain.digest_hex, forced.digest_hex);
+
+	/* a CPU left for the copies, or lockstep: issued from the start */
+	for (int v = 0; v < 2; v++) {
+		struct moem_engine_opts o = base_opts(self);
+
+		if (v == 0 && ncpu < 2)
+			continue;
+		o.threads = v == 0 ? ncpu - 1 : ncpu;
+		o.lockstep = v == 1;
+		o.prefetch = "fixed:S=2";
+		ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(MOEM_BUDGET_PREFETCH_MAX,
+			  moem_engine_get_knob(e, MOEM_BUDGET_PREFETCH_DEPTH));
+		moem_engine_close(e);
+	}
 }
 
 TEST_HARNESS_MAIN
