@@ -39,7 +39,9 @@ cal=$("$MOEM" run --pack "$OUT/model.moem" --backend cpu --exec hybrid --batch 1
 cpu_gbps=$(echo "$cal" | sed -n 's/.*"cpu_gbps":\([0-9.e+]*\).*/\1/p')
 [ -n "$cpu_gbps" ] && cpu_gbps=$(awk -v g="$cpu_gbps" 'BEGIN { printf "%.2f", g }')
 cpu_tok=$(echo "$cal" | sed -n 's/.*"cpu_token_ns":\([0-9]*\).*/\1/p')
-[ -n "$cpu_gbps" ] && [ -n "$cpu_tok" ] || { echo "bench-hybrid: no CPU figures" >&2; exit 1; }
+cpu_call=$(echo "$cal" | sed -n 's/.*"cpu_call_ns":\([0-9]*\).*/\1/p')
+[ -n "$cpu_gbps" ] && [ -n "$cpu_tok" ] && [ -n "$cpu_call" ] ||
+	{ echo "bench-hybrid: no CPU figures" >&2; exit 1; }
 threads=$("$MOEM" backend --backend cpu 2>/dev/null | sed -n 's/.*cpu: \([0-9]*\) threads.*/\1/p' |
 	head -n 1)
 
@@ -85,13 +87,15 @@ best() { # trace, moem sim options...
 	echo "$STEPS_B1 / $STEPS_B8 / $STEPS_B32 steps at batch 1 / 8 / 32."
 	echo "CPU (measured here, by \`moem run --exec hybrid\` at open, on a pack of that expert"
 	echo "shape): **$cpu_gbps GB/s** of expert weights read at batch 1, **$cpu_tok ns** per"
-	echo "(token, expert) pair at batch 64. Link: **$PCIE GB/s** (stated: PCIe 4.0 x16), the"
+	echo "(token, expert) pair at batch 64, **$cpu_call ns** per layer's call of the CPU"
+	echo "executor. Link: **$PCIE GB/s** (stated: PCIe 4.0 x16), the"
 	echo "rest \`moem sim\`'s defaults (NVMe 7 GB/s, HBM 3000 GB/s, 20 us per layer, 20 ns"
 	echo "per token-expert pair on the GPU)."
 	echo
 	echo "Each cell is the best of \`$POLICIES\`:"
 	echo "transfer-only is \`moem sim TRACE --policy P... --hbm H --pcie-gbps $PCIE --json\`,"
-	echo "hybrid the same with \`--exec hybrid --cpu-gbps $cpu_gbps --cpu-token-ns $cpu_tok\`."
+	echo "hybrid the same with \`--exec hybrid --cpu-gbps $cpu_gbps --cpu-token-ns $cpu_tok"
+	echo "--cpu-call-ns $cpu_call\`."
 	echo
 	echo "| batch | HBM | transfer-only: best policy | step (ms) | hybrid: best policy | step (ms) | experts on the CPU | PCIe MB/step (xfer / hybrid) | hybrid / transfer-only |"
 	echo "| --: | --: | --- | --: | --- | --: | --: | --: | --: |"
@@ -102,7 +106,7 @@ best() { # trace, moem sim options...
 			set -- $(best "b$b" --hbm "$h%")
 			xp=$1 xs=$2 xb=$4 xn=$5
 			set -- $(best "b$b" --hbm "$h%" --exec hybrid --cpu-gbps "$cpu_gbps" \
-				--cpu-token-ns "$cpu_tok")
+				--cpu-token-ns "$cpu_tok" --cpu-call-ns "$cpu_call")
 			hp=$1 hs=$2 hc=$3 hb=$4 hn=$5
 			awk -v b="$b" -v h="$h" -v xp="$xp" -v xs="$xs" -v hp="$hp" -v hs="$hs" \
 				-v hc="$hc" -v xb="$xb" -v xn="$xn" -v hb="$hb" -v hn="$hn" 'BEGIN {

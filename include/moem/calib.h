@@ -22,14 +22,18 @@
 #include "backend.h"
 #include "quant.h"
 
-/* 2: the amx table's q8/q4/q2 kernels changed (AMX-INT8): their figures are measured again */
-#define MOEM_CALIB_VERSION 2
+/*
+ * 2: the amx table's q8/q4/q2 kernels changed (AMX-INT8): their figures are measured again;
+ * 3: call_ns, the executor's cost per call beyond its experts' reads
+ */
+#define MOEM_CALIB_VERSION 3
 #define MOEM_CALIB_TOKENS  64 /* the batch the per-token cost is measured at */
 
 struct moem_calib_cpu {
 	bool valid;
 	double gbps;	   /* expert weight bytes read per ns, batch 1 */
 	uint64_t token_ns; /* per (token, expert) pair, one expert used by 64 tokens */
+	uint64_t call_ns;  /* one call with one expert at batch 1, less its weight reads */
 };
 
 struct moem_calib {
@@ -54,7 +58,10 @@ int moem_calib_machine(uint32_t threads, enum moem_cpu_isa isa, struct moem_cali
  * Measure the CPU kernels of be (a CPU backend) for one precision on
  * experts of hidden x inter: batch-1 GB/s over copies of an expert filling
  * at least 64 MiB and 4x the last-level cache (best of two passes), and
- * the per-token cost of one expert used by MOEM_CALIB_TOKENS tokens.
+ * the per-token cost of one expert used by MOEM_CALIB_TOKENS tokens, and
+ * the cost of a call beyond its reads: calls of one expert each (one
+ * expert split over every worker, as a layer with a single CPU expert
+ * runs), less what that expert's bytes take at the batch-1 rate.
  * *buf_bytes (may be NULL) gets the size of the buffer read.
  */
 int moem_calib_cpu_measure(struct moem_backend *be, enum moem_prec prec, uint32_t hidden,
@@ -104,10 +111,10 @@ bool moem_calib_matches(const struct moem_calib *c, const struct moem_calib *her
 /*
  * The CPU figures for prec on experts of hidden x inter: GB/s as
  * measured, the per-token cost scaled by the weights per expert (it is
- * compute: proportional to hidden x inter). -ENOENT if c has no figures
- * for prec.
+ * compute: proportional to hidden x inter), the call cost as measured
+ * (call_ns may be NULL). -ENOENT if c has no figures for prec.
  */
 int moem_calib_cpu_for(const struct moem_calib *c, enum moem_prec prec, uint32_t hidden,
-		       uint32_t inter, double *gbps, uint64_t *token_ns);
+		       uint32_t inter, double *gbps, uint64_t *token_ns, uint64_t *call_ns);
 
 #endif /* MOEM_CALIB_H */

@@ -30,6 +30,10 @@ struct moem_cost {
 	 * on the CPU. The engine measures both at open (or is given them). */
 	double cpu_gbps;       /* the CPU reading weights from pinned DRAM */
 	uint64_t cpu_token_ns; /* CPU work per (token, expert) pair */
+	/* One call of the CPU executor beyond its experts' reads: waking the
+	 * workers, one expert split over all of them (0: none). A layer that
+	 * computes any expert on the CPU pays it once. */
+	uint64_t cpu_call_ns;
 };
 
 /* The defaults above. */
@@ -93,7 +97,7 @@ bool moem_cost_copy_back(const struct moem_cost *c, uint64_t bytes, double reuse
  * routed to it; resident: some usable version is in HBM; in_dram: the
  * version is staged in the DRAM pool (else both sides first read it from
  * NVMe, at nvme_gbps; the GPU side then copies it at min(link, NVMe)).
- *   t_cpu = nvme + max(bytes / cpu_gbps, tokens * cpu_token_ns)
+ *   t_cpu = nvme + max(bytes / cpu_gbps, tokens * cpu_token_ns) + cpu_call_ns
  *   t_gpu = load + bytes / hbm_gbps + tokens * token_ns
  * The CPU when t_cpu + keep_ns < t_gpu, keep_ns being the value of having
  * the expert resident for its predicted next uses (the engine and the
@@ -116,19 +120,25 @@ enum moem_exec moem_cost_exec(const struct moem_cost *c, uint64_t bytes, uint32_
  * queued is not counted, so that the engine and the simulator see the
  * same numbers). The CPU when q->cpu_ns + t_cpu + keep_ns < q->link_ns +
  * t_gpu; the chosen side's queue grows by the expert's time (a resident
- * expert adds nothing). Start each layer with a zeroed queue and call it
+ * expert adds nothing). cpu_call_ns is in the first CPU expert's t_cpu
+ * only: the layer's later ones share its call (cpu_n counts them). On
+ * 16 CPUs feeding an H200, a layer's 2-3 CPU experts at batch 1 took
+ * 150-170 us each against the 84 us the weight reads alone predict
+ * (Documentation/benchmarks/gpu.md, sixth session): that difference is
+ * what the call cost puts in. Start each layer with a zeroed queue and call it
  * in execution order (resident experts never go to the CPU, the rest in
  * ascending expert order). force: the CPU whatever the cost (the
  * --cpu-moe-layers layers), counted in the queue the same way.
  */
 struct moem_exec_queue {
 	uint64_t cpu_ns, link_ns;
+	uint32_t cpu_n;
 };
 
 enum moem_exec moem_cost_exec_next(const struct moem_cost *c, struct moem_exec_queue *q,
 				   uint64_t bytes, uint32_t tokens, bool resident, bool in_dram,
 				   uint64_t keep_ns, bool force);
-/* t_cpu above: ns of one expert on the CPU (NVMe read first if not in DRAM). */
+/* t_cpu above without the call: ns of one expert on the CPU (NVMe read first if not in DRAM). */
 uint64_t moem_cost_cpu_ns(const struct moem_cost *c, uint64_t bytes, uint32_t tokens, bool in_dram);
 /* "gpu" or "cpu". */
 const char *moem_exec_name(enum moem_exec x);

@@ -115,7 +115,8 @@ struct moem_engine_opts {
 	 * or without exec_hybrid. cpu_gbps > 0 gives the CPU kernels'
 	 * throughput (else it is measured at open), cpu_token_ns their cost
 	 * per (token, expert) pair (0: measured, or none when cpu_gbps is
-	 * given). place: the --place rules (place.h), resolved against the
+	 * given), cpu_call_ns the cost of a layer's call of the CPU executor
+	 * beyond its experts (the same: measured, or none when given). place: the --place rules (place.h), resolved against the
 	 * model at open with cpu_moe_layers as the last rule; a cpu rule
 	 * starts the CPU executor as cpu_moe_layers does. calibration: the
 	 * cache of `moem calibrate` (calib.h) read for the CPU figures when
@@ -124,7 +125,7 @@ struct moem_engine_opts {
 	bool exec_hybrid;
 	uint32_t cpu_moe_layers;
 	double cpu_gbps;
-	uint64_t cpu_token_ns;
+	uint64_t cpu_token_ns, cpu_call_ns;
 	struct moem_place_rules place;
 	const char *calibration;
 };
@@ -303,7 +304,7 @@ struct moem_engine_status {
 	char place[256];     /* the --place rules, moem_place_format_all() */
 	uint64_t cpu_placed; /* experts placed on the CPU always (rules, cpu-moe-layers) */
 	double cpu_gbps;
-	uint64_t cpu_token_ns;
+	uint64_t cpu_token_ns, cpu_call_ns;
 	char cpu_from[16]; /* where cpu_gbps came from: "given", "cache", "measured" ("" off) */
 	uint64_t cpu_experts, cpu_ns;
 	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's */

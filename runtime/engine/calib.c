@@ -87,6 +87,38 @@ static int cal_pass(struct moem_backend *be, enum moem_prec prec, uint32_t H, ui
 	return ret;
 }
 
+/*
+ * Calls of one expert each at batch 1, over the first n experts of buf
+ * (distinct weights, as a layer's CPU expert is not in the cache): the
+ * mean ns of a call.
+ */
+static int cal_calls(struct moem_backend *be, enum moem_prec prec, uint32_t H, uint32_t I,
+		     uint8_t *buf, uint64_t stride, uint64_t n, moem_dptr x, moem_dptr out,
+		     uint64_t *ns)
+{
+	struct moem_ffn_assign as = {0, 0};
+	uint64_t t0 = moem_now_ns();
+	int ret = 0;
+
+	for (uint64_t i = 0; i < n && !ret; i++) {
+		struct moem_ffn_expert ex = {(moem_dptr)(uintptr_t)(buf + i * stride), prec, 0, 1};
+		struct moem_ffn_args a = {.B = 1,
+					  .H = H,
+					  .I = I,
+					  .n_slots = 1,
+					  .x = x,
+					  .out = out,
+					  .n_experts = 1,
+					  .experts = &ex,
+					  .n_assign = 1,
+					  .assign = &as};
+
+		ret = moem_op_ffn(be, NULL, &a);
+	}
+	*ns = (moem_now_ns() - t0) / moem_max(n, (uint64_t)1);
+	return ret;
+}
+
 /* One expert used by every one of B tokens: the per-token compute cost. */
 static int cal_tokens(struct moem_backend *be, enum moem_prec prec, uint32_t H, uint32_t I,
 		      uint8_t *blob, uint32_t B, moem_dptr x, moem_dptr out, uint64_t *ns)
@@ -118,7 +150,7 @@ int moem_calib_cpu_measure(struct moem_backend *be, enum moem_prec prec, uint32_
 {
 	const uint32_t B = MOEM_CALIB_TOKENS;
 	struct moem_expert_layout l;
-	uint64_t stride, want, n, best = 0, tok = 0;
+	uint64_t stride, want, n, best = 0, tok = 0, call = 0;
 	long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
 	size_t xbytes, obytes;
 	uint8_t *buf = NULL, *x = NULL, *o = NULL;
@@ -160,9 +192,20 @@ int moem_calib_cpu_measure(struct moem_backend *be, enum moem_prec prec, uint32_
 			goto out;
 		if (!tok || ns < tok)
 			tok = ns;
+		/* after the pass over the whole buffer: cold again, but for the
+		 * first expert, which cal_tokens() just read */
+		ret = cal_calls(be, prec, hidden, inter, buf + (n > 1 ? stride : 0), stride,
+				moem_min(n > 1 ? n - 1 : 1, (uint64_t)16), (moem_dptr)(uintptr_t)x,
+				(moem_dptr)(uintptr_t)o, &ns);
+		if (ret)
+			goto out;
+		if (!call || ns < call)
+			call = ns;
 	}
 	out->gbps = (double)(n * l.bytes) / (double)moem_max(best, (uint64_t)1);
 	out->token_ns = moem_max(tok / B, (uint64_t)1);
+	/* what a one-expert call takes beyond its reads at the batch-1 rate */
+	out->call_ns = (uint64_t)fmax(0.0, (double)call - (double)l.bytes / out->gbps);
 	out->valid = true;
 	if (buf_bytes)
 		*buf_bytes = n * stride;
@@ -290,6 +333,8 @@ static struct json_object *to_json(const struct moem_calib *c)
 		json_object_object_add(e, "gbps", json_object_new_double(c->cpu[p].gbps));
 		json_object_object_add(e, "token_ns",
 				       json_object_new_int64((int64_t)c->cpu[p].token_ns));
+		json_object_object_add(e, "call_ns",
+				       json_object_new_int64((int64_t)c->cpu[p].call_ns));
 		json_object_object_add(cpu, moem_prec_name((enum moem_prec)p), e);
 	}
 	json_object_object_add(o, "cpu", cpu);
@@ -428,16 +473,17 @@ static int from_json(const char *path, struct json_object *o, struct moem_calib 
 	for (int p = 0; p < MOEM_PREC_NR; p++) {
 		struct json_object *e =
 			member(cpu, moem_prec_name((enum moem_prec)p), json_type_object);
-		double g, t;
+		double g, t, k;
 
 		if (!e)
 			continue;
-		if (!num(e, "gbps", 1e-6, 1e5, &g) || !num(e, "token_ns", 1, 1e9, &t))
+		if (!num(e, "gbps", 1e-6, 1e5, &g) || !num(e, "token_ns", 1, 1e9, &t) ||
+		    !num(e, "call_ns", 0, 1e9, &k))
 			return moem_errf(EINVAL,
-					 "%s: cpu.%s wants gbps in (0, 1e5) and token_ns "
-					 "in 1..1e9",
+					 "%s: cpu.%s wants gbps in (0, 1e5), token_ns "
+					 "in 1..1e9 and call_ns in 0..1e9",
 					 path, moem_prec_name((enum moem_prec)p));
-		c->cpu[p] = (struct moem_calib_cpu){true, g, (uint64_t)t};
+		c->cpu[p] = (struct moem_calib_cpu){true, g, (uint64_t)t, (uint64_t)k};
 		any = true;
 	}
 	if (!any)
@@ -512,7 +558,7 @@ bool moem_calib_matches(const struct moem_calib *c, const struct moem_calib *her
 }
 
 int moem_calib_cpu_for(const struct moem_calib *c, enum moem_prec prec, uint32_t hidden,
-		       uint32_t inter, double *gbps, uint64_t *token_ns)
+		       uint32_t inter, double *gbps, uint64_t *token_ns, uint64_t *call_ns)
 {
 	double scale;
 
@@ -521,5 +567,7 @@ int moem_calib_cpu_for(const struct moem_calib *c, enum moem_prec prec, uint32_t
 	scale = ((double)hidden * inter) / ((double)c->hidden * c->inter);
 	*gbps = c->cpu[prec].gbps;
 	*token_ns = moem_max((uint64_t)(c->cpu[prec].token_ns * scale + 0.5), (uint64_t)1);
+	if (call_ns)
+		*call_ns = c->cpu[prec].call_ns;
 	return 0;
 }

@@ -975,6 +975,7 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	moem_place_format_all(&e->o.place, st->place, sizeof(st->place));
 	st->cpu_gbps = e->cpu_be ? e->xcost.cpu_gbps : 0;
 	st->cpu_token_ns = e->cpu_be ? e->xcost.cpu_token_ns : 0;
+	st->cpu_call_ns = e->cpu_be ? e->xcost.cpu_call_ns : 0;
 	snprintf(st->cpu_from, sizeof(st->cpu_from), "%s", e->cpu_be ? e->cpu_from : "");
 	if (e->uvm) {
 		struct moem_uvm_stats us;

@@ -70,17 +70,17 @@ static int from_cache(struct moem_engine *e)
 		return -ENOENT;
 	}
 	ret = moem_calib_cpu_for(&cal, e->prec[0], c->hidden, c->moe_inter, &e->xcost.cpu_gbps,
-				 &e->xcost.cpu_token_ns);
+				 &e->xcost.cpu_token_ns, &e->xcost.cpu_call_ns);
 	if (ret) {
 		moem_info("hybrid: calibration cache %s has no %s figures", path,
 			  moem_prec_name(e->prec[0]));
 		return ret;
 	}
 	snprintf(e->cpu_from, sizeof(e->cpu_from), "cache");
-	moem_info("hybrid: CPU expert kernels %.2f GB/s, %llu ns per token (%s, calibration "
-		  "cache %s)",
+	moem_info("hybrid: CPU expert kernels %.2f GB/s, %llu ns per token, %llu ns per call (%s, "
+		  "calibration cache %s)",
 		  e->xcost.cpu_gbps, (unsigned long long)e->xcost.cpu_token_ns,
-		  moem_prec_name(e->prec[0]), path);
+		  (unsigned long long)e->xcost.cpu_call_ns, moem_prec_name(e->prec[0]), path);
 	return 0;
 }
 
@@ -96,11 +96,13 @@ static int calibrate(struct moem_engine *e)
 		return ret;
 	e->xcost.cpu_gbps = m.gbps;
 	e->xcost.cpu_token_ns = m.token_ns;
+	e->xcost.cpu_call_ns = m.call_ns;
 	snprintf(e->cpu_from, sizeof(e->cpu_from), "measured");
-	moem_info("hybrid: CPU expert kernels read %.2f GB/s from DRAM, %llu ns per token "
-		  "(measured over %llu MiB, %s)",
+	moem_info("hybrid: CPU expert kernels read %.2f GB/s from DRAM, %llu ns per token, %llu "
+		  "ns per call (measured over %llu MiB, %s)",
 		  e->xcost.cpu_gbps, (unsigned long long)e->xcost.cpu_token_ns,
-		  (unsigned long long)(bytes >> 20), moem_prec_name(e->prec[0]));
+		  (unsigned long long)e->xcost.cpu_call_ns, (unsigned long long)(bytes >> 20),
+		  moem_prec_name(e->prec[0]));
 	return 0;
 }
 
@@ -139,6 +141,7 @@ static int executor_open(struct moem_engine *e)
 	if (e->o.cpu_gbps > 0) {
 		e->xcost.cpu_gbps = e->o.cpu_gbps;
 		e->xcost.cpu_token_ns = e->o.cpu_token_ns;
+		e->xcost.cpu_call_ns = e->o.cpu_call_ns;
 		snprintf(e->cpu_from, sizeof(e->cpu_from), "given");
 	} else {
 		ret = from_cache(e) ? calibrate(e) : 0;
@@ -146,6 +149,8 @@ static int executor_open(struct moem_engine *e)
 			return moem_err_prefix(-ret, "hybrid: measuring the CPU kernels");
 		if (e->o.cpu_token_ns)
 			e->xcost.cpu_token_ns = e->o.cpu_token_ns;
+		if (e->o.cpu_call_ns)
+			e->xcost.cpu_call_ns = e->o.cpu_call_ns;
 	}
 	ret = moem_cost_check(&e->xcost);
 	if (ret)

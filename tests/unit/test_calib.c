@@ -68,7 +68,7 @@ TEST(measure_write_read)
 	struct moem_backend *be;
 	struct moem_calib c, r;
 	char *dir = st_tmpdir(), *path = st_path(dir, "a/b/calibration.json");
-	uint64_t bytes = 0, tok;
+	uint64_t bytes = 0, tok, call;
 	double g;
 
 	ASSERT_EQ(0, moem_backend_open("cpu", &bo, &be)) TH_LOG("%s", moem_last_error());
@@ -104,15 +104,18 @@ TEST(measure_write_read)
 	EXPECT_EQ(1700000000, r.created);
 	EXPECT_EQ(c.cpu[MOEM_PREC_BF16].gbps, r.cpu[MOEM_PREC_BF16].gbps);
 	EXPECT_EQ(c.cpu[MOEM_PREC_Q4].token_ns, r.cpu[MOEM_PREC_Q4].token_ns);
+	EXPECT_EQ(c.cpu[MOEM_PREC_BF16].call_ns, r.cpu[MOEM_PREC_BF16].call_ns);
 	EXPECT_FALSE(r.cpu[MOEM_PREC_Q8].valid);
 	EXPECT_STREQ(c.link_note, r.link_note);
 	EXPECT_TRUE(moem_calib_matches(&r, &c, NULL, 0));
 	/* figures for another shape: GB/s as measured, per-token cost scaled */
 	r.cpu[MOEM_PREC_Q4].token_ns = 1000;
-	ASSERT_EQ(0, moem_calib_cpu_for(&r, MOEM_PREC_Q4, 256, 512, &g, &tok));
+	r.cpu[MOEM_PREC_Q4].call_ns = 7000;
+	ASSERT_EQ(0, moem_calib_cpu_for(&r, MOEM_PREC_Q4, 256, 512, &g, &tok, &call));
 	EXPECT_EQ(r.cpu[MOEM_PREC_Q4].gbps, g);
 	EXPECT_EQ(4000u, tok);
-	EXPECT_EQ(-ENOENT, moem_calib_cpu_for(&r, MOEM_PREC_Q2, 128, 256, &g, &tok));
+	EXPECT_EQ(7000u, call); /* a call's cost does not scale with the shape */
+	EXPECT_EQ(-ENOENT, moem_calib_cpu_for(&r, MOEM_PREC_Q2, 128, 256, &g, &tok, NULL));
 	EXPECT_MSG("no q2 figures");
 	/* no temporary file left beside it */
 	{
@@ -152,18 +155,24 @@ TEST(bad_files)
 	EXPECT_MSG("not a moem calibration file");
 	put_file(path, "{\"format\":\"moem-calibration\",\"version\":99}");
 	EXPECT_EQ(-ESTALE, moem_calib_read(path, &r));
-	EXPECT_MSG("format version 99, this moem reads 2");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":2,\"machine\":{\"cpu_model\":"
+	EXPECT_MSG("format version 99, this moem reads 3");
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":3,\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"avx2\"},\"hidden\":128,\"inter\":128,"
-		       "\"cpu\":{\"bf16\":{\"gbps\":-1,\"token_ns\":5}}}");
+		       "\"cpu\":{\"bf16\":{\"gbps\":-1,\"token_ns\":5,\"call_ns\":0}}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
 	EXPECT_MSG("cpu.bf16 wants gbps");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":2,\"machine\":{\"cpu_model\":"
-		       "\"X\",\"threads\":2,\"isa\":\"auto\"},\"hidden\":128,\"inter\":128,"
+	/* version 2's figures, without the call's cost: refused as incomplete */
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":3,\"machine\":{\"cpu_model\":"
+		       "\"X\",\"threads\":2,\"isa\":\"avx2\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{\"bf16\":{\"gbps\":1,\"token_ns\":5}}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
+	EXPECT_MSG("call_ns in 0..1e9");
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":3,\"machine\":{\"cpu_model\":"
+		       "\"X\",\"threads\":2,\"isa\":\"auto\"},\"hidden\":128,\"inter\":128,"
+		       "\"cpu\":{\"bf16\":{\"gbps\":1,\"token_ns\":5,\"call_ns\":0}}}");
+	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
 	EXPECT_MSG("\"machine\" wants");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":2,\"machine\":{\"cpu_model\":"
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":3,\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"avx2\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));

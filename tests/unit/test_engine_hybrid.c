@@ -235,7 +235,8 @@ TEST_F(hyb, with_policies)
  * lockstep (its link never busy, as the simulator's 10000 GB/s one); both
  * decide with the same cost model (the engine's defaults: NVMe 7 GB/s,
  * HBM 3000 GB/s, 20 ns per token; a 10000 GB/s link; a CPU rated so that
- * a layer's experts split between the two sides).
+ * a layer's experts split between the two sides). With a cost per call
+ * (100 ns) both send fewer uses to the CPU, and still the same ones.
  */
 TEST_F(hyb, simulator_makes_the_engines_decisions)
 {
@@ -243,8 +244,10 @@ TEST_F(hyb, simulator_makes_the_engines_decisions)
 		/* engine evict, prefetch; simulator preset */
 		{"lru", "none", "lru"},
 		{"lru", "fixed:S=2", "lru:prefetch=fixed,S=2"},
+		{"lru", "none", "lru"}, /* with a cost per call (cpu_call_ns) */
 	};
 	char *trace = st_path(self->dir, "hyb.trace");
+	uint64_t no_call[9] = {0};
 
 	for (size_t p = 0; p < MOEM_ARRAY_SIZE(pols); p++)
 		for (uint32_t b = 1; b <= 8; b += 7) {
@@ -268,6 +271,7 @@ TEST_F(hyb, simulator_makes_the_engines_decisions)
 			o.exec_hybrid = true;
 			o.cpu_gbps = 5000;
 			o.cpu_token_ns = 30;
+			o.cpu_call_ns = p == 2 ? 100 : 0;
 			w.batch = b;
 			w.steps = 24;
 			ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
@@ -280,6 +284,7 @@ TEST_F(hyb, simulator_makes_the_engines_decisions)
 			c.cost.link_gbps = 1e4;
 			c.cost.cpu_gbps = o.cpu_gbps;
 			c.cost.cpu_token_ns = o.cpu_token_ns;
+			c.cost.cpu_call_ns = o.cpu_call_ns;
 			c.exec_hybrid = true;
 			ASSERT_EQ(0, moem_sim_cost_finish(&c));
 			st_sim_engine_hbm(&c, st.hbm_budget);
@@ -298,7 +303,11 @@ TEST_F(hyb, simulator_makes_the_engines_decisions)
 			       (unsigned long long)r.bytes_nvme);
 			EXPECT_GT(rs.total.cpu_experts, 0u);
 			EXPECT_GT(rs.total.misses, 0u); /* a split, not all on one side */
-			if (p == 0) {
+			if (p == 0)
+				no_call[b] = rs.total.cpu_experts;
+			if (p == 2) /* a layer pays to use the CPU at all: fewer go there */
+				EXPECT_LT(rs.total.cpu_experts, no_call[b]);
+			if (p != 1) {
 				EXPECT_EQ(rs.total.cpu_experts, r.cpu_experts);
 				EXPECT_EQ(rs.total.hits, r.hits);
 			} else {

@@ -490,6 +490,44 @@ TEST(copy_back_rule)
 	EXPECT_FALSE(moem_cost_copy_back(&c, b, 1));
 }
 
+/*
+ * Hybrid execution's call cost: the layer's first CPU expert pays
+ * cpu_call_ns, the later ones share its call. Link 25 GB/s and a CPU at
+ * 50 GB/s: a 25 MB expert is 1 ms on the link (+8.3 us on the GPU), 0.5
+ * ms on the CPU, 1.5 ms with a 1 ms call.
+ */
+TEST(exec_call_cost)
+{
+	const uint64_t b = 25000000;
+	struct moem_exec_queue q = {0};
+	struct moem_cost c;
+
+	moem_cost_default(&c);
+	c.cpu_gbps = 50;
+	c.cpu_token_ns = 10;
+	/* no call cost: the CPU at once */
+	EXPECT_EQ(MOEM_EXEC_CPU, moem_cost_exec(&c, b, 1, false, true, 0));
+	EXPECT_EQ(MOEM_EXEC_CPU, moem_cost_exec_next(&c, &q, b, 1, false, true, 0, false));
+	c.cpu_call_ns = 1000000;
+	EXPECT_EQ(MOEM_EXEC_GPU, moem_cost_exec(&c, b, 1, false, true, 0));
+	q = (struct moem_exec_queue){0};
+	/* 1.5 ms against 1.008: the link; then 1.5 against 2.008: the CPU */
+	EXPECT_EQ(MOEM_EXEC_GPU, moem_cost_exec_next(&c, &q, b, 1, false, true, 0, false));
+	EXPECT_EQ(1000000u, q.link_ns);
+	EXPECT_EQ(MOEM_EXEC_CPU, moem_cost_exec_next(&c, &q, b, 1, false, true, 0, false));
+	EXPECT_EQ(1500000u, q.cpu_ns);
+	EXPECT_EQ(1u, q.cpu_n);
+	/* the call is made: 2.0 against 2.008, the CPU again, for its reads alone */
+	EXPECT_EQ(MOEM_EXEC_CPU, moem_cost_exec_next(&c, &q, b, 1, false, true, 0, false));
+	EXPECT_EQ(2000000u, q.cpu_ns);
+	/* forced onto the CPU: counted in the queue, call included if first */
+	q = (struct moem_exec_queue){0};
+	EXPECT_EQ(MOEM_EXEC_CPU, moem_cost_exec_next(&c, &q, b, 1, false, true, 0, true));
+	EXPECT_EQ(1500000u, q.cpu_ns);
+	c.cpu_call_ns = 1000000001; /* above a second */
+	EXPECT_EQ(-EINVAL, moem_cost_check(&c));
+}
+
 TEST(cleanup)
 {
 	char cmd[96];

@@ -52,9 +52,11 @@ static void print_cal(const struct moem_calib *c, bool json)
 	printf("experts   %u x %u\n", c->hidden, c->inter);
 	for (int p = 0; p < MOEM_PREC_NR; p++)
 		if (c->cpu[p].valid)
-			printf("cpu %-5s %8.2f GB/s at batch 1, %8llu ns per token at batch %d\n",
+			printf("cpu %-5s %8.2f GB/s at batch 1, %8llu ns per token at batch %d, "
+			       "%llu ns per call\n",
 			       moem_prec_name((enum moem_prec)p), c->cpu[p].gbps,
-			       (unsigned long long)c->cpu[p].token_ns, MOEM_CALIB_TOKENS);
+			       (unsigned long long)c->cpu[p].token_ns, MOEM_CALIB_TOKENS,
+			       (unsigned long long)c->cpu[p].call_ns);
 	if (c->link_gbps > 0)
 		printf("link      %.2f GB/s host->device\n", c->link_gbps);
 	else

@@ -45,6 +45,7 @@ static const struct option dec_opts[] = {
 	{"cpu-moe-layers", required_argument, NULL, 0},
 	{"cpu-gbps", required_argument, NULL, 0},
 	{"cpu-token-ns", required_argument, NULL, 0},
+	{"cpu-call-ns", required_argument, NULL, 0},
 	{"place", required_argument, NULL, 0},
 	{"calibration", required_argument, NULL, 0},
 	{"cpu-threads", required_argument, NULL, 0},

@@ -67,6 +67,7 @@ static const struct option run_opts[] = {
 	{"cpu-moe-layers", required_argument, NULL, 0},
 	{"cpu-gbps", required_argument, NULL, 0},
 	{"cpu-token-ns", required_argument, NULL, 0},
+	{"cpu-call-ns", required_argument, NULL, 0},
 	{"place", required_argument, NULL, 0},
 	{"calibration", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
@@ -109,7 +110,8 @@ static void run_usage(FILE *f)
 		"                [--hotness engine|bpf] [--pregate D] [--counts-out FILE]\n"
 		"                [--hbm-mode vmm|uvm]\n"
 		"                [--exec gpu|hybrid] [--cpu-moe-layers N] [--cpu-gbps X]\n"
-		"                [--cpu-token-ns NS] [--place RULE]... [--calibration FILE|none]\n"
+		"                [--cpu-token-ns NS] [--cpu-call-ns NS] [--place RULE]...\n"
+		"                [--calibration FILE|none]\n"
 		"                [--mem-reserve SIZE|PCT%%] [--require-pinned]\n"
 		"                [--dram-nodes all|LIST]\n"
 		"                [--ready-fd FD] [--until-eof FD]\n"
@@ -259,6 +261,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_DBL("cpu_gbps", st->cpu_gbps);
 	J_STR("cpu_from", st->cpu_from);
 	J_U64("cpu_token_ns", st->cpu_token_ns);
+	J_U64("cpu_call_ns", st->cpu_call_ns);
 	J_U64("cpu_experts", rs->total.cpu_experts);
 	J_U64("cpu_ns", rs->total.cpu_ns);
 	J_DBL("tokens_per_s", rs->tokens_per_s);
@@ -287,9 +290,11 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 	       rs->mean_T, (unsigned long long)rs->total.hits, (unsigned long long)rs->total.misses,
 	       (unsigned long long)rs->total.fallbacks, rs->hit_rate);
 	if (st->cpu_gbps > 0)
-		printf("  cpu          exec %s, cpu-moe-layers %u, CPU at %.2f GB/s (%s): %llu "
-		       "experts on the CPU (%.1f per step), %.1f ms\n",
-		       st->exec, st->cpu_moe_layers, st->cpu_gbps, st->cpu_from,
+		printf("  cpu          exec %s, cpu-moe-layers %u, CPU at %.2f GB/s, %llu ns a "
+		       "call "
+		       "(%s): %llu experts on the CPU (%.1f per step), %.1f ms\n",
+		       st->exec, st->cpu_moe_layers, st->cpu_gbps,
+		       (unsigned long long)st->cpu_call_ns, st->cpu_from,
 		       (unsigned long long)rs->total.cpu_experts,
 		       rs->total.step ? (double)rs->total.cpu_experts / rs->total.step : 0.0,
 		       (double)rs->total.cpu_ns / 1e6);

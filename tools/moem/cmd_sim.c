@@ -42,8 +42,9 @@ static void sim_usage(FILE *f)
 		"  --layer-ns N (20000) --token-ns N (20) --piece SIZE (8M) --jitter F (0)\n"
 		"  --exec gpu|hybrid  hybrid: each expert not in HBM where the engine's cost\n"
 		"                     model puts it, GPU or CPU (cache policies)\n"
-		"  --cpu-gbps X --cpu-token-ns N   the CPU kernels' weight reads and per-token\n"
-		"                     cost (moem run logs what it measured)\n"
+		"  --cpu-gbps X --cpu-token-ns N --cpu-call-ns N   the CPU kernels' weight\n"
+		"                     reads, per-token cost and cost per layer's call (moem\n"
+		"                     run logs what it measured)\n"
 		"  --link-gbps X      the link the decision assumes (default --pcie-gbps)\n"
 		"  --cpu-moe-layers N the first N MoE layers' experts always on the CPU\n"
 		"  --place RULE       [layers=LIST][,experts=LIST]:cpu|gpu|auto, repeatable;\n"
@@ -302,6 +303,7 @@ enum {
 	O_EXEC,
 	O_CPU_GBPS,
 	O_CPU_TOKEN,
+	O_CPU_CALL,
 	O_XLINK,
 	O_CPU_LAYERS,
 	O_PLACE,
@@ -332,6 +334,7 @@ static const struct option sim_opts[] = {
 	{"exec", required_argument, NULL, O_EXEC},
 	{"cpu-gbps", required_argument, NULL, O_CPU_GBPS},
 	{"cpu-token-ns", required_argument, NULL, O_CPU_TOKEN},
+	{"cpu-call-ns", required_argument, NULL, O_CPU_CALL},
 	{"link-gbps", required_argument, NULL, O_XLINK},
 	{"cpu-moe-layers", required_argument, NULL, O_CPU_LAYERS},
 	{"place", required_argument, NULL, O_PLACE},
@@ -447,9 +450,10 @@ static int sim_option(struct sim_args *a, int ch, const char *arg)
 		*(ch == O_CPU_GBPS ? &a->c.cost.cpu_gbps : &a->c.exec_link_gbps) = d;
 		return 0;
 	case O_CPU_TOKEN:
+	case O_CPU_CALL:
 		if (parse_u64(arg, name, &v) || v > 1000000000)
 			return 2;
-		a->c.cost.cpu_token_ns = v;
+		*(ch == O_CPU_TOKEN ? &a->c.cost.cpu_token_ns : &a->c.cost.cpu_call_ns) = v;
 		return 0;
 	case O_CPU_LAYERS:
 		if (parse_u64(arg, name, &v) || v > 1024) {
@@ -583,6 +587,8 @@ static void print_json(const struct sim_args *a, const struct moem_trace_info *i
 		json_object_object_add(cm, "cpu_gbps", json_object_new_double(c->cost.cpu_gbps));
 		json_object_object_add(cm, "cpu_token_ns",
 				       json_object_new_uint64(c->cost.cpu_token_ns));
+		json_object_object_add(cm, "cpu_call_ns",
+				       json_object_new_uint64(c->cost.cpu_call_ns));
 		json_object_object_add(cm, "exec_link_gbps",
 				       json_object_new_double(c->exec_link_gbps > 0
 								      ? c->exec_link_gbps
@@ -624,10 +630,11 @@ static void print_text(const struct sim_args *a, const struct moem_trace_info *i
 	       total / (double)MOEM_GiB, c->cost.link_gbps, c->cost.nvme_gbps, c->cost.hbm_gbps,
 	       c->cost.layer_ns / 1e3);
 	if (hybrid(a))
-		printf("exec: %s, CPU %g GB/s and %llu ns per token, decided for a %g GB/s "
-		       "link%s\n",
+		printf("exec: %s, CPU %g GB/s, %llu ns per token and %llu per call, decided for "
+		       "a %g GB/s link%s\n",
 		       c->exec_hybrid ? "hybrid" : "gpu", c->cost.cpu_gbps,
 		       (unsigned long long)c->cost.cpu_token_ns,
+		       (unsigned long long)c->cost.cpu_call_ns,
 		       c->exec_link_gbps > 0 ? c->exec_link_gbps : c->cost.link_gbps,
 		       c->cpu_moe_layers ? "; the first MoE layers on the CPU" : "");
 	if (c->place.n) {

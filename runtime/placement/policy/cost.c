@@ -32,8 +32,8 @@ int moem_cost_check(const struct moem_cost *c)
 	if (c->cpu_gbps != 0 && !bw_ok(c->cpu_gbps, 1e5))
 		return moem_errf(EINVAL, "cost: CPU bandwidth %g GB/s out of range", c->cpu_gbps);
 	if (c->layer_ns > 1000000000ull || c->token_ns > 1000000000ull ||
-	    c->cpu_token_ns > 1000000000ull)
-		return moem_errf(EINVAL, "cost: layer/token times above one second");
+	    c->cpu_token_ns > 1000000000ull || c->cpu_call_ns > 1000000000ull)
+		return moem_errf(EINVAL, "cost: layer/token/call times above one second");
 	return 0;
 }
 
@@ -104,27 +104,32 @@ enum moem_exec moem_cost_exec(const struct moem_cost *c, uint64_t bytes, uint32_
 	/* the GPU side's load comes from NVMe at min(link, NVMe) likewise */
 	t_gpu = (double)moem_cost_gpu_ns(c, bytes, tokens) +
 		(double)moem_cost_load_ns(c, bytes, !in_dram);
-	return cpu_ns(c, bytes, tokens, in_dram) + (double)keep_ns < t_gpu ? MOEM_EXEC_CPU
-									   : MOEM_EXEC_GPU;
+	return cpu_ns(c, bytes, tokens, in_dram) + (double)c->cpu_call_ns + (double)keep_ns < t_gpu
+		       ? MOEM_EXEC_CPU
+		       : MOEM_EXEC_GPU;
 }
 
 enum moem_exec moem_cost_exec_next(const struct moem_cost *c, struct moem_exec_queue *q,
 				   uint64_t bytes, uint32_t tokens, bool resident, bool in_dram,
 				   uint64_t keep_ns, bool force)
 {
+	/* the layer's first CPU expert makes the executor's call */
+	double call = q->cpu_n ? 0 : (double)c->cpu_call_ns;
 	double t_cpu, load, t_gpu;
 
 	if (force && c->cpu_gbps > 0) {
-		q->cpu_ns += moem_cost_cpu_ns(c, bytes, tokens, in_dram);
+		q->cpu_ns += moem_cost_cpu_ns(c, bytes, tokens, in_dram) + (uint64_t)call;
+		q->cpu_n++;
 		return MOEM_EXEC_CPU;
 	}
 	if (!(c->cpu_gbps > 0) || resident)
 		return MOEM_EXEC_GPU;
-	t_cpu = cpu_ns(c, bytes, tokens, in_dram);
+	t_cpu = cpu_ns(c, bytes, tokens, in_dram) + call;
 	load = (double)moem_cost_load_ns(c, bytes, !in_dram);
 	t_gpu = (double)moem_cost_gpu_ns(c, bytes, tokens) + load;
 	if ((double)q->cpu_ns + t_cpu + (double)keep_ns < (double)q->link_ns + t_gpu) {
 		q->cpu_ns += (uint64_t)(t_cpu + 0.5);
+		q->cpu_n++;
 		return MOEM_EXEC_CPU;
 	}
 	q->link_ns += (uint64_t)(load + 0.5);

@@ -51,6 +51,7 @@ const struct moem_arg_def moem_engine_arg_defs[] = {
 	{"cpu-moe-layers", false, MOEM_ARG_ENGINE},
 	{"cpu-gbps", false, MOEM_ARG_ENGINE},
 	{"cpu-token-ns", false, MOEM_ARG_ENGINE},
+	{"cpu-call-ns", false, MOEM_ARG_ENGINE},
 	{"place", false, MOEM_ARG_ENGINE},
 	{"calibration", false, MOEM_ARG_ENGINE},
 	{"workload", false, MOEM_ARG_WORKLOAD},
@@ -367,6 +368,8 @@ int moem_engine_args_set(struct moem_engine_args *a, const char *name, const cha
 	}
 	if (!strcmp(name, "cpu-token-ns"))
 		return parse_u64(name, v, 0, 1000000000, &a->o.cpu_token_ns);
+	if (!strcmp(name, "cpu-call-ns"))
+		return parse_u64(name, v, 0, 1000000000, &a->o.cpu_call_ns);
 	if (!strcmp(name, "calibration")) {
 		if (!*v)
 			return moem_errf(EINVAL, "calibration: want a file or 'none'");

@@ -207,6 +207,7 @@ static void usage(FILE *f)
 		"  --fallback\n"
 		"  --route SPEC --evict SPEC --prefetch SPEC --precision SPEC --paging SPEC\n"
 		"  --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X --cpu-token-ns NS\n"
+		"  --cpu-call-ns NS\n"
 		"  --place RULE (repeatable; flags replace the config file's rules)\n"
 		"  --calibration FILE|none  the CPU figures' cache (default: moem calibrate's)\n"
 		"  --backend auto|cpu|cuda --threads N --pool auto|kmod|hugetlb|thp\n"
@@ -549,6 +550,7 @@ void moemd_reload(struct moemd *d)
 	}
 	RESTART_IF(a->cpu_gbps != b->cpu_gbps, "cpu-gbps");
 	RESTART_IF(a->cpu_token_ns != b->cpu_token_ns, "cpu-token-ns");
+	RESTART_IF(a->cpu_call_ns != b->cpu_call_ns, "cpu-call-ns");
 	RESTART_IF(!moem_place_equal(&a->place, &b->place), "place");
 	RESTART_IF(str_differs(a->calibration, b->calibration), "calibration");
 	RESTART_IF(a->loader.mode != b->loader.mode, "loader");
