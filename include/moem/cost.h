@@ -100,8 +100,8 @@ bool moem_cost_copy_back(const struct moem_cost *c, uint64_t bytes, double reuse
  *   t_cpu = nvme + max(bytes / cpu_gbps, tokens * cpu_token_ns) + cpu_call_ns
  *   t_gpu = load + bytes / hbm_gbps + tokens * token_ns
  * The CPU when t_cpu + keep_ns < t_gpu, keep_ns being the value of having
- * the expert resident for its predicted next uses (the engine and the
- * simulator pass 0 today: the decision is per step and myopic). A
+ * the expert resident for its predicted next uses (moem_driver_keep_ns():
+ * the engine and the simulator ask the same driver). A
  * resident expert, or cpu_gbps 0 (no CPU executor), always gives the GPU.
  * The activations' round trip (B x H bf16 down, B x H fp32 up per layer)
  * is left out: it is paid once per layer, not per expert.

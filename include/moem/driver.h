@@ -285,6 +285,17 @@ void moem_driver_set_window(struct moem_driver *d, uint32_t window);
  * before the predictor has seen its layer or without a predictor.
  */
 double moem_driver_expected_use(struct moem_driver *d, uint32_t key);
+/*
+ * Hybrid execution's keep_ns (cost.h, moem_cost_exec_next()): what bringing
+ * key into HBM now is worth against computing it on the CPU, the expected
+ * uses while HBM would keep it times use_ns, what each would cost away from
+ * HBM. Expected uses: the predictor's chance q of a use at the layer's next
+ * run (as copy-back weighs DRAM) times the runs HBM keeps a version (slots
+ * over insertions per tick, over L; at least one). 0 without a predictor
+ * or before it has seen the layer. The victim's own worth is not weighed:
+ * what the eviction policy gives up is, by its ranking, worth the least.
+ */
+uint64_t moem_driver_keep_ns(struct moem_driver *d, uint32_t key, uint64_t use_ns);
 /* The cost model the driver decides with (the engine updates it from measurements). */
 const struct moem_cost *moem_driver_cost(const struct moem_driver *d);
 

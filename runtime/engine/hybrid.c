@@ -337,6 +337,8 @@ enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q
 	enum moem_place w =
 		e->place ? (enum moem_place)e->place[m * e->cfg->n_experts + x] : MOEM_PLACE_AUTO;
 	uint32_t pi;
+	uint64_t keep;
+	bool resident, staged;
 	int pub;
 
 	*forced = w == MOEM_PLACE_CPU;
@@ -344,9 +346,16 @@ enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q
 		return MOEM_EXEC_GPU;
 	pi = moem_tiers_plan(e->tiers, m, x);
 	pub = moem_tiers_published(e->tiers, m, x);
-	return moem_cost_exec_next(&e->xcost, q, e->blob_bytes[pi], tokens,
-				   pub >= 0 && ((uint32_t)pub == pi || e->o.allow_fallback),
-				   moem_tiers_staged(e->tiers, m, x, pi), 0, *forced);
+	resident = pub >= 0 && ((uint32_t)pub == pi || e->o.allow_fallback);
+	staged = moem_tiers_staged(e->tiers, m, x, pi);
+	/* its uses ahead while HBM would keep it, each a CPU run saved */
+	keep = resident || *forced
+		       ? 0
+		       : moem_driver_keep_ns(
+				 e->drv, m * e->cfg->n_experts + x,
+				 moem_cost_cpu_ns(&e->xcost, e->blob_bytes[pi], tokens, true));
+	return moem_cost_exec_next(&e->xcost, q, e->blob_bytes[pi], tokens, resident, staged, keep,
+				   *forced);
 }
 
 bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m, uint32_t x)

@@ -353,6 +353,9 @@ int moem_eng_placement_open(struct moem_engine *e)
 		dc->evict.kind = MOEM_EVICT_LRU;
 		dc->predictor = false;
 	}
+	/* hybrid execution weighs an expert's uses ahead (keep_ns) with it */
+	if (e->o.exec_hybrid && e->n_moe >= 2)
+		dc->predictor = true;
 	if (!is_none(e->prec_spec)) {
 		ret = open_precision(e, dc);
 		if (ret)

@@ -283,6 +283,7 @@ int moem_driver_pick(struct moem_driver *d, uint32_t incoming, enum moem_prio pr
 void moem_driver_inserted(struct moem_driver *d, uint32_t vid)
 {
 	drv_lock(d);
+	d->hbm_ins++;
 	moem_evict_insert(d->ev, vid, d->pos);
 	drv_unlock(d);
 }
@@ -429,6 +430,25 @@ bool moem_driver_copy_back(struct moem_driver *d, uint32_t vid, uint64_t bytes, 
 	yes = d->next_use[*dram_victim / 2] > nu;
 	drv_unlock(d);
 	return yes;
+}
+
+uint64_t moem_driver_keep_ns(struct moem_driver *d, uint32_t key, uint64_t use_ns)
+{
+	double nu, q, runs, uses;
+
+	if (key >= d->L * d->N)
+		return 0;
+	drv_lock(d);
+	nu = d->next_use[key];
+	q = isfinite(nu) ? d->reuse_q[key] : 0;
+	/* HBM keeps a version about slots / (insertions per tick) ticks: that many
+	 * runs of the layer over L, each a use with the predictor's chance q */
+	runs = d->hbm_ins
+		       ? (double)d->slots * (double)(d->pos + 1) / (double)d->hbm_ins / (double)d->L
+		       : 1;
+	drv_unlock(d);
+	uses = q * fmax(runs, 1.0);
+	return (uint64_t)(uses * (double)use_ns + 0.5);
 }
 
 /* ---- pred's scores: an online Belady ----------------------------------------- */

@@ -370,7 +370,9 @@ static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
 		dc.pf = p->pf;
 		dc.pf_queue = p->pf_queue;
 		/* pred eviction ranks by the predictor even when nothing is prefetched */
-		dc.predictor = p->prefetch || p->evict.kind == MOEM_EVICT_PRED;
+		/* and hybrid execution weighs an expert's uses ahead (keep_ns) with it */
+		dc.predictor = p->prefetch || p->evict.kind == MOEM_EVICT_PRED ||
+			       (s->c->exec_hybrid && s->L >= 2);
 	}
 	switch (p->mode) {
 	case MOEM_SIM_DYNAEXQ:
