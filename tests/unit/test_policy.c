@@ -3,14 +3,15 @@
  * Policy plumbing and the small policies: spec parsing, the budget
  * tracker (never exceeded), hotness EMA, the routing policy (LYNX only on
  * memory-bound batches, OEA T = pruned top-k0 T, cache-aware order), E[T]
- * on uniform routing, and FluxMoE placement, rho controller and
- * staggered migration.
+ * on uniform routing, FluxMoE placement, rho controller and staggered
+ * migration, and hybrid execution's keep_ns.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/driver.h>
 #include <moem/error.h>
 #include <moem/policy.h>
 #include <moem/rng.h>
@@ -363,6 +364,86 @@ TEST(paging_placement_and_controller)
 	hot[2] = 0.25f;
 	EXPECT_EQ(0, moem_paging_migration(pg, 8, 0, res, hot, &m));
 	moem_paging_destroy(pg);
+}
+
+static enum moem_res keep_state(void *arg, uint32_t key)
+{
+	(void)arg;
+	(void)key;
+	return MOEM_RES_ABSENT;
+}
+
+static int keep_fetch(void *arg, uint32_t key, enum moem_prio prio, uint64_t tpos)
+{
+	(void)arg;
+	(void)key;
+	(void)prio;
+	(void)tpos;
+	return 0;
+}
+
+static bool keep_cancel(void *arg, uint32_t key)
+{
+	(void)arg;
+	(void)key;
+	return false;
+}
+
+/*
+ * Hybrid execution's keep_ns: an expert its layer uses every step is worth
+ * about its uses while HBM keeps it (here every tick inserts one version
+ * into 8 slots: a version stays 8 ticks, 4 runs of each of the 2 layers,
+ * each a use with the predictor's q, which is 1 - exp(-expected tokens):
+ * about 0.5-0.63 for one token that always picks it); one never used is
+ * worth nothing; without a predictor nothing is known.
+ */
+TEST(keep_ns_weighs_uses_ahead)
+{
+	const struct moem_driver_ops ops = {.state = keep_state,
+					    .fetch = keep_fetch,
+					    .cancel = keep_cancel};
+	struct moem_driver_cfg c = {0};
+	struct moem_driver *d;
+	int32_t ids[2];
+	uint32_t keys[2];
+
+	c.n_layers = 2;
+	c.n_experts = 8;
+	c.top_k = 2;
+	c.evict.kind = MOEM_EVICT_LRU;
+	c.predictor = true;
+	moem_prefetch_default(&c.pf, 2, 8, 2);
+	moem_cost_default(&c.cost);
+	c.expert_bytes = 1 << 20;
+	c.hbm_slots = 8;
+	ASSERT_EQ(0, moem_driver_create(&c, &ops, NULL, &d)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0u, moem_driver_keep_ns(d, 0, 1000)); /* the layer not seen yet */
+	for (uint64_t pos = 0; pos < 200; pos++) {
+		uint32_t l = (uint32_t)(pos % 2);
+
+		/* layer 0 always picks experts 0 and 1, layer 1 experts 2 and 3 */
+		ids[0] = (int32_t)(2 * l);
+		ids[1] = (int32_t)(2 * l + 1);
+		keys[0] = l * 8 + (uint32_t)ids[0];
+		keys[1] = l * 8 + (uint32_t)ids[1];
+		ASSERT_EQ(0, moem_driver_routed(d, pos, 1, ids, keys, 2));
+		moem_driver_inserted(d, 2 * keys[pos / 2 % 2]); /* one insertion a tick */
+		moem_driver_removed(d, 2 * keys[pos / 2 % 2]);
+	}
+	TH_LOG("keep: used %llu, unused %llu (use 1000 ns)",
+	       (unsigned long long)moem_driver_keep_ns(d, 0, 1000),
+	       (unsigned long long)moem_driver_keep_ns(d, 5, 1000));
+	EXPECT_GE(moem_driver_keep_ns(d, 0, 1000), 1500u);
+	EXPECT_LE(moem_driver_keep_ns(d, 0, 1000), 4000u);
+	EXPECT_LE(moem_driver_keep_ns(d, 5, 1000), 200u);
+	EXPECT_EQ(0u, moem_driver_keep_ns(d, 16, 1000)); /* no such key */
+	moem_driver_destroy(d);
+	/* no predictor: 0 */
+	c.predictor = false;
+	ASSERT_EQ(0, moem_driver_create(&c, &ops, NULL, &d));
+	ASSERT_EQ(0, moem_driver_routed(d, 0, 1, ids, keys, 2));
+	EXPECT_EQ(0u, moem_driver_keep_ns(d, 0, 1000));
+	moem_driver_destroy(d);
 }
 
 TEST_HARNESS_MAIN

@@ -163,6 +163,7 @@ int moem_driver_create(const struct moem_driver_cfg *c, const struct moem_driver
 	for (size_t i = 0; i < LN; i++)
 		d->next_use[i] = INFINITY;
 	d->in_vid = UINT32_MAX;
+	d->slots = c->hbm_slots; /* the duel's shadow size, and how long HBM keeps a version */
 	ec.n_layers = d->L;
 	ec.n_experts = 2 * d->N; /* version ids */
 	ret = moem_evict_create(&ec, &d->ev);
@@ -443,9 +444,9 @@ uint64_t moem_driver_keep_ns(struct moem_driver *d, uint32_t key, uint64_t use_n
 	q = isfinite(nu) ? d->reuse_q[key] : 0;
 	/* HBM keeps a version about slots / (insertions per tick) ticks: that many
 	 * runs of the layer over L, each a use with the predictor's chance q */
-	runs = d->hbm_ins
-		       ? (double)d->slots * (double)(d->pos + 1) / (double)d->hbm_ins / (double)d->L
-		       : 1;
+	runs = d->hbm_ins_routed ? (double)d->slots * (double)(d->pos + 1) /
+					   (double)d->hbm_ins_routed / (double)d->L
+				 : 1;
 	drv_unlock(d);
 	uses = q * fmax(runs, 1.0);
 	return (uint64_t)(uses * (double)use_ns + 0.5);
@@ -559,6 +560,7 @@ int moem_driver_routed(struct moem_driver *d, uint64_t pos, uint32_t tokens, con
 	drv_lock(d);
 	d->pos = pos;
 	d->layer_misses = 0;
+	d->hbm_ins_routed = d->hbm_ins;
 	pred_weight(d, T);
 	d->ids = ids;
 	d->tokens = tokens;

@@ -61,7 +61,10 @@ struct moem_driver {
 	/* DRAM's churn, for how long a version copied back would stay there:
 	 * versions it holds, and insertions since creation */
 	uint64_t dram_n, dram_ins;
-	uint64_t hbm_ins; /* HBM insertions: how long HBM keeps a version (keep_ns) */
+	/* HBM insertions: how long HBM keeps a version (keep_ns); as of the
+	 * layer's routing, so that a layer's decisions do not depend on the
+	 * order its owner makes them and loads its misses in */
+	uint64_t hbm_ins, hbm_ins_routed;
 	uint32_t in_vid;       /* the version a prefetch is bringing (moem_driver_pick) */
 	double in_next_use;    /* and its expected use */
 	uint32_t layer_misses; /* the current layer's experts not resident when needed */
