@@ -287,13 +287,15 @@ void moem_driver_set_window(struct moem_driver *d, uint32_t window);
 double moem_driver_expected_use(struct moem_driver *d, uint32_t key);
 /*
  * Hybrid execution's keep_ns (cost.h, moem_cost_exec_next()): what bringing
- * key into HBM now is worth against computing it on the CPU, the expected
- * uses while HBM would keep it times use_ns, what each would cost away from
- * HBM. Expected uses: the predictor's chance q of a use at the layer's next
- * run (as copy-back weighs DRAM) times the runs HBM keeps a version (slots
- * over insertions per tick, over L; at least one). 0 without a predictor
- * or before it has seen the layer. The victim's own worth is not weighed:
- * what the eviction policy gives up is, by its ranking, worth the least.
+ * key into HBM now is worth against computing it on the CPU: the chance
+ * that its next use comes while HBM still holds it, times use_ns, what
+ * that use would cost away from HBM. The chance, as copy-back weighs DRAM:
+ * 1 - (1 - q)^runs, q the predictor's chance of a use at the layer's next
+ * run, runs the layer's runs HBM keeps a version (slots over insertions
+ * per tick as of the layer's routing, over L). One use, not all of them:
+ * the version it evicts had uses ahead too (the eviction policy's lowest
+ * ranked), and counting every use sent nothing to the CPU at batch 1 in
+ * the simulator. 0 without a predictor or before it has seen the layer.
  */
 uint64_t moem_driver_keep_ns(struct moem_driver *d, uint32_t key, uint64_t use_ns);
 /* The cost model the driver decides with (the engine updates it from measurements). */

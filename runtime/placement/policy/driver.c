@@ -448,7 +448,8 @@ uint64_t moem_driver_keep_ns(struct moem_driver *d, uint32_t key, uint64_t use_n
 					   (double)d->hbm_ins_routed / (double)d->L
 				 : 1;
 	drv_unlock(d);
-	uses = q * fmax(runs, 1.0);
+	/* its next use while HBM still holds it, as copy-back weighs DRAM */
+	uses = q > 0 && q < 1 && runs > 1 ? 1 - pow(1 - q, runs) : q;
 	return (uint64_t)(uses * (double)use_ns + 0.5);
 }
 
