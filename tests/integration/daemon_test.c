@@ -723,7 +723,17 @@ TEST_F(d, place_rules)
 	json_object_put(r);
 	shutdown_ok(_metadata, &self->m);
 	{
-		const char *args[] = {"--config", conf, "--place", "layers=1,experts=2:cpu", NULL};
+		const char *args[] = {"--config",
+				      conf,
+				      "--place",
+				      "layers=1,experts=2:cpu",
+				      "--cpu-gbps",
+				      "9",
+				      "--cpu-token-ns",
+				      "700",
+				      "--cpu-call-ns",
+				      "4321",
+				      NULL};
 
 		ASSERT_EQ(0, dmn_start_argv(&self->m, self->dir, args));
 	}
@@ -731,6 +741,10 @@ TEST_F(d, place_rules)
 	ASSERT_EQ(0, dmn_call(&self->m, "status", NULL, &r));
 	EXPECT_STREQ("layers=1,experts=2:cpu", dmn_str(r, "policies.place"));
 	EXPECT_EQ(1u, dmn_u64(r, "policies.cpu_placed"));
+	/* the CPU's figures as given */
+	EXPECT_STREQ("given", dmn_str(r, "policies.cpu_from"));
+	EXPECT_EQ(700u, dmn_u64(r, "policies.cpu_token_ns"));
+	EXPECT_EQ(4321u, dmn_u64(r, "policies.cpu_call_ns"));
 	json_object_put(r);
 	shutdown_ok(_metadata, &self->m);
 }

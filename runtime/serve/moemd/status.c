@@ -206,6 +206,8 @@ struct json_object *moemd_status_json(struct moemd *d)
 	ADD(o, "place", STR(st.place));
 	ADD(o, "cpu_placed", U64(st.cpu_placed));
 	ADD(o, "cpu_gbps", DBL(st.cpu_gbps));
+	ADD(o, "cpu_token_ns", U64(st.cpu_token_ns));
+	ADD(o, "cpu_call_ns", U64(st.cpu_call_ns));
 	ADD(o, "cpu_from", STR(st.cpu_from));
 	ADD(r, "policies", o);
 
