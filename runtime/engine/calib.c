@@ -87,6 +87,24 @@ static int cal_pass(struct moem_backend *be, enum moem_prec prec, uint32_t H, ui
 	return ret;
 }
 
+/* One expert of B tokens (x's first B rows, assignments as), one slot a token. */
+static int ffn_one(struct moem_backend *be, const struct moem_ffn_expert *ex, uint32_t H,
+		   uint32_t I, moem_dptr x, moem_dptr out, const struct moem_ffn_assign *as)
+{
+	struct moem_ffn_args a = {.B = ex->n,
+				  .H = H,
+				  .I = I,
+				  .n_slots = 1,
+				  .x = x,
+				  .out = out,
+				  .n_experts = 1,
+				  .experts = ex,
+				  .n_assign = ex->n,
+				  .assign = as};
+
+	return moem_op_ffn(be, NULL, &a);
+}
+
 /*
  * Calls of one expert each at batch 1, over the first n experts of buf
  * (distinct weights, as a layer's CPU expert is not in the cache): the
@@ -96,24 +114,14 @@ static int cal_calls(struct moem_backend *be, enum moem_prec prec, uint32_t H, u
 		     uint8_t *buf, uint64_t stride, uint64_t n, moem_dptr x, moem_dptr out,
 		     uint64_t *ns)
 {
-	struct moem_ffn_assign as = {0, 0};
+	const struct moem_ffn_assign as = {0, 0};
 	uint64_t t0 = moem_now_ns();
 	int ret = 0;
 
 	for (uint64_t i = 0; i < n && !ret; i++) {
 		struct moem_ffn_expert ex = {(moem_dptr)(uintptr_t)(buf + i * stride), prec, 0, 1};
-		struct moem_ffn_args a = {.B = 1,
-					  .H = H,
-					  .I = I,
-					  .n_slots = 1,
-					  .x = x,
-					  .out = out,
-					  .n_experts = 1,
-					  .experts = &ex,
-					  .n_assign = 1,
-					  .assign = &as};
 
-		ret = moem_op_ffn(be, NULL, &a);
+		ret = ffn_one(be, &ex, H, I, x, out, &as);
 	}
 	*ns = (moem_now_ns() - t0) / moem_max(n, (uint64_t)1);
 	return ret;
@@ -123,24 +131,15 @@ static int cal_calls(struct moem_backend *be, enum moem_prec prec, uint32_t H, u
 static int cal_tokens(struct moem_backend *be, enum moem_prec prec, uint32_t H, uint32_t I,
 		      uint8_t *blob, uint32_t B, moem_dptr x, moem_dptr out, uint64_t *ns)
 {
-	struct moem_ffn_expert ex = {(moem_dptr)(uintptr_t)blob, prec, 0, B};
+	const struct moem_ffn_expert ex = {(moem_dptr)(uintptr_t)blob, prec, 0, B};
 	struct moem_ffn_assign as[MOEM_BE_MAX_TOKENS];
-	struct moem_ffn_args a = {.B = B,
-				  .H = H,
-				  .I = I,
-				  .n_slots = 1,
-				  .x = x,
-				  .out = out,
-				  .n_experts = 1,
-				  .experts = &ex,
-				  .n_assign = B,
-				  .assign = as};
-	uint64_t t0 = moem_now_ns();
+	uint64_t t0;
 	int ret;
 
 	for (uint32_t t = 0; t < B; t++)
 		as[t] = (struct moem_ffn_assign){(uint16_t)t, 0};
-	ret = moem_op_ffn(be, NULL, &a);
+	t0 = moem_now_ns();
+	ret = ffn_one(be, &ex, H, I, x, out, as);
 	*ns = moem_now_ns() - t0;
 	return ret;
 }
