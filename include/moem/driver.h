@@ -298,6 +298,15 @@ double moem_driver_expected_use(struct moem_driver *d, uint32_t key);
  * the simulator. 0 without a predictor or before it has seen the layer.
  */
 uint64_t moem_driver_keep_ns(struct moem_driver *d, uint32_t key, uint64_t use_ns);
+/*
+ * Where key runs this step under hybrid execution: moem_cost_exec_next()
+ * with xc (the cost model with the CPU's figures) and keep_ns as above, the
+ * use's CPU cost from xc. The one call the engine (moem_eng_exec_of()) and
+ * the simulator make, so that they decide alike.
+ */
+enum moem_exec moem_driver_exec_next(struct moem_driver *d, const struct moem_cost *xc,
+				     struct moem_exec_queue *q, uint32_t key, uint64_t bytes,
+				     uint32_t tokens, bool resident, bool in_dram, bool force);
 /* The cost model the driver decides with (the engine updates it from measurements). */
 const struct moem_cost *moem_driver_cost(const struct moem_driver *d);
 

@@ -116,8 +116,8 @@ struct moem_engine_opts {
 	 * throughput (else it is measured at open), cpu_token_ns their cost
 	 * per (token, expert) pair (0: measured, or none when cpu_gbps is
 	 * given), cpu_call_ns the cost of a layer's call of the CPU executor
-	 * beyond its experts (the same: measured, or none when given). place: the --place rules (place.h), resolved against the
-	 * model at open with cpu_moe_layers as the last rule; a cpu rule
+	 * beyond its experts (the same: measured, or none when given). place:
+	 * the --place rules (place.h), resolved against the model at open with cpu_moe_layers as the last rule; a cpu rule
 	 * starts the CPU executor as cpu_moe_layers does. calibration: the
 	 * cache of `moem calibrate` (calib.h) read for the CPU figures when
 	 * cpu_gbps is 0 (NULL: the default path; "none": always measure).

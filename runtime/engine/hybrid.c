@@ -3,7 +3,7 @@
  * Hybrid CPU/GPU execution (engine_int.h, Documentation/engine.md
  * "Hybrid execution"): the CPU executor that computes a layer's cold
  * experts straight from the DRAM pool while the device computes the rest,
- * the per (expert, step) decision (moem_cost_exec(), shared with `moem
+ * the per (expert, step) decision (moem_driver_exec_next(), shared with `moem
  * sim --exec hybrid`), and the CPU kernels' figures the decision needs:
  * given, read from the calibration cache when it describes this machine
  * (calib.h, `moem calibrate`), or measured once at open.
@@ -337,8 +337,7 @@ enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q
 	enum moem_place w =
 		e->place ? (enum moem_place)e->place[m * e->cfg->n_experts + x] : MOEM_PLACE_AUTO;
 	uint32_t pi;
-	uint64_t keep;
-	bool resident, staged;
+	bool resident;
 	int pub;
 
 	*forced = w == MOEM_PLACE_CPU;
@@ -347,15 +346,9 @@ enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q
 	pi = moem_tiers_plan(e->tiers, m, x);
 	pub = moem_tiers_published(e->tiers, m, x);
 	resident = pub >= 0 && ((uint32_t)pub == pi || e->o.allow_fallback);
-	staged = moem_tiers_staged(e->tiers, m, x, pi);
-	/* its uses ahead while HBM would keep it, each a CPU run saved */
-	keep = resident || *forced
-		       ? 0
-		       : moem_driver_keep_ns(
-				 e->drv, m * e->cfg->n_experts + x,
-				 moem_cost_cpu_ns(&e->xcost, e->blob_bytes[pi], tokens, true));
-	return moem_cost_exec_next(&e->xcost, q, e->blob_bytes[pi], tokens, resident, staged, keep,
-				   *forced);
+	return moem_driver_exec_next(e->drv, &e->xcost, q, m * e->cfg->n_experts + x,
+				     e->blob_bytes[pi], tokens, resident,
+				     moem_tiers_staged(e->tiers, m, x, pi), *forced);
 }
 
 bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m, uint32_t x)

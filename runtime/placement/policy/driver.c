@@ -397,28 +397,34 @@ int moem_driver_dram_pick(struct moem_driver *d, bool (*ok)(void *arg, uint32_t 
 	return ret;
 }
 
+/*
+ * The chance that key's next use comes while a tier still holds it (lock
+ * held): q, the predictor's chance of a use at the layer's next run, over
+ * the runs the tier keeps a version, about held / (insertions per tick)
+ * ticks (ins insertions over pos + 1 ticks), i.e. that many runs of the
+ * layer over L, a use at any of them counting. 0 before the predictor has
+ * seen the layer.
+ */
+static double reuse_p(const struct moem_driver *d, uint32_t key, uint64_t held, uint64_t ins)
+{
+	double q = isfinite(d->next_use[key]) ? d->reuse_q[key] : 0;
+	double runs = ins ? (double)held * (double)(d->pos + 1) / (double)ins / (double)d->L : 1;
+
+	return q > 0 && q < 1 && runs > 1 ? 1 - pow(1 - q, runs) : q;
+}
+
 bool moem_driver_copy_back(struct moem_driver *d, uint32_t vid, uint64_t bytes, bool room,
 			   bool (*ok)(void *arg, uint32_t vid), void *arg, uint32_t *dram_victim)
 {
 	uint32_t key = vid / 2;
-	double nu, q, runs;
+	double nu, q;
 	bool yes;
 
 	if (!d->c.copy_back)
 		return false;
 	drv_lock(d);
 	nu = d->next_use[key];
-	q = isfinite(nu) ? d->reuse_q[key] : 0;
-	/*
-	 * q is the chance of a use at the layer's next run; DRAM keeps what it
-	 * holds for about dram_n / (insertions per tick) ticks, i.e. that many
-	 * runs of the layer over L, and a use at any of them counts.
-	 */
-	runs = d->dram_ins ? (double)d->dram_n * (double)(d->pos + 1) / (double)d->dram_ins /
-				     (double)d->L
-			   : 1;
-	if (q > 0 && q < 1 && runs > 1)
-		q = 1 - pow(1 - q, runs);
+	q = reuse_p(d, key, d->dram_n, d->dram_ins);
 	drv_unlock(d);
 	if (!moem_cost_copy_back(&d->c.cost, bytes, q))
 		return false;
@@ -435,22 +441,28 @@ bool moem_driver_copy_back(struct moem_driver *d, uint32_t vid, uint64_t bytes, 
 
 uint64_t moem_driver_keep_ns(struct moem_driver *d, uint32_t key, uint64_t use_ns)
 {
-	double nu, q, runs, uses;
+	double p;
 
 	if (key >= d->L * d->N)
 		return 0;
+	/* its next use while HBM still holds it: HBM keeps slots versions, and
+	 * its insertions are counted as of the layer's routing */
 	drv_lock(d);
-	nu = d->next_use[key];
-	q = isfinite(nu) ? d->reuse_q[key] : 0;
-	/* HBM keeps a version about slots / (insertions per tick) ticks: that many
-	 * runs of the layer over L, each a use with the predictor's chance q */
-	runs = d->hbm_ins_routed ? (double)d->slots * (double)(d->pos + 1) /
-					   (double)d->hbm_ins_routed / (double)d->L
-				 : 1;
+	p = reuse_p(d, key, d->slots, d->hbm_ins_routed);
 	drv_unlock(d);
-	/* its next use while HBM still holds it, as copy-back weighs DRAM */
-	uses = q > 0 && q < 1 && runs > 1 ? 1 - pow(1 - q, runs) : q;
-	return (uint64_t)(uses * (double)use_ns + 0.5);
+	return (uint64_t)(p * (double)use_ns + 0.5);
+}
+
+enum moem_exec moem_driver_exec_next(struct moem_driver *d, const struct moem_cost *xc,
+				     struct moem_exec_queue *q, uint32_t key, uint64_t bytes,
+				     uint32_t tokens, bool resident, bool in_dram, bool force)
+{
+	uint64_t keep = 0;
+
+	/* only a choice the cost model makes weighs keeping it */
+	if (!resident && !force && xc->cpu_gbps > 0)
+		keep = moem_driver_keep_ns(d, key, moem_cost_cpu_ns(xc, bytes, tokens, true));
+	return moem_cost_exec_next(xc, q, bytes, tokens, resident, in_dram, keep, force);
 }
 
 /* ---- pred's scores: an online Belady ----------------------------------------- */

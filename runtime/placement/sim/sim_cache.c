@@ -328,17 +328,12 @@ static bool on_cpu(struct sim *s, struct moem_exec_queue *q, uint32_t key, enum 
 	bool in_dram = !s->dram_cache || s->in_dram[key];
 	enum moem_place w = s->place ? (enum moem_place)s->place[key] : MOEM_PLACE_AUTO;
 	bool force = w == MOEM_PLACE_CPU;
-	uint64_t keep = 0;
 
 	/* the engine's moem_eng_exec_of() */
 	if (w == MOEM_PLACE_GPU || (!force && !s->c->exec_hybrid))
 		return false;
-	/* the engine's keep: its uses ahead while HBM would keep it */
-	if (was != MOEM_RES_RESIDENT && !force)
-		keep = moem_driver_keep_ns(
-			s->d, key, moem_cost_cpu_ns(&s->xc, s->size, s->tok[key % s->N], true));
-	if (moem_cost_exec_next(&s->xc, q, s->size, s->tok[key % s->N], was == MOEM_RES_RESIDENT,
-				in_dram, keep, force) != MOEM_EXEC_CPU)
+	if (moem_driver_exec_next(s->d, &s->xc, q, key, s->size, s->tok[key % s->N],
+				  was == MOEM_RES_RESIDENT, in_dram, force) != MOEM_EXEC_CPU)
 		return false;
 	/* a use of its DRAM copy (or the NVMe read that puts it there), as the engine's */
 	if (s->dram_cache)
