@@ -173,6 +173,13 @@ void moem_driver_destroy(struct moem_driver *d);
  */
 void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float *prob);
 /*
+ * Whether moem_driver_pregate() has any effect: only the predictor reads
+ * it, so without one (no prefetch, paging, pred eviction, hybrid keep
+ * value or copy-back) the owner can spare the D router passes a layer
+ * the pre-gate costs.
+ */
+bool moem_driver_wants_pregate(const struct moem_driver *d);
+/*
  * The routing of tick pos is known: ids[tokens][top_k] (-1 unused; kept
  * by the owner until moem_driver_layer_end()) and the T distinct active
  * keys, which are pinned against eviction until the next tick.

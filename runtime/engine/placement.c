@@ -435,6 +435,9 @@ int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
 	struct moem_route_cfg rc = {N, K, true, 1.0f};
 	int ret = 0;
 
+	/* a trace records the pre-gate picks; otherwise only the predictor reads them */
+	if (!e->trace && !moem_driver_wants_pregate(e->drv))
+		return 0;
 	for (uint32_t d = 1; d <= D && !ret; d++) {
 		int32_t *ids = e->pg_ids + (size_t)(d - 1) * B * K;
 		uint32_t cnt[ENG_MAX_B];

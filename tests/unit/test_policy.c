@@ -417,6 +417,7 @@ TEST(keep_ns_weighs_uses_ahead)
 	c.expert_bytes = 1 << 20;
 	c.hbm_slots = 8;
 	ASSERT_EQ(0, moem_driver_create(&c, &ops, NULL, &d)) TH_LOG("%s", moem_last_error());
+	EXPECT_TRUE(moem_driver_wants_pregate(d));	/* the predictor reads it */
 	EXPECT_EQ(0u, moem_driver_keep_ns(d, 0, 1000)); /* the layer not seen yet */
 	for (uint64_t pos = 0; pos < 200; pos++) {
 		uint32_t l = (uint32_t)(pos % 2);
@@ -438,9 +439,10 @@ TEST(keep_ns_weighs_uses_ahead)
 	EXPECT_LE(moem_driver_keep_ns(d, 5, 1000), 100u);
 	EXPECT_EQ(0u, moem_driver_keep_ns(d, 16, 1000)); /* no such key */
 	moem_driver_destroy(d);
-	/* no predictor: 0 */
+	/* no predictor: 0, and the engine need not run the pre-gate */
 	c.predictor = false;
 	ASSERT_EQ(0, moem_driver_create(&c, &ops, NULL, &d));
+	EXPECT_FALSE(moem_driver_wants_pregate(d));
 	ASSERT_EQ(0, moem_driver_routed(d, 0, 1, ids, keys, 2));
 	EXPECT_EQ(0u, moem_driver_keep_ns(d, 0, 1000));
 	moem_driver_destroy(d);

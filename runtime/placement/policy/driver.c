@@ -609,6 +609,11 @@ void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float
 	drv_unlock(d);
 }
 
+bool moem_driver_wants_pregate(const struct moem_driver *d)
+{
+	return d->pf != NULL; /* set at create, for the driver's life */
+}
+
 void moem_driver_used(struct moem_driver *d, uint32_t key, enum moem_res state, bool early)
 {
 	drv_lock(d);
