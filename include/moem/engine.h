@@ -145,6 +145,29 @@ struct moem_workload {
 	uint64_t steps;
 };
 
+/*
+ * Where the engine thread's time in a step's MoE layers went, on the host
+ * clock (the host path of moem_eng_layer; a step planned on the device has
+ * none). What the phases leave of step_ns is the rest of the step:
+ * attention, dense layers, norms, the hidden state back to the host.
+ */
+enum moem_phase {
+	MOEM_PHASE_ROUTE,     /* norm, router, top-k, histogram, ids back to the host */
+	MOEM_PHASE_POLICY,    /* routes counted, predictor, pre-gate, trace record */
+	MOEM_PHASE_SPLIT,     /* exec order, groups, hybrid decisions, DRAM pins, inputs down */
+	MOEM_PHASE_ACQUIRE,   /* residency: hits pinned, misses given slots and copies */
+	MOEM_PHASE_LOOKAHEAD, /* prefetch and paging for later layers */
+	MOEM_PHASE_LAUNCH,    /* the device FFN of the resident experts issued */
+	MOEM_PHASE_CPU,	      /* hybrid: the CPU's experts, their outputs up (cpu_ns) */
+	MOEM_PHASE_WAIT,      /* misses waited for (stall_ns) and their FFN issued */
+	MOEM_PHASE_COMBINE,   /* shared experts and combine */
+	MOEM_PHASE_AFTER,     /* the policies' after-layer work */
+	MOEM_PHASE_NR
+};
+
+/* "route", "policy", ...: the JSON key of phase p; NULL out of range. */
+const char *moem_phase_name(enum moem_phase p);
+
 /* What one step did; totals add these up. */
 struct moem_step_stats {
 	uint64_t step;
@@ -158,6 +181,7 @@ struct moem_step_stats {
 	/* hybrid execution: (layer, expert) pairs computed on the CPU, and the
 	 * time the CPU spent on them (loads from NVMe it waited for included) */
 	uint64_t cpu_experts, cpu_ns;
+	uint64_t phase_ns[MOEM_PHASE_NR]; /* the engine thread's time in MoE layers */
 };
 
 struct moem_run_stats {

@@ -143,6 +143,9 @@ struct moem_engine {
 	float *cpu_out;	 /* host f32 [ENG_MAX_B][K][H]: CPU-computed rows */
 };
 
+/* A step's stats into the engine's totals (moemd's status reads them). */
+void moem_eng_count_step(struct moem_engine *e, const struct moem_step_stats *st);
+
 /*
  * stager.c: the tiers' source of bytes, the pack's expert blobs read
  * through the io_uring loader (O_DIRECT, fixed buffers over the pool).

@@ -36,7 +36,36 @@ struct layer_ctx {
 	struct group tmp[MOEM_MAX_EXPERTS];
 	struct moem_ffn_assign assign[ENG_MAX_B * MOEM_MAX_TOPK];
 	uint32_t n_assign;
+	struct moem_step_stats *st;
+	uint64_t lap; /* moem_now_ns() at the end of the last phase */
 };
+
+/* The time since the last phase ended goes to phase p of the step. */
+static void lap(struct layer_ctx *c, enum moem_phase p)
+{
+	uint64_t t = moem_now_ns();
+
+	c->st->phase_ns[p] += t - c->lap;
+	c->lap = t;
+}
+
+static const char *const phase_names[MOEM_PHASE_NR] = {
+	[MOEM_PHASE_ROUTE] = "route",
+	[MOEM_PHASE_POLICY] = "policy",
+	[MOEM_PHASE_SPLIT] = "split",
+	[MOEM_PHASE_ACQUIRE] = "acquire",
+	[MOEM_PHASE_LOOKAHEAD] = "lookahead",
+	[MOEM_PHASE_LAUNCH] = "launch",
+	[MOEM_PHASE_CPU] = "cpu",
+	[MOEM_PHASE_WAIT] = "wait",
+	[MOEM_PHASE_COMBINE] = "combine",
+	[MOEM_PHASE_AFTER] = "after",
+};
+
+const char *moem_phase_name(enum moem_phase p)
+{
+	return (unsigned int)p < MOEM_PHASE_NR ? phase_names[p] : NULL;
+}
 
 static uint32_t key_of(const struct layer_ctx *c, const struct group *g)
 {
@@ -361,13 +390,16 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 			 * policy take this layer's experts not acquired yet (a budget
 			 * of a few experts); then try again.
 			 */
+			lap(c, MOEM_PHASE_ACQUIRE);
 			if (n_ready) {
 				ret = run_groups(c, ready, n_ready);
 				for (uint32_t j = 0; j < n_ready; j++)
 					moem_driver_unpin(e->drv, key_of(c, ready[j]));
 				n_ready = 0;
+				lap(c, MOEM_PHASE_LAUNCH);
 			} else if (done_pend < n_pend) {
 				ret = finish_pending(c, pend[done_pend++], st);
+				lap(c, MOEM_PHASE_WAIT);
 			} else if (moem_driver_reclaim(e->drv)) {
 				ret = 0; /* prefetches for later layers gave their slots back */
 			} else if (!unpinned) {
@@ -397,17 +429,23 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 		}
 		ready[n_ready++] = g;
 	}
+	lap(c, MOEM_PHASE_ACQUIRE);
 	/* Look ahead now (prefetch, FluxMoE's window): this layer's hits are
 	 * pinned, its misses have their slots and are queued first. */
 	ret = moem_eng_lookahead(e);
 	if (ret)
 		return ret;
+	lap(c, MOEM_PHASE_LOOKAHEAD);
 	ret = run_groups(c, ready, n_ready);
+	lap(c, MOEM_PHASE_LAUNCH);
 	/* The CPU's experts while the device computes and its misses land. */
 	if (!ret)
 		ret = cpu_groups(c, st);
+	if (c->n_cpu)
+		lap(c, MOEM_PHASE_CPU);
 	while (!ret && done_pend < n_pend)
 		ret = finish_pending(c, pend[done_pend++], st);
+	lap(c, MOEM_PHASE_WAIT);
 	return ret;
 }
 
@@ -505,6 +543,8 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 	e->pos = e->total.step * e->n_moe + m;
 	if (moem_eng_dstep_on(e))
 		return moe_layer_dev(e, l, m, B);
+	c.st = st;
+	c.lap = t0;
 	ret = route(e, m, B, replay, true);
 	if (ret)
 		return ret;
@@ -515,6 +555,7 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		if (ret)
 			return ret;
 	}
+	lap(&c, MOEM_PHASE_ROUTE);
 	ret = moem_eng_route_seen(e, m, B, step, active, st);
 	if (!ret)
 		ret = moem_eng_pregate(e, m, B, replay);
@@ -530,6 +571,7 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		if (ret)
 			return ret;
 	}
+	lap(&c, MOEM_PHASE_POLICY);
 	if (moem_route_policy_ordered(&e->rp)) {
 		moem_tiers_resident_mask(e->tiers, m, e->res_host);
 		n_order = moem_route_exec_order(N, active, e->res_host, order, &n_res);
@@ -546,15 +588,21 @@ int moem_eng_layer(struct moem_engine *e, uint32_t l, uint32_t B, uint64_t step,
 		if (ret)
 			return ret;
 	}
+	lap(&c, MOEM_PHASE_SPLIT);
 	ret = residency_and_ffn(&c, st);
 	if (!ret)
 		ret = cpu_groups(&c, st); /* none on the device: not run yet */
 	cpu_unpin(&c);
 	if (ret)
 		return ret;
+	if (c.n_cpu)
+		lap(&c, MOEM_PHASE_CPU);
 	ret = shared_and_combine(e, l, B);
 	if (ret)
 		return ret;
-	e->last_layer_ns = moem_now_ns() - t0;
-	return moem_eng_after_layer(e, m, e->last_layer_ns);
+	lap(&c, MOEM_PHASE_COMBINE);
+	e->last_layer_ns = c.lap - t0;
+	ret = moem_eng_after_layer(e, m, e->last_layer_ns);
+	lap(&c, MOEM_PHASE_AFTER);
+	return ret;
 }

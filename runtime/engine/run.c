@@ -212,6 +212,28 @@ static int open_trace_out(struct moem_engine *e, const struct moem_workload *w, 
 	return moem_trace_writer_open_ex(path, flags, &ti, &e->trace);
 }
 
+void moem_eng_count_step(struct moem_engine *e, const struct moem_step_stats *st)
+{
+	pthread_mutex_lock(&e->knob_lock);
+	e->total.step++;
+	e->total.active += st->active;
+	e->total.hits += st->hits;
+	e->total.misses += st->misses;
+	e->total.fallbacks += st->fallbacks;
+	e->total.stall_ns += st->stall_ns;
+	e->total.bytes_nvme += st->bytes_nvme;
+	e->total.bytes_d2h += st->bytes_d2h;
+	e->total.bytes_h2d += st->bytes_h2d;
+	e->total.step_ns += st->step_ns;
+	e->total.cpu_experts += st->cpu_experts;
+	e->total.cpu_ns += st->cpu_ns;
+	for (int p = 0; p < MOEM_PHASE_NR; p++)
+		e->total.phase_ns[p] += st->phase_ns[p];
+	e->last_cpu_experts = st->cpu_experts;
+	e->last_cpu_ns = st->cpu_ns;
+	pthread_mutex_unlock(&e->knob_lock);
+}
+
 int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_step_fn fn,
 		    void *arg, struct moem_run_stats *out)
 {
@@ -303,22 +325,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		st.step_ns = moem_now_ns() - s0;
 		moem_eng_after_step(e, st.step_ns - moem_min(st.stall_ns, st.step_ns),
 				    st.bytes_h2d);
-		pthread_mutex_lock(&e->knob_lock);
-		e->total.step++;
-		e->total.active += st.active;
-		e->total.hits += st.hits;
-		e->total.misses += st.misses;
-		e->total.fallbacks += st.fallbacks;
-		e->total.stall_ns += st.stall_ns;
-		e->total.bytes_nvme += st.bytes_nvme;
-		e->total.bytes_d2h += st.bytes_d2h;
-		e->total.bytes_h2d += st.bytes_h2d;
-		e->total.step_ns += st.step_ns;
-		e->total.cpu_experts += st.cpu_experts;
-		e->total.cpu_ns += st.cpu_ns;
-		e->last_cpu_experts = st.cpu_experts;
-		e->last_cpu_ns = st.cpu_ns;
-		pthread_mutex_unlock(&e->knob_lock);
+		moem_eng_count_step(e, &st);
 		rs.total.step++;
 		rs.total.tokens += B;
 		rs.total.active += st.active;
@@ -332,6 +339,8 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		rs.total.step_ns += st.step_ns;
 		rs.total.cpu_experts += st.cpu_experts;
 		rs.total.cpu_ns += st.cpu_ns;
+		for (int p = 0; p < MOEM_PHASE_NR; p++)
+			rs.total.phase_ns[p] += st.phase_ns[p];
 		if (fn) {
 			ret = fn(arg, &st);
 			if (ret)

@@ -586,6 +586,40 @@ TEST_F(eng, prefetch_never_lowers_hit_rate)
 			}
 }
 
+static int phases_within_step(void *arg, const struct moem_step_stats *s)
+{
+	uint64_t sum = 0;
+
+	for (int p = 0; p < MOEM_PHASE_NR; p++)
+		sum += s->phase_ns[p];
+	*(uint32_t *)arg += sum > s->step_ns;
+	return 0;
+}
+
+/*
+ * The engine thread's phases (engine.h moem_phase): inside each step's
+ * time, the ones a run under a small HBM budget must pass through not
+ * empty, the CPU's empty without hybrid execution.
+ */
+TEST_F(eng, phases_account_for_the_layers)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_run_stats rs;
+	uint32_t over = 0;
+
+	o.hbm_budget = self->expert_bytes / 5;
+	ASSERT_EQ(0, run(_metadata, &o, &wl, phases_within_step, &over, &rs, NULL))
+	TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0u, over);
+	EXPECT_GT(rs.total.misses, 0u);
+	EXPECT_GT(rs.total.phase_ns[MOEM_PHASE_ROUTE], 0u);
+	EXPECT_GT(rs.total.phase_ns[MOEM_PHASE_ACQUIRE], 0u);
+	EXPECT_GT(rs.total.phase_ns[MOEM_PHASE_LAUNCH], 0u);
+	EXPECT_GT(rs.total.phase_ns[MOEM_PHASE_WAIT], rs.total.stall_ns / 2);
+	EXPECT_GT(rs.total.phase_ns[MOEM_PHASE_COMBINE], 0u);
+	EXPECT_EQ(0u, rs.total.phase_ns[MOEM_PHASE_CPU]);
+}
+
 TEST_F(eng, dense_and_shared_layers)
 {
 	struct moem_engine_opts o;

@@ -110,6 +110,8 @@ static void check_run(struct __test_metadata *_metadata, const struct moem_run_s
 	EXPECT_EQ(rs->total.active,
 		  rs->total.hits + rs->total.misses + rs->total.fallbacks + rs->total.cpu_experts);
 	EXPECT_GT(rs->total.cpu_experts, 0u);
+	/* the CPU's time is inside the engine thread's cpu phase (engine.h moem_phase) */
+	EXPECT_GE(rs->total.phase_ns[MOEM_PHASE_CPU], rs->total.cpu_ns);
 }
 
 TEST_F(hyb, cpu_moe_layers_same_outputs_and_never_in_hbm)

@@ -264,11 +264,40 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("cpu_call_ns", st->cpu_call_ns);
 	J_U64("cpu_experts", rs->total.cpu_experts);
 	J_U64("cpu_ns", rs->total.cpu_ns);
+	{
+		struct json_object *ph = json_object_new_object();
+
+		for (int p = 0; p < MOEM_PHASE_NR; p++)
+			json_object_object_add(ph, moem_phase_name(p),
+					       json_object_new_uint64(rs->total.phase_ns[p]));
+		json_object_object_add(o, "phase_ns", ph);
+	}
 	J_DBL("tokens_per_s", rs->tokens_per_s);
 	J_STR("digest", rs->digest_hex);
 	json_object_object_add(o, "stopped", json_object_new_boolean(rs->stopped));
 	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 	json_object_put(o);
+}
+
+/*
+ * The engine thread's time in MoE layers per step, by phase (engine.h
+ * moem_phase), the ones over 1% of the step; the rest of the step last.
+ */
+static void print_phases(const struct moem_run_stats *rs)
+{
+	const double n = rs->total.step ? (double)rs->total.step : 1.0;
+	uint64_t sum = 0;
+
+	if (!rs->total.step_ns)
+		return;
+	printf("  layers       ms per step:");
+	for (int p = 0; p < MOEM_PHASE_NR; p++) {
+		sum += rs->total.phase_ns[p];
+		if (rs->total.phase_ns[p] * 100 >= rs->total.step_ns)
+			printf(" %s %.3f,", moem_phase_name(p), rs->total.phase_ns[p] / n / 1e6);
+	}
+	printf(" rest of the step %.3f\n",
+	       (rs->total.step_ns - moem_min(sum, rs->total.step_ns)) / n / 1e6);
 }
 
 static void print_human(const struct run_args *a, const struct moem_run_stats *rs,
@@ -307,6 +336,7 @@ static void print_human(const struct run_args *a, const struct moem_run_stats *r
 	       moem_fmt_bytes(rs->total.bytes_h2d, b2, sizeof(b2)),
 	       moem_fmt_bytes(rs->total.bytes_d2h, b3, sizeof(b3)),
 	       (double)rs->total.stall_ns / 1e6, rs->stall_share * 100);
+	print_phases(rs);
 	printf("  speed        %.1f tokens/s, %.1f ms per step\n", rs->tokens_per_s,
 	       rs->total.step ? (double)rs->total.step_ns / rs->total.step / 1e6 : 0.0);
 	printf("  digest       %s%s\n", rs->digest_hex, rs->stopped ? " (stopped early)" : "");
