@@ -142,6 +142,54 @@ static int load_fixed(struct moem_engine *e)
 	return 0;
 }
 
+/*
+ * The host ends of the copies every layer and step makes (routing back,
+ * the pre-gate's logits, the resident mask up, the hidden state back), in
+ * one block pinned for the backend: a copy from pageable memory is
+ * synchronous on CUDA and one to it waits for the stream, so each of a
+ * layer's few readbacks would be a round trip of its own. Pinning is
+ * an optimisation: where the backend refuses it, pageable memory still works.
+ */
+static int host_mirrors(struct moem_engine *e)
+{
+	const uint64_t B = ENG_MAX_B, H = e->cfg->hidden, N = e->cfg->n_experts;
+	const uint64_t K = e->cfg->top_k;
+	struct {
+		void **p;
+		uint64_t bytes;
+	} a[] = {
+		{(void **)&e->h_host, B * H * 4},
+		{(void **)&e->logits_host, B * N * 4},
+		{(void **)&e->pg_logits_host, e->pg_depth ? B * N * 4 : 0},
+		{(void **)&e->ids_host, B * K * 4},
+		{(void **)&e->w_host, B * K * 4},
+		{(void **)&e->cnt_host, B * 4},
+		{(void **)&e->res_host, N},
+		{(void **)&e->counts_host, (uint64_t)e->n_moe * N * 4},
+	};
+	uint64_t at = 0;
+	int ret;
+
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(a); i++)
+		at += moem_align_up(a[i].bytes, 64);
+	e->host_bytes = moem_align_up(at, 4096);
+	e->host_blk = aligned_alloc(4096, e->host_bytes);
+	if (!e->host_blk)
+		return -ENOMEM;
+	memset(e->host_blk, 0, e->host_bytes);
+	at = 0;
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(a); i++) {
+		*a[i].p = a[i].bytes ? (uint8_t *)e->host_blk + at : NULL;
+		at += moem_align_up(a[i].bytes, 64);
+	}
+	ret = moem_be_host_register(e->be, e->host_blk, e->host_bytes);
+	if (ret)
+		moem_info("engine: host mirrors not pinned (%s): copies through pageable memory",
+			  moem_last_error());
+	e->host_reg = !ret;
+	return 0;
+}
+
 static int alloc_acts(struct moem_engine *e)
 {
 	const struct moem_model_config *c = e->cfg;
@@ -166,27 +214,16 @@ static int alloc_acts(struct moem_engine *e)
 	ret = moem_be_memset(e->be, e->counts, 0, (uint64_t)e->n_moe * N * 4, NULL);
 	if (ret)
 		return ret;
-	e->h_host = calloc(B * H, sizeof(float));
-	e->logits_host = calloc(B * N, sizeof(float));
 	if (e->pg_depth) {
 		ret = moem_be_alloc(e->be, B * N * 4, &e->pg_logits);
 		if (ret)
 			return ret;
-		e->pg_logits_host = calloc(B * N, sizeof(float));
 		e->pg_prob = calloc(N, sizeof(float));
 		e->pg_ids = calloc((size_t)e->pg_depth * B * K, sizeof(int32_t));
-		if (!e->pg_logits_host || !e->pg_prob || !e->pg_ids)
+		if (!e->pg_prob || !e->pg_ids)
 			return -ENOMEM;
 	}
-	e->ids_host = calloc(B * K, sizeof(int32_t));
-	e->w_host = calloc(B * K, sizeof(float));
-	e->cnt_host = calloc(B, sizeof(uint32_t));
-	e->res_host = calloc(N, 1);
-	e->counts_host = calloc((size_t)e->n_moe * N, sizeof(uint32_t));
-	if (!e->h_host || !e->logits_host || !e->ids_host || !e->w_host || !e->cnt_host ||
-	    !e->res_host || !e->counts_host)
-		return -ENOMEM;
-	return 0;
+	return host_mirrors(e);
 }
 
 static int pick_precisions(struct moem_engine *e)
@@ -521,6 +558,8 @@ void moem_engine_close(struct moem_engine *e)
 		}
 	}
 	moem_eng_hybrid_close(e);
+	if (e->host_reg)
+		moem_be_host_unregister(e->be, e->host_blk);
 	moem_pool_close(e->pool);
 	moem_backend_close(e->be);
 	moem_pack_close(e->pack);
@@ -528,16 +567,9 @@ void moem_engine_close(struct moem_engine *e)
 	free(e->norm);
 	free(e->shared);
 	free(e->dense);
-	free(e->h_host);
-	free(e->logits_host);
-	free(e->pg_logits_host);
+	free(e->host_blk);
 	free(e->pg_prob);
 	free(e->pg_ids);
-	free(e->ids_host);
-	free(e->w_host);
-	free(e->cnt_host);
-	free(e->res_host);
-	free(e->counts_host);
 	free(e->moe_layer);
 	free(e->moe_idx);
 	free(e->trace_path);

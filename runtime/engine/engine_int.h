@@ -61,6 +61,9 @@ struct moem_engine {
 
 	/* Activations (device) and their host mirrors. */
 	moem_dptr h, xb, logits, ids, w, cnt, out, shout, resident, counts;
+	void *host_blk; /* the host mirrors below in one block, pinned if host_reg */
+	uint64_t host_bytes;
+	bool host_reg;
 	float *h_host, *logits_host;
 	int32_t *ids_host;
 	float *w_host;
@@ -141,6 +144,7 @@ struct moem_engine {
 	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's, under knob_lock */
 	uint16_t *cpu_x; /* host bf16 [ENG_MAX_B][H]: the layer's FFN input */
 	float *cpu_out;	 /* host f32 [ENG_MAX_B][K][H]: CPU-computed rows */
+	bool cpu_reg;	 /* cpu_x's block (cpu_out too) pinned for the backend */
 };
 
 /* A step's stats into the engine's totals (moemd's status reads them). */

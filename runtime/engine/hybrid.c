@@ -111,16 +111,45 @@ static void executor_close(struct moem_engine *e)
 	moem_backend_close(e->cpu_be_own);
 	e->cpu_be_own = NULL;
 	e->cpu_be = NULL;
-	free(e->cpu_x);
-	free(e->cpu_out);
+	if (e->cpu_reg)
+		moem_be_host_unregister(e->be, e->cpu_x);
+	e->cpu_reg = false;
+	free(e->cpu_x); /* cpu_out is in the same block */
 	e->cpu_x = NULL;
 	e->cpu_out = NULL;
+}
+
+/*
+ * The executor's host buffers, the layer's inputs down and the CPU's rows
+ * up, in one block pinned for the device's backend, so that the rows go
+ * up as asynchronous copies (from pageable memory each copy would first
+ * wait for the device's stream) and the inputs come down in one round trip.
+ */
+static int executor_buffers(struct moem_engine *e)
+{
+	const uint64_t x = moem_align_up((uint64_t)ENG_MAX_B * e->cfg->hidden * 2, 4096);
+	const uint64_t bytes =
+		x + moem_align_up((uint64_t)ENG_MAX_B * e->cfg->top_k * e->cfg->hidden * 4, 4096);
+	uint8_t *blk = aligned_alloc(4096, bytes);
+	int ret;
+
+	if (!blk)
+		return -ENOMEM;
+	memset(blk, 0, bytes);
+	e->cpu_x = (void *)blk;
+	e->cpu_out = (void *)(blk + x);
+	ret = moem_be_host_register(e->be, blk, bytes);
+	if (ret)
+		moem_info("hybrid: the executor's buffers not pinned (%s): copies through "
+			  "pageable memory",
+			  moem_last_error());
+	e->cpu_reg = !ret;
+	return 0;
 }
 
 /* The CPU executor: its backend, host buffers and the cost model's figures. */
 static int executor_open(struct moem_engine *e)
 {
-	const struct moem_model_config *c = e->cfg;
 	struct moem_backend_opts bo = {.threads = e->o.threads, .isa = e->o.cpu_isa};
 	int ret;
 
@@ -133,10 +162,9 @@ static int executor_open(struct moem_engine *e)
 		if (ret)
 			return moem_err_prefix(-ret, "hybrid: the CPU executor's backend");
 		e->cpu_be = e->cpu_be_own;
-		e->cpu_x = aligned_alloc(256, (size_t)ENG_MAX_B * c->hidden * 2);
-		e->cpu_out = aligned_alloc(256, (size_t)ENG_MAX_B * c->top_k * c->hidden * 4);
-		if (!e->cpu_x || !e->cpu_out)
-			return -ENOMEM;
+		ret = executor_buffers(e);
+		if (ret)
+			return ret;
 	}
 	if (e->o.cpu_gbps > 0) {
 		e->xcost.cpu_gbps = e->o.cpu_gbps;

@@ -135,6 +135,9 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 			ret = moem_be_htod(e->be, e->w, e->w_host, sizeof(float) * B * K, NULL);
 		if (!ret)
 			ret = moem_be_htod(e->be, e->cnt, e->cnt_host, sizeof(uint32_t) * B, NULL);
+		/* the next layer rewrites the (pinned) mirrors: the copies read them first */
+		if (!ret)
+			ret = moem_be_stream_sync(e->be, NULL);
 		return ret;
 	} else {
 		struct moem_router_args ra = {B, c->hidden, N, e->xb, e->gate[m], e->logits};
@@ -161,6 +164,8 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 			a.resident = e->resident;
 			moem_tiers_resident_mask(e->tiers, m, e->res_host);
 			ret = moem_be_htod(e->be, e->resident, e->res_host, N, NULL);
+			if (!ret) /* as above: res_host is rewritten next layer */
+				ret = moem_be_stream_sync(e->be, NULL);
 			if (ret)
 				return ret;
 			break;
