@@ -62,14 +62,16 @@ rm -rf "$OUT/run-model" "$OUT/run.moem"
 "$MOEM" pack --model "$OUT/run-model" --out "$OUT/run.moem" --precisions bf16 >/dev/null 2>&1
 rm -rf "$OUT/run-model"
 
-# One run: "tokens_per_s cpu_experts active bytes_h2d steps cpu_gbps"
-one() { # batch steps extra options...
-	b=$1
-	n=$2
-	shift 2
+# One run: "tokens_per_s cpu_experts active bytes_h2d steps cpu_gbps"; its
+# JSON line is kept in $OUT/run-TAG.jsonl (TAG: x or h, and the batch).
+one() { # tag batch steps extra options...
+	tag=$1
+	b=$2
+	n=$3
+	shift 3
 	"$MOEM" run --pack "$OUT/run.moem" --backend "$BACKEND" --hbm 25% --batch "$b" \
 		--steps "$n" --link-gbps "$LINK" --calibration "$CAL" --json --quiet "$@" |
-		tr ',' '\n' | awk -F':' '
+		tee -a "$OUT/run-$tag.jsonl" | tr ',' '\n' | awk -F':' '
 		/"tokens_per_s"/ { t = $2 } /"cpu_experts"/ { c = $2 } /"hits"/ { h = $2 }
 		/"misses"/ { m = $2 } /"fallbacks"/ { f = $2 } /"bytes_h2d"/ { x = $2 }
 		/"steps"/ { s = $2 } /"cpu_gbps"/ { g = $2 }
@@ -79,18 +81,53 @@ one() { # batch steps extra options...
 # The median line (by tokens/s) of what is on stdin.
 median() { sort -g | awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }'; }
 
+# Where the engine thread's time went (moem run's phase_ns, engine.h
+# moem_phase), ms per step over every run of a mode: one table row.
+PHASES="route policy split acquire lookahead launch cpu wait combine after"
+phase_row() { # label batch jsonl
+	awk -v label="$1" -v b="$2" -v names="$PHASES" '
+		{
+			if (match($0, /"phase_ns":\{[^}]*\}/)) {
+				n = split(substr($0, RSTART + 12, RLENGTH - 13), kv, ",")
+				for (i = 1; i <= n; i++) {
+					split(kv[i], p, ":")
+					gsub(/"/, "", p[1])
+					ph[p[1]] += p[2]
+					all += p[2]
+				}
+			}
+			if (match($0, /"steps":[0-9]+/))
+				steps += substr($0, RSTART + 8, RLENGTH - 8)
+			if (match($0, /"step_ns":[0-9]+/))
+				total += substr($0, RSTART + 10, RLENGTH - 10)
+		}
+		END {
+			if (!steps)
+				exit
+			printf "| %d | %s |", b, label
+			k = split(names, nm, " ")
+			for (i = 1; i <= k; i++)
+				printf " %.3f |", ph[nm[i]] / steps / 1e6
+			printf " %.3f | %.3f |\n", (total - all) / steps / 1e6, total / steps / 1e6
+		}' "$3"
+}
+
 rows=""
+phases=""
 for b in 1 8; do
 	n=$STEPS_B1
 	[ "$b" = 8 ] && n=$STEPS_B8
 	: >"$OUT/run-x$b" && : >"$OUT/run-h$b"
+	: >"$OUT/run-x$b.jsonl" && : >"$OUT/run-h$b.jsonl"
 	r=0
 	while [ "$r" -lt "$REPS" ]; do
 		echo "bench-hybrid-run: batch $b, run $((r + 1)) of $REPS" >&2
-		one "$b" "$n" >>"$OUT/run-x$b"
-		one "$b" "$n" --exec hybrid >>"$OUT/run-h$b"
+		one "x$b" "$b" "$n" >>"$OUT/run-x$b"
+		one "h$b" "$b" "$n" --exec hybrid >>"$OUT/run-h$b"
 		r=$((r + 1))
 	done
+	phases="$phases$(phase_row transfer-only "$b" "$OUT/run-x$b.jsonl")\n"
+	phases="$phases$(phase_row hybrid "$b" "$OUT/run-h$b.jsonl")\n"
 	x=$(median <"$OUT/run-x$b")
 	h=$(median <"$OUT/run-h$b")
 	xr=$(sort -g "$OUT/run-x$b" | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }')
@@ -137,6 +174,15 @@ sect=$(mktemp)
 	echo "| batch | steps | transfer-only tokens/s | hybrid tokens/s | hybrid / transfer-only (medians) | experts on the CPU | MiB to HBM per step (xfer / hybrid) | CPU GB/s measured |"
 	echo "| --: | --: | --: | --: | --: | --: | --: | --: |"
 	printf '%b' "$rows"
+	echo
+	echo "Where the engine thread's time went, in ms per step over all the runs of a"
+	echo "mode (\`moem run --json\`'s \`phase_ns\`, Documentation/engine.md \"Where a"
+	echo "step's time goes\"): the MoE layers' phases on the host clock, then the rest"
+	echo "of the step (attention, dense layers, the hidden state back) and the step."
+	echo
+	echo "| batch | mode | $(echo "$PHASES" | sed 's/ / | /g') | rest | step |"
+	echo "| --: | --- |$(echo "$PHASES" | awk '{ for (i = 1; i <= NF; i++) printf " --: |" }') --: | --: |"
+	printf '%b' "$phases"
 	echo "$END"
 } >"$sect"
 
