@@ -182,6 +182,12 @@ int moem_be_dtod(struct moem_backend *be, moem_dptr dst, moem_dptr src, uint64_t
  */
 int moem_be_host_register(struct moem_backend *be, void *p, uint64_t bytes);
 int moem_be_host_unregister(struct moem_backend *be, void *p);
+/*
+ * Work for this backend's host threads is coming soon: the CPU backend's
+ * sleeping workers start polling, so that their wake-up overlaps what the
+ * caller does before it submits. A hint: nothing on other backends.
+ */
+void moem_be_wake(struct moem_backend *be);
 
 /* Streams. Destroying a stream waits for its work first. */
 int moem_be_stream_create(struct moem_backend *be, struct moem_stream **out);

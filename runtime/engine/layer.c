@@ -337,6 +337,9 @@ static int split_cpu(struct layer_ctx *c)
 		cpu_unpin(c);
 		return ret;
 	}
+	if (n_cpu && e->cpu_be != e->be)
+		/* the CPU pool's workers wake while the device's work is issued */
+		moem_be_wake(e->cpu_be);
 	if (n_cpu)
 		ret = moem_eng_cpu_inputs(e, c->B);
 	if (ret)

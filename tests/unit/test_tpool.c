@@ -4,7 +4,8 @@
  * item of every job runs exactly once and the job is complete when
  * moem_tpool_run() returns, for 1..8 workers, many jobs back to back
  * (the hand-over spins) and with the spin off (every hand-over through
- * the condition variables), and for jobs whose items go to NUMA nodes.
+ * the condition variables), for jobs whose items go to NUMA nodes, and
+ * with workers woken ahead of jobs (moem_tpool_wake()).
  * No timing: a lost wake-up would hang a job, which the suite's timeout
  * reports; a lost or doubled item is counted.
  */
@@ -109,6 +110,33 @@ TEST(node_items_on_their_node)
 		run_jobs(_metadata, p, 4, 1000, inode, wnode);
 		moem_tpool_destroy(p);
 	}
+}
+
+/*
+ * moem_tpool_wake() between jobs, before a job, twice in a row and right
+ * before the pool goes: woken workers poll and sleep again without taking
+ * a job twice or missing one, with either hand-over (spin 0: they go back
+ * to sleep at once).
+ */
+TEST(wake_between_jobs)
+{
+	for (uint32_t n = 1; n <= 4; n++)
+		for (int spin = 0; spin < 2; spin++) {
+			struct moem_tpool *p;
+
+			ASSERT_EQ(0, moem_tpool_create(n, NULL, &p));
+			moem_tpool_set_spin(p, spin ? MOEM_TPOOL_SPIN_NS : 0);
+			for (int k = 0; k < 100; k++) {
+				if (k % 3)
+					moem_tpool_wake(p);
+				if (k % 5 == 0)
+					moem_tpool_wake(p);
+				/* jobs of 1, 6, 3, 1 and 150 items */
+				run_jobs(_metadata, p, n, 5, NULL, NULL);
+			}
+			moem_tpool_wake(p);
+			moem_tpool_destroy(p);
+		}
 }
 
 /* A pool destroyed right after it is made, and after one job, with either hand-over. */

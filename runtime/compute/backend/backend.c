@@ -217,6 +217,12 @@ int moem_be_host_unregister(struct moem_backend *be, void *p)
 	return be->ops->host_unregister(be, p);
 }
 
+void moem_be_wake(struct moem_backend *be)
+{
+	if (!moem_backend_fatal(be) && be->ops->wake)
+		be->ops->wake(be);
+}
+
 int moem_be_stream_create(struct moem_backend *be, struct moem_stream **out)
 {
 	*out = NULL;

@@ -29,6 +29,7 @@ struct moem_backend_ops {
 		    struct moem_stream *s);
 	int (*host_register)(struct moem_backend *be, void *p, uint64_t bytes);
 	int (*host_unregister)(struct moem_backend *be, void *p);
+	void (*wake)(struct moem_backend *be); /* optional: moem_be_wake() */
 
 	int (*stream_create)(struct moem_backend *be, struct moem_stream **out);
 	void (*stream_destroy)(struct moem_backend *be, struct moem_stream *s);

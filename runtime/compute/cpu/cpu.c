@@ -121,6 +121,11 @@ static int cpu_host_unregister(struct moem_backend *be, void *p)
 	return 0;
 }
 
+static void cpu_wake(struct moem_backend *be)
+{
+	moem_tpool_wake(cpu_of(be)->pool);
+}
+
 static int cpu_stream_create(struct moem_backend *be, struct moem_stream **out)
 {
 	struct cpu_stream *s = calloc(1, sizeof(*s));
@@ -207,6 +212,7 @@ static const struct moem_backend_ops cpu_ops = {
 	.dtoh = cpu_dtoh,
 	.dtod = cpu_dtod,
 	.host_register = cpu_host_register,
+	.wake = cpu_wake,
 	.host_unregister = cpu_host_unregister,
 	.stream_create = cpu_stream_create,
 	.stream_destroy = cpu_stream_destroy,

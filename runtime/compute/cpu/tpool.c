@@ -47,6 +47,7 @@ struct moem_tpool {
 	atomic_uint busy;	  /* workers still in the current job */
 	atomic_int stop;
 	uint32_t sleepers;	      /* workers waiting on go, under lock */
+	uint64_t wake_gen;	      /* moem_tpool_wake() calls, under lock */
 	int waiting;		      /* the caller waits on done, under lock */
 	atomic_uint_fast64_t spin_ns; /* how long either side polls before it sleeps */
 	/* the current job: lists[0..n_nodes) per node, lists[n_nodes] for anyone */
@@ -139,6 +140,8 @@ static void *worker_main(void *v)
 	free(v);
 	for (;;) {
 		if (!spin_until(p, job_posted, seen)) {
+			bool woken;
+
 			/*
 			 * gen and stop change before the caller takes the lock
 			 * to look at sleepers, so one read here under the lock
@@ -146,10 +149,13 @@ static void *worker_main(void *v)
 			 */
 			pthread_mutex_lock(&p->lock);
 			p->sleepers++;
-			while (!job_posted(p, seen))
+			for (uint64_t w = p->wake_gen; !job_posted(p, seen) && p->wake_gen == w;)
 				pthread_cond_wait(&p->go, &p->lock);
 			p->sleepers--;
+			woken = !job_posted(p, seen);
 			pthread_mutex_unlock(&p->lock);
+			if (woken)
+				continue; /* moem_tpool_wake(): poll for the job coming */
 		}
 		if (atomic_load(&p->stop))
 			break;
@@ -286,6 +292,16 @@ uint32_t moem_tpool_nodes(const struct moem_tpool *p)
 uint32_t moem_tpool_pinned(const struct moem_tpool *p)
 {
 	return p->pinned;
+}
+
+void moem_tpool_wake(struct moem_tpool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	if (p->sleepers) {
+		p->wake_gen++;
+		pthread_cond_broadcast(&p->go);
+	}
+	pthread_mutex_unlock(&p->lock);
 }
 
 void moem_tpool_set_spin(struct moem_tpool *p, uint64_t ns)

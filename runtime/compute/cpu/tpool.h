@@ -46,6 +46,14 @@ uint32_t moem_tpool_pinned(const struct moem_tpool *p);
  */
 #define MOEM_TPOOL_SPIN_NS 100000u
 void moem_tpool_set_spin(struct moem_tpool *p, uint64_t ns);
+/*
+ * Workers asleep start polling for a job again, for spin_ns, as after a
+ * job: a caller that knows a job is coming soon (a layer's CPU experts,
+ * decided before the device's work is issued) calls it first, so the
+ * wake-up (tens of microseconds through the futex, more in a VM) passes
+ * while it does that work instead of inside the job. Returns at once.
+ */
+void moem_tpool_wake(struct moem_tpool *p);
 /* The node worker w belongs to. */
 uint32_t moem_tpool_worker_node(const struct moem_tpool *p, uint32_t w);
 /*
