@@ -78,4 +78,12 @@ int moem_parse_size(const char *s, const uint64_t *pct_of, uint64_t *out);
 /* Format bytes as "1.50 GiB" into buf (at least 32 bytes); returns buf. */
 char *moem_fmt_bytes(uint64_t bytes, char *buf, size_t len);
 
+/*
+ * Rearrange idx[0..n) (distinct indices into key) so that its first k
+ * entries are the k that rank first by key descending, ties by the lower
+ * index (in no particular order among them): the set the first k of a
+ * sort by that order hold, in O(n) expected time instead of a sort.
+ */
+void moem_select_top(uint32_t *idx, uint32_t n, uint32_t k, const float *key);
+
 #endif /* MOEM_UTIL_H */

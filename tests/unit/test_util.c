@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only
-/* Size parsing, budget knob parsing/validation, error messages. */
+/* Size parsing, budget knob parsing/validation, error messages, top-k selection. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <moem/dev.h>
 #include <moem/error.h>
+#include <moem/rng.h>
 #include <moem/util.h>
 
 #include "kselftest_harness.h"
@@ -71,6 +73,68 @@ TEST(error_messages)
 	EXPECT_STREQ("shard 2: tensor w1 missing", moem_last_error());
 	moem_clear_error();
 	EXPECT_STREQ(strerror(EIO), moem_strerror(-EIO));
+}
+
+static const float *sort_key;
+
+static int by_key(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	if (sort_key[x] != sort_key[y])
+		return sort_key[x] > sort_key[y] ? -1 : 1;
+	return x < y ? -1 : 1;
+}
+
+/*
+ * moem_select_top() against a sort in the same order: the same set in
+ * the first k, the rest after, for every k, on keys with many ties,
+ * all equal, sorted either way, and from a shuffled start.
+ */
+TEST(select_top_is_the_sorts_first_k)
+{
+	enum { N = 67 };
+	static float key[N];
+	static uint32_t idx[N], ref[N];
+	struct moem_rng r;
+
+	moem_rng_seed(&r, 11, 0);
+	for (int trial = 0; trial < 400; trial++) {
+		uint32_t n = 1 + (uint32_t)moem_rng_below(&r, N),
+			 k = (uint32_t)moem_rng_below(&r, n + 1);
+
+		for (uint32_t i = 0; i < n; i++) {
+			switch (trial % 4) {
+			case 0: /* few distinct values: many ties */
+				key[i] = (float)moem_rng_below(&r, 4);
+				break;
+			case 1:
+				key[i] = 1.0f; /* all tied: the lowest indices */
+				break;
+			case 2:
+				key[i] = (float)(trial % 8 < 4 ? i : n - i); /* sorted */
+				break;
+			default:
+				key[i] = (float)moem_rng_below(&r, 1000) / 7.0f;
+			}
+			idx[i] = ref[i] = i;
+		}
+		for (uint32_t i = n; i > 1; i--) { /* shuffle idx */
+			uint32_t j = (uint32_t)moem_rng_below(&r, i), t = idx[i - 1];
+
+			idx[i - 1] = idx[j];
+			idx[j] = t;
+		}
+		sort_key = key;
+		qsort(ref, n, sizeof(ref[0]), by_key);
+		moem_select_top(idx, n, k, key);
+		qsort(idx, k, sizeof(idx[0]), by_key);
+		qsort(idx + k, n - k, sizeof(idx[0]), by_key);
+		for (uint32_t i = 0; i < n; i++) {
+			ASSERT_EQ(ref[i], idx[i])
+			TH_LOG("trial %d, n %u, k %u, at %u", trial, n, k, i);
+		}
+	}
 }
 
 TEST_HARNESS_MAIN

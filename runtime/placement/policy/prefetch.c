@@ -337,7 +337,13 @@ static double recall(struct moem_prefetch *pf, const float *v, const float *actu
 	}
 	if (!tot)
 		return 0.0;
-	qsort_r(pf->idx, pf->N, sizeof(uint32_t), cmp_desc, pf->q);
+	/*
+	 * Only which experts rank in the first tot counts, not their order:
+	 * a selection, not a sort (this runs for every source at every layer;
+	 * the sort was most of the predictor's time). cmp_desc is a strict
+	 * total order, so the set is the one the sort gave.
+	 */
+	moem_select_top(pf->idx, pf->N, tot, pf->q);
 	for (uint32_t i = 0; i < tot; i++)
 		hit += actual[pf->idx[i]] > 0;
 	return (double)hit / tot;
