@@ -191,6 +191,99 @@ TEST(lru2_levels)
 	moem_evict_destroy(ev);
 }
 
+/*
+ * lru2's victim against a brute-force reference of its rule over every
+ * member: among low keys (out of the recency window W, not predicted,
+ * not of the next S layers) that the caller allows, the one whose layer
+ * runs again last, the least recently used of those; with none and no
+ * LOW_ONLY, the least recently used allowed key. Random inserts, uses,
+ * removals, predictions, pins and horizons, several keys a tick.
+ */
+TEST(lru2_matches_reference)
+{
+	enum { L = 6, N = 5, KEYS = L * N };
+	struct moem_rng r;
+
+	moem_rng_seed(&r, 5, 0);
+	for (int trial = 0; trial < 8; trial++) {
+		struct moem_evict *ev = mk(_metadata, MOEM_EVICT_LRU2, L, N);
+		uint64_t seq[KEYS] = {0}, last[KEYS] = {0}, pred[KEYS] = {0}, n = 0;
+		uint8_t mem[KEYS] = {0}, pin[KEYS];
+		uint32_t S = (uint32_t)trial % 3;
+
+		ASSERT_NE(NULL, ev);
+		moem_evict_set_horizon(ev, S);
+		for (uint64_t pos = 1; pos < 3000; pos += moem_rng_below(&r, 4) == 0) {
+			uint32_t k = moem_rng_below(&r, KEYS), got, v = UINT32_MAX, vd = 0;
+			uint32_t f = UINT32_MAX;
+			unsigned flags = moem_rng_below(&r, 2) ? MOEM_EVICT_LOW_ONLY : 0;
+			const uint32_t cur = (uint32_t)(pos % L);
+			int ret;
+
+			switch (moem_rng_below(&r, 6)) {
+			case 0:
+			case 1:
+				if (!mem[k]) {
+					moem_evict_insert(ev, k, pos);
+					mem[k] = 1;
+					last[k] = pos;
+					seq[k] = ++n;
+				}
+				break;
+			case 2: {
+				uint64_t until = pos + moem_rng_below(&r, 8);
+
+				moem_evict_predict(ev, k, until);
+				if (until + 1 > pred[k])
+					pred[k] = until + 1;
+				break;
+			}
+			case 3:
+				moem_evict_remove(ev, k);
+				if (mem[k]) /* a prediction goes with the member */
+					pred[k] = 0;
+				mem[k] = 0;
+				break;
+			default:
+				moem_evict_access(ev, k, pos);
+				if (mem[k]) {
+					last[k] = pos;
+					seq[k] = ++n;
+				}
+			}
+			for (uint32_t i = 0; i < KEYS; i++)
+				pin[i] = moem_rng_below(&r, 5) == 0;
+			for (uint32_t i = 0; i < KEYS; i++) {
+				uint32_t l = i / N, d = (l + L - cur) % L, dist = d ? d : L;
+
+				if (!mem[i] || pin[i] || last[i] + 2 > pos || pred[i] > pos ||
+				    (d >= 1 && d <= S))
+					continue;
+				if (v == UINT32_MAX || dist > vd ||
+				    (dist == vd && seq[i] < seq[v])) {
+					v = i;
+					vd = dist;
+				}
+			}
+			/* none low: the least recently used allowed key, unless LOW_ONLY */
+			for (uint32_t i = 0; v == UINT32_MAX && !flags && i < KEYS; i++)
+				if (mem[i] && !pin[i] && (f == UINT32_MAX || seq[i] < seq[f]))
+					f = i;
+			if (v == UINT32_MAX)
+				v = f;
+			ret = moem_evict_victim(ev, pos, flags, not_pinned, pin, &got);
+			if (v == UINT32_MAX) {
+				ASSERT_EQ(-ENOENT, ret) TH_LOG("pos %llu", (unsigned long long)pos);
+				continue;
+			}
+			ASSERT_EQ(0, ret) TH_LOG("pos %llu", (unsigned long long)pos);
+			ASSERT_EQ(v, got)
+			TH_LOG("trial %d pos %llu S %u", trial, (unsigned long long)pos, S);
+		}
+		moem_evict_destroy(ev);
+	}
+}
+
 /* Exhaustive best schedule for tiny logs: max hits over every eviction choice. */
 static int best(const struct moem_access_log *log, uint64_t p, uint32_t i, uint32_t mask,
 		uint32_t slots, int *memo)
