@@ -49,6 +49,7 @@ struct moem_prefetch {
 	bool planned_any;
 	float *chainv; /* [hops + 1][N] */
 	float *v, *tmp, *q;
+	float *fh; /* [N] scratch: fhat() of one layer */
 	uint32_t *idx;
 };
 
@@ -149,10 +150,11 @@ int moem_prefetch_create(const struct moem_prefetch_cfg *c, struct moem_prefetch
 	pf->v = malloc(N * sizeof(float));
 	pf->tmp = malloc(N * sizeof(float));
 	pf->q = malloc(N * sizeof(float));
+	pf->fh = malloc(N * sizeof(float));
 	pf->idx = malloc(N * sizeof(uint32_t));
 	if ((pf->tables && (!pf->C || !pf->T || !pf->Rc || !pf->Rt)) || !pf->freq || !pf->fsum ||
 	    !pf->sets || !pf->ntok || !pf->obs_pos || !pf->vt || !pf->vp || !pf->rho || !pf->pg ||
-	    !pf->pg_pos || !pf->pg_dist || !pf->chainv || !pf->v || !pf->tmp || !pf->q ||
+	    !pf->pg_pos || !pf->pg_dist || !pf->chainv || !pf->v || !pf->tmp || !pf->q || !pf->fh ||
 	    !pf->idx) {
 		moem_prefetch_destroy(pf);
 		return -ENOMEM;
@@ -196,6 +198,7 @@ void moem_prefetch_destroy(struct moem_prefetch *pf)
 	free(pf->v);
 	free(pf->tmp);
 	free(pf->q);
+	free(pf->fh);
 	free(pf->idx);
 	free(pf);
 }
@@ -213,6 +216,14 @@ static float fhat(const struct moem_prefetch *pf, uint32_t m, uint32_t e)
 	return s > 0 ? pf->freq[(size_t)m * pf->N + e] / s : 1.0f / pf->N;
 }
 
+/* fhat(m, e) for every e into pf->fh: the loops below take it N times a token. */
+static const float *fhat_row(struct moem_prefetch *pf, uint32_t m)
+{
+	for (uint32_t e = 0; e < pf->N; e++)
+		pf->fh[e] = fhat(pf, m, e);
+	return pf->fh;
+}
+
 /*
  * out = in through table X (rows of layer m, towards layer `to`):
  * P(e'|e) = (X[e][e'] + PRIOR * K * fhat(to, e')) / (R[e] + PRIOR * K).
@@ -222,6 +233,7 @@ static void propagate(struct moem_prefetch *pf, const float *X, const float *R, 
 {
 	const uint32_t N = pf->N;
 	const float pk = PRIOR * pf->K;
+	const float *fh = fhat_row(pf, to);
 	double prior_mass = 0;
 
 	memset(out, 0, N * sizeof(float));
@@ -244,7 +256,7 @@ static void propagate(struct moem_prefetch *pf, const float *X, const float *R, 
 		}
 	}
 	for (uint32_t f = 0; f < N; f++)
-		out[f] += (float)(prior_mass * fhat(pf, to, f));
+		out[f] += (float)(prior_mass * fh[f]);
 }
 
 /*
@@ -261,6 +273,7 @@ static void noisy_or(struct moem_prefetch *pf, const float *X, const float *R, u
 	const uint32_t N = pf->N, K = pf->K;
 	const float pk = PRIOR * K;
 	float *miss = pf->q; /* scratch: product of (1 - p) for one token */
+	const float *fh = fhat_row(pf, to);
 
 	memset(out, 0, N * sizeof(float));
 	for (uint32_t t = 0; t < pf->ntok[m]; t++) {
@@ -273,8 +286,7 @@ static void noisy_or(struct moem_prefetch *pf, const float *X, const float *R, u
 			float a = pf->tables ? K / (R[(size_t)m * N + set[j]] + pk) : 0.0f;
 
 			for (uint32_t f = 0; f < N; f++) {
-				float p = pf->tables ? a * (row[f] + pk * fhat(pf, to, f))
-						     : K * fhat(pf, to, f);
+				float p = pf->tables ? a * (row[f] + pk * fh[f]) : K * fh[f];
 
 				miss[f] *= p >= 1.0f ? 0.0f : 1.0f - p;
 			}
