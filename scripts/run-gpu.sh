@@ -24,7 +24,8 @@
 #              decode tokens/s at batch 1 and 8, all-resident and 25% HBM,
 #              against PyTorch's eager decode of the same model (decode_bench),
 #              hybrid CPU/GPU experts against transfer-only at 25% HBM
-#              (hybrid_run, OUTDIR/hybrid.md)
+#              (hybrid_run, OUTDIR/hybrid.md; hybrid_run_4x128 on 4 x 128
+#              experts, OUTDIR/hybrid-4x128/hybrid.md)
 #   --all      both, interleaved so the most telling run first (default)
 #   --profile  Nsight Compute (ncu, when the toolkit has it) on one launch
 #              of each of a few kernels inside bench_kernels: speed of
@@ -258,6 +259,12 @@ else
 	# transfer-only against --exec hybrid (writes OUTDIR/hybrid.md).
 	want bench && phase hybrid_run 150 env MOEM="$moem" OUT="$MOEM_BENCH_DIR/hybrid" DOC="$out" \
 		BACKEND=cuda REPS=3 COMMIT="$bundle_info" "$here/bench/sim/hybrid_run.sh"
+	# The same on 4 layers of 128 experts, where batch 1 fell to half of
+	# transfer-only in the sixth GPU session (OUTDIR/hybrid-4x128/hybrid.md,
+	# with where the engine thread's time went).
+	want bench && phase hybrid_run_4x128 150 env MOEM="$moem" OUT="$MOEM_BENCH_DIR/hybrid4" \
+		DOC="$out/hybrid-4x128" LAYERS=4 EXPERTS=128 BACKEND=cuda REPS=3 \
+		COMMIT="$bundle_info" "$here/bench/sim/hybrid_run.sh"
 	want bench && phase sync_step 90 "$R/sync_step.sh" cuda
 	want bench && phase uvm_vs_vmm 120 "$R/uvm.sh" cuda
 	if want tests; then
