@@ -332,6 +332,8 @@ struct moem_engine_status {
 	char cpu_from[16]; /* where cpu_gbps came from: "given", "cache", "measured" ("" off) */
 	uint64_t cpu_experts, cpu_ns;
 	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's */
+	/* since the engine opened: steps' time and the engine thread's phases in it */
+	uint64_t step_ns, phase_ns[MOEM_PHASE_NR];
 	/* UVM mode: prefetches issued to the driver (tierdev.h) */
 	uint64_t uvm_prefetches, uvm_prefetch_bytes;
 	/* What the backend runs on (moem_backend_get_info): its device

@@ -958,6 +958,8 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
 	st->cpu_ns = e->total.cpu_ns;
 	st->last_cpu_experts = e->last_cpu_experts;
 	st->last_cpu_ns = e->last_cpu_ns;
+	st->step_ns = e->total.step_ns;
+	memcpy(st->phase_ns, e->total.phase_ns, sizeof(st->phase_ns));
 	/* a pending live change shows as set (applied at the next layer boundary) */
 	st->exec_hybrid = e->hyb_dirty ? e->hyb_exec : e->o.exec_hybrid;
 	st->cpu_moe_layers = e->hyb_dirty ? e->hyb_layers : e->o.cpu_moe_layers;

@@ -779,6 +779,10 @@ TEST_F(d, hybrid_switches_live)
 	EXPECT_GT(json_object_get_double(dmn_get(r, "counters.cpu_experts_per_step")), 0);
 	EXPECT_GT(json_object_get_double(dmn_get(r, "counters.cpu_ns_per_step")), 0);
 	EXPECT_NE(NULL, dmn_get(r, "counters.cpu_experts_last_step"));
+	/* where the engine thread's time went, within the steps' */
+	EXPECT_GT(dmn_u64(r, "counters.phase_ns.cpu"), 0u);
+	EXPECT_GE(dmn_u64(r, "counters.phase_ns.cpu"), dmn_u64(r, "counters.cpu_ns"));
+	EXPECT_GT(dmn_u64(r, "counters.step_ns"), dmn_u64(r, "counters.phase_ns.route"));
 	json_object_put(r);
 
 	/* refused, with the reason; nothing changes */
