@@ -29,6 +29,29 @@ static void print_duration(const char *label, uint64_t ns)
 		printf("%s%.1fs", label, (double)ns / 1e9);
 }
 
+/*
+ * The engine thread's phases of its MoE layers (moemd status counters
+ * phase_ns, engine.h moem_phase) in ms per step, the ones over 1% of the
+ * steps' time; nothing from a moemd without them or before a step.
+ */
+static void print_phases(struct json_object *c)
+{
+	struct json_object *ph = jobj(c, "phase_ns");
+	uint64_t steps = ju64(c, "steps"), total = ju64(c, "step_ns");
+
+	if (!ph || !steps || !total)
+		return;
+	printf("layers    ms per step:");
+	json_object_object_foreach(ph, name, v)
+	{
+		uint64_t ns = (uint64_t)json_object_get_int64(v);
+
+		if (ns * 100 >= total)
+			printf(" %s %.3f,", name, (double)ns / (double)steps / 1e6);
+	}
+	printf(" of a %.3f ms step\n", (double)total / (double)steps / 1e6);
+}
+
 static void print_budgets(const char *label, struct json_object *b)
 {
 	const char *sep = "";
@@ -185,6 +208,7 @@ void print_status(struct json_object *st)
 		       (unsigned long long)ju64(c, "dram_hits"),
 		       (unsigned long long)ju64(c, "dram_misses"), bytes(ju64(c, "bytes_nvme"), a),
 		       bytes(ju64(c, "bytes_h2d"), b));
+		print_phases(c);
 	}
 	if (pol) {
 		printf("policies  route %s, evict %s, prefetch %s", jstr(pol, "route"),
