@@ -149,7 +149,13 @@ struct moem_decode_stats {
 	uint64_t graph_steps, graph_captures;
 	/* hybrid execution: (layer, expert) pairs computed on the CPU, its time */
 	uint64_t cpu_experts, cpu_ns;
+	/* of moe_ns: the engine thread's phases of the MoE layers (engine.h
+	 * moem_phase); a step planned on the device has none */
+	uint64_t phase_ns[MOEM_PHASE_NR];
 };
+
+/* a += b, every counter (steps, tokens, times, phases). */
+void moem_decode_stats_add(struct moem_decode_stats *a, const struct moem_decode_stats *b);
 
 struct moem_kv_usage {
 	uint32_t block_tokens;

@@ -736,26 +736,7 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 	st.steps = 1;
 	st.step_ns = moem_now_ns() - s0;
 	pthread_mutex_lock(&d->lock);
-	d->total.steps++;
-	d->total.prefill_tokens += st.prefill_tokens;
-	d->total.decode_tokens += st.decode_tokens;
-	d->total.sampled += st.sampled;
-	d->total.step_ns += st.step_ns;
-	d->total.attn_ns += st.attn_ns;
-	d->total.moe_ns += st.moe_ns;
-	d->total.wait_ns += st.wait_ns;
-	d->total.head_ns += st.head_ns;
-	d->total.device_ns += st.device_ns;
-	d->total.hits += st.hits;
-	d->total.misses += st.misses;
-	d->total.fallbacks += st.fallbacks;
-	d->total.bytes_nvme += st.bytes_nvme;
-	d->total.bytes_h2d += st.bytes_h2d;
-	d->total.device_steps += st.device_steps;
-	d->total.graph_steps += st.graph_steps;
-	d->total.graph_captures += st.graph_captures;
-	d->total.cpu_experts += st.cpu_experts;
-	d->total.cpu_ns += st.cpu_ns;
+	moem_decode_stats_add(&d->total, &st);
 	pthread_mutex_unlock(&d->lock);
 	if (stats)
 		*stats = st;
@@ -791,6 +772,32 @@ void moem_decoder_kv_usage(struct moem_decoder *d, struct moem_kv_usage *u)
 			u->blocks_used += blocks_for(d, d->seqs[i].n_cached);
 	pthread_mutex_unlock(&d->lock);
 	u->used_bytes = u->blocks_used * u->block_bytes;
+}
+
+void moem_decode_stats_add(struct moem_decode_stats *a, const struct moem_decode_stats *b)
+{
+	a->steps += b->steps;
+	a->prefill_tokens += b->prefill_tokens;
+	a->decode_tokens += b->decode_tokens;
+	a->sampled += b->sampled;
+	a->step_ns += b->step_ns;
+	a->attn_ns += b->attn_ns;
+	a->moe_ns += b->moe_ns;
+	a->wait_ns += b->wait_ns;
+	a->head_ns += b->head_ns;
+	a->device_ns += b->device_ns;
+	a->hits += b->hits;
+	a->misses += b->misses;
+	a->fallbacks += b->fallbacks;
+	a->bytes_nvme += b->bytes_nvme;
+	a->bytes_h2d += b->bytes_h2d;
+	a->device_steps += b->device_steps;
+	a->graph_steps += b->graph_steps;
+	a->graph_captures += b->graph_captures;
+	a->cpu_experts += b->cpu_experts;
+	a->cpu_ns += b->cpu_ns;
+	for (int p = 0; p < MOEM_PHASE_NR; p++)
+		a->phase_ns[p] += b->phase_ns[p];
 }
 
 void moem_decoder_stats(struct moem_decoder *d, struct moem_decode_stats *s)

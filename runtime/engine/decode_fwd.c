@@ -602,5 +602,7 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	ds->graph_captures += gm == ENG_GRAPH_CAPTURE && !rerun;
 	ds->cpu_experts += st.cpu_experts;
 	ds->cpu_ns += st.cpu_ns;
+	for (int p = 0; p < MOEM_PHASE_NR; p++)
+		ds->phase_ns[p] += st.phase_ns[p];
 	return 0;
 }

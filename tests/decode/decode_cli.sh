@@ -87,6 +87,24 @@ for t in 1 2; do
 	fi
 done
 
+# --json splits the MoE time by the engine thread's phases (moe_phases_ms):
+# under a small HBM budget the decode split has routing and misses waited
+# for, and its phases fit inside its moe_ms
+out=$("$moem" decode --pack "$tmp/q.moem" --max-new 6 --tokens $p1 --backend cpu --hbm 10% \
+	--no-model-eos --json)
+dsplit=$(echo "$out" | sed -n 's/.*"decode":{\([^}]*}\)[^}]*}.*/\1/p')
+if echo "$dsplit" | awk '{
+	moe = $0; sub(/.*"moe_ms":/, "", moe); sub(/,.*/, "", moe)
+	ph = $0; sub(/.*"moe_phases_ms":\{/, "", ph); sub(/\}.*/, "", ph)
+	n = split(ph, kv, ","); sum = 0
+	for (i = 1; i <= n; i++) { split(kv[i], p, ":"); gsub(/"/, "", p[1]); v[p[1]] = p[2]; sum += p[2] }
+	exit !(n == 10 && v["route"] > 0 && v["wait"] > 0 && sum <= moe + 1e-6)
+}'; then
+	ok "--json: the decode split's MoE phases fit in its moe_ms"
+else
+	bad "--json: moe_phases_ms missing or over moe_ms: $dsplit"
+fi
+
 # Prompts known up front: the KV pool holds those sequences and no more
 # (one 16-token block for 3 + 13 tokens; two sequences of 24 tokens, two
 # blocks each), unless the user sized it (--max-seqs: the model's context).

@@ -370,38 +370,14 @@ static int keep(struct moem_dec_seq_out *s, const struct moem_token_out *o, uint
 	return 0;
 }
 
-static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stats *b)
-{
-	a->steps += b->steps;
-	a->prefill_tokens += b->prefill_tokens;
-	a->decode_tokens += b->decode_tokens;
-	a->sampled += b->sampled;
-	a->step_ns += b->step_ns;
-	a->attn_ns += b->attn_ns;
-	a->moe_ns += b->moe_ns;
-	a->wait_ns += b->wait_ns;
-	a->head_ns += b->head_ns;
-	a->device_ns += b->device_ns;
-	a->hits += b->hits;
-	a->misses += b->misses;
-	a->fallbacks += b->fallbacks;
-	a->bytes_nvme += b->bytes_nvme;
-	a->bytes_h2d += b->bytes_h2d;
-	a->device_steps += b->device_steps;
-	a->graph_steps += b->graph_steps;
-	a->graph_captures += b->graph_captures;
-	a->cpu_experts += b->cpu_experts;
-	a->cpu_ns += b->cpu_ns;
-}
-
 /* Sort the split by step kind; keep decode steps' times for the median. */
 static int note_step(struct moem_dec_run *r, const struct moem_decode_stats *st)
 {
 	if (st->prefill_tokens) {
-		add_stats(&r->pre_st, st);
+		moem_decode_stats_add(&r->pre_st, st);
 		return 0;
 	}
-	add_stats(&r->dec_st, st);
+	moem_decode_stats_add(&r->dec_st, st);
 	if (r->n_dec_steps == r->cap_dec_steps) {
 		uint32_t cap = r->cap_dec_steps ? 2 * r->cap_dec_steps : 64;
 		uint64_t *p = realloc(r->dec_step_ns, sizeof(*p) * cap);
@@ -451,6 +427,14 @@ static struct json_object *split_json(const struct moem_decode_stats *s)
 	json_object_object_add(t, "waiting_ms", json_object_new_double(s->wait_ns / 1e6));
 	json_object_object_add(t, "head_ms", json_object_new_double(s->head_ns / 1e6));
 	json_object_object_add(t, "device_ms", json_object_new_double(s->device_ns / 1e6));
+	{
+		struct json_object *ph = json_object_new_object();
+
+		for (int p = 0; p < MOEM_PHASE_NR; p++)
+			json_object_object_add(ph, moem_phase_name(p),
+					       json_object_new_double(s->phase_ns[p] / 1e6));
+		json_object_object_add(t, "moe_phases_ms", ph);
+	}
 	return t;
 }
 

@@ -322,28 +322,6 @@ static int finish_text(const struct moem_gen *g, struct moem_tok_stream *ts,
 	return ret;
 }
 
-static void add_stats(struct moem_decode_stats *a, const struct moem_decode_stats *b)
-{
-	a->steps += b->steps;
-	a->prefill_tokens += b->prefill_tokens;
-	a->decode_tokens += b->decode_tokens;
-	a->sampled += b->sampled;
-	a->step_ns += b->step_ns;
-	a->attn_ns += b->attn_ns;
-	a->moe_ns += b->moe_ns;
-	a->wait_ns += b->wait_ns;
-	a->head_ns += b->head_ns;
-	a->device_ns += b->device_ns;
-	a->hits += b->hits;
-	a->misses += b->misses;
-	a->fallbacks += b->fallbacks;
-	a->bytes_nvme += b->bytes_nvme;
-	a->bytes_h2d += b->bytes_h2d;
-	a->device_steps += b->device_steps;
-	a->graph_steps += b->graph_steps;
-	a->graph_captures += b->graph_captures;
-}
-
 int moem_gen_run(struct moem_gen *g, const int32_t *prompt, uint32_t n, FILE *stream,
 		 struct moem_gen_out *o)
 {
@@ -385,7 +363,7 @@ int moem_gen_run(struct moem_gen *g, const int32_t *prompt, uint32_t n, FILE *st
 		ret = moem_decoder_step(g->r.d, &w, 1, &t, &st);
 		if (ret)
 			break;
-		add_stats(&o->st, &st);
+		moem_decode_stats_add(&o->st, &st);
 		if (t.finish)
 			added = false; /* the decoder has let it go */
 		if (t.token >= 0) {
