@@ -547,6 +547,8 @@ TEST_F_TIMEOUT(http, kv_bytes_live, 120)
 	/* the DRAM tier per NUMA node (this machine: node 0 only) */
 	EXPECT_GT(metric(self->port, "moem_dram_node_bytes{node=\"0\",state=\"used\"}"), 0);
 	EXPECT_EQ(0, metric(self->port, "moem_dram_node_fallback_total"));
+	/* the request's MoE layers were routed on the engine thread */
+	EXPECT_GT(metric(self->port, "moem_engine_phase_seconds_total{phase=\"route\"}"), 0);
 
 	moem_clear_error();
 	ret = dmn_call(&self->d, "set", dmn_args("knob", "kv_bytes", "value", "1000", NULL), &r);

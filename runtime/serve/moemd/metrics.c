@@ -220,6 +220,11 @@ static void engine(struct out *o, struct moemd *d)
 	    (unsigned long long)st.fallbacks);
 	one(o, "moem_stall_seconds_total", "counter", "time the model waited for experts",
 	    (double)st.stall_ns / 1e9);
+	help(o, "moem_engine_phase_seconds_total", "counter",
+	     "the engine thread's time in each phase of the MoE layers (engine.h moem_phase)");
+	for (int p = 0; p < MOEM_PHASE_NR; p++)
+		put(o, "moem_engine_phase_seconds_total{phase=\"%s\"} %.9f\n", moem_phase_name(p),
+		    (double)st.phase_ns[p] / 1e9);
 	help(o, "moem_moved_bytes_total", "counter", "bytes moved between tiers");
 	put(o, "moem_moved_bytes_total{from=\"nvme\",to=\"dram\"} %llu\n",
 	    (unsigned long long)st.bytes_nvme);
