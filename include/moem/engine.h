@@ -117,8 +117,9 @@ struct moem_engine_opts {
 	 * per (token, expert) pair (0: measured, or none when cpu_gbps is
 	 * given), cpu_call_ns the cost of a layer's call of the CPU executor
 	 * beyond its experts (the same: measured, or none when given). place:
-	 * the --place rules (place.h), resolved against the model at open with cpu_moe_layers as the last rule; a cpu rule
-	 * starts the CPU executor as cpu_moe_layers does. calibration: the
+	 * the --place rules (place.h), resolved against the model at open
+	 * with cpu_moe_layers as the last rule; a cpu rule starts the CPU
+	 * executor as cpu_moe_layers does. calibration: the
 	 * cache of `moem calibrate` (calib.h) read for the CPU figures when
 	 * cpu_gbps is 0 (NULL: the default path; "none": always measure).
 	 */
@@ -167,6 +168,13 @@ enum moem_phase {
 
 /* "route", "policy", ...: the JSON key of phase p; NULL out of range. */
 const char *moem_phase_name(enum moem_phase p);
+
+/* a[p] += b[p] for every phase. */
+static inline void moem_phases_add(uint64_t *a, const uint64_t *b)
+{
+	for (int p = 0; p < MOEM_PHASE_NR; p++)
+		a[p] += b[p];
+}
 
 /* What one step did; totals add these up. */
 struct moem_step_stats {
@@ -355,6 +363,9 @@ void moem_engine_get_status(struct moem_engine *e, struct moem_engine_status *st
  */
 struct json_object;
 void moem_engine_dram_nodes_json(struct json_object *o, const struct moem_engine_status *st);
+/* o[key] = {"route": ns[ROUTE], ...}: the phases in ns (moem run, moemd's status). */
+void moem_engine_phases_json(struct json_object *o, const char *key,
+			     const uint64_t ns[MOEM_PHASE_NR]);
 
 /*
  * Hybrid execution's live switches, as the budget knobs are: exec (true:

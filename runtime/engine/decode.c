@@ -796,8 +796,7 @@ void moem_decode_stats_add(struct moem_decode_stats *a, const struct moem_decode
 	a->graph_captures += b->graph_captures;
 	a->cpu_experts += b->cpu_experts;
 	a->cpu_ns += b->cpu_ns;
-	for (int p = 0; p < MOEM_PHASE_NR; p++)
-		a->phase_ns[p] += b->phase_ns[p];
+	moem_phases_add(a->phase_ns, b->phase_ns);
 }
 
 void moem_decoder_stats(struct moem_decoder *d, struct moem_decode_stats *s)

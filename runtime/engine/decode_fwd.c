@@ -602,7 +602,6 @@ int moem_dec_forward(struct moem_decoder *d, uint32_t T, bool prefill, const uin
 	ds->graph_captures += gm == ENG_GRAPH_CAPTURE && !rerun;
 	ds->cpu_experts += st.cpu_experts;
 	ds->cpu_ns += st.cpu_ns;
-	for (int p = 0; p < MOEM_PHASE_NR; p++)
-		ds->phase_ns[p] += st.phase_ns[p];
+	moem_phases_add(ds->phase_ns, st.phase_ns);
 	return 0;
 }

@@ -167,22 +167,22 @@ static int host_mirrors(struct moem_engine *e)
 		{(void **)&e->res_host, N},
 		{(void **)&e->counts_host, (uint64_t)e->n_moe * N * 4},
 	};
-	uint64_t at = 0;
+	uint64_t at = 0, bytes;
 	int ret;
 
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(a); i++)
 		at += moem_align_up(a[i].bytes, 64);
-	e->host_bytes = moem_align_up(at, 4096);
-	e->host_blk = aligned_alloc(4096, e->host_bytes);
+	bytes = moem_align_up(at, 4096);
+	e->host_blk = aligned_alloc(4096, bytes);
 	if (!e->host_blk)
 		return -ENOMEM;
-	memset(e->host_blk, 0, e->host_bytes);
+	memset(e->host_blk, 0, bytes);
 	at = 0;
 	for (size_t i = 0; i < MOEM_ARRAY_SIZE(a); i++) {
 		*a[i].p = a[i].bytes ? (uint8_t *)e->host_blk + at : NULL;
 		at += moem_align_up(a[i].bytes, 64);
 	}
-	ret = moem_be_host_register(e->be, e->host_blk, e->host_bytes);
+	ret = moem_be_host_register(e->be, e->host_blk, bytes);
 	if (ret)
 		moem_info("engine: host mirrors not pinned (%s): copies through pageable memory",
 			  moem_last_error());

@@ -62,7 +62,6 @@ struct moem_engine {
 	/* Activations (device) and their host mirrors. */
 	moem_dptr h, xb, logits, ids, w, cnt, out, shout, resident, counts;
 	void *host_blk; /* the host mirrors below in one block, pinned if host_reg */
-	uint64_t host_bytes;
 	bool host_reg;
 	float *h_host, *logits_host;
 	int32_t *ids_host;

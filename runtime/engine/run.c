@@ -227,8 +227,7 @@ void moem_eng_count_step(struct moem_engine *e, const struct moem_step_stats *st
 	e->total.step_ns += st->step_ns;
 	e->total.cpu_experts += st->cpu_experts;
 	e->total.cpu_ns += st->cpu_ns;
-	for (int p = 0; p < MOEM_PHASE_NR; p++)
-		e->total.phase_ns[p] += st->phase_ns[p];
+	moem_phases_add(e->total.phase_ns, st->phase_ns);
 	e->last_cpu_experts = st->cpu_experts;
 	e->last_cpu_ns = st->cpu_ns;
 	pthread_mutex_unlock(&e->knob_lock);
@@ -339,8 +338,7 @@ int moem_engine_run(struct moem_engine *e, const struct moem_workload *w, moem_s
 		rs.total.step_ns += st.step_ns;
 		rs.total.cpu_experts += st.cpu_experts;
 		rs.total.cpu_ns += st.cpu_ns;
-		for (int p = 0; p < MOEM_PHASE_NR; p++)
-			rs.total.phase_ns[p] += st.phase_ns[p];
+		moem_phases_add(rs.total.phase_ns, st.phase_ns);
 		if (fn) {
 			ret = fn(arg, &st);
 			if (ret)

@@ -24,3 +24,13 @@ void moem_engine_dram_nodes_json(struct json_object *o, const struct moem_engine
 			       json_object_new_uint64(st->dram_node_fallback));
 	json_object_object_add(o, "pool_bound", json_object_new_boolean(st->pool_bound));
 }
+
+void moem_engine_phases_json(struct json_object *o, const char *key,
+			     const uint64_t ns[MOEM_PHASE_NR])
+{
+	json_object *ph = json_object_new_object();
+
+	for (int p = 0; p < MOEM_PHASE_NR; p++)
+		json_object_object_add(ph, moem_phase_name(p), json_object_new_uint64(ns[p]));
+	json_object_object_add(o, key, ph);
+}

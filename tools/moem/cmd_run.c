@@ -264,14 +264,7 @@ static void print_json(const struct run_args *a, const struct moem_run_stats *rs
 	J_U64("cpu_call_ns", st->cpu_call_ns);
 	J_U64("cpu_experts", rs->total.cpu_experts);
 	J_U64("cpu_ns", rs->total.cpu_ns);
-	{
-		struct json_object *ph = json_object_new_object();
-
-		for (int p = 0; p < MOEM_PHASE_NR; p++)
-			json_object_object_add(ph, moem_phase_name(p),
-					       json_object_new_uint64(rs->total.phase_ns[p]));
-		json_object_object_add(o, "phase_ns", ph);
-	}
+	moem_engine_phases_json(o, "phase_ns", rs->total.phase_ns);
 	J_DBL("tokens_per_s", rs->tokens_per_s);
 	J_STR("digest", rs->digest_hex);
 	json_object_object_add(o, "stopped", json_object_new_boolean(rs->stopped));

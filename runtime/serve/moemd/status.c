@@ -193,13 +193,7 @@ struct json_object *moemd_status_json(struct moemd *d)
 	    DBL(st.steps ? (double)st.cpu_experts / (double)st.steps : 0.0));
 	ADD(o, "cpu_ns_per_step", DBL(st.steps ? (double)st.cpu_ns / (double)st.steps : 0.0));
 	ADD(o, "step_ns", U64(st.step_ns));
-	{
-		struct json_object *ph = json_object_new_object();
-
-		for (int p = 0; p < MOEM_PHASE_NR; p++)
-			ADD(ph, moem_phase_name(p), U64(st.phase_ns[p]));
-		ADD(o, "phase_ns", ph);
-	}
+	moem_engine_phases_json(o, "phase_ns", st.phase_ns);
 	ADD(r, "counters", o);
 
 	o = json_object_new_object();
