@@ -19,10 +19,12 @@
  *
  * scratch holds MOEM_CPU_SCRATCH_FLOATS(K) floats of the calling
  * worker's own (every caller sizes it so for every table): the scalar
- * kernels dequantize a row into it; the AVX2 and AVX-512 quantized
- * kernels keep the row's scales and mins there as floats
- * (2 x groups_per_row <= K) and the row's block scales for up to 4
- * tokens (4 x K / 64 more); the AVX2 and AVX-512 bf16 kernels use none;
+ * kernels dequantize a row into it; the AVX2 quantized kernels keep the
+ * row's scales and mins there as floats (2 x groups_per_row <= K) and
+ * the row's block scales for up to 4 tokens (4 x K / 64 more); the
+ * AVX-512 quantized ones 16 rows' scales and mins, their weights of up
+ * to 8 blocks transposed, and 16 partial sums per token
+ * (kern_avx512.c); the AVX2 and AVX-512 bf16 kernels use none;
  * the AMX bf16 kernel lays 32 tokens' activations out as its B tiles
  * there (32 x K bf16) when they are not in VNNI form already, and the
  * AMX int8 kernels 16 tokens' (16 x K bytes) with their scales.

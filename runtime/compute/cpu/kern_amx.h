@@ -9,6 +9,7 @@
 #define MOEM_CPU_KERN_AMX_H
 
 #include "kern.h"
+#include "kern_tr16.h"
 
 /*
  * Load this thread's tile configuration for C and A tiles of m rows and
@@ -28,39 +29,6 @@ void moem_cpu_amx_q4(const struct moem_qmat_layout *l, const uint8_t *mat, uint3
 void moem_cpu_amx_q2(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0, uint32_t r1,
 		     const struct cpu_act *x, const uint32_t *tok, uint32_t T, float *y,
 		     uint32_t ldy, float *scratch);
-
-/* r[j] = column j of the 16 x 16 dwords r[0..15]. */
-INL void tr16(__m512i *r)
-{
-	__m512i t[16];
-
-#pragma GCC unroll 8
-	for (int i = 0; i < 8; i++) {
-		t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-	}
-#pragma GCC unroll 4
-	for (int i = 0; i < 4; i++) {
-		r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-		r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-		r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-		r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-	}
-#pragma GCC unroll 2
-	for (int i = 0; i < 2; i++) {
-#pragma GCC unroll 4
-		for (int j = 0; j < 4; j++) {
-			t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
-			t[8 * i + 4 + j] =
-				_mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
-		}
-	}
-#pragma GCC unroll 8
-	for (int j = 0; j < 8; j++) {
-		r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
-		r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
-	}
-}
 
 /*
  * Rows [b, e) of the C tile of rows from start, tokens [0, n), to y (token

@@ -19,9 +19,9 @@
  * converted and times fl(sw x qs) (the row's group scale times the
  * token's block scale) in one FMA; for q4 and q2 the min term, the sum
  * over groups in order of min x the token's group sum (one FMA each,
- * from 0), is added last. The two forms differ from kern_avx512.c's
- * order (which sums lanes of partial products in fp32), so the amx and
- * avx512 tables give different bits, each its own bits for any batch.
+ * from 0), is added last. kern_avx512.c takes the same block terms but
+ * adds each block's min term as it goes, so the amx and avx512 tables
+ * give different bits, each its own bits for any batch.
  *
  * Activations (kern.h): q8 QNAT, q4 QEO2 (pairs of blocks), q2 QM4X
  * (groups of 4): the VNNI form reads 64 bytes of a row's weights in one

@@ -11,26 +11,19 @@
  * block for all tokens.
  *
  * Per output the order is: bf16, lane j of one 16-wide accumulator
- * takes 32 elements at a time in k order; q8, lane j of two
- * accumulators takes the even and the odd blocks in k order, the two are
- * added; q4 and q2 the same with groups of 2 and 4 blocks for blocks (one
- * integer sum of the group's products, block L's in its 16 / QG lanes,
- * scaled by one FMA), the blocks after the last full group in the odd
- * accumulator;
- * then a 16-to-1 sum of fixed shape (hsum16, or hsum16x4 with the same
- * adds); q4/q2 add the min term last, in the 8-lane order of kern_x86.h.
- * Rows and tokens are interleaved, never merged.
+ * takes 32 elements at a time in k order, then a 16-to-1 sum of fixed
+ * shape (hsum16, or hsum16x4 with the same adds); q8, q4 and q2, one
+ * fp32 accumulator takes each block of 64 in k order: the block's exact
+ * integer dot product, converted, times sw x qs, then (q4, q2) + the
+ * group's min x the block's activation sum (the section "16 rows in
+ * the lanes" below says how). Rows and tokens are interleaved, never
+ * merged.
  *
- * The quantized path has kern_avx2.c's structure (tuned there on an
- * AVX2-only machine, then here on an Intel Xeon with AVX-512 BF16/VNNI,
- * 2 cores): F16C scale rows, block scales made once per row and token,
- * the weight stream prefetched PF_DIST ahead, short rows (K < 2048, the
- * down projection) 4 rows at a time at batch 1 and 2 rows x 4 tokens for
- * more, and the min term of several tokens 8 at a time (min_pass). Two
- * accumulator chains per output, because at batch 1 one chain of
- * dependent FMAs bounded a q4/q2 row before the ports did. On that Xeon
- * these kernels beat kern_avx2.c at every precision and batch 1-64
- * (bench_kernels, 2 threads; q4 at batch 1 140 against 245 us/expert).
+ * The quantized kernels went row by row first (kern_avx2.c's structure,
+ * tuned on an Intel Xeon): from 4 tokens up that paid the unpacking,
+ * the conversion and the scales per row and token, and on an AMD EPYC
+ * (2 threads) they reached 0.55 of PyTorch's bf16 speed at batch 64 in
+ * every precision. Now 16 rows share each vector.
  *
  * The unit tests also compile this file against SIMDe's portable
  * AVX-512 (MOEM_CPU_SIMDE), so its logic is checked on machines without
@@ -68,6 +61,7 @@ typedef __m512bh bh512;
 #define INL static inline __attribute__((always_inline))
 
 #include "kern_x86.h"
+#include "kern_tr16.h"
 
 INL float hsum16(__m512 v)
 {
@@ -151,6 +145,12 @@ INL void bf16_tile(const uint16_t *w0, size_t ldw, const uint16_t *const *xr, ui
 				acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], x);
 		}
 	}
+	if (R == 4) { /* hsum16x4: the same adds, a third of the instructions */
+#pragma GCC unroll 4
+		for (int t = 0; t < T; t++)
+			hsum16x4(acc[0][t], acc[1][t], acc[2][t], acc[3][t], y + (size_t)t * ldy);
+		return;
+	}
 #pragma GCC unroll 4
 	for (int r = 0; r < R; r++) {
 #pragma GCC unroll 4
@@ -209,19 +209,7 @@ static void avx512_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, ui
 	}
 }
 
-/* ---- quantized: R rows x T tokens, vpdpbusd over blocks of 64 ------------- */
-
-/*
- * Bytes ahead of its weight stream a quantized kernel prefetches, once
- * per 64 bytes it reads, as kern_avx2.c does (there the hardware
- * prefetcher alone left the batch-1 GEMV short of the read stream).
- */
-#define PF_DIST 2048
-
-INL void pf(const void *p)
-{
-	_mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
-}
+/* ---- quantized: the weights' own forms ------------------------------------ */
 
 /* Block b of a row as vpdpbusd's weight operand; q8 also its bias, 128 x its lane sums. */
 struct qw {
@@ -270,61 +258,21 @@ INL __m512i q_dot(enum moem_prec p, const struct qw *w, const int8_t *xb)
 	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->w, x);
 }
 
-/*
- * sq[b] = sw[b >> gshift] x qs[b] for the NB blocks of a row and a token:
- * the scale of each block's integer dot product, 16 blocks to a vmulps.
- */
-static void block_scales(const float *sw, const float *qs, uint32_t NB, uint32_t gshift, float *sq)
-{
-	uint32_t b = 0;
-
-	if (gshift) { /* two blocks per group: each scale twice */
-		const __m512i dup =
-			_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-
-		for (; b + 16 <= NB; b += 16) {
-			__m512 s = _mm512_permutexvar_ps(
-				dup, _mm512_castps256_ps512(_mm256_loadu_ps(sw + b / 2)));
-
-			_mm512_storeu_ps(sq + b, _mm512_mul_ps(s, _mm512_loadu_ps(qs + b)));
-		}
-	} else {
-		for (; b + 16 <= NB; b += 16)
-			_mm512_storeu_ps(sq + b, _mm512_mul_ps(_mm512_loadu_ps(sw + b),
-							       _mm512_loadu_ps(qs + b)));
-	}
-	for (; b < NB; b++)
-		sq[b] = sw[b >> gshift] * qs[b];
-}
-
 /* Bytes of weights per block of 64. */
 #define QBPB(p) ((p) == MOEM_PREC_Q8 ? 64u : (p) == MOEM_PREC_Q4 ? 32u : 16u)
-
-/* acc + block b's dot product with activation row xq at scale s (broadcast). */
-INL __m512 q_fma(enum moem_prec p, const struct qw *w, const int8_t *xq, uint32_t b, float s,
-		 __m512 acc)
-{
-	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(q_dot(p, w, xq + 64 * (size_t)b)),
-			       _mm512_set1_ps(s), acc);
-}
 
 /*
  * q4 and q2 in groups of blocks, 2 and 4, one 64-byte load of weights
  * (activation formats QEO2, QM4X): masked, and shifted by 4 (q4) or by 2i
  * (q2), vector i is nibble or bit pair i of every block of the group,
- * against the activations' vector i. The group's vpdpbusd go into one
- * int32 sum (exact), block L's in lanes 16 L / QG .. 16 (L + 1) / QG - 1,
- * so a group takes one vcvtdq2ps and one FMA, with its block scales each
- * in its lanes, where block by block took one of each a block (and q2 a
- * variable shift a block): a batch-1 q2 row was bound by those
- * instructions.
+ * against the activations' vector i; block L's codes are in dwords
+ * 16 L / QG .. 16 (L + 1) / QG - 1 of every vector.
  */
 #define QG(p) ((p) == MOEM_PREC_Q2 ? 4u : 2u) /* blocks per group */
 
-INL void qg_unpack(enum moem_prec p, const uint8_t *wq, uint32_t b, __m512i w[4])
+/* The QG vectors of a group's 64 bytes v: nibble or bit pair i of every byte in w[i]. */
+INL void qg_split(enum moem_prec p, __m512i v, __m512i w[4])
 {
-	__m512i v = _mm512_loadu_si512((const void *)(wq + QBPB(p) * (size_t)b));
-
 	if (p == MOEM_PREC_Q4) {
 		const __m512i m4 = _mm512_set1_epi8(0x0f);
 
@@ -340,409 +288,449 @@ INL void qg_unpack(enum moem_prec p, const uint8_t *wq, uint32_t b, __m512i w[4]
 	}
 }
 
-/* The QG floats at s (a group's block scales), for qg_scale(). */
-INL __m128 qg_ld(enum moem_prec p, const float *s)
+INL void qg_unpack(enum moem_prec p, const uint8_t *wq, uint32_t b, __m512i w[4])
 {
-	if (p == MOEM_PREC_Q4)
-		return _mm_castpd_ps(_mm_load_sd((const double *)(const void *)s));
-	return _mm_loadu_ps(s);
+	qg_split(p, _mm512_loadu_si512((const void *)(wq + QBPB(p) * (size_t)b)), w);
 }
 
-/* A row's weight scale of each block of the group at b, for a qg_ld() of its block scales. */
-INL __m128 qg_sw(enum moem_prec p, const float *sw, uint32_t b)
+/* ---- quantized: 16 rows in the lanes, exact block sums -------------------- */
+
+/*
+ * What avx512_q() computes per output: each block's integer dot product
+ * (exact), to fp32, times the block's scale sw x qs (one fp32 product of
+ * the row's group scale and the token's block scale), added by one FMA
+ * to one fp32 accumulator, the blocks in k order, each block's followed
+ * (q4, q2) by its group's min x the block's activation sum (xs, one more
+ * FMA). Two ways to the very same integers, so the same bits for any T:
+ *  - one token (qr_dot): per row, vpdpbusd of its weights in their own
+ *    layout against the activations, 16 rows' lanes then summed to one
+ *    vector per block (tree16: integer adds, exact);
+ *  - more (qr_outer): 16 rows' weights transposed once per call and
+ *    chunk into scratch (qr_fill: row r in lane r), then per block and
+ *    token 16 vpdpbusd of a broadcast activation dword against 16 rows'
+ *    codes, and one conversion, scale and FMA for 16 outputs.
+ * Measured with bench_kernels (2 threads, AMD EPYC, us per expert at
+ * Qwen3-30B-A3B shapes, against the row-by-row form in the same runs):
+ * q4 at batch 1/4/16/64 75/130/237/634 against 84/133/323/1613, q8 at
+ * batch 64 650 against 1700, q2 626 against 1660.
+ * A weight vector of a group (qg_unpack(): vector i of its QG) or of a
+ * lone block (q_unpack(): q8, and the blocks after the last group of
+ * q2) pairs byte for byte with the 64 activation bytes at 64 i from the
+ * group's (block's) own; dword d of a group's vector holds codes of its
+ * block d / (16 / QG).
+ */
+#define QR_CB 8 /* blocks one fill of the tile holds: whole groups (a multiple of 4) */
+#define QR_TG 8 /* tokens one pass over the tile takes: 2 x 8 zmm of accumulators */
+
+typedef int32_t __attribute__((may_alias, aligned(1))) i32u;
+
+/* A dword of activations in every lane. */
+INL __m512i bcast32(const int8_t *p)
 {
-	if (p == MOEM_PREC_Q4)
-		return _mm_set1_ps(sw[b >> 1]);
-	return _mm_loadu_ps(sw + b);
-}
-
-/* The group's block scales s[0..QG - 1], each in its lanes. */
-INL __m512 qg_scale(enum moem_prec p, __m128 s)
-{
-	const __m512i i2 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-	const __m512i i4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-
-	return _mm512_permutexvar_ps(p == MOEM_PREC_Q4 ? i2 : i4, _mm512_castps128_ps512(s));
-}
-
-/* acc + the group at block b of activation row xq (QEO2, QM4X) at scales s. */
-INL __m512 qg_fma(enum moem_prec p, const __m512i w[4], const int8_t *xq, uint32_t b, __m512 s,
-		  __m512 acc)
-{
-	const int8_t *xb = xq + 64 * (size_t)b;
-	__m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0],
-					_mm512_loadu_si512((const void *)xb));
-
-	d = _mm512_dpbusd_epi32(d, w[1], _mm512_loadu_si512((const void *)(xb + 64)));
-	if (p == MOEM_PREC_Q2) {
-		d = _mm512_dpbusd_epi32(d, w[2], _mm512_loadu_si512((const void *)(xb + 128)));
-		d = _mm512_dpbusd_epi32(d, w[3], _mm512_loadu_si512((const void *)(xb + 192)));
-	}
-	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc);
+	return _mm512_set1_epi32(*(const i32u *)(const void *)p);
 }
 
 /*
- * Every quantized tile keeps two accumulators per output, even blocks
- * and odd blocks, each in k order, added before hsum16: at batch 1 one
- * chain of dependent FMAs (4 cycles each) bounded a q4/q2 row, not the
- * ports.
+ * s + u8 weights w x the s8 dword at p in every lane: vpdpbusd with its
+ * memory operand broadcast ({1to16}), one instruction where GCC 12 makes
+ * a vpbroadcastd and a vpdpbusd of the intrinsics.
  */
-
-/* q_tile's group at block b into acc[0..T-1]. */
-INL void qg_tile(enum moem_prec p, const uint8_t *wq, const float *sq, uint32_t NB,
-		 const int8_t *const *xq, const int T, uint32_t b, __m512 *acc)
+INL __m512i dp_bcast(__m512i s, __m512i w, const int8_t *p)
 {
-	__m512i w[4];
-
-	qg_unpack(p, wq, b, w);
-	pf(wq + QBPB(p) * (size_t)b);
-#pragma GCC unroll 4
-	for (int t = 0; t < T; t++)
-		acc[t] = qg_fma(p, w, xq[t], b, qg_scale(p, qg_ld(p, sq + (size_t)t * NB + b)),
-				acc[t]);
+#ifdef MOEM_CPU_SIMDE
+	return _mm512_dpbusd_epi32(s, w, bcast32(p));
+#else
+	__asm__("vpdpbusd %2%{1to16%}, %1, %0"
+		: "+v"(s)
+		: "v"(w), "m"(*(const i32u *)(const void *)p));
+	return s;
+#endif
 }
 
 /*
- * One row x T <= 4 tokens: per block the row's weights are unpacked
- * once for the T tokens; sq + t * NB token t's block scales. One row at
- * a time keeps the weights one sequential stream, prefetched PF_DIST
- * ahead. The min term only where mins (batch 1; else min_pass()).
+ * The weights 16 rows on: 16 rows are read side by side, so the next 16
+ * are what a row's stream needs next (a prefetch past the matrix is
+ * harmless).
  */
-INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const float *mn, uint32_t NB,
-		uint32_t gshift, int mins, const int8_t *const *xq, const float *const *xs,
-		const int T, float *y, uint32_t ldy)
+INL void pf16(const void *p)
 {
-	__m512 acc[2][4];
-	uint32_t b = 0;
-
-#pragma GCC unroll 4
-	for (int t = 0; t < T; t++)
-		acc[0][t] = acc[1][t] = _mm512_setzero_ps();
-	if (p != MOEM_PREC_Q8) { /* groups 2n, 2n + 1 in acc 0, 1; the block(s) after in acc 1 */
-		for (; b + 2 * QG(p) <= NB; b += 2 * QG(p)) {
-			qg_tile(p, wq, sq, NB, xq, T, b, acc[0]);
-			qg_tile(p, wq, sq, NB, xq, T, b + QG(p), acc[1]);
-		}
-		if (b + QG(p) <= NB) {
-			qg_tile(p, wq, sq, NB, xq, T, b, acc[0]);
-			b += QG(p);
-		}
-		for (; b < NB; b++) {
-			const struct qw w = q_unpack(p, wq, b);
-
-#pragma GCC unroll 4
-			for (int t = 0; t < T; t++)
-				acc[1][t] =
-					q_fma(p, &w, xq[t], b, sq[(size_t)t * NB + b], acc[1][t]);
-		}
-	}
-	for (; b + 2 <= NB; b += 2) { /* q8 (q4 and q2 took every block above): 64 bytes a block */
-		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq, b + 1);
-
-		pf(wq + 64 * (size_t)b);
-		pf(wq + 64 * (size_t)(b + 1));
-#pragma GCC unroll 4
-		for (int t = 0; t < T; t++) {
-			acc[0][t] = q_fma(p, &w0, xq[t], b, sq[(size_t)t * NB + b], acc[0][t]);
-			acc[1][t] =
-				q_fma(p, &w1, xq[t], b + 1, sq[(size_t)t * NB + b + 1], acc[1][t]);
-		}
-	}
-	if (b < NB) {
-		const struct qw w = q_unpack(p, wq, b);
-
-#pragma GCC unroll 4
-		for (int t = 0; t < T; t++)
-			acc[0][t] = q_fma(p, &w, xq[t], b, sq[(size_t)t * NB + b], acc[0][t]);
-	}
-#pragma GCC unroll 4
-	for (int t = 0; t < T; t++) {
-		float v = hsum16(_mm512_add_ps(acc[0][t], acc[1][t]));
-
-		if (p != MOEM_PREC_Q8 && mins)
-			v += min_term(mn, xs[t], NB >> gshift, gshift);
-		y[(size_t)t * ldy] = v;
-	}
+	_mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
-/* Rows per q_rows() call, and the row length (blocks) below which batch 1 takes it. */
-#define SHORT_R	 4
-#define SHORT_NB 32
-
-/*
- * min_term() of 4 rows (mins mn + r * G) and one token, row r in lane r:
- * lane by lane the very operations min_term() does (its lane j's
- * products of groups j, j + 8, ... summed in hsum8's tree, then the
- * groups left over), where 4 calls of it were a sixth of a q4 down
- * projection's time at batch 1.
- */
-static void min_rows4(const float *mn, uint32_t G, const float *xs, uint32_t gshift, float *out)
+/* y[0..nr) = lanes of v (the rows of a block of 16). */
+INL void qr_store(float *y, uint32_t nr, __m512 v)
 {
-	const uint32_t G8 = G / 8 * 8;
-	__m128 m = _mm_setzero_ps();
+	float o[16];
 
-#define XG(g)  (gshift ? xs[2 * (g)] + xs[2 * (g) + 1] : xs[g])
-#define MN4(g) _mm_set_ps(mn[3 * G + (g)], mn[2 * G + (g)], mn[G + (g)], mn[g])
-	if (G8) {
-		__m128 P[8];
-
-#pragma GCC unroll 8
-		for (int j = 0; j < 8; j++)
-			P[j] = _mm_setzero_ps();
-		for (uint32_t g = 0; g < G8; g += 8) {
-#pragma GCC unroll 8
-			for (int j = 0; j < 8; j++)
-				P[j] = _mm_add_ps(P[j],
-						  _mm_mul_ps(MN4(g + j), _mm_set1_ps(XG(g + j))));
-		}
-		m = _mm_add_ps(_mm_add_ps(_mm_add_ps(P[0], P[4]), _mm_add_ps(P[2], P[6])),
-			       _mm_add_ps(_mm_add_ps(P[1], P[5]), _mm_add_ps(P[3], P[7])));
-	}
-	for (uint32_t g = G8; g < G; g++)
-		m = _mm_add_ps(m, _mm_mul_ps(MN4(g), _mm_set1_ps(XG(g))));
-#undef XG
-#undef MN4
-	_mm_storeu_ps(out, m);
-}
-
-/* q_rows()'s group at block b of SHORT_R rows into acc[0..SHORT_R-1]. */
-INL void qg_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sw, uint32_t G,
-		 const int8_t *xq, const float *qs, uint32_t b, __m512 *acc)
-{
-	const __m128 q = qg_ld(p, qs + b);
-
-#pragma GCC unroll 4
-	for (int r = 0; r < SHORT_R; r++) {
-		__m512i w[4];
-
-		qg_unpack(p, wq + r * rowb, b, w);
-		pf(wq + r * rowb + QBPB(p) * (size_t)b);
-		acc[r] = qg_fma(p, w, xq, b, qg_scale(p, _mm_mul_ps(qg_sw(p, sw + r * G, b), q)),
-				acc[r]);
-	}
-}
-
-/*
- * R rows x 1 token of a matrix with short rows (K < 2048: an expert's
- * down projection, 12 blocks a row), for batch 1, as kern_avx2.c does:
- * a row's own setup cost about as much as its blocks. R adjacent rows
- * are still one sequential stream, their scales and mins convert in one
- * go, R x 2 accumulator chains overlap, and the min terms of the R rows
- * are one min_rows4(). Each block's scale is the same fp32 product
- * sw x qs that block_scales() makes, so every output keeps q_tile's
- * order and bits.
- */
-INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sw, const float *mn,
-		uint32_t G, uint32_t NB, uint32_t gshift, const int8_t *xq, const float *qs,
-		const float *xs, float *y)
-{
-	__m512 acc[2][SHORT_R];
-	float m[SHORT_R];
-	uint32_t b = 0;
-
-#pragma GCC unroll 4
-	for (int r = 0; r < SHORT_R; r++)
-		acc[0][r] = acc[1][r] = _mm512_setzero_ps();
-	/* q4 and q2 only (q8 has no short-row tiles): q_tile's order */
-	for (; b + 2 * QG(p) <= NB; b += 2 * QG(p)) {
-		qg_rows(p, wq, rowb, sw, G, xq, qs, b, acc[0]);
-		qg_rows(p, wq, rowb, sw, G, xq, qs, b + QG(p), acc[1]);
-	}
-	if (b + QG(p) <= NB) {
-		qg_rows(p, wq, rowb, sw, G, xq, qs, b, acc[0]);
-		b += QG(p);
-	}
-	for (; b < NB; b++) {
-#pragma GCC unroll 4
-		for (int r = 0; r < SHORT_R; r++) {
-			const struct qw w = q_unpack(p, wq + r * rowb, b);
-
-			acc[1][r] =
-				q_fma(p, &w, xq, b, sw[r * G + (b >> gshift)] * qs[b], acc[1][r]);
-		}
-	}
-	min_rows4(mn, G, xs, gshift, m);
-	hsum16x4(_mm512_add_ps(acc[0][0], acc[1][0]), _mm512_add_ps(acc[0][1], acc[1][1]),
-		 _mm512_add_ps(acc[0][2], acc[1][2]), _mm512_add_ps(acc[0][3], acc[1][3]), y);
-#pragma GCC unroll 4
-	for (int r = 0; r < SHORT_R; r++)
-		y[r] += m[r];
-}
-
-/* q_tile2()'s group at block b of 2 rows into acc0 and acc1 [0..T-1]. */
-INL void qg_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
-		  const int8_t *const *xq, const int T, uint32_t b, __m512 *acc0, __m512 *acc1)
-{
-	__m512i w[2][4];
-
-#pragma GCC unroll 2
-	for (int r = 0; r < 2; r++) {
-		qg_unpack(p, wq + r * rowb, b, w[r]);
-		pf(wq + r * rowb + QBPB(p) * (size_t)b);
-	}
-#pragma GCC unroll 4
-	for (int t = 0; t < T; t++) {
-		acc0[t] = qg_fma(p, w[0], xq[t], b, qg_scale(p, qg_ld(p, sq + (size_t)t * NB + b)),
-				 acc0[t]);
-		acc1[t] = qg_fma(p, w[1], xq[t], b,
-				 qg_scale(p, qg_ld(p, sq + (size_t)(4 + t) * NB + b)), acc1[t]);
-	}
-}
-
-/*
- * 2 rows x T <= 4 tokens of a short-row matrix, for calls of several
- * tokens: each token's activation block is loaded once for both rows.
- * sq + (r * 4 + t) * NB: block scales of row r, token t. Same order per
- * output as q_tile; the min term is min_pass()'s.
- */
-INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
-		 const int8_t *const *xq, const int T, float *y, uint32_t ldy)
-{
-	__m512 acc[2][2][4]; /* [row][even/odd block][token] */
-	uint32_t b = 0;
-
-#pragma GCC unroll 4
-	for (int t = 0; t < T; t++)
-		acc[0][0][t] = acc[0][1][t] = acc[1][0][t] = acc[1][1][t] = _mm512_setzero_ps();
-	/* q4 and q2 only: q_tile's order */
-	for (; b + 2 * QG(p) <= NB; b += 2 * QG(p)) {
-		qg_tile2(p, wq, rowb, sq, NB, xq, T, b, acc[0][0], acc[1][0]);
-		qg_tile2(p, wq, rowb, sq, NB, xq, T, b + QG(p), acc[0][1], acc[1][1]);
-	}
-	if (b + QG(p) <= NB) {
-		qg_tile2(p, wq, rowb, sq, NB, xq, T, b, acc[0][0], acc[1][0]);
-		b += QG(p);
-	}
-	for (; b < NB; b++) {
-#pragma GCC unroll 2
-		for (int r = 0; r < 2; r++) {
-			const struct qw w = q_unpack(p, wq + r * rowb, b);
-
-#pragma GCC unroll 4
-			for (int t = 0; t < T; t++)
-				acc[r][1][t] =
-					q_fma(p, &w, xq[t], b, sq[(size_t)(4 * r + t) * NB + b],
-					      acc[r][1][t]);
-		}
-	}
-	if (T == 4) {
-		float o[2][4];
-
-#pragma GCC unroll 2
-		for (int r = 0; r < 2; r++)
-			hsum16x4(_mm512_add_ps(acc[r][0][0], acc[r][1][0]),
-				 _mm512_add_ps(acc[r][0][1], acc[r][1][1]),
-				 _mm512_add_ps(acc[r][0][2], acc[r][1][2]),
-				 _mm512_add_ps(acc[r][0][3], acc[r][1][3]), o[r]);
-#pragma GCC unroll 4
-		for (int t = 0; t < 4; t++) {
-			y[(size_t)t * ldy] = o[0][t];
-			y[(size_t)t * ldy + 1] = o[1][t];
-		}
+	if (nr == 16) {
+		_mm512_storeu_ps(y, v);
 		return;
 	}
+	_mm512_storeu_ps(o, v);
+	memcpy(y, o, sizeof(float) * nr);
+}
+
+/*
+ * o[L] lane r = the sum of 128-bit lane L of d[r] (4 dwords), for the 16
+ * vectors d[0..15]: integer adds, exact.
+ */
+INL void tree16(__m512i *d, __m512i *o)
+{
+	__m512i a[8], b[4], P, Q;
+
+#pragma GCC unroll 8
+	for (int k = 0; k < 8; k++)
+		a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * k], d[2 * k + 1]),
+					_mm512_unpackhi_epi32(d[2 * k], d[2 * k + 1]));
+		/* b[k]'s 128-bit lane L, dword m: lane L of d[4 k + m] summed */
 #pragma GCC unroll 4
-	for (int t = 0; t < T; t++) {
-		y[(size_t)t * ldy] = hsum16(_mm512_add_ps(acc[0][0][t], acc[0][1][t]));
-		y[(size_t)t * ldy + 1] = hsum16(_mm512_add_ps(acc[1][0][t], acc[1][1][t]));
+	for (int k = 0; k < 4; k++)
+		b[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * k], a[2 * k + 1]),
+					_mm512_unpackhi_epi64(a[2 * k], a[2 * k + 1]));
+	P = _mm512_shuffle_i32x4(b[0], b[1], 0x44);
+	Q = _mm512_shuffle_i32x4(b[2], b[3], 0x44);
+	o[0] = _mm512_shuffle_i32x4(P, Q, 0x88);
+	o[1] = _mm512_shuffle_i32x4(P, Q, 0xdd);
+	P = _mm512_shuffle_i32x4(b[0], b[1], 0xee);
+	Q = _mm512_shuffle_i32x4(b[2], b[3], 0xee);
+	o[2] = _mm512_shuffle_i32x4(P, Q, 0x88);
+	o[3] = _mm512_shuffle_i32x4(P, Q, 0xdd);
+}
+
+/*
+ * acc + block b's integer sums s (16 rows) x (the rows' scales sw x the
+ * token's qs[b]), then (q4, q2) + the rows' mins mn x the token's xs[b].
+ */
+INL __m512 qr_fma(enum moem_prec p, __m512i s, const float *sw, const float *mn, const float *qs,
+		  const float *xs, uint32_t b, __m512 acc)
+{
+	acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+			      _mm512_mul_ps(_mm512_loadu_ps(sw), _mm512_set1_ps(qs[b])), acc);
+	if (p != MOEM_PREC_Q8)
+		acc = _mm512_fmadd_ps(_mm512_loadu_ps(mn), _mm512_set1_ps(xs[b]), acc);
+	return acc;
+}
+
+/* n <= 16 fp16 values at h to fp32 (exact), zeros after them; nothing past h + n is read. */
+INL __m512 f16x16(const uint16_t *h, uint32_t n)
+{
+	__m128i lo, hi;
+
+#ifdef MOEM_CPU_SIMDE
+	uint16_t b[16] = {0};
+
+	memcpy(b, h, sizeof(*h) * n);
+	lo = _mm_loadu_si128((const __m128i *)(const void *)b);
+	hi = _mm_loadu_si128((const __m128i *)(const void *)(b + 8));
+#else
+	/* masked loads: a row's last scales may end its plane */
+	lo = _mm_maskz_loadu_epi16((__mmask8)(n >= 8 ? 0xff : (1u << n) - 1), h);
+	hi = _mm_maskz_loadu_epi16((__mmask8)(n >= 16 ? 0xff
+					      : n > 8 ? (1u << (n - 8)) - 1
+						      : 0),
+				   h + 8);
+#endif
+	return _mm512_castsi512_ps(
+		_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castps_si256(_mm256_cvtph_ps(lo))),
+				   _mm256_castps_si256(_mm256_cvtph_ps(hi)), 1));
+}
+
+/*
+ * t[g * 16 + r] = row r's value of group g, of the fp16 rows at s16 (0
+ * for r >= nr): 16 x 16 at a time converted and transposed in registers
+ * (a q2 row of K 2048 has 32 scales and 32 mins: one by one they cost
+ * as much as the row block's batch-1 work).
+ */
+static void qr_scales(const uint16_t *s16, uint32_t G, uint32_t nr, float *t)
+{
+	for (uint32_t g0 = 0; g0 < G; g0 += 16) {
+		const uint32_t n = G - g0 < 16 ? G - g0 : 16;
+		__m512i v[16];
+
+		for (uint32_t r = 0; r < 16; r++) {
+			const uint16_t *h = s16 + (size_t)r * G + g0;
+
+			v[r] = _mm512_setzero_si512();
+			if (r < nr)
+				v[r] = _mm512_castps_si512(f16x16(h, n));
+		}
+		tr16(v);
+		for (uint32_t d = 0; d < n; d++)
+			_mm512_storeu_si512((void *)(t + (size_t)(g0 + d) * 16), v[d]);
 	}
 }
 
-/* One call of fn(..., T, y_, ldy) for T in 1..4 known at compile time. */
-#define TILE_N(fn, T, ...)                           \
-	do {                                         \
-		switch (T) {                         \
-		case 1:                              \
-			fn(__VA_ARGS__, 1, y_, ldy); \
-			break;                       \
-		case 2:                              \
-			fn(__VA_ARGS__, 2, y_, ldy); \
-			break;                       \
-		case 3:                              \
-			fn(__VA_ARGS__, 3, y_, ldy); \
-			break;                       \
-		default:                             \
-			fn(__VA_ARGS__, 4, y_, ldy); \
-			break;                       \
-		}                                    \
-	} while (0)
+/*
+ * One token, 16 rows (nr of them real) from wq: y[0..nr). The rows'
+ * weights in their own layout against the token's activation vectors,
+ * per group (or lone block), then tree16.
+ */
+INL void qr_dot(enum moem_prec p, const uint8_t *wq, size_t rowb, uint32_t nr, uint32_t NB,
+		uint32_t gshift, const float *swt, const float *mnt, const int8_t *xq,
+		const float *qs, const float *xs, float *y)
+{
+	const uint32_t qg = QG(p), gend = p == MOEM_PREC_Q8 ? 0 : NB / qg * qg;
+	__m512 acc = _mm512_setzero_ps();
+	uint32_t b = 0;
+
+	for (; b < gend; b += qg) {
+		__m512i d[16], o[4], x[4];
+
+#pragma GCC unroll 4
+		for (uint32_t i = 0; i < qg; i++)
+			x[i] = _mm512_loadu_si512((const void *)(xq + 64 * (size_t)(b + i)));
+#pragma GCC unroll 16
+		for (uint32_t r = 0; r < 16; r++) {
+			__m512i w[4];
+
+			d[r] = _mm512_setzero_si512();
+			if (r >= nr)
+				continue;
+			qg_unpack(p, wq + r * rowb, b, w);
+			pf16(wq + (r + 16) * rowb + QBPB(p) * (size_t)b);
+#pragma GCC unroll 4
+			for (uint32_t i = 0; i < qg; i++)
+				d[r] = _mm512_dpbusd_epi32(d[r], w[i], x[i]);
+		}
+		tree16(d, o);
+		if (p == MOEM_PREC_Q4) { /* block b in 128-bit lanes 0, 1; b + 1 in 2, 3 */
+			o[0] = _mm512_add_epi32(o[0], o[1]);
+			o[1] = _mm512_add_epi32(o[2], o[3]);
+		}
+#pragma GCC unroll 4
+		for (uint32_t L = 0; L < qg; L++)
+			acc = qr_fma(p, o[L], swt + 16 * ((b + L) >> gshift),
+				     mnt + 16 * ((b + L) >> gshift), qs, xs, b + L, acc);
+	}
+	for (; b < NB; b++) {
+		__m512i d[16], o[4];
+
+#pragma GCC unroll 16
+		for (uint32_t r = 0; r < 16; r++) {
+			const struct qw w = q_unpack(p, wq + r * rowb, b);
+
+			d[r] = r < nr ? q_dot(p, &w, xq + 64 * (size_t)b) : _mm512_setzero_si512();
+			if (r < nr)
+				pf16(wq + (r + 16) * rowb + QBPB(p) * (size_t)b);
+		}
+		tree16(d, o);
+		o[0] = _mm512_add_epi32(_mm512_add_epi32(o[0], o[1]), _mm512_add_epi32(o[2], o[3]));
+		acc = qr_fma(p, o[0], swt + 16 * (b >> gshift), mnt + 16 * (b >> gshift), qs, xs, b,
+			     acc);
+	}
+	qr_store(y, nr, acc);
+}
 
 /*
- * kern_avx2.c's structure: short rows 4 at a time at batch 1 and 2 at a
- * time for several tokens, else row by row with the tokens in groups of
- * 4; the min term of several tokens in min_pass(). scratch: the row's
- * scales (and mins) as floats and the block scales of up to 4 tokens,
- * 2 G + 4 NB <= K floats; in q_rows() the scales and mins of SHORT_R
- * rows, 2 SHORT_R G <= K / 8; for q_tile2() 2 rows' scales and block
- * scales, 2 G + 8 NB <= K / 4.
+ * Blocks [b0, b1) of 16 rows (nr real, zeros for the rest) into tile, 16
+ * vectors (1 KB) a block, lane r row r: a group of q4/q2 blocks as its
+ * packed dwords d (at its first block's place: qr_outer() splits them
+ * into codes), a lone block (q8, q2's last) as its codes' dwords; q8
+ * also comp (128 x each row's sum of the block's weights, at
+ * comp + (b - b0) * 16).
+ */
+INL void qr_fill(enum moem_prec p, const uint8_t *wq, size_t rowb, uint32_t nr, uint32_t NB,
+		 uint32_t b0, uint32_t b1, uint8_t *tile, int32_t *comp)
+{
+	const uint32_t qg = QG(p), gend = p == MOEM_PREC_Q8 ? 0 : NB / qg * qg;
+	uint32_t b = b0;
+
+	for (; b < b1 && b < gend; b += qg) {
+		__m512i v[16];
+
+#pragma GCC unroll 16
+		for (uint32_t r = 0; r < 16; r++)
+			v[r] = r < nr ? _mm512_loadu_si512(
+						(const void *)(wq + r * rowb + QBPB(p) * (size_t)b))
+				      : _mm512_setzero_si512();
+		tr16(v);
+#pragma GCC unroll 16
+		for (uint32_t d = 0; d < 16; d++)
+			_mm512_storeu_si512((void *)(tile + 64 * ((size_t)(b - b0) * 16 + d)),
+					    v[d]);
+	}
+	for (; b < b1; b++) {
+		__m512i v[16], c = _mm512_setzero_si512();
+
+		for (uint32_t r = 0; r < 16; r++)
+			v[r] = r < nr ? q_unpack(p, wq + r * rowb, b).w : _mm512_setzero_si512();
+		tr16(v);
+		for (uint32_t d = 0; d < 16; d++) {
+			_mm512_storeu_si512((void *)(tile + 64 * ((size_t)(b - b0) * 16 + d)),
+					    v[d]);
+			if (p == MOEM_PREC_Q8)
+				c = _mm512_dpbusd_epi32(c, _mm512_set1_epi8((char)0x80), v[d]);
+		}
+		if (p == MOEM_PREC_Q8)
+			_mm512_storeu_si512((void *)(comp + 16 * (size_t)(b - b0)), c);
+	}
+}
+
+/*
+ * N tokens (xq[t], their block scales qs[t]) x the 16 rows of the tile,
+ * blocks [b0, b1): the accumulators start at zero (b0 0) or from fa
+ * (fa + 16 t), and go back there, or to y (token t at y + t * ldy, nr
+ * rows) once b1 is NB.
+ */
+INL void qr_outer(enum moem_prec p, const uint8_t *tile, const int32_t *comp, const float *swt,
+		  const float *mnt, uint32_t gshift, uint32_t NB, uint32_t b0, uint32_t b1,
+		  const int8_t *const *xq, const float *const *qs, const float *const *xs,
+		  float *fa, uint32_t nr, const int N, float *y, uint32_t ldy)
+{
+	const uint32_t qg = QG(p), per = 16 / qg, gend = p == MOEM_PREC_Q8 ? 0 : NB / qg * qg;
+	__m512 acc[QR_TG];
+
+#pragma GCC unroll 8
+	for (int t = 0; t < N; t++)
+		acc[t] = b0 ? _mm512_loadu_ps(fa + 16 * t) : _mm512_setzero_ps();
+	for (uint32_t b = b0; b < b1; b++) {
+		const uint8_t *tb = tile + 64 * (size_t)(b - b0) * 16;
+		__m512i s[QR_TG];
+
+#pragma GCC unroll 8
+		for (int t = 0; t < N; t++)
+			s[t] = _mm512_setzero_si512();
+		if (b < gend) {
+			/* block L of the group: packed dwords L per .. L per + per - 1 */
+			const uint32_t gb = b & ~(qg - 1), L = b & (qg - 1);
+			const uint8_t *tg =
+				tile + 64 * (size_t)(gb - b0) * 16 + 64 * (size_t)L * per;
+			const size_t base = 64 * (size_t)gb + 4 * (size_t)L * per;
+
+#pragma GCC unroll 8
+			for (uint32_t e = 0; e < per; e++) {
+				__m512i w[4];
+
+				qg_split(p, _mm512_loadu_si512((const void *)(tg + 64 * e)), w);
+#pragma GCC unroll 4
+				for (uint32_t i = 0; i < qg; i++) {
+					const size_t off = base + 64 * i + 4 * e;
+
+#pragma GCC unroll 8
+					for (int t = 0; t < N; t++)
+						s[t] = dp_bcast(s[t], w[i], xq[t] + off);
+				}
+			}
+		} else {
+#pragma GCC unroll 16
+			for (uint32_t j = 0; j < 16; j++) {
+				const __m512i w = _mm512_loadu_si512((const void *)(tb + 64 * j));
+				const size_t off = 64 * (size_t)b + 4 * j;
+
+#pragma GCC unroll 8
+				for (int t = 0; t < N; t++)
+					s[t] = p == MOEM_PREC_Q8
+						       ? _mm512_dpbusd_epi32(
+								 s[t], bcast32(xq[t] + off), w)
+						       : dp_bcast(s[t], w, xq[t] + off);
+			}
+			if (p == MOEM_PREC_Q8) {
+				const __m512i c = _mm512_loadu_si512(
+					(const void *)(comp + 16 * (size_t)(b - b0)));
+
+#pragma GCC unroll 8
+				for (int t = 0; t < N; t++)
+					s[t] = _mm512_sub_epi32(s[t], c);
+			}
+		}
+#pragma GCC unroll 8
+		for (int t = 0; t < N; t++)
+			acc[t] = qr_fma(p, s[t], swt + 16 * (b >> gshift), mnt + 16 * (b >> gshift),
+					qs[t], xs[t], b, acc[t]);
+	}
+#pragma GCC unroll 8
+	for (int t = 0; t < N; t++) {
+		if (b1 < NB)
+			_mm512_storeu_ps(fa + 16 * t, acc[t]);
+		else
+			qr_store(y + (size_t)t * ldy, nr, acc[t]);
+	}
+}
+
+#define QR_N(N)                                                                                    \
+	case N:                                                                                    \
+		qr_outer(p, tile, comp, swt, mnt, gshift, NB, b0, b1, xq, qs, xs,                  \
+			 fa + 16 * (size_t)(i - i0), nr, N, y + (size_t)i * ldy + (rb - r0), ldy); \
+		break
+
+/*
+ * Rows in blocks of 16. scratch (MOEM_CPU_SCRATCH_FLOATS(K) = 16 K
+ * floats, kern.h): the block's scales (16 G floats), q8's comp and the
+ * tile (QR_CB x 16 + QR_CB x 256 floats), and 16 floats of accumulators
+ * per token, the tokens in runs of what is left (at least 46 tokens for
+ * K 64, 3840 for K 2048).
  */
 INL void avx512_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_layout *l,
 		  const uint8_t *mat, uint32_t r0, uint32_t r1, const struct cpu_act *x,
 		  const uint32_t *tok, uint32_t T, float *y, uint32_t ldy, float *scratch)
 {
 	const uint32_t K = l->cols, NB = K / MOEM_CPU_QBLOCK, G = l->groups_per_row;
-	const uint32_t gshift = p == MOEM_PREC_Q2 ? 0 : 1;
+	const uint32_t gshift = p == MOEM_PREC_Q2 ? 0 : 1, cb = NB < QR_CB ? NB : QR_CB;
 	const int8_t *xq_all = x->v[fmt];
 	const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
 	const uint16_t *m16 = (const uint16_t *)(const void *)(mat + l->min_off);
-	float *sw = scratch, *mn = scratch + G, *sq = scratch + 2 * G;
-	uint32_t r = r0;
+	float *swt = scratch, *mnt = swt + 16 * (size_t)G;
+	int32_t *comp = (int32_t *)(void *)(mnt + 16 * (size_t)G);
+	uint8_t *tile = (uint8_t *)(void *)(comp + 16 * (size_t)cb);
+	float *fa = (float *)(void *)(tile + 1024 * (size_t)cb);
+	const uint32_t run =
+		(uint32_t)((MOEM_CPU_SCRATCH_FLOATS(K) - 32 * (size_t)G - 272 * (size_t)cb) / 16);
 
-	if (T == 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
-		for (; r + SHORT_R <= r1; r += SHORT_R) {
-			f16_row(s16 + (size_t)r * G, sw, SHORT_R * G);
-			f16_row(m16 + (size_t)r * G, sw + SHORT_R * G, SHORT_R * G);
-			q_rows(p, mat + l->data_off + (size_t)r * l->row_bytes, l->row_bytes, sw,
-			       sw + SHORT_R * G, G, NB, gshift, xq_all + (size_t)tok[0] * K,
-			       x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB,
-			       y + (r - r0));
+	for (uint32_t rb = r0; rb < r1; rb += 16) {
+		const uint32_t nr = r1 - rb < 16 ? r1 - rb : 16;
+		const uint8_t *wq = mat + l->data_off + (size_t)rb * l->row_bytes;
+
+		/*
+		 * the next block's scales and mins: 2 x 16 G bytes each block
+		 * touches once, a miss per line where the prefetcher, seeing a
+		 * few lines per block, does not run ahead
+		 */
+		for (uint32_t o = 0; rb + 16 < l->rows && o < 32 * G; o += 64) {
+			pf16((const uint8_t *)(s16 + (size_t)(rb + 16) * G) + o);
+			if (p != MOEM_PREC_Q8)
+				pf16((const uint8_t *)(m16 + (size_t)(rb + 16) * G) + o);
 		}
-	}
-	if (T > 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
-		for (; r + 2 <= r1; r += 2) {
-			const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
+		qr_scales(s16 + (size_t)rb * G, G, nr, swt);
+		if (p != MOEM_PREC_Q8)
+			qr_scales(m16 + (size_t)rb * G, G, nr, mnt);
+		if (T == 1) {
+			qr_dot(p, wq, l->row_bytes, nr, NB, gshift, swt, mnt,
+			       xq_all + (size_t)tok[0] * K, x->qs + (size_t)tok[0] * NB,
+			       x->xs + (size_t)tok[0] * NB, y + (rb - r0));
+			continue;
+		}
+		for (uint32_t i0 = 0; i0 < T; i0 += run) {
+			const uint32_t i1 = T - i0 < run ? T : i0 + run;
 
-			f16_row(s16 + (size_t)r * G, sw, 2 * G);
-			for (uint32_t i = 0; i < T; i += 4) {
-				const int8_t *xq[4];
-				uint32_t n = T - i < 4 ? T - i : 4;
-				float *y_ = y + (size_t)i * ldy + (r - r0);
+			for (uint32_t b0 = 0; b0 < NB; b0 += cb) {
+				const uint32_t b1 = NB - b0 < cb ? NB : b0 + cb;
 
-				for (uint32_t t = 0; t < n; t++) {
-					const float *qs = x->qs + (size_t)tok[i + t] * NB;
+				qr_fill(p, wq, l->row_bytes, nr, NB, b0, b1, tile, comp);
+				for (uint32_t i = i0; i < i1; i += QR_TG) {
+					const int8_t *xq[QR_TG];
+					const float *qs[QR_TG], *xs[QR_TG];
+					uint32_t n = i1 - i < QR_TG ? i1 - i : QR_TG;
 
-					xq[t] = xq_all + (size_t)tok[i + t] * K;
-					block_scales(sw, qs, NB, gshift, sq + (size_t)t * NB);
-					block_scales(sw + G, qs, NB, gshift,
-						     sq + (size_t)(4 + t) * NB);
+					for (uint32_t t = 0; t < n; t++) {
+						xq[t] = xq_all + (size_t)tok[i + t] * K;
+						qs[t] = x->qs + (size_t)tok[i + t] * NB;
+						xs[t] = x->xs + (size_t)tok[i + t] * NB;
+					}
+					switch (n) {
+						QR_N(1);
+						QR_N(2);
+						QR_N(3);
+						QR_N(4);
+						QR_N(5);
+						QR_N(6);
+						QR_N(7);
+					default:
+						QR_N(8);
+					}
 				}
-				TILE_N(q_tile2, n, p, wq, l->row_bytes, sq, NB, xq);
 			}
 		}
 	}
-	for (; r < r1; r++) {
-		const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
-
-		f16_row(s16 + (size_t)r * G, sw, G);
-		if (p != MOEM_PREC_Q8 && T == 1) /* else min_pass() */
-			f16_row(m16 + (size_t)r * G, mn, G);
-		for (uint32_t i = 0; i < T; i += 4) {
-			const int8_t *xq[4];
-			const float *xs[4];
-			uint32_t n = T - i < 4 ? T - i : 4;
-			float *y_ = y + (size_t)i * ldy + (r - r0);
-
-			for (uint32_t t = 0; t < n; t++) {
-				xq[t] = xq_all + (size_t)tok[i + t] * K;
-				xs[t] = x->xs + (size_t)tok[i + t] * NB;
-				block_scales(sw, x->qs + (size_t)tok[i + t] * NB, NB, gshift,
-					     sq + (size_t)t * NB);
-			}
-			TILE_N(q_tile, n, p, wq, sq, mn, NB, gshift, T == 1, xq, xs);
-		}
-	}
-	if (p != MOEM_PREC_Q8 && T > 1)
-		min_pass(m16, G, gshift, x, NB, tok, T, r0, r1, y, ldy, scratch);
 }
 
 static void avx512_q8(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * 256-bit helpers the AVX2 and AVX-512 row kernels share (included by
- * kern_avx2.c and kern_avx512.c, the latter also in its SIMDe build, and
- * by kern_amx_q.c for f16_row()):
- * the q4/q2 min term in particular must be the very same instructions in
- * both, lane by lane, for every tile shape of either file. Included after
- * the file's intrinsics header and its INL.
+ * 256-bit helpers of the x86 row kernels (included by kern_avx2.c,
+ * kern_avx512.c, the latter also in its SIMDe build, and kern_amx_q.c,
+ * for f16_row()): kern_avx2.c's q4/q2 min term in particular
+ * (min_term(), min_pass()) must be the very same instructions, lane by
+ * lane, for every tile shape it has. Included after the file's
+ * intrinsics header and its INL.
  */
 #ifndef MOEM_CPU_KERN_X86_H
 #define MOEM_CPU_KERN_X86_H
