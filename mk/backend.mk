@@ -34,8 +34,12 @@ $(O)/bench/kernels/%: bench/kernels/%.c $(LIB)
 # On the CPU: bench_kernels, then PyTorch's bf16 on the same shapes and
 # threads (skipped, and said so in the table, when /usr/bin/python3 has no
 # torch), then Documentation/benchmarks/cpu-kernels.md from both.
-# BENCH_KERNELS_ARGS passes options (e.g. --threads 1, --isa scalar).
+# BENCH_KERNELS_ARGS passes options (e.g. --threads 1, --isa scalar);
+# CPU_KERNELS_DOC names the page (one per machine type kept in the tree:
+# cpu-kernels.md an Intel Xeon with AMX, cpu-kernels-avx512.md an AMD
+# EPYC with AVX-512 and no AMX).
 BENCH_KERNELS_ARGS ?=
+CPU_KERNELS_DOC ?= Documentation/benchmarks/cpu-kernels.md
 .PHONY: bench-kernels
 bench-kernels: $(O)/bench/kernels/bench_kernels
 	$(Q)$(O)/bench/kernels/bench_kernels --backend cpu $(BENCH_KERNELS_ARGS) \
@@ -46,8 +50,8 @@ bench-kernels: $(O)/bench/kernels/bench_kernels
 		[ $$rc -eq 0 ] || [ $$rc -eq 4 ] || exit $$rc; \
 		[ $$rc -eq 0 ] || rm -f $(O)/bench/kernels/torch_cpu.txt
 	$(Q)python3 bench/kernels/cpu_table.py --ours $(O)/bench/kernels/cpu_results.txt \
-		--torch $(O)/bench/kernels/torch_cpu.txt --out Documentation/benchmarks/cpu-kernels.md \
-		--command "make bench-kernels BENCH_KERNELS_ARGS='$(BENCH_KERNELS_ARGS)'"
+		--torch $(O)/bench/kernels/torch_cpu.txt --out $(CPU_KERNELS_DOC) \
+		--command "make bench-kernels BENCH_KERNELS_ARGS='$(BENCH_KERNELS_ARGS)' CPU_KERNELS_DOC=$(CPU_KERNELS_DOC)"
 
 # test_cpu_kern also runs the AVX-512 kernels built against SIMDe's portable
 # AVX-512 (libsimde-dev), so that their logic is tested without AVX-512.
