@@ -192,8 +192,11 @@ grep -q '"hotness":"bpf"' "$tmp/hb.json" || fail "moem run --hotness bpf: $(cat 
 ok "bpftool map dump name moem_hot shows live counts under moem run --hotness bpf"
 
 # --- 5. promote/demote probes, and top -------------------------------------
+# DynaExq retargets on the wall clock (every 200 ms by default): a fast
+# machine decodes the 600 steps within one interval and never promotes.
+# At 5 ms any machine retargets many times within the run.
 "$M" trace record -o "$tmp/dx.trace" -- "$M" "${run[@]}" --steps 600 --precisions bf16,q4 \
-	--precision dynaexq --hbm 60% --json >/dev/null 2>"$tmp/dx.err" ||
+	--precision dynaexq:interval_ms=5 --hbm 60% --json >/dev/null 2>"$tmp/dx.err" ||
 	fail "record (dynaexq): $(cat "$tmp/dx.err")"
 promo=$(sed -n 's/.* \([0-9]*\) promote,.*/\1/p' "$tmp/dx.err")
 [ "${promo:-0}" -gt 0 ] || fail "no moem:promote seen under DynaExq: $(cat "$tmp/dx.err")"
