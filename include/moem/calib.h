@@ -24,9 +24,12 @@
 
 /*
  * 2: the amx table's q8/q4/q2 kernels changed (AMX-INT8): their figures are measured again;
- * 3: call_ns, the executor's cost per call beyond its experts' reads
+ * 3: call_ns, the executor's cost per call beyond its experts' reads;
+ * 4: the avx512 table's q8/q4/q2 kernels changed (16 rows in the lanes): a
+ *    cache of their old per-token cost, 2.5 times the new at batch 64, is
+ *    measured again
  */
-#define MOEM_CALIB_VERSION 3
+#define MOEM_CALIB_VERSION 4
 #define MOEM_CALIB_TOKENS  64 /* the batch the per-token cost is measured at */
 
 struct moem_calib_cpu {

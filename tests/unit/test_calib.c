@@ -20,6 +20,11 @@
 #include "kselftest_harness.h"
 #include "store_test_util.h"
 
+/* The version this moem writes, as the files below spell it. */
+#define VSTR_(v) #v
+#define VSTR(v)	 VSTR_(v)
+#define VERSION	 VSTR(MOEM_CALIB_VERSION)
+
 static void put_file(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -155,24 +160,28 @@ TEST(bad_files)
 	EXPECT_MSG("not a moem calibration file");
 	put_file(path, "{\"format\":\"moem-calibration\",\"version\":99}");
 	EXPECT_EQ(-ESTALE, moem_calib_read(path, &r));
-	EXPECT_MSG("format version 99, this moem reads 3");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":3,\"machine\":{\"cpu_model\":"
+	EXPECT_MSG("format version 99, this moem reads " VERSION);
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":" VERSION
+		       ",\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"avx2\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{\"bf16\":{\"gbps\":-1,\"token_ns\":5,\"call_ns\":0}}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
 	EXPECT_MSG("cpu.bf16 wants gbps");
 	/* version 2's figures, without the call's cost: refused as incomplete */
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":3,\"machine\":{\"cpu_model\":"
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":" VERSION
+		       ",\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"avx2\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{\"bf16\":{\"gbps\":1,\"token_ns\":5}}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
 	EXPECT_MSG("call_ns in 0..1e9");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":3,\"machine\":{\"cpu_model\":"
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":" VERSION
+		       ",\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"auto\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{\"bf16\":{\"gbps\":1,\"token_ns\":5,\"call_ns\":0}}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
 	EXPECT_MSG("\"machine\" wants");
-	put_file(path, "{\"format\":\"moem-calibration\",\"version\":3,\"machine\":{\"cpu_model\":"
+	put_file(path, "{\"format\":\"moem-calibration\",\"version\":" VERSION
+		       ",\"machine\":{\"cpu_model\":"
 		       "\"X\",\"threads\":2,\"isa\":\"avx2\"},\"hidden\":128,\"inter\":128,"
 		       "\"cpu\":{}}");
 	EXPECT_EQ(-EINVAL, moem_calib_read(path, &r));
