@@ -437,9 +437,7 @@ INL __m512 f16x16(const uint16_t *h, uint32_t n)
 
 /*
  * t[g * 16 + r] = row r's value of group g, of the fp16 rows at s16 (0
- * for r >= nr): 16 x 16 at a time converted and transposed in registers
- * (a q2 row of K 2048 has 32 scales and 32 mins: one by one they cost
- * as much as the row block's batch-1 work).
+ * for r >= nr): 16 x 16 at a time converted and transposed in registers.
  */
 static void qr_scales(const uint16_t *s16, uint32_t G, uint32_t nr, float *t)
 {
@@ -655,10 +653,10 @@ INL void qr_outer(enum moem_prec p, const uint8_t *tile, const int32_t *comp, co
 
 /*
  * Rows in blocks of 16. scratch (MOEM_CPU_SCRATCH_FLOATS(K) = 16 K
- * floats, kern.h): the block's scales (16 G floats), q8's comp and the
- * tile (QR_CB x 16 + QR_CB x 256 floats), and 16 floats of accumulators
- * per token, the tokens in runs of what is left (at least 46 tokens for
- * K 64, 3840 for K 2048).
+ * floats, kern.h): the block's scales and mins (2 x 16 G floats), q8's
+ * comp and the tile (QR_CB x 16 + QR_CB x 256 floats), and 16 floats of
+ * accumulators per token, the tokens in runs of what is left (at least
+ * 45 tokens for K 64, 1848 for K 2048).
  */
 INL void avx512_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_layout *l,
 		  const uint8_t *mat, uint32_t r0, uint32_t r1, const struct cpu_act *x,
