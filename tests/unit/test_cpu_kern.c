@@ -1079,16 +1079,17 @@ TEST(swiglu_is_silu_times_up)
 }
 
 /*
- * The quantizer's block statistics: the AVX2 form gives the plain form's
+ * The quantizer's block statistics: the AVX2 and AVX-512 forms (where
+ * the CPU has them) and the AVX-512 one on SIMDe give the plain form's
  * amax and sum for every block (NaN for NaN), over rows with NaNs,
  * infinities, -0 and every count of blocks 1..QSTAT.
  */
 TEST(block_stats_forms_agree)
 {
-	enum { NB = 21 };
+	enum { NB = 37, FORMS = 3 };
 	float *x = malloc(sizeof(float) * NB * MOEM_CPU_QBLOCK);
+	uint32_t bad = 0, ran[FORMS + 1] = {0};
 	struct moem_rng r;
-	uint32_t bad = 0;
 
 	ASSERT_NE(NULL, x);
 	moem_rng_seed(&r, 7, 0);
@@ -1105,21 +1106,37 @@ TEST(block_stats_forms_agree)
 		}
 		for (uint32_t blk = 0; blk < NB; blk += MOEM_CPU_QSTAT) {
 			uint32_t n = NB - blk < MOEM_CPU_QSTAT ? NB - blk : MOEM_CPU_QSTAT;
-			float a0[MOEM_CPU_QSTAT], s0[MOEM_CPU_QSTAT], a1[MOEM_CPU_QSTAT],
-				s1[MOEM_CPU_QSTAT];
+			float a0[MOEM_CPU_QSTAT], s0[MOEM_CPU_QSTAT];
 
 			n = trial % 3 ? n : 1 + (uint32_t)trial % n;
-			moem_cpu_block_stats(x, blk, n, a0, s0, false);
-			moem_cpu_block_stats(x, blk, n, a1, s1, true);
-			for (uint32_t j = 0; j < n; j++) {
-				bad += isnan(a0[j]) != isnan(a1[j]) ||
-				       (!isnan(a0[j]) && memcmp(&a0[j], &a1[j], sizeof(float)));
-				bad += isnan(s0[j]) != isnan(s1[j]) ||
-				       (!isnan(s0[j]) && memcmp(&s0[j], &s1[j], sizeof(float)));
+			ASSERT_EQ(MOEM_CPU_STATS_PLAIN,
+				  moem_cpu_block_stats(x, blk, n, a0, s0, MOEM_CPU_STATS_PLAIN));
+			for (int f = 1; f <= FORMS; f++) {
+				float a1[MOEM_CPU_QSTAT], s1[MOEM_CPU_QSTAT];
+
+				if (f < FORMS) {
+					if (moem_cpu_block_stats(x, blk, n, a1, s1,
+								 (enum moem_cpu_stats_form)f) !=
+					    (enum moem_cpu_stats_form)f)
+						continue;
+				} else {
+					moem_cpu_block_stats_avx512_emu(x, blk, n, a1, s1);
+				}
+				ran[f]++;
+				for (uint32_t j = 0; j < n; j++) {
+					bad += isnan(a0[j]) != isnan(a1[j]) ||
+					       (!isnan(a0[j]) &&
+						memcmp(&a0[j], &a1[j], sizeof(float)));
+					bad += isnan(s0[j]) != isnan(s1[j]) ||
+					       (!isnan(s0[j]) &&
+						memcmp(&s0[j], &s1[j], sizeof(float)));
+				}
 			}
 		}
 	}
 	EXPECT_EQ(0u, bad);
+	EXPECT_LT(0u, ran[FORMS]);
+	TH_LOG("forms run: avx2 %u, avx512 %u, avx512 on SIMDe %u times", ran[1], ran[2], ran[3]);
 	free(x);
 }
 

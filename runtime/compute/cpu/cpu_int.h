@@ -165,13 +165,20 @@ void moem_cpu_swiglu(const float *g, const float *u, float *o, uint32_t n);
 /*
  * The activation quantizer's block statistics (ffn.c): amax[j] (the
  * largest |value|, a NaN sticking) and sum[j] (in element order) of the
- * 64-value blocks blk + j of the row at x, j < n <= MOEM_CPU_QSTAT; vec:
- * the AVX2 form where the CPU has it (the same values; a NaN sum's sign
- * may differ), else the plain one.
+ * 64-value blocks blk + j of the row at x, j < n <= MOEM_CPU_QSTAT, in
+ * form, or the best this CPU has where it lacks form (BEST: the best);
+ * returns the form it used. Every form gives the same values (a NaN
+ * sum's sign may differ).
  */
-#define MOEM_CPU_QSTAT 8
-void moem_cpu_block_stats(const float *x, uint32_t blk, uint32_t n, float *amax, float *sum,
-			  bool vec);
+#define MOEM_CPU_QSTAT 16
+enum moem_cpu_stats_form {
+	MOEM_CPU_STATS_PLAIN,
+	MOEM_CPU_STATS_AVX2,
+	MOEM_CPU_STATS_AVX512,
+	MOEM_CPU_STATS_BEST,
+};
+enum moem_cpu_stats_form moem_cpu_block_stats(const float *x, uint32_t blk, uint32_t n, float *amax,
+					      float *sum, enum moem_cpu_stats_form form);
 
 /* Macros, not functions: a 32-byte vector in a function signature changes
  * the ABI between builds with and without AVX (gcc -Wpsabi). */

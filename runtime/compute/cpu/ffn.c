@@ -171,21 +171,19 @@ static inline void block_stats(const float *x, uint32_t blk, uint32_t n, float *
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /*
- * block_stats() with the QSTAT blocks in the lanes of one AVX2 vector,
- * each element gathered: the same comparisons, NaN rule and sums in
- * element order, so the same values; where the CPU has AVX2.
+ * block_stats() with 8 blocks in the lanes of one AVX2 vector, each
+ * element gathered: the same comparisons, NaN rule and sums in element
+ * order, so the same values; where the CPU has AVX2 but not AVX-512.
  */
-_Static_assert(QSTAT == 8, "block_stats_avx2() takes QSTAT blocks in one AVX2 vector");
-
 __attribute__((target("avx2"))) static void block_stats_avx2(const float *x, uint32_t blk,
 							     uint32_t n, float *amax, float *sum)
 {
 	const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
 	__m256 am = _mm256_setzero_ps(), sm = _mm256_setzero_ps();
-	int32_t off[QSTAT];
+	int32_t off[8];
 	__m256i vo;
 
-	for (uint32_t j = 0; j < QSTAT; j++)
+	for (uint32_t j = 0; j < 8; j++)
 		off[j] = (int32_t)((blk + (j < n ? j : n - 1)) * QB);
 	vo = _mm256_loadu_si256((const __m256i *)(const void *)off);
 	for (uint32_t i = 0; i < QB; i++) {
@@ -197,21 +195,58 @@ __attribute__((target("avx2"))) static void block_stats_avx2(const float *x, uin
 		am = _mm256_blendv_ps(am, v, upd);
 		sm = _mm256_add_ps(sm, c);
 	}
-	_mm256_storeu_ps(amax, am);
-	_mm256_storeu_ps(sum, sm);
+	if (n >= 8) {
+		_mm256_storeu_ps(amax, am);
+		_mm256_storeu_ps(sum, sm);
+	} else {
+		float a[8], s[8];
+
+		_mm256_storeu_ps(a, am);
+		_mm256_storeu_ps(s, sm);
+		memcpy(amax, a, sizeof(float) * n);
+		memcpy(sum, s, sizeof(float) * n);
+	}
 }
 #endif
 
-void moem_cpu_block_stats(const float *x, uint32_t blk, uint32_t n, float *amax, float *sum,
-			  bool vec)
+/* The best form this CPU runs: AVX-512 (as the avx512 table needs it), AVX2, or plain. */
+static enum moem_cpu_stats_form stats_best(void)
 {
+	static _Atomic int best = -1;
+	int b = atomic_load_explicit(&best, memory_order_relaxed);
+
+	if (b < 0) {
+		enum moem_cpu_isa isa = moem_cpu_isa_best();
+
+		b = isa >= MOEM_CPU_ISA_AVX512 ? MOEM_CPU_STATS_AVX512
+		    : isa == MOEM_CPU_ISA_AVX2 ? MOEM_CPU_STATS_AVX2
+					       : MOEM_CPU_STATS_PLAIN;
+		atomic_store_explicit(&best, b, memory_order_relaxed);
+	}
+	return (enum moem_cpu_stats_form)b;
+}
+
+enum moem_cpu_stats_form moem_cpu_block_stats(const float *x, uint32_t blk, uint32_t n, float *amax,
+					      float *sum, enum moem_cpu_stats_form form)
+{
+	const enum moem_cpu_stats_form have = stats_best();
+
+	if (form == MOEM_CPU_STATS_BEST || form > have)
+		form = have;
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-	if (vec && __builtin_cpu_supports("avx2")) {
-		block_stats_avx2(x, blk, n, amax, sum);
-		return;
+	if (form == MOEM_CPU_STATS_AVX512) {
+		moem_cpu_block_stats_avx512(x, blk, n, amax, sum);
+		return form;
+	}
+	if (form == MOEM_CPU_STATS_AVX2) {
+		block_stats_avx2(x, blk, n < 8 ? n : 8, amax, sum);
+		if (n > 8)
+			block_stats_avx2(x, blk + 8, n - 8, amax + 8, sum + 8);
+		return form;
 	}
 #endif
 	block_stats(x, blk, n, amax, sum);
+	return MOEM_CPU_STATS_PLAIN;
 }
 
 /*
@@ -241,7 +276,7 @@ MOEM_CPU_CLONES static void quantize_row(struct act_buf *b, uint32_t row)
 		 */
 		if (blk % QSTAT == 0)
 			moem_cpu_block_stats(x, blk, NB - blk < QSTAT ? NB - blk : QSTAT, amaxs,
-					     sums, true);
+					     sums, MOEM_CPU_STATS_BEST);
 		amax = amaxs[blk % QSTAT];
 		sum = sums[blk % QSTAT];
 		sx = amax / 127.0f;
