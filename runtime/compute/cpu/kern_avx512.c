@@ -185,13 +185,14 @@ INL void bf16_tile(const uint16_t *w0, size_t ldw, const uint16_t *const *xr, ui
 
 /*
  * Rows in groups of 4, each group's tokens 4 at a time, so a group's
- * 16 KB of weights stay in L1 for all its tokens; from 5 tokens the next
+ * weights (16 KB at K 2048) stay in L1 for all its tokens; from 2 tokens the next
  * 4 rows of the matrix (past r1 too: most likely the next item's) are
  * prefetched into L2, a share of their K in each token pass, so their
- * read from DRAM overlaps this group's compute. Tokens outside, rows
- * inside had each token pass stall on DRAM for its item's first read of
- * the weights (bf16 at 64 tokens, AMD EPYC: about 0.57 of the
- * vdpbf16ps peak). Per output the same operations in the same order.
+ * read from DRAM overlaps this group's compute (one token streams at the
+ * memory's speed without it and lost 10% with it). Tokens outside and
+ * rows inside left the first token pass stalled on DRAM for the item's
+ * weights (bf16 at 64 tokens, AMD EPYC: about 0.57 of the vdpbf16ps
+ * peak). Per output the same operations in the same order.
  */
 static void avx512_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r0,
 			uint32_t r1, const struct cpu_act *x, const uint32_t *tok, uint32_t T,
@@ -205,7 +206,7 @@ static void avx512_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, ui
 
 	for (uint32_t r = r0; r < r1;) {
 		const uint32_t R = r1 - r >= 4 ? 4 : r1 - r >= 2 ? 2 : 1;
-		const uint16_t *pf = T > 4 && r + R + 4 <= l->rows ? W + (size_t)(r + R) * K : NULL;
+		const uint16_t *pf = T > 1 && r + R + 4 <= l->rows ? W + (size_t)(r + R) * K : NULL;
 
 		for (uint32_t i = 0, pass = 0; i < T; i += 4, pass++) {
 			const uint16_t *xr[4];
