@@ -167,8 +167,9 @@ void moem_cpu_swiglu(const float *g, const float *u, float *o, uint32_t n);
  * largest |value|, a NaN sticking) and sum[j] (in element order) of the
  * 64-value blocks blk + j of the row at x, j < n <= MOEM_CPU_QSTAT, in
  * form, or the best this CPU has where it lacks form (BEST: the best);
- * returns the form it used. Every form gives the same values (a NaN
- * sum's sign may differ).
+ * returns the form it used. amax and sum hold MOEM_CPU_QSTAT values
+ * (those from n on are left undefined). Every form gives the same
+ * values (a NaN sum's sign may differ).
  */
 #define MOEM_CPU_QSTAT 16
 enum moem_cpu_stats_form {

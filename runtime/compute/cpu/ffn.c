@@ -195,36 +195,30 @@ __attribute__((target("avx2"))) static void block_stats_avx2(const float *x, uin
 		am = _mm256_blendv_ps(am, v, upd);
 		sm = _mm256_add_ps(sm, c);
 	}
-	if (n >= 8) {
-		_mm256_storeu_ps(amax, am);
-		_mm256_storeu_ps(sum, sm);
-	} else {
-		float a[8], s[8];
-
-		_mm256_storeu_ps(a, am);
-		_mm256_storeu_ps(s, sm);
-		memcpy(amax, a, sizeof(float) * n);
-		memcpy(sum, s, sizeof(float) * n);
-	}
+	_mm256_storeu_ps(amax, am);
+	_mm256_storeu_ps(sum, sm);
 }
 #endif
 
-/* The best form this CPU runs: AVX-512 (as the avx512 table needs it), AVX2, or plain. */
+/*
+ * The best form this CPU runs: AVX-512 (what the avx512 table needs),
+ * AVX2, or plain. isa_check, not isa_best: no AMX tile state requested.
+ */
 static enum moem_cpu_stats_form stats_best(void)
 {
 	static _Atomic int best = -1;
 	int b = atomic_load_explicit(&best, memory_order_relaxed);
 
 	if (b < 0) {
-		enum moem_cpu_isa isa = moem_cpu_isa_best();
-
-		b = isa >= MOEM_CPU_ISA_AVX512 ? MOEM_CPU_STATS_AVX512
-		    : isa == MOEM_CPU_ISA_AVX2 ? MOEM_CPU_STATS_AVX2
-					       : MOEM_CPU_STATS_PLAIN;
+		b = !moem_cpu_isa_check(MOEM_CPU_ISA_AVX512) ? MOEM_CPU_STATS_AVX512
+		    : !moem_cpu_isa_check(MOEM_CPU_ISA_AVX2) ? MOEM_CPU_STATS_AVX2
+							     : MOEM_CPU_STATS_PLAIN;
 		atomic_store_explicit(&best, b, memory_order_relaxed);
 	}
 	return (enum moem_cpu_stats_form)b;
 }
+
+_Static_assert(QSTAT == 16, "the AVX-512 form fills 16 blocks' lanes, the AVX2 one 2 x 8");
 
 enum moem_cpu_stats_form moem_cpu_block_stats(const float *x, uint32_t blk, uint32_t n, float *amax,
 					      float *sum, enum moem_cpu_stats_form form)
@@ -239,6 +233,7 @@ enum moem_cpu_stats_form moem_cpu_block_stats(const float *x, uint32_t blk, uint
 		return form;
 	}
 	if (form == MOEM_CPU_STATS_AVX2) {
+		/* the first call's lanes past n land in amax[n..7]: room the caller gives */
 		block_stats_avx2(x, blk, n < 8 ? n : 8, amax, sum);
 		if (n > 8)
 			block_stats_avx2(x, blk + 8, n - 8, amax + 8, sum + 8);

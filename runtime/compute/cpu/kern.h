@@ -160,8 +160,9 @@ extern const struct moem_cpu_kern moem_cpu_kern_amx;
 extern const struct moem_cpu_kern moem_cpu_kern_avx512_emu;
 
 /*
- * moem_cpu_block_stats()'s AVX-512 form, n <= 16 blocks (kern_avx512.c;
- * the _emu one from its SIMDe build, unit tests only).
+ * moem_cpu_block_stats()'s AVX-512 form, n <= 16 blocks, 16 values
+ * stored to amax and sum (kern_avx512.c; the _emu one from its SIMDe
+ * build, unit tests only).
  */
 void moem_cpu_block_stats_avx512(const float *x, uint32_t blk, uint32_t n, float *amax, float *sum);
 void moem_cpu_block_stats_avx512_emu(const float *x, uint32_t blk, uint32_t n, float *amax,

@@ -810,18 +810,16 @@ void BLOCK_STATS(const float *x, uint32_t blk, uint32_t n, float *amax, float *s
 {
 	const __m512i abs = _mm512_set1_epi32(0x7fffffff);
 	__m512 am = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-	float a[16], s[16];
 
 	for (uint32_t i0 = 0; i0 < MOEM_CPU_QBLOCK; i0 += 16) {
 		__m512i v[16];
 
 #pragma GCC unroll 16
-		for (uint32_t j = 0; j < 16; j++)
-			v[j] = _mm512_loadu_si512(
-				(const void *)(x +
-					       (size_t)(blk + (j < n ? j : n - 1)) *
-						       MOEM_CPU_QBLOCK +
-					       i0));
+		for (uint32_t j = 0; j < 16; j++) {
+			const float *b = x + (size_t)(blk + (j < n ? j : n - 1)) * MOEM_CPU_QBLOCK;
+
+			v[j] = _mm512_loadu_si512((const void *)(b + i0));
+		}
 		tr16(v);
 #pragma GCC unroll 16
 		for (uint32_t d = 0; d < 16; d++) {
@@ -835,10 +833,8 @@ void BLOCK_STATS(const float *x, uint32_t blk, uint32_t n, float *amax, float *s
 			sm = _mm512_add_ps(sm, c);
 		}
 	}
-	_mm512_storeu_ps(a, am);
-	_mm512_storeu_ps(s, sm);
-	memcpy(amax, a, sizeof(float) * n);
-	memcpy(sum, s, sizeof(float) * n);
+	_mm512_storeu_ps(amax, am);
+	_mm512_storeu_ps(sum, sm);
 }
 
 const struct moem_cpu_kern KERN_TABLE = {
