@@ -208,22 +208,19 @@ static void avx512_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, ui
 		const uint32_t R = r1 - r >= 4 ? 4 : r1 - r >= 2 ? 2 : 1;
 		const uint16_t *pf = T > 1 && r + R + 4 <= l->rows ? W + (size_t)(r + R) * K : NULL;
 
-		for (uint32_t i = 0, pass = 0; i < T; i += 4, pass++) {
-			const uint16_t *xr[4];
-			const uint32_t n = T - i < 4 ? T - i : 4;
+		for (uint32_t i = 0, lo = 0; i < T; i += 4, lo += share) {
+			const uint16_t *xr[4], *w = W + (size_t)r * K;
+			const uint32_t n = T - i < 4 ? T - i : 4, hi = lo + share;
 			float *y_ = y + (size_t)i * ldy + (r - r0);
 
 			for (uint32_t t = 0; t < n; t++)
 				xr[t] = xb + (size_t)tok[i + t] * K;
 			if (R == 4)
-				TILE_T(bf16_tile, 4, n, W + (size_t)r * K, K, xr, K, pf,
-				       pass * share, (pass + 1) * share);
+				TILE_T(bf16_tile, 4, n, w, K, xr, K, pf, lo, hi);
 			else if (R == 2)
-				TILE_T(bf16_tile, 2, n, W + (size_t)r * K, K, xr, K, pf,
-				       pass * share, (pass + 1) * share);
+				TILE_T(bf16_tile, 2, n, w, K, xr, K, pf, lo, hi);
 			else
-				TILE_T(bf16_tile, 1, n, W + (size_t)r * K, K, xr, K, pf,
-				       pass * share, (pass + 1) * share);
+				TILE_T(bf16_tile, 1, n, w, K, xr, K, pf, lo, hi);
 		}
 		r += R;
 	}
