@@ -149,6 +149,15 @@ struct moem_driver_cfg {
 	 * the owner can copy a version back device -> host and DRAM is below
 	 * the model. Keeps a predictor (the decision reads its estimates). */
 	bool copy_back;
+	/*
+	 * The predictor is there only for hybrid execution's keep value
+	 * (moem_driver_keep_ns()), which asks about a layer's next run: a
+	 * pre-gate, which predicts the layers still ahead in this step, cannot
+	 * change it, so moem_driver_wants_pregate() says no and
+	 * moem_driver_pregate() does nothing (the owner spares the router
+	 * passes and, on a GPU, their round trips).
+	 */
+	bool keep_only;
 };
 
 /* Counters since creation (an owner subtracts a snapshot to leave out a warm-up). */
@@ -175,8 +184,9 @@ void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float
 /*
  * Whether moem_driver_pregate() has any effect: only the predictor reads
  * it, so without one (no prefetch, paging, pred eviction, hybrid keep
- * value or copy-back) the owner can spare the D router passes a layer
- * the pre-gate costs.
+ * value or copy-back), or with one kept for the keep value alone
+ * (cfg.keep_only), the owner can spare the D router passes a layer the
+ * pre-gate costs.
  */
 bool moem_driver_wants_pregate(const struct moem_driver *d);
 /*

@@ -354,8 +354,10 @@ int moem_eng_placement_open(struct moem_engine *e)
 		dc->predictor = false;
 	}
 	/* hybrid execution weighs an expert's uses ahead (keep_ns) with it */
-	if (e->o.exec_hybrid && e->n_moe >= 2)
+	if (e->o.exec_hybrid && e->n_moe >= 2) {
+		dc->keep_only = !dc->predictor && !dc->copy_back;
 		dc->predictor = true;
+	}
 	if (!is_none(e->prec_spec)) {
 		ret = open_precision(e, dc);
 		if (ret)
@@ -369,6 +371,7 @@ int moem_eng_placement_open(struct moem_engine *e)
 		if (ret)
 			return ret;
 	}
+	dc->keep_only = dc->keep_only && !dc->paging && !dc->prefetch && !dc->dynaexq;
 	e->hev.add = ev_add;
 	e->hev.del = ev_del;
 	e->hev.touch = ev_touch;

@@ -600,8 +600,10 @@ void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float
 {
 	const uint32_t l = (uint32_t)(target_pos % d->L);
 
+	if (!moem_driver_wants_pregate(d))
+		return;
 	drv_lock(d);
-	if (d->pf && target_pos > d->pos) {
+	if (target_pos > d->pos) {
 		moem_prefetch_pregate(d->pf, target_pos, prob);
 		/* the layer's experts are ranked for their next run, now with the pre-gate */
 		moem_drv_score_layer(d, l);
@@ -611,7 +613,7 @@ void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float
 
 bool moem_driver_wants_pregate(const struct moem_driver *d)
 {
-	return d->pf != NULL; /* set at create, for the driver's life */
+	return d->pf && !d->c.keep_only; /* set at create, for the driver's life */
 }
 
 void moem_driver_used(struct moem_driver *d, uint32_t key, enum moem_res state, bool early)
