@@ -141,9 +141,10 @@ struct moem_engine {
 	uint8_t *hyb_place;
 	uint64_t hyb_n_cpu;
 	uint64_t last_cpu_experts, last_cpu_ns; /* the last step's, under knob_lock */
-	uint16_t *cpu_x; /* host bf16 [ENG_MAX_B][H]: the layer's FFN input */
-	float *cpu_out;	 /* host f32 [ENG_MAX_B][K][H]: CPU-computed rows */
-	bool cpu_reg;	 /* cpu_x's block (cpu_out too) pinned for the backend */
+	uint16_t *cpu_x;   /* host bf16 [ENG_MAX_B][H]: the layer's FFN input */
+	float *cpu_out;	   /* host f32 [ENG_MAX_B][K][H]: CPU-computed rows */
+	bool cpu_reg;	   /* cpu_x's block (cpu_out too) pinned for the backend */
+	bool cpu_x_queued; /* this layer's input went down with its routing */
 };
 
 /* A step's stats into the engine's totals (moemd's status reads them). */
@@ -294,6 +295,14 @@ bool moem_eng_hybrid_on(const struct moem_engine *e);
 enum moem_exec moem_eng_exec_of(struct moem_engine *e, struct moem_exec_queue *q, uint32_t m,
 				uint32_t x, uint32_t tokens, bool *forced);
 bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m, uint32_t x);
+/*
+ * The layer's FFN input to the host for the CPU's experts: queued with the
+ * routing's readback (_queue, before its synchronisation: one round trip a
+ * layer for both, whether or not the layer sends an expert to the CPU), or
+ * copied and waited for when the split finds CPU experts and nothing was
+ * queued (the buffers not pinned, a replayed routing).
+ */
+int moem_eng_cpu_inputs_queue(struct moem_engine *e, uint32_t B);
 int moem_eng_cpu_inputs(struct moem_engine *e, uint32_t B);
 int moem_eng_cpu_ffn(struct moem_engine *e, uint32_t B, const struct moem_ffn_expert *ex,
 		     uint32_t n, const struct moem_ffn_assign *assign, uint32_t n_assign);

@@ -384,12 +384,21 @@ bool moem_eng_hbm_allowed(const struct moem_engine *e, uint32_t m, uint32_t x)
 	return !e->place || e->place[m * e->cfg->n_experts + x] != MOEM_PLACE_CPU;
 }
 
+int moem_eng_cpu_inputs_queue(struct moem_engine *e, uint32_t B)
+{
+	e->cpu_x_queued = false;
+	if (!e->cpu_be || e->cpu_be == e->be || !e->cpu_reg)
+		return 0;
+	e->cpu_x_queued = true;
+	return moem_be_dtoh(e->be, e->cpu_x, e->xb, (uint64_t)B * e->cfg->hidden * 2, NULL);
+}
+
 int moem_eng_cpu_inputs(struct moem_engine *e, uint32_t B)
 {
 	int ret;
 
-	if (e->cpu_be == e->be)
-		return 0; /* the CPU backend: the layer's own buffers */
+	if (e->cpu_be == e->be || e->cpu_x_queued)
+		return 0; /* the CPU backend's own buffers; or down with the routing */
 	ret = moem_be_dtoh(e->be, e->cpu_x, e->xb, (uint64_t)B * e->cfg->hidden * 2, NULL);
 	/* also ends the last layer's uploads from cpu_out before it is rewritten */
 	if (!ret)

@@ -121,6 +121,7 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 	const uint32_t K = c->top_k, N = c->n_experts;
 	int ret;
 
+	e->cpu_x_queued = false;
 	if (rp) {
 		if (rp->tokens != B || rp->layer != m)
 			return moem_errf(EINVAL,
@@ -190,6 +191,8 @@ static int route(struct moem_engine *e, uint32_t m, uint32_t B, const struct moe
 		if (!ret && e->o.trace_logits)
 			ret = moem_be_dtoh(e->be, e->logits_host, e->logits, sizeof(float) * B * N,
 					   NULL);
+		if (!ret)
+			ret = moem_eng_cpu_inputs_queue(e, B);
 		if (!ret)
 			ret = moem_be_stream_sync(e->be, NULL);
 		return ret;

@@ -76,12 +76,13 @@ steps() {
 	rm -f "$tmp/stats"
 	env MOEM_EMU_STATS="$tmp/stats" MOEM_EMU_STEP_KERNEL=moem_embed "$@" "$moem" decode \
 		--pack "$tmp/q.moem" --no-model-eos --quiet --tokens $p --backend cuda \
-		--hbm 16M --kv-bytes 1M --max-new 8 >/dev/null 2>"$tmp/err" ||
+		--hbm 16M --kv-bytes 1M --max-new 8 $extra >/dev/null 2>"$tmp/err" ||
 		{ echo "decode failed: $(cat "$tmp/err")" >&2; return; }
 	sed -n 's/.* step_syncs=\([0-9,]*\).*/\1/p' "$tmp/stats"
 }
 # the decode steps' counts (all but the first), one per line
 decode_steps() { echo "$1" | tr ',' '\n' | tail -n +2; }
+extra=
 dev=$(steps)
 plain=$(steps MOEM_CUDA_GRAPHS=0)
 host=$(steps MOEM_DEVICE_PLAN=0)
@@ -104,5 +105,15 @@ if [ -n "$host" ] && [ -z "$(decode_steps "$host" | grep -vx $((layers + 1)))" ]
 	ok "the per-layer path: $host (one per MoE layer and the logits: the count tells them apart)"
 else
 	bad "the per-layer path: '$host', want $((layers + 1)) per decode step"
+fi
+# Hybrid execution on the per-layer path, the first MoE layer's experts on
+# the CPU: their input comes down with the routing (no round trip of its
+# own), and the predictor kept for the keep value runs no pre-gate.
+extra="--exec hybrid --cpu-moe-layers 1 --cpu-threads 1"
+hyb=$(steps MOEM_DEVICE_PLAN=0)
+if [ -n "$hyb" ] && [ -z "$(decode_steps "$hyb" | grep -vx $((layers + 1)))" ]; then
+	ok "hybrid, a layer on the CPU: $hyb, as the per-layer path"
+else
+	bad "hybrid, a layer on the CPU: '$hyb', want $((layers + 1)) per decode step"
 fi
 exit $fail
