@@ -30,9 +30,11 @@
  *    measured again;
  * 5: the activation quantizer's block statistics in AVX-512, the avx512
  *    kernels' weight prefetch and its bf16 rows taking all their tokens:
- *    per-token cost 10-20% lower from 4 tokens
+ *    per-token cost 10-20% lower from 4 tokens;
+ * 6: call_ns measured as the engine calls: the pool idle, woken ahead
+ *    (about twice the back-to-back figure on a 16-CPU host)
  */
-#define MOEM_CALIB_VERSION 5
+#define MOEM_CALIB_VERSION 6
 #define MOEM_CALIB_TOKENS  64 /* the batch the per-token cost is measured at */
 
 struct moem_calib_cpu {
