@@ -5,10 +5,12 @@
  * moem_tpool_run() returns, for 1..8 workers, many jobs back to back
  * (the hand-over spins) and with the spin off (every hand-over through
  * the condition variables), for jobs whose items go to NUMA nodes, and
- * with workers woken ahead of jobs (moem_tpool_wake()).
+ * with workers woken ahead of jobs (moem_tpool_wake()), and a caller on a
+ * pinned worker's CPU kept off it.
  * No timing: a lost wake-up would hang a job, which the suite's timeout
  * reports; a lost or doubled item is counted.
  */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,61 @@ TEST(destroy_at_once)
 			run_jobs(_metadata, p, 1 + k % 4, 1, NULL, NULL);
 		moem_tpool_destroy(p);
 	}
+}
+
+/*
+ * A caller on the CPU a worker is pinned to would share it for the whole
+ * job: the pool keeps it off the workers' CPUs from its next job on, and
+ * gives its mask back when that thread destroys the pool. The caller is
+ * put on the worker's CPU by narrowing its mask to that CPU and widening
+ * it again (a widening that keeps the current CPU does not move a thread;
+ * the scheduler may still move it meanwhile, so up to 50 tries, of which
+ * one must see the move). A mask of workers' CPUs only is left alone.
+ */
+TEST(caller_kept_off_pinned_workers)
+{
+	cpu_set_t all, one, a_only, both, now;
+	int cpus[2], nc = 0, moved = 0;
+
+	ASSERT_EQ(0, sched_getaffinity(0, sizeof(all), &all));
+	for (int c = 0; c < CPU_SETSIZE && nc < 2; c++)
+		if (CPU_ISSET(c, &all))
+			cpus[nc++] = c;
+	if (nc < 2)
+		SKIP(return, "one CPU in this thread's mask");
+	CPU_ZERO(&one);
+	CPU_SET(cpus[1], &one);
+	CPU_ZERO(&a_only);
+	CPU_SET(cpus[0], &a_only);
+	CPU_OR(&both, &one, &a_only);
+	for (int k = 0; k < 50 && !moved; k++) {
+		const int wcpu[2] = {-1, cpus[1]};
+		const uint16_t wnode[2] = {0, 0};
+		const struct moem_tpool_place place = {.n_nodes = 1, .cpu = wcpu, .node = wnode};
+		struct moem_tpool *p;
+
+		ASSERT_EQ(0, moem_tpool_create(2, &place, &p));
+		ASSERT_EQ(1u, moem_tpool_pinned(p));
+		/* only the worker's CPU: nothing to move to, the mask stays */
+		ASSERT_EQ(0, sched_setaffinity(0, sizeof(one), &one));
+		run_jobs(_metadata, p, 2, 3, NULL, NULL);
+		ASSERT_EQ(0, sched_getaffinity(0, sizeof(now), &now));
+		EXPECT_TRUE(CPU_EQUAL(&now, &one));
+		/* on the worker's CPU with another allowed: kept off it */
+		ASSERT_EQ(0, sched_setaffinity(0, sizeof(both), &both));
+		run_jobs(_metadata, p, 2, 3, NULL, NULL);
+		ASSERT_EQ(0, sched_getaffinity(0, sizeof(now), &now));
+		if (CPU_EQUAL(&now, &a_only))
+			moved = 1;
+		else
+			EXPECT_TRUE(CPU_EQUAL(&now, &both));
+		moem_tpool_destroy(p);
+		/* the mask it had before the move, back */
+		ASSERT_EQ(0, sched_getaffinity(0, sizeof(now), &now));
+		EXPECT_TRUE(CPU_EQUAL(&now, &both));
+	}
+	EXPECT_TRUE(moved);
+	ASSERT_EQ(0, sched_setaffinity(0, sizeof(all), &all));
 }
 
 TEST_HARNESS_MAIN

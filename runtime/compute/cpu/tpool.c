@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -28,6 +29,8 @@
 #include <moem/error.h>
 
 #include "tpool.h"
+
+#define TPOOL_MOVED 4 /* callers whose affinity a pool changed, at most */
 
 struct node_list {
 	const uint32_t *items; /* NULL: the identity 0..n-1 */
@@ -56,6 +59,11 @@ struct moem_tpool {
 	struct node_list lists[MOEM_TPOOL_MAX_NODES + 1];
 	uint32_t *order; /* run_nodes' item lists, grown under submit */
 	uint32_t order_cap;
+	cpu_set_t wcpus; /* the CPUs workers are pinned to */
+	/* callers moved off them (under submit): thread and its mask before */
+	uint32_t n_moved;
+	pid_t moved_tid[TPOOL_MOVED];
+	cpu_set_t moved_mask[TPOOL_MOVED];
 };
 
 struct worker_arg {
@@ -248,6 +256,8 @@ int moem_tpool_create(uint32_t n, const struct moem_tpool_place *place, struct m
 		if (ret)
 			goto err_stop;
 		p->pinned += cpu >= 0;
+		if (cpu >= 0 && cpu < CPU_SETSIZE)
+			CPU_SET(cpu, &p->wcpus);
 	}
 	*out = p;
 	return 0;
@@ -268,6 +278,10 @@ void moem_tpool_destroy(struct moem_tpool *p)
 	pthread_mutex_unlock(&p->lock);
 	for (uint32_t i = 1; i < p->n; i++)
 		pthread_join(p->threads[i], NULL);
+	/* a thread id may be reused once its thread is gone: only our own */
+	for (uint32_t i = 0; i < p->n_moved; i++)
+		if (p->moved_tid[i] == gettid())
+			sched_setaffinity(0, sizeof(p->moved_mask[i]), &p->moved_mask[i]);
 	pthread_cond_destroy(&p->go);
 	pthread_cond_destroy(&p->done);
 	pthread_mutex_destroy(&p->lock);
@@ -314,6 +328,42 @@ uint32_t moem_tpool_worker_node(const struct moem_tpool *p, uint32_t w)
 	return w < p->n ? p->wnode[w] : 0;
 }
 
+/*
+ * The caller is worker 0 and runs where its thread runs. Found on the CPU
+ * a worker is pinned to, it shares that CPU with the worker for the whole
+ * job: the scheduler cannot move the worker and was slow to move the
+ * caller (bench_kernels, q8 at 4 tokens on a 2-CPU machine: one thread's
+ * speed, 330 us an expert against 185, for the first 1-3 s of a process,
+ * and now and then after). Such a caller is kept off the workers' CPUs
+ * from then on; the pool's destruction gives it its mask back when that
+ * thread destroys it. A mask with only workers' CPUs is left alone, and
+ * so are callers beyond TPOOL_MOVED. Called with submit held.
+ */
+static void caller_off_workers(struct moem_tpool *p)
+{
+	const int c = sched_getcpu();
+	cpu_set_t now, want;
+	pid_t tid;
+	uint32_t i;
+
+	if (!p->pinned || c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &p->wcpus))
+		return;
+	tid = gettid();
+	for (i = 0; i < p->n_moved && p->moved_tid[i] != tid; i++)
+		;
+	if (i == TPOOL_MOVED || sched_getaffinity(0, sizeof(now), &now))
+		return;
+	CPU_XOR(&want, &now, &p->wcpus);
+	CPU_AND(&want, &want, &now);
+	if (!CPU_COUNT(&want) || sched_setaffinity(0, sizeof(want), &want))
+		return;
+	if (i == p->n_moved) {
+		p->moved_tid[i] = tid;
+		p->moved_mask[i] = now;
+		p->n_moved++;
+	}
+}
+
 /* Run the job set up in p->lists on every worker; called with submit held. */
 static void run_locked(struct moem_tpool *p, moem_tpool_fn fn, void *arg, uint32_t n_items)
 {
@@ -325,6 +375,7 @@ static void run_locked(struct moem_tpool *p, moem_tpool_fn fn, void *arg, uint32
 			drain_list(p, &p->lists[l], 0);
 		return;
 	}
+	caller_off_workers(p);
 	atomic_store_explicit(&p->busy, p->n - 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
 	pthread_mutex_lock(&p->lock);

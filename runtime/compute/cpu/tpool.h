@@ -6,7 +6,10 @@
  * order, which keeps results bitwise independent of the thread count.
  *
  * Worker 0 is the calling thread; workers 1..n-1 are threads of the pool,
- * each pinned to one CPU when a placement says so. Every worker belongs
+ * each pinned to one CPU when a placement says so. A caller found on a
+ * pinned worker's CPU when it runs a job is kept off the workers' CPUs
+ * from then on (its affinity narrowed; given back when that thread
+ * destroys the pool): sharing a CPU with a worker halves every job. Every worker belongs
  * to a NUMA node, and moem_tpool_run_nodes() runs each item on a worker
  * of the item's node (the memory it reads is there).
  */
