@@ -32,7 +32,9 @@
  *    kernels' weight prefetch and its bf16 rows taking all their tokens:
  *    per-token cost 10-20% lower from 4 tokens;
  * 6: call_ns measured as the engine calls: the pool idle, woken ahead
- *    (about twice the back-to-back figure on a 16-CPU host)
+ *    (about twice the back-to-back figure on a 16-CPU host); and the
+ *    pool's caller kept off its workers' CPUs (tpool.h), which had run
+ *    some measurements at one thread's speed
  */
 #define MOEM_CALIB_VERSION 6
 #define MOEM_CALIB_TOKENS  64 /* the batch the per-token cost is measured at */
