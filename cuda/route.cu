@@ -114,12 +114,17 @@ MOEM_DEVI void emit(const moem_kroute_params &p, int t, const float *z, const in
 #pragma unroll
 		for (int off = 16; off; off >>= 1)
 			m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
-		for (int e = lane; e < (int)p.N; e += 32)
-			sum += exp((double)clean_logit(z[e]) - m);
+		/* normalised, the softmax's denominator cancels (route.c) */
+		if (p.norm_topk_prob) {
+			sum = 1.0;
+		} else {
+			for (int e = lane; e < (int)p.N; e += 32)
+				sum += exp((double)clean_logit(z[e]) - m);
 #pragma unroll
-		for (int off = 16; off; off >>= 1)
-			sum += __shfl_down_sync(0xffffffffu, sum, off);
-		sum = __shfl_sync(0xffffffffu, sum, 0);
+			for (int off = 16; off; off >>= 1)
+				sum += __shfl_down_sync(0xffffffffu, sum, off);
+			sum = __shfl_sync(0xffffffffu, sum, 0);
+		}
 	}
 	/* Each lane its slots' probabilities (k <= 64: two per lane), then
 	 * their sum in slot order as route.h adds them: the same doubles as
