@@ -354,10 +354,8 @@ int moem_eng_placement_open(struct moem_engine *e)
 		dc->predictor = false;
 	}
 	/* hybrid execution weighs an expert's uses ahead (keep_ns) with it */
-	if (e->o.exec_hybrid && e->n_moe >= 2) {
-		dc->keep_only = !dc->predictor && !dc->copy_back;
+	if (e->o.exec_hybrid && e->n_moe >= 2)
 		dc->predictor = true;
-	}
 	if (!is_none(e->prec_spec)) {
 		ret = open_precision(e, dc);
 		if (ret)
@@ -371,7 +369,9 @@ int moem_eng_placement_open(struct moem_engine *e)
 		if (ret)
 			return ret;
 	}
-	dc->keep_only = dc->keep_only && !dc->paging && !dc->prefetch && !dc->dynaexq;
+	/* nothing but the keep value reads the predictor: no pre-gate (driver.h) */
+	dc->keep_only = e->o.exec_hybrid && e->n_moe >= 2 && dc->evict.kind != MOEM_EVICT_PRED &&
+			!dc->prefetch && !dc->copy_back && !dc->paging && !dc->dynaexq;
 	e->hev.add = ev_add;
 	e->hev.del = ev_del;
 	e->hev.touch = ev_touch;

@@ -18,13 +18,13 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <unistd.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <moem/error.h>
 
@@ -353,7 +353,7 @@ static void caller_off_workers(struct moem_tpool *p)
 		;
 	if (i == TPOOL_MOVED || sched_getaffinity(0, sizeof(now), &now))
 		return;
-	CPU_XOR(&want, &now, &p->wcpus);
+	CPU_XOR(&want, &now, &p->wcpus); /* want = now without the workers' CPUs */
 	CPU_AND(&want, &want, &now);
 	if (!CPU_COUNT(&want) || sched_setaffinity(0, sizeof(want), &want))
 		return;

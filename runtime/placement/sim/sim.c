@@ -371,11 +371,11 @@ static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
 		dc.pf_queue = p->pf_queue;
 		/* pred eviction ranks by the predictor even when nothing is prefetched */
 		/* and hybrid execution weighs an expert's uses ahead (keep_ns) with it */
-		dc.predictor = p->prefetch || p->evict.kind == MOEM_EVICT_PRED || s->copy_back;
+		dc.predictor = p->prefetch || p->evict.kind == MOEM_EVICT_PRED ||
+			       (s->c->exec_hybrid && s->L >= 2);
 		/* as the engine: a predictor for the keep value alone skips the pre-gate */
-		dc.keep_only = !dc.predictor && p->mode == MOEM_SIM_CACHE && s->c->exec_hybrid &&
-			       s->L >= 2;
-		dc.predictor = dc.predictor || (s->c->exec_hybrid && s->L >= 2);
+		dc.keep_only = p->mode == MOEM_SIM_CACHE && s->c->exec_hybrid && s->L >= 2 &&
+			       !p->prefetch && p->evict.kind != MOEM_EVICT_PRED && !s->copy_back;
 	}
 	switch (p->mode) {
 	case MOEM_SIM_DYNAEXQ:
