@@ -5,8 +5,8 @@
  * moem_tpool_run() returns, for 1..8 workers, many jobs back to back
  * (the hand-over spins) and with the spin off (every hand-over through
  * the condition variables), for jobs whose items go to NUMA nodes, and
- * with workers woken ahead of jobs (moem_tpool_wake()), and a caller on a
- * pinned worker's CPU kept off it.
+ * with workers woken ahead of jobs (moem_tpool_wake()), a caller on a
+ * pinned worker's CPU kept off it, and consecutive items claimed together.
  * No timing: a lost wake-up would hang a job, which the suite's timeout
  * reports; a lost or doubled item is counted.
  */
@@ -92,6 +92,50 @@ TEST(every_item_once_spinning_and_sleeping)
 			run_jobs(_metadata, p, sizes[s], 240 / sizes[s], NULL, NULL);
 			moem_tpool_destroy(p);
 		}
+}
+
+static void who(void *arg, uint32_t item, uint32_t worker)
+{
+	uint8_t *by = arg;
+	volatile uint32_t work = 0;
+
+	/* some work (about a microsecond), so that both workers take items */
+	for (uint32_t i = 0; i < 1000; i++)
+		work += i;
+	by[item] = (uint8_t)(worker + 1);
+}
+
+/*
+ * Consecutive items are claimed a few at a time when there are many, so
+ * every aligned run of moem_tpool_grain() items ran on one worker (the
+ * kernels' prefetch of the next rows depends on it); small jobs one at a
+ * time, so every worker gets some.
+ */
+TEST(items_claimed_in_grains)
+{
+	static uint8_t by[MAX_ITEMS];
+	struct moem_tpool *p;
+
+	ASSERT_EQ(1u, moem_tpool_grain(1, 2));
+	ASSERT_EQ(1u, moem_tpool_grain(63, 2));
+	ASSERT_EQ(2u, moem_tpool_grain(64, 2));
+	ASSERT_EQ(MOEM_TPOOL_GRAIN_MAX, moem_tpool_grain(1000000, 2));
+	ASSERT_EQ(1u, moem_tpool_grain(384, 16));
+	ASSERT_EQ(1u, moem_tpool_grain(5, 0));
+	ASSERT_EQ(0, moem_tpool_create(2, NULL, &p));
+	for (int k = 0; k < 200; k++) {
+		const uint32_t n = k % 2 ? MAX_ITEMS : 129, g = moem_tpool_grain(n, 2);
+
+		memset(by, 0, sizeof(by));
+		moem_tpool_run(p, n, who, by);
+		for (uint32_t i = 0; i < n; i++) {
+			ASSERT_NE(0, by[i]);
+			ASSERT_EQ(by[i / g * g], by[i])
+			TH_LOG("job of %u items, grain %u: item %u on worker %u, %u on %u", n, g,
+			       i / g * g, by[i / g * g] - 1, i, by[i] - 1);
+		}
+	}
+	moem_tpool_destroy(p);
 }
 
 TEST(node_items_on_their_node)
