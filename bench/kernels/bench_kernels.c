@@ -441,18 +441,27 @@ static void *peer_run(void *v)
 	return NULL;
 }
 
+/*
+ * The CPUs the process may run on, taken in main() before the backend's
+ * first job: the CPU backend's pool takes its workers' CPUs out of a
+ * caller's mask when it finds the caller on one (tpool.c), so this
+ * thread's mask later may be a single CPU, and peers started from it
+ * would share that CPU (a peak measured at half the machine's).
+ */
+static cpu_set_t peer_cpus;
+static int peer_cpus_known;
+
 /* Seconds for kind on n pinned threads (each reads bytes / n, or runs iters). */
 static double peer_seconds(int kind, const uint8_t *buf, size_t bytes, uint64_t iters, uint32_t n)
 {
 	pthread_t th[256];
 	struct peer_job jobs[256];
 	int cpus[256], nc = 0;
-	cpu_set_t set;
 	uint64_t t0;
 
-	if (!sched_getaffinity(0, sizeof(set), &set))
+	if (peer_cpus_known)
 		for (int c = 0; c < CPU_SETSIZE && nc < 256; c++)
-			if (CPU_ISSET(c, &set))
+			if (CPU_ISSET(c, &peer_cpus))
 				cpus[nc++] = c;
 	t0 = moem_now_ns();
 	for (uint32_t i = 0; i < n; i++) {
@@ -1385,6 +1394,7 @@ int main(int argc, char **argv)
 			return c == 'h' ? 0 : 2;
 		}
 	}
+	peer_cpus_known = !sched_getaffinity(0, sizeof(peer_cpus), &peer_cpus);
 	ret = moem_backend_open(name, &bo, &be);
 	if (ret == -ENODEV) {
 		printf("SKIP %s\n", moem_last_error());
