@@ -38,7 +38,8 @@ typedef float v16f __attribute__((vector_size(64)));
 	} while (0)
 
 /*
- * out[r] = dot_f32(float(w_r), x, n) for R <= 4 bf16 rows, bit for bit:
+ * out[r] = dot_f32(float(w_r), x, n) for R <= 4 bf16 rows, bit for bit (pf:
+ * 4 rows ldw apart to prefetch alongside, or NULL):
  * each row keeps dot_f32()'s two accumulators and order; the rows are
  * only interleaved, so that their add chains overlap (one row's chain of
  * dependent adds left the router latency-bound), and the bf16 rows are
@@ -48,7 +49,7 @@ typedef float v16f __attribute__((vector_size(64)));
  * lets the AVX-512 clone do a row's 16 elements in one multiply and add.
  */
 MOEM_CPU_CLONES512 static void dot_bf16_rows(const uint16_t *const *w, uint32_t R, const float *x,
-					     uint32_t n, float *out)
+					     uint32_t n, float *out, const uint16_t *pf, size_t ldw)
 {
 	v16f acc[4] = {{0}}, x16, y16;
 	v8f acc0, acc1, x0, y0;
@@ -56,6 +57,9 @@ MOEM_CPU_CLONES512 static void dot_bf16_rows(const uint16_t *const *w, uint32_t 
 
 	for (; i + 16 <= n; i += 16) {
 		memcpy(&x16, x + i, sizeof(x16));
+		if (pf && !(i & 31)) /* a 64-byte line of each next row per 32 values */
+			for (uint32_t r = 0; r < 4; r++)
+				__builtin_prefetch(pf + r * ldw + i, 0, 3);
 		for (uint32_t r = 0; r < 4; r++) {
 			if (r >= R)
 				break;
@@ -93,13 +97,23 @@ static void router_rows(void *arg, uint32_t item, uint32_t worker)
 	(void)worker;
 	for (uint32_t e = e0; e < e1; e += 4) {
 		const uint32_t R = moem_min(4, e1 - e);
+		/*
+		 * The first token's pass prefetches the next 4 rows (past e1
+		 * too: most likely the next item's), a line of each as it reads
+		 * one of its own: the gate (512 KB at 128 x 2048) is cold from
+		 * DRAM each layer, and four rows read side by side kept too few
+		 * misses in flight (AMD EPYC, 2 threads, one token: 18.5-20 us
+		 * a call before, 15.3-15.5 after).
+		 */
+		const uint16_t *pf = e + 8 <= a->N ? gate + (size_t)(e + 4) * a->H : NULL;
 		const uint16_t *w[4];
 		float out[4];
 
 		for (uint32_t r = 0; r < R; r++)
 			w[r] = gate + (size_t)(e + r) * a->H;
 		for (uint32_t t = 0; t < a->B; t++) {
-			dot_bf16_rows(w, R, j->xf + (size_t)t * a->H, a->H, out);
+			dot_bf16_rows(w, R, j->xf + (size_t)t * a->H, a->H, out, t ? NULL : pf,
+				      a->H);
 			for (uint32_t r = 0; r < R; r++)
 				logits[(size_t)t * a->N + e + r] = out[r];
 		}
