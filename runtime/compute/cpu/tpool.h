@@ -9,9 +9,12 @@
  * each pinned to one CPU when a placement says so. A caller found on a
  * pinned worker's CPU when it runs a job is kept off the workers' CPUs
  * from then on (its affinity narrowed; given back when that thread
- * destroys the pool): sharing a CPU with a worker halves every job. Every worker belongs
- * to a NUMA node, and moem_tpool_run_nodes() runs each item on a worker
- * of the item's node (the memory it reads is there).
+ * destroys the pool): sharing a CPU with a worker halves every job.
+ * Threads that caller starts meanwhile inherit the narrowed mask; one
+ * that must run on the workers' CPUs sets its own (bench_kernels pins
+ * its peers to the mask it read before the first job). Every worker
+ * belongs to a NUMA node, and moem_tpool_run_nodes() runs each item on
+ * a worker of the item's node (the memory it reads is there).
  */
 #ifndef MOEM_CPU_TPOOL_H
 #define MOEM_CPU_TPOOL_H
