@@ -160,6 +160,14 @@ struct moem_driver_cfg {
 	bool keep_only;
 };
 
+/*
+ * Whether nothing in c but hybrid execution's keep value would read a
+ * predictor (no prefetch, pred eviction, copy-back, paging or DynaExq):
+ * an owner that keeps one for the keep value sets cfg.keep_only from it,
+ * the engine and `moem sim` by this one rule.
+ */
+bool moem_driver_cfg_keep_only(const struct moem_driver_cfg *c);
+
 /* Counters since creation (an owner subtracts a snapshot to leave out a warm-up). */
 struct moem_driver_stats {
 	uint64_t pf_issued, pf_used, pf_wasted;

@@ -370,8 +370,7 @@ int moem_eng_placement_open(struct moem_engine *e)
 			return ret;
 	}
 	/* nothing but the keep value reads the predictor: no pre-gate (driver.h) */
-	dc->keep_only = e->o.exec_hybrid && e->n_moe >= 2 && dc->evict.kind != MOEM_EVICT_PRED &&
-			!dc->prefetch && !dc->copy_back && !dc->paging && !dc->dynaexq;
+	dc->keep_only = e->o.exec_hybrid && e->n_moe >= 2 && moem_driver_cfg_keep_only(dc);
 	e->hev.add = ev_add;
 	e->hev.del = ev_del;
 	e->hev.touch = ev_touch;

@@ -611,6 +611,12 @@ void moem_driver_pregate(struct moem_driver *d, uint64_t target_pos, const float
 	drv_unlock(d);
 }
 
+bool moem_driver_cfg_keep_only(const struct moem_driver_cfg *c)
+{
+	return !c->prefetch && c->evict.kind != MOEM_EVICT_PRED && !c->copy_back && !c->paging &&
+	       !c->dynaexq;
+}
+
 bool moem_driver_wants_pregate(const struct moem_driver *d)
 {
 	return d->pf && !d->c.keep_only; /* set at create, for the driver's life */

@@ -375,7 +375,7 @@ static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
 			       (s->c->exec_hybrid && s->L >= 2);
 		/* as the engine: a predictor for the keep value alone skips the pre-gate */
 		dc.keep_only = p->mode == MOEM_SIM_CACHE && s->c->exec_hybrid && s->L >= 2 &&
-			       !p->prefetch && p->evict.kind != MOEM_EVICT_PRED && !s->copy_back;
+			       moem_driver_cfg_keep_only(&dc);
 	}
 	switch (p->mode) {
 	case MOEM_SIM_DYNAEXQ:
