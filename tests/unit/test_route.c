@@ -175,6 +175,17 @@ TEST(weight_rules)
  * none does with this seed). Without norm the denominator stays (the
  * scale-only rule checked against its formula).
  */
+/* Row zr's largest logit m and the softmax's denominator, as route.c took them. */
+static void softmax_ref(const float *zr, uint32_t n, double *m, double *sum)
+{
+	*m = -INFINITY;
+	*sum = 0;
+	for (uint32_t e = 0; e < n; e++)
+		*m = fmax(*m, zr[e]);
+	for (uint32_t e = 0; e < n; e++)
+		*sum += exp(zr[e] - *m);
+}
+
 TEST(normalised_weights_without_the_denominator)
 {
 	enum { N = 128, K = 8, ROWS = 1000 };
@@ -191,16 +202,13 @@ TEST(normalised_weights_without_the_denominator)
 			const float *zr = z + (size_t)t * N;
 			int32_t ids[K];
 			float w[K], ws[K];
-			double m = -INFINITY, sum = 0, p[K], chosen = 0;
+			double m, sum, p[K], chosen = 0;
 
 			for (uint32_t j = 0; j < K; j++)
 				ids[j] = (int32_t)((t * 7 + j * 13) % N);
 			moem_route_weights(&norm, zr, ids, K, w);
 			moem_route_weights(&scaled, zr, ids, K, ws);
-			for (uint32_t e = 0; e < N; e++)
-				m = fmax(m, zr[e]);
-			for (uint32_t e = 0; e < N; e++)
-				sum += exp(zr[e] - m);
+			softmax_ref(zr, N, &m, &sum);
 			for (uint32_t j = 0; j < K; j++) {
 				p[j] = exp(zr[ids[j]] - m) / sum;
 				chosen += p[j];
@@ -219,13 +227,10 @@ TEST(normalised_weights_without_the_denominator)
 		const float *zr = z;
 		int32_t ids[K] = {0, 1, 2, 3, 4, 5, 6, 7};
 		float w[K];
-		double m = -INFINITY, sum = 0;
+		double m, sum;
 
 		moem_route_weights(&plain, zr, ids, K, w);
-		for (uint32_t e = 0; e < N; e++)
-			m = fmax(m, zr[e]);
-		for (uint32_t e = 0; e < N; e++)
-			sum += exp(zr[e] - m);
+		softmax_ref(zr, N, &m, &sum);
 		for (uint32_t j = 0; j < K; j++)
 			EXPECT_EQ((float)(exp(zr[j] - m) / sum * 2.5f), w[j]);
 	}

@@ -108,8 +108,7 @@ static void who(void *arg, uint32_t item, uint32_t worker)
 /*
  * Consecutive items are claimed a few at a time when there are many, so
  * every aligned run of moem_tpool_grain() items ran on one worker (the
- * kernels' prefetch of the next rows depends on it); small jobs one at a
- * time, so every worker gets some.
+ * kernels' prefetch of the next rows depends on it), and every item ran.
  */
 TEST(items_claimed_in_grains)
 {
