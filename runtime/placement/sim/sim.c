@@ -355,7 +355,9 @@ static int open_driver(struct sim *s, const char *trace, uint32_t max_tokens)
 	dc.cost = s->c->cost;
 	dc.expert_bytes = s->size;
 	dc.hbm_slots = s->c->hbm_bytes / s->size;
+	/* as the engine: only a DRAM smaller than the model evicts, and copies back */
 	s->copy_back = s->dram_cache && p->copy_back &&
+		       s->c->dram_bytes < (uint64_t)s->L * s->N * s->size &&
 		       (p->mode == MOEM_SIM_CACHE || p->mode == MOEM_SIM_FLUXMOE);
 	dc.copy_back = s->copy_back;
 	if (s->c->decide_nvme_gbps > 0)
