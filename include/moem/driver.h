@@ -326,12 +326,28 @@ uint64_t moem_driver_keep_ns(struct moem_driver *d, uint32_t key, uint64_t use_n
 /*
  * Where key runs this step under hybrid execution: moem_cost_exec_next()
  * with xc (the cost model with the CPU's figures) and keep_ns as above, the
- * use's CPU cost from xc. The one call the engine (moem_eng_exec_of()) and
- * the simulator make, so that they decide alike.
+ * use's CPU cost from xc, once the layer has given the link a load
+ * (q->link_ns); before that keep_ns is 0, as an expert computed on the CPU
+ * then still reaches HBM behind the layer (moem_driver_exec_keep()). The
+ * one call the engine (moem_eng_exec_of()) and the simulator make, so that
+ * they decide alike.
  */
 enum moem_exec moem_driver_exec_next(struct moem_driver *d, const struct moem_cost *xc,
 				     struct moem_exec_queue *q, uint32_t key, uint64_t bytes,
 				     uint32_t tokens, bool resident, bool in_dram, bool force);
+/*
+ * After a layer's split (q its queues), for each expert the cost model sent
+ * to the CPU: if the layer gave the link none of its loads, bring key into
+ * HBM behind the layer at prefetch priority, for the layer's next run with
+ * the predictor's chance of a use there: the link is idle while the CPU
+ * computes, and a CPU-computed expert would otherwise never enter HBM (a
+ * CPU many times faster than the link kept HBM as the warm-up left it).
+ * The prefetch rules decide: the policy's victim must be worth less
+ * (expected later), at most pf_queue in flight; counted as a prefetch.
+ * Called by the engine before its lookahead and by the simulator at the
+ * same point. 1 issued, 0 not, -errno.
+ */
+int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q, uint32_t key);
 /* The cost model the driver decides with (the engine updates it from measurements). */
 const struct moem_cost *moem_driver_cost(const struct moem_driver *d);
 

@@ -22,6 +22,7 @@ struct group {
 	uint32_t expert;
 	uint32_t first, n; /* into assign[] */
 	int pending;
+	bool by_cost; /* on the CPU because the cost model chose it (not placed there) */
 	struct moem_xref ref;
 	struct moem_cref cref; /* on the CPU (hybrid.c): its DRAM copy */
 };
@@ -33,6 +34,7 @@ struct layer_ctx {
 	struct group g[MOEM_MAX_EXPERTS];
 	uint32_t n_groups, n_cpu;
 	bool cpu_done;
+	struct moem_exec_queue xq; /* the split's queues (moem_driver_exec_keep()) */
 	struct group tmp[MOEM_MAX_EXPERTS];
 	struct moem_ffn_assign assign[ENG_MAX_B * MOEM_MAX_TOPK];
 	uint32_t n_assign;
@@ -299,17 +301,18 @@ static void cpu_unpin(struct layer_ctx *c)
 static int split_cpu(struct layer_ctx *c)
 {
 	struct moem_engine *e = c->e;
-	struct moem_exec_queue q = {0};
+	struct moem_exec_queue *q = &c->xq;
 	uint32_t n_gpu = 0, n_cpu = 0;
 	int ret = 0;
 
 	c->n_cpu = 0;
 	c->cpu_done = false;
+	*q = (struct moem_exec_queue){0};
 	for (uint32_t i = 0; i < c->n_groups; i++) {
 		struct group *g = &c->g[i];
 		bool forced;
 
-		if (moem_eng_exec_of(e, &q, c->m, g->expert, g->n, &forced) == MOEM_EXEC_CPU) {
+		if (moem_eng_exec_of(e, q, c->m, g->expert, g->n, &forced) == MOEM_EXEC_CPU) {
 			ret = moem_tiers_cpu_acquire(e->tiers, c->m, g->expert, &g->cref);
 			if (ret == -EAGAIN && forced) {
 				moem_tiers_drain(e->tiers); /* copies reading DRAM finish */
@@ -322,13 +325,15 @@ static int split_cpu(struct layer_ctx *c)
 						e->moe_layer[c->m], g->expert);
 			if (ret >= 0) {
 				g->pending = ret == MOEM_ACQ_PENDING;
+				g->by_cost = !forced;
 				c->tmp[n_cpu++] = *g;
 				ret = 0;
 				continue;
 			}
 			if (ret != -EAGAIN)
 				break;
-			ret = 0; /* DRAM is full of pinned versions: the device's */
+			ret = 0;      /* DRAM is full of pinned versions: the device's */
+			q->link_ns++; /* and the link carries its load: nothing behind it */
 		}
 		c->g[n_gpu++] = *g;
 	}
@@ -441,6 +446,14 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 		ready[n_ready++] = g;
 	}
 	lap(c, MOEM_PHASE_ACQUIRE);
+	/* The CPU's experts into HBM behind the layer, if the link has none of it. */
+	for (uint32_t i = 0; i < c->n_cpu; i++) {
+		const struct group *g = &c->g[c->n_groups + i];
+
+		ret = g->by_cost ? moem_driver_exec_keep(e->drv, &c->xq, key_of(c, g)) : 0;
+		if (ret < 0)
+			return ret;
+	}
 	/* Look ahead now (prefetch, FluxMoE's window): this layer's hits are
 	 * pinned, its misses have their slots and are queued first. */
 	ret = moem_eng_lookahead(e);

@@ -528,6 +528,35 @@ TEST(exec_call_cost)
 	EXPECT_EQ(-EINVAL, moem_cost_check(&c));
 }
 
+/*
+ * Hybrid execution with a CPU far faster than the link: every miss is
+ * computed on the CPU, and an expert computed there is brought into HBM
+ * behind its layer while the link is idle (moem_driver_exec_keep()). Before
+ * that, HBM stayed as empty as it started (no hits at all), and a faster
+ * CPU gave a longer step than a slower one.
+ */
+TEST(hybrid_cpu_experts_enter_hbm_behind_the_layer)
+{
+	const char *tr = trace(_metadata, "hyb.trace", 1, 80, false);
+	struct moem_sim_opts o = {.warmup_steps = 40};
+	struct moem_sim_result r;
+	struct moem_sim_cost c;
+
+	cost(&c, 25);
+	c.exec_hybrid = true;
+	c.cost.cpu_gbps = 5000; /* 200 x the link: the CPU wins every miss */
+	c.cost.cpu_token_ns = 1;
+	ASSERT_EQ(0, run(tr, "lru", &c, &o, &r)) TH_LOG("%s", moem_last_error());
+	TH_LOG("hit rate %.3f, %llu on the CPU, %llu bytes to HBM, %llu brought behind", r.hit_rate,
+	       (unsigned long long)r.cpu_experts, (unsigned long long)r.bytes_pcie,
+	       (unsigned long long)r.pf_issued);
+	EXPECT_GT(r.cpu_experts, 0u);
+	EXPECT_GT(r.bytes_pcie, 0u);
+	EXPECT_GT(r.pf_issued, 0u);
+	EXPECT_GT(r.hits, 0u);
+	EXPECT_GT(r.hit_rate, 0.5);
+}
+
 TEST(cleanup)
 {
 	char cmd[96];

@@ -459,8 +459,12 @@ enum moem_exec moem_driver_exec_next(struct moem_driver *d, const struct moem_co
 {
 	uint64_t keep = 0;
 
-	/* only a choice the cost model makes weighs keeping it */
-	if (!resident && !force && xc->cpu_gbps > 0)
+	/*
+	 * Only a choice the cost model makes weighs keeping it, and only once
+	 * the layer has given the link a load: before that, an expert sent to
+	 * the CPU still reaches HBM behind the layer (moem_driver_exec_keep()).
+	 */
+	if (!resident && !force && xc->cpu_gbps > 0 && q->link_ns)
 		keep = moem_driver_keep_ns(d, key, moem_cost_cpu_ns(xc, bytes, tokens, true));
 	return moem_cost_exec_next(xc, q, bytes, tokens, resident, in_dram, keep, force);
 }
@@ -481,13 +485,6 @@ enum moem_exec moem_driver_exec_next(struct moem_driver *d, const struct moem_co
 #define SCORE_REBASE (1u << 20)
 #define PRED_W_MIN   0.01
 #define PRED_W_MAX   1.0
-
-static uint64_t next_run(const struct moem_driver *d, uint32_t l)
-{
-	uint64_t t = d->pos - d->pos % d->L + l;
-
-	return t <= d->pos ? t + d->L : t;
-}
 
 static float score_of(const struct moem_driver *d, uint64_t next, float q)
 {
@@ -535,7 +532,7 @@ double moem_drv_expected_use(const struct moem_driver *d, uint64_t next, float q
 /* Score layer l's experts (lock held; -errno while the predictor does not know the layer). */
 int moem_drv_score_layer(struct moem_driver *d, uint32_t l)
 {
-	uint64_t next = next_run(d, l);
+	uint64_t next = moem_drv_next_run(d, l);
 	int ret;
 
 	if (d->pos - d->score_base > SCORE_REBASE) {

@@ -100,6 +100,14 @@ static inline uint32_t moem_drv_vid(const struct moem_driver *d, uint32_t key)
 	return key * 2 + d->plan[key];
 }
 
+/* The tick of layer l's next run after the present one (lock held). */
+static inline uint64_t moem_drv_next_run(const struct moem_driver *d, uint32_t l)
+{
+	uint64_t t = d->pos - d->pos % d->L + l;
+
+	return t <= d->pos ? t + d->L : t;
+}
+
 /* driver.c: a pred score, on the policy and its shadow (lock held) */
 void moem_drv_set_score(struct moem_driver *d, uint32_t vid, float score);
 /* driver.c: pred's scores (lock held) */

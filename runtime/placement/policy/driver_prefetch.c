@@ -317,3 +317,26 @@ int moem_driver_lookahead(struct moem_driver *d)
 	pthread_mutex_unlock(&d->lock);
 	return 0;
 }
+
+int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q, uint32_t key)
+{
+	struct moem_prefetch_req r;
+	uint32_t m;
+	float p;
+
+	/* the link carries the layer's misses: nothing behind them */
+	if (q->link_ns || !d->pf || key >= d->L * d->N)
+		return 0;
+	poll_landed(d);
+	pthread_mutex_lock(&d->lock);
+	p = isfinite(d->next_use[key]) ? d->reuse_q[key] : 0;
+	m = key / d->N;
+	if (!(p > 0) || d->live_fl >= d->c.pf_queue) {
+		pthread_mutex_unlock(&d->lock);
+		return 0;
+	}
+	/* for the layer's next run, as likely as the predictor says */
+	r = (struct moem_prefetch_req){moem_drv_next_run(d, m), m, key % d->N, p};
+	pthread_mutex_unlock(&d->lock);
+	return issue(d, &r) == 1;
+}

@@ -154,6 +154,7 @@ static void sim_free(struct sim *s)
 	free(s->res);
 	free(s->tok);
 	free(s->pend);
+	free(s->cpu_keys);
 	free(s->keys);
 	free(s->pgprob);
 	free(s->next_use);
@@ -174,10 +175,11 @@ static int sim_alloc(struct sim *s, uint32_t max_tokens)
 	s->res = malloc(s->N);
 	s->tok = malloc(s->N * sizeof(*s->tok));
 	s->pend = malloc(s->N * sizeof(*s->pend));
+	s->cpu_keys = malloc(s->N * sizeof(*s->cpu_keys));
 	s->keys = malloc(s->N * sizeof(*s->keys));
 	s->pgprob = malloc(s->N * sizeof(*s->pgprob));
 	if (!s->k || !s->in_dram || !s->ids || !s->w || !s->cnt || !s->act || !s->res || !s->tok ||
-	    !s->pend || !s->keys || !s->pgprob)
+	    !s->pend || !s->cpu_keys || !s->keys || !s->pgprob)
 		return -ENOMEM;
 	moem_access_log_init(&s->log, (uint32_t)LN);
 	return moem_sim_ce_init(s, 1024);

@@ -321,7 +321,8 @@ static uint64_t expert_ns(const struct sim *s, uint32_t key)
  * Hybrid execution: does expert key, in state was, run on the CPU this
  * step (the engine's moem_eng_exec_of, behind the layer's queue q)? If so
  * its time is in q->cpu_ns (it is read from NVMe into the DRAM cache first
- * if it is not there).
+ * if it is not there), and one the cost model chose is listed for
+ * moem_driver_exec_keep() after the layer's split.
  */
 static bool on_cpu(struct sim *s, struct moem_exec_queue *q, uint32_t key, enum moem_res was)
 {
@@ -338,6 +339,8 @@ static bool on_cpu(struct sim *s, struct moem_exec_queue *q, uint32_t key, enum 
 	/* a use of its DRAM copy (or the NVMe read that puts it there), as the engine's */
 	if (s->dram_cache)
 		moem_sim_link_bpn(s, key, s->size);
+	if (!force)
+		s->cpu_keys[s->n_cpu_keys++] = key;
 	return true;
 }
 
@@ -350,6 +353,7 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 	int ret;
 
 	s->npend = 0;
+	s->n_cpu_keys = 0;
 	s->unpin_stage = 0;
 	s->layer_T = T;
 	if (s->p->ordered) {
@@ -401,6 +405,12 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 			s->pend[s->npend++] = key;
 		}
 		moem_driver_used(s->d, key, was, k->ready_ns + s->c->cost.layer_ns < t_r);
+	}
+	/* the engine's, before its lookahead: the CPU's experts into HBM behind the layer */
+	for (uint32_t i = 0; i < s->n_cpu_keys; i++) {
+		ret = moem_driver_exec_keep(s->d, &q, s->cpu_keys[i]);
+		if (ret < 0)
+			return ret;
 	}
 	/* When does each pending expert land? (misses outrank everything else) */
 	for (uint32_t i = 0; i < s->npend; i++)

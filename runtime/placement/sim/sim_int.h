@@ -91,7 +91,8 @@ struct sim {
 	uint8_t *act, *res;
 	uint32_t *tok;
 	uint32_t *pend, npend;
-	uint32_t layer_T, unpin_stage; /* a budget below a layer's needs (make_room) */
+	uint32_t *cpu_keys, n_cpu_keys; /* the layer's experts computed on the CPU by choice */
+	uint32_t layer_T, unpin_stage;	/* a budget below a layer's needs (make_room) */
 	uint32_t *keys;
 	float *pgprob;	   /* [N] a pre-gate's activation probabilities */
 	uint32_t pg_depth; /* pre-gate layers the policy reads from the trace */
