@@ -285,14 +285,31 @@ __attribute__((target("avx512f"))) static double read_avx512(const uint8_t *p, s
 		c11 = op(c11); \
 	} while (0)
 
+/*
+ * The chains' registers opaque to the compiler after each round: twelve
+ * chains from equal starts under equal operations are one value, and
+ * GCC 12 kept one instruction a round of each loop below (a latency-bound
+ * chain counted as twelve: every "of peak" column before this was taken
+ * against that). The starts differ too.
+ */
+#define CHAINS12_OPAQUE(con)                                                                \
+	__asm__ volatile(""                                                                 \
+			 : "+" con(c0), "+" con(c1), "+" con(c2), "+" con(c3), "+" con(c4), \
+			   "+" con(c5), "+" con(c6), "+" con(c7), "+" con(c8), "+" con(c9), \
+			   "+" con(c10), "+" con(c11))
+
 __attribute__((target("avx2,fma"))) static double peak_fma(uint64_t iters)
 {
 	__m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
-	__m256 c0 = y, c1 = y, c2 = y, c3 = y, c4 = y, c5 = y, c6 = y, c7 = y, c8 = y, c9 = y,
-	       c10 = y, c11 = y;
+	__m256 c0 = _mm256_set1_ps(0), c1 = _mm256_set1_ps(1), c2 = _mm256_set1_ps(2),
+	       c3 = _mm256_set1_ps(3), c4 = _mm256_set1_ps(4), c5 = _mm256_set1_ps(5),
+	       c6 = _mm256_set1_ps(6), c7 = _mm256_set1_ps(7), c8 = _mm256_set1_ps(8),
+	       c9 = _mm256_set1_ps(9), c10 = _mm256_set1_ps(10), c11 = _mm256_set1_ps(11);
 #define FMA(c) _mm256_fmadd_ps(c, x, y)
-	for (uint64_t i = 0; i < iters; i++)
+	for (uint64_t i = 0; i < iters; i++) {
 		CHAINS12(FMA);
+		CHAINS12_OPAQUE("x");
+	}
 #undef FMA
 	c0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
 			   _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
@@ -303,11 +320,19 @@ __attribute__((target("avx2,fma"))) static double peak_fma(uint64_t iters)
 __attribute__((target("avx2"))) static double peak_maddubs(uint64_t iters)
 {
 	__m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1);
-	__m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-		c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
-#define DOT(c) _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one))
+	__m256i c0 = _mm256_set1_epi32(0), c1 = _mm256_set1_epi32(1), c2 = _mm256_set1_epi32(2),
+		c3 = _mm256_set1_epi32(3), c4 = _mm256_set1_epi32(4), c5 = _mm256_set1_epi32(5),
+		c6 = _mm256_set1_epi32(6), c7 = _mm256_set1_epi32(7), c8 = _mm256_set1_epi32(8),
+		c9 = _mm256_set1_epi32(9), c10 = _mm256_set1_epi32(10), c11 = _mm256_set1_epi32(11);
+/* a opaque before each chain's products: one product for all twelve otherwise */
+#define DOT(c)                                                                           \
+	({                                                                               \
+		__asm__ volatile("" : "+x"(a));                                          \
+		_mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one)); \
+	})
 	for (uint64_t i = 0; i < iters; i++) {
 		CHAINS12(DOT);
+		CHAINS12_OPAQUE("x");
 		__asm__ volatile("" : "+x"(a), "+x"(b)); /* keep the products in the loop */
 	}
 #undef DOT
@@ -321,11 +346,15 @@ __attribute__((target("avx2"))) static double peak_maddubs(uint64_t iters)
 __attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(uint64_t iters)
 {
 	__m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = a;
-	__m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-	       c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+	__m512 c0 = _mm512_set1_ps(0), c1 = _mm512_set1_ps(1), c2 = _mm512_set1_ps(2),
+	       c3 = _mm512_set1_ps(3), c4 = _mm512_set1_ps(4), c5 = _mm512_set1_ps(5),
+	       c6 = _mm512_set1_ps(6), c7 = _mm512_set1_ps(7), c8 = _mm512_set1_ps(8),
+	       c9 = _mm512_set1_ps(9), c10 = _mm512_set1_ps(10), c11 = _mm512_set1_ps(11);
 #define DP(c) _mm512_dpbf16_ps(c, a, b)
-	for (uint64_t i = 0; i < iters; i++)
+	for (uint64_t i = 0; i < iters; i++) {
 		CHAINS12(DP);
+		CHAINS12_OPAQUE("v");
+	}
 #undef DP
 	c0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
 			   _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
@@ -336,11 +365,15 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(uint64_t
 __attribute__((target("avx512f,avx512vnni"))) static double peak_dpbusd(uint64_t iters)
 {
 	__m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
-	__m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-		c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+	__m512i c0 = _mm512_set1_epi32(0), c1 = _mm512_set1_epi32(1), c2 = _mm512_set1_epi32(2),
+		c3 = _mm512_set1_epi32(3), c4 = _mm512_set1_epi32(4), c5 = _mm512_set1_epi32(5),
+		c6 = _mm512_set1_epi32(6), c7 = _mm512_set1_epi32(7), c8 = _mm512_set1_epi32(8),
+		c9 = _mm512_set1_epi32(9), c10 = _mm512_set1_epi32(10), c11 = _mm512_set1_epi32(11);
 #define DP(c) _mm512_dpbusd_epi32(c, a, b)
-	for (uint64_t i = 0; i < iters; i++)
+	for (uint64_t i = 0; i < iters; i++) {
 		CHAINS12(DP);
+		CHAINS12_OPAQUE("v");
+	}
 #undef DP
 	c0 = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
 			      _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
