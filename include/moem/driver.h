@@ -344,6 +344,7 @@ enum moem_exec moem_driver_exec_next(struct moem_driver *d, const struct moem_co
  * CPU many times faster than the link kept HBM as the warm-up left it).
  * The prefetch rules decide: the policy's victim must be worth less
  * (expected later), at most pf_queue in flight; counted as a prefetch.
+ * Not under FluxMoE's paging, whose window decides what enters HBM.
  * Called by the engine before its lookahead and by the simulator at the
  * same point. 1 issued, 0 not, -errno.
  */

@@ -324,8 +324,11 @@ int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q
 	uint32_t m;
 	float p;
 
-	/* the link carries the layer's misses: nothing behind them */
-	if (q->link_ns || !d->pf || key >= d->L * d->N)
+	/*
+	 * The link carries the layer's misses: nothing behind them. Under
+	 * FluxMoE's paging its window decides what enters HBM.
+	 */
+	if (q->link_ns || !d->pf || d->c.paging || key >= d->L * d->N)
 		return 0;
 	poll_landed(d);
 	pthread_mutex_lock(&d->lock);
