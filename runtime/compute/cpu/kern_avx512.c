@@ -664,23 +664,30 @@ INL void qr_outer(enum moem_prec p, const uint8_t *tile, const int32_t *comp, co
 /*
  * The weights the next fill reads, into L2 while this chunk is computed:
  * blocks [b1, b1 + cb) of rows rb..rb+15, or once b1 is NB blocks
- * [0, cb) of the next 16 rows. The fill's loads of 16 rows' streams
- * missed the hardware prefetcher (bench_kernels q8 at 64 tokens, AMD
- * EPYC: 5% faster with it; _MM_HINT_T0 did no better).
+ * [0, cb) of the next 16 rows; share k of n of those blocks (whole
+ * blocks). The fill's loads of 16 rows' streams missed the hardware
+ * prefetcher (bench_kernels q8 at 64 tokens, AMD EPYC: 5% faster with
+ * it; _MM_HINT_T0 did no better). q8 spreads them over the chunk's token
+ * passes, a block of 16 rows (16 lines) a pass, rather than 128 lines at
+ * once: 2-4% faster at 16 and 64 tokens in alternated runs; q4 1-3%, q2
+ * 2-5% slower that way (a block is a quarter / half line there), so they
+ * issue the chunk at once.
  */
 INL void qr_pf_next(enum moem_prec p, const struct moem_qmat_layout *l, const uint8_t *mat,
-		    uint32_t rb, uint32_t r1, uint32_t NB, uint32_t b1, uint32_t cb)
+		    uint32_t rb, uint32_t r1, uint32_t NB, uint32_t b1, uint32_t cb, uint32_t k,
+		    uint32_t n)
 {
-	const size_t bytes = QBPB(p) * (size_t)cb;
+	const uint32_t lo = cb * k / n, hi = cb * (k + 1) / n;
+	const size_t bytes = QBPB(p) * (size_t)(hi - lo);
 	const uint8_t *w;
 
 	if (b1 >= NB) {
 		rb += 16;
 		b1 = 0;
 	}
-	if (rb >= r1)
+	if (rb >= r1 || lo >= hi)
 		return;
-	w = mat + l->data_off + (size_t)rb * l->row_bytes + QBPB(p) * (size_t)b1;
+	w = mat + l->data_off + (size_t)rb * l->row_bytes + QBPB(p) * (size_t)(b1 + lo);
 	for (uint32_t r = 0; r < 16 && rb + r < r1; r++)
 		for (size_t o = 0; o < bytes; o += 64)
 			_mm_prefetch((const char *)(w + r * l->row_bytes + o), _MM_HINT_T1);
@@ -744,8 +751,11 @@ INL void avx512_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat
 			for (uint32_t b0 = 0; b0 < NB; b0 += cb) {
 				const uint32_t b1 = NB - b0 < cb ? NB : b0 + cb;
 
+				/* q8: a share of the next fill's prefetches each token pass */
+				const uint32_t np =
+					p == MOEM_PREC_Q8 ? (i1 - i0 + QR_TG - 1) / QR_TG : 1;
+
 				qr_fill(p, wq, l->row_bytes, nr, NB, b0, b1, tile, comp);
-				qr_pf_next(p, l, mat, rb, r1, NB, b1, cb);
 				for (uint32_t i = i0; i < i1; i += QR_TG) {
 					const int8_t *xq[QR_TG];
 					const float *qs[QR_TG], *xs[QR_TG];
@@ -756,6 +766,9 @@ INL void avx512_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat
 						qs[t] = x->qs + (size_t)tok[i + t] * NB;
 						xs[t] = x->xs + (size_t)tok[i + t] * NB;
 					}
+					if ((i - i0) / QR_TG < np)
+						qr_pf_next(p, l, mat, rb, r1, NB, b1, cb,
+							   (i - i0) / QR_TG, np);
 					switch (n) {
 						QR_N(1);
 						QR_N(2);
