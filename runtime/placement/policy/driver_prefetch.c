@@ -323,6 +323,7 @@ int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q
 	struct moem_prefetch_req r;
 	uint32_t m;
 	float p;
+	int ret;
 
 	/*
 	 * The link carries the layer's misses: nothing behind them. Under
@@ -341,5 +342,6 @@ int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q
 	/* for the layer's next run, as likely as the predictor says */
 	r = (struct moem_prefetch_req){moem_drv_next_run(d, m), m, key % d->N, p};
 	pthread_mutex_unlock(&d->lock);
-	return issue(d, &r) == 1;
+	ret = issue(d, &r);
+	return ret == -EAGAIN ? 0 : ret; /* no victim worth less: not brought */
 }
