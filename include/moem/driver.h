@@ -336,8 +336,8 @@ enum moem_exec moem_driver_exec_next(struct moem_driver *d, const struct moem_co
 				     struct moem_exec_queue *q, uint32_t key, uint64_t bytes,
 				     uint32_t tokens, bool resident, bool in_dram, bool force);
 /*
- * After a layer's split (q its queues), for each expert the cost model sent
- * to the CPU: if the layer gave the link none of its loads, bring key into
+ * After a layer's split (q its queues), for the n keys the cost model sent
+ * to the CPU: if the layer gave the link none of its loads, bring each into
  * HBM behind the layer at prefetch priority, for the layer's next run with
  * the predictor's chance of a use there: the link is idle while the CPU
  * computes, and a CPU-computed expert would otherwise never enter HBM (a
@@ -346,9 +346,10 @@ enum moem_exec moem_driver_exec_next(struct moem_driver *d, const struct moem_co
  * (expected later), at most pf_queue in flight; counted as a prefetch.
  * Not under FluxMoE's paging, whose window decides what enters HBM.
  * Called by the engine before its lookahead and by the simulator at the
- * same point. 1 issued, 0 not, -errno.
+ * same point. 0, or -errno when a fetch failed.
  */
-int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q, uint32_t key);
+int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q,
+			  const uint32_t *keys, uint32_t n);
 /* The cost model the driver decides with (the engine updates it from measurements). */
 const struct moem_cost *moem_driver_cost(const struct moem_driver *d);
 

@@ -447,11 +447,14 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 	}
 	lap(c, MOEM_PHASE_ACQUIRE);
 	/* The CPU's experts into HBM behind the layer, if the link has none of it. */
-	for (uint32_t i = 0; i < c->n_cpu; i++) {
-		const struct group *g = &c->g[c->n_groups + i];
+	if (c->n_cpu && !c->xq.link_ns) {
+		uint32_t keys[MOEM_MAX_EXPERTS], n = 0;
 
-		ret = g->by_cost ? moem_driver_exec_keep(e->drv, &c->xq, key_of(c, g)) : 0;
-		if (ret < 0)
+		for (uint32_t i = 0; i < c->n_cpu; i++)
+			if (c->g[c->n_groups + i].by_cost)
+				keys[n++] = key_of(c, &c->g[c->n_groups + i]);
+		ret = moem_driver_exec_keep(e->drv, &c->xq, keys, n);
+		if (ret)
 			return ret;
 	}
 	/* Look ahead now (prefetch, FluxMoE's window): this layer's hits are

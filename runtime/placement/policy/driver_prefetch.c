@@ -318,30 +318,35 @@ int moem_driver_lookahead(struct moem_driver *d)
 	return 0;
 }
 
-int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q, uint32_t key)
+int moem_driver_exec_keep(struct moem_driver *d, const struct moem_exec_queue *q,
+			  const uint32_t *keys, uint32_t n)
 {
-	struct moem_prefetch_req r;
-	uint32_t m;
-	float p;
-	int ret;
-
 	/*
 	 * The link carries the layer's misses: nothing behind them. Under
 	 * FluxMoE's paging its window decides what enters HBM.
 	 */
-	if (q->link_ns || !d->pf || d->c.paging || key >= d->L * d->N)
+	if (q->link_ns || !n || !d->pf || d->c.paging)
 		return 0;
-	poll_landed(d);
-	pthread_mutex_lock(&d->lock);
-	p = isfinite(d->next_use[key]) ? d->reuse_q[key] : 0;
-	m = key / d->N;
-	if (!(p > 0) || d->live_fl >= d->c.pf_queue) {
+	poll_landed(d); /* once for the layer: live_fl bounds what is issued */
+	for (uint32_t i = 0; i < n; i++) {
+		const uint32_t key = keys[i], m = key / d->N;
+		struct moem_prefetch_req r;
+		float p;
+		int ret;
+
+		if (key >= d->L * d->N)
+			continue;
+		pthread_mutex_lock(&d->lock);
+		p = isfinite(d->next_use[key]) ? d->reuse_q[key] : 0;
+		/* for the layer's next run, as likely as the predictor says */
+		r = (struct moem_prefetch_req){moem_drv_next_run(d, m), m, key % d->N, p};
+		ret = p > 0 && d->live_fl < d->c.pf_queue;
 		pthread_mutex_unlock(&d->lock);
-		return 0;
+		if (!ret)
+			continue;
+		ret = issue(d, &r);
+		if (ret < 0 && ret != -EAGAIN) /* -EAGAIN: no victim worth less, not brought */
+			return ret;
 	}
-	/* for the layer's next run, as likely as the predictor says */
-	r = (struct moem_prefetch_req){moem_drv_next_run(d, m), m, key % d->N, p};
-	pthread_mutex_unlock(&d->lock);
-	ret = issue(d, &r);
-	return ret == -EAGAIN ? 0 : ret; /* no victim worth less: not brought */
+	return 0;
 }

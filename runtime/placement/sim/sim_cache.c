@@ -407,11 +407,9 @@ int moem_sim_cache_layer(struct sim *s, uint64_t t_r, uint32_t T, uint64_t *end)
 		moem_driver_used(s->d, key, was, k->ready_ns + s->c->cost.layer_ns < t_r);
 	}
 	/* the engine's, before its lookahead: the CPU's experts into HBM behind the layer */
-	for (uint32_t i = 0; i < s->n_cpu_keys; i++) {
-		ret = moem_driver_exec_keep(s->d, &q, s->cpu_keys[i]);
-		if (ret < 0)
-			return ret;
-	}
+	ret = moem_driver_exec_keep(s->d, &q, s->cpu_keys, s->n_cpu_keys);
+	if (ret)
+		return ret;
 	/* When does each pending expert land? (misses outrank everything else) */
 	for (uint32_t i = 0; i < s->npend; i++)
 		pend_done(s, s->pend[i]);
