@@ -167,14 +167,6 @@ TEST(weight_rules)
 	EXPECT_LT(fabs(w[0] - p0 / (p0 + p1)), 1e-6);
 }
 
-/*
- * Normalised weights skip the softmax's denominator (it cancels): the
- * floats are those of dividing by it and then by the chosen sum, on 3000
- * rows of 128 logits in the three kinds above, top-8 (a float can only
- * differ where a double lies within 2^-29 of a float rounding boundary;
- * none does with this seed). Without norm the denominator stays (the
- * scale-only rule checked against its formula).
- */
 /* Row zr's largest logit m and the softmax's denominator, as route.c took them. */
 static void softmax_ref(const float *zr, uint32_t n, double *m, double *sum)
 {
@@ -186,6 +178,14 @@ static void softmax_ref(const float *zr, uint32_t n, double *m, double *sum)
 		*sum += exp(zr[e] - *m);
 }
 
+/*
+ * Normalised weights skip the softmax's denominator (it cancels): the
+ * floats are those of dividing by it and then by the chosen sum, on 3000
+ * rows of 128 logits in the three kinds above, top-8 (a float can only
+ * differ where a double lies within 2^-29 of a float rounding boundary;
+ * none does with this seed). Without norm the denominator stays (the
+ * scale-only rule checked against its formula).
+ */
 TEST(normalised_weights_without_the_denominator)
 {
 	enum { N = 128, K = 8, ROWS = 1000 };

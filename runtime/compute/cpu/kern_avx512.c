@@ -760,15 +760,15 @@ INL void avx512_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat
 					const int8_t *xq[QR_TG];
 					const float *qs[QR_TG], *xs[QR_TG];
 					uint32_t n = i1 - i < QR_TG ? i1 - i : QR_TG;
+					const uint32_t pass = (i - i0) / QR_TG;
 
 					for (uint32_t t = 0; t < n; t++) {
 						xq[t] = xq_all + (size_t)tok[i + t] * K;
 						qs[t] = x->qs + (size_t)tok[i + t] * NB;
 						xs[t] = x->xs + (size_t)tok[i + t] * NB;
 					}
-					if ((i - i0) / QR_TG < np)
-						qr_pf_next(p, l, mat, rb, r1, NB, b1, cb,
-							   (i - i0) / QR_TG, np);
+					if (pass < np)
+						qr_pf_next(p, l, mat, rb, r1, NB, b1, cb, pass, np);
 					switch (n) {
 						QR_N(1);
 						QR_N(2);
