@@ -105,6 +105,7 @@ best() { # trace, moem sim options...
 		for h in 25 50; do
 			set -- $(best "b$b" --hbm "$h%")
 			xp=$1 xs=$2 xb=$4 xn=$5
+			[ "$b$h" = 125 ] && xs1=$xs
 			set -- $(best "b$b" --hbm "$h%" --exec hybrid --cpu-gbps "$cpu_gbps" \
 				--cpu-token-ns "$cpu_tok" --cpu-call-ns "$cpu_call")
 			hp=$1 hs=$2 hc=$3 hb=$4 hn=$5
@@ -133,6 +134,34 @@ best() { # trace, moem sim options...
 	echo "slower than the link moves them, the CPU only takes the misses that would queue"
 	echo "behind others on the link; a CPU with several times the link's bandwidth (a"
 	echo "server's memory channels) takes most of them."
+	echo
+	echo "## Batch 1, 25% HBM, by the CPU's bandwidth"
+	echo
+	echo "The same hybrid run of the batch-1 trace at 25% HBM with the CPU's weight"
+	echo "bandwidth set instead of measured (\`--cpu-gbps G\`; the per-pair and per-call"
+	echo "figures as measured, which batch 1 hardly uses), against the transfer-only"
+	echo "step above ($(awk -v x="$xs1" 'BEGIN { printf "%.2f", x / 1e6 }') ms): where a CPU with more memory"
+	echo "channels than this machine's would put the step."
+	echo
+	echo "| CPU GB/s | CPU / link | hybrid: best policy | step (ms) | experts on the CPU | hybrid / transfer-only |"
+	echo "| --: | --: | --- | --: | --: | --: |"
+	half=""
+	for g in "$cpu_gbps" 50 75 100 125 150 200; do
+		set -- $(best b1 --hbm 25% --exec hybrid --cpu-gbps "$g" --cpu-token-ns "$cpu_tok" \
+			--cpu-call-ns "$cpu_call")
+		awk -v g="$g" -v l="$PCIE" -v p="$1" -v s="$2" -v c="$3" -v x="$xs1" 'BEGIN {
+			printf "| %.2f | %.2f | %s | %.2f | %.1f%% | %.3f |\n", g, g / l, p, s / 1e6,
+				100 * c, s / x }'
+		if [ -z "$half" ] && awk -v s="$2" -v x="$xs1" 'BEGIN { exit !(s <= 0.5 * x) }'; then
+			half=$g
+		fi
+	done
+	echo
+	if [ -n "$half" ]; then
+		echo "Half the transfer-only step or less from a CPU of $half GB/s in this sweep."
+	else
+		echo "No CPU of this sweep halves the transfer-only step."
+	fi
 } >"$RES.tmp"
 mv "$RES.tmp" "$RES"
 echo "bench-hybrid: wrote $RES" >&2
