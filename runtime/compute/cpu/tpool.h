@@ -64,14 +64,15 @@ void moem_tpool_wake(struct moem_tpool *p);
 uint32_t moem_tpool_worker_node(const struct moem_tpool *p, uint32_t w);
 /*
  * Run fn over items [0, n_items) and return when all are done. Calls from
- * several threads are serialised. A worker claims moem_tpool_grain()
- * consecutive items at a time: items that are consecutive row blocks of
- * a matrix then mostly go to one worker in order, and what its kernel
- * prefetches past its rows is its own next item.
+ * several threads are serialised. A worker claims a run of consecutive
+ * items, 1 / (2 workers) of what is left and at least moem_tpool_grain():
+ * items that are consecutive row blocks of a matrix then mostly go to one
+ * worker in order, and what its kernel prefetches past its rows is its
+ * own next item.
  */
 void moem_tpool_run(struct moem_tpool *p, uint32_t n_items, moem_tpool_fn fn, void *arg);
 /*
- * Items claimed at a time from a list of n_items shared by n_workers:
+ * The least a claim takes from a list of n_items shared by n_workers:
  * n_items / (16 n_workers), at least 1 and at most MOEM_TPOOL_GRAIN_MAX,
  * so the last claims leave a worker at most 1/16 of its share behind the
  * others.
