@@ -428,28 +428,33 @@ INL __m512 qr_fma(enum moem_prec p, __m512i s, const float *sw, const float *mn,
 	return acc;
 }
 
-/* n <= 16 fp16 values at h to fp32 (exact), zeros after them; nothing past h + n is read. */
-INL __m512 f16x16(const uint16_t *h, uint32_t n)
+/* n <= 16 fp16 values at h, zeros after them, as 256 bits; nothing past h + n is read. */
+INL __m256i h16x16(const uint16_t *h, uint32_t n)
 {
-	__m128i lo, hi;
-
 #ifdef MOEM_CPU_SIMDE
 	uint16_t b[16] = {0};
 
 	memcpy(b, h, sizeof(*h) * n);
-	lo = _mm_loadu_si128((const __m128i *)(const void *)b);
-	hi = _mm_loadu_si128((const __m128i *)(const void *)(b + 8));
+	return _mm256_loadu_si256((const __m256i *)(const void *)b);
 #else
-	/* masked loads: a row's last scales may end its plane */
-	lo = _mm_maskz_loadu_epi16((__mmask8)(n >= 8 ? 0xff : (1u << n) - 1), h);
-	hi = _mm_maskz_loadu_epi16((__mmask8)(n >= 16 ? 0xff
-					      : n > 8 ? (1u << (n - 8)) - 1
-						      : 0),
-				   h + 8);
+	/* masked: a row's last scales may end its plane */
+	return _mm256_maskz_loadu_epi16((__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1), h);
 #endif
-	return _mm512_castsi512_ps(
-		_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castps_si256(_mm256_cvtph_ps(lo))),
-				   _mm256_castps_si256(_mm256_cvtph_ps(hi)), 1));
+}
+
+/* The same to fp32 (exact). */
+INL __m512 f16x16(const uint16_t *h, uint32_t n)
+{
+	const __m256i v = h16x16(h, n);
+
+#ifdef MOEM_CPU_SIMDE /* SIMDe 0.7 has no _mm512_cvtph_ps */
+	return _mm512_castsi512_ps(_mm512_inserti64x4(
+		_mm512_castsi256_si512(
+			_mm256_castps_si256(_mm256_cvtph_ps(_mm256_castsi256_si128(v)))),
+		_mm256_castps_si256(_mm256_cvtph_ps(_mm256_extracti128_si256(v, 1))), 1));
+#else
+	return _mm512_cvtph_ps(v);
+#endif
 }
 
 /*
@@ -488,19 +493,6 @@ INL __m512 f16_halves(__m512i v, int hi)
 	return f16x16(h, 16);
 #else
 	return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v));
-#endif
-}
-
-/* n <= 16 fp16 values at h, zeros after them, as 256 bits; nothing past h + n is read. */
-INL __m256i h16x16(const uint16_t *h, uint32_t n)
-{
-#ifdef MOEM_CPU_SIMDE
-	uint16_t b[16] = {0};
-
-	memcpy(b, h, sizeof(*h) * n);
-	return _mm256_loadu_si256((const __m256i *)(const void *)b);
-#else
-	return _mm256_maskz_loadu_epi16((__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1), h);
 #endif
 }
 
