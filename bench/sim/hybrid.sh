@@ -105,7 +105,7 @@ best() { # trace, moem sim options...
 		for h in 25 50; do
 			set -- $(best "b$b" --hbm "$h%")
 			xp=$1 xs=$2 xb=$4 xn=$5
-			[ "$b$h" = 125 ] && xs1=$xs
+			[ "$b" = 1 ] && [ "$h" = 25 ] && xs1=$xs # the sweep below's reference
 			set -- $(best "b$b" --hbm "$h%" --exec hybrid --cpu-gbps "$cpu_gbps" \
 				--cpu-token-ns "$cpu_tok" --cpu-call-ns "$cpu_call")
 			hp=$1 hs=$2 hc=$3 hb=$4 hn=$5

@@ -446,8 +446,8 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 		ready[n_ready++] = g;
 	}
 	lap(c, MOEM_PHASE_ACQUIRE);
-	/* The CPU's experts into HBM behind the layer, if the link has none of it. */
-	if (c->n_cpu && !c->xq.link_ns) {
+	/* The CPU's experts into HBM behind the layer (the driver decides whether). */
+	if (c->n_cpu) {
 		uint32_t keys[MOEM_MAX_EXPERTS], n = 0;
 
 		for (uint32_t i = 0; i < c->n_cpu; i++)
