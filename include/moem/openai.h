@@ -26,6 +26,9 @@
 #define MOEM_OAI_TOP_MAX      20   /* top logprobs per token */
 #define MOEM_OAI_MESSAGES_MAX 4096 /* chat messages per request */
 
+/* top_k's bound: the sampler's (moem_sampling_check()) */
+#define MOEM_OAI_TOP_K_MAX (1 << 24)
+
 enum moem_oai_endpoint {
 	MOEM_OAI_COMPLETIONS = 0, /* POST /v1/completions */
 	MOEM_OAI_CHAT = 1,	  /* POST /v1/chat/completions */

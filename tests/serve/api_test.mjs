@@ -126,6 +126,12 @@ await expectError('n = 2', 400, 'n', () =>
 	client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 2 }));
 await expectError('bad role', 400, 'messages[0].role', () =>
 	client.chat.completions.create({ model, messages: [{ role: 'wizard', content: 'x' }] }));
+await expectError('top_k past the sampler', 400, 'top_k', () =>
+	client.completions.create({ model, prompt: 'x', top_k: 16777217, stream: true }));
+await expectError('top_p 0 as a float', 400, 'top_p', () =>
+	client.completions.create({ model, prompt: 'x', top_p: 1e-300 }));
+await expectError('name not a string', 400, 'messages[0].name', () =>
+	client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x', name: 5 }] }));
 await expectError('unknown model', 404, 'model', () =>
 	client.completions.create({ model: 'no-such-model', prompt: 'x' }));
 

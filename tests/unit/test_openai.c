@@ -270,6 +270,116 @@ static const char *jpath(struct json_object *o, const char *a, int idx, const ch
 	return x ? json_object_get_string(x) : NULL;
 }
 
+/*
+ * What the sampler would refuse later is refused here, before a stream
+ * starts (a 200 and then an in-band error otherwise): top_k past its
+ * bound, and values > 0 that are 0 as the sampler's float. Types and
+ * nesting the API does not have are refused too.
+ */
+TEST(refused_before_the_sampler)
+{
+	const enum moem_oai_endpoint C = MOEM_OAI_COMPLETIONS, H = MOEM_OAI_CHAT;
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":16777217}", "top_k");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_p\":1e-300}", "top_p");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"repetition_penalty\":1e-300}",
+		"repetition_penalty");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":[[[1,2]]]}", "prompt");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":[[\"a\"]]}", "prompt");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":5}]}",
+		"messages[0].name");
+	/* the bounds themselves pass */
+	ASSERT_EQ(0,
+		  parse(C, "{\"model\":\"m\",\"prompt\":\"x\",\"top_k\":16777216,\"top_p\":1e-30}",
+			&rq, &e))
+	TH_LOG("%s", e.message);
+	EXPECT_EQ(1 << 24, rq.top_k);
+	moem_oai_request_free(&rq);
+	ASSERT_EQ(0, parse(H,
+			   "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+			   "\"name\":\"ann\"}]}",
+			   &rq, &e))
+	TH_LOG("%s", e.message);
+	moem_oai_request_free(&rq);
+	/* both lengths (chat): max_completion_tokens, wherever it comes */
+	ASSERT_EQ(0, parse(H,
+			   "{\"model\":\"m\",\"max_completion_tokens\":7,\"messages\":[{\"role\":"
+			   "\"user\",\"content\":\"x\"}],\"max_tokens\":9}",
+			   &rq, &e));
+	EXPECT_EQ(7u, rq.max_tokens);
+	moem_oai_request_free(&rq);
+	ASSERT_EQ(0, parse(H,
+			   "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":"
+			   "\"user\",\"content\":\"x\"}],\"max_completion_tokens\":7}",
+			   &rq, &e));
+	EXPECT_EQ(7u, rq.max_tokens);
+	moem_oai_request_free(&rq);
+}
+
+/* An unknown field's name cut to fit param inside a character: still UTF-8. */
+TEST(error_param_is_utf8)
+{
+	char body[256], name[80] = {0};
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+	struct json_object *o;
+	size_t len;
+	char *s;
+
+	memset(name, 'a', 62);
+	memcpy(name + 62, "\xc3\xa9", 3); /* é across the cut at 63 bytes */
+	snprintf(body, sizeof(body), "{\"model\":\"m\",\"prompt\":\"x\",\"%s\":1}", name);
+	ASSERT_EQ(-EINVAL, parse(MOEM_OAI_COMPLETIONS, body, &rq, &e));
+	s = moem_oai_error_body(&e, &len);
+	ASSERT_NE(NULL, s);
+	EXPECT_TRUE(moem_oai_utf8_ok(s, len)) TH_LOG("%s", s);
+	o = parse_json(s);
+	EXPECT_NE(NULL, o);
+	json_object_put(o);
+	free(s);
+}
+
+/*
+ * Completions' top_logprobs is an object keyed by text: two alternatives
+ * with the same text (single bytes that are no UTF-8 alone both read
+ * U+FFFD) keep the first, likelier one's logprob.
+ */
+TEST(top_logprobs_same_text_keeps_the_first)
+{
+	struct moem_oai_reply r = {.ep = MOEM_OAI_COMPLETIONS,
+				   .id = "cmpl-1",
+				   .model = "tiny",
+				   .created = 1700000000,
+				   .logprobs = true,
+				   .top_logprobs = 3};
+	struct moem_oai_token t = {.text = "\xc3", .len = 1, .logprob = -0.5f, .n_top = 3};
+	struct moem_oai_usage u = {.prompt_tokens = 1, .completion_tokens = 1};
+	const char *alt[3] = {"\xc3", "b", "\xab"};
+	struct json_object *o, *x, *top;
+	size_t len;
+	char *s;
+
+	for (int k = 0; k < 3; k++) {
+		t.top[k].text = alt[k];
+		t.top[k].len = 1;
+		t.top[k].logprob = -0.5f - (float)k;
+	}
+	s = moem_oai_response(&r, "\xc3", 1, &t, 1, MOEM_SCHED_LENGTH, &u, &len);
+	ASSERT_NE(NULL, s);
+	o = parse_json(s);
+	ASSERT_NE(NULL, o);
+	json_object_object_get_ex(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "logprobs", &x);
+	top = json_object_array_get_idx(json_object_object_get(x, "top_logprobs"), 0);
+	EXPECT_EQ(2, json_object_object_length(top));
+	EXPECT_EQ(-0.5, json_object_get_double(json_object_object_get(top, "\xef\xbf\xbd")));
+	json_object_put(o);
+	free(s);
+}
+
 TEST(response_shapes)
 {
 	struct moem_oai_reply r = {.ep = MOEM_OAI_COMPLETIONS,

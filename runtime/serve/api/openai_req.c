@@ -100,7 +100,8 @@ static int get_number(struct json_object *v, const char *param, double lo, doubl
 	if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
 		return BAD(e, param, "'%s' must be a number", param);
 	d = json_object_get_double(v);
-	if (!isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
+	/* the sampler keeps a float: open at lo as a float too (1e-300 is 0) */
+	if (!isfinite(d) || d < lo || d > hi || (lo_open && (float)d <= (float)lo))
 		return BAD(e, param, "'%s' is %g: it must be %s %g and <= %g", param, d,
 			   lo_open ? ">" : ">=", lo, hi);
 	*out = d;
@@ -162,11 +163,21 @@ static int get_prompt(struct json_object *v, struct moem_oai_request *rq, struct
 		return BAD(e, "prompt", "'prompt' is empty");
 	if (json_object_is_type(json_object_array_get_idx(v, 0), json_type_string) ||
 	    json_object_is_type(json_object_array_get_idx(v, 0), json_type_array)) {
+		struct json_object *in = json_object_array_get_idx(v, 0), *in0;
+
 		if (n != 1)
 			return BAD(e, "prompt",
 				   "'prompt' has %zu prompts: this server takes one per request",
 				   n);
-		return get_prompt(json_object_array_get_idx(v, 0), rq, e);
+		/* one level: ["text"] or [[ids]], not [[[ids]]] or [["text"]] */
+		in0 = json_object_is_type(in, json_type_array) ? json_object_array_get_idx(in, 0)
+							       : NULL;
+		if (json_object_is_type(in0, json_type_string) ||
+		    json_object_is_type(in0, json_type_array))
+			return BAD(e, "prompt",
+				   "'prompt' must be a string, an array of token ids, or an array "
+				   "of one of those");
+		return get_prompt(in, rq, e);
 	}
 	if (n > (1u << 24))
 		return BAD(e, "prompt", "'prompt' has %zu token ids: too many", n);
@@ -281,7 +292,13 @@ static int get_messages(struct json_object *v, struct moem_oai_request *rq,
 				role = val;
 			} else if (!strcmp(key, "content")) {
 				content = val;
-			} else if (strcmp(key, "name")) {
+			} else if (!strcmp(key, "name")) {
+				/* a participant's name: checked, not used by the templates */
+				if (!json_object_is_type(val, json_type_string)) {
+					snprintf(p, sizeof(p), "messages[%zu].name", i);
+					return BAD(e, p, "'%s' must be a string", p);
+				}
+			} else {
 				snprintf(p, sizeof(p), "messages[%zu].%s", i, key);
 				return BAD(e, p, "Unrecognized request argument supplied: %s", p);
 			}
@@ -466,7 +483,7 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 	case F_TOP_P:
 		return get_number(v, name, 0, 1, true, &rq->top_p, e);
 	case F_TOP_K:
-		ret = get_int(v, name, -1, INT32_MAX, &x, e);
+		ret = get_int(v, name, -1, MOEM_OAI_TOP_K_MAX, &x, e);
 		if (!ret)
 			rq->top_k = x < 0 ? 0 : (int32_t)x;
 		return ret;
@@ -542,7 +559,7 @@ int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
 		   struct moem_oai_request *rq, struct moem_oai_error *e)
 {
 	struct json_tokener *tok;
-	struct json_object *root;
+	struct json_object *root, *mct;
 	bool top_given = false, stream_options = false;
 	enum json_tokener_error jerr;
 	int ret = 0;
@@ -608,6 +625,12 @@ int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
 		if (ret)
 			break;
 	}
+	/* Both given (chat): max_completion_tokens, the newer name, wins, as in vLLM. */
+	if (!ret && ep == MOEM_OAI_CHAT &&
+	    json_object_object_get_ex(root, "max_completion_tokens", &mct) &&
+	    !json_object_is_type(mct, json_type_null))
+		ret = field(rq, F_MAX_COMPLETION_TOKENS, "max_completion_tokens", mct, &top_given,
+			    e);
 	json_object_put(root);
 	if (ret)
 		goto fail;

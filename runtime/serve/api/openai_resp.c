@@ -113,7 +113,8 @@ char *moem_oai_error_body(const struct moem_oai_error *e, size_t *len)
 	}
 	ADD(err, "message", utf8_string(e->message, strlen(e->message)));
 	ADD(err, "type", json_object_new_string(e->type[0] ? e->type : "invalid_request_error"));
-	ADD(err, "param", e->param[0] ? json_object_new_string(e->param) : NULL);
+	/* a field name cut to fit param may end inside a character */
+	ADD(err, "param", e->param[0] ? utf8_string(e->param, strlen(e->param)) : NULL);
 	ADD(err, "code", e->code[0] ? json_object_new_string(e->code) : NULL);
 	ADD(o, "error", err);
 	return dump(o, "", "", len);
@@ -202,9 +203,12 @@ static struct json_object *completion_logprobs(const struct moem_oai_reply *r,
 		json_object_array_add(lps, json_object_new_double(t[i].logprob));
 		for (uint32_t k = 0; k < t[i].n_top && k < r->top_logprobs; k++) {
 			struct json_object *key = utf8_string(t[i].top[k].text, t[i].top[k].len);
+			const char *ks = json_object_get_string(key);
 
-			ADD(top, json_object_get_string(key),
-			    json_object_new_double(t[i].top[k].logprob));
+			/* Two alternatives with the same text (bytes that are not
+			 * UTF-8 alone read as U+FFFD): the first, likelier, stays. */
+			if (ks && !json_object_object_get_ex(top, ks, NULL))
+				ADD(top, ks, json_object_new_double(t[i].top[k].logprob));
 			json_object_put(key);
 		}
 		json_object_array_add(tops, top);

@@ -247,7 +247,11 @@ int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq,
 	if (!*n || *n >= m->max_context || max_new > m->max_context - *n) {
 		free(*ids);
 		*ids = NULL;
-		ret = moem_oai_errorf(e, 400, "invalid_request_error", "max_tokens",
+		/* the prompt alone too long: the fault is not max_tokens */
+		ret = moem_oai_errorf(e, 400, "invalid_request_error",
+				      *n && *n < m->max_context ? "max_tokens"
+				      : rq->ep == MOEM_OAI_CHAT ? "messages"
+								: "prompt",
 				      "the prompt (%u tokens) and max_tokens (%u) do not fit the "
 				      "context of %u tokens",
 				      *n, max_new, m->max_context);
