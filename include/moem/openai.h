@@ -115,7 +115,7 @@ struct moem_oai_reply {
 	int64_t created; /* Unix seconds */
 	bool logprobs;	 /* include logprobs */
 	uint32_t top_logprobs;
-	uint64_t offset; /* completions' text_offset: text bytes before these tokens */
+	uint64_t offset; /* completions' text_offset: the tokens' bytes before these */
 };
 
 struct moem_oai_usage {

@@ -72,6 +72,13 @@ int moem_tok_encode(const struct moem_tokenizer *t, const char *text, size_t len
 
 /* Decode flags. */
 #define MOEM_TOK_SKIP_SPECIAL (1u << 0) /* leave special tokens out */
+/*
+ * The bytes as the tokens hold them: a byte-level or <0xXX> byte that is
+ * not UTF-8 on its own stays that byte instead of becoming U+FFFD (one
+ * token's own bytes, as OpenAI's logprobs "bytes" give them). The result
+ * may then not be UTF-8.
+ */
+#define MOEM_TOK_RAW_BYTES    (1u << 1)
 
 /*
  * Decode ids into a malloc'ed NUL-terminated string (*len excludes the

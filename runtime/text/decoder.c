@@ -45,6 +45,8 @@ static int dec_byte_level(struct tok_ctx *c, struct tok_pieces *in, struct tok_p
 			k += n;
 		}
 	}
+	if (!ret && c->raw)
+		return moem_tok_pieces_add(out, b->p, b->n);
 	s->n = 0;
 	if (!ret)
 		ret = moem_tok_utf8_lossy(s, (const unsigned char *)b->p, b->n);
@@ -76,13 +78,13 @@ static int byte_token(const char *t, size_t len)
 	return h < 0 || l < 0 ? -1 : h * 16 + l;
 }
 
-static int flush_bytes(struct tok_buf *bytes, struct tok_pieces *out)
+static int flush_bytes(const struct tok_ctx *c, struct tok_buf *bytes, struct tok_pieces *out)
 {
 	int ret = 0;
 
 	if (!bytes->n)
 		return 0;
-	if (moem_tok_utf8_invalid_at(bytes->p, bytes->n) == bytes->n) {
+	if (c->raw || moem_tok_utf8_invalid_at(bytes->p, bytes->n) == bytes->n) {
 		ret = moem_tok_pieces_add(out, bytes->p, bytes->n);
 	} else {
 		/* Not UTF-8: one U+FFFD per byte. */
@@ -106,11 +108,11 @@ static int dec_byte_fallback(struct tok_ctx *c, struct tok_pieces *in, struct to
 			ret = moem_tok_buf_putc(bytes, (char)b);
 			continue;
 		}
-		ret = flush_bytes(bytes, out);
+		ret = flush_bytes(c, bytes, out);
 		if (!ret)
 			ret = moem_tok_pieces_add(out, PIECE(in, i), in->v[i].len);
 	}
-	return ret ? ret : flush_bytes(bytes, out);
+	return ret ? ret : flush_bytes(c, bytes, out);
 }
 
 static int dec_metaspace(const struct tok_dec *d, struct tok_ctx *c, struct tok_pieces *in,

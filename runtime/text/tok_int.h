@@ -192,6 +192,7 @@ struct tok_ctx {
 		uint32_t rank, pos, id;
 	} * heap;
 	size_t heap_n, heap_cap;
+	bool raw; /* decode: bytes as the tokens hold them (MOEM_TOK_RAW_BYTES) */
 };
 
 int moem_tok_ctx_init(struct tok_ctx *c);

@@ -149,11 +149,12 @@ int moem_tok_decode(const struct moem_tokenizer *t, const uint32_t *ids, size_t 
 	*text = NULL;
 	if (len)
 		*len = 0;
-	if (flags & ~MOEM_TOK_SKIP_SPECIAL)
+	if (flags & ~(MOEM_TOK_SKIP_SPECIAL | MOEM_TOK_RAW_BYTES))
 		return moem_errf(EINVAL, "decode: unknown flags %#x", flags);
 	ret = moem_tok_ctx_init(&c);
 	if (ret)
 		return ret;
+	c.raw = flags & MOEM_TOK_RAW_BYTES;
 	ret = decode(t, &c, ids, n, flags);
 	if (!ret) {
 		/* Hand the buffer over instead of copying it. */

@@ -22,6 +22,8 @@
 
 #include <json-c/json.h>
 
+#include <moem/openai.h>
+
 #include "daemon_util.h"
 #include "kselftest_harness.h"
 
@@ -588,6 +590,112 @@ TEST_F_TIMEOUT(http, ten_thousand_connections_dropped, 300)
 			    "{\"model\":\"t\",\"prompt\":\"still here\",\"max_tokens\":4}",
 			    self->buf, sizeof(self->buf)));
 	EXPECT_FALSE(dmn_exited(&self->d));
+}
+
+/* The body of a chunked answer (after its head), joined, into out. */
+static size_t dechunk(const char *resp, char *out, size_t cap)
+{
+	const char *p = strstr(resp, "\r\n\r\n");
+	size_t n = 0;
+
+	if (!p)
+		return 0;
+	for (p += 4;;) {
+		char *end;
+		unsigned long sz = strtoul(p, &end, 16);
+
+		if (end == p || !sz || strncmp(end, "\r\n", 2))
+			break;
+		p = end + 2;
+		if (strlen(p) < sz || n + sz >= cap)
+			break;
+		memcpy(out + n, p, sz);
+		n += sz;
+		p += sz + 2;
+	}
+	out[n] = 0;
+	return n;
+}
+
+/* choices[0].logprobs of an answer's JSON (a new reference) */
+static struct json_object *logprobs_of(struct json_object *o)
+{
+	struct json_object *c = json_object_array_get_idx(json_object_object_get(o, "choices"), 0);
+
+	return json_object_get(json_object_object_get(c, "logprobs"));
+}
+
+/*
+ * Logprobs give each token's own bytes (OpenAI's "bytes"), also where a
+ * character is split over tokens: with this tokenizer every token is one
+ * byte, and the model's bytes >= 0x80 are no character alone (U+FFFD's
+ * three bytes were given before). text_offset counts those bytes, the same
+ * streamed and whole.
+ */
+TEST_F_TIMEOUT(http, logprobs_are_each_tokens_bytes, 120)
+{
+	static char body[65536], joined[256];
+	struct json_object *o, *lp, *a;
+	size_t n, high = 0;
+
+	ASSERT_EQ(200,
+		  post(self->port, "/v1/chat/completions",
+		       "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}],"
+		       "\"max_tokens\":32,\"temperature\":0,\"logprobs\":true}",
+		       self->buf, sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	lp = logprobs_of(o);
+	a = json_object_object_get(lp, "content");
+	n = json_object_array_length(a);
+	ASSERT_EQ(32, n);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *b =
+			json_object_object_get(json_object_array_get_idx(a, i), "bytes");
+
+		ASSERT_EQ(1, json_object_array_length(b)) TH_LOG("token %zu", i);
+		joined[i] = (char)json_object_get_int(json_object_array_get_idx(b, 0));
+		high += (unsigned char)joined[i] >= 0x80;
+	}
+	joined[n] = 0;
+	EXPECT_GT(high, 0) TH_LOG("no byte >= 0x80 in the answer: the case is not exercised");
+	if (moem_oai_utf8_ok(joined, n))
+		EXPECT_STREQ(joined,
+			     json_object_get_string(json_object_object_get(
+				     json_object_object_get(
+					     json_object_array_get_idx(
+						     json_object_object_get(o, "choices"), 0),
+					     "message"),
+				     "content")));
+	json_object_put(lp);
+	json_object_put(o);
+
+	/* completions, streamed: the offsets 0, 1, 2, ... of one-byte tokens */
+	ASSERT_EQ(200,
+		  post(self->port, "/v1/completions",
+		       "{\"model\":\"t\",\"prompt\":\"hello\",\"max_tokens\":24,\"temperature\":0,"
+		       "\"logprobs\":1,\"stream\":true}",
+		       self->buf, sizeof(self->buf)));
+	dechunk(self->buf, body, sizeof(body));
+	n = 0;
+	for (char *ev = strstr(body, "data: {"); ev; ev = strstr(ev + 1, "data: {")) {
+		char *end = strstr(ev, "\n\n");
+
+		ASSERT_NE(NULL, end);
+		*end = 0;
+		o = json_tokener_parse(ev + 6);
+		*end = '\n';
+		ASSERT_NE(NULL, o) TH_LOG("%s", ev);
+		lp = logprobs_of(o);
+		a = json_object_object_get(lp, "text_offset");
+		for (size_t i = 0; i < json_object_array_length(a); i++, n++)
+			EXPECT_EQ(n, json_object_get_int(json_object_array_get_idx(a, i)))
+		TH_LOG("offset of token %zu", n);
+		json_object_put(lp);
+		json_object_put(o);
+	}
+	EXPECT_EQ(24, n);
 }
 
 /*

@@ -115,6 +115,34 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 	ok(c.choices[0].logprobs.tokens.length === 4, 'completion logprobs: 4 tokens');
 }
 
+// Logprobs carry each token's own bytes (a character split over tokens
+// too): joined and decoded as UTF-8 (lossy, as the server's text is) they
+// are the answer; special tokens (<|...|>) are in the logprobs, not the text.
+{
+	const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'bytes' }],
+		max_tokens: 48, temperature: 0, logprobs: true, top_logprobs: 5 });
+	const lp = r.choices[0].logprobs.content.filter((e) => !/^<\|[^|]*\|>$/.test(e.token));
+	const text = new TextDecoder().decode(Buffer.from(lp.flatMap((e) => e.bytes)));
+	ok(text === r.choices[0].message.content,
+	   `chat logprobs: bytes joined are the text (${JSON.stringify(text)} / ${JSON.stringify(r.choices[0].message.content)})`);
+}
+
+// Completions: text_offset the same streamed and whole; each position's
+// top_logprobs holds the chosen (greedy: likeliest) token at its logprob,
+// even where alternatives share its text.
+{
+	const req = { model, prompt: 'offsets', max_tokens: 24, temperature: 0, logprobs: 5 };
+	const w = (await client.completions.create(req)).choices[0].logprobs;
+	const s = await client.completions.create({ ...req, stream: true });
+	const offs = [];
+	for await (const c of s)
+		for (const ch of c.choices) if (ch.logprobs) offs.push(...ch.logprobs.text_offset);
+	ok(JSON.stringify(offs) === JSON.stringify(w.text_offset),
+	   `completion logprobs: text_offset streamed ${JSON.stringify(offs)} = whole ${JSON.stringify(w.text_offset)}`);
+	ok(w.top_logprobs.every((t, i) => t[w.tokens[i]] === w.token_logprobs[i]),
+	   'completion logprobs: the chosen token in its top_logprobs, at its logprob');
+}
+
 // Errors the client understands.
 await expectError('wrong API key', 401, undefined, () =>
 	new OpenAI({ baseURL: url, apiKey: 'wrong-key-123', maxRetries: 0 }).models.list());

@@ -291,7 +291,8 @@ char *moemd_model_token_text(struct moemd_model *m, int32_t id, size_t *len)
 	char *buf = NULL;
 	size_t n = 0;
 
-	if (moem_tok_decode(m->tok, &u, 1, 0, &buf, &n)) {
+	/* its own bytes: the partial character of a multi-token one too */
+	if (moem_tok_decode(m->tok, &u, 1, MOEM_TOK_RAW_BYTES, &buf, &n)) {
 		/* An id the tokenizer does not have: no text. */
 		*len = 0;
 		return strdup("");

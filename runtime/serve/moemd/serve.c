@@ -155,10 +155,13 @@ static int stream_chunk(struct moemd_sreq *r, const char *text, size_t len, int 
 		}
 	}
 	ev = moem_oai_chunk(&r->reply, !r->first_sent, text, len, t, n, finish, &elen);
+	/* text_offset counts the tokens' own bytes, as the whole answer's do:
+	 * the text of a chunk can lag them (a character split over tokens) */
+	for (uint32_t i = 0; i < n; i++)
+		r->reply.offset += t[i].len;
 	free(t);
 	r->first_sent = true;
 	r->toks_sent += n;
-	r->reply.offset += len;
 	return push_event(r, ev, elen);
 }
 
