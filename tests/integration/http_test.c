@@ -699,6 +699,35 @@ TEST_F_TIMEOUT(http, logprobs_are_each_tokens_bytes, 120)
 }
 
 /*
+ * A request without max_tokens (chat's default) under a KV budget smaller
+ * than the context: it runs to what the budget holds for one sequence
+ * instead of being refused for the whole context's blocks.
+ */
+TEST_F_TIMEOUT(http, default_length_fits_the_kv_budget, 120)
+{
+	struct json_object *r = NULL, *o;
+
+	/* 4 blocks of 16 tokens (kv_bytes_live: one block is 16384 bytes) */
+	ASSERT_EQ(0,
+		  dmn_call(&self->d, "set", dmn_args("knob", "kv_bytes", "value", "64K", NULL), &r))
+	TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	ASSERT_EQ(200,
+		  post(self->port, "/v1/chat/completions",
+		       "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+		       self->buf, sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	/* no end-of-sequence id: it ran to the budget's 64 tokens, prompt included */
+	EXPECT_EQ(64, json_object_get_int(json_object_object_get(json_object_object_get(o, "usage"),
+								 "total_tokens")))
+	TH_LOG("%s", self->buf);
+	json_object_put(o);
+	EXPECT_TRUE(settles(self->port, 60000));
+}
+
+/*
  * The decoder's dense precision (--dense-prec): served with the
  * attention projections and lm_head in q8, shown by status and by
  * `moemctl status`; refused with a message when the name is no

@@ -323,12 +323,31 @@ void moemd_model_limits(struct moemd_model *m, uint32_t *seqs, uint32_t *step_to
 	*step_tokens = m->max_step_tokens;
 }
 
+/*
+ * A request without max_tokens (chat's default) runs to the end of the
+ * context, or of what the KV budget holds for one sequence if that is
+ * less: the decoder reserves a sequence's blocks when it starts, so the
+ * whole context would be refused under a small kv budget.
+ */
+static uint32_t default_max_new(struct moemd_model *m, uint32_t prompt_len)
+{
+	struct moem_kv_usage u;
+	uint64_t room = m->max_context - prompt_len, kv;
+
+	moem_decoder_kv_usage(m->dec, &u);
+	kv = u.blocks_total * u.block_tokens;
+	if (kv > prompt_len && kv - prompt_len < room)
+		room = kv - prompt_len;
+	return (uint32_t)room;
+}
+
 static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 {
 	struct moemd_model *m = be;
 	struct moemd_sreq *r = req;
 	const struct moem_oai_request *rq = &r->rq;
 	struct moem_seq_params p = {0};
+	int ret;
 
 	p.prompt = r->prompt;
 	p.n_prompt = prompt_len;
@@ -342,11 +361,21 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 	p.sampling.frequency_penalty = (float)rq->frequency_penalty;
 	/* Without a seed each request draws its own. */
 	p.sampling.seed = rq->has_seed ? rq->seed : 0x9e3779b97f4a7c15ULL * ++m->next_seed;
-	p.max_new_tokens = rq->max_tokens ? rq->max_tokens : m->max_context - prompt_len;
+	p.max_new_tokens = rq->max_tokens ? rq->max_tokens : default_max_new(m, prompt_len);
 	p.model_eos = true;
 	p.top_logprobs =
 		rq->logprobs ? moem_min(rq->top_logprobs, MOEM_DECODE_MAX_TOP_LOGPROBS) : 0;
-	return moem_decoder_add(m->dec, &p, seq);
+	ret = moem_decoder_add(m->dec, &p, seq);
+	if (ret == -EFBIG && !rq->max_tokens) {
+		/* a kv budget change that call applied: the room it leaves */
+		uint32_t room = default_max_new(m, prompt_len);
+
+		if (room < p.max_new_tokens) {
+			p.max_new_tokens = room;
+			ret = moem_decoder_add(m->dec, &p, seq);
+		}
+	}
+	return ret;
 }
 
 static int m_step(void *be, const struct moem_sched_item *it, uint32_t n,
