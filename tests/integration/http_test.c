@@ -728,6 +728,85 @@ TEST_F_TIMEOUT(http, default_length_fits_the_kv_budget, 120)
 }
 
 /*
+ * Clients that leave are noticed among hundreds of live requests: 300
+ * long whole-answer requests (2 running, the rest queued), then the 40
+ * sent first hang up. Each is counted and cancelled at a step boundary;
+ * the oldest are as visible as the newest.
+ */
+FIXTURE(many)
+{
+	char *dir;
+	struct dmn d;
+	int port;
+	char buf[65536];
+};
+
+FIXTURE_SETUP(many)
+{
+	char pack[512];
+
+	self->dir = dmn_tmpdir();
+	ASSERT_NE(NULL, self->dir);
+	snprintf(pack, sizeof(pack), "%s/t.moem", self->dir);
+	ASSERT_EQ(0, make_pack(self->dir, pack, 128)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, dmn_start(&self->d, self->dir, "--pack", pack, "--pool", "thp", "--listen",
+			       "127.0.0.1:0", "--max-queue", "512", "--max-batch", "2",
+			       "--step-tokens", "64", NULL));
+	self->port = wait_port(&self->d, 60000);
+	ASSERT_GT(self->port, 0) TH_LOG("moemd did not listen (log %s)", self->d.log);
+	for (uint64_t end = dmn_ms() + 60000; dmn_ms() < end;) {
+		if (get(self->port, "/health", self->buf, sizeof(self->buf)) == 200)
+			break;
+		dmn_sleep_ms(10);
+	}
+	ASSERT_EQ(200, get(self->port, "/health", self->buf, sizeof(self->buf)));
+}
+
+FIXTURE_TEARDOWN(many)
+{
+	if (self->d.pid > 0 && !dmn_exited(&self->d)) {
+		kill(self->d.pid, SIGTERM);
+		if (dmn_wait_exit(&self->d, 20000))
+			kill(self->d.pid, SIGKILL);
+		EXPECT_EQ(0, dmn_exit_code(&self->d));
+	}
+	if (!_metadata->passed && self->d.pid > 0)
+		dmn_dump_log(&self->d);
+	dmn_rm_rf(self->dir);
+	free(self->dir);
+}
+
+TEST_F_TIMEOUT(many, departed_clients_found_among_hundreds, 300)
+{
+	const char *req = "{\"model\":\"t\",\"prompt\":\"m\",\"max_tokens\":20000}";
+	enum { N = 300, GONE = 40 };
+	static int fd[N];
+	char head[256];
+
+	snprintf(head, sizeof(head),
+		 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(req), req);
+	for (int i = 0; i < N; i++) {
+		fd[i] = tcp(self->port);
+		ASSERT_GE(fd[i], 0) TH_LOG("connect %d: %s", i, strerror(errno));
+		ASSERT_EQ((ssize_t)strlen(head), send(fd[i], head, strlen(head), MSG_NOSIGNAL));
+	}
+	for (uint64_t end = dmn_ms() + 120000;
+	     metric(self->port, "moem_live_requests") < N && dmn_ms() < end;)
+		dmn_sleep_ms(20);
+	ASSERT_EQ(N, metric(self->port, "moem_live_requests"));
+	for (int i = 0; i < GONE; i++)
+		close(fd[i]);
+	EXPECT_TRUE(reaches(self->port, "moem_client_disconnects_total", GONE, 60000))
+	TH_LOG("disconnects seen: %g", metric(self->port, "moem_client_disconnects_total"));
+	EXPECT_TRUE(reaches(self->port, "moem_requests_cancelled_total", GONE, 60000));
+	EXPECT_EQ(N - GONE, metric(self->port, "moem_live_requests"));
+	for (int i = GONE; i < N; i++)
+		close(fd[i]);
+	EXPECT_TRUE(settles(self->port, 120000));
+}
+
+/*
  * The decoder's dense precision (--dense-prec): served with the
  * attention projections and lm_head in q8, shown by status and by
  * `moemctl status`; refused with a message when the name is no

@@ -406,15 +406,33 @@ int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oa
 	return moem_oai_errorf(e, 503, "server_error", NULL, "%s", moem_strerror(ret));
 }
 
-/* Cancel the requests whose client closed the connection while it waited. */
+/*
+ * Cancel the requests whose client closed the connection while it waited:
+ * every live one, however many (new requests go to the head of the list,
+ * so a fixed number from the head would never see the oldest).
+ */
 static void reap_disconnected(struct moemd_srv *s)
 {
-	struct pollfd p[256] = {{0}};
-	struct moemd_sreq *who[256];
-	int n = 0, polled;
+	struct pollfd *p;
+	struct moemd_sreq **who;
+	uint32_t cap, n = 0;
+	int polled;
 
 	pthread_mutex_lock(&s->lock);
-	for (struct moemd_sreq *r = s->live; r && n < 256; r = r->next) {
+	cap = s->n_live;
+	pthread_mutex_unlock(&s->lock);
+	if (!cap)
+		return;
+	p = calloc(cap, sizeof(*p));
+	who = calloc(cap, sizeof(*who));
+	if (!p || !who) {
+		/* Next step: the connections are watched again then. */
+		free(p);
+		free(who);
+		return;
+	}
+	pthread_mutex_lock(&s->lock);
+	for (struct moemd_sreq *r = s->live; r && n < cap; r = r->next) {
 		int fd;
 
 		pthread_mutex_lock(&r->lock);
@@ -430,7 +448,7 @@ static void reap_disconnected(struct moemd_srv *s)
 	}
 	pthread_mutex_unlock(&s->lock);
 	polled = n ? poll(p, (nfds_t)n, 0) : 0;
-	for (int i = 0; i < n; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		if (polled > 0 && (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
 			bool first;
 
@@ -449,6 +467,8 @@ static void reap_disconnected(struct moemd_srv *s)
 		}
 		moemd_sreq_put(who[i]);
 	}
+	free(p);
+	free(who);
 }
 
 uint32_t moemd_serve_live(struct moemd_srv *s)
