@@ -728,6 +728,51 @@ TEST_F_TIMEOUT(http, default_length_fits_the_kv_budget, 120)
 }
 
 /*
+ * SIGTERM with a whole answer and a stream in progress: each client gets
+ * an end it can see (503 with an error body; an error event, [DONE] and
+ * the chunked body's end), not a closed socket, and moemd exits 0.
+ */
+TEST_F_TIMEOUT(http, shutdown_ends_requests_with_an_error, 120)
+{
+	const char *whole = "{\"model\":\"t\",\"prompt\":\"w\",\"max_tokens\":20000}";
+	const char *stream = "{\"model\":\"t\",\"prompt\":\"s\",\"max_tokens\":20000,"
+			     "\"stream\":true}";
+	static char got[2][1 << 20];
+	const char *body[2] = {whole, stream};
+	char head[256];
+	int fd[2];
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(head, sizeof(head),
+			 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n"
+			 "Connection: close\r\n\r\n%s",
+			 strlen(body[i]), body[i]);
+		fd[i] = tcp(self->port);
+		ASSERT_GE(fd[i], 0);
+		ASSERT_EQ((ssize_t)strlen(head), send(fd[i], head, strlen(head), MSG_NOSIGNAL));
+	}
+	/* both running (batch 2) */
+	for (uint64_t end = dmn_ms() + 60000;
+	     metric(self->port, "moem_running_sequences") < 2 && dmn_ms() < end;)
+		dmn_sleep_ms(5);
+	ASSERT_EQ(2, metric(self->port, "moem_running_sequences"));
+	kill(self->d.pid, SIGTERM);
+	for (int i = 0; i < 2; i++) {
+		read_all(fd[i], got[i], sizeof(got[i]), 30000);
+		close(fd[i]);
+	}
+	ASSERT_EQ(0, dmn_wait_exit(&self->d, 20000));
+	EXPECT_EQ(0, dmn_exit_code(&self->d));
+	EXPECT_EQ(0, strncmp(got[0], "HTTP/1.1 503", 12)) TH_LOG("%.300s", got[0]);
+	EXPECT_NE(NULL, strstr(got[0], "shutting down")) TH_LOG("%.300s", got[0]);
+	EXPECT_EQ(0, strncmp(got[1], "HTTP/1.1 200", 12)) TH_LOG("%.300s", got[1]);
+	EXPECT_NE(NULL, strstr(got[1], "data: {\"error\"")) TH_LOG("%.300s", got[1]);
+	EXPECT_NE(NULL, strstr(got[1], "data: [DONE]"));
+	EXPECT_TRUE(strlen(got[1]) > 5 && !strcmp(got[1] + strlen(got[1]) - 5, "0\r\n\r\n"))
+	TH_LOG("the stream's end: %s", got[1] + (strlen(got[1]) > 80 ? strlen(got[1]) - 80 : 0));
+}
+
+/*
  * Clients that leave are noticed among hundreds of live requests: 300
  * long whole-answer requests (2 running, the rest queued), then the 40
  * sent first hang up. Each is counted and cancelled at a step boundary;

@@ -157,6 +157,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	struct moemd_srv *s = cls;
 	struct hreq *h = *req_cls;
 	bool method_ok;
+	int ret;
 
 	(void)version;
 	if (!h) {
@@ -228,8 +229,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (h->too_big)
 		return (enum MHD_Result)fail(s, c, h->ep, 413, "invalid_request_error", NULL, NULL,
 					     "the request body is too large");
-	return (enum MHD_Result)moemd_api_generate(s, c, h->oep, h->body ? h->body : "", h->len,
-						   &h->sreq);
+	ret = moemd_api_generate(s, c, h->oep, h->body ? h->body : "", h->len, &h->sreq);
+	if (h->sreq) {
+		/* counted until on_completed(): shutdown waits for its answer */
+		pthread_mutex_lock(&s->lock);
+		s->gen_conns++;
+		pthread_mutex_unlock(&s->lock);
+	}
+	return (enum MHD_Result)ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
@@ -242,8 +249,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
 	(void)toe;
 	if (!h)
 		return;
-	if (h->sreq)
+	if (h->sreq) {
 		moemd_api_closed(s, h->sreq);
+		pthread_mutex_lock(&s->lock);
+		s->gen_conns--;
+		pthread_cond_broadcast(&s->conns_cond);
+		pthread_mutex_unlock(&s->lock);
+	}
 	free(h->body);
 	free(h);
 	*req_cls = NULL;
@@ -362,30 +374,42 @@ int moemd_http_start(struct moemd *d)
 	return 0;
 }
 
+/* How long shutdown waits for the last answers to reach clients that read them. */
+#define HTTP_FLUSH_MS 2000
+
 void moemd_http_stop(struct moemd *d)
 {
 	struct moemd_srv *s = d->srv;
-	struct moemd_sreq *r;
+	struct timespec until;
 
 	if (!s || !s->mhd)
 		return;
-	/* No new connections; then every waiting connection is woken (a
-	 * suspended one would keep MHD_stop_daemon from returning). */
+	/*
+	 * No new connections; every request not finished ends with an error
+	 * its client sees (serve.c), and the waiting connections are woken to
+	 * send it: a suspended one would also keep MHD_stop_daemon from
+	 * returning, and that closes every connection whatever it still has
+	 * to send. So wait for them to complete first, for a bounded time (a
+	 * client that does not read).
+	 */
+	MHD_quiesce_daemon(s->mhd);
 	pthread_mutex_lock(&s->lock);
 	s->closing = true;
-	for (r = s->live; r; r = r->next) {
-		pthread_mutex_lock(&r->lock);
-		if (!r->done) {
-			r->done = true;
-			r->finish = MOEM_SCHED_ERROR;
-			r->err = -ESHUTDOWN;
-		}
-		if (r->suspended) {
-			r->suspended = false;
-			MHD_resume_connection(r->conn);
-		}
-		pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&s->lock);
+	moemd_serve_end_all(s);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += HTTP_FLUSH_MS / 1000;
+	until.tv_nsec += (long)(HTTP_FLUSH_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
 	}
+	pthread_mutex_lock(&s->lock);
+	while (s->gen_conns)
+		if (pthread_cond_timedwait(&s->conns_cond, &s->lock, &until) == ETIMEDOUT)
+			break;
+	if (s->gen_conns)
+		moem_warn("http: %u connections still sending at exit: closed", s->gen_conns);
 	pthread_mutex_unlock(&s->lock);
 	MHD_stop_daemon(s->mhd);
 	s->mhd = NULL;

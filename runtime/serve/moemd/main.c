@@ -88,6 +88,7 @@ static int srv_create(struct moemd *d)
 	s->listen_fd = -1;
 	s->created = (int64_t)time(NULL);
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->conns_cond, NULL);
 	d->srv = s;
 	return moemd_http_start(d);
 }
@@ -96,6 +97,7 @@ static void srv_free(struct moemd *d)
 {
 	if (!d->srv)
 		return;
+	pthread_cond_destroy(&d->srv->conns_cond);
 	pthread_mutex_destroy(&d->srv->lock);
 	free(d->srv);
 	d->srv = NULL;

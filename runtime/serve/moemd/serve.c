@@ -184,6 +184,12 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 	pthread_mutex_unlock(&s->lock);
 
 	pthread_mutex_lock(&r->lock);
+	if (r->done) {
+		/* Ended by shutdown (moemd_serve_end_all()) during this step: its
+		 * answer is sent, nothing more goes after it. */
+		pthread_mutex_unlock(&r->lock);
+		return true;
+	}
 	if (!r->t_first)
 		r->t_first = now;
 	r->t_last = now;
@@ -469,6 +475,34 @@ static void reap_disconnected(struct moemd_srv *s)
 	}
 	free(p);
 	free(who);
+}
+
+void moemd_serve_end_all(struct moemd_srv *s)
+{
+	pthread_mutex_lock(&s->lock);
+	for (struct moemd_sreq *r = s->live; r; r = r->next) {
+		pthread_mutex_lock(&r->lock);
+		if (!r->done) {
+			size_t n;
+
+			r->done = true;
+			r->finish = MOEM_SCHED_ERROR;
+			r->err = -ESHUTDOWN;
+			moem_oai_errorf(&r->oerr, 503, "server_error", NULL,
+					"the server is shutting down: the answer was not finished "
+					"(%u tokens generated); retry",
+					r->generated);
+			if (r->rq.stream) {
+				char *ev = moem_oai_error_chunk(&r->oerr, &n);
+
+				push_event(r, ev, n);
+				push_event(r, strdup(MOEM_OAI_DONE), strlen(MOEM_OAI_DONE));
+			}
+		}
+		wake_conn(r);
+		pthread_mutex_unlock(&r->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
 }
 
 uint32_t moemd_serve_live(struct moemd_srv *s)

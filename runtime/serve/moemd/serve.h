@@ -125,6 +125,8 @@ struct moemd_srv {
 	pthread_mutex_t lock; /* the list of live requests, counters, histograms */
 	struct moemd_sreq *live;
 	uint32_t n_live;
+	uint32_t gen_conns;	   /* connections with a generation request, until completed */
+	pthread_cond_t conns_cond; /* gen_conns fell (under lock) */
 	uint64_t next_id;
 	uint64_t http_status[EP_NR][MOEMD_STATUS_NR];
 	uint64_t prompt_tokens, generated_tokens;
@@ -166,6 +168,12 @@ bool moemd_serve_step(struct moemd *d);
 bool moemd_serve_busy(struct moemd *d);
 /* Any thread: API requests between arrival and their last byte. */
 uint32_t moemd_serve_live(struct moemd_srv *s);
+/*
+ * Shutdown (HTTP stop): every request not finished ends now, as an error
+ * its client can see: 503 for a whole answer, an error event and [DONE]
+ * for a stream. Waiting connections are woken to send it.
+ */
+void moemd_serve_end_all(struct moemd_srv *s);
 /* Worker thread: close the scheduler and the model (before the engine). */
 void moemd_serve_close(struct moemd *d);
 /* HTTP thread: queue r (429/503 in *e on refusal). */
