@@ -290,6 +290,31 @@ static bool settles(int port, int timeout_ms)
 	return false;
 }
 
+/*
+ * The tiny pack in dir and moemd serving it on a free port with args
+ * (NULL-terminated); the port once /health answers 200, else -1.
+ */
+static int serve_tiny(struct dmn *d, const char *dir, const char *const *args, char *buf,
+		      size_t cap)
+{
+	const char *argv[32] = {"--pack", NULL, "--pool", "thp", "--listen", "127.0.0.1:0"};
+	char pack[512];
+	size_t n = 6;
+	int port;
+
+	snprintf(pack, sizeof(pack), "%s/t.moem", dir);
+	argv[1] = pack;
+	for (; *args && n + 1 < MOEM_ARRAY_SIZE(argv); args++)
+		argv[n++] = *args;
+	if (make_pack(dir, pack, 128) || dmn_start_argv(d, dir, argv))
+		return -1;
+	port = wait_port(d, 60000);
+	for (uint64_t end = dmn_ms() + 60000; port > 0 && dmn_ms() < end; dmn_sleep_ms(10))
+		if (get(port, "/health", buf, cap) == 200)
+			return port;
+	return -1;
+}
+
 FIXTURE(http)
 {
 	char *dir;
@@ -300,24 +325,25 @@ FIXTURE(http)
 
 FIXTURE_SETUP(http)
 {
-	char pack[512];
+	const char *const args[] = {"--http-timeout",
+				    "2",
+				    "--stream-buffer",
+				    "64K",
+				    "--max-queue",
+				    "2",
+				    "--max-batch",
+				    "2",
+				    "--step-tokens",
+				    "64",
+				    "--max-body",
+				    "64K",
+				    NULL};
 
 	self->dir = dmn_tmpdir();
 	ASSERT_NE(NULL, self->dir);
-	snprintf(pack, sizeof(pack), "%s/t.moem", self->dir);
-	ASSERT_EQ(0, make_pack(self->dir, pack, 128)) TH_LOG("%s", moem_last_error());
-	ASSERT_EQ(0, dmn_start(&self->d, self->dir, "--pack", pack, "--pool", "thp", "--listen",
-			       "127.0.0.1:0", "--http-timeout", "2", "--stream-buffer", "64K",
-			       "--max-queue", "2", "--max-batch", "2", "--step-tokens", "64",
-			       "--max-body", "64K", NULL));
-	self->port = wait_port(&self->d, 60000);
-	ASSERT_GT(self->port, 0) TH_LOG("moemd did not listen (log %s)", self->d.log);
-	for (uint64_t end = dmn_ms() + 60000; dmn_ms() < end;) {
-		if (get(self->port, "/health", self->buf, sizeof(self->buf)) == 200)
-			break;
-		dmn_sleep_ms(10);
-	}
-	ASSERT_EQ(200, get(self->port, "/health", self->buf, sizeof(self->buf)));
+	self->port = serve_tiny(&self->d, self->dir, args, self->buf, sizeof(self->buf));
+	ASSERT_GT(self->port, 0)
+	TH_LOG("moemd did not serve (%s; log %s)", moem_last_error(), self->d.log);
 }
 
 FIXTURE_TEARDOWN(http)
@@ -788,23 +814,14 @@ FIXTURE(many)
 
 FIXTURE_SETUP(many)
 {
-	char pack[512];
+	const char *const args[] = {"--max-queue",   "512", "--max-batch", "2",
+				    "--step-tokens", "64",  NULL};
 
 	self->dir = dmn_tmpdir();
 	ASSERT_NE(NULL, self->dir);
-	snprintf(pack, sizeof(pack), "%s/t.moem", self->dir);
-	ASSERT_EQ(0, make_pack(self->dir, pack, 128)) TH_LOG("%s", moem_last_error());
-	ASSERT_EQ(0, dmn_start(&self->d, self->dir, "--pack", pack, "--pool", "thp", "--listen",
-			       "127.0.0.1:0", "--max-queue", "512", "--max-batch", "2",
-			       "--step-tokens", "64", NULL));
-	self->port = wait_port(&self->d, 60000);
-	ASSERT_GT(self->port, 0) TH_LOG("moemd did not listen (log %s)", self->d.log);
-	for (uint64_t end = dmn_ms() + 60000; dmn_ms() < end;) {
-		if (get(self->port, "/health", self->buf, sizeof(self->buf)) == 200)
-			break;
-		dmn_sleep_ms(10);
-	}
-	ASSERT_EQ(200, get(self->port, "/health", self->buf, sizeof(self->buf)));
+	self->port = serve_tiny(&self->d, self->dir, args, self->buf, sizeof(self->buf));
+	ASSERT_GT(self->port, 0)
+	TH_LOG("moemd did not serve (%s; log %s)", moem_last_error(), self->d.log);
 }
 
 FIXTURE_TEARDOWN(many)

@@ -305,18 +305,18 @@ TEST(refused_before_the_sampler)
 	TH_LOG("%s", e.message);
 	moem_oai_request_free(&rq);
 	/* both lengths (chat): max_completion_tokens, wherever it comes */
-	ASSERT_EQ(0, parse(H,
-			   "{\"model\":\"m\",\"max_completion_tokens\":7,\"messages\":[{\"role\":"
-			   "\"user\",\"content\":\"x\"}],\"max_tokens\":9}",
-			   &rq, &e));
-	EXPECT_EQ(7u, rq.max_tokens);
-	moem_oai_request_free(&rq);
-	ASSERT_EQ(0, parse(H,
-			   "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":"
-			   "\"user\",\"content\":\"x\"}],\"max_completion_tokens\":7}",
-			   &rq, &e));
-	EXPECT_EQ(7u, rq.max_tokens);
-	moem_oai_request_free(&rq);
+	for (int i = 0; i < 2; i++) {
+		const char *body[2] = {
+			"{\"model\":\"m\",\"max_completion_tokens\":7,\"messages\":[{\"role\":"
+			"\"user\",\"content\":\"x\"}],\"max_tokens\":9}",
+			"{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":"
+			"\"user\",\"content\":\"x\"}],\"max_completion_tokens\":7}",
+		};
+
+		ASSERT_EQ(0, parse(H, body[i], &rq, &e));
+		EXPECT_EQ(7u, rq.max_tokens);
+		moem_oai_request_free(&rq);
+	}
 }
 
 /* An unknown field's name cut to fit param inside a character: still UTF-8. */
@@ -347,14 +347,20 @@ TEST(error_param_is_utf8)
  * with the same text (single bytes that are no UTF-8 alone both read
  * U+FFFD) keep the first, likelier one's logprob.
  */
+/* A completion's reply header, with logprobs and top alternatives. */
+static struct moem_oai_reply cmpl_reply(uint32_t top)
+{
+	return (struct moem_oai_reply){.ep = MOEM_OAI_COMPLETIONS,
+				       .id = "cmpl-1",
+				       .model = "tiny",
+				       .created = 1700000000,
+				       .logprobs = true,
+				       .top_logprobs = top};
+}
+
 TEST(top_logprobs_same_text_keeps_the_first)
 {
-	struct moem_oai_reply r = {.ep = MOEM_OAI_COMPLETIONS,
-				   .id = "cmpl-1",
-				   .model = "tiny",
-				   .created = 1700000000,
-				   .logprobs = true,
-				   .top_logprobs = 3};
+	struct moem_oai_reply r = cmpl_reply(3);
 	struct moem_oai_token t = {.text = "\xc3", .len = 1, .logprob = -0.5f, .n_top = 3};
 	struct moem_oai_usage u = {.prompt_tokens = 1, .completion_tokens = 1};
 	const char *alt[3] = {"\xc3", "b", "\xab"};
@@ -382,12 +388,7 @@ TEST(top_logprobs_same_text_keeps_the_first)
 
 TEST(response_shapes)
 {
-	struct moem_oai_reply r = {.ep = MOEM_OAI_COMPLETIONS,
-				   .id = "cmpl-1",
-				   .model = "tiny",
-				   .created = 1700000000,
-				   .logprobs = true,
-				   .top_logprobs = 1};
+	struct moem_oai_reply r = cmpl_reply(1);
 	struct moem_oai_token t[2] = {{.text = "he", .len = 2, .logprob = -0.25f, .n_top = 1},
 				      {.text = "llo\xe2", .len = 4, .logprob = -1.0f}};
 	struct moem_oai_usage u = {.prompt_tokens = 5, .completion_tokens = 2};
