@@ -147,6 +147,7 @@ static int get_bool(struct json_object *v, const char *param, bool *out, struct 
 /* prompt: "text", ["text"], [ids], [[ids]]: exactly one prompt. */
 static int get_prompt(struct json_object *v, struct moem_oai_request *rq, struct moem_oai_error *e)
 {
+	struct json_object *in;
 	size_t n;
 
 	if (json_object_is_type(v, json_type_string)) {
@@ -161,9 +162,9 @@ static int get_prompt(struct json_object *v, struct moem_oai_request *rq, struct
 	n = json_object_array_length(v);
 	if (n == 0)
 		return BAD(e, "prompt", "'prompt' is empty");
-	if (json_object_is_type(json_object_array_get_idx(v, 0), json_type_string) ||
-	    json_object_is_type(json_object_array_get_idx(v, 0), json_type_array)) {
-		struct json_object *in = json_object_array_get_idx(v, 0), *in0;
+	in = json_object_array_get_idx(v, 0);
+	if (json_object_is_type(in, json_type_string) || json_object_is_type(in, json_type_array)) {
+		struct json_object *in0;
 
 		if (n != 1)
 			return BAD(e, "prompt",

@@ -374,8 +374,8 @@ int moemd_http_start(struct moemd *d)
 	return 0;
 }
 
-/* How long shutdown waits for the last answers to reach clients that read them. */
-#define HTTP_FLUSH_MS 2000
+/* How long (s) shutdown waits for the last answers to reach clients that read them. */
+#define HTTP_FLUSH_S 2
 
 void moemd_http_stop(struct moemd *d)
 {
@@ -398,12 +398,7 @@ void moemd_http_stop(struct moemd *d)
 	pthread_mutex_unlock(&s->lock);
 	moemd_serve_end_all(s);
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += HTTP_FLUSH_MS / 1000;
-	until.tv_nsec += (long)(HTTP_FLUSH_MS % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	until.tv_sec += HTTP_FLUSH_S;
 	pthread_mutex_lock(&s->lock);
 	while (s->gen_conns)
 		if (pthread_cond_timedwait(&s->conns_cond, &s->lock, &until) == ETIMEDOUT)
