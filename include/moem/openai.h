@@ -25,6 +25,8 @@
 #define MOEM_OAI_STOP_LEN     256  /* bytes per stop string */
 #define MOEM_OAI_TOP_MAX      20   /* top logprobs per token */
 #define MOEM_OAI_MESSAGES_MAX 4096 /* chat messages per request */
+#define MOEM_OAI_TOOLS_MAX    128  /* tools per request (OpenAI's bound) */
+#define MOEM_OAI_TOOL_NAME    64   /* bytes of a function's name: [A-Za-z0-9_-] */
 
 /* top_k's bound: the sampler's (moem_sampling_check()) */
 #define MOEM_OAI_TOP_K_MAX (1 << 24)
@@ -35,8 +37,19 @@ enum moem_oai_endpoint {
 };
 
 struct moem_oai_message {
-	char *role; /* system, developer, user, assistant */
+	char *role; /* system, developer, user, assistant, tool */
 	char *content;
+	/* assistant: the calls it made, a JSON array for the chat template
+	 * (each function's "arguments" an object where the string parsed as
+	 * one, as Hugging Face's templates expect); NULL if none */
+	char *tool_calls;
+	char *tool_call_id; /* tool: the call this answers; NULL if not given */
+};
+
+/* tool_choice: "required" and a named function are refused (no constrained decoding). */
+enum moem_oai_tool_choice {
+	MOEM_OAI_TOOL_AUTO = 0, /* the model may call the tools given */
+	MOEM_OAI_TOOL_NONE = 1, /* the tools are not shown to the model */
 };
 
 struct moem_oai_request {
@@ -49,11 +62,15 @@ struct moem_oai_request {
 	/* chat */
 	struct moem_oai_message *messages;
 	uint32_t n_messages;
-	uint32_t max_tokens; /* max_tokens or max_completion_tokens; 0: not given */
-	double temperature;  /* 0..2, default 1 (0: greedy) */
-	double top_p;	     /* (0, 1], default 1 */
-	int32_t top_k;	     /* 0: off (-1 is taken as off) */
-	double min_p;	     /* [0, 1], default 0 */
+	char *tools; /* the tools as a JSON array (the template's "tools"); NULL: none */
+	uint32_t n_tools;
+	enum moem_oai_tool_choice tool_choice;
+	bool parallel_tool_calls; /* default true; false: calls after the first are dropped */
+	uint32_t max_tokens;	  /* max_tokens or max_completion_tokens; 0: not given */
+	double temperature;	  /* 0..2, default 1 (0: greedy) */
+	double top_p;		  /* (0, 1], default 1 */
+	int32_t top_k;		  /* 0: off (-1 is taken as off) */
+	double min_p;		  /* [0, 1], default 0 */
 	double presence_penalty, frequency_penalty; /* [-2, 2], default 0 */
 	double repetition_penalty;		    /* (0, 2], default 1 (vLLM's extension) */
 	bool has_seed;
@@ -107,6 +124,12 @@ struct moem_oai_token {
 	} top[MOEM_OAI_TOP_MAX];
 };
 
+/* A call of one of the request's tools, found in the generated text. */
+struct moem_oai_call {
+	char *name;
+	char *arguments; /* a JSON object, as text */
+};
+
 /* What every response and chunk of one request shares. */
 struct moem_oai_reply {
 	enum moem_oai_endpoint ep;
@@ -116,13 +139,22 @@ struct moem_oai_reply {
 	bool logprobs;	 /* include logprobs */
 	uint32_t top_logprobs;
 	uint64_t offset; /* completions' text_offset: the tokens' bytes before these */
+	/* chat: the tool calls of a whole response (moem_oai_response()) */
+	const struct moem_oai_call *calls;
+	uint32_t n_calls;
 };
 
 struct moem_oai_usage {
 	uint32_t prompt_tokens, completion_tokens;
 };
 
-/* "stop", "length", or NULL (still running) for an enum moem_sched_finish. */
+/* A finish reason beyond enum moem_sched_finish's: the answer called tools. */
+#define MOEM_OAI_FINISH_TOOL_CALLS 0x100
+
+/*
+ * "stop", "length", "tool_calls", or NULL (still running) for an enum
+ * moem_sched_finish or MOEM_OAI_FINISH_TOOL_CALLS.
+ */
 const char *moem_oai_finish_name(int finish);
 
 /*
@@ -141,6 +173,13 @@ char *moem_oai_response(const struct moem_oai_reply *r, const char *text, size_t
  */
 char *moem_oai_chunk(const struct moem_oai_reply *r, bool first, const char *text, size_t len,
 		     const struct moem_oai_token *toks, uint32_t n, int finish, size_t *out_len);
+/*
+ * A chat chunk whose delta carries calls[0..n) (whole: name and all the
+ * arguments), numbered from index. The calls' ids are the reply id's.
+ */
+char *moem_oai_calls_chunk(const struct moem_oai_reply *r, bool first,
+			   const struct moem_oai_call *calls, uint32_t index, uint32_t n,
+			   size_t *out_len);
 /* The usage chunk (stream_options.include_usage): empty choices. */
 char *moem_oai_usage_chunk(const struct moem_oai_reply *r, const struct moem_oai_usage *u,
 			   size_t *out_len);
@@ -181,5 +220,46 @@ int moem_oai_stop_feed(struct moem_oai_stop *s, const char *text, size_t len, co
 		       size_t *out_len);
 /* The end of the text: what is still held back. */
 void moem_oai_stop_flush(struct moem_oai_stop *s, const char **out, size_t *out_len);
+
+/* ---- tool calls ---- */
+
+/*
+ * The tool-call filter: generated text in, the answer's content and its
+ * tool calls out, in the format of Hermes' and Qwen's chat templates
+ * (<tool_call>{"name": ..., "arguments": {...}}</tool_call>, as vLLM's
+ * hermes parser reads it). It holds back text that could be the start of
+ * a call, and a call until its end tag (or the end of the text: a call cut
+ * short there is still taken if its JSON is whole). A block whose JSON is
+ * not {"name": a non-empty string, "arguments": an object} stays in the
+ * content as it was generated; the whitespace next to a call is dropped.
+ * Without a call the content is the text, byte for byte. Stream and whole
+ * answer run the same filter, so they agree.
+ */
+struct moem_oai_tools {
+	bool parallel;	 /* false: calls after the first are dropped */
+	bool in_call;	 /* inside <tool_call>: buf holds the call's text */
+	bool after_call; /* drop the whitespace that follows a call */
+	char *buf;	 /* held-back text */
+	size_t len, cap;
+	size_t ws;     /* in_call: the whitespace dropped before the start tag */
+	char *ws_text; /* ... its bytes (restored if the block is not a call) */
+	char *out;     /* what the last call lets out */
+	size_t out_len, out_cap;
+	struct moem_oai_call *calls;
+	uint32_t n_calls, calls_cap;
+	uint32_t dropped; /* calls dropped by parallel = false */
+};
+
+void moem_oai_tools_init(struct moem_oai_tools *f, bool parallel);
+void moem_oai_tools_free(struct moem_oai_tools *f);
+/*
+ * Add text: *out and *out_len are the content that may be sent now (valid
+ * until the next call); calls found are appended to f->calls. 0 or
+ * -ENOMEM.
+ */
+int moem_oai_tools_feed(struct moem_oai_tools *f, const char *text, size_t len, const char **out,
+			size_t *out_len);
+/* The end of the text: the content still held back (and a call cut short). */
+int moem_oai_tools_flush(struct moem_oai_tools *f, const char **out, size_t *out_len);
 
 #endif /* MOEM_OPENAI_H */

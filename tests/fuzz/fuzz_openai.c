@@ -4,13 +4,58 @@
  * untrusted HTTP bodies, for both endpoints. An accepted request must
  * hold what the parser promises (valid UTF-8 strings, bounds), and its
  * answer, chunks and error bodies must be built without a crash or leak;
- * stop strings from the body are run over the body's own text.
+ * stop strings from the body are run over the body's own text, and the
+ * tool-call filter over its messages (without a call found, what comes
+ * out is the text as it went in).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <moem/openai.h>
+
+static void tools_over(const struct moem_oai_reply *r, const char *text)
+{
+	struct moem_oai_tools f;
+	size_t n = strlen(text), got_len = 0, len;
+	char *got = malloc(n + 1), *s;
+	const char *out;
+
+	if (!got)
+		return;
+	moem_oai_tools_init(&f, n & 1);
+	for (size_t i = 0; i < n; i += 5) {
+		if (moem_oai_tools_feed(&f, text + i, n - i < 5 ? n - i : 5, &out, &len))
+			goto out;
+		if (got_len + len > n)
+			abort(); /* more out than in */
+		memcpy(got + got_len, out, len);
+		got_len += len;
+	}
+	if (moem_oai_tools_flush(&f, &out, &len))
+		goto out;
+	if (got_len + len > n)
+		abort();
+	memcpy(got + got_len, out, len);
+	got_len += len;
+	if (!f.n_calls && (got_len != n || memcmp(got, text, n)))
+		abort();
+	if (f.n_calls) {
+		struct moem_oai_reply rc = *r;
+		struct moem_oai_usage u = {1, 2};
+
+		rc.calls = f.calls;
+		rc.n_calls = f.n_calls;
+		s = moem_oai_response(&rc, got, got_len, NULL, 0, MOEM_OAI_FINISH_TOOL_CALLS, &u,
+				      &len);
+		free(s);
+		s = moem_oai_calls_chunk(&rc, false, f.calls, 0, f.n_calls, &len);
+		free(s);
+	}
+out:
+	moem_oai_tools_free(&f);
+	free(got);
+}
 
 static void check(const struct moem_oai_request *rq)
 {
@@ -31,6 +76,8 @@ static void check(const struct moem_oai_request *rq)
 		if (!rq->messages[i].content ||
 		    !moem_oai_utf8_ok(rq->messages[i].content, strlen(rq->messages[i].content)))
 			abort();
+	for (uint32_t i = 0; i < rq->n_messages; i++)
+		tools_over(&r, rq->messages[i].content);
 	s = moem_oai_response(&r, rq->model, strlen(rq->model), NULL, 0, 1, &u, &n);
 	free(s);
 	s = moem_oai_chunk(&r, true, rq->model, strlen(rq->model), NULL, 0, 0, &n);

@@ -99,8 +99,64 @@ static int write_tokenizer(const char *dir)
 	return ret;
 }
 
-/* The tiny pack: mkmodel, the tokenizer beside it, pack. */
-static int make_pack(const char *dir, const char *path, uint32_t hidden)
+/*
+ * The tool-call model's tokenizer: three tokens, two of them a whole
+ * tool call each (added tokens, not special) and the third the unknown
+ * token (special: no text), which is also every character of a prompt.
+ * Whatever the random model picks, its answer is tool calls, in the
+ * order of its tokens; the chat template asks for <tool_call> and shows
+ * the tools.
+ */
+#define CALL_F "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
+#define CALL_G "<tool_call>\n{\"name\": \"g\", \"arguments\": {\"a\": 1}}\n</tool_call>"
+
+static int write_tool_tokenizer(const char *dir)
+{
+	static const char *const cfg =
+		"{\"chat_template\": \"{% if tools %}{{ tools | tojson }}: answer with "
+		"<tool_call>\\n{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\\n"
+		"{% endfor %}assistant:\"}\n";
+	const char *added[] = {CALL_F, CALL_G, "<unk>"};
+	struct json_object *root = json_object_new_object(), *model = json_object_new_object(),
+			   *vocab = json_object_new_object(), *toks = json_object_new_array();
+	char path[600];
+	int ret;
+
+	for (int i = 0; i < 3; i++) {
+		struct json_object *t = json_object_new_object();
+
+		json_object_object_add(vocab, added[i], json_object_new_int(i));
+		json_object_object_add(t, "id", json_object_new_int(i));
+		json_object_object_add(t, "content", json_object_new_string(added[i]));
+		json_object_object_add(t, "single_word", json_object_new_boolean(false));
+		json_object_object_add(t, "lstrip", json_object_new_boolean(false));
+		json_object_object_add(t, "rstrip", json_object_new_boolean(false));
+		json_object_object_add(t, "normalized", json_object_new_boolean(false));
+		json_object_object_add(t, "special", json_object_new_boolean(i == 2));
+		json_object_array_add(toks, t);
+	}
+	json_object_object_add(model, "type", json_object_new_string("BPE"));
+	json_object_object_add(model, "vocab", vocab);
+	json_object_object_add(model, "merges", json_object_new_array());
+	json_object_object_add(model, "unk_token", json_object_new_string("<unk>"));
+	json_object_object_add(root, "version", json_object_new_string("1.0"));
+	json_object_object_add(root, "added_tokens", toks);
+	json_object_object_add(root, "normalizer", NULL);
+	json_object_object_add(root, "pre_tokenizer", NULL);
+	json_object_object_add(root, "post_processor", NULL);
+	json_object_object_add(root, "decoder", NULL);
+	json_object_object_add(root, "model", model);
+	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+	ret = json_object_to_file_ext(path, root, JSON_C_TO_STRING_PLAIN) ? -EIO : 0;
+	json_object_put(root);
+	snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+	if (!ret)
+		ret = write_file(path, cfg);
+	return ret;
+}
+
+/* The tiny pack: mkmodel, the tokenizer beside it, pack. tools: the tool-call model. */
+static int make_pack_as(const char *dir, const char *path, uint32_t hidden, bool tools)
 {
 	struct moem_mkmodel_opts mo;
 	struct moem_pack_opts po = {0};
@@ -115,7 +171,7 @@ static int make_pack(const char *dir, const char *path, uint32_t hidden)
 	mo.cfg.hidden = hidden;
 	mo.cfg.moe_inter = 128;
 	mo.cfg.dense_inter = 128;
-	mo.cfg.vocab = 256;
+	mo.cfg.vocab = tools ? 3 : 256;
 	mo.cfg.n_heads = 4;
 	mo.cfg.n_kv_heads = 2;
 	mo.cfg.head_dim = 32;
@@ -125,7 +181,7 @@ static int make_pack(const char *dir, const char *path, uint32_t hidden)
 	mo.out_dir = model;
 	ret = moem_mkmodel(&mo);
 	if (!ret)
-		ret = write_tokenizer(model);
+		ret = tools ? write_tool_tokenizer(model) : write_tokenizer(model);
 	if (!ret) {
 		po.model_dir = model;
 		po.out_path = path;
@@ -135,6 +191,11 @@ static int make_pack(const char *dir, const char *path, uint32_t hidden)
 	}
 	dmn_rm_rf(model);
 	return ret;
+}
+
+static int make_pack(const char *dir, const char *path, uint32_t hidden)
+{
+	return make_pack_as(dir, path, hidden, false);
 }
 
 /* The port from moemd's log line "OpenAI API on http://127.0.0.1:PORT/v1". */
@@ -294,8 +355,8 @@ static bool settles(int port, int timeout_ms)
  * The tiny pack in dir and moemd serving it on a free port with args
  * (NULL-terminated); the port once /health answers 200, else -1.
  */
-static int serve_tiny(struct dmn *d, const char *dir, const char *const *args, char *buf,
-		      size_t cap)
+static int serve_tiny_as(struct dmn *d, const char *dir, const char *const *args, bool tools,
+			 char *buf, size_t cap)
 {
 	const char *argv[32] = {"--pack", NULL, "--pool", "thp", "--listen", "127.0.0.1:0"};
 	char pack[512];
@@ -306,13 +367,19 @@ static int serve_tiny(struct dmn *d, const char *dir, const char *const *args, c
 	argv[1] = pack;
 	for (; *args && n + 1 < MOEM_ARRAY_SIZE(argv); args++)
 		argv[n++] = *args;
-	if (make_pack(dir, pack, 128) || dmn_start_argv(d, dir, argv))
+	if (make_pack_as(dir, pack, 128, tools) || dmn_start_argv(d, dir, argv))
 		return -1;
 	port = wait_port(d, 60000);
 	for (uint64_t end = dmn_ms() + 60000; port > 0 && dmn_ms() < end; dmn_sleep_ms(10))
 		if (get(port, "/health", buf, cap) == 200)
 			return port;
 	return -1;
+}
+
+static int serve_tiny(struct dmn *d, const char *dir, const char *const *args, char *buf,
+		      size_t cap)
+{
+	return serve_tiny_as(d, dir, args, false, buf, cap);
 }
 
 FIXTURE(http)
@@ -866,6 +933,232 @@ TEST_F_TIMEOUT(many, departed_clients_found_among_hundreds, 300)
 	for (int i = GONE; i < N; i++)
 		close(fd[i]);
 	EXPECT_TRUE(settles(self->port, 120000));
+}
+
+/*
+ * Tool calls (chat's tools): a model whose every token is a whole tool call or
+ * no text (write_tool_tokenizer()), so that the random weights' answer is
+ * calls in the order of its tokens. The whole answer, the stream and
+ * parallel_tool_calls: false give those calls; tool_choice "none" leaves
+ * the tools out of the prompt and the answer as text.
+ */
+FIXTURE(tools)
+{
+	char *dir;
+	struct dmn d;
+	int port;
+	char buf[65536];
+};
+
+FIXTURE_SETUP(tools)
+{
+	const char *const args[] = {"--max-batch", "2", "--step-tokens", "64", NULL};
+
+	self->dir = dmn_tmpdir();
+	ASSERT_NE(NULL, self->dir);
+	self->port = serve_tiny_as(&self->d, self->dir, args, true, self->buf, sizeof(self->buf));
+	ASSERT_GT(self->port, 0)
+	TH_LOG("moemd did not serve (%s; log %s)", moem_last_error(), self->d.log);
+}
+
+FIXTURE_TEARDOWN(tools)
+{
+	if (self->d.pid > 0 && !dmn_exited(&self->d)) {
+		kill(self->d.pid, SIGTERM);
+		if (dmn_wait_exit(&self->d, 20000))
+			kill(self->d.pid, SIGKILL);
+		EXPECT_EQ(0, dmn_exit_code(&self->d));
+	}
+	if (!_metadata->passed && self->d.pid > 0)
+		dmn_dump_log(&self->d);
+	dmn_rm_rf(self->dir);
+	free(self->dir);
+}
+
+#define TOOLS_JSON                                                                       \
+	"[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\"," \
+	"\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\"}}}]"
+
+/* The answer's body as JSON (a whole answer), or NULL. */
+static struct json_object *answer_json(const char *resp)
+{
+	const char *b = strstr(resp, "\r\n\r\n");
+
+	return b ? json_tokener_parse(b + 4) : NULL;
+}
+
+static struct json_object *choice0(struct json_object *o, const char *key)
+{
+	return json_object_object_get(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), key);
+}
+
+/* The calls the tokens of an answer make, by name ("fgf"...), from its logprobs. */
+static void calls_of_tokens(struct json_object *o, char *names, size_t cap)
+{
+	struct json_object *a = json_object_object_get(choice0(o, "logprobs"), "content");
+	size_t k = 0;
+
+	for (size_t i = 0; a && i < json_object_array_length(a) && k + 1 < cap; i++) {
+		const char *t = json_object_get_string(
+			json_object_object_get(json_object_array_get_idx(a, i), "token"));
+
+		if (!strcmp(t, CALL_F))
+			names[k++] = 'f';
+		else if (!strcmp(t, CALL_G))
+			names[k++] = 'g';
+	}
+	names[k] = 0;
+}
+
+static void check_call(struct __test_metadata *_metadata, struct json_object *c, char name)
+{
+	struct json_object *fn = json_object_object_get(c, "function");
+	const char *args = json_object_get_string(json_object_object_get(fn, "arguments"));
+
+	EXPECT_EQ(0, strncmp("call_", json_object_get_string(json_object_object_get(c, "id")), 5));
+	EXPECT_STREQ("function", json_object_get_string(json_object_object_get(c, "type")));
+	EXPECT_EQ(name, json_object_get_string(json_object_object_get(fn, "name"))[0]);
+	EXPECT_STREQ(name == 'f' ? "{}" : "{\"a\":1}", args);
+}
+
+TEST_F_TIMEOUT(tools, calls_whole_streamed_and_one, 180)
+{
+	static char body[65536], req[1024];
+	char names[64] = "", streamed[64] = "";
+	struct json_object *o = NULL, *m, *calls;
+	int seed, prompt_with;
+
+	/* A seed whose answer makes two calls or more, with no-text tokens among them. */
+	for (seed = 1; seed <= 64; seed++) {
+		snprintf(req, sizeof(req),
+			 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],"
+			 "\"tools\":" TOOLS_JSON ",\"max_tokens\":6,\"seed\":%d,\"logprobs\":true}",
+			 seed);
+		ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf,
+				    sizeof(self->buf)))
+		TH_LOG("%s", self->buf);
+		json_object_put(o);
+		o = answer_json(self->buf);
+		ASSERT_NE(NULL, o);
+		calls_of_tokens(o, names, sizeof(names));
+		if (strlen(names) >= 2 && strlen(names) < 6)
+			break;
+	}
+	ASSERT_LE(seed, 64) TH_LOG("no seed gave two calls and a token without text");
+	m = choice0(o, "message");
+	EXPECT_STREQ("tool_calls", json_object_get_string(choice0(o, "finish_reason")));
+	EXPECT_TRUE(json_object_object_get_ex(m, "content", &calls) && !calls)
+	TH_LOG("content: %s", json_object_to_json_string(m));
+	calls = json_object_object_get(m, "tool_calls");
+	ASSERT_NE(NULL, calls) TH_LOG("%s", self->buf);
+	ASSERT_EQ(strlen(names), json_object_array_length(calls)) TH_LOG("%s", self->buf);
+	for (size_t i = 0; i < strlen(names); i++)
+		check_call(_metadata, json_object_array_get_idx(calls, i), names[i]);
+	prompt_with = json_object_get_int(
+		json_object_object_get(json_object_object_get(o, "usage"), "prompt_tokens"));
+	json_object_put(o);
+
+	/* The same streamed: the calls arrive in deltas, numbered, then tool_calls. */
+	snprintf(req, sizeof(req),
+		 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],"
+		 "\"tools\":" TOOLS_JSON ",\"max_tokens\":6,\"seed\":%d,\"stream\":true}",
+		 seed);
+	ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf, sizeof(self->buf)));
+	dechunk(self->buf, body, sizeof(body));
+	ASSERT_NE(NULL, strstr(body, "data: [DONE]"));
+	for (char *ev = strstr(body, "data: {"); ev; ev = strstr(ev + 1, "data: {")) {
+		char *end = strstr(ev, "\n\n");
+		struct json_object *d, *f;
+
+		ASSERT_NE(NULL, end);
+		*end = 0;
+		o = json_tokener_parse(ev + 6);
+		*end = '\n';
+		ASSERT_NE(NULL, o) TH_LOG("%s", ev);
+		d = choice0(o, "delta");
+		calls = json_object_object_get(d, "tool_calls");
+		for (size_t i = 0; calls && i < json_object_array_length(calls); i++) {
+			struct json_object *c = json_object_array_get_idx(calls, i);
+			size_t k = strlen(streamed);
+
+			EXPECT_EQ((int)k, json_object_get_int(json_object_object_get(c, "index")));
+			check_call(_metadata, c, names[k]);
+			streamed[k] = json_object_get_string(json_object_object_get(
+				json_object_object_get(c, "function"), "name"))[0];
+			streamed[k + 1] = 0;
+		}
+		f = choice0(o, "finish_reason");
+		if (f)
+			EXPECT_STREQ("tool_calls", json_object_get_string(f));
+		json_object_put(o);
+	}
+	EXPECT_STREQ(names, streamed);
+
+	/* parallel_tool_calls false: the first call only. */
+	snprintf(req, sizeof(req),
+		 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],"
+		 "\"tools\":" TOOLS_JSON ",\"max_tokens\":6,\"seed\":%d,"
+		 "\"parallel_tool_calls\":false}",
+		 seed);
+	ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf, sizeof(self->buf)));
+	o = answer_json(self->buf);
+	ASSERT_NE(NULL, o);
+	calls = json_object_object_get(choice0(o, "message"), "tool_calls");
+	ASSERT_NE(NULL, calls) TH_LOG("%s", self->buf);
+	ASSERT_EQ(1, json_object_array_length(calls)) TH_LOG("%s", self->buf);
+	check_call(_metadata, json_object_array_get_idx(calls, 0), names[0]);
+	json_object_put(o);
+
+	/* tool_choice none: no tools in the prompt, the answer is text. */
+	snprintf(req, sizeof(req),
+		 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"go\"}],"
+		 "\"tools\":" TOOLS_JSON ",\"tool_choice\":\"none\",\"max_tokens\":6,"
+		 "\"seed\":%d}",
+		 seed);
+	ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf, sizeof(self->buf)));
+	o = answer_json(self->buf);
+	ASSERT_NE(NULL, o);
+	EXPECT_FALSE(json_object_object_get_ex(choice0(o, "message"), "tool_calls", NULL));
+	EXPECT_NE(NULL,
+		  json_object_get_string(json_object_object_get(choice0(o, "message"), "content")));
+	/* one token per character, and the tools' JSON is no longer there */
+	EXPECT_GT(prompt_with - (int)strlen(TOOLS_JSON) / 2,
+		  json_object_get_int(json_object_object_get(json_object_object_get(o, "usage"),
+							     "prompt_tokens")));
+	json_object_put(o);
+
+	/* A conversation that goes on after a call and its result. */
+	ASSERT_EQ(200,
+		  post(self->port, "/v1/chat/completions",
+		       "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"go\"},"
+		       "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\","
+		       "\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":"
+		       "\"{\\\"a\\\": 1}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\","
+		       "\"content\":\"ok\"}],\"tools\":" TOOLS_JSON ",\"max_tokens\":2}",
+		       self->buf, sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	EXPECT_TRUE(settles(self->port, 60000));
+}
+
+/*
+ * Tools for a model whose chat template asks for no tool-call format this
+ * server reads: refused by name, unless tool_choice is "none".
+ */
+TEST_F_TIMEOUT(http, tools_need_a_format_the_server_reads, 120)
+{
+	ASSERT_EQ(400, post(self->port, "/v1/chat/completions",
+			    "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":"
+			    "\"x\"}],\"tools\":" TOOLS_JSON ",\"max_tokens\":2}",
+			    self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"tools\"")) TH_LOG("%s", self->buf);
+	ASSERT_EQ(200, post(self->port, "/v1/chat/completions",
+			    "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":"
+			    "\"x\"}],\"tools\":" TOOLS_JSON ",\"tool_choice\":\"none\","
+			    "\"max_tokens\":2}",
+			    self->buf, sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	EXPECT_TRUE(healthy(_metadata, self));
 }
 
 /*

@@ -143,6 +143,46 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 	   'completion logprobs: the chosen token in its top_logprobs, at its logprob');
 }
 
+// Tools: Qwen3's chat template shows them and the calls and results of a
+// conversation (the synthetic model is not expected to call one: the
+// reading of calls is tested in tests/integration/http_test.c).
+{
+	const tools = [{ type: 'function', function: { name: 'weather', description: 'Get the weather',
+		parameters: { type: 'object', properties: { city: { type: 'string' } },
+			required: ['city'] } } }];
+	const base = { model, messages: [{ role: 'user', content: 'Weather in Paris?' }],
+		max_tokens: 4, temperature: 0 };
+	const plain = await client.chat.completions.create(base);
+	const withTools = await client.chat.completions.create({ ...base, tools });
+	ok(withTools.usage.prompt_tokens > plain.usage.prompt_tokens + 20,
+	   `tools: in the prompt (${plain.usage.prompt_tokens} -> ${withTools.usage.prompt_tokens} tokens)`);
+	const none = await client.chat.completions.create({ ...base, tools, tool_choice: 'none' });
+	ok(none.usage.prompt_tokens === plain.usage.prompt_tokens,
+	   `tools: tool_choice none leaves them out (${none.usage.prompt_tokens})`);
+	const c = withTools.choices[0];
+	ok(c.finish_reason === 'tool_calls' ? c.message.tool_calls.length > 0
+		: ['stop', 'length'].includes(c.finish_reason), `tools: finish_reason ${c.finish_reason}`);
+	const after = await client.chat.completions.create({ ...base, tools, messages: [
+		...base.messages,
+		{ role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+			function: { name: 'weather', arguments: '{"city": "Paris"}' } }] },
+		{ role: 'tool', tool_call_id: 'call_1', content: '18C, sunny' }] });
+	ok(after.usage.prompt_tokens > withTools.usage.prompt_tokens + 10,
+	   `tools: a call and its result in the prompt (${after.usage.prompt_tokens} tokens)`);
+	let text = '';
+	const calls = [];
+	for await (const ch of await client.chat.completions.create({ ...base, tools, stream: true })) {
+		text += ch.choices[0]?.delta?.content ?? '';
+		calls.push(...(ch.choices[0]?.delta?.tool_calls ?? []));
+	}
+	ok(text === (c.message.content ?? '') && calls.length === (c.message.tool_calls ?? []).length,
+	   'tools: streamed = whole');
+	await expectError('tool_choice required', 400, 'tool_choice',
+		() => client.chat.completions.create({ ...base, tools, tool_choice: 'required' }));
+	await expectError('tools on completions', 400, 'tools',
+		() => client.completions.create({ model, prompt: 'x', tools }));
+}
+
 // Errors the client understands.
 await expectError('wrong API key', 401, undefined, () =>
 	new OpenAI({ baseURL: url, apiKey: 'wrong-key-123', maxRetries: 0 }).models.list());

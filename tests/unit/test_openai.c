@@ -204,10 +204,6 @@ TEST(bad_fields_named)
 		"\"logprobs\":"
 		"3}",
 		"logprobs");
-	refused(_metadata, H,
-		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[]"
-		"}",
-		"tools");
 }
 
 TEST(malformed_bodies)
@@ -567,6 +563,236 @@ TEST(stop_holds_back_only_what_could_match)
 	moem_oai_stop_flush(&f, &out, &len);
 	EXPECT_EQ(0u, len);
 	moem_oai_stop_free(&f);
+}
+
+#define CHAT_USER "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+#define TOOL_W                                                                                  \
+	"{\"type\":\"function\",\"function\":{\"name\":\"weather\",\"description\":\"Get it\"," \
+	"\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}"
+
+TEST(tools_and_tool_messages)
+{
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+	struct json_object *o, *f;
+
+	ASSERT_EQ(0, parse(MOEM_OAI_CHAT, CHAT_USER ",\"tools\":[" TOOL_W "]}", &rq, &e))
+	TH_LOG("%s", e.message);
+	EXPECT_EQ(1u, rq.n_tools);
+	EXPECT_EQ(MOEM_OAI_TOOL_AUTO, rq.tool_choice);
+	EXPECT_TRUE(rq.parallel_tool_calls);
+	o = json_tokener_parse(rq.tools);
+	ASSERT_NE(NULL, o);
+	f = json_object_object_get(json_object_array_get_idx(o, 0), "function");
+	EXPECT_STREQ("weather", jpath(f, "name", -1, NULL));
+	EXPECT_STREQ("object", jpath(json_object_object_get(f, "parameters"), "type", -1, NULL));
+	json_object_put(o);
+	moem_oai_request_free(&rq);
+
+	ASSERT_EQ(0, parse(MOEM_OAI_CHAT,
+			   CHAT_USER ",\"tools\":[" TOOL_W "],\"tool_choice\":\"none\","
+				     "\"parallel_tool_calls\":false}",
+			   &rq, &e));
+	EXPECT_EQ(MOEM_OAI_TOOL_NONE, rq.tool_choice);
+	EXPECT_FALSE(rq.parallel_tool_calls);
+	moem_oai_request_free(&rq);
+
+	/* A call and its answer: arguments reach the template as an object. */
+	ASSERT_EQ(0, parse(MOEM_OAI_CHAT,
+			   "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},"
+			   "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
+			   "\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"weather\","
+			   "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
+			   "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"18C\"}]}",
+			   &rq, &e))
+	TH_LOG("%s", e.message);
+	ASSERT_EQ(3u, rq.n_messages);
+	EXPECT_STREQ("", rq.messages[1].content);
+	o = json_tokener_parse(rq.messages[1].tool_calls);
+	ASSERT_NE(NULL, o);
+	f = json_object_object_get(json_object_array_get_idx(o, 0), "function");
+	EXPECT_STREQ("call_1", jpath(json_object_array_get_idx(o, 0), "id", -1, NULL));
+	EXPECT_STREQ("Paris", jpath(json_object_object_get(f, "arguments"), "city", -1, NULL));
+	json_object_put(o);
+	EXPECT_STREQ("tool", rq.messages[2].role);
+	EXPECT_STREQ("call_1", rq.messages[2].tool_call_id);
+	EXPECT_STREQ("18C", rq.messages[2].content);
+	moem_oai_request_free(&rq);
+}
+
+TEST(tools_refused_by_name)
+{
+	const enum moem_oai_endpoint H = MOEM_OAI_CHAT;
+
+	refused(_metadata, MOEM_OAI_COMPLETIONS,
+		"{\"model\":\"m\",\"prompt\":\"x\",\"tools\":[" TOOL_W "]}", "tools");
+	refused(_metadata, H, CHAT_USER ",\"tools\":[]}", "tools");
+	refused(_metadata, H, CHAT_USER ",\"tools\":{}}", "tools");
+	refused(_metadata, H, CHAT_USER ",\"tools\":[7]}", "tools[0]");
+	refused(_metadata, H, CHAT_USER ",\"tools\":[{\"type\":\"code\",\"function\":{}}]}",
+		"tools[0].type");
+	refused(_metadata, H, CHAT_USER ",\"tools\":[{\"type\":\"function\"}]}",
+		"tools[0].function");
+	refused(_metadata, H,
+		CHAT_USER ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}",
+		"tools[0].function.name");
+	refused(_metadata, H,
+		CHAT_USER
+		",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+		"\"a12345678901234567890123456789012345678901234567890123456789012345\"}}]}",
+		"tools[0].function.name");
+	refused(_metadata, H,
+		CHAT_USER
+		",\"tools\":[{\"type\":\"function\",\"function\":{\"description\":\"d\"}}]}",
+		"tools[0].function.name");
+	refused(_metadata, H, CHAT_USER ",\"tools\":[" TOOL_W "," TOOL_W "]}",
+		"tools[1].function.name");
+	refused(_metadata, H,
+		CHAT_USER ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+			  "\"parameters\":[]}}]}",
+		"tools[0].function.parameters");
+	refused(_metadata, H,
+		CHAT_USER ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+			  "\"code\":1}}]}",
+		"tools[0].function.code");
+	refused(_metadata, H, CHAT_USER ",\"tools\":[" TOOL_W "],\"tool_choice\":\"required\"}",
+		"tool_choice");
+	refused(_metadata, H,
+		CHAT_USER ",\"tools\":[" TOOL_W "],\"tool_choice\":{\"type\":\"function\","
+			  "\"function\":{\"name\":\"weather\"}}}",
+		"tool_choice");
+	refused(_metadata, H, CHAT_USER ",\"tool_choice\":\"sometimes\"}", "tool_choice");
+	refused(_metadata, H, CHAT_USER ",\"parallel_tool_calls\":1}", "parallel_tool_calls");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+		"\"tool_call_id\":\"c\"}]}",
+		"messages[0].tool_call_id");
+	refused(_metadata, H, "{\"model\":\"m\",\"messages\":[{\"role\":\"tool\"}]}",
+		"messages[0].content");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{"
+		"\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}",
+		"messages[0].tool_calls[0].function.arguments");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{"
+		"\"type\":\"function\",\"function\":{\"arguments\":\"{}\"}}]}]}",
+		"messages[0].tool_calls[0].function.name");
+	refused(_metadata, H,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}",
+		"messages[0].tool_calls");
+}
+
+/*
+ * Feed text cut into pieces of every size through the tool-call filter:
+ * the content and the calls are the same whatever the cuts.
+ */
+static void tools_case(struct __test_metadata *_metadata, const char *text, bool parallel,
+		       const char *want, uint32_t n_calls, const char *name0, const char *args0)
+{
+	for (size_t piece = 1; piece <= strlen(text) + 1; piece++) {
+		struct moem_oai_tools f;
+		char got[1024] = "";
+		size_t glen = 0, len;
+		const char *out;
+
+		moem_oai_tools_init(&f, parallel);
+		for (size_t i = 0; i < strlen(text); i += piece) {
+			size_t k = moem_min(piece, strlen(text) - i);
+
+			ASSERT_EQ(0, moem_oai_tools_feed(&f, text + i, k, &out, &len));
+			memcpy(got + glen, out, len);
+			glen += len;
+		}
+		ASSERT_EQ(0, moem_oai_tools_flush(&f, &out, &len));
+		memcpy(got + glen, out, len);
+		glen += len;
+		got[glen] = 0;
+		EXPECT_STREQ(want, got) TH_LOG("%s: pieces of %zu", text, piece);
+		EXPECT_EQ(n_calls, f.n_calls) TH_LOG("%s: pieces of %zu", text, piece);
+		if (n_calls && f.n_calls) {
+			EXPECT_STREQ(name0, f.calls[0].name);
+			EXPECT_STREQ(args0, f.calls[0].arguments);
+		}
+		moem_oai_tools_free(&f);
+	}
+}
+
+TEST(tool_calls_in_text)
+{
+	const char *w = "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}"
+			"\n</tool_call>";
+	char two[512], after[512];
+
+	/* No call: the text as it was, byte for byte. */
+	tools_case(_metadata, "Hello <tool world <tool_cal\n\n", true,
+		   "Hello <tool world <tool_cal\n\n", 0, NULL, NULL);
+	tools_case(_metadata, "", true, "", 0, NULL, NULL);
+	tools_case(_metadata, w, true, "", 1, "weather", "{\"city\":\"Paris\"}");
+	snprintf(two, sizeof(two), "Let me check.\n\n%s\n%s", w, w);
+	tools_case(_metadata, two, true, "Let me check.", 2, "weather", "{\"city\":\"Paris\"}");
+	tools_case(_metadata, two, false, "Let me check.", 1, "weather", "{\"city\":\"Paris\"}");
+	snprintf(after, sizeof(after), "%s\n\nDone.", w);
+	tools_case(_metadata, after, true, "Done.", 1, "weather", "{\"city\":\"Paris\"}");
+	/* Not a call: stays in the content as generated. */
+	tools_case(_metadata, "a \n<tool_call>{not json}</tool_call> b", true,
+		   "a \n<tool_call>{not json}</tool_call> b", 0, NULL, NULL);
+	tools_case(_metadata, "<tool_call>{\"name\":\"\",\"arguments\":{}}</tool_call>", true,
+		   "<tool_call>{\"name\":\"\",\"arguments\":{}}</tool_call>", 0, NULL, NULL);
+	tools_case(_metadata, "<tool_call>{\"name\":\"f\",\"arguments\":[1]}</tool_call>", true,
+		   "<tool_call>{\"name\":\"f\",\"arguments\":[1]}</tool_call>", 0, NULL, NULL);
+	tools_case(_metadata, "x <tool_call>{\"name\":", true, "x <tool_call>{\"name\":", 0, NULL,
+		   NULL);
+	/* Cut short by the end of the answer, but whole: a call. */
+	tools_case(_metadata, "<tool_call>{\"name\":\"f\"}", true, "", 1, "f", "{}");
+	/* Arguments given as a string holding an object. */
+	tools_case(_metadata,
+		   "<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}</tool_call>", true,
+		   "", 1, "f", "{\"a\":1}");
+}
+
+TEST(tool_call_shapes)
+{
+	struct moem_oai_call calls[] = {{"weather", "{\"city\":\"Paris\"}"}, {"time", "{}"}};
+	struct moem_oai_reply r = {.ep = MOEM_OAI_CHAT,
+				   .id = "chatcmpl-00ab",
+				   .model = "tiny",
+				   .calls = calls,
+				   .n_calls = 2};
+	struct moem_oai_usage u = {.prompt_tokens = 3, .completion_tokens = 4};
+	struct json_object *o, *m, *c;
+	size_t len;
+	char *s;
+
+	s = moem_oai_response(&r, "", 0, NULL, 0, MOEM_OAI_FINISH_TOOL_CALLS, &u, &len);
+	o = parse_json(s);
+	ASSERT_NE(NULL, o);
+	EXPECT_STREQ("tool_calls", jpath(o, "choices", 0, "finish_reason"));
+	m = json_object_object_get(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "message");
+	ASSERT_TRUE(json_object_object_get_ex(m, "content", &c));
+	EXPECT_EQ(NULL, c); /* null, not "" */
+	c = json_object_array_get_idx(json_object_object_get(m, "tool_calls"), 1);
+	EXPECT_STREQ("call_00ab_1", jpath(c, "id", -1, NULL));
+	EXPECT_STREQ("function", jpath(c, "type", -1, NULL));
+	EXPECT_STREQ("time", jpath(json_object_object_get(c, "function"), "name", -1, NULL));
+	EXPECT_STREQ("{}", jpath(json_object_object_get(c, "function"), "arguments", -1, NULL));
+	json_object_put(o);
+	free(s);
+
+	s = moem_oai_calls_chunk(&r, false, calls + 1, 1, 1, &len);
+	ASSERT_NE(NULL, s);
+	ASSERT_EQ(0, strncmp(s, "data: {", 7));
+	o = parse_json(s + 6);
+	ASSERT_NE(NULL, o);
+	m = json_object_object_get(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "delta");
+	EXPECT_FALSE(json_object_object_get_ex(m, "role", NULL));
+	c = json_object_array_get_idx(json_object_object_get(m, "tool_calls"), 0);
+	EXPECT_STREQ("1", jpath(c, "index", -1, NULL));
+	EXPECT_STREQ("call_00ab_1", jpath(c, "id", -1, NULL));
+	EXPECT_STREQ("time", jpath(json_object_object_get(c, "function"), "name", -1, NULL));
+	json_object_put(o);
+	free(s);
 }
 
 TEST_HARNESS_MAIN

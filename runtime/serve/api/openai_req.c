@@ -258,10 +258,279 @@ static int get_content(struct json_object *v, const char *param, char **out,
 	return 0;
 }
 
+/* A function's name, as OpenAI allows it: 1..64 of [A-Za-z0-9_-]. */
+static int get_fn_name(struct json_object *v, const char *param, struct moem_oai_error *e)
+{
+	const char *s;
+	size_t n;
+
+	if (!json_object_is_type(v, json_type_string))
+		return BAD(e, param, "'%s' must be a string", param);
+	s = json_object_get_string(v);
+	n = (size_t)json_object_get_string_len(v);
+	if (!n || n > MOEM_OAI_TOOL_NAME ||
+	    strspn(s, "abcdefghijklmnopqrstuvwxyz"
+		      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		      "0123456789_-") != n)
+		return BAD(e, param, "'%s' must be 1 to %d letters, digits, '_' or '-'", param,
+			   MOEM_OAI_TOOL_NAME);
+	return 0;
+}
+
+/* Every key of o is one of keys (NULL-terminated); else the first other is refused. */
+static int only_keys(struct json_object *o, const char *const *keys, const char *param,
+		     struct moem_oai_error *e)
+{
+	json_object_object_foreach(o, key, val)
+	{
+		size_t k;
+		char p[160];
+
+		(void)val;
+		for (k = 0; keys[k] && strcmp(key, keys[k]); k++)
+			;
+		if (!keys[k]) {
+			snprintf(p, sizeof(p), "%s.%s", param, key);
+			return BAD(e, p, "Unrecognized request argument supplied: %s", p);
+		}
+	}
+	return 0;
+}
+
+static char *to_json(struct json_object *o)
+{
+	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+								  JSON_C_TO_STRING_NOSLASHESCAPE);
+
+	return s ? strdup(s) : NULL;
+}
+
+/*
+ * An assistant message's tool_calls: [{"id","type":"function","function":
+ * {"name","arguments": a JSON object as a string}}]. Kept as JSON for the
+ * template with each "arguments" parsed to the object (vLLM does the
+ * same: Hugging Face's templates print it with tojson).
+ */
+static int get_msg_calls(struct json_object *v, const char *param, char **out,
+			 struct moem_oai_error *e)
+{
+	static const char *const call_keys[] = {"id", "type", "function", NULL};
+	static const char *const fn_keys[] = {"name", "arguments", NULL};
+	struct json_object *a;
+	size_t n;
+	char p[160];
+	int ret = 0;
+
+	if (!json_object_is_type(v, json_type_array))
+		return BAD(e, param, "'%s' must be an array", param);
+	n = json_object_array_length(v);
+	if (n > MOEM_OAI_TOOLS_MAX)
+		return BAD(e, param, "'%s' has %zu calls: at most %d", param, n,
+			   MOEM_OAI_TOOLS_MAX);
+	a = json_object_new_array();
+	if (!a)
+		return -ENOMEM;
+	for (size_t i = 0; !ret && i < n; i++) {
+		struct json_object *c = json_object_array_get_idx(v, i), *x, *fn, *args = NULL;
+		struct json_object *oc = NULL, *ofn = NULL;
+		const char *as;
+
+		snprintf(p, sizeof(p), "%s[%zu]", param, i);
+		if (!json_object_is_type(c, json_type_object)) {
+			ret = BAD(e, p, "'%s' must be an object", p);
+			break;
+		}
+		ret = only_keys(c, call_keys, p, e);
+		if (ret)
+			break;
+		snprintf(p, sizeof(p), "%s[%zu].type", param, i);
+		if (json_object_object_get_ex(c, "type", &x) &&
+		    (!json_object_is_type(x, json_type_string) ||
+		     strcmp(json_object_get_string(x), "function"))) {
+			ret = BAD(e, p, "'%s' must be \"function\"", p);
+			break;
+		}
+		snprintf(p, sizeof(p), "%s[%zu].id", param, i);
+		x = NULL;
+		if (json_object_object_get_ex(c, "id", &x) &&
+		    (!json_object_is_type(x, json_type_string) ||
+		     !moem_oai_utf8_ok(json_object_get_string(x),
+				       (size_t)json_object_get_string_len(x)))) {
+			ret = BAD(e, p, "'%s' must be a string (UTF-8, no NUL)", p);
+			break;
+		}
+		snprintf(p, sizeof(p), "%s[%zu].function", param, i);
+		if (!json_object_object_get_ex(c, "function", &fn) ||
+		    !json_object_is_type(fn, json_type_object)) {
+			ret = BAD(e, p, "'%s' must be an object", p);
+			break;
+		}
+		ret = only_keys(fn, fn_keys, p, e);
+		if (ret)
+			break;
+		snprintf(p, sizeof(p), "%s[%zu].function.name", param, i);
+		if (!json_object_object_get_ex(fn, "name", &x)) {
+			ret = BAD(e, p, "'%s' is missing", p);
+			break;
+		}
+		ret = get_fn_name(x, p, e);
+		if (ret)
+			break;
+		oc = json_object_new_object();
+		ofn = json_object_new_object();
+		if (!oc || !ofn) {
+			json_object_put(oc);
+			json_object_put(ofn);
+			ret = -ENOMEM;
+			break;
+		}
+		json_object_object_add(ofn, "name", json_object_get(x));
+		snprintf(p, sizeof(p), "%s[%zu].function.arguments", param, i);
+		if (!json_object_object_get_ex(fn, "arguments", &x) ||
+		    !json_object_is_type(x, json_type_string)) {
+			ret = BAD(e, p, "'%s' must be a string (a JSON object)", p);
+		} else {
+			as = json_object_get_string(x);
+			if (!moem_oai_utf8_ok(as, (size_t)json_object_get_string_len(x)))
+				ret = BAD(e, p, "'%s' is not valid UTF-8 (or contains a NUL)", p);
+			else
+				args = json_tokener_parse(as);
+			/* Not an object: the template gets the string as it came. */
+			if (!ret && !json_object_is_type(args, json_type_object)) {
+				json_object_put(args);
+				args = json_object_get(x);
+			}
+		}
+		if (!ret) {
+			json_object_object_add(ofn, "arguments", args);
+			json_object_object_add(oc, "type", json_object_new_string("function"));
+			if (json_object_object_get_ex(c, "id", &x))
+				json_object_object_add(oc, "id", json_object_get(x));
+			json_object_object_add(oc, "function", ofn);
+			ofn = NULL;
+			json_object_array_add(a, oc);
+			oc = NULL;
+		}
+		json_object_put(ofn);
+		json_object_put(oc);
+	}
+	if (!ret) {
+		*out = to_json(a);
+		if (!*out)
+			ret = -ENOMEM;
+	}
+	json_object_put(a);
+	return ret;
+}
+
+/*
+ * tools: [{"type":"function","function":{"name","description",
+ * "parameters","strict"}}], 1..128, the names distinct. Kept as JSON for
+ * the chat template's "tools".
+ */
+static int get_tools(struct json_object *v, struct moem_oai_request *rq, struct moem_oai_error *e)
+{
+	static const char *const tool_keys[] = {"type", "function", NULL};
+	static const char *const fn_keys[] = {"name", "description", "parameters", "strict", NULL};
+	size_t n;
+	char p[96];
+	int ret;
+
+	if (!json_object_is_type(v, json_type_array))
+		return BAD(e, "tools", "'tools' must be an array");
+	n = json_object_array_length(v);
+	if (!n)
+		return BAD(e, "tools", "'tools' is empty: leave it out, or give 1 to %d tools",
+			   MOEM_OAI_TOOLS_MAX);
+	if (n > MOEM_OAI_TOOLS_MAX)
+		return BAD(e, "tools", "'tools' has %zu tools: at most %d", n, MOEM_OAI_TOOLS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *t = json_object_array_get_idx(v, i), *x, *fn, *name;
+
+		snprintf(p, sizeof(p), "tools[%zu]", i);
+		if (!json_object_is_type(t, json_type_object))
+			return BAD(e, p, "'%s' must be an object", p);
+		ret = only_keys(t, tool_keys, p, e);
+		if (ret)
+			return ret;
+		snprintf(p, sizeof(p), "tools[%zu].type", i);
+		if (!json_object_object_get_ex(t, "type", &x) ||
+		    !json_object_is_type(x, json_type_string) ||
+		    strcmp(json_object_get_string(x), "function"))
+			return BAD(e, p, "'%s' must be \"function\"", p);
+		snprintf(p, sizeof(p), "tools[%zu].function", i);
+		if (!json_object_object_get_ex(t, "function", &fn) ||
+		    !json_object_is_type(fn, json_type_object))
+			return BAD(e, p, "'%s' must be an object", p);
+		ret = only_keys(fn, fn_keys, p, e);
+		if (ret)
+			return ret;
+		snprintf(p, sizeof(p), "tools[%zu].function.name", i);
+		if (!json_object_object_get_ex(fn, "name", &name))
+			return BAD(e, p, "'%s' is missing", p);
+		ret = get_fn_name(name, p, e);
+		if (ret)
+			return ret;
+		for (size_t j = 0; j < i; j++) {
+			struct json_object *o, *on;
+
+			json_object_object_get_ex(json_object_array_get_idx(v, j), "function", &o);
+			json_object_object_get_ex(o, "name", &on);
+			if (!strcmp(json_object_get_string(on), json_object_get_string(name)))
+				return BAD(e, p, "'%s': tools[%zu] has the same name", p, j);
+		}
+		snprintf(p, sizeof(p), "tools[%zu].function.description", i);
+		if (json_object_object_get_ex(fn, "description", &x) &&
+		    !json_object_is_type(x, json_type_null) &&
+		    (!json_object_is_type(x, json_type_string) ||
+		     !moem_oai_utf8_ok(json_object_get_string(x),
+				       (size_t)json_object_get_string_len(x))))
+			return BAD(e, p, "'%s' must be a string (UTF-8, no NUL)", p);
+		snprintf(p, sizeof(p), "tools[%zu].function.parameters", i);
+		if (json_object_object_get_ex(fn, "parameters", &x) &&
+		    !json_object_is_type(x, json_type_null) &&
+		    !json_object_is_type(x, json_type_object))
+			return BAD(e, p, "'%s' must be an object (a JSON Schema)", p);
+		snprintf(p, sizeof(p), "tools[%zu].function.strict", i);
+		if (json_object_object_get_ex(fn, "strict", &x) &&
+		    !json_object_is_type(x, json_type_null) &&
+		    !json_object_is_type(x, json_type_boolean))
+			return BAD(e, p, "'%s' must be true or false", p);
+	}
+	free(rq->tools);
+	rq->tools = to_json(v);
+	rq->n_tools = (uint32_t)n;
+	return rq->tools ? 0 : -ENOMEM;
+}
+
+/* tool_choice: "auto" or "none"; "required" and a named function need constrained decoding. */
+static int get_tool_choice(struct json_object *v, struct moem_oai_request *rq,
+			   struct moem_oai_error *e)
+{
+	const char *s = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+
+	if (s && !strcmp(s, "auto")) {
+		rq->tool_choice = MOEM_OAI_TOOL_AUTO;
+		return 0;
+	}
+	if (s && !strcmp(s, "none")) {
+		rq->tool_choice = MOEM_OAI_TOOL_NONE;
+		return 0;
+	}
+	if ((s && !strcmp(s, "required")) || json_object_is_type(v, json_type_object))
+		return BAD(e, "tool_choice",
+			   "'tool_choice' %s is not supported by this server (it does not "
+			   "constrain generation to a call): use \"auto\" or \"none\"",
+			   s ? "\"required\"" : "naming a function");
+	return BAD(e, "tool_choice",
+		   "'tool_choice' must be \"auto\", \"none\", \"required\" or an "
+		   "object");
+}
+
 static int get_messages(struct json_object *v, struct moem_oai_request *rq,
 			struct moem_oai_error *e)
 {
-	static const char *const roles[] = {"system", "developer", "user", "assistant"};
+	static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
 	size_t n;
 
 	if (!json_object_is_type(v, json_type_array))
@@ -277,7 +546,7 @@ static int get_messages(struct json_object *v, struct moem_oai_request *rq,
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		struct json_object *m = json_object_array_get_idx(v, i), *role = NULL,
-				   *content = NULL;
+				   *content = NULL, *calls = NULL, *call_id = NULL;
 		struct moem_oai_message *msg = &rq->messages[i];
 		char p[96];
 		bool known = false;
@@ -293,6 +562,10 @@ static int get_messages(struct json_object *v, struct moem_oai_request *rq,
 				role = val;
 			} else if (!strcmp(key, "content")) {
 				content = val;
+			} else if (!strcmp(key, "tool_calls")) {
+				calls = json_object_is_type(val, json_type_null) ? NULL : val;
+			} else if (!strcmp(key, "tool_call_id")) {
+				call_id = json_object_is_type(val, json_type_null) ? NULL : val;
 			} else if (!strcmp(key, "name")) {
 				/* a participant's name: checked, not used by the templates */
 				if (!json_object_is_type(val, json_type_string)) {
@@ -314,8 +587,25 @@ static int get_messages(struct json_object *v, struct moem_oai_request *rq,
 			known |= !strcmp(msg->role, roles[k]);
 		if (!known)
 			return BAD(e, p,
-				   "'%s' is '%.32s': one of system, developer, user, assistant", p,
-				   msg->role);
+				   "'%s' is '%.32s': one of system, developer, user, assistant, "
+				   "tool",
+				   p, msg->role);
+		snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
+		if (calls && strcmp(msg->role, "assistant"))
+			return BAD(e, p, "'%s': only an assistant message makes tool calls", p);
+		if (calls) {
+			ret = get_msg_calls(calls, p, &msg->tool_calls, e);
+			if (ret)
+				return ret;
+		}
+		snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
+		if (call_id && strcmp(msg->role, "tool"))
+			return BAD(e, p, "'%s': only a tool message answers a tool call", p);
+		if (call_id) {
+			ret = get_string(call_id, p, &msg->tool_call_id, e);
+			if (ret)
+				return ret;
+		}
 		snprintf(p, sizeof(p), "messages[%zu].content", i);
 		if (!content || json_object_is_type(content, json_type_null)) {
 			/* Only an assistant turn may come without content. */
@@ -409,6 +699,9 @@ enum field {
 	F_STREAM,
 	F_STREAM_OPTIONS,
 	F_USER,
+	F_TOOLS,
+	F_TOOL_CHOICE,
+	F_PARALLEL_TOOL_CALLS,
 };
 
 #define EP_C (1u << MOEM_OAI_COMPLETIONS)
@@ -439,6 +732,9 @@ static const struct {
 	{"stream", F_STREAM, EP_C | EP_H},
 	{"stream_options", F_STREAM_OPTIONS, EP_C | EP_H},
 	{"user", F_USER, EP_C | EP_H},
+	{"tools", F_TOOLS, EP_H},
+	{"tool_choice", F_TOOL_CHOICE, EP_H},
+	{"parallel_tool_calls", F_PARALLEL_TOOL_CALLS, EP_H},
 };
 
 /* OpenAI's fields this server does not implement: null is taken as absent. */
@@ -537,6 +833,12 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 		ret = get_string(v, name, &tmp, e);
 		free(tmp);
 		return ret;
+	case F_TOOLS:
+		return get_tools(v, rq, e);
+	case F_TOOL_CHOICE:
+		return get_tool_choice(v, rq, e);
+	case F_PARALLEL_TOOL_CALLS:
+		return get_bool(v, name, &rq->parallel_tool_calls, e);
 	}
 	return BAD(e, name, "Unrecognized request argument supplied: %s", name);
 }
@@ -549,7 +851,10 @@ void moem_oai_request_free(struct moem_oai_request *rq)
 	for (uint32_t i = 0; i < rq->n_messages; i++) {
 		free(rq->messages[i].role);
 		free(rq->messages[i].content);
+		free(rq->messages[i].tool_calls);
+		free(rq->messages[i].tool_call_id);
 	}
+	free(rq->tools);
 	free(rq->messages);
 	for (uint32_t i = 0; i < rq->n_stop; i++)
 		free(rq->stop[i]);
@@ -571,6 +876,7 @@ int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
 	rq->temperature = 1.0;
 	rq->top_p = 1.0;
 	rq->repetition_penalty = 1.0;
+	rq->parallel_tool_calls = true;
 	if (len > INT32_MAX)
 		return moem_oai_errorf(e, 413, "invalid_request_error", NULL,
 				       "the body is too big");

@@ -146,6 +146,8 @@ const char *moem_oai_finish_name(int finish)
 		return "stop";
 	case MOEM_SCHED_LENGTH:
 		return "length";
+	case MOEM_OAI_FINISH_TOOL_CALLS:
+		return "tool_calls";
 	default:
 		return NULL;
 	}
@@ -253,6 +255,35 @@ static struct json_object *finish_json(int finish)
 	return f ? json_object_new_string(f) : NULL;
 }
 
+/*
+ * tool_calls: [{"id","type":"function","function":{"name","arguments"}}],
+ * with "index" in a stream's delta. A call's id is its reply's id with
+ * its number: the same streamed and whole.
+ */
+static struct json_object *calls_json(const struct moem_oai_reply *r,
+				      const struct moem_oai_call *calls, uint32_t index, uint32_t n,
+				      bool delta)
+{
+	const char *tail = strchr(r->id, '-');
+	struct json_object *a = json_object_new_array_ext((int)n);
+
+	for (uint32_t i = 0; a && i < n; i++) {
+		struct json_object *c = json_object_new_object(), *fn = json_object_new_object();
+		char id[96];
+
+		snprintf(id, sizeof(id), "call_%s_%u", tail ? tail + 1 : r->id, index + i);
+		if (delta)
+			ADD(c, "index", json_object_new_int((int32_t)(index + i)));
+		ADD(c, "id", json_object_new_string(id));
+		ADD(c, "type", json_object_new_string("function"));
+		ADD(fn, "name", json_object_new_string(calls[i].name));
+		ADD(fn, "arguments", json_object_new_string(calls[i].arguments));
+		ADD(c, "function", fn);
+		json_object_array_add(a, c);
+	}
+	return a;
+}
+
 static struct json_object *logprobs_json(const struct moem_oai_reply *r,
 					 const struct moem_oai_token *t, uint32_t n)
 {
@@ -277,7 +308,10 @@ char *moem_oai_response(const struct moem_oai_reply *r, const char *text, size_t
 	if (chat) {
 		m = json_object_new_object();
 		ADD(m, "role", json_object_new_string("assistant"));
-		ADD(m, "content", utf8_string(text, len));
+		/* an answer that is only tool calls has no content, as OpenAI's */
+		ADD(m, "content", len || !r->n_calls ? utf8_string(text, len) : NULL);
+		if (r->n_calls)
+			ADD(m, "tool_calls", calls_json(r, r->calls, 0, r->n_calls, false));
 		ADD(c, "message", m);
 	} else {
 		ADD(c, "text", utf8_string(text, len));
@@ -314,6 +348,29 @@ char *moem_oai_chunk(const struct moem_oai_reply *r, bool first, const char *tex
 	}
 	ADD(c, "logprobs", logprobs_json(r, toks, n));
 	ADD(c, "finish_reason", finish_json(finish));
+	json_object_array_add(choices, c);
+	ADD(o, "choices", choices);
+	return dump(o, "data: ", "\n\n", out_len);
+}
+
+char *moem_oai_calls_chunk(const struct moem_oai_reply *r, bool first,
+			   const struct moem_oai_call *calls, uint32_t index, uint32_t n,
+			   size_t *out_len)
+{
+	struct json_object *o = head(r, "chat.completion.chunk"), *choices, *c, *d;
+
+	if (!o)
+		return NULL;
+	choices = json_object_new_array();
+	c = json_object_new_object();
+	d = json_object_new_object();
+	ADD(c, "index", json_object_new_int(0));
+	if (first)
+		ADD(d, "role", json_object_new_string("assistant"));
+	ADD(d, "tool_calls", calls_json(r, calls, index, n, true));
+	ADD(c, "delta", d);
+	ADD(c, "logprobs", NULL);
+	ADD(c, "finish_reason", NULL);
 	json_object_array_add(choices, c);
 	ADD(o, "choices", choices);
 	return dump(o, "data: ", "\n\n", out_len);

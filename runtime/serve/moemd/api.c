@@ -175,8 +175,11 @@ static int queue_answer(struct moemd_srv *s, struct MHD_Connection *c, struct mo
 			}
 		}
 	}
-	body = moem_oai_response(&r->reply, r->text ? r->text : "", r->text_len, t,
-				 r->rq.logprobs ? r->n_toks : 0, r->finish, &u, &len);
+	r->reply.calls = r->tools.calls;
+	r->reply.n_calls = r->tools.n_calls;
+	body = moem_oai_response(
+		&r->reply, r->text ? r->text : "", r->text_len, t, r->rq.logprobs ? r->n_toks : 0,
+		r->tools.n_calls ? MOEM_OAI_FINISH_TOOL_CALLS : (int)r->finish, &u, &len);
 	free(t);
 	ret = queue_body(c, 200, "application/json", body, len);
 	moemd_http_count(s, ep, 200);

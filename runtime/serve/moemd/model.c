@@ -133,30 +133,85 @@ void moemd_model_close(struct moemd_model *m)
 	free(m);
 }
 
+bool moemd_model_tool_calls(const struct moemd_model *m, const struct moem_oai_request *rq)
+{
+	return rq->ep == MOEM_OAI_CHAT && rq->n_tools && rq->tool_choice == MOEM_OAI_TOOL_AUTO &&
+	       m->info.chat_template && strstr(m->info.chat_template, "<tool_call>");
+}
+
+/* One message for the template: tool calls and ids as Hugging Face's templates read them. */
+static int chat_message(const struct moem_oai_message *in, struct json_object **out)
+{
+	struct json_object *msg = json_object_new_object(), *calls = NULL;
+	/* "developer" is OpenAI's newer name for the system turn. */
+	const char *role = strcmp(in->role, "developer") ? in->role : "system";
+
+	*out = NULL;
+	if (!msg)
+		return -ENOMEM;
+	json_object_object_add(msg, "role", json_object_new_string(role));
+	json_object_object_add(msg, "content", json_object_new_string(in->content));
+	if (in->tool_calls) {
+		calls = json_tokener_parse(in->tool_calls);
+		if (!calls) {
+			json_object_put(msg);
+			return -ENOMEM; /* moem_oai_parse() wrote it: only memory can fail */
+		}
+		json_object_object_add(msg, "tool_calls", calls);
+	}
+	if (in->tool_call_id)
+		json_object_object_add(msg, "tool_call_id",
+				       json_object_new_string(in->tool_call_id));
+	*out = msg;
+	return 0;
+}
+
 /* The conversation through the pack's chat template, ready to answer. */
 static int render_chat(struct moemd_model *m, const struct moem_oai_request *rq, char **text,
 		       struct moem_oai_error *e)
 {
 	struct json_object *a = json_object_new_array();
 	struct moem_chat_args ca = {0};
+	char *extra = NULL;
 	size_t len;
-	int ret;
+	int ret = 0;
 
-	if (!m->chat)
+	if (!m->chat) {
+		json_object_put(a);
 		return moem_oai_errorf(e, 400, "invalid_request_error", "messages",
 				       "%s: use /v1/completions", m->chat_err);
+	}
 	if (!a)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < rq->n_messages; i++) {
-		struct json_object *msg = json_object_new_object();
-		/* "developer" is OpenAI's newer name for the system turn. */
-		const char *role =
-			strcmp(rq->messages[i].role, "developer") ? rq->messages[i].role : "system";
+	/* Tools the model would answer in a format moem cannot read are refused. */
+	if (rq->n_tools && rq->tool_choice == MOEM_OAI_TOOL_AUTO &&
+	    !moemd_model_tool_calls(m, rq)) {
+		json_object_put(a);
+		return moem_oai_errorf(e, 400, "invalid_request_error", "tools",
+				       "this model's chat template does not ask for tool calls in "
+				       "a format this server reads (<tool_call>{...}</tool_call>, "
+				       "as Qwen's and Hermes'): send no tools, or \"tool_choice\": "
+				       "\"none\"");
+	}
+	for (uint32_t i = 0; !ret && i < rq->n_messages; i++) {
+		struct json_object *msg;
 
-		json_object_object_add(msg, "role", json_object_new_string(role));
-		json_object_object_add(msg, "content",
-				       json_object_new_string(rq->messages[i].content));
-		json_object_array_add(a, msg);
+		ret = chat_message(&rq->messages[i], &msg);
+		if (!ret)
+			json_object_array_add(a, msg);
+	}
+	if (!ret && moemd_model_tool_calls(m, rq)) {
+		/* {"tools": [...]}: the request's JSON, checked by moem_oai_parse() */
+		if (asprintf(&extra, "{\"tools\":%s}", rq->tools) < 0) {
+			extra = NULL;
+			ret = -ENOMEM;
+		}
+		ca.extra_json = extra;
+		ca.extra_len = extra ? strlen(extra) : 0;
+	}
+	if (ret) {
+		json_object_put(a);
+		return ret;
 	}
 	ca.messages_json = json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN);
 	ca.messages_len = strlen(ca.messages_json);
@@ -165,6 +220,7 @@ static int render_chat(struct moemd_model *m, const struct moem_oai_request *rq,
 	ca.add_generation_prompt = true;
 	ret = moem_chat_render(m->chat, &ca, text, &len);
 	json_object_put(a);
+	free(extra);
 	if (ret == -ENOMEM)
 		return ret;
 	if (ret)

@@ -42,6 +42,7 @@ void moemd_sreq_put(struct moemd_sreq *r)
 	if (r->detok && r->srv->model)
 		moemd_model_detok_free(r->srv->model, r->detok);
 	moem_oai_stop_free(&r->stop);
+	moem_oai_tools_free(&r->tools);
 	moem_oai_request_free(&r->rq);
 	for (uint32_t i = 0; i < r->n_toks; i++)
 		tok_free(&r->toks[i]);
@@ -165,6 +166,36 @@ static int stream_chunk(struct moemd_sreq *r, const char *text, size_t len, int 
 	return push_event(r, ev, elen);
 }
 
+/*
+ * Under r->lock: text the stop filter let out, through the tool-call
+ * filter when it is on (flush: the end of the text), into the answer and
+ * the stream; calls found go out in their own chunks.
+ */
+static int answer_text(struct moemd_sreq *r, const char *text, size_t len, bool flush)
+{
+	int ret = 0;
+
+	if (r->use_tools)
+		ret = flush ? moem_oai_tools_flush(&r->tools, &text, &len)
+			    : moem_oai_tools_feed(&r->tools, text, len, &text, &len);
+	if (!ret && len)
+		ret = append(&r->text, &r->text_len, &r->text_cap, text, len);
+	if (ret || !r->rq.stream)
+		return ret;
+	ret = stream_chunk(r, text, len, 0);
+	if (!ret && r->tools.n_calls > r->calls_sent) {
+		size_t elen;
+		char *ev = moem_oai_calls_chunk(&r->reply, !r->first_sent,
+						r->tools.calls + r->calls_sent, r->calls_sent,
+						r->tools.n_calls - r->calls_sent, &elen);
+
+		r->first_sent = true;
+		r->calls_sent = r->tools.n_calls;
+		ret = push_event(r, ev, elen);
+	}
+	return ret;
+}
+
 static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 {
 	struct moemd_srv *s = arg;
@@ -206,10 +237,9 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 			ret = m;
 		stop = m == 1;
 	}
-	if (!ret && olen)
-		ret = append(&r->text, &r->text_len, &r->text_cap, out, olen);
+	if (!ret)
+		ret = answer_text(r, out ? out : "", olen, false);
 	if (!ret && r->rq.stream) {
-		ret = stream_chunk(r, out, olen, 0);
 		overflow = r->out_len - r->out_pos > r->srv->cfg.stream_buffer;
 		wake_conn(r);
 	}
@@ -287,15 +317,21 @@ static void sink_done(void *arg, void *req, enum moem_sched_finish why, int err)
 				size_t ol;
 
 				moem_oai_stop_feed(&r->stop, rest, len, &o, &ol);
-				append(&r->text, &r->text_len, &r->text_cap, o, ol);
-				if (r->rq.stream)
-					stream_chunk(r, o, ol, 0);
+				answer_text(r, o, ol, false);
 			}
 			moem_oai_stop_flush(&r->stop, &rest, &len);
-			if (len)
+			if (r->use_tools) {
+				answer_text(r, rest, len, false);
+				answer_text(r, "", 0, true);
+				rest = "";
+				len = 0;
+			} else if (len) {
 				append(&r->text, &r->text_len, &r->text_cap, rest, len);
+			}
 			if (r->rq.stream) {
-				stream_chunk(r, rest, len, why);
+				stream_chunk(r, rest, len,
+					     r->tools.n_calls ? MOEM_OAI_FINISH_TOOL_CALLS
+							      : (int)why);
 				u = (struct moem_oai_usage){r->n_prompt, r->generated};
 				if (r->rq.include_usage) {
 					char *ev = moem_oai_usage_chunk(&r->reply, &u, &n);
@@ -363,6 +399,8 @@ int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oa
 	if (ret)
 		return ret;
 	moem_oai_stop_init(&r->stop, r->rq.stop, r->rq.n_stop);
+	moem_oai_tools_init(&r->tools, r->rq.parallel_tool_calls);
+	r->use_tools = moemd_model_tool_calls(s->model, &r->rq);
 	pthread_mutex_lock(&s->lock);
 	serial = ++s->next_id;
 	pthread_mutex_unlock(&s->lock);

@@ -76,6 +76,10 @@ struct moemd_sreq {
 	uint32_t n_prompt;
 	void *detok; /* the model's streaming detokenizer */
 	struct moem_oai_stop stop;
+	/* chat with tools: the tool-call filter after the stop filter */
+	bool use_tools;
+	struct moem_oai_tools tools;
+	uint32_t calls_sent; /* stream: calls already sent */
 	/* stream: SSE bytes not yet handed to the connection */
 	char *out;
 	size_t out_len, out_cap, out_pos;
@@ -203,6 +207,8 @@ void moemd_model_close(struct moemd_model *m);
 /* HTTP thread: the prompt's token ids (chat template for chat), or a 400. */
 int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq, int32_t **ids,
 		       uint32_t *n, struct moem_oai_error *e);
+/* Whether rq's answer is read for tool calls (tools given, the template asks for them). */
+bool moemd_model_tool_calls(const struct moemd_model *m, const struct moem_oai_request *rq);
 /* HTTP thread: a streaming detokenizer for r. */
 int moemd_model_detok_new(struct moemd_model *m, void **out);
 void moemd_model_detok_free(struct moemd_model *m, void *dt);
