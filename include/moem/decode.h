@@ -39,6 +39,7 @@
 #define MOEM_DECODE_MAX_STOP	     16 /* stop sequences per sequence */
 #define MOEM_DECODE_MAX_STOP_LEN     32 /* tokens per stop sequence */
 #define MOEM_DECODE_MAX_EOS	     8
+#define MOEM_DECODE_MAX_BIAS	     300 /* logit biases per sequence (OpenAI's bound) */
 
 struct moem_decoder_opts {
 	/* Bytes of KV cache (0: the engine's kv_bytes knob, and if that is 0
@@ -82,6 +83,14 @@ struct moem_seq_params {
 	uint32_t stop_len[MOEM_DECODE_MAX_STOP];
 	int32_t stop[MOEM_DECODE_MAX_STOP][MOEM_DECODE_MAX_STOP_LEN];
 	uint32_t top_logprobs; /* 0..MOEM_DECODE_MAX_TOP_LOGPROBS alternatives per token */
+	/*
+	 * OpenAI's logit_bias: bias[i] (-100..100) is added to the logit of
+	 * id bias_id[i] before the penalties and the temperature; -100 all
+	 * but bans a token, 100 all but forces it. Logprobs include it.
+	 */
+	uint32_t n_bias;
+	int32_t bias_id[MOEM_DECODE_MAX_BIAS];
+	float bias[MOEM_DECODE_MAX_BIAS];
 	/*
 	 * Call logits_fn for every position of the prompt and every
 	 * generated token (evaluation, reference tests): the prompt's

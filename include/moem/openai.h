@@ -27,6 +27,7 @@
 #define MOEM_OAI_MESSAGES_MAX 4096 /* chat messages per request */
 #define MOEM_OAI_TOOLS_MAX    128  /* tools per request (OpenAI's bound) */
 #define MOEM_OAI_TOOL_NAME    64   /* bytes of a function's name: [A-Za-z0-9_-] */
+#define MOEM_OAI_BIAS_MAX     300  /* logit_bias entries (OpenAI's bound) */
 
 /* top_k's bound: the sampler's (moem_sampling_check()) */
 #define MOEM_OAI_TOP_K_MAX (1 << 24)
@@ -80,6 +81,10 @@ struct moem_oai_request {
 	bool logprobs;	       /* completions: "logprobs": N given; chat: "logprobs": true */
 	uint32_t top_logprobs; /* alternatives per token, 0..MOEM_OAI_TOP_MAX */
 	bool stream, include_usage;
+	/* logit_bias: token ids (checked against the vocabulary by the server) and -100..100 */
+	uint32_t n_bias;
+	int32_t bias_id[MOEM_OAI_BIAS_MAX];
+	float bias[MOEM_OAI_BIAS_MAX];
 };
 
 /* An API error: the HTTP status and OpenAI's error object. */

@@ -399,6 +399,19 @@ static int check_params(const struct moem_decoder *d, const struct moem_seq_para
 		if (!p->stop_len[i] || p->stop_len[i] > MOEM_DECODE_MAX_STOP_LEN)
 			return moem_errf(EINVAL, "stop sequence %u has %u tokens, want 1..%d", i,
 					 p->stop_len[i], MOEM_DECODE_MAX_STOP_LEN);
+	if (p->n_bias > MOEM_DECODE_MAX_BIAS)
+		return moem_errf(EINVAL, "%u logit biases: at most %d", p->n_bias,
+				 MOEM_DECODE_MAX_BIAS);
+	for (uint32_t i = 0; i < p->n_bias; i++) {
+		if (p->bias_id[i] < 0 || (uint32_t)p->bias_id[i] >= c->vocab)
+			return moem_errf(EINVAL,
+					 "logit bias %u is for id %d, outside the vocabulary "
+					 "0..%u",
+					 i, p->bias_id[i], c->vocab - 1);
+		if (!(p->bias[i] >= -100 && p->bias[i] <= 100))
+			return moem_errf(EINVAL, "logit bias %u is %g: -100..100", i,
+					 (double)p->bias[i]);
+	}
 	ret = moem_sampling_check(&p->sampling);
 	return ret ? moem_err_prefix(-ret, "sampling") : 0;
 }
@@ -550,6 +563,8 @@ static void sample_row(struct moem_decoder *d, struct dec_seq *s, float *logits,
 {
 	int32_t tok;
 
+	for (uint32_t i = 0; i < s->p.n_bias; i++)
+		logits[s->p.bias_id[i]] += s->p.bias[i];
 	moem_sample(&s->p.sampling, logits, d->cfg->vocab, s->seen, s->gen_count, &s->rng,
 		    s->p.top_logprobs, d->scratch, &tok, &o->logprob, o->top_ids, o->top_logprobs);
 	o->n_top = s->p.top_logprobs;

@@ -718,6 +718,15 @@ static struct json_object *logprobs_of(struct json_object *o)
 	return json_object_get(json_object_object_get(c, "logprobs"));
 }
 
+/* choices[0].logprobs.content of a chat answer (borrowed from o) */
+static struct json_object *logprobs_content(struct json_object *o)
+{
+	struct json_object *lp = logprobs_of(o), *a = json_object_object_get(lp, "content");
+
+	json_object_put(lp); /* o still holds it */
+	return a;
+}
+
 /*
  * Logprobs give each token's own bytes (OpenAI's "bytes"), also where a
  * character is split over tokens: with this tokenizer every token is one
@@ -1139,6 +1148,51 @@ TEST_F_TIMEOUT(tools, calls_whole_streamed_and_one, 180)
 		       self->buf, sizeof(self->buf)))
 	TH_LOG("%s", self->buf);
 	EXPECT_TRUE(settles(self->port, 60000));
+}
+
+/*
+ * logit_bias (this model's token ids are its bytes): -100 keeps the
+ * greedy choice from being chosen, 100 makes one token the answer even
+ * when sampling; an id outside the vocabulary is refused by name.
+ */
+TEST_F_TIMEOUT(http, logit_bias_bans_and_forces, 120)
+{
+	struct json_object *o, *b;
+	char req[512];
+	int first;
+
+	ASSERT_EQ(200,
+		  post(self->port, "/v1/chat/completions",
+		       "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+		       "\"max_tokens\":1,\"temperature\":0,\"logprobs\":true}",
+		       self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	b = json_object_object_get(json_object_array_get_idx(logprobs_content(o), 0), "bytes");
+	first = json_object_get_int(json_object_array_get_idx(b, 0));
+	json_object_put(o);
+	snprintf(req, sizeof(req),
+		 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+		 "\"max_tokens\":1,\"temperature\":0,\"logprobs\":true,"
+		 "\"logit_bias\":{\"%d\":-100}}",
+		 first);
+	ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	b = json_object_object_get(json_object_array_get_idx(logprobs_content(o), 0), "bytes");
+	EXPECT_NE(first, json_object_get_int(json_object_array_get_idx(b, 0)));
+	json_object_put(o);
+
+	ASSERT_EQ(200, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"hi\",\"max_tokens\":8,\"seed\":3,"
+			    "\"logit_bias\":{\"120\":100}}",
+			    self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"text\":\"xxxxxxxx\"")) TH_LOG("%s", self->buf);
+	ASSERT_EQ(400, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"hi\",\"max_tokens\":2,"
+			    "\"logit_bias\":{\"300\":1}}",
+			    self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"logit_bias.300\"")) TH_LOG("%s", self->buf);
 }
 
 /*

@@ -795,4 +795,43 @@ TEST(tool_call_shapes)
 	free(s);
 }
 
+TEST(logit_bias)
+{
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+	char body[8192];
+	size_t n;
+
+	ASSERT_EQ(0, parse(MOEM_OAI_COMPLETIONS,
+			   "{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":{\"65\":100,"
+			   "\"7\":-100.0,\"12\":0.5}}",
+			   &rq, &e))
+	TH_LOG("%s", e.message);
+	ASSERT_EQ(3u, rq.n_bias);
+	EXPECT_EQ(65, rq.bias_id[0]);
+	EXPECT_EQ(100.0f, rq.bias[0]);
+	EXPECT_EQ(7, rq.bias_id[1]);
+	EXPECT_EQ(-100.0f, rq.bias[1]);
+	EXPECT_EQ(0.5f, rq.bias[2]);
+	moem_oai_request_free(&rq);
+
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"logit_bias\":[1]}", "logit_bias");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"logit_bias\":{\"abc\":1}}",
+		"logit_bias.abc");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"logit_bias\":{\"-1\":1}}", "logit_bias.-1");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"logit_bias\":{\"1.5\":1}}",
+		"logit_bias.1.5");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"logit_bias\":{\"9999999999\":1}}",
+		"logit_bias.9999999999");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"logit_bias\":{\"5\":100.5}}",
+		"logit_bias.5");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"logit_bias\":{\"5\":\"up\"}}",
+		"logit_bias.5");
+	n = (size_t)snprintf(body, sizeof(body), "%s,\"logit_bias\":{", CHAT_USER);
+	for (int i = 0; i <= MOEM_OAI_BIAS_MAX; i++)
+		n += (size_t)snprintf(body + n, sizeof(body) - n, "%s\"%d\":1", i ? "," : "", i);
+	snprintf(body + n, sizeof(body) - n, "}}");
+	refused(_metadata, MOEM_OAI_CHAT, body, "logit_bias");
+}
+
 TEST_HARNESS_MAIN

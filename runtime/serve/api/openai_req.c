@@ -658,6 +658,35 @@ static int get_stop(struct json_object *v, struct moem_oai_request *rq, struct m
 	return 0;
 }
 
+/* logit_bias: {"token id": -100..100}, at most MOEM_OAI_BIAS_MAX ids. */
+static int get_logit_bias(struct json_object *v, struct moem_oai_request *rq,
+			  struct moem_oai_error *e)
+{
+	if (!json_object_is_type(v, json_type_object))
+		return BAD(e, "logit_bias",
+			   "'logit_bias' must be an object of token ids to biases");
+	if (json_object_object_length(v) > MOEM_OAI_BIAS_MAX)
+		return BAD(e, "logit_bias", "'logit_bias' has %d entries: at most %d",
+			   json_object_object_length(v), MOEM_OAI_BIAS_MAX);
+	rq->n_bias = 0;
+	json_object_object_foreach(v, key, val)
+	{
+		size_t n = strlen(key);
+		char p[96];
+		double b;
+
+		snprintf(p, sizeof(p), "logit_bias.%s", key);
+		if (!n || n > 10 || strspn(key, "0123456789") != n ||
+		    strtoll(key, NULL, 10) > INT32_MAX)
+			return BAD(e, p, "'%s': a key must be a token id (0..%d)", p, INT32_MAX);
+		if (get_number(val, p, -100, 100, false, &b, e))
+			return -EINVAL;
+		rq->bias_id[rq->n_bias] = (int32_t)strtol(key, NULL, 10);
+		rq->bias[rq->n_bias++] = (float)b;
+	}
+	return 0;
+}
+
 static int get_stream_options(struct json_object *v, struct moem_oai_request *rq,
 			      struct moem_oai_error *e)
 {
@@ -699,6 +728,7 @@ enum field {
 	F_STREAM,
 	F_STREAM_OPTIONS,
 	F_USER,
+	F_LOGIT_BIAS,
 	F_TOOLS,
 	F_TOOL_CHOICE,
 	F_PARALLEL_TOOL_CALLS,
@@ -732,6 +762,7 @@ static const struct {
 	{"stream", F_STREAM, EP_C | EP_H},
 	{"stream_options", F_STREAM_OPTIONS, EP_C | EP_H},
 	{"user", F_USER, EP_C | EP_H},
+	{"logit_bias", F_LOGIT_BIAS, EP_C | EP_H},
 	{"tools", F_TOOLS, EP_H},
 	{"tool_choice", F_TOOL_CHOICE, EP_H},
 	{"parallel_tool_calls", F_PARALLEL_TOOL_CALLS, EP_H},
@@ -741,10 +772,21 @@ static const struct {
 static bool unsupported(const char *name, enum moem_oai_endpoint ep)
 {
 	static const char *const both[] = {
-		"logit_bias",	    "best_of",	     "echo",	     "suffix",
-		"response_format",  "tools",	     "tool_choice",  "parallel_tool_calls",
-		"functions",	    "function_call", "service_tier", "store",
-		"metadata",	    "modalities",    "audio",	     "prediction",
+		"best_of",
+		"echo",
+		"suffix",
+		"response_format",
+		"tools",
+		"tool_choice",
+		"parallel_tool_calls",
+		"functions",
+		"function_call",
+		"service_tier",
+		"store",
+		"metadata",
+		"modalities",
+		"audio",
+		"prediction",
 		"reasoning_effort",
 	};
 
@@ -833,6 +875,8 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 		ret = get_string(v, name, &tmp, e);
 		free(tmp);
 		return ret;
+	case F_LOGIT_BIAS:
+		return get_logit_bias(v, rq, e);
 	case F_TOOLS:
 		return get_tools(v, rq, e);
 	case F_TOOL_CHOICE:

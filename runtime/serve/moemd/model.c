@@ -240,6 +240,15 @@ int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq,
 	int ret;
 
 	*ids = NULL;
+	for (uint32_t i = 0; i < rq->n_bias; i++) {
+		char p[48];
+
+		snprintf(p, sizeof(p), "logit_bias.%d", rq->bias_id[i]);
+		if ((uint32_t)rq->bias_id[i] >= m->info.vocab_size)
+			return moem_oai_errorf(e, 400, "invalid_request_error", p,
+					       "token id %d is not in the vocabulary (%u)",
+					       rq->bias_id[i], m->info.vocab_size);
+	}
 	if (rq->ep == MOEM_OAI_CHAT) {
 		ret = render_chat(m, rq, &text, e);
 		if (ret)
@@ -421,6 +430,9 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 	p.model_eos = true;
 	p.top_logprobs =
 		rq->logprobs ? moem_min(rq->top_logprobs, MOEM_DECODE_MAX_TOP_LOGPROBS) : 0;
+	p.n_bias = moem_min(rq->n_bias, MOEM_DECODE_MAX_BIAS);
+	memcpy(p.bias_id, rq->bias_id, p.n_bias * sizeof(*p.bias_id));
+	memcpy(p.bias, rq->bias, p.n_bias * sizeof(*p.bias));
 	ret = moem_decoder_add(m->dec, &p, seq);
 	if (ret == -EFBIG && !rq->max_tokens) {
 		/* a kv budget change that call applied: the room it leaves */
