@@ -65,6 +65,18 @@ struct moem_decoder_opts {
 typedef void (*moem_logits_fn)(void *arg, uint64_t seq, uint32_t pos, const float *logits,
 			       uint32_t vocab);
 
+/*
+ * Constrained decoding (moem_seq_params.constraint): before each token of
+ * a sequence is sampled, mask() sets the logits of the ids that may not
+ * come next to -INFINITY (after the logit bias; it must leave at least one
+ * finite); after it is sampled, accept() takes the id. Both run on the
+ * thread that steps the decoder.
+ */
+struct moem_constraint_ops {
+	void (*mask)(void *arg, float *logits, uint32_t vocab);
+	void (*accept)(void *arg, int32_t id);
+};
+
 struct moem_seq_params {
 	const int32_t *prompt; /* token ids, 1..max_context - 1 of them, each < vocab */
 	uint32_t n_prompt;
@@ -91,6 +103,8 @@ struct moem_seq_params {
 	uint32_t n_bias;
 	int32_t bias_id[MOEM_DECODE_MAX_BIAS];
 	float bias[MOEM_DECODE_MAX_BIAS];
+	const struct moem_constraint_ops *constraint; /* NULL: none */
+	void *constraint_arg;
 	/*
 	 * Call logits_fn for every position of the prompt and every
 	 * generated token (evaluation, reference tests): the prompt's

@@ -21,6 +21,7 @@
 #include "tokenizer.h"
 #include "chat.h"
 #include "text_stop.h"
+#include "json_fsm.h"
 #include "pool.h"
 #include "dev.h"
 #include "loader.h"

@@ -81,6 +81,7 @@ struct moem_oai_request {
 	bool logprobs;	       /* completions: "logprobs": N given; chat: "logprobs": true */
 	uint32_t top_logprobs; /* alternatives per token, 0..MOEM_OAI_TOP_MAX */
 	bool stream, include_usage;
+	bool json_object; /* response_format {"type": "json_object"}: the answer is one JSON object */
 	/* logit_bias: token ids (checked against the vocabulary by the server) and -100..100 */
 	uint32_t n_bias;
 	int32_t bias_id[MOEM_OAI_BIAS_MAX];

@@ -565,8 +565,12 @@ static void sample_row(struct moem_decoder *d, struct dec_seq *s, float *logits,
 
 	for (uint32_t i = 0; i < s->p.n_bias; i++)
 		logits[s->p.bias_id[i]] += s->p.bias[i];
+	if (s->p.constraint)
+		s->p.constraint->mask(s->p.constraint_arg, logits, d->cfg->vocab);
 	moem_sample(&s->p.sampling, logits, d->cfg->vocab, s->seen, s->gen_count, &s->rng,
 		    s->p.top_logprobs, d->scratch, &tok, &o->logprob, o->top_ids, o->top_logprobs);
+	if (s->p.constraint)
+		s->p.constraint->accept(s->p.constraint_arg, tok);
 	o->n_top = s->p.top_logprobs;
 	o->token = tok;
 	s->toks[s->n_tok++] = tok;

@@ -6,12 +6,15 @@
  * answer, chunks and error bodies must be built without a crash or leak;
  * stop strings from the body are run over the body's own text, and the
  * tool-call filter over its messages (without a call found, what comes
- * out is the text as it went in).
+ * out is the text as it went in), and the JSON recognizer of
+ * response_format json_object (a message it takes as a whole object,
+ * json-c reads as one).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/json_fsm.h>
 #include <moem/openai.h>
 
 static void tools_over(const struct moem_oai_reply *r, const char *text)
@@ -57,6 +60,26 @@ out:
 	free(got);
 }
 
+static void json_over(const char *text)
+{
+	struct moem_json_fsm f;
+	struct json_tokener *tok;
+	struct json_object *o;
+
+	moem_json_fsm_init(&f);
+	if (moem_json_fsm_feed(&f, text, strlen(text)) || !moem_json_fsm_done(&f))
+		return;
+	tok = json_tokener_new_ex(MOEM_JSON_FSM_DEPTH + 2);
+	if (!tok)
+		return;
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	o = json_tokener_parse_ex(tok, text, (int)strlen(text));
+	if (!json_object_is_type(o, json_type_object))
+		abort();
+	json_object_put(o);
+	json_tokener_free(tok);
+}
+
 static void check(const struct moem_oai_request *rq)
 {
 	struct moem_oai_reply r = {.ep = rq->ep, .id = "x", .model = rq->model, .logprobs = true};
@@ -76,8 +99,10 @@ static void check(const struct moem_oai_request *rq)
 		if (!rq->messages[i].content ||
 		    !moem_oai_utf8_ok(rq->messages[i].content, strlen(rq->messages[i].content)))
 			abort();
-	for (uint32_t i = 0; i < rq->n_messages; i++)
+	for (uint32_t i = 0; i < rq->n_messages; i++) {
 		tools_over(&r, rq->messages[i].content);
+		json_over(rq->messages[i].content);
+	}
 	s = moem_oai_response(&r, rq->model, strlen(rq->model), NULL, 0, 1, &u, &n);
 	free(s);
 	s = moem_oai_chunk(&r, true, rq->model, strlen(rq->model), NULL, 0, 0, &n);

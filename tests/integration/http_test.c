@@ -1195,6 +1195,118 @@ TEST_F_TIMEOUT(http, logit_bias_bans_and_forces, 120)
 	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"logit_bias.300\"")) TH_LOG("%s", self->buf);
 }
 
+/* 2: text is one JSON object (strict), 1: a valid start of one, 0: neither. */
+static int json_state(const char *text)
+{
+	struct json_tokener *tok = json_tokener_new_ex(64);
+	struct json_object *o;
+	enum json_tokener_error err;
+	int ret;
+
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	o = json_tokener_parse_ex(tok, text, (int)strlen(text));
+	err = json_tokener_get_error(tok);
+	ret = err == json_tokener_continue ? 1
+	      : err == json_tokener_success && json_object_is_type(o, json_type_object) &&
+			      json_tokener_get_parse_end(tok) == strlen(text)
+		      ? 2
+		      : 0;
+	json_object_put(o);
+	json_tokener_free(tok);
+	return ret;
+}
+
+/*
+ * response_format json_object: whatever the random model would say, the
+ * answer is one JSON object (finish_reason stop the moment it closes), or
+ * the start of one when max_tokens ends it first; streamed, the same text.
+ * logit_bias makes closing likely, so that most answers are whole.
+ */
+TEST_F_TIMEOUT(http, json_object_answers, 180)
+{
+	static char body[65536], req[512], whole[8192], streamed[8192];
+	int complete = 0;
+
+	for (int seed = 1; seed <= 6; seed++) {
+		struct json_object *o, *c;
+
+		snprintf(req, sizeof(req),
+			 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":"
+			 "\"json\"}],\"max_tokens\":300,\"seed\":%d,\"response_format\":{\"type\":"
+			 "\"json_object\"},\"logit_bias\":{\"34\":3,\"125\":3,\"93\":3}}",
+			 seed);
+		ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf,
+				    sizeof(self->buf)))
+		TH_LOG("%s", self->buf);
+		o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+		ASSERT_NE(NULL, o);
+		c = json_object_array_get_idx(json_object_object_get(o, "choices"), 0);
+		snprintf(whole, sizeof(whole), "%s",
+			 json_object_get_string(json_object_object_get(
+				 json_object_object_get(c, "message"), "content")));
+		if (!strcmp(json_object_get_string(json_object_object_get(c, "finish_reason")),
+			    "stop")) {
+			EXPECT_EQ(2, json_state(whole)) TH_LOG("seed %d: %s", seed, whole);
+			complete++;
+		} else {
+			EXPECT_EQ(1, json_state(whole)) TH_LOG("seed %d: %s", seed, whole);
+		}
+		json_object_put(o);
+	}
+	EXPECT_GE(complete, 3);
+
+	/* streamed: the chunks add up to the whole answer (seed 6's) */
+	snprintf(req, sizeof(req),
+		 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"json\"}],"
+		 "\"max_tokens\":300,\"seed\":6,\"stream\":true,\"response_format\":{\"type\":"
+		 "\"json_object\"},\"logit_bias\":{\"34\":3,\"125\":3,\"93\":3}}");
+	ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf, sizeof(self->buf)));
+	dechunk(self->buf, body, sizeof(body));
+	streamed[0] = 0;
+	for (char *ev = strstr(body, "data: {"); ev; ev = strstr(ev + 1, "data: {")) {
+		char *end = strstr(ev, "\n\n");
+		struct json_object *o, *d, *t;
+
+		ASSERT_NE(NULL, end);
+		*end = 0;
+		o = json_tokener_parse(ev + 6);
+		*end = '\n';
+		ASSERT_NE(NULL, o);
+		d = json_object_object_get(
+			json_object_array_get_idx(json_object_object_get(o, "choices"), 0),
+			"delta");
+		if (json_object_object_get_ex(d, "content", &t) && t)
+			strncat(streamed, json_object_get_string(t),
+				sizeof(streamed) - strlen(streamed) - 1);
+		json_object_put(o);
+	}
+	EXPECT_STREQ(whole, streamed);
+
+	/* completions, greedy, without help: a whole object or the start of one */
+	ASSERT_EQ(200, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"{\",\"max_tokens\":48,\"temperature\":0,"
+			    "\"response_format\":{\"type\":\"json_object\"}}",
+			    self->buf, sizeof(self->buf)));
+	{
+		struct json_object *o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+
+		ASSERT_NE(NULL, o);
+		EXPECT_NE(
+			0,
+			json_state(json_object_get_string(json_object_object_get(
+				json_object_array_get_idx(json_object_object_get(o, "choices"), 0),
+				"text"))))
+		TH_LOG("%s", self->buf);
+		json_object_put(o);
+	}
+	ASSERT_EQ(400, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"x\",\"response_format\":{\"type\":"
+			    "\"json_schema\",\"json_schema\":{}}}",
+			    self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"response_format.type\""));
+	EXPECT_TRUE(healthy(_metadata, self));
+}
+
 /*
  * Tools for a model whose chat template asks for no tool-call format this
  * server reads: refused by name, unless tool_choice is "none".

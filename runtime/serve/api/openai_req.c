@@ -687,6 +687,34 @@ static int get_logit_bias(struct json_object *v, struct moem_oai_request *rq,
 	return 0;
 }
 
+/* response_format: {"type": "text" | "json_object"}; a JSON schema is not followed. */
+static int get_response_format(struct json_object *v, struct moem_oai_request *rq,
+			       struct moem_oai_error *e)
+{
+	static const char *const keys[] = {"type", NULL};
+	struct json_object *t;
+	const char *s;
+
+	if (!json_object_is_type(v, json_type_object))
+		return BAD(e, "response_format", "'response_format' must be an object");
+	if (!json_object_object_get_ex(v, "type", &t) || !json_object_is_type(t, json_type_string))
+		return BAD(e, "response_format.type",
+			   "'response_format.type' must be \"text\" or \"json_object\"");
+	s = json_object_get_string(t);
+	if (!strcmp(s, "json_schema"))
+		return BAD(e, "response_format.type",
+			   "'response_format.type' \"json_schema\" is not supported by this "
+			   "server (it does not follow a schema): \"json_object\" makes the answer "
+			   "a JSON object");
+	if (strcmp(s, "text") && strcmp(s, "json_object"))
+		return BAD(e, "response_format.type",
+			   "'response_format.type' must be \"text\" or \"json_object\"");
+	if (only_keys(v, keys, "response_format", e))
+		return -EINVAL;
+	rq->json_object = !strcmp(s, "json_object");
+	return 0;
+}
+
 static int get_stream_options(struct json_object *v, struct moem_oai_request *rq,
 			      struct moem_oai_error *e)
 {
@@ -729,6 +757,7 @@ enum field {
 	F_STREAM_OPTIONS,
 	F_USER,
 	F_LOGIT_BIAS,
+	F_RESPONSE_FORMAT,
 	F_TOOLS,
 	F_TOOL_CHOICE,
 	F_PARALLEL_TOOL_CALLS,
@@ -763,6 +792,7 @@ static const struct {
 	{"stream_options", F_STREAM_OPTIONS, EP_C | EP_H},
 	{"user", F_USER, EP_C | EP_H},
 	{"logit_bias", F_LOGIT_BIAS, EP_C | EP_H},
+	{"response_format", F_RESPONSE_FORMAT, EP_C | EP_H},
 	{"tools", F_TOOLS, EP_H},
 	{"tool_choice", F_TOOL_CHOICE, EP_H},
 	{"parallel_tool_calls", F_PARALLEL_TOOL_CALLS, EP_H},
@@ -877,6 +907,8 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 		return ret;
 	case F_LOGIT_BIAS:
 		return get_logit_bias(v, rq, e);
+	case F_RESPONSE_FORMAT:
+		return get_response_format(v, rq, e);
 	case F_TOOLS:
 		return get_tools(v, rq, e);
 	case F_TOOL_CHOICE:

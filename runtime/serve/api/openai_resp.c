@@ -7,6 +7,7 @@
  * JSON parser never sees a broken string.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,7 +176,12 @@ static struct json_object *chat_logprobs(const struct moem_oai_reply *r,
 		ADD(e, "logprob", json_object_new_double(t[i].logprob));
 		ADD(e, "bytes", bytes_array(t[i].text, t[i].len));
 		for (uint32_t k = 0; k < t[i].n_top && k < r->top_logprobs; k++) {
-			struct json_object *x = json_object_new_object();
+			struct json_object *x;
+
+			/* a token the constraint left out (-inf) is no alternative */
+			if (!isfinite(t[i].top[k].logprob))
+				break;
+			x = json_object_new_object();
 
 			ADD(x, "token", utf8_string(t[i].top[k].text, t[i].top[k].len));
 			ADD(x, "logprob", json_object_new_double(t[i].top[k].logprob));
@@ -204,8 +210,13 @@ static struct json_object *completion_logprobs(const struct moem_oai_reply *r,
 		json_object_array_add(toks, utf8_string(t[i].text, t[i].len));
 		json_object_array_add(lps, json_object_new_double(t[i].logprob));
 		for (uint32_t k = 0; k < t[i].n_top && k < r->top_logprobs; k++) {
-			struct json_object *key = utf8_string(t[i].top[k].text, t[i].top[k].len);
-			const char *ks = json_object_get_string(key);
+			struct json_object *key;
+			const char *ks;
+
+			if (!isfinite(t[i].top[k].logprob))
+				break;
+			key = utf8_string(t[i].top[k].text, t[i].top[k].len);
+			ks = json_object_get_string(key);
 
 			/* Two alternatives with the same text (bytes that are not
 			 * UTF-8 alone read as U+FFFD): the first, likelier, stays. */

@@ -6,6 +6,8 @@
  * reserves a sequence's KV blocks (prompt + max tokens) when it starts,
  * so -ENOSPC there means "wait", and a running sequence never runs out. */
 #include <errno.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include <moem/chat.h>
 #include <moem/decode.h>
 #include <moem/error.h>
+#include <moem/json_fsm.h>
 #include <moem/log.h>
 #include <moem/pack.h>
 #include <moem/tokenizer.h>
@@ -30,6 +33,15 @@ struct moemd_model {
 	uint32_t max_context;
 	uint32_t max_seqs, max_step_tokens; /* what the decoder was opened for */
 	uint64_t next_seed;
+	/* response_format json_object: each token's bytes (none for special
+	 * ones), built at the first such request */
+	pthread_mutex_t json_lock;
+	bool json_ready;
+	uint32_t json_n;
+	uint32_t *json_off; /* json_n + 1 offsets into json_bytes */
+	char *json_bytes;
+	uint8_t *json_allow; /* the worker's: which ids may come next */
+	uint32_t json_allow_n;
 };
 
 /* One step of one token, so that /health says 200 only once the model ran. */
@@ -72,6 +84,7 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
+	pthread_mutex_init(&m->json_lock, NULL);
 	ret = moem_pack_open(d->cfg.ea.o.pack_path, &pack);
 	if (!ret)
 		ret = moem_tok_load_pack(&m->tok, pack);
@@ -130,6 +143,10 @@ void moemd_model_close(struct moemd_model *m)
 		moem_chat_free(m->chat);
 	if (m->tok)
 		moem_tok_free(m->tok);
+	pthread_mutex_destroy(&m->json_lock);
+	free(m->json_off);
+	free(m->json_bytes);
+	free(m->json_allow);
 	free(m);
 }
 
@@ -406,6 +423,111 @@ static uint32_t default_max_new(struct moemd_model *m, uint32_t prompt_len)
 	return (uint32_t)room;
 }
 
+/* Each token's bytes for response_format json_object: built once, on the first use. */
+int moemd_model_json_ready(struct moemd_model *m)
+{
+	uint32_t n = m->info.vocab_size, *off = NULL;
+	size_t len = 0, cap = (size_t)n * 4 + 64;
+	char *bytes = NULL;
+	int ret = 0;
+
+	pthread_mutex_lock(&m->json_lock);
+	if (m->json_ready)
+		goto out;
+	off = malloc(((size_t)n + 1) * sizeof(*off));
+	bytes = malloc(cap);
+	if (!off || !bytes)
+		ret = -ENOMEM;
+	for (uint32_t v = 0; !ret && v < n; v++) {
+		char *t = NULL;
+		size_t tl = 0;
+
+		off[v] = (uint32_t)len;
+		/* a special token has no text in the answer: it cannot be in the JSON */
+		if (moem_tok_decode(m->tok, &v, 1, MOEM_TOK_RAW_BYTES | MOEM_TOK_SKIP_SPECIAL, &t,
+				    &tl))
+			tl = 0;
+		if (len + tl > cap || len + tl > UINT32_MAX) {
+			char *b = len + tl > UINT32_MAX ? NULL : realloc(bytes, (len + tl) * 2);
+
+			if (!b)
+				ret = -ENOMEM;
+			else
+				bytes = b, cap = (len + tl) * 2;
+		}
+		if (!ret && tl)
+			memcpy(bytes + len, t, tl);
+		len += ret ? 0 : tl;
+		free(t);
+	}
+	if (!ret) {
+		off[n] = (uint32_t)len;
+		m->json_off = off;
+		m->json_bytes = bytes;
+		m->json_n = n;
+		m->json_ready = true;
+		off = NULL;
+		bytes = NULL;
+	}
+out:
+	pthread_mutex_unlock(&m->json_lock);
+	free(off);
+	free(bytes);
+	return ret;
+}
+
+/* Worker thread: leave only the ids whose bytes can continue r's JSON. */
+static void json_mask(void *arg, float *logits, uint32_t vocab)
+{
+	struct moemd_sreq *r = arg;
+	struct moemd_model *m = r->srv->model;
+	uint32_t allowed = 0;
+
+	if (r->json_stuck)
+		return;
+	if (m->json_allow_n < vocab) {
+		uint8_t *a = realloc(m->json_allow, vocab);
+
+		if (!a) {
+			r->json_stuck = true;
+			return;
+		}
+		m->json_allow = a;
+		m->json_allow_n = vocab;
+	}
+	for (uint32_t v = 0; v < vocab; v++) {
+		struct moem_json_fsm f = r->json_fsm;
+		uint32_t n = v < m->json_n ? m->json_off[v + 1] - m->json_off[v] : 0;
+
+		m->json_allow[v] = n && isfinite(logits[v]) &&
+				   !moem_json_fsm_feed(&f, m->json_bytes + m->json_off[v], n);
+		allowed += m->json_allow[v];
+	}
+	if (!allowed) {
+		/* No token of this vocabulary goes on: the answer ends here. */
+		r->json_stuck = true;
+		return;
+	}
+	for (uint32_t v = 0; v < vocab; v++)
+		if (!m->json_allow[v])
+			logits[v] = -INFINITY;
+}
+
+static void json_accept(void *arg, int32_t id)
+{
+	struct moemd_sreq *r = arg;
+	struct moemd_model *m = r->srv->model;
+	uint32_t v = (uint32_t)id;
+
+	if (r->json_stuck)
+		return;
+	if (v >= m->json_n || moem_json_fsm_feed(&r->json_fsm, m->json_bytes + m->json_off[v],
+						 m->json_off[v + 1] - m->json_off[v]))
+		r->json_stuck = true;
+}
+
+static const struct moem_constraint_ops json_ops = {.mask = json_mask, .accept = json_accept};
+
 static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 {
 	struct moemd_model *m = be;
@@ -433,6 +555,11 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 	p.n_bias = moem_min(rq->n_bias, MOEM_DECODE_MAX_BIAS);
 	memcpy(p.bias_id, rq->bias_id, p.n_bias * sizeof(*p.bias_id));
 	memcpy(p.bias, rq->bias, p.n_bias * sizeof(*p.bias));
+	if (r->json) {
+		moem_json_fsm_init(&r->json_fsm);
+		p.constraint = &json_ops;
+		p.constraint_arg = r;
+	}
 	ret = moem_decoder_add(m->dec, &p, seq);
 	if (ret == -EFBIG && !rq->max_tokens) {
 		/* a kv budget change that call applied: the room it leaves */

@@ -203,7 +203,7 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 	uint64_t now = moem_now_ns();
 	const char *txt = NULL, *out = NULL;
 	size_t len = 0, olen = 0;
-	bool stop = false, overflow = false;
+	bool stop = false, overflow = false, json_end = false;
 	int ret = 0;
 
 	pthread_mutex_lock(&s->lock);
@@ -239,6 +239,11 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 	}
 	if (!ret)
 		ret = answer_text(r, out ? out : "", olen, false);
+	/* json_object: the object is closed (or cannot go on): the answer is whole */
+	json_end = r->json && (r->json_stuck || moem_json_fsm_done(&r->json_fsm));
+	if (json_end && r->json_stuck)
+		moem_warn("request %s: no token of the vocabulary continues its JSON: ended",
+			  r->id);
 	if (!ret && r->rq.stream) {
 		overflow = r->out_len - r->out_pos > r->srv->cfg.stream_buffer;
 		wake_conn(r);
@@ -255,7 +260,7 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 			  ret ? "out of memory" : "the client does not read its stream");
 		moem_sched_cancel(s->sched, r);
 	}
-	return stop;
+	return stop || json_end;
 }
 
 static void fail_status(struct moemd_sreq *r, int err)
@@ -401,6 +406,12 @@ int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oa
 	moem_oai_stop_init(&r->stop, r->rq.stop, r->rq.n_stop);
 	moem_oai_tools_init(&r->tools, r->rq.parallel_tool_calls);
 	r->use_tools = moemd_model_tool_calls(s->model, &r->rq);
+	r->json = r->rq.json_object;
+	if (r->json) {
+		ret = moemd_model_json_ready(s->model);
+		if (ret)
+			return ret;
+	}
 	pthread_mutex_lock(&s->lock);
 	serial = ++s->next_id;
 	pthread_mutex_unlock(&s->lock);

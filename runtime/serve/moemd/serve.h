@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <moem/json_fsm.h>
 #include <moem/openai.h>
 #include <moem/quant.h>
 #include <moem/sched.h>
@@ -80,6 +81,10 @@ struct moemd_sreq {
 	bool use_tools;
 	struct moem_oai_tools tools;
 	uint32_t calls_sent; /* stream: calls already sent */
+	/* response_format json_object: the worker's recognizer of the answer so far */
+	bool json;
+	bool json_stuck; /* no token could go on (or one was refused): the answer ends */
+	struct moem_json_fsm json_fsm;
 	/* stream: SSE bytes not yet handed to the connection */
 	char *out;
 	size_t out_len, out_cap, out_pos;
@@ -207,6 +212,8 @@ void moemd_model_close(struct moemd_model *m);
 /* HTTP thread: the prompt's token ids (chat template for chat), or a 400. */
 int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq, int32_t **ids,
 		       uint32_t *n, struct moem_oai_error *e);
+/* HTTP thread: each token's bytes ready for response_format json_object (0, -ENOMEM). */
+int moemd_model_json_ready(struct moemd_model *m);
 /* Whether rq's answer is read for tool calls (tools given, the template asks for them). */
 bool moemd_model_tool_calls(const struct moemd_model *m, const struct moem_oai_request *rq);
 /* HTTP thread: a streaming detokenizer for r. */
