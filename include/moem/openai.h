@@ -81,6 +81,7 @@ struct moem_oai_request {
 	bool logprobs;	       /* completions: "logprobs": N given; chat: "logprobs": true */
 	uint32_t top_logprobs; /* alternatives per token, 0..MOEM_OAI_TOP_MAX */
 	bool stream, include_usage;
+	bool echo;	  /* completions: the answer starts with the prompt (and its logprobs) */
 	bool json_object; /* response_format {"type": "json_object"}: the answer is one JSON object */
 	/* logit_bias: token ids (checked against the vocabulary by the server) and -100..100 */
 	uint32_t n_bias;
@@ -121,6 +122,7 @@ bool moem_oai_utf8_ok(const char *s, size_t len);
 struct moem_oai_token {
 	const char *text; /* its bytes (may be part of a UTF-8 character) */
 	size_t len;
+	bool no_logprob; /* the prompt's first token (echo): null logprob and alternatives */
 	float logprob;
 	uint32_t n_top;
 	struct {

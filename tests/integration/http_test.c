@@ -15,6 +15,7 @@
  * max_tokens and long requests are surely still running when a test acts.
  */
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -1305,6 +1306,84 @@ TEST_F_TIMEOUT(http, json_object_answers, 180)
 			    self->buf, sizeof(self->buf)));
 	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"response_format.type\""));
 	EXPECT_TRUE(healthy(_metadata, self));
+}
+
+/* choices[0] of an answer's JSON body (borrowed from o) */
+static struct json_object *first_choice(struct json_object *o)
+{
+	return json_object_array_get_idx(json_object_object_get(o, "choices"), 0);
+}
+
+/*
+ * echo (completions): the answer starts with the prompt, and with
+ * logprobs the prompt's tokens come first, the first with null; each
+ * prompt token's logprob is the model's, as the sampler gives it for the
+ * same token after the same text (the greedy token of "he", put at the
+ * end of the prompt). Streamed, the first chunk carries the prompt.
+ */
+TEST_F_TIMEOUT(http, echo_gives_the_prompt_and_its_logprobs, 120)
+{
+	static char body[65536], req[512];
+	struct json_object *o, *lp, *c;
+	const char *text;
+	double lp_gen;
+	int g;
+
+	/* "he" (ids: bytes), greedy: the token g and its logprob */
+	ASSERT_EQ(200, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":[104,101],\"max_tokens\":1,"
+			    "\"temperature\":0,\"logprobs\":1}",
+			    self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	lp = json_object_object_get(first_choice(o), "logprobs");
+	lp_gen = json_object_get_double(
+		json_object_array_get_idx(json_object_object_get(lp, "token_logprobs"), 0));
+	/* the token's one byte is its id here */
+	g = (unsigned char)json_object_get_string(
+		json_object_array_get_idx(json_object_object_get(lp, "tokens"), 0))[0];
+	json_object_put(o);
+	if (g >= 0x80)
+		SKIP(return, "the greedy token is no character alone: its id is not its text");
+
+	snprintf(req, sizeof(req),
+		 "{\"model\":\"t\",\"prompt\":[104,101,%d],\"max_tokens\":2,\"temperature\":0,"
+		 "\"logprobs\":1,\"echo\":true}",
+		 g);
+	ASSERT_EQ(200, post(self->port, "/v1/completions", req, self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	c = first_choice(o);
+	text = json_object_get_string(json_object_object_get(c, "text"));
+	EXPECT_EQ(0, strncmp(text, "he", 2)) TH_LOG("%s", text);
+	EXPECT_EQ(g, (unsigned char)text[2]);
+	lp = json_object_object_get(c, "logprobs");
+	EXPECT_EQ(5, json_object_array_length(json_object_object_get(lp, "tokens")));
+	EXPECT_EQ(NULL, json_object_array_get_idx(json_object_object_get(lp, "token_logprobs"), 0));
+	EXPECT_EQ(NULL, json_object_array_get_idx(json_object_object_get(lp, "top_logprobs"), 0));
+	{
+		double x = json_object_get_double(
+			json_object_array_get_idx(json_object_object_get(lp, "token_logprobs"), 2));
+
+		EXPECT_TRUE(fabs(x - lp_gen) < 2e-3) TH_LOG("prompt %g, sampled %g", x, lp_gen);
+	}
+	EXPECT_EQ(2, json_object_get_int(json_object_array_get_idx(
+			     json_object_object_get(lp, "text_offset"), 2)));
+	json_object_put(o);
+
+	/* streamed: the first chunk starts with the prompt */
+	ASSERT_EQ(200, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"hello\",\"max_tokens\":3,\"echo\":true,"
+			    "\"stream\":true}",
+			    self->buf, sizeof(self->buf)));
+	dechunk(self->buf, body, sizeof(body));
+	EXPECT_NE(NULL, strstr(body, "data: {")) TH_LOG("%s", body);
+	o = json_tokener_parse(strstr(body, "data: {") + 6);
+	ASSERT_NE(NULL, o);
+	EXPECT_EQ(0,
+		  strncmp(json_object_get_string(json_object_object_get(first_choice(o), "text")),
+			  "hello", 5));
+	json_object_put(o);
 }
 
 /*

@@ -834,4 +834,50 @@ TEST(logit_bias)
 	refused(_metadata, MOEM_OAI_CHAT, body, "logit_bias");
 }
 
+TEST(echo_and_the_prompts_first_token)
+{
+	struct moem_oai_token t[2] = {{.text = "a", .len = 1, .no_logprob = true},
+				      {.text = "b", .len = 1, .logprob = -0.5f, .n_top = 1}};
+	struct moem_oai_reply r = {.ep = MOEM_OAI_COMPLETIONS,
+				   .id = "cmpl-1",
+				   .model = "m",
+				   .logprobs = true,
+				   .top_logprobs = 1};
+	struct moem_oai_usage u = {1, 1};
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+	struct json_object *o, *lp, *x;
+	size_t len;
+	char *s;
+
+	ASSERT_EQ(0, parse(MOEM_OAI_COMPLETIONS,
+			   "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", &rq,
+			   &e));
+	EXPECT_TRUE(rq.echo);
+	moem_oai_request_free(&rq);
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"echo\":true}", "echo");
+	refused(_metadata, MOEM_OAI_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":1}",
+		"echo");
+
+	t[1].top[0].text = "b";
+	t[1].top[0].len = 1;
+	t[1].top[0].logprob = -0.5f;
+	s = moem_oai_response(&r, "ab", 2, t, 2, MOEM_SCHED_LENGTH, &u, &len);
+	o = parse_json(s);
+	ASSERT_NE(NULL, o);
+	lp = json_object_object_get(
+		json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "logprobs");
+	x = json_object_object_get(lp, "token_logprobs");
+	EXPECT_EQ(2, json_object_array_length(x));
+	EXPECT_EQ(NULL, json_object_array_get_idx(x, 0)); /* null */
+	EXPECT_NE(NULL, json_object_array_get_idx(x, 1));
+	x = json_object_object_get(lp, "top_logprobs");
+	EXPECT_EQ(NULL, json_object_array_get_idx(x, 0));
+	EXPECT_NE(NULL, json_object_array_get_idx(x, 1));
+	x = json_object_object_get(lp, "text_offset");
+	EXPECT_EQ(1, json_object_get_int(json_object_array_get_idx(x, 1)));
+	json_object_put(o);
+	free(s);
+}
+
 TEST_HARNESS_MAIN

@@ -758,6 +758,7 @@ enum field {
 	F_USER,
 	F_LOGIT_BIAS,
 	F_RESPONSE_FORMAT,
+	F_ECHO,
 	F_TOOLS,
 	F_TOOL_CHOICE,
 	F_PARALLEL_TOOL_CALLS,
@@ -793,6 +794,7 @@ static const struct {
 	{"user", F_USER, EP_C | EP_H},
 	{"logit_bias", F_LOGIT_BIAS, EP_C | EP_H},
 	{"response_format", F_RESPONSE_FORMAT, EP_C | EP_H},
+	{"echo", F_ECHO, EP_C},
 	{"tools", F_TOOLS, EP_H},
 	{"tool_choice", F_TOOL_CHOICE, EP_H},
 	{"parallel_tool_calls", F_PARALLEL_TOOL_CALLS, EP_H},
@@ -802,22 +804,11 @@ static const struct {
 static bool unsupported(const char *name, enum moem_oai_endpoint ep)
 {
 	static const char *const both[] = {
-		"best_of",
-		"echo",
-		"suffix",
-		"response_format",
-		"tools",
-		"tool_choice",
-		"parallel_tool_calls",
-		"functions",
-		"function_call",
-		"service_tier",
-		"store",
-		"metadata",
-		"modalities",
-		"audio",
-		"prediction",
-		"reasoning_effort",
+		"best_of",   "suffix",	      "response_format",
+		"tools",     "tool_choice",   "parallel_tool_calls",
+		"functions", "function_call", "service_tier",
+		"store",     "metadata",      "modalities",
+		"audio",     "prediction",    "reasoning_effort",
 	};
 
 	(void)ep;
@@ -909,6 +900,8 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 		return get_logit_bias(v, rq, e);
 	case F_RESPONSE_FORMAT:
 		return get_response_format(v, rq, e);
+	case F_ECHO:
+		return get_bool(v, name, &rq->echo, e);
 	case F_TOOLS:
 		return get_tools(v, rq, e);
 	case F_TOOL_CHOICE:

@@ -208,6 +208,15 @@ static struct json_object *completion_logprobs(const struct moem_oai_reply *r,
 		struct json_object *top = json_object_new_object();
 
 		json_object_array_add(toks, utf8_string(t[i].text, t[i].len));
+		json_object_array_add(offs, json_object_new_uint64(off));
+		off += t[i].len;
+		if (t[i].no_logprob) {
+			/* the prompt's first token: nothing predicts it */
+			json_object_array_add(lps, NULL);
+			json_object_array_add(tops, NULL);
+			json_object_put(top);
+			continue;
+		}
 		json_object_array_add(lps, json_object_new_double(t[i].logprob));
 		for (uint32_t k = 0; k < t[i].n_top && k < r->top_logprobs; k++) {
 			struct json_object *key;
@@ -225,8 +234,6 @@ static struct json_object *completion_logprobs(const struct moem_oai_reply *r,
 			json_object_put(key);
 		}
 		json_object_array_add(tops, top);
-		json_object_array_add(offs, json_object_new_uint64(off));
-		off += t[i].len;
 	}
 	ADD(o, "tokens", toks);
 	ADD(o, "token_logprobs", lps);

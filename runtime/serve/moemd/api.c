@@ -167,6 +167,7 @@ static int queue_answer(struct moemd_srv *s, struct MHD_Connection *c, struct mo
 			t[i].text = r->toks[i].text;
 			t[i].len = r->toks[i].len;
 			t[i].logprob = r->toks[i].logprob;
+			t[i].no_logprob = r->toks[i].no_lp;
 			t[i].n_top = r->toks[i].n_top;
 			for (uint32_t k = 0; k < t[i].n_top; k++) {
 				t[i].top[k].text = r->toks[i].top_text[k];

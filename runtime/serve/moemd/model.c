@@ -367,6 +367,25 @@ int moemd_model_detok_flush(struct moemd_model *m, void *dt, const char **text, 
 	return moem_tok_stream_flush(dt, text, len);
 }
 
+char *moemd_model_decode(struct moemd_model *m, const int32_t *ids, uint32_t n, size_t *len)
+{
+	uint32_t *u = malloc((n ? n : 1) * sizeof(*u));
+	char *buf = NULL;
+
+	*len = 0;
+	if (!u)
+		return NULL;
+	for (uint32_t i = 0; i < n; i++)
+		u[i] = (uint32_t)ids[i];
+	/* ids the tokenizer lacks were refused with the prompt */
+	if (moem_tok_decode(m->tok, u, n, MOEM_TOK_SKIP_SPECIAL, &buf, len)) {
+		buf = strdup("");
+		*len = 0;
+	}
+	free(u);
+	return buf;
+}
+
 char *moemd_model_token_text(struct moemd_model *m, int32_t id, size_t *len)
 {
 	uint32_t u = (uint32_t)id;
@@ -555,6 +574,14 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 	p.n_bias = moem_min(rq->n_bias, MOEM_DECODE_MAX_BIAS);
 	memcpy(p.bias_id, rq->bias_id, p.n_bias * sizeof(*p.bias_id));
 	memcpy(p.bias, rq->bias, p.n_bias * sizeof(*p.bias));
+	if (rq->echo && rq->logprobs) {
+		/* the prompt's logprobs: every position's logits, as the prefill runs */
+		ret = moemd_serve_echo_tokens(r, r->prompt, prompt_len);
+		if (ret)
+			return ret;
+		p.logits_fn = moemd_serve_prompt_logits;
+		p.logits_arg = r;
+	}
 	if (r->json) {
 		moem_json_fsm_init(&r->json_fsm);
 		p.constraint = &json_ops;

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ void moemd_sreq_put(struct moemd_sreq *r)
 	free(r->prompt);
 	free(r->out);
 	free(r->text);
+	free(r->echo);
 	pthread_mutex_destroy(&r->lock);
 	free(r);
 }
@@ -134,9 +136,24 @@ static int stream_chunk(struct moemd_sreq *r, const char *text, size_t len, int 
 	uint32_t n = r->rq.logprobs ? r->n_toks - r->toks_sent : 0;
 	size_t elen;
 	char *ev;
+	int ret;
 
 	if (!len && !finish && !n && r->first_sent)
 		return 0;
+	if (r->echo && !r->echo_sent) {
+		/* echo: the prompt's text goes first, in the first chunk */
+		char *both = malloc(r->echo_len + len + 1);
+
+		if (!both)
+			return -ENOMEM;
+		memcpy(both, r->echo, r->echo_len);
+		if (len)
+			memcpy(both + r->echo_len, text, len);
+		r->echo_sent = true;
+		ret = stream_chunk(r, both, r->echo_len + len, finish);
+		free(both);
+		return ret;
+	}
 	if (n) {
 		t = calloc(n, sizeof(*t));
 		if (!t)
@@ -147,6 +164,7 @@ static int stream_chunk(struct moemd_sreq *r, const char *text, size_t len, int 
 			t[i].text = k->text;
 			t[i].len = k->len;
 			t[i].logprob = k->logprob;
+			t[i].no_logprob = k->no_lp;
 			t[i].n_top = k->n_top;
 			for (uint32_t j = 0; j < k->n_top; j++) {
 				t[i].top[j].text = k->top_text[j];
@@ -164,6 +182,101 @@ static int stream_chunk(struct moemd_sreq *r, const char *text, size_t len, int 
 	r->first_sent = true;
 	r->toks_sent += n;
 	return push_event(r, ev, elen);
+}
+
+int moemd_serve_echo_tokens(struct moemd_sreq *r, const int32_t *ids, uint32_t n)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&r->lock);
+	if (r->toks_cap < n) {
+		struct moemd_tok *t = realloc(r->toks, n * sizeof(*t));
+
+		if (!t)
+			ret = -ENOMEM;
+		else
+			r->toks = t, r->toks_cap = n;
+	}
+	for (uint32_t i = 0; !ret && i < n && !r->n_echo_toks; i++) {
+		struct moemd_tok *t = &r->toks[r->n_toks];
+
+		memset(t, 0, sizeof(*t));
+		t->text = moemd_model_token_text(r->srv->model, ids[i], &t->len);
+		if (!t->text) {
+			ret = -ENOMEM;
+			break;
+		}
+		t->no_lp = true;
+		r->n_toks++;
+	}
+	if (!ret)
+		r->n_echo_toks = r->n_toks;
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
+/* The want (<= MOEM_OAI_TOP_MAX) strongest ids into top[], ties to the lower id. */
+static uint32_t strongest(const float *l, uint32_t vocab, uint32_t want, int32_t *top)
+{
+	uint32_t k = 0;
+
+	if (!want)
+		return 0;
+	for (uint32_t v = 0; v < vocab; v++) {
+		uint32_t i;
+
+		if (k < want)
+			i = k++;
+		else if (l[v] > l[top[want - 1]])
+			i = want - 1;
+		else
+			continue;
+		while (i > 0 && l[v] > l[top[i - 1]]) {
+			top[i] = top[i - 1];
+			i--;
+		}
+		top[i] = (int32_t)v;
+	}
+	return k;
+}
+
+void moemd_serve_prompt_logits(void *arg, uint64_t seq, uint32_t pos, const float *logits,
+			       uint32_t vocab)
+{
+	struct moemd_sreq *r = arg;
+	struct moemd_tok *t;
+	double mx = -INFINITY, sum = 0, lse;
+	int32_t top[MOEM_OAI_TOP_MAX];
+	uint32_t k, want = moem_min(r->rq.top_logprobs, MOEM_OAI_TOP_MAX);
+
+	(void)seq;
+	/* position pos predicts token pos + 1; from the prompt's last on, the
+	 * sampler's own logprobs are given */
+	if (pos + 1 >= r->n_echo_toks)
+		return;
+	for (uint32_t v = 0; v < vocab; v++)
+		mx = fmax(mx, logits[v]);
+	for (uint32_t v = 0; v < vocab; v++)
+		sum += exp((double)logits[v] - mx);
+	lse = mx + log(sum);
+	k = strongest(logits, vocab, want, top);
+	pthread_mutex_lock(&r->lock);
+	t = &r->toks[pos + 1];
+	t->logprob = (float)((double)logits[r->prompt[pos + 1]] - lse);
+	t->no_lp = false;
+	for (uint32_t i = 0; i < k && !t->n_top; i++) {
+		size_t len;
+		char *s = moemd_model_token_text(r->srv->model, top[i], &len);
+
+		if (!s)
+			break;
+		t->top_text[i] = s;
+		t->top_len[i] = len;
+		t->top_logprob[i] = (float)((double)logits[top[i]] - lse);
+	}
+	for (uint32_t i = 0; i < k && t->top_text[i]; i++)
+		t->n_top = i + 1;
+	pthread_mutex_unlock(&r->lock);
 }
 
 /*
@@ -406,6 +519,19 @@ int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oa
 	moem_oai_stop_init(&r->stop, r->rq.stop, r->rq.n_stop);
 	moem_oai_tools_init(&r->tools, r->rq.parallel_tool_calls);
 	r->use_tools = moemd_model_tool_calls(s->model, &r->rq);
+	if (r->rq.echo) {
+		/* the prompt as given; token ids as their text */
+		r->echo = r->rq.prompt ? strdup(r->rq.prompt)
+				       : moemd_model_decode(s->model, r->prompt, r->n_prompt,
+							    &r->echo_len);
+		if (!r->echo)
+			return -ENOMEM;
+		if (r->rq.prompt)
+			r->echo_len = strlen(r->echo);
+		ret = append(&r->text, &r->text_len, &r->text_cap, r->echo, r->echo_len);
+		if (ret)
+			return ret;
+	}
 	r->json = r->rq.json_object;
 	if (r->json) {
 		ret = moemd_model_json_ready(s->model);

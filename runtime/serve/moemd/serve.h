@@ -56,6 +56,7 @@ int moemd_http_cfg_set(struct moemd_http_cfg *c, struct moem_sched_opts *so, con
 struct moemd_tok {
 	char *text;
 	size_t len;
+	bool no_lp; /* echo: the prompt's first token, or one no logits came for */
 	float logprob;
 	uint32_t n_top;
 	char *top_text[MOEM_OAI_TOP_MAX];
@@ -81,6 +82,11 @@ struct moemd_sreq {
 	bool use_tools;
 	struct moem_oai_tools tools;
 	uint32_t calls_sent; /* stream: calls already sent */
+	/* echo: the prompt's text, sent before the first generated text */
+	char *echo;
+	size_t echo_len;
+	bool echo_sent;
+	uint32_t n_echo_toks; /* echo with logprobs: the prompt's tokens at the head of toks */
 	/* response_format json_object: the worker's recognizer of the answer so far */
 	bool json;
 	bool json_stuck; /* no token could go on (or one was refused): the answer ends */
@@ -216,6 +222,16 @@ int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq,
 int moemd_model_json_ready(struct moemd_model *m);
 /* Whether rq's answer is read for tool calls (tools given, the template asks for them). */
 bool moemd_model_tool_calls(const struct moemd_model *m, const struct moem_oai_request *rq);
+/* The text of ids (special tokens left out), malloc()ed; NULL: no memory. */
+char *moemd_model_decode(struct moemd_model *m, const int32_t *ids, uint32_t n, size_t *len);
+/*
+ * Worker thread (echo with logprobs): the prompt's tokens at the head of
+ * r->toks, their logprobs filled by moemd_serve_prompt_logits() (a
+ * decoder logits_fn) as the prefill computes them.
+ */
+int moemd_serve_echo_tokens(struct moemd_sreq *r, const int32_t *ids, uint32_t n);
+void moemd_serve_prompt_logits(void *arg, uint64_t seq, uint32_t pos, const float *logits,
+			       uint32_t vocab);
 /* HTTP thread: a streaming detokenizer for r. */
 int moemd_model_detok_new(struct moemd_model *m, void **out);
 void moemd_model_detok_free(struct moemd_model *m, void *dt);
