@@ -64,6 +64,8 @@ struct moem_oai_request {
 	struct moem_oai_message *messages;
 	uint32_t n_messages;
 	char *tools; /* the tools as a JSON array (the template's "tools"); NULL: none */
+	/* chat_template_kwargs (vLLM's): more variables for the template, a JSON object; NULL: none */
+	char *template_kwargs;
 	uint32_t n_tools;
 	enum moem_oai_tool_choice tool_choice;
 	bool parallel_tool_calls; /* default true; false: calls after the first are dropped */

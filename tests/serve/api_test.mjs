@@ -177,6 +177,14 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 	}
 	ok(text === (c.message.content ?? '') && calls.length === (c.message.tool_calls ?? []).length,
 	   'tools: streamed = whole');
+	// chat_template_kwargs (vLLM's extension): Qwen3's enable_thinking false
+	// closes an empty think block in the generation prompt
+	const noThink = await client.chat.completions.create({ ...base,
+		chat_template_kwargs: { enable_thinking: false } });
+	ok(noThink.usage.prompt_tokens > plain.usage.prompt_tokens,
+	   `chat_template_kwargs: enable_thinking false in the prompt (${plain.usage.prompt_tokens} -> ${noThink.usage.prompt_tokens} tokens)`);
+	await expectError('chat_template_kwargs messages', 400, 'chat_template_kwargs.messages',
+		() => client.chat.completions.create({ ...base, chat_template_kwargs: { messages: [] } }));
 	await expectError('tool_choice required', 400, 'tool_choice',
 		() => client.chat.completions.create({ ...base, tools, tool_choice: 'required' }));
 	await expectError('tools on completions', 400, 'tools',

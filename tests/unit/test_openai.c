@@ -880,4 +880,35 @@ TEST(echo_and_the_prompts_first_token)
 	free(s);
 }
 
+TEST(chat_template_kwargs)
+{
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+	struct json_object *o;
+
+	ASSERT_EQ(0, parse(MOEM_OAI_CHAT,
+			   CHAT_USER ",\"chat_template_kwargs\":{\"enable_thinking\":false,"
+				     "\"x\":[1,{\"y\":null}]}}",
+			   &rq, &e))
+	TH_LOG("%s", e.message);
+	o = json_tokener_parse(rq.template_kwargs);
+	ASSERT_NE(NULL, o);
+	EXPECT_TRUE(json_object_object_get_ex(o, "enable_thinking", NULL));
+	EXPECT_EQ(2, json_object_array_length(json_object_object_get(o, "x")));
+	json_object_put(o);
+	moem_oai_request_free(&rq);
+	ASSERT_EQ(0, parse(MOEM_OAI_CHAT, CHAT_USER ",\"chat_template_kwargs\":{}}", &rq, &e));
+	EXPECT_EQ(NULL, rq.template_kwargs);
+	moem_oai_request_free(&rq);
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"chat_template_kwargs\":[]}",
+		"chat_template_kwargs");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"chat_template_kwargs\":{\"messages\":[]}}",
+		"chat_template_kwargs.messages");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"chat_template_kwargs\":{\"tools\":[]}}",
+		"chat_template_kwargs.tools");
+	refused(_metadata, MOEM_OAI_COMPLETIONS,
+		"{\"model\":\"m\",\"prompt\":\"x\",\"chat_template_kwargs\":{}}",
+		"chat_template_kwargs");
+}
+
 TEST_HARNESS_MAIN

@@ -498,9 +498,46 @@ static int get_tools(struct json_object *v, struct moem_oai_request *rq, struct 
 			return BAD(e, p, "'%s' must be true or false", p);
 	}
 	free(rq->tools);
+	free(rq->template_kwargs);
 	rq->tools = to_json(v);
 	rq->n_tools = (uint32_t)n;
 	return rq->tools ? 0 : -ENOMEM;
+}
+
+/*
+ * chat_template_kwargs: {"name": any JSON} for the chat template (Qwen3's
+ * enable_thinking, ...). The names the server sets itself are refused.
+ */
+static int get_template_kwargs(struct json_object *v, struct moem_oai_request *rq,
+			       struct moem_oai_error *e)
+{
+	static const char *const reserved[] = {
+		"messages",  "tools",	  "add_generation_prompt",
+		"bos_token", "eos_token", "raise_exception",
+		"range",     "namespace", "strftime_now",
+	};
+
+	if (!json_object_is_type(v, json_type_object))
+		return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+	json_object_object_foreach(v, key, val)
+	{
+		char p[96];
+
+		(void)val;
+		snprintf(p, sizeof(p), "chat_template_kwargs.%s", key);
+		if (!moem_oai_utf8_ok(key, strlen(key)) || !key[0])
+			return BAD(e, "chat_template_kwargs",
+				   "'chat_template_kwargs': a name is empty or not UTF-8");
+		for (size_t i = 0; i < MOEM_ARRAY_SIZE(reserved); i++)
+			if (!strcmp(key, reserved[i]))
+				return BAD(e, p, "'%s': the server sets '%s' itself", p, key);
+	}
+	free(rq->template_kwargs);
+	rq->template_kwargs = NULL;
+	if (!json_object_object_length(v))
+		return 0;
+	rq->template_kwargs = to_json(v);
+	return rq->template_kwargs ? 0 : -ENOMEM;
 }
 
 /* tool_choice: "auto" or "none"; "required" and a named function need constrained decoding. */
@@ -759,6 +796,7 @@ enum field {
 	F_LOGIT_BIAS,
 	F_RESPONSE_FORMAT,
 	F_ECHO,
+	F_TEMPLATE_KWARGS,
 	F_TOOLS,
 	F_TOOL_CHOICE,
 	F_PARALLEL_TOOL_CALLS,
@@ -795,6 +833,7 @@ static const struct {
 	{"logit_bias", F_LOGIT_BIAS, EP_C | EP_H},
 	{"response_format", F_RESPONSE_FORMAT, EP_C | EP_H},
 	{"echo", F_ECHO, EP_C},
+	{"chat_template_kwargs", F_TEMPLATE_KWARGS, EP_H},
 	{"tools", F_TOOLS, EP_H},
 	{"tool_choice", F_TOOL_CHOICE, EP_H},
 	{"parallel_tool_calls", F_PARALLEL_TOOL_CALLS, EP_H},
@@ -902,6 +941,8 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 		return get_response_format(v, rq, e);
 	case F_ECHO:
 		return get_bool(v, name, &rq->echo, e);
+	case F_TEMPLATE_KWARGS:
+		return get_template_kwargs(v, rq, e);
 	case F_TOOLS:
 		return get_tools(v, rq, e);
 	case F_TOOL_CHOICE:

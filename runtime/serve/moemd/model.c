@@ -217,9 +217,17 @@ static int render_chat(struct moemd_model *m, const struct moem_oai_request *rq,
 		if (!ret)
 			json_object_array_add(a, msg);
 	}
-	if (!ret && moemd_model_tool_calls(m, rq)) {
-		/* {"tools": [...]}: the request's JSON, checked by moem_oai_parse() */
-		if (asprintf(&extra, "{\"tools\":%s}", rq->tools) < 0) {
+	if (!ret && (moemd_model_tool_calls(m, rq) || rq->template_kwargs)) {
+		/*
+		 * {"tools": [...], kwargs...}: the request's JSON, checked by
+		 * moem_oai_parse(); kwargs is an object with members ("{...}"),
+		 * which follow "tools" inside one object.
+		 */
+		const char *kw = rq->template_kwargs;
+		bool tools = moemd_model_tool_calls(m, rq);
+
+		if (asprintf(&extra, "{%s%s%s%s", tools ? "\"tools\":" : "", tools ? rq->tools : "",
+			     tools && kw ? "," : "", kw ? kw + 1 : "}") < 0) {
 			extra = NULL;
 			ret = -ENOMEM;
 		}
