@@ -38,7 +38,7 @@
 #define MOEM_DECODE_MAX_TOP_LOGPROBS 20
 #define MOEM_DECODE_MAX_STOP	     16 /* stop sequences per sequence */
 #define MOEM_DECODE_MAX_STOP_LEN     32 /* tokens per stop sequence */
-#define MOEM_DECODE_MAX_EOS	     8
+#define MOEM_DECODE_MAX_EOS	     16
 #define MOEM_DECODE_MAX_BIAS	     300 /* logit biases per sequence (OpenAI's bound) */
 
 struct moem_decoder_opts {
@@ -90,6 +90,8 @@ struct moem_seq_params {
 	bool model_eos;
 	uint32_t n_eos;
 	int32_t eos[MOEM_DECODE_MAX_EOS];
+	/* Before this many tokens no end-of-sequence id can be sampled (<= max_new_tokens). */
+	uint32_t min_new_tokens;
 	/* Stop sequences as token ids: generation ends when the output ends with one. */
 	uint32_t n_stop;
 	uint32_t stop_len[MOEM_DECODE_MAX_STOP];

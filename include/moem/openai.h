@@ -28,6 +28,7 @@
 #define MOEM_OAI_TOOLS_MAX    128  /* tools per request (OpenAI's bound) */
 #define MOEM_OAI_TOOL_NAME    64   /* bytes of a function's name: [A-Za-z0-9_-] */
 #define MOEM_OAI_BIAS_MAX     300  /* logit_bias entries (OpenAI's bound) */
+#define MOEM_OAI_STOP_IDS_MAX 8	   /* stop_token_ids */
 
 /* top_k's bound: the sampler's (moem_sampling_check()) */
 #define MOEM_OAI_TOP_K_MAX (1 << 24)
@@ -89,6 +90,12 @@ struct moem_oai_request {
 	uint32_t n_bias;
 	int32_t bias_id[MOEM_OAI_BIAS_MAX];
 	float bias[MOEM_OAI_BIAS_MAX];
+	/* vLLM's extensions: no end at the model's end-of-sequence ids; none
+	 * before min_tokens; more ids that end the answer */
+	bool ignore_eos;
+	uint32_t min_tokens;
+	uint32_t n_stop_ids;
+	int32_t stop_ids[MOEM_OAI_STOP_IDS_MAX];
 };
 
 /* An API error: the HTTP status and OpenAI's error object. */

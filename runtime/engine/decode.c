@@ -388,6 +388,14 @@ static int check_params(const struct moem_decoder *d, const struct moem_seq_para
 					 i, p->prompt[i], c->vocab - 1);
 	if (!p->max_new_tokens)
 		return moem_errf(EINVAL, "max_new_tokens must be at least 1");
+	for (uint32_t i = 0; i < p->n_eos && i < MOEM_DECODE_MAX_EOS; i++)
+		if (p->eos[i] < 0 || (uint32_t)p->eos[i] >= c->vocab)
+			return moem_errf(EINVAL,
+					 "end-of-sequence id %d is outside the vocabulary 0..%u",
+					 p->eos[i], c->vocab - 1);
+	if (p->min_new_tokens > p->max_new_tokens)
+		return moem_errf(EINVAL, "min_new_tokens %u is more than max_new_tokens %u",
+				 p->min_new_tokens, p->max_new_tokens);
 	if (p->n_eos > MOEM_DECODE_MAX_EOS || p->n_stop > MOEM_DECODE_MAX_STOP ||
 	    p->top_logprobs > MOEM_DECODE_MAX_TOP_LOGPROBS)
 		return moem_errf(EINVAL,
@@ -565,6 +573,10 @@ static void sample_row(struct moem_decoder *d, struct dec_seq *s, float *logits,
 
 	for (uint32_t i = 0; i < s->p.n_bias; i++)
 		logits[s->p.bias_id[i]] += s->p.bias[i];
+	/* min_new_tokens: no end before then */
+	for (uint32_t i = 0; s->n_gen < s->p.min_new_tokens && i < s->p.n_eos; i++)
+		if (s->p.eos[i] >= 0 && (uint32_t)s->p.eos[i] < d->cfg->vocab)
+			logits[s->p.eos[i]] = -INFINITY;
 	if (s->p.constraint)
 		s->p.constraint->mask(s->p.constraint_arg, logits, d->cfg->vocab);
 	moem_sample(&s->p.sampling, logits, d->cfg->vocab, s->seen, s->gen_count, &s->rng,

@@ -191,6 +191,27 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 		() => client.completions.create({ model, prompt: 'x', tools }));
 }
 
+// vLLM's length extensions, with an end id forced by logit_bias (Qwen3's
+// <|endoftext|>, 151643, a special token: no text): stop_token_ids ends the
+// answer at it; min_tokens keeps it out of the first tokens.
+{
+	const base = { model, prompt: 'Hello', max_tokens: 6, logit_bias: { 151643: 100 } };
+	const free = await client.completions.create(base);
+	ok(free.choices[0].finish_reason === 'length' && free.usage.completion_tokens === 6,
+	   `logit_bias alone: no end (${free.choices[0].finish_reason}, ${free.usage.completion_tokens})`);
+	const stop = await client.completions.create({ ...base, stop_token_ids: [151643] });
+	ok(stop.choices[0].finish_reason === 'stop' && stop.usage.completion_tokens === 1 &&
+	   stop.choices[0].text === '',
+	   `stop_token_ids: ends at it, no text (${stop.usage.completion_tokens} tokens)`);
+	const min = await client.completions.create({ ...base, stop_token_ids: [151643], min_tokens: 3 });
+	ok(min.choices[0].finish_reason === 'stop' && min.usage.completion_tokens === 4,
+	   `min_tokens 3: ends at the 4th token (${min.usage.completion_tokens})`);
+	await expectError('min_tokens over max_tokens', 400, 'min_tokens',
+		() => client.completions.create({ ...base, min_tokens: 7 }));
+	await expectError('stop_token_ids outside the vocabulary', 400, 'stop_token_ids[0]',
+		() => client.completions.create({ ...base, stop_token_ids: [999999] }));
+}
+
 // Errors the client understands.
 await expectError('wrong API key', 401, undefined, () =>
 	new OpenAI({ baseURL: url, apiKey: 'wrong-key-123', maxRetries: 0 }).models.list());

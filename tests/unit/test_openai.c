@@ -911,4 +911,30 @@ TEST(chat_template_kwargs)
 		"chat_template_kwargs");
 }
 
+TEST(vllm_length_extensions)
+{
+	struct moem_oai_request rq;
+	struct moem_oai_error e;
+
+	ASSERT_EQ(0, parse(MOEM_OAI_COMPLETIONS,
+			   "{\"model\":\"m\",\"prompt\":\"x\",\"ignore_eos\":true,\"min_tokens\":3,"
+			   "\"max_tokens\":5,\"stop_token_ids\":[7,9]}",
+			   &rq, &e))
+	TH_LOG("%s", e.message);
+	EXPECT_TRUE(rq.ignore_eos);
+	EXPECT_EQ(3u, rq.min_tokens);
+	ASSERT_EQ(2u, rq.n_stop_ids);
+	EXPECT_EQ(9, rq.stop_ids[1]);
+	moem_oai_request_free(&rq);
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"min_tokens\":6,\"max_tokens\":5}",
+		"min_tokens");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"min_tokens\":-1}", "min_tokens");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"ignore_eos\":\"yes\"}", "ignore_eos");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"stop_token_ids\":7}", "stop_token_ids");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"stop_token_ids\":[1,-2]}",
+		"stop_token_ids[1]");
+	refused(_metadata, MOEM_OAI_CHAT, CHAT_USER ",\"stop_token_ids\":[1,2,3,4,5,6,7,8,9]}",
+		"stop_token_ids");
+}
+
 TEST_HARNESS_MAIN

@@ -752,6 +752,31 @@ static int get_response_format(struct json_object *v, struct moem_oai_request *r
 	return 0;
 }
 
+/* stop_token_ids: [id, ...], up to MOEM_OAI_STOP_IDS_MAX (checked against the vocabulary later). */
+static int get_stop_ids(struct json_object *v, struct moem_oai_request *rq,
+			struct moem_oai_error *e)
+{
+	size_t n;
+
+	if (!json_object_is_type(v, json_type_array))
+		return BAD(e, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
+	n = json_object_array_length(v);
+	if (n > MOEM_OAI_STOP_IDS_MAX)
+		return BAD(e, "stop_token_ids", "'stop_token_ids' has %zu ids: at most %d", n,
+			   MOEM_OAI_STOP_IDS_MAX);
+	for (size_t i = 0; i < n; i++) {
+		char p[48];
+		int64_t id;
+
+		snprintf(p, sizeof(p), "stop_token_ids[%zu]", i);
+		if (get_int(json_object_array_get_idx(v, i), p, 0, INT32_MAX, &id, e))
+			return -EINVAL;
+		rq->stop_ids[i] = (int32_t)id;
+	}
+	rq->n_stop_ids = (uint32_t)n;
+	return 0;
+}
+
 static int get_stream_options(struct json_object *v, struct moem_oai_request *rq,
 			      struct moem_oai_error *e)
 {
@@ -797,6 +822,9 @@ enum field {
 	F_RESPONSE_FORMAT,
 	F_ECHO,
 	F_TEMPLATE_KWARGS,
+	F_IGNORE_EOS,
+	F_MIN_TOKENS,
+	F_STOP_TOKEN_IDS,
 	F_TOOLS,
 	F_TOOL_CHOICE,
 	F_PARALLEL_TOOL_CALLS,
@@ -834,6 +862,9 @@ static const struct {
 	{"response_format", F_RESPONSE_FORMAT, EP_C | EP_H},
 	{"echo", F_ECHO, EP_C},
 	{"chat_template_kwargs", F_TEMPLATE_KWARGS, EP_H},
+	{"ignore_eos", F_IGNORE_EOS, EP_C | EP_H},
+	{"min_tokens", F_MIN_TOKENS, EP_C | EP_H},
+	{"stop_token_ids", F_STOP_TOKEN_IDS, EP_C | EP_H},
 	{"tools", F_TOOLS, EP_H},
 	{"tool_choice", F_TOOL_CHOICE, EP_H},
 	{"parallel_tool_calls", F_PARALLEL_TOOL_CALLS, EP_H},
@@ -943,6 +974,15 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 		return get_bool(v, name, &rq->echo, e);
 	case F_TEMPLATE_KWARGS:
 		return get_template_kwargs(v, rq, e);
+	case F_IGNORE_EOS:
+		return get_bool(v, name, &rq->ignore_eos, e);
+	case F_MIN_TOKENS:
+		ret = get_int(v, name, 0, INT32_MAX, &x, e);
+		if (!ret)
+			rq->min_tokens = (uint32_t)x;
+		return ret;
+	case F_STOP_TOKEN_IDS:
+		return get_stop_ids(v, rq, e);
 	case F_TOOLS:
 		return get_tools(v, rq, e);
 	case F_TOOL_CHOICE:
@@ -1060,6 +1100,9 @@ int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
 	else if (stream_options && !rq->stream)
 		ret = BAD(e, "stream_options",
 			  "'stream_options' is only allowed with 'stream': true");
+	else if (rq->max_tokens && rq->min_tokens > rq->max_tokens)
+		ret = BAD(e, "min_tokens", "'min_tokens' %u is more than 'max_tokens' %u",
+			  rq->min_tokens, rq->max_tokens);
 	else if (top_given && !rq->logprobs && rq->top_logprobs)
 		ret = BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
 	if (!ret)

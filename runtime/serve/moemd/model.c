@@ -265,6 +265,15 @@ int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq,
 	int ret;
 
 	*ids = NULL;
+	for (uint32_t i = 0; i < rq->n_stop_ids; i++) {
+		char p[48];
+
+		snprintf(p, sizeof(p), "stop_token_ids[%u]", i);
+		if ((uint32_t)rq->stop_ids[i] >= m->info.vocab_size)
+			return moem_oai_errorf(e, 400, "invalid_request_error", p,
+					       "token id %d is not in the vocabulary (%u)",
+					       rq->stop_ids[i], m->info.vocab_size);
+	}
 	for (uint32_t i = 0; i < rq->n_bias; i++) {
 		char p[48];
 
@@ -576,7 +585,11 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 	/* Without a seed each request draws its own. */
 	p.sampling.seed = rq->has_seed ? rq->seed : 0x9e3779b97f4a7c15ULL * ++m->next_seed;
 	p.max_new_tokens = rq->max_tokens ? rq->max_tokens : default_max_new(m, prompt_len);
-	p.model_eos = true;
+	p.model_eos = !rq->ignore_eos;
+	/* stop_token_ids end it as an end-of-sequence id would (checked by the prompt) */
+	for (uint32_t i = 0; i < rq->n_stop_ids && p.n_eos < MOEM_DECODE_MAX_EOS; i++)
+		p.eos[p.n_eos++] = rq->stop_ids[i];
+	p.min_new_tokens = moem_min(rq->min_tokens, p.max_new_tokens);
 	p.top_logprobs =
 		rq->logprobs ? moem_min(rq->top_logprobs, MOEM_DECODE_MAX_TOP_LOGPROBS) : 0;
 	p.n_bias = moem_min(rq->n_bias, MOEM_DECODE_MAX_BIAS);

@@ -309,6 +309,15 @@ static int answer_text(struct moemd_sreq *r, const char *text, size_t len, bool 
 	return ret;
 }
 
+/* The token that ended the answer is an end-of-sequence or stop_token_ids id: it has no text. */
+static bool ends_answer(struct moemd_srv *s, const struct moemd_sreq *r, int32_t id)
+{
+	for (uint32_t i = 0; i < r->rq.n_stop_ids; i++)
+		if (r->rq.stop_ids[i] == id)
+			return true;
+	return moemd_model_is_eos(s->model, id);
+}
+
 static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 {
 	struct moemd_srv *s = arg;
@@ -341,7 +350,7 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 	if (r->rq.logprobs)
 		ret = keep_token(s, r, o);
 	/* The end-of-sequence token has no text in the answer. */
-	if (!ret && !(o->finish == MOEM_SCHED_STOP && moemd_model_is_eos(s->model, o->token)))
+	if (!ret && !(o->finish == MOEM_SCHED_STOP && ends_answer(s, r, o->token)))
 		ret = moemd_model_detok_push(s->model, r->detok, o->token, &txt, &len);
 	if (!ret && len) {
 		int m = moem_oai_stop_feed(&r->stop, txt, len, &out, &olen);
