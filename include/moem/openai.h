@@ -159,6 +159,11 @@ struct moem_oai_reply {
 	/* chat: the tool calls of a whole response (moem_oai_response()) */
 	const struct moem_oai_call *calls;
 	uint32_t n_calls;
+	/* chat with a reasoning parser: the whole response's reasoning_content
+	 * (NULL: none found, given as null) */
+	bool reasoning;
+	const char *reasoning_text;
+	size_t reasoning_len;
 };
 
 struct moem_oai_usage {
@@ -278,5 +283,48 @@ int moem_oai_tools_feed(struct moem_oai_tools *f, const char *text, size_t len, 
 			size_t *out_len);
 /* The end of the text: the content still held back (and a call cut short). */
 int moem_oai_tools_flush(struct moem_oai_tools *f, const char **out, size_t *out_len);
+
+/* ---- reasoning ---- */
+
+/*
+ * The reasoning filter (vLLM's --reasoning-parser): a thinking model's
+ * text split into the reasoning between <think> and </think> and the
+ * content after it, as it streams. qwen3: reasoning only when the text
+ * starts with <think> (Qwen3's enable_thinking false gives no block);
+ * deepseek_r1: reasoning from the start (its template opens the block
+ * in the prompt), a leading <think> dropped. The whitespace that starts
+ * the content is dropped. A block that never ends is all reasoning.
+ */
+enum moem_oai_reasoning {
+	MOEM_OAI_REASONING_NONE = 0,
+	MOEM_OAI_REASONING_QWEN3 = 1,
+	MOEM_OAI_REASONING_DEEPSEEK_R1 = 2,
+};
+
+struct moem_oai_think {
+	enum moem_oai_reasoning mode;
+	int state; /* think.c's */
+	char *buf; /* held back: a possible tag */
+	size_t len, cap;
+	char *reason, *content; /* what the last call lets out of each */
+	size_t reason_len, content_len, reason_cap, content_cap;
+};
+
+/* The parser of this name ("none", "qwen3", "deepseek_r1"), or -EINVAL. */
+int moem_oai_reasoning_parse(const char *name, enum moem_oai_reasoning *out);
+void moem_oai_think_init(struct moem_oai_think *f, enum moem_oai_reasoning mode);
+void moem_oai_think_free(struct moem_oai_think *f);
+/*
+ * Add text (flush: the end of it): f->reason/reason_len and
+ * f->content/content_len are what may be sent now, valid until the next
+ * call. 0 or -ENOMEM.
+ */
+int moem_oai_think_feed(struct moem_oai_think *f, const char *text, size_t len, bool flush);
+/*
+ * A chat chunk whose delta carries reasoning_content (first: with the
+ * role). NULL on ENOMEM.
+ */
+char *moem_oai_reasoning_chunk(const struct moem_oai_reply *r, bool first, const char *text,
+			       size_t len, size_t *out_len);
 
 #endif /* MOEM_OPENAI_H */

@@ -80,6 +80,34 @@ static void json_over(const char *text)
 	json_tokener_free(tok);
 }
 
+/* The reasoning filter in each mode, fed in pieces: nothing is lost or made up in length. */
+static void think_over(const char *text)
+{
+	size_t n = strlen(text);
+
+	for (int mode = MOEM_OAI_REASONING_NONE; mode <= MOEM_OAI_REASONING_DEEPSEEK_R1; mode++) {
+		struct moem_oai_think f;
+		size_t out = 0;
+
+		moem_oai_think_init(&f, (enum moem_oai_reasoning)mode);
+		for (size_t i = 0; i <= n; i += 7) {
+			bool last = i + 7 >= n;
+
+			if (moem_oai_think_feed(&f, text + i, last ? n - i : 7, last))
+				break;
+			out += f.reason_len + f.content_len;
+			if (mode == MOEM_OAI_REASONING_NONE && f.reason_len)
+				abort();
+			if (last)
+				break;
+		}
+		/* the tags and the whitespace after the block are all it drops */
+		if (out > n || (mode == MOEM_OAI_REASONING_NONE && out != n))
+			abort();
+		moem_oai_think_free(&f);
+	}
+}
+
 static void check(const struct moem_oai_request *rq)
 {
 	struct moem_oai_reply r = {.ep = rq->ep, .id = "x", .model = rq->model, .logprobs = true};
@@ -102,6 +130,7 @@ static void check(const struct moem_oai_request *rq)
 	for (uint32_t i = 0; i < rq->n_messages; i++) {
 		tools_over(&r, rq->messages[i].content);
 		json_over(rq->messages[i].content);
+		think_over(rq->messages[i].content);
 	}
 	s = moem_oai_response(&r, rq->model, strlen(rq->model), NULL, 0, 1, &u, &n);
 	free(s);

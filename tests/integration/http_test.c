@@ -101,25 +101,27 @@ static int write_tokenizer(const char *dir)
 }
 
 /*
- * The tool-call model's tokenizer: three tokens, two of them a whole
- * tool call each (added tokens, not special) and the third the unknown
+ * A three-token model's tokenizer (words): two added tokens that are not
+ * special (the tool-call model's: a whole tool call each) and the unknown
  * token (special: no text), which is also every character of a prompt.
- * Whatever the random model picks, its answer is tool calls, in the
- * order of its tokens; the chat template asks for <tool_call> and shows
- * the tools.
+ * Whatever the random model picks, its answer is those words in the order
+ * of its tokens; the chat template asks for <tool_call> and shows the
+ * tools.
  */
 #define CALL_F "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
 #define CALL_G "<tool_call>\n{\"name\": \"g\", \"arguments\": {\"a\": 1}}\n</tool_call>"
 
-static int write_tool_tokenizer(const char *dir)
+static const char *const tool_words[] = {CALL_F, CALL_G, "<unk>"};
+
+static int write_word_tokenizer(const char *dir, const char *const *added)
 {
 	static const char *const cfg =
 		"{\"chat_template\": \"{% if tools %}{{ tools | tojson }}: answer with "
 		"<tool_call>\\n{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\\n"
 		"{% endfor %}assistant:\"}\n";
-	const char *added[] = {CALL_F, CALL_G, "<unk>"};
 	struct json_object *root = json_object_new_object(), *model = json_object_new_object(),
-			   *vocab = json_object_new_object(), *toks = json_object_new_array();
+			   *vocab = json_object_new_object(), *toks = json_object_new_array(),
+			   *dec = json_object_new_object();
 	char path[600];
 	int ret;
 
@@ -145,7 +147,9 @@ static int write_tool_tokenizer(const char *dir)
 	json_object_object_add(root, "normalizer", NULL);
 	json_object_object_add(root, "pre_tokenizer", NULL);
 	json_object_object_add(root, "post_processor", NULL);
-	json_object_object_add(root, "decoder", NULL);
+	/* Fuse: the words joined as they are (no decoder would join them with spaces) */
+	json_object_object_add(dec, "type", json_object_new_string("Fuse"));
+	json_object_object_add(root, "decoder", dec);
 	json_object_object_add(root, "model", model);
 	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
 	ret = json_object_to_file_ext(path, root, JSON_C_TO_STRING_PLAIN) ? -EIO : 0;
@@ -157,7 +161,8 @@ static int write_tool_tokenizer(const char *dir)
 }
 
 /* The tiny pack: mkmodel, the tokenizer beside it, pack. tools: the tool-call model. */
-static int make_pack_as(const char *dir, const char *path, uint32_t hidden, bool tools)
+static int make_pack_as(const char *dir, const char *path, uint32_t hidden,
+			const char *const *words)
 {
 	struct moem_mkmodel_opts mo;
 	struct moem_pack_opts po = {0};
@@ -172,7 +177,7 @@ static int make_pack_as(const char *dir, const char *path, uint32_t hidden, bool
 	mo.cfg.hidden = hidden;
 	mo.cfg.moe_inter = 128;
 	mo.cfg.dense_inter = 128;
-	mo.cfg.vocab = tools ? 3 : 256;
+	mo.cfg.vocab = words ? 3 : 256;
 	mo.cfg.n_heads = 4;
 	mo.cfg.n_kv_heads = 2;
 	mo.cfg.head_dim = 32;
@@ -182,7 +187,7 @@ static int make_pack_as(const char *dir, const char *path, uint32_t hidden, bool
 	mo.out_dir = model;
 	ret = moem_mkmodel(&mo);
 	if (!ret)
-		ret = tools ? write_tool_tokenizer(model) : write_tokenizer(model);
+		ret = words ? write_word_tokenizer(model, words) : write_tokenizer(model);
 	if (!ret) {
 		po.model_dir = model;
 		po.out_path = path;
@@ -196,7 +201,7 @@ static int make_pack_as(const char *dir, const char *path, uint32_t hidden, bool
 
 static int make_pack(const char *dir, const char *path, uint32_t hidden)
 {
-	return make_pack_as(dir, path, hidden, false);
+	return make_pack_as(dir, path, hidden, NULL);
 }
 
 /* The port from moemd's log line "OpenAI API on http://127.0.0.1:PORT/v1". */
@@ -356,8 +361,8 @@ static bool settles(int port, int timeout_ms)
  * The tiny pack in dir and moemd serving it on a free port with args
  * (NULL-terminated); the port once /health answers 200, else -1.
  */
-static int serve_tiny_as(struct dmn *d, const char *dir, const char *const *args, bool tools,
-			 char *buf, size_t cap)
+static int serve_tiny_as(struct dmn *d, const char *dir, const char *const *args,
+			 const char *const *words, char *buf, size_t cap)
 {
 	const char *argv[32] = {"--pack", NULL, "--pool", "thp", "--listen", "127.0.0.1:0"};
 	char pack[512];
@@ -368,7 +373,7 @@ static int serve_tiny_as(struct dmn *d, const char *dir, const char *const *args
 	argv[1] = pack;
 	for (; *args && n + 1 < MOEM_ARRAY_SIZE(argv); args++)
 		argv[n++] = *args;
-	if (make_pack_as(dir, pack, 128, tools) || dmn_start_argv(d, dir, argv))
+	if (make_pack_as(dir, pack, 128, words) || dmn_start_argv(d, dir, argv))
 		return -1;
 	port = wait_port(d, 60000);
 	for (uint64_t end = dmn_ms() + 60000; port > 0 && dmn_ms() < end; dmn_sleep_ms(10))
@@ -380,7 +385,7 @@ static int serve_tiny_as(struct dmn *d, const char *dir, const char *const *args
 static int serve_tiny(struct dmn *d, const char *dir, const char *const *args, char *buf,
 		      size_t cap)
 {
-	return serve_tiny_as(d, dir, args, false, buf, cap);
+	return serve_tiny_as(d, dir, args, NULL, buf, cap);
 }
 
 FIXTURE(http)
@@ -947,7 +952,7 @@ TEST_F_TIMEOUT(many, departed_clients_found_among_hundreds, 300)
 
 /*
  * Tool calls (chat's tools): a model whose every token is a whole tool call or
- * no text (write_tool_tokenizer()), so that the random weights' answer is
+ * no text (write_word_tokenizer()), so that the random weights' answer is
  * calls in the order of its tokens. The whole answer, the stream and
  * parallel_tool_calls: false give those calls; tool_choice "none" leaves
  * the tools out of the prompt and the answer as text.
@@ -966,7 +971,8 @@ FIXTURE_SETUP(tools)
 
 	self->dir = dmn_tmpdir();
 	ASSERT_NE(NULL, self->dir);
-	self->port = serve_tiny_as(&self->d, self->dir, args, true, self->buf, sizeof(self->buf));
+	self->port =
+		serve_tiny_as(&self->d, self->dir, args, tool_words, self->buf, sizeof(self->buf));
 	ASSERT_GT(self->port, 0)
 	TH_LOG("moemd did not serve (%s; log %s)", moem_last_error(), self->d.log);
 }
@@ -1404,6 +1410,131 @@ TEST_F_TIMEOUT(http, tools_need_a_format_the_server_reads, 120)
 			    self->buf, sizeof(self->buf)))
 	TH_LOG("%s", self->buf);
 	EXPECT_TRUE(healthy(_metadata, self));
+}
+
+/*
+ * --reasoning-parser qwen3 on a three-token model whose words are a whole
+ * think block and "ok": an answer that starts with the block gives its
+ * text as reasoning_content and the rest as content; one that does not
+ * is all content (reasoning_content null). Streamed: the deltas add up to
+ * the whole answer's two texts.
+ */
+static const char *const think_words[] = {"<think>why</think>", "ok", "<unk>"};
+
+FIXTURE(think)
+{
+	char *dir;
+	struct dmn d;
+	int port;
+	char buf[65536];
+};
+
+FIXTURE_SETUP(think)
+{
+	const char *const args[] = {"--reasoning-parser", "qwen3", NULL};
+
+	self->dir = dmn_tmpdir();
+	ASSERT_NE(NULL, self->dir);
+	self->port =
+		serve_tiny_as(&self->d, self->dir, args, think_words, self->buf, sizeof(self->buf));
+	ASSERT_GT(self->port, 0)
+	TH_LOG("moemd did not serve (%s; log %s)", moem_last_error(), self->d.log);
+}
+
+FIXTURE_TEARDOWN(think)
+{
+	if (self->d.pid > 0 && !dmn_exited(&self->d)) {
+		kill(self->d.pid, SIGTERM);
+		if (dmn_wait_exit(&self->d, 20000))
+			kill(self->d.pid, SIGKILL);
+		EXPECT_EQ(0, dmn_exit_code(&self->d));
+	}
+	if (!_metadata->passed && self->d.pid > 0)
+		dmn_dump_log(&self->d);
+	dmn_rm_rf(self->dir);
+	free(self->dir);
+}
+
+TEST_F_TIMEOUT(think, reasoning_split_whole_and_streamed, 180)
+{
+	static char body[65536], req[512], text[512], want_r[512], want_c[512], got_r[512],
+		got_c[512];
+	bool with = false, without = false;
+
+	for (int seed = 1; seed <= 40 && !(with && without); seed++) {
+		struct json_object *o, *a, *m, *x;
+		const char *end;
+
+		snprintf(req, sizeof(req),
+			 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
+			 "\"max_tokens\":5,\"seed\":%d,\"logprobs\":true%s}",
+			 seed, "");
+		ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf,
+				    sizeof(self->buf)))
+		TH_LOG("%s", self->buf);
+		o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+		ASSERT_NE(NULL, o);
+		/* the text the tokens make (the unknown token has none) */
+		a = json_object_object_get(json_object_object_get(first_choice(o), "logprobs"),
+					   "content");
+		text[0] = 0;
+		for (size_t i = 0; i < json_object_array_length(a); i++) {
+			const char *t = json_object_get_string(
+				json_object_object_get(json_object_array_get_idx(a, i), "token"));
+
+			if (strcmp(t, "<unk>"))
+				strcat(text, t);
+		}
+		want_r[0] = 0;
+		snprintf(want_c, sizeof(want_c), "%s", text);
+		end = strstr(text, "</think>");
+		if (!strncmp(text, "<think>", 7) && end) {
+			snprintf(want_r, sizeof(want_r), "%.*s", (int)(end - text - 7), text + 7);
+			snprintf(want_c, sizeof(want_c), "%s", end + 8);
+		}
+		m = json_object_object_get(first_choice(o), "message");
+		ASSERT_TRUE(json_object_object_get_ex(m, "reasoning_content", &x));
+		if (want_r[0]) {
+			EXPECT_STREQ(want_r, json_object_get_string(x)) TH_LOG("%s", text);
+			with = true;
+		} else {
+			EXPECT_EQ(NULL, x) TH_LOG("%s", text);
+			without = true;
+		}
+		EXPECT_STREQ(want_c, json_object_get_string(json_object_object_get(m, "content")))
+		TH_LOG("%s", text);
+		json_object_put(o);
+
+		/* the same streamed */
+		snprintf(req, sizeof(req),
+			 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
+			 "\"max_tokens\":5,\"seed\":%d,\"stream\":true}",
+			 seed);
+		ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf,
+				    sizeof(self->buf)));
+		dechunk(self->buf, body, sizeof(body));
+		got_r[0] = got_c[0] = 0;
+		for (char *ev = strstr(body, "data: {"); ev; ev = strstr(ev + 1, "data: {")) {
+			char *e2 = strstr(ev, "\n\n");
+			struct json_object *d;
+
+			ASSERT_NE(NULL, e2);
+			*e2 = 0;
+			o = json_tokener_parse(ev + 6);
+			*e2 = '\n';
+			ASSERT_NE(NULL, o);
+			d = json_object_object_get(first_choice(o), "delta");
+			if (json_object_object_get_ex(d, "reasoning_content", &x) && x)
+				strcat(got_r, json_object_get_string(x));
+			if (json_object_object_get_ex(d, "content", &x) && x)
+				strcat(got_c, json_object_get_string(x));
+			json_object_put(o);
+		}
+		EXPECT_STREQ(want_r, got_r);
+		EXPECT_STREQ(want_c, got_c);
+	}
+	EXPECT_TRUE(with && without)
+	TH_LOG("seeds gave: with a block %d, without %d", with, without);
 }
 
 /*

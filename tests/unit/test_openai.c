@@ -937,4 +937,51 @@ TEST(vllm_length_extensions)
 		"stop_token_ids");
 }
 
+/* The reasoning filter over text cut at every size: the same split whatever the cuts. */
+static void think_case(struct __test_metadata *_metadata, enum moem_oai_reasoning mode,
+		       const char *text, const char *want_r, const char *want_c)
+{
+	for (size_t piece = 1; piece <= strlen(text) + 1; piece++) {
+		struct moem_oai_think f;
+		char r[512] = "", c[512] = "";
+
+		moem_oai_think_init(&f, mode);
+		for (size_t i = 0; i <= strlen(text); i += piece) {
+			size_t k = moem_min(piece, strlen(text) - i);
+			bool last = i + k >= strlen(text);
+
+			ASSERT_EQ(0, moem_oai_think_feed(&f, text + i, k, last));
+			strncat(r, f.reason ? f.reason : "", f.reason_len);
+			strncat(c, f.content ? f.content : "", f.content_len);
+			if (last)
+				break;
+		}
+		EXPECT_STREQ(want_r, r) TH_LOG("%s: pieces of %zu", text, piece);
+		EXPECT_STREQ(want_c, c) TH_LOG("%s: pieces of %zu", text, piece);
+		moem_oai_think_free(&f);
+	}
+}
+
+TEST(reasoning_split)
+{
+	const enum moem_oai_reasoning Q = MOEM_OAI_REASONING_QWEN3,
+				      D = MOEM_OAI_REASONING_DEEPSEEK_R1;
+	enum moem_oai_reasoning m;
+
+	think_case(_metadata, Q, "<think>\nwhy\n</think>\n\nIt is 4.", "\nwhy\n", "It is 4.");
+	think_case(_metadata, Q, "It is 4. <think>no</think>", "", "It is 4. <think>no</think>");
+	think_case(_metadata, Q, "  <think>a</think>b", "a", "b");
+	think_case(_metadata, Q, "<think>cut short", "cut short", "");
+	think_case(_metadata, Q, "<thin", "", "<thin");
+	think_case(_metadata, Q, "</think>x", "", "</think>x");
+	think_case(_metadata, D, "why\n</think>\n\nIt is 4.", "why\n", "It is 4.");
+	think_case(_metadata, D, "<think>why</think>x", "why", "x");
+	think_case(_metadata, D, "no end", "no end", "");
+	think_case(_metadata, MOEM_OAI_REASONING_NONE, "<think>a</think>b", "",
+		   "<think>a</think>b");
+	ASSERT_EQ(0, moem_oai_reasoning_parse("deepseek_r1", &m));
+	EXPECT_EQ(D, m);
+	EXPECT_EQ(-EINVAL, moem_oai_reasoning_parse("qwen", &m));
+}
+
 TEST_HARNESS_MAIN

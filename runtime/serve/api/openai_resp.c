@@ -328,6 +328,10 @@ char *moem_oai_response(const struct moem_oai_reply *r, const char *text, size_t
 		ADD(m, "role", json_object_new_string("assistant"));
 		/* an answer that is only tool calls has no content, as OpenAI's */
 		ADD(m, "content", len || !r->n_calls ? utf8_string(text, len) : NULL);
+		if (r->reasoning)
+			ADD(m, "reasoning_content",
+			    r->reasoning_text ? utf8_string(r->reasoning_text, r->reasoning_len)
+					      : NULL);
 		if (r->n_calls)
 			ADD(m, "tool_calls", calls_json(r, r->calls, 0, r->n_calls, false));
 		ADD(c, "message", m);
@@ -386,6 +390,28 @@ char *moem_oai_calls_chunk(const struct moem_oai_reply *r, bool first,
 	if (first)
 		ADD(d, "role", json_object_new_string("assistant"));
 	ADD(d, "tool_calls", calls_json(r, calls, index, n, true));
+	ADD(c, "delta", d);
+	ADD(c, "logprobs", NULL);
+	ADD(c, "finish_reason", NULL);
+	json_object_array_add(choices, c);
+	ADD(o, "choices", choices);
+	return dump(o, "data: ", "\n\n", out_len);
+}
+
+char *moem_oai_reasoning_chunk(const struct moem_oai_reply *r, bool first, const char *text,
+			       size_t len, size_t *out_len)
+{
+	struct json_object *o = head(r, "chat.completion.chunk"), *choices, *c, *d;
+
+	if (!o)
+		return NULL;
+	choices = json_object_new_array();
+	c = json_object_new_object();
+	d = json_object_new_object();
+	ADD(c, "index", json_object_new_int(0));
+	if (first)
+		ADD(d, "role", json_object_new_string("assistant"));
+	ADD(d, "reasoning_content", utf8_string(text, len));
 	ADD(c, "delta", d);
 	ADD(c, "logprobs", NULL);
 	ADD(c, "finish_reason", NULL);

@@ -178,6 +178,9 @@ static int queue_answer(struct moemd_srv *s, struct MHD_Connection *c, struct mo
 	}
 	r->reply.calls = r->tools.calls;
 	r->reply.n_calls = r->tools.n_calls;
+	r->reply.reasoning = r->use_think;
+	r->reply.reasoning_text = r->reasoning_seen ? r->reasoning : NULL;
+	r->reply.reasoning_len = r->reasoning_len;
 	body = moem_oai_response(
 		&r->reply, r->text ? r->text : "", r->text_len, t, r->rq.logprobs ? r->n_toks : 0,
 		r->tools.n_calls ? MOEM_OAI_FINISH_TOOL_CALLS : (int)r->finish, &u, &len);

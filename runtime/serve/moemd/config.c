@@ -39,6 +39,7 @@ static const struct {
 	{"api-key", false},
 	{"api-key-file", false},
 	{"model-name", false},
+	{"reasoning-parser", false},
 	{"max-queue", false},
 	{"max-batch", false},
 	{"step-tokens", false},
@@ -197,6 +198,8 @@ static void usage(FILE *f)
 		"  --listen ADDR:PORT   (default %s; 'none': off)\n"
 		"  --api-key KEY | --api-key-file FILE   require 'Authorization: Bearer KEY'\n"
 		"  --model-name NAME    the served model id (default: the pack's file name)\n"
+		"  --reasoning-parser none|qwen3|deepseek_r1  chat's <think> block into\n"
+		"                       reasoning_content (default none)\n"
 		"  --max-queue N --max-batch N --step-tokens N --prefill-chunk N\n"
 		"  --dense-prec bf16|q8|q4|q2  attention projections and lm_head, quantized when\n"
 		"                       loaded (default bf16 as packed)\n"
@@ -566,6 +569,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(n.http.api_key, o->http.api_key), "api-key");
 	RESTART_IF(str_differs(n.http.model_name, o->http.model_name), "model-name");
 	RESTART_IF(n.http.dense_prec != o->http.dense_prec, "dense-prec");
+	RESTART_IF(n.http.reasoning != o->http.reasoning, "reasoning-parser");
 	RESTART_IF(n.http.max_body != o->http.max_body || n.http.threads != o->http.threads ||
 			   n.http.max_conns != o->http.max_conns ||
 			   n.http.timeout_s != o->http.timeout_s,

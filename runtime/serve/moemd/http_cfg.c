@@ -133,6 +133,12 @@ int moemd_http_cfg_set(struct moemd_http_cfg *c, struct moem_sched_opts *so, con
 					 v);
 		return set_str(&c->model_name, v);
 	}
+	if (!strcmp(name, "reasoning-parser")) {
+		if (moem_oai_reasoning_parse(v, &c->reasoning))
+			return moem_errf(EINVAL,
+					 "reasoning-parser '%s': none, qwen3 or deepseek_r1", v);
+		return 0;
+	}
 	if (!strcmp(name, "max-body")) {
 		ret = moem_parse_size(v, NULL, &bytes);
 		if (!ret && (bytes < 1024 || bytes > 1024 * MOEM_MiB))

@@ -44,6 +44,8 @@ void moemd_sreq_put(struct moemd_sreq *r)
 		moemd_model_detok_free(r->srv->model, r->detok);
 	moem_oai_stop_free(&r->stop);
 	moem_oai_tools_free(&r->tools);
+	moem_oai_think_free(&r->think);
+	free(r->reasoning);
 	moem_oai_request_free(&r->rq);
 	for (uint32_t i = 0; i < r->n_toks; i++)
 		tok_free(&r->toks[i]);
@@ -279,19 +281,12 @@ void moemd_serve_prompt_logits(void *arg, uint64_t seq, uint32_t pos, const floa
 	pthread_mutex_unlock(&r->lock);
 }
 
-/*
- * Under r->lock: text the stop filter let out, through the tool-call
- * filter when it is on (flush: the end of the text), into the answer and
- * the stream; calls found go out in their own chunks.
- */
-static int answer_text(struct moemd_sreq *r, const char *text, size_t len, bool flush)
+/* Under r->lock: content text (a tool-call filter's output) into the answer and the stream. */
+static int content_out(struct moemd_sreq *r, const char *text, size_t len)
 {
 	int ret = 0;
 
-	if (r->use_tools)
-		ret = flush ? moem_oai_tools_flush(&r->tools, &text, &len)
-			    : moem_oai_tools_feed(&r->tools, text, len, &text, &len);
-	if (!ret && len)
+	if (len)
 		ret = append(&r->text, &r->text_len, &r->text_cap, text, len);
 	if (ret || !r->rq.stream)
 		return ret;
@@ -306,6 +301,59 @@ static int answer_text(struct moemd_sreq *r, const char *text, size_t len, bool 
 		r->calls_sent = r->tools.n_calls;
 		ret = push_event(r, ev, elen);
 	}
+	return ret;
+}
+
+/* Under r->lock: content through the tool-call filter when it is on (flush: its end too). */
+static int content_text(struct moemd_sreq *r, const char *text, size_t len, bool flush)
+{
+	const char *out;
+	size_t olen;
+	int ret;
+
+	if (!r->use_tools)
+		return content_out(r, text, len);
+	ret = moem_oai_tools_feed(&r->tools, text, len, &out, &olen);
+	if (!ret)
+		ret = content_out(r, out, olen);
+	if (!ret && flush) {
+		ret = moem_oai_tools_flush(&r->tools, &out, &olen);
+		if (!ret)
+			ret = content_out(r, out, olen);
+	}
+	return ret;
+}
+
+/*
+ * Under r->lock: text the stop filter let out (flush: the end of it),
+ * split into reasoning and content when a reasoning parser is on; the
+ * reasoning goes into reasoning_content (its own stream chunks), the
+ * content through the tool-call filter into the answer and the stream.
+ */
+static int answer_text(struct moemd_sreq *r, const char *text, size_t len, bool flush)
+{
+	int ret;
+
+	if (!r->use_think)
+		return content_text(r, text, len, flush);
+	ret = moem_oai_think_feed(&r->think, text, len, flush);
+	if (!ret && r->think.reason_len) {
+		r->reasoning_seen = true;
+		ret = append(&r->reasoning, &r->reasoning_len, &r->reasoning_cap, r->think.reason,
+			     r->think.reason_len);
+		if (!ret && r->rq.stream) {
+			size_t elen;
+			char *ev =
+				moem_oai_reasoning_chunk(&r->reply, !r->first_sent, r->think.reason,
+							 r->think.reason_len, &elen);
+
+			r->first_sent = true;
+			ret = push_event(r, ev, elen);
+		}
+	}
+	if (!ret)
+		ret = content_text(r, r->think.content_len ? r->think.content : "",
+				   r->think.content_len, flush);
 	return ret;
 }
 
@@ -447,9 +495,8 @@ static void sink_done(void *arg, void *req, enum moem_sched_finish why, int err)
 				answer_text(r, o, ol, false);
 			}
 			moem_oai_stop_flush(&r->stop, &rest, &len);
-			if (r->use_tools) {
-				answer_text(r, rest, len, false);
-				answer_text(r, "", 0, true);
+			if (r->use_tools || r->use_think) {
+				answer_text(r, rest, len, true);
 				rest = "";
 				len = 0;
 			} else if (len) {
@@ -528,6 +575,8 @@ int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oa
 	moem_oai_stop_init(&r->stop, r->rq.stop, r->rq.n_stop);
 	moem_oai_tools_init(&r->tools, r->rq.parallel_tool_calls);
 	r->use_tools = moemd_model_tool_calls(s->model, &r->rq);
+	r->use_think = r->rq.ep == MOEM_OAI_CHAT && s->cfg.reasoning != MOEM_OAI_REASONING_NONE;
+	moem_oai_think_init(&r->think, r->use_think ? s->cfg.reasoning : MOEM_OAI_REASONING_NONE);
 	if (r->rq.echo) {
 		/* the prompt as given; token ids as their text */
 		r->echo = r->rq.prompt ? strdup(r->rq.prompt)

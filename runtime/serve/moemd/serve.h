@@ -42,6 +42,7 @@ struct moemd_http_cfg {
 	uint64_t stream_buffer; /* bytes a stream may hold unread before it is cancelled */
 	/* the decoder's attention projections and untied lm_head (decode.h) */
 	enum moem_prec dense_prec;
+	enum moem_oai_reasoning reasoning; /* --reasoning-parser: chat's reasoning_content */
 };
 
 #define MOEMD_HTTP_DEFAULT_LISTEN "127.0.0.1:8000"
@@ -82,6 +83,12 @@ struct moemd_sreq {
 	bool use_tools;
 	struct moem_oai_tools tools;
 	uint32_t calls_sent; /* stream: calls already sent */
+	/* chat with a reasoning parser: the filter before the tool calls, the reasoning */
+	bool use_think;
+	bool reasoning_seen;
+	struct moem_oai_think think;
+	char *reasoning;
+	size_t reasoning_len, reasoning_cap;
 	/* echo: the prompt's text, sent before the first generated text */
 	char *echo;
 	size_t echo_len;
