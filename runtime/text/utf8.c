@@ -127,6 +127,8 @@ int moem_tok_utf8_lossy(struct tok_buf *out, const unsigned char *s, size_t len)
 	size_t i = 0, run = 0;
 	int ret;
 
+	if (!len)
+		return 0; /* s may be NULL (an empty token's text) */
 	while (i < len) {
 		size_t n = s[i] < 0x80 ? 1 : valid_seq(s + i, len - i);
 
