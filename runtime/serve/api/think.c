@@ -165,7 +165,8 @@ int moem_oai_think_feed(struct moem_oai_think *f, const char *text, size_t len, 
 {
 	f->reason_len = 0;
 	f->content_len = 0;
-	if (len) {
+	/* buf is allocated from the first call on, so that no NULL is offset */
+	if (len || !f->buf) {
 		if (f->len + len + 1 > f->cap) {
 			size_t c = (f->len + len + 1) * 2;
 			char *b = realloc(f->buf, c);
@@ -175,7 +176,8 @@ int moem_oai_think_feed(struct moem_oai_think *f, const char *text, size_t len, 
 			f->buf = b;
 			f->cap = c;
 		}
-		memcpy(f->buf + f->len, text, len);
+		if (len)
+			memcpy(f->buf + f->len, text, len);
 		f->len += len;
 	}
 	return run(f, flush);
