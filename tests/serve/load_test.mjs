@@ -3,9 +3,10 @@
 // streaming clients (official 'openai' client) send MOEM_REQUESTS
 // requests in all, drawn from a set of prompts of different lengths;
 // about one in five is abandoned mid-stream (the connection is closed);
-// meanwhile the HBM budget is changed through moemctl. Greedy answers do
-// not depend on load or budgets (lossless policies), so each prompt's
-// answer is first taken alone, and every request that was not abandoned
+// meanwhile the HBM budget is changed through moemctl. Answers (greedy,
+// or seeded sampling; some in JSON mode or with a logit bias) do not
+// depend on load or budgets (lossless policies), so each prompt's answer
+// is first taken alone, and every request that was not abandoned
 // must complete (429s are retried) with exactly that text, finish reason
 // and usage. Then /metrics must come back to no running sequence, no
 // queue, no live request and no KV in use, and moemd's resident memory
@@ -43,21 +44,27 @@ async function metrics() {
 
 // The prompts: different lengths (the longest spans several prefill chunks).
 const words = ['alpha', 'river', 'stone', 'light', 'seven', 'north', 'quiet', 'paper'];
+// Some ask for more than greedy text, which batching must not change either:
+// a JSON object (constrained decoding), a logit bias, seeded sampling.
+const EXTRA = [{}, { response_format: { type: 'json_object' } }, { logit_bias: { 11: 5, 13: -100 } },
+	{ temperature: 0.8, top_p: 0.9 }];
 const PROMPTS = Array.from({ length: 12 }, (_, k) => ({
 	prompt: `request ${k}: ` + Array.from({ length: 2 + k * k * 3 }, (_, j) => words[(j * 5 + k) % 8]).join(' '),
 	max_tokens: 6 + ((k * 7) % 26),
+	seed: 1000 + k,
+	...EXTRA[k % EXTRA.length],
 }));
 const want = [];
 
 async function one(i) {
 	const k = Math.floor(rnd() * PROMPTS.length);
-	const { prompt, max_tokens } = PROMPTS[k];
+	const { prompt, max_tokens, ...extra } = PROMPTS[k];
 	const abandonAt = rnd() < 0.2 ? 1 + Math.floor(rnd() * 5) : -1;
 	for (;;) {
 		let stream;
 		try {
-			stream = await client.completions.create({ model, prompt, max_tokens, temperature: 0, stream: true,
-				stream_options: { include_usage: true } });
+			stream = await client.completions.create({ model, prompt, max_tokens, temperature: 0, ...extra,
+				stream: true, stream_options: { include_usage: true } });
 		} catch (e) {
 			if (e.status === 429) {
 				stats.refused++;
@@ -129,7 +136,7 @@ async function changer() {
 
 // Each prompt's answer alone, before any load.
 for (const p of PROMPTS) {
-	const r = await client.completions.create({ model, ...p, temperature: 0 });
+	const r = await client.completions.create({ model, temperature: 0, ...p });
 	want.push({ text: r.choices[0].text, finish: r.choices[0].finish_reason, usage: r.usage });
 }
 await wave(N, 0); // warm-up: every client once
