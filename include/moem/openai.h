@@ -70,11 +70,13 @@ struct moem_oai_request {
 	uint32_t n_tools;
 	enum moem_oai_tool_choice tool_choice;
 	bool parallel_tool_calls; /* default true; false: calls after the first are dropped */
-	uint32_t max_tokens;	  /* max_tokens or max_completion_tokens; 0: not given */
-	double temperature;	  /* 0..2, default 1 (0: greedy) */
-	double top_p;		  /* (0, 1], default 1 */
-	int32_t top_k;		  /* 0: off (-1 is taken as off) */
-	double min_p;		  /* [0, 1], default 0 */
+	bool add_generation_prompt; /* default true (vLLM's extension): the template opens the answer */
+	bool no_special;     /* not a field: /tokenize's add_special_tokens false (no BOS added) */
+	uint32_t max_tokens; /* max_tokens or max_completion_tokens; 0: not given */
+	double temperature;  /* 0..2, default 1 (0: greedy) */
+	double top_p;	     /* (0, 1], default 1 */
+	int32_t top_k;	     /* 0: off (-1 is taken as off) */
+	double min_p;	     /* [0, 1], default 0 */
 	double presence_penalty, frequency_penalty; /* [-2, 2], default 0 */
 	double repetition_penalty;		    /* (0, 2], default 1 (vLLM's extension) */
 	bool has_seed;
@@ -209,6 +211,12 @@ char *moem_oai_usage_chunk(const struct moem_oai_reply *r, const struct moem_oai
 char *moem_oai_error_chunk(const struct moem_oai_error *e, size_t *out_len);
 /* The end of a stream. */
 #define MOEM_OAI_DONE "data: [DONE]\n\n"
+
+/* POST /tokenize's answer (vLLM's): {"count","max_model_len","tokens","token_strs":null}. */
+char *moem_oai_tokenize_body(const int32_t *ids, uint32_t n, uint32_t max_model_len,
+			     size_t *out_len);
+/* POST /detokenize's answer: {"prompt": text} (invalid UTF-8 as U+FFFD). */
+char *moem_oai_detokenize_body(const char *text, size_t len, size_t *out_len);
 
 /* GET /v1/models: the one model this server serves. */
 char *moem_oai_models(const char *model, int64_t created, size_t *out_len);

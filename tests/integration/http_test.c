@@ -58,7 +58,7 @@ static int write_tokenizer(const char *dir)
 {
 	static const char *const cfg =
 		"{\"chat_template\": \"{% for m in messages %}{{ m.role }}: {{ m.content }}\\n"
-		"{% endfor %}assistant:\"}\n";
+		"{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}\"}\n";
 	struct json_object *root = json_object_new_object(), *model = json_object_new_object(),
 			   *vocab = json_object_new_object(), *pre = json_object_new_object(),
 			   *dec = json_object_new_object();
@@ -1390,6 +1390,71 @@ TEST_F_TIMEOUT(http, echo_gives_the_prompt_and_its_logprobs, 120)
 		  strncmp(json_object_get_string(json_object_object_get(first_choice(o), "text")),
 			  "hello", 5));
 	json_object_put(o);
+}
+
+/*
+ * /tokenize and /detokenize (vLLM's): a prompt's ids (this tokenizer's
+ * are its bytes), a conversation's as many as a chat answer's
+ * prompt_tokens, the text of ids; bad ids, fields and models refused by
+ * name.
+ */
+TEST_F_TIMEOUT(http, tokenize_and_detokenize, 120)
+{
+	struct json_object *o;
+	int prompt_tokens;
+
+	ASSERT_EQ(200, post(self->port, "/tokenize", "{\"prompt\":\"hello\"}", self->buf,
+			    sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	EXPECT_NE(NULL, strstr(self->buf, "\"count\":5,")) TH_LOG("%s", self->buf);
+	EXPECT_NE(NULL, strstr(self->buf, "\"tokens\":[104,101,108,108,111]"));
+	EXPECT_NE(NULL, strstr(self->buf, "\"max_model_len\":32768"));
+
+	ASSERT_EQ(200,
+		  post(self->port, "/v1/chat/completions",
+		       "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+		       "\"max_tokens\":1}",
+		       self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	prompt_tokens = json_object_get_int(
+		json_object_object_get(json_object_object_get(o, "usage"), "prompt_tokens"));
+	json_object_put(o);
+	ASSERT_EQ(200,
+		  post(self->port, "/tokenize",
+		       "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+		       self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	EXPECT_EQ(prompt_tokens, json_object_get_int(json_object_object_get(o, "count")));
+	json_object_put(o);
+	/* without the generation prompt ("assistant:"): 10 bytes fewer */
+	ASSERT_EQ(200, post(self->port, "/tokenize",
+			    "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+			    "\"add_generation_prompt\":false}",
+			    self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	EXPECT_EQ(prompt_tokens - 10, json_object_get_int(json_object_object_get(o, "count")));
+	json_object_put(o);
+
+	ASSERT_EQ(200, post(self->port, "/detokenize", "{\"tokens\":[104,105]}", self->buf,
+			    sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "{\"prompt\":\"hi\"}")) TH_LOG("%s", self->buf);
+
+	ASSERT_EQ(400, post(self->port, "/detokenize", "{\"tokens\":[104,300]}", self->buf,
+			    sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"tokens[1]\"")) TH_LOG("%s", self->buf);
+	ASSERT_EQ(400, post(self->port, "/detokenize", "{\"tokens\":[1],\"x\":1}", self->buf,
+			    sizeof(self->buf)));
+	ASSERT_EQ(400,
+		  post(self->port, "/tokenize", "{\"prompt\":7}", self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"prompt\"")) TH_LOG("%s", self->buf);
+	ASSERT_EQ(400, post(self->port, "/tokenize", "[1]", self->buf, sizeof(self->buf)));
+	ASSERT_EQ(404, post(self->port, "/tokenize", "{\"model\":\"other\",\"prompt\":\"x\"}",
+			    self->buf, sizeof(self->buf)));
+	ASSERT_EQ(405, get(self->port, "/tokenize", self->buf, sizeof(self->buf)));
+	EXPECT_TRUE(healthy(_metadata, self));
 }
 
 /*

@@ -825,6 +825,7 @@ enum field {
 	F_IGNORE_EOS,
 	F_MIN_TOKENS,
 	F_STOP_TOKEN_IDS,
+	F_ADD_GEN_PROMPT,
 	F_TOOLS,
 	F_TOOL_CHOICE,
 	F_PARALLEL_TOOL_CALLS,
@@ -865,6 +866,7 @@ static const struct {
 	{"ignore_eos", F_IGNORE_EOS, EP_C | EP_H},
 	{"min_tokens", F_MIN_TOKENS, EP_C | EP_H},
 	{"stop_token_ids", F_STOP_TOKEN_IDS, EP_C | EP_H},
+	{"add_generation_prompt", F_ADD_GEN_PROMPT, EP_H},
 	{"tools", F_TOOLS, EP_H},
 	{"tool_choice", F_TOOL_CHOICE, EP_H},
 	{"parallel_tool_calls", F_PARALLEL_TOOL_CALLS, EP_H},
@@ -983,6 +985,8 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 		return ret;
 	case F_STOP_TOKEN_IDS:
 		return get_stop_ids(v, rq, e);
+	case F_ADD_GEN_PROMPT:
+		return get_bool(v, name, &rq->add_generation_prompt, e);
 	case F_TOOLS:
 		return get_tools(v, rq, e);
 	case F_TOOL_CHOICE:
@@ -1027,6 +1031,7 @@ int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
 	rq->top_p = 1.0;
 	rq->repetition_penalty = 1.0;
 	rq->parallel_tool_calls = true;
+	rq->add_generation_prompt = true;
 	if (len > INT32_MAX)
 		return moem_oai_errorf(e, 413, "invalid_request_error", NULL,
 				       "the body is too big");

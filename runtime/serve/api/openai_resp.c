@@ -433,6 +433,33 @@ char *moem_oai_usage_chunk(const struct moem_oai_reply *r, const struct moem_oai
 	return dump(o, "data: ", "\n\n", out_len);
 }
 
+char *moem_oai_tokenize_body(const int32_t *ids, uint32_t n, uint32_t max_model_len,
+			     size_t *out_len)
+{
+	struct json_object *o = json_object_new_object(), *a = json_object_new_array_ext((int)n);
+
+	for (uint32_t i = 0; a && i < n; i++)
+		json_object_array_add(a, json_object_new_int(ids[i]));
+	if (o) {
+		ADD(o, "count", json_object_new_int64(n));
+		ADD(o, "max_model_len", json_object_new_int64(max_model_len));
+		ADD(o, "tokens", a);
+		ADD(o, "token_strs", NULL);
+	} else {
+		json_object_put(a);
+	}
+	return dump(o, "", "", out_len);
+}
+
+char *moem_oai_detokenize_body(const char *text, size_t len, size_t *out_len)
+{
+	struct json_object *o = json_object_new_object();
+
+	if (o)
+		ADD(o, "prompt", utf8_string(text, len));
+	return dump(o, "", "", out_len);
+}
+
 char *moem_oai_models(const char *model, int64_t created, size_t *out_len)
 {
 	struct json_object *o = json_object_new_object(), *a, *m;

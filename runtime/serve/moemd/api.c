@@ -89,6 +89,166 @@ int moemd_api_models(struct moemd_srv *s, struct MHD_Connection *c)
 	return queue_body(c, 200, "application/json", b, len);
 }
 
+/* /detokenize: {"model"?, "tokens": [ids]} into the text. */
+static char *detokenize(struct moemd_srv *s, struct json_object *root, size_t *olen,
+			struct moem_oai_error *e)
+{
+	struct json_object *t = NULL;
+	uint32_t vocab = moemd_model_vocab(s->model);
+	int32_t *ids;
+	size_t n, tl;
+	char *text, *out;
+
+	json_object_object_foreach(root, key, val)
+	{
+		if (!strcmp(key, "tokens")) {
+			t = val;
+		} else if (strcmp(key, "model")) {
+			moem_oai_errorf(e, 400, "invalid_request_error", key,
+					"Unrecognized request argument supplied: %.64s", key);
+			return NULL;
+		}
+	}
+	if (!json_object_is_type(t, json_type_array)) {
+		moem_oai_errorf(e, 400, "invalid_request_error", "tokens",
+				"'tokens' must be an array of token ids");
+		return NULL;
+	}
+	n = json_object_array_length(t);
+	if (n > (1u << 24)) {
+		moem_oai_errorf(e, 400, "invalid_request_error", "tokens", "'tokens': too many");
+		return NULL;
+	}
+	ids = malloc((n ? n : 1) * sizeof(*ids));
+	if (!ids)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *x = json_object_array_get_idx(t, i);
+		int64_t id = json_object_get_int64(x);
+		char p[40];
+
+		snprintf(p, sizeof(p), "tokens[%zu]", i);
+		if (!json_object_is_type(x, json_type_int) || id < 0 || id >= vocab) {
+			moem_oai_errorf(e, 400, "invalid_request_error", p,
+					"'%s' must be a token id of the vocabulary (0..%u)", p,
+					vocab - 1);
+			free(ids);
+			return NULL;
+		}
+		ids[i] = (int32_t)id;
+	}
+	text = moemd_model_decode(s->model, ids, (uint32_t)n, &tl);
+	free(ids);
+	if (!text)
+		return NULL;
+	out = moem_oai_detokenize_body(text, tl, olen);
+	free(text);
+	return out;
+}
+
+/*
+ * /tokenize: a completions prompt or chat messages (with the chat
+ * fields) as the generation endpoints would take them, through the same
+ * parser and prompt, so the ids are the ones generation would see;
+ * add_special_tokens false leaves out the BOS a plain prompt gets.
+ */
+static char *tokenize(struct moemd_srv *s, struct json_object *root, size_t *olen,
+		      struct moem_oai_error *e)
+{
+	struct moem_oai_request rq;
+	struct json_object *v;
+	bool add_special = true;
+	int32_t *ids = NULL;
+	uint32_t n = 0;
+	const char *str;
+	char *out = NULL;
+	int ret;
+
+	if (json_object_object_get_ex(root, "add_special_tokens", &v)) {
+		if (!json_object_is_type(v, json_type_boolean)) {
+			moem_oai_errorf(e, 400, "invalid_request_error", "add_special_tokens",
+					"'add_special_tokens' must be true or false");
+			return NULL;
+		}
+		add_special = json_object_get_boolean(v);
+		json_object_object_del(root, "add_special_tokens");
+	}
+	if (!json_object_object_get_ex(root, "model", NULL))
+		json_object_object_add(root, "model", json_object_new_string(s->cfg.model_name));
+	str = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN);
+	if (!str)
+		return NULL;
+	ret = moem_oai_parse(json_object_object_get_ex(root, "messages", NULL)
+				     ? MOEM_OAI_CHAT
+				     : MOEM_OAI_COMPLETIONS,
+			     str, strlen(str), &rq, e);
+	if (ret)
+		return NULL;
+	if (strcmp(rq.model, s->cfg.model_name)) {
+		moem_oai_errorf(e, 404, "invalid_request_error", "model",
+				"The model '%.128s' does not exist: this server serves '%.128s'",
+				rq.model, s->cfg.model_name);
+		snprintf(e->code, sizeof(e->code), "model_not_found");
+		moem_oai_request_free(&rq);
+		return NULL;
+	}
+	rq.no_special = !add_special;
+	ret = moemd_model_prompt(s->model, &rq, &ids, &n, e);
+	if (!ret)
+		out = moem_oai_tokenize_body(ids, n, moemd_model_context(s->model), olen);
+	free(ids);
+	moem_oai_request_free(&rq);
+	return out;
+}
+
+int moemd_api_tokens(struct moemd_srv *s, struct MHD_Connection *c, enum moemd_ep ep,
+		     const char *body, size_t len)
+{
+	struct moem_oai_error e = {0};
+	struct json_tokener *tok;
+	struct json_object *root = NULL;
+	char *out = NULL;
+	size_t olen = 0;
+
+	if (!s->sched || !s->ready) {
+		moem_oai_errorf(&e, 503, "server_error", NULL, "the model is not being served: %s",
+				s->model_err[0] ? s->model_err : "it is still starting");
+		goto fail;
+	}
+	if (len > INT32_MAX) {
+		moem_oai_errorf(&e, 413, "invalid_request_error", NULL, "the body is too big");
+		goto fail;
+	}
+	tok = json_tokener_new();
+	if (!tok)
+		goto nomem;
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+	root = json_tokener_parse_ex(tok, body, (int)len);
+	if (!root || json_tokener_get_error(tok) != json_tokener_success ||
+	    json_tokener_get_parse_end(tok) != len ||
+	    !json_object_is_type(root, json_type_object)) {
+		json_tokener_free(tok);
+		moem_oai_errorf(&e, 400, "invalid_request_error", NULL,
+				"the body must be one JSON object");
+		goto fail;
+	}
+	json_tokener_free(tok);
+	out = ep == EP_DETOKENIZE ? detokenize(s, root, &olen, &e) : tokenize(s, root, &olen, &e);
+	if (out) {
+		json_object_put(root);
+		moemd_http_count(s, ep, 200);
+		return queue_body(c, 200, "application/json", out, olen);
+	}
+	if (e.status)
+		goto fail;
+nomem:
+	moem_oai_errorf(&e, 500, "server_error", NULL, "out of memory");
+fail:
+	json_object_put(root);
+	moemd_http_count(s, ep, (unsigned int)e.status);
+	return moemd_api_error(c, &e);
+}
+
 /* ---- streams ---- */
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)

@@ -134,6 +134,8 @@ static enum moemd_ep route(const char *url, const char *method, enum moem_oai_en
 		{"/v1/models", "GET", EP_MODELS},
 		{"/health", "GET", EP_HEALTH},
 		{"/metrics", "GET", EP_METRICS},
+		{"/tokenize", "POST", EP_TOKENIZE},
+		{"/detokenize", "POST", EP_DETOKENIZE},
 	};
 
 	*method_ok = true;
@@ -229,6 +231,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (h->too_big)
 		return (enum MHD_Result)fail(s, c, h->ep, 413, "invalid_request_error", NULL, NULL,
 					     "the request body is too large");
+	if (h->ep == EP_TOKENIZE || h->ep == EP_DETOKENIZE)
+		return (enum MHD_Result)moemd_api_tokens(s, c, h->ep, h->body ? h->body : "",
+							 h->len);
 	ret = moemd_api_generate(s, c, h->oep, h->body ? h->body : "", h->len, &h->sreq);
 	if (h->sreq) {
 		/* counted until on_completed(): shutdown waits for its answer */

@@ -122,7 +122,7 @@ static void serving(struct out *o, struct moemd_srv *s)
 {
 	static const char *const ep_name[EP_NR] = {
 		"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-		"other",
+		"/tokenize",	   "/detokenize",	   "other",
 	};
 	static const char *const code[MOEMD_STATUS_NR] = {
 		"200", "400", "401", "404", "405", "413", "429", "500", "503", "other",

@@ -242,7 +242,7 @@ static int render_chat(struct moemd_model *m, const struct moem_oai_request *rq,
 	ca.messages_len = strlen(ca.messages_json);
 	ca.bos_token = moem_tok_special_str(m->tok, "bos_token");
 	ca.eos_token = moem_tok_special_str(m->tok, "eos_token");
-	ca.add_generation_prompt = true;
+	ca.add_generation_prompt = rq->add_generation_prompt;
 	ret = moem_chat_render(m->chat, &ca, text, &len);
 	json_object_put(a);
 	free(extra);
@@ -327,7 +327,7 @@ int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq,
 					       moem_strerror(ret));
 		}
 		/* transformers' add_bos_token: a plain prompt starts with BOS. */
-		bos = m->info.add_bos && m->info.bos_id >= 0 &&
+		bos = !rq->no_special && m->info.add_bos && m->info.bos_id >= 0 &&
 		      !(t.n && t.ids[0] == (uint32_t)m->info.bos_id);
 		*ids = malloc((t.n + 1) * sizeof(**ids));
 		if (!*ids) {
@@ -382,6 +382,16 @@ int moemd_model_detok_flush(struct moemd_model *m, void *dt, const char **text, 
 {
 	(void)m;
 	return moem_tok_stream_flush(dt, text, len);
+}
+
+uint32_t moemd_model_vocab(const struct moemd_model *m)
+{
+	return m->info.vocab_size;
+}
+
+uint32_t moemd_model_context(const struct moemd_model *m)
+{
+	return m->max_context;
 }
 
 char *moemd_model_decode(struct moemd_model *m, const int32_t *ids, uint32_t n, size_t *len)

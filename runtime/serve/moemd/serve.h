@@ -127,7 +127,17 @@ struct moemd_hist {
 };
 
 /* Requests answered, by endpoint and status. */
-enum moemd_ep { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_NR };
+enum moemd_ep {
+	EP_COMPLETIONS,
+	EP_CHAT,
+	EP_MODELS,
+	EP_HEALTH,
+	EP_METRICS,
+	EP_TOKENIZE,
+	EP_DETOKENIZE,
+	EP_OTHER,
+	EP_NR
+};
 #define MOEMD_STATUS_NR 10 /* 200 400 401 404 405 413 429 500 503 other */
 
 struct moemd_srv {
@@ -172,6 +182,9 @@ struct moemd_hreq; /* http.c's per-request state */
 int moemd_api_health(struct moemd_srv *s, struct MHD_Connection *c);
 int moemd_api_metrics(struct moemd_srv *s, struct MHD_Connection *c);
 int moemd_api_models(struct moemd_srv *s, struct MHD_Connection *c);
+/* POST /tokenize and /detokenize (vLLM's): the body read, answered at once. */
+int moemd_api_tokens(struct moemd_srv *s, struct MHD_Connection *c, enum moemd_ep ep,
+		     const char *body, size_t len);
 /* The body is complete: parse, check, submit; queue an error or suspend. */
 int moemd_api_generate(struct moemd_srv *s, struct MHD_Connection *c, enum moem_oai_endpoint ep,
 		       const char *body, size_t len, struct moemd_sreq **out);
@@ -229,6 +242,9 @@ int moemd_model_prompt(struct moemd_model *m, const struct moem_oai_request *rq,
 int moemd_model_json_ready(struct moemd_model *m);
 /* Whether rq's answer is read for tool calls (tools given, the template asks for them). */
 bool moemd_model_tool_calls(const struct moemd_model *m, const struct moem_oai_request *rq);
+/* The tokenizer's vocabulary size; the context the decoder was opened for. */
+uint32_t moemd_model_vocab(const struct moemd_model *m);
+uint32_t moemd_model_context(const struct moemd_model *m);
 /* The text of ids (special tokens left out), malloc()ed; NULL: no memory. */
 char *moemd_model_decode(struct moemd_model *m, const int32_t *ids, uint32_t n, size_t *len);
 /*
