@@ -6,11 +6,13 @@
  * modelled step time. --sweep runs a grid of budgets and draws a plot.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -221,15 +223,59 @@ static struct json_object *row_json(const struct row *w, bool hyb)
 }
 
 /* The sweep plot: hit rate and stall per step against the budget, one line per policy. */
-static int plot(const char *png, const struct row *rows, uint32_t n, const char *const *pols,
-		uint32_t np, const char *title)
+/*
+ * Text pasted into gnuplot's script (a title: the trace's name and
+ * description, policy specs): gnuplot would read quotes, backquotes
+ * (command substitution) and newlines in it as script, so they become '_'.
+ */
+static const char *gp_text(const char *in, char *out, size_t cap)
 {
-	char dat[] = "/tmp/moem-sim-XXXXXX";
-	int fd = mkstemp(dat), ret = 0;
+	size_t k = 0;
+
+	for (; *in && k + 1 < cap; in++, k++)
+		out[k] = strchr("'\"`\\$@", *in) || (unsigned char)*in < 0x20 ? '_' : *in;
+	out[k] = 0;
+	return out;
+}
+
+static int plot(const char *png, const struct row *rows, uint32_t n, const char *const *pols,
+		uint32_t np, const char *raw_title)
+{
+	char dat[] = "/tmp/moem-sim-XXXXXX", title[160], pol[96], *tmp = NULL;
+	int fd, ret = 0;
+	struct stat st;
 	FILE *f, *g;
 
+	/* The picture goes to a new file beside png, renamed over it once whole:
+	 * a path gnuplot cannot write fails here, not into our stdout. */
+	if (strpbrk(png, "'`\n\r")) {
+		fprintf(stderr,
+			"moem sim: --plot %s: a path with quotes, backquotes or newlines "
+			"is not taken\n",
+			png);
+		return 1;
+	}
+	if (!stat(png, &st) && !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "moem sim: --plot %s: not a regular file\n", png);
+		return 1;
+	}
+	if (asprintf(&tmp, "%s.tmpXXXXXX", png) < 0)
+		return 1;
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		fprintf(stderr, "moem sim: --plot %s: %s\n", png, strerror(errno));
+		free(tmp);
+		return 1;
+	}
+	close(fd);
+	gp_text(raw_title, title, sizeof(title));
+	fd = mkstemp(dat);
 	if (fd < 0 || !(f = fdopen(fd, "w"))) {
 		fprintf(stderr, "moem sim: cannot write plot data: %s\n", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		free(tmp);
 		return 1;
 	}
 	/* one gnuplot data block per policy, and Belady (from the first policy's rows) */
@@ -246,11 +292,19 @@ static int plot(const char *png, const struct row *rows, uint32_t n, const char 
 		}
 		fprintf(f, "\n\n");
 	}
-	fclose(f);
+	if (fclose(f)) {
+		fprintf(stderr, "moem sim: cannot write plot data: %s\n", strerror(errno));
+		unlink(dat);
+		unlink(tmp);
+		free(tmp);
+		return 1;
+	}
 	g = popen("gnuplot", "w");
 	if (!g) {
 		fprintf(stderr, "moem sim: cannot run gnuplot (apt-get install gnuplot-nox)\n");
 		unlink(dat);
+		unlink(tmp);
+		free(tmp);
 		return 1;
 	}
 	fprintf(g,
@@ -258,23 +312,32 @@ static int plot(const char *png, const struct row *rows, uint32_t n, const char 
 		"set multiplot layout 1,2 title \"%s\"\nset key bottom right\nset grid\n"
 		"set xlabel 'HBM budget (%% of expert bytes)'\nset ylabel 'HBM hit rate'\n"
 		"set yrange [0:1]\nplot ",
-		png, title);
+		tmp, title);
 	for (uint32_t p = 0; p <= np; p++)
 		fprintf(g, "%s'%s' index %u using 1:2 with linespoints title '%s'%s", p ? ", " : "",
-			dat, p, p < np ? pols[p] : "Belady MIN (bound)",
+			dat, p, p < np ? gp_text(pols[p], pol, sizeof(pol)) : "Belady MIN (bound)",
 			p < np ? "" : " dt 2 lw 2 lc rgb 'black'");
 	fprintf(g, "\nset ylabel 'stall per decode step (ms)'\nset logscale y\n"
 		   "set yrange [*:*]\nset key top right\nplot ");
 	for (uint32_t p = 0; p < np; p++)
 		fprintf(g,
 			"%s'%s' index %u using 1:($3 > 0 ? $3 : 1e-4) with linespoints title '%s'",
-			p ? ", " : "", dat, p, pols[p]);
+			p ? ", " : "", dat, p, gp_text(pols[p], pol, sizeof(pol)));
 	fprintf(g, "\nunset multiplot\n");
 	if (pclose(g) != 0) {
 		fprintf(stderr, "moem sim: gnuplot failed (is gnuplot installed?)\n");
 		ret = 1;
+	} else if (stat(tmp, &st) || !st.st_size) {
+		fprintf(stderr, "moem sim: --plot %s: gnuplot wrote nothing (disk full?)\n", png);
+		ret = 1;
+	} else if (rename(tmp, png)) {
+		fprintf(stderr, "moem sim: --plot %s: %s\n", png, strerror(errno));
+		ret = 1;
 	}
+	if (ret)
+		unlink(tmp);
 	unlink(dat);
+	free(tmp);
 	return ret;
 }
 
@@ -505,13 +568,29 @@ static int split_budgets(const struct sim_args *a, char bl[][32], uint32_t *nb)
 	char buf[512], *save = NULL, *tok;
 
 	*nb = 0;
+	if (strlen(list) >= sizeof(buf)) {
+		fprintf(stderr, "moem sim: the budget list is longer than %zu bytes\n",
+			sizeof(buf) - 1);
+		return 2;
+	}
 	snprintf(buf, sizeof(buf), "%s", list);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (*nb == MAX_BUDGETS) {
 			fprintf(stderr, "moem sim: at most %d budgets\n", MAX_BUDGETS);
 			return 2;
 		}
+		if (strlen(tok) >= 32) {
+			fprintf(stderr, "moem sim: budget '%.40s...' is longer than 31 bytes\n",
+				tok);
+			return 2;
+		}
 		snprintf(bl[(*nb)++], 32, "%s", tok);
+	}
+	/* "," or "": no budget at all, not an empty table */
+	if (!*nb) {
+		fprintf(stderr, "moem sim: no HBM budget given (--hbm or --budgets: a size or %%, "
+				"comma-separated)\n");
+		return 2;
 	}
 	return 0;
 }
@@ -685,7 +764,7 @@ static int cmd_sim(int argc, char **argv)
 	struct row *rows = NULL;
 	uint32_t nb = 0, n = 0, ok = 0;
 	char bl[MAX_BUDGETS][32];
-	bool plotted = false;
+	bool plotted = false, plot_failed = false;
 	uint64_t total;
 	int ch, ret;
 
@@ -723,13 +802,15 @@ static int cmd_sim(int argc, char **argv)
 			 moem_prec_name(a.c.prec));
 		plotted = plot(a.png, rows, n, a.pols, a.np, title) == 0;
 	}
+	/* a picture asked for and not made is a failure, whatever the table says */
+	plot_failed = a.sweep && ok && !plotted;
 	if (a.json)
 		print_json(&a, &info, rows, n, total, plotted);
 	else if (a.md)
 		print_md(stdout, rows, n, hybrid(&a));
 	else
 		print_text(&a, &info, rows, n, nb, total, plotted);
-	ret = ok ? 0 : 1;
+	ret = ok && !plot_failed ? 0 : 1;
 out:
 	free(rows);
 	return ret;
