@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* Human sizes in and out: "12G", "25%", "1.50 GiB". */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,18 +17,27 @@ int moem_parse_size(const char *s, const uint64_t *pct_of, uint64_t *out)
 
 	if (!s || !*s)
 		return moem_errf(EINVAL, "empty size");
-	if (*s == '-' || *s == '+')
-		return moem_errf(EINVAL, "size '%s': sign not allowed", s);
+	/* strtod() would skip blanks and then take a sign: " -5" is no size */
+	if (!isdigit((unsigned char)*s) && *s != '.')
+		return moem_errf(EINVAL, "size '%s': want a number (no sign or blanks) and a unit",
+				 s);
 	errno = 0;
 	v = strtod(s, &end);
-	if (end == s || errno || !isfinite(v))
+	if (end == s || errno || !isfinite(v) || v < 0)
 		return moem_errf(EINVAL, "size '%s': not a number", s);
 	if (*end == '%') {
+		double b;
+
 		if (!pct_of)
 			return moem_errf(EINVAL, "size '%s': a percentage is not accepted here", s);
 		if (end[1] || v > 100000)
 			return moem_errf(EINVAL, "size '%s': bad percentage", s);
-		*out = (uint64_t)((double)*pct_of * v / 100.0);
+		b = (double)*pct_of * v / 100.0;
+		/* a share that rounds to no byte is not "0" (which means no limit) */
+		if (v > 0 && *pct_of && b < 1)
+			return moem_errf(ERANGE, "size '%s' is less than one byte of %llu", s,
+					 (unsigned long long)*pct_of);
+		*out = (uint64_t)b;
 		return 0;
 	}
 	switch (*end) {
@@ -58,6 +68,8 @@ int moem_parse_size(const char *s, const uint64_t *pct_of, uint64_t *out)
 	}
 	if (*end == 'i' && end[1] == 'B')
 		end += 2;
+	else if (*end == 'i' && mult > 1)
+		end++; /* "Mi", as Kubernetes writes it */
 	else if (*end == 'B')
 		end++;
 	if (*end)

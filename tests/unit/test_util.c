@@ -33,6 +33,16 @@ TEST(parse_size)
 	EXPECT_EQ(-EINVAL, moem_parse_size("0.5", NULL, &v));
 	EXPECT_EQ(-ERANGE, moem_parse_size("99999999T", NULL, &v));
 	EXPECT_EQ(-EINVAL, moem_parse_size("nan", NULL, &v));
+	/* blanks then a sign: strtod() would take " -5" (an adversarial pass found it) */
+	EXPECT_EQ(-EINVAL, moem_parse_size(" -5", NULL, &v));
+	EXPECT_EQ(-EINVAL, moem_parse_size(" 5", NULL, &v));
+	EXPECT_EQ(-EINVAL, moem_parse_size("+5", NULL, &v));
+	/* a share that rounds to no byte is refused, not taken as 0 ("no limit") */
+	EXPECT_EQ(-ERANGE, moem_parse_size("0.00001%", &base, &v));
+	ASSERT_EQ(0, moem_parse_size("0%", &base, &v));
+	EXPECT_EQ(0u, v);
+	ASSERT_EQ(0, moem_parse_size("1Mi", NULL, &v));
+	EXPECT_EQ(1u << 20, v);
 }
 
 TEST(budget_rules)
