@@ -118,7 +118,9 @@ static int fill_arch(const struct moem_model_config *c, struct json_object *o)
 		return -ENOMEM;
 	json_object_array_add(arch, json_object_new_string(cls[c->arch]));
 	json_object_object_add(o, "architectures", arch);
-	if (c->arch != MOEM_ARCH_DEEPSEEK_V2 && c->head_dim != c->hidden / c->n_heads)
+	/* n_heads 0 is refused when the JSON is read back; written, head_dim says it */
+	if (c->arch != MOEM_ARCH_DEEPSEEK_V2 &&
+	    (!c->n_heads || c->head_dim != c->hidden / c->n_heads))
 		add_u(o, "head_dim", c->head_dim);
 	switch (c->arch) {
 	case MOEM_ARCH_QWEN3_MOE:
