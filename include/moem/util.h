@@ -75,6 +75,17 @@ static inline uint64_t moem_now_ns(void)
  */
 int moem_parse_size(const char *s, const uint64_t *pct_of, uint64_t *out);
 
+/*
+ * moem_check_out_path() - may a result be written to path (a new file
+ * renamed over it, or opened and truncated)? 0 if path does not exist or
+ * is a regular file that is none of inputs[0..n) (NULL entries skipped);
+ * -EINVAL with a message naming what it is otherwise: a device, FIFO or
+ * directory (a rename would replace the node, a write would not be the
+ * file's), or the very file an input is read from (the result would
+ * destroy it).
+ */
+int moem_check_out_path(const char *what, const char *path, const char *const *inputs, size_t n);
+
 /* Format bytes as "1.50 GiB" into buf (at least 32 bytes); returns buf. */
 char *moem_fmt_bytes(uint64_t bytes, char *buf, size_t len);
 

@@ -383,6 +383,8 @@ int moem_calib_write(const char *path, const struct moem_calib *c)
 	int fd = -1, ret;
 
 	ret = make_parent(path);
+	if (!ret)
+		ret = moem_check_out_path("calibration", path, NULL, 0);
 	if (ret)
 		return ret;
 	if (asprintf(&tmp, "%s.XXXXXX", path) < 0)

@@ -137,6 +137,8 @@ static int cmd_decode(int argc, char **argv)
 	ret = moem_dec_run_open(&r);
 	if (!ret)
 		ret = moem_dec_run_all(&r);
+	if (!ret)
+		ret = moem_dec_run_logits_commit(&r);
 	if (ret) {
 		moem_tool_fail("decode", ret, NULL);
 		goto out;

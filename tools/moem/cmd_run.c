@@ -374,6 +374,15 @@ static int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	ret = moem_engine_args_resolve(&a.ea);
+	/* what the run writes must be none of what it reads, nor a device */
+	{
+		const char *in[] = {a.ea.o.pack_path, a.ea.w.path};
+
+		if (!ret && a.ea.o.trace_out)
+			ret = moem_check_out_path("--trace-out", a.ea.o.trace_out, in, 2);
+		if (!ret && a.counts_out)
+			ret = moem_check_out_path("--counts-out", a.counts_out, in, 2);
+	}
 	if (ret) {
 		moem_tool_fail("run", ret, NULL);
 		goto out;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* The decode runner behind moem decode and moem eval (decode_util.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -36,10 +38,35 @@ void moem_dec_run_free(struct moem_dec_run *r)
 	}
 	free(r->seqs);
 	free(r->dec_step_ns);
-	if (r->logits_f)
+	if (r->logits_f) {
+		/* not committed: the run failed, the old file (if any) stays */
 		fclose(r->logits_f);
+		unlink(r->logits_tmp);
+	}
+	free(r->logits_tmp);
 	free(r->logits_out);
 	moem_engine_args_free(&r->ea);
+}
+
+int moem_dec_run_logits_commit(struct moem_dec_run *r)
+{
+	FILE *f = r->logits_f;
+	int ret = 0;
+
+	if (!f)
+		return 0;
+	r->logits_f = NULL;
+	/* every fwrite() of the run is checked here: the stream keeps its error */
+	if (fflush(f) || ferror(f) || fsync(fileno(f)))
+		ret = moem_errf(errno ? errno : EIO, "--logits-out %s: %s", r->logits_out,
+				strerror(errno ? errno : EIO));
+	if (fclose(f) && !ret)
+		ret = moem_errf(errno, "--logits-out %s: %s", r->logits_out, strerror(errno));
+	if (!ret && rename(r->logits_tmp, r->logits_out))
+		ret = moem_errf(errno, "--logits-out %s: %s", r->logits_out, strerror(errno));
+	if (ret)
+		unlink(r->logits_tmp);
+	return ret;
 }
 
 int moem_parse_ids(const char *s, int32_t **ids, uint32_t *n)
@@ -328,9 +355,26 @@ int moem_dec_run_open(struct moem_dec_run *r)
 		hdr[1] = moem_pack_config(pk)->vocab;
 		moem_pack_close(pk);
 
-		r->logits_f = fopen(r->logits_out, "wb");
-		if (!r->logits_f)
-			return moem_errf(errno, "%s: %s", r->logits_out, strerror(errno));
+		const char *in[] = {r->ea.o.pack_path};
+		int fd;
+
+		ret = moem_check_out_path("--logits-out", r->logits_out, in, 1);
+		if (ret)
+			return ret;
+		if (asprintf(&r->logits_tmp, "%s.tmp-XXXXXX", r->logits_out) < 0) {
+			r->logits_tmp = NULL;
+			return -ENOMEM;
+		}
+		fd = mkostemp(r->logits_tmp, O_CLOEXEC);
+		r->logits_f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+		if (!r->logits_f) {
+			ret = moem_errf(errno, "%s: %s", r->logits_out, strerror(errno));
+			if (fd >= 0) {
+				close(fd);
+				unlink(r->logits_tmp);
+			}
+			return ret;
+		}
 		fwrite("MOEMLGT1", 8, 1, r->logits_f);
 		fwrite(&hdr[1], 4, 1, r->logits_f);
 		r->logits_fn = write_logits;

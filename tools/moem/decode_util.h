@@ -37,6 +37,7 @@ struct moem_dec_run {
 	bool chunk_set;		   /* --prefill-chunk was given */
 	bool json, quiet, no_warmup;
 	char *logits_out;
+	char *logits_tmp; /* written here, renamed to logits_out when the run ends well */
 	FILE *logits_f;
 	struct moem_dec_seq_out *seqs;
 	uint32_t n_seqs;
@@ -56,6 +57,8 @@ struct moem_dec_run {
 
 void moem_dec_run_init(struct moem_dec_run *r);
 void moem_dec_run_free(struct moem_dec_run *r);
+/* --logits-out: the file written whole, in place (0), or -errno with a message. */
+int moem_dec_run_logits_commit(struct moem_dec_run *r);
 /* One option (the names of moem decode); -EINVAL with a message. */
 int moem_dec_run_set(struct moem_dec_run *r, const char *name, const char *value);
 /* Add a sequence's prompt ("1,2,3"). */

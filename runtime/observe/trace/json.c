@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <json-c/json.h>
 
@@ -332,8 +333,15 @@ int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path, u
 	struct bufs b = {0};
 	char *line = NULL;
 	size_t cap = 0, lineno = 0;
+	struct stat si, so;
 	ssize_t len;
 	int ret = 0;
+
+	/* the trace is renamed over out_path: never over the JSON being read */
+	if (!fstat(fileno(f), &si) && !stat(out_path, &so) && si.st_dev == so.st_dev &&
+	    si.st_ino == so.st_ino)
+		return moem_errf(EINVAL, "%s: it is the input %s: writing would destroy it",
+				 out_path, in_name);
 
 	while ((len = getline(&line, &cap, f)) >= 0) {
 		struct json_object *o;

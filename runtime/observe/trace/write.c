@@ -314,6 +314,10 @@ int moem_trace_writer_open_ex(const char *path, unsigned int flags,
 
 	if (flags & ~MOEM_TRACE_W_EXCL)
 		return moem_errf(EINVAL, "trace %s: unknown flags 0x%x", path, flags);
+	/* renamed over at the end: a device or FIFO there would be replaced */
+	ret = moem_check_out_path("trace", path, NULL, 0);
+	if (ret)
+		return ret;
 	ret = writer_new(info, &w);
 	if (ret)
 		return ret;

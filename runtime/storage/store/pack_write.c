@@ -545,6 +545,39 @@ static int link_anon(int fd, char *tmp)
 	return -EEXIST;
 }
 
+/*
+ * The pack replaces out_path by rename: refuse a device or FIFO there, and a
+ * file of the checkpoint being read (--out model/model.safetensors would
+ * destroy the weights the pack was made from).
+ */
+static int out_not_input(const struct moem_pack_opts *o)
+{
+	struct stat d, p;
+	char *dir, *slash;
+	const char *base;
+	int ret = moem_check_out_path("pack", o->out_path, NULL, 0);
+
+	if (ret || !o->model_dir || stat(o->out_path, &p))
+		return ret;
+	dir = strdup(o->out_path);
+	if (!dir)
+		return -ENOMEM;
+	slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir ? 1 : 0] = 0;
+	base = strrchr(o->out_path, '/') ? strrchr(o->out_path, '/') + 1 : o->out_path;
+	if (!stat(slash ? dir : ".", &p) && !stat(o->model_dir, &d) && p.st_dev == d.st_dev &&
+	    p.st_ino == d.st_ino &&
+	    ((strlen(base) > 12 && !strcmp(base + strlen(base) - 12, ".safetensors")) ||
+	     (strlen(base) > 5 && !strcmp(base + strlen(base) - 5, ".json"))))
+		ret = moem_errf(EINVAL,
+				"pack %s: a file of the checkpoint being packed (%s): writing "
+				"would destroy it",
+				o->out_path, o->model_dir);
+	free(dir);
+	return ret;
+}
+
 int moem_pack_write(const struct moem_pack_opts *o)
 {
 	struct pw_ctx x = {.fd = -1, .out = o->out_path};
@@ -590,6 +623,9 @@ int moem_pack_write(const struct moem_pack_opts *o)
 		goto out;
 	}
 	sprintf(tmp, "%s.tmp-XXXXXX", o->out_path);
+	ret = out_not_input(o);
+	if (ret)
+		goto out;
 	/* An unnamed file in the destination's directory: a pack killed
 	 * mid-write leaves nothing behind. Named only where the file system
 	 * has no O_TMPFILE (then a kill leaves OUT.tmp-XXXXXX). */
