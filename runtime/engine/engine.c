@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <moem/cuda_api.h>
 #include <moem/dev.h>
@@ -712,6 +713,20 @@ int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, ui
 					 "kv_bytes %llu holds no KV block: the smallest KV budget "
 					 "is one %llu-byte block",
 					 (unsigned long long)value, (unsigned long long)block);
+		/* in host memory (the CPU backend) the pool can be no larger than it:
+		 * above, the next sequence's allocation of it would fail */
+		if (knob == MOEM_BUDGET_KV_BYTES && !moem_eng_kv_in_hbm(e)) {
+			uint64_t mem =
+				(uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+
+			if (mem && value > mem / 2)
+				return moem_errf(
+					ERANGE,
+					"kv_bytes %llu is more than half of this machine's "
+					"%llu bytes of memory, where the KV cache lives on "
+					"the CPU backend",
+					(unsigned long long)value, (unsigned long long)mem);
+		}
 		snprintf(what, sizeof(what), "%s %llu", moem_budget_name(knob),
 			 (unsigned long long)value);
 		/* hbm_bytes 0 is "no limit": the experts keep the arena */

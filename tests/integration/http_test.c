@@ -625,6 +625,14 @@ TEST_F_TIMEOUT(http, kv_bytes_live, 120)
 	EXPECT_GT(dmn_u64(r, "serving.kv_budget"), want);
 	json_object_put(r);
 
+	/* more than the machine could hold is refused, not taken and then
+	 * failed (or aborted) at the next sequence's allocation */
+	r = NULL;
+	EXPECT_NE(0,
+		  dmn_call(&self->d, "set", dmn_args("knob", "kv_bytes", "value", "1T", NULL), &r));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "memory")) TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+
 	ASSERT_EQ(0,
 		  dmn_call(&self->d, "set", dmn_args("knob", "kv_bytes", "value", "64K", NULL), &r))
 	TH_LOG("%s", moem_last_error());
