@@ -30,4 +30,16 @@ void moem_clear_error(void);
 /* The message if set, else strerror(err): for "tool: %s" output. */
 const char *moem_strerror(int err);
 
+/*
+ * The thread's message kept across cleanup that may record its own (a
+ * cancel after a failed step would otherwise replace the step's reason
+ * with "no sequence N").
+ */
+struct moem_err_saved {
+	char msg[512];
+	int set;
+};
+void moem_error_save(struct moem_err_saved *s);
+void moem_error_restore(const struct moem_err_saved *s);
+
 #endif /* MOEM_ERROR_H */

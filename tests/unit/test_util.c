@@ -147,4 +147,34 @@ TEST(select_top_is_the_sorts_first_k)
 	}
 }
 
+/* A message cut to fit never ends inside a UTF-8 character; a saved one comes back. */
+TEST(error_messages_whole_characters_and_saved)
+{
+	struct moem_err_saved sv;
+	char name[400];
+	const char *m;
+	size_t n;
+
+	for (size_t i = 0; i + 2 < sizeof(name); i += 2)
+		memcpy(name + i, "\xc3\xa9", 2);
+	name[sizeof(name) - 1] = 0;
+	name[sizeof(name) - 2] = 0;
+	for (int shift = 0; shift < 4; shift++) {
+		moem_errf(EINVAL, "%.*sknob '%s' and '%s'", shift, "xxx", name, name);
+		m = moem_last_error();
+		n = strlen(m);
+		ASSERT_GT(n, 400u);
+		/* the end is a whole character: an ASCII byte or a complete é */
+		EXPECT_TRUE((unsigned char)m[n - 1] < 0x80 ||
+			    ((unsigned char)m[n - 2] == 0xc3 && (unsigned char)m[n - 1] == 0xa9))
+		TH_LOG("shift %d ends with %02x %02x", shift, (unsigned char)m[n - 2],
+		       (unsigned char)m[n - 1]);
+	}
+	moem_errf(EIO, "the step failed");
+	moem_error_save(&sv);
+	moem_errf(ENOENT, "no sequence 3");
+	moem_error_restore(&sv);
+	EXPECT_STREQ("the step failed", moem_last_error());
+}
+
 TEST_HARNESS_MAIN

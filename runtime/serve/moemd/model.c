@@ -51,6 +51,7 @@ static int first_step(struct moemd_model *m)
 	struct moem_token_out out;
 	struct moem_work w = {0};
 	int32_t id = m->info.bos_id >= 0 ? (int32_t)m->info.bos_id : 0;
+	struct moem_err_saved why;
 	uint64_t seq;
 	int ret;
 
@@ -65,7 +66,9 @@ static int first_step(struct moemd_model *m)
 	w.kind = MOEM_WORK_PREFILL;
 	w.n_tokens = 1;
 	ret = moem_decoder_step(m->dec, &w, 1, &out, NULL);
+	moem_error_save(&why);
 	moem_decoder_cancel(m->dec, seq); /* -ENOENT once it finished: fine */
+	moem_error_restore(&why);
 	return ret;
 }
 
@@ -682,9 +685,13 @@ static int m_step(void *be, const struct moem_sched_item *it, uint32_t n,
 static void m_end(void *be, uint64_t seq)
 {
 	struct moemd_model *m = be;
+	struct moem_err_saved why;
 
-	/* A sequence the decoder finished is gone already (-ENOENT). */
+	/* A sequence the decoder finished is gone already (-ENOENT): that
+	 * must not replace the reason a failed step ends it for. */
+	moem_error_save(&why);
 	moem_decoder_cancel(m->dec, seq);
+	moem_error_restore(&why);
 }
 
 const struct moem_sched_ops moemd_model_ops = {
