@@ -303,6 +303,9 @@ static int open_listener(struct moemd_srv *s, const char *spec)
 		snprintf(host, sizeof(host), "%.*s", (int)(colon - spec), spec);
 	}
 	snprintf(port, sizeof(port), "%s", colon + 1);
+	/* getaddrinfo() takes any number and wraps it (99999 -> 34463) */
+	if (strspn(port, "0123456789") != strlen(port) || strtoul(port, NULL, 10) > 65535)
+		return moem_errf(EINVAL, "listen '%s': the port must be 0..65535", spec);
 	ret = getaddrinfo(host, port, &hints, &ai);
 	if (ret)
 		return moem_errf(EINVAL, "listen '%s': %s (a numeric address and port)", spec,
