@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* moem backend: open a compute backend and say which one served and why. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,11 +53,26 @@ static int cmd_backend(int argc, char **argv)
 			name = optarg;
 			break;
 		case 't':
-			o.threads = (uint32_t)strtoul(optarg, NULL, 10);
+		case 'd': {
+			/* whole decimal numbers in range, not strtoul()'s best guess */
+			char *end;
+			long v;
+
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 0 ||
+			    v > (c == 't' ? 4096 : 1024)) {
+				fprintf(stderr, "moem backend: --%s '%s': want a number in 0..%d\n",
+					c == 't' ? "threads" : "device", optarg,
+					c == 't' ? 4096 : 1024);
+				return 2;
+			}
+			if (c == 't')
+				o.threads = (uint32_t)v;
+			else
+				o.device = (int32_t)v;
 			break;
-		case 'd':
-			o.device = (int32_t)strtol(optarg, NULL, 10);
-			break;
+		}
 		case 'j':
 			json = 1;
 			break;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* Engine and workload settings by name (engine_args.h). */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,9 +183,10 @@ static int parse_u64(const char *name, const char *v, uint64_t lo, uint64_t hi, 
 	char *end;
 	unsigned long long x;
 
+	/* decimal only: base 0 read "010" as 8 and "08" as an error */
 	errno = 0;
-	x = strtoull(v, &end, 0);
-	if (errno || end == v || *end || *v == '-' || *v == '+' || x < lo || x > hi)
+	x = strtoull(v, &end, 10);
+	if (errno || end == v || *end || !isdigit((unsigned char)*v) || x < lo || x > hi)
 		return moem_errf(EINVAL, "%s '%s': want a number in %llu..%llu", name, v,
 				 (unsigned long long)lo, (unsigned long long)hi);
 	*out = x;
