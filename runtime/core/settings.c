@@ -3,11 +3,14 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <ini.h>
 
 #include <moem/settings.h>
 #include <moem/error.h>
+
+#define MOEM_SETTINGS_MAX (1 << 20)
 
 struct cfg_ctx {
 	moem_settings_fn fn;
@@ -23,6 +26,9 @@ static int on_entry(void *user, const char *section, const char *name, const cha
 	int ret;
 
 	c->line++;
+	/* inih goes on after an error: the first one's message and line stand */
+	if (c->err)
+		return 0;
 	ret = c->fn(c->arg, section, name, value ? value : "");
 	if (ret) {
 		c->err = ret;
@@ -35,10 +41,17 @@ int moem_settings_load(const char *path, moem_settings_fn fn, void *arg)
 {
 	struct cfg_ctx c = {fn, arg, path, 0, 0};
 	FILE *f = fopen(path, "r");
+	struct stat st;
 	int r;
 
 	if (!f)
 		return moem_errf(errno, "config %s: %s", path, strerror(errno));
+	/* a directory read as nothing, /dev/zero as a line without end */
+	if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode) || st.st_size > MOEM_SETTINGS_MAX) {
+		fclose(f);
+		return moem_errf(EINVAL, "config %s: not a regular file of at most %d bytes", path,
+				 MOEM_SETTINGS_MAX);
+	}
 	r = ini_parse_file(f, on_entry, &c);
 	fclose(f);
 	if (c.err)

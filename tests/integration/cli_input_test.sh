@@ -80,6 +80,13 @@ refused 1 "outside the vocabulary" "$M" decode --pack "$tmp/m.moem" --tokens 999
 	>/dev/null 2>&1 && [ "$(head -c 8 "$tmp/lo.bin")" = MOEMLGT1 ] &&
 	ok "a decode that works writes it" || bad "--logits-out not written"
 
+# Config files: a device or a directory is refused (/dev/zero spun forever),
+# and the first error's line goes with its message.
+refused 1 "not a regular file" timeout 60 "$M" run --pack "$tmp/m.moem" --config /dev/zero
+refused 1 "not a regular file" "$M" run --pack "$tmp/m.moem" --config "$tmp"
+printf 'steps = 2\nbogus = 1\nbatch = 999\n' >"$tmp/c.ini"
+refused 1 "line 2: unknown setting 'bogus'" "$M" run --pack "$tmp/m.moem" --config "$tmp/c.ini"
+
 # Sizes, budgets, shapes.
 refused 2 "no HBM budget" "$M" sim "$tmp/t.trace" --policy lru --hbm ,
 refused 1 "no sign or blanks" "$M" sim "$tmp/t.trace" --policy lru --hbm " -5"
