@@ -87,6 +87,11 @@ refused 1 "not a regular file" "$M" run --pack "$tmp/m.moem" --config "$tmp"
 printf 'steps = 2\nbogus = 1\nbatch = 999\n' >"$tmp/c.ini"
 refused 1 "line 2: unknown setting 'bogus'" "$M" run --pack "$tmp/m.moem" --config "$tmp/c.ini"
 
+# Output that does not reach stdout is a failure.
+if [ -c /dev/full ]; then
+	refused 1 "writing the output" sh -c "\"$M\" info \"$tmp/m.moem\" >/dev/full"
+fi
+
 # Sizes, budgets, shapes.
 refused 2 "no HBM budget" "$M" sim "$tmp/t.trace" --policy lru --hbm ,
 refused 1 "no sign or blanks" "$M" sim "$tmp/t.trace" --policy lru --hbm " -5"

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* moem: the command-line front end (pack, run, sim, trace, mkmodel, info, ...). */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,8 +38,23 @@ static void usage(FILE *f)
 		   "Pack, run, simulate and trace Mixture-of-Experts models whose experts do not\n"
 		   "fit in GPU memory (moemd serves them; moemctl talks to moemd).\n\ncommands:\n");
 	for (size_t i = 0; i < n_cmds(); i++)
-		fprintf(f, "  %-10s %s\n", __start_moem_cmds[i].name, __start_moem_cmds[i].summary);
+		/* two spaces at least: help2man splits the man page's list on them */
+		fprintf(f, "  %-11s %s\n", __start_moem_cmds[i].name, __start_moem_cmds[i].summary);
 	fprintf(f, "\n  --version  the version of moem\n");
+}
+
+/*
+ * A command's output that did not reach stdout (a full disk, a closed
+ * pipe's reader gone) is a failure, whatever the command made of it.
+ */
+static int finish(const char *cmd, int rc)
+{
+	if (fflush(stdout) || ferror(stdout)) {
+		fprintf(stderr, "moem %s: writing the output: %s\n", cmd,
+			strerror(errno ? errno : EIO));
+		return rc ? rc : 1;
+	}
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -54,7 +70,7 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < n_cmds(); i++)
 		if (!strcmp(__start_moem_cmds[i].name, argv[1]))
-			return __start_moem_cmds[i].fn(argc - 1, argv + 1);
+			return finish(argv[1], __start_moem_cmds[i].fn(argc - 1, argv + 1));
 	fprintf(stderr, "moem: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;
