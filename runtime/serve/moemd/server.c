@@ -160,6 +160,7 @@ int moemd_server_open(struct moemd *d)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	const char *path = d->cfg.socket;
+	struct stat st = {0};
 	char lock[128];
 	int fd, ret;
 
@@ -168,9 +169,20 @@ int moemd_server_open(struct moemd *d)
 	if (ret)
 		return ret;
 	snprintf(lock, sizeof(lock), "%s.lock", path);
-	d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* not through a link someone planted, and only a lock moemd's user owns:
+	 * in a directory others can write, the name is theirs to take */
+	d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (d->lock_fd < 0)
-		return moem_errf(errno, "lock file %s: %s", lock, strerror(errno));
+		return moem_errf(errno, "lock file %s: %s%s", lock, strerror(errno),
+				 errno == ELOOP ? " (a symbolic link: remove it)" : "");
+	if (fstat(d->lock_fd, &st) || st.st_uid != geteuid() || !S_ISREG(st.st_mode)) {
+		ret = moem_errf(EPERM,
+				"lock file %s belongs to uid %u, not to moemd's %u: remove it",
+				lock, (unsigned int)st.st_uid, (unsigned int)geteuid());
+		close(d->lock_fd);
+		d->lock_fd = -1;
+		return ret;
+	}
 	if (flock(d->lock_fd, LOCK_EX | LOCK_NB)) {
 		ret = errno == EWOULDBLOCK
 			      ? moem_errf(EADDRINUSE, "another moemd serves %s (it holds %s)", path,
