@@ -508,6 +508,12 @@ int moem_engine_open(const struct moem_engine_opts *o, struct moem_engine **out)
 	e->knob[MOEM_BUDGET_EXEC] = e->o.exec_hybrid ? MOEM_EXEC_MODE_HYBRID : MOEM_EXEC_MODE_GPU;
 	e->knob[MOEM_BUDGET_CPU_MOE_LAYERS] = e->o.cpu_moe_layers;
 	moem_driver_set_depth(e->drv, (uint32_t)e->knob[MOEM_BUDGET_PREFETCH_DEPTH]);
+	/* as a live change would be: CPU experts need a layer's worth of DRAM */
+	if (e->o.dram_budget) {
+		ret = moem_engine_check_knob(e, MOEM_BUDGET_DRAM_BYTES, e->o.dram_budget);
+		if (ret)
+			goto err;
+	}
 	if (o->kv_budget) {
 		/* A KV budget in HBM leaves the experts the rest from the start. */
 		ret = moem_engine_set_knob(e, MOEM_BUDGET_KV_BYTES, o->kv_budget);
@@ -739,6 +745,23 @@ int moem_engine_check_knob(struct moem_engine *e, enum moem_budget_knob knob, ui
 				 "dram_bytes %llu is below one expert: the smallest budget that "
 				 "runs is %llu bytes",
 				 (unsigned long long)value, (unsigned long long)big);
+	if (knob == MOEM_BUDGET_DRAM_BYTES && value) {
+		/* experts placed on the CPU are computed from DRAM, pinned there
+		 * for their layer: below a layer's worth a step finds no room (the
+		 * rule moem_engine_set_hybrid() applies the other way round) */
+		uint64_t layer = (uint64_t)e->cfg->n_experts * e->blob_bytes[0], cpu;
+
+		pthread_mutex_lock(&e->knob_lock);
+		cpu = e->hyb_dirty ? e->hyb_n_cpu : e->n_placed_cpu;
+		pthread_mutex_unlock(&e->knob_lock);
+		if (cpu && value < layer)
+			return moem_errf(
+				ENOSPC,
+				"dram_bytes %llu: with experts placed on the CPU "
+				"(cpu_moe_layers, --place) the smallest DRAM budget is one "
+				"layer's experts, %llu bytes",
+				(unsigned long long)value, (unsigned long long)layer);
+	}
 	if (knob == MOEM_BUDGET_DRAM_BYTES && value > e->dram_bytes)
 		return moem_errf(ERANGE, "dram_bytes %llu is above the %llu-byte staging pool",
 				 (unsigned long long)value, (unsigned long long)e->dram_bytes);

@@ -687,6 +687,20 @@ TEST_F(hyb, live_switches)
 	EXPECT_STREQ(ref.digest_hex, rs.digest_hex);
 	moem_engine_close(e);
 
+	/* ... and the other way round: the DRAM budget lowered under placed
+	 * experts (accepted before, then every step failed), live and at open */
+	o.dram_budget = 0;
+	o.cpu_moe_layers = 1;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(-ENOSPC, moem_engine_set_knob(e, MOEM_BUDGET_DRAM_BYTES, self->expert_bytes / 8));
+	EXPECT_MSG("the smallest DRAM budget is one layer's experts");
+	ASSERT_EQ(0, moem_engine_run(e, &wl, NULL, NULL, &rs)) TH_LOG("%s", moem_last_error());
+	moem_engine_close(e);
+	o.dram_budget = self->expert_bytes / 8;
+	EXPECT_EQ(-ENOSPC, moem_engine_open(&o, &e));
+	o.cpu_moe_layers = 0;
+	o.dram_budget = 0;
+
 	/* a --cpu-moe-layers value the rules leave nothing to */
 	o = base_opts(self);
 	ASSERT_EQ(0, moem_place_add(&o.place, "layers=0:gpu"));
