@@ -545,4 +545,31 @@ TEST_F_TIMEOUT(s, socket_path, 60)
 	shutdown_ok(_metadata, &self->m);
 }
 
+/*
+ * Clients that connect, ask and hang up in a burst (a script's loop) are
+ * no longer counted against the next one: their slots are freed when a
+ * new connection finds none (before, it was refused "too many control
+ * connections (66)" until the poll loop had read their EOFs).
+ */
+TEST_F_TIMEOUT(s, hung_up_clients_leave_their_slots, 60)
+{
+	static const char line[] = "{\"v\":1,\"id\":1,\"cmd\":\"status\"}\n";
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct json_object *r;
+
+	START_READY();
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", self->m.sock);
+	for (int i = 0; i < 500; i++) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		ASSERT_LE(0, fd);
+		if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			send(fd, line, sizeof(line) - 1, MSG_NOSIGNAL);
+		close(fd);
+	}
+	ASSERT_EQ(0, dmn_call(&self->m, "hello", NULL, &r)) TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	shutdown_ok(_metadata, &self->m);
+}
+
 TEST_HARNESS_MAIN

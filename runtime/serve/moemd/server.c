@@ -269,11 +269,35 @@ static int idlest(struct moemd *d)
 	return best;
 }
 
+/*
+ * Free the slots of clients that hung up and wait for nothing (the poll
+ * loop would find them only after the accepts of this round): a burst of
+ * connect-and-close left them counted against a live client.
+ */
+static void reap_gone(struct moemd *d)
+{
+	for (int i = 0; i < MOEMD_CLIENT_SLOTS; i++) {
+		struct moemd_client *c = d->clients[i];
+		struct pollfd p;
+
+		if (!c || c->pending)
+			continue;
+		p = (struct pollfd){.fd = c->fd, .events = POLLIN};
+		if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)))
+			client_free(d, i);
+	}
+}
+
 /* A slot for a new connection from uid, or -1 with the reason. */
 static int admit(struct moemd *d, uid_t uid, char *why, size_t len)
 {
 	unsigned int same = 0, used = 0;
 	int free_slot = -1, victim;
+	bool reaped = false;
+
+again:
+	same = used = 0;
+	free_slot = -1;
 
 	for (int i = 0; i < MOEMD_CLIENT_SLOTS; i++) {
 		if (!d->clients[i]) {
@@ -284,6 +308,12 @@ static int admit(struct moemd *d, uid_t uid, char *why, size_t len)
 		}
 		used++;
 		same += d->clients[i]->uid == uid;
+	}
+	if (!reaped &&
+	    (free_slot < 0 || (uid && d->cfg.clients_per_uid && same >= d->cfg.clients_per_uid))) {
+		reaped = true;
+		reap_gone(d);
+		goto again;
 	}
 	if (uid && d->cfg.clients_per_uid && same >= d->cfg.clients_per_uid) {
 		snprintf(why, len, "too many control connections from uid %u (%u at once)",
