@@ -87,6 +87,11 @@ refused 1 "not a regular file" "$M" run --pack "$tmp/m.moem" --config "$tmp"
 printf 'steps = 2\nbogus = 1\nbatch = 999\n' >"$tmp/c.ini"
 refused 1 "line 2: unknown setting 'bogus'" "$M" run --pack "$tmp/m.moem" --config "$tmp/c.ini"
 
+# info --json says the pack's format version, as the text does.
+fmt=$("$M" info "$tmp/m.moem" | sed -n 's/.*format \([0-9.]*\),.*/\1/p')
+"$M" info --json "$tmp/m.moem" | grep -q "\"format\": \"$fmt\"" && [ -n "$fmt" ] &&
+	ok "info --json: format $fmt" || bad "info --json does not say format $fmt"
+
 # Output that does not reach stdout is a failure.
 if [ -c /dev/full ]; then
 	refused 1 "writing the output" sh -c "\"$M\" info \"$tmp/m.moem\" >/dev/full"

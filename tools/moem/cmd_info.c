@@ -137,11 +137,12 @@ static int info_pack(const char *path, int json, int verify, int qerr, uint32_t 
 		tbytes += moem_pack_tensor_at(p, i)->size;
 	if (json) {
 		struct json_object *o = json_object_new_object(), *pr = json_object_new_object();
+		char fmt[24];
 
 		json_object_object_add(o, "path", json_object_new_string(path));
-		json_object_object_add(
-			o, "format",
-			json_object_new_string(major == 1 && minor == 0 ? "1.0" : "?"));
+		/* the version the pack says, as the text output prints it */
+		snprintf(fmt, sizeof(fmt), "%u.%u", major, minor);
+		json_object_object_add(o, "format", json_object_new_string(fmt));
 		json_object_object_add(o, "id",
 				       json_object_new_string(moem_pack_id_str(&id, idbuf)));
 		json_object_object_add(o, "file_size",
