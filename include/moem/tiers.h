@@ -160,6 +160,10 @@ struct moem_tiers_stats {
 	uint32_t n_nodes;
 	struct moem_dram_node dram_node[MOEM_TIERS_MAX_NODES];
 	uint64_t dram_node_fallback; /* versions placed off their node: it was full */
+	/* NVMe -> DRAM loads that failed (a read error, a checksum), and the last */
+	uint64_t load_errors;
+	int last_load_err; /* -errno */
+	uint32_t last_load_layer, last_load_expert, last_load_pi;
 };
 
 struct moem_tiers;

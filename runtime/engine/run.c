@@ -401,9 +401,12 @@ int moem_engine_warmup(struct moem_engine *e, struct moem_progress *progress)
 
 static int warmup(struct moem_engine *e, struct moem_progress *progress)
 {
-	uint64_t hu, hb, du, db, nv, total = 0;
+	uint64_t hu, hb, du, db, nv, total = 0, load_errors0;
+	struct moem_tiers_stats st0;
 	int ret = 0;
 
+	moem_tiers_get_stats(e->tiers, &st0);
+	load_errors0 = st0.load_errors;
 	/* DRAM first, every version the pack serves, layer by layer, until
 	 * the DRAM budget is full (the rest stays on NVMe). */
 	for (uint32_t pi = 0; pi < e->n_prec; pi++)
@@ -441,6 +444,25 @@ dram_full:
 		moem_progress_finish(progress);
 	if (ret)
 		return ret;
+	/* A version the pack could not give (a read error, a checksum that
+	 * does not match) is the pack's fault: say so now, not at the first
+	 * run that needs it. */
+	{
+		struct moem_tiers_stats st;
+
+		moem_tiers_get_stats(e->tiers, &st);
+		if (st.load_errors > load_errors0)
+			return moem_errf(
+				-st.last_load_err,
+				"staging: %llu expert version(s) could not be read from "
+				"the pack, the last expert (%u, %u) %s: %s%s",
+				(unsigned long long)(st.load_errors - load_errors0),
+				st.last_load_layer, st.last_load_expert,
+				st.last_load_pi ? "lo" : "hi", strerror(-st.last_load_err),
+				st.last_load_err == -EBADMSG
+					? " (its checksum does not match: the pack is damaged)"
+					: "");
+	}
 	/* Then HBM, planned versions, up to its budget, from what DRAM holds
 	 * (a load here would evict staged versions from DRAM); not the
 	 * experts placed on the CPU, which never enter it. */

@@ -346,4 +346,35 @@ TEST_F(bad, format_1_0_refused_for_decode)
 	free(c);
 }
 
+/*
+ * An expert whose data does not match its checksum is refused when the
+ * warm-up stages it, naming the expert (it was dropped without a word:
+ * the engine said ready, and the first run that needed it failed).
+ */
+TEST_F(bad, warmup_refuses_a_damaged_expert)
+{
+	uint8_t *c = copy(self);
+	struct moem_engine_opts o = {.pack_path = self->path, .backend = "cpu", .threads = 1};
+	const struct moem_pack_blob *b;
+	struct moem_pack *p;
+	struct moem_engine *e;
+
+	ASSERT_EQ(0, moem_pack_open(self->good, &p));
+	b = moem_pack_expert(p, 1, 2, MOEM_PREC_BF16);
+	ASSERT_NE(NULL, b);
+	c[b->offset + 7] ^= 0x40;
+	moem_pack_close(p);
+	ASSERT_EQ(0, try_open(self, c, self->len, false));
+	o.pool.provider = MOEM_POOL_THP;
+	o.hi = MOEM_PREC_BF16;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	moem_clear_error();
+	EXPECT_EQ(-EBADMSG, moem_engine_warmup(e, NULL));
+	/* the engine counts MoE layers: this model's layer 0 is dense */
+	EXPECT_MSG("expert (0, 2) hi");
+	EXPECT_MSG("checksum does not match");
+	moem_engine_close(e);
+	free(c);
+}
+
 TEST_HARNESS_MAIN

@@ -166,6 +166,11 @@ static void on_load_done(void *arg, int status)
 		t->dev_ev->del(t->dev_ev, v->id);
 		moem_extent_free(&t->dx, v->doff, moem_tr_vbytes(t, v));
 		v->err = status;
+		t->st.load_errors++;
+		t->st.last_load_err = status;
+		t->st.last_load_layer = moem_tr_le(t, v) / t->c.n_experts;
+		t->st.last_load_expert = moem_tr_le(t, v) % t->c.n_experts;
+		t->st.last_load_pi = moem_tr_pi(v);
 		moem_tr_note(t, v, 0);
 		if (v->want_hbm) {
 			v->want_hbm = 0;
