@@ -241,7 +241,10 @@ int trace_target_opts_done(struct target *t, int argc, char **argv, const char *
 {
 	if (!t->exec_argv && optind < argc)
 		t->exec_argv = argv + optind; /* moem trace record -o F -- BIN ARGS */
-	if ((t->pid > 0) + (t->exec_argv != NULL) + (t->pid < 0 && t->binary) != 1) {
+	/* --binary names the probes' file; alone (top) it is the target */
+	bool by_binary = t->pid < 0 && !t->exec_argv && t->binary && !strcmp(cmd, "top");
+
+	if ((t->pid > 0) + (t->exec_argv != NULL) + by_binary != 1) {
 		fprintf(stderr, "moem trace %s: give one of --pid P, --exec BIN [ARGS...]%s\n", cmd,
 			strcmp(cmd, "top") ? "" : " or --binary PATH (every process running it)");
 		return 2;
