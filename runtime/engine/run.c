@@ -98,6 +98,24 @@ static int open_source(struct moem_engine *e, const struct moem_workload *w, str
 					 "model is %u x %u, top-%u",
 					 w->path, ti->n_layers, ti->n_experts, ti->top_k, e->n_moe,
 					 e->cfg->n_experts, e->cfg->top_k);
+		/* as for hidden states: a trace too short is refused before step 0,
+		 * not where it ends (one pass over the records, then back) */
+		{
+			struct moem_trace_rec rec;
+			uint64_t n = 0;
+
+			while ((ret = moem_trace_next(s->tr, &rec)) > 0)
+				n++;
+			if (!ret)
+				ret = moem_trace_rewind(s->tr);
+			if (ret < 0)
+				return ret;
+			if (n / ti->n_layers < w->steps)
+				return moem_errf(EINVAL,
+						 "%s holds %llu steps, the run asks for %llu",
+						 w->path, (unsigned long long)(n / ti->n_layers),
+						 (unsigned long long)w->steps);
+		}
 		e->replay_pg_depth = ti->pregate_depth;
 		/* Hidden states only feed the FFN here: synthetic if we can. */
 		return open_synth(e, w, s, false);

@@ -87,6 +87,12 @@ refused 1 "not a regular file" "$M" run --pack "$tmp/m.moem" --config "$tmp"
 printf 'steps = 2\nbogus = 1\nbatch = 999\n' >"$tmp/c.ini"
 refused 1 "line 2: unknown setting 'bogus'" "$M" run --pack "$tmp/m.moem" --config "$tmp/c.ini"
 
+# A replayed trace shorter than the run is refused before step 0.
+"$M" trace gen --model "$tmp/m" --seed 1 --batch 2 --steps 5 --out "$tmp/r.trace" \
+	>/dev/null 2>&1 || bad "trace gen --model"
+refused 1 "holds 5 steps, the run asks for 9" "$M" run --pack "$tmp/m.moem" \
+	--workload "trace:$tmp/r.trace" --batch 2 --steps 9
+
 # info --json says the pack's format version, as the text does.
 fmt=$("$M" info "$tmp/m.moem" | sed -n 's/.*format \([0-9.]*\),.*/\1/p')
 "$M" info --json "$tmp/m.moem" | grep -q "\"format\": \"$fmt\"" && [ -n "$fmt" ] &&
