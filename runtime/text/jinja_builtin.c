@@ -7,6 +7,7 @@
  * template is parsed (filters, tests) or run (methods).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -603,15 +604,22 @@ int moem_jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args,
 		}
 		if (!s)
 			return moem_jinja_err(c, EINVAL, "range() step is zero");
-		if ((s > 0 && b > a && (b - a) / s > 100000) ||
-		    (s < 0 && a > b && (a - b) / -s > 100000))
-			return moem_jinja_err(c, E2BIG, "range() too long");
-		l = moem_jv_list_new(c->a, s > 0 ? (size_t)moem_max(b - a, 0) / (size_t)s + 1
-						 : (size_t)moem_max(a - b, 0) / (size_t)-s + 1);
-		if (!l)
-			return -ENOMEM;
-		for (int64_t i = a; s > 0 ? i < b : i > b; i += s)
-			l->v[k++] = jv_int(i);
+		{
+			/* the length in unsigned arithmetic: b - a and -s may not fit
+			 * int64 (range(INT64_MIN, INT64_MAX), step INT64_MIN) */
+			uint64_t span = s > 0 ? (b > a ? (uint64_t)b - (uint64_t)a : 0)
+					      : (a > b ? (uint64_t)a - (uint64_t)b : 0);
+			uint64_t st = s > 0 ? (uint64_t)s : -(uint64_t)s;
+			uint64_t len = span ? (span - 1) / st + 1 : 0;
+
+			if (len > 100000)
+				return moem_jinja_err(c, E2BIG, "range() too long");
+			l = moem_jv_list_new(c->a, (size_t)len + 1);
+			if (!l)
+				return -ENOMEM;
+			for (uint64_t j = 0; j < len; j++)
+				l->v[k++] = jv_int((int64_t)((uint64_t)a + j * (uint64_t)s));
+		}
 		l->n = (size_t)k;
 		*out = (struct jv){.t = JT_LIST, .l = l};
 		return 0;
@@ -1091,6 +1099,9 @@ int moem_jinja_filter(struct jctx *c, const char *name, size_t nn, const struct 
 	case 15: /* int */
 		if (v->t == JT_INT || v->t == JT_BOOL)
 			*out = jv_int(v->t == JT_INT ? v->i : v->b);
+		else if (v->t == JT_FLOAT && !(fabs(v->f) < 9223372036854775808.0))
+			/* out of int64 (or NaN): converting would be undefined */
+			return moem_jinja_err(c, ERANGE, "int of %g: out of range", v->f);
 		else if (v->t == JT_FLOAT)
 			*out = jv_int((int64_t)v->f);
 		else if (v->t == JT_STR)
@@ -1106,7 +1117,10 @@ int moem_jinja_filter(struct jctx *c, const char *name, size_t nn, const struct 
 							 : 0.0};
 		return 0;
 	case 17: /* abs */
-		if (v->t == JT_INT)
+		if (v->t == JT_INT && v->i == INT64_MIN)
+			return moem_jinja_err(c, ERANGE, "abs of %lld: out of range",
+					      (long long)v->i);
+		else if (v->t == JT_INT)
 			*out = jv_int(v->i < 0 ? -v->i : v->i);
 		else if (v->t == JT_FLOAT)
 			*out = (struct jv){.t = JT_FLOAT, .f = v->f < 0 ? -v->f : v->f};

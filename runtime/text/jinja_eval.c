@@ -225,14 +225,23 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 	if (a->t != JT_FLOAT && b->t != JT_FLOAT && strcmp(op, "/") && strcmp(op, "**")) {
 		int64_t x = inum(a), y = inum(b), r;
 
+		bool ovf = false;
+
 		if ((!strcmp(op, "//") || !strcmp(op, "%")) && !y)
 			return moem_jinja_err(c, EDOM, "division by zero");
+		/* Python's integers do not overflow; 64-bit ones must not wrap (or
+		 * trap: INT64_MIN // -1 is SIGFPE), so a template that leaves
+		 * their range fails with a message. */
 		if (!strcmp(op, "+"))
-			r = (int64_t)((uint64_t)x + (uint64_t)y);
+			ovf = __builtin_add_overflow(x, y, &r);
 		else if (!strcmp(op, "-"))
-			r = (int64_t)((uint64_t)x - (uint64_t)y);
+			ovf = __builtin_sub_overflow(x, y, &r);
 		else if (!strcmp(op, "*"))
-			r = (int64_t)((uint64_t)x * (uint64_t)y);
+			ovf = __builtin_mul_overflow(x, y, &r);
+		else if (y == -1)
+			/* x // -1 is -x (overflows for INT64_MIN); x % -1 is 0 */
+			ovf = !strcmp(op, "//") ? __builtin_sub_overflow((int64_t)0, x, &r)
+						: (r = 0, false);
 		else if (!strcmp(op, "//"))
 			r = x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
 		else {
@@ -240,6 +249,9 @@ static int arith(struct jctx *c, const char *op, const struct jv *a, const struc
 			if (r && ((r < 0) != (y < 0)))
 				r += y;
 		}
+		if (ovf)
+			return moem_jinja_err(c, ERANGE, "integer overflow in %lld %s %lld",
+					      (long long)x, op, (long long)y);
 		*out = jv_int(r);
 		return 0;
 	}
@@ -304,7 +316,7 @@ static int slice(struct jctx *c, const struct jv *v, const struct jv *s0, const 
 		if (!l)
 			return -ENOMEM;
 	}
-	for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+	for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
 		if (str) {
 			size_t o = cp_off(v->s.p, v->s.n, (size_t)i);
 			int ret =
@@ -317,6 +329,9 @@ static int slice(struct jctx *c, const struct jv *v, const struct jv *s0, const 
 		} else {
 			l->v[n++] = v->l->v[i];
 		}
+		/* a step past int64's range ends the slice, as it ends the string */
+		if (__builtin_add_overflow(i, step, &i))
+			break;
 	}
 	if (!str) {
 		l->n = (size_t)n;

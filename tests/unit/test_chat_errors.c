@@ -99,4 +99,51 @@ TEST(failing_operands_fail_the_render)
 	}
 }
 
+/*
+ * 64-bit integers out of range fail the render with a message (a pack's
+ * template could trap: INT64_MIN // -1 is SIGFPE, the rest undefined
+ * behaviour); found by the CLI's adversarial pass on a UBSan build. In
+ * range, Python's answers.
+ */
+TEST(integers_out_of_range_fail_the_render)
+{
+	static const char *const bad[] = {
+		"{{ (-9223372036854775807-1) // -1 }}",
+		"{{ (-9223372036854775807-1) | abs }}",
+		"{{ 9223372036854775807 + 1 }}",
+		"{{ 9223372036854775807 * 2 }}",
+		"{{ -9223372036854775807 - 2 }}",
+		"{{ 9223372036854775807|float|int }}",
+		"{{ range(-9223372036854775807-1, 9223372036854775807)|length }}",
+	};
+	static const struct {
+		const char *src, *want;
+	} good[] = {
+		{"{{ (-9223372036854775807-1) % -1 }}", "0"},
+		{"{{ -7 // 2 }} {{ -7 % 2 }} {{ 7 // -2 }} {{ 7 % -2 }}", "-4 1 -4 -1"},
+		{"{{ range(0,-10,-9223372036854775807-1)|list }}", "[0]"},
+		{"{{ range(9223372036854775800, 9223372036854775807, 5)|list }}",
+		 "[9223372036854775800, 9223372036854775805]"},
+		{"{{ range(5, 0, -2)|list }}", "[5, 3, 1]"},
+		{"{{ \"abc\"[1::9223372036854775807] }}", "b"},
+		{"{{ \"abcdef\"[::-9223372036854775807] }}", "f"},
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *out = NULL;
+		int ret = render(bad[i], &out);
+
+		EXPECT_NE(0, ret) TH_LOG("%s rendered '%s'", bad[i], out ? out : "");
+		free(out);
+	}
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		char *out = NULL;
+
+		ASSERT_EQ(0, render(good[i].src, &out))
+		TH_LOG("%s: %s", good[i].src, moem_last_error());
+		EXPECT_STREQ(good[i].want, out) TH_LOG("%s", good[i].src);
+		free(out);
+	}
+}
+
 TEST_HARNESS_MAIN
