@@ -112,6 +112,8 @@ static int simple(const char *cmd, struct json_object *args, void (*human)(struc
 			print_json(r);
 		else if (human)
 			human(r);
+		if (g.bad_answer)
+			rc = 1;
 	}
 	json_object_put(r);
 	return rc;
@@ -177,10 +179,22 @@ static int cmd_status(int argc, char **argv)
 
 static void human_get(struct json_object *r)
 {
-	struct json_object *k = jobj(r, "knobs");
+	struct json_object *k = jobj(r, "knobs"), *v = jobj(r, "value");
 
+	/* an answer not shaped as the protocol says is an error, not a crash */
+	if (k && !json_object_is_type(k, json_type_object)) {
+		fprintf(stderr, "moemctl get: moemd's answer has 'knobs' that is no object\n");
+		g.bad_answer = true;
+		return;
+	}
 	if (!k) {
-		printf("%s %s\n", jstr(r, "knob"), json_object_get_string(jobj(r, "value")));
+		if (!*jstr(r, "knob") || !v || json_object_is_type(v, json_type_object) ||
+		    json_object_is_type(v, json_type_array)) {
+			fprintf(stderr, "moemctl get: moemd's answer has no 'knob' and 'value'\n");
+			g.bad_answer = true;
+			return;
+		}
+		printf("%s %s\n", jstr(r, "knob"), json_object_get_string(v));
 		return;
 	}
 	for (struct json_object_iterator it = json_object_iter_begin(k),
@@ -192,10 +206,11 @@ static void human_get(struct json_object *r)
 
 static int cmd_get(int argc, char **argv)
 {
-	struct json_object *args = json_object_new_object();
+	struct json_object *args;
 
 	if (argc > 2)
 		return 2;
+	args = json_object_new_object();
 	if (argc == 2)
 		json_object_object_add(args, "knob", json_object_new_string(argv[1]));
 	return simple("get", args, human_get);
@@ -333,6 +348,9 @@ static int cmd_verify(int argc, char **argv)
 	int saved = g.timeout_ms;
 	int rc;
 
+	(void)argv;
+	if (argc != 1)
+		return 2;
 	g.timeout_ms = -1; /* reads every staged byte */
 	rc = simple("verify", NULL, human_verify);
 	g.timeout_ms = saved;
@@ -347,17 +365,25 @@ static void human_stop_run(struct json_object *r)
 
 static int cmd_stop_run(int argc, char **argv)
 {
+	(void)argv;
+	if (argc != 1)
+		return 2;
 	return simple("stop-run", NULL, human_stop_run);
 }
 
 /* Ask moemd to exit and wait until it has (its socket closes). */
 static int cmd_stop(int argc, char **argv)
 {
-	struct moem_ctl *c = ctl_connect();
+	struct moem_ctl *c;
 	struct json_object *r = NULL;
 	char *line;
 	int rc;
 
+	/* "moemctl stop run" (for stop-run) must not stop the daemon */
+	(void)argv;
+	if (argc != 1)
+		return 2;
+	c = ctl_connect();
 	if (!c)
 		return 1;
 	rc = ctl_call(c, "shutdown", NULL, g.timeout_ms, &r);
@@ -384,38 +410,51 @@ static void human_hello(struct json_object *r)
 
 static int cmd_hello(int argc, char **argv)
 {
+	(void)argv;
+	if (argc != 1)
+		return 2;
 	return simple("hello", NULL, human_hello);
 }
 
 /* Send lines as they are (arguments, or stdin) and print every answer:
  * for scripts and for testing the daemon's handling of bad input. */
+/* One line out, its answer in: moemd drops a client that does not read. */
+static int raw_one(struct moem_ctl *c, const char *l, size_t len)
+{
+	char *ans;
+	int rc;
+
+	/* moemd ignores blank lines: no answer would come */
+	if (strspn(l, " \t\r\n") == len)
+		return 0;
+	rc = moem_ctl_send_line(c, l, len);
+	if (!rc)
+		rc = moem_ctl_recv_line(c, g.timeout_ms, &ans);
+	if (!rc) {
+		printf("%s\n", ans);
+		free(ans);
+	}
+	return rc;
+}
+
 static int cmd_raw(int argc, char **argv)
 {
 	struct moem_ctl *c = ctl_connect();
 	char *line = NULL;
 	size_t cap = 0;
-	int n = 0, rc = 0;
+	int rc = 0;
 
 	if (!c)
 		return 1;
 	if (argc > 1) {
-		for (int i = 1; i < argc && !rc; i++, n++)
-			rc = moem_ctl_send_line(c, argv[i], strlen(argv[i]));
+		for (int i = 1; i < argc && !rc; i++)
+			rc = raw_one(c, argv[i], strlen(argv[i]));
 	} else {
 		ssize_t len;
 
-		while (!rc && (len = getline(&line, &cap, stdin)) > 0) {
-			rc = moem_ctl_send_line(c, line, (size_t)len);
-			n++;
-		}
+		while (!rc && (len = getline(&line, &cap, stdin)) > 0)
+			rc = raw_one(c, line, (size_t)len);
 		free(line);
-	}
-	for (int i = 0; i < n && !rc; i++) {
-		rc = moem_ctl_recv_line(c, g.timeout_ms, &line);
-		if (!rc) {
-			printf("%s\n", line);
-			free(line);
-		}
 	}
 	moem_ctl_close(c);
 	return rc ? fail("raw", rc) : 0;
@@ -489,13 +528,21 @@ int main(int argc, char **argv)
 		case 'j':
 			g.json = true;
 			break;
-		case 't':
-			g.timeout_ms = atoi(optarg);
-			if (g.timeout_ms <= 0) {
-				fprintf(stderr, "moemctl: --timeout wants milliseconds > 0\n");
+		case 't': {
+			char *end;
+			long v;
+
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 1 || v > 86400000) {
+				fprintf(stderr,
+					"moemctl: --timeout '%s': milliseconds, 1..86400000\n",
+					optarg);
 				return 2;
 			}
+			g.timeout_ms = (int)v;
 			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -13,7 +13,8 @@
 struct ctl_opts {
 	const char *socket;
 	bool json;
-	int timeout_ms; /* per request; runs wait without a limit */
+	int timeout_ms;	 /* per request; runs wait without a limit */
+	bool bad_answer; /* a human printer found moemd's answer malformed: exit 1 */
 };
 
 extern struct ctl_opts g;

@@ -92,8 +92,7 @@ static int wait_run(struct moem_ctl *c, int64_t id, struct json_object **resp)
 
 int cmd_run(int argc, char **argv)
 {
-	struct json_object *args = json_object_new_object(), *wl = json_object_new_object(),
-			   *r = NULL;
+	struct json_object *args, *wl = json_object_new_object(), *r = NULL;
 	struct moem_ctl *c;
 	int ch, idx, ret;
 	int64_t id;
@@ -102,18 +101,22 @@ int cmd_run(int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "h", run_opts, &idx)) != -1) {
 		if (ch == 'h') {
 			run_usage(stdout);
+			json_object_put(wl);
 			return 0;
 		}
 		if (ch != 0) {
 			run_usage(stderr);
+			json_object_put(wl);
 			return 2;
 		}
 		json_object_object_add(wl, run_opts[idx].name, json_object_new_string(optarg));
 	}
 	if (optind != argc) {
 		run_usage(stderr);
+		json_object_put(wl);
 		return 2;
 	}
+	args = json_object_new_object();
 	json_object_object_add(args, "workload", wl);
 	c = ctl_connect();
 	if (!c) {

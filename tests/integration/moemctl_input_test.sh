@@ -1,0 +1,101 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only
+#
+# moemctl under bad input, as the control socket's adversarial pass found
+# it (each check failed before its fix): extra arguments are a usage error
+# before anything is sent ("moemctl stop run", meant as stop-run, stopped
+# the daemon); --timeout takes whole milliseconds; an answer of the wrong
+# shape is an error, not a crash; raw skips blank lines (moemd answers
+# none) and reads each answer before the next line. The daemon is a fake
+# one here (a small Python server on a UNIX socket) that answers what
+# each test needs. Exit 0 pass, 1 fail.
+set -u
+B=${MOEM_BUILD:-build}
+C=$B/bin/moemctl
+tmp=$(mktemp -d /tmp/moem-ctlin-XXXXXX)
+pid=
+cleanup() {
+	[ -n "$pid" ] && kill "$pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0
+ok() { echo "ok: $*"; }
+bad() {
+	echo "not ok: $*"
+	fail=1
+}
+expect() { # expect RC MESSAGE_PART CMD...
+	local want=$1 msg=$2
+	shift 2
+	"$@" >"$tmp/out" 2>&1
+	local rc=$?
+	if [ "$rc" = "$want" ] && grep -q -- "$msg" "$tmp/out"; then
+		ok "exit $rc, '$msg': ${*#"$C "}"
+	else
+		bad "${*#"$C "}: exit $rc, want $want and '$msg'; said: $(tail -n 3 "$tmp/out")"
+	fi
+}
+
+# A fake moemd: every non-blank line gets ANSWER with the request's id
+# (ANSWER is a JSON object's members); it records what it was sent.
+fake() {
+	rm -f "$tmp/s.sock" "$tmp/got"
+	/usr/bin/python3 - "$tmp/s.sock" "$1" "$tmp/got" <<'EOF' &
+import json, os, socket, sys
+path, answer, got = sys.argv[1], sys.argv[2], sys.argv[3]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path)
+s.listen(8)
+while True:
+    c, _ = s.accept()
+    f = c.makefile("rb")
+    for line in f:
+        with open(got, "ab") as g:
+            g.write(line)
+        if not line.strip():
+            continue
+        try:
+            rid = json.loads(line).get("id", 0)
+        except ValueError:
+            rid = 0
+        c.sendall(('{"v":1,"id":%d,%s}\n' % (rid, answer)).encode())
+    c.close()
+EOF
+	pid=$!
+	for _ in $(seq 1 500); do
+		[ -S "$tmp/s.sock" ] && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.01
+	done
+	echo "not ok: the fake moemd did not start"
+	exit 1
+}
+stop_fake() {
+	kill "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	pid=
+}
+
+fake '"ok":true'
+for cmd in "stop run" "stop-run now" "hello x" "verify x" "get a b" "status x"; do
+	# shellcheck disable=SC2086
+	expect 2 "usage: moemctl" "$C" --socket "$tmp/s.sock" $cmd
+done
+[ -e "$tmp/got" ] && bad "a usage error sent: $(cat "$tmp/got")" ||
+	ok "nothing was sent for them"
+expect 2 "milliseconds" "$C" --socket "$tmp/s.sock" --timeout 10x hello
+expect 2 "milliseconds" "$C" --socket "$tmp/s.sock" --timeout 2147483648 hello
+expect 1 "no 'knob' and 'value'" "$C" --socket "$tmp/s.sock" get
+stop_fake
+
+fake '"ok":true,"knobs":5'
+expect 1 "'knobs' that is no object" "$C" --socket "$tmp/s.sock" get
+stop_fake
+
+fake '"ok":true,"knob":"hbm_bytes","value":"0"'
+printf '\n{"v":1,"id":7,"cmd":"get"}\n\n' >"$tmp/in"
+expect 0 '"id":7' timeout 60 "$C" --socket "$tmp/s.sock" --timeout 5000 raw <"$tmp/in"
+expect 0 "hbm_bytes 0" "$C" --socket "$tmp/s.sock" get
+stop_fake
+exit $fail
