@@ -13,6 +13,7 @@
 
 #include <json-c/json.h>
 
+#include <moem/error.h>
 #include <moem/util.h>
 
 #include "jinja_int.h"
@@ -363,10 +364,18 @@ static int repr_str(struct jbuf *b, const char *p, size_t n)
 	return ret ? ret : moem_jb_put(b, &q, 1);
 }
 
-int moem_jv_repr(struct jbuf *b, const struct jv *v)
+/*
+ * A list can hold itself (x.append(x)): printing it would recurse
+ * without end (the fuzzer's stack overflow). Past the depth tojson
+ * allows, -ELOOP.
+ */
+static int repr_at(struct jbuf *b, const struct jv *v, int depth)
 {
 	int ret = 0;
 
+	if (depth > 64)
+		return moem_errf(ELOOP, "a value nested more than 64 deep (or holding itself) "
+					"cannot be printed");
 	switch (v->t) {
 	case JT_STR:
 		return repr_str(b, v->s.p, v->s.n);
@@ -376,7 +385,7 @@ int moem_jv_repr(struct jbuf *b, const struct jv *v)
 			if (i)
 				ret = moem_jb_puts(b, ", ");
 			if (!ret)
-				ret = moem_jv_repr(b, &v->l->v[i]);
+				ret = repr_at(b, &v->l->v[i], depth + 1);
 		}
 		if (!ret && v->tuple && v->l->n == 1)
 			ret = moem_jb_puts(b, ",");
@@ -391,12 +400,17 @@ int moem_jv_repr(struct jbuf *b, const struct jv *v)
 			if (!ret)
 				ret = moem_jb_puts(b, ": ");
 			if (!ret)
-				ret = moem_jv_repr(b, &v->d->v[i]);
+				ret = repr_at(b, &v->d->v[i], depth + 1);
 		}
 		return ret ? ret : moem_jb_puts(b, "}");
 	default:
 		return moem_jv_print(b, v);
 	}
+}
+
+int moem_jv_repr(struct jbuf *b, const struct jv *v)
+{
+	return repr_at(b, v, 0);
 }
 
 int moem_jv_print(struct jbuf *b, const struct jv *v)

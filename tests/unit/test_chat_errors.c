@@ -146,4 +146,28 @@ TEST(integers_out_of_range_fail_the_render)
 	}
 }
 
+/*
+ * A namespace that holds itself (set ns.a = ns) cannot be printed: the
+ * render fails with a message instead of recursing without end (found
+ * by fuzz_chat as a stack overflow).
+ */
+TEST(a_value_holding_itself_fails_the_render)
+{
+	static const char *const src[] = {
+		"{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}",
+		"{% set ns = namespace(a=1) %}{% set ns.a = [ns] %}{{ ns.a }}",
+	};
+
+	for (size_t i = 0; i < sizeof(src) / sizeof(src[0]); i++) {
+		char *out = NULL;
+		int ret = render(src[i], &out);
+
+		EXPECT_NE(0, ret) TH_LOG("%s rendered '%.40s'", src[i], out ? out : "");
+		if (ret)
+			EXPECT_NE(NULL, strstr(moem_last_error(), "nested more than 64 deep"))
+		TH_LOG("%s", moem_last_error());
+		free(out);
+	}
+}
+
 TEST_HARNESS_MAIN
