@@ -375,21 +375,23 @@ char *moem_oai_chunk(const struct moem_oai_reply *r, bool first, const char *tex
 	return dump(o, "data: ", "\n\n", out_len);
 }
 
-char *moem_oai_calls_chunk(const struct moem_oai_reply *r, bool first,
-			   const struct moem_oai_call *calls, uint32_t index, uint32_t n,
-			   size_t *out_len)
+/* A chat chunk whose delta carries key: value (first: with the role), no finish yet. */
+static char *delta_chunk(const struct moem_oai_reply *r, bool first, const char *key,
+			 struct json_object *value, size_t *out_len)
 {
 	struct json_object *o = head(r, "chat.completion.chunk"), *choices, *c, *d;
 
-	if (!o)
+	if (!o) {
+		json_object_put(value);
 		return NULL;
+	}
 	choices = json_object_new_array();
 	c = json_object_new_object();
 	d = json_object_new_object();
 	ADD(c, "index", json_object_new_int(0));
 	if (first)
 		ADD(d, "role", json_object_new_string("assistant"));
-	ADD(d, "tool_calls", calls_json(r, calls, index, n, true));
+	ADD(d, key, value);
 	ADD(c, "delta", d);
 	ADD(c, "logprobs", NULL);
 	ADD(c, "finish_reason", NULL);
@@ -398,26 +400,17 @@ char *moem_oai_calls_chunk(const struct moem_oai_reply *r, bool first,
 	return dump(o, "data: ", "\n\n", out_len);
 }
 
+char *moem_oai_calls_chunk(const struct moem_oai_reply *r, bool first,
+			   const struct moem_oai_call *calls, uint32_t index, uint32_t n,
+			   size_t *out_len)
+{
+	return delta_chunk(r, first, "tool_calls", calls_json(r, calls, index, n, true), out_len);
+}
+
 char *moem_oai_reasoning_chunk(const struct moem_oai_reply *r, bool first, const char *text,
 			       size_t len, size_t *out_len)
 {
-	struct json_object *o = head(r, "chat.completion.chunk"), *choices, *c, *d;
-
-	if (!o)
-		return NULL;
-	choices = json_object_new_array();
-	c = json_object_new_object();
-	d = json_object_new_object();
-	ADD(c, "index", json_object_new_int(0));
-	if (first)
-		ADD(d, "role", json_object_new_string("assistant"));
-	ADD(d, "reasoning_content", utf8_string(text, len));
-	ADD(c, "delta", d);
-	ADD(c, "logprobs", NULL);
-	ADD(c, "finish_reason", NULL);
-	json_object_array_add(choices, c);
-	ADD(o, "choices", choices);
-	return dump(o, "data: ", "\n\n", out_len);
+	return delta_chunk(r, first, "reasoning_content", utf8_string(text, len), out_len);
 }
 
 char *moem_oai_usage_chunk(const struct moem_oai_reply *r, const struct moem_oai_usage *u,
