@@ -888,6 +888,21 @@ TEST_F_TIMEOUT(http, shutdown_ends_requests_with_an_error, 120)
 	TH_LOG("the stream's end: %s", got[1] + (strlen(got[1]) > 80 ? strlen(got[1]) - 80 : 0));
 }
 
+/* A word model's fixture teardown: moemd stopped (exit 0), its log shown on failure. */
+static void word_teardown(struct __test_metadata *_metadata, struct dmn *d, char *dir)
+{
+	if (d->pid > 0 && !dmn_exited(d)) {
+		kill(d->pid, SIGTERM);
+		if (dmn_wait_exit(d, 20000))
+			kill(d->pid, SIGKILL);
+		EXPECT_EQ(0, dmn_exit_code(d));
+	}
+	if (!_metadata->passed && d->pid > 0)
+		dmn_dump_log(d);
+	dmn_rm_rf(dir);
+	free(dir);
+}
+
 /*
  * Clients that leave are noticed among hundreds of live requests: 300
  * long whole-answer requests (2 running, the rest queued), then the 40
@@ -916,16 +931,7 @@ FIXTURE_SETUP(many)
 
 FIXTURE_TEARDOWN(many)
 {
-	if (self->d.pid > 0 && !dmn_exited(&self->d)) {
-		kill(self->d.pid, SIGTERM);
-		if (dmn_wait_exit(&self->d, 20000))
-			kill(self->d.pid, SIGKILL);
-		EXPECT_EQ(0, dmn_exit_code(&self->d));
-	}
-	if (!_metadata->passed && self->d.pid > 0)
-		dmn_dump_log(&self->d);
-	dmn_rm_rf(self->dir);
-	free(self->dir);
+	word_teardown(_metadata, &self->d, self->dir);
 }
 
 TEST_F_TIMEOUT(many, departed_clients_found_among_hundreds, 300)
@@ -987,16 +993,7 @@ FIXTURE_SETUP(tools)
 
 FIXTURE_TEARDOWN(tools)
 {
-	if (self->d.pid > 0 && !dmn_exited(&self->d)) {
-		kill(self->d.pid, SIGTERM);
-		if (dmn_wait_exit(&self->d, 20000))
-			kill(self->d.pid, SIGKILL);
-		EXPECT_EQ(0, dmn_exit_code(&self->d));
-	}
-	if (!_metadata->passed && self->d.pid > 0)
-		dmn_dump_log(&self->d);
-	dmn_rm_rf(self->dir);
-	free(self->dir);
+	word_teardown(_metadata, &self->d, self->dir);
 }
 
 #define TOOLS_JSON                                                                       \
@@ -1516,16 +1513,7 @@ FIXTURE_SETUP(think)
 
 FIXTURE_TEARDOWN(think)
 {
-	if (self->d.pid > 0 && !dmn_exited(&self->d)) {
-		kill(self->d.pid, SIGTERM);
-		if (dmn_wait_exit(&self->d, 20000))
-			kill(self->d.pid, SIGKILL);
-		EXPECT_EQ(0, dmn_exit_code(&self->d));
-	}
-	if (!_metadata->passed && self->d.pid > 0)
-		dmn_dump_log(&self->d);
-	dmn_rm_rf(self->dir);
-	free(self->dir);
+	word_teardown(_metadata, &self->d, self->dir);
 }
 
 TEST_F_TIMEOUT(think, reasoning_split_whole_and_streamed, 180)
