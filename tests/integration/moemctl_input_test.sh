@@ -5,10 +5,10 @@
 # it (each check failed before its fix): extra arguments are a usage error
 # before anything is sent ("moemctl stop run", meant as stop-run, stopped
 # the daemon); --timeout takes whole milliseconds; an answer of the wrong
-# shape is an error, not a crash; raw skips blank lines (moemd answers
-# none) and reads each answer before the next line. The daemon is a fake
-# one here (a small Python server on a UNIX socket) that answers what
-# each test needs. Exit 0 pass, 1 fail.
+# shape is an error, not a crash, for every command's human output; raw
+# skips blank lines (moemd answers none) and reads each answer before the
+# next line. The daemon is a fake one here (a small Python server on a
+# UNIX socket) that answers what each test needs. Exit 0 pass, 1 fail.
 set -u
 B=${MOEM_BUILD:-build}
 C=$B/bin/moemctl
@@ -86,16 +86,51 @@ done
 	ok "nothing was sent for them"
 expect 2 "milliseconds" "$C" --socket "$tmp/s.sock" --timeout 10x hello
 expect 2 "milliseconds" "$C" --socket "$tmp/s.sock" --timeout 2147483648 hello
-expect 1 "no 'knob' and 'value'" "$C" --socket "$tmp/s.sock" get
+# an empty answer: each command's human output names what is missing
+expect 1 "has no 'knob'" "$C" --socket "$tmp/s.sock" get
+expect 1 "has no 'knob'" "$C" --socket "$tmp/s.sock" set hbm_bytes 1G
+expect 1 "has no 'moemd'" "$C" --socket "$tmp/s.sock" hello
+expect 1 "has no 'checked'" "$C" --socket "$tmp/s.sock" verify
+expect 1 "has no 'stopping'" "$C" --socket "$tmp/s.sock" stop-run
+expect 1 "has no 'on'" "$C" --socket "$tmp/s.sock" trace off
+expect 1 "has no 'daemon'" "$C" --socket "$tmp/s.sock" status
+expect 1 "has no 'run_id'" "$C" --socket "$tmp/s.sock" run
 stop_fake
 
 fake '"ok":true,"knobs":5'
-expect 1 "'knobs' that is no object" "$C" --socket "$tmp/s.sock" get
+expect 1 "has an odd 'knobs'" "$C" --socket "$tmp/s.sock" get
+stop_fake
+
+fake '"ok":true,"knob":["x"],"value":{},"on":"yes","checked":"7","stopping":1,"moemd":"0"'
+expect 1 "has an odd 'knob'" "$C" --socket "$tmp/s.sock" get
+expect 1 "has an odd 'knob'" "$C" --socket "$tmp/s.sock" set hbm_bytes 1G
+expect 1 "has an odd 'on'" "$C" --socket "$tmp/s.sock" trace off
+expect 1 "has an odd 'checked'" "$C" --socket "$tmp/s.sock" verify
+expect 1 "has an odd 'stopping'" "$C" --socket "$tmp/s.sock" stop-run
+expect 1 "has no 'protocol'" "$C" --socket "$tmp/s.sock" hello
+stop_fake
+
+# status iterates counters.phase_ns: a number there crashed it
+fake '"ok":true,"daemon":{},"counters":{"steps":1,"step_ns":9,"phase_ns":5}'
+expect 1 "has an odd 'phase_ns'" "$C" --socket "$tmp/s.sock" status
+stop_fake
+fake '"ok":true,"daemon":{},"pool":[]'
+expect 1 "has an odd 'pool'" "$C" --socket "$tmp/s.sock" status
 stop_fake
 
 fake '"ok":true,"knob":"hbm_bytes","value":"0"'
 printf '\n{"v":1,"id":7,"cmd":"get"}\n\n' >"$tmp/in"
 expect 0 '"id":7' timeout 60 "$C" --socket "$tmp/s.sock" --timeout 5000 raw <"$tmp/in"
 expect 0 "hbm_bytes 0" "$C" --socket "$tmp/s.sock" get
+# 3000 lines: a raw that writes them all before reading an answer is
+# dropped by moemd (4 MiB unread); this fake and it would block each other
+for i in $(seq 1 3000); do echo "{\"v\":1,\"id\":$i,\"cmd\":\"get\"}"; done >"$tmp/in"
+timeout 120 "$C" --socket "$tmp/s.sock" raw <"$tmp/in" >"$tmp/out" 2>&1
+n=$(grep -c '"ok":true' "$tmp/out")
+if [ "$n" = 3000 ]; then
+	ok "raw: 3000 answers to 3000 lines"
+else
+	bad "raw: $n answers to 3000 lines; said: $(tail -n 2 "$tmp/out")"
+fi
 stop_fake
 exit $fail

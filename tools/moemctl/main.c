@@ -94,6 +94,20 @@ bool jbool(struct json_object *o, const char *key)
 	return v && json_object_get_boolean(v);
 }
 
+bool janswer(struct json_object *o, const char *cmd, const char *key, unsigned int types)
+{
+	struct json_object *v = jobj(o, key);
+
+	if (v && (types & (1u << json_object_get_type(v))))
+		return true;
+	fprintf(stderr, "moemctl %s: moemd's answer has %s '%s'\n", cmd, v ? "an odd" : "no", key);
+	g.bad_answer = true;
+	return false;
+}
+
+/* A knob's value: a number or a name. */
+#define SCALAR (JT(int) | JT(double) | JT(string))
+
 /* Call cmd with args; print the response as JSON or run human(). */
 static int simple(const char *cmd, struct json_object *args, void (*human)(struct json_object *))
 {
@@ -174,29 +188,22 @@ static int cmd_status(int argc, char **argv)
 	if (!rc)
 		g.json ? print_json(r) : human_status(r);
 	json_object_put(r);
-	return rc;
+	return rc ? rc : g.bad_answer;
 }
 
 static void human_get(struct json_object *r)
 {
-	struct json_object *k = jobj(r, "knobs"), *v = jobj(r, "value");
+	struct json_object *k = jobj(r, "knobs");
 
 	/* an answer not shaped as the protocol says is an error, not a crash */
-	if (k && !json_object_is_type(k, json_type_object)) {
-		fprintf(stderr, "moemctl get: moemd's answer has 'knobs' that is no object\n");
-		g.bad_answer = true;
-		return;
-	}
 	if (!k) {
-		if (!*jstr(r, "knob") || !v || json_object_is_type(v, json_type_object) ||
-		    json_object_is_type(v, json_type_array)) {
-			fprintf(stderr, "moemctl get: moemd's answer has no 'knob' and 'value'\n");
-			g.bad_answer = true;
-			return;
-		}
-		printf("%s %s\n", jstr(r, "knob"), json_object_get_string(v));
+		if (janswer(r, "get", "knob", JT(string)) && janswer(r, "get", "value", SCALAR))
+			printf("%s %s\n", jstr(r, "knob"),
+			       json_object_get_string(jobj(r, "value")));
 		return;
 	}
+	if (!janswer(r, "get", "knobs", JT(object)))
+		return;
 	for (struct json_object_iterator it = json_object_iter_begin(k),
 					 end = json_object_iter_end(k);
 	     !json_object_iter_equal(&it, &end); json_object_iter_next(&it))
@@ -278,6 +285,9 @@ static int set_kernel(const char *via, const char *knob, const char *value)
 
 static void human_set(struct json_object *r)
 {
+	if (!janswer(r, "set", "knob", JT(string)) || !janswer(r, "set", "value", SCALAR) ||
+	    !janswer(r, "set", "applied", JT(string)))
+		return;
 	printf("%s = %s (applied %s)\n", jstr(r, "knob"), json_object_get_string(jobj(r, "value")),
 	       jstr(r, "applied"));
 }
@@ -311,6 +321,9 @@ static int cmd_set(int argc, char **argv)
 
 static void human_trace(struct json_object *r)
 {
+	if (!janswer(r, "trace", "on", JT(boolean)) ||
+	    (jbool(r, "on") && !janswer(r, "trace", "path", JT(string))))
+		return;
 	if (jbool(r, "on"))
 		printf("trace on: %s (from the next run)\n", jstr(r, "path"));
 	else
@@ -339,6 +352,8 @@ static int cmd_trace(int argc, char **argv)
 
 static void human_verify(struct json_object *r)
 {
+	if (!janswer(r, "verify", "checked", JT(int)))
+		return;
 	printf("%llu staged expert versions match the pack\n",
 	       (unsigned long long)ju64(r, "checked"));
 }
@@ -359,6 +374,8 @@ static int cmd_verify(int argc, char **argv)
 
 static void human_stop_run(struct json_object *r)
 {
+	if (!janswer(r, "stop-run", "stopping", JT(boolean)))
+		return;
 	printf("%s\n", jbool(r, "stopping") ? "the run stops after its current step"
 					    : "no run in progress");
 }
@@ -403,6 +420,13 @@ static int cmd_stop(int argc, char **argv)
 
 static void human_hello(struct json_object *r)
 {
+	static const char *const strs[] = {"moemd", "protocol", "state", "pack", "pack_id"};
+
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(strs); i++)
+		if (!janswer(r, "hello", strs[i], JT(string)))
+			return;
+	if (!janswer(r, "hello", "pid", JT(int)))
+		return;
 	printf("moemd %s, protocol %s, pid %llu, %s; pack %s (id %s)\n", jstr(r, "moemd"),
 	       jstr(r, "protocol"), (unsigned long long)ju64(r, "pid"), jstr(r, "state"),
 	       jstr(r, "pack"), jstr(r, "pack_id"));

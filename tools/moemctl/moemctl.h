@@ -35,6 +35,10 @@ uint64_t ju64(struct json_object *o, const char *key);
 double jdbl(struct json_object *o, const char *key);
 const char *jstr(struct json_object *o, const char *key);
 bool jbool(struct json_object *o, const char *key);
+/* A human printer's check that moemd's answer has key, of one of the types
+ * (JT(int) | JT(string), ...); else it says so and sets g.bad_answer. */
+#define JT(t) (1u << json_type_##t)
+bool janswer(struct json_object *o, const char *cmd, const char *key, unsigned int types);
 
 /* status.c */
 void print_status(struct json_object *st);

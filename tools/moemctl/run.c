@@ -17,8 +17,15 @@
 
 void print_run(struct json_object *r)
 {
+	static const char *const ints[] = {"run_id", "steps", "batch"};
 	char a[32], b[32];
 	uint64_t steps = ju64(r, "steps");
+
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(ints); i++)
+		if (!janswer(r, "run", ints[i], JT(int)))
+			return;
+	if (!janswer(r, "run", "digest", JT(string)))
+		return;
 
 	printf("run %llu: %llu steps x %llu tokens%s\n", (unsigned long long)ju64(r, "run_id"),
 	       (unsigned long long)steps, (unsigned long long)ju64(r, "batch"),
@@ -136,5 +143,5 @@ int cmd_run(int argc, char **argv)
 	if (!g.json)
 		print_run(r);
 	json_object_put(r);
-	return 0;
+	return g.bad_answer;
 }

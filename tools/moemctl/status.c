@@ -141,6 +141,22 @@ static void dram_nodes(struct json_object *t)
 		       (unsigned long long)ju64(t, "dram_node_fallback"));
 }
 
+/* The answer's sections are objects (phase_ns too: it is iterated). */
+static bool status_shaped(struct json_object *st)
+{
+	static const char *const sections[] = {"pack",	   "kernel",   "pool",	  "tiers",
+					       "counters", "policies", "budgets", "run",
+					       "trace",	   "serving",  "backend"};
+
+	if (!janswer(st, "status", "daemon", JT(object)))
+		return false;
+	for (size_t i = 0; i < MOEM_ARRAY_SIZE(sections); i++)
+		if (jobj(st, sections[i]) && !janswer(st, "status", sections[i], JT(object)))
+			return false;
+	return !jobj(jobj(st, "counters"), "phase_ns") ||
+	       janswer(jobj(st, "counters"), "status", "phase_ns", JT(object));
+}
+
 void print_status(struct json_object *st)
 {
 	struct json_object *d = jobj(st, "daemon"), *k = jobj(st, "kernel"), *p = jobj(st, "pool"),
@@ -149,6 +165,8 @@ void print_status(struct json_object *st)
 			   *tr = jobj(st, "trace");
 	char a[32], b[32];
 
+	if (!status_shaped(st))
+		return;
 	printf("moemd %s (pid %llu), %s", jstr(d, "version"), (unsigned long long)ju64(d, "pid"),
 	       jstr(d, "state"));
 	print_duration(", up ", ju64(d, "uptime_ns"));
