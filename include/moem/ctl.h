@@ -94,7 +94,9 @@ int moem_ctl_fd(const struct moem_ctl *c);
  * Returns 0 and *resp for "ok":true; for "ok":false, -errno (the
  * response's, or EIO) with the daemon's message, and *resp still set;
  * -ETIMEDOUT, -ECONNRESET (daemon went away), -EPROTO (bad response)
- * otherwise with *resp NULL. Responses to other ids are dropped.
+ * otherwise with *resp NULL. Responses to other ids are dropped. A
+ * connection moemd refused (one error line, then closed) fails with that
+ * line's errno and message, even when the request could not be sent.
  */
 int moem_ctl_call(struct moem_ctl *c, const char *cmd, struct json_object *args, int timeout_ms,
 		  struct json_object **resp);

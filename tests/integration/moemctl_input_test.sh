@@ -7,8 +7,10 @@
 # the daemon); --timeout takes whole milliseconds; an answer of the wrong
 # shape is an error, not a crash, for every command's human output; raw
 # skips blank lines (moemd answers none) and reads each answer before the
-# next line. The daemon is a fake one here (a small Python server on a
-# UNIX socket) that answers what each test needs. Exit 0 pass, 1 fail.
+# next line; a connection moemd refuses (an error line, then close) shows
+# moemd's reason, not "Broken pipe". The daemon is a fake one here (a
+# small Python server on a UNIX socket) that answers what each test
+# needs. Exit 0 pass, 1 fail.
 set -u
 B=${MOEM_BUILD:-build}
 C=$B/bin/moemctl
@@ -38,7 +40,9 @@ expect() { # expect RC MESSAGE_PART CMD...
 }
 
 # A fake moemd: every non-blank line gets ANSWER with the request's id
-# (ANSWER is a JSON object's members); it records what it was sent.
+# (ANSWER is a JSON object's members); it records what it was sent. With
+# ANSWER "refuse" it answers each connection as moemd refuses one: an
+# error line, then close, before reading anything.
 fake() {
 	rm -f "$tmp/s.sock" "$tmp/got"
 	/usr/bin/python3 - "$tmp/s.sock" "$1" "$tmp/got" <<'EOF' &
@@ -49,6 +53,11 @@ s.bind(path)
 s.listen(8)
 while True:
     c, _ = s.accept()
+    if answer == "refuse":
+        c.sendall(b'{"v":1,"id":null,"ok":false,"error":"too many control '
+                  b'connections from uid 1001 (4 at once)","errno":16}\n')
+        c.close()
+        continue
     f = c.makefile("rb")
     for line in f:
         with open(got, "ab") as g:
@@ -116,6 +125,16 @@ expect 1 "has an odd 'phase_ns'" "$C" --socket "$tmp/s.sock" status
 stop_fake
 fake '"ok":true,"daemon":{},"pool":[]'
 expect 1 "has an odd 'pool'" "$C" --socket "$tmp/s.sock" status
+stop_fake
+
+# moemd refuses the connection and closes it before moemctl sends (raw's
+# stdin is late): moemd's reason, not "send to moemd: Broken pipe" (hello
+# sends before the close here, and got the reason before the fix too)
+fake refuse
+expect 1 "too many control connections from uid 1001" sh -c \
+	"{ sleep 0.5; echo '{\"v\":1,\"id\":1,\"cmd\":\"hello\"}'; } |
+	 '$C' --socket '$tmp/s.sock' raw"
+expect 1 "too many control connections from uid 1001" "$C" --socket "$tmp/s.sock" hello
 stop_fake
 
 fake '"ok":true,"knob":"hbm_bytes","value":"0"'

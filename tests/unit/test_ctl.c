@@ -7,7 +7,11 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <moem/ctl.h>
 #include <moem/engine_args.h>
@@ -222,6 +226,43 @@ TEST(responses_and_getters)
 	EXPECT_TRUE(b);
 	EXPECT_EQ(-EINVAL, moem_ctl_get_bool(req, "value", &b));
 	json_object_put(req);
+}
+
+/*
+ * moemd refuses a connection it does not take (too many from one uid) with
+ * an error line and closes it. A client that sends after the close got
+ * "send to moemd: Broken pipe"; it says what moemd said.
+ */
+TEST(refused_connection)
+{
+	static const char refusal[] = "{\"v\":1,\"id\":null,\"ok\":false,\"error\":\"too many "
+				      "control connections from uid 1001 (4 at once)\","
+				      "\"errno\":16}\n";
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char dir[] = "/tmp/moem-ctl-XXXXXX";
+	struct json_object *r = (void *)1;
+	struct moem_ctl *c;
+	int lfd, fd, ret;
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/s.sock", dir);
+	lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ASSERT_LE(0, lfd);
+	ASSERT_EQ(0, bind(lfd, (struct sockaddr *)&sa, sizeof(sa)));
+	ASSERT_EQ(0, listen(lfd, 1));
+	ASSERT_EQ(0, moem_ctl_connect(sa.sun_path, &c));
+	fd = accept(lfd, NULL, NULL);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ((ssize_t)strlen(refusal), write(fd, refusal, strlen(refusal)));
+	close(fd); /* before the client sends: its send fails with EPIPE */
+	ret = moem_ctl_call(c, "hello", NULL, 2000, &r);
+	EXPECT_EQ(-EBUSY, ret);
+	EXPECT_NE(NULL, strstr(moem_last_error(), "too many control connections from uid 1001"));
+	EXPECT_EQ(NULL, r);
+	moem_ctl_close(c);
+	close(lfd);
+	unlink(sa.sun_path);
+	rmdir(dir);
 }
 
 TEST(engine_args)

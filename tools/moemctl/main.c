@@ -452,6 +452,12 @@ static int raw_one(struct moem_ctl *c, const char *l, size_t len)
 	if (strspn(l, " \t\r\n") == len)
 		return 0;
 	rc = moem_ctl_send_line(c, l, len);
+	if (rc == -ECONNRESET && !moem_ctl_recv_line(c, 1000, &ans)) {
+		/* moemd refused the connection (a line, then close): show why */
+		printf("%s\n", ans);
+		free(ans);
+		return moem_errf(ECONNRESET, "moemd closed the connection");
+	}
 	if (!rc)
 		rc = moem_ctl_recv_line(c, g.timeout_ms, &ans);
 	if (!rc) {

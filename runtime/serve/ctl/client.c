@@ -136,6 +136,42 @@ int moem_ctl_recv_line(struct moem_ctl *c, int timeout_ms, char **out)
 	}
 }
 
+/*
+ * A request that found the connection closed: moemd refuses a connection
+ * it does not take (too many clients) with one error line and closes it,
+ * so return what that line says rather than err ("send to moemd: Broken
+ * pipe").
+ */
+static int refused(struct moem_ctl *c, int err)
+{
+	struct json_object *r, *v, *e;
+	struct moem_err_saved saved;
+	char *line;
+	int ret;
+
+	if (err != -ECONNRESET)
+		return err;
+	moem_error_save(&saved);
+	while (!moem_ctl_recv_line(c, 1000, &line)) {
+		r = json_tokener_parse(line);
+		free(line);
+		if (json_object_object_get_ex(r, "ok", &v) && !json_object_get_boolean(v) &&
+		    json_object_object_get_ex(r, "error", &e) &&
+		    json_object_is_type(e, json_type_string)) {
+			ret = ECONNRESET;
+			if (json_object_object_get_ex(r, "errno", &v) &&
+			    json_object_is_type(v, json_type_int) && json_object_get_int(v) > 0)
+				ret = json_object_get_int(v);
+			ret = moem_errf(ret, "%s", json_object_get_string(e));
+			json_object_put(r);
+			return ret;
+		}
+		json_object_put(r);
+	}
+	moem_error_restore(&saved);
+	return err;
+}
+
 int moem_ctl_send(struct moem_ctl *c, const char *cmd, struct json_object *args, int64_t *id)
 {
 	struct json_object *req = args ? args : json_object_new_object();
@@ -155,7 +191,7 @@ int moem_ctl_send(struct moem_ctl *c, const char *cmd, struct json_object *args,
 		return -ENOMEM;
 	ret = moem_ctl_send_line(c, line, len);
 	free(line);
-	return ret;
+	return refused(c, ret);
 }
 
 int moem_ctl_wait(struct moem_ctl *c, int64_t id, int timeout_ms, struct json_object **resp)
