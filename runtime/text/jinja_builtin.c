@@ -1104,10 +1104,20 @@ int moem_jinja_filter(struct jctx *c, const char *name, size_t nn, const struct 
 			return moem_jinja_err(c, ERANGE, "int of %g: out of range", v->f);
 		else if (v->t == JT_FLOAT)
 			*out = jv_int((int64_t)v->f);
-		else if (v->t == JT_STR)
-			*out = jv_int(
-				strtoll(moem_ja_strndup(c->a, v->s.p, v->s.n) ?: "0", NULL, 10));
-		else
+		else if (v->t == JT_STR) {
+			const char *d = moem_ja_strndup(c->a, v->s.p, v->s.n);
+			long long x;
+
+			if (!d)
+				return -ENOMEM;
+			/* strtoll saturates: Python's int() would not, so a number past
+			 * int64 fails like float|int's instead of becoming INT64_MAX */
+			errno = 0;
+			x = strtoll(d, NULL, 10);
+			if (errno == ERANGE)
+				return moem_jinja_err(c, ERANGE, "int of '%.40s': out of range", d);
+			*out = jv_int(x);
+		} else
 			*out = jv_int(0);
 		return 0;
 	case 16: /* float */
@@ -1399,7 +1409,8 @@ int moem_jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv
 	case 23:
 		if (!a1 || v->t != JT_INT || a1->t != JT_INT || !a1->i)
 			return moem_jinja_err(c, EINVAL, "divisibleby needs integers");
-		*r = v->i % a1->i == 0;
+		/* INT64_MIN % -1 traps (SIGFPE); everything is divisible by -1 */
+		*r = a1->i == -1 || v->i % a1->i == 0;
 		return 0;
 	}
 	return moem_jinja_err(c, ENOTSUP, "test '%.*s' is not supported", (int)nn, name);

@@ -532,9 +532,17 @@ int moem_jinja_eval(struct jctx *c, const struct jnode *n, struct jv *out)
 		break;
 	case JN_NEG:
 		ret = moem_jinja_eval(c, n->a, &a);
-		if (!ret && a.t == JT_INT)
-			*out = jv_int((int64_t)(0 - (uint64_t)a.i));
-		else if (!ret && a.t == JT_FLOAT)
+		if (!ret && a.t == JT_INT) {
+			int64_t neg;
+
+			/* -INT64_MIN does not fit: fail as arith()'s overflows do,
+			 * rather than give INT64_MIN back */
+			if (__builtin_sub_overflow((int64_t)0, a.i, &neg))
+				ret = moem_jinja_err(c, ERANGE, "integer overflow in -(%lld)",
+						     (long long)a.i);
+			else
+				*out = jv_int(neg);
+		} else if (!ret && a.t == JT_FLOAT)
 			*out = (struct jv){.t = JT_FLOAT, .f = -a.f};
 		else if (!ret)
 			ret = moem_jinja_err(c, EINVAL, "bad operand for unary -: %s",
@@ -761,6 +769,16 @@ static int run_set(struct jctx *c, const struct jnode *n)
 	return assign(c, n->names, n->nnames, &v);
 }
 
+/*
+ * A write to the output that hit its limit comes back as a bare -E2BIG;
+ * give it its message here, where the write is, not for every -E2BIG a
+ * statement returns (that replaced range()'s "too long" and the like).
+ */
+static int out_full(struct jctx *c, int ret)
+{
+	return ret == -E2BIG ? moem_jinja_err(c, E2BIG, "template output too large") : ret;
+}
+
 int moem_jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 {
 	for (size_t i = 0; i < nbody; i++) {
@@ -771,14 +789,14 @@ int moem_jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 		c->line = n->line;
 		switch (n->k) {
 		case JN_TEXT:
-			ret = moem_jb_put(c->out, n->name, n->name_len);
+			ret = out_full(c, moem_jb_put(c->out, n->name, n->name_len));
 			break;
 		case JN_OUTPUT:
 			ret = moem_jinja_eval(c, n->a, &v);
 			if (!ret && v.gen)
 				ret = moem_jinja_err(c, EINVAL, "printing a generator (add |list)");
 			if (!ret)
-				ret = moem_jv_print(c->out, &v);
+				ret = out_full(c, moem_jv_print(c->out, &v));
 			break;
 		case JN_IF:
 			ret = moem_jinja_eval(c, n->a, &v);
@@ -811,8 +829,6 @@ int moem_jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 		default:
 			ret = moem_jinja_err(c, EINVAL, "not a statement");
 		}
-		if (ret == -E2BIG)
-			ret = moem_jinja_err(c, E2BIG, "template output too large");
 		if (ret)
 			return ret;
 	}

@@ -102,8 +102,10 @@ TEST(failing_operands_fail_the_render)
 /*
  * 64-bit integers out of range fail the render with a message (a pack's
  * template could trap: INT64_MIN // -1 is SIGFPE, the rest undefined
- * behaviour); found by the CLI's adversarial pass on a UBSan build. In
- * range, Python's answers.
+ * behaviour); found by the CLI's adversarial pass on a UBSan build. So do
+ * -INT64_MIN and a string |int past int64 (they wrapped or saturated),
+ * and INT64_MIN is divisibleby(-1) answers (it trapped). In range,
+ * Python's answers.
  */
 TEST(integers_out_of_range_fail_the_render)
 {
@@ -115,6 +117,13 @@ TEST(integers_out_of_range_fail_the_render)
 		"{{ -9223372036854775807 - 2 }}",
 		"{{ 9223372036854775807|float|int }}",
 		"{{ range(-9223372036854775807-1, 9223372036854775807)|length }}",
+		"{{ -(-9223372036854775807-1) }}",
+		"{{ \"99999999999999999999\"|int }}",
+		"{{ \"-99999999999999999999\"|int }}",
+		"{{ 9223372036854775807|float|float|int }}",
+		"{{ ((-9223372036854775807-1)|float * 2)|int }}",
+		"{{ (10.0 ** 400)|int }}",
+		"{{ (10.0 ** 400 - 10.0 ** 400)|int }}",
 	};
 	static const struct {
 		const char *src, *want;
@@ -127,13 +136,37 @@ TEST(integers_out_of_range_fail_the_render)
 		{"{{ range(5, 0, -2)|list }}", "[5, 3, 1]"},
 		{"{{ \"abc\"[1::9223372036854775807] }}", "b"},
 		{"{{ \"abcdef\"[::-9223372036854775807] }}", "f"},
+		{"{{ \"abc\"[-9223372036854775807-1:9223372036854775807] }}", "abc"},
+		{"{{ [1,2,3][-9223372036854775807-1::-9223372036854775807-1] }}", "[]"},
+		{"{{ -(-9223372036854775807) }}", "9223372036854775807"},
+		{"{{ (-9223372036854775807-1) is divisibleby(-1) }}", "True"},
+		{"{{ 7 is divisibleby(-1) }} {{ 7 is divisibleby 2 }}", "True False"},
+		{"{{ \"-9223372036854775808\"|int }}", "-9223372036854775808"},
+		{"{{ (-9223372036854775807-1) // 1 }}", "-9223372036854775808"},
+		{"{{ (-9223372036854775807-1) // 2 }} {{ (-9223372036854775807-1) % 3 }}",
+		 "-4611686018427387904 1"},
+		{"{{ 9223372036854775807 % -2 }}", "-1"},
+		{"{{ range(-9223372036854775807-1, 9223372036854775807, "
+		 "9223372036854775807)|list }}",
+		 "[-9223372036854775808, -1, 9223372036854775806]"},
+		{"{{ range(9223372036854775807, -9223372036854775807-1, "
+		 "-9223372036854775807-1)|list }}",
+		 "[9223372036854775807, -1]"},
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char *out = NULL;
 		int ret = render(bad[i], &out);
 
-		EXPECT_NE(0, ret) TH_LOG("%s rendered '%s'", bad[i], out ? out : "");
+		EXPECT_GT(0, ret) TH_LOG("%s rendered '%s'", bad[i], out ? out : "");
+		if (ret < 0) {
+			const char *e = moem_last_error();
+
+			/* a message that says why, not just a failed render */
+			EXPECT_TRUE(strstr(e, "overflow") || strstr(e, "range") ||
+				    strstr(e, "too long"))
+			TH_LOG("%s: %s", bad[i], e);
+		}
 		free(out);
 	}
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -142,6 +175,31 @@ TEST(integers_out_of_range_fail_the_render)
 		ASSERT_EQ(0, render(good[i].src, &out))
 		TH_LOG("%s: %s", good[i].src, moem_last_error());
 		EXPECT_STREQ(good[i].want, out) TH_LOG("%s", good[i].src);
+		free(out);
+	}
+}
+
+/*
+ * Output past moem's limit fails with a message that says so, whether it
+ * grows in many writes or comes in one value too large for it; the message
+ * is given where the output is written, so range()'s own message above is
+ * not replaced by it.
+ */
+TEST(output_too_large_fails_the_render)
+{
+	static const char *const src[] = {
+		"{% for i in range(5) %}{{ \"x\" * 16000000 }}{% endfor %}",
+		"{% set s = \"x\" * 14000000 %}{{ s ~ s ~ s ~ s ~ s }}",
+	};
+
+	for (size_t i = 0; i < sizeof(src) / sizeof(src[0]); i++) {
+		char *out = NULL;
+		int ret = render(src[i], &out);
+
+		EXPECT_EQ(-E2BIG, ret) TH_LOG("%.40s rendered", src[i]);
+		if (ret)
+			EXPECT_NE(NULL, strstr(moem_last_error(), "output"))
+		TH_LOG("%s: %s", src[i], moem_last_error());
 		free(out);
 	}
 }
