@@ -44,7 +44,7 @@ expect() { # expect RC MESSAGE_PART CMD...
 # ANSWER "refuse" it answers each connection as moemd refuses one: an
 # error line, then close, before reading anything.
 fake() {
-	rm -f "$tmp/s.sock" "$tmp/got"
+	rm -f "$tmp/s.sock" "$tmp/s.sock.closed" "$tmp/got"
 	/usr/bin/python3 - "$tmp/s.sock" "$1" "$tmp/got" <<'EOF' &
 import json, os, socket, sys
 path, answer, got = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -57,6 +57,7 @@ while True:
         c.sendall(b'{"v":1,"id":null,"ok":false,"error":"too many control '
                   b'connections from uid 1001 (4 at once)","errno":16}\n')
         c.close()
+        open(path + ".closed", "w").close()  # the event the late writer waits for
         continue
     f = c.makefile("rb")
     for line in f:
@@ -128,11 +129,12 @@ expect 1 "has an odd 'pool'" "$C" --socket "$tmp/s.sock" status
 stop_fake
 
 # moemd refuses the connection and closes it before moemctl sends (raw's
-# stdin is late): moemd's reason, not "send to moemd: Broken pipe" (hello
+# stdin comes once the fake has closed, the event it writes a file for): moemd's reason, not "send to moemd: Broken pipe" (hello
 # sends before the close here, and got the reason before the fix too)
 fake refuse
 expect 1 "too many control connections from uid 1001" sh -c \
-	"{ sleep 0.5; echo '{\"v\":1,\"id\":1,\"cmd\":\"hello\"}'; } |
+	"{ for i in \$(seq 1 3000); do [ -e '$tmp/s.sock.closed' ] && break; sleep 0.01; done;
+	   echo '{\"v\":1,\"id\":1,\"cmd\":\"hello\"}'; } |
 	 '$C' --socket '$tmp/s.sock' raw"
 expect 1 "too many control connections from uid 1001" "$C" --socket "$tmp/s.sock" hello
 stop_fake
