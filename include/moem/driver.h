@@ -281,7 +281,10 @@ int moem_driver_dram_pick(struct moem_driver *d, bool (*ok)(void *arg, uint32_t 
 bool moem_driver_copy_back(struct moem_driver *d, uint32_t vid, uint64_t bytes, bool room,
 			   bool (*ok)(void *arg, uint32_t vid), void *arg, uint32_t *dram_victim);
 
-/* A miss found no victim: withdraw one prefetch not yet started (true if one was). */
+/*
+ * A miss found no victim: withdraw one prefetch not yet started, else let
+ * go of those that have landed (true if either freed something).
+ */
 bool moem_driver_reclaim(struct moem_driver *d);
 
 /* ---- queries and settings ------------------------------------------------ */

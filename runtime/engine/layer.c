@@ -402,8 +402,8 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 			/*
 			 * Every HBM slot is pinned by this layer or in flight for it:
 			 * run what is resident and let it go, else finish the oldest
-			 * miss, else cancel prefetches for later layers, else let the
-			 * policy take this layer's experts not acquired yet (a budget
+			 * miss, else cancel prefetches for later layers, else run the
+			 * CPU's experts (their DRAM pins), else let the policy take this layer's experts not acquired yet (a budget
 			 * of a few experts); then try again.
 			 */
 			lap(c, MOEM_PHASE_ACQUIRE);
@@ -418,6 +418,14 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 				lap(c, MOEM_PHASE_WAIT);
 			} else if (moem_driver_reclaim(e->drv)) {
 				ret = 0; /* prefetches for later layers gave their slots back */
+			} else if (c->n_cpu && !c->cpu_done) {
+				/* a DRAM budget of a few experts: the CPU's pins hold the
+				 * staging room this miss needs; run them and let it go */
+				ret = cpu_groups(c, st);
+				for (uint32_t j = 0; j < c->n_cpu; j++)
+					moem_driver_unpin(e->drv,
+							  key_of(c, &c->g[c->n_groups + j]));
+				lap(c, MOEM_PHASE_CPU);
 			} else if (!unpinned) {
 				for (uint32_t j = i; j < c->n_groups; j++)
 					moem_driver_unpin(e->drv, key_of(c, &c->g[j]));

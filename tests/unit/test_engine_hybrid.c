@@ -225,6 +225,53 @@ TEST_F(hyb, with_policies)
 }
 
 /*
+ * A DRAM budget of one to three experts, exec hybrid and paging: each run
+ * gives the all-resident run's digest. Steps failed with "no HBM slot can
+ * be freed" here: the CPU's experts held the DRAM room an HBM miss stages
+ * through (pinned until the layer's device work was issued), and a
+ * prefetch that had landed still counted as in flight, so the one DRAM
+ * copy there was could not be evicted.
+ */
+TEST_F(hyb, dram_of_a_few_experts)
+{
+	static const char *const v[][3] = {
+		/* exec, prefetch, paging */
+		{"hybrid", "none", "none"},    {"hybrid", "fixed", "none"},
+		{"hybrid", "none", "fluxmoe"}, {"gpu", "none", "fluxmoe"},
+		{"gpu", "adaptive", "none"},
+	};
+	uint64_t one = self->expert_bytes / (3 * 16);
+	struct moem_run_stats ref[2], rs;
+
+	for (uint32_t b = 0; b < 2; b++) {
+		struct moem_engine_opts o = base_opts(self);
+		struct moem_workload w = wl;
+
+		w.batch = b ? 8 : 1;
+		ASSERT_EQ(0, run(&o, &w, true, &ref[b], NULL)) TH_LOG("%s", moem_last_error());
+		for (size_t i = 0; i < MOEM_ARRAY_SIZE(v); i++)
+			for (uint64_t n = 1; n <= 3; n++) {
+				o = base_opts(self);
+				o.exec_hybrid = !strcmp(v[i][0], "hybrid");
+				o.cpu_gbps = o.exec_hybrid ? 1000 : 0;
+				o.cpu_token_ns = 40;
+				o.prefetch = v[i][1];
+				o.paging = v[i][2];
+				o.hbm_budget = self->expert_bytes / 4;
+				o.dram_budget = n * one + one / 2;
+				ASSERT_EQ(0, run(&o, &w, false, &rs, NULL))
+				TH_LOG("batch %u, %s %s %s, DRAM %llu experts: %s", w.batch,
+				       v[i][0], v[i][1], v[i][2], (unsigned long long)n,
+				       moem_last_error());
+				EXPECT_STREQ(ref[b].digest_hex, rs.digest_hex);
+				EXPECT_EQ(rs.total.active, rs.total.hits + rs.total.misses +
+								   rs.total.fallbacks +
+								   rs.total.cpu_experts);
+			}
+	}
+}
+
+/*
  * `moem sim --exec hybrid` decides as the engine does: on the engine's own
  * trace, at 25% HBM, batch 1 and 8, under LRU the simulator computes the
  * same number of expert uses on the CPU and hits the same number of times

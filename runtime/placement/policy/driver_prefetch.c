@@ -110,14 +110,11 @@ static bool not_pinned(struct moem_driver *d, uint32_t key)
 	return d->pin[key] != d->pos + 1;
 }
 
-bool moem_driver_reclaim(struct moem_driver *d)
+/* Prefetches that have landed are no longer in flight; returns how many were found. */
+static uint32_t poll_landed(struct moem_driver *d)
 {
-	return cancel_walk(d, not_pinned, true) > 0;
-}
+	uint32_t n = 0;
 
-/* Prefetches that have landed are no longer in flight. */
-static void poll_landed(struct moem_driver *d)
-{
 	for (uint32_t i = 0; i < d->n_fl; i++) {
 		uint32_t key = d->fl[i].key, seq = d->fl[i].seq;
 		enum moem_res st;
@@ -130,10 +127,23 @@ static void poll_landed(struct moem_driver *d)
 		pthread_mutex_unlock(&d->lock);
 		st = d->ops->state(d->arg, key);
 		pthread_mutex_lock(&d->lock);
-		if (st == MOEM_RES_RESIDENT && d->fl_seq[key] == seq)
+		if (st == MOEM_RES_RESIDENT && d->fl_seq[key] == seq) {
 			moem_drv_flight_drop(d, key);
+			n++;
+		}
 		pthread_mutex_unlock(&d->lock);
 	}
+	return n;
+}
+
+/*
+ * A prefetch that landed since the driver last looked still counts as in
+ * flight, and a DRAM pick passes over it: with a DRAM budget of a few
+ * experts that can be the only copy there is to evict.
+ */
+bool moem_driver_reclaim(struct moem_driver *d)
+{
+	return cancel_walk(d, not_pinned, true) > 0 || poll_landed(d) > 0;
 }
 
 /* Issue one planned request; 1 issued, 0 skipped, -EAGAIN no room for it. */
