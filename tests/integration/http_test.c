@@ -1735,4 +1735,47 @@ TEST_F_TIMEOUT(dense, refused_with_a_reason, 180)
 	stop_ok(_metadata, &self->d);
 }
 
+/*
+ * A KV budget below one block at start: moemd comes up serving no model
+ * and says why; raising kv_bytes over the control socket opens the model
+ * (it stayed unserved until a restart before).
+ */
+TEST_F_TIMEOUT(dense, kv_budget_raised_opens_the_model, 180)
+{
+	struct json_object *r = NULL;
+	int port, code = 0;
+
+	ASSERT_EQ(0, make_pack(self->dir, self->pack, 128)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, dmn_start(&self->d, self->dir, "--pack", self->pack, "--pool", "thp",
+			       "--listen", "127.0.0.1:0", "--max-batch", "2", "--step-tokens", "64",
+			       "--kv", "1", NULL));
+	port = wait_port(&self->d, 60000);
+	ASSERT_GT(port, 0) TH_LOG("moemd did not listen (log %s)", self->d.log);
+	for (uint64_t end = dmn_ms() + 60000; dmn_ms() < end; dmn_sleep_ms(10)) {
+		code = get(port, "/health", self->buf, sizeof(self->buf));
+		if (code == 503 && strstr(self->buf, "holds no"))
+			break;
+	}
+	ASSERT_EQ(503, code) TH_LOG("%s", self->buf);
+	EXPECT_NE(NULL, strstr(self->buf, "kv budget of 1 bytes")) TH_LOG("%s", self->buf);
+	ASSERT_EQ(0,
+		  dmn_call(&self->d, "set", dmn_args("knob", "kv_bytes", "value", "64K", NULL), &r))
+	TH_LOG("%s", moem_last_error());
+	json_object_put(r);
+	for (uint64_t end = dmn_ms() + 60000; dmn_ms() < end; dmn_sleep_ms(10)) {
+		code = get(port, "/health", self->buf, sizeof(self->buf));
+		if (code == 200)
+			break;
+	}
+	ASSERT_EQ(200, code) TH_LOG("%s", self->buf);
+	EXPECT_EQ(200, post(port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"hi\",\"max_tokens\":4}", self->buf,
+			    sizeof(self->buf)))
+	TH_LOG("%s", self->buf);
+	ASSERT_EQ(0, dmn_call(&self->d, "status", NULL, &r));
+	EXPECT_EQ(65536u, dmn_u64(r, "serving.kv_budget"));
+	json_object_put(r);
+	stop_ok(_metadata, &self->d);
+}
+
 TEST_HARNESS_MAIN

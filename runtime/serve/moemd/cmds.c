@@ -247,6 +247,7 @@ static void cmd_set(struct moemd *d, struct moemd_client *c, int64_t id, struct 
 	}
 	moem_budget_format(k, v, val, sizeof(val));
 	moem_info("budgets: %s = %s from the control socket", name, val);
+	moemd_serve_budget_changed(d);
 	r = moem_ctl_ok(id);
 	json_object_object_add(r, "knob", json_object_new_string(name));
 	json_object_object_add(r, "value", knob_json(k, v));

@@ -438,6 +438,8 @@ static void reload_budget(struct moemd *d, enum moem_budget_knob k, uint64_t now
 			  (unsigned long long)now, moem_strerror(ret));
 	else
 		moem_info("reload: %s = %llu", moem_budget_name(k), (unsigned long long)now);
+	if (!ret)
+		moemd_serve_budget_changed(d);
 }
 
 /* An HBM budget in %: the experts' share, the KV pool on top (engine.h). */
@@ -451,6 +453,8 @@ static void reload_share(struct moemd *d, uint64_t share)
 			  (unsigned long long)share, moem_strerror(ret));
 	else
 		moem_info("reload: hbm_bytes = %llu", (unsigned long long)now);
+	if (!ret)
+		moemd_serve_budget_changed(d);
 }
 
 /* The route setting maps onto the reroute knob when it names a kind

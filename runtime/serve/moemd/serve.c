@@ -818,30 +818,64 @@ void moemd_serve_open(struct moemd *d)
 		.wake = sink_wake,
 		.arg = s,
 	};
+	struct moemd_model *m = NULL;
+	struct moem_sched *sched = NULL;
 	int ret;
 
 	if (!s || s->model_tried)
 		return;
 	s->model_tried = true;
 	moem_clear_error();
-	ret = moemd_model_open(d, &s->model);
+	ret = moemd_model_open(d, &m);
 	if (!ret)
 		ret = pool_on_top(d);
 	if (!ret)
-		ret = moem_sched_create(&s->sched_opts, &moemd_model_ops, s->model, &sink,
-					&s->sched);
+		ret = moem_sched_create(&s->sched_opts, &moemd_model_ops, m, &sink, &sched);
 	if (ret) {
+		/* HTTP threads read the reason without the lock: byte 255 stays 0 */
 		snprintf(s->model_err, sizeof(s->model_err), "%s", moem_strerror(ret));
 		moem_warn("serving: no model to serve: %s", s->model_err);
-		moemd_model_close(s->model);
-		s->model = NULL;
+		moemd_model_close(m);
+		s->open_ret = ret;
 		return;
 	}
-	s->ready = true;
+	/* published whole: HTTP threads look at sched and ready, metrics at model */
+	pthread_mutex_lock(&s->lock);
+	s->model = m;
+	s->sched = sched;
+	s->model_err[0] = 0;
+	s->open_ret = 0;
+	pthread_mutex_unlock(&s->lock);
+	__atomic_store_n(&s->ready, true, __ATOMIC_RELEASE);
 	moem_info("serving: '%s' ready (batch %u sequences, %u tokens a step, prefill chunks of "
 		  "%u, queue %u)",
 		  s->cfg.model_name, s->sched_opts.max_running, s->sched_opts.step_tokens,
 		  s->sched_opts.prefill_chunk, s->sched_opts.max_waiting);
+}
+
+void moemd_serve_budget_changed(struct moemd *d)
+{
+	struct moemd_srv *s = d->srv;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&d->lock);
+	if (s->model_tried && !s->sched && (s->open_ret == -ERANGE || s->open_ret == -ENOSPC)) {
+		s->retry_open = true;
+		pthread_cond_signal(&d->cond);
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+bool moemd_serve_take_retry(struct moemd *d)
+{
+	struct moemd_srv *s = d->srv;
+
+	if (!s || !s->retry_open)
+		return false;
+	s->retry_open = false;
+	s->model_tried = false;
+	return true;
 }
 
 void moemd_serve_close(struct moemd *d)

@@ -151,6 +151,8 @@ struct moemd_srv {
 	struct moemd_model *model;
 	char model_err[256]; /* why there is no model, when there is none */
 	bool model_tried;
+	int open_ret;	      /* the model's open, when it failed */
+	bool retry_open;      /* a budget changed since: the worker tries again */
 	bool ready;	      /* the first step has run: /health says 200 */
 	bool closing;	      /* no new requests */
 	int64_t created;      /* Unix time the server started */
@@ -198,6 +200,14 @@ int moemd_api_error(struct MHD_Connection *c, const struct moem_oai_error *e);
 void moemd_sreq_put(struct moemd_sreq *r);
 /* Worker thread: open the model and the scheduler once the engine is ready. */
 void moemd_serve_open(struct moemd *d);
+/*
+ * Any thread, after a budget change took: a model not served for want of
+ * room (its open failed with ERANGE or ENOSPC: a KV budget below one
+ * block, say) is opened again on the worker thread.
+ */
+void moemd_serve_budget_changed(struct moemd *d);
+/* Worker thread, d->lock held: take the retry asked for (true if there is one). */
+bool moemd_serve_take_retry(struct moemd *d);
 /* Worker thread: one scheduler step if there is work; true if it ran one. */
 bool moemd_serve_step(struct moemd *d);
 bool moemd_serve_busy(struct moemd *d);

@@ -161,6 +161,8 @@ static void apply(struct moemd *d, enum moem_budget_knob k, uint64_t v, uint64_t
 			  moem_strerror(ret));
 	else
 		moem_info("budgets: %s = %s from sysfs%s", moem_budget_name(k), val, why);
+	if (!ret)
+		moemd_serve_budget_changed(d);
 }
 
 void moemd_sysfs_adopt(struct moemd *d)

@@ -163,6 +163,13 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&d->lock);
 		while (!d->queue && !d->worker_exit) {
 			/* Between jobs, the model server's steps (serve.c). */
+			if (moemd_state_get(d) == MOEMD_READY && d->e && !d->exiting &&
+			    moemd_serve_take_retry(d)) {
+				pthread_mutex_unlock(&d->lock);
+				moemd_serve_open(d);
+				pthread_mutex_lock(&d->lock);
+				continue;
+			}
 			if (moemd_state_get(d) == MOEMD_READY && moemd_serve_busy(d)) {
 				pthread_mutex_unlock(&d->lock);
 				moemd_serve_step(d);
