@@ -34,7 +34,8 @@ print("7, 8, 9")' >"$tmp/toks"
 ev() { "$moem" eval --pack "$tmp/m.moem" --tokens-file "$tmp/toks" --json "$@"; }
 field() { echo "$1" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p"; }
 
-for args in "" "--hbm 25% --dram 60%"; do
+for args in "" "--hbm 25% --dram 60%" "--cpu-moe-layers 1 --hbm 25%" \
+	"--exec hybrid --cpu-gbps 1000 --hbm 25% --cpu-threads 1"; do
 	# shellcheck disable=SC2086
 	out=$(ev $args)
 	if [ "$(field "$out" top1_agreement)" = 1.0 ] && [ "$(field "$out" mean_kl)" = 0.0 ] &&

@@ -144,6 +144,15 @@ s3 = gen_json(mix, "--prompt", PROMPT, "--max-new", "24", "--temperature", "1", 
 check("generate: sampling with a seed repeats, another seed differs",
       s1["tokens"] == s2["tokens"] and s1["tokens"] != s3["tokens"])
 
+# hybrid CPU/GPU execution as moem run takes it: the same tokens, some experts on the CPU
+for v in (["--cpu-moe-layers", "1", "--hbm", "25%"],
+          ["--exec", "hybrid", "--cpu-gbps", "1000", "--hbm", "25%", "--cpu-threads", "1"],
+          ["--place", "layers=0:cpu", "--hbm", "25%"]):
+    h = gen_json(mix, "--prompt", PROMPT, "--max-new", "40", "--no-model-eos", *v)
+    check("generate %s: the same tokens, %d expert uses on the CPU" %
+          (" ".join(v), h["cpu_experts"]),
+          h["tokens"] == g["tokens"] and h["cpu_experts"] > 0, (h["tokens"], g["tokens"]))
+
 # ---- stop strings ----
 text = g["text"]
 cut = len(text) // 2
@@ -210,6 +219,11 @@ want_ids = tokenize(QWEN, run("prompt", "--tokenizer", QWEN, "--add-generation-p
                              stdin=json.dumps(conv).encode()).stdout.decode(), special=False)
 check("chat --conversation: prompt ids are the template's rendering, tokenized",
       c["prompt_ids"] == want_ids, (c["prompt_ids"][:20], want_ids[:20]))
+h = json.loads(run("chat", "--pack", qwen, "--conversation", cpath, "--json", "--max-new",
+                   "6", "--vars", '{"enable_thinking": false}', "--cpu-moe-layers", "1",
+                   "--hbm", "25%").stdout)
+check("chat --cpu-moe-layers 1: the same answer, experts on the CPU",
+      h["tokens"] == c["tokens"] and h["cpu_experts"] > 0, (h["tokens"], c["tokens"]))
 
 p = run("chat", "--pack", qwen, "--system", "Be brief.", "--json", "--max-new", "5",
         stdin="First question?\nSecond one?\n".encode())

@@ -35,9 +35,9 @@
 
 /* Options the reference run takes from the command line; the rest it sets. */
 static const char *const neutral[] = {
-	"pack",		 "backend",	   "threads",	"pool",	    "loader",
-	"no-verify",	 "no-cuda-graphs", "kv-bytes",	"kv-block", "max-seqs",
-	"prefill-chunk", "no-warmup",	   "link-gbps",
+	"pack",		 "backend",	   "threads",	"pool",	       "loader",
+	"no-verify",	 "no-cuda-graphs", "kv-bytes",	"kv-block",    "max-seqs",
+	"prefill-chunk", "no-warmup",	   "link-gbps", "cpu-threads", "dram-nodes",
 };
 
 static const struct option eval_opts[] = {
@@ -56,6 +56,15 @@ static const struct option eval_opts[] = {
 	{"threads", required_argument, NULL, 0},
 	{"pool", required_argument, NULL, 0},
 	{"link-gbps", required_argument, NULL, 0},
+	{"dram-nodes", required_argument, NULL, 0},
+	{"exec", required_argument, NULL, 0},
+	{"cpu-moe-layers", required_argument, NULL, 0},
+	{"cpu-gbps", required_argument, NULL, 0},
+	{"cpu-token-ns", required_argument, NULL, 0},
+	{"cpu-call-ns", required_argument, NULL, 0},
+	{"place", required_argument, NULL, 0},
+	{"calibration", required_argument, NULL, 0},
+	{"cpu-threads", required_argument, NULL, 0},
 	{"loader", required_argument, NULL, 0},
 	{"no-verify", no_argument, NULL, 0},
 	{"no-cuda-graphs", no_argument, NULL, 0},
@@ -75,8 +84,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: moem eval --pack FILE --tokens-file FILE [--json]\n"
 		"                 [budgets and policies as moem decode: --hbm --dram --precisions\n"
-		"                  --fallback --route --evict --prefetch --precision --paging "
-		"...]\n"
+		"                  --fallback --route --evict --prefetch --precision --paging\n"
+		"                  --exec gpu|hybrid --cpu-moe-layers N --place RULE ...]\n"
 		"                 [--dense-prec bf16|q8|q4|q2]\n"
 		"Runs every sequence of the file (one per line: token ids separated by commas\n"
 		"or blanks; # starts a comment) teacher-forced, once as the reference (all\n"

@@ -695,6 +695,7 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 				       json_object_new_double(median_step_ns(r) / 1e6));
 		json_object_object_add(o, "hits", json_object_new_uint64(r->st.hits));
 		json_object_object_add(o, "misses", json_object_new_uint64(r->st.misses));
+		json_object_object_add(o, "cpu_experts", json_object_new_uint64(r->st.cpu_experts));
 		json_object_object_add(o, "bytes_h2d", json_object_new_uint64(r->st.bytes_h2d));
 		json_object_object_add(o, "device_steps",
 				       json_object_new_uint64(r->st.device_steps));

@@ -29,6 +29,14 @@ static const char *const opt_names[MOEM_GEN_N_OPTS] = {
 	"pool",
 	"dram-nodes",
 	"link-gbps",
+	"exec",
+	"cpu-moe-layers",
+	"cpu-gbps",
+	"cpu-token-ns",
+	"cpu-call-ns",
+	"place",
+	"calibration",
+	"cpu-threads",
 	"loader",
 	"no-verify",
 	"no-cuda-graphs",
@@ -478,6 +486,7 @@ struct json_object *moem_gen_json(const struct moem_gen *g, const struct moem_ge
 	json_object_object_add(j, "hits", json_object_new_uint64(o->st.hits));
 	json_object_object_add(j, "misses", json_object_new_uint64(o->st.misses));
 	json_object_object_add(j, "fallbacks", json_object_new_uint64(o->st.fallbacks));
+	json_object_object_add(j, "cpu_experts", json_object_new_uint64(o->st.cpu_experts));
 	json_object_object_add(j, "bytes_nvme", json_object_new_uint64(o->st.bytes_nvme));
 	json_object_object_add(j, "bytes_h2d", json_object_new_uint64(o->st.bytes_h2d));
 	moem_engine_get_status(g->r.e, &es);

@@ -27,7 +27,7 @@ struct json_object;
  * to moem_gen_set()): written to out[0..MOEM_GEN_N_OPTS); the caller adds
  * its own and the terminating {0}.
  */
-#define MOEM_GEN_N_OPTS 41
+#define MOEM_GEN_N_OPTS 49
 void moem_gen_options(struct option *out);
 
 /* The usage lines of those options. */
@@ -49,7 +49,8 @@ void moem_gen_options(struct option *out);
 	"  --dense-prec P           quantize the attention projections and lm_head when\n"       \
 	"                           loaded (q8, q4, q2; as moem decode)\n"                       \
 	"  budgets and policies as moem run: --hbm --dram --precisions --route --evict\n"        \
-	"  --prefetch --precision --paging --backend --threads --pool --loader ...\n"
+	"  --prefetch --precision --paging --backend --threads --pool --loader\n"                \
+	"  --exec gpu|hybrid --cpu-moe-layers N --cpu-gbps X --place RULE --cpu-threads N ...\n"
 
 struct moem_gen {
 	struct moem_dec_run r; /* engine, decoder, sampling and budgets */
