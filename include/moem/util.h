@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 #include <time.h>
 
 #define MOEM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -85,6 +87,18 @@ int moem_parse_size(const char *s, const uint64_t *pct_of, uint64_t *out);
  * destroy it).
  */
 int moem_check_out_path(const char *what, const char *path, const char *const *inputs, size_t n);
+
+/*
+ * moem_read_whole() - read f to its end into *buf (malloc'd, NUL-added;
+ * *len bytes): -EFBIG with a message naming what if there are more than
+ * max bytes (an endless input such as /dev/zero stops there), -errno on
+ * a read error. moem_getline() - one line of f as getline() (the newline
+ * kept), growing *line up to max bytes: its length, -ENODATA at the end
+ * of input, -EFBIG for a longer line, -errno on an error; each with a
+ * message (what, if not NULL, first).
+ */
+int moem_read_whole(FILE *f, const char *what, size_t max, char **buf, size_t *len);
+ssize_t moem_getline(char **line, size_t *cap, FILE *f, const char *what, size_t max);
 
 /* Format bytes as "1.50 GiB" into buf (at least 32 bytes); returns buf. */
 char *moem_fmt_bytes(uint64_t bytes, char *buf, size_t len);

@@ -126,4 +126,15 @@ else
 fi
 refused 1 "quotes, backquotes or newlines" "$M" sim "$tmp/t.trace" --policy lru --sweep \
 	--budgets 25% --plot "$tmp/it's.png"
+
+# Endless input (/dev/zero as a file): refused at a stated size, not read
+# until the machine runs out of memory.
+printf '%s' '{"version":"1.0","added_tokens":[],"normalizer":null,"pre_tokenizer":null,
+"post_processor":null,"decoder":null,"model":{"type":"BPE","vocab":{"a":0,"b":1},
+"merges":[]}}' >"$tmp/tokenizer.json"
+refused 1 "larger than 1.00 GiB" "$M" tokenize --tokenizer "$tmp/tokenizer.json" \
+	--file /dev/zero
+refused 1 "a line longer than 64.00 MiB" "$M" eval --pack "$tmp/m.moem" --tokens-file /dev/zero
+refused 1 "a line longer than 256.00 MiB" "$M" trace import --out "$tmp/z.trace" /dev/zero
+[ -e "$tmp/z.trace" ] && bad "trace import of /dev/zero left a file" || ok "nothing left by it"
 exit $fail

@@ -153,5 +153,8 @@ if [ "$n" = 3000 ]; then
 else
 	bad "raw: $n answers to 3000 lines; said: $(tail -n 2 "$tmp/out")"
 fi
+# endless input without a newline: refused once a line is past what
+# moemd takes, not read into memory until the machine runs out
+expect 1 "a line longer than 64.00 KiB" timeout 60 "$C" --socket "$tmp/s.sock" raw </dev/zero
 stop_fake
 exit $fail

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* Size parsing, budget knob parsing/validation, error messages, top-k selection. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,57 @@ TEST(error_messages_whole_characters_and_saved)
 	moem_errf(ENOENT, "no sequence 3");
 	moem_error_restore(&sv);
 	EXPECT_STREQ("the step failed", moem_last_error());
+}
+
+/* A stream holding s (fmemopen: the bytes as given, NULs included). */
+static FILE *stream(const char *s, size_t n)
+{
+	return fmemopen((void *)s, n, "r");
+}
+
+/*
+ * Bounded reads: up to max bytes taken, one more refused with EFBIG and a
+ * message (not read on into memory); lines as getline() gives them, the
+ * last without its newline, then -ENODATA.
+ */
+TEST(bounded_reads)
+{
+	char *buf = NULL, *line = NULL;
+	size_t len = 0, cap = 0;
+	FILE *f;
+
+	f = stream("abcdef", 6);
+	ASSERT_EQ(0, moem_read_whole(f, "in", 6, &buf, &len));
+	EXPECT_EQ(6u, len);
+	EXPECT_STREQ("abcdef", buf);
+	free(buf);
+	fclose(f);
+	f = stream("abcdefg", 7);
+	EXPECT_EQ(-EFBIG, moem_read_whole(f, "in", 6, &buf, &len));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "in: larger than 6 B"))
+	TH_LOG("%s", moem_last_error());
+	fclose(f);
+	f = stream("", 0);
+	ASSERT_EQ(0, moem_read_whole(f, "in", 6, &buf, &len));
+	EXPECT_EQ(0u, len);
+	EXPECT_STREQ("", buf);
+	free(buf);
+	fclose(f);
+
+	f = stream("ab\n\ncd", 6);
+	EXPECT_EQ(3, moem_getline(&line, &cap, f, "in", 3));
+	EXPECT_STREQ("ab\n", line);
+	EXPECT_EQ(1, moem_getline(&line, &cap, f, "in", 3));
+	EXPECT_STREQ("\n", line);
+	EXPECT_EQ(2, moem_getline(&line, &cap, f, "in", 3));
+	EXPECT_STREQ("cd", line);
+	EXPECT_EQ(-ENODATA, moem_getline(&line, &cap, f, "in", 3));
+	fclose(f);
+	f = stream("abcd\n", 5);
+	EXPECT_EQ(-EFBIG, moem_getline(&line, &cap, f, NULL, 3));
+	EXPECT_STREQ("a line longer than 3 B, the most this reads", moem_last_error());
+	fclose(f);
+	free(line);
 }
 
 TEST_HARNESS_MAIN

@@ -165,13 +165,29 @@ static void reset(struct chat *c)
 				      json_object_get(json_object_array_get_idx(c->base, i)));
 }
 
-/* Read one line (without its newline); 0 at end of input, -1 on error, else its length + 1. */
+/*
+ * Read one line (without its newline); 0 at end of input, -1 on error (a
+ * message set), -2 for a line over CHAT_LINE_MAX (skipped up to its
+ * newline, for at most CHAT_SKIP_MAX bytes more: past that, an error, as
+ * endless input without newlines is no conversation), else its length + 1.
+ */
+#define CHAT_SKIP_MAX (64ul << 20)
 static long read_line(char **line, size_t *cap)
 {
-	ssize_t n = getline(line, cap, stdin);
+	ssize_t n = moem_getline(line, cap, stdin, "standard input", CHAT_LINE_MAX);
 
+	if (n == -EFBIG) {
+		for (size_t k = 0; k < CHAT_SKIP_MAX; k++) {
+			int ch = getc(stdin);
+
+			if (ch == '\n' || ch == EOF)
+				return ferror(stdin) ? -1 : -2;
+		}
+		moem_errf(EFBIG, "standard input: a line of more than %lu bytes", CHAT_SKIP_MAX);
+		return -1;
+	}
 	if (n < 0)
-		return ferror(stdin) ? -1 : 0;
+		return n == -ENODATA ? 0 : -1;
 	if (n && (*line)[n - 1] == '\n')
 		(*line)[--n] = 0;
 	if (n && (*line)[n - 1] == '\r')
@@ -207,14 +223,17 @@ static int interactive(struct chat *c)
 			fflush(stderr);
 		}
 		n = read_line(&line, &cap);
+		if (n == -2) {
+			fprintf(stderr, "moem chat: a message of more than %u bytes (dropped)\n",
+				CHAT_LINE_MAX);
+			rc = 1;
+			continue;
+		}
 		if (n <= 0) {
+			if (n < 0)
+				fprintf(stderr, "moem chat: %s\n", moem_last_error());
 			rc |= n < 0;
 			break;
-		}
-		if (n - 1 > CHAT_LINE_MAX) {
-			fprintf(stderr, "moem chat: a message of %ld bytes: at most %u\n", n - 1,
-				CHAT_LINE_MAX);
-			continue;
 		}
 		if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
 			break;

@@ -178,7 +178,8 @@ static void on_logits(void *arg, uint64_t id, uint32_t pos, const float *l, uint
 		ev->nll_run -= ev->lp[ev->toks[s][pos + 1]];
 }
 
-/* Read the tokens file: one sequence a line. */
+/* Read the tokens file: one sequence a line, of at most EVAL_LINE_MAX bytes. */
+#define EVAL_LINE_MAX (64ul << 20)
 static int read_tokens(const char *path, struct moem_dec_run *r)
 {
 	FILE *f = fopen(path, "r");
@@ -189,24 +190,31 @@ static int read_tokens(const char *path, struct moem_dec_run *r)
 
 	if (!f)
 		return moem_errf(errno, "%s: %s", path, strerror(errno));
-	while (!ret && getline(&line, &cap, f) >= 0) {
-		char *p = line, *q = line;
+	while (!ret) {
+		ssize_t len = moem_getline(&line, &cap, f, path, EVAL_LINE_MAX);
+		char *p, *q = line;
 		int32_t *ids;
 		uint32_t n;
 
+		if (len < 0) {
+			ret = len == -ENODATA ? 0 : (int)len;
+			break;
+		}
 		lineno++;
 		if (strchr(line, '#'))
 			*strchr(line, '#') = 0;
-		for (; *p; p++) /* blanks and commas alike */
-			if (*p != '\n' && *p != '\r')
-				*q++ = *p == ' ' || *p == '\t' ? ',' : *p;
+		/* blanks and commas alike, runs of them one comma, none at the ends
+		 * (in one pass: a line may hold millions) */
+		for (p = line; *p; p++) {
+			char ch = *p == ' ' || *p == '\t' ? ',' : *p;
+
+			if (ch == '\n' || ch == '\r' || (ch == ',' && (q == line || q[-1] == ',')))
+				continue;
+			*q++ = ch;
+		}
+		if (q > line && q[-1] == ',')
+			q--;
 		*q = 0;
-		while (line[0] == ',')
-			memmove(line, line + 1, strlen(line));
-		while (q > line && q[-1] == ',')
-			*--q = 0;
-		for (p = line; (p = strstr(p, ",,"));)
-			memmove(p, p + 1, strlen(p));
 		if (!line[0])
 			continue;
 		ret = moem_parse_ids(line, &ids, &n);

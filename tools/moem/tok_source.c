@@ -8,6 +8,7 @@
 #include <moem/error.h>
 #include <moem/pack.h>
 #include <moem/tokenizer.h>
+#include <moem/util.h>
 
 #include "cmd.h"
 #include "tok_source.h"
@@ -46,47 +47,15 @@ void tok_source_close(struct tok_source *s)
 int tok_read_all(const char *path, char **buf, size_t *len)
 {
 	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	size_t cap = 1 << 16, n = 0;
-	char *b;
+	int ret;
 
 	*buf = NULL;
 	*len = 0;
 	if (!f)
 		return moem_errf(errno, "%s: %s", path, strerror(errno));
-	b = malloc(cap);
-	while (b) {
-		size_t r = fread(b + n, 1, cap - n - 1, f);
-
-		n += r;
-		if (n < cap - 1)
-			break;
-		if (cap > (1ULL << 34)) {
-			free(b);
-			b = NULL;
-			break;
-		}
-		cap *= 2;
-		{
-			char *nb = realloc(b, cap);
-
-			if (!nb) {
-				free(b);
-				b = NULL;
-			}
-			b = nb;
-		}
-	}
-	if (b && ferror(f)) {
-		free(b);
-		b = NULL;
-		errno = EIO;
-	}
+	ret = moem_read_whole(f, strcmp(path, "-") ? path : "standard input", TOK_READ_MAX, buf,
+			      len);
 	if (f != stdin)
 		fclose(f);
-	if (!b)
-		return moem_errf(errno ? errno : ENOMEM, "%s: cannot read", path);
-	b[n] = 0;
-	*buf = b;
-	*len = n;
-	return 0;
+	return ret;
 }

@@ -19,7 +19,11 @@ struct tok_source {
 int tok_source_open(struct tok_source *s, const char *cmd);
 void tok_source_close(struct tok_source *s);
 
-/* Read all of a file (or stdin for "-") into a malloc'ed NUL-terminated buffer. */
+/*
+ * Read all of a file (or stdin for "-") into a malloc'ed NUL-terminated
+ * buffer; refused past TOK_READ_MAX (an endless input stops there).
+ */
+#define TOK_READ_MAX (1ul << 30)
 int tok_read_all(const char *path, char **buf, size_t *len);
 
 #endif /* MOEM_TOOL_TOK_SOURCE_H */

@@ -482,8 +482,16 @@ static int cmd_raw(int argc, char **argv)
 	} else {
 		ssize_t len;
 
-		while (!rc && (len = getline(&line, &cap, stdin)) > 0)
+		/* a line moemd would refuse (MOEM_CTL_LINE_MAX) is not read whole */
+		while (!rc) {
+			len = moem_getline(&line, &cap, stdin, "standard input",
+					   MOEM_CTL_LINE_MAX + 2);
+			if (len < 0) {
+				rc = len == -ENODATA ? 0 : (int)len;
+				break;
+			}
 			rc = raw_one(c, line, (size_t)len);
+		}
 		free(line);
 	}
 	moem_ctl_close(c);

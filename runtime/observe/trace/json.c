@@ -15,6 +15,7 @@
 
 #include <moem/error.h>
 #include <moem/trace.h>
+#include <moem/util.h>
 
 #define JSON_LINE_MAX (256u << 20)
 
@@ -343,16 +344,12 @@ int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path, u
 		return moem_errf(EINVAL, "%s: it is the input %s: writing would destroy it",
 				 out_path, in_name);
 
-	while ((len = getline(&line, &cap, f)) >= 0) {
+	while ((len = moem_getline(&line, &cap, f, NULL, JSON_LINE_MAX)) >= 0) {
 		struct json_object *o;
 		uint32_t tokens = 0;
 		uint64_t step = 0, layer = 0;
 
 		lineno++;
-		if (len > (ssize_t)JSON_LINE_MAX) {
-			ret = moem_errf(EINVAL, "line too long");
-			goto err;
-		}
 		if (len <= 1 && (len == 0 || line[0] == '\n'))
 			continue;
 		o = json_tokener_parse(line);
@@ -405,9 +402,11 @@ int moem_trace_import_json(FILE *f, const char *in_name, const char *out_path, u
 		if (ret)
 			goto err;
 	}
-	if (ferror(f)) {
-		ret = moem_errf(EIO, "%s: read error", in_name);
-		goto out;
+	if (len != -ENODATA) {
+		/* a line longer than JSON_LINE_MAX (an endless one stops there), an error */
+		ret = (int)len;
+		lineno++;
+		goto err;
 	}
 	if (!w) {
 		ret = moem_errf(EINVAL, "%s: no header line", in_name);
