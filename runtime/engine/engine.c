@@ -270,8 +270,10 @@ static int open_pool(struct moem_engine *e)
 	struct moem_pool_opts po = e->o.pool;
 	int ret;
 
+	/* more than every expert version of the pack would stay empty */
 	if (!po.size)
-		po.size = dir_bytes(e) + moem_align_up(e->o.dram_budget, MOEM_CHUNK_BYTES);
+		po.size = dir_bytes(e) + moem_align_up(moem_min(e->o.dram_budget, e->arena_bytes),
+						       MOEM_CHUNK_BYTES);
 	ret = moem_pool_open(&po, &e->pool);
 	if (ret)
 		return moem_err_prefix(-ret, "staging pool");

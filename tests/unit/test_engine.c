@@ -139,6 +139,29 @@ TEST_F(eng, small_budgets_same_outputs)
 	}
 }
 
+/*
+ * A DRAM budget far above the pack (100 GiB for a few MiB of experts): the
+ * pool holds the pack's expert versions, not the budget (it was sized to
+ * the budget, up to what the machine had free).
+ */
+TEST_F(eng, dram_pool_no_larger_than_the_pack)
+{
+	struct moem_engine_opts o = base_opts(self);
+	struct moem_engine_status st;
+	struct moem_engine *e;
+
+	o.dram_budget = 100ull << 30;
+	ASSERT_EQ(0, moem_engine_open(&o, &e)) TH_LOG("%s", moem_last_error());
+	moem_engine_get_status(e, &st);
+	TH_LOG("experts %llu bytes, pool %llu bytes, DRAM budget %llu",
+	       (unsigned long long)self->expert_bytes, (unsigned long long)st.pool_bytes,
+	       (unsigned long long)st.dram_budget);
+	EXPECT_LE(st.pool_bytes, self->expert_bytes + (8ull << 20));
+	EXPECT_GE(st.dram_budget, self->expert_bytes);
+	EXPECT_LE(st.dram_budget, st.pool_bytes);
+	moem_engine_close(e);
+}
+
 TEST_F(eng, q4_outputs_identical_under_budget_and_differ_from_bf16)
 {
 	struct moem_engine_opts o = base_opts(self);
