@@ -846,6 +846,12 @@ TEST_F(d, configuration_errors)
 	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
 	EXPECT_EQ(64, dmn_exit_code(&self->m));
 	EXPECT_TRUE(dmn_log_has(&self->m, "'nowhere' is not cpu, gpu or auto"));
+	/* a client directory that is a file: refused when read, not at its first use */
+	ASSERT_EQ(0, dmn_start(&self->m, self->dir, "--pack", self->pack, "--workload-dir",
+			       self->pack, NULL));
+	ASSERT_EQ(0, dmn_wait_exit(&self->m, 10000));
+	EXPECT_EQ(64, dmn_exit_code(&self->m));
+	EXPECT_TRUE(dmn_log_has(&self->m, "not a directory"));
 	/* checked against the pack's 2 MoE layers when the engine opens */
 	ASSERT_EQ(0, dmn_start(&self->m, self->dir, "--pack", self->pack, "--backend", "cpu",
 			       "--place", "layers=2:cpu", NULL));

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <moem/settings.h>
 #include <moem/error.h>
@@ -92,6 +93,8 @@ static int set_str(char **field, const char *v)
  * same whatever the daemon's working directory; "" or "none" unsets it. */
 static int set_dir(const char *name, char **field, const char *v)
 {
+	struct stat st;
+
 	if (!*v || !strcmp(v, "none")) {
 		free(*field);
 		*field = NULL;
@@ -99,6 +102,17 @@ static int set_dir(const char *name, char **field, const char *v)
 	}
 	if (v[0] != '/')
 		return moem_errf(EINVAL, "%s '%s': give an absolute directory", name, v);
+	/*
+	 * Said when the setting is read, not at a client's first use of it: a
+	 * path that is no directory is refused; a missing one is taken (it
+	 * may be made later: install.sh makes the example config's) and said.
+	 */
+	if (!stat(v, &st) && !S_ISDIR(st.st_mode))
+		return moem_errf(ENOTDIR, "%s '%s': not a directory", name, v);
+	if (stat(v, &st))
+		moem_warn("%s '%s': %s: clients' requests that name a file there will fail until "
+			  "it exists",
+			  name, v, strerror(errno));
 	return set_str(field, v);
 }
 
