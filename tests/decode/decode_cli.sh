@@ -175,6 +175,9 @@ msg="the model has 3 MoE layers" expect_err "--cpu-moe-layers beyond the MoE lay
 	--tokens 1,2 --cpu-moe-layers 4
 msg="want a number" expect_err "negative --cpu-moe-layers" --tokens 1,2 --cpu-moe-layers -1
 msg="want gpu or hybrid" expect_err "unknown --exec" --tokens 1,2 --exec npu
+msg="at least one token" expect_err "--max-new 0" --tokens 1,2 --max-new 0
+msg="two at most" expect_err "three precisions" --tokens 1,2 --precisions bf16,q8,q4
+msg="must have fewer bits" expect_err "LO above HI" --tokens 1,2 --precisions q4,bf16
 msg="MoE layer 3 is beyond the model's 3" expect_err "--place beyond the MoE layers" \
 	--tokens 1,2 --place layers=1-3:cpu
 msg="'host' is not cpu, gpu or auto" expect_err "--place that does not parse" --tokens 1,2 \

@@ -314,6 +314,14 @@ TEST(engine_args)
 	EXPECT_NE(NULL, strstr(moem_last_error(), "mem-reserve"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "mem-reserve", "512M"));
 	EXPECT_EQ(0, moem_engine_args_set(&a, "dram", "1G"));
+	/* HI[,LO]: two at most, LO with fewer bits */
+	EXPECT_EQ(0, moem_engine_args_set(&a, "precisions", "bf16,q4,q8"));
+	EXPECT_EQ(-EINVAL, moem_engine_args_resolve(&a));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "two at most")) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(0, moem_engine_args_set(&a, "precisions", "q4,bf16"));
+	EXPECT_EQ(-EINVAL, moem_engine_args_resolve(&a));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "LO (bf16) must have fewer bits than HI (q4)"))
+	TH_LOG("%s", moem_last_error());
 	EXPECT_EQ(0, moem_engine_args_set(&a, "precisions", "q4,q2"));
 	ASSERT_EQ(0, moem_engine_args_resolve(&a));
 	EXPECT_EQ(12u << 20, a.o.hbm_budget);

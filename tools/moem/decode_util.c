@@ -187,8 +187,13 @@ int moem_dec_run_set(struct moem_dec_run *r, const char *name, const char *v)
 		free(ids);
 		return ret;
 	}
-	if (!strcmp(name, "max-new"))
-		return num_u(name, v, 1u << 24, &r->sp.max_new_tokens);
+	if (!strcmp(name, "max-new")) {
+		ret = num_u(name, v, 1u << 24, &r->sp.max_new_tokens);
+		if (!ret && !r->sp.max_new_tokens)
+			ret = moem_errf(EINVAL, "--max-new 0: at least one token (1..%u)",
+					1u << 24);
+		return ret;
+	}
 	if (!strcmp(name, "temperature"))
 		return num_f(name, v, &s->temperature);
 	if (!strcmp(name, "top-k"))

@@ -411,6 +411,9 @@ static int pick_precisions(struct moem_engine_args *a)
 	comma = strchr(buf, ',');
 	if (comma)
 		*comma++ = 0;
+	if (comma && strchr(comma, ','))
+		return moem_errf(EINVAL, "precisions '%s': want HI[,LO], two at most",
+				 a->precisions);
 	ret = moem_prec_parse(buf, &a->o.hi);
 	if (!ret && comma) {
 		ret = moem_prec_parse(comma, &a->o.lo);
@@ -418,6 +421,12 @@ static int pick_precisions(struct moem_engine_args *a)
 	}
 	if (ret)
 		return moem_err_prefix(-ret, "precisions");
+	/* the enum runs from the most bits to the fewest */
+	if (a->o.two_prec && a->o.lo <= a->o.hi)
+		return moem_errf(EINVAL,
+				 "precisions '%s': LO (%s) must have fewer bits than HI (%s), "
+				 "as in bf16,q4",
+				 a->precisions, moem_prec_name(a->o.lo), moem_prec_name(a->o.hi));
 	return 0;
 }
 
