@@ -49,6 +49,108 @@ static int lex_err(const struct lexer *L, const char *what)
 	return moem_errf(EINVAL, "template line %d: %s", L->line, what);
 }
 
+/* A digit of base (2, 8, 10, 16). */
+static bool is_digit_of(char c, int base)
+{
+	if (base == 16)
+		return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+	return c >= '0' && c < '0' + (base < 10 ? base : 10);
+}
+
+/*
+ * Digits of base at L->i into num (n so far, cap bytes), an underscore
+ * allowed between two digits as Python writes 1_000; false if there are
+ * none or num is full.
+ */
+static bool lex_digits(struct lexer *L, int base, char *num, size_t *n, size_t cap)
+{
+	size_t first = *n;
+
+	while (L->i < L->len) {
+		char c = L->s[L->i];
+
+		if (c == '_' && *n > first && L->i + 1 < L->len &&
+		    is_digit_of(L->s[L->i + 1], base)) {
+			L->i++;
+			continue;
+		}
+		if (!is_digit_of(c, base))
+			break;
+		if (*n + 1 >= cap)
+			return false;
+		num[(*n)++] = c;
+		L->i++;
+	}
+	num[*n] = 0;
+	return *n > first;
+}
+
+/*
+ * A number literal as Jinja's lexer takes it: 42, 1_000, 0x1f, 0o17,
+ * 0b101; 2.5, 1e3, 2.5e-1, 1_0.5 (a float; one too large is inf, as in
+ * Python). An integer past int64 is refused (Python's are unbounded).
+ */
+static int lex_number(struct lexer *L, struct jtok *t)
+{
+	char num[80];
+	size_t n = 0;
+	bool fl = false;
+	char *end;
+	int base = 10;
+
+	if (L->s[L->i] == '0' && L->i + 2 < L->len) {
+		char x = L->s[L->i + 1] | 0x20;
+
+		base = x == 'x' ? 16 : x == 'o' ? 8 : x == 'b' ? 2 : 10;
+		if (base != 10) {
+			L->i += 2;
+			if (L->s[L->i] == '_')
+				L->i++;
+			if (!lex_digits(L, base, num, &n, sizeof(num)))
+				return lex_err(L, "a number without digits, or too long");
+		}
+	}
+	if (base == 10) {
+		if (!lex_digits(L, 10, num, &n, sizeof(num)))
+			return lex_err(L, "number too long");
+		if (L->i + 1 < L->len && L->s[L->i] == '.' && is_digit_of(L->s[L->i + 1], 10)) {
+			fl = true;
+			num[n++] = '.';
+			L->i++;
+			if (!lex_digits(L, 10, num, &n, sizeof(num)))
+				return lex_err(L, "number too long");
+		}
+		if (L->i + 1 < L->len && (L->s[L->i] | 0x20) == 'e') {
+			size_t k = L->i + 1;
+
+			if (k + 1 < L->len && (L->s[k] == '+' || L->s[k] == '-'))
+				k++;
+			if (k < L->len && is_digit_of(L->s[k], 10)) {
+				if (n + 3 >= sizeof(num))
+					return lex_err(L, "number too long");
+				fl = true;
+				num[n++] = 'e';
+				if (k > L->i + 1)
+					num[n++] = L->s[L->i + 1];
+				L->i = k;
+				if (!lex_digits(L, 10, num, &n, sizeof(num)))
+					return lex_err(L, "number too long");
+			}
+		}
+	}
+	errno = 0;
+	if (fl) {
+		t->k = JK_FLOAT;
+		t->f = strtod(num, &end); /* past the range: +-HUGE_VAL = inf, 0 */
+		return 0;
+	}
+	t->k = JK_INT;
+	t->i = strtoll(num, &end, base);
+	if (errno)
+		return lex_err(L, "integer out of range (more than 64 bits)");
+	return 0;
+}
+
 static bool is_space(char c)
 {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -195,38 +297,10 @@ static int lex_tag(struct lexer *L, bool stmt, bool *strip_after)
 			t.p = L->s + st;
 			t.n = L->i - st;
 		} else if (c >= '0' && c <= '9') {
-			size_t st = L->i;
-			bool fl = false;
-			char *end;
+			int ret = lex_number(L, &t);
 
-			while (L->i < L->len && L->s[L->i] >= '0' && L->s[L->i] <= '9')
-				L->i++;
-			if (L->i + 1 < L->len && L->s[L->i] == '.' && L->s[L->i + 1] >= '0' &&
-			    L->s[L->i + 1] <= '9') {
-				fl = true;
-				L->i++;
-				while (L->i < L->len && L->s[L->i] >= '0' && L->s[L->i] <= '9')
-					L->i++;
-			}
-			{
-				char num[64];
-				size_t nl = L->i - st;
-
-				if (nl >= sizeof(num))
-					return lex_err(L, "number too long");
-				memcpy(num, L->s + st, nl);
-				num[nl] = 0;
-				errno = 0;
-				if (fl) {
-					t.k = JK_FLOAT;
-					t.f = strtod(num, &end);
-				} else {
-					t.k = JK_INT;
-					t.i = strtoll(num, &end, 10);
-				}
-				if (errno)
-					return lex_err(L, "number out of range");
-			}
+			if (ret)
+				return ret;
 		} else if (c == '\'' || c == '"') {
 			size_t st = ++L->i;
 			int ret;

@@ -308,21 +308,56 @@ int moem_jb_puts(struct jbuf *b, const char *s)
 }
 
 /* Python's repr(float): the shortest string that reads back the same. */
+/*
+ * A float as Python's repr writes it: the fewest digits that read back
+ * the same, fixed notation for exponents -4..15 (1000.0, 0.0001), else
+ * scientific with a signed two-digit exponent (1e+16, 1.5e-05).
+ */
 static int put_float(struct jbuf *b, double f)
 {
-	char s[40];
+	char e[40], dig[24], s[48];
+	int nd = 0, x, n = 0, prec;
+	const char *p;
 
 	if (isnan(f))
 		return moem_jb_puts(b, "nan");
 	if (isinf(f))
 		return moem_jb_puts(b, f < 0 ? "-inf" : "inf");
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(s, sizeof(s), "%.*g", prec, f);
-		if (strtod(s, NULL) == f)
+	for (prec = 0; prec < 17; prec++) {
+		snprintf(e, sizeof(e), "%.*e", prec, f);
+		if (strtod(e, NULL) == f)
 			break;
 	}
-	if (!strpbrk(s, ".eninf"))
-		strcat(s, ".0");
+	p = e;
+	if (*p == '-')
+		s[n++] = *p++;
+	for (; *p && *p != 'e'; p++)
+		if (*p != '.')
+			dig[nd++] = *p;
+	x = atoi(p + 1);
+	if (x >= -4 && x < 16) {
+		if (x < 0) {
+			n += snprintf(s + n, sizeof(s) - n, "0.%.*s%.*s", -x - 1, "0000", nd, dig);
+		} else {
+			for (int i = 0; i <= x; i++)
+				s[n++] = i < nd ? dig[i] : '0';
+			s[n++] = '.';
+			if (nd > x + 1)
+				for (int i = x + 1; i < nd; i++)
+					s[n++] = dig[i];
+			else
+				s[n++] = '0';
+			s[n] = 0;
+		}
+	} else {
+		s[n++] = dig[0];
+		if (nd > 1) {
+			s[n++] = '.';
+			for (int i = 1; i < nd; i++)
+				s[n++] = dig[i];
+		}
+		snprintf(s + n, sizeof(s) - n, "e%c%02d", x < 0 ? '-' : '+', x < 0 ? -x : x);
+	}
 	return moem_jb_puts(b, s);
 }
 
