@@ -298,6 +298,12 @@ int moem_pool_nodes_check(struct moem_pool *pool, void *base)
 		int32_t first = -1, where = -1;
 		int err = 0;
 
+		/* one memory node: there, faulted in or not (a pool that could
+		 * not be locked has no pages yet for move_pages to place) */
+		if (numa_max_node() == 0) {
+			pool->info.nodes[0].node = 0;
+			return 0;
+		}
 		if (chunk_nodes(base, &first, 0, 1, 0) || first < 0)
 			return 0;
 		if (stray_chunk(base, 0, pool->size / MOEM_CHUNK_BYTES, first, &where, &err) < 0)
