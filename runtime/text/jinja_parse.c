@@ -18,11 +18,27 @@
 
 #define JINJA_MAX_NEST 64
 
+/*
+ * Filters and tests the renderer does not have: Jinja2 refuses one when
+ * it compiles the template, unless it sits in an if statement (test and
+ * branches) or a conditional expression, where the error waits for it to
+ * run (a template may name a filter it never reaches). soft says where
+ * the parser is; each unknown name is kept with it, and one outside them
+ * all refuses the template when the parse ends.
+ */
+#define JINJA_MAX_UNKNOWN 64
+
 struct parser {
 	struct jarena *a;
 	const struct jtok *t;
 	size_t n, i;
 	int nest;
+	bool soft;
+	uint32_t n_unknown;
+	struct {
+		size_t tok; /* index in t */
+		bool test, soft;
+	} unknown[JINJA_MAX_UNKNOWN];
 };
 
 static const struct jtok *peek(const struct parser *P)
@@ -405,11 +421,16 @@ static int filtered(struct parser *P, struct jnode **out)
 			/* "is none", "is true": the test of that name. */
 		}
 		if (test ? !moem_jinja_test_known(t->p, t->n)
-			 : !moem_jinja_filter_known(t->p, t->n))
-			return perr(P,
-				    test ? "test '%.*s' is not supported"
-					 : "filter '%.*s' is not supported",
-				    t->p, t->n);
+			 : !moem_jinja_filter_known(t->p, t->n)) {
+			if (P->n_unknown == JINJA_MAX_UNKNOWN)
+				return perr(P,
+					    test ? "test '%.*s' is not supported"
+						 : "filter '%.*s' is not supported",
+					    t->p, t->n);
+			P->unknown[P->n_unknown].tok = P->i;
+			P->unknown[P->n_unknown].test = test;
+			P->unknown[P->n_unknown++].soft = P->soft;
+		}
 		P->i++;
 		n->a = *out;
 		if (accept_op(P, "(")) {
@@ -532,6 +553,9 @@ static int cond_expr(struct parser *P, struct jnode **out, bool with_cond)
 {
 	int ret;
 
+	uint32_t u0 = P->n_unknown;
+	bool soft = P->soft;
+
 	if (++P->nest > JINJA_MAX_NEST)
 		return perr(P, "expression nested too deeply%.*s", NULL, 0);
 	ret = and_or(P, out, true);
@@ -540,12 +564,17 @@ static int cond_expr(struct parser *P, struct jnode **out, bool with_cond)
 
 		if (!n)
 			return -ENOMEM;
+		/* a conditional expression: all of it, its first part too */
+		for (uint32_t k = u0; k < P->n_unknown; k++)
+			P->unknown[k].soft = true;
+		P->soft = true;
 		n->a = *out;
 		ret = and_or(P, &n->b, true);
 		if (!ret && accept_name(P, "else"))
 			ret = cond_expr(P, &n->c, true);
 		*out = n;
 	}
+	P->soft = soft;
 	P->nest--;
 	return ret;
 }
@@ -565,6 +594,8 @@ static int expect_close(struct parser *P)
 }
 
 static int body(struct parser *P, struct jnode ***v, size_t *n, const char *const *ends);
+
+static int stmt_if_soft(struct parser *P, struct jnode **out);
 
 static int stmt_if(struct parser *P, struct jnode **out)
 {
@@ -586,7 +617,7 @@ static int stmt_if(struct parser *P, struct jnode **out)
 	if (accept_name(P, "elif")) {
 		struct jnode *e;
 
-		ret = stmt_if(P, &e);
+		ret = stmt_if_soft(P, &e);
 		if (!ret)
 			ret = add_node(P, &n->orelse, &n->norelse, e);
 		return ret;
@@ -603,6 +634,30 @@ static int stmt_if(struct parser *P, struct jnode **out)
 	if (!accept_name(P, "endif"))
 		return perr(P, "expected endif%.*s", NULL, 0);
 	return expect_close(P);
+}
+
+/* An if statement, its test and branches (soft: the comment at struct parser). */
+static int stmt_if_soft(struct parser *P, struct jnode **out)
+{
+	bool soft = P->soft;
+	int ret;
+
+	P->soft = true;
+	ret = stmt_if(P, out);
+	P->soft = soft;
+	return ret;
+}
+
+/* A body of its own frame in Jinja2 (a loop's, a macro's, a set block's): not soft. */
+static int hard_body(struct parser *P, struct jnode ***v, size_t *n, const char *const *ends)
+{
+	bool soft = P->soft;
+	int ret;
+
+	P->soft = false;
+	ret = body(P, v, n, ends);
+	P->soft = soft;
+	return ret;
 }
 
 static int stmt_for(struct parser *P, struct jnode **out)
@@ -625,14 +680,19 @@ static int stmt_for(struct parser *P, struct jnode **out)
 	if (!accept_name(P, "in"))
 		return perr(P, "expected 'in'%.*s", NULL, 0);
 	ret = cond_expr(P, &n->b, false);
-	if (!ret && accept_name(P, "if"))
+	if (!ret && accept_name(P, "if")) {
+		bool soft = P->soft;
+
+		P->soft = false; /* evaluated in the loop's frame */
 		ret = cond_expr(P, &n->c, false);
+		P->soft = soft;
+	}
 	if (!ret && accept_name(P, "recursive"))
 		return perr(P, "recursive loops are not supported%.*s", NULL, 0);
 	if (!ret)
 		ret = expect_close(P);
 	if (!ret)
-		ret = body(P, &n->body, &n->nbody, ends);
+		ret = hard_body(P, &n->body, &n->nbody, ends);
 	if (ret)
 		return ret;
 	if (accept_name(P, "else")) {
@@ -640,7 +700,7 @@ static int stmt_for(struct parser *P, struct jnode **out)
 
 		ret = expect_close(P);
 		if (!ret)
-			ret = body(P, &n->orelse, &n->norelse, endfor);
+			ret = hard_body(P, &n->orelse, &n->norelse, endfor);
 		if (ret)
 			return ret;
 	}
@@ -685,7 +745,7 @@ static int stmt_set(struct parser *P, struct jnode **out)
 		/* {% set x %}...{% endset %} */
 		n->k = JN_SET_BLOCK;
 		P->i++;
-		ret = body(P, &n->body, &n->nbody, ends);
+		ret = hard_body(P, &n->body, &n->nbody, ends);
 		if (!ret && !accept_name(P, "endset"))
 			return perr(P, "expected endset%.*s", NULL, 0);
 		return ret ? ret : expect_close(P);
@@ -745,7 +805,7 @@ static int stmt_macro(struct parser *P, struct jnode **out)
 	if (!ret)
 		ret = expect_close(P);
 	if (!ret)
-		ret = body(P, &n->body, &n->nbody, ends);
+		ret = hard_body(P, &n->body, &n->nbody, ends);
 	if (!ret && !accept_name(P, "endmacro"))
 		return perr(P, "expected endmacro%.*s", NULL, 0);
 	return ret ? ret : expect_close(P);
@@ -780,7 +840,7 @@ static int statement(struct parser *P, struct jnode **out)
 		return perr(P, "expected a statement name%.*s", NULL, 0);
 	P->i++;
 	if (is_name(t, "if"))
-		return stmt_if(P, out);
+		return stmt_if_soft(P, out);
 	if (is_name(t, "for"))
 		return stmt_for(P, out);
 	if (is_name(t, "set"))
@@ -863,8 +923,20 @@ static int body(struct parser *P, struct jnode ***v, size_t *n, const char *cons
 int moem_jinja_parse(struct jarena *a, const struct jlexed *lx, struct jnode ***v, size_t *n)
 {
 	struct parser P = {.a = a, .t = lx->v, .n = lx->n};
+	int ret;
 
 	*v = NULL;
 	*n = 0;
-	return body(&P, v, n, NULL);
+	ret = body(&P, v, n, NULL);
+	for (uint32_t k = 0; !ret && k < P.n_unknown; k++)
+		if (!P.unknown[k].soft) {
+			const struct jtok *t = &P.t[P.unknown[k].tok];
+
+			P.i = P.unknown[k].tok;
+			ret = perr(&P,
+				   P.unknown[k].test ? "test '%.*s' is not supported"
+						     : "filter '%.*s' is not supported",
+				   t->p, t->n);
+		}
+	return ret;
 }

@@ -228,4 +228,51 @@ TEST(a_value_holding_itself_fails_the_render)
 	}
 }
 
+/*
+ * A filter or test the renderer lacks, as Jinja2 3.x takes it: refused
+ * when the template is parsed if it is outside every if statement and
+ * conditional expression; inside one, the template renders and fails
+ * only if that part runs (DeepSeek-V3.2's template names from_json so).
+ */
+TEST(unknown_filters_refused_where_jinja2_refuses_them)
+{
+	static const struct {
+		const char *src, *want; /* want NULL: the parse fails */
+		int render;
+	} c[] = {
+		{"{{ messages|from_json }}", NULL, 0},
+		{"{% for m in messages %}{% if m is nosuch %}{% endif %}{% endfor %}", NULL,
+		 -ENOTSUP},
+		{"{% if false %}{% for m in messages %}{{ m|nosuch }}{% endfor %}{% endif %}", NULL,
+		 0},
+		{"{% if false %}{{ messages|from_json }}{% endif %}ok", "ok", 0},
+		{"{% if messages %}{{ messages|from_json }}{% endif %}", NULL, -ENOTSUP},
+		{"{{ (messages|nosuch) if false else 1 }}", "1", 0},
+		{"{{ 1 if messages is nosuch else 2 }}", NULL, -ENOTSUP},
+		{"{% macro m() %}{% if false %}{{ 1|zz }}{% endif %}{% endmacro %}ok", "ok", 0},
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct moem_chat_template *t;
+		char *out = NULL;
+		int ret = moem_chat_parse(c[i].src, strlen(c[i].src), &t);
+
+		if (!c[i].want && !c[i].render) {
+			EXPECT_EQ(-EINVAL, ret) TH_LOG("%s", c[i].src);
+			EXPECT_NE(NULL, strstr(moem_last_error(), "is not supported"))
+			TH_LOG("%s: %s", c[i].src, moem_last_error());
+			if (!ret)
+				moem_chat_free(t);
+			continue;
+		}
+		ASSERT_EQ(0, ret) TH_LOG("%s: %s", c[i].src, moem_last_error());
+		moem_chat_free(t);
+		ret = render(c[i].src, &out);
+		EXPECT_EQ(c[i].render, ret) TH_LOG("%s: %s", c[i].src, moem_last_error());
+		if (c[i].want)
+			EXPECT_STREQ(c[i].want, out ? out : "(null)") TH_LOG("%s", c[i].src);
+		free(out);
+	}
+}
+
 TEST_HARNESS_MAIN
