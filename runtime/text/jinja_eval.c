@@ -734,6 +734,43 @@ static int run_for(struct jctx *c, const struct jnode *n)
 	return ret;
 }
 
+static int out_full(struct jctx *c, int ret);
+
+/* {% filter %}: the body into a string, bound for the filters' expression. */
+static int run_filter_block(struct jctx *c, const struct jnode *n)
+{
+	struct jbuf *saved = c->out, tmp = {.limit = saved->limit};
+	struct jscope scope = {.up = c->scope};
+	struct jv v;
+	char *p;
+	int ret;
+
+	/* a scope of its own, as a loop's: set inside does not leak */
+	scope.vars = moem_jv_dict_new(c->a);
+	if (!scope.vars)
+		return -ENOMEM;
+	c->scope = &scope; /* cppcheck-suppress autoVariables */
+	c->out = &tmp;
+	ret = moem_jinja_run(c, n->body, n->nbody);
+	c->out = saved;
+	c->scope = scope.up;
+	if (ret > 0) /* break/continue inside: the enclosing loop's */
+		ret = moem_jinja_err(c, EINVAL, "break or continue inside a filter block");
+	p = ret ? NULL : moem_ja_strndup(c->a, tmp.p ? tmp.p : "", tmp.n);
+	if (!ret && !p)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = set_var(c, JINJA_FILTER_BODY, strlen(JINJA_FILTER_BODY), jv_str(p, tmp.n));
+	free(tmp.p);
+	if (!ret)
+		ret = moem_jinja_eval(c, n->a, &v);
+	if (!ret && v.gen)
+		ret = moem_jinja_err(c, EINVAL, "printing a generator (add |list)");
+	if (!ret)
+		ret = out_full(c, moem_jv_print(c->out, &v));
+	return ret;
+}
+
 static int run_set(struct jctx *c, const struct jnode *n)
 {
 	struct jv v;
@@ -816,6 +853,9 @@ int moem_jinja_run(struct jctx *c, struct jnode *const *body, size_t nbody)
 			v.fn.id = JF_MACRO;
 			v.fn.macro = n;
 			ret = set_var(c, n->name, n->name_len, v);
+			break;
+		case JN_FILTER_BLOCK:
+			ret = run_filter_block(c, n);
 			break;
 		case JN_BLOCK:
 			ret = moem_jinja_run(c, n->body, n->nbody);

@@ -169,6 +169,9 @@ int moem_jinja_lex(struct jarena *a, const char *src, size_t len, struct jlexed 
 
 /* ---- tree ---- */
 
+/* The variable a filter block's body is bound to: no template can name it. */
+#define JINJA_FILTER_BODY "\x01filter body"
+
 enum jnode_kind {
 	/* statements */
 	JN_TEXT,
@@ -180,7 +183,8 @@ enum jnode_kind {
 	JN_BREAK,
 	JN_CONTINUE,
 	JN_MACRO,
-	JN_BLOCK, /* {% generation %}: its body, as is */
+	JN_BLOCK,	 /* {% generation %}: its body, as is */
+	JN_FILTER_BLOCK, /* {% filter f %}: a, filters over the body (JINJA_FILTER_BODY) */
 	/* expressions */
 	JN_LIT,
 	JN_NAME,

@@ -386,21 +386,22 @@ static int postfix(struct parser *P, struct jnode **io)
 	}
 }
 
-/* Filters and tests after a postfix expression. */
-static int filtered(struct parser *P, struct jnode **out)
+/*
+ * Filters and tests over *out; with bare, the first is a filter named
+ * without its '|' ({% filter upper | trim %}) and no test may follow.
+ */
+static int filters_after(struct parser *P, struct jnode **out, bool bare)
 {
-	int ret = primary(P, out);
+	int ret = 0;
 
-	if (!ret)
-		ret = postfix(P, out);
-	while (!ret) {
+	for (bool first = true; !ret; first = false) {
 		struct jnode *n;
 		const struct jtok *t;
 		bool test = false;
 
-		if (accept_op(P, "|")) {
+		if ((bare && first) || accept_op(P, "|")) {
 			test = false;
-		} else if (accept_name(P, "is")) {
+		} else if (!bare && accept_name(P, "is")) {
 			test = true;
 		} else {
 			break;
@@ -452,6 +453,16 @@ static int filtered(struct parser *P, struct jnode **out)
 		*out = n;
 	}
 	return ret;
+}
+
+/* Filters and tests after a postfix expression. */
+static int filtered(struct parser *P, struct jnode **out)
+{
+	int ret = primary(P, out);
+
+	if (!ret)
+		ret = postfix(P, out);
+	return ret ? ret : filters_after(P, out, false);
 }
 
 static int unary(struct parser *P, struct jnode **out)
@@ -812,6 +823,38 @@ static int stmt_macro(struct parser *P, struct jnode **out)
 }
 
 /*
+ * {% filter f(args) | g %}...{% endfilter %}: the body rendered, then the
+ * filters over it (an expression on JINJA_FILTER_BODY, bound when it runs).
+ * Body and filters are in a frame of their own in Jinja2: not soft.
+ */
+static int stmt_filter(struct parser *P, struct jnode **out)
+{
+	static const char *const ends[] = {"endfilter", NULL};
+	struct jnode *n = node(P, JN_FILTER_BLOCK), *b = node(P, JN_NAME);
+	bool soft = P->soft;
+	int ret;
+
+	if (!n || !b)
+		return -ENOMEM;
+	*out = n;
+	b->name = JINJA_FILTER_BODY;
+	b->name_len = strlen(JINJA_FILTER_BODY);
+	n->a = b;
+	if (peek(P)->k != JK_NAME)
+		return perr(P, "expected a filter name%.*s", NULL, 0);
+	P->soft = false;
+	ret = filters_after(P, &n->a, true);
+	P->soft = soft;
+	if (!ret)
+		ret = expect_close(P);
+	if (!ret)
+		ret = hard_body(P, &n->body, &n->nbody, ends);
+	if (!ret && !accept_name(P, "endfilter"))
+		return perr(P, "expected endfilter%.*s", NULL, 0);
+	return ret ? ret : expect_close(P);
+}
+
+/*
  * {% generation %}...{% endgeneration %}: transformers' AssistantTracker
  * marks the assistant's part with it; rendering keeps the body as is.
  */
@@ -849,6 +892,8 @@ static int statement(struct parser *P, struct jnode **out)
 		return stmt_macro(P, out);
 	if (is_name(t, "generation"))
 		return stmt_generation(P, out);
+	if (is_name(t, "filter"))
+		return stmt_filter(P, out);
 	if (is_name(t, "break") || is_name(t, "continue")) {
 		*out = node(P, is_name(t, "break") ? JN_BREAK : JN_CONTINUE);
 		return *out ? expect_close(P) : -ENOMEM;

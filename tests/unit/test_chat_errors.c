@@ -54,6 +54,8 @@ TEST(good_templates_render)
 		{"{{ 0 or messages|length }}", "1"},
 		{"{{ messages is defined }}", "True"},
 		{"{% for m in messages if not m.x %}{{ m.content }}{% endfor %}", "Hi"},
+		{"{% filter upper | replace('I', 'i') %}{{ messages[0].content }}!{% endfilter %}",
+		 "Hi!"},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
