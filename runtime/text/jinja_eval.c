@@ -736,13 +736,31 @@ static int run_for(struct jctx *c, const struct jnode *n)
 
 static int out_full(struct jctx *c, int ret);
 
+/* Render body into a string (a set block's value, a filter block's input). */
+static int render_str(struct jctx *c, struct jnode *const *body, size_t nbody, struct jv *out)
+{
+	struct jbuf *saved = c->out, tmp = {.limit = saved->limit};
+	char *p;
+	int ret;
+
+	c->out = &tmp;
+	ret = moem_jinja_run(c, body, nbody);
+	c->out = saved;
+	/* ret > 0: break/continue inside, the enclosing loop's (the text goes) */
+	p = ret ? NULL : moem_ja_strndup(c->a, tmp.p ? tmp.p : "", tmp.n);
+	if (!ret && !p)
+		ret = -ENOMEM;
+	if (!ret)
+		*out = jv_str(p, tmp.n);
+	free(tmp.p);
+	return ret;
+}
+
 /* {% filter %}: the body into a string, bound for the filters' expression. */
 static int run_filter_block(struct jctx *c, const struct jnode *n)
 {
-	struct jbuf *saved = c->out, tmp = {.limit = saved->limit};
 	struct jscope scope = {.up = c->scope};
 	struct jv v;
-	char *p;
 	int ret;
 
 	/* a scope of its own, as a loop's: set inside does not leak */
@@ -750,18 +768,10 @@ static int run_filter_block(struct jctx *c, const struct jnode *n)
 	if (!scope.vars)
 		return -ENOMEM;
 	c->scope = &scope; /* cppcheck-suppress autoVariables */
-	c->out = &tmp;
-	ret = moem_jinja_run(c, n->body, n->nbody);
-	c->out = saved;
+	ret = render_str(c, n->body, n->nbody, &v);
 	c->scope = scope.up;
-	if (ret > 0) /* break/continue inside: the enclosing loop's */
-		ret = moem_jinja_err(c, EINVAL, "break or continue inside a filter block");
-	p = ret ? NULL : moem_ja_strndup(c->a, tmp.p ? tmp.p : "", tmp.n);
-	if (!ret && !p)
-		ret = -ENOMEM;
 	if (!ret)
-		ret = set_var(c, JINJA_FILTER_BODY, strlen(JINJA_FILTER_BODY), jv_str(p, tmp.n));
-	free(tmp.p);
+		ret = set_var(c, JINJA_FILTER_BODY, strlen(JINJA_FILTER_BODY), v);
 	if (!ret)
 		ret = moem_jinja_eval(c, n->a, &v);
 	if (!ret && v.gen)
@@ -777,19 +787,8 @@ static int run_set(struct jctx *c, const struct jnode *n)
 	int ret;
 
 	if (n->k == JN_SET_BLOCK) {
-		struct jbuf *saved = c->out, tmp = {.limit = saved->limit};
-		char *p;
-
-		c->out = &tmp;
-		ret = moem_jinja_run(c, n->body, n->nbody);
-		c->out = saved;
-		p = ret ? NULL : moem_ja_strndup(c->a, tmp.p ? tmp.p : "", tmp.n);
-		if (!ret && !p)
-			ret = -ENOMEM;
-		if (!ret)
-			ret = set_var(c, n->names[0], strlen(n->names[0]), jv_str(p, tmp.n));
-		free(tmp.p);
-		return ret;
+		ret = render_str(c, n->body, n->nbody, &v);
+		return ret ? ret : set_var(c, n->names[0], strlen(n->names[0]), v);
 	}
 	ret = moem_jinja_eval(c, n->a, &v);
 	if (ret)

@@ -56,6 +56,11 @@ TEST(good_templates_render)
 		{"{% for m in messages if not m.x %}{{ m.content }}{% endfor %}", "Hi"},
 		{"{% filter upper | replace('I', 'i') %}{{ messages[0].content }}!{% endfilter %}",
 		 "Hi!"},
+		{"{% for i in [1, 2] %}{{ i }}{% filter upper %}a{% continue %}{% endfilter %}b"
+		 "{% endfor %}ok",
+		 "12ok"},
+		{"{% for i in [1, 2] %}{{ i }}{% set x %}{% break %}{% endset %}{% endfor %}ok",
+		 "1ok"},
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
