@@ -107,12 +107,12 @@ static int set_dir(const char *name, char **field, const char *v)
 	 * path that is no directory is refused; a missing one is taken (it
 	 * may be made later: install.sh makes the example config's) and said.
 	 */
-	if (!stat(v, &st) && !S_ISDIR(st.st_mode))
-		return moem_errf(ENOTDIR, "%s '%s': not a directory", name, v);
 	if (stat(v, &st))
 		moem_warn("%s '%s': %s: clients' requests that name a file there will fail until "
 			  "it exists",
 			  name, v, strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		return moem_errf(ENOTDIR, "%s '%s': not a directory", name, v);
 	return set_str(field, v);
 }
 
