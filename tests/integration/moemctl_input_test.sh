@@ -42,22 +42,28 @@ expect() { # expect RC MESSAGE_PART CMD...
 # A fake moemd: every non-blank line gets ANSWER with the request's id
 # (ANSWER is a JSON object's members); it records what it was sent. With
 # ANSWER "refuse" it answers each connection as moemd refuses one: an
-# error line, then close, before reading anything.
+# error line, then close, before reading anything. It says "listening",
+# and "closed" after each refusal, on the FIFO open as fd 3 here: the
+# events the test waits for (read -t, a generous deadline), not a poll.
 fake() {
-	rm -f "$tmp/s.sock" "$tmp/s.sock.closed" "$tmp/got"
-	/usr/bin/python3 - "$tmp/s.sock" "$1" "$tmp/got" <<'EOF' &
+	rm -f "$tmp/s.sock" "$tmp/got" "$tmp/ev"
+	exec 3<&-
+	mkfifo "$tmp/ev" && exec 3<>"$tmp/ev" || { echo "not ok: mkfifo"; exit 1; }
+	/usr/bin/python3 - "$tmp/s.sock" "$1" "$tmp/got" "$tmp/ev" <<'EOF' &
 import json, os, socket, sys
-path, answer, got = sys.argv[1], sys.argv[2], sys.argv[3]
+path, answer, got, ev = sys.argv[1:5]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.bind(path)
 s.listen(8)
+ev = open(ev, "w", buffering=1)
+ev.write("listening\n")
 while True:
     c, _ = s.accept()
     if answer == "refuse":
         c.sendall(b'{"v":1,"id":null,"ok":false,"error":"too many control '
                   b'connections from uid 1001 (4 at once)","errno":16}\n')
         c.close()
-        open(path + ".closed", "w").close()  # the event the late writer waits for
+        ev.write("closed\n")  # the event the late writer waits for
         continue
     f = c.makefile("rb")
     for line in f:
@@ -73,11 +79,7 @@ while True:
     c.close()
 EOF
 	pid=$!
-	for _ in $(seq 1 500); do
-		[ -S "$tmp/s.sock" ] && return 0
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.01
-	done
+	read -r -t 60 -u 3 ev && [ "$ev" = listening ] && return 0
 	echo "not ok: the fake moemd did not start"
 	exit 1
 }
@@ -129,12 +131,12 @@ expect 1 "has an odd 'pool'" "$C" --socket "$tmp/s.sock" status
 stop_fake
 
 # moemd refuses the connection and closes it before moemctl sends (raw's
-# stdin comes once the fake has closed, the event it writes a file for): moemd's reason, not "send to moemd: Broken pipe" (hello
-# sends before the close here, and got the reason before the fix too)
+# stdin comes once the fake has said it closed, on fd 3): moemd's reason,
+# not "send to moemd: Broken pipe" (hello sends before the close here, and
+# got the reason before the fix too)
 fake refuse
-expect 1 "too many control connections from uid 1001" sh -c \
-	"{ for i in \$(seq 1 3000); do [ -e '$tmp/s.sock.closed' ] && break; sleep 0.01; done;
-	   echo '{\"v\":1,\"id\":1,\"cmd\":\"hello\"}'; } |
+expect 1 "too many control connections from uid 1001" bash -c \
+	"{ read -r -t 60 -u 3 ev; echo '{\"v\":1,\"id\":1,\"cmd\":\"hello\"}'; } |
 	 '$C' --socket '$tmp/s.sock' raw"
 expect 1 "too many control connections from uid 1001" "$C" --socket "$tmp/s.sock" hello
 stop_fake
