@@ -403,8 +403,9 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 			 * Every HBM slot is pinned by this layer or in flight for it:
 			 * run what is resident and let it go, else finish the oldest
 			 * miss, else cancel prefetches for later layers, else run the
-			 * CPU's experts (their DRAM pins), else let the policy take this layer's experts not acquired yet (a budget
-			 * of a few experts); then try again.
+			 * CPU's experts (their DRAM pins), else let the policy take
+			 * this layer's experts not acquired yet (a budget of a few
+			 * experts); then try again.
 			 */
 			lap(c, MOEM_PHASE_ACQUIRE);
 			if (n_ready) {
