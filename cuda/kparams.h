@@ -101,8 +101,9 @@ struct moem_krmsnorm_params {
 struct moem_kroute_params {
 	uint64_t logits, pad, resident, ids, w, cnt;
 	uint32_t mode, B, N, k;
-	uint32_t k0, beta, norm_topk_prob, pad0;
+	uint32_t k0, beta, norm_topk_prob, n_group; /* n_group: route.h, 0 or 1 = none */
 	float alpha, routed_scaling;
+	uint32_t topk_group, pad0;
 };
 
 struct moem_kcombine_params {

@@ -13,7 +13,10 @@
  *    operations (no FMA contraction); the key bin + S / (B + 1) is the
  *    same double;
  *  - route.c's fallback (route normally when LYNX would activate more
- *    experts than top-k) is applied the same way.
+ *    experts than top-k) is applied the same way;
+ *  - expert groups (route.h): a token's groups are chosen as its experts
+ *    are, by warp_select over group scores (the best logit of the group,
+ *    ties to the lower group), and kept as a 64-bit mask every key reads.
  * Weights follow route.h's rule in double; the softmax denominator is
  * summed in a different order than on the CPU, so weights agree to about
  * 1e-16 before the final rounding to float.
@@ -70,7 +73,7 @@ template <class Key> MOEM_DEVI int warp_select(int N, int cap, Key key, int *lis
 	int n = 0;
 
 	for (; n < cap; n++) {
-		Cand best = { 0.0, 0.0f, -1 };
+		Cand best = {0.0, 0.0f, -1};
 
 		for (int i = 0; lane + 32 * i < N; i++) {
 			if (!((taken >> i) & 1u)) {
@@ -154,15 +157,58 @@ MOEM_DEVI void emit(const moem_kroute_params &p, int t, const float *z, const in
 	__syncwarp(); /* the warp rewrites list for its next token */
 }
 
-struct KeyLogit { /* top-k by logit, optionally masked */
+/* Expert groups a token may choose from (route.h): all, or a mask of groups. */
+struct Groups {
+	uint64_t mask;
+	int size; /* experts a group; 0: no limit */
+
+	MOEM_DEVI bool has(int e) const
+	{
+		return !size || ((mask >> (e / size)) & 1u);
+	}
+};
+
+struct KeyGroup { /* a group's best logit */
+	const float *z;
+	int size;
+
+	MOEM_DEVI Cand operator()(int g) const
+	{
+		float m = -INFINITY;
+
+		for (int e = g * size; e < (g + 1) * size; e++)
+			m = fmaxf(m, clean_logit(z[e]));
+		return Cand{(double)m, 0.0f, g};
+	}
+};
+
+/* route.c moem_route_groups() for row z, by the warp; list is scratch. */
+MOEM_DEVI Groups warp_groups(const moem_kroute_params &p, const float *z, int *list)
+{
+	Groups g = {~0ull, 0};
+
+	if (p.n_group <= 1 || p.topk_group >= p.n_group)
+		return g;
+	g.size = (int)(p.N / p.n_group);
+	const int n = warp_select((int)p.n_group, (int)p.topk_group, KeyGroup{z, g.size}, list);
+
+	g.mask = 0;
+	for (int j = 0; j < n; j++)
+		g.mask |= 1ull << list[j];
+	__syncwarp(); /* every lane has read list before it is written again */
+	return g;
+}
+
+struct KeyLogit { /* top-k by logit within the groups, optionally masked */
 	const float *z;
 	const uint8_t *mask;
+	Groups groups;
 
 	MOEM_DEVI Cand operator()(int e) const
 	{
-		Cand c = { (double)clean_logit(z[e]), 0.0f, e };
+		Cand c = {(double)clean_logit(z[e]), 0.0f, e};
 
-		if (mask && !mask[e])
+		if ((mask && !mask[e]) || !groups.has(e))
 			c.e = -1;
 		return c;
 	}
@@ -173,15 +219,16 @@ struct KeyLynx { /* bin + S / (B + 1), then own logit; top-1 excluded */
 	float rowmax, alpha;
 	int beta, top1;
 	const double *sdiv;
+	Groups groups;
 
 	MOEM_DEVI Cand operator()(int e) const
 	{
 		const float zc = clean_logit(z[e]);
 		const float q = ceilf(__fmul_rn(alpha, __fsub_rn(zc, rowmax)));
 		const int b = isfinite(q) && q > -(float)beta ? (int)q : -beta;
-		Cand c = { __dadd_rn((double)b, sdiv[e]), zc, e };
+		Cand c = {__dadd_rn((double)b, sdiv[e]), zc, e};
 
-		if (e == top1)
+		if (e == top1 || !groups.has(e))
 			c.e = -1;
 		return c;
 	}
@@ -207,7 +254,8 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 			int n = 0;
 
 			if (!(pad && pad[t]))
-				n = warp_select(N, k, KeyLogit{ z, nullptr }, list);
+				n = warp_select(N, k, KeyLogit{z, nullptr, warp_groups(p, z, list)},
+						list);
 			emit(p, t, z, list, n);
 		}
 		return;
@@ -223,8 +271,9 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 		for (int t = warp; t < B; t += WARPS) {
 			if (pad && pad[t])
 				continue;
-			const int n = warp_select(N, p.k0, KeyLogit{ logits + (size_t)t * N, nullptr },
-						  list);
+			const float *z = logits + (size_t)t * N;
+			const int n = warp_select(
+				N, p.k0, KeyLogit{z, nullptr, warp_groups(p, z, list)}, list);
 
 			mark(base, list, n);
 		}
@@ -235,7 +284,8 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 			int n = 0;
 
 			if (!(pad && pad[t]))
-				n = warp_select(N, k, KeyLogit{ z, base }, list);
+				n = warp_select(N, k, KeyLogit{z, base, warp_groups(p, z, list)},
+						list);
 			emit(p, t, z, list, n);
 		}
 		return;
@@ -282,8 +332,8 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 					continue;
 				const float zc = clean_logit(logits[(size_t)t * N + e]);
 				const float q = ceilf(__fmul_rn(p.alpha, __fsub_rn(zc, rowmax[t])));
-				const int b = isfinite(q) && q > -(float)p.beta ? (int)q
-										 : -(int)p.beta;
+				const int b =
+					isfinite(q) && q > -(float)p.beta ? (int)q : -(int)p.beta;
 
 				votes[-b]++;
 			}
@@ -300,16 +350,18 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 		int n = 0;
 
 		if (!(pad && pad[t])) {
+			const Groups g = warp_groups(p, z, list);
 			/* Vanilla top-k, only to count T(vanilla). */
-			const int nv = warp_select(N, k, KeyLogit{ z, nullptr }, list);
+			const int nv = warp_select(N, k, KeyLogit{z, nullptr, g}, list);
 
 			mark(act_v, list, nv);
 			/* Slot 0: the token's own top-1; slots 1..k-1 by key. */
-			warp_select(N, 1, KeyLogit{ z, nullptr }, list);
+			warp_select(N, 1, KeyLogit{z, nullptr, g}, list);
 			n = 1;
 			if (k > 1)
 				n += warp_select(N, k - 1,
-						 KeyLynx{ z, rowmax[t], p.alpha, (int)p.beta, list[0], sdiv },
+						 KeyLynx{z, rowmax[t], p.alpha, (int)p.beta,
+							 list[0], sdiv, g},
 						 list + 1);
 			mark(act_l, list, n);
 		}
@@ -331,7 +383,7 @@ extern "C" __global__ void __launch_bounds__(MOEM_K_ROUTE_THREADS)
 		int n = 0;
 
 		if (!(pad && pad[t]))
-			n = warp_select(N, k, KeyLogit{ z, nullptr }, list);
+			n = warp_select(N, k, KeyLogit{z, nullptr, warp_groups(p, z, list)}, list);
 		emit(p, t, z, list, n);
 	}
 }

@@ -20,6 +20,7 @@ FUZZ_SEED		?= 1
 FUZZ_NAMES	:= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS	:= $(FUZZ_NAMES:%=$(O)/fuzz/fuzz_%)
 FUZZ_LIB_SRCS	:= $(wildcard runtime/storage/store/*.c) runtime/model/model.c \
+		   runtime/compute/route/route.c \
 		   $(wildcard runtime/compute/quant/*.c) $(wildcard runtime/model/synth/*.c) \
 		   $(wildcard runtime/core/*.c) runtime/serve/ctl/proto.c \
 		   $(wildcard runtime/serve/api/*.c) $(wildcard runtime/text/*.c)

@@ -61,9 +61,13 @@ struct moem_model_config {
 						    * (qwen3 mlp_only_layers) */
 	bool norm_topk_prob;			   /* renormalise the top-k weights to sum 1 */
 	float routed_scaling;			   /* deepseek routed_scaling_factor, else 1 */
-	float rms_eps;				   /* rms_norm_eps */
-	uint32_t vocab;				   /* vocab_size */
-	uint32_t n_heads, n_kv_heads, head_dim;	   /* attention shape (unused by MoE-stack mode) */
+	/* deepseek_v2 topk_method "group_limited_greedy": each token takes its
+	 * top-k within the topk_group groups (of n_group) with the best
+	 * expert (route.h); both 0 for "greedy" and the other architectures. */
+	uint32_t n_group, topk_group;
+	float rms_eps;				/* rms_norm_eps */
+	uint32_t vocab;				/* vocab_size */
+	uint32_t n_heads, n_kv_heads, head_dim; /* attention shape (unused by MoE-stack mode) */
 	/* Added by the store: what full-model decode and tensor naming need. */
 	float rope_theta;      /* rope_theta (10000 when absent) */
 	bool tie_embeddings;   /* tie_word_embeddings: no lm_head.weight */

@@ -14,6 +14,11 @@
  *    w[B][k] (route weights; unused slots 0), cnt[B] (slots used);
  *  - ties in a score are broken towards the lower expert id, so results
  *    are deterministic;
+ *  - with expert groups (cfg n_group > 1, DeepSeek-V2's
+ *    "group_limited_greedy"), a token may choose only experts of its
+ *    topk_group best groups, a group's score being its best logit (the
+ *    max of its softmax probabilities in DeepSeek's code; ties to the
+ *    lower group): every router below keeps each token to those groups;
  *  - weights follow the model's rule for whatever set S_t was chosen:
  *    p = softmax(z[t]) over all N; w = p[e] for e in S_t; then the
  *    weight rule (enum moem_weight_rule) renormalises and/or scales.
@@ -47,14 +52,27 @@ struct moem_route_cfg {
 	bool norm_topk_prob;
 	float routed_scaling; /* 1.0 unless the model says otherwise */
 	enum moem_weight_rule rule;
+	/*
+	 * Group-limited routing: N / n_group experts a group, each token
+	 * chooses within its topk_group best groups. n_group 0 or 1, or
+	 * topk_group >= n_group: no limit.
+	 */
+	uint32_t n_group, topk_group;
 };
+
+#define MOEM_ROUTE_MAX_GROUPS 64
 
 /* The routing configuration a model's own code uses. */
 static inline struct moem_route_cfg moem_route_cfg_of(const struct moem_model_config *c)
 {
-	struct moem_route_cfg r = {c->n_experts, c->top_k, c->norm_topk_prob, c->routed_scaling,
+	struct moem_route_cfg r = {c->n_experts,
+				   c->top_k,
+				   c->norm_topk_prob,
+				   c->routed_scaling,
 				   c->arch == MOEM_ARCH_DEEPSEEK_V2 ? MOEM_WRULE_NORM_OR_SCALE
-								    : MOEM_WRULE_NORM_THEN_SCALE};
+								    : MOEM_WRULE_NORM_THEN_SCALE,
+				   c->n_group,
+				   c->topk_group};
 
 	return r;
 }
@@ -80,6 +98,25 @@ struct moem_lynx_params {
 	float alpha;
 	uint32_t beta;
 };
+
+/*
+ * The groups token row z may choose from: bit g set for each allowed group
+ * (every bit when c has no group limit). c must have passed
+ * moem_route_groups_check(), as every router here checks it.
+ */
+uint64_t moem_route_groups(const struct moem_route_cfg *c, const float *z_row);
+
+/*
+ * n_group must divide N and be at most 64, topk_group 1..n_group, and the
+ * allowed groups must hold at least k experts. 0 or -EINVAL with a message.
+ */
+int moem_route_groups_check(const struct moem_route_cfg *c);
+
+/* True when c limits tokens to groups. */
+static inline bool moem_route_grouped(const struct moem_route_cfg *c)
+{
+	return c->n_group > 1 && c->topk_group < c->n_group;
+}
 
 /* Vanilla routing: top-k by logit per token. */
 int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z, const uint8_t *pad,

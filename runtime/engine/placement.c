@@ -434,7 +434,8 @@ int moem_eng_pregate(struct moem_engine *e, uint32_t m, uint32_t B,
 {
 	const struct moem_model_config *c = e->cfg;
 	const uint32_t N = c->n_experts, K = c->top_k, D = e->pg_depth;
-	struct moem_route_cfg rc = {N, K, true, 1.0f};
+	/* the model's routing (its expert groups too); the weights go unused */
+	const struct moem_route_cfg rc = moem_route_cfg_of(c);
 	int ret = 0;
 
 	/* a trace records the pre-gate picks; otherwise only the predictor reads them */

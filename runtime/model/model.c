@@ -5,6 +5,7 @@
 
 #include <moem/error.h>
 #include <moem/model.h>
+#include <moem/route.h>
 
 static const char *const arch_names[MOEM_ARCH_NR] = {
 	[MOEM_ARCH_QWEN3_MOE] = "qwen3_moe",
@@ -114,5 +115,14 @@ int moem_model_config_validate(const struct moem_model_config *c)
 	if (!(c->routed_scaling > 0 && c->routed_scaling < 1000))
 		return moem_errf(EINVAL, "config: routed_scaling_factor %g out of range",
 				 (double)c->routed_scaling);
+	if ((c->n_group || c->topk_group) && c->arch != MOEM_ARCH_DEEPSEEK_V2)
+		return moem_errf(EINVAL, "config: only deepseek_v2 routes within expert groups");
+	if (c->n_group || c->topk_group) {
+		const struct moem_route_cfg rc = moem_route_cfg_of(c);
+		int ret = moem_route_groups_check(&rc);
+
+		if (ret)
+			return moem_err_prefix(-ret, "config");
+	}
 	return 0;
 }

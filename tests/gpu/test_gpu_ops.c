@@ -202,15 +202,21 @@ static void gen_logits(struct moem_rng *r, float *z, uint32_t B, uint32_t N, int
 }
 
 /*
- * {B, N, k, k0}: k0 0 is OEA's default ceil(k / 2). Top-k above 32 (up to
- * the model limit, 64) and k0 above 32 mark every chosen expert.
+ * {B, N, k, k0, n_group, topk_group}: k0 0 is OEA's default ceil(k / 2).
+ * Top-k above 32 (up to the model limit, 64) and k0 above 32 mark every
+ * chosen expert. The last rows limit tokens to expert groups (DeepSeek-V2's
+ * 160 experts in 8 groups, 3 kept; 64 groups of one; one group kept).
  */
 TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 1200)
 {
-	static const uint32_t cfgs[][4] = {
-		{1, 128, 8, 0},	   {16, 128, 8, 0},   {64, 128, 8, 0}, {300, 64, 6, 0},
-		{7, 8, 2, 0},	   {33, 1024, 64, 0}, {5, 16, 1, 0},   {24, 256, 48, 40},
-		{40, 128, 64, 64}, {12, 64, 40, 0},
+	static const uint32_t cfgs[][6] = {
+		{1, 128, 8, 0},	       {16, 128, 8, 0},
+		{64, 128, 8, 0},       {300, 64, 6, 0},
+		{7, 8, 2, 0},	       {33, 1024, 64, 0},
+		{5, 16, 1, 0},	       {24, 256, 48, 40},
+		{40, 128, 64, 64},     {12, 64, 40, 0},
+		{16, 160, 6, 0, 8, 3}, {33, 64, 8, 0, 64, 8},
+		{9, 16, 3, 2, 4, 1},   {64, 1024, 16, 0, 32, 5},
 	};
 	const int n_cfg = sizeof(cfgs) / sizeof(cfgs[0]);
 	struct moem_rng r;
@@ -229,7 +235,9 @@ TEST_F_TIMEOUT(pair, route_all_modes_same_choices, 1200)
 				struct dbuf dz, dp, dr, di, dw, dc;
 				struct moem_route_args a = {
 					.mode = (enum moem_route_mode)mode,
-					.cfg = {N, k, kind != 2, kind == 1 ? 2.5f : 1.0f},
+					.cfg = {N, k, kind != 2, kind == 1 ? 2.5f : 1.0f,
+						MOEM_WRULE_NORM_THEN_SCALE, cfgs[ci][4],
+						cfgs[ci][5]},
 					.k0 = cfgs[ci][3],
 					.B = B,
 				};

@@ -4,13 +4,15 @@
  * top-k against a brute-force reference; LYNX keeps each token's top-1,
  * chooses exactly k and never activates more experts than vanilla; OEA's
  * S_base nesting, union and T equal to pruned top-k0; padding, B = 1,
- * identical tokens and ties.
+ * identical tokens and ties; group-limited routing (DeepSeek-V2) against
+ * a reference written from its modeling code.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/error.h>
 #include <moem/route.h>
 #include <moem/rng.h>
 
@@ -479,6 +481,174 @@ TEST(piggyback_uses_resident_experts)
 		ASSERT_EQ(8u, p.cnt[t]); /* the wider base fills every slot */
 	}
 	EXPECT_GT(used_extra, 0u);
+}
+
+/*
+ * Group-limited routing (DeepSeek-V2's "group_limited_greedy"), written
+ * from its modeling code: a group's score is its best probability (so its
+ * best logit), the topk_group best groups (ties to the lower group) are
+ * kept, and the token's top-k is taken over the kept groups' experts.
+ */
+static uint64_t ref_groups(const float *zr, uint32_t N, uint32_t G, uint32_t TG)
+{
+	const uint32_t gs = N / G;
+	float best[64];
+	uint64_t m = 0;
+
+	for (uint32_t g = 0; g < G; g++) {
+		best[g] = -INFINITY;
+		for (uint32_t e = g * gs; e < (g + 1) * gs; e++)
+			best[g] = isnan(zr[e]) || zr[e] < best[g] ? best[g] : zr[e];
+	}
+	for (uint32_t g = 0; g < G; g++) {
+		uint32_t above = 0;
+
+		for (uint32_t h = 0; h < G; h++)
+			above += best[h] > best[g] || (best[h] == best[g] && h < g);
+		if (above < TG)
+			m |= 1ULL << g;
+	}
+	return m;
+}
+
+TEST(group_limited_topk_matches_reference)
+{
+	/* {N, k, n_group, topk_group}: DeepSeek-V2's 160 / 6 / 8 / 3 among them */
+	static const uint32_t cfgs[][4] = {
+		{160, 6, 8, 3}, {64, 8, 64, 8}, {16, 3, 4, 1}, {128, 8, 8, 4}, {64, 6, 2, 1},
+	};
+	static float z[MAXB * 160];
+	struct moem_rng r;
+	int32_t ids[MAXB * MAXK];
+	float w[MAXB * MAXK];
+	uint32_t cnt[MAXB];
+	struct moem_route_out o = {ids, w, cnt};
+	int outside_topk = 0;
+
+	moem_rng_seed(&r, 11, 0);
+	for (uint32_t ci = 0; ci < sizeof(cfgs) / sizeof(cfgs[0]); ci++) {
+		const uint32_t N = cfgs[ci][0], k = cfgs[ci][1], G = cfgs[ci][2], gs = N / G;
+		struct moem_route_cfg c = {N, k,	  false, 16.0f, MOEM_WRULE_NORM_OR_SCALE,
+					   G, cfgs[ci][3]};
+		struct moem_route_cfg flat = c;
+
+		flat.n_group = flat.topk_group = 0;
+		ASSERT_EQ(0, moem_route_groups_check(&c)) TH_LOG("%s", moem_last_error());
+		for (int it = 0; it < 30; it++) {
+			gen(&r, z, 32, N, it % 3);
+			if (it % 5 == 4)
+				z[3] = NAN; /* ranks below everything */
+			ASSERT_EQ(0, moem_route_topk(&c, 32, z, NULL, &o));
+			for (uint32_t t = 0; t < 32; t++) {
+				const float *zr = z + (size_t)t * N;
+				const uint64_t gm = ref_groups(zr, N, G, cfgs[ci][3]);
+				float wf[MAXK];
+				int32_t idf[MAXK];
+
+				ASSERT_EQ(gm, moem_route_groups(&c, zr));
+				ASSERT_EQ(k, cnt[t]);
+				for (uint32_t j = 0; j < k; j++) {
+					const int32_t e = ids[t * k + j];
+					uint32_t better = 0;
+
+					ASSERT_TRUE(gm >> (e / gs) & 1);
+					/* exactly j allowed experts rank strictly before e */
+					for (uint32_t f = 0; f < N; f++) {
+						const float a = isnan(zr[f]) ? -INFINITY : zr[f];
+						const float b = isnan(zr[e]) ? -INFINITY : zr[e];
+
+						better += (gm >> (f / gs) & 1) &&
+							  (a > b || (a == b && (int32_t)f < e));
+					}
+					ASSERT_EQ(j, better);
+				}
+				/* the weights: the model's rule on the chosen set */
+				moem_route_weights(&c, zr, ids + t * k, k, wf);
+				ASSERT_EQ(0, memcmp(wf, w + t * k, k * sizeof(float)));
+				/* plain top-k of the same row goes outside the groups at times */
+				{
+					int32_t fi[MAXK];
+					float fw[MAXK];
+					uint32_t fc;
+					struct moem_route_out fo = {fi, fw, &fc};
+
+					ASSERT_EQ(0, moem_route_topk(&flat, 1, zr, NULL, &fo));
+					memcpy(idf, fi, sizeof(fi));
+					for (uint32_t j = 0; j < k; j++)
+						outside_topk += !(gm >> (idf[j] / gs) & 1);
+				}
+			}
+		}
+	}
+	EXPECT_GT(outside_topk, 0); /* the limit changed some choices */
+}
+
+/* Every router keeps each token within its own groups. */
+TEST(group_limited_lynx_and_oea_stay_in_groups)
+{
+	const uint32_t N = 64, k = 6, G = 8, gs = N / G;
+	const struct moem_route_cfg c = {N, k, false, 16.0f, MOEM_WRULE_NORM_OR_SCALE, G, 3};
+	const struct moem_lynx_params lp = {2.0f, 4};
+	static float z[MAXB * 64];
+	uint8_t resident[64];
+	struct moem_rng r;
+	struct routed o;
+
+	routed_init(&o);
+	moem_rng_seed(&r, 12, 0);
+	for (int it = 0; it < 60; it++) {
+		const uint32_t B = 1 + (uint32_t)moem_rng_below(&r, MAXB);
+
+		gen(&r, z, B, N, it % 3);
+		for (uint32_t e = 0; e < N; e++)
+			resident[e] = moem_rng_below(&r, 3) == 0;
+		for (int mode = 0; mode < 3; mode++) {
+			int ret = mode == 0 ? moem_route_lynx(&c, &lp, B, z, NULL, &o.out)
+					    : moem_route_oea(&c, 3, B, z, NULL,
+							     mode == 2 ? resident : NULL, &o.out);
+
+			ASSERT_EQ(0, ret);
+			for (uint32_t t = 0; t < B; t++) {
+				const uint64_t gm = ref_groups(z + (size_t)t * N, N, G, 3);
+
+				ASSERT_GE(o.cnt[t], mode == 0 ? k : 3u);
+				for (uint32_t j = 0; j < o.cnt[t]; j++) {
+					ASSERT_TRUE(gm >> (o.ids[t * k + j] / gs) & 1)
+					TH_LOG("mode %d token %u slot %u: expert %d", mode, t, j,
+					       o.ids[t * k + j]);
+				}
+			}
+		}
+	}
+}
+
+TEST(group_configs_refused)
+{
+	static const uint32_t bad[][4] = {
+		/* N, k, n_group, topk_group */
+		{160, 6, 7, 3},	  /* 7 does not divide 160 */
+		{160, 6, 8, 0},	  /* no group */
+		{160, 6, 8, 9},	  /* more groups than there are */
+		{16, 6, 8, 2},	  /* 2 groups of 2 hold fewer than 6 */
+		{256, 6, 128, 8}, /* more than 64 groups */
+		{64, 4, 0, 2},
+	};
+	static const char *const msg[] = {"must divide",      "topk_group 0", "topk_group 9",
+					  "fewer than top_k", "must divide",  "must divide"};
+	float z[256] = {0};
+	int32_t ids[8];
+	float w[8];
+	uint32_t cnt;
+	struct moem_route_out o = {ids, w, &cnt};
+
+	for (uint32_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const struct moem_route_cfg c = {bad[i][0], bad[i][1], true,	 1.0f,
+						 0,	    bad[i][2], bad[i][3]};
+
+		EXPECT_EQ(-EINVAL, moem_route_groups_check(&c));
+		EXPECT_NE(NULL, strstr(moem_last_error(), msg[i])) TH_LOG("%s", moem_last_error());
+		EXPECT_EQ(-EINVAL, moem_route_topk(&c, 1, z, NULL, &o));
+	}
 }
 
 TEST_HARNESS_MAIN

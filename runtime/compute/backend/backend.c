@@ -408,6 +408,8 @@ int moem_op_route(struct moem_backend *be, struct moem_stream *s, const struct m
 		return moem_errf(EINVAL, "route: unknown weight rule %d", (int)a->cfg.rule);
 	if (!isfinite(a->cfg.routed_scaling) || a->cfg.routed_scaling <= 0)
 		return moem_errf(EINVAL, "route: routed_scaling %g", (double)a->cfg.routed_scaling);
+	if (moem_route_groups_check(&a->cfg))
+		return moem_err_prefix(EINVAL, "route");
 	if (a->mode == MOEM_ROUTE_LYNX) {
 		if (!c.lynx.alpha && !c.lynx.beta) {
 			c.lynx.alpha = 2.0f;

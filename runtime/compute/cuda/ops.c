@@ -119,8 +119,11 @@ int moem_cuda_route(struct moem_backend *be, struct moem_stream *s, const struct
 		.k0 = a->k0,
 		.beta = a->lynx.beta,
 		.norm_topk_prob = norm,
+		/* the kernel takes n_group 0 for "no limit" */
+		.n_group = moem_route_grouped(&a->cfg) ? a->cfg.n_group : 0,
 		.alpha = a->lynx.alpha,
 		.routed_scaling = scale,
+		.topk_group = a->cfg.topk_group,
 	};
 
 	ENTER(cb);

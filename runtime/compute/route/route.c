@@ -13,6 +13,24 @@
 #include <moem/error.h>
 #include <moem/route.h>
 
+int moem_route_groups_check(const struct moem_route_cfg *c)
+{
+	if (!c->n_group && !c->topk_group)
+		return 0;
+	if (!c->n_group || c->n_group > MOEM_ROUTE_MAX_GROUPS || !c->n_experts ||
+	    c->n_experts % c->n_group)
+		return moem_errf(EINVAL, "n_group %u must divide the %u experts (at most %u)",
+				 c->n_group, c->n_experts, MOEM_ROUTE_MAX_GROUPS);
+	if (!c->topk_group || c->topk_group > c->n_group)
+		return moem_errf(EINVAL, "topk_group %u, want 1..n_group (%u)", c->topk_group,
+				 c->n_group);
+	if ((uint64_t)c->topk_group * (c->n_experts / c->n_group) < c->top_k)
+		return moem_errf(EINVAL,
+				 "topk_group %u groups of %u experts hold fewer than top_k %u",
+				 c->topk_group, c->n_experts / c->n_group, c->top_k);
+	return 0;
+}
+
 static int check_cfg(const struct moem_route_cfg *c, uint32_t B)
 {
 	if (!c->n_experts || c->n_experts > 1024)
@@ -21,6 +39,8 @@ static int check_cfg(const struct moem_route_cfg *c, uint32_t B)
 		return moem_errf(EINVAL, "route: top_k %u, want 1..min(64, N)", c->top_k);
 	if (B > 65536)
 		return moem_errf(EINVAL, "route: batch of %u tokens is too large", B);
+	if (moem_route_groups_check(c))
+		return moem_err_prefix(EINVAL, "route");
 	return 0;
 }
 
@@ -125,16 +145,47 @@ static void emit_empty(const struct moem_route_cfg *c, uint32_t t, struct moem_r
 	out->cnt[t] = 0;
 }
 
-/* Top-cap experts of row zr by logit, optionally restricted to mask. */
+uint64_t moem_route_groups(const struct moem_route_cfg *c, const float *zr)
+{
+	struct cand best[MOEM_ROUTE_MAX_GROUPS];
+	uint32_t gs, n = 0;
+	uint64_t m = 0;
+
+	if (!moem_route_grouped(c))
+		return ~0ULL;
+	gs = c->n_experts / c->n_group;
+	for (uint32_t g = 0; g < c->n_group; g++) {
+		struct cand x = {-INFINITY, 0, (int32_t)g};
+
+		for (uint32_t e = g * gs; e < (g + 1) * gs; e++)
+			x.a = fmax(x.a, clean(zr[e]));
+		cand_insert(best, &n, c->topk_group, x);
+	}
+	for (uint32_t j = 0; j < n; j++)
+		m |= 1ULL << best[j].e;
+	return m;
+}
+
+/* Expert e is in one of the groups of mask gm. */
+static inline bool in_groups(const struct moem_route_cfg *c, uint64_t gm, uint32_t e)
+{
+	return !moem_route_grouped(c) || (gm >> (e / (c->n_experts / c->n_group)) & 1);
+}
+
+/*
+ * Top-cap experts of row zr by logit, within the token's groups,
+ * optionally restricted to mask.
+ */
 static uint32_t row_topk(const struct moem_route_cfg *c, const float *zr, const uint8_t *mask,
 			 uint32_t cap, struct cand *list)
 {
+	const uint64_t gm = moem_route_groups(c, zr);
 	uint32_t n = 0;
 
 	for (uint32_t e = 0; e < c->n_experts; e++) {
 		struct cand x = {clean(zr[e]), 0, (int32_t)e};
 
-		if (!mask || mask[e])
+		if ((!mask || mask[e]) && in_groups(c, gm, e))
 			cand_insert(list, &n, cap, x);
 	}
 	return n;
@@ -235,18 +286,21 @@ int moem_route_lynx(const struct moem_route_cfg *c, const struct moem_lynx_param
 	for (uint32_t t = 0; t < B; t++) {
 		const float *zr = z + (size_t)t * N;
 		struct cand top1 = {-INFINITY, 0, 0}, x;
+		uint64_t gm;
 		uint32_t n = 0;
 
 		if (pad && pad[t]) {
 			emit_empty(c, t, out);
 			continue;
 		}
+		gm = moem_route_groups(c, zr);
 		row_topk(c, zr, NULL, 1, &top1);
 		list[0] = top1;
 		/* Slot 0 stays the token's own top-1; slots 1..k-1 compete by key,
-		 * then by the token's own logit, then by lower id. */
+		 * then by the token's own logit, then by lower id, within the
+		 * token's groups. */
 		for (uint32_t e = 0; c->top_k > 1 && e < N; e++) {
-			if ((int32_t)e == top1.e)
+			if ((int32_t)e == top1.e || !in_groups(c, gm, e))
 				continue;
 			x.a = bin[(size_t)t * N + e] + S[e] / (base + 1.0);
 			x.b = clean(zr[e]);
