@@ -36,9 +36,11 @@
 /*
  * Minor versions add what older readers may skip: 1.1 records the
  * config fields full decode needs (context, RoPE scaling, sliding window,
- * clip_qkv, eos ids); a 1.0 pack still serves MoE-stack runs.
+ * clip_qkv, eos ids); a 1.0 pack still serves MoE-stack runs. 1.2
+ * records DeepSeek-V2's expert groups, with a header flag that older
+ * readers refuse (only in packs whose model routes within groups).
  */
-#define MOEM_PACK_MINOR 1
+#define MOEM_PACK_MINOR 2
 #define MOEM_PACK_ALIGN 4096u /* every tensor and blob offset */
 
 /* ---- writing ---- */

@@ -6,7 +6,8 @@
 # checkpoints of each architecture written by tests/ref/mkckpt.py in the
 # real Hugging Face layout: qwen3_moe, mixtral with a sliding window,
 # olmoe with clip_qkv and tied embeddings, deepseek_v2 with YaRN and q
-# LoRA, deepseek_v2 Lite-style (no q LoRA, normalised routing). Logits at
+# LoRA, deepseek_v2 Lite-style (no q LoRA, normalised routing), deepseek_v2
+# V2-style (group-limited routing, scaled weights). Logits at
 # every position of a 64-token prompt and 31 generated tokens within the
 # tolerance, 32 greedy tokens identical. Skips (exit 77) without torch.
 set -u
@@ -22,7 +23,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prompt=$($py -c 'import random; r = random.Random(5); print(",".join(str(r.randrange(256)) for _ in range(64)))')
 fail=0
-for v in qwen3_moe mixtral_swa olmoe deepseek_v2_yarn deepseek_v2_lite; do
+for v in qwen3_moe mixtral_swa olmoe deepseek_v2_yarn deepseek_v2_lite deepseek_v2_groups; do
 	if ! $py "$here/mkckpt.py" "$v" "$tmp/$v" 1 ||
 		! "$moem" pack --model "$tmp/$v" --out "$tmp/$v.moem" --precisions bf16 >/dev/null; then
 		echo "FAIL $v: could not make or pack the checkpoint"

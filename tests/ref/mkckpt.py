@@ -40,6 +40,16 @@ VARIANTS = {
                                                beta_fast=32, beta_slow=1, mscale=0.707,
                                                mscale_all_dim=0.707),
                              eos_token_id=None),
+    # DeepSeek-V2 (236B) style: group-limited routing, scaled weights
+    "deepseek_v2_groups": dict(model_type="deepseek_v2", n_routed_experts=16,
+                               num_experts_per_tok=3, moe_intermediate_size=I,
+                               intermediate_size=96, n_shared_experts=2, first_k_dense_replace=1,
+                               moe_layer_freq=1, norm_topk_prob=False, routed_scaling_factor=16.0,
+                               topk_method="group_limited_greedy", n_group=4, topk_group=2,
+                               scoring_func="softmax", q_lora_rank=48, kv_lora_rank=32,
+                               qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                               rope_theta=10000.0, rms_norm_eps=1e-6, num_hidden_layers=3,
+                               rope_scaling=None, eos_token_id=None),
     "deepseek_v2_lite": dict(model_type="deepseek_v2", n_routed_experts=E,
                              moe_intermediate_size=I, intermediate_size=96, n_shared_experts=2,
                              first_k_dense_replace=1, moe_layer_freq=1, norm_topk_prob=True,
@@ -114,8 +124,9 @@ def tensors(c, g):
         if dense:
             mlp(p + "mlp.", c["intermediate_size"])
             continue
-        t[blk + "gate.weight"] = rnd(E, H, std=2.0 * H ** -0.5)
-        for e in range(E):
+        ne = c.get("n_routed_experts") or c.get("num_experts") or c["num_local_experts"]
+        t[blk + "gate.weight"] = rnd(ne, H, std=2.0 * H ** -0.5)
+        for e in range(ne):
             mlp(blk + f"experts.{e}.", I)
         if arch == "deepseek_v2":
             mlp(p + "mlp.shared_experts.", I * c["n_shared_experts"])

@@ -188,12 +188,28 @@ def forward(c, w, ids, ties=None):
         blk = p + ("block_sparse_moe." if arch == "mixtral" else "mlp.")
         k_ = c["num_experts_per_tok"]
         z = h @ w[blk + "gate.weight"].T
+        probs = torch.softmax(z, -1)
+        zk = z
+        if c.get("topk_method") == "group_limited_greedy":
+            # DeepSeek-V2: a group scores its best probability; the tokens
+            # choose among the experts of their topk_group best groups
+            g, tg = c["n_group"], c["topk_group"]
+            gs = probs.view(n, g, -1).max(-1).values
+            gi = torch.topk(gs, tg, -1).indices
+            gm = torch.zeros_like(gs).scatter_(1, gi, 1)
+            keep = gm.unsqueeze(-1).expand(n, g, probs.shape[-1] // g).reshape(n, -1)
+            probs = probs.masked_fill(~keep.bool(), 0.0)
+            zk = z.masked_fill(~keep.bool(), -math.inf)
+            if ties is not None:
+                zg = torch.sort(z.view(n, g, -1).max(-1).values, -1, descending=True).values
+                for t in range(n):
+                    if float(zg[t, tg - 1] - zg[t, tg]) < TIE:
+                        ties.add(t)
         if ties is not None:
-            zs = torch.sort(z, -1, descending=True).values
+            zs = torch.sort(zk, -1, descending=True).values
             for t in range(n):
                 if float(zs[t, k_ - 1] - zs[t, k_]) < TIE:
                     ties.add(t)
-        probs = torch.softmax(z, -1)
         tw, ti = torch.topk(probs, k_, -1)
         if arch == "mixtral" or (arch != "deepseek_v2" and c.get("norm_topk_prob")):
             tw = tw / tw.sum(-1, keepdim=True)

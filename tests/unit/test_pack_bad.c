@@ -158,10 +158,13 @@ TEST_F(bad, size_and_header)
 TEST_F(bad, versions_and_flags)
 {
 	uint8_t *c = copy(self);
+	char want[64];
 
 	hdr(c)->major = 2;
 	EXPECT_EQ(-EPROTONOSUPPORT, try_open(self, c, self->len, true));
-	EXPECT_MSG("pack format 2.1; this moem reads major version 1");
+	snprintf(want, sizeof(want), "pack format 2.%d; this moem reads major version 1",
+		 MOEM_PACK_MINOR);
+	EXPECT_MSG(want);
 	hdr(c)->major = 1;
 	hdr(c)->minor = 7; /* a newer minor is readable */
 	EXPECT_EQ(0, try_open(self, c, self->len, true));
@@ -169,6 +172,58 @@ TEST_F(bad, versions_and_flags)
 	EXPECT_EQ(-EPROTONOSUPPORT, try_open(self, c, self->len, true));
 	EXPECT_MSG("unknown header flags 0x8");
 	free(c);
+}
+
+/*
+ * Group-limited routing (1.2): the header flag ROUTE_GROUPS and the
+ * config's groups go together, so a reader that does not know the flag
+ * refuses such a pack instead of routing it by plain top-k.
+ */
+TEST_F(bad, route_groups_flag)
+{
+	uint8_t *c = copy(self);
+	struct pack_config *pc = sect_data(c, PACK_SECT_CONFIG);
+	struct moem_mkmodel_opts o;
+	struct moem_pack_opts po = {0};
+	struct moem_pack *p;
+	char *model = st_path(self->root, "grouped"), *out = st_path(self->root, "g.moem");
+	size_t len;
+
+	EXPECT_EQ(0u, hdr(c)->flags);
+	hdr(c)->flags = PACK_F_ROUTE_GROUPS;
+	EXPECT_EQ(-EBADMSG, try_open(self, c, self->len, true));
+	EXPECT_MSG("header flag ROUTE_GROUPS set but the config has 0 groups");
+	pc->n_group = 2;
+	pc->topk_group = 1;
+	EXPECT_EQ(0, try_open(self, c, self->len, true));
+	hdr(c)->flags = 0;
+	EXPECT_EQ(-EBADMSG, try_open(self, c, self->len, true));
+	EXPECT_MSG("header flag ROUTE_GROUPS clear but the config has 2 groups");
+	hdr(c)->flags = PACK_F_ROUTE_GROUPS;
+	pc->topk_group = 3;
+	EXPECT_EQ(-EINVAL, try_open(self, c, self->len, true));
+	EXPECT_MSG("topk_group 3, want 1..n_group (2)");
+	free(c);
+	/* written from a model that routes within groups: flag and fields */
+	st_tiny_opts(&o, MOEM_ARCH_DEEPSEEK_V2, model);
+	o.cfg.n_group = 2;
+	o.cfg.topk_group = 1;
+	ASSERT_EQ(0, moem_mkmodel(&o)) TH_LOG("%s", moem_last_error());
+	po.model_dir = model;
+	po.out_path = out;
+	po.prec_mask = 1u << MOEM_PREC_BF16;
+	ASSERT_EQ(0, moem_pack_write(&po)) TH_LOG("%s", moem_last_error());
+	c = st_read_file(out, &len);
+	ASSERT_NE(NULL, c);
+	EXPECT_EQ(PACK_F_ROUTE_GROUPS, hdr(c)->flags);
+	EXPECT_EQ(2u, ((struct pack_config *)sect_data(c, PACK_SECT_CONFIG))->n_group);
+	ASSERT_EQ(0, moem_pack_open(out, &p)) TH_LOG("%s", moem_last_error());
+	EXPECT_EQ(2u, moem_pack_config(p)->n_group);
+	EXPECT_EQ(1u, moem_pack_config(p)->topk_group);
+	moem_pack_close(p);
+	free(c);
+	free(model);
+	free(out);
 }
 
 TEST_F(bad, sections)

@@ -169,9 +169,11 @@ TEST(deepseek_v2)
 	EXPECT_EQ(512u, c.kv_lora_rank);
 	EXPECT_EQ(192u, c.head_dim);
 	EXPECT_EQ(1.0f, c.routed_scaling);
-	/* DeepSeek-V2 (not Lite) routes with group-limited greedy: refused */
-	EXPECT_EQ(-EINVAL, parse_edit(deepseek, "\"greedy\"", "\"group_limited_greedy\"", &c));
-	EXPECT_MSG("topk_method \"group_limited_greedy\" is not supported");
+	EXPECT_EQ(0u, c.n_group); /* "greedy": n_group 1 / topk_group 1 mean nothing */
+	EXPECT_EQ(-EINVAL, parse_edit(deepseek, "\"greedy\"", "\"noaux_tc\"", &c));
+	EXPECT_MSG("topk_method \"noaux_tc\" is not supported (\"greedy\" or "
+		   "\"group_limited_greedy\")");
+	EXPECT_EQ(-EINVAL, parse_edit(deepseek, "\"softmax\"", "\"sigmoid\"", &c));
 	EXPECT_EQ(-EINVAL, parse_edit(deepseek, "\"softmax\"", "\"sigmoid\"", &c));
 	EXPECT_MSG("scoring_func");
 	ASSERT_EQ(0, parse_edit(deepseek, "\"q_lora_rank\":null", "\"q_lora_rank\":1536", &c));
@@ -187,6 +189,57 @@ TEST(deepseek_v2)
 	ASSERT_EQ(0, parse_edit(deepseek, "\"routed_scaling_factor\":1.0",
 				"\"routed_scaling_factor\":16.0", &c));
 	EXPECT_EQ(16.0f, c.routed_scaling);
+}
+
+/* DeepSeek-V2, V2-Chat, V2.5: "group_limited_greedy" with n_group / topk_group. */
+TEST(deepseek_v2_group_limited)
+{
+	static const struct {
+		const char *ng, *tg;
+		int ret;
+		uint32_t n_group, topk_group;
+		const char *msg;
+	} cases[] = {
+		{"\"n_group\":8", "\"topk_group\":3", 0, 8, 3, NULL},
+		{"\"n_group\":64", "\"topk_group\":6", 0, 64, 6, NULL},
+		/* one group, or every group kept: plain top-k */
+		{"\"n_group\":1", "\"topk_group\":1", 0, 0, 0, NULL},
+		{"\"n_group\":4", "\"topk_group\":4", 0, 0, 0, NULL},
+		{"\"n_group\":7", "\"topk_group\":3", -EINVAL, 0, 0, "n_group 7 must divide"},
+		{"\"n_group\":8", "\"topk_group\":0", -EINVAL, 0, 0, "topk_group 0, want"},
+		{"\"n_group\":8", "\"topk_group\":9", -EINVAL, 0, 0, "topk_group 9, want"},
+		{"\"n_group\":32", "\"topk_group\":2", -EINVAL, 0, 0, "fewer than top_k 6"},
+		{"\"n_group\":null", "\"topk_group\":3", -EINVAL, 0, 0, "n_group"},
+		{"\"n_group\":8", "\"topk_group\":\"3\"", -EINVAL, 0, 0, "topk_group"},
+	};
+	struct moem_model_config c;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *a = edit(deepseek, "\"greedy\"", "\"group_limited_greedy\"");
+		char *b = edit(a, "\"n_group\":1", cases[i].ng);
+		char *d = edit(b, "\"topk_group\":1", cases[i].tg);
+
+		EXPECT_EQ(cases[i].ret, parse(d, &c)) TH_LOG("case %zu: %s", i, moem_last_error());
+		if (!cases[i].ret) {
+			EXPECT_EQ(cases[i].n_group, c.n_group);
+			EXPECT_EQ(cases[i].topk_group, c.topk_group);
+		} else {
+			EXPECT_NE(NULL, strstr(moem_last_error(), cases[i].msg))
+			TH_LOG("case %zu: %s", i, moem_last_error());
+		}
+		free(a);
+		free(b);
+		free(d);
+	}
+	/* the groups are DeepSeek-V2's alone */
+	c = (struct moem_model_config){0};
+	ASSERT_EQ(0, parse(deepseek, &c));
+	c.n_group = 8;
+	c.topk_group = 3;
+	EXPECT_EQ(0, moem_model_config_validate(&c));
+	c.arch = MOEM_ARCH_QWEN3_MOE;
+	EXPECT_EQ(-EINVAL, moem_model_config_validate(&c));
+	EXPECT_MSG("only deepseek_v2 routes within expert groups");
 }
 
 TEST(decode_fields)
@@ -326,6 +379,20 @@ TEST(writer_round_trip)
 		EXPECT_EQ(o.cfg.rope_theta, back.rope_theta);
 		EXPECT_EQ(o.cfg.head_dim, back.head_dim);
 		EXPECT_EQ(MOEM_DTYPE_F16, back.dtype);
+		EXPECT_EQ(0u, back.n_group);
+		if (o.cfg.arch == MOEM_ARCH_DEEPSEEK_V2) {
+			/* group-limited routing written as DeepSeek-V2's config.json has it */
+			o.cfg.n_group = 8;
+			o.cfg.topk_group = 3;
+			ASSERT_EQ(0, moem_config_to_json(&o.cfg, &j));
+			EXPECT_STREQ(
+				"group_limited_greedy",
+				json_object_get_string(json_object_object_get(j, "topk_method")));
+			ASSERT_EQ(0, moem_config_from_json(j, &back));
+			json_object_put(j);
+			EXPECT_EQ(8u, back.n_group);
+			EXPECT_EQ(3u, back.topk_group);
+		}
 	}
 }
 

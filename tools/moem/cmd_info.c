@@ -43,9 +43,11 @@ static void print_model(const struct moem_model_config *c, bool synthetic)
 		printf(", dense width %u", c->dense_inter);
 	printf(", vocab %u, %u heads (%u kv) x %u\n", c->vocab, c->n_heads, c->n_kv_heads,
 	       c->head_dim);
-	printf("routing:    norm_topk_prob %s, routed scaling %g; source dtype %s\n",
-	       c->norm_topk_prob ? "yes" : "no", (double)c->routed_scaling,
-	       moem_dtype_name(c->dtype));
+	printf("routing:    norm_topk_prob %s, routed scaling %g", c->norm_topk_prob ? "yes" : "no",
+	       (double)c->routed_scaling);
+	if (c->n_group)
+		printf(", within the best %u of %u expert groups", c->topk_group, c->n_group);
+	printf("; source dtype %s\n", moem_dtype_name(c->dtype));
 }
 
 static struct json_object *config_json(const struct moem_model_config *c)
@@ -62,6 +64,8 @@ static struct json_object *config_json(const struct moem_model_config *c)
 	json_object_object_add(o, "dense_inter", json_object_new_int64(c->dense_inter));
 	json_object_object_add(o, "n_shared", json_object_new_int64(c->n_shared));
 	json_object_object_add(o, "norm_topk_prob", json_object_new_boolean(c->norm_topk_prob));
+	json_object_object_add(o, "n_group", json_object_new_int64(c->n_group));
+	json_object_object_add(o, "topk_group", json_object_new_int64(c->topk_group));
 	json_object_object_add(o, "dtype", json_object_new_string(moem_dtype_name(c->dtype)));
 	return o;
 }

@@ -26,6 +26,8 @@ static void mk_usage(FILE *f)
 		   "  --layers L --experts E --top-k K --hidden H --moe-intermediate I\n"
 		   "  --intermediate N         dense-layer MLP width\n"
 		   "  --shared-experts N       deepseek_v2 shared experts\n"
+		   "  --n-group G --topk-group T  deepseek_v2 group-limited routing: each token\n"
+		   "                           chooses within its T best of G expert groups\n"
 		   "  --first-dense N          deepseek_v2 first_k_dense_replace\n"
 		   "  --heads N --kv-heads N --head-dim N --vocab N\n"
 		   "  --tokenizer FILE|DIR     a Hugging Face tokenizer.json: the vocabulary is\n"
@@ -51,6 +53,8 @@ enum {
 	O_MOE_INTER,
 	O_INTER,
 	O_SHARED,
+	O_NGROUP,
+	O_TOPKGROUP,
 	O_FIRST_DENSE,
 	O_HEADS,
 	O_KV_HEADS,
@@ -88,6 +92,8 @@ static const struct option mk_opts[] = {
 	{"moe-intermediate", required_argument, NULL, O_MOE_INTER},
 	{"intermediate", required_argument, NULL, O_INTER},
 	{"shared-experts", required_argument, NULL, O_SHARED},
+	{"n-group", required_argument, NULL, O_NGROUP},
+	{"topk-group", required_argument, NULL, O_TOPKGROUP},
 	{"first-dense", required_argument, NULL, O_FIRST_DENSE},
 	{"heads", required_argument, NULL, O_HEADS},
 	{"kv-heads", required_argument, NULL, O_KV_HEADS},
@@ -193,6 +199,8 @@ static int apply(struct moem_mkmodel_opts *o, int c, const char *arg)
 	case O_MOE_INTER:
 	case O_INTER:
 	case O_SHARED:
+	case O_NGROUP:
+	case O_TOPKGROUP:
 	case O_FIRST_DENSE:
 	case O_HEADS:
 	case O_KV_HEADS:
@@ -247,6 +255,12 @@ static int apply(struct moem_mkmodel_opts *o, int c, const char *arg)
 	case O_SHARED:
 		m->n_shared = (uint32_t)v;
 		m->shared_inter = v ? m->moe_inter : 0;
+		break;
+	case O_NGROUP:
+		m->n_group = (uint32_t)v;
+		break;
+	case O_TOPKGROUP:
+		m->topk_group = (uint32_t)v;
 		break;
 	case O_FIRST_DENSE:
 		m->first_dense = (uint32_t)v;

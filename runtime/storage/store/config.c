@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 
 #include <moem/error.h>
+#include <moem/route.h>
 #include <moem/store.h>
 
 #include "store_int.h"
@@ -267,11 +268,25 @@ static int parse_deepseek(struct json_object *o, struct moem_model_config *c)
 	ret = moem_store_json_str(o, "topk_method", false, W, &s);
 	if (ret && ret != -ENOENT)
 		return ret;
-	if (!ret && strcmp(s, "greedy"))
+	if (!ret && !strcmp(s, "group_limited_greedy")) {
+		/* DeepSeek-V2 (236B), V2-Chat, V2.5: no class default to fall back on */
+		REQ(moem_store_json_u32(o, "n_group", true, W, &c->n_group));
+		REQ(moem_store_json_u32(o, "topk_group", true, W, &c->topk_group));
+		const struct moem_route_cfg rc = {.n_experts = c->n_experts,
+						  .top_k = c->top_k,
+						  .n_group = c->n_group,
+						  .topk_group = c->topk_group};
+
+		if ((ret = moem_route_groups_check(&rc)))
+			return moem_err_prefix(-ret, W);
+		if (!moem_route_grouped(&rc))
+			c->n_group = c->topk_group = 0; /* every group allowed: plain top-k */
+	} else if (!ret && strcmp(s, "greedy")) {
 		return moem_errf(EINVAL,
-				 W ": deepseek_v2 topk_method \"%.40s\" is not supported (moem "
-				   "routes with \"greedy\" top-k only)",
+				 W ": deepseek_v2 topk_method \"%.40s\" is not supported "
+				   "(\"greedy\" or \"group_limited_greedy\")",
 				 s);
+	}
 	ret = moem_store_json_str(o, "scoring_func", false, W, &s);
 	if (ret && ret != -ENOENT)
 		return ret;

@@ -182,10 +182,10 @@ static int fill_arch(const struct moem_model_config *c, struct json_object *o)
 		add_u(o, "moe_layer_freq", 1);
 		json_object_object_add(o, "routed_scaling_factor", new_float(c->routed_scaling));
 		add_b(o, "norm_topk_prob", c->norm_topk_prob);
-		add_s(o, "topk_method", "greedy");
+		add_s(o, "topk_method", c->n_group ? "group_limited_greedy" : "greedy");
 		add_s(o, "scoring_func", "softmax");
-		add_u(o, "n_group", 1);
-		add_u(o, "topk_group", 1);
+		add_u(o, "n_group", c->n_group ? c->n_group : 1);
+		add_u(o, "topk_group", c->n_group ? c->topk_group : 1);
 		json_object_object_add(o, "aux_loss_alpha", new_float(0.001f));
 		add_b(o, "seq_aux", true);
 		if (c->q_lora_rank)

@@ -54,6 +54,8 @@ void moem_pack_config_encode(const struct moem_model_config *c, struct pack_conf
 	d->yarn_mscale_all_dim = c->yarn.mscale_all_dim;
 	d->n_eos = c->n_eos;
 	memcpy(d->eos, c->eos, sizeof(d->eos));
+	d->n_group = c->n_group;
+	d->topk_group = c->topk_group;
 }
 
 int moem_pack_config_decode(const struct pack_config *d, struct moem_model_config *c)
@@ -111,6 +113,8 @@ int moem_pack_config_decode(const struct pack_config *d, struct moem_model_confi
 	c->yarn.mscale_all_dim = d->yarn_mscale_all_dim;
 	c->n_eos = d->n_eos;
 	memcpy(c->eos, d->eos, sizeof(c->eos));
+	c->n_group = d->n_group;
+	c->topk_group = d->topk_group;
 	ret = moem_store_config_check(c);
 	if (ret)
 		return moem_err_prefix(-ret, "pack");

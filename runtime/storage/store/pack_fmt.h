@@ -13,14 +13,20 @@
 #error "the .moem pack format is little-endian; add byte swapping for this target"
 #endif
 
-#define PACK_MAGIC	  "MOEMPACK"
-#define PACK_HDR_SIZE	  4096u
-#define PACK_MAX_SECTIONS 32u
-#define PACK_HDR_SUM_OFF  (PACK_HDR_SIZE - 8)
+#define PACK_MAGIC	    "MOEMPACK"
+#define PACK_HDR_SIZE	    4096u
+#define PACK_MAX_SECTIONS   32u
+#define PACK_HDR_SUM_OFF    (PACK_HDR_SIZE - 8)
 /* Sections live in [4096, data_offset); at most this much of them. */
-#define PACK_MAX_META	  (256ULL << 20)
-/* Header flags: none defined in 1.0; any set bit is refused. */
-#define PACK_KNOWN_FLAGS  0ULL
+#define PACK_MAX_META	    (256ULL << 20)
+/*
+ * Header flags; a reader refuses any bit it does not know, so a flag marks
+ * what an older reader must not open as something else.
+ * ROUTE_GROUPS (1.2): the config's n_group/topk_group limit routing to
+ * expert groups; a 1.0/1.1 reader would route by plain top-k.
+ */
+#define PACK_F_ROUTE_GROUPS (1ULL << 0)
+#define PACK_KNOWN_FLAGS    PACK_F_ROUTE_GROUPS
 
 enum pack_section_type {
 	PACK_SECT_CONFIG = 1,	   /* struct pack_config */
@@ -79,7 +85,9 @@ struct pack_config {
 	float yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
 	uint32_t n_eos;
 	int32_t eos[8];
-	uint8_t reserved1[36];
+	/* 1.2: group-limited routing (header flag ROUTE_GROUPS); 0 otherwise */
+	uint32_t n_group, topk_group;
+	uint8_t reserved1[28];
 };
 
 struct pack_tensor {

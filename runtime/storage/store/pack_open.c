@@ -461,6 +461,10 @@ static int parse(struct moem_pack *p)
 	ret = moem_pack_config_decode(&pc, &p->cfg);
 	if (ret)
 		return moem_err_prefix(-ret, "%s", p->path);
+	if (!(h.flags & PACK_F_ROUTE_GROUPS) != !p->cfg.n_group)
+		return moem_errf(
+			EBADMSG, "%s: header flag ROUTE_GROUPS %s but the config has %u groups",
+			p->path, h.flags & PACK_F_ROUTE_GROUPS ? "set" : "clear", p->cfg.n_group);
 	p->strings = sect_data(p, found[PACK_SECT_STRINGS]);
 	p->strings_len = found[PACK_SECT_STRINGS]->size;
 	ret = parse_tensors(p, found[PACK_SECT_TENSORS]);

@@ -610,6 +610,8 @@ int moem_pack_write(const struct moem_pack_opts *o)
 	m.h.minor = MOEM_PACK_MINOR;
 	m.h.header_size = PACK_HDR_SIZE;
 	m.h.prec_mask = o->prec_mask;
+	if (x.cfg->n_group)
+		m.h.flags |= PACK_F_ROUTE_GROUPS;
 	size = plan_layout(&x, &m, cfg_len, synth_json ? synth_len : 0);
 	m.h.file_size = size;
 	if (m.h.data_offset - PACK_HDR_SIZE > PACK_MAX_META) {
