@@ -25,7 +25,7 @@
 #include "synth.h"
 
 #define MOEM_TRACE_VERSION_MAJOR 1
-#define MOEM_TRACE_VERSION_MINOR 1
+#define MOEM_TRACE_VERSION_MINOR 2
 
 /* Header flags. */
 #define MOEM_TRACE_F_LOGITS    (1u << 0) /* every record carries router logits */
@@ -63,6 +63,9 @@ struct moem_trace_info {
 	/* Since 1.1 (0 in older traces: unknown / none). */
 	uint32_t hidden, moe_inter; /* expert shape: the bytes an expert moves */
 	uint32_t pregate_depth;	    /* records carry pre-gate picks for 1..D layers ahead */
+	/* Since 1.2: the model's expert groups (route.h; 0 0: none), so a
+	 * simulator re-routes the logits as the model does. */
+	uint32_t n_group, topk_group;
 };
 
 /*

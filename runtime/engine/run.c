@@ -222,6 +222,8 @@ static int open_trace_out(struct moem_engine *e, const struct moem_workload *w, 
 	ti.hidden = e->cfg->hidden;
 	ti.moe_inter = e->cfg->moe_inter;
 	ti.pregate_depth = e->pg_depth;
+	ti.n_group = e->cfg->n_group;
+	ti.topk_group = e->cfg->topk_group;
 	moem_pack_get_id(e->pack, &id);
 	snprintf(ti.desc, sizeof(ti.desc), "moem run, pack %.16s, %s", moem_pack_id_str(&id, idbuf),
 		 moem_route_kind_name(e->rp.kind));

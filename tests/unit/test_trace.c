@@ -380,6 +380,7 @@ TEST(versions_and_unknown_records)
 	const char *p = tpath("v.trace"), *q = tpath("v2.trace");
 	uint8_t *orig, *buf, extra[32] = {0};
 	size_t len, hb;
+	char want[32];
 	uint64_t s;
 
 	make_recs(&rs, 3, 16, 4, 5);
@@ -393,7 +394,8 @@ TEST(versions_and_unknown_records)
 	rehash_header(buf);
 	spit(q, buf, len);
 	EXPECT_EQ(-EPROTO, read_all(q));
-	EXPECT_NE(NULL, strstr(moem_last_error(), "version 2.1"));
+	snprintf(want, sizeof(want), "version 2.%d", MOEM_TRACE_VERSION_MINOR);
+	EXPECT_NE(NULL, strstr(moem_last_error(), want));
 	/* not a trace at all */
 	spit(q, "hello world, this is not a trace", 32);
 	EXPECT_EQ(-EPROTO, read_all(q));
@@ -420,6 +422,24 @@ TEST(versions_and_unknown_records)
 	rehash_header(buf);
 	memcpy(buf + 128, orig + hb, len - hb);
 	spit(q, buf, len - (hb - 128));
+	EXPECT_EQ(3, read_all(q));
+	/* 1.2: expert groups (u16 n_group, u16 topk_group at 140), checked */
+	memcpy(buf, orig, len);
+	buf[140] = 4;
+	buf[142] = 2;
+	rehash_header(buf);
+	spit(q, buf, len);
+	EXPECT_EQ(3, read_all(q));
+	buf[140] = 3;
+	rehash_header(buf);
+	spit(q, buf, len);
+	EXPECT_EQ(-EBADMSG, read_all(q));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "expert groups: n_group 3 must divide the 16"))
+	TH_LOG("%s", moem_last_error());
+	/* a 1.1 trace's bytes there are reserved: not read */
+	buf[10] = 1;
+	rehash_header(buf);
+	spit(q, buf, len);
 	EXPECT_EQ(3, read_all(q));
 	free(buf);
 	free(orig);

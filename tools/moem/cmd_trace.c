@@ -399,14 +399,15 @@ static int trace_info(int argc, char **argv)
 		printf("{\"version\":\"%u.%u\",\"source\":\"%s\",\"synthetic\":%s,\"logits\":%s,"
 		       "\"n_layers\":%u,\"n_experts\":%u,\"top_k\":%u,\"max_tokens\":%u,"
 		       "\"hidden\":%u,\"moe_inter\":%u,\"pregate_depth\":%u,"
+		       "\"n_group\":%u,\"topk_group\":%u,"
 		       "\"seed\":%" PRIu64 ",\"records\":%" PRIu64 ",\"steps\":%" PRIu64
 		       ",\"mean_tokens\":%.3f,\"mean_T\":%.4f}\n",
 		       in->version_major, in->version_minor, moem_trace_source_name(in->source),
 		       in->flags & MOEM_TRACE_F_SYNTHETIC ? "true" : "false",
 		       in->flags & MOEM_TRACE_F_LOGITS ? "true" : "false", in->n_layers,
 		       in->n_experts, in->top_k, in->max_tokens, in->hidden, in->moe_inter,
-		       in->pregate_depth, in->seed, recs, steps, recs ? (double)tokens / recs : 0.0,
-		       recs ? (double)tsum / recs : 0.0);
+		       in->pregate_depth, in->n_group, in->topk_group, in->seed, recs, steps,
+		       recs ? (double)tokens / recs : 0.0, recs ? (double)tsum / recs : 0.0);
 	} else {
 		printf("trace %s (format %u.%u)\n", path, in->version_major, in->version_minor);
 		printf("  source:     %s%s\n", moem_trace_source_name(in->source),
@@ -415,6 +416,9 @@ static int trace_info(int argc, char **argv)
 		printf("  shape:      %u MoE layers, %u experts, top-%u\n", in->n_layers,
 		       in->n_experts, in->top_k);
 		printf("  logits:     %s\n", in->flags & MOEM_TRACE_F_LOGITS ? "yes" : "no");
+		if (in->n_group)
+			printf("  routing:    within the best %u of %u expert groups\n",
+			       in->topk_group, in->n_group);
 		if (in->hidden)
 			printf("  experts:    hidden %u, width %u\n", in->hidden, in->moe_inter);
 		printf("  pre-gate:   %s%.0u\n", in->pregate_depth ? "layers ahead: " : "none",

@@ -78,7 +78,7 @@ int64_t moem_trace_dump_json(struct moem_trace_reader *r, FILE *f)
 	fprintf(f,
 		"{\"moem_trace\":1,\"n_layers\":%u,\"n_experts\":%u,\"top_k\":%u,"
 		"\"source\":\"%s\",\"flags\":[%s%s%s],\"seed\":%" PRIu64 ",\"desc\":%s,"
-		"\"hidden\":%u,\"moe_inter\":%u,\"pregate_depth\":%u}\n",
+		"\"hidden\":%u,\"moe_inter\":%u,\"pregate_depth\":%u",
 		in->n_layers, in->n_experts, in->top_k, moem_trace_source_name(in->source),
 		in->flags & MOEM_TRACE_F_LOGITS ? "\"logits\"" : "",
 		(in->flags & MOEM_TRACE_F_LOGITS) && (in->flags & MOEM_TRACE_F_SYNTHETIC) ? ","
@@ -86,6 +86,9 @@ int64_t moem_trace_dump_json(struct moem_trace_reader *r, FILE *f)
 		in->flags & MOEM_TRACE_F_SYNTHETIC ? "\"synthetic\"" : "", in->seed,
 		d ? json_object_to_json_string_ext(d, JSON_C_TO_STRING_PLAIN) : "\"\"", in->hidden,
 		in->moe_inter, in->pregate_depth);
+	if (in->n_group) /* 1.2; absent in the JSON of older traces */
+		fprintf(f, ",\"n_group\":%u,\"topk_group\":%u", in->n_group, in->topk_group);
+	fputs("}\n", f);
 	json_object_put(d);
 	while ((ret = moem_trace_next(r, &rec)) > 0) {
 		fprintf(f, "{\"step\":%" PRIu64 ",\"layer\":%u,\"ids\":[", rec.step, rec.layer);
@@ -195,6 +198,14 @@ static int parse_header(struct json_object *o, struct moem_trace_info *in)
 	if ((ret = get_u64(o, "pregate_depth", false, MOEM_TRACE_MAX_PREGATE, &v)))
 		return ret;
 	in->pregate_depth = (uint32_t)v;
+	v = 0;
+	if ((ret = get_u64(o, "n_group", false, 64, &v)))
+		return ret;
+	in->n_group = (uint32_t)v;
+	v = 0;
+	if ((ret = get_u64(o, "topk_group", false, 64, &v)))
+		return ret;
+	in->topk_group = (uint32_t)v;
 	return 0;
 }
 

@@ -106,11 +106,17 @@ static int read_header(struct moem_trace_reader *r)
 		r->info.moe_inter = trc_get32(h + TRC_H_INTER);
 		r->info.pregate_depth = trc_get32(h + TRC_H_PREGATE);
 	}
+	if (minor >= 2 && hb >= TRC_HDR_BYTES_1) {
+		r->info.n_group = trc_get16(h + TRC_H_NGROUP);
+		r->info.topk_group = trc_get16(h + TRC_H_TOPKGROUP);
+	}
 	ret = moem_trc_check_info("trace", flags, source, r->info.n_layers, r->info.n_experts,
 				  r->info.top_k, r->info.max_tokens);
 	if (!ret)
 		ret = moem_trc_check_ext("trace", r->info.hidden, r->info.moe_inter,
 					 r->info.pregate_depth);
+	if (!ret)
+		ret = moem_trc_check_groups(&r->info);
 	if (ret)
 		return moem_err_prefix(-ret, "%s", r->path);
 	r->header_bytes = hb;

@@ -58,7 +58,8 @@ enum {
 	TRC_H_HIDDEN = 128, /* 1.1 */
 	TRC_H_INTER = 132,
 	TRC_H_PREGATE = 136,
-	TRC_H_RESERVED1 = 140,
+	TRC_H_NGROUP = 140, /* 1.2: u16 n_group, u16 topk_group */
+	TRC_H_TOPKGROUP = 142,
 };
 
 static inline void trc_put16(uint8_t *p, uint16_t v)
@@ -154,5 +155,7 @@ int moem_trc_check_info(const char *what, uint32_t flags, uint32_t source, uint3
 			uint32_t n_experts, uint32_t top_k, uint32_t max_tokens);
 /* The 1.1 fields: expert shape (both 0 or both set), pre-gate depth. */
 int moem_trc_check_ext(const char *what, uint32_t hidden, uint32_t inter, uint32_t depth);
+/* The expert groups of a header against its N and k (route.h). */
+int moem_trc_check_groups(const struct moem_trace_info *in);
 
 #endif /* MOEM_TRACE_FMT_H */

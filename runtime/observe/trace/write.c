@@ -26,6 +26,7 @@
 #include <xxhash.h>
 
 #include <moem/error.h>
+#include <moem/route.h>
 #include <moem/trace.h>
 
 #include "trace_fmt.h"
@@ -80,6 +81,18 @@ int moem_trc_check_ext(const char *what, uint32_t hidden, uint32_t inter, uint32
 	if (depth > MOEM_TRACE_MAX_PREGATE)
 		return moem_errf(EBADMSG, "%s: pre-gate depth %u exceeds %u", what, depth,
 				 MOEM_TRACE_MAX_PREGATE);
+	return 0;
+}
+
+int moem_trc_check_groups(const struct moem_trace_info *in)
+{
+	const struct moem_route_cfg rc = {.n_experts = in->n_experts,
+					  .top_k = in->top_k,
+					  .n_group = in->n_group,
+					  .topk_group = in->topk_group};
+
+	if (moem_route_groups_check(&rc))
+		return moem_err_prefix(EBADMSG, "expert groups");
 	return 0;
 }
 
@@ -157,6 +170,8 @@ static void fill_header(const struct moem_trace_writer *w, uint8_t *h)
 	trc_put32(h + TRC_H_HIDDEN, i->hidden);
 	trc_put32(h + TRC_H_INTER, i->moe_inter);
 	trc_put32(h + TRC_H_PREGATE, i->pregate_depth);
+	trc_put16(h + TRC_H_NGROUP, (uint16_t)i->n_group);
+	trc_put16(h + TRC_H_TOPKGROUP, (uint16_t)i->topk_group);
 	trc_put64(h + TRC_HDR_CSUM_OFF, XXH64(h, TRC_HDR_BYTES_1, 0));
 }
 
@@ -170,6 +185,8 @@ static int writer_new(const struct moem_trace_info *info, struct moem_trace_writ
 	if (!ret)
 		ret = moem_trc_check_ext("trace", info->hidden, info->moe_inter,
 					 info->pregate_depth);
+	if (!ret)
+		ret = moem_trc_check_groups(info);
 	if (ret)
 		return ret == -EBADMSG ? -EINVAL : ret;
 	w = calloc(1, sizeof(*w));

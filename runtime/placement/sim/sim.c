@@ -480,7 +480,13 @@ int moem_sim_run(const char *trace, const struct moem_sim_cost *cost,
 	s.size = c.expert_bytes[c.prec];
 	s.pg_depth = p->pregate ? info->pregate_depth : 0;
 	s.count_from = SIM_INF;
-	s.rc = (struct moem_route_cfg){s.N, s.K, true, 1.0f};
+	/* the model's expert groups, so re-routing keeps to them as it did */
+	s.rc = (struct moem_route_cfg){.n_experts = s.N,
+				       .top_k = s.K,
+				       .norm_topk_prob = true,
+				       .routed_scaling = 1.0f,
+				       .n_group = info->n_group,
+				       .topk_group = info->topk_group};
 	moem_rng_seed(&s.rng, o->seed, 7);
 	r->hbm_bytes = c.hbm_bytes;
 	r->slots =
