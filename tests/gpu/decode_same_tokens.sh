@@ -3,7 +3,7 @@
 #
 # Full decode on the CUDA backend, for a qwen3_moe pack (GQA, per-head
 # q/k norms, rotate-half RoPE) and a deepseek_v2 pack (MLA's latent cache,
-# adjacent-pair RoPE with YaRN):
+# adjacent-pair RoPE with YaRN, DeepSeek-V2's group-limited routing):
 #  - the CUDA backend's greedy tokens equal the CPU backend's, and their
 #    logprobs agree within 2e-3;
 #  - budgets never change tokens: 25% HBM with 40% DRAM, and a KV budget
@@ -22,7 +22,7 @@ ids() { echo "$1" | sed 's/ (.*//; s/:[^,]*//g'; }
 	"$moem" pack --model "$tmp/q" --out "$tmp/q.moem" --precisions bf16 >/dev/null 2>&1 ||
 	{ echo "FAIL: cannot make the qwen3_moe model"; exit 1; }
 "$moem" mkmodel --preset deepseek-v2-lite --layers 3 --experts 16 --topk 4 --hidden 256 \
-	--moe-intermediate 128 --seed 7 --out "$tmp/d" >/dev/null 2>&1 &&
+	--moe-intermediate 128 --n-group 4 --topk-group 2 --seed 7 --out "$tmp/d" >/dev/null 2>&1 &&
 	"$moem" pack --model "$tmp/d" --out "$tmp/d.moem" --precisions bf16 >/dev/null 2>&1 ||
 	{ echo "FAIL: cannot make the deepseek_v2 model"; exit 1; }
 
