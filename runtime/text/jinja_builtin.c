@@ -362,7 +362,7 @@ static int dict_view(struct jctx *c, const struct jv *d, int which, struct jv *o
 	if (!l)
 		return -ENOMEM;
 	for (size_t i = 0; i < d->d->n; i++) {
-		struct jv k = jv_str(d->d->k[i], d->d->klen[i]);
+		struct jv k = moem_jv_dict_key(d->d, i);
 
 		if (which == M_KEYS) {
 			l->v[i] = k;
@@ -514,9 +514,9 @@ static int method(struct jctx *c, int m, const struct jv *s, const struct jv *ar
 	case M_GET: {
 		const struct jv *x;
 
-		if (!a0 || a0->t != JT_STR)
-			return moem_jinja_err(c, EINVAL, "dict.get needs a string key");
-		x = moem_jv_dict_get(s->d, a0->s.p, a0->s.n);
+		if (!a0)
+			return moem_jinja_err(c, EINVAL, "dict.get needs a key");
+		x = moem_jv_dict_lookup(s->d, a0);
 		*out = x ? *x : a1 ? *a1 : jv_none();
 		return 0;
 	}
@@ -636,11 +636,13 @@ int moem_jinja_call(struct jctx *c, const struct jv *fn, const struct jv *args,
 				if (args[i].t != JT_DICT)
 					return moem_jinja_err(c, EINVAL,
 							      "namespace() takes keywords");
-				for (size_t k = 0; k < args[i].d->n; k++)
-					if ((ret = moem_jv_dict_set(c->a, d, args[i].d->k[k],
-								    args[i].d->klen[k],
+				for (size_t k = 0; k < args[i].d->n; k++) {
+					const struct jv key = moem_jv_dict_key(args[i].d, k);
+
+					if ((ret = moem_jv_dict_put(c->a, d, &key,
 								    args[i].d->v[k])))
 						return ret;
+				}
 				continue;
 			}
 			ret = moem_jv_dict_set(c->a, d, kw[i], strlen(kw[i]), args[i]);
@@ -1382,8 +1384,8 @@ int moem_jinja_test(struct jctx *c, const char *name, size_t nn, const struct jv
 				in = moem_jv_equal(&a1->l->v[i], v);
 		else if (a1->t == JT_STR && v->t == JT_STR)
 			in = !v->s.n || memmem(a1->s.p, a1->s.n, v->s.p, v->s.n);
-		else if (a1->t == JT_DICT && v->t == JT_STR)
-			in = moem_jv_dict_get(a1->d, v->s.p, v->s.n) != NULL;
+		else if (a1->t == JT_DICT)
+			in = moem_jv_dict_lookup(a1->d, v) != NULL;
 		*r = in;
 		return 0;
 	}

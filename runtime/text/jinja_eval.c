@@ -155,7 +155,7 @@ static int contains(struct jctx *c, const struct jv *hay, const struct jv *x, bo
 		return 0;
 	}
 	if (hay->t == JT_DICT) {
-		*r = x->t == JT_STR && moem_jv_dict_get(hay->d, x->s.p, x->s.n);
+		*r = moem_jv_dict_lookup(hay->d, x) != NULL;
 		return 0;
 	}
 	if (hay->t == JT_UNDEF) { /* Jinja's Undefined iterates as empty */
@@ -356,7 +356,7 @@ static int item(struct jctx *c, const struct jv *v, const struct jv *k, struct j
 		return 0;
 	}
 	if (v->t == JT_DICT) {
-		const struct jv *x = k->t == JT_STR ? moem_jv_dict_get(v->d, k->s.p, k->s.n) : NULL;
+		const struct jv *x = moem_jv_dict_lookup(v->d, k);
 
 		*out = x ? *x : jv_undef();
 		return 0;
@@ -411,12 +411,12 @@ static int eval_seq(struct jctx *c, const struct jnode *n, struct jv *out)
 
 			if (!ret)
 				ret = moem_jinja_eval(c, n->args[i + 1], &v);
-			if (!ret && k.t != JT_STR)
-				ret = moem_jinja_err(
-					c, ENOTSUP,
-					"dict keys other than strings are not supported");
+			if (!ret && k.t != JT_STR && k.t != JT_INT)
+				ret = moem_jinja_err(c, ENOTSUP,
+						     "dict keys other than strings and integers "
+						     "are not supported");
 			if (!ret)
-				ret = moem_jv_dict_set(c->a, d, k.s.p, k.s.n, v);
+				ret = moem_jv_dict_put(c->a, d, &k, v);
 			if (ret)
 				return ret;
 		}
@@ -626,7 +626,7 @@ static int iterable(struct jctx *c, const struct jv *v, struct jlist **out)
 		if (!l)
 			return -ENOMEM;
 		for (size_t i = 0; i < v->d->n; i++)
-			l->v[i] = jv_str(v->d->k[i], v->d->klen[i]);
+			l->v[i] = moem_jv_dict_key(v->d, i);
 		*out = l;
 		return 0;
 	}

@@ -38,10 +38,16 @@ struct jlist {
 	struct jv *v;
 };
 
+/*
+ * Keys are strings, or integers (Python dicts take both: Seed-OSS's
+ * template keys a table by token budget): ki[i] marks an integer key,
+ * whose k[i] is its decimal text. 512 and "512" are different keys.
+ */
 struct jdict {
 	size_t n, cap;
 	const char **k;
 	size_t *klen;
+	uint8_t *ki;
 	struct jv *v;
 };
 
@@ -111,9 +117,14 @@ static inline struct jv jv_str(const char *p, size_t n)
 bool moem_jv_truthy(const struct jv *v);
 bool moem_jv_equal(const struct jv *a, const struct jv *b);
 const char *moem_jv_type_name(const struct jv *v);
-/* A dict's value for key, or NULL. */
+/* A dict's value for string key k, or NULL. */
 struct jv *moem_jv_dict_get(const struct jdict *d, const char *k, size_t n);
 int moem_jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, struct jv v);
+/* The same for a key value: a string or an integer (else NULL / -EINVAL). */
+struct jv *moem_jv_dict_lookup(const struct jdict *d, const struct jv *key);
+int moem_jv_dict_put(struct jarena *a, struct jdict *d, const struct jv *key, struct jv v);
+/* Entry i's key as a value (an int for an integer key). */
+struct jv moem_jv_dict_key(const struct jdict *d, size_t i);
 struct jdict *moem_jv_dict_new(struct jarena *a);
 struct jlist *moem_jv_list_new(struct jarena *a, size_t n);
 /* JSON (json-c) into a value; objects keep their key order. */

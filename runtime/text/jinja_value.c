@@ -6,6 +6,7 @@
  * (ensure_ascii=False).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,7 +137,8 @@ bool moem_jv_equal(const struct jv *a, const struct jv *b)
 		if (a->d->n != b->d->n)
 			return false;
 		for (size_t i = 0; i < a->d->n; i++) {
-			const struct jv *o = moem_jv_dict_get(b->d, a->d->k[i], a->d->klen[i]);
+			const struct jv k = moem_jv_dict_key(a->d, i);
+			const struct jv *o = moem_jv_dict_lookup(b->d, &k);
 
 			if (!o || !moem_jv_equal(&a->d->v[i], o))
 				return false;
@@ -160,12 +162,36 @@ const char *moem_jv_type_name(const struct jv *v)
 	return v->t == JT_LIST && v->tuple ? "tuple" : names[v->t];
 }
 
-struct jv *moem_jv_dict_get(const struct jdict *d, const char *k, size_t n)
+static struct jv *dict_find(const struct jdict *d, const char *k, size_t n, bool integer)
 {
 	for (size_t i = 0; i < d->n; i++)
-		if (d->klen[i] == n && !memcmp(d->k[i], k, n))
+		if (d->klen[i] == n && !d->ki[i] == !integer && !memcmp(d->k[i], k, n))
 			return &d->v[i];
 	return NULL;
+}
+
+struct jv *moem_jv_dict_get(const struct jdict *d, const char *k, size_t n)
+{
+	return dict_find(d, k, n, false);
+}
+
+struct jv *moem_jv_dict_lookup(const struct jdict *d, const struct jv *key)
+{
+	char num[24];
+
+	if (key->t == JT_STR)
+		return dict_find(d, key->s.p, key->s.n, false);
+	if (key->t == JT_INT)
+		return dict_find(d, num, (size_t)snprintf(num, sizeof(num), "%" PRId64, key->i),
+				 true);
+	return NULL;
+}
+
+struct jv moem_jv_dict_key(const struct jdict *d, size_t i)
+{
+	if (d->ki[i])
+		return jv_int(strtoll(d->k[i], NULL, 10));
+	return jv_str(d->k[i], d->klen[i]);
 }
 
 struct jdict *moem_jv_dict_new(struct jarena *a)
@@ -177,9 +203,10 @@ struct jdict *moem_jv_dict_new(struct jarena *a)
 	return d;
 }
 
-int moem_jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, struct jv v)
+static int dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, bool integer,
+		    struct jv v)
 {
-	struct jv *o = moem_jv_dict_get(d, k, n);
+	struct jv *o = dict_find(d, k, n, integer);
 
 	if (o) {
 		*o = v;
@@ -189,25 +216,48 @@ int moem_jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n,
 		size_t cap = d->cap ? d->cap * 2 : 8;
 		const char **nk = moem_ja_alloc(a, cap * sizeof(*nk));
 		size_t *nl = moem_ja_alloc(a, cap * sizeof(*nl));
+		uint8_t *ni = moem_ja_alloc(a, cap);
 		struct jv *nv = moem_ja_alloc(a, cap * sizeof(*nv));
 
-		if (!nk || !nl || !nv)
+		if (!nk || !nl || !ni || !nv)
 			return -ENOMEM;
 		if (d->n) {
 			memcpy(nk, d->k, d->n * sizeof(*nk));
 			memcpy(nl, d->klen, d->n * sizeof(*nl));
+			memcpy(ni, d->ki, d->n);
 			memcpy(nv, d->v, d->n * sizeof(*nv));
 		}
 		d->k = nk;
 		d->klen = nl;
+		d->ki = ni;
 		d->v = nv;
 		d->cap = cap;
 	}
 	d->k[d->n] = k;
 	d->klen[d->n] = n;
+	d->ki[d->n] = integer;
 	d->v[d->n] = v;
 	d->n++;
 	return 0;
+}
+
+int moem_jv_dict_set(struct jarena *a, struct jdict *d, const char *k, size_t n, struct jv v)
+{
+	return dict_set(a, d, k, n, false, v);
+}
+
+int moem_jv_dict_put(struct jarena *a, struct jdict *d, const struct jv *key, struct jv v)
+{
+	char num[24], *k;
+	int n;
+
+	if (key->t == JT_STR)
+		return dict_set(a, d, key->s.p, key->s.n, false, v);
+	if (key->t != JT_INT)
+		return -EINVAL;
+	n = snprintf(num, sizeof(num), "%" PRId64, key->i);
+	k = moem_ja_strndup(a, num, (size_t)n);
+	return k ? dict_set(a, d, k, (size_t)n, true, v) : -ENOMEM;
 }
 
 struct jlist *moem_jv_list_new(struct jarena *a, size_t n)
@@ -431,7 +481,8 @@ static int repr_at(struct jbuf *b, const struct jv *v, int depth)
 			if (i)
 				ret = moem_jb_puts(b, ", ");
 			if (!ret)
-				ret = repr_str(b, v->d->k[i], v->d->klen[i]);
+				ret = v->d->ki[i] ? moem_jb_put(b, v->d->k[i], v->d->klen[i])
+						  : repr_str(b, v->d->k[i], v->d->klen[i]);
 			if (!ret)
 				ret = moem_jb_puts(b, ": ");
 			if (!ret)
@@ -578,6 +629,15 @@ int moem_jv_tojson(struct jbuf *b, const struct jv *v, int indent, int depth, bo
 					size_t m = moem_min(v->d->klen[x], v->d->klen[y]);
 					int c = memcmp(v->d->k[x], v->d->k[y], m);
 
+					/* Python cannot order an int against a str */
+					if (v->d->ki[x] != v->d->ki[y])
+						return -EINVAL;
+					if (v->d->ki[x]) {
+						int64_t p = strtoll(v->d->k[x], NULL, 10),
+							q = strtoll(v->d->k[y], NULL, 10);
+
+						c = p < q ? -1 : p > q;
+					}
 					if (c < 0 || (c == 0 && v->d->klen[x] <= v->d->klen[y]))
 						break;
 					order[k - 1] = y;
