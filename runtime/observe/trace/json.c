@@ -142,6 +142,16 @@ static int get_u64(struct json_object *o, const char *key, bool need, uint64_t m
 	return 0;
 }
 
+/* An optional field of at most max (<= UINT32_MAX); 0 when absent. */
+static int opt_u32(struct json_object *o, const char *key, uint32_t max, uint32_t *out)
+{
+	uint64_t v = 0;
+	int ret = get_u64(o, key, false, max, &v);
+
+	*out = (uint32_t)v;
+	return ret;
+}
+
 static int parse_header(struct json_object *o, struct moem_trace_info *in)
 {
 	struct json_object *f;
@@ -186,27 +196,13 @@ static int parse_header(struct json_object *o, struct moem_trace_info *in)
 	}
 	if (json_object_object_get_ex(o, "desc", &f))
 		snprintf(in->desc, sizeof(in->desc), "%s", json_object_get_string(f));
-	v = 0;
-	if ((ret = get_u64(o, "hidden", false, 65536, &v)))
+	/* 1.1 and 1.2 fields: absent is 0 */
+	if ((ret = opt_u32(o, "hidden", 65536, &in->hidden)) ||
+	    (ret = opt_u32(o, "moe_inter", 65536, &in->moe_inter)) ||
+	    (ret = opt_u32(o, "pregate_depth", MOEM_TRACE_MAX_PREGATE, &in->pregate_depth)) ||
+	    (ret = opt_u32(o, "n_group", 64, &in->n_group)))
 		return ret;
-	in->hidden = (uint32_t)v;
-	v = 0;
-	if ((ret = get_u64(o, "moe_inter", false, 65536, &v)))
-		return ret;
-	in->moe_inter = (uint32_t)v;
-	v = 0;
-	if ((ret = get_u64(o, "pregate_depth", false, MOEM_TRACE_MAX_PREGATE, &v)))
-		return ret;
-	in->pregate_depth = (uint32_t)v;
-	v = 0;
-	if ((ret = get_u64(o, "n_group", false, 64, &v)))
-		return ret;
-	in->n_group = (uint32_t)v;
-	v = 0;
-	if ((ret = get_u64(o, "topk_group", false, 64, &v)))
-		return ret;
-	in->topk_group = (uint32_t)v;
-	return 0;
+	return opt_u32(o, "topk_group", 64, &in->topk_group);
 }
 
 static int rows_of(struct json_object *a, const char *key, uint32_t *tokens, uint32_t cols,
