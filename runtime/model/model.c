@@ -117,12 +117,11 @@ int moem_model_config_validate(const struct moem_model_config *c)
 				 (double)c->routed_scaling);
 	if ((c->n_group || c->topk_group) && c->arch != MOEM_ARCH_DEEPSEEK_V2)
 		return moem_errf(EINVAL, "config: only deepseek_v2 routes within expert groups");
-	if (c->n_group || c->topk_group) {
+	{
 		const struct moem_route_cfg rc = moem_route_cfg_of(c);
-		int ret = moem_route_groups_check(&rc);
 
-		if (ret)
-			return moem_err_prefix(-ret, "config");
+		if (moem_route_groups_check(&rc))
+			return moem_err_prefix(EINVAL, "config");
 	}
 	return 0;
 }

@@ -173,13 +173,12 @@ static inline bool in_groups(const struct moem_route_cfg *c, uint64_t gm, uint32
 }
 
 /*
- * Top-cap experts of row zr by logit, within the token's groups,
- * optionally restricted to mask.
+ * Top-cap experts of row zr by logit, within the token's groups gm
+ * (moem_route_groups()), optionally restricted to mask.
  */
-static uint32_t row_topk(const struct moem_route_cfg *c, const float *zr, const uint8_t *mask,
-			 uint32_t cap, struct cand *list)
+static uint32_t row_topk(const struct moem_route_cfg *c, const float *zr, uint64_t gm,
+			 const uint8_t *mask, uint32_t cap, struct cand *list)
 {
-	const uint64_t gm = moem_route_groups(c, zr);
 	uint32_t n = 0;
 
 	for (uint32_t e = 0; e < c->n_experts; e++) {
@@ -206,7 +205,8 @@ int moem_route_topk(const struct moem_route_cfg *c, uint32_t B, const float *z, 
 			emit_empty(c, t, out);
 			continue;
 		}
-		emit(c, zr, list, row_topk(c, zr, NULL, c->top_k, list), t, out);
+		emit(c, zr, list, row_topk(c, zr, moem_route_groups(c, zr), NULL, c->top_k, list),
+		     t, out);
 	}
 	return 0;
 }
@@ -220,11 +220,12 @@ static uint32_t lynx_vanilla_t(const struct moem_route_cfg *c, uint32_t B, const
 	uint32_t T = 0;
 
 	for (uint32_t t = 0; t < B; t++) {
+		const float *zr = z + (size_t)t * c->n_experts;
 		uint32_t n;
 
 		if (pad && pad[t])
 			continue;
-		n = row_topk(c, z + (size_t)t * c->n_experts, NULL, c->top_k, list);
+		n = row_topk(c, zr, moem_route_groups(c, zr), NULL, c->top_k, list);
 		for (uint32_t j = 0; j < n; j++)
 			if (!seen[list[j].e]) {
 				seen[list[j].e] = 1;
@@ -294,7 +295,7 @@ int moem_route_lynx(const struct moem_route_cfg *c, const struct moem_lynx_param
 			continue;
 		}
 		gm = moem_route_groups(c, zr);
-		row_topk(c, zr, NULL, 1, &top1);
+		row_topk(c, zr, gm, NULL, 1, &top1);
 		list[0] = top1;
 		/* Slot 0 stays the token's own top-1; slots 1..k-1 compete by key,
 		 * then by the token's own logit, then by lower id, within the
@@ -344,11 +345,12 @@ int moem_route_oea(const struct moem_route_cfg *c, uint32_t k0, uint32_t B, cons
 			base[e] = extra[e] != 0;
 	/* Phase 1: S_base = union of top-k0. */
 	for (uint32_t t = 0; t < B; t++) {
+		const float *zr = z + (size_t)t * N;
 		uint32_t n;
 
 		if (pad && pad[t])
 			continue;
-		n = row_topk(c, z + (size_t)t * N, NULL, k0, list);
+		n = row_topk(c, zr, moem_route_groups(c, zr), NULL, k0, list);
 		for (uint32_t j = 0; j < n; j++)
 			base[list[j].e] = 1;
 	}
@@ -360,7 +362,8 @@ int moem_route_oea(const struct moem_route_cfg *c, uint32_t k0, uint32_t B, cons
 			emit_empty(c, t, out);
 			continue;
 		}
-		emit(c, zr, list, row_topk(c, zr, base, c->top_k, list), t, out);
+		emit(c, zr, list, row_topk(c, zr, moem_route_groups(c, zr), base, c->top_k, list),
+		     t, out);
 	}
 	free(base);
 	return 0;
