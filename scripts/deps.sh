@@ -30,7 +30,7 @@ libpcre2-dev libutf8proc-dev nodejs
 clang llvm libclang-rt-14-dev libbpf-dev bpftool systemtap-sdt-dev
 linux-headers-amd64 linux-image-amd64 kmod dwarves
 qemu-system-x86 busybox-static cpio e2fsprogs
-fio gnuplot-nox python3-torch python3-jinja2
+fio gnuplot-nox python3-torch python3-jinja2 python3-jsonschema
 cppcheck clang-format valgrind help2man
 libnuma-dev libsimde-dev
 "

@@ -1,36 +1,90 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The JSON recognizer of json_fsm.h: a pushdown automaton over bytes.
- * Containers are on the stack; the state says what may come next, and a
- * number, literal, escape or UTF-8 sequence in progress keeps its place
- * in sub/lit/cont. A number has no end byte of its own: the byte after it
- * ends it and is then read in the container's state.
+ * The JSON recognizers of json_fsm.h: a pushdown automaton over bytes
+ * walking a compiled schema (json_schema_int.h); "any object" is a schema
+ * too (any_schema below). Containers are on the stack with their node;
+ * the state says what may come next, and a number, key, literal, escape or
+ * UTF-8 sequence in progress keeps its place in sub/off/mask/cont. A
+ * number (or a literal that another could still extend) has no end byte
+ * of its own: the byte after it ends it and is then read in the
+ * container's state.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <moem/json_fsm.h>
 
+#include "json_schema_int.h"
+
 enum {
+	S_PRE,	     /* in the text before the object: off */
+	S_POST,	     /* in the text after it: off */
 	S_START,     /* before the top object */
-	S_VALUE,     /* a value */
+	S_VALUE,     /* a value of node */
 	S_OBJ_FIRST, /* after '{': a key or '}' */
 	S_OBJ_KEY,   /* after ',' in an object: a key */
-	S_COLON,     /* after a key */
+	S_KEY,	     /* in a listed property's key: mask, off */
+	S_COLON,     /* after a key: node is the value's */
 	S_AFTER,     /* after a value in a container: ',' or its closer */
 	S_ARR_FIRST, /* after '[': a value or ']' */
 	S_STR,	     /* in a string */
 	S_STR_ESC,   /* after a backslash */
 	S_STR_HEX,   /* \u: sub hex digits read */
 	S_NUM,	     /* in a number: sub is where */
-	S_LIT,	     /* in true/false/null: lit which, sub how far */
+	S_LIT,	     /* in one of node's literals: mask, off */
 	S_DONE,	     /* the top object is closed */
 };
 
 /* Where a number is: the accepting ones may end there. */
 enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
-static const char *const lits[] = {"true", "false", "null"};
+/* ---- "any object": {"type": "object"} built in, so that it cannot fail ---- */
+
+static struct jnode any_n[6];
+static uint16_t any_a[5] = {0, 2, 3, 4, 5};
+static struct jlit any_l[3] = {{0, 4}, {4, 5}, {9, 4}};
+static char any_text[] = "truefalsenull";
+static struct moem_json_schema any_s;
+static pthread_once_t any_once = PTHREAD_ONCE_INIT;
+
+static void set_starts(struct jnode *n, const char *bytes)
+{
+	for (; *bytes; bytes++)
+		n->starts[(unsigned char)*bytes >> 3] |= (uint8_t)(1 << (*bytes & 7));
+}
+
+static void any_build(void)
+{
+	/* 0 the object (of any values), 1 any value, 2 an array of them, 3-5 scalars */
+	static const uint8_t types[] = {J_OBJ, J_ANYOF, J_ARR, J_STR, J_NUM, J_LITS};
+	static const char *const starts[] = {"{", "", "[", "\"", "-0123456789", "tfn"};
+
+	for (int i = 0; i < 6; i++) {
+		any_n[i].type = types[i];
+		any_n[i].child = J_NONE;
+		any_n[i].max = UINT32_MAX;
+		any_n[i].depth = types[i] == J_OBJ || types[i] == J_ARR;
+		set_starts(&any_n[i], starts[i]);
+		set_starts(&any_n[1], starts[i]);
+	}
+	any_n[0].child = 1;
+	any_n[2].child = 1;
+	any_n[1].n = 5;
+	any_n[5].n = 3;
+	any_s.n = any_n;
+	any_s.nn = 6;
+	any_s.a = any_a;
+	any_s.na = 5;
+	any_s.l = any_l;
+	any_s.nl = 3;
+	any_s.text = any_text;
+	any_s.ntext = sizeof(any_text) - 1;
+	any_s.root = 0;
+}
+
+/* ---- the walk ---- */
 
 static bool is_ws(unsigned char c)
 {
@@ -48,10 +102,21 @@ static int hexval(unsigned char c)
 	return -1;
 }
 
-void moem_json_fsm_init(struct moem_json_fsm *f)
+void moem_json_fsm_init(struct moem_json_fsm *f, const struct moem_json_schema *s)
 {
-	memset(f, 0, sizeof(*f));
-	f->state = S_START;
+	if (!s) {
+		pthread_once(&any_once, any_build);
+		s = &any_s;
+	}
+	memset(f, 0, offsetof(struct moem_json_fsm, stack));
+	f->s = s;
+	f->state = s->pre_len ? S_PRE : S_START;
+	f->node = s->root;
+}
+
+void moem_json_fsm_copy(struct moem_json_fsm *dst, const struct moem_json_fsm *src)
+{
+	memcpy(dst, src, offsetof(struct moem_json_fsm, stack) + src->depth * sizeof(*src->stack));
 }
 
 bool moem_json_fsm_done(const struct moem_json_fsm *f)
@@ -59,61 +124,244 @@ bool moem_json_fsm_done(const struct moem_json_fsm *f)
 	return f->state == S_DONE;
 }
 
+static const struct jnode *node(const struct moem_json_fsm *f, uint32_t i)
+{
+	return &f->s->n[i];
+}
+
+/* Can a value of node i still be finished inside the containers open now? */
+static bool fits(const struct moem_json_fsm *f, uint32_t i)
+{
+	return i != J_NONE && (uint64_t)f->depth + node(f, i)->depth <= MOEM_JSON_FSM_DEPTH;
+}
+
+static const struct moem_json_frame *top(const struct moem_json_fsm *f)
+{
+	return &f->stack[f->depth - 1];
+}
+
+/* The object whose properties the open one writes (a union's: its first object's tag). */
+static const struct jnode *obj(const struct moem_json_fsm *f)
+{
+	const struct jnode *o = node(f, top(f)->node);
+
+	return o->type == J_UNION ? node(f, f->s->a[o->first]) : o;
+}
+
+/*
+ * The keys the open object may write next: from the first property not
+ * yet written up to the first required one (properties in the schema's
+ * order), each only if its value can be finished.
+ */
+static uint64_t key_cands(const struct moem_json_fsm *f)
+{
+	const struct jnode *o = obj(f);
+	uint64_t m = 0;
+
+	for (uint32_t i = top(f)->next; i < o->n; i++) {
+		const struct jprop *p = &f->s->p[o->first + i];
+
+		if (fits(f, p->node))
+			m |= 1ull << i;
+		if (p->required)
+			break;
+	}
+	return m;
+}
+
+static bool obj_can_close(const struct moem_json_fsm *f)
+{
+	const struct jnode *o = obj(f);
+
+	for (uint32_t i = top(f)->next; i < o->n; i++)
+		if (f->s->p[o->first + i].required)
+			return false;
+	return true;
+}
+
+/* A key may come after '{' or ','. */
+static bool obj_has_key(const struct moem_json_fsm *f)
+{
+	const struct jnode *o = obj(f);
+
+	return o->n ? key_cands(f) != 0 : fits(f, o->child);
+}
+
 /* A value ended: its container says what comes next. */
 static void value_done(struct moem_json_fsm *f)
 {
-	f->state = f->depth ? S_AFTER : S_DONE;
+	const struct jnode *t;
+
+	if (!f->depth) {
+		f->state = f->s->post_len ? S_POST : S_DONE;
+		f->off = 0;
+		return;
+	}
+	t = node(f, top(f)->node);
+	if (t->type == J_ARR)
+		f->stack[f->depth - 1].count++;
+	if (t->type == J_UNION) {
+		/* the tag just read (f->node, its literals): the object it names goes on */
+		const struct jnode *l = node(f, f->node);
+
+		for (uint32_t i = 0; i < l->n; i++)
+			if (f->mask >> i & 1 && f->s->l[l->first + i].len == f->off) {
+				f->stack[f->depth - 1].node = f->s->a[t->first + i];
+				f->stack[f->depth - 1].next = 1;
+				break;
+			}
+	}
+	f->state = S_AFTER;
 }
 
-static int open_container(struct moem_json_fsm *f, uint8_t kind)
+static int open_container(struct moem_json_fsm *f, uint32_t i)
 {
 	if (f->depth == MOEM_JSON_FSM_DEPTH)
 		return -EINVAL;
-	f->stack[f->depth++] = kind;
-	f->state = kind ? S_ARR_FIRST : S_OBJ_FIRST;
+	f->stack[f->depth++] = (struct moem_json_frame){.node = (uint16_t)i};
+	f->state = node(f, i)->type == J_ARR ? S_ARR_FIRST : S_OBJ_FIRST;
 	return 0;
 }
 
-static int close_container(struct moem_json_fsm *f, uint8_t kind)
+static int close_container(struct moem_json_fsm *f)
 {
-	if (!f->depth || f->stack[f->depth - 1] != kind)
-		return -EINVAL;
 	f->depth--;
 	value_done(f);
 	return 0;
 }
 
-/* The first byte of a value. */
-static int value_start(struct moem_json_fsm *f, unsigned char c)
+/* All the literals still possible end here: the value is whole. */
+static bool lits_end(const struct moem_json_fsm *f, bool any)
 {
-	switch (c) {
-	case '{':
-		return open_container(f, 0);
-	case '[':
-		return open_container(f, 1);
-	case '"':
+	const struct jnode *n = node(f, f->node);
+
+	for (uint32_t i = 0; i < n->n; i++)
+		if (f->mask >> i & 1 && (f->s->l[n->first + i].len == f->off) == any)
+			return any;
+	return !any;
+}
+
+/* The first byte of a value of node i (which fits). */
+static int value_start(struct moem_json_fsm *f, uint32_t i, unsigned char c)
+{
+	const struct jnode *n = node(f, i);
+
+	switch (n->type) {
+	case J_ANYOF:
+		for (uint32_t j = 0; j < n->n; j++) {
+			uint32_t a = f->s->a[n->first + j];
+
+			if (jstarts(node(f, a), c) && fits(f, a))
+				return value_start(f, a, c);
+		}
+		return -EINVAL;
+	case J_OBJ:
+	case J_UNION:
+		return c == '{' ? open_container(f, i) : -EINVAL;
+	case J_ARR:
+		return c == '[' ? open_container(f, i) : -EINVAL;
+	case J_STR:
+		if (c != '"')
+			return -EINVAL;
 		f->state = S_STR;
 		f->key = 0;
+		f->node = (uint16_t)i;
+		f->len = 0;
 		return 0;
-	case '-':
-		f->state = S_NUM;
-		f->sub = N_MINUS;
-		return 0;
-	case 't':
-	case 'f':
-	case 'n':
-		f->state = S_LIT;
-		f->lit = c == 't' ? 0 : c == 'f' ? 1 : 2;
-		f->sub = 1;
-		return 0;
-	default:
+	case J_NUM:
+	case J_INT:
+		f->integer = n->type == J_INT;
+		if (c == '-') {
+			f->state = S_NUM;
+			f->sub = N_MINUS;
+			return 0;
+		}
 		if (c >= '0' && c <= '9') {
 			f->state = S_NUM;
 			f->sub = c == '0' ? N_ZERO : N_INT;
 			return 0;
 		}
 		return -EINVAL;
+	case J_LITS:
+		f->mask = 0;
+		for (uint32_t j = 0; j < n->n; j++)
+			if ((unsigned char)f->s->text[f->s->l[n->first + j].off] == c)
+				f->mask |= 1ull << j;
+		if (!f->mask)
+			return -EINVAL;
+		f->state = S_LIT;
+		f->node = (uint16_t)i;
+		f->off = 1;
+		if (lits_end(f, false))
+			value_done(f);
+		return 0;
+	default:
+		return -EINVAL;
 	}
+}
+
+static int step(struct moem_json_fsm *f, unsigned char c);
+
+static int lit_byte(struct moem_json_fsm *f, unsigned char c)
+{
+	const struct jnode *n = node(f, f->node);
+	uint64_t m = 0;
+
+	for (uint32_t i = 0; i < n->n; i++) {
+		const struct jlit *l = &f->s->l[n->first + i];
+
+		if (f->mask >> i & 1 && l->len > f->off &&
+		    (unsigned char)f->s->text[l->off + f->off] == c)
+			m |= 1ull << i;
+	}
+	if (m) {
+		f->mask = m;
+		f->off++;
+		if (lits_end(f, false))
+			value_done(f);
+		return 0;
+	}
+	/* a literal that ended with the last byte (another went on): the byte is the container's */
+	if (!lits_end(f, true))
+		return -EINVAL;
+	value_done(f);
+	return step(f, c);
+}
+
+static int key_byte(struct moem_json_fsm *f, unsigned char c)
+{
+	const struct jnode *u = node(f, top(f)->node), *o = obj(f);
+	uint64_t m = 0;
+
+	for (uint32_t i = 0; i < o->n; i++) {
+		const struct jprop *p = &f->s->p[o->first + i];
+
+		if (!(f->mask >> i & 1))
+			continue;
+		if (c == '"' && p->len == f->off) {
+			f->stack[f->depth - 1].next = (uint8_t)(i + 1);
+			/* a union's tag: any of its objects' values */
+			f->node = u->type == J_UNION ? u->child : p->node;
+			f->state = S_COLON;
+			return 0;
+		}
+		if (p->len > f->off && (unsigned char)f->s->text[p->off + f->off] == c)
+			m |= 1ull << i;
+	}
+	if (!m)
+		return -EINVAL;
+	f->mask = m;
+	f->off++;
+	return 0;
+}
+
+/* One more character of the string (not a key's): within its maxLength? */
+static int str_char(struct moem_json_fsm *f)
+{
+	if (!f->key && f->node != J_NONE && f->len >= node(f, f->node)->max)
+		return -EINVAL;
+	f->len++;
+	return 0;
 }
 
 /* A byte inside a string (not after a backslash). */
@@ -128,20 +376,24 @@ static int string_byte(struct moem_json_fsm *f, unsigned char c)
 		return 0;
 	}
 	if (c == '"') {
-		if (f->key)
+		if (f->key) {
 			f->state = S_COLON;
-		else
-			value_done(f);
+			f->node = node(f, top(f)->node)->child;
+			return 0;
+		}
+		if (f->node != J_NONE && f->len < node(f, f->node)->min)
+			return -EINVAL;
+		value_done(f);
 		return 0;
 	}
 	if (c == '\\') {
 		f->state = S_STR_ESC;
-		return 0;
+		return str_char(f);
 	}
 	if (c < 0x20)
 		return -EINVAL;
 	if (c < 0x80)
-		return 0;
+		return str_char(f);
 	/* UTF-8 lead bytes, and the range their next byte must be in
 	 * (no overlongs, surrogates or code points past U+10FFFF) */
 	f->lo = 0x80;
@@ -163,7 +415,7 @@ static int string_byte(struct moem_json_fsm *f, unsigned char c)
 	} else {
 		return -EINVAL;
 	}
-	return 0;
+	return str_char(f);
 }
 
 static int number_byte(struct moem_json_fsm *f, unsigned char c)
@@ -180,11 +432,11 @@ static int number_byte(struct moem_json_fsm *f, unsigned char c)
 	case N_INT:
 		if (digit && f->sub == N_INT)
 			return 0;
-		if (c == '.') {
+		if (c == '.' && !f->integer) {
 			f->sub = N_DOT;
 			return 0;
 		}
-		if (c == 'e' || c == 'E') {
+		if ((c == 'e' || c == 'E') && !f->integer) {
 			f->sub = N_E;
 			return 0;
 		}
@@ -229,13 +481,57 @@ static int number_byte(struct moem_json_fsm *f, unsigned char c)
 	return 1;
 }
 
+/* '"' opening a key of the open object (one may come: obj_has_key()). */
+static int key_start(struct moem_json_fsm *f)
+{
+	const struct jnode *o = obj(f);
+
+	if (o->n) {
+		f->mask = key_cands(f);
+		f->off = 0;
+		f->state = S_KEY;
+	} else {
+		f->state = S_STR;
+		f->key = 1;
+		f->node = J_NONE;
+		f->len = 0;
+	}
+	return 0;
+}
+
+static int after_value(struct moem_json_fsm *f, unsigned char c)
+{
+	const struct moem_json_frame *t = top(f);
+	const struct jnode *n = node(f, t->node);
+
+	if (n->type == J_OBJ) {
+		if (c == ',' && obj_has_key(f)) {
+			f->state = S_OBJ_KEY;
+			return 0;
+		}
+		if (c == '}' && obj_can_close(f))
+			return close_container(f);
+		return -EINVAL;
+	}
+	if (c == ',' && t->count < n->max && fits(f, n->child)) {
+		f->state = S_VALUE;
+		f->node = n->child;
+		return 0;
+	}
+	if (c == ']' && t->count >= n->min)
+		return close_container(f);
+	return -EINVAL;
+}
+
 /* One byte: 0, or -EINVAL. */
 static int step(struct moem_json_fsm *f, unsigned char c)
 {
+	const struct jnode *n;
 	int ret;
 
 	if (f->state != S_STR && f->state != S_STR_ESC && f->state != S_STR_HEX &&
-	    f->state != S_NUM && f->state != S_LIT) {
+	    f->state != S_NUM && f->state != S_LIT && f->state != S_KEY && f->state != S_PRE &&
+	    f->state != S_POST) {
 		if (is_ws(c)) {
 			if (f->ws == MOEM_JSON_FSM_WS)
 				return -EINVAL;
@@ -245,39 +541,45 @@ static int step(struct moem_json_fsm *f, unsigned char c)
 		f->ws = 0;
 	}
 	switch (f->state) {
-	case S_START:
-		return c == '{' ? open_container(f, 0) : -EINVAL;
-	case S_VALUE:
-		return value_start(f, c);
-	case S_OBJ_FIRST:
-		if (c == '}')
-			return close_container(f, 0);
-		/* fall through */
-	case S_OBJ_KEY:
-		if (c != '"')
+	case S_PRE:
+		if (c != (unsigned char)f->s->text[f->s->pre_off + f->off])
 			return -EINVAL;
-		f->state = S_STR;
-		f->key = 1;
+		if (++f->off == f->s->pre_len)
+			f->state = S_START;
 		return 0;
+	case S_POST:
+		if (c != (unsigned char)f->s->text[f->s->post_off + f->off])
+			return -EINVAL;
+		if (++f->off == f->s->post_len)
+			f->state = S_DONE;
+		return 0;
+	case S_START:
+	case S_VALUE:
+		return value_start(f, f->node, c);
+	case S_OBJ_FIRST:
+		if (c == '}' && obj_can_close(f))
+			return close_container(f);
+		if (c == '"' && obj_has_key(f))
+			return key_start(f);
+		return -EINVAL;
+	case S_OBJ_KEY:
+		return c == '"' ? key_start(f) : -EINVAL;
+	case S_KEY:
+		return key_byte(f, c);
 	case S_COLON:
 		if (c != ':')
 			return -EINVAL;
 		f->state = S_VALUE;
 		return 0;
 	case S_AFTER:
-		if (c == ',') {
-			f->state = f->stack[f->depth - 1] ? S_VALUE : S_OBJ_KEY;
-			return 0;
-		}
-		if (c == '}')
-			return close_container(f, 0);
-		if (c == ']')
-			return close_container(f, 1);
-		return -EINVAL;
+		return after_value(f, c);
 	case S_ARR_FIRST:
-		if (c == ']')
-			return close_container(f, 1);
-		return value_start(f, c);
+		n = node(f, top(f)->node);
+		if (c == ']' && !n->min)
+			return close_container(f);
+		if (!n->max || !fits(f, n->child))
+			return -EINVAL;
+		return value_start(f, n->child, c);
 	case S_STR:
 		return string_byte(f, c);
 	case S_STR_ESC:
@@ -305,11 +607,7 @@ static int step(struct moem_json_fsm *f, unsigned char c)
 		ret = number_byte(f, c);
 		return ret == 1 ? step(f, c) : ret;
 	case S_LIT:
-		if (c != (unsigned char)lits[f->lit][f->sub])
-			return -EINVAL;
-		if (!lits[f->lit][++f->sub])
-			value_done(f);
-		return 0;
+		return lit_byte(f, c);
 	case S_DONE:
 	default:
 		return -EINVAL;

@@ -66,7 +66,7 @@ static void json_over(const char *text)
 	struct json_tokener *tok;
 	struct json_object *o;
 
-	moem_json_fsm_init(&f);
+	moem_json_fsm_init(&f, NULL);
 	if (moem_json_fsm_feed(&f, text, strlen(text)) || !moem_json_fsm_done(&f))
 		return;
 	tok = json_tokener_new_ex(MOEM_JSON_FSM_DEPTH + 2);

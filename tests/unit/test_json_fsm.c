@@ -20,7 +20,7 @@
 
 static int feed_all(const char *s, struct moem_json_fsm *f)
 {
-	moem_json_fsm_init(f);
+	moem_json_fsm_init(f, NULL);
 	return moem_json_fsm_feed(f, s, strlen(s));
 }
 
@@ -31,7 +31,7 @@ static void good(struct __test_metadata *_metadata, const char *s)
 
 	EXPECT_EQ(0, feed_all(s, &f)) TH_LOG("refused: %s", s);
 	EXPECT_TRUE(moem_json_fsm_done(&f)) TH_LOG("not complete: %s", s);
-	moem_json_fsm_init(&f);
+	moem_json_fsm_init(&f, NULL);
 	for (size_t i = 0; i < strlen(s); i++) {
 		ASSERT_EQ(0, moem_json_fsm_feed(&f, s + i, 1)) TH_LOG("%s: byte %zu", s, i);
 	}
@@ -43,7 +43,7 @@ static void bad(struct __test_metadata *_metadata, const char *s, size_t at)
 {
 	struct moem_json_fsm f;
 
-	moem_json_fsm_init(&f);
+	moem_json_fsm_init(&f, NULL);
 	EXPECT_EQ(0, moem_json_fsm_feed(&f, s, at)) TH_LOG("%s: refused before byte %zu", s, at);
 	EXPECT_EQ(-EINVAL, moem_json_fsm_feed(&f, s + at, 1)) TH_LOG("%s: byte %zu taken", s, at);
 }
@@ -100,17 +100,17 @@ TEST(limits)
 	n += 4;
 	for (int i = 1; i < MOEM_JSON_FSM_DEPTH; i++)
 		s[n++] = '[';
-	moem_json_fsm_init(&f);
+	moem_json_fsm_init(&f, NULL);
 	ASSERT_EQ(0, moem_json_fsm_feed(&f, s, n));
 	EXPECT_EQ(-EINVAL, moem_json_fsm_feed(&f, "[", 1));
 	/* whitespace: MOEM_JSON_FSM_WS in a row, not one more */
 	memset(s, ' ', MOEM_JSON_FSM_WS);
-	moem_json_fsm_init(&f);
+	moem_json_fsm_init(&f, NULL);
 	ASSERT_EQ(0, moem_json_fsm_feed(&f, "{", 1));
 	ASSERT_EQ(0, moem_json_fsm_feed(&f, s, MOEM_JSON_FSM_WS));
 	EXPECT_EQ(-EINVAL, moem_json_fsm_feed(&f, "\n", 1));
 	/* ... but in a string, blanks are text */
-	moem_json_fsm_init(&f);
+	moem_json_fsm_init(&f, NULL);
 	ASSERT_EQ(0, moem_json_fsm_feed(&f, "{\"", 2));
 	for (int i = 0; i < 4; i++)
 		ASSERT_EQ(0, moem_json_fsm_feed(&f, s, MOEM_JSON_FSM_WS));
@@ -157,7 +157,7 @@ TEST(agrees_with_json_c)
 		char s[48];
 		size_t n = 0;
 
-		moem_json_fsm_init(&f);
+		moem_json_fsm_init(&f, NULL);
 		s[n] = '{';
 		ASSERT_EQ(0, moem_json_fsm_feed(&f, s, 1));
 		for (n = 1; n < sizeof(s) - 1; n++) {

@@ -545,11 +545,14 @@ static void json_mask(void *arg, float *logits, uint32_t vocab)
 		m->json_allow_n = vocab;
 	}
 	for (uint32_t v = 0; v < vocab; v++) {
-		struct moem_json_fsm f = r->json_fsm;
+		struct moem_json_fsm f;
 		uint32_t n = v < m->json_n ? m->json_off[v + 1] - m->json_off[v] : 0;
 
-		m->json_allow[v] = n && isfinite(logits[v]) &&
-				   !moem_json_fsm_feed(&f, m->json_bytes + m->json_off[v], n);
+		m->json_allow[v] = 0;
+		if (!n || !isfinite(logits[v]))
+			continue;
+		moem_json_fsm_copy(&f, &r->json_fsm);
+		m->json_allow[v] = !moem_json_fsm_feed(&f, m->json_bytes + m->json_off[v], n);
 		allowed += m->json_allow[v];
 	}
 	if (!allowed) {
@@ -617,7 +620,7 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 		p.logits_arg = r;
 	}
 	if (r->json) {
-		moem_json_fsm_init(&r->json_fsm);
+		moem_json_fsm_init(&r->json_fsm, NULL);
 		p.constraint = &json_ops;
 		p.constraint_arg = r;
 	}

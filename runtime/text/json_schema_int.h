@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * A compiled JSON schema (json_fsm.h): the graph json_schema.c builds and
+ * json_fsm.c walks. Nodes refer to each other by index, so a recursive
+ * schema ($ref to an enclosing one) is a cycle; a $ref leaves no node of
+ * its own.
+ */
+#ifndef MOEM_JSON_SCHEMA_INT_H
+#define MOEM_JSON_SCHEMA_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <moem/json_fsm.h>
+
+enum jtype {
+	J_OBJ,	 /* an object: listed properties, or any keys with values of child */
+	J_ARR,	 /* an array of child, min..max items */
+	J_STR,	 /* a string of min..max characters */
+	J_NUM,	 /* a number */
+	J_INT,	 /* an integer (written without fraction or exponent) */
+	J_LITS,	 /* one of n texts (enum, const, boolean, null): JSON as written */
+	J_ANYOF, /* one of n alternatives, told by the first byte */
+	J_UNION, /* one of n objects, told by their first property's value (child: those values) */
+};
+
+#define J_NONE	   0xffff      /* no child node (an object with no other keys) */
+#define J_DEPTH_NO 0xffffffffu /* no instance within any nesting */
+
+struct jnode {
+	uint8_t type;	/* enum jtype */
+	uint8_t n;	/* properties, texts or alternatives */
+	uint16_t child; /* J_ARR: the items; J_OBJ without properties: the values (or J_NONE) */
+	uint32_t first; /* index of the first in props / lits / alts */
+	uint32_t min, max;
+	uint32_t depth;	    /* containers an instance needs at least (J_DEPTH_NO: none has one) */
+	uint8_t starts[32]; /* the bytes an instance can start with */
+};
+
+struct jprop {
+	uint32_t off, len; /* the key as written between the quotes */
+	uint16_t node;
+	bool required;
+};
+
+struct jlit {
+	uint32_t off, len;
+};
+
+struct moem_json_schema {
+	struct jnode *n;
+	uint32_t nn, cap_n;
+	struct jprop *p;
+	uint32_t np, cap_p;
+	struct jlit *l;
+	uint32_t nl, cap_l;
+	uint16_t *a;
+	uint32_t na, cap_a;
+	char *text;
+	uint32_t ntext, cap_text;
+	uint16_t root;
+	/* text the object is written between (moem_json_schema_wrap()) */
+	uint32_t pre_off, pre_len, post_off, post_len;
+};
+
+static inline bool jstarts(const struct jnode *n, unsigned char c)
+{
+	return n->starts[c >> 3] >> (c & 7) & 1;
+}
+
+#endif /* MOEM_JSON_SCHEMA_INT_H */

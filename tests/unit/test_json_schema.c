@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Constrained decoding by a JSON schema (json_fsm.h): schemas refused with
+ * the place and the reason; documents taken and bytes refused where they
+ * come; and random walks through the recognizer (a random byte among those
+ * it takes, until the object closes) that must never reach a state with
+ * no way on, and whose documents an independent validator, Python's
+ * jsonschema (Debian's python3-jsonschema, draft 2020-12), must accept
+ * as instances of the schema.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include <moem/error.h>
+#include <moem/json_fsm.h>
+#include <moem/rng.h>
+
+#include "kselftest_harness.h"
+
+static struct moem_json_schema *compile(const char *text)
+{
+	struct json_object *o = json_tokener_parse(text);
+	struct moem_json_schema *s = NULL;
+
+	if (!o)
+		return NULL;
+	moem_clear_error();
+	if (moem_json_schema_compile(o, &s))
+		s = NULL;
+	json_object_put(o);
+	return s;
+}
+
+struct refusal {
+	const char *schema, *says;
+};
+
+TEST(schemas_refused_with_the_reason)
+{
+	static const struct refusal r[] = {
+		{"{\"type\":\"string\"}", "(top): the top schema must be an object"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"x\"}}}",
+		 "/properties/a: 'pattern' is not supported"},
+		{"{\"type\":\"object\",\"properties\":{\"a "
+		 "b\":{\"type\":\"number\",\"minimum\":0}}}",
+		 "/properties/a b: 'minimum' is not supported"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}",
+		 "'not' is not supported"},
+		{"{\"type\":\"object\",\"required\":[\"b\"],\"properties\":{\"a\":{}}}",
+		 "required property 'b' is not in 'properties'"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"object\"},"
+		 "{\"properties\":{}}]}}}",
+		 "/properties/a: two alternatives can start with '{'"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":[\"integer\",\"string\","
+		 "\"string\"]}}}",
+		 "two alternatives can start with '\"'"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/X\"}}}",
+		 "/properties/a: $ref '#/$defs/X' names no schema"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"other.json#/a\"}}}",
+		 "only '#', '#/$defs/NAME'"},
+		{"{\"$defs\":{\"A\":{\"$ref\":\"#/$defs/B\"},\"B\":{\"$ref\":\"#/$defs/A\"}},"
+		 "\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}}}",
+		 "a $ref cycle that never reaches a schema"},
+		{"{\"$defs\":{\"A\":{\"anyOf\":[{\"$ref\":\"#/$defs/A\"},{\"type\":\"null\"}]}},"
+		 "\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}}}",
+		 "refers back to its anyOf"},
+		{"{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#\"}},\"required\":[\"x\"]"
+		 "}",
+		 "no instance nests at most 32 deep"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"minItems\":3,"
+		 "\"maxItems\":2}}}",
+		 "'minItems' above 'maxItems'"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"minItems\":-1}}"
+		 "}",
+		 "'minItems' must be a non-negative integer"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[1,2,1]}}}",
+		 "a value twice"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"enum\":[1]}}}",
+		 "not of 'type'"},
+		{"false", "the schema false"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"text\"}}}",
+		 "unknown type"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minItems\":1}}"
+		 "}",
+		 "'minItems' does not apply"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"allOf\":[{},{}]}}}",
+		 "'allOf' of more than one schema"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\",\"type\":\"object\"}}"
+		 "}",
+		 "'type' is not supported beside '$ref'"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"uniqueItems\":"
+		 "true}}}",
+		 "'uniqueItems' true"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":7}}",
+		 "must be an object or a boolean"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"minLength\":1,\"items\":{}}}}",
+		 "keywords of several types"},
+	};
+	struct moem_json_schema *s;
+
+	for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++) {
+		s = compile(r[i].schema);
+		EXPECT_EQ(NULL, s) TH_LOG("taken: %s", r[i].schema);
+		moem_json_schema_free(s);
+		EXPECT_NE(NULL, strstr(moem_last_error(), r[i].says))
+		TH_LOG("%s: says \"%s\", not \"%s\"", r[i].schema, moem_last_error(), r[i].says);
+	}
+}
+
+TEST(bounds_refused)
+{
+	char big[8192];
+	size_t n = 0;
+	struct moem_json_schema *s;
+
+	/* 65 properties: one more than an object may list */
+	n += (size_t)snprintf(big + n, sizeof(big) - n, "{\"type\":\"object\",\"properties\":{");
+	for (int i = 0; i <= MOEM_JSON_SCHEMA_PROPS; i++)
+		n += (size_t)snprintf(big + n, sizeof(big) - n, "%s\"p%d\":{}", i ? "," : "", i);
+	snprintf(big + n, sizeof(big) - n, "}}");
+	s = compile(big);
+	EXPECT_EQ(NULL, s);
+	EXPECT_NE(NULL, strstr(moem_last_error(), "more than 64 properties"));
+	moem_json_schema_free(s);
+	/* 65 enum values */
+	n = (size_t)snprintf(big, sizeof(big),
+			     "{\"type\":\"object\",\"properties\":{\"e\":{\"enum\":[");
+	for (int i = 0; i <= MOEM_JSON_SCHEMA_ENUM; i++)
+		n += (size_t)snprintf(big + n, sizeof(big) - n, "%s%d", i ? "," : "", i);
+	snprintf(big + n, sizeof(big) - n, "]}}}");
+	s = compile(big);
+	EXPECT_EQ(NULL, s);
+	EXPECT_NE(NULL, strstr(moem_last_error(), "1 to 64 values"));
+	moem_json_schema_free(s);
+}
+
+static const char person[] =
+	"{\"type\":\"object\",\"properties\":{"
+	"\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":5},"
+	"\"age\":{\"type\":\"integer\"},"
+	"\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"ab\"]},\"minItems\":1,"
+	"\"maxItems\":2},"
+	"\"opt\":{\"type\":[\"number\",\"null\"]},"
+	"\"sub\":{\"$ref\":\"#/$defs/Sub\"}},"
+	"\"required\":[\"name\",\"age\",\"tags\"],"
+	"\"$defs\":{\"Sub\":{\"type\":\"object\",\"properties\":{\"v\":{\"const\":true}},"
+	"\"required\":[\"v\"],\"additionalProperties\":false}}}";
+
+static bool takes(const struct moem_json_schema *s, const char *doc, bool *done)
+{
+	struct moem_json_fsm f;
+	bool ok;
+
+	moem_json_fsm_init(&f, s);
+	ok = !moem_json_fsm_feed(&f, doc, strlen(doc));
+	*done = ok && moem_json_fsm_done(&f);
+	return ok;
+}
+
+/* The first byte of doc that s refuses (strlen(doc) if none). */
+static size_t refused_at(const struct moem_json_schema *s, const char *doc)
+{
+	struct moem_json_fsm f;
+	size_t i;
+
+	moem_json_fsm_init(&f, s);
+	for (i = 0; doc[i]; i++)
+		if (moem_json_fsm_feed(&f, doc + i, 1))
+			break;
+	return i;
+}
+
+TEST(documents_taken_and_refused)
+{
+	static const char *const good[] = {
+		"{\"name\":\"Ann\",\"age\":31,\"tags\":[\"a\"]}",
+		"{\"name\":\"Ann\",\"age\":-3,\"tags\":[\"ab\",\"b\"],\"opt\":null,\"sub\":{\"v\":"
+		"true}}",
+		"{ \"name\" : \"\xc3\xa9\\n\" , \"age\":0, \"tags\":[ \"b\" ], \"opt\": 2.5e3 }",
+		"{\"name\":\"12345\",\"age\":7,\"tags\":[\"a\",\"ab\"],\"sub\":{\"v\":true}}",
+	};
+	/* each refused at the byte after the marker '|' */
+	static const char *const bad[] = {
+		"{\"|age\":1}",						    /* name comes first */
+		"{\"name\":\"|\"",					    /* minLength 1 */
+		"{\"name\":\"abcde|f\"",				    /* maxLength 5 */
+		"{\"name\":\"A\",\"age\":1|.5",				    /* an integer */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[|]",		    /* minItems 1 */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"a\",\"b\"|,",	    /* maxItems 2 */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"|c\"",		    /* enum */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"ab|a\"",		    /* enum */
+		"{\"name\":\"A\",\"age\":1|}",				    /* tags required */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"a\"],\"sub\":{|}",   /* v required */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"a\"],\"|extra\":1}", /* not listed */
+		/* properties in the schema's order: none after sub */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"a\"],\"sub\":{\"v\":true}|,\"opt\":1}",
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"a\"],\"opt\":|\"1\"", /* number or null */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"a\"],\"sub\":{\"v\":|false}", /* const */
+		"{\"name\":\"A\",\"age\":1,\"tags\":[\"a\"]} |x", /* after the end */
+	};
+	struct moem_json_schema *s = compile(person);
+	bool done;
+
+	ASSERT_NE(NULL, s) TH_LOG("%s", moem_last_error());
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		EXPECT_TRUE(takes(s, good[i], &done)) TH_LOG("refused: %s", good[i]);
+		EXPECT_TRUE(done) TH_LOG("not complete: %s", good[i]);
+		EXPECT_EQ(strlen(good[i]), refused_at(s, good[i])) TH_LOG("%s", good[i]);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char doc[256];
+		const char *bar = strchr(bad[i], '|');
+		size_t at = (size_t)(bar - bad[i]);
+
+		snprintf(doc, sizeof(doc), "%.*s%s", (int)at, bad[i], bar + 1);
+		EXPECT_EQ(at, refused_at(s, doc))
+		TH_LOG("%s", bad[i]);
+	}
+	moem_json_schema_free(s);
+}
+
+TEST(recursion_within_the_nesting_limit)
+{
+	static const char tree[] = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+				   "\"string\"},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":"
+				   "\"#\"}}},\"required\":[\"name\"]}";
+	struct moem_json_schema *s = compile(tree);
+	struct moem_json_fsm f;
+	bool done;
+	int d;
+
+	ASSERT_NE(NULL, s) TH_LOG("%s", moem_last_error());
+	EXPECT_TRUE(takes(s,
+			  "{\"name\":\"r\",\"kids\":[{\"name\":\"a\"},{\"name\":\"b\",\"kids\":"
+			  "[]}]}",
+			  &done));
+	EXPECT_TRUE(done);
+	/* each level is an object and an array: the deepest object at 31 open
+	 * containers can still be written, then no "kids" key opens a 32nd's
+	 * array that could hold one more */
+	moem_json_fsm_init(&f, s);
+	for (d = 0; d < MOEM_JSON_FSM_DEPTH / 2 - 1; d++)
+		ASSERT_EQ(0, moem_json_fsm_feed(&f, "{\"name\":\"x\",\"kids\":[", 20))
+	TH_LOG("%d", d);
+	ASSERT_EQ(0, moem_json_fsm_feed(&f, "{\"name\":\"x\"", 11));
+	EXPECT_EQ(31, f.depth);
+	{
+		struct moem_json_fsm g;
+
+		moem_json_fsm_copy(&g, &f);
+		/* an empty kids array fits (32 open), but no object in it would */
+		EXPECT_EQ(0, moem_json_fsm_feed(&g, ",\"kids\":[", 9));
+		EXPECT_EQ(-EINVAL, moem_json_fsm_feed(&g, "{", 1));
+	}
+	for (d = 0; d < MOEM_JSON_FSM_DEPTH / 2 - 1; d++)
+		ASSERT_EQ(0, moem_json_fsm_feed(&f, "}]", 2));
+	ASSERT_EQ(0, moem_json_fsm_feed(&f, "}", 1));
+	EXPECT_TRUE(moem_json_fsm_done(&f));
+	moem_json_schema_free(s);
+}
+
+/* Schemas for the walks: what clients send (Pydantic's and zod's shapes among them). */
+static const char *const walk_schemas[] = {
+	person,
+	/* Pydantic: $defs, Optional as anyOf with null, enums, lists of models, a dict */
+	"{\"$defs\":{\"Color\":{\"enum\":[\"red\",\"green\",\"blue\"],\"title\":\"Color\","
+	"\"type\":\"string\"},\"Item\":{\"properties\":{\"sku\":{\"title\":\"Sku\",\"type\":"
+	"\"string\",\"maxLength\":12},\"qty\":{\"title\":\"Qty\",\"type\":\"integer\"},"
+	"\"color\":{\"anyOf\":[{\"$ref\":\"#/$defs/Color\"},{\"type\":\"null\"}],\"default\":"
+	"null}},\"required\":[\"sku\",\"qty\"],\"title\":\"Item\",\"type\":\"object\"}},"
+	"\"properties\":{\"id\":{\"type\":\"integer\"},\"items\":{\"items\":{\"$ref\":"
+	"\"#/$defs/Item\"},\"type\":\"array\",\"maxItems\":4},\"note\":{\"anyOf\":[{\"type\":"
+	"\"string\"},{\"type\":\"null\"}],\"default\":null,\"format\":\"email\"},\"prices\":"
+	"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"number\"}},\"paid\":{\"type\":"
+	"\"boolean\"}},\"required\":[\"id\",\"items\",\"paid\"],\"title\":\"Order\",\"type\":"
+	"\"object\",\"$schema\":\"https://json-schema.org/draft/2020-12/schema\"}",
+	/* OpenAI strict style: every property required, no others; a recursive tree */
+	"{\"type\":\"object\",\"properties\":{\"label\":{\"type\":\"string\",\"maxLength\":8},"
+	"\"score\":{\"type\":[\"number\",\"null\"]},\"children\":{\"type\":\"array\",\"items\":"
+	"{\"$ref\":\"#\"},\"maxItems\":2}},\"required\":[\"label\",\"score\",\"children\"],"
+	"\"additionalProperties\":false}",
+	/* anything goes under a key; const and mixed enums; an empty object; escapes in keys */
+	"{\"type\":\"object\",\"properties\":{\"any\":{},\"k\":{\"const\":{\"a\":[1,\"x\"]}},"
+	"\"mix\":{\"enum\":[1,10,\"1\",null,true,[2]]},\"none\":{\"type\":\"object\","
+	"\"additionalProperties\":false},\"q\\\"/\\u00e9\":{\"type\":\"string\",\"minLength\":2}},"
+	"\"required\":[\"any\",\"mix\",\"q\\\"/\\u00e9\"]}",
+	/* recursion through an alias ($ref to a $ref), Pydantic v1's allOf of one $ref */
+	"{\"$defs\":{\"A\":{\"$ref\":\"#/$defs/B\"},\"B\":{\"type\":\"object\",\"properties\":"
+	"{\"x\":{\"$ref\":\"#/$defs/A\"},\"v\":{\"type\":\"integer\"}}}},\"type\":\"object\","
+	"\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"},\"b\":{\"allOf\":[{\"$ref\":"
+	"\"#/$defs/B\"}],\"description\":\"d\"}},\"required\":[\"a\"]}",
+	/* Pydantic's discriminated union: objects told apart by their first property */
+	"{\"$defs\":{\"Cat\":{\"properties\":{\"pet_type\":{\"const\":\"cat\",\"type\":"
+	"\"string\"},\"meows\":{\"type\":\"integer\"}},\"required\":[\"pet_type\",\"meows\"],"
+	"\"type\":\"object\"},\"Dog\":{\"properties\":{\"pet_type\":{\"const\":\"dog\",\"type\":"
+	"\"string\"},\"barks\":{\"type\":\"number\"}},\"required\":[\"pet_type\",\"barks\"],"
+	"\"type\":\"object\"},\"Lizard\":{\"properties\":{\"pet_type\":{\"enum\":[\"reptile\"]},"
+	"\"scales\":{\"type\":\"boolean\"}},\"required\":[\"pet_type\"],\"type\":\"object\"}},"
+	"\"properties\":{\"pet\":{\"discriminator\":{\"mapping\":{\"cat\":\"#/$defs/Cat\","
+	"\"dog\":\"#/$defs/Dog\",\"reptile\":\"#/$defs/Lizard\"},\"propertyName\":\"pet_type\"},"
+	"\"oneOf\":[{\"$ref\":\"#/$defs/Cat\"},{\"$ref\":\"#/$defs/Dog\"},{\"$ref\":"
+	"\"#/$defs/Lizard\"},{\"type\":\"null\"}]},\"n\":{\"type\":\"integer\"}},\"required\":"
+	"[\"pet\",\"n\"],\"type\":\"object\"}",
+	/* oneOf of different types, an integer-or-number list, nullable arrays */
+	"{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":"
+	"\"string\",\"maxLength\":3},{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},"
+	"\"minItems\":2,\"maxItems\":3}]},\"w\":{\"type\":[\"array\",\"null\"],\"items\":"
+	"{\"type\":[\"integer\",\"number\"]}}},\"required\":[\"v\",\"w\"]}",
+};
+
+/* Bytes a walk prefers once it is long, so that it ends: closers, then short values. */
+static const char finish[] = "\"]},:0ntf";
+
+/* One random document of s into out (NUL-ended); false at a state with no way on. */
+static bool walk(const struct moem_json_schema *s, struct moem_rng *rng, char *out, size_t cap)
+{
+	struct moem_json_fsm f, g;
+	size_t n = 0;
+
+	moem_json_fsm_init(&f, s);
+	while (!moem_json_fsm_done(&f)) {
+		unsigned char ok[256];
+		int nok = 0, pick = -1;
+
+		if (n + 1 >= cap)
+			return false;
+		for (int b = 1; b < 256; b++) {
+			char c = (char)b;
+
+			moem_json_fsm_copy(&g, &f);
+			if (!moem_json_fsm_feed(&g, &c, 1))
+				ok[nok++] = (unsigned char)b;
+		}
+		if (!nok)
+			return false; /* a dead end */
+		if (n > 160) {
+			for (const char *p = finish; *p && pick < 0; p++)
+				if (memchr(ok, *p, (size_t)nok))
+					pick = (unsigned char)*p;
+		}
+		if (pick < 0) {
+			pick = ok[moem_rng_u64(rng) % (uint64_t)nok];
+			/* fewer blanks, which would otherwise fill the walk */
+			if ((pick == ' ' || pick == '\n' || pick == '\t' || pick == '\r') &&
+			    moem_rng_u64(rng) % 8)
+				pick = ok[moem_rng_u64(rng) % (uint64_t)nok];
+		}
+		out[n] = (char)pick;
+		if (moem_json_fsm_feed(&f, out + n, 1))
+			return false;
+		n++;
+	}
+	out[n] = 0;
+	return true;
+}
+
+static const char validate_py[] =
+	"import json, sys\n"
+	"from jsonschema import Draft202012Validator as V\n"
+	"d = sys.argv[1]\n"
+	"bad = 0\n"
+	"for i in range(int(sys.argv[2])):\n"
+	"    schema = json.load(open('%s/schema%d.json' % (d, i)))\n"
+	"    V.check_schema(schema)\n"
+	"    v = V(schema)\n"
+	"    docs = json.load(open('%s/docs%d.json' % (d, i), encoding='utf-8'))\n"
+	"    for doc in docs:\n"
+	"        for e in v.iter_errors(doc):\n"
+	"            bad += 1\n"
+	"            if bad < 5: print('schema %d: %s: %s' % (i, json.dumps(doc), e.message))\n"
+	"    print('schema %d: %d documents checked' % (i, len(docs)))\n"
+	"sys.exit(1 if bad else 0)\n";
+
+TEST(walks_are_instances_of_the_schema)
+{
+	const int n_schemas = (int)(sizeof(walk_schemas) / sizeof(walk_schemas[0]));
+	const int per = 150;
+	char dir[] = "/tmp/moem-json-schema-XXXXXX", path[128], cmd[512];
+	static char doc[8192];
+	struct moem_rng rng;
+	FILE *py;
+	int ret;
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	moem_rng_seed(&rng, 20261129, 7);
+	for (int i = 0; i < n_schemas; i++) {
+		struct moem_json_schema *s = compile(walk_schemas[i]);
+		int distinct = 0;
+		FILE *out;
+		char *prev = NULL;
+
+		ASSERT_NE(NULL, s) TH_LOG("schema %d: %s", i, moem_last_error());
+		snprintf(path, sizeof(path), "%s/schema%d.json", dir, i);
+		out = fopen(path, "w");
+		ASSERT_NE(NULL, out);
+		fputs(walk_schemas[i], out);
+		fclose(out);
+		snprintf(path, sizeof(path), "%s/docs%d.json", dir, i);
+		out = fopen(path, "w");
+		ASSERT_NE(NULL, out);
+		fputc('[', out);
+		for (int w = 0; w < per; w++) {
+			struct json_tokener *tok = json_tokener_new();
+			struct json_object *o;
+
+			ASSERT_TRUE(walk(s, &rng, doc, sizeof(doc)))
+			TH_LOG("schema %d walk %d: no way on after: %s", i, w, doc);
+			/* one strict JSON object, as json-c reads it */
+			json_tokener_set_flags(tok,
+					       JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+			o = json_tokener_parse_ex(tok, doc, (int)strlen(doc));
+			EXPECT_TRUE(o && json_object_is_type(o, json_type_object) &&
+				    json_tokener_get_error(tok) == json_tokener_success)
+			TH_LOG("schema %d: json-c refuses %s", i, doc);
+			json_object_put(o);
+			json_tokener_free(tok);
+			distinct += !prev || strcmp(prev, doc);
+			free(prev);
+			prev = strdup(doc);
+			fprintf(out, "%s%s\n", w ? "," : "", doc);
+		}
+		free(prev);
+		fputs("]\n", out);
+		fclose(out);
+		/* the walks differ: the test is not one document over and over */
+		EXPECT_GT(distinct, per / 2) TH_LOG("schema %d: %d distinct", i, distinct);
+		moem_json_schema_free(s);
+	}
+	snprintf(path, sizeof(path), "%s/validate.py", dir);
+	py = fopen(path, "w");
+	ASSERT_NE(NULL, py);
+	fputs(validate_py, py);
+	fclose(py);
+	snprintf(cmd, sizeof(cmd),
+		 "/usr/bin/python3 -c 'import jsonschema' 2>/dev/null || "
+		 "{ echo 'python3-jsonschema is missing: run scripts/deps.sh'; exit 2; }; "
+		 "/usr/bin/python3 %s %s %d",
+		 path, dir, n_schemas);
+	ret = system(cmd);
+	EXPECT_EQ(0, ret) TH_LOG("Python's jsonschema refused documents (above)");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	EXPECT_EQ(0, system(cmd));
+}
+
+/*
+ * A tool call as Qwen's and Hermes' templates ask for it: the object
+ * between "<tool_call>\n" and "\n</tool_call>", its "name" one of the
+ * tools' (a union), its "arguments" that tool's parameters.
+ */
+TEST(tool_call_between_its_tags)
+{
+	static const char calls[] =
+		"{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"name\":{\"const\":"
+		"\"weather\"},\"arguments\":{\"type\":\"object\",\"properties\":{\"city\":"
+		"{\"type\":\"string\"}},\"required\":[\"city\"]}},\"required\":[\"name\","
+		"\"arguments\"]},{\"type\":\"object\",\"properties\":{\"name\":{\"const\":"
+		"\"time\"},\"arguments\":{\"type\":\"object\",\"properties\":{\"zone\":"
+		"{\"enum\":[\"UTC\",\"CET\"]}}}},\"required\":[\"name\",\"arguments\"]}]}";
+	struct moem_json_schema *s = compile(calls);
+	struct moem_json_fsm f;
+	bool done;
+
+	ASSERT_NE(NULL, s) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, moem_json_schema_wrap(s, "<tool_call>\n", "\n</tool_call>"));
+	EXPECT_EQ(-EINVAL, moem_json_schema_wrap(s, "a", "b"));
+	EXPECT_TRUE(takes(s,
+			  "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": "
+			  "\"Paris\"}}\n</tool_call>",
+			  &done));
+	EXPECT_TRUE(done);
+	EXPECT_TRUE(
+		takes(s, "<tool_call>\n{\"name\":\"time\",\"arguments\":{}}\n</tool_call>", &done));
+	EXPECT_TRUE(done);
+	/* the object alone is not the whole answer */
+	EXPECT_TRUE(takes(s, "<tool_call>\n{\"name\":\"time\",\"arguments\":{}}", &done));
+	EXPECT_FALSE(done);
+	EXPECT_EQ(11u, refused_at(s, "<tool_call>{"));
+	EXPECT_EQ(21u, refused_at(s, "<tool_call>\n{\"name\":\"other\""));
+	EXPECT_EQ(14u, refused_at(s, "<tool_call>\n{\"arguments\":{}}"));
+	/* the name decides the arguments: weather needs a city, time takes no city */
+	EXPECT_EQ(43u, refused_at(s, "<tool_call>\n{\"name\":\"weather\",\"arguments\":{}}"));
+	EXPECT_EQ(41u, refused_at(s, "<tool_call>\n{\"name\":\"time\",\"arguments\":{\"city\""));
+	EXPECT_EQ(42u, refused_at(s, "<tool_call>\n{\"name\":\"time\",\"arguments\":{}} "));
+	moem_json_fsm_init(&f, s);
+	EXPECT_EQ(0, moem_json_fsm_feed(&f, "<tool_call>\n{\"name\":\"time\",\"arguments\":{}}\n",
+					43));
+	EXPECT_FALSE(moem_json_fsm_done(&f));
+	moem_json_schema_free(s);
+}
+
+TEST(any_object_is_the_schema_of_an_object)
+{
+	struct moem_json_schema *s = compile("{\"type\":\"object\"}");
+	bool done;
+
+	ASSERT_NE(NULL, s);
+	EXPECT_TRUE(takes(s, "{\"a\":[1,{\"b\":null}],\"c\":\"d\"}", &done));
+	EXPECT_TRUE(done);
+	EXPECT_EQ(0u, refused_at(s, "[1]"));
+	moem_json_schema_free(s);
+}
+
+TEST_HARNESS_MAIN
