@@ -21,6 +21,8 @@
 
 #include <json-c/json.h>
 
+#include "json_fsm.h"
+
 #define MOEM_OAI_STOP_MAX     4	   /* stop strings per request (OpenAI's bound) */
 #define MOEM_OAI_STOP_LEN     256  /* bytes per stop string */
 #define MOEM_OAI_TOP_MAX      20   /* top logprobs per token */
@@ -87,7 +89,8 @@ struct moem_oai_request {
 	uint32_t top_logprobs; /* alternatives per token, 0..MOEM_OAI_TOP_MAX */
 	bool stream, include_usage;
 	bool echo;	  /* completions: the answer starts with the prompt (and its logprobs) */
-	bool json_object; /* response_format {"type": "json_object"}: the answer is one JSON object */
+	bool json_object; /* response_format json_object or json_schema: the answer is one JSON object */
+	struct moem_json_schema *json_schema; /* json_schema: the schema it follows (else NULL) */
 	/* logit_bias: token ids (checked against the vocabulary by the server) and -100..100 */
 	uint32_t n_bias;
 	int32_t bias_id[MOEM_OAI_BIAS_MAX];

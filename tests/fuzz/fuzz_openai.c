@@ -7,8 +7,8 @@
  * stop strings from the body are run over the body's own text, and the
  * tool-call filter over its messages (without a call found, what comes
  * out is the text as it went in), and the JSON recognizer of
- * response_format json_object (a message it takes as a whole object,
- * json-c reads as one).
+ * response_format json_object or json_schema (a message it takes as a
+ * whole object, json-c reads as one; a schema's walk never stops short).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -60,13 +60,13 @@ out:
 	free(got);
 }
 
-static void json_over(const char *text)
+static void json_over(const char *text, const struct moem_json_schema *schema)
 {
 	struct moem_json_fsm f;
 	struct json_tokener *tok;
 	struct json_object *o;
 
-	moem_json_fsm_init(&f, NULL);
+	moem_json_fsm_init(&f, schema);
 	if (moem_json_fsm_feed(&f, text, strlen(text)) || !moem_json_fsm_done(&f))
 		return;
 	tok = json_tokener_new_ex(MOEM_JSON_FSM_DEPTH + 2);
@@ -78,6 +78,45 @@ static void json_over(const char *text)
 		abort();
 	json_object_put(o);
 	json_tokener_free(tok);
+}
+
+/*
+ * A request's schema walked from the start, a byte at a time (closers
+ * first, so that it ends): some byte always goes on until the object is
+ * whole, and what it wrote json-c reads as one object.
+ */
+static void schema_walk(const struct moem_json_schema *schema)
+{
+	static const char pref[] = "\"]},:0ntf";
+	struct moem_json_fsm f, g;
+	char doc[512];
+	size_t n = 0;
+
+	moem_json_fsm_init(&f, schema);
+	while (!moem_json_fsm_done(&f) && n + 1 < sizeof(doc)) {
+		int pick = -1;
+
+		for (const char *p = pref; *p && pick < 0; p++) {
+			moem_json_fsm_copy(&g, &f);
+			if (!moem_json_fsm_feed(&g, p, 1))
+				pick = (unsigned char)*p;
+		}
+		for (int b = 1; b < 256 && pick < 0; b++) {
+			char c = (char)b;
+
+			moem_json_fsm_copy(&g, &f);
+			if (!moem_json_fsm_feed(&g, &c, 1))
+				pick = b;
+		}
+		if (pick < 0)
+			abort(); /* a state with no way on */
+		doc[n] = (char)pick;
+		if (moem_json_fsm_feed(&f, doc + n++, 1))
+			abort();
+	}
+	doc[n] = 0;
+	if (moem_json_fsm_done(&f))
+		json_over(doc, NULL);
 }
 
 /* The reasoning filter in each mode, fed in pieces: nothing is lost or made up in length. */
@@ -127,9 +166,11 @@ static void check(const struct moem_oai_request *rq)
 		if (!rq->messages[i].content ||
 		    !moem_oai_utf8_ok(rq->messages[i].content, strlen(rq->messages[i].content)))
 			abort();
+	if (rq->json_schema)
+		schema_walk(rq->json_schema);
 	for (uint32_t i = 0; i < rq->n_messages; i++) {
 		tools_over(&r, rq->messages[i].content);
-		json_over(rq->messages[i].content);
+		json_over(rq->messages[i].content, rq->json_schema);
 		think_over(rq->messages[i].content);
 	}
 	s = moem_oai_response(&r, rq->model, strlen(rq->model), NULL, 0, 1, &u, &n);

@@ -1313,7 +1313,7 @@ TEST_F_TIMEOUT(http, json_object_answers, 180)
 	}
 	ASSERT_EQ(400, post(self->port, "/v1/completions",
 			    "{\"model\":\"t\",\"prompt\":\"x\",\"response_format\":{\"type\":"
-			    "\"json_schema\",\"json_schema\":{}}}",
+			    "\"xml\"}}",
 			    self->buf, sizeof(self->buf)));
 	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"response_format.type\""));
 	EXPECT_TRUE(healthy(_metadata, self));
@@ -1323,6 +1323,138 @@ TEST_F_TIMEOUT(http, json_object_answers, 180)
 static struct json_object *first_choice(struct json_object *o)
 {
 	return json_object_array_get_idx(json_object_object_get(o, "choices"), 0);
+}
+
+/* Characters of a UTF-8 string. */
+static size_t utf8_chars(const char *s)
+{
+	size_t n = 0;
+
+	for (; *s; s++)
+		n += ((unsigned char)*s & 0xc0) != 0x80;
+	return n;
+}
+
+/*
+ * response_format json_schema: whatever the random model would say, the
+ * answer is an instance of the schema (its keys in order and no others,
+ * one of the enum's values, an integer, at most two strings of at most
+ * three characters, a boolean), whole with finish_reason stop; streamed,
+ * the same text. A schema moem cannot follow, or a malformed
+ * json_schema, gets 400 naming the field and the keyword.
+ */
+TEST_F_TIMEOUT(http, json_schema_answers, 180)
+{
+	static const char schema[] =
+		"{\"type\":\"object\",\"properties\":{\"city\":{\"enum\":[\"Paris\",\"Rome\"]},"
+		"\"n\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":"
+		"\"string\",\"maxLength\":3},\"maxItems\":2},\"ok\":{\"type\":\"boolean\"}},"
+		"\"required\":[\"city\",\"n\",\"tags\",\"ok\"],\"additionalProperties\":false}";
+	static const char *const keys[] = {"city", "n", "tags", "ok"};
+	static char body[65536], req[2048], whole[8192], streamed[8192];
+
+	for (int seed = 1; seed <= 4; seed++) {
+		struct json_object *o, *c, *a, *x;
+		int k = 0;
+
+		snprintf(req, sizeof(req),
+			 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":"
+			 "\"json\"}],\"max_tokens\":400,\"seed\":%d,\"response_format\":{\"type\":"
+			 "\"json_schema\",\"json_schema\":{\"name\":\"answer\",\"strict\":true,"
+			 "\"schema\":%s}},\"logit_bias\":{\"34\":3,\"44\":3,\"93\":3}}",
+			 seed, schema);
+		ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf,
+				    sizeof(self->buf)))
+		TH_LOG("%s", self->buf);
+		o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+		ASSERT_NE(NULL, o);
+		c = first_choice(o);
+		snprintf(whole, sizeof(whole), "%s",
+			 json_object_get_string(json_object_object_get(
+				 json_object_object_get(c, "message"), "content")));
+		EXPECT_STREQ("stop",
+			     json_object_get_string(json_object_object_get(c, "finish_reason")));
+		json_object_put(o);
+		o = json_tokener_parse(whole);
+		ASSERT_NE(NULL, o) TH_LOG("seed %d: not JSON: %s", seed, whole);
+		json_object_object_foreach(o, key, val)
+		{
+			(void)val;
+			ASSERT_LT(k, 4) TH_LOG("seed %d: %s", seed, whole);
+			EXPECT_STREQ(keys[k], key) TH_LOG("seed %d: %s", seed, whole);
+			k++;
+		}
+		EXPECT_EQ(4, k) TH_LOG("seed %d: %s", seed, whole);
+		x = json_object_object_get(o, "city");
+		EXPECT_TRUE(x && (!strcmp(json_object_get_string(x), "Paris") ||
+				  !strcmp(json_object_get_string(x), "Rome")))
+		TH_LOG("seed %d: %s", seed, whole);
+		EXPECT_TRUE(json_object_is_type(json_object_object_get(o, "n"), json_type_int))
+		TH_LOG("seed %d: %s", seed, whole);
+		EXPECT_TRUE(json_object_is_type(json_object_object_get(o, "ok"), json_type_boolean))
+		TH_LOG("seed %d: %s", seed, whole);
+		a = json_object_object_get(o, "tags");
+		ASSERT_TRUE(json_object_is_type(a, json_type_array))
+		TH_LOG("seed %d: %s", seed, whole);
+		EXPECT_LE(json_object_array_length(a), 2u);
+		for (size_t i = 0; i < json_object_array_length(a); i++) {
+			x = json_object_array_get_idx(a, i);
+			EXPECT_TRUE(json_object_is_type(x, json_type_string) &&
+				    utf8_chars(json_object_get_string(x)) <= 3)
+			TH_LOG("seed %d: %s", seed, whole);
+		}
+		json_object_put(o);
+	}
+
+	/* streamed: the chunks add up to the whole answer (seed 4's) */
+	snprintf(req, sizeof(req),
+		 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"json\"}],"
+		 "\"max_tokens\":400,\"seed\":4,\"stream\":true,\"response_format\":{\"type\":"
+		 "\"json_schema\",\"json_schema\":{\"name\":\"answer\",\"strict\":true,"
+		 "\"schema\":%s}},\"logit_bias\":{\"34\":3,\"44\":3,\"93\":3}}",
+		 schema);
+	ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf, sizeof(self->buf)));
+	dechunk(self->buf, body, sizeof(body));
+	streamed[0] = 0;
+	for (char *ev = strstr(body, "data: {"); ev; ev = strstr(ev + 1, "data: {")) {
+		char *end = strstr(ev, "\n\n");
+		struct json_object *o, *d, *t;
+
+		ASSERT_NE(NULL, end);
+		*end = 0;
+		o = json_tokener_parse(ev + 6);
+		*end = '\n';
+		ASSERT_NE(NULL, o);
+		d = json_object_object_get(first_choice(o), "delta");
+		if (json_object_object_get_ex(d, "content", &t) && t)
+			strncat(streamed, json_object_get_string(t),
+				sizeof(streamed) - strlen(streamed) - 1);
+		json_object_put(o);
+	}
+	EXPECT_STREQ(whole, streamed);
+
+	/* what cannot be followed, named */
+	ASSERT_EQ(400,
+		  post(self->port, "/v1/chat/completions",
+		       "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+		       "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+		       "\"a\",\"schema\":{\"type\":\"object\",\"properties\":{\"z\":{\"type\":"
+		       "\"string\",\"pattern\":\"^a\"}}}}}}",
+		       self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"response_format.json_schema.schema\""));
+	EXPECT_NE(NULL, strstr(self->buf, "/properties/z: 'pattern' is not supported"))
+	TH_LOG("%s", self->buf);
+	ASSERT_EQ(400, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"x\",\"response_format\":{\"type\":"
+			    "\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\"}}}}",
+			    self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"response_format.json_schema.name\""));
+	ASSERT_EQ(400, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"x\",\"response_format\":{\"type\":"
+			    "\"json_object\",\"json_schema\":{}}}",
+			    self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "response_format.json_schema"));
+	EXPECT_TRUE(healthy(_metadata, self));
 }
 
 /*

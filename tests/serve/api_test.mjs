@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only
 // The OpenAI API through the official JavaScript client (npm 'openai'):
 // completions and chat completions, streamed and not, usage, stop
-// strings, logprobs, the model list, a wrong API key (401) and bad
+// strings, logprobs, structured outputs (response_format json_schema), the
+// model list, a wrong API key (401) and bad
 // requests (400 with the field named). MOEM_URL is the server's /v1 URL,
 // MOEM_KEY its API key. The model is synthetic: its text is checked for
 // consistency (streamed = whole, stop strings cut where they appear,
@@ -210,6 +211,31 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 		() => client.completions.create({ ...base, min_tokens: 7 }));
 	await expectError('stop_token_ids outside the vocabulary', 400, 'stop_token_ids[0]',
 		() => client.completions.create({ ...base, stop_token_ids: [999999] }));
+}
+
+// response_format json_schema (structured outputs): the answer is an
+// instance of the schema, its keys in the schema's order; logit_bias on ','
+// (id 11) lets the random model end the integer.
+{
+	const schema = { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Rome'] },
+		n: { type: 'integer' }, ok: { type: 'boolean' } }, required: ['city', 'n', 'ok'],
+		additionalProperties: false };
+	const messages = [{ role: 'user', content: 'A city as JSON' }];
+	for (const seed of [1, 2]) {
+		const r = await client.chat.completions.create({ model, messages, max_tokens: 200, seed,
+			logit_bias: { 11: 4 }, response_format: { type: 'json_schema',
+				json_schema: { name: 'city', strict: true, schema } } });
+		const c = r.choices[0];
+		let v = null;
+		try { v = JSON.parse(c.message.content); } catch (e) { v = null; }
+		ok(c.finish_reason === 'stop' && v !== null && Object.keys(v).join() === 'city,n,ok' &&
+		   ['Paris', 'Rome'].includes(v.city) && Number.isInteger(v.n) && typeof v.ok === 'boolean',
+		   `json_schema: an instance (${c.finish_reason}: ${c.message.content})`);
+	}
+	await expectError('json_schema with a pattern', 400, 'response_format.json_schema.schema',
+		() => client.chat.completions.create({ model, messages, response_format: {
+			type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object',
+				properties: { a: { type: 'string', pattern: '^a' } } } } } }));
 }
 
 // Errors the client understands.

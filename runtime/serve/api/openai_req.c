@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <moem/error.h>
 #include <moem/openai.h>
 #include <moem/util.h>
 
@@ -724,11 +725,65 @@ static int get_logit_bias(struct json_object *v, struct moem_oai_request *rq,
 	return 0;
 }
 
-/* response_format: {"type": "text" | "json_object"}; a JSON schema is not followed. */
+/* response_format.json_schema: {"name", "description", "schema", "strict"}, the schema compiled. */
+static int get_json_schema(struct json_object *v, struct moem_oai_request *rq,
+			   struct moem_oai_error *e)
+{
+	static const char *const keys[] = {"name", "description", "schema", "strict", NULL};
+	struct json_object *js, *x;
+	const char *name;
+	size_t n;
+	int ret;
+
+	if (!json_object_object_get_ex(v, "json_schema", &js) ||
+	    !json_object_is_type(js, json_type_object))
+		return BAD(e, "response_format.json_schema",
+			   "'response_format.json_schema' must be an object with 'name' and "
+			   "'schema'");
+	if (only_keys(js, keys, "response_format.json_schema", e))
+		return -EINVAL;
+	if (!json_object_object_get_ex(js, "name", &x) || !json_object_is_type(x, json_type_string))
+		return BAD(e, "response_format.json_schema.name",
+			   "'response_format.json_schema.name' must be a string");
+	name = json_object_get_string(x);
+	n = strlen(name);
+	if (!n || n > 64 ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
+		return BAD(e, "response_format.json_schema.name",
+			   "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, "
+			   "'_' and '-'");
+	if (json_object_object_get_ex(js, "description", &x) &&
+	    !json_object_is_type(x, json_type_null) && !json_object_is_type(x, json_type_string))
+		return BAD(e, "response_format.json_schema.description",
+			   "'response_format.json_schema.description' must be a string");
+	if (json_object_object_get_ex(js, "strict", &x) &&
+	    !json_object_is_type(x, json_type_null) && !json_object_is_type(x, json_type_boolean))
+		return BAD(e, "response_format.json_schema.strict",
+			   "'response_format.json_schema.strict' must be true or false");
+	if (!json_object_object_get_ex(js, "schema", &x) ||
+	    !json_object_is_type(x, json_type_object))
+		return BAD(
+			e, "response_format.json_schema.schema",
+			"'response_format.json_schema.schema' must be a JSON schema (an object)");
+	moem_json_schema_free(rq->json_schema);
+	rq->json_schema = NULL;
+	moem_clear_error();
+	ret = moem_json_schema_compile(x, &rq->json_schema);
+	if (ret == -EINVAL)
+		return BAD(e, "response_format.json_schema.schema",
+			   "'response_format.json_schema.schema': %s", moem_last_error());
+	return ret;
+}
+
+/*
+ * response_format: {"type": "text" | "json_object"}, or {"type":
+ * "json_schema", "json_schema": {...}}: the answer follows the schema.
+ */
 static int get_response_format(struct json_object *v, struct moem_oai_request *rq,
 			       struct moem_oai_error *e)
 {
-	static const char *const keys[] = {"type", NULL};
+	static const char *const keys[] = {"type", NULL}, *const schema_keys[] = {
+								  "type", "json_schema", NULL};
 	struct json_object *t;
 	const char *s;
 
@@ -736,20 +791,17 @@ static int get_response_format(struct json_object *v, struct moem_oai_request *r
 		return BAD(e, "response_format", "'response_format' must be an object");
 	if (!json_object_object_get_ex(v, "type", &t) || !json_object_is_type(t, json_type_string))
 		return BAD(e, "response_format.type",
-			   "'response_format.type' must be \"text\" or \"json_object\"");
+			   "'response_format.type' must be \"text\", \"json_object\" or "
+			   "\"json_schema\"");
 	s = json_object_get_string(t);
-	if (!strcmp(s, "json_schema"))
+	if (strcmp(s, "text") && strcmp(s, "json_object") && strcmp(s, "json_schema"))
 		return BAD(e, "response_format.type",
-			   "'response_format.type' \"json_schema\" is not supported by this "
-			   "server (it does not follow a schema): \"json_object\" makes the answer "
-			   "a JSON object");
-	if (strcmp(s, "text") && strcmp(s, "json_object"))
-		return BAD(e, "response_format.type",
-			   "'response_format.type' must be \"text\" or \"json_object\"");
-	if (only_keys(v, keys, "response_format", e))
+			   "'response_format.type' must be \"text\", \"json_object\" or "
+			   "\"json_schema\"");
+	if (only_keys(v, strcmp(s, "json_schema") ? keys : schema_keys, "response_format", e))
 		return -EINVAL;
-	rq->json_object = !strcmp(s, "json_object");
-	return 0;
+	rq->json_object = strcmp(s, "text") != 0;
+	return strcmp(s, "json_schema") ? 0 : get_json_schema(v, rq, e);
 }
 
 /* stop_token_ids: [id, ...], up to MOEM_OAI_STOP_IDS_MAX (checked against the vocabulary later). */
@@ -1012,6 +1064,7 @@ void moem_oai_request_free(struct moem_oai_request *rq)
 	free(rq->messages);
 	for (uint32_t i = 0; i < rq->n_stop; i++)
 		free(rq->stop[i]);
+	moem_json_schema_free(rq->json_schema);
 	memset(rq, 0, sizeof(*rq));
 }
 

@@ -620,7 +620,7 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 		p.logits_arg = r;
 	}
 	if (r->json) {
-		moem_json_fsm_init(&r->json_fsm, NULL);
+		moem_json_fsm_init(&r->json_fsm, r->rq.json_schema);
 		p.constraint = &json_ops;
 		p.constraint_arg = r;
 	}
