@@ -50,10 +50,12 @@ struct moem_oai_message {
 	char *tool_call_id; /* tool: the call this answers; NULL if not given */
 };
 
-/* tool_choice: "required" and a named function are refused (no constrained decoding). */
+/* tool_choice */
 enum moem_oai_tool_choice {
-	MOEM_OAI_TOOL_AUTO = 0, /* the model may call the tools given */
-	MOEM_OAI_TOOL_NONE = 1, /* the tools are not shown to the model */
+	MOEM_OAI_TOOL_AUTO = 0,	    /* the model may call the tools given */
+	MOEM_OAI_TOOL_NONE = 1,	    /* the tools are not shown to the model */
+	MOEM_OAI_TOOL_REQUIRED = 2, /* the answer is one call of one of them (constrained) */
+	MOEM_OAI_TOOL_NAMED = 3,    /* the answer is one call of tool_name (constrained) */
 };
 
 struct moem_oai_request {
@@ -71,6 +73,7 @@ struct moem_oai_request {
 	char *template_kwargs;
 	uint32_t n_tools;
 	enum moem_oai_tool_choice tool_choice;
+	char *tool_name;	  /* MOEM_OAI_TOOL_NAMED: the function's name */
 	bool parallel_tool_calls; /* default true; false: calls after the first are dropped */
 	bool add_generation_prompt; /* default true (vLLM's extension): the template opens the answer */
 	bool no_special;     /* not a field: /tokenize's add_special_tokens false (no BOS added) */
@@ -90,7 +93,8 @@ struct moem_oai_request {
 	bool stream, include_usage;
 	bool echo;	  /* completions: the answer starts with the prompt (and its logprobs) */
 	bool json_object; /* response_format json_object or json_schema: the answer is one JSON object */
-	struct moem_json_schema *json_schema; /* json_schema: the schema it follows (else NULL) */
+	/* json_schema, or tool_choice required / named: the schema it follows (else NULL) */
+	struct moem_json_schema *json_schema;
 	/* logit_bias: token ids (checked against the vocabulary by the server) and -100..100 */
 	uint32_t n_bias;
 	int32_t bias_id[MOEM_OAI_BIAS_MAX];

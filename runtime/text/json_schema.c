@@ -1089,6 +1089,36 @@ static void min_depths(struct moem_json_schema *s)
 	}
 }
 
+/* The top node root (ret: compiling it failed): checked, depths known, handed out. */
+static int finish(struct cctx *c, int ret, int root, struct moem_json_schema **out)
+{
+	if (!ret && c->s->n[root].type == J_ANYOF && c->s->n[root].n == 1)
+		root = c->s->a[c->s->n[root].first]; /* a union of objects alone */
+	if (!ret && c->s->n[root].type != J_OBJ && c->s->n[root].type != J_UNION) {
+		c->path[0] = 0;
+		ret = bad(c, "%s", "the top schema must be an object's ('type': 'object')");
+	}
+	if (!ret) {
+		min_depths(c->s);
+		if (c->s->n[root].depth > MOEM_JSON_FSM_DEPTH) {
+			c->path[0] = 0;
+			ret = bad(c,
+				  "no instance nests at most %s deep (required properties "
+				  "or minItems recurse without end)",
+				  "32");
+		}
+	}
+	free(c->memo);
+	free(c->done);
+	if (ret) {
+		moem_json_schema_free(c->s);
+		return ret;
+	}
+	c->s->root = (uint16_t)root;
+	*out = c->s;
+	return 0;
+}
+
 int moem_json_schema_compile(struct json_object *schema, struct moem_json_schema **out)
 {
 	struct cctx c = {.root = schema, .any = -1};
@@ -1099,31 +1129,103 @@ int moem_json_schema_compile(struct json_object *schema, struct moem_json_schema
 	if (!c.s)
 		return -ENOMEM;
 	ret = compile(&c, schema, &root);
-	if (!ret && c.s->n[root].type == J_ANYOF && c.s->n[root].n == 1)
-		root = c.s->a[c.s->n[root].first]; /* a union of objects alone */
-	if (!ret && c.s->n[root].type != J_OBJ && c.s->n[root].type != J_UNION) {
-		c.path[0] = 0;
-		ret = bad(&c, "%s", "the top schema must be an object's ('type': 'object')");
-	}
-	if (!ret) {
-		min_depths(c.s);
-		if (c.s->n[root].depth > MOEM_JSON_FSM_DEPTH) {
-			c.path[0] = 0;
-			ret = bad(&c,
-				  "no instance nests at most %s deep (required properties "
-				  "or minItems recurse without end)",
-				  "32");
-		}
-	}
-	free(c.memo);
-	free(c.done);
-	if (ret) {
-		moem_json_schema_free(c.s);
+	return finish(&c, ret, root, out);
+}
+
+/* {"name": <const name>, "arguments": <the node of its parameters>} */
+static int call_node(struct cctx *c, const char *name, int args, int *idx)
+{
+	char lit[MOEM_JSON_SCHEMA_CALL_NAME + 3];
+	const char *texts[] = {lit};
+	int tag, ret;
+
+	snprintf(lit, sizeof(lit), "\"%s\"", name);
+	ret = lits_node(c, texts, 1, &tag);
+	if (!ret)
+		ret = new_node(c, J_OBJ, idx);
+	if (ret)
 		return ret;
+	c->s->n[*idx].first = c->s->np;
+	for (int i = 0; i < 2; i++) {
+		uint32_t off;
+
+		ret = add_text(c, i ? "arguments" : "name", i ? 9 : 4, &off);
+		if (!ret)
+			ret = GROW(c, c->s->p, c->s->np, c->s->cap_p, UINT32_MAX);
+		if (ret)
+			return ret;
+		c->s->p[c->s->np++] =
+			(struct jprop){off, i ? 9u : 4u, (uint16_t)(i ? args : tag), true};
 	}
-	c.s->root = (uint16_t)root;
-	*out = c.s;
+	c->s->n[*idx].n = 2;
 	return 0;
+}
+
+int moem_json_schema_compile_calls(struct json_object *tools, const char *only,
+				   struct moem_json_schema **out)
+{
+	struct cctx c = {.any = -1};
+	uint16_t alt[MOEM_JSON_SCHEMA_ENUM];
+	int n = 0, root = 0, ret = 0;
+	size_t nt = json_object_array_length(tools);
+
+	*out = NULL;
+	c.s = calloc(1, sizeof(*c.s));
+	if (!c.s)
+		return -ENOMEM;
+	for (size_t i = 0; !ret && i < nt; i++) {
+		struct json_object *fn = NULL, *nm = NULL, *params = NULL;
+		const char *name;
+		int args = 0, call = 0;
+
+		json_object_object_get_ex(json_object_array_get_idx(tools, i), "function", &fn);
+		json_object_object_get_ex(fn, "name", &nm);
+		name = json_object_get_string(nm);
+		if (!name || strlen(name) > MOEM_JSON_SCHEMA_CALL_NAME ||
+		    strspn(name,
+			   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+			    strlen(name)) {
+			ret = moem_errf(EINVAL,
+					"tools[%zu]: a function name of 1 to %d of "
+					"[A-Za-z0-9_-] is needed",
+					i, MOEM_JSON_SCHEMA_CALL_NAME);
+			break;
+		}
+		if (only && strcmp(name, only))
+			continue;
+		if (n == MOEM_JSON_SCHEMA_ENUM) {
+			ret = moem_errf(EINVAL, "more than %d tools", MOEM_JSON_SCHEMA_ENUM);
+			break;
+		}
+		/* a $ref in a tool's parameters is to its own $defs */
+		snprintf(c.path, sizeof(c.path), "/tools/%zu/function/parameters", i);
+		if (json_object_object_get_ex(fn, "parameters", &params) &&
+		    !json_object_is_type(params, json_type_null)) {
+			c.root = params;
+			ret = compile(&c, params, &args);
+			if (!ret && c.s->n[args].type != J_OBJ && c.s->n[args].type != J_UNION)
+				ret = bad(&c, "%s", "the parameters must be an object's schema");
+		} else {
+			/* no parameters: any object of arguments */
+			ret = any_node(&c, &args);
+			args = ret ? 0 : c.s->a[c.s->n[args].first];
+		}
+		if (!ret)
+			ret = call_node(&c, name, args, &call);
+		if (!ret)
+			alt[n++] = (uint16_t)call;
+	}
+	c.path[0] = 0;
+	if (!ret && !n)
+		ret = moem_errf(EINVAL, "no tool named '%s'", only ? only : "");
+	if (!ret && n == 1) {
+		root = alt[0];
+	} else if (!ret) {
+		ret = new_node(&c, J_ANYOF, &root);
+		if (!ret)
+			ret = fill_anyof(&c, root, alt, n);
+	}
+	return finish(&c, ret, root, out);
 }
 
 void moem_json_schema_free(struct moem_json_schema *s)

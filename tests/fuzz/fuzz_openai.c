@@ -60,20 +60,32 @@ out:
 	free(got);
 }
 
-static void json_over(const char *text, const struct moem_json_schema *schema)
+static void json_over(const char *text, const struct moem_json_schema *schema, bool call)
 {
+	static const char pre[] = "<tool_call>\n", post[] = "\n</tool_call>";
+	size_t n = strlen(text);
 	struct moem_json_fsm f;
 	struct json_tokener *tok;
 	struct json_object *o;
 
 	moem_json_fsm_init(&f, schema);
-	if (moem_json_fsm_feed(&f, text, strlen(text)) || !moem_json_fsm_done(&f))
+	if (moem_json_fsm_feed(&f, text, n) || !moem_json_fsm_done(&f))
 		return;
+	/* a tool call (tool_choice required or named): the object between its tags */
+	if (call) {
+		while (n && strchr(" \t\r\n", text[n - 1]))
+			n--;
+		if (n < sizeof(pre) + sizeof(post) - 2 || memcmp(text, pre, sizeof(pre) - 1) ||
+		    memcmp(text + n - (sizeof(post) - 1), post, sizeof(post) - 1))
+			abort();
+		text += sizeof(pre) - 1;
+		n -= sizeof(pre) + sizeof(post) - 2;
+	}
 	tok = json_tokener_new_ex(MOEM_JSON_FSM_DEPTH + 2);
 	if (!tok)
 		return;
 	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-	o = json_tokener_parse_ex(tok, text, (int)strlen(text));
+	o = json_tokener_parse_ex(tok, text, (int)n);
 	if (!json_object_is_type(o, json_type_object))
 		abort();
 	json_object_put(o);
@@ -85,7 +97,7 @@ static void json_over(const char *text, const struct moem_json_schema *schema)
  * first, so that it ends): some byte always goes on until the object is
  * whole, and what it wrote json-c reads as one object.
  */
-static void schema_walk(const struct moem_json_schema *schema)
+static void schema_walk(const struct moem_json_schema *schema, bool call)
 {
 	static const char pref[] = "\"]},:0ntf";
 	struct moem_json_fsm f, g;
@@ -116,7 +128,7 @@ static void schema_walk(const struct moem_json_schema *schema)
 	}
 	doc[n] = 0;
 	if (moem_json_fsm_done(&f))
-		json_over(doc, NULL);
+		json_over(doc, schema, call);
 }
 
 /* The reasoning filter in each mode, fed in pieces: nothing is lost or made up in length. */
@@ -167,10 +179,11 @@ static void check(const struct moem_oai_request *rq)
 		    !moem_oai_utf8_ok(rq->messages[i].content, strlen(rq->messages[i].content)))
 			abort();
 	if (rq->json_schema)
-		schema_walk(rq->json_schema);
+		schema_walk(rq->json_schema, rq->tool_choice >= MOEM_OAI_TOOL_REQUIRED);
 	for (uint32_t i = 0; i < rq->n_messages; i++) {
 		tools_over(&r, rq->messages[i].content);
-		json_over(rq->messages[i].content, rq->json_schema);
+		json_over(rq->messages[i].content, rq->json_schema,
+			  rq->tool_choice >= MOEM_OAI_TOOL_REQUIRED);
 		think_over(rq->messages[i].content);
 	}
 	s = moem_oai_response(&r, rq->model, strlen(rq->model), NULL, 0, 1, &u, &n);

@@ -1043,6 +1043,83 @@ static void check_call(struct __test_metadata *_metadata, struct json_object *c,
 	EXPECT_STREQ(name == 'f' ? "{}" : "{\"a\":1}", args);
 }
 
+/*
+ * tool_choice "required" and a named function: the answer is one call in
+ * the template's layout, <tool_call>\n{...}\n</tool_call>; of this
+ * model's two words only CALL_G is written so, so both constrained
+ * answers are that call, whatever the random model prefers (several
+ * seeds). What cannot be constrained is refused, naming the field.
+ */
+TEST_F_TIMEOUT(tools, choice_required_and_named, 180)
+{
+	static const char *const choices[] = {
+		"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}"};
+	static char req[2048];
+	struct json_object *o, *calls;
+
+	for (int c = 0; c < 2; c++) {
+		for (int seed = 1; seed <= 4; seed++) {
+			snprintf(req, sizeof(req),
+				 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":"
+				 "\"go\"}],\"tools\":" TOOLS_JSON ",\"tool_choice\":%s,"
+				 "\"max_tokens\":6,\"seed\":%d}",
+				 choices[c], seed);
+			ASSERT_EQ(200, post(self->port, "/v1/chat/completions", req, self->buf,
+					    sizeof(self->buf)))
+			TH_LOG("%s", self->buf);
+			o = answer_json(self->buf);
+			ASSERT_NE(NULL, o);
+			EXPECT_STREQ("tool_calls",
+				     json_object_get_string(choice0(o, "finish_reason")))
+			TH_LOG("%s: %s", choices[c], self->buf);
+			calls = json_object_object_get(choice0(o, "message"), "tool_calls");
+			ASSERT_NE(NULL, calls) TH_LOG("%s: %s", choices[c], self->buf);
+			ASSERT_EQ(1u, json_object_array_length(calls));
+			check_call(_metadata, json_object_array_get_idx(calls, 0), 'g');
+			/* one call, then the answer ends: one token */
+			EXPECT_EQ(1, json_object_get_int(json_object_object_get(
+					     json_object_object_get(o, "usage"),
+					     "completion_tokens")));
+			json_object_put(o);
+		}
+	}
+	/* refused, each naming its field */
+	{
+		static const struct {
+			const char *extra, *param, *says;
+		} bad[] = {
+			{",\"tools\":" TOOLS_JSON ",\"tool_choice\":{\"type\":\"function\","
+			 "\"function\":{\"name\":\"h\"}}",
+			 "tool_choice.function.name", "'h' is not in 'tools'"},
+			{",\"tool_choice\":\"required\"", "tool_choice", "needs 'tools'"},
+			{",\"tools\":" TOOLS_JSON ",\"tool_choice\":\"required\","
+			 "\"response_format\":{\"type\":\"json_object\"}",
+			 "response_format", "both constrain the answer"},
+			{",\"tools\":" TOOLS_JSON ",\"tool_choice\":{\"type\":\"function\"}",
+			 "tool_choice.function", "must be an object"},
+			{",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+			 "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":"
+			 "\"string\",\"pattern\":\"a\"}}}}}],\"tool_choice\":\"required\"",
+			 "tools", "/tools/0/function/parameters/properties/x: 'pattern' is not"},
+		};
+
+		for (size_t i = 0; i < MOEM_ARRAY_SIZE(bad); i++) {
+			char p[128];
+
+			snprintf(req, sizeof(req),
+				 "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":"
+				 "\"go\"}]%s}",
+				 bad[i].extra);
+			ASSERT_EQ(400, post(self->port, "/v1/chat/completions", req, self->buf,
+					    sizeof(self->buf)))
+			TH_LOG("%s", req);
+			snprintf(p, sizeof(p), "\"param\":\"%s\"", bad[i].param);
+			EXPECT_NE(NULL, strstr(self->buf, p)) TH_LOG("%s", self->buf);
+			EXPECT_NE(NULL, strstr(self->buf, bad[i].says)) TH_LOG("%s", self->buf);
+		}
+	}
+}
+
 TEST_F_TIMEOUT(tools, calls_whole_streamed_and_one, 180)
 {
 	static char body[65536], req[1024];

@@ -186,8 +186,33 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 	   `chat_template_kwargs: enable_thinking false in the prompt (${plain.usage.prompt_tokens} -> ${noThink.usage.prompt_tokens} tokens)`);
 	await expectError('chat_template_kwargs messages', 400, 'chat_template_kwargs.messages',
 		() => client.chat.completions.create({ ...base, chat_template_kwargs: { messages: [] } }));
-	await expectError('tool_choice required', 400, 'tool_choice',
-		() => client.chat.completions.create({ ...base, tools, tool_choice: 'required' }));
+	// tool_choice required / named: one call in Qwen3's layout, its
+	// arguments following the tool's parameters (max_tokens: room for the
+	// random model's blanks, up to 64 bytes at each place JSON allows them)
+	const tools2 = [...tools, { type: 'function', function: { name: 'clock',
+		parameters: { type: 'object', properties: { zone: { enum: ['UTC', 'CET'] } },
+			required: ['zone'] } } }];
+	tools2[0] = { type: 'function', function: { ...tools[0].function, parameters: {
+		type: 'object', properties: { city: { type: 'string', maxLength: 8 } },
+		required: ['city'] } } };
+	for (const [choice, names] of [['required', ['weather', 'clock']],
+		[{ type: 'function', function: { name: 'clock' } }, ['clock']]]) {
+		const r = await client.chat.completions.create({ ...base, tools: tools2,
+			tool_choice: choice, max_tokens: 400, seed: 5 });
+		const ch = r.choices[0], calls = ch.message.tool_calls ?? [];
+		let args = null;
+		try { args = JSON.parse(calls[0]?.function?.arguments); } catch (e) { args = null; }
+		const fits = args && (calls[0].function.name === 'clock'
+			? ['UTC', 'CET'].includes(args.zone)
+			: typeof args.city === 'string' && [...args.city].length <= 8);
+		ok(ch.finish_reason === 'tool_calls' && calls.length === 1 &&
+		   names.includes(calls[0].function.name) && fits,
+		   `tool_choice ${JSON.stringify(choice)}: one call that fits (${ch.finish_reason}: ` +
+		   `${JSON.stringify(calls)} ${JSON.stringify(ch.message.content)})`);
+	}
+	await expectError('tool_choice naming no tool', 400, 'tool_choice.function.name',
+		() => client.chat.completions.create({ ...base, tools,
+			tool_choice: { type: 'function', function: { name: 'nope' } } }));
 	await expectError('tools on completions', 400, 'tools',
 		() => client.completions.create({ model, prompt: 'x', tools }));
 }

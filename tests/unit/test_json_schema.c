@@ -494,6 +494,47 @@ TEST(tool_call_between_its_tags)
 	moem_json_schema_free(s);
 }
 
+/* The API's tools array to the schema of a call: names, parameters with their own $defs. */
+TEST(calls_of_the_tools)
+{
+	static const char tools[] =
+		"[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+		"{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":"
+		"\"object\",\"$defs\":{\"P\":{\"type\":\"integer\"}},\"properties\":{\"p\":{\"$"
+		"ref\":"
+		"\"#/$defs/P\"}},\"required\":[\"p\"]}}}]";
+	static const char bad[] =
+		"[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+		"\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
+		"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"y\"}}}}}]";
+	struct json_object *t = json_tokener_parse(tools), *b = json_tokener_parse(bad);
+	struct moem_json_schema *s;
+	bool done;
+
+	ASSERT_NE(NULL, t);
+	ASSERT_NE(NULL, b);
+	ASSERT_EQ(0, moem_json_schema_compile_calls(t, NULL, &s)) TH_LOG("%s", moem_last_error());
+	EXPECT_TRUE(takes(s, "{\"name\":\"f\",\"arguments\":{\"any\":[1]}}", &done));
+	EXPECT_TRUE(done);
+	EXPECT_TRUE(takes(s, "{\"name\": \"g\", \"arguments\": {\"p\": -4}}", &done));
+	EXPECT_TRUE(done);
+	EXPECT_EQ(33u, refused_at(s, "{\"name\": \"g\", \"arguments\": {\"p\": \"x\"}}"));
+	EXPECT_EQ(25u, refused_at(s, "{\"name\":\"g\",\"arguments\":{}}"));
+	moem_json_schema_free(s);
+	/* only g */
+	ASSERT_EQ(0, moem_json_schema_compile_calls(t, "g", &s));
+	EXPECT_EQ(9u, refused_at(s, "{\"name\":\"f\""));
+	moem_json_schema_free(s);
+	EXPECT_EQ(-EINVAL, moem_json_schema_compile_calls(t, "h", &s));
+	EXPECT_NE(NULL, strstr(moem_last_error(), "no tool named 'h'"));
+	EXPECT_EQ(-EINVAL, moem_json_schema_compile_calls(b, NULL, &s));
+	EXPECT_NE(NULL,
+		  strstr(moem_last_error(), "/tools/0/function/parameters/properties/x: 'pattern'"))
+	TH_LOG("%s", moem_last_error());
+	json_object_put(t);
+	json_object_put(b);
+}
+
 TEST(any_object_is_the_schema_of_an_object)
 {
 	struct moem_json_schema *s = compile("{\"type\":\"object\"}");

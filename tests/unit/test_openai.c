@@ -596,6 +596,17 @@ TEST(tools_and_tool_messages)
 	EXPECT_EQ(MOEM_OAI_TOOL_NONE, rq.tool_choice);
 	EXPECT_FALSE(rq.parallel_tool_calls);
 	moem_oai_request_free(&rq);
+	/* required / named: a call's schema to constrain the answer with */
+	ASSERT_EQ(0, parse(MOEM_OAI_CHAT,
+			   CHAT_USER ",\"tools\":[" TOOL_W "],\"tool_choice\":{\"type\":"
+				     "\"function\",\"function\":{\"name\":\"weather\"}}}",
+			   &rq, &e))
+	TH_LOG("%s", e.message);
+	EXPECT_EQ(MOEM_OAI_TOOL_NAMED, rq.tool_choice);
+	EXPECT_STREQ("weather", rq.tool_name);
+	EXPECT_NE(NULL, rq.json_schema);
+	EXPECT_TRUE(rq.json_object);
+	moem_oai_request_free(&rq);
 
 	/* A call and its answer: arguments reach the template as an object. */
 	ASSERT_EQ(0, parse(MOEM_OAI_CHAT,
@@ -655,12 +666,18 @@ TEST(tools_refused_by_name)
 		CHAT_USER ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
 			  "\"code\":1}}]}",
 		"tools[0].function.code");
-	refused(_metadata, H, CHAT_USER ",\"tools\":[" TOOL_W "],\"tool_choice\":\"required\"}",
-		"tool_choice");
+	refused(_metadata, H, CHAT_USER ",\"tool_choice\":\"required\"}", "tool_choice");
 	refused(_metadata, H,
 		CHAT_USER ",\"tools\":[" TOOL_W "],\"tool_choice\":{\"type\":\"function\","
-			  "\"function\":{\"name\":\"weather\"}}}",
-		"tool_choice");
+			  "\"function\":{\"name\":\"time\"}}}",
+		"tool_choice.function.name");
+	refused(_metadata, H,
+		CHAT_USER ",\"tools\":[" TOOL_W "],\"tool_choice\":{\"type\":\"function\"}}",
+		"tool_choice.function");
+	refused(_metadata, H,
+		CHAT_USER ",\"tools\":[" TOOL_W "],\"tool_choice\":\"required\","
+			  "\"response_format\":{\"type\":\"json_object\"}}",
+		"response_format");
 	refused(_metadata, H, CHAT_USER ",\"tool_choice\":\"sometimes\"}", "tool_choice");
 	refused(_metadata, H, CHAT_USER ",\"parallel_tool_calls\":1}", "parallel_tool_calls");
 	refused(_metadata, H,

@@ -541,28 +541,88 @@ static int get_template_kwargs(struct json_object *v, struct moem_oai_request *r
 	return rq->template_kwargs ? 0 : -ENOMEM;
 }
 
-/* tool_choice: "auto" or "none"; "required" and a named function need constrained decoding. */
+/*
+ * tool_choice: "auto", "none", "required", or {"type": "function",
+ * "function": {"name": NAME}}; the last two are checked against the tools,
+ * and their constraint built, once the whole body is read (tool_constraint()).
+ */
 static int get_tool_choice(struct json_object *v, struct moem_oai_request *rq,
 			   struct moem_oai_error *e)
 {
+	static const char *const keys[] = {"type", "function", NULL}, *const fn_keys[] = {"name",
+											  NULL};
 	const char *s = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+	struct json_object *t, *fn, *name;
 
-	if (s && !strcmp(s, "auto")) {
-		rq->tool_choice = MOEM_OAI_TOOL_AUTO;
+	if (s && (!strcmp(s, "auto") || !strcmp(s, "none") || !strcmp(s, "required"))) {
+		rq->tool_choice = !strcmp(s, "auto")   ? MOEM_OAI_TOOL_AUTO
+				  : !strcmp(s, "none") ? MOEM_OAI_TOOL_NONE
+						       : MOEM_OAI_TOOL_REQUIRED;
 		return 0;
 	}
-	if (s && !strcmp(s, "none")) {
-		rq->tool_choice = MOEM_OAI_TOOL_NONE;
-		return 0;
-	}
-	if ((s && !strcmp(s, "required")) || json_object_is_type(v, json_type_object))
+	if (!json_object_is_type(v, json_type_object))
 		return BAD(e, "tool_choice",
-			   "'tool_choice' %s is not supported by this server (it does not "
-			   "constrain generation to a call): use \"auto\" or \"none\"",
-			   s ? "\"required\"" : "naming a function");
-	return BAD(e, "tool_choice",
-		   "'tool_choice' must be \"auto\", \"none\", \"required\" or an "
-		   "object");
+			   "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+			   "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+	if (only_keys(v, keys, "tool_choice", e))
+		return -EINVAL;
+	if (!json_object_object_get_ex(v, "type", &t) ||
+	    !json_object_is_type(t, json_type_string) ||
+	    strcmp(json_object_get_string(t), "function"))
+		return BAD(e, "tool_choice.type", "'tool_choice.type' must be \"function\"");
+	if (!json_object_object_get_ex(v, "function", &fn) ||
+	    !json_object_is_type(fn, json_type_object))
+		return BAD(e, "tool_choice.function",
+			   "'tool_choice.function' must be an object with the function's 'name'");
+	if (only_keys(fn, fn_keys, "tool_choice.function", e))
+		return -EINVAL;
+	if (!json_object_object_get_ex(fn, "name", &name) ||
+	    !json_object_is_type(name, json_type_string))
+		return BAD(e, "tool_choice.function.name",
+			   "'tool_choice.function.name' must be a string");
+	free(rq->tool_name);
+	rq->tool_name = strdup(json_object_get_string(name));
+	rq->tool_choice = MOEM_OAI_TOOL_NAMED;
+	return rq->tool_name ? 0 : -ENOMEM;
+}
+
+/*
+ * tool_choice required or named: the answer is one call, as Qwen's and
+ * Hermes' templates write it, <tool_call>\n{"name": ..., "arguments":
+ * {...}}\n</tool_call>, the arguments following the tool's parameters.
+ */
+static int tool_constraint(struct moem_oai_request *rq, struct moem_oai_error *e)
+{
+	struct json_object *tools;
+	int ret;
+
+	if (rq->tool_choice != MOEM_OAI_TOOL_REQUIRED && rq->tool_choice != MOEM_OAI_TOOL_NAMED)
+		return 0;
+	if (!rq->n_tools)
+		return BAD(e, "tool_choice", "'tool_choice' %s needs 'tools'",
+			   rq->tool_name ? "naming a function" : "\"required\"");
+	if (rq->json_object)
+		return BAD(e, "response_format",
+			   "'response_format' and 'tool_choice' %s both constrain the answer: "
+			   "give one",
+			   rq->tool_name ? "naming a function" : "\"required\"");
+	tools = json_tokener_parse(rq->tools); /* written by get_tools() */
+	if (!tools)
+		return -ENOMEM;
+	moem_clear_error();
+	ret = moem_json_schema_compile_calls(tools, rq->tool_name, &rq->json_schema);
+	json_object_put(tools);
+	if (ret == -EINVAL && rq->tool_name && strstr(moem_last_error(), "no tool named"))
+		return BAD(e, "tool_choice.function.name",
+			   "'tool_choice.function.name': '%.64s' is not in 'tools'", rq->tool_name);
+	if (ret == -EINVAL)
+		return BAD(e, "tools", "'tool_choice' %s constrains the answer to a call, but: %s",
+			   rq->tool_name ? "naming a function" : "\"required\"", moem_last_error());
+	if (!ret)
+		ret = moem_json_schema_wrap(rq->json_schema, "<tool_call>\n", "\n</tool_call>");
+	if (!ret)
+		rq->json_object = true;
+	return ret;
 }
 
 static int get_messages(struct json_object *v, struct moem_oai_request *rq,
@@ -1061,6 +1121,7 @@ void moem_oai_request_free(struct moem_oai_request *rq)
 		free(rq->messages[i].tool_call_id);
 	}
 	free(rq->tools);
+	free(rq->tool_name);
 	free(rq->messages);
 	for (uint32_t i = 0; i < rq->n_stop; i++)
 		free(rq->stop[i]);
@@ -1163,6 +1224,8 @@ int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
 			  rq->min_tokens, rq->max_tokens);
 	else if (top_given && !rq->logprobs && rq->top_logprobs)
 		ret = BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+	else
+		ret = tool_constraint(rq, e);
 	if (!ret)
 		return 0;
 fail:

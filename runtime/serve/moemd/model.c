@@ -155,7 +155,7 @@ void moemd_model_close(struct moemd_model *m)
 
 bool moemd_model_tool_calls(const struct moemd_model *m, const struct moem_oai_request *rq)
 {
-	return rq->ep == MOEM_OAI_CHAT && rq->n_tools && rq->tool_choice == MOEM_OAI_TOOL_AUTO &&
+	return rq->ep == MOEM_OAI_CHAT && rq->n_tools && rq->tool_choice != MOEM_OAI_TOOL_NONE &&
 	       m->info.chat_template && strstr(m->info.chat_template, "<tool_call>");
 }
 
@@ -204,7 +204,7 @@ static int render_chat(struct moemd_model *m, const struct moem_oai_request *rq,
 	if (!a)
 		return -ENOMEM;
 	/* Tools the model would answer in a format moem cannot read are refused. */
-	if (rq->n_tools && rq->tool_choice == MOEM_OAI_TOOL_AUTO &&
+	if (rq->n_tools && rq->tool_choice != MOEM_OAI_TOOL_NONE &&
 	    !moemd_model_tool_calls(m, rq)) {
 		json_object_put(a);
 		return moem_oai_errorf(e, 400, "invalid_request_error", "tools",
