@@ -115,4 +115,18 @@ int moem_json_fsm_feed(struct moem_json_fsm *f, const char *s, size_t n);
 /* The object is complete (only whitespace may follow). */
 bool moem_json_fsm_done(const struct moem_json_fsm *f);
 
+/*
+ * A fast path for the vocabulary pass. moem_json_fsm_text_chars(): the
+ * characters b[0..n) add to a string they are written inside of, if they
+ * leave it open with no escape or UTF-8 sequence half done (-1 if not:
+ * a quote, a control character, invalid or cut UTF-8, a cut escape).
+ * moem_json_fsm_text_room(): if f is inside a string's text (not a key
+ * matched against a schema's, not in an escape or a UTF-8 sequence), how
+ * many more characters it may take (UINT32_MAX: no bound), else -1. Then
+ * bytes whose text_chars() is c >= 0 are taken exactly when c <= room,
+ * without feeding them.
+ */
+int64_t moem_json_fsm_text_chars(const char *b, size_t n);
+int64_t moem_json_fsm_text_room(const struct moem_json_fsm *f);
+
 #endif /* MOEM_JSON_FSM_H */

@@ -621,3 +621,28 @@ int moem_json_fsm_feed(struct moem_json_fsm *f, const char *s, size_t n)
 			return -EINVAL;
 	return 0;
 }
+
+int64_t moem_json_fsm_text_chars(const char *b, size_t n)
+{
+	struct moem_json_fsm f;
+
+	/* inside the text of a string without bounds (a key of "any object"),
+	 * which no byte may close: a quote could open another string */
+	moem_json_fsm_init(&f, NULL);
+	if (moem_json_fsm_feed(&f, "{\"", 2))
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (step(&f, (unsigned char)b[i]) ||
+		    (f.state != S_STR && f.state != S_STR_ESC && f.state != S_STR_HEX))
+			return -1;
+	return f.state == S_STR && !f.cont ? (int64_t)f.len : -1;
+}
+
+int64_t moem_json_fsm_text_room(const struct moem_json_fsm *f)
+{
+	if (f->state != S_STR || f->cont)
+		return -1;
+	if (f->key || f->node == J_NONE || node(f, f->node)->max == UINT32_MAX)
+		return UINT32_MAX;
+	return (int64_t)node(f, f->node)->max - f->len;
+}

@@ -535,6 +535,76 @@ TEST(calls_of_the_tools)
 	json_object_put(b);
 }
 
+/*
+ * The vocabulary pass's fast path (text_chars against text_room) takes
+ * exactly the tokens that feeding takes, wherever it applies: random
+ * tokens (quotes, escapes, cut UTF-8 among them) at every state of walks
+ * through schemas with and without maxLength.
+ */
+TEST(text_fast_path_agrees_with_feeding)
+{
+	static const char alpha[] = "ab \"\\nu0\x01\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80{}:,";
+	static const char *const schemas[] = {
+		"{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":"
+		"7},\"t\":{\"type\":\"string\"},\"m\":{\"type\":\"object\","
+		"\"additionalProperties\":"
+		"{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}}},\"required\":[\"s\",\"t\","
+		"\"m\"]}",
+		"{\"type\":\"object\"}",
+	};
+	struct moem_rng rng;
+	char tok[128][8];
+	size_t tl[128];
+	unsigned int fast = 0;
+
+	/* and tokens that close a string and open another (not plain text) */
+	static const char *const fixed[] = {"\":{\"", "a\",\"b", "\\\"x\":\"", "\"}"};
+
+	moem_rng_seed(&rng, 20261129, 3);
+	for (int t = 0; t < 128; t++) {
+		tl[t] = 1 + moem_rng_u64(&rng) % 6;
+		for (size_t i = 0; i < tl[t]; i++)
+			tok[t][i] = alpha[moem_rng_u64(&rng) % (sizeof(alpha) - 1)];
+	}
+	for (size_t t = 0; t < MOEM_ARRAY_SIZE(fixed); t++) {
+		tl[t] = strlen(fixed[t]);
+		memcpy(tok[t], fixed[t], tl[t]);
+	}
+	for (size_t k = 0; k < MOEM_ARRAY_SIZE(schemas); k++) {
+		struct moem_json_schema *s = compile(schemas[k]);
+		static char doc[8192];
+
+		ASSERT_NE(NULL, s);
+		for (int w = 0; w < 40; w++) {
+			struct moem_json_fsm f, g;
+
+			ASSERT_TRUE(walk(s, &rng, doc, sizeof(doc)));
+			/* every prefix of the walk's document is a state to try */
+			moem_json_fsm_init(&f, s);
+			for (size_t at = 0; doc[at]; at++) {
+				int64_t room = moem_json_fsm_text_room(&f);
+
+				for (int t = 0; room >= 0 && t < 128; t++) {
+					int64_t c = moem_json_fsm_text_chars(tok[t], tl[t]);
+					bool fed;
+
+					if (c < 0)
+						continue;
+					moem_json_fsm_copy(&g, &f);
+					fed = !moem_json_fsm_feed(&g, tok[t], tl[t]);
+					ASSERT_EQ(fed, c <= room)
+					TH_LOG("schema %zu, after %.*s: token %.*s", k, (int)at,
+					       doc, (int)tl[t], tok[t]);
+					fast++;
+				}
+				ASSERT_EQ(0, moem_json_fsm_feed(&f, doc + at, 1));
+			}
+		}
+		moem_json_schema_free(s);
+	}
+	EXPECT_GT(fast, 10000u);
+}
+
 TEST(any_object_is_the_schema_of_an_object)
 {
 	struct moem_json_schema *s = compile("{\"type\":\"object\"}");

@@ -40,6 +40,7 @@ struct moemd_model {
 	uint32_t json_n;
 	uint32_t *json_off; /* json_n + 1 offsets into json_bytes */
 	char *json_bytes;
+	int32_t *json_chars; /* inside a string: the characters each adds (-1: not plain text) */
 	uint8_t *json_allow; /* the worker's: which ids may come next */
 	uint32_t json_allow_n;
 };
@@ -149,6 +150,7 @@ void moemd_model_close(struct moemd_model *m)
 	pthread_mutex_destroy(&m->json_lock);
 	free(m->json_off);
 	free(m->json_bytes);
+	free(m->json_chars);
 	free(m->json_allow);
 	free(m);
 }
@@ -477,6 +479,7 @@ int moemd_model_json_ready(struct moemd_model *m)
 {
 	uint32_t n = m->info.vocab_size, *off = NULL;
 	size_t len = 0, cap = (size_t)n * 4 + 64;
+	int32_t *chars = NULL;
 	char *bytes = NULL;
 	int ret = 0;
 
@@ -484,8 +487,9 @@ int moemd_model_json_ready(struct moemd_model *m)
 	if (m->json_ready)
 		goto out;
 	off = malloc(((size_t)n + 1) * sizeof(*off));
+	chars = malloc((size_t)n * sizeof(*chars));
 	bytes = malloc(cap);
-	if (!off || !bytes)
+	if (!off || !bytes || !chars)
 		ret = -ENOMEM;
 	for (uint32_t v = 0; !ret && v < n; v++) {
 		char *t = NULL;
@@ -506,6 +510,11 @@ int moemd_model_json_ready(struct moemd_model *m)
 		}
 		if (!ret && tl)
 			memcpy(bytes + len, t, tl);
+		if (!ret) {
+			int64_t c = tl ? moem_json_fsm_text_chars(t, tl) : -1;
+
+			chars[v] = c < 0 || c > INT32_MAX ? -1 : (int32_t)c;
+		}
 		len += ret ? 0 : tl;
 		free(t);
 	}
@@ -513,15 +522,18 @@ int moemd_model_json_ready(struct moemd_model *m)
 		off[n] = (uint32_t)len;
 		m->json_off = off;
 		m->json_bytes = bytes;
+		m->json_chars = chars;
 		m->json_n = n;
 		m->json_ready = true;
 		off = NULL;
 		bytes = NULL;
+		chars = NULL;
 	}
 out:
 	pthread_mutex_unlock(&m->json_lock);
 	free(off);
 	free(bytes);
+	free(chars);
 	return ret;
 }
 
@@ -531,6 +543,8 @@ static void json_mask(void *arg, float *logits, uint32_t vocab)
 	struct moemd_sreq *r = arg;
 	struct moemd_model *m = r->srv->model;
 	uint32_t allowed = 0;
+	bool first[256];
+	int64_t room;
 
 	if (r->json_stuck)
 		return;
@@ -544,15 +558,34 @@ static void json_mask(void *arg, float *logits, uint32_t vocab)
 		m->json_allow = a;
 		m->json_allow_n = vocab;
 	}
+	/*
+	 * Which first bytes can go on at all (most tokens fail at their
+	 * first), and, inside a string's text, how many characters may come:
+	 * a token of plain text then needs no feeding (json_fsm.h).
+	 */
+	for (int b = 0; b < 256; b++) {
+		struct moem_json_fsm f;
+		char c = (char)b;
+
+		moem_json_fsm_copy(&f, &r->json_fsm);
+		first[b] = !moem_json_fsm_feed(&f, &c, 1);
+	}
+	room = moem_json_fsm_text_room(&r->json_fsm);
 	for (uint32_t v = 0; v < vocab; v++) {
 		struct moem_json_fsm f;
 		uint32_t n = v < m->json_n ? m->json_off[v + 1] - m->json_off[v] : 0;
 
 		m->json_allow[v] = 0;
-		if (!n || !isfinite(logits[v]))
+		if (!n || !isfinite(logits[v]) ||
+		    !first[(unsigned char)m->json_bytes[m->json_off[v]]])
 			continue;
-		moem_json_fsm_copy(&f, &r->json_fsm);
-		m->json_allow[v] = !moem_json_fsm_feed(&f, m->json_bytes + m->json_off[v], n);
+		if (room >= 0 && m->json_chars[v] >= 0) {
+			m->json_allow[v] = m->json_chars[v] <= room;
+		} else {
+			moem_json_fsm_copy(&f, &r->json_fsm);
+			m->json_allow[v] =
+				!moem_json_fsm_feed(&f, m->json_bytes + m->json_off[v], n);
+		}
 		allowed += m->json_allow[v];
 	}
 	if (!allowed) {
