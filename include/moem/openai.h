@@ -31,6 +31,7 @@
 #define MOEM_OAI_TOOL_NAME    64   /* bytes of a function's name: [A-Za-z0-9_-] */
 #define MOEM_OAI_BIAS_MAX     300  /* logit_bias entries (OpenAI's bound) */
 #define MOEM_OAI_STOP_IDS_MAX 8	   /* stop_token_ids */
+#define MOEM_OAI_N_MAX	      16   /* choices per request (n) */
 
 /* top_k's bound: the sampler's (moem_sampling_check()) */
 #define MOEM_OAI_TOP_K_MAX (1 << 24)
@@ -92,6 +93,7 @@ struct moem_oai_request {
 	uint32_t top_logprobs; /* alternatives per token, 0..MOEM_OAI_TOP_MAX */
 	bool stream, include_usage;
 	bool echo;	  /* completions: the answer starts with the prompt (and its logprobs) */
+	uint32_t n;	  /* choices, 1..MOEM_OAI_N_MAX: each sampled on its own (default 1) */
 	bool json_object; /* response_format json_object or json_schema: the answer is one JSON object */
 	/* json_schema, or tool_choice required / named: the schema it follows (else NULL) */
 	struct moem_json_schema *json_schema;
@@ -162,6 +164,7 @@ struct moem_oai_reply {
 	const char *id; /* "cmpl-..." or "chatcmpl-..." */
 	const char *model;
 	int64_t created; /* Unix seconds */
+	uint32_t index;	 /* the choice's (n > 1): in its chunks and its calls' ids */
 	bool logprobs;	 /* include logprobs */
 	uint32_t top_logprobs;
 	uint64_t offset; /* completions' text_offset: the tokens' bytes before these */
@@ -196,6 +199,18 @@ const char *moem_oai_finish_name(int finish);
 char *moem_oai_response(const struct moem_oai_reply *r, const char *text, size_t len,
 			const struct moem_oai_token *toks, uint32_t n, int finish,
 			const struct moem_oai_usage *u, size_t *out_len);
+/* One choice of a whole response with n > 1: its reply (index, calls, reasoning) and answer. */
+struct moem_oai_choice {
+	const struct moem_oai_reply *r;
+	const char *text;
+	size_t len;
+	const struct moem_oai_token *toks;
+	uint32_t n_toks;
+	int finish;
+};
+/* A whole response of n choices, in order (the head's id, model, created: c[0].r's). */
+char *moem_oai_response_n(const struct moem_oai_choice *c, uint32_t n,
+			  const struct moem_oai_usage *u, size_t *out_len);
 /*
  * One server-sent event "data: {...}\n\n" with a chunk: the text and
  * tokens produced since the last chunk, the finish reason when this is

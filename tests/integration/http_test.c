@@ -1535,6 +1535,137 @@ TEST_F_TIMEOUT(http, json_schema_answers, 180)
 }
 
 /*
+ * n > 1: each choice is sampled on its own, as a request with seed +
+ * index would be (so choice i equals the answer to that request alone);
+ * the usage counts every choice's tokens and the prompt once. Streamed,
+ * each choice's chunks carry its index and add up to its whole text, each
+ * ends with one finish_reason, and one usage chunk and one [DONE] end the
+ * stream. Greedy choices are equal. Nothing stays live after.
+ */
+TEST_F_TIMEOUT(http, n_choices_whole_streamed_and_alone, 180)
+{
+	static char body[65536], req[512], text[2][512], streamed[2][512];
+	int finishes[2] = {0}, usage = 0, done = 0;
+	struct json_object *o, *ch;
+
+	ASSERT_EQ(200, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"ab\",\"max_tokens\":8,\"seed\":7,"
+			    "\"n\":2}",
+			    self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	ch = json_object_object_get(o, "choices");
+	ASSERT_EQ(2u, json_object_array_length(ch)) TH_LOG("%s", self->buf);
+	for (int i = 0; i < 2; i++) {
+		struct json_object *c = json_object_array_get_idx(ch, (size_t)i);
+
+		EXPECT_EQ(i, json_object_get_int(json_object_object_get(c, "index")));
+		snprintf(text[i], sizeof(text[i]), "%s",
+			 json_object_get_string(json_object_object_get(c, "text")));
+	}
+	EXPECT_EQ(16, json_object_get_int(json_object_object_get(json_object_object_get(o, "usage"),
+								 "completion_tokens")));
+	EXPECT_EQ(2, json_object_get_int(json_object_object_get(json_object_object_get(o, "usage"),
+								"prompt_tokens")));
+	json_object_put(o);
+	EXPECT_STRNE(text[0], text[1]) TH_LOG("two equal samples");
+	/* each choice is the answer alone with seed 7 + its index */
+	for (int i = 0; i < 2; i++) {
+		snprintf(req, sizeof(req),
+			 "{\"model\":\"t\",\"prompt\":\"ab\",\"max_tokens\":8,\"seed\":%d}", 7 + i);
+		ASSERT_EQ(200,
+			  post(self->port, "/v1/completions", req, self->buf, sizeof(self->buf)));
+		o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+		ASSERT_NE(NULL, o);
+		EXPECT_STREQ(text[i], json_object_get_string(
+					      json_object_object_get(first_choice(o), "text")))
+		TH_LOG("choice %d", i);
+		json_object_put(o);
+	}
+
+	/* streamed */
+	ASSERT_EQ(200, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"ab\",\"max_tokens\":8,\"seed\":7,"
+			    "\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+			    self->buf, sizeof(self->buf)));
+	dechunk(self->buf, body, sizeof(body));
+	memset(streamed, 0, sizeof(streamed));
+	for (char *ev = strstr(body, "data: "); ev; ev = strstr(ev + 1, "data: ")) {
+		char *end = strstr(ev, "\n\n");
+		struct json_object *c, *u;
+
+		ASSERT_NE(NULL, end);
+		EXPECT_EQ(0, done) TH_LOG("an event after [DONE]");
+		if (!strncmp(ev, "data: [DONE]", 12)) {
+			done++;
+			continue;
+		}
+		*end = 0;
+		o = json_tokener_parse(ev + 6);
+		*end = '\n';
+		ASSERT_NE(NULL, o);
+		if (json_object_object_get_ex(o, "usage", &u) && u) {
+			EXPECT_EQ(16, json_object_get_int(
+					      json_object_object_get(u, "completion_tokens")));
+			EXPECT_EQ(0u,
+				  json_object_array_length(json_object_object_get(o, "choices")));
+			usage++;
+		} else {
+			int k;
+
+			c = first_choice(o);
+			k = json_object_get_int(json_object_object_get(c, "index"));
+			ASSERT_TRUE(k >= 0 && k < 2);
+			EXPECT_EQ(0, usage) TH_LOG("a choice's chunk after the usage");
+			strncat(streamed[k],
+				json_object_get_string(json_object_object_get(c, "text")),
+				sizeof(streamed[k]) - strlen(streamed[k]) - 1);
+			if (json_object_get_string(json_object_object_get(c, "finish_reason")))
+				finishes[k]++;
+		}
+		json_object_put(o);
+	}
+	EXPECT_EQ(1, done);
+	EXPECT_EQ(1, usage);
+	for (int i = 0; i < 2; i++) {
+		EXPECT_STREQ(text[i], streamed[i]) TH_LOG("choice %d", i);
+		EXPECT_EQ(1, finishes[i]) TH_LOG("choice %d", i);
+	}
+
+	/* greedy: the same choice twice */
+	ASSERT_EQ(200, post(self->port, "/v1/chat/completions",
+			    "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			    "\"max_tokens\":6,\"temperature\":0,\"n\":2}",
+			    self->buf, sizeof(self->buf)));
+	o = json_tokener_parse(strstr(self->buf, "\r\n\r\n") + 4);
+	ASSERT_NE(NULL, o);
+	ch = json_object_object_get(o, "choices");
+	ASSERT_EQ(2u, json_object_array_length(ch));
+	EXPECT_STREQ(json_object_get_string(json_object_object_get(
+			     json_object_object_get(json_object_array_get_idx(ch, 0), "message"),
+			     "content")),
+		     json_object_get_string(json_object_object_get(
+			     json_object_object_get(json_object_array_get_idx(ch, 1), "message"),
+			     "content")));
+	json_object_put(o);
+
+	/* bounds: 16 at most; and no more than the queue holds (this server: 2) */
+	EXPECT_EQ(400, post(self->port, "/v1/completions",
+			    "{\"model\":\"t\",\"prompt\":\"ab\",\"n\":17}", self->buf,
+			    sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "\"param\":\"n\""));
+	EXPECT_EQ(400,
+		  post(self->port, "/v1/completions", "{\"model\":\"t\",\"prompt\":\"ab\",\"n\":3}",
+		       self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "max-queue 2")) TH_LOG("%s", self->buf);
+	EXPECT_EQ(400,
+		  post(self->port, "/v1/completions", "{\"model\":\"t\",\"prompt\":\"ab\",\"n\":0}",
+		       self->buf, sizeof(self->buf)));
+	EXPECT_TRUE(settles(self->port, 30000));
+	EXPECT_TRUE(healthy(_metadata, self));
+}
+
+/*
  * echo (completions): the answer starts with the prompt, and with
  * logprobs the prompt's tokens come first, the first with null; each
  * prompt token's logprob is the model's, as the sampler gives it for the

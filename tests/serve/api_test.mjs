@@ -270,8 +270,16 @@ await expectError('temperature 5', 400, 'temperature', () =>
 	client.completions.create({ model, prompt: 'x', temperature: 5 }));
 await expectError('unknown field', 400, 'frobnicate', () =>
 	client.completions.create({ model, prompt: 'x', frobnicate: 1 }));
-await expectError('n = 2', 400, 'n', () =>
-	client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 2 }));
+{
+	// n: 2 choices, each its own sample; the client reads them by index
+	const r = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
+		n: 2, max_tokens: 5, seed: 3 });
+	ok(r.choices.length === 2 && r.choices[0].index === 0 && r.choices[1].index === 1 &&
+	   r.usage.completion_tokens === r.choices.length * 5,
+	   `n = 2: two choices (${JSON.stringify(r.choices.map((c) => c.message.content))}, usage ${JSON.stringify(r.usage)})`);
+}
+await expectError('n = 17', 400, 'n', () =>
+	client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 17 }));
 await expectError('bad role', 400, 'messages[0].role', () =>
 	client.chat.completions.create({ model, messages: [{ role: 'wizard', content: 'x' }] }));
 await expectError('top_k past the sampler', 400, 'top_k', () =>

@@ -46,8 +46,9 @@ async function metrics() {
 const words = ['alpha', 'river', 'stone', 'light', 'seven', 'north', 'quiet', 'paper'];
 // Some ask for more than greedy text, which batching must not change either:
 // a JSON object (constrained decoding), a logit bias, seeded sampling.
+// Two sampled choices in one request (n: 2; each choice's chunks by its index).
 const EXTRA = [{}, { response_format: { type: 'json_object' } }, { logit_bias: { 11: 5, 13: -100 } },
-	{ temperature: 0.8, top_p: 0.9 }];
+	{ temperature: 0.8, top_p: 0.9 }, { n: 2, temperature: 0.9 }];
 const PROMPTS = Array.from({ length: 12 }, (_, k) => ({
 	prompt: `request ${k}: ` + Array.from({ length: 2 + k * k * 3 }, (_, j) => words[(j * 5 + k) % 8]).join(' '),
 	max_tokens: 6 + ((k * 7) % 26),
@@ -75,13 +76,14 @@ async function one(i) {
 			console.log(`# request ${i}: ${e.status} ${e.message}`);
 			return;
 		}
-		let text = '', chunks = 0, finish = null, usage = null;
+		const texts = [], finishes = [];
+		let chunks = 0, usage = null;
 		try {
 			for await (const c of stream) {
 				if (c.usage) usage = c.usage;
 				for (const ch of c.choices) {
-					text += ch.text;
-					if (ch.finish_reason) finish = ch.finish_reason;
+					texts[ch.index] = (texts[ch.index] ?? '') + ch.text;
+					if (ch.finish_reason) finishes[ch.index] = ch.finish_reason;
 				}
 				if (++chunks === abandonAt) {
 					stream.controller.abort();
@@ -95,7 +97,7 @@ async function one(i) {
 			console.log(`# request ${i}: stream failed: ${e.message}`);
 			return;
 		}
-		const w = want[k];
+		const w = want[k], text = texts.join('\u0001'), finish = finishes.join(',');
 		if (text !== w.text || finish !== w.finish || !usage ||
 		    usage.completion_tokens !== w.usage.completion_tokens ||
 		    usage.prompt_tokens !== w.usage.prompt_tokens) {
@@ -137,7 +139,9 @@ async function changer() {
 // Each prompt's answer alone, before any load.
 for (const p of PROMPTS) {
 	const r = await client.completions.create({ model, temperature: 0, ...p });
-	want.push({ text: r.choices[0].text, finish: r.choices[0].finish_reason, usage: r.usage });
+	const cs = [...r.choices].sort((a, b) => a.index - b.index);
+	want.push({ text: cs.map((c) => c.text).join('\u0001'), finish: cs.map((c) => c.finish_reason).join(','),
+		usage: r.usage });
 }
 await wave(N, 0); // warm-up: every client once
 const rss0 = rssMiB();

@@ -150,7 +150,8 @@ TEST(bad_fields_named)
 	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens");
 	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"max_tokens\":1e12}",
 		"max_tokens");
-	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"n\":2}", "n");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"n\":17}", "n");
+	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"n\":0}", "n");
 	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":1.5}", "seed");
 	refused(_metadata, C, "{\"model\":\"m\",\"prompt\":\"x\",\"seed\":99999999999999999999}",
 		"seed");
@@ -808,6 +809,50 @@ TEST(tool_call_shapes)
 	EXPECT_STREQ("1", jpath(c, "index", -1, NULL));
 	EXPECT_STREQ("call_00ab_1", jpath(c, "id", -1, NULL));
 	EXPECT_STREQ("time", jpath(json_object_object_get(c, "function"), "name", -1, NULL));
+	json_object_put(o);
+	free(s);
+}
+
+/* n > 1: the choices in order with their index; a later choice's calls and chunks name it. */
+TEST(choices_of_one_answer)
+{
+	struct moem_oai_call calls[] = {{"time", "{}"}};
+	struct moem_oai_reply r0 = {.ep = MOEM_OAI_CHAT, .id = "chatcmpl-00ab", .model = "tiny"};
+	struct moem_oai_reply r1 = r0;
+	struct moem_oai_usage u = {.prompt_tokens = 3, .completion_tokens = 9};
+	struct moem_oai_choice ch[2] = {{&r0, "hi", 2, NULL, 0, MOEM_SCHED_STOP},
+					{&r1, "", 0, NULL, 0, MOEM_OAI_FINISH_TOOL_CALLS}};
+	struct json_object *o, *c;
+	size_t len;
+	char *s;
+
+	r1.index = 1;
+	r1.calls = calls;
+	r1.n_calls = 1;
+	s = moem_oai_response_n(ch, 2, &u, &len);
+	o = parse_json(s);
+	ASSERT_NE(NULL, o);
+	EXPECT_EQ(2u, json_object_array_length(json_object_object_get(o, "choices")));
+	EXPECT_STREQ("0", jpath(o, "choices", 0, "index"));
+	EXPECT_STREQ("1", jpath(o, "choices", 1, "index"));
+	EXPECT_STREQ("stop", jpath(o, "choices", 0, "finish_reason"));
+	EXPECT_STREQ("tool_calls", jpath(o, "choices", 1, "finish_reason"));
+	c = json_object_array_get_idx(
+		json_object_object_get(
+			json_object_object_get(
+				json_object_array_get_idx(json_object_object_get(o, "choices"), 1),
+				"message"),
+			"tool_calls"),
+		0);
+	EXPECT_STREQ("call_00ab_1_0", jpath(c, "id", -1, NULL));
+	EXPECT_STREQ("9", jpath(json_object_object_get(o, "usage"), "completion_tokens", -1, NULL));
+	json_object_put(o);
+	free(s);
+	s = moem_oai_chunk(&r1, true, "x", 1, NULL, 0, 0, &len);
+	ASSERT_NE(NULL, s);
+	o = parse_json(s + 6);
+	ASSERT_NE(NULL, o);
+	EXPECT_STREQ("1", jpath(o, "choices", 0, "index"));
 	json_object_put(o);
 	free(s);
 }

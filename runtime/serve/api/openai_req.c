@@ -1049,10 +1049,9 @@ static int field(struct moem_oai_request *rq, enum field f, const char *name, st
 	case F_STOP:
 		return get_stop(v, rq, e);
 	case F_N:
-		ret = get_int(v, name, 1, 1, &x, e);
-		if (ret)
-			snprintf(e->message, sizeof(e->message),
-				 "'n' must be 1: this server generates one choice per request");
+		ret = get_int(v, name, 1, MOEM_OAI_N_MAX, &x, e);
+		if (!ret)
+			rq->n = (uint32_t)x;
 		return ret;
 	case F_LOGPROBS:
 		if (rq->ep == MOEM_OAI_CHAT)
@@ -1146,6 +1145,7 @@ int moem_oai_parse(enum moem_oai_endpoint ep, const char *body, size_t len,
 	rq->repetition_penalty = 1.0;
 	rq->parallel_tool_calls = true;
 	rq->add_generation_prompt = true;
+	rq->n = 1;
 	if (len > INT32_MAX)
 		return moem_oai_errorf(e, 413, "invalid_request_error", NULL,
 				       "the body is too big");

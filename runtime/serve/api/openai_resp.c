@@ -276,7 +276,8 @@ static struct json_object *finish_json(int finish)
 /*
  * tool_calls: [{"id","type":"function","function":{"name","arguments"}}],
  * with "index" in a stream's delta. A call's id is its reply's id with
- * its number: the same streamed and whole.
+ * its number (and the choice's index after the first): the same
+ * streamed and whole.
  */
 static struct json_object *calls_json(const struct moem_oai_reply *r,
 				      const struct moem_oai_call *calls, uint32_t index, uint32_t n,
@@ -289,7 +290,12 @@ static struct json_object *calls_json(const struct moem_oai_reply *r,
 		struct json_object *c = json_object_new_object(), *fn = json_object_new_object();
 		char id[96];
 
-		snprintf(id, sizeof(id), "call_%s_%u", tail ? tail + 1 : r->id, index + i);
+		/* choices after the first (n > 1) have their index in their calls' ids */
+		if (r->index)
+			snprintf(id, sizeof(id), "call_%s_%u_%u", tail ? tail + 1 : r->id, r->index,
+				 index + i);
+		else
+			snprintf(id, sizeof(id), "call_%s_%u", tail ? tail + 1 : r->id, index + i);
 		if (delta)
 			ADD(c, "index", json_object_new_int((int32_t)(index + i)));
 		ADD(c, "id", json_object_new_string(id));
@@ -310,24 +316,17 @@ static struct json_object *logprobs_json(const struct moem_oai_reply *r,
 	return r->ep == MOEM_OAI_CHAT ? chat_logprobs(r, t, n) : completion_logprobs(r, t, n);
 }
 
-char *moem_oai_response(const struct moem_oai_reply *r, const char *text, size_t len,
-			const struct moem_oai_token *toks, uint32_t n, int finish,
-			const struct moem_oai_usage *u, size_t *out_len)
+static struct json_object *choice_json(const struct moem_oai_choice *ch)
 {
-	bool chat = r->ep == MOEM_OAI_CHAT;
-	struct json_object *o = head(r, chat ? "chat.completion" : "text_completion"), *choices, *c,
-			   *m;
+	const struct moem_oai_reply *r = ch->r;
+	struct json_object *c = json_object_new_object(), *m;
 
-	if (!o)
-		return NULL;
-	choices = json_object_new_array();
-	c = json_object_new_object();
-	ADD(c, "index", json_object_new_int(0));
-	if (chat) {
+	ADD(c, "index", json_object_new_int((int32_t)r->index));
+	if (r->ep == MOEM_OAI_CHAT) {
 		m = json_object_new_object();
 		ADD(m, "role", json_object_new_string("assistant"));
 		/* an answer that is only tool calls has no content, as OpenAI's */
-		ADD(m, "content", len || !r->n_calls ? utf8_string(text, len) : NULL);
+		ADD(m, "content", ch->len || !r->n_calls ? utf8_string(ch->text, ch->len) : NULL);
 		if (r->reasoning)
 			ADD(m, "reasoning_content",
 			    r->reasoning_text ? utf8_string(r->reasoning_text, r->reasoning_len)
@@ -336,14 +335,37 @@ char *moem_oai_response(const struct moem_oai_reply *r, const char *text, size_t
 			ADD(m, "tool_calls", calls_json(r, r->calls, 0, r->n_calls, false));
 		ADD(c, "message", m);
 	} else {
-		ADD(c, "text", utf8_string(text, len));
+		ADD(c, "text", utf8_string(ch->text, ch->len));
 	}
-	ADD(c, "logprobs", logprobs_json(r, toks, n));
-	ADD(c, "finish_reason", finish_json(finish));
-	json_object_array_add(choices, c);
+	ADD(c, "logprobs", logprobs_json(r, ch->toks, ch->n_toks));
+	ADD(c, "finish_reason", finish_json(ch->finish));
+	return c;
+}
+
+char *moem_oai_response_n(const struct moem_oai_choice *ch, uint32_t n,
+			  const struct moem_oai_usage *u, size_t *out_len)
+{
+	bool chat = ch[0].r->ep == MOEM_OAI_CHAT;
+	struct json_object *o = head(ch[0].r, chat ? "chat.completion" : "text_completion"),
+			   *choices;
+
+	if (!o)
+		return NULL;
+	choices = json_object_new_array();
+	for (uint32_t i = 0; i < n; i++)
+		json_object_array_add(choices, choice_json(&ch[i]));
 	ADD(o, "choices", choices);
 	ADD(o, "usage", usage_json(u));
 	return dump(o, "", "", out_len);
+}
+
+char *moem_oai_response(const struct moem_oai_reply *r, const char *text, size_t len,
+			const struct moem_oai_token *toks, uint32_t n, int finish,
+			const struct moem_oai_usage *u, size_t *out_len)
+{
+	struct moem_oai_choice c = {r, text, len, toks, n, finish};
+
+	return moem_oai_response_n(&c, 1, u, out_len);
 }
 
 char *moem_oai_chunk(const struct moem_oai_reply *r, bool first, const char *text, size_t len,
@@ -357,7 +379,7 @@ char *moem_oai_chunk(const struct moem_oai_reply *r, bool first, const char *tex
 		return NULL;
 	choices = json_object_new_array();
 	c = json_object_new_object();
-	ADD(c, "index", json_object_new_int(0));
+	ADD(c, "index", json_object_new_int((int32_t)r->index));
 	if (chat) {
 		d = json_object_new_object();
 		if (first)
@@ -388,7 +410,7 @@ static char *delta_chunk(const struct moem_oai_reply *r, bool first, const char 
 	choices = json_object_new_array();
 	c = json_object_new_object();
 	d = json_object_new_object();
-	ADD(c, "index", json_object_new_int(0));
+	ADD(c, "index", json_object_new_int((int32_t)r->index));
 	if (first)
 		ADD(d, "role", json_object_new_string("assistant"));
 	ADD(d, key, value);

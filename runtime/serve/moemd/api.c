@@ -264,7 +264,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		r->out_pos += (size_t)n;
 		if (r->out_pos == r->out_len)
 			r->out_pos = r->out_len = 0;
-	} else if (r->done) {
+	} else if (!r->open) {
+		/* every choice done (n > 1: siblings write here too) */
 		n = MHD_CONTENT_READER_END_OF_STREAM;
 	} else {
 		/* Nothing yet: wait without a thread; the worker resumes us. */
@@ -306,45 +307,78 @@ static int start_stream(struct moemd_srv *s, struct MHD_Connection *c, struct mo
 
 /* ---- the whole answer ---- */
 
+/* A choice's tokens for its logprobs (NULL: none asked, or -ENOMEM in *err). */
+static struct moem_oai_token *tokens_of(const struct moemd_sreq *r, int *err)
+{
+	struct moem_oai_token *t;
+
+	*err = 0;
+	if (!r->rq.logprobs || !r->n_toks)
+		return NULL;
+	t = calloc(r->n_toks, sizeof(*t));
+	if (!t) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	for (uint32_t i = 0; i < r->n_toks; i++) {
+		t[i].text = r->toks[i].text;
+		t[i].len = r->toks[i].len;
+		t[i].logprob = r->toks[i].logprob;
+		t[i].no_logprob = r->toks[i].no_lp;
+		t[i].n_top = r->toks[i].n_top;
+		for (uint32_t k = 0; k < t[i].n_top; k++) {
+			t[i].top[k].text = r->toks[i].top_text[k];
+			t[i].top[k].len = r->toks[i].top_len[k];
+			t[i].top[k].logprob = r->toks[i].top_logprob[k];
+		}
+	}
+	return t;
+}
+
+/* Every choice is done: the whole answer (one choice per request of the group), or an error. */
 static int queue_answer(struct moemd_srv *s, struct MHD_Connection *c, struct moemd_sreq *r)
 {
 	enum moemd_ep ep = r->rq.ep == MOEM_OAI_CHAT ? EP_CHAT : EP_COMPLETIONS;
-	struct moem_oai_usage u = {r->n_prompt, r->generated};
-	struct moem_oai_token *t = NULL;
+	struct moem_oai_choice ch[MOEM_OAI_N_MAX] = {0};
+	struct moem_oai_token *t[MOEM_OAI_N_MAX] = {0};
+	struct moem_oai_usage u = {r->n_prompt, 0};
+	uint32_t n = 1 + r->n_sibs;
+	int ret = 0;
 	size_t len;
 	char *body;
-	int ret;
 
-	if (r->finish == MOEM_SCHED_ERROR || r->finish == MOEM_SCHED_CANCEL) {
-		moemd_http_count(s, ep, (unsigned int)r->oerr.status);
-		return moemd_api_error(c, &r->oerr);
-	}
-	if (r->rq.logprobs && r->n_toks) {
-		t = calloc(r->n_toks, sizeof(*t));
-		if (!t)
-			return MHD_NO;
-		for (uint32_t i = 0; i < r->n_toks; i++) {
-			t[i].text = r->toks[i].text;
-			t[i].len = r->toks[i].len;
-			t[i].logprob = r->toks[i].logprob;
-			t[i].no_logprob = r->toks[i].no_lp;
-			t[i].n_top = r->toks[i].n_top;
-			for (uint32_t k = 0; k < t[i].n_top; k++) {
-				t[i].top[k].text = r->toks[i].top_text[k];
-				t[i].top[k].len = r->toks[i].top_len[k];
-				t[i].top[k].logprob = r->toks[i].top_logprob[k];
-			}
+	for (uint32_t i = 0; i < n; i++) {
+		struct moemd_sreq *m = i ? r->sibs[i - 1] : r;
+
+		if (m->finish == MOEM_SCHED_ERROR || m->finish == MOEM_SCHED_CANCEL) {
+			moemd_http_count(s, ep, (unsigned int)m->oerr.status);
+			return moemd_api_error(c, &m->oerr);
 		}
 	}
-	r->reply.calls = r->tools.calls;
-	r->reply.n_calls = r->tools.n_calls;
-	r->reply.reasoning = r->use_think;
-	r->reply.reasoning_text = r->reasoning_seen ? r->reasoning : NULL;
-	r->reply.reasoning_len = r->reasoning_len;
-	body = moem_oai_response(
-		&r->reply, r->text ? r->text : "", r->text_len, t, r->rq.logprobs ? r->n_toks : 0,
-		r->tools.n_calls ? MOEM_OAI_FINISH_TOOL_CALLS : (int)r->finish, &u, &len);
-	free(t);
+	for (uint32_t i = 0; !ret && i < n; i++) {
+		struct moemd_sreq *m = i ? r->sibs[i - 1] : r;
+
+		t[i] = tokens_of(m, &ret);
+		m->reply.calls = m->tools.calls;
+		m->reply.n_calls = m->tools.n_calls;
+		m->reply.reasoning = m->use_think;
+		m->reply.reasoning_text = m->reasoning_seen ? m->reasoning : NULL;
+		m->reply.reasoning_len = m->reasoning_len;
+		ch[i] = (struct moem_oai_choice){
+			&m->reply,
+			m->text ? m->text : "",
+			m->text_len,
+			t[i],
+			m->rq.logprobs ? m->n_toks : 0,
+			m->tools.n_calls ? MOEM_OAI_FINISH_TOOL_CALLS : (int)m->finish,
+		};
+		u.completion_tokens += m->generated;
+	}
+	body = ret ? NULL : moem_oai_response_n(ch, n, &u, &len);
+	for (uint32_t i = 0; i < n; i++)
+		free(t[i]);
+	if (!body)
+		return MHD_NO;
 	ret = queue_body(c, 200, "application/json", body, len);
 	moemd_http_count(s, ep, 200);
 	return ret;
@@ -359,7 +393,7 @@ int moemd_api_resume(struct moemd_srv *s, struct MHD_Connection *c, struct moemd
 		pthread_mutex_unlock(&r->lock);
 		return MHD_YES;
 	}
-	if (!r->done) {
+	if (r->open) {
 		r->suspended = true;
 		MHD_suspend_connection(c);
 		pthread_mutex_unlock(&r->lock);
@@ -368,6 +402,53 @@ int moemd_api_resume(struct moemd_srv *s, struct MHD_Connection *c, struct moemd
 	r->queued_response = true;
 	pthread_mutex_unlock(&r->lock);
 	ret = queue_answer(s, c, r);
+	return ret;
+}
+
+/*
+ * n > 1: the choices after the first, each a request of its own to the
+ * scheduler, parsed from the same body (seed + index when a seed is
+ * given), writing into the lead's stream. On a failure the lead and the
+ * siblings already submitted are cancelled: the client gets the error.
+ */
+static int add_siblings(struct moemd_srv *s, struct moemd_sreq *r, enum moem_oai_endpoint ep,
+			const char *body, size_t len, struct moem_oai_error *e)
+{
+	int ret = 0;
+
+	r->sibs = calloc(r->rq.n - 1, sizeof(*r->sibs));
+	if (!r->sibs)
+		ret = -ENOMEM;
+	for (uint32_t i = 1; !ret && i < r->rq.n; i++) {
+		struct moemd_sreq *b = calloc(1, sizeof(*b));
+
+		if (!b) {
+			ret = -ENOMEM;
+			break;
+		}
+		pthread_mutex_init(&b->lock, NULL);
+		b->refs = 1; /* the lead's */
+		b->srv = s;
+		b->lead = r;
+		b->choice = i;
+		b->t_arrive = r->t_arrive;
+		ret = moem_oai_parse(ep, body, len, &b->rq, e);
+		if (ret) {
+			moemd_sreq_put(b);
+			break;
+		}
+		if (b->rq.has_seed)
+			b->rq.seed += i;
+		r->sibs[r->n_sibs++] = b;
+		pthread_mutex_lock(&r->lock);
+		r->refs++; /* the sibling's, until the scheduler is done with it */
+		pthread_mutex_unlock(&r->lock);
+		ret = moemd_serve_submit(s, b, e);
+		if (ret)
+			moemd_sreq_put(r); /* never submitted: no end will drop it */
+	}
+	if (ret)
+		moemd_serve_cancel_group(s, r);
 	return ret;
 }
 
@@ -395,8 +476,26 @@ int moemd_api_generate(struct moemd_srv *s, struct MHD_Connection *c, enum moem_
 			r->rq.model, s->cfg.model_name);
 		snprintf(e.code, sizeof(e.code), "model_not_found");
 	}
-	if (!ret)
+	if (!ret && r->rq.n > 1) {
+		/* the choices wait in the queue side by side: more than it holds never fit */
+		uint32_t q;
+
+		pthread_mutex_lock(&s->lock);
+		q = s->sched_opts.max_waiting;
+		pthread_mutex_unlock(&s->lock);
+		if (r->rq.n > q)
+			ret = moem_oai_errorf(
+				&e, 400, "invalid_request_error", "n",
+				"'n' %u: more choices than this server queues at once "
+				"(max-queue %u)",
+				r->rq.n, q);
+	}
+	if (!ret) {
+		r->open = r->rq.n; /* every choice, before the first can end */
 		ret = moemd_serve_submit(s, r, &e);
+	}
+	if (!ret && r->rq.n > 1)
+		ret = add_siblings(s, r, ep, body, len, &e);
 	if (ret) {
 		if (ret == -ENOMEM && !e.status)
 			moem_oai_errorf(&e, 500, "server_error", NULL, "out of memory");
@@ -409,7 +508,7 @@ int moemd_api_generate(struct moemd_srv *s, struct MHD_Connection *c, enum moem_
 		return start_stream(s, c, r);
 	/* Wait for the answer without holding a thread. */
 	pthread_mutex_lock(&r->lock);
-	if (!r->done) {
+	if (r->open) {
 		r->suspended = true;
 		MHD_suspend_connection(c);
 		pthread_mutex_unlock(&r->lock);
@@ -425,7 +524,7 @@ void moemd_api_closed(struct moemd_srv *s, struct moemd_sreq *r)
 	bool running, counted;
 
 	pthread_mutex_lock(&r->lock);
-	running = !r->done;
+	running = r->open > 0; /* a choice still runs */
 	counted = r->gone;
 	r->gone = true;
 	r->conn = NULL;
@@ -438,7 +537,7 @@ void moemd_api_closed(struct moemd_srv *s, struct moemd_sreq *r)
 			s->disconnects++;
 			pthread_mutex_unlock(&s->lock);
 		}
-		moem_sched_cancel(s->sched, r);
+		moemd_serve_cancel_group(s, r);
 	}
 	moemd_sreq_put(r);
 }

@@ -54,8 +54,20 @@ void moemd_sreq_put(struct moemd_sreq *r)
 	free(r->out);
 	free(r->text);
 	free(r->echo);
+	for (uint32_t i = 0; i < r->n_sibs; i++)
+		moemd_sreq_put(r->sibs[i]);
+	free(r->sibs);
 	pthread_mutex_destroy(&r->lock);
 	free(r);
+}
+
+void moemd_serve_cancel_group(struct moemd_srv *s, struct moemd_sreq *r)
+{
+	if (!s->sched)
+		return;
+	moem_sched_cancel(s->sched, r);
+	for (uint32_t i = 0; i < r->n_sibs; i++)
+		moem_sched_cancel(s->sched, r->sibs[i]);
 }
 
 /* Under r->lock: wake a connection that waits for output. */
@@ -85,7 +97,8 @@ static int append(char **buf, size_t *len, size_t *cap, const char *data, size_t
 }
 
 /* Under r->lock: append an SSE event (consumed). */
-static int push_event(struct moemd_sreq *r, char *ev, size_t n)
+/* Under r->lock, r a lead or alone: an event into the stream of r's connection. */
+static int out_append(struct moemd_sreq *r, char *ev, size_t n)
 {
 	int ret;
 
@@ -96,6 +109,51 @@ static int push_event(struct moemd_sreq *r, char *ev, size_t n)
 	ret = append(&r->out, &r->out_len, &r->out_cap, ev, n);
 	free(ev);
 	return ret;
+}
+
+/* Under r->lock: an event into the stream (a sibling's into its lead's, which is woken). */
+static int push_event(struct moemd_sreq *r, char *ev, size_t n)
+{
+	struct moemd_sreq *l = r->lead;
+	int ret;
+
+	if (!l)
+		return out_append(r, ev, n);
+	pthread_mutex_lock(&l->lock);
+	ret = out_append(l, ev, n);
+	wake_conn(l);
+	pthread_mutex_unlock(&l->lock);
+	return ret;
+}
+
+/*
+ * Under r->lock, r just done: the last choice of its request to end sends
+ * the stream's usage (if asked and no choice failed: every choice's
+ * tokens, the prompt once) and [DONE], and wakes the connection.
+ */
+static void member_done(struct moemd_sreq *r, bool failed)
+{
+	struct moemd_sreq *l = r->lead ? r->lead : r;
+
+	if (r->lead)
+		pthread_mutex_lock(&l->lock);
+	l->group_failed |= failed;
+	if (!--l->open && l->rq.stream) {
+		if (!l->group_failed && l->rq.include_usage) {
+			struct moem_oai_usage u = {l->n_prompt, l->generated};
+			size_t n = 0;
+			char *ev;
+
+			for (uint32_t i = 0; i < l->n_sibs; i++)
+				u.completion_tokens += l->sibs[i]->generated;
+			ev = moem_oai_usage_chunk(&l->reply, &u, &n);
+			out_append(l, ev, n);
+		}
+		out_append(l, strdup(MOEM_OAI_DONE), strlen(MOEM_OAI_DONE));
+	}
+	wake_conn(l);
+	if (r->lead)
+		pthread_mutex_unlock(&l->lock);
 }
 
 static int keep_token(struct moemd_srv *s, struct moemd_sreq *r, const struct moem_sched_out *o)
@@ -415,8 +473,14 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 		moem_warn("request %s: no token of the vocabulary continues its JSON: ended",
 			  r->id);
 	if (!ret && r->rq.stream) {
-		overflow = r->out_len - r->out_pos > r->srv->cfg.stream_buffer;
-		wake_conn(r);
+		struct moemd_sreq *l = r->lead ? r->lead : r;
+
+		if (r->lead)
+			pthread_mutex_lock(&l->lock);
+		overflow = l->out_len - l->out_pos > r->srv->cfg.stream_buffer;
+		wake_conn(l);
+		if (r->lead)
+			pthread_mutex_unlock(&l->lock);
 	}
 	pthread_mutex_unlock(&r->lock);
 	if (stop) {
@@ -428,7 +492,7 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 		/* Out of memory, or a client that does not read its stream. */
 		moem_warn("request %s: %s: cancelled", r->id,
 			  ret ? "out of memory" : "the client does not read its stream");
-		moem_sched_cancel(s->sched, r);
+		moemd_serve_cancel_group(s, r->lead ? r->lead : r);
 	}
 	return stop || json_end;
 }
@@ -457,8 +521,7 @@ static void fail_status(struct moemd_sreq *r, int err)
 static void sink_done(void *arg, void *req, enum moem_sched_finish why, int err)
 {
 	struct moemd_srv *s = arg;
-	struct moemd_sreq *r = req;
-	struct moem_oai_usage u;
+	struct moemd_sreq *r = req, *lead;
 	uint64_t now = moem_now_ns();
 	const char *rest;
 	size_t n, len;
@@ -502,29 +565,24 @@ static void sink_done(void *arg, void *req, enum moem_sched_finish why, int err)
 			} else if (len) {
 				append(&r->text, &r->text_len, &r->text_cap, rest, len);
 			}
-			if (r->rq.stream) {
+			if (r->rq.stream)
 				stream_chunk(r, rest, len,
 					     r->tools.n_calls ? MOEM_OAI_FINISH_TOOL_CALLS
 							      : (int)why);
-				u = (struct moem_oai_usage){r->n_prompt, r->generated};
-				if (r->rq.include_usage) {
-					char *ev = moem_oai_usage_chunk(&r->reply, &u, &n);
-
-					push_event(r, ev, n);
-				}
-			}
 		} else if (r->rq.stream) {
 			char *ev = moem_oai_error_chunk(&r->oerr, &n);
 
 			push_event(r, ev, n);
 		}
-		if (r->rq.stream)
-			push_event(r, strdup(MOEM_OAI_DONE), strlen(MOEM_OAI_DONE));
 		r->done = true;
+		member_done(r, why != MOEM_SCHED_LENGTH && why != MOEM_SCHED_STOP);
 	}
 	wake_conn(r);
+	lead = r->lead;
 	pthread_mutex_unlock(&r->lock);
 	moemd_sreq_put(r); /* the scheduler's reference */
+	if (lead)
+		moemd_sreq_put(lead); /* the sibling's, on its lead */
 }
 
 static void sink_stepped(void *arg, const struct moem_sched_step_info *info)
@@ -602,11 +660,14 @@ int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oa
 	rnd = serial * 0x9e3779b97f4a7c15ULL ^ (uint64_t)s->created * 0xbf58476d1ce4e5b9ULL;
 	snprintf(r->id, sizeof(r->id), "%s-%016" PRIx64 "%04" PRIx64,
 		 r->rq.ep == MOEM_OAI_CHAT ? "chatcmpl" : "cmpl", rnd, serial & 0xffff);
+	if (r->lead) /* a choice of the lead's answer (n > 1): its id and time */
+		snprintf(r->id, sizeof(r->id), "%s", r->lead->id);
 	r->reply = (struct moem_oai_reply){
 		.ep = r->rq.ep,
 		.id = r->id,
 		.model = s->cfg.model_name,
-		.created = (int64_t)time(NULL),
+		.created = r->lead ? r->lead->reply.created : (int64_t)time(NULL),
+		.index = r->choice,
 		.logprobs = r->rq.logprobs,
 		.top_logprobs = r->rq.top_logprobs,
 	};
@@ -675,7 +736,7 @@ static void reap_disconnected(struct moemd_srv *s)
 		int fd;
 
 		pthread_mutex_lock(&r->lock);
-		if (r->suspended && r->conn && !r->done) {
+		if (r->suspended && r->conn && r->open) {
 			fd = moemd_http_conn_fd(r->conn);
 			if (fd >= 0) {
 				p[n] = (struct pollfd){.fd = fd, .events = POLLRDHUP};
@@ -702,7 +763,7 @@ static void reap_disconnected(struct moemd_srv *s)
 				s->disconnects++;
 				pthread_mutex_unlock(&s->lock);
 			}
-			moem_sched_cancel(s->sched, who[i]);
+			moemd_serve_cancel_group(s, who[i]);
 		}
 		moemd_sreq_put(who[i]);
 	}
@@ -729,8 +790,8 @@ void moemd_serve_end_all(struct moemd_srv *s)
 				char *ev = moem_oai_error_chunk(&r->oerr, &n);
 
 				push_event(r, ev, n);
-				push_event(r, strdup(MOEM_OAI_DONE), strlen(MOEM_OAI_DONE));
 			}
+			member_done(r, true);
 		}
 		wake_conn(r);
 		pthread_mutex_unlock(&r->lock);

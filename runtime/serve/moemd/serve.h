@@ -116,6 +116,19 @@ struct moemd_sreq {
 	struct moem_oai_error oerr;
 	uint64_t t_arrive, t_first, t_last;
 	struct moemd_sreq *prev, *next; /* the server's list of live requests */
+	/*
+	 * n > 1: each choice is a request of its own to the scheduler; the
+	 * first (the lead) has the connection, and the others' (siblings')
+	 * stream events go into its out. The lead holds a reference on each
+	 * sibling (dropped when it is freed), each sibling one on the lead
+	 * (dropped when the scheduler is done with the sibling).
+	 */
+	struct moemd_sreq *lead;  /* a sibling: its lead */
+	uint32_t choice;	  /* the choice's index (the lead's: 0) */
+	struct moemd_sreq **sibs; /* the lead: its siblings */
+	uint32_t n_sibs;
+	uint32_t open;	   /* the lead: choices not yet done (its own included) */
+	bool group_failed; /* the lead: a choice ended with an error */
 };
 
 /* Metrics: histograms with fixed buckets (seconds). */
@@ -198,6 +211,8 @@ int moemd_api_error(struct MHD_Connection *c, const struct moem_oai_error *e);
 
 /* serve.c: requests and the serving loop */
 void moemd_sreq_put(struct moemd_sreq *r);
+/* Cancel a request and, with n > 1, its siblings (r is a lead or alone). */
+void moemd_serve_cancel_group(struct moemd_srv *s, struct moemd_sreq *r);
 /* Worker thread: open the model and the scheduler once the engine is ready. */
 void moemd_serve_open(struct moemd *d);
 /*
