@@ -61,8 +61,6 @@ struct moem_json_schema;
 int moem_json_schema_compile(struct json_object *schema, struct moem_json_schema **out);
 void moem_json_schema_free(struct moem_json_schema *s);
 
-#define MOEM_JSON_SCHEMA_CALL_NAME 64 /* a tool's name: 1..64 of [A-Za-z0-9_-] */
-
 /*
  * The schema of one tool call: {"name": <a tool's name>, "arguments":
  * <that tool's parameters>}, over the API's tools array ([{"type":
@@ -70,7 +68,8 @@ void moem_json_schema_free(struct moem_json_schema *s);
  * caller; no parameters: any object), or only the tool named only. The
  * name comes first and decides the arguments (a union by "name"); a $ref
  * in a tool's parameters is to that schema's own $defs. 0 and *out;
- * -EINVAL with the tool's place named; -ENOMEM.
+ * -ENOENT if no tool is named only; -EINVAL with the tool's place named;
+ * -ENOMEM.
  */
 int moem_json_schema_compile_calls(struct json_object *tools, const char *only,
 				   struct moem_json_schema **out);

@@ -1132,17 +1132,25 @@ int moem_json_schema_compile(struct json_object *schema, struct moem_json_schema
 	return finish(&c, ret, root, out);
 }
 
-/* {"name": <const name>, "arguments": <the node of its parameters>} */
-static int call_node(struct cctx *c, const char *name, int args, int *idx)
+/* {"name": <const name>, "arguments": <the node of its parameters>} (nm: the name's string) */
+static int call_node(struct cctx *c, struct json_object *nm, int args, int *idx)
 {
-	char lit[MOEM_JSON_SCHEMA_CALL_NAME + 3];
-	const char *texts[] = {lit};
+	size_t len;
+	const char *lit = as_json(nm, &len); /* the name as JSON writes it */
 	int tag, ret;
 
-	snprintf(lit, sizeof(lit), "\"%s\"", name);
-	ret = lits_node(c, texts, 1, &tag);
-	if (!ret)
+	if (!lit)
+		return -ENOMEM;
+	ret = new_node(c, J_LITS, &tag);
+	if (!ret) {
+		c->s->n[tag].first = c->s->nl;
+		c->s->n[tag].n = 1;
+		ret = add_lit(c, lit, len);
+	}
+	if (!ret) {
+		lit_starts(c->s, tag);
 		ret = new_node(c, J_OBJ, idx);
+	}
 	if (ret)
 		return ret;
 	c->s->n[*idx].first = c->s->np;
@@ -1180,17 +1188,11 @@ int moem_json_schema_compile_calls(struct json_object *tools, const char *only,
 
 		json_object_object_get_ex(json_object_array_get_idx(tools, i), "function", &fn);
 		json_object_object_get_ex(fn, "name", &nm);
-		name = json_object_get_string(nm);
-		if (!name || strlen(name) > MOEM_JSON_SCHEMA_CALL_NAME ||
-		    strspn(name,
-			   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
-			    strlen(name)) {
-			ret = moem_errf(EINVAL,
-					"tools[%zu]: a function name of 1 to %d of "
-					"[A-Za-z0-9_-] is needed",
-					i, MOEM_JSON_SCHEMA_CALL_NAME);
+		if (!json_object_is_type(nm, json_type_string)) {
+			ret = moem_errf(EINVAL, "tools[%zu]: the function has no name", i);
 			break;
 		}
+		name = json_object_get_string(nm);
 		if (only && strcmp(name, only))
 			continue;
 		if (n == MOEM_JSON_SCHEMA_ENUM) {
@@ -1211,13 +1213,13 @@ int moem_json_schema_compile_calls(struct json_object *tools, const char *only,
 			args = ret ? 0 : c.s->a[c.s->n[args].first];
 		}
 		if (!ret)
-			ret = call_node(&c, name, args, &call);
+			ret = call_node(&c, nm, args, &call);
 		if (!ret)
 			alt[n++] = (uint16_t)call;
 	}
 	c.path[0] = 0;
 	if (!ret && !n)
-		ret = moem_errf(EINVAL, "no tool named '%s'", only ? only : "");
+		ret = moem_errf(ENOENT, "no tool named '%s'", only ? only : "");
 	if (!ret && n == 1) {
 		root = alt[0];
 	} else if (!ret) {

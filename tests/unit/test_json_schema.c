@@ -525,7 +525,7 @@ TEST(calls_of_the_tools)
 	ASSERT_EQ(0, moem_json_schema_compile_calls(t, "g", &s));
 	EXPECT_EQ(9u, refused_at(s, "{\"name\":\"f\""));
 	moem_json_schema_free(s);
-	EXPECT_EQ(-EINVAL, moem_json_schema_compile_calls(t, "h", &s));
+	EXPECT_EQ(-ENOENT, moem_json_schema_compile_calls(t, "h", &s));
 	EXPECT_NE(NULL, strstr(moem_last_error(), "no tool named 'h'"));
 	EXPECT_EQ(-EINVAL, moem_json_schema_compile_calls(b, NULL, &s));
 	EXPECT_NE(NULL,

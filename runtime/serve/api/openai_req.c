@@ -612,7 +612,7 @@ static int tool_constraint(struct moem_oai_request *rq, struct moem_oai_error *e
 	moem_clear_error();
 	ret = moem_json_schema_compile_calls(tools, rq->tool_name, &rq->json_schema);
 	json_object_put(tools);
-	if (ret == -EINVAL && rq->tool_name && strstr(moem_last_error(), "no tool named"))
+	if (ret == -ENOENT)
 		return BAD(e, "tool_choice.function.name",
 			   "'tool_choice.function.name': '%.64s' is not in 'tools'", rq->tool_name);
 	if (ret == -EINVAL)
@@ -791,8 +791,6 @@ static int get_json_schema(struct json_object *v, struct moem_oai_request *rq,
 {
 	static const char *const keys[] = {"name", "description", "schema", "strict", NULL};
 	struct json_object *js, *x;
-	const char *name;
-	size_t n;
 	int ret;
 
 	if (!json_object_object_get_ex(v, "json_schema", &js) ||
@@ -802,16 +800,12 @@ static int get_json_schema(struct json_object *v, struct moem_oai_request *rq,
 			   "'schema'");
 	if (only_keys(js, keys, "response_format.json_schema", e))
 		return -EINVAL;
-	if (!json_object_object_get_ex(js, "name", &x) || !json_object_is_type(x, json_type_string))
+	/* named as a function is (OpenAI's rule for both) */
+	if (!json_object_object_get_ex(js, "name", &x))
 		return BAD(e, "response_format.json_schema.name",
-			   "'response_format.json_schema.name' must be a string");
-	name = json_object_get_string(x);
-	n = strlen(name);
-	if (!n || n > 64 ||
-	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
-		return BAD(e, "response_format.json_schema.name",
-			   "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, "
-			   "'_' and '-'");
+			   "'response_format.json_schema.name' is missing");
+	if (get_fn_name(x, "response_format.json_schema.name", e))
+		return -EINVAL;
 	if (json_object_object_get_ex(js, "description", &x) &&
 	    !json_object_is_type(x, json_type_null) && !json_object_is_type(x, json_type_string))
 		return BAD(e, "response_format.json_schema.description",
