@@ -523,6 +523,17 @@ static int after_value(struct moem_json_fsm *f, unsigned char c)
 	return -EINVAL;
 }
 
+/* A byte of the fixed text at off (len bytes) around the object; then the state next. */
+static int fixed_byte(struct moem_json_fsm *f, unsigned char c, uint32_t off, uint32_t len,
+		      uint8_t next)
+{
+	if (c != (unsigned char)f->s->text[off + f->off])
+		return -EINVAL;
+	if (++f->off == len)
+		f->state = next;
+	return 0;
+}
+
 /* One byte: 0, or -EINVAL. */
 static int step(struct moem_json_fsm *f, unsigned char c)
 {
@@ -542,17 +553,9 @@ static int step(struct moem_json_fsm *f, unsigned char c)
 	}
 	switch (f->state) {
 	case S_PRE:
-		if (c != (unsigned char)f->s->text[f->s->pre_off + f->off])
-			return -EINVAL;
-		if (++f->off == f->s->pre_len)
-			f->state = S_START;
-		return 0;
+		return fixed_byte(f, c, f->s->pre_off, f->s->pre_len, S_START);
 	case S_POST:
-		if (c != (unsigned char)f->s->text[f->s->post_off + f->off])
-			return -EINVAL;
-		if (++f->off == f->s->post_len)
-			f->state = S_DONE;
-		return 0;
+		return fixed_byte(f, c, f->s->post_off, f->s->post_len, S_DONE);
 	case S_START:
 	case S_VALUE:
 		return value_start(f, f->node, c);
