@@ -624,9 +624,19 @@ int moemd_serve_submit(struct moemd_srv *s, struct moemd_sreq *r, struct moem_oa
 	/* OpenAI's default for completions; chat runs to the end of the context. */
 	if (!r->rq.max_tokens && r->rq.ep == MOEM_OAI_COMPLETIONS)
 		r->rq.max_tokens = 16;
-	ret = moemd_model_prompt(s->model, &r->rq, &r->prompt, &r->n_prompt, e);
-	if (ret)
-		return ret;
+	if (r->lead) {
+		/* a choice of the lead's answer: the same body, so the prompt the lead
+		 * rendered and checked (the chat template runs once per request) */
+		r->prompt = malloc(r->lead->n_prompt * sizeof(*r->prompt));
+		if (!r->prompt)
+			return -ENOMEM;
+		memcpy(r->prompt, r->lead->prompt, r->lead->n_prompt * sizeof(*r->prompt));
+		r->n_prompt = r->lead->n_prompt;
+	} else {
+		ret = moemd_model_prompt(s->model, &r->rq, &r->prompt, &r->n_prompt, e);
+		if (ret)
+			return ret;
+	}
 	ret = moemd_model_detok_new(s->model, &r->detok);
 	if (ret)
 		return ret;
