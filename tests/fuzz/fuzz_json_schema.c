@@ -19,6 +19,8 @@
 #include <moem/error.h>
 #include <moem/json_fsm.h>
 
+#include "json_walk.h"
+
 /* The bytes as a document: if whole, one object to json-c. */
 static void whole(const struct moem_json_schema *s, const char *b, size_t n)
 {
@@ -43,33 +45,15 @@ static void whole(const struct moem_json_schema *s, const char *b, size_t n)
 /* From f, closers first: some byte goes on until the object is whole. */
 static void finish(const struct moem_json_fsm *from)
 {
-	static const char pref[] = "\"]},:0ntf";
-	struct moem_json_fsm f, g;
+	struct moem_json_fsm f;
 
 	moem_json_fsm_copy(&f, from);
 	for (int steps = 0; !moem_json_fsm_done(&f) && steps < 2048; steps++) {
-		int pick = -1;
+		int pick = json_walk_next(&f);
+		char c = (char)pick;
 
-		for (const char *p = pref; *p && pick < 0; p++) {
-			moem_json_fsm_copy(&g, &f);
-			if (!moem_json_fsm_feed(&g, p, 1))
-				pick = (unsigned char)*p;
-		}
-		for (int b = 1; b < 256 && pick < 0; b++) {
-			char c = (char)b;
-
-			moem_json_fsm_copy(&g, &f);
-			if (!moem_json_fsm_feed(&g, &c, 1))
-				pick = b;
-		}
-		if (pick < 0)
+		if (pick < 0 || moem_json_fsm_feed(&f, &c, 1))
 			abort(); /* a dead end */
-		{
-			char c = (char)pick;
-
-			if (moem_json_fsm_feed(&f, &c, 1))
-				abort();
-		}
 	}
 }
 

@@ -17,6 +17,8 @@
 #include <moem/json_fsm.h>
 #include <moem/openai.h>
 
+#include "json_walk.h"
+
 static void tools_over(const struct moem_oai_reply *r, const char *text)
 {
 	struct moem_oai_tools f;
@@ -99,27 +101,14 @@ static void json_over(const char *text, const struct moem_json_schema *schema, b
  */
 static void schema_walk(const struct moem_json_schema *schema, bool call)
 {
-	static const char pref[] = "\"]},:0ntf";
-	struct moem_json_fsm f, g;
+	struct moem_json_fsm f;
 	char doc[512];
 	size_t n = 0;
 
 	moem_json_fsm_init(&f, schema);
 	while (!moem_json_fsm_done(&f) && n + 1 < sizeof(doc)) {
-		int pick = -1;
+		int pick = json_walk_next(&f);
 
-		for (const char *p = pref; *p && pick < 0; p++) {
-			moem_json_fsm_copy(&g, &f);
-			if (!moem_json_fsm_feed(&g, p, 1))
-				pick = (unsigned char)*p;
-		}
-		for (int b = 1; b < 256 && pick < 0; b++) {
-			char c = (char)b;
-
-			moem_json_fsm_copy(&g, &f);
-			if (!moem_json_fsm_feed(&g, &c, 1))
-				pick = b;
-		}
 		if (pick < 0)
 			abort(); /* a state with no way on */
 		doc[n] = (char)pick;
