@@ -272,10 +272,7 @@ static int parse_deepseek(struct json_object *o, struct moem_model_config *c)
 		/* DeepSeek-V2 (236B), V2-Chat, V2.5: no class default to fall back on */
 		REQ(moem_store_json_u32(o, "n_group", true, W, &c->n_group));
 		REQ(moem_store_json_u32(o, "topk_group", true, W, &c->topk_group));
-		const struct moem_route_cfg rc = {.n_experts = c->n_experts,
-						  .top_k = c->top_k,
-						  .n_group = c->n_group,
-						  .topk_group = c->topk_group};
+		const struct moem_route_cfg rc = moem_route_cfg_of(c);
 
 		if ((ret = moem_route_groups_check(&rc)))
 			return moem_err_prefix(-ret, W);
