@@ -18,6 +18,10 @@
  * reserves the blocks its prompt and max_new_tokens can need, so a
  * running sequence never runs out of cache and is never preempted; a
  * sequence that finishes (or is cancelled) returns its blocks at once.
+ * Whole blocks stay cached for later prompts with the same beginning
+ * (prefix caching, moem_decoder_opts.prefix_cache_off): a cached block
+ * nobody holds counts as free and is reused, least recently released
+ * first, when no empty block is left.
  *
  * Threads: every call is made from one thread (the engine thread), except
  * moem_decoder_set_kv_bytes(), moem_decoder_kv_usage() and
@@ -59,6 +63,14 @@ struct moem_decoder_opts {
 	 * input width must be a whole number of groups.
 	 */
 	enum moem_prec dense_prec;
+	/*
+	 * Every prompt prefilled whole. Otherwise (the default) the KV blocks
+	 * of finished and running sequences stay cached while the pool has
+	 * room, and a new prompt that begins with the same whole blocks of
+	 * tokens takes them instead of computing them (at least its last
+	 * prompt token is computed; not for a sequence with logits_fn).
+	 */
+	bool prefix_cache_off;
 };
 
 /* Called with the logits of every position a sequence computes (see want_logits). */
@@ -174,6 +186,10 @@ struct moem_decode_stats {
 	uint64_t graph_steps, graph_captures;
 	/* hybrid execution: (layer, expert) pairs computed on the CPU, its time */
 	uint64_t cpu_experts, cpu_ns;
+	/* prompt tokens of the sequences added, and of those, taken from the
+	 * prefix cache (not computed); counted at moem_decoder_add(), so in
+	 * the totals only */
+	uint64_t prompt_tokens, prefix_tokens;
 	/* of moe_ns: the engine thread's phases of the MoE layers (engine.h
 	 * moem_phase); a step planned on the device has none */
 	uint64_t phase_ns[MOEM_PHASE_NR];
@@ -189,6 +205,7 @@ struct moem_kv_usage {
 	uint64_t blocks_used;	  /* holding tokens */
 	uint64_t blocks_reserved; /* promised to running sequences, used included */
 	uint64_t blocks_free;	  /* total - reserved */
+	uint64_t blocks_cached;	  /* of free: keep a prefix for later prompts */
 	uint64_t budget_bytes;	  /* kv_bytes in force (a pending change shows next step) */
 	uint64_t used_bytes;	  /* blocks_used * block_bytes */
 	uint64_t pool_bytes;	  /* allocated: above budget_bytes until a cut's blocks are free */
@@ -238,6 +255,11 @@ int moem_decoder_cancel(struct moem_decoder *d, uint64_t id);
 
 /* Prompt tokens of a sequence still to prefill (0: decoding). -ENOENT if not held. */
 int moem_decoder_pending_prompt(const struct moem_decoder *d, uint64_t id, uint32_t *n);
+/*
+ * Prompt tokens of a sequence whose keys and values came from the prefix
+ * cache when it was added (0..n_prompt - 1). -ENOENT if not held.
+ */
+int moem_decoder_cached_prompt(const struct moem_decoder *d, uint64_t id, uint32_t *n);
 
 /*
  * Any thread: set the KV budget, the engine's kv_bytes knob

@@ -38,17 +38,14 @@ static int resize_pool(struct moem_decoder *d, uint32_t n)
 {
 	uint32_t keep = moem_min(n, d->pool_blocks);
 	moem_dptr np;
-	uint8_t *nu;
 	int ret;
 
 	if (n == d->pool_blocks)
 		return 0;
 	if (n > d->pool_blocks) {
-		nu = realloc(d->used, n);
-		if (!nu)
-			return -ENOMEM;
-		d->used = nu;
-		memset(d->used + d->pool_blocks, 0, n - d->pool_blocks);
+		ret = moem_kv_blocks_resize(d, n);
+		if (ret)
+			return ret;
 	}
 	ret = moem_be_alloc(d->be, (uint64_t)n * d->block_bytes, &np);
 	if (ret)
@@ -62,6 +59,10 @@ static int resize_pool(struct moem_decoder *d, uint32_t n)
 			return ret;
 		}
 		moem_be_free(d->be, d->pool);
+	}
+	if (n < d->pool_blocks) {
+		/* nothing held or cached from n up (apply_kv); failing only to shrink */
+		(void)moem_kv_blocks_resize(d, n);
 	}
 	pthread_mutex_lock(&d->lock);
 	d->pool = np;
@@ -114,10 +115,10 @@ static int apply_kv(struct moem_decoder *d)
 	d->kv_seen = want;
 	d->limit_blocks = n; /* a cut below what is reserved applies as sequences end */
 	d->o.kv_bytes = (uint64_t)n * d->block_bytes;
-	for (uint32_t b = 0; b < d->pool_blocks; b++)
-		if (d->used[b])
-			top = b + 1;
 	pthread_mutex_unlock(&d->lock);
+	/* a cut drops the cached prefixes above it; held blocks wait for their end */
+	moem_kv_drop_above(d, n);
+	top = moem_kv_top(d);
 	if (d->pool_blocks > n && top <= n) {
 		ret = resize_pool(d, n);
 		if (ret)
@@ -131,12 +132,8 @@ static int apply_kv(struct moem_decoder *d)
 
 static void free_seq(struct moem_decoder *d, struct dec_seq *s)
 {
-	int32_t *tab = d->tables_host + s->tab_off;
-
+	moem_kv_release(d, d->tables_host + s->tab_off, s->n_blocks);
 	pthread_mutex_lock(&d->lock);
-	for (uint32_t i = 0; i < s->n_blocks; i++)
-		d->used[tab[i]] = 0;
-	d->reserved -= s->n_blocks;
 	d->n_seqs--;
 	pthread_mutex_unlock(&d->lock);
 	free(s->toks);
@@ -285,6 +282,7 @@ int moem_decoder_open(struct moem_engine *e, const struct moem_decoder_opts *o,
 	d->cfg = e->cfg;
 	d->mla = d->cfg->arch == MOEM_ARCH_DEEPSEEK_V2;
 	d->next_id = 1;
+	d->lru_head = d->lru_tail = -1;
 	ret = check_opts(d, o ? o : &def);
 	if (!ret)
 		ret = moem_rope_info(d->cfg, &d->rope);
@@ -363,7 +361,7 @@ void moem_decoder_close(struct moem_decoder *d)
 	free(d->scratch);
 	free(d->tables_host);
 	free(d->seqs);
-	free(d->used);
+	moem_kv_blocks_free(d);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
@@ -427,8 +425,8 @@ static int check_params(const struct moem_decoder *d, const struct moem_seq_para
 int moem_decoder_add(struct moem_decoder *d, const struct moem_seq_params *p, uint64_t *id)
 {
 	struct dec_seq *s = NULL;
-	uint32_t total, nb, slot;
-	int32_t *tab;
+	uint32_t total, nb, slot, m = 0, need, avail;
+	int32_t *tab, *shared = NULL;
 	int ret;
 
 	ret = apply_kv(d);
@@ -444,21 +442,29 @@ int moem_decoder_add(struct moem_decoder *d, const struct moem_seq_params *p, ui
 			break;
 	if (slot == d->o.max_seqs)
 		return moem_errf(EMFILE, "the decoder holds %u sequences already", d->o.max_seqs);
+	if (!p->logits_fn && p->n_prompt > d->o.block_tokens) {
+		/* whole blocks of the prompt, its last token left to compute */
+		shared = malloc(sizeof(*shared) * ((p->n_prompt - 1) / d->o.block_tokens));
+		if (!shared)
+			return -ENOMEM;
+		m = moem_kv_match(d, p->prompt, (p->n_prompt - 1) / d->o.block_tokens, shared);
+	}
+	need = nb - m + moem_kv_fresh(d, shared, m);
 	pthread_mutex_lock(&d->lock);
+	avail = d->limit_blocks - moem_min(d->reserved, d->limit_blocks);
 	if (nb > d->limit_blocks)
 		ret = moem_errf(EFBIG,
 				"%u tokens need %u KV blocks of %u tokens; the kv budget holds "
 				"%u",
 				total, nb, d->o.block_tokens, d->limit_blocks);
-	else if (nb > d->limit_blocks - moem_min(d->reserved, d->limit_blocks))
+	else if (need > avail)
 		ret = moem_errf(ENOSPC,
 				"%u tokens need %u KV blocks, %u of %u are free: retry when a "
 				"sequence ends",
-				total, nb, d->limit_blocks - moem_min(d->reserved, d->limit_blocks),
-				d->limit_blocks);
+				total, need, avail, d->limit_blocks);
 	pthread_mutex_unlock(&d->lock);
 	if (ret)
-		return ret;
+		goto out;
 	s = &d->seqs[slot];
 	memset(s, 0, sizeof(*s));
 	s->toks = malloc(sizeof(int32_t) * total);
@@ -472,7 +478,8 @@ int moem_decoder_add(struct moem_decoder *d, const struct moem_seq_params *p, ui
 		free(s->toks);
 		free(s->seen);
 		free(s->gen_count);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto out;
 	}
 	memcpy(s->toks, p->prompt, sizeof(int32_t) * p->n_prompt);
 	for (uint32_t i = 0; s->seen && i < p->n_prompt; i++)
@@ -487,16 +494,19 @@ int moem_decoder_add(struct moem_decoder *d, const struct moem_seq_params *p, ui
 	moem_rng_seed(&s->rng, p->sampling.seed, 0x5eed);
 	s->tab_off = slot * d->max_blocks;
 	tab = d->tables_host + s->tab_off;
+	moem_kv_take(d, shared, m, nb, tab);
 	pthread_mutex_lock(&d->lock);
-	for (uint32_t b = 0, i = 0; i < nb; b++)
-		if (!d->used[b] && b < d->pool_blocks) {
-			d->used[b] = 1;
-			tab[i++] = (int32_t)b;
-		}
-	d->reserved += nb;
 	d->n_seqs++;
+	d->total.prompt_tokens += p->n_prompt;
+	d->total.prefix_tokens += (uint64_t)m * d->o.block_tokens;
 	pthread_mutex_unlock(&d->lock);
 	s->n_blocks = nb;
+	/* the matched blocks hold the prompt's first m blocks: prefill goes on from there */
+	s->n_cached = s->n_prefix = m * d->o.block_tokens;
+	s->n_reg = m;
+	s->reg_parent = m ? shared[m - 1] : -1;
+	s->reg_gen = m ? d->kvb[shared[m - 1]].gen : 0;
+	s->reg_hash = m ? d->kvb[shared[m - 1]].hash : 0;
 	ret = moem_be_htod(d->be, d->tables + (uint64_t)s->tab_off * 4, tab, (uint64_t)nb * 4,
 			   NULL);
 	if (!ret)
@@ -504,11 +514,13 @@ int moem_decoder_add(struct moem_decoder *d, const struct moem_seq_params *p, ui
 	s->live = true;
 	if (ret) {
 		free_seq(d, s);
-		return ret;
+		goto out;
 	}
 	s->id = d->next_id++;
 	*id = s->id;
-	return 0;
+out:
+	free(shared);
+	return ret;
 }
 
 static struct dec_seq *find(const struct moem_decoder *d, uint64_t id)
@@ -536,6 +548,16 @@ int moem_decoder_pending_prompt(const struct moem_decoder *d, uint64_t id, uint3
 	if (!s)
 		return moem_errf(ENOENT, "no sequence %llu", (unsigned long long)id);
 	*n = s->n_cached < s->n_prompt ? s->n_prompt - s->n_cached : 0;
+	return 0;
+}
+
+int moem_decoder_cached_prompt(const struct moem_decoder *d, uint64_t id, uint32_t *n)
+{
+	const struct dec_seq *s = find(d, id);
+
+	if (!s)
+		return moem_errf(ENOENT, "no sequence %llu", (unsigned long long)id);
+	*n = s->n_prefix;
 	return 0;
 }
 
@@ -757,6 +779,7 @@ int moem_decoder_step(struct moem_decoder *d, const struct moem_work *items, uin
 			continue;
 		}
 		s->n_cached += ntok[i];
+		moem_kv_publish(d, s);
 		if (items[i].kind == MOEM_WORK_PREFILL)
 			st.prefill_tokens += ntok[i];
 		else
@@ -793,6 +816,7 @@ void moem_decoder_kv_usage(struct moem_decoder *d, struct moem_kv_usage *u)
 	u->blocks_total = d->limit_blocks;
 	u->blocks_reserved = d->reserved;
 	u->blocks_free = d->limit_blocks - moem_min(d->reserved, d->limit_blocks);
+	u->blocks_cached = moem_min(d->n_cached_free, u->blocks_free);
 	u->budget_bytes = d->o.kv_bytes;
 	u->pool_bytes = (uint64_t)d->pool_blocks * d->block_bytes;
 	u->seqs = d->n_seqs;
@@ -801,6 +825,8 @@ void moem_decoder_kv_usage(struct moem_decoder *d, struct moem_kv_usage *u)
 	for (uint32_t i = 0; i < d->o.max_seqs; i++)
 		if (d->seqs[i].live)
 			u->blocks_used += blocks_for(d, d->seqs[i].n_cached);
+	/* a block shared by several sequences is counted by each */
+	u->blocks_used -= moem_min((uint64_t)d->shared_refs, u->blocks_used);
 	pthread_mutex_unlock(&d->lock);
 	u->used_bytes = u->blocks_used * u->block_bytes;
 }
@@ -827,6 +853,8 @@ void moem_decode_stats_add(struct moem_decode_stats *a, const struct moem_decode
 	a->graph_captures += b->graph_captures;
 	a->cpu_experts += b->cpu_experts;
 	a->cpu_ns += b->cpu_ns;
+	a->prompt_tokens += b->prompt_tokens;
+	a->prefix_tokens += b->prefix_tokens;
 	moem_phases_add(a->phase_ns, b->phase_ns);
 }
 

@@ -72,6 +72,29 @@ for pk in q d; do
 	got=$(dec --tokens $p1 --prefill-chunk 3)
 	[ "$got" = "$ref" ] && ok "$pk: chunked prefill gives the same tokens" ||
 		bad "$pk: chunked prefill changed tokens"
+	# the prefix cache: four copies of a 40-token prompt under a budget of
+	# one of them (6 blocks of 8) run in turn, the later ones taking its
+	# first 4 blocks; their tokens are the prompt's alone, with the cache
+	# off too
+	long=$(seq -s, 100 139)
+	one=$(dec --tokens $long --max-new 4 | sed 's/ (.*//')
+	pcb=600K
+	[ $pk = d ] && pcb=450K
+	for pc in "" --no-prefix-cache; do
+		# shellcheck disable=SC2086
+		out=$("$moem" decode --pack "$tmp/$pk.moem" --max-new 4 --no-model-eos --json \
+			--kv-block 8 --kv-bytes $pcb $pc --tokens $long --tokens $long \
+			--tokens $long --tokens $long)
+		cached=$(echo "$out" | sed -n 's/.*"cached_prompt_tokens":\([0-9]*\).*/\1/p')
+		seqs=$(echo "$out" | grep -o '"tokens":\[[0-9,]*\]' | sort -u)
+		want=96
+		[ -n "$pc" ] && want=0
+		if [ "$seqs" = "\"tokens\":[$one]" ] && [ "$cached" = $want ]; then
+			ok "$pk: prefix cache ${pc:-on}: $cached prompt tokens cached, same tokens"
+		else
+			bad "$pk: prefix cache ${pc:-on}: cached '$cached' (want $want), sequences $seqs vs $one"
+		fi
+	done
 done
 
 # --json names what ran the decode: the thread count asked for, and the device

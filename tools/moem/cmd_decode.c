@@ -71,6 +71,7 @@ static const struct option dec_opts[] = {
 	{"kv-block", required_argument, NULL, 0},
 	{"dense-prec", required_argument, NULL, 0},
 	{"max-seqs", required_argument, NULL, 0},
+	{"no-prefix-cache", no_argument, NULL, 0},
 	{"prefill-chunk", required_argument, NULL, 0},
 	{"no-warmup", no_argument, NULL, 0},
 	{"json", no_argument, NULL, 0},
@@ -89,6 +90,7 @@ static void usage(FILE *f)
 		"ID,..]\n"
 		"                   [--no-model-eos] [--logprobs N] [--logits-out FILE]\n"
 		"                   [--kv-bytes SIZE] [--kv-block TOKENS] [--max-seqs N]\n"
+		"                   [--no-prefix-cache]\n"
 		"                   [--prefill-chunk N] [--dense-prec bf16|q8|q4|q2] [--json] "
 		"[--quiet]\n"
 		"                   [budgets and policies as moem run: --hbm --dram --precisions\n"
@@ -97,6 +99,8 @@ static void usage(FILE *f)
 		"                    --place RULE ... --pool --dram-nodes]\n"
 		"Each --tokens is one sequence; all are decoded together as one batch.\n"
 		"Greedy (temperature 0) unless --temperature is given.\n"
+		"A sequence that starts when another's KV blocks hold the same first\n"
+		"tokens takes them (the prefix cache; --no-prefix-cache computes all).\n"
 		"--dense-prec quantizes the attention projections and an untied lm_head\n"
 		"when loaded (default bf16 as packed). --no-cuda-graphs launches every\n"
 		"step's kernels one by one (as MOEM_CUDA_GRAPHS=0; Documentation/engine.md).\n");

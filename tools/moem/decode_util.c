@@ -241,6 +241,10 @@ int moem_dec_run_set(struct moem_dec_run *r, const char *name, const char *v)
 	}
 	if (!strcmp(name, "max-seqs"))
 		return num_u(name, v, 1024, &r->dopt.max_seqs);
+	if (!strcmp(name, "no-prefix-cache")) {
+		r->dopt.prefix_cache_off = true;
+		return 0;
+	}
 	if (!strcmp(name, "prefill-chunk")) {
 		r->chunk_set = true;
 		return num_u(name, v, 4096, &r->chunk);
@@ -675,6 +679,9 @@ void moem_dec_run_print(const struct moem_dec_run *r, FILE *f)
 		json_object_object_add(o, "decode_tokens_per_s", json_object_new_double(tps));
 		json_object_object_add(o, "prompt_tokens",
 				       json_object_new_uint64(r->st.prefill_tokens));
+		/* of the prompts, tokens the prefix cache gave (not in prompt_tokens) */
+		json_object_object_add(o, "cached_prompt_tokens",
+				       json_object_new_uint64(r->st.prefix_tokens));
 		json_object_object_add(o, "generated_tokens", json_object_new_uint64(gen));
 		json_object_object_add(o, "steps", json_object_new_uint64(r->st.steps));
 		json_object_object_add(o, "kv_waits", json_object_new_uint64(r->waits));
