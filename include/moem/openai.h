@@ -180,6 +180,8 @@ struct moem_oai_reply {
 
 struct moem_oai_usage {
 	uint32_t prompt_tokens, completion_tokens;
+	/* of prompt_tokens, taken from the prefix cache (prompt_tokens_details.cached_tokens) */
+	uint32_t cached_tokens;
 };
 
 /* A finish reason beyond enum moem_sched_finish's: the answer called tools. */

@@ -69,13 +69,15 @@ struct moem_sched_out {
 
 struct moem_sched_ops {
 	/*
-	 * Start a sequence for req (prompt_len tokens): 0 and *seq; -ENOSPC
+	 * Start a sequence for req (prompt_len tokens): 0, *seq and *cached,
+	 * the prompt tokens whose KV the model already holds (a cached
+	 * prefix: 0..prompt_len - 1; prefill starts after them); -ENOSPC
 	 * or -EMFILE if the KV budget or the model's sequence slots cannot
 	 * hold it now (it stays first in the queue and nothing behind it
 	 * starts: first come, first served; with nothing running it would
 	 * never start, and fails); any other -errno fails the request.
 	 */
-	int (*start)(void *be, void *req, uint32_t prompt_len, uint64_t *seq);
+	int (*start)(void *be, void *req, uint32_t prompt_len, uint64_t *seq, uint32_t *cached);
 	/*
 	 * Run one step over items[0..n): out[i] for items[i]. -errno fails
 	 * every request of the step (the scheduler ends their sequences).

@@ -1734,6 +1734,109 @@ TEST_F_TIMEOUT(http, echo_gives_the_prompt_and_its_logprobs, 120)
  * prompt_tokens, the text of ids; bad ids, fields and models refused by
  * name.
  */
+/* usage.prompt_tokens and usage.prompt_tokens_details.cached_tokens of an answer (-1: absent). */
+static void usage_of(const char *resp, int *prompt, int *cached)
+{
+	struct json_object *o = answer_json(resp), *u, *d, *c;
+
+	*prompt = *cached = -1;
+	if (o && json_object_object_get_ex(o, "usage", &u)) {
+		*prompt = json_object_get_int(json_object_object_get(u, "prompt_tokens"));
+		if (json_object_object_get_ex(u, "prompt_tokens_details", &d) &&
+		    json_object_object_get_ex(d, "cached_tokens", &c))
+			*cached = json_object_get_int(c);
+	}
+	json_object_put(o);
+}
+
+/* The answer's first choice's text and token logprobs as JSON, into out. */
+static void answer_of(const char *resp, char *out, size_t cap)
+{
+	struct json_object *o = answer_json(resp);
+	struct json_object *c = o ? first_choice(o) : NULL;
+
+	snprintf(out, cap, "%s", c ? json_object_to_json_string(c) : "(none)");
+	json_object_put(o);
+}
+
+#define PC_LONG                                                                             \
+	"The quick brown fox jumps over the lazy dog, and the dog sleeps on; the fox runs " \
+	"far away into the woods."
+
+/*
+ * A prompt that begins as an earlier one did takes that beginning's KV
+ * from the prefix cache, in whole blocks of 16 tokens with at least its
+ * last token computed: the same answer, token logprobs included (CPU
+ * backend, temperature 0), usage.prompt_tokens_details.cached_tokens and
+ * the /metrics counter say how many; the next turn of a chat takes the
+ * turns before it.
+ */
+TEST_F_TIMEOUT(http, prefix_cache_reuses_a_prompts_beginning, 180)
+{
+	const char *req = "{\"model\":\"t\",\"prompt\":\"" PC_LONG "\",\"max_tokens\":4,"
+			  "\"temperature\":0,\"logprobs\":2}";
+	static char first[16384], again[16384], turn2[4096];
+	int prompt, cached, p2, c2;
+	struct json_object *o;
+	const char *answer;
+
+	ASSERT_EQ(200, post(self->port, "/v1/completions", req, self->buf, sizeof(self->buf)));
+	usage_of(self->buf, &prompt, &cached);
+	ASSERT_GT(prompt, 32) TH_LOG("%s", self->buf);
+	EXPECT_EQ(0, cached) TH_LOG("%s", self->buf);
+	answer_of(self->buf, first, sizeof(first));
+	ASSERT_EQ(200, post(self->port, "/v1/completions", req, self->buf, sizeof(self->buf)));
+	usage_of(self->buf, &p2, &cached);
+	EXPECT_EQ(prompt, p2);
+	EXPECT_EQ((prompt - 1) / 16 * 16, cached) TH_LOG("%s", self->buf);
+	answer_of(self->buf, again, sizeof(again));
+	EXPECT_STREQ(first, again);
+	EXPECT_EQ((double)cached, metric(self->port, "moem_prefix_cache_hit_tokens_total"));
+	EXPECT_GT(metric(self->port, "moem_prefix_cache_bytes"), 0);
+
+	/* chat: the second turn repeats the first and its answer */
+	ASSERT_EQ(200,
+		  post(self->port, "/v1/chat/completions",
+		       "{\"model\":\"t\",\"messages\":[{\"role\":\"user\",\"content\":\"" PC_LONG
+		       "\"}],\"max_tokens\":8,\"temperature\":0}",
+		       self->buf, sizeof(self->buf)));
+	usage_of(self->buf, &prompt, &cached);
+	o = answer_json(self->buf);
+	ASSERT_NE(NULL, o);
+	answer = json_object_get_string(json_object_object_get(choice0(o, "message"), "content"));
+	ASSERT_NE(NULL, answer);
+	{
+		struct json_object *m = json_object_new_array(), *msg;
+		struct json_object *body = json_object_new_object();
+
+		msg = json_object_new_object();
+		json_object_object_add(msg, "role", json_object_new_string("user"));
+		json_object_object_add(msg, "content", json_object_new_string(PC_LONG));
+		json_object_array_add(m, msg);
+		msg = json_object_new_object();
+		json_object_object_add(msg, "role", json_object_new_string("assistant"));
+		json_object_object_add(msg, "content", json_object_new_string(answer));
+		json_object_array_add(m, msg);
+		msg = json_object_new_object();
+		json_object_object_add(msg, "role", json_object_new_string("user"));
+		json_object_object_add(msg, "content", json_object_new_string("and then?"));
+		json_object_array_add(m, msg);
+		json_object_object_add(body, "model", json_object_new_string("t"));
+		json_object_object_add(body, "messages", m);
+		json_object_object_add(body, "max_tokens", json_object_new_int(4));
+		snprintf(turn2, sizeof(turn2), "%s", json_object_to_json_string(body));
+		json_object_put(body);
+	}
+	json_object_put(o);
+	ASSERT_EQ(200,
+		  post(self->port, "/v1/chat/completions", turn2, self->buf, sizeof(self->buf)));
+	usage_of(self->buf, &p2, &c2);
+	EXPECT_GT(p2, prompt);
+	/* at least the first turn's whole blocks; never the last token */
+	EXPECT_GE(c2, (prompt - 1) / 16 * 16) TH_LOG("%s", self->buf);
+	EXPECT_LT(c2, p2);
+}
+
 TEST_F_TIMEOUT(http, tokenize_and_detokenize, 120)
 {
 	struct json_object *o;
@@ -2025,6 +2128,42 @@ TEST_F_TIMEOUT(dense, q8_served_and_shown, 180)
 	ASSERT_EQ(0, moemctl_status(&self->d, self->buf, sizeof(self->buf)))
 	TH_LOG("%s", self->buf);
 	EXPECT_NE(NULL, strstr(self->buf, "dense weights (attention projections, lm_head) q8"))
+	TH_LOG("%s", self->buf);
+	stop_ok(_metadata, &self->d);
+}
+
+/* --prefix-cache no: every prompt computed whole, and said so; a bad value is a usage error. */
+TEST_F_TIMEOUT(dense, prefix_cache_off, 180)
+{
+	const char *req = "{\"model\":\"t\",\"prompt\":\"" PC_LONG "\",\"max_tokens\":2}";
+	struct json_object *r;
+	int port, prompt, cached;
+
+	ASSERT_EQ(0, make_pack(self->dir, self->pack, 128)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, dmn_start(&self->d, self->dir, "--pack", self->pack, "--pool", "thp",
+			       "--listen", "127.0.0.1:0", "--prefix-cache", "maybe", NULL));
+	ASSERT_EQ(0, dmn_wait_exit(&self->d, 20000));
+	EXPECT_EQ(64, dmn_exit_code(&self->d));
+	EXPECT_TRUE(dmn_log_has(&self->d, "prefix-cache 'maybe': want yes or no"));
+	ASSERT_EQ(0, dmn_start(&self->d, self->dir, "--pack", self->pack, "--pool", "thp",
+			       "--listen", "127.0.0.1:0", "--prefix-cache", "no", NULL));
+	port = wait_port(&self->d, 60000);
+	ASSERT_GT(port, 0) TH_LOG("moemd did not listen (log %s)", self->d.log);
+	for (uint64_t end = dmn_ms() + 60000; dmn_ms() < end; dmn_sleep_ms(10))
+		if (get(port, "/health", self->buf, sizeof(self->buf)) == 200)
+			break;
+	for (int i = 0; i < 2; i++) {
+		ASSERT_EQ(200, post(port, "/v1/completions", req, self->buf, sizeof(self->buf)));
+		usage_of(self->buf, &prompt, &cached);
+		EXPECT_GT(prompt, 32);
+		EXPECT_EQ(0, cached) TH_LOG("%s", self->buf);
+	}
+	EXPECT_EQ(0, metric(port, "moem_prefix_cache_hit_tokens_total"));
+	ASSERT_EQ(0, dmn_call(&self->d, "status", NULL, &r));
+	EXPECT_FALSE(json_object_get_boolean(dmn_get(r, "serving.prefix_cache")));
+	json_object_put(r);
+	ASSERT_EQ(0, moemctl_status(&self->d, self->buf, sizeof(self->buf)));
+	EXPECT_NE(NULL, strstr(self->buf, "prefix    cache off; 0 prompt tokens"))
 	TH_LOG("%s", self->buf);
 	stop_ok(_metadata, &self->d);
 }

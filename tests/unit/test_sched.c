@@ -25,7 +25,8 @@ struct freq {
 	uint32_t got;	  /* tokens delivered */
 	uint32_t stop_at; /* the sink ends it after this many (0: never) */
 	uint32_t prefilled;
-	int done; /* done() calls */
+	uint32_t cached; /* prompt tokens f_start says the model holds */
+	int done;	 /* done() calls */
 	enum moem_sched_finish why;
 	int err;
 	bool started;
@@ -50,7 +51,7 @@ struct fake {
 	uint32_t done_count;
 };
 
-static int f_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
+static int f_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq, uint32_t *cached)
 {
 	struct fake *f = be;
 	struct freq *r = req;
@@ -69,6 +70,9 @@ static int f_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 	f->kv_used += need;
 	f->starts++;
 	*seq = (uintptr_t)s;
+	*cached = r->cached;
+	/* what the scheduler may skip: at least the last token is computed */
+	r->prefilled = r->cached < prompt_len ? r->cached : prompt_len - 1;
 	return 0;
 }
 
@@ -224,6 +228,37 @@ TEST(one_request_prefill_in_chunks_then_decode)
 	EXPECT_EQ(0u, f.bad);
 	EXPECT_EQ(0u, f.kv_used);
 	EXPECT_EQ(f.starts, f.ends);
+	moem_sched_destroy(s);
+}
+
+/*
+ * A prompt whose beginning the model holds (a cached prefix) is prefilled
+ * from there; a claim of the whole prompt still leaves its last token to
+ * compute, as the token after it is sampled from that position.
+ */
+TEST(cached_prefix_is_not_prefilled)
+{
+	struct fake f;
+	struct moem_sched *s = mk(_metadata, &f, 8, 4, 16, 8, 1000);
+	struct freq a = {.id = 1, .prompt = 20, .max_tokens = 5, .cached = 16};
+	struct freq b = {.id = 2, .prompt = 20, .max_tokens = 1, .cached = 20};
+	struct moem_sched_stats st;
+
+	ASSERT_EQ(0, moem_sched_submit(s, &a, a.prompt));
+	/* 4 prompt tokens in one step (it samples), then 4 decodes */
+	EXPECT_EQ(5, run_until_idle(s, 100));
+	moem_sched_get_stats(s, &st);
+	EXPECT_EQ(4u, st.prefill_tokens);
+	ASSERT_EQ(0, moem_sched_submit(s, &b, b.prompt));
+	EXPECT_EQ(1, run_until_idle(s, 100));
+	moem_sched_get_stats(s, &st);
+	EXPECT_EQ(5u, st.prefill_tokens);
+	EXPECT_EQ(5u, a.got);
+	EXPECT_EQ(1u, b.got);
+	EXPECT_EQ(20u, a.prefilled);
+	EXPECT_EQ(20u, b.prefilled);
+	EXPECT_EQ(0u, f.bad);
+	EXPECT_EQ(0u, f.kv_used);
 	moem_sched_destroy(s);
 }
 

@@ -114,6 +114,13 @@ static void print_serving(struct json_object *sv)
 		printf("; KV %s of %s", bytes(ju64(sv, "kv_used"), a),
 		       bytes(ju64(sv, "kv_budget"), b));
 	printf("\n");
+	/* an older moemd has no prefix_cache */
+	if (jobj(sv, "prefix_cache"))
+		printf("prefix    cache %s; %llu prompt tokens taken from it, %s of KV kept for "
+		       "later prompts\n",
+		       jbool(sv, "prefix_cache") ? "on" : "off",
+		       (unsigned long long)ju64(sv, "prefix_cache_hit_tokens"),
+		       bytes(ju64(sv, "kv_prefix_cached"), a));
 }
 
 /* The DRAM tier per NUMA node, when the pool spans several (or names its node). */

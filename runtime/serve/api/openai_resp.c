@@ -244,12 +244,15 @@ static struct json_object *completion_logprobs(const struct moem_oai_reply *r,
 
 static struct json_object *usage_json(const struct moem_oai_usage *u)
 {
-	struct json_object *o = json_object_new_object();
+	struct json_object *o = json_object_new_object(), *det;
 
 	ADD(o, "prompt_tokens", json_object_new_uint64(u->prompt_tokens));
 	ADD(o, "completion_tokens", json_object_new_uint64(u->completion_tokens));
 	ADD(o, "total_tokens",
 	    json_object_new_uint64((uint64_t)u->prompt_tokens + u->completion_tokens));
+	det = json_object_new_object();
+	ADD(det, "cached_tokens", json_object_new_uint64(u->cached_tokens));
+	ADD(o, "prompt_tokens_details", det);
 	return o;
 }
 

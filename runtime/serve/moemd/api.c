@@ -341,7 +341,7 @@ static int queue_answer(struct moemd_srv *s, struct MHD_Connection *c, struct mo
 	enum moemd_ep ep = r->rq.ep == MOEM_OAI_CHAT ? EP_CHAT : EP_COMPLETIONS;
 	struct moem_oai_choice ch[MOEM_OAI_N_MAX] = {0};
 	struct moem_oai_token *t[MOEM_OAI_N_MAX] = {0};
-	struct moem_oai_usage u = {r->n_prompt, 0};
+	struct moem_oai_usage u = {r->n_prompt, 0, r->n_cached};
 	uint32_t n = 1 + r->n_sibs;
 	int ret = 0;
 	size_t len;

@@ -46,6 +46,7 @@ static const struct {
 	{"step-tokens", false},
 	{"prefill-chunk", false},
 	{"dense-prec", false},
+	{"prefix-cache", false},
 	{"max-body", false},
 	{"http-threads", false},
 	{"http-connections", false},
@@ -217,6 +218,8 @@ static void usage(FILE *f)
 		"  --max-queue N --max-batch N --step-tokens N --prefill-chunk N\n"
 		"  --dense-prec bf16|q8|q4|q2  attention projections and lm_head, quantized when\n"
 		"                       loaded (default bf16 as packed)\n"
+		"  --prefix-cache yes|no  reuse the KV of prompts' common beginnings (default "
+		"yes)\n"
 		"  --max-body SIZE --http-threads N --http-connections N --http-timeout S\n"
 		"  --stream-buffer SIZE\n"
 		"engine (as in 'moem run'):\n"
@@ -588,6 +591,7 @@ void moemd_reload(struct moemd *d)
 	RESTART_IF(str_differs(n.http.api_key, o->http.api_key), "api-key");
 	RESTART_IF(str_differs(n.http.model_name, o->http.model_name), "model-name");
 	RESTART_IF(n.http.dense_prec != o->http.dense_prec, "dense-prec");
+	RESTART_IF(n.http.no_prefix_cache != o->http.no_prefix_cache, "prefix-cache");
 	RESTART_IF(n.http.reasoning != o->http.reasoning, "reasoning-parser");
 	RESTART_IF(n.http.max_body != o->http.max_body || n.http.threads != o->http.threads ||
 			   n.http.max_conns != o->http.max_conns ||

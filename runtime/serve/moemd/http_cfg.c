@@ -169,6 +169,14 @@ int moemd_http_cfg_set(struct moemd_http_cfg *c, struct moem_sched_opts *so, con
 		return set_u32(name, v, 1, 1u << 20, &so->step_tokens);
 	if (!strcmp(name, "prefill-chunk"))
 		return set_u32(name, v, 1, 1u << 20, &so->prefill_chunk);
+	if (!strcmp(name, "prefix-cache")) {
+		bool on;
+
+		ret = moem_arg_bool(name, v, &on);
+		if (!ret)
+			c->no_prefix_cache = !on;
+		return ret;
+	}
 	if (!strcmp(name, "dense-prec")) {
 		ret = moem_prec_parse(v, &c->dense_prec);
 		return ret ? moem_err_prefix(-ret, "dense-prec") : 0;

@@ -128,10 +128,13 @@ static void serving(struct out *o, struct moemd_srv *s)
 		"200", "400", "401", "404", "405", "413", "429", "500", "503", "other",
 	};
 	struct moem_sched_stats st = {0};
+	uint64_t hit = 0, cached = 0;
 	struct moemd_srv c;
 
 	if (s->sched)
 		moem_sched_get_stats(s->sched, &st);
+	if (s->model)
+		moemd_model_prefix(s->model, &hit, &cached);
 	pthread_mutex_lock(&s->lock);
 	c = *s;
 	pthread_mutex_unlock(&s->lock);
@@ -170,6 +173,11 @@ static void serving(struct out *o, struct moemd_srv *s)
 	    (double)c.generated_tokens);
 	one(o, "moem_prefill_tokens_total", "counter", "prompt tokens run through the model",
 	    (double)st.prefill_tokens);
+	one(o, "moem_prefix_cache_hit_tokens_total", "counter",
+	    "prompt tokens whose KV came from the prefix cache (not run through the model)",
+	    (double)hit);
+	one(o, "moem_prefix_cache_bytes", "gauge",
+	    "KV cache bytes kept only for later prompts with the same beginning", (double)cached);
 	one(o, "moem_scheduler_steps_total", "counter", "scheduler steps (model forward passes)",
 	    (double)st.steps);
 	one(o, "moem_kv_waits_total", "counter",
@@ -311,7 +319,7 @@ struct json_object *moemd_serving_json(struct moemd_srv *s)
 {
 	struct json_object *o = json_object_new_object();
 	struct moem_sched_stats st = {0};
-	uint64_t kv_used = 0, kv_budget = 0, kv_seqs = 0, answered = 0;
+	uint64_t kv_used = 0, kv_budget = 0, kv_seqs = 0, answered = 0, hit = 0, cached = 0;
 	struct moemd_srv c;
 
 	if (!o)
@@ -347,7 +355,11 @@ struct json_object *moemd_serving_json(struct moemd_srv *s)
 	if (s->model && moemd_model_kv(s->model, &kv_used, &kv_budget, &kv_seqs)) {
 		json_object_object_add(o, "kv_used", json_object_new_uint64(kv_used));
 		json_object_object_add(o, "kv_budget", json_object_new_uint64(kv_budget));
+		moemd_model_prefix(s->model, &hit, &cached);
+		json_object_object_add(o, "prefix_cache_hit_tokens", json_object_new_uint64(hit));
+		json_object_object_add(o, "kv_prefix_cached", json_object_new_uint64(cached));
 	}
+	json_object_object_add(o, "prefix_cache", json_object_new_boolean(!s->cfg.no_prefix_cache));
 	json_object_object_add(o, "max_batch", json_object_new_uint64(c.sched_opts.max_running));
 	json_object_object_add(o, "step_tokens", json_object_new_uint64(c.sched_opts.step_tokens));
 	json_object_object_add(o, "max_queue", json_object_new_uint64(c.sched_opts.max_waiting));

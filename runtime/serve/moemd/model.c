@@ -114,6 +114,7 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 	o.max_seqs = moem_min(d->cfg.sched.max_running, 1024u);
 	o.max_step_tokens = d->cfg.sched.step_tokens;
 	o.dense_prec = d->cfg.http.dense_prec;
+	o.prefix_cache_off = d->cfg.http.no_prefix_cache;
 	ret = moem_decoder_open(d->e, &o, &m->dec);
 	if (ret)
 		goto fail;
@@ -450,6 +451,17 @@ bool moemd_model_kv(struct moemd_model *m, uint64_t *used, uint64_t *budget, uin
 	return true;
 }
 
+void moemd_model_prefix(struct moemd_model *m, uint64_t *hit_tokens, uint64_t *cached_bytes)
+{
+	struct moem_decode_stats st;
+	struct moem_kv_usage u;
+
+	moem_decoder_stats(m->dec, &st);
+	moem_decoder_kv_usage(m->dec, &u);
+	*hit_tokens = st.prefix_tokens;
+	*cached_bytes = u.blocks_cached * u.block_bytes;
+}
+
 void moemd_model_limits(struct moemd_model *m, uint32_t *seqs, uint32_t *step_tokens)
 {
 	*seqs = m->max_seqs;
@@ -613,7 +625,7 @@ static void json_accept(void *arg, int32_t id)
 
 static const struct moem_constraint_ops json_ops = {.mask = json_mask, .accept = json_accept};
 
-static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
+static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq, uint32_t *cached)
 {
 	struct moemd_model *m = be;
 	struct moemd_sreq *r = req;
@@ -667,6 +679,8 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq)
 			ret = moem_decoder_add(m->dec, &p, seq);
 		}
 	}
+	if (!ret && !moem_decoder_cached_prompt(m->dec, *seq, cached))
+		r->n_cached = *cached;
 	return ret;
 }
 

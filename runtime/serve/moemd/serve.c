@@ -140,7 +140,7 @@ static void member_done(struct moemd_sreq *r, bool failed)
 	l->group_failed |= failed;
 	if (!--l->open && l->rq.stream) {
 		if (!l->group_failed && l->rq.include_usage) {
-			struct moem_oai_usage u = {l->n_prompt, l->generated};
+			struct moem_oai_usage u = {l->n_prompt, l->generated, l->n_cached};
 			size_t n = 0;
 			char *ev;
 

@@ -42,6 +42,7 @@ struct moemd_http_cfg {
 	uint64_t stream_buffer; /* bytes a stream may hold unread before it is cancelled */
 	/* the decoder's attention projections and untied lm_head (decode.h) */
 	enum moem_prec dense_prec;
+	bool no_prefix_cache;		   /* --prefix-cache no: every prompt prefilled whole */
 	enum moem_oai_reasoning reasoning; /* --reasoning-parser: chat's reasoning_content */
 };
 
@@ -77,7 +78,8 @@ struct moemd_sreq {
 	char id[48];
 	int32_t *prompt;
 	uint32_t n_prompt;
-	void *detok; /* the model's streaming detokenizer */
+	uint32_t n_cached; /* of n_prompt, tokens the prefix cache gave (set when it starts) */
+	void *detok;	   /* the model's streaming detokenizer */
 	struct moem_oai_stop stop;
 	/* chat with tools: the tool-call filter after the stop filter */
 	bool use_tools;
@@ -293,6 +295,8 @@ bool moemd_model_is_eos(struct moemd_model *m, int32_t id);
 extern const struct moem_sched_ops moemd_model_ops;
 /* KV usage for metrics and status: bytes used, budget; false without a decoder. */
 bool moemd_model_kv(struct moemd_model *m, uint64_t *used, uint64_t *budget, uint64_t *seqs);
+/* The prefix cache: prompt tokens it gave since start, bytes of KV it keeps for later prompts. */
+void moemd_model_prefix(struct moemd_model *m, uint64_t *hit_tokens, uint64_t *cached_bytes);
 /* What the decoder was opened for: sequences at once, tokens a step. */
 void moemd_model_limits(struct moemd_model *m, uint32_t *seqs, uint32_t *step_tokens);
 

@@ -339,6 +339,7 @@ static void admit(struct moem_sched *s, uint32_t *budget, uint32_t *n,
 		  struct moem_sched_step_info *info, struct entry **failed)
 {
 	for (;;) {
+		uint32_t cached;
 		struct entry *e;
 		int ret;
 
@@ -355,8 +356,10 @@ static void admit(struct moem_sched *s, uint32_t *budget, uint32_t *n,
 		e->next = NULL;
 		pthread_mutex_unlock(&s->lock);
 
-		ret = s->ops->start(s->be, e->req, e->prompt_len, &e->seq);
+		cached = 0;
+		ret = s->ops->start(s->be, e->req, e->prompt_len, &e->seq, &cached);
 		e->started = !ret;
+		e->computed = ret ? 0 : moem_min(cached, e->prompt_len - 1);
 		pthread_mutex_lock(&s->lock);
 		if ((ret == -ENOSPC || ret == -EMFILE) && s->n_run) {
 			/* Not now: first in line again, once others have left. */
