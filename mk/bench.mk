@@ -33,6 +33,16 @@ BENCH_SUITES		+= bench-decode
 bench-decode: all
 	$(Q)MOEM_BUILD=$(O) DOC=$(DOC) sh bench/decode/run.sh
 
+# bench-prefix: a chat's turns through moem decode with and without the
+# prefix cache, against llama.cpp keeping its cache's common beginning
+# and computing every prompt (bench/prefix/run.sh). Skips without the npm
+# registry. DOC=Documentation/benchmarks/prefix-cache.md writes the page.
+BENCH_SUITES		+= bench-prefix
+
+.PHONY: bench-prefix
+bench-prefix: all
+	$(Q)MOEM_BUILD=$(O) DOC=$(DOC) sh bench/prefix/run.sh
+
 # bench-llama: moem against llama.cpp (node-llama-cpp's prebuilt CPU build)
 # on the same synthetic qwen3_moe, bf16/q8/q4 against BF16/Q8_0/Q4_K_M, 1
 # and 2 threads, then moem at 25% HBM (bench/llama/run.sh). Skips without

@@ -20,6 +20,16 @@
  *       --logits-out writes every position's logits in moem decode's
  *       --logits-out format ("MOEMLGT1", u32 vocab, then per row u32 seq,
  *       u32 pos, f32[vocab]).
+ *   llama-peer chat --model M.gguf --tokens T1 --tokens T2 .. [--max-new N]
+ *                   [--threads N] [--reuse]
+ *       The prompts in turn in one context, each then decoded greedily for
+ *       N tokens (the turns of a chat as a client sends them). --reuse
+ *       keeps the cache's common beginning with the next prompt and
+ *       computes the rest, as the llama.cpp server's cache_prompt does
+ *       (llama_memory_seq_rm(); at least the last token is computed);
+ *       without it every prompt is computed whole. Prints JSON with each
+ *       turn's prompt tokens, tokens computed and prompt time (the
+ *       prompt's llama_decode() and its first token), and their sums.
  *
  * The backend libraries (libggml-cpu-<variant>.so) are loaded from the
  * directory of libllama, as node-llama-cpp does; ggml picks the best
@@ -325,13 +335,176 @@ static int cmd_run(int argc, char **argv)
 	return rc;
 }
 
+/* The chat bench (bench/prefix/run.sh): prompts in turn, one context. */
+#define CHAT_MAX 64
+
+struct chat_opts {
+	const char *model;
+	llama_token *prompt[CHAT_MAX];
+	int n_prompt[CHAT_MAX], n_turns, max_new, threads, reuse;
+};
+
+static int chat(const struct chat_opts *o)
+{
+	struct llama_model_params mp = llama_model_default_params();
+	struct llama_context_params cp = llama_context_default_params();
+	struct llama_model *model;
+	struct llama_context *ctx = NULL;
+	struct llama_batch b = {0};
+	llama_token *kv = NULL; /* the tokens whose keys and values the cache holds */
+	double ms[CHAT_MAX], total = 0;
+	int computed[CHAT_MAX], n_kv = 0, longest = 0, n_vocab, rc = 1, done = 0;
+
+	for (int t = 0; t < o->n_turns; t++)
+		longest = o->n_prompt[t] > longest ? o->n_prompt[t] : longest;
+	mp.n_gpu_layers = 0;
+	mp.load_mode = LLAMA_LOAD_MODE_NONE;
+	model = llama_model_load_from_file(o->model, mp);
+	if (!model) {
+		fprintf(stderr, "llama-peer: cannot load %s\n", o->model);
+		return 1;
+	}
+	n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+	cp.n_ctx = (uint32_t)(longest + o->max_new + 16);
+	cp.n_batch = cp.n_ubatch = (uint32_t)(longest > 512 ? longest : 512);
+	cp.n_seq_max = 1;
+	cp.n_threads = cp.n_threads_batch = o->threads;
+	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+	cp.no_perf = 1;
+	ctx = llama_init_from_model(model, cp);
+	kv = calloc((size_t)longest + o->max_new + 1, sizeof(*kv));
+	if (!ctx || !kv) {
+		fprintf(stderr, "llama-peer: cannot make a context\n");
+		goto out;
+	}
+	b = llama_batch_init(longest, 0, 1);
+	{
+		llama_token w = o->prompt[0][0];
+
+		if (llama_decode(ctx, llama_batch_get_one(&w, 1))) {
+			fprintf(stderr, "llama-peer: warm-up decode failed\n");
+			goto out;
+		}
+		llama_memory_clear(llama_get_memory(ctx), true);
+	}
+	for (int t = 0; t < o->n_turns; t++) {
+		const llama_token *p = o->prompt[t];
+		int n = o->n_prompt[t], keep = 0;
+		llama_token tok;
+		double t0;
+
+		if (o->reuse)
+			while (keep < n_kv && keep < n - 1 && kv[keep] == p[keep])
+				keep++;
+		t0 = now_ms();
+		if (!llama_memory_seq_rm(llama_get_memory(ctx), 0, keep, -1)) {
+			fprintf(stderr, "llama-peer: cannot drop the cache from %d\n", keep);
+			goto out;
+		}
+		for (int i = keep; i < n; i++) {
+			b.token[i - keep] = p[i];
+			b.pos[i - keep] = i;
+			b.n_seq_id[i - keep] = 1;
+			b.seq_id[i - keep][0] = 0;
+			b.logits[i - keep] = i == n - 1;
+		}
+		b.n_tokens = n - keep;
+		if (llama_decode(ctx, b)) {
+			fprintf(stderr, "llama-peer: prompt %d decode failed\n", t + 1);
+			goto out;
+		}
+		tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+		ms[t] = now_ms() - t0;
+		total += ms[t];
+		computed[t] = n - keep;
+		memcpy(kv, p, sizeof(*kv) * (size_t)n);
+		n_kv = n;
+		for (int k = 1; k < o->max_new; k++) {
+			if (llama_decode(ctx, llama_batch_get_one(&tok, 1))) {
+				fprintf(stderr, "llama-peer: turn %d step %d failed\n", t + 1, k);
+				goto out;
+			}
+			kv[n_kv++] = tok;
+			tok = argmax(llama_get_logits_ith(ctx, -1), n_vocab);
+		}
+		done++;
+	}
+	printf("{\"peer\":\"llama.cpp\",\"threads\":%d,\"reuse\":%d,\"turns\":[", o->threads,
+	       o->reuse);
+	for (int t = 0; t < done; t++)
+		printf("%s{\"prompt_tokens\":%d,\"computed\":%d,\"prompt_ms\":%.3f}", t ? "," : "",
+		       o->n_prompt[t], computed[t], ms[t]);
+	printf("],\"prompt_ms\":%.3f}\n", total);
+	rc = 0;
+out:
+	if (b.token)
+		llama_batch_free(b);
+	free(kv);
+	if (ctx)
+		llama_free(ctx);
+	llama_model_free(model);
+	return rc;
+}
+
+static int cmd_chat(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"tokens", required_argument, NULL, 't'},
+		{"max-new", required_argument, NULL, 'n'},
+		{"threads", required_argument, NULL, 'j'},
+		{"reuse", no_argument, NULL, 'r'},
+		{0},
+	};
+	struct chat_opts o = {.max_new = 8, .threads = 1};
+	int c, rc = 2;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			o.model = optarg;
+			break;
+		case 't':
+			if (o.n_turns == CHAT_MAX ||
+			    parse_ids(optarg, &o.prompt[o.n_turns], &o.n_prompt[o.n_turns])) {
+				fprintf(stderr, "llama-peer: bad --tokens (at most %d)\n",
+					CHAT_MAX);
+				goto out;
+			}
+			o.n_turns++;
+			break;
+		case 'n':
+			o.max_new = atoi(optarg);
+			break;
+		case 'j':
+			o.threads = atoi(optarg);
+			break;
+		case 'r':
+			o.reuse = 1;
+			break;
+		default:
+			goto out;
+		}
+	}
+	if (!o.model || !o.n_turns || o.max_new < 1 || o.threads < 1) {
+		fprintf(stderr, "usage: llama-peer chat --model M --tokens IDS [--tokens IDS].. "
+				"[--max-new N] [--threads N] [--reuse]\n");
+		goto out;
+	}
+	rc = chat(&o);
+out:
+	for (int t = 0; t < o.n_turns; t++)
+		free(o.prompt[t]);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = getenv("LLAMA_PEER_LIBDIR");
 	int rc;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: llama-peer quantize|run ...\n");
+		fprintf(stderr, "usage: llama-peer quantize|run|chat ...\n");
 		return 2;
 	}
 	llama_log_set(quiet_log, NULL);
@@ -342,6 +515,7 @@ int main(int argc, char **argv)
 	llama_backend_init();
 	rc = !strcmp(argv[1], "quantize") ? cmd_quantize(argc - 1, argv + 1)
 	     : !strcmp(argv[1], "run")	  ? cmd_run(argc - 1, argv + 1)
+	     : !strcmp(argv[1], "chat")	  ? cmd_chat(argc - 1, argv + 1)
 					  : 2;
 	llama_backend_free();
 	return rc;
