@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * CPU reference of the paged KV cache and attention (backend.h): one work
- * item per (token, head), scores and the weighted sum in key order, the
- * softmax's max subtracted first and its sum in double. A score is
- * dot_f32()'s fixed-order dot product when the head width is a multiple
- * of 8 (every real config), so it vectorises without depending on the
- * thread count or the batch.
+ * CPU reference of the paged KV cache and attention (backend.h): scores
+ * and the weighted sum in key order, the softmax's max subtracted first
+ * and its sum in double. A score is dot_f32()'s fixed-order dot product
+ * when the head width is a multiple of 8 (every real config). Work items
+ * are tiles (attn_item()): the query heads of one KV head for up to 16
+ * tokens of one sequence, so a prompt chunk reads each key and value once
+ * per tile instead of once per (token, head); per query the operations
+ * and their order are those of the query alone, so a result depends on
+ * neither the thread count nor the batch (tests/unit/test_cpu_attention.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -46,68 +49,132 @@ int moem_cpu_kv_store(struct moem_backend *be, struct moem_stream *s,
 	return 0;
 }
 
+/*
+ * Queries of one tile: the heads that share one KV head, for up to
+ * ATT_QT tokens of one sequence (same block table), so each key and
+ * value is read from memory once for all of them instead of once per
+ * (token, head); at most ATT_Q queries, so a tile's scores stay small.
+ */
+#define ATT_QT 16
+#define ATT_Q  128
+
+struct attn_tile {
+	uint32_t t0, nt; /* tokens t0 .. t0 + nt - 1 */
+	uint32_t g;	 /* the KV head */
+	uint32_t h0, nh; /* query heads h0 .. h0 + nh - 1 (of g's group) */
+};
+
 struct attn_job {
 	const struct moem_attn_args *a;
-	float *scores; /* [workers][max_ctx] */
+	struct attn_tile *tiles;
+	float *scores; /* [workers][ATT_Q][max_ctx] */
 	uint32_t max_ctx;
 };
 
+/* What one query of a tile needs. */
+struct attn_q {
+	const float *q;
+	float *out, *sc;
+	uint32_t lo, hi; /* keys lo .. hi - 1 (hi 0: none) */
+	float mx;
+	double sum;
+};
+
+/*
+ * Per query the very operations of one query alone, in the same order:
+ * each score a dot_f32() (or the plain loop) times scale, the max, the
+ * exponentials and their double sum in key order, then the weighted sum
+ * of the values in key order; only the loop over keys is outside the
+ * loop over queries. So a result does not depend on the tile, the batch
+ * or the thread count.
+ */
 MOEM_CPU_CLONES static void attn_item(void *arg, uint32_t item, uint32_t worker)
 {
 	struct attn_job *j = arg;
 	const struct moem_attn_args *a = j->a;
-	const uint32_t t = item / a->n_heads, h = item % a->n_heads;
-	const uint32_t g = h / (a->n_heads / a->n_kv_heads);
-	const int32_t pos = ((const int32_t *)moem_dptr_host(a->pos))[t];
-	const uint32_t off = ((const uint32_t *)moem_dptr_host(a->tab))[t];
+	const struct attn_tile *tl = &j->tiles[item];
+	const int32_t *pos = moem_dptr_host(a->pos);
+	const uint32_t off = ((const uint32_t *)moem_dptr_host(a->tab))[tl->t0];
 	const int32_t *tab = (const int32_t *)moem_dptr_host(a->kv.tables) + off;
-	const float *q = (const float *)moem_dptr_host(a->q) + (size_t)t * a->q_stride +
-			 (size_t)h * a->qk_dim;
-	float *out = (float *)moem_dptr_host(a->out) + ((size_t)t * a->n_heads + h) * a->v_dim;
-	float *sc = j->scores + (size_t)worker * j->max_ctx;
-	uint32_t lo = 0, n;
-	float mx = -INFINITY;
-	double sum = 0;
+	struct attn_q qs[ATT_Q];
+	uint32_t nq = 0, jlo = UINT32_MAX, jhi = 0;
 
-	memset(out, 0, sizeof(float) * a->v_dim);
-	if (pos < 0)
-		return;
-	if (a->window && (uint32_t)pos + 1 > a->window)
-		lo = (uint32_t)pos + 1 - a->window;
-	n = (uint32_t)pos + 1 - lo;
-	for (uint32_t i = 0; i < n; i++) {
-		const float *k = kv_entry(&a->kv, tab, lo + i);
-		float d = 0.0f;
+	for (uint32_t t = tl->t0; t < tl->t0 + tl->nt; t++) {
+		for (uint32_t h = tl->h0; h < tl->h0 + tl->nh; h++) {
+			struct attn_q *x = &qs[nq];
 
-		if (!k) {
-			sc[i] = -INFINITY;
+			x->q = (const float *)moem_dptr_host(a->q) + (size_t)t * a->q_stride +
+			       (size_t)h * a->qk_dim;
+			x->out = (float *)moem_dptr_host(a->out) +
+				 ((size_t)t * a->n_heads + h) * a->v_dim;
+			x->sc = j->scores + ((size_t)worker * ATT_Q + nq) * j->max_ctx;
+			x->lo = x->hi = 0;
+			x->mx = -INFINITY;
+			x->sum = 0;
+			memset(x->out, 0, sizeof(float) * a->v_dim);
+			if (pos[t] >= 0) {
+				x->hi = (uint32_t)pos[t] + 1;
+				if (a->window && x->hi > a->window)
+					x->lo = x->hi - a->window;
+				jlo = moem_min(jlo, x->lo);
+				jhi = moem_max(jhi, x->hi);
+			}
+			nq++;
+		}
+	}
+	for (uint32_t p = jlo; p < jhi; p++) {
+		const float *k = kv_entry(&a->kv, tab, p);
+
+		if (k)
+			k += a->k_off + (size_t)tl->g * a->qk_dim;
+		for (uint32_t i = 0; i < nq; i++) {
+			struct attn_q *x = &qs[i];
+			float d = 0.0f;
+
+			if (p < x->lo || p >= x->hi)
+				continue;
+			if (!k) {
+				x->sc[p - x->lo] = -INFINITY;
+				continue;
+			}
+			if (a->qk_dim % 8 == 0) {
+				d = dot_f32(x->q, k, a->qk_dim);
+			} else {
+				for (uint32_t c = 0; c < a->qk_dim; c++)
+					d += x->q[c] * k[c];
+			}
+			x->sc[p - x->lo] = d * a->scale;
+			x->mx = fmaxf(x->mx, x->sc[p - x->lo]);
+		}
+	}
+	for (uint32_t i = 0; i < nq; i++) {
+		struct attn_q *x = &qs[i];
+
+		if (x->mx == -INFINITY) {
+			x->hi = 0; /* no key: the output stays zero */
 			continue;
 		}
-		k += a->k_off + (size_t)g * a->qk_dim;
-		if (a->qk_dim % 8 == 0) {
-			d = dot_f32(q, k, a->qk_dim);
-		} else {
-			for (uint32_t c = 0; c < a->qk_dim; c++)
-				d += q[c] * k[c];
+		for (uint32_t n = 0; n < x->hi - x->lo; n++) {
+			x->sc[n] = expf(x->sc[n] - x->mx);
+			x->sum += x->sc[n];
 		}
-		sc[i] = d * a->scale;
-		mx = fmaxf(mx, sc[i]);
 	}
-	if (mx == -INFINITY)
-		return;
-	for (uint32_t i = 0; i < n; i++) {
-		sc[i] = expf(sc[i] - mx);
-		sum += sc[i];
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		const float *v = kv_entry(&a->kv, tab, lo + i);
-		const float p = (float)(sc[i] / sum);
+	for (uint32_t p = jlo; p < jhi; p++) {
+		const float *v = kv_entry(&a->kv, tab, p);
 
 		if (!v)
 			continue;
-		v += a->v_off + (size_t)g * a->v_dim;
-		for (uint32_t c = 0; c < a->v_dim; c++)
-			out[c] += p * v[c];
+		v += a->v_off + (size_t)tl->g * a->v_dim;
+		for (uint32_t i = 0; i < nq; i++) {
+			struct attn_q *x = &qs[i];
+			float pr;
+
+			if (p < x->lo || p >= x->hi)
+				continue;
+			pr = (float)(x->sc[p - x->lo] / x->sum);
+			for (uint32_t c = 0; c < a->v_dim; c++)
+				x->out[c] += pr * v[c];
+		}
 	}
 }
 
@@ -116,6 +183,12 @@ int moem_cpu_attention(struct moem_backend *be, struct moem_stream *s,
 {
 	struct cpu_backend *c = cpu_of(be);
 	const int32_t *pos = moem_dptr_host(a->pos);
+	const uint32_t *tabs = moem_dptr_host(a->tab);
+	const uint32_t group = a->n_heads / a->n_kv_heads, workers = moem_tpool_size(c->pool);
+	/* tokens and heads of a tile: at most ATT_Q queries */
+	uint32_t hs = moem_min(group, (uint32_t)ATT_Q);
+	uint32_t qt = moem_max(1u, moem_min((uint32_t)ATT_QT, ATT_Q / hs));
+	uint32_t n_tiles = 0, n_runs = 0, cap;
 	struct attn_job j = {a};
 
 	for (uint32_t t = 0; t < a->T; t++)
@@ -123,9 +196,32 @@ int moem_cpu_attention(struct moem_backend *be, struct moem_stream *s,
 			j.max_ctx = (uint32_t)pos[t] + 1;
 	if (!j.max_ctx)
 		j.max_ctx = 1;
-	j.scores = moem_cpu_scratch(s, sizeof(float) * j.max_ctx * moem_tpool_size(c->pool));
-	if (!j.scores)
+	/* runs of tokens of one sequence, at most qt each */
+	for (uint32_t t = 0, n = 0; t < a->T; t++, n++)
+		if (!t || tabs[t] != tabs[t - 1] || n == qt) {
+			n_runs++;
+			n = 0;
+		}
+	/* fewer tiles than two per worker (a decode batch): fewer heads a tile */
+	while (hs > 1 && n_runs * a->n_kv_heads * ((group + hs - 1) / hs) < 2 * workers)
+		hs = (hs + 1) / 2;
+	cap = n_runs * a->n_kv_heads * ((group + hs - 1) / hs);
+	j.tiles = moem_cpu_scratch(s, sizeof(*j.tiles) * cap +
+					      sizeof(float) * ATT_Q * j.max_ctx * workers);
+	if (!j.tiles)
 		return -ENOMEM;
-	moem_tpool_run(c->pool, a->T * a->n_heads, attn_item, &j);
+	j.scores = (float *)(j.tiles + cap);
+	for (uint32_t t0 = 0; t0 < a->T;) {
+		uint32_t nt = 1;
+
+		while (t0 + nt < a->T && nt < qt && tabs[t0 + nt] == tabs[t0])
+			nt++;
+		for (uint32_t g = 0; g < a->n_kv_heads; g++)
+			for (uint32_t h = 0; h < group; h += hs)
+				j.tiles[n_tiles++] = (struct attn_tile){t0, nt, g, g * group + h,
+									moem_min(hs, group - h)};
+		t0 += nt;
+	}
+	moem_tpool_run(c->pool, n_tiles, attn_item, &j);
 	return 0;
 }
