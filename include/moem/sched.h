@@ -73,7 +73,8 @@ struct moem_sched_ops {
 	 * the prompt tokens whose KV the model already holds (a cached
 	 * prefix: 0..prompt_len - 1; prefill starts after them); -ENOSPC
 	 * or -EMFILE if the KV budget or the model's sequence slots cannot
-	 * hold it now (it stays first in the queue and nothing behind it
+	 * hold it now, -EAGAIN if it should wait for what a running sequence
+	 * computes (it stays first in the queue and nothing behind it
 	 * starts: first come, first served; with nothing running it would
 	 * never start, and fails); any other -errno fails the request.
 	 */

@@ -1768,8 +1768,8 @@ static void answer_of(const char *resp, char *out, size_t cap)
  * from the prefix cache, in whole blocks of 16 tokens with at least its
  * last token computed: the same answer, token logprobs included (CPU
  * backend, temperature 0), usage.prompt_tokens_details.cached_tokens and
- * the /metrics counter say how many; the next turn of a chat takes the
- * turns before it.
+ * the /metrics counter say how many; the other choices of n > 1 take the
+ * first's prompt; the next turn of a chat takes the turns before it.
  */
 TEST_F_TIMEOUT(http, prefix_cache_reuses_a_prompts_beginning, 180)
 {
@@ -1793,6 +1793,40 @@ TEST_F_TIMEOUT(http, prefix_cache_reuses_a_prompts_beginning, 180)
 	EXPECT_STREQ(first, again);
 	EXPECT_EQ((double)cached, metric(self->port, "moem_prefix_cache_hit_tokens_total"));
 	EXPECT_GT(metric(self->port, "moem_prefix_cache_bytes"), 0);
+
+	/*
+	 * n = 2 on a new prompt (max-queue is 2 here): the second choice waits
+	 * for the first's prefill and takes its whole blocks, and is still the
+	 * answer its seed gives alone
+	 */
+	{
+		const char *nreq = "{\"model\":\"t\",\"prompt\":\"Again: " PC_LONG
+				   "\",\"max_tokens\":6,\"seed\":5,\"n\":2}";
+		const char *alone = "{\"model\":\"t\",\"prompt\":\"Again: " PC_LONG
+				    "\",\"max_tokens\":6,\"seed\":6}";
+		double before = metric(self->port, "moem_prefix_cache_hit_tokens_total");
+		struct json_object *ch1;
+		int np, nc;
+
+		ASSERT_EQ(200, post(self->port, "/v1/completions", nreq, first, sizeof(first)));
+		usage_of(first, &np, &nc);
+		EXPECT_EQ(0, nc) TH_LOG("%s", first);
+		EXPECT_EQ(before + (np - 1) / 16 * 16,
+			  metric(self->port, "moem_prefix_cache_hit_tokens_total"));
+		o = answer_json(first);
+		ASSERT_NE(NULL, o);
+		ch1 = json_object_array_get_idx(json_object_object_get(o, "choices"), 1);
+		ASSERT_NE(NULL, ch1);
+		snprintf(again, sizeof(again), "%s",
+			 json_object_get_string(json_object_object_get(ch1, "text")));
+		json_object_put(o);
+		ASSERT_EQ(200,
+			  post(self->port, "/v1/completions", alone, self->buf, sizeof(self->buf)));
+		o = answer_json(self->buf);
+		ASSERT_NE(NULL, o);
+		EXPECT_STREQ(again, json_object_get_string(choice0(o, "text")));
+		json_object_put(o);
+	}
 
 	/* chat: the second turn repeats the first and its answer */
 	ASSERT_EQ(200,

@@ -25,8 +25,9 @@ struct freq {
 	uint32_t got;	  /* tokens delivered */
 	uint32_t stop_at; /* the sink ends it after this many (0: never) */
 	uint32_t prefilled;
-	uint32_t cached; /* prompt tokens f_start says the model holds */
-	int done;	 /* done() calls */
+	uint32_t cached;    /* prompt tokens f_start says the model holds */
+	struct freq *after; /* f_start says -EAGAIN until its prompt is prefilled */
+	int done;	    /* done() calls */
 	enum moem_sched_finish why;
 	int err;
 	bool started;
@@ -58,6 +59,8 @@ static int f_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq, uint
 	struct fseq *s;
 	uint64_t need = (uint64_t)prompt_len + r->max_tokens;
 
+	if (r->after && r->after->prefilled < r->after->prompt)
+		return -EAGAIN;
 	if (need > f->kv_total)
 		return -E2BIG;
 	if (f->kv_used + need > f->kv_total)
@@ -259,6 +262,47 @@ TEST(cached_prefix_is_not_prefilled)
 	EXPECT_EQ(20u, b.prefilled);
 	EXPECT_EQ(0u, f.bad);
 	EXPECT_EQ(0u, f.kv_used);
+	moem_sched_destroy(s);
+}
+
+/*
+ * A request that waits for another's prefill (-EAGAIN: the other choices
+ * of n > 1, which take the first's prompt from the prefix cache) starts
+ * in the step after it, ahead of what came later, without counting as a
+ * KV wait; with nothing running it fails.
+ */
+TEST(eagain_waits_for_a_running_prefill)
+{
+	struct fake f;
+	struct moem_sched *s = mk(_metadata, &f, 8, 4, 16, 8, 1000);
+	struct freq a = {.id = 1, .prompt = 20, .max_tokens = 3};
+	struct freq b = {.id = 2, .prompt = 20, .max_tokens = 3, .after = &a};
+	struct freq c = {.id = 3, .prompt = 4, .max_tokens = 2};
+	struct freq lone = {.id = 4, .prompt = 4, .max_tokens = 2, .after = &b};
+	struct moem_sched_stats st;
+
+	ASSERT_EQ(0, moem_sched_submit(s, &a, a.prompt));
+	ASSERT_EQ(0, moem_sched_submit(s, &b, b.prompt));
+	ASSERT_EQ(0, moem_sched_submit(s, &c, c.prompt));
+	run_until_idle(s, 100);
+	/* a prefills in steps 1-3 (chunks of 8); b starts in step 4, c after it */
+	EXPECT_EQ(1u, a.first_step);
+	EXPECT_EQ(4u, b.first_step);
+	EXPECT_GE(c.first_step, b.first_step);
+	EXPECT_EQ(3u, a.got);
+	EXPECT_EQ(3u, b.got);
+	EXPECT_EQ(2u, c.got);
+	moem_sched_get_stats(s, &st);
+	EXPECT_EQ(0u, st.kv_waits);
+	EXPECT_EQ(0u, f.bad);
+	/* b's prompt is done now, but one that waits with nothing running fails */
+	b.prefilled = 0;
+	ASSERT_EQ(0, moem_sched_submit(s, &lone, lone.prompt));
+	run_until_idle(s, 100);
+	EXPECT_EQ(1, lone.done);
+	EXPECT_EQ(MOEM_SCHED_ERROR, lone.why);
+	EXPECT_EQ(-EAGAIN, lone.err);
+	EXPECT_EQ(f.starts, f.ends);
 	moem_sched_destroy(s);
 }
 

@@ -32,6 +32,7 @@ struct moemd_model {
 	struct moem_tok_info info;
 	uint32_t max_context;
 	uint32_t max_seqs, max_step_tokens; /* what the decoder was opened for */
+	uint32_t block_tokens;		    /* the KV block; 0: no prefix cache */
 	uint64_t next_seed;
 	/* response_format json_object: each token's bytes (none for special
 	 * ones), built at the first such request */
@@ -122,6 +123,7 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 	m->max_step_tokens = o.max_step_tokens;
 	moem_decoder_kv_usage(m->dec, &u);
 	m->max_context = u.max_context;
+	m->block_tokens = o.prefix_cache_off ? 0 : u.block_tokens;
 	ret = first_step(m);
 	if (ret) {
 		ret = moem_err_prefix(-ret, "the first step");
@@ -631,8 +633,18 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq, uint
 	struct moemd_sreq *r = req;
 	const struct moem_oai_request *rq = &r->rq;
 	struct moem_seq_params p = {0};
+	uint32_t left;
 	int ret;
 
+	/*
+	 * The other choices of an n > 1 request start once the first has
+	 * prefilled the prompt they share, and take its whole blocks from the
+	 * prefix cache instead of computing the prompt n times (-EAGAIN: not
+	 * now, the scheduler retries it first at the next step).
+	 */
+	if (r->lead && m->block_tokens && prompt_len > m->block_tokens && r->lead->started &&
+	    !moem_decoder_pending_prompt(m->dec, r->lead->seq, &left) && left)
+		return -EAGAIN;
 	p.prompt = r->prompt;
 	p.n_prompt = prompt_len;
 	moem_sampling_defaults(&p.sampling);
@@ -681,6 +693,10 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq, uint
 	}
 	if (!ret && !moem_decoder_cached_prompt(m->dec, *seq, cached))
 		r->n_cached = *cached;
+	if (!ret) {
+		r->seq = *seq;
+		r->started = true;
+	}
 	return ret;
 }
 

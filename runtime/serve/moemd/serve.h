@@ -79,7 +79,9 @@ struct moemd_sreq {
 	int32_t *prompt;
 	uint32_t n_prompt;
 	uint32_t n_cached; /* of n_prompt, tokens the prefix cache gave (set when it starts) */
-	void *detok;	   /* the model's streaming detokenizer */
+	uint64_t seq;	   /* its decoder sequence once started (model thread) */
+	bool started;
+	void *detok; /* the model's streaming detokenizer */
 	struct moem_oai_stop stop;
 	/* chat with tools: the tool-call filter after the stop filter */
 	bool use_tools;

@@ -361,14 +361,14 @@ static void admit(struct moem_sched *s, uint32_t *budget, uint32_t *n,
 		e->started = !ret;
 		e->computed = ret ? 0 : moem_min(cached, e->prompt_len - 1);
 		pthread_mutex_lock(&s->lock);
-		if ((ret == -ENOSPC || ret == -EMFILE) && s->n_run) {
+		if ((ret == -ENOSPC || ret == -EMFILE || ret == -EAGAIN) && s->n_run) {
 			/* Not now: first in line again, once others have left. */
 			e->next = s->wait_head;
 			s->wait_head = e;
 			if (!s->wait_tail)
 				s->wait_tail = e;
 			s->n_waiting++;
-			s->st.kv_waits++;
+			s->st.kv_waits += ret != -EAGAIN;
 			pthread_mutex_unlock(&s->lock);
 			return;
 		}
