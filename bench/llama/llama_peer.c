@@ -160,40 +160,72 @@ static llama_token argmax(const float *l, int n)
 	return best;
 }
 
-static int run(const struct run_opts *o)
+/*
+ * The model, all on the CPU and read in now (no page faults in timed
+ * steps), and a context for one sequence of n_ctx tokens with flash
+ * attention off (the reference setting; moem's CPU attention is not a
+ * flash kernel either), warmed up: token w decoded, then the cache
+ * emptied, so graph and buffers are allocated before any timing. NULL
+ * (said on stderr) if either fails; *model is then freed.
+ */
+static struct llama_context *open_ctx(const char *path, int n_ctx, int n_batch, int threads,
+				      int f32_kv, llama_token w, struct llama_model **model)
 {
 	struct llama_model_params mp = llama_model_default_params();
 	struct llama_context_params cp = llama_context_default_params();
+	struct llama_context *ctx;
+
+	mp.n_gpu_layers = 0;
+	mp.load_mode = LLAMA_LOAD_MODE_NONE;
+	*model = llama_model_load_from_file(path, mp);
+	if (!*model) {
+		fprintf(stderr, "llama-peer: cannot load %s\n", path);
+		return NULL;
+	}
+	cp.n_ctx = (uint32_t)n_ctx;
+	cp.n_batch = cp.n_ubatch = (uint32_t)(n_batch > 512 ? n_batch : 512);
+	cp.n_seq_max = 1;
+	cp.n_threads = cp.n_threads_batch = threads;
+	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+	cp.no_perf = 1;
+	if (f32_kv)
+		cp.type_k = cp.type_v = GGML_TYPE_F32;
+	ctx = llama_init_from_model(*model, cp);
+	if (!ctx) {
+		fprintf(stderr, "llama-peer: cannot make a context\n");
+	} else if (llama_decode(ctx, llama_batch_get_one(&w, 1))) {
+		fprintf(stderr, "llama-peer: warm-up decode failed\n");
+		llama_free(ctx);
+		ctx = NULL;
+	} else {
+		llama_memory_clear(llama_get_memory(ctx), true);
+		return ctx;
+	}
+	llama_model_free(*model);
+	*model = NULL;
+	return NULL;
+}
+
+static int run(const struct run_opts *o)
+{
 	struct llama_model *model;
-	struct llama_context *ctx = NULL;
+	struct llama_context *ctx;
 	struct llama_batch b;
 	FILE *lf = NULL;
 	double t0, t_prompt, t_dec = 0, *steps;
 	llama_token *out;
 	int n_vocab, rc = 1, n_out = 0;
 
-	mp.n_gpu_layers = 0;
-	mp.load_mode = LLAMA_LOAD_MODE_NONE; /* read it all now: no page faults in timed steps */
-	model = llama_model_load_from_file(o->model, mp);
-	if (!model) {
-		fprintf(stderr, "llama-peer: cannot load %s\n", o->model);
+	ctx = open_ctx(o->model, o->n_prompt + o->max_new + 16, o->n_prompt, o->threads, o->f32_kv,
+		       o->prompt[0], &model);
+	if (!ctx)
 		return 1;
-	}
 	n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-	cp.n_ctx = (uint32_t)(o->n_prompt + o->max_new + 16);
-	cp.n_batch = cp.n_ubatch = (uint32_t)(o->n_prompt > 512 ? o->n_prompt : 512);
-	cp.n_seq_max = 1;
-	cp.n_threads = cp.n_threads_batch = o->threads;
-	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-	cp.no_perf = 1;
-	if (o->f32_kv)
-		cp.type_k = cp.type_v = GGML_TYPE_F32;
-	ctx = llama_init_from_model(model, cp);
 	steps = calloc((size_t)o->max_new + 1, sizeof(*steps));
 	out = calloc((size_t)o->max_new + 1, sizeof(*out));
 	b = llama_batch_init(o->n_prompt, 0, 1);
-	if (!ctx || !steps || !out) {
-		fprintf(stderr, "llama-peer: cannot make a context\n");
+	if (!steps || !out) {
+		fprintf(stderr, "llama-peer: out of memory\n");
 		goto err;
 	}
 	if (o->logits_out) {
@@ -203,16 +235,6 @@ static int run(const struct run_opts *o)
 			fprintf(stderr, "llama-peer: cannot write %s\n", o->logits_out);
 			goto err;
 		}
-	}
-	/* warm-up: one token, then an empty cache (graph and buffers allocated) */
-	{
-		llama_token w = o->prompt[0];
-
-		if (llama_decode(ctx, llama_batch_get_one(&w, 1))) {
-			fprintf(stderr, "llama-peer: warm-up decode failed\n");
-			goto err;
-		}
-		llama_memory_clear(llama_get_memory(ctx), true);
 	}
 	for (int i = 0; i < o->n_prompt; i++) {
 		b.token[i] = o->prompt[i];
@@ -277,8 +299,7 @@ err:
 	llama_batch_free(b);
 	free(steps);
 	free(out);
-	if (ctx)
-		llama_free(ctx);
+	llama_free(ctx);
 	llama_model_free(model);
 	return rc;
 }
@@ -346,46 +367,25 @@ struct chat_opts {
 
 static int chat(const struct chat_opts *o)
 {
-	struct llama_model_params mp = llama_model_default_params();
-	struct llama_context_params cp = llama_context_default_params();
 	struct llama_model *model;
-	struct llama_context *ctx = NULL;
-	struct llama_batch b = {0};
-	llama_token *kv = NULL; /* the tokens whose keys and values the cache holds */
+	struct llama_context *ctx;
+	struct llama_batch b;
+	llama_token *kv; /* the tokens whose keys and values the cache holds */
 	double ms[CHAT_MAX], total = 0;
 	int computed[CHAT_MAX], n_kv = 0, longest = 0, n_vocab, rc = 1, done = 0;
 
 	for (int t = 0; t < o->n_turns; t++)
 		longest = o->n_prompt[t] > longest ? o->n_prompt[t] : longest;
-	mp.n_gpu_layers = 0;
-	mp.load_mode = LLAMA_LOAD_MODE_NONE;
-	model = llama_model_load_from_file(o->model, mp);
-	if (!model) {
-		fprintf(stderr, "llama-peer: cannot load %s\n", o->model);
+	ctx = open_ctx(o->model, longest + o->max_new + 16, longest, o->threads, 0, o->prompt[0][0],
+		       &model);
+	if (!ctx)
 		return 1;
-	}
 	n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-	cp.n_ctx = (uint32_t)(longest + o->max_new + 16);
-	cp.n_batch = cp.n_ubatch = (uint32_t)(longest > 512 ? longest : 512);
-	cp.n_seq_max = 1;
-	cp.n_threads = cp.n_threads_batch = o->threads;
-	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-	cp.no_perf = 1;
-	ctx = llama_init_from_model(model, cp);
 	kv = calloc((size_t)longest + o->max_new + 1, sizeof(*kv));
-	if (!ctx || !kv) {
-		fprintf(stderr, "llama-peer: cannot make a context\n");
-		goto out;
-	}
 	b = llama_batch_init(longest, 0, 1);
-	{
-		llama_token w = o->prompt[0][0];
-
-		if (llama_decode(ctx, llama_batch_get_one(&w, 1))) {
-			fprintf(stderr, "llama-peer: warm-up decode failed\n");
-			goto out;
-		}
-		llama_memory_clear(llama_get_memory(ctx), true);
+	if (!kv) {
+		fprintf(stderr, "llama-peer: out of memory\n");
+		goto out;
 	}
 	for (int t = 0; t < o->n_turns; t++) {
 		const llama_token *p = o->prompt[t];
@@ -437,11 +437,9 @@ static int chat(const struct chat_opts *o)
 	printf("],\"prompt_ms\":%.3f}\n", total);
 	rc = 0;
 out:
-	if (b.token)
-		llama_batch_free(b);
+	llama_batch_free(b);
 	free(kv);
-	if (ctx)
-		llama_free(ctx);
+	llama_free(ctx);
 	llama_model_free(model);
 	return rc;
 }
