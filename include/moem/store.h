@@ -141,6 +141,7 @@ enum moem_mkmodel_preset {
 	MOEM_PRESET_MIXTRAL_8X7B,      /* mixtral */
 	MOEM_PRESET_OLMOE_1B_7B,       /* olmoe */
 	MOEM_PRESET_DEEPSEEK_V2_LITE,  /* deepseek_v2 */
+	MOEM_PRESET_DEEPSEEK_V2,       /* deepseek_v2, the 236B model */
 	MOEM_PRESET_NR
 };
 
@@ -163,7 +164,10 @@ struct moem_mkmodel_opts {
 	struct moem_progress *progress; /* may be NULL */
 };
 
-/* Preset names: "qwen3-30b-a3b", "mixtral-8x7b", "olmoe-1b-7b", "deepseek-v2-lite". */
+/*
+ * Preset names: "qwen3-30b-a3b", "mixtral-8x7b", "olmoe-1b-7b", "deepseek-v2-lite",
+ * "deepseek-v2".
+ */
 const char *moem_preset_name(enum moem_mkmodel_preset p);
 int moem_preset_parse(const char *s, enum moem_mkmodel_preset *out);
 /* The preset of an architecture (its best-known real model). */

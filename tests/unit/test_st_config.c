@@ -379,7 +379,12 @@ TEST(writer_round_trip)
 		EXPECT_EQ(o.cfg.rope_theta, back.rope_theta);
 		EXPECT_EQ(o.cfg.head_dim, back.head_dim);
 		EXPECT_EQ(MOEM_DTYPE_F16, back.dtype);
-		EXPECT_EQ(0u, back.n_group);
+		/* deepseek-v2 (236B): group-limited routing, scaling 16, q LoRA */
+		EXPECT_EQ(o.cfg.n_group, back.n_group);
+		EXPECT_EQ(o.cfg.topk_group, back.topk_group);
+		EXPECT_EQ(o.cfg.routed_scaling, back.routed_scaling);
+		EXPECT_EQ(o.cfg.q_lora_rank, back.q_lora_rank);
+		EXPECT_EQ(p == MOEM_PRESET_DEEPSEEK_V2 ? 8u : 0u, back.n_group);
 		if (o.cfg.arch == MOEM_ARCH_DEEPSEEK_V2) {
 			/* group-limited routing written as DeepSeek-V2's config.json has it */
 			o.cfg.n_group = 8;

@@ -22,7 +22,7 @@ static void mk_usage(FILE *f)
 		   "model (defaults: the architecture's preset, 4 layers, vocab 4096):\n"
 		   "  --arch NAME              qwen3_moe (default), mixtral, olmoe, deepseek_v2\n"
 		   "  --preset NAME            qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b,\n"
-		   "                           deepseek-v2-lite\n"
+		   "                           deepseek-v2-lite, deepseek-v2\n"
 		   "  --layers L --experts E --top-k K --hidden H --moe-intermediate I\n"
 		   "  --intermediate N         dense-layer MLP width\n"
 		   "  --shared-experts N       deepseek_v2 shared experts\n"

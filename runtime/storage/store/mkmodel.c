@@ -124,6 +124,33 @@ static const struct {
 					   .qk_nope_dim = 128,
 					   .qk_rope_dim = 64,
 					   .v_head_dim = 128}},
+	/* DeepSeek-V2 (236B): group-limited routing, routed_scaling_factor 16, q LoRA */
+	[MOEM_PRESET_DEEPSEEK_V2] = {"deepseek-v2",
+				     {.arch = MOEM_ARCH_DEEPSEEK_V2,
+				      .hidden = 5120,
+				      .n_layers = 60,
+				      .n_experts = 160,
+				      .top_k = 6,
+				      .moe_inter = 1536,
+				      .dense_inter = 12288,
+				      .n_shared = 2,
+				      .shared_inter = 1536,
+				      .first_dense = 1,
+				      .sparse_step = 1,
+				      .routed_scaling = 16.0f,
+				      .n_group = 8,
+				      .topk_group = 3,
+				      .rms_eps = 1e-6f,
+				      .rope_theta = 10000.0f,
+				      .vocab = 102400,
+				      .n_heads = 128,
+				      .n_kv_heads = 128,
+				      .head_dim = 192,
+				      .kv_lora_rank = 512,
+				      .q_lora_rank = 1536,
+				      .qk_nope_dim = 128,
+				      .qk_rope_dim = 64,
+				      .v_head_dim = 128}},
 };
 
 const char *moem_preset_name(enum moem_mkmodel_preset p)
@@ -141,7 +168,7 @@ int moem_preset_parse(const char *s, enum moem_mkmodel_preset *out)
 	}
 	return moem_errf(EINVAL,
 			 "unknown preset '%s' (qwen3-30b-a3b, mixtral-8x7b, "
-			 "olmoe-1b-7b, deepseek-v2-lite)",
+			 "olmoe-1b-7b, deepseek-v2-lite, deepseek-v2)",
 			 s);
 }
 
@@ -158,7 +185,8 @@ void moem_mkmodel_defaults(struct moem_mkmodel_opts *o, enum moem_mkmodel_preset
 	memset(o, 0, sizeof(*o));
 	o->cfg = presets[(unsigned int)p < MOEM_PRESET_NR ? p : 0].cfg;
 	o->cfg.dtype = MOEM_DTYPE_BF16;
-	o->cfg.routed_scaling = 1.0f;
+	if (!o->cfg.routed_scaling)
+		o->cfg.routed_scaling = 1.0f;
 	o->cfg.n_layers = 4;
 	o->cfg.vocab = 4096;
 	moem_synth_defaults(&o->synth, 1, o->cfg.n_experts, o->cfg.top_k, 1);
