@@ -53,10 +53,12 @@ int moem_cpu_kv_store(struct moem_backend *be, struct moem_stream *s,
  * Queries of one tile: the heads that share one KV head, for up to
  * ATT_QT tokens of one sequence (same block table), so each key and
  * value is read from memory once for all of them instead of once per
- * (token, head); at most ATT_Q queries, so a tile's scores stay small.
+ * (token, head); at most ATT_Q queries, fewer at long contexts, so that
+ * a worker's scores stay within ATT_SCORES bytes.
  */
-#define ATT_QT 16
-#define ATT_Q  128
+#define ATT_QT	   16
+#define ATT_Q	   128
+#define ATT_SCORES (4u << 20) /* bytes of one worker's tile scores, at most (1 query: more) */
 
 struct attn_tile {
 	uint32_t t0, nt; /* tokens t0 .. t0 + nt - 1 */
@@ -67,8 +69,8 @@ struct attn_tile {
 struct attn_job {
 	const struct moem_attn_args *a;
 	struct attn_tile *tiles;
-	float *scores; /* [workers][ATT_Q][max_ctx] */
-	uint32_t max_ctx;
+	float *scores; /* [workers][qmax][max_ctx] */
+	uint32_t max_ctx, qmax;
 };
 
 /* What one query of a tile needs. */
@@ -107,7 +109,7 @@ MOEM_CPU_CLONES static void attn_item(void *arg, uint32_t item, uint32_t worker)
 			       (size_t)h * a->qk_dim;
 			x->out = (float *)moem_dptr_host(a->out) +
 				 ((size_t)t * a->n_heads + h) * a->v_dim;
-			x->sc = j->scores + ((size_t)worker * ATT_Q + nq) * j->max_ctx;
+			x->sc = j->scores + ((size_t)worker * j->qmax + nq) * j->max_ctx;
 			x->lo = x->hi = 0;
 			x->mx = -INFINITY;
 			x->sum = 0;
@@ -178,6 +180,16 @@ MOEM_CPU_CLONES static void attn_item(void *arg, uint32_t item, uint32_t worker)
 	}
 }
 
+/* Tokens of the run from t0: those of t0's sequence (block table) in a row, at most qt. */
+static uint32_t run_len(const uint32_t *tabs, uint32_t T, uint32_t t0, uint32_t qt)
+{
+	uint32_t nt = 1;
+
+	while (t0 + nt < T && nt < qt && tabs[t0 + nt] == tabs[t0])
+		nt++;
+	return nt;
+}
+
 int moem_cpu_attention(struct moem_backend *be, struct moem_stream *s,
 		       const struct moem_attn_args *a)
 {
@@ -185,10 +197,7 @@ int moem_cpu_attention(struct moem_backend *be, struct moem_stream *s,
 	const int32_t *pos = moem_dptr_host(a->pos);
 	const uint32_t *tabs = moem_dptr_host(a->tab);
 	const uint32_t group = a->n_heads / a->n_kv_heads, workers = moem_tpool_size(c->pool);
-	/* tokens and heads of a tile: at most ATT_Q queries */
-	uint32_t hs = moem_min(group, (uint32_t)ATT_Q);
-	uint32_t qt = moem_max(1u, moem_min((uint32_t)ATT_QT, ATT_Q / hs));
-	uint32_t n_tiles = 0, n_runs = 0, cap;
+	uint32_t hs, qt, n_tiles = 0, n_runs = 0, cap;
 	struct attn_job j = {a};
 
 	for (uint32_t t = 0; t < a->T; t++)
@@ -196,31 +205,28 @@ int moem_cpu_attention(struct moem_backend *be, struct moem_stream *s,
 			j.max_ctx = (uint32_t)pos[t] + 1;
 	if (!j.max_ctx)
 		j.max_ctx = 1;
-	/* runs of tokens of one sequence, at most qt each */
-	for (uint32_t t = 0, n = 0; t < a->T; t++, n++)
-		if (!t || tabs[t] != tabs[t - 1] || n == qt) {
-			n_runs++;
-			n = 0;
-		}
+	/* queries of a tile: ATT_Q, fewer where their scores would pass ATT_SCORES */
+	j.qmax = moem_max(
+		1u, moem_min((uint32_t)ATT_Q, ATT_SCORES / (uint32_t)(sizeof(float) * j.max_ctx)));
+	hs = moem_min(group, j.qmax);
+	qt = moem_max(1u, moem_min((uint32_t)ATT_QT, j.qmax / hs));
+	for (uint32_t t0 = 0; t0 < a->T; t0 += run_len(tabs, a->T, t0, qt))
+		n_runs++;
 	/* fewer tiles than two per worker (a decode batch): fewer heads a tile */
 	while (hs > 1 && n_runs * a->n_kv_heads * ((group + hs - 1) / hs) < 2 * workers)
 		hs = (hs + 1) / 2;
 	cap = n_runs * a->n_kv_heads * ((group + hs - 1) / hs);
 	j.tiles = moem_cpu_scratch(s, sizeof(*j.tiles) * cap +
-					      sizeof(float) * ATT_Q * j.max_ctx * workers);
+					      sizeof(float) * j.qmax * j.max_ctx * workers);
 	if (!j.tiles)
 		return -ENOMEM;
 	j.scores = (float *)(j.tiles + cap);
-	for (uint32_t t0 = 0; t0 < a->T;) {
-		uint32_t nt = 1;
-
-		while (t0 + nt < a->T && nt < qt && tabs[t0 + nt] == tabs[t0])
-			nt++;
+	for (uint32_t t0 = 0, nt; t0 < a->T; t0 += nt) {
+		nt = run_len(tabs, a->T, t0, qt);
 		for (uint32_t g = 0; g < a->n_kv_heads; g++)
 			for (uint32_t h = 0; h < group; h += hs)
 				j.tiles[n_tiles++] = (struct attn_tile){t0, nt, g, g * group + h,
 									moem_min(hs, group - h)};
-		t0 += nt;
 	}
 	moem_tpool_run(c->pool, n_tiles, attn_item, &j);
 	return 0;
