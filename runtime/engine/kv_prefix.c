@@ -37,6 +37,15 @@ static uint32_t bucket_of(const struct moem_decoder *d, uint64_t hash)
 	return (uint32_t)(hash ^ (hash >> 32)) & d->kv_mask;
 }
 
+/* Enter cached block b in the hash table. */
+static void table_add(struct moem_decoder *d, int32_t b)
+{
+	int32_t *head = &d->kv_bucket[bucket_of(d, d->kvb[b].hash)];
+
+	d->kvb[b].next = *head;
+	*head = b;
+}
+
 static void lru_unlink(struct moem_decoder *d, int32_t b)
 {
 	struct kv_block *k = &d->kvb[b];
@@ -65,7 +74,7 @@ static void lru_append(struct moem_decoder *d, int32_t b)
 	d->lru_tail = b;
 }
 
-/* Forget what block b caches (it holds nothing, or its holders go on using it). */
+/* Forget what block b, which no sequence holds, caches. Under d->lock. */
 static void uncache(struct moem_decoder *d, int32_t b)
 {
 	struct kv_block *k = &d->kvb[b];
@@ -76,12 +85,8 @@ static void uncache(struct moem_decoder *d, int32_t b)
 	*p = k->next;
 	k->next = -1;
 	k->cached = false;
-	if (!k->refs) {
-		lru_unlink(d, b);
-		pthread_mutex_lock(&d->lock);
-		d->n_cached_free--;
-		pthread_mutex_unlock(&d->lock);
-	}
+	lru_unlink(d, b);
+	d->n_cached_free--;
 }
 
 int moem_kv_blocks_resize(struct moem_decoder *d, uint32_t n)
@@ -116,12 +121,9 @@ int moem_kv_blocks_resize(struct moem_decoder *d, uint32_t n)
 	d->kv_bucket = bucket;
 	d->kv_mask = nb - 1;
 	memset(bucket, 0xff, nb * sizeof(*bucket));
-	for (uint32_t b = 0; b < n; b++) {
-		if (!kvb[b].cached)
-			continue;
-		kvb[b].next = bucket[bucket_of(d, kvb[b].hash)];
-		bucket[bucket_of(d, kvb[b].hash)] = (int32_t)b;
-	}
+	for (uint32_t b = 0; b < n; b++)
+		if (kvb[b].cached)
+			table_add(d, (int32_t)b);
 	return 0;
 }
 
@@ -136,9 +138,11 @@ void moem_kv_blocks_free(struct moem_decoder *d)
 
 void moem_kv_drop_above(struct moem_decoder *d, uint32_t n)
 {
+	pthread_mutex_lock(&d->lock);
 	for (uint32_t b = n; b < d->pool_blocks; b++)
 		if (d->kvb[b].cached && !d->kvb[b].refs)
 			uncache(d, (int32_t)b);
+	pthread_mutex_unlock(&d->lock);
 }
 
 uint32_t moem_kv_top(const struct moem_decoder *d)
@@ -219,9 +223,21 @@ static void ref(struct moem_decoder *d, int32_t b)
 	}
 }
 
+/* Blocks [lo, hi) that hold nothing into tab[*i..n), lowest first. Under d->lock. */
+static void take_empty(struct moem_decoder *d, uint32_t lo, uint32_t hi, uint32_t n, int32_t *tab,
+		       uint32_t *i)
+{
+	for (uint32_t b = lo; *i < n && b < hi; b++)
+		if (!d->kvb[b].refs && !d->kvb[b].cached) {
+			ref(d, (int32_t)b);
+			tab[(*i)++] = (int32_t)b;
+		}
+}
+
 void moem_kv_take(struct moem_decoder *d, const int32_t *shared, uint32_t n_shared, uint32_t n,
 		  int32_t *tab)
 {
+	const uint32_t lim = moem_min(d->limit_blocks, d->pool_blocks);
 	uint32_t i = 0;
 
 	pthread_mutex_lock(&d->lock);
@@ -234,27 +250,15 @@ void moem_kv_take(struct moem_decoder *d, const int32_t *shared, uint32_t n_shar
 	 * the blocks above it empty), then what was cached longest ago, then
 	 * (never needed while the admission check holds) empty blocks above.
 	 */
-	for (uint32_t b = 0; i < n && b < moem_min(d->limit_blocks, d->pool_blocks); b++)
-		if (!d->kvb[b].refs && !d->kvb[b].cached) {
-			ref(d, (int32_t)b);
-			tab[i++] = (int32_t)b;
-		}
-	pthread_mutex_unlock(&d->lock);
+	take_empty(d, 0, lim, n, tab, &i);
 	while (i < n && d->lru_head >= 0) {
 		int32_t b = d->lru_head;
 
 		uncache(d, b);
-		pthread_mutex_lock(&d->lock);
 		ref(d, b);
-		pthread_mutex_unlock(&d->lock);
 		tab[i++] = b;
 	}
-	pthread_mutex_lock(&d->lock);
-	for (uint32_t b = d->limit_blocks; i < n && b < d->pool_blocks; b++)
-		if (!d->kvb[b].refs && !d->kvb[b].cached) {
-			ref(d, (int32_t)b);
-			tab[i++] = (int32_t)b;
-		}
+	take_empty(d, lim, d->pool_blocks, n, tab, &i);
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -299,8 +303,7 @@ void moem_kv_publish(struct moem_decoder *d, struct dec_seq *s)
 			k->gen++;
 			k->cached = true;
 			memcpy(d->kv_toks + (size_t)own * bt, t, bt * sizeof(*t));
-			k->next = d->kv_bucket[bucket_of(d, hash)];
-			d->kv_bucket[bucket_of(d, hash)] = own;
+			table_add(d, own);
 		} else if (b < 0) {
 			break; /* cannot happen: a held block is cached only as a match */
 		}
