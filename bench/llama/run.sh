@@ -36,27 +36,12 @@ THREADS=${LLAMA_BENCH_THREADS:-1 2}
 REPS=${LLAMA_BENCH_REPS:-3}
 py=/usr/bin/python3
 dir=$B/bench/llama
-rc=0
-sh "$here/install.sh" "$B/llama-peer" || rc=$?
-if [ $rc -eq 77 ]; then
-	echo "SKIP: the llama.cpp peer cannot be installed"
-	exit 77
-fi
-[ $rc -eq 0 ] || exit 1
-peer=$B/llama-peer/peer
+# shellcheck source=bench/llama/peer.sh
+. "$here/peer.sh"
+peer_setup
 mkdir -p "$dir"
 m=$dir/q3moe-L$L-E$E
-if [ ! -f "$m.q4_k_m.gguf" ]; then
-	rm -rf "$m"
-	"$moem" mkmodel --preset qwen3-30b-a3b --layers "$L" --experts "$E" --seed 1 \
-		--out "$m" >/dev/null
-	"$moem" pack --model "$m" --out "$m.moem" --precisions bf16,q8,q4 >/dev/null
-	$py "$here/to_gguf.py" "$m" "$m.bf16.gguf" bf16
-	"$peer" quantize "$m.bf16.gguf" "$m.q8_0.gguf" q8_0 2
-	"$peer" quantize "$m.bf16.gguf" "$m.q4_k_m.gguf.tmp" q4_k_m 2
-	mv "$m.q4_k_m.gguf.tmp" "$m.q4_k_m.gguf"
-	rm -rf "$m"
-fi
+peer_model "$m" "$L" "$E" bf16,q8,q4 q8_0 q4_k_m
 prompt=$($py -c "import random; r = random.Random(7); print(','.join(str(r.randrange(4096)) for _ in range($P)))")
 res=$dir/results.jsonl
 : >"$res"

@@ -30,25 +30,12 @@ T=${PREFIX_BENCH_THREADS:-2}
 REPS=${PREFIX_BENCH_REPS:-3}
 py=/usr/bin/python3
 dir=$B/bench/prefix
-rc=0
-sh "$here/../llama/install.sh" "$B/llama-peer" || rc=$?
-if [ $rc -eq 77 ]; then
-	echo "SKIP: the llama.cpp peer cannot be installed"
-	exit 77
-fi
-[ $rc -eq 0 ] || exit 1
-peer=$B/llama-peer/peer
+# shellcheck source=bench/llama/peer.sh
+. "$here/../llama/peer.sh"
+peer_setup
 mkdir -p "$dir"
 m=$dir/q3moe-L$L-E$E
-if [ ! -f "$m.bf16.gguf" ]; then
-	rm -rf "$m"
-	"$moem" mkmodel --preset qwen3-30b-a3b --layers "$L" --experts "$E" --seed 1 \
-		--out "$m" >/dev/null
-	"$moem" pack --model "$m" --out "$m.moem" --precisions bf16 >/dev/null
-	$py "$here/../llama/to_gguf.py" "$m" "$m.bf16.gguf.tmp" bf16
-	mv "$m.bf16.gguf.tmp" "$m.bf16.gguf"
-	rm -rf "$m"
-fi
+peer_model "$m" "$L" "$E" bf16
 # The turns' prompts, one per line (comma-separated ids).
 $py - "$SYS" "$TURNS" "$USER" "$ANS" >"$dir/turns.txt" <<'PY'
 import random, sys
