@@ -19,7 +19,8 @@
  * and only those it lists; an alternative (anyOf, a list of types) is
  * told by the value's first byte, or, among objects, by the value of
  * their first property (a const, different in each: a discriminated
- * union, as tool calls' "name"); an optional property or alternative
+ * union, as tool calls' "name"); a number with bounds has at most 15
+ * digits, no exponent and no -0; an optional property or alternative
  * that could not be finished within the nesting limit is not begun. Every
  * state it reaches can be completed.
  *
@@ -51,8 +52,9 @@ struct moem_json_schema;
 /*
  * Compile a JSON Schema (a subset of draft 2020-12: type, properties,
  * required, additionalProperties, items, minItems, maxItems, minLength,
- * maxLength, enum, const, anyOf, oneOf, a one-element allOf, $ref to "#"
- * or to $defs / definitions; annotations such as title, description,
+ * maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum,
+ * const, anyOf, oneOf, a one-element allOf, $ref to "#" or to $defs /
+ * definitions; annotations such as title, description,
  * default and format are accepted and not enforced). The top schema must
  * be an object's. 0 and *out; -EINVAL with moem_errf()'s message naming
  * the place in the schema (a JSON pointer) and what is not supported;
@@ -96,12 +98,15 @@ struct moem_json_fsm {
 	uint8_t cont;	 /* UTF-8: continuation bytes still due */
 	uint8_t ws;	 /* whitespace bytes in a row */
 	uint8_t integer; /* the number being read may have no fraction or exponent */
+	uint8_t neg;	 /* a bounded number: it has a minus sign */
+	uint8_t nd, nf;	 /* a bounded number: its digits, and those after the point */
 	uint16_t esc;	 /* the \u escape's value so far */
 	uint16_t node;	 /* the value expected or being read */
 	uint16_t off;	 /* a key or literal matched so far: its bytes */
 	uint16_t depth;
 	uint32_t len;  /* a string's characters so far */
 	uint64_t mask; /* the keys or literals still possible */
+	uint64_t num;  /* a bounded number: its digits as one integer */
 	struct moem_json_frame stack[MOEM_JSON_FSM_DEPTH];
 };
 

@@ -40,6 +40,87 @@ enum {
 /* Where a number is: the accepting ones may end there. */
 enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
+/* ---- bounded numbers: can the digits so far still end within the bounds? ---- */
+
+static jnum_t p10(int e)
+{
+	jnum_t v = 1;
+
+	while (e-- > 0)
+		v *= 10;
+	return v;
+}
+
+/* Is one of a, a + st, ... <= b within [lo, hi]? */
+static bool grid_meets(jnum_t a, jnum_t st, jnum_t b, jnum_t lo, jnum_t hi)
+{
+	jnum_t from = a > lo ? a : lo, to = b < hi ? b : hi;
+
+	return from <= to && a + (from - a + st - 1) / st * st <= to;
+}
+
+/*
+ * The values a number can still take, as magnitudes in units of
+ * 10^-JNUM_DIGITS: its nd digits so far are num (nf of them after the
+ * point), rem = JNUM_DIGITS - nd more may come. Each way on is a grid:
+ * after "0", 0 or 0.d...; after digits m, m 10^k + j (k more integer
+ * digits) with up to rem - k fraction digits, for each k; after the point,
+ * the digits to come. Whether one of them lies in [lo, hi] (the bounds,
+ * negated for a negative number) is then exact arithmetic.
+ */
+static bool num_open(const struct jbound *bd, bool integer, uint8_t sub, bool neg, uint64_t num,
+		     int nd, int nf)
+{
+	/* a minus sign only before a value below zero: never -0, which would let
+	 * "-" start both a number >= 0 and a negative one (one byte tells anyOf's) */
+	const jnum_t lo = neg ? (-bd->hi > 1 ? -bd->hi : 1) : bd->lo, hi = neg ? -bd->lo : bd->hi;
+	const jnum_t one = p10(JNUM_DIGITS);
+	const int rem = JNUM_DIGITS - nd;
+	jnum_t a, st;
+
+	switch (sub) {
+	case N_MINUS:
+		for (uint64_t d = 0; d < 10; d++)
+			if (num_open(bd, integer, d ? N_INT : N_ZERO, neg, d, 1, 0))
+				return true;
+		return false;
+	case N_ZERO:
+		if (integer || !rem)
+			return lo <= 0 && 0 <= hi;
+		st = p10(JNUM_DIGITS - rem);
+		return grid_meets(0, st, one - st, lo, hi);
+	case N_INT:
+		for (int k = 0; k <= rem; k++) {
+			a = (jnum_t)num * p10(k) * one;
+			st = p10(integer ? JNUM_DIGITS : JNUM_DIGITS - (rem - k));
+			if (grid_meets(a, st, a + p10(k) * one - st, lo, hi))
+				return true;
+		}
+		return false;
+	case N_DOT: /* a digit must come */
+		if (!rem)
+			return false;
+		a = (jnum_t)num * one;
+		st = p10(JNUM_DIGITS - rem);
+		return grid_meets(a, st, a + one - st, lo, hi);
+	case N_FRAC:
+		a = (jnum_t)num * p10(JNUM_DIGITS - nf);
+		st = p10(JNUM_DIGITS - nf - rem);
+		return grid_meets(a, st, a + p10(JNUM_DIGITS - nf) - st, lo, hi);
+	default:
+		return false;
+	}
+}
+
+bool moem_jnum_can_start(const struct jbound *b, bool integer, unsigned char c)
+{
+	if (c == '-')
+		return num_open(b, integer, N_MINUS, true, 0, 0, 0);
+	if (c < '0' || c > '9')
+		return false;
+	return num_open(b, integer, c == '0' ? N_ZERO : N_INT, false, c - '0', 1, 0);
+}
+
 /* ---- "any object": {"type": "object"} built in, so that it cannot fail ---- */
 
 static struct jnode any_n[6];
@@ -270,7 +351,13 @@ static int value_start(struct moem_json_fsm *f, uint32_t i, unsigned char c)
 		return 0;
 	case J_NUM:
 	case J_INT:
+		if (n->n && !moem_jnum_can_start(&f->s->b[n->first], n->type == J_INT, c))
+			return -EINVAL;
 		f->integer = n->type == J_INT;
+		f->node = (uint16_t)i;
+		f->neg = c == '-';
+		f->nd = f->nf = 0;
+		f->num = 0;
 		if (c == '-') {
 			f->state = S_NUM;
 			f->sub = N_MINUS;
@@ -279,6 +366,8 @@ static int value_start(struct moem_json_fsm *f, uint32_t i, unsigned char c)
 		if (c >= '0' && c <= '9') {
 			f->state = S_NUM;
 			f->sub = c == '0' ? N_ZERO : N_INT;
+			f->nd = 1;
+			f->num = c - '0';
 			return 0;
 		}
 		return -EINVAL;
@@ -418,10 +507,58 @@ static int string_byte(struct moem_json_fsm *f, unsigned char c)
 	return str_char(f);
 }
 
-static int number_byte(struct moem_json_fsm *f, unsigned char c)
+/* The bounds of the number being read (NULL: none). */
+static const struct jbound *num_bounds(const struct moem_json_fsm *f)
+{
+	const struct jnode *n = node(f, f->node);
+
+	return n->n ? &f->s->b[n->first] : NULL;
+}
+
+/*
+ * A byte of a bounded number: at most JNUM_DIGITS digits and no exponent;
+ * each digit or point only if the number can still end within the bounds,
+ * and the end only if its value is within them.
+ */
+static int bounded_byte(struct moem_json_fsm *f, const struct jbound *b, unsigned char c)
 {
 	bool digit = c >= '0' && c <= '9';
+	jnum_t v;
 
+	if (digit && f->sub != N_ZERO) {
+		if (f->nd == JNUM_DIGITS)
+			return -EINVAL;
+		f->num = f->num * 10 + (uint64_t)(c - '0');
+		f->nd++;
+		if (f->sub == N_MINUS) {
+			f->sub = c == '0' ? N_ZERO : N_INT;
+		} else if (f->sub != N_INT) {
+			f->nf++;
+			f->sub = N_FRAC;
+		}
+	} else if (c == '.' && (f->sub == N_ZERO || f->sub == N_INT) && !f->integer) {
+		f->sub = N_DOT;
+	} else {
+		if (f->sub == N_MINUS || f->sub == N_DOT || digit || c == 'e' || c == 'E')
+			return -EINVAL;
+		v = (jnum_t)f->num * p10(JNUM_DIGITS - f->nf);
+		if (f->neg)
+			v = -v;
+		if (v < b->lo || v > b->hi || (f->neg && !v))
+			return -EINVAL;
+		value_done(f);
+		return 1;
+	}
+	return num_open(b, f->integer, f->sub, f->neg, f->num, f->nd, f->nf) ? 0 : -EINVAL;
+}
+
+static int number_byte(struct moem_json_fsm *f, unsigned char c)
+{
+	const struct jbound *b = num_bounds(f);
+	bool digit = c >= '0' && c <= '9';
+
+	if (b)
+		return bounded_byte(f, b, c);
 	switch (f->sub) {
 	case N_MINUS:
 		if (!digit)

@@ -8,6 +8,8 @@
  * itself does not validate.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,12 +49,15 @@ static const char *const annotations[] = {
 
 #define SUPPORTED                                                                           \
 	"(moem follows type, properties, required, additionalProperties, items, minItems, " \
-	"maxItems, minLength, maxLength, enum, const, anyOf, oneOf, allOf of one, $ref)"
+	"maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum, "              \
+	"exclusiveMaximum, enum, const, anyOf, oneOf, allOf of one, $ref)"
 
 static const char *const obj_kw[] = {"properties", "required", "additionalProperties",
 				     "unevaluatedProperties", NULL};
 static const char *const arr_kw[] = {"items", "minItems", "maxItems", "uniqueItems", NULL};
 static const char *const str_kw[] = {"minLength", "maxLength", NULL};
+static const char *const num_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+				     NULL};
 
 static bool in_list(const char *const *l, const char *k)
 {
@@ -510,6 +515,134 @@ static int type_of(const char *t)
 	return -1;
 }
 
+/* Beyond every value a bounded number can be written with (below 10^(2 JNUM_DIGITS)). */
+#define JNUM_BEYOND (p10(2 * JNUM_DIGITS + 1))
+
+static jnum_t p10(int e)
+{
+	jnum_t v = 1;
+
+	while (e-- > 0)
+		v *= 10;
+	return v;
+}
+
+/*
+ * A number written as t (digits, a point, an exponent: printf's %e or an
+ * integer) in units of 10^-JNUM_DIGITS, rounded down (*fl) and up (*ce);
+ * beyond +-JNUM_BEYOND it is that.
+ */
+static void to_units(const char *t, jnum_t *fl, jnum_t *ce)
+{
+	bool neg = *t == '-', point = false;
+	int e = JNUM_DIGITS, sig = 0;
+	jnum_t m = 0, q, r;
+
+	for (t += neg; (*t >= '0' && *t <= '9') || *t == '.'; t++) {
+		if (*t == '.') {
+			point = true;
+			continue;
+		}
+		sig += m || *t != '0';
+		m = m * 10 + (*t - '0');
+		e -= point;
+	}
+	if (*t == 'e' || *t == 'E')
+		e += atoi(t + 1);
+	if (!m) {
+		q = r = 0;
+	} else if (e >= 0) {
+		q = sig + e > 2 * JNUM_DIGITS + 1 ? JNUM_BEYOND : m * p10(e);
+		r = 0;
+	} else if (-e > 36) {
+		q = 0;
+		r = 1;
+	} else {
+		q = m / p10(-e);
+		r = m % p10(-e);
+	}
+	*fl = neg ? -q - (r != 0) : q;
+	*ce = neg ? -q : q + (r != 0);
+}
+
+/*
+ * Bound k of o into [*lo, *hi] (the values a number may take, in units of
+ * 10^-JNUM_DIGITS); *any: there was one. A double is taken as its
+ * shortest decimal form, the fewest digits that read back as it: a value
+ * the recognizer writes (at most 15 significant digits) compares with
+ * that decimal exactly as validators compare its double with the bound's.
+ */
+static int get_bound(struct cctx *c, struct json_object *o, const char *k, jnum_t *lo, jnum_t *hi,
+		     bool *any)
+{
+	bool upper = strstr(k, "aximum"), excl = !strncmp(k, "exclusive", 9);
+	struct json_object *v;
+	jnum_t fl, ce;
+	char t[48];
+
+	if (!json_object_object_get_ex(o, k, &v))
+		return 0;
+	if (json_object_is_type(v, json_type_int)) {
+		snprintf(t, sizeof(t), "%" PRId64, json_object_get_int64(v));
+	} else if (json_object_is_type(v, json_type_double) &&
+		   isfinite(json_object_get_double(v))) {
+		double d = json_object_get_double(v);
+
+		for (int p = 1; p <= 17; p++) {
+			snprintf(t, sizeof(t), "%.*e", p - 1, d);
+			if (strtod(t, NULL) == d)
+				break;
+		}
+	} else {
+		return bad(c, "'%s' must be a number%s", k,
+			   json_object_is_type(v, json_type_boolean)
+				   ? " (the boolean form is draft 4's: the bound itself goes there)"
+				   : "");
+	}
+	to_units(t, &fl, &ce);
+	if (upper && excl)
+		ce--;
+	else if (!upper && excl)
+		fl++;
+	if (upper && (excl ? ce : fl) < *hi)
+		*hi = excl ? ce : fl;
+	if (!upper && (excl ? fl : ce) > *lo)
+		*lo = excl ? fl : ce;
+	*any = true;
+	return 0;
+}
+
+/* minimum, maximum and the exclusive ones of number node idx (integer: t 4). */
+static int number_bounds(struct cctx *c, struct json_object *o, int idx, bool integer)
+{
+	struct jbound b = {-JNUM_BEYOND, JNUM_BEYOND};
+	struct moem_json_schema *s = c->s;
+	struct jnode *n;
+	bool any = false;
+	int ret = 0;
+
+	for (int i = 0; !ret && num_kw[i]; i++)
+		ret = get_bound(c, o, num_kw[i], &b.lo, &b.hi, &any);
+	if (ret || !any)
+		return ret;
+	ret = GROW(c, s->b, s->nb, s->cap_b, MOEM_JSON_SCHEMA_NODES);
+	if (ret)
+		return ret;
+	n = &s->n[idx];
+	n->n = 1;
+	n->first = s->nb;
+	s->b[s->nb++] = b;
+	memset(n->starts, 0, sizeof(n->starts));
+	for (const char *d = "-0123456789"; *d; d++)
+		if (moem_jnum_can_start(&b, integer, (unsigned char)*d))
+			n->starts[*d >> 3] |= (uint8_t)(1 << (*d & 7));
+	for (int i = 0; i < 32; i++)
+		if (n->starts[i])
+			return 0;
+	return bad(c, "no %s within the bounds that moem writes (at most %d digits, no exponent)",
+		   integer ? "integer" : "number", JNUM_DIGITS);
+}
+
 /* A node of one type (type_of()) with o's keywords for it; memo: the node is o's. */
 static int compile_typed(struct cctx *c, struct json_object *o, int t, bool memo, int *idx)
 {
@@ -532,6 +665,8 @@ static int compile_typed(struct cctx *c, struct json_object *o, int t, bool memo
 		return compile_object(c, o, *idx);
 	if (t == 1)
 		return compile_array(c, o, *idx);
+	if (t == 3 || t == 4)
+		return number_bounds(c, o, *idx, t == 4);
 	if (t == 2) {
 		ret = get_count(c, o, "minLength", &mn);
 		if (!ret)
@@ -917,7 +1052,7 @@ static int compile_types(struct cctx *c, struct json_object *o, struct json_obje
 {
 	uint16_t alt[8];
 	int t[8], n = 0, m = 0, ret;
-	bool number = false, ob = false, ar = false, st = false;
+	bool number = false, ob = false, ar = false, st = false, nu = false;
 
 	if (json_object_is_type(ty, json_type_string)) {
 		t[n++] = type_of(json_object_get_string(ty));
@@ -942,15 +1077,18 @@ static int compile_types(struct cctx *c, struct json_object *o, struct json_obje
 		ob |= t[i] == 0;
 		ar |= t[i] == 1;
 		st |= t[i] == 2;
+		nu |= t[i] == 3 || t[i] == 4;
 	}
 	/* keywords: those of the types listed */
 	json_object_object_foreach(o, k, v)
 	{
 		(void)v;
 		if (in_list(annotations, k) || !strcmp(k, "type") || (ob && in_list(obj_kw, k)) ||
-		    (ar && in_list(arr_kw, k)) || (st && in_list(str_kw, k)))
+		    (ar && in_list(arr_kw, k)) || (st && in_list(str_kw, k)) ||
+		    (nu && in_list(num_kw, k)))
 			continue;
-		if (in_list(obj_kw, k) || in_list(arr_kw, k) || in_list(str_kw, k))
+		if (in_list(obj_kw, k) || in_list(arr_kw, k) || in_list(str_kw, k) ||
+		    in_list(num_kw, k))
 			return bad(c, "'%s' does not apply to the schema's 'type'", k);
 		return bad(c, "'%s' is not supported " SUPPORTED, k);
 	}
@@ -1005,7 +1143,7 @@ static int compile(struct cctx *c, struct json_object *o, int *idx)
 	} else if (ty) {
 		ret = compile_types(c, o, ty, idx);
 	} else {
-		bool ob = false, ar = false, st = false;
+		bool ob = false, ar = false, st = false, nu = false;
 
 		json_object_object_foreach(o, k, v)
 		{
@@ -1013,19 +1151,22 @@ static int compile(struct cctx *c, struct json_object *o, int *idx)
 			ob |= in_list(obj_kw, k);
 			ar |= in_list(arr_kw, k);
 			st |= in_list(str_kw, k);
+			nu |= in_list(num_kw, k);
 		}
-		if (ob + ar + st > 1)
+		if (ob + ar + st + nu > 1)
 			ret = bad(c, "%s", "keywords of several types without 'type'");
-		else if (ob || ar || st)
+		else if (ob || ar || st || nu)
 			ret = only(c, o,
 				   ob	? obj_kw
 				   : ar ? arr_kw
-					: str_kw,
+				   : st ? str_kw
+					: num_kw,
 				   SUPPORTED)
 				      ?: compile_typed(c, o,
 						       ob   ? 0
 						       : ar ? 1
-							    : 2,
+						       : st ? 2
+							    : 3,
 						       true, idx);
 		else
 			ret = only(c, o, NULL, SUPPORTED) ?: any_node(c, idx);
@@ -1238,6 +1379,7 @@ void moem_json_schema_free(struct moem_json_schema *s)
 	free(s->p);
 	free(s->l);
 	free(s->a);
+	free(s->b);
 	free(s->text);
 	free(s);
 }

@@ -17,8 +17,8 @@ enum jtype {
 	J_OBJ,	 /* an object: listed properties, or any keys with values of child */
 	J_ARR,	 /* an array of child, min..max items */
 	J_STR,	 /* a string of min..max characters */
-	J_NUM,	 /* a number */
-	J_INT,	 /* an integer (written without fraction or exponent) */
+	J_NUM,	 /* a number (n 1: bounded, first indexes b) */
+	J_INT,	 /* an integer, written without fraction or exponent (n 1: bounded) */
 	J_LITS,	 /* one of n texts (enum, const, boolean, null): JSON as written */
 	J_ANYOF, /* one of n alternatives, told by the first byte */
 	J_UNION, /* one of n objects, told by their first property's value (child: those values) */
@@ -47,6 +47,26 @@ struct jlit {
 	uint32_t off, len;
 };
 
+/*
+ * The bounds of a number (minimum, maximum, exclusive ones), as the
+ * inclusive range of the values the recognizer may write, in units of
+ * 10^-JNUM_DIGITS. A bounded number is written with at most JNUM_DIGITS
+ * digits and no exponent, so that each value it can write is a multiple
+ * of that unit below 10^(2 JNUM_DIGITS) in magnitude, and so that it has
+ * at most 15 significant digits: two such values are distinct doubles,
+ * and comparing one with a bound's double (as validators do) is comparing
+ * it with the bound's shortest decimal form (json_schema.c).
+ */
+#define JNUM_DIGITS 15
+typedef __int128 jnum_t;
+
+struct jbound {
+	jnum_t lo, hi;
+};
+
+/* Can a value of a number of bounds b (integer: no fraction) start with byte c? */
+bool moem_jnum_can_start(const struct jbound *b, bool integer, unsigned char c);
+
 struct moem_json_schema {
 	struct jnode *n;
 	uint32_t nn, cap_n;
@@ -56,6 +76,8 @@ struct moem_json_schema {
 	uint32_t nl, cap_l;
 	uint16_t *a;
 	uint32_t na, cap_a;
+	struct jbound *b;
+	uint32_t nb, cap_b;
 	char *text;
 	uint32_t ntext, cap_text;
 	uint16_t root;

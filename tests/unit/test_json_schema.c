@@ -48,8 +48,30 @@ TEST(schemas_refused_with_the_reason)
 		 "\"x\"}}}",
 		 "/properties/a: 'pattern' is not supported"},
 		{"{\"type\":\"object\",\"properties\":{\"a "
-		 "b\":{\"type\":\"number\",\"minimum\":0}}}",
-		 "/properties/a b: 'minimum' is not supported"},
+		 "b\":{\"type\":\"number\",\"multipleOf\":2}}}",
+		 "/properties/a b: 'multipleOf' is not supported"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":3,"
+		 "\"exclusiveMaximum\":3}}}",
+		 "/properties/a: no number within the bounds"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":"
+		 "10.2,\"maximum\":10.8}}}",
+		 "no integer within the bounds"},
+		/* between two numbers of 15 digits */
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":"
+		 "0.12345678901234561,\"maximum\":0.12345678901234569}}}",
+		 "no number within the bounds"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":"
+		 "1e15}}}",
+		 "no number within the bounds that moem writes (at most 15 digits"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\","
+		 "\"exclusiveMinimum\":true}}}",
+		 "'exclusiveMinimum' must be a number (the boolean form is draft 4's"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"maximum\":"
+		 "\"3\"}}}",
+		 "'maximum' must be a number"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minimum\":"
+		 "1}}}",
+		 "'minimum' does not apply"},
 		{"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}",
 		 "'not' is not supported"},
 		{"{\"type\":\"object\",\"required\":[\"b\"],\"properties\":{\"a\":{}}}",
@@ -265,6 +287,170 @@ TEST(recursion_within_the_nesting_limit)
 	moem_json_schema_free(s);
 }
 
+/*
+ * Numbers between bounds, against a reference that reads them as
+ * validators do (strtod, compared with the bound's double): every number
+ * of up to NB_LEN bytes (all JSON numbers without exponent of that
+ * length, which includes every one the recognizer could take) is taken
+ * exactly when the reference says it is valid, and no prefix the
+ * recognizer takes is a dead end (the bounds' digits may lie deeper).
+ */
+#define NB_LEN 5
+
+struct nbounds {
+	const char *kw; /* the keywords, as JSON */
+	bool integer;
+	double lo, hi;
+	bool xlo, xhi; /* exclusive */
+};
+
+static bool nb_valid(const struct nbounds *b, const char *t)
+{
+	double v = strtod(t, NULL);
+
+	/* and the recognizer writes no -0 (json_fsm.c) */
+	if ((b->integer && strchr(t, '.')) || (t[0] == '-' && v == 0))
+		return false;
+	return (b->xlo ? v > b->lo : v >= b->lo) && (b->xhi ? v < b->hi : v <= b->hi);
+}
+
+/* t (n bytes) is the start of a JSON number without exponent; *whole: it is one. */
+static bool nb_prefix(const char *t, size_t n, bool *whole)
+{
+	size_t i = t[0] == '-';
+
+	*whole = false;
+	if (i == n)
+		return true;
+	if (t[i] == '0') {
+		i++;
+	} else if (t[i] >= '1' && t[i] <= '9') {
+		while (i < n && t[i] >= '0' && t[i] <= '9')
+			i++;
+	} else {
+		return false;
+	}
+	if (i < n && t[i] == '.') {
+		if (++i == n)
+			return true;
+		while (i < n && t[i] >= '0' && t[i] <= '9')
+			i++;
+		if (i == n) {
+			*whole = true;
+			return true;
+		}
+		return false;
+	}
+	*whole = i == n;
+	return i == n;
+}
+
+struct nb_walk {
+	struct __test_metadata *meta;
+	const struct moem_json_schema *s;
+	const struct nbounds *b;
+	char t[NB_LEN + 1];
+	int checked, taken, errors;
+};
+
+/* w->t[0..n): f its state after them (NULL: the recognizer refused a prefix). */
+static void nb_rec(struct nb_walk *w, size_t n, const struct moem_json_fsm *f)
+{
+	static const char alpha[] = "-0123456789.";
+	struct __test_metadata *_metadata = w->meta; /* for TH_LOG */
+	struct moem_json_fsm g;
+	bool whole;
+
+	w->t[n] = 0;
+	if (!nb_prefix(w->t, n, &whole))
+		return;
+	if (n && whole) {
+		bool got = false, want = nb_valid(w->b, w->t);
+
+		if (f) {
+			moem_json_fsm_copy(&g, f);
+			got = !moem_json_fsm_feed(&g, "}", 1) && moem_json_fsm_done(&g);
+		}
+		w->checked++;
+		w->taken += got;
+		if (got != want && w->errors++ < 5)
+			TH_LOG("%s: %s %s", w->b->kw, w->t, want ? "refused" : "taken");
+	}
+	if (f) {
+		bool on = false;
+
+		for (int c = 1; c < 256 && !on; c++) {
+			char ch = (char)c;
+
+			moem_json_fsm_copy(&g, f);
+			on = !moem_json_fsm_feed(&g, &ch, 1);
+		}
+		if (!on && w->errors++ < 5)
+			TH_LOG("%s: a dead end after %s", w->b->kw, w->t);
+	}
+	if (n == NB_LEN)
+		return;
+	for (const char *a = alpha; *a; a++) {
+		w->t[n] = *a;
+		w->t[n + 1] = 0;
+		if (f) {
+			moem_json_fsm_copy(&g, f);
+			nb_rec(w, n + 1, moem_json_fsm_feed(&g, a, 1) ? NULL : &g);
+		} else {
+			nb_rec(w, n + 1, NULL);
+		}
+	}
+}
+
+TEST(numbers_within_their_bounds)
+{
+	static const struct nbounds cases[] = {
+		{"\"type\":\"integer\",\"minimum\":1,\"maximum\":5", true, 1, 5, false, false},
+		{"\"type\":\"integer\",\"exclusiveMinimum\":-20,\"exclusiveMaximum\":300", true,
+		 -20, 300, true, true},
+		{"\"type\":\"integer\",\"minimum\":-2.5", true, -2.5, 1e300, false, false},
+		{"\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1", false, 0, 1, true,
+		 false},
+		{"\"type\":\"number\",\"minimum\":-273.15", false, -273.15, 1e300, false, false},
+		{"\"type\":\"number\",\"minimum\":0.1,\"maximum\":0.3", false, 0.1, 0.3, false,
+		 false},
+		{"\"type\":\"number\",\"exclusiveMinimum\":-0.05,\"exclusiveMaximum\":0.05", false,
+		 -0.05, 0.05, true, true},
+		{"\"type\":\"number\",\"maximum\":-12.5", false, -1e300, -12.5, false, false},
+		{"\"type\":\"number\",\"minimum\":99.99,\"maximum\":100.01", false, 99.99, 100.01,
+		 false, false},
+		{"\"minimum\":0.001", false, 0.001, 1e300, false, false},
+		/* below what NB_LEN bytes can write: every short number refused, and no dead end */
+		{"\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1e-7", false, 0, 1e-7,
+		 true, false},
+		{"\"type\":\"number\",\"minimum\":123456.5,\"maximum\":123456.75", false, 123456.5,
+		 123456.75, false, false},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct nb_walk w = {.meta = _metadata, .b = &cases[i]};
+		struct moem_json_fsm f;
+		char schema[256];
+		struct moem_json_schema *s;
+
+		snprintf(schema, sizeof(schema),
+			 "{\"type\":\"object\",\"properties\":{\"x\":{%s}},\"required\":[\"x\"]}",
+			 cases[i].kw);
+		s = compile(schema);
+		ASSERT_NE(NULL, s) TH_LOG("%s: %s", schema, moem_last_error());
+		w.s = s;
+		moem_json_fsm_init(&f, s);
+		ASSERT_EQ(0, moem_json_fsm_feed(&f, "{\"x\":", 5));
+		nb_rec(&w, 0, &f);
+		EXPECT_EQ(0, w.errors) TH_LOG("%s", cases[i].kw);
+		/* the reference is not vacuous: numbers on both sides of it */
+		EXPECT_GT(w.checked, 1000);
+		if (i < 10)
+			EXPECT_GT(w.taken, 0) TH_LOG("%s", cases[i].kw);
+		moem_json_schema_free(s);
+	}
+}
+
 /* Schemas for the walks: what clients send (Pydantic's and zod's shapes among them). */
 static const char *const walk_schemas[] = {
 	person,
@@ -312,6 +498,16 @@ static const char *const walk_schemas[] = {
 	"\"string\",\"maxLength\":3},{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},"
 	"\"minItems\":2,\"maxItems\":3}]},\"w\":{\"type\":[\"array\",\"null\"],\"items\":"
 	"{\"type\":[\"integer\",\"number\"]}}},\"required\":[\"v\",\"w\"]}",
+	/* Pydantic's Field(ge=, le=, gt=, lt=): bounded numbers, also in lists and unions */
+	"{\"properties\":{\"rating\":{\"maximum\":5,\"minimum\":1,\"title\":\"Rating\","
+	"\"type\":\"integer\"},\"score\":{\"exclusiveMinimum\":0.0,\"maximum\":1.0,\"type\":"
+	"\"number\"},\"temp\":{\"anyOf\":[{\"minimum\":-273.15,\"type\":\"number\"},{\"type\":"
+	"\"null\"}]},\"tiny\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":"
+	"1e-9},\"neg\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"exclusiveMaximum\":"
+	"-1000,\"minimum\":-1000000},\"maxItems\":3},\"either\":{\"anyOf\":[{\"type\":"
+	"\"integer\",\"minimum\":0},{\"type\":\"number\",\"maximum\":-0.5}]},\"big\":{\"type\":"
+	"\"number\",\"minimum\":12345678901.25}},\"required\":[\"rating\",\"score\",\"tiny\","
+	"\"neg\",\"either\",\"big\"],\"title\":\"Review\",\"type\":\"object\"}",
 };
 
 /* Bytes a walk prefers once it is long, so that it ends: closers, then short values. */
