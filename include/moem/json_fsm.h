@@ -51,11 +51,11 @@ struct moem_json_schema;
 
 /*
  * Compile a JSON Schema (a subset of draft 2020-12: type, properties,
- * required, additionalProperties, items, minItems, maxItems, minLength,
- * maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum,
- * const, anyOf, oneOf, a one-element allOf, $ref to "#" or to $defs /
- * definitions; annotations such as title, description,
- * default and format are accepted and not enforced). The top schema must
+ * required, additionalProperties, items, prefixItems, minItems,
+ * maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum,
+ * exclusiveMaximum, enum, const, anyOf, oneOf, a one-element allOf, $ref
+ * to "#" or to $defs / definitions; annotations such as title,
+ * description, default and format are accepted and not enforced). The top schema must
  * be an object's. 0 and *out; -EINVAL with moem_errf()'s message naming
  * the place in the schema (a JSON pointer) and what is not supported;
  * -ENOMEM.

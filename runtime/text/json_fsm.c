@@ -250,6 +250,12 @@ static uint64_t key_cands(const struct moem_json_fsm *f)
 	return m;
 }
 
+/* The schema of item i of array node n: prefixItems' for the first, then child's. */
+static uint32_t item(const struct moem_json_fsm *f, const struct jnode *n, uint32_t i)
+{
+	return i < n->n ? f->s->a[n->first + i] : n->child;
+}
+
 static bool obj_can_close(const struct moem_json_fsm *f)
 {
 	const struct jnode *o = obj(f);
@@ -650,9 +656,9 @@ static int after_value(struct moem_json_fsm *f, unsigned char c)
 			return close_container(f);
 		return -EINVAL;
 	}
-	if (c == ',' && t->count < n->max && fits(f, n->child)) {
+	if (c == ',' && t->count < n->max && fits(f, item(f, n, t->count))) {
 		f->state = S_VALUE;
-		f->node = n->child;
+		f->node = (uint16_t)item(f, n, t->count);
 		return 0;
 	}
 	if (c == ']' && t->count >= n->min)
@@ -717,9 +723,9 @@ static int step(struct moem_json_fsm *f, unsigned char c)
 		n = node(f, top(f)->node);
 		if (c == ']' && !n->min)
 			return close_container(f);
-		if (!n->max || !fits(f, n->child))
+		if (!n->max || !fits(f, item(f, n, 0)))
 			return -EINVAL;
-		return value_start(f, n->child, c);
+		return value_start(f, item(f, n, 0), c);
 	case S_STR:
 		return string_byte(f, c);
 	case S_STR_ESC:

@@ -47,14 +47,16 @@ static const char *const annotations[] = {
 	"discriminator", NULL,
 };
 
-#define SUPPORTED                                                                           \
-	"(moem follows type, properties, required, additionalProperties, items, minItems, " \
-	"maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum, "              \
+#define SUPPORTED                                                                 \
+	"(moem follows type, properties, required, additionalProperties, items, " \
+	"prefixItems, minItems, "                                                 \
+	"maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum, "    \
 	"exclusiveMaximum, enum, const, anyOf, oneOf, allOf of one, $ref)"
 
 static const char *const obj_kw[] = {"properties", "required", "additionalProperties",
 				     "unevaluatedProperties", NULL};
-static const char *const arr_kw[] = {"items", "minItems", "maxItems", "uniqueItems", NULL};
+static const char *const arr_kw[] = {"items",	 "prefixItems", "minItems",
+				     "maxItems", "uniqueItems", NULL};
 static const char *const str_kw[] = {"minLength", "maxLength", NULL};
 static const char *const num_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
 				     NULL};
@@ -471,10 +473,16 @@ static int compile_object(struct cctx *c, struct json_object *o, int idx)
 	return 0;
 }
 
+/*
+ * An array: prefixItems (a tuple: Pydantic's tuple[int, str]) go to the
+ * node's n alternatives from first, one per position; items to child,
+ * for every position after them.
+ */
 static int compile_array(struct cctx *c, struct json_object *o, int idx)
 {
-	struct json_object *items, *u;
-	uint32_t mn = 0, mx = UINT32_MAX;
+	struct json_object *items = NULL, *pre, *u;
+	uint16_t pi[MOEM_JSON_SCHEMA_PROPS];
+	uint32_t mn = 0, mx = UINT32_MAX, np = 0;
 	int ci, ret;
 
 	if (json_object_object_get_ex(o, "uniqueItems", &u) &&
@@ -485,9 +493,30 @@ static int compile_array(struct cctx *c, struct json_object *o, int idx)
 		ret = get_count(c, o, "maxItems", &mx);
 	if (ret)
 		return ret;
+	if (json_object_object_get_ex(o, "prefixItems", &pre)) {
+		if (!json_object_is_type(pre, json_type_array) || !json_object_array_length(pre) ||
+		    json_object_array_length(pre) > MOEM_JSON_SCHEMA_PROPS)
+			return bad(c, "'prefixItems' must be an array of 1 to %d schemas",
+				   MOEM_JSON_SCHEMA_PROPS);
+		np = (uint32_t)json_object_array_length(pre);
+		for (uint32_t i = 0; i < np; i++) {
+			size_t at = push_idx(c, "prefixItems", i);
+			int a;
+
+			ret = compile(c, json_object_array_get_idx(pre, i), &a);
+			if (ret)
+				return ret;
+			c->path[at] = 0;
+			pi[i] = (uint16_t)a;
+		}
+	}
 	if (json_object_object_get_ex(o, "items", &items) &&
 	    json_object_is_type(items, json_type_boolean) && !json_object_get_boolean(items)) {
-		mx = 0;
+		if (mn > np)
+			return bad(c,
+				   "'minItems' above the %u items of 'prefixItems' ('items' false)",
+				   np);
+		mx = mx < np ? mx : np;
 		ci = J_NONE;
 	} else if (items && !json_object_is_type(items, json_type_boolean)) {
 		ret = compile_at(c, items, "items", &ci);
@@ -498,6 +527,14 @@ static int compile_array(struct cctx *c, struct json_object *o, int idx)
 		return ret;
 	if (mn > mx)
 		return bad(c, "%s", "'minItems' above 'maxItems': no array is valid");
+	c->s->n[idx].first = c->s->na;
+	for (uint32_t i = 0; i < np; i++) {
+		ret = GROW(c, c->s->a, c->s->na, c->s->cap_a, UINT32_MAX);
+		if (ret)
+			return ret;
+		c->s->a[c->s->na++] = pi[i];
+	}
+	c->s->n[idx].n = (uint8_t)np;
 	c->s->n[idx].child = (uint16_t)ci;
 	c->s->n[idx].min = mn;
 	c->s->n[idx].max = mx;
@@ -1204,11 +1241,15 @@ static void min_depths(struct moem_json_schema *s)
 					}
 				break;
 			case J_ARR:
+				/* the items it must have: those of prefixItems, then child */
 				d = 1;
-				if (n->min) {
-					uint64_t x = s->n[n->child].depth;
+				for (uint32_t j = 0; j < n->min && d != J_DEPTH_NO; j++) {
+					uint64_t x = s->n[j < n->n ? s->a[n->first + j] : n->child]
+							     .depth;
 
-					d = x == J_DEPTH_NO ? J_DEPTH_NO : x + 1;
+					d = x == J_DEPTH_NO ? J_DEPTH_NO : (x + 1 > d ? x + 1 : d);
+					if (j >= n->n)
+						break; /* child's, for every one after */
 				}
 				break;
 			case J_ANYOF:

@@ -15,7 +15,7 @@
 
 enum jtype {
 	J_OBJ,	 /* an object: listed properties, or any keys with values of child */
-	J_ARR,	 /* an array of child, min..max items */
+	J_ARR,	 /* an array of min..max items: n of prefixItems (first in alts), then child */
 	J_STR,	 /* a string of min..max characters */
 	J_NUM,	 /* a number (n 1: bounded, first indexes b) */
 	J_INT,	 /* an integer, written without fraction or exponent (n 1: bounded) */

@@ -72,6 +72,15 @@ TEST(schemas_refused_with_the_reason)
 		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minimum\":"
 		 "1}}}",
 		 "'minimum' does not apply"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"prefixItems\":"
+		 "{}}}}",
+		 "/properties/a: 'prefixItems' must be an array of 1 to 64 schemas"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"prefixItems\":[{},{\"pattern\":"
+		 "\"x\"}]}}}",
+		 "/properties/a/prefixItems/1: 'pattern' is not supported"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"prefixItems\":"
+		 "[{}],\"items\":false,\"minItems\":2}}}",
+		 "'minItems' above the 1 items of 'prefixItems' ('items' false)"},
 		{"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{}}}}",
 		 "'not' is not supported"},
 		{"{\"type\":\"object\",\"required\":[\"b\"],\"properties\":{\"a\":{}}}",
@@ -498,6 +507,17 @@ static const char *const walk_schemas[] = {
 	"\"string\",\"maxLength\":3},{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},"
 	"\"minItems\":2,\"maxItems\":3}]},\"w\":{\"type\":[\"array\",\"null\"],\"items\":"
 	"{\"type\":[\"integer\",\"number\"]}}},\"required\":[\"v\",\"w\"]}",
+	/* Pydantic's tuples: tuple[int, str] (items false), tuple[str, float, ...] with more
+	 * items of one schema, a tuple that may stop early, nested and recursive */
+	"{\"$defs\":{\"Pair\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\","
+	"\"maxLength\":4},{\"anyOf\":[{\"$ref\":\"#/$defs/Pair\"},{\"type\":\"null\"}]}],"
+	"\"minItems\":2,\"maxItems\":2}},\"properties\":{\"point\":{\"maxItems\":2,\"minItems\":"
+	"2,\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"type\":\"array\"},"
+	"\"row\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\",\"maxLength\":3},"
+	"{\"type\":\"number\"}],\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":5},"
+	"\"short\":{\"type\":\"array\",\"prefixItems\":[{\"const\":1},{\"const\":2},{\"const\":"
+	"3}],\"items\":false},\"pair\":{\"$ref\":\"#/$defs/Pair\"}},\"required\":[\"point\","
+	"\"row\",\"short\",\"pair\"],\"type\":\"object\"}",
 	/* Pydantic's Field(ge=, le=, gt=, lt=): bounded numbers, also in lists and unions */
 	"{\"properties\":{\"rating\":{\"maximum\":5,\"minimum\":1,\"title\":\"Rating\","
 	"\"type\":\"integer\"},\"score\":{\"exclusiveMinimum\":0.0,\"maximum\":1.0,\"type\":"
