@@ -52,7 +52,7 @@ struct moem_json_schema;
 /*
  * Compile a JSON Schema (a subset of draft 2020-12: type, properties,
  * required, additionalProperties, items, prefixItems, minItems,
- * maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum,
+ * maxItems, minLength, maxLength, pattern, minimum, maximum, exclusiveMinimum,
  * exclusiveMaximum, enum, const, anyOf, oneOf, a one-element allOf, $ref
  * to "#" or to $defs / definitions; annotations such as title,
  * description, default and format are accepted and not enforced). The top schema must
@@ -82,6 +82,9 @@ int moem_json_schema_compile_calls(struct json_object *tools, const char *only,
  */
 int moem_json_schema_wrap(struct moem_json_schema *s, const char *prefix, const char *suffix);
 
+/* A string's pattern in progress: a set of up to 64 x this many NFA states. */
+#define MOEM_JSON_FSM_RE_WORDS 4
+
 struct moem_json_frame {
 	uint16_t node; /* the container's node */
 	uint8_t next;  /* object: the first property not yet written */
@@ -107,6 +110,8 @@ struct moem_json_fsm {
 	uint32_t len;  /* a string's characters so far */
 	uint64_t mask; /* the keys or literals still possible */
 	uint64_t num;  /* a bounded number: its digits as one integer */
+	uint32_t cp;   /* a string with a pattern: the UTF-8 sequence's bits so far */
+	uint64_t re[MOEM_JSON_FSM_RE_WORDS]; /* ... and the pattern's states */
 	struct moem_json_frame stack[MOEM_JSON_FSM_DEPTH];
 };
 

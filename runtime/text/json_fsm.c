@@ -354,6 +354,8 @@ static int value_start(struct moem_json_fsm *f, uint32_t i, unsigned char c)
 		f->key = 0;
 		f->node = (uint16_t)i;
 		f->len = 0;
+		if (n->n)
+			memcpy(f->re, f->s->re[n->first]->start, sizeof(f->re));
 		return 0;
 	case J_NUM:
 	case J_INT:
@@ -450,6 +452,48 @@ static int key_byte(struct moem_json_fsm *f, unsigned char c)
 	return 0;
 }
 
+/* The pattern of the string being read (NULL: none, or a key). */
+static const struct jre *pattern(const struct moem_json_fsm *f)
+{
+	const struct jnode *n;
+
+	if (f->key || f->node == J_NONE)
+		return NULL;
+	n = node(f, f->node);
+	return n->type == J_STR && n->n ? f->s->re[n->first] : NULL;
+}
+
+/* A character of a string with a pattern is complete: the pattern takes it? */
+static int pattern_char(struct moem_json_fsm *f, const struct jre *re, uint32_t c)
+{
+	return moem_jre_step(re, f->re, c) ? 0 : -EINVAL;
+}
+
+/*
+ * A character begun (UTF-8 lead or continuation bytes, a \u escape's
+ * first digits) can still be one the pattern takes: one in [lo, hi].
+ */
+static int pattern_can(const struct moem_json_fsm *f, const struct jre *re, uint32_t lo,
+		       uint32_t hi)
+{
+	return moem_jre_can(re, f->re, lo, hi) ? 0 : -EINVAL;
+}
+
+/* The code points a UTF-8 sequence can still be: cp its bits, cont bytes to come. */
+static int utf8_can(const struct moem_json_fsm *f, const struct jre *re)
+{
+	const uint32_t low = 6 * (f->cont - 1u);
+
+	return pattern_can(f, re, (f->cp << 6 | (f->lo & 0x3fu)) << low,
+			   (f->cp << 6 | (f->hi & 0x3fu)) << low | ((1u << low) - 1));
+}
+
+/* After a backslash: an escape's character (all below U+10000: \\uXXXX). */
+static int escape_can(const struct moem_json_fsm *f, const struct jre *re)
+{
+	return pattern_can(f, re, 0, 0xffff);
+}
+
 /* One more character of the string (not a key's): within its maxLength? */
 static int str_char(struct moem_json_fsm *f)
 {
@@ -462,13 +506,19 @@ static int str_char(struct moem_json_fsm *f)
 /* A byte inside a string (not after a backslash). */
 static int string_byte(struct moem_json_fsm *f, unsigned char c)
 {
+	const struct jre *re = pattern(f);
+	int ret;
+
 	if (f->cont) {
 		if (c < f->lo || c > f->hi)
 			return -EINVAL;
 		f->cont--;
 		f->lo = 0x80;
 		f->hi = 0xbf;
-		return 0;
+		if (!re)
+			return 0;
+		f->cp = f->cp << 6 | (c & 0x3fu);
+		return f->cont ? utf8_can(f, re) : pattern_char(f, re, f->cp);
 	}
 	if (c == '"') {
 		if (f->key) {
@@ -478,17 +528,23 @@ static int string_byte(struct moem_json_fsm *f, unsigned char c)
 		}
 		if (f->node != J_NONE && f->len < node(f, f->node)->min)
 			return -EINVAL;
+		if (re && !moem_jre_done(re, f->re))
+			return -EINVAL;
 		value_done(f);
 		return 0;
 	}
 	if (c == '\\') {
+		if (re && escape_can(f, re))
+			return -EINVAL;
 		f->state = S_STR_ESC;
 		return str_char(f);
 	}
 	if (c < 0x20)
 		return -EINVAL;
-	if (c < 0x80)
-		return str_char(f);
+	if (c < 0x80) {
+		ret = str_char(f);
+		return ret || !re ? ret : pattern_char(f, re, c);
+	}
 	/* UTF-8 lead bytes, and the range their next byte must be in
 	 * (no overlongs, surrogates or code points past U+10FFFF) */
 	f->lo = 0x80;
@@ -510,7 +566,11 @@ static int string_byte(struct moem_json_fsm *f, unsigned char c)
 	} else {
 		return -EINVAL;
 	}
-	return str_char(f);
+	ret = str_char(f);
+	if (ret || !re)
+		return ret;
+	f->cp = c & (0x3fu >> f->cont);
+	return utf8_can(f, re);
 }
 
 /* The bounds of the number being read (NULL: none). */
@@ -733,11 +793,17 @@ static int step(struct moem_json_fsm *f, unsigned char c)
 			f->state = S_STR_HEX;
 			f->sub = 0;
 			f->esc = 0;
-			return 0;
+			return pattern(f) ? pattern_can(f, pattern(f), 0, 0xffff) : 0;
 		}
 		if (!strchr("\"\\/bfnrt", c) || !c)
 			return -EINVAL;
 		f->state = S_STR;
+		if (pattern(f)) {
+			static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+
+			return pattern_char(f, pattern(f),
+					    (unsigned char)to[strchr(from, c) - from]);
+		}
 		return 0;
 	case S_STR_HEX:
 		if (hexval(c) < 0)
@@ -748,7 +814,12 @@ static int step(struct moem_json_fsm *f, unsigned char c)
 			return -EINVAL;
 		if (f->sub == 4)
 			f->state = S_STR;
-		return 0;
+		if (!pattern(f))
+			return 0;
+		if (f->sub == 4)
+			return pattern_char(f, pattern(f), f->esc);
+		return pattern_can(f, pattern(f), (uint32_t)f->esc << (4 * (4 - f->sub)),
+				   (((uint32_t)f->esc + 1) << (4 * (4 - f->sub))) - 1);
 	case S_NUM:
 		ret = number_byte(f, c);
 		return ret == 1 ? step(f, c) : ret;
@@ -788,6 +859,8 @@ int64_t moem_json_fsm_text_room(const struct moem_json_fsm *f)
 {
 	if (f->state != S_STR || f->cont)
 		return -1;
+	if (pattern(f))
+		return -1; /* every character through the pattern */
 	if (f->key || f->node == J_NONE || node(f, f->node)->max == UINT32_MAX)
 		return UINT32_MAX;
 	return (int64_t)node(f, f->node)->max - f->len;

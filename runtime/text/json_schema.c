@@ -47,17 +47,16 @@ static const char *const annotations[] = {
 	"discriminator", NULL,
 };
 
-#define SUPPORTED                                                                 \
-	"(moem follows type, properties, required, additionalProperties, items, " \
-	"prefixItems, minItems, "                                                 \
-	"maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum, "    \
-	"exclusiveMaximum, enum, const, anyOf, oneOf, allOf of one, $ref)"
+#define SUPPORTED                                                                              \
+	"(moem follows type, properties, required, additionalProperties, items, prefixItems, " \
+	"minItems, maxItems, minLength, maxLength, pattern, minimum, maximum, "                \
+	"exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf, allOf of one, $ref)"
 
 static const char *const obj_kw[] = {"properties", "required", "additionalProperties",
 				     "unevaluatedProperties", NULL};
 static const char *const arr_kw[] = {"items",	 "prefixItems", "minItems",
 				     "maxItems", "uniqueItems", NULL};
-static const char *const str_kw[] = {"minLength", "maxLength", NULL};
+static const char *const str_kw[] = {"minLength", "maxLength", "pattern", NULL};
 static const char *const num_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
 				     NULL};
 
@@ -680,6 +679,38 @@ static int number_bounds(struct cctx *c, struct json_object *o, int idx, bool in
 		   integer ? "integer" : "number", JNUM_DIGITS);
 }
 
+/* A string of node idx that matches o's pattern (json_regex.c). */
+static int string_pattern(struct cctx *c, struct json_object *o, int idx)
+{
+	struct moem_json_schema *s = c->s;
+	struct json_object *v;
+	struct jre *re;
+	char err[200];
+	int ret;
+
+	json_object_object_get_ex(o, "pattern", &v);
+	if (!json_object_is_type(v, json_type_string) ||
+	    strlen(json_object_get_string(v)) != (size_t)json_object_get_string_len(v))
+		return bad(c, "%s", "'pattern' must be a string (without NUL)");
+	if (json_object_object_get_ex(o, "minLength", NULL) ||
+	    json_object_object_get_ex(o, "maxLength", NULL))
+		return bad(c, "%s", "'pattern' with 'minLength' or 'maxLength' is not supported");
+	ret = moem_jre_compile(json_object_get_string(v), &re, err, sizeof(err));
+	if (ret == -EINVAL)
+		return bad(c, "'pattern': %s", err);
+	if (ret)
+		return ret;
+	ret = GROW(c, s->re, s->nre, s->cap_re, MOEM_JSON_SCHEMA_NODES);
+	if (ret) {
+		moem_jre_free(re);
+		return ret;
+	}
+	s->n[idx].n = 1;
+	s->n[idx].first = s->nre;
+	s->re[s->nre++] = re;
+	return 0;
+}
+
 /* A node of one type (type_of()) with o's keywords for it; memo: the node is o's. */
 static int compile_typed(struct cctx *c, struct json_object *o, int t, bool memo, int *idx)
 {
@@ -704,6 +735,8 @@ static int compile_typed(struct cctx *c, struct json_object *o, int t, bool memo
 		return compile_array(c, o, *idx);
 	if (t == 3 || t == 4)
 		return number_bounds(c, o, *idx, t == 4);
+	if (t == 2 && json_object_object_get_ex(o, "pattern", NULL))
+		return string_pattern(c, o, *idx);
 	if (t == 2) {
 		ret = get_count(c, o, "minLength", &mn);
 		if (!ret)
@@ -1421,6 +1454,9 @@ void moem_json_schema_free(struct moem_json_schema *s)
 	free(s->l);
 	free(s->a);
 	free(s->b);
+	for (uint32_t i = 0; i < s->nre; i++)
+		moem_jre_free(s->re[i]);
+	free(s->re);
 	free(s->text);
 	free(s);
 }

@@ -9,6 +9,7 @@
 #define MOEM_JSON_SCHEMA_INT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <moem/json_fsm.h>
@@ -16,7 +17,7 @@
 enum jtype {
 	J_OBJ,	 /* an object: listed properties, or any keys with values of child */
 	J_ARR,	 /* an array of min..max items: n of prefixItems (first in alts), then child */
-	J_STR,	 /* a string of min..max characters */
+	J_STR,	 /* a string of min..max characters (n 1: a pattern, re[first]) */
 	J_NUM,	 /* a number (n 1: bounded, first indexes b) */
 	J_INT,	 /* an integer, written without fraction or exponent (n 1: bounded) */
 	J_LITS,	 /* one of n texts (enum, const, boolean, null): JSON as written */
@@ -64,6 +65,44 @@ struct jbound {
 	jnum_t lo, hi;
 };
 
+/*
+ * A string's pattern (json_regex.c): a Thompson NFA over code points of
+ * at most JRE_STATES states, walked as a set of its character and match
+ * states (uint64_t[JRE_WORDS]; clo[s]: those reachable from s without a
+ * character). Character states hold nr ranges from r in rg, inclusive,
+ * sorted, without surrogates.
+ */
+#define JRE_WORDS  MOEM_JSON_FSM_RE_WORDS
+#define JRE_STATES (64 * JRE_WORDS)
+
+enum { JRE_CHAR, JRE_SPLIT, JRE_MATCH };
+
+struct jre_state {
+	uint8_t kind;
+	uint16_t out; /* CHAR: after the character; SPLIT: the first way */
+	uint32_t r, nr;
+};
+
+struct jre {
+	struct jre_state *st;
+	uint32_t n;
+	uint32_t (*rg)[2];
+	uint32_t nrg;
+	uint64_t (*clo)[JRE_WORDS];
+	uint64_t start[JRE_WORDS];
+	uint16_t match;
+};
+
+/* 0 and *out; -EINVAL with the reason in err; -ENOMEM. */
+int moem_jre_compile(const char *pattern, struct jre **out, char *err, size_t errlen);
+void moem_jre_free(struct jre *re);
+/* set becomes the states after character c; false if there are none. */
+bool moem_jre_step(const struct jre *re, uint64_t *set, uint32_t c);
+/* Some character in [lo, hi] can come next. */
+bool moem_jre_can(const struct jre *re, const uint64_t *set, uint32_t lo, uint32_t hi);
+/* The text so far matches. */
+bool moem_jre_done(const struct jre *re, const uint64_t *set);
+
 /* Can a value of a number of bounds b (integer: no fraction) start with byte c? */
 bool moem_jnum_can_start(const struct jbound *b, bool integer, unsigned char c);
 
@@ -78,6 +117,8 @@ struct moem_json_schema {
 	uint32_t na, cap_a;
 	struct jbound *b;
 	uint32_t nb, cap_b;
+	struct jre **re; /* J_STR with n 1: re[first] is its pattern */
+	uint32_t nre, cap_re;
 	char *text;
 	uint32_t ntext, cap_text;
 	uint16_t root;

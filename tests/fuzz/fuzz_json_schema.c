@@ -104,9 +104,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	moem_json_fsm_init(&f, s);
 	finish(&f);
 	for (size_t i = 0; i < blen; i++) {
+		struct moem_json_fsm g;
+
 		fast_path(&f, b + i, blen - i);
-		if (moem_json_fsm_feed(&f, b + i, 1))
+		/* a refused byte spoils the state it was fed to: the walk goes on from the last good one */
+		moem_json_fsm_copy(&g, &f);
+		if (moem_json_fsm_feed(&g, b + i, 1))
 			break;
+		moem_json_fsm_copy(&f, &g);
 		if (i % 16 == 15)
 			finish(&f);
 	}

@@ -257,10 +257,11 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 		   ['Paris', 'Rome'].includes(v.city) && Number.isInteger(v.n) && typeof v.ok === 'boolean',
 		   `json_schema: an instance (${c.finish_reason}: ${c.message.content})`);
 	}
-	await expectError('json_schema with a pattern', 400, 'response_format.json_schema.schema',
+	await expectError('json_schema with a pattern it cannot follow', 400,
+		'response_format.json_schema.schema',
 		() => client.chat.completions.create({ model, messages, response_format: {
 			type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object',
-				properties: { a: { type: 'string', pattern: '^a' } } } } } }));
+				properties: { a: { type: 'string', pattern: '^(?=a)' } } } } } }));
 }
 
 // Errors the client understands.

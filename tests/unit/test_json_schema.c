@@ -44,9 +44,36 @@ TEST(schemas_refused_with_the_reason)
 {
 	static const struct refusal r[] = {
 		{"{\"type\":\"string\"}", "(top): the top schema must be an object"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"contains\":"
+		 "{}}}}",
+		 "/properties/a: 'contains' is not supported"},
 		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
-		 "\"x\"}}}",
-		 "/properties/a: 'pattern' is not supported"},
+		 "\"^(a|b$\"}}}",
+		 "/properties/a: 'pattern': a group without its ')' at offset 5"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"(?<=x)a\"}}}",
+		 "'pattern': a group other than (?:...)"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"^a|b$\"}}}",
+		 "an anchor beside a '|' outside any group"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"(a)\\\\1\"}}}",
+		 "an escape moem does not follow"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"a{1,1000}\"}}}",
+		 "a repetition count above 100"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"a\xff\xff\"}}}",
+		 "'pattern': not valid UTF-8 at offset 1"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"^(abcdefgh){40}$\"}}}",
+		 "more than 256 states"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"a\",\"maxLength\":3}}}",
+		 "'pattern' with 'minLength' or 'maxLength' is not supported"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":"
+		 "\"[\\\\ud800-\\\\udfff]\"}}}",
+		 "a class that matches no character"},
 		{"{\"type\":\"object\",\"properties\":{\"a "
 		 "b\":{\"type\":\"number\",\"multipleOf\":2}}}",
 		 "/properties/a b: 'multipleOf' is not supported"},
@@ -75,9 +102,9 @@ TEST(schemas_refused_with_the_reason)
 		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"prefixItems\":"
 		 "{}}}}",
 		 "/properties/a: 'prefixItems' must be an array of 1 to 64 schemas"},
-		{"{\"type\":\"object\",\"properties\":{\"a\":{\"prefixItems\":[{},{\"pattern\":"
-		 "\"x\"}]}}}",
-		 "/properties/a/prefixItems/1: 'pattern' is not supported"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"prefixItems\":[{},{\"not\":"
+		 "{}}]}}}",
+		 "/properties/a/prefixItems/1: 'not' is not supported"},
 		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"prefixItems\":"
 		 "[{}],\"items\":false,\"minItems\":2}}}",
 		 "'minItems' above the 1 items of 'prefixItems' ('items' false)"},
@@ -507,6 +534,25 @@ static const char *const walk_schemas[] = {
 	"\"string\",\"maxLength\":3},{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},"
 	"\"minItems\":2,\"maxItems\":3}]},\"w\":{\"type\":[\"array\",\"null\"],\"items\":"
 	"{\"type\":[\"integer\",\"number\"]}}},\"required\":[\"v\",\"w\"]}",
+	/* Field(pattern=...): anchored and not, classes, groups, repetitions, Unicode, escapes */
+	"{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":"
+	"\"^\\\\d{5}(-\\\\d{4})?$\"},\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d+$"
+	"\"},"
+	"\"file\":{\"type\":\"string\",\"pattern\":\"^(foo|bar)+\\\\.txt$\"},\"mail\":{\"type\":"
+	"\"string\",\"pattern\":\"^[^@\\\\s]+@[a-z]+\\\\.(com|org)$\"},\"has\":{\"type\":"
+	"\"string\","
+	"\"pattern\":\"x\\\\d\"},\"greek\":{\"type\":\"string\",\"pattern\":\"^\u00e9[\u03b1-"
+	"\u03c9]?"
+	".\\\\u00e9$\"},\"rep\":{\"type\":\"string\",\"pattern\":\"^(?:ab){2,3}c*?$\"},\"tail\":{"
+	"\"type\":\"string\",\"pattern\":\"[^\\\\w]z$\"},\"words\":{\"type\":\"string\","
+	"\"pattern\":"
+	"\"^\\\\S+\\\\s\\\\S+$\"},\"esc\":{\"type\":[\"string\",\"null\"],\"pattern\":\"^["
+	"\\\\\\\\\\\"/]"
+	"{2}\\\\n?\\\\x41\\\\W\\\\D$\"},\"list\":{\"type\":\"array\",\"items\":{\"type\":"
+	"\"string\","
+	"\"pattern\":\"^[a-c]+$\"},\"maxItems\":3}},\"required\":[\"zip\",\"code\",\"file\","
+	"\"mail\","
+	"\"has\",\"greek\",\"rep\",\"tail\",\"words\",\"esc\",\"list\"]}",
 	/* Pydantic's tuples: tuple[int, str] (items false), tuple[str, float, ...] with more
 	 * items of one schema, a tuple that may stop early, nested and recursive */
 	"{\"$defs\":{\"Pair\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\","
@@ -533,11 +579,83 @@ static const char *const walk_schemas[] = {
 /* Bytes a walk prefers once it is long, so that it ends: closers, then short values. */
 static const char finish[] = "\"]},:0ntf";
 
+/*
+ * The shortest bytes from f to a state that takes the quote ending a
+ * string, breadth first over printable ASCII but the backslash, and
+ * UTF-8 bytes (for a
+ * string with a pattern, which a random walk may take long to satisfy).
+ * Their count, 0 if none within the search's bounds.
+ */
+#define BFS_NODES 4096
+static size_t bfs_quote(const struct moem_json_fsm *f, char *path, size_t cap)
+{
+	static struct {
+		struct moem_json_fsm f;
+		int parent;
+		char b;
+	} q[BFS_NODES];
+	static int slot[2 * BFS_NODES]; /* open addressing by hash: node + 1, 0 empty */
+	int head = 0, tail = 1;
+
+	memset(slot, 0, sizeof(slot));
+	moem_json_fsm_copy(&q[0].f, f);
+	q[0].parent = -1;
+	while (head < tail) {
+		struct moem_json_fsm g;
+		char quote = '"';
+
+		moem_json_fsm_copy(&g, &q[head].f);
+		if (!moem_json_fsm_feed(&g, &quote, 1)) {
+			size_t n = 0;
+
+			for (int i = head; q[i].parent >= 0; i = q[i].parent)
+				n++;
+			if (n > cap)
+				return 0;
+			for (int i = head, k = (int)n - 1; q[i].parent >= 0; i = q[i].parent)
+				path[k--] = q[i].b;
+			return n;
+		}
+		for (int c = 0x20; c < 0xf5 && tail < BFS_NODES; c++) {
+			char ch = (char)c;
+			bool seen = false;
+			uint64_t h, k;
+
+			/* no escape: a quote after one would not end the string */
+			if (c == '"' || c == '\\' || (c > 0x7e && c < 0x80))
+				continue;
+			moem_json_fsm_copy(&g, &q[head].f);
+			if (moem_json_fsm_feed(&g, &ch, 1))
+				continue;
+			g.len = 0; /* the characters so far: no bound beside a pattern */
+			h = 1469598103934665603ull;
+			for (size_t j = 0; j < offsetof(struct moem_json_fsm, stack); j++)
+				h = (h ^ ((const unsigned char *)&g)[j]) * 1099511628211ull;
+			for (k = h % (2 * BFS_NODES); slot[k] && !seen;
+			     k = (k + 1) % (2 * BFS_NODES))
+				seen = !memcmp(&q[slot[k] - 1].f, &g,
+					       offsetof(struct moem_json_fsm, stack));
+			if (seen)
+				continue;
+			slot[k] = tail + 1;
+			moem_json_fsm_copy(&q[tail].f, &g);
+			q[tail].parent = head;
+			q[tail].b = ch;
+			tail++;
+		}
+		head++;
+	}
+	return 0;
+}
+
 /* One random document of s into out (NUL-ended); false at a state with no way on. */
 static bool walk(const struct moem_json_schema *s, struct moem_rng *rng, char *out, size_t cap)
 {
 	struct moem_json_fsm f, g;
-	size_t n = 0;
+	bool in_str = false, esc = false;
+	int hex = 0; /* \\u digits to come */
+	size_t n = 0, npath = 0, at = 0;
+	char path[64];
 
 	moem_json_fsm_init(&f, s);
 	while (!moem_json_fsm_done(&f)) {
@@ -546,6 +664,16 @@ static bool walk(const struct moem_json_schema *s, struct moem_rng *rng, char *o
 
 		if (n + 1 >= cap)
 			return false;
+		/* long, and in a string that cannot end yet: the shortest way to its end */
+		if (n > 160 && in_str && !esc && !hex && at == npath) {
+			char q = '"';
+
+			moem_json_fsm_copy(&g, &f);
+			if (moem_json_fsm_feed(&g, &q, 1)) {
+				npath = bfs_quote(&f, path, sizeof(path));
+				at = 0;
+			}
+		}
 		for (int b = 1; b < 256; b++) {
 			char c = (char)b;
 
@@ -553,9 +681,13 @@ static bool walk(const struct moem_json_schema *s, struct moem_rng *rng, char *o
 			if (!moem_json_fsm_feed(&g, &c, 1))
 				ok[nok++] = (unsigned char)b;
 		}
-		if (!nok)
+		if (!nok) {
+			out[n] = 0;
 			return false; /* a dead end */
-		if (n > 160) {
+		}
+		if (at < npath)
+			pick = (unsigned char)path[at++];
+		if (n > 160 && pick < 0) {
 			for (const char *p = finish; *p && pick < 0; p++)
 				if (memchr(ok, *p, (size_t)nok))
 					pick = (unsigned char)*p;
@@ -568,9 +700,21 @@ static bool walk(const struct moem_json_schema *s, struct moem_rng *rng, char *o
 				pick = ok[moem_rng_u64(rng) % (uint64_t)nok];
 		}
 		out[n] = (char)pick;
+		out[n + 1] = 0;
 		if (moem_json_fsm_feed(&f, out + n, 1))
 			return false;
 		n++;
+		if (hex) {
+			hex--;
+		} else if (in_str && !esc) {
+			in_str = pick != '"';
+			esc = pick == '\\';
+		} else if (in_str) {
+			esc = false;
+			hex = pick == 'u' ? 4 : 0;
+		} else {
+			in_str = pick == '"';
+		}
 	}
 	out[n] = 0;
 	return true;
@@ -722,7 +866,7 @@ TEST(calls_of_the_tools)
 	static const char bad[] =
 		"[{\"type\":\"function\",\"function\":{\"name\":\"f\","
 		"\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
-		"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"y\"}}}}}]";
+		"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"(y\"}}}}}]";
 	struct json_object *t = json_tokener_parse(tools), *b = json_tokener_parse(bad);
 	struct moem_json_schema *s;
 	bool done;
