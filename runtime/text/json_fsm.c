@@ -463,20 +463,42 @@ static const struct jre *pattern(const struct moem_json_fsm *f)
 	return n->type == J_STR && n->n ? f->s->re[n->first] : NULL;
 }
 
-/* A character of a string with a pattern is complete: the pattern takes it? */
+/*
+ * The characters a string may still take after the one being read
+ * (counted in len already), from its minLength and maxLength.
+ */
+static void more_chars(const struct moem_json_fsm *f, uint32_t *lo, uint32_t *hi)
+{
+	const struct jnode *n = node(f, f->node);
+
+	*lo = n->min > f->len ? n->min - f->len : 0;
+	*hi = n->max == UINT32_MAX ? UINT32_MAX : n->max - f->len;
+}
+
+/*
+ * A character of a string with a pattern is complete: the pattern takes
+ * it, and can still match within the string's length bounds.
+ */
 static int pattern_char(struct moem_json_fsm *f, const struct jre *re, uint32_t c)
 {
-	return moem_jre_step(re, f->re, c) ? 0 : -EINVAL;
+	uint32_t lo, hi;
+
+	more_chars(f, &lo, &hi);
+	return moem_jre_step(re, f->re, c) && moem_jre_fits(re, f->re, lo, hi) ? 0 : -EINVAL;
 }
 
 /*
  * A character begun (UTF-8 lead or continuation bytes, a \u escape's
- * first digits) can still be one the pattern takes: one in [lo, hi].
+ * first digits) can still be one the pattern takes: one in [lo, hi],
+ * after which the pattern can still match within the length bounds.
  */
 static int pattern_can(const struct moem_json_fsm *f, const struct jre *re, uint32_t lo,
 		       uint32_t hi)
 {
-	return moem_jre_can(re, f->re, lo, hi) ? 0 : -EINVAL;
+	uint32_t klo, khi;
+
+	more_chars(f, &klo, &khi);
+	return moem_jre_can(re, f->re, lo, hi, klo, khi) ? 0 : -EINVAL;
 }
 
 /* The code points a UTF-8 sequence can still be: cp its bits, cont bytes to come. */
@@ -534,10 +556,9 @@ static int string_byte(struct moem_json_fsm *f, unsigned char c)
 		return 0;
 	}
 	if (c == '\\') {
-		if (re && escape_can(f, re))
-			return -EINVAL;
 		f->state = S_STR_ESC;
-		return str_char(f);
+		ret = str_char(f);
+		return ret || !re ? ret : escape_can(f, re);
 	}
 	if (c < 0x20)
 		return -EINVAL;

@@ -602,6 +602,8 @@ void moem_jre_free(struct jre *re)
 {
 	if (!re)
 		return;
+	free(re->len);
+	free(re->longer);
 	free(re->st);
 	free(re->rg);
 	free(re->clo);
@@ -734,13 +736,81 @@ bool moem_jre_step(const struct jre *re, uint64_t *set, uint32_t c)
 	return any;
 }
 
-bool moem_jre_can(const struct jre *re, const uint64_t *set, uint32_t lo, uint32_t hi)
+/*
+ * By length, breadth first: the states a text of exactly k characters
+ * takes to a match (k = 0: the match state; k: the character states
+ * whose character leads to a state of k - 1). A path longer than JRE_LCAP
+ * + JRE_STATES repeats a state, so one longer than JRE_LCAP exists if
+ * one within that exists.
+ */
+int moem_jre_lengths(struct jre *re)
+{
+	uint64_t prev[JRE_WORDS] = {0}, cur[JRE_WORDS];
+
+	re->len = calloc(re->n, sizeof(*re->len));
+	re->longer = calloc(re->n, 1);
+	if (!re->len || !re->longer)
+		return -ENOMEM;
+	prev[re->match / 64] = 1ull << (re->match % 64);
+	re->len[re->match][0] = 1;
+	for (uint32_t k = 1; k <= JRE_LCAP + JRE_STATES; k++) {
+		memset(cur, 0, sizeof(cur));
+		for (uint32_t i = 0; i < re->n; i++) {
+			bool on = false;
+
+			if (re->st[i].kind != JRE_CHAR)
+				continue;
+			for (uint32_t w = 0; w < JRE_WORDS && !on; w++)
+				on = re->clo[re->st[i].out][w] & prev[w];
+			if (!on)
+				continue;
+			cur[i / 64] |= 1ull << (i % 64);
+			if (k <= JRE_LCAP)
+				re->len[i][k / 64] |= 1ull << (k % 64);
+			else
+				re->longer[i] = 1;
+		}
+		memcpy(prev, cur, sizeof(prev));
+	}
+	return 0;
+}
+
+/* State i reaches a match in k characters, lo <= k <= hi. */
+static bool state_fits(const struct jre *re, uint32_t i, uint32_t lo, uint32_t hi)
+{
+	if (!re->len)
+		return true;
+	if (hi > JRE_LCAP && re->longer[i])
+		return true;
+	for (uint32_t k = lo; k <= hi && k <= JRE_LCAP; k++) {
+		uint64_t w = re->len[i][k / 64] >> (k % 64);
+
+		if (w & 1)
+			return true;
+		if (!w) /* none left in this word */
+			k |= 63;
+	}
+	return false;
+}
+
+bool moem_jre_fits(const struct jre *re, const uint64_t *set, uint32_t lo, uint32_t hi)
+{
+	for (uint32_t w = 0; w < JRE_WORDS; w++)
+		for (uint64_t m = set[w]; m; m &= m - 1)
+			if (state_fits(re, w * 64 + (uint32_t)__builtin_ctzll(m), lo, hi))
+				return true;
+	return false;
+}
+
+bool moem_jre_can(const struct jre *re, const uint64_t *set, uint32_t lo, uint32_t hi, uint32_t klo,
+		  uint32_t khi)
 {
 	for (uint32_t w = 0; w < JRE_WORDS; w++)
 		for (uint64_t m = set[w]; m; m &= m - 1) {
 			const struct jre_state *s = &re->st[w * 64 + (uint32_t)__builtin_ctzll(m)];
 
-			if (s->kind == JRE_CHAR && has(re, s, lo, hi))
+			if (s->kind == JRE_CHAR && has(re, s, lo, hi) &&
+			    moem_jre_fits(re, re->clo[s->out], klo, khi))
 				return true;
 		}
 	return false;

@@ -683,6 +683,7 @@ static int number_bounds(struct cctx *c, struct json_object *o, int idx, bool in
 static int string_pattern(struct cctx *c, struct json_object *o, int idx)
 {
 	struct moem_json_schema *s = c->s;
+	uint32_t mn = 0, mx = UINT32_MAX;
 	struct json_object *v;
 	struct jre *re;
 	char err[200];
@@ -692,14 +693,32 @@ static int string_pattern(struct cctx *c, struct json_object *o, int idx)
 	if (!json_object_is_type(v, json_type_string) ||
 	    strlen(json_object_get_string(v)) != (size_t)json_object_get_string_len(v))
 		return bad(c, "%s", "'pattern' must be a string (without NUL)");
-	if (json_object_object_get_ex(o, "minLength", NULL) ||
-	    json_object_object_get_ex(o, "maxLength", NULL))
-		return bad(c, "%s", "'pattern' with 'minLength' or 'maxLength' is not supported");
+	ret = get_count(c, o, "minLength", &mn);
+	if (!ret)
+		ret = get_count(c, o, "maxLength", &mx);
+	if (ret)
+		return ret;
+	if (mn > mx)
+		return bad(c, "%s", "'minLength' above 'maxLength': no string is valid");
+	if (mn > JRE_LCAP || (mx != UINT32_MAX && mx > JRE_LCAP))
+		return bad(c,
+			   "'minLength' or 'maxLength' above %d beside 'pattern' is not supported",
+			   JRE_LCAP);
 	ret = moem_jre_compile(json_object_get_string(v), &re, err, sizeof(err));
 	if (ret == -EINVAL)
 		return bad(c, "'pattern': %s", err);
 	if (ret)
 		return ret;
+	if (mn || mx != UINT32_MAX) {
+		ret = moem_jre_lengths(re);
+		if (!ret && !moem_jre_fits(re, re->start, mn, mx))
+			ret = bad(c, "%s",
+				  "no string within 'minLength' and 'maxLength' matches 'pattern'");
+		if (ret) {
+			moem_jre_free(re);
+			return ret;
+		}
+	}
 	ret = GROW(c, s->re, s->nre, s->cap_re, MOEM_JSON_SCHEMA_NODES);
 	if (ret) {
 		moem_jre_free(re);
@@ -707,6 +726,8 @@ static int string_pattern(struct cctx *c, struct json_object *o, int idx)
 	}
 	s->n[idx].n = 1;
 	s->n[idx].first = s->nre;
+	s->n[idx].min = mn;
+	s->n[idx].max = mx;
 	s->re[s->nre++] = re;
 	return 0;
 }

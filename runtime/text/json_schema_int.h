@@ -75,6 +75,10 @@ struct jbound {
 #define JRE_WORDS  MOEM_JSON_FSM_RE_WORDS
 #define JRE_STATES (64 * JRE_WORDS)
 
+/* Most characters a pattern's string may be bounded to (minLength, maxLength). */
+#define JRE_LCAP   1024
+#define JRE_LWORDS (JRE_LCAP / 64 + 1)
+
 enum { JRE_CHAR, JRE_SPLIT, JRE_MATCH };
 
 struct jre_state {
@@ -91,15 +95,31 @@ struct jre {
 	uint64_t (*clo)[JRE_WORDS];
 	uint64_t start[JRE_WORDS];
 	uint16_t match;
+	/* with a string's minLength/maxLength (moem_jre_lengths()): per state,
+	 * the lengths of the texts that take it to a match, up to JRE_LCAP, and
+	 * whether longer ones do; NULL without */
+	uint64_t (*len)[JRE_LWORDS];
+	uint8_t *longer;
 };
 
 /* 0 and *out; -EINVAL with the reason in err; -ENOMEM. */
 int moem_jre_compile(const char *pattern, struct jre **out, char *err, size_t errlen);
+/* The length tables for moem_jre_can_len(); 0 or -ENOMEM. */
+int moem_jre_lengths(struct jre *re);
+/*
+ * Some state of set can reach a match in k more characters with
+ * lo <= k <= hi (hi UINT32_MAX: no bound); without the tables, any k.
+ */
+bool moem_jre_fits(const struct jre *re, const uint64_t *set, uint32_t lo, uint32_t hi);
 void moem_jre_free(struct jre *re);
 /* set becomes the states after character c; false if there are none. */
 bool moem_jre_step(const struct jre *re, uint64_t *set, uint32_t c);
-/* Some character in [lo, hi] can come next. */
-bool moem_jre_can(const struct jre *re, const uint64_t *set, uint32_t lo, uint32_t hi);
+/*
+ * Some character in [lo, hi] can come next, after which a match is
+ * within klo..khi more characters (moem_jre_fits()).
+ */
+bool moem_jre_can(const struct jre *re, const uint64_t *set, uint32_t lo, uint32_t hi, uint32_t klo,
+		  uint32_t khi);
 /* The text so far matches. */
 bool moem_jre_done(const struct jre *re, const uint64_t *set);
 
