@@ -51,12 +51,12 @@ struct moem_json_schema;
 
 /*
  * Compile a JSON Schema (a subset of draft 2020-12: type, properties,
- * required, additionalProperties, items, prefixItems, minItems,
- * maxItems, minLength, maxLength, pattern, minimum, maximum, exclusiveMinimum,
- * exclusiveMaximum, enum, const, anyOf, oneOf, a one-element allOf, $ref
- * to "#" or to $defs / definitions; annotations such as title,
- * description, default and format are accepted and not enforced). The top schema must
- * be an object's. 0 and *out; -EINVAL with moem_errf()'s message naming
+ * required, additionalProperties, items, prefixItems, uniqueItems (of
+ * enums), minItems, maxItems, minLength, maxLength, pattern, minimum,
+ * maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf,
+ * a one-element allOf, $ref to "#" or to $defs / definitions; annotations
+ * such as title, description, default and format are accepted and not
+ * enforced). The top schema must be an object's. 0 and *out; -EINVAL with moem_errf()'s message naming
  * the place in the schema (a JSON pointer) and what is not supported;
  * -ENOMEM.
  */
@@ -90,6 +90,7 @@ struct moem_json_frame {
 	uint8_t next;  /* object: the first property not yet written */
 	uint8_t pad;
 	uint32_t count; /* array: items so far */
+	uint64_t used;	/* array with uniqueItems: the values written */
 };
 
 struct moem_json_fsm {

@@ -287,6 +287,14 @@ static void value_done(struct moem_json_fsm *f)
 	t = node(f, top(f)->node);
 	if (t->type == J_ARR)
 		f->stack[f->depth - 1].count++;
+	if (t->type == J_ARR && t->unique) {
+		/* the value just read (f->node's literal that ended) is used */
+		const struct jnode *l = node(f, f->node);
+
+		for (uint32_t i = 0; i < l->n; i++)
+			if (f->mask >> i & 1 && f->s->l[l->first + i].len == f->off)
+				f->stack[f->depth - 1].used |= 1ull << i;
+	}
 	if (t->type == J_UNION) {
 		/* the tag just read (f->node, its literals): the object it names goes on */
 		const struct jnode *l = node(f, f->node);
@@ -326,6 +334,17 @@ static bool lits_end(const struct moem_json_fsm *f, bool any)
 		if (f->mask >> i & 1 && (f->s->l[n->first + i].len == f->off) == any)
 			return any;
 	return !any;
+}
+
+/* The values of literal node i an array with uniqueItems has written already (else 0). */
+static uint64_t unused_not(const struct moem_json_fsm *f, uint32_t i)
+{
+	const struct jnode *t;
+
+	if (!f->depth)
+		return 0;
+	t = node(f, top(f)->node);
+	return t->type == J_ARR && t->unique && t->child == i ? top(f)->used : 0;
 }
 
 /* The first byte of a value of node i (which fits). */
@@ -384,6 +403,7 @@ static int value_start(struct moem_json_fsm *f, uint32_t i, unsigned char c)
 		for (uint32_t j = 0; j < n->n; j++)
 			if ((unsigned char)f->s->text[f->s->l[n->first + j].off] == c)
 				f->mask |= 1ull << j;
+		f->mask &= ~unused_not(f, i);
 		if (!f->mask)
 			return -EINVAL;
 		f->state = S_LIT;
@@ -737,6 +757,7 @@ static int after_value(struct moem_json_fsm *f, unsigned char c)
 			return close_container(f);
 		return -EINVAL;
 	}
+	/* (with uniqueItems, max is at most the values: a ',' leaves one unused) */
 	if (c == ',' && t->count < n->max && fits(f, item(f, n, t->count))) {
 		f->state = S_VALUE;
 		f->node = (uint16_t)item(f, n, t->count);

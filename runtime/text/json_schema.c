@@ -49,6 +49,7 @@ static const char *const annotations[] = {
 
 #define SUPPORTED                                                                              \
 	"(moem follows type, properties, required, additionalProperties, items, prefixItems, " \
+	"uniqueItems (of enums), "                                                             \
 	"minItems, maxItems, minLength, maxLength, pattern, minimum, maximum, "                \
 	"exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf, allOf of one, $ref)"
 
@@ -473,6 +474,33 @@ static int compile_object(struct cctx *c, struct json_object *o, int idx)
 }
 
 /*
+ * uniqueItems true, followed for an array of enum values (Pydantic's
+ * set[SomeEnum]): each value at most once (a mask per open array), so at
+ * most as many items as values. Values that JSON compares by more than
+ * their text (numbers: 1 and 1.0; containers) are refused, as are other
+ * items, which the recognizer would have to remember whole.
+ */
+static int unique_items(struct cctx *c, uint32_t np, int ci, uint32_t mn, uint32_t *mx)
+{
+	const struct moem_json_schema *s = c->s;
+	const struct jnode *l = ci == J_NONE ? NULL : &s->n[ci];
+
+	if (np || !l || l->type != J_LITS)
+		return bad(c, "%s",
+			   "'uniqueItems' true is supported for arrays of enum values only");
+	for (uint32_t i = 0; i < l->n; i++)
+		if (!strchr("\"tfn", s->text[s->l[l->first + i].off]))
+			return bad(c, "%s",
+				   "'uniqueItems' true is supported for enums of strings, "
+				   "booleans and null only");
+	if (mn > l->n)
+		return bad(c, "'minItems' above the %u values 'uniqueItems' allows", l->n);
+	if (*mx > l->n)
+		*mx = l->n;
+	return 0;
+}
+
+/*
  * An array: prefixItems (a tuple: Pydantic's tuple[int, str]) go to the
  * node's n alternatives from first, one per position; items to child,
  * for every position after them.
@@ -485,8 +513,8 @@ static int compile_array(struct cctx *c, struct json_object *o, int idx)
 	int ci, ret;
 
 	if (json_object_object_get_ex(o, "uniqueItems", &u) &&
-	    (!json_object_is_type(u, json_type_boolean) || json_object_get_boolean(u)))
-		return bad(c, "%s", "'uniqueItems' true is not supported");
+	    !json_object_is_type(u, json_type_boolean))
+		return bad(c, "%s", "'uniqueItems' must be a boolean");
 	ret = get_count(c, o, "minItems", &mn);
 	if (!ret)
 		ret = get_count(c, o, "maxItems", &mx);
@@ -526,6 +554,12 @@ static int compile_array(struct cctx *c, struct json_object *o, int idx)
 		return ret;
 	if (mn > mx)
 		return bad(c, "%s", "'minItems' above 'maxItems': no array is valid");
+	if (u && json_object_get_boolean(u)) {
+		ret = unique_items(c, np, ci, mn, &mx);
+		if (ret)
+			return ret;
+		c->s->n[idx].unique = true;
+	}
 	c->s->n[idx].first = c->s->na;
 	for (uint32_t i = 0; i < np; i++) {
 		ret = GROW(c, c->s->a, c->s->na, c->s->cap_a, UINT32_MAX);

@@ -36,6 +36,7 @@ struct jnode {
 	uint32_t min, max;
 	uint32_t depth;	    /* containers an instance needs at least (J_DEPTH_NO: none has one) */
 	uint8_t starts[32]; /* the bytes an instance can start with */
+	bool unique;	    /* J_ARR: uniqueItems (child is a J_LITS of no numbers) */
 };
 
 struct jprop {

@@ -160,7 +160,13 @@ TEST(schemas_refused_with_the_reason)
 		 "'type' is not supported beside '$ref'"},
 		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"uniqueItems\":"
 		 "true}}}",
-		 "'uniqueItems' true"},
+		 "'uniqueItems' true is supported for arrays of enum values only"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{"
+		 "\"enum\":[\"a\",1]},\"uniqueItems\":true}}}",
+		 "for enums of strings, booleans and null only"},
+		{"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{"
+		 "\"enum\":[\"a\",\"b\"]},\"uniqueItems\":true,\"minItems\":3}}}",
+		 "'minItems' above the 2 values 'uniqueItems' allows"},
 		{"{\"type\":\"object\",\"properties\":{\"a\":7}}",
 		 "must be an object or a boolean"},
 		{"{\"type\":\"object\",\"properties\":{\"a\":{\"minLength\":1,\"items\":{}}}}",
@@ -559,6 +565,17 @@ static const char *const walk_schemas[] = {
 	"\"pattern\":\"^[a-c]+$\"},\"maxItems\":3}},\"required\":[\"zip\",\"code\",\"file\","
 	"\"mail\","
 	"\"has\",\"greek\",\"rep\",\"tail\",\"words\",\"esc\",\"list\"]}",
+	/* set[Color] and set[Literal[...]]: uniqueItems over enums, also recursive and nested */
+	"{\"$defs\":{\"Color\":{\"enum\":[\"red\",\"green\",\"blue\",\"cyan\"],\"type\":"
+	"\"string\"},\"Node\":{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\","
+	"\"items\":{\"enum\":[\"x\",\"y\",null,true]},\"uniqueItems\":true},\"kids\":{\"type\":"
+	"\"array\",\"items\":{\"$ref\":\"#/$defs/Node\"},\"maxItems\":2}}}},\"type\":\"object\","
+	"\"properties\":{\"colors\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/Color\"},"
+	"\"uniqueItems\":true,\"minItems\":2},\"all\":{\"type\":\"array\",\"items\":{\"enum\":"
+	"[\"a\",\"ab\",\"abc\"]},\"uniqueItems\":true,\"minItems\":3},\"many\":{\"type\":"
+	"\"array\",\"items\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/Color\"},"
+	"\"uniqueItems\":true},\"maxItems\":3},\"node\":{\"$ref\":\"#/$defs/Node\"}},\"required\":"
+	"[\"colors\",\"all\",\"many\",\"node\"]}",
 	/* constr(pattern=, min_length=, max_length=): a match within the lengths */
 	"{\"type\":\"object\",\"properties\":{\"abc\":{\"type\":\"string\",\"pattern\":"
 	"\"^[a-c]+$\",\"minLength\":3,\"maxLength\":5},\"x\":{\"type\":\"string\",\"pattern\":"
