@@ -243,8 +243,11 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 // (id 11) lets the random model end the integer.
 {
 	const schema = { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Rome'] },
-		n: { type: 'integer' }, ok: { type: 'boolean' } }, required: ['city', 'n', 'ok'],
-		additionalProperties: false };
+		n: { type: 'integer' }, ok: { type: 'boolean' },
+		// Pydantic's Field(ge=1, le=5) and Field(pattern=...)
+		rating: { type: 'integer', minimum: 1, maximum: 5 },
+		code: { type: 'string', pattern: '^[A-Z]{2}-\\d$' } },
+		required: ['city', 'n', 'ok', 'rating', 'code'], additionalProperties: false };
 	const messages = [{ role: 'user', content: 'A city as JSON' }];
 	for (const seed of [1, 2]) {
 		const r = await client.chat.completions.create({ model, messages, max_tokens: 200, seed,
@@ -253,8 +256,11 @@ ok(models.data.length === 1 && typeof model === 'string', `models.list: ${model}
 		const c = r.choices[0];
 		let v = null;
 		try { v = JSON.parse(c.message.content); } catch (e) { v = null; }
-		ok(c.finish_reason === 'stop' && v !== null && Object.keys(v).join() === 'city,n,ok' &&
-		   ['Paris', 'Rome'].includes(v.city) && Number.isInteger(v.n) && typeof v.ok === 'boolean',
+		ok(c.finish_reason === 'stop' && v !== null &&
+		   Object.keys(v).join() === 'city,n,ok,rating,code' &&
+		   ['Paris', 'Rome'].includes(v.city) && Number.isInteger(v.n) && typeof v.ok === 'boolean' &&
+		   Number.isInteger(v.rating) && v.rating >= 1 && v.rating <= 5 &&
+		   /^[A-Z]{2}-\d$/.test(v.code),
 		   `json_schema: an instance (${c.finish_reason}: ${c.message.content})`);
 	}
 	await expectError('json_schema with a pattern it cannot follow', 400,
