@@ -277,12 +277,25 @@ static int escape(struct rparse *ps, uint32_t *c, int *cls)
 	}
 }
 
+/* A node of the ranges from..nrg (a set rset_finish() made). */
+static int set_node(struct rparse *ps, uint32_t from, int *idx)
+{
+	int n = rnew(ps, R_SET);
+
+	if (n < 0)
+		return n;
+	ps->n[n].r = from;
+	ps->n[n].nr = ps->nrg - from;
+	*idx = n;
+	return 0;
+}
+
 /* [...] after the '[' */
 static int parse_class(struct rparse *ps, int *idx)
 {
 	uint32_t from = ps->nrg;
 	bool neg = *ps->p == '^', ascii = false;
-	int ret, n;
+	int ret;
 
 	ps->p += neg;
 	if (*ps->p == ']')
@@ -331,28 +344,7 @@ static int parse_class(struct rparse *ps, int *idx)
 		return rerr(ps, "a class without its ']'");
 	ps->p++;
 	/* a negated class with \d \w \s: ASCII only (Python's classes are Unicode's) */
-	ret = rset_finish(ps, from, neg, neg && ascii);
-	if (ret)
-		return ret;
-	n = rnew(ps, R_SET);
-	if (n < 0)
-		return n;
-	ps->n[n].r = from;
-	ps->n[n].nr = ps->nrg - from;
-	*idx = n;
-	return 0;
-}
-
-static int set_node(struct rparse *ps, uint32_t from, int *idx)
-{
-	int n = rnew(ps, R_SET);
-
-	if (n < 0)
-		return n;
-	ps->n[n].r = from;
-	ps->n[n].nr = ps->nrg - from;
-	*idx = n;
-	return 0;
+	return rset_finish(ps, from, neg, neg && ascii) ?: set_node(ps, from, idx);
 }
 
 static int parse_alt(struct rparse *ps, int *idx);
@@ -471,10 +463,23 @@ static int parse_repeat(struct rparse *ps, int *idx)
 	return ret;
 }
 
+/* *idx becomes a node of type (R_CAT, R_ALT) of *idx and x. */
+static int pair(struct rparse *ps, int type, int *idx, int x)
+{
+	int n = rnew(ps, type);
+
+	if (n < 0)
+		return n;
+	ps->n[n].a = *idx;
+	ps->n[n].b = x;
+	*idx = n;
+	return 0;
+}
+
 /* A sequence up to '|', ')' or the end (-1: empty). */
 static int parse_cat(struct rparse *ps, int *idx)
 {
-	int ret = 0, x, n;
+	int ret = 0, x;
 
 	*idx = -1;
 	while (!ret && *ps->p && *ps->p != '|' && *ps->p != ')') {
@@ -487,19 +492,14 @@ static int parse_cat(struct rparse *ps, int *idx)
 			*idx = x;
 			continue;
 		}
-		n = rnew(ps, R_CAT);
-		if (n < 0)
-			return n;
-		ps->n[n].a = *idx;
-		ps->n[n].b = x;
-		*idx = n;
+		ret = pair(ps, R_CAT, idx, x);
 	}
 	return ret;
 }
 
 static int parse_alt(struct rparse *ps, int *idx)
 {
-	int ret = parse_cat(ps, idx), x, n;
+	int ret = parse_cat(ps, idx), x;
 
 	while (!ret && *ps->p == '|') {
 		ps->p++;
@@ -507,12 +507,7 @@ static int parse_alt(struct rparse *ps, int *idx)
 		ret = parse_cat(ps, &x);
 		if (ret)
 			return ret;
-		n = rnew(ps, R_ALT);
-		if (n < 0)
-			return n;
-		ps->n[n].a = *idx;
-		ps->n[n].b = x;
-		*idx = n;
+		ret = pair(ps, R_ALT, idx, x);
 	}
 	return ret;
 }
@@ -646,21 +641,17 @@ int moem_jre_compile(const char *pattern, struct jre **out, char *err, size_t er
 	if (!ret && (!head || !tail)) {
 		uint32_t from = ps.nrg;
 
-		ret = radd(&ps, 0, CP_MAX) ?: rset_finish(&ps, from, false, false);
-		if (!ret) {
-			int set = rnew(&ps, R_SET);
+		int set;
 
-			ret = set < 0 ? set : 0;
-			if (!ret) {
-				ps.n[set].r = from;
-				ps.n[set].nr = ps.nrg - from;
-				any = rnew(&ps, R_REP);
-				ret = any < 0 ? any : 0;
-				if (!ret) {
-					ps.n[any].a = set;
-					ps.n[any].max = -1;
-				}
-			}
+		ret = radd(&ps, 0, CP_MAX) ?: rset_finish(&ps, from, false, false)
+						     ?: set_node(&ps, from, &set);
+		if (!ret) {
+			any = rnew(&ps, R_REP);
+			ret = any < 0 ? any : 0;
+		}
+		if (!ret) {
+			ps.n[any].a = set;
+			ps.n[any].max = -1;
 		}
 	}
 	re = calloc(1, sizeof(*re));

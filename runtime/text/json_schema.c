@@ -713,6 +713,18 @@ static int number_bounds(struct cctx *c, struct json_object *o, int idx, bool in
 		   integer ? "integer" : "number", JNUM_DIGITS);
 }
 
+/* minLength and maxLength of o (0 and UINT32_MAX when absent). */
+static int string_lengths(struct cctx *c, struct json_object *o, uint32_t *mn, uint32_t *mx)
+{
+	int ret = get_count(c, o, "minLength", mn);
+
+	if (!ret)
+		ret = get_count(c, o, "maxLength", mx);
+	if (!ret && *mn > *mx)
+		ret = bad(c, "%s", "'minLength' above 'maxLength': no string is valid");
+	return ret;
+}
+
 /* A string of node idx that matches o's pattern (json_regex.c). */
 static int string_pattern(struct cctx *c, struct json_object *o, int idx)
 {
@@ -727,13 +739,9 @@ static int string_pattern(struct cctx *c, struct json_object *o, int idx)
 	if (!json_object_is_type(v, json_type_string) ||
 	    strlen(json_object_get_string(v)) != (size_t)json_object_get_string_len(v))
 		return bad(c, "%s", "'pattern' must be a string (without NUL)");
-	ret = get_count(c, o, "minLength", &mn);
-	if (!ret)
-		ret = get_count(c, o, "maxLength", &mx);
+	ret = string_lengths(c, o, &mn, &mx);
 	if (ret)
 		return ret;
-	if (mn > mx)
-		return bad(c, "%s", "'minLength' above 'maxLength': no string is valid");
 	if (mn > JRE_LCAP || (mx != UINT32_MAX && mx > JRE_LCAP))
 		return bad(c,
 			   "'minLength' or 'maxLength' above %d beside 'pattern' is not supported",
@@ -793,13 +801,9 @@ static int compile_typed(struct cctx *c, struct json_object *o, int t, bool memo
 	if (t == 2 && json_object_object_get_ex(o, "pattern", NULL))
 		return string_pattern(c, o, *idx);
 	if (t == 2) {
-		ret = get_count(c, o, "minLength", &mn);
-		if (!ret)
-			ret = get_count(c, o, "maxLength", &mx);
+		ret = string_lengths(c, o, &mn, &mx);
 		if (ret)
 			return ret;
-		if (mn > mx)
-			return bad(c, "%s", "'minLength' above 'maxLength': no string is valid");
 		c->s->n[*idx].min = mn;
 		c->s->n[*idx].max = mx;
 	}
