@@ -391,7 +391,7 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 	struct moem_engine *e = c->e;
 	struct group *ready[MOEM_MAX_EXPERTS], *pend[MOEM_MAX_EXPERTS];
 	uint32_t n_ready = 0, n_pend = 0, done_pend = 0;
-	bool unpinned = false;
+	bool unpinned = false, drained = false;
 	int ret = 0;
 
 	for (uint32_t i = 0; i < c->n_groups;) {
@@ -405,7 +405,8 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 			 * miss, else cancel prefetches for later layers, else run the
 			 * CPU's experts (their DRAM pins), else let the policy take
 			 * this layer's experts not acquired yet (a budget of a few
-			 * experts); then try again.
+			 * experts), else wait for what is moving to land; then try
+			 * again.
 			 */
 			lap(c, MOEM_PHASE_ACQUIRE);
 			if (n_ready) {
@@ -432,6 +433,13 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 					moem_driver_unpin(e->drv, key_of(c, &c->g[j]));
 				unpinned = true;
 				ret = 0;
+			} else if (!drained) {
+				/* copies and loads still moving (a prefetch, FluxMoE's page,
+				 * the CPU's load on a slow link or a loaded machine) hold
+				 * the room: let them land, then the driver gives it back */
+				moem_tiers_drain(e->tiers);
+				drained = true;
+				ret = 0;
 			} else {
 				return moem_errf(ENOSPC,
 						 "layer %u expert %u: no HBM slot can be freed",
@@ -444,7 +452,7 @@ static int residency_and_ffn(struct layer_ctx *c, struct moem_step_stats *st)
 		if (ret < 0)
 			return moem_err_prefix(-ret, "layer %u expert %u", e->moe_layer[c->m],
 					       g->expert);
-		unpinned = false;
+		unpinned = drained = false;
 		moem_eng_used(e, &g->ref, ret);
 		i++;
 		if (ret == MOEM_ACQ_PENDING) {
