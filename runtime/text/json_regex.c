@@ -640,7 +640,6 @@ int moem_jre_compile(const char *pattern, struct jre **out, char *err, size_t er
 	any = -1;
 	if (!ret && (!head || !tail)) {
 		uint32_t from = ps.nrg;
-
 		int set;
 
 		ret = radd(&ps, 0, CP_MAX) ?: rset_finish(&ps, from, false, false)
