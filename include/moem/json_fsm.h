@@ -56,9 +56,9 @@ struct moem_json_schema;
  * maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf,
  * a one-element allOf, $ref to "#" or to $defs / definitions; annotations
  * such as title, description, default and format are accepted and not
- * enforced). The top schema must be an object's. 0 and *out; -EINVAL with moem_errf()'s message naming
- * the place in the schema (a JSON pointer) and what is not supported;
- * -ENOMEM.
+ * enforced). The top schema must be an object's. 0 and *out; -EINVAL
+ * with moem_errf()'s message naming the place in the schema (a JSON
+ * pointer) and what is not supported; -ENOMEM.
  */
 int moem_json_schema_compile(struct json_object *schema, struct moem_json_schema **out);
 void moem_json_schema_free(struct moem_json_schema *s);

@@ -42,15 +42,6 @@ enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
 /* ---- bounded numbers: can the digits so far still end within the bounds? ---- */
 
-static jnum_t p10(int e)
-{
-	jnum_t v = 1;
-
-	while (e-- > 0)
-		v *= 10;
-	return v;
-}
-
 /* Is one of a, a + st, ... <= b within [lo, hi]? */
 static bool grid_meets(jnum_t a, jnum_t st, jnum_t b, jnum_t lo, jnum_t hi)
 {
@@ -74,7 +65,7 @@ static bool num_open(const struct jbound *bd, bool integer, uint8_t sub, bool ne
 	/* a minus sign only before a value below zero: never -0, which would let
 	 * "-" start both a number >= 0 and a negative one (one byte tells anyOf's) */
 	const jnum_t lo = neg ? (-bd->hi > 1 ? -bd->hi : 1) : bd->lo, hi = neg ? -bd->lo : bd->hi;
-	const jnum_t one = p10(JNUM_DIGITS);
+	const jnum_t one = jnum_p10(JNUM_DIGITS);
 	const int rem = JNUM_DIGITS - nd;
 	jnum_t a, st;
 
@@ -87,13 +78,13 @@ static bool num_open(const struct jbound *bd, bool integer, uint8_t sub, bool ne
 	case N_ZERO:
 		if (integer || !rem)
 			return lo <= 0 && 0 <= hi;
-		st = p10(JNUM_DIGITS - rem);
+		st = jnum_p10(JNUM_DIGITS - rem);
 		return grid_meets(0, st, one - st, lo, hi);
 	case N_INT:
 		for (int k = 0; k <= rem; k++) {
-			a = (jnum_t)num * p10(k) * one;
-			st = p10(integer ? JNUM_DIGITS : JNUM_DIGITS - (rem - k));
-			if (grid_meets(a, st, a + p10(k) * one - st, lo, hi))
+			a = (jnum_t)num * jnum_p10(k) * one;
+			st = jnum_p10(integer ? JNUM_DIGITS : JNUM_DIGITS - (rem - k));
+			if (grid_meets(a, st, a + jnum_p10(k) * one - st, lo, hi))
 				return true;
 		}
 		return false;
@@ -101,12 +92,12 @@ static bool num_open(const struct jbound *bd, bool integer, uint8_t sub, bool ne
 		if (!rem)
 			return false;
 		a = (jnum_t)num * one;
-		st = p10(JNUM_DIGITS - rem);
+		st = jnum_p10(JNUM_DIGITS - rem);
 		return grid_meets(a, st, a + one - st, lo, hi);
 	case N_FRAC:
-		a = (jnum_t)num * p10(JNUM_DIGITS - nf);
-		st = p10(JNUM_DIGITS - nf - rem);
-		return grid_meets(a, st, a + p10(JNUM_DIGITS - nf) - st, lo, hi);
+		a = (jnum_t)num * jnum_p10(JNUM_DIGITS - nf);
+		st = jnum_p10(JNUM_DIGITS - nf - rem);
+		return grid_meets(a, st, a + jnum_p10(JNUM_DIGITS - nf) - st, lo, hi);
 	default:
 		return false;
 	}
@@ -274,6 +265,17 @@ static bool obj_has_key(const struct moem_json_fsm *f)
 	return o->n ? key_cands(f) != 0 : fits(f, o->child);
 }
 
+/* Of the literals of f->node still possible, the one that ended (f->off bytes). */
+static uint32_t lit_ended(const struct moem_json_fsm *f)
+{
+	const struct jnode *l = node(f, f->node);
+	uint32_t i = 0;
+
+	while (i + 1 < l->n && !(f->mask >> i & 1 && f->s->l[l->first + i].len == f->off))
+		i++;
+	return i;
+}
+
 /* A value ended: its container says what comes next. */
 static void value_done(struct moem_json_fsm *f)
 {
@@ -287,24 +289,13 @@ static void value_done(struct moem_json_fsm *f)
 	t = node(f, top(f)->node);
 	if (t->type == J_ARR)
 		f->stack[f->depth - 1].count++;
-	if (t->type == J_ARR && t->unique) {
-		/* the value just read (f->node's literal that ended) is used */
-		const struct jnode *l = node(f, f->node);
-
-		for (uint32_t i = 0; i < l->n; i++)
-			if (f->mask >> i & 1 && f->s->l[l->first + i].len == f->off)
-				f->stack[f->depth - 1].used |= 1ull << i;
-	}
+	/* the value just read is used */
+	if (t->type == J_ARR && t->unique)
+		f->stack[f->depth - 1].used |= 1ull << lit_ended(f);
 	if (t->type == J_UNION) {
-		/* the tag just read (f->node, its literals): the object it names goes on */
-		const struct jnode *l = node(f, f->node);
-
-		for (uint32_t i = 0; i < l->n; i++)
-			if (f->mask >> i & 1 && f->s->l[l->first + i].len == f->off) {
-				f->stack[f->depth - 1].node = f->s->a[t->first + i];
-				f->stack[f->depth - 1].next = 1;
-				break;
-			}
+		/* the tag just read: the object it names goes on */
+		f->stack[f->depth - 1].node = f->s->a[t->first + lit_ended(f)];
+		f->stack[f->depth - 1].next = 1;
 	}
 	f->state = S_AFTER;
 }
@@ -337,7 +328,7 @@ static bool lits_end(const struct moem_json_fsm *f, bool any)
 }
 
 /* The values of literal node i an array with uniqueItems has written already (else 0). */
-static uint64_t unused_not(const struct moem_json_fsm *f, uint32_t i)
+static uint64_t used_values(const struct moem_json_fsm *f, uint32_t i)
 {
 	const struct jnode *t;
 
@@ -403,7 +394,7 @@ static int value_start(struct moem_json_fsm *f, uint32_t i, unsigned char c)
 		for (uint32_t j = 0; j < n->n; j++)
 			if ((unsigned char)f->s->text[f->s->l[n->first + j].off] == c)
 				f->mask |= 1ull << j;
-		f->mask &= ~unused_not(f, i);
+		f->mask &= ~used_values(f, i);
 		if (!f->mask)
 			return -EINVAL;
 		f->state = S_LIT;
@@ -530,7 +521,7 @@ static int utf8_can(const struct moem_json_fsm *f, const struct jre *re)
 			   (f->cp << 6 | (f->hi & 0x3fu)) << low | ((1u << low) - 1));
 }
 
-/* After a backslash: an escape's character (all below U+10000: \\uXXXX). */
+/* After a backslash: an escape's character (all below U+10000: \uXXXX). */
 static int escape_can(const struct moem_json_fsm *f, const struct jre *re)
 {
 	return pattern_can(f, re, 0, 0xffff);
@@ -648,7 +639,7 @@ static int bounded_byte(struct moem_json_fsm *f, const struct jbound *b, unsigne
 	} else {
 		if (f->sub == N_MINUS || f->sub == N_DOT || digit || c == 'e' || c == 'E')
 			return -EINVAL;
-		v = (jnum_t)f->num * p10(JNUM_DIGITS - f->nf);
+		v = (jnum_t)f->num * jnum_p10(JNUM_DIGITS - f->nf);
 		if (f->neg)
 			v = -v;
 		if (v < b->lo || v > b->hi || (f->neg && !v))
@@ -783,6 +774,7 @@ static int fixed_byte(struct moem_json_fsm *f, unsigned char c, uint32_t off, ui
 static int step(struct moem_json_fsm *f, unsigned char c)
 {
 	const struct jnode *n;
+	const struct jre *re;
 	int ret;
 
 	if (f->state != S_STR && f->state != S_STR_ESC && f->state != S_STR_HEX &&
@@ -832,19 +824,20 @@ static int step(struct moem_json_fsm *f, unsigned char c)
 		return string_byte(f, c);
 	case S_STR_ESC:
 		if (c == 'u') {
+			/* (the backslash was taken only if some \uXXXX could follow) */
 			f->state = S_STR_HEX;
 			f->sub = 0;
 			f->esc = 0;
-			return pattern(f) ? pattern_can(f, pattern(f), 0, 0xffff) : 0;
+			return 0;
 		}
 		if (!strchr("\"\\/bfnrt", c) || !c)
 			return -EINVAL;
 		f->state = S_STR;
-		if (pattern(f)) {
+		re = pattern(f);
+		if (re) {
 			static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
 
-			return pattern_char(f, pattern(f),
-					    (unsigned char)to[strchr(from, c) - from]);
+			return pattern_char(f, re, (unsigned char)to[strchr(from, c) - from]);
 		}
 		return 0;
 	case S_STR_HEX:
@@ -856,11 +849,12 @@ static int step(struct moem_json_fsm *f, unsigned char c)
 			return -EINVAL;
 		if (f->sub == 4)
 			f->state = S_STR;
-		if (!pattern(f))
+		re = pattern(f);
+		if (!re)
 			return 0;
 		if (f->sub == 4)
-			return pattern_char(f, pattern(f), f->esc);
-		return pattern_can(f, pattern(f), (uint32_t)f->esc << (4 * (4 - f->sub)),
+			return pattern_char(f, re, f->esc);
+		return pattern_can(f, re, (uint32_t)f->esc << (4 * (4 - f->sub)),
 				   (((uint32_t)f->esc + 1) << (4 * (4 - f->sub))) - 1);
 	case S_NUM:
 		ret = number_byte(f, c);

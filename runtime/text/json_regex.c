@@ -180,20 +180,13 @@ static int rset_finish(struct rparse *ps, uint32_t from, bool neg, bool ascii)
 	return w > from ? 0 : rerr(ps, "a class that matches no character");
 }
 
-/* One UTF-8 character of the pattern (checked when the schema was parsed). */
+/* One character of the pattern (valid UTF-8: checked before parsing). */
 static uint32_t utf8_next(const char **p)
 {
-	const unsigned char *s = (const unsigned char *)*p;
-	uint32_t c = s[0];
-	int n = c < 0x80 ? 0 : c < 0xe0 ? 1 : c < 0xf0 ? 2 : 3;
+	size_t n;
+	uint32_t c = moem_tok_utf8_get(*p, &n);
 
-	int i = 1;
-
-	if (n)
-		c &= 0x3f >> n;
-	for (; i <= n && s[i]; i++)
-		c = c << 6 | (s[i] & 0x3f);
-	*p += i;
+	*p += n;
 	return c;
 }
 

@@ -47,11 +47,11 @@ static const char *const annotations[] = {
 	"discriminator", NULL,
 };
 
-#define SUPPORTED                                                                              \
-	"(moem follows type, properties, required, additionalProperties, items, prefixItems, " \
-	"uniqueItems (of enums), "                                                             \
-	"minItems, maxItems, minLength, maxLength, pattern, minimum, maximum, "                \
-	"exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf, allOf of one, $ref)"
+#define SUPPORTED                                                                         \
+	"(moem follows type, properties, required, additionalProperties, items, "         \
+	"prefixItems, uniqueItems (of enums), minItems, maxItems, minLength, maxLength, " \
+	"pattern, minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, const, "    \
+	"anyOf, oneOf, allOf of one, $ref)"
 
 static const char *const obj_kw[] = {"properties", "required", "additionalProperties",
 				     "unevaluatedProperties", NULL};
@@ -586,16 +586,7 @@ static int type_of(const char *t)
 }
 
 /* Beyond every value a bounded number can be written with (below 10^(2 JNUM_DIGITS)). */
-#define JNUM_BEYOND (p10(2 * JNUM_DIGITS + 1))
-
-static jnum_t p10(int e)
-{
-	jnum_t v = 1;
-
-	while (e-- > 0)
-		v *= 10;
-	return v;
-}
+#define JNUM_BEYOND (jnum_p10(2 * JNUM_DIGITS + 1))
 
 /*
  * A number written as t (digits, a point, an exponent: printf's %e or an
@@ -622,14 +613,14 @@ static void to_units(const char *t, jnum_t *fl, jnum_t *ce)
 	if (!m) {
 		q = r = 0;
 	} else if (e >= 0) {
-		q = sig + e > 2 * JNUM_DIGITS + 1 ? JNUM_BEYOND : m * p10(e);
+		q = sig + e > 2 * JNUM_DIGITS + 1 ? JNUM_BEYOND : m * jnum_p10(e);
 		r = 0;
 	} else if (-e > 36) {
 		q = 0;
 		r = 1;
 	} else {
-		q = m / p10(-e);
-		r = m % p10(-e);
+		q = m / jnum_p10(-e);
+		r = m % jnum_p10(-e);
 	}
 	*fl = neg ? -q - (r != 0) : q;
 	*ce = neg ? -q : q + (r != 0);
@@ -647,7 +638,7 @@ static int get_bound(struct cctx *c, struct json_object *o, const char *k, jnum_
 {
 	bool upper = strstr(k, "aximum"), excl = !strncmp(k, "exclusive", 9);
 	struct json_object *v;
-	jnum_t fl, ce;
+	jnum_t fl, ce, lim;
 	char t[48];
 
 	if (!json_object_object_get_ex(o, k, &v))
@@ -670,14 +661,13 @@ static int get_bound(struct cctx *c, struct json_object *o, const char *k, jnum_
 				   : "");
 	}
 	to_units(t, &fl, &ce);
-	if (upper && excl)
-		ce--;
-	else if (!upper && excl)
-		fl++;
-	if (upper && (excl ? ce : fl) < *hi)
-		*hi = excl ? ce : fl;
-	if (!upper && (excl ? fl : ce) > *lo)
-		*lo = excl ? fl : ce;
+	if (upper) {
+		lim = excl ? ce - 1 : fl;
+		*hi = lim < *hi ? lim : *hi;
+	} else {
+		lim = excl ? fl + 1 : ce;
+		*lo = lim > *lo ? lim : *lo;
+	}
 	*any = true;
 	return 0;
 }

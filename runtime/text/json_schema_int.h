@@ -66,6 +66,15 @@ struct jbound {
 	jnum_t lo, hi;
 };
 
+static inline jnum_t jnum_p10(int e)
+{
+	jnum_t v = 1;
+
+	while (e-- > 0)
+		v *= 10;
+	return v;
+}
+
 /*
  * A string's pattern (json_regex.c): a Thompson NFA over code points of
  * at most JRE_STATES states, walked as a set of its character and match
@@ -105,7 +114,7 @@ struct jre {
 
 /* 0 and *out; -EINVAL with the reason in err; -ENOMEM. */
 int moem_jre_compile(const char *pattern, struct jre **out, char *err, size_t errlen);
-/* The length tables for moem_jre_can_len(); 0 or -ENOMEM. */
+/* The length tables moem_jre_fits() and moem_jre_can() then use; 0 or -ENOMEM. */
 int moem_jre_lengths(struct jre *re);
 /*
  * Some state of set can reach a match in k more characters with
