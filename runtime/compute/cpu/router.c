@@ -5,6 +5,12 @@
  * four gate rows at a time.
  */
 #include <errno.h>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MOEM_ROUTER_X86 1
+#include <immintrin.h>
+#else
+#define MOEM_ROUTER_X86 0
+#endif
 
 #include <moem/error.h>
 
@@ -12,11 +18,39 @@
 
 #define ROUTER_ROWS 8
 
+typedef void rows_fn(const uint16_t *const *w, const float *x, uint32_t n, float *out,
+		     const uint16_t *pf, size_t ldw);
+
 struct router_job {
 	const struct moem_router_args *a;
 	const float *xf; /* [B][H] */
+	rows_fn *rows;
 };
 
+/*
+ * out[r] = dot_f32(float(w_r), x, n) for 4 bf16 rows, bit for bit (pf: 4
+ * rows ldw apart to prefetch alongside, or NULL; a caller with fewer rows
+ * repeats one): each row keeps dot_f32()'s two accumulators and order; the
+ * rows are only interleaved, so that their add chains overlap (one row's
+ * chain of dependent adds left the router latency-bound), and the bf16 rows
+ * are widened as they are loaded instead of through a float copy. A 128 x
+ * 2048 router at batch 1 on one thread of an AVX-512 Xeon: 22.4 us before,
+ * 13.9 us after (best of 20 x 200 calls).
+ *
+ * Two forms of the same operations: 16 floats wide for AVX-512 (a row's 16
+ * elements in one multiply and add), and 8 wide, with every accumulator a
+ * named variable, for the rest: GCC's AVX2 code for the 16-wide form (and
+ * for accumulators in an array) kept them on the stack, a store-forwarding
+ * stall per multiply-add (138 us a token on a 2-thread AMD EPYC).
+ */
+#define ROWS_PREFETCH(pf, ldw, i)                                                  \
+	do {                                                                       \
+		if ((pf) && !((i)&31)) /* a 64-byte line per 32 values */          \
+			for (uint32_t r_ = 0; r_ < 4; r_++)                        \
+				__builtin_prefetch((pf) + r_ * (ldw) + (i), 0, 3); \
+	} while (0)
+
+#if MOEM_ROUTER_X86
 /*
  * Two v8f accumulators side by side: lanes 0-7 are dot_f32()'s acc0
  * (elements i..i+7 of each 16), lanes 8-15 its acc1 (i+8..i+15), so one
@@ -24,66 +58,145 @@ struct router_job {
  * very operations of its two 8-wide ones (a zmm each on AVX-512).
  */
 typedef float v16f __attribute__((vector_size(64)));
+typedef uint16_t v16hu __attribute__((vector_size(32)));
+typedef uint32_t v16su __attribute__((vector_size(64)));
 
-/* 16 bf16 values (exact) as floats. */
-#define V16_BF16(v, p)                                   \
-	do {                                             \
-		uint16_t h_[16];                         \
-		uint32_t u_[16];                         \
-                                                         \
-		memcpy(h_, (p), sizeof(h_));             \
-		for (int l_ = 0; l_ < 16; l_++)          \
-			u_[l_] = (uint32_t)h_[l_] << 16; \
-		memcpy(&(v), u_, sizeof(v));             \
-	} while (0)
+#define X86_512 __attribute__((target("avx512f"))) static inline __attribute__((always_inline))
 
-/*
- * out[r] = dot_f32(float(w_r), x, n) for R <= 4 bf16 rows, bit for bit (pf:
- * 4 rows ldw apart to prefetch alongside, or NULL):
- * each row keeps dot_f32()'s two accumulators and order; the rows are
- * only interleaved, so that their add chains overlap (one row's chain of
- * dependent adds left the router latency-bound), and the bf16 rows are
- * widened as they are loaded instead of through a float copy. A 128 x 2048
- * router at batch 1 on one thread of an AVX-512 Xeon: 22.4 us before,
- * 13.9 us after (best of 20 x 200 calls). The 16-wide form (v16f above)
- * lets the AVX-512 clone do a row's 16 elements in one multiply and add.
- */
-MOEM_CPU_CLONES512 static void dot_bf16_rows(const uint16_t *const *w, uint32_t R, const float *x,
-					     uint32_t n, float *out, const uint16_t *pf, size_t ldw)
+/* 16 bf16 values at p (exact) as floats: a widening load and a shift. */
+X86_512 v16f v16_bf16(const uint16_t *p)
 {
-	v16f acc[4] = {{0}}, x16, y16;
+	v16hu h;
+	v16su u;
+	v16f f;
+
+	memcpy(&h, p, sizeof(h));
+	u = __builtin_convertvector(h, v16su) << 16;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* acc0 + acc1 of dot_f32() from one v16f accumulator, reduced in its order. */
+X86_512 float v16_finish(v16f acc, const uint16_t *w, const float *x, uint32_t i, uint32_t n)
+{
 	v8f acc0, acc1, x0, y0;
+
+	memcpy(&acc0, &acc, sizeof(acc0));
+	memcpy(&acc1, (const float *)&acc + 8, sizeof(acc1));
+	if (i < n) {
+		v16f y = v16_bf16(w + i - 8); /* n % 16 == 8: the last 8 in the top half */
+
+		V8_LOAD(x0, x + i);
+		memcpy(&y0, (const float *)&y + 8, sizeof(y0));
+		acc0 += y0 * x0;
+	}
+	acc0 += acc1;
+	return V8_HSUM(acc0);
+}
+
+__attribute__((target("avx512f"))) static void dot_bf16_rows16(const uint16_t *const *w,
+							       const float *x, uint32_t n,
+							       float *out, const uint16_t *pf,
+							       size_t ldw)
+{
+	const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+	v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, x16;
 	uint32_t i = 0;
 
 	for (; i + 16 <= n; i += 16) {
 		memcpy(&x16, x + i, sizeof(x16));
-		if (pf && !(i & 31)) /* a 64-byte line of each next row per 32 values */
-			for (uint32_t r = 0; r < 4; r++)
-				__builtin_prefetch(pf + r * ldw + i, 0, 3);
-		for (uint32_t r = 0; r < 4; r++) {
-			if (r >= R)
-				break;
-			V16_BF16(y16, w[r] + i);
-			acc[r] += y16 * x16;
-		}
+		ROWS_PREFETCH(pf, ldw, i);
+		a0 += v16_bf16(w0 + i) * x16;
+		a1 += v16_bf16(w1 + i) * x16;
+		a2 += v16_bf16(w2 + i) * x16;
+		a3 += v16_bf16(w3 + i) * x16;
 	}
-	for (uint32_t r = 0; r < R && r < 4; r++) {
-		memcpy(&acc0, &acc[r], sizeof(acc0));
-		memcpy(&acc1, (const float *)&acc[r] + 8, sizeof(acc1));
-		if (i < n) {
-			uint32_t u[8];
-			uint16_t h[8];
+	out[0] = v16_finish(a0, w0, x, i, n);
+	out[1] = v16_finish(a1, w1, x, i, n);
+	out[2] = v16_finish(a2, w2, x, i, n);
+	out[3] = v16_finish(a3, w3, x, i, n);
+}
+#endif
 
-			V8_LOAD(x0, x + i);
-			memcpy(h, w[r] + i, sizeof(h));
-			for (int l = 0; l < 8; l++)
-				u[l] = (uint32_t)h[l] << 16;
-			memcpy(&y0, u, sizeof(y0));
-			acc0 += y0 * x0;
-		}
-		acc0 += acc1;
-		out[r] = V8_HSUM(acc0);
-	}
+#define ROW8_STEP(lo, hi, wr)                     \
+	do {                                      \
+		lo += V8_BF16((wr) + i) * x0;     \
+		hi += V8_BF16((wr) + i + 8) * x1; \
+	} while (0)
+#define ROW8_END(lo, hi, wr)                          \
+	({                                            \
+		if (i < n)                            \
+			lo += V8_BF16((wr) + i) * x0; \
+		lo += hi;                             \
+		V8_HSUM(lo);                          \
+	})
+#define ROWS8_BODY                                                                          \
+	const uint16_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];                      \
+	v8f a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0}; \
+	v8f x0, x1;                                                                         \
+	uint32_t i = 0;                                                                     \
+                                                                                            \
+	for (; i + 16 <= n; i += 16) {                                                      \
+		V8_LOAD(x0, x + i);                                                         \
+		V8_LOAD(x1, x + i + 8);                                                     \
+		ROWS_PREFETCH(pf, ldw, i);                                                  \
+		ROW8_STEP(a0, b0, w0);                                                      \
+		ROW8_STEP(a1, b1, w1);                                                      \
+		ROW8_STEP(a2, b2, w2);                                                      \
+		ROW8_STEP(a3, b3, w3);                                                      \
+	}                                                                                   \
+	if (i < n)                                                                          \
+		V8_LOAD(x0, x + i);                                                         \
+	out[0] = ROW8_END(a0, b0, w0);                                                      \
+	out[1] = ROW8_END(a1, b1, w1);                                                      \
+	out[2] = ROW8_END(a2, b2, w2);                                                      \
+	out[3] = ROW8_END(a3, b3, w3)
+
+#if MOEM_ROUTER_X86
+/* GCC widens a vector-extension load in four instructions: one here. */
+#define V8_BF16(p) \
+	((v8f)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+__attribute__((target("avx2"))) static void dot_bf16_rows8_avx2(const uint16_t *const *w,
+								const float *x, uint32_t n,
+								float *out, const uint16_t *pf,
+								size_t ldw)
+{
+	ROWS8_BODY;
+}
+#undef V8_BF16
+#endif
+
+/* 8 bf16 values at p (exact) as floats. */
+#define V8_BF16(p)                                       \
+	({                                               \
+		uint16_t h_[8];                          \
+		uint32_t u_[8];                          \
+		v8f f_;                                  \
+                                                         \
+		memcpy(h_, (p), sizeof(h_));             \
+		for (int l_ = 0; l_ < 8; l_++)           \
+			u_[l_] = (uint32_t)h_[l_] << 16; \
+		memcpy(&f_, u_, sizeof(f_));             \
+		f_;                                      \
+	})
+static void dot_bf16_rows8(const uint16_t *const *w, const float *x, uint32_t n, float *out,
+			   const uint16_t *pf, size_t ldw)
+{
+	ROWS8_BODY;
+}
+
+/* The form for the backend's ISA (MOEM_CPU_ISA picks it, so tests run each). */
+static rows_fn *rows_for(enum moem_cpu_isa isa)
+{
+#if MOEM_ROUTER_X86
+	if (isa >= MOEM_CPU_ISA_AVX512)
+		return dot_bf16_rows16;
+	if (isa == MOEM_CPU_ISA_AVX2)
+		return dot_bf16_rows8_avx2;
+#else
+	(void)isa;
+#endif
+	return dot_bf16_rows8;
 }
 
 static void router_rows(void *arg, uint32_t item, uint32_t worker)
@@ -109,11 +222,10 @@ static void router_rows(void *arg, uint32_t item, uint32_t worker)
 		const uint16_t *w[4];
 		float out[4];
 
-		for (uint32_t r = 0; r < R; r++)
-			w[r] = gate + (size_t)(e + r) * a->H;
+		for (uint32_t r = 0; r < 4; r++)
+			w[r] = gate + (size_t)(e + (r < R ? r : 0)) * a->H;
 		for (uint32_t t = 0; t < a->B; t++) {
-			dot_bf16_rows(w, R, j->xf + (size_t)t * a->H, a->H, out, t ? NULL : pf,
-				      a->H);
+			j->rows(w, j->xf + (size_t)t * a->H, a->H, out, t ? NULL : pf, a->H);
 			for (uint32_t r = 0; r < R; r++)
 				logits[(size_t)t * a->N + e + r] = out[r];
 		}
@@ -146,7 +258,7 @@ int moem_cpu_router(struct moem_backend *be, struct moem_stream *s,
 		    const struct moem_router_args *a)
 {
 	struct cpu_backend *c = cpu_of(be);
-	struct router_job j = {a};
+	struct router_job j = {a, NULL, rows_for(c->base.info.isa)};
 	float *buf;
 
 	/* B <= 4096, H <= 65536: the size fits easily. */
