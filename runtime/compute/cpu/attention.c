@@ -9,6 +9,14 @@
  * per tile instead of once per (token, head); per query the operations
  * and their order are those of the query alone, so a result depends on
  * neither the thread count nor the batch (tests/unit/test_cpu_attention.c).
+ * Within a tile, scores are taken four queries to a key (their add chains
+ * overlap), keys and values are prefetched ahead (one head's rows of
+ * consecutive positions are an entry apart, a page each), and the
+ * weighted sum runs over blocks of ATT_VB keys with the output in
+ * registers. Against the plain loops, the same bits; at Qwen3-30B's
+ * shapes on a 2-thread AMD EPYC (AVX2) a decode token at a context of
+ * 4096 took 3.7 ms instead of 7.6, a 64-token prompt chunk at 512 17.5
+ * instead of 25.
  */
 #include <errno.h>
 #include <math.h>
@@ -59,6 +67,8 @@ int moem_cpu_kv_store(struct moem_backend *be, struct moem_stream *s,
 #define ATT_QT	   16
 #define ATT_Q	   128
 #define ATT_SCORES (4u << 20) /* bytes of one worker's tile scores, at most (1 query: more) */
+#define ATT_VB	   32	      /* keys per block of the value pass (their rows stay in L1) */
+#define ATT_PF	   8	      /* keys ahead the score pass prefetches */
 
 struct attn_tile {
 	uint32_t t0, nt; /* tokens t0 .. t0 + nt - 1 */
@@ -81,6 +91,139 @@ struct attn_q {
 	float mx;
 	double sum;
 };
+
+/*
+ * Start loading n floats at e + off (e: a KV entry, or NULL). One
+ * position's key or value row is a slice of an entry that holds every
+ * KV head's, so consecutive keys of one head lie an entry (4 KiB at
+ * Qwen3-30B's shapes) apart: a new page each, which the hardware
+ * prefetchers do not follow (a decode step at a context of 4096 waited
+ * on most of its key loads).
+ */
+static inline __attribute__((always_inline)) void prefetch_row(const float *e, uint32_t off,
+							       uint32_t n)
+{
+	if (e)
+		for (uint32_t c = 0; c < n; c += 16)
+			__builtin_prefetch(e + off + c, 0, 3);
+}
+
+/*
+ * d[r] = dot_f32(q_r, k, n) for four queries against one key, bit for
+ * bit: each keeps dot_f32()'s two accumulators and order, only
+ * interleaved, so that four chains of dependent adds overlap where one
+ * query's left the score pass waiting on add latency.
+ */
+static inline __attribute__((always_inline)) void dot_f32_x4(const float *q0, const float *q1,
+							     const float *q2, const float *q3,
+							     const float *k, uint32_t n, float *d)
+{
+	v8f a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+	v8f k0, k1, y;
+	uint32_t i = 0;
+
+#define DOT4_STEP(a, b, q)               \
+	do {                             \
+		V8_LOAD(y, (q) + i);     \
+		a += y * k0;             \
+		V8_LOAD(y, (q) + i + 8); \
+		b += y * k1;             \
+	} while (0)
+	for (; i + 16 <= n; i += 16) {
+		V8_LOAD(k0, k + i);
+		V8_LOAD(k1, k + i + 8);
+		DOT4_STEP(a0, b0, q0);
+		DOT4_STEP(a1, b1, q1);
+		DOT4_STEP(a2, b2, q2);
+		DOT4_STEP(a3, b3, q3);
+	}
+#undef DOT4_STEP
+	if (i < n) {
+		V8_LOAD(k0, k + i);
+		V8_LOAD(y, q0 + i);
+		a0 += y * k0;
+		V8_LOAD(y, q1 + i);
+		a1 += y * k0;
+		V8_LOAD(y, q2 + i);
+		a2 += y * k0;
+		V8_LOAD(y, q3 + i);
+		a3 += y * k0;
+	}
+	a0 += b0;
+	a1 += b1;
+	a2 += b2;
+	a3 += b3;
+	d[0] = V8_HSUM(a0);
+	d[1] = V8_HSUM(a1);
+	d[2] = V8_HSUM(a2);
+	d[3] = V8_HSUM(a3);
+}
+
+/* A query's score for key p, and its running max (fmaxf's, as mx is never NaN). */
+static inline __attribute__((always_inline)) void score_put(struct attn_q *x, uint32_t p, float s)
+{
+	x->sc[p - x->lo] = s;
+	if (s > x->mx)
+		x->mx = s;
+}
+
+/*
+ * out[c] += pr[k] * v[k][c] for k < n in k order (a NULL v[k], a missing
+ * block, is skipped), the very float operations of the plain loop; out is
+ * held in registers over the n keys, 32 floats at a time, where the plain
+ * loop loaded and stored it for every key (a decode step at a context of
+ * 4096 spent most of its attention there).
+ */
+static inline __attribute__((always_inline)) void
+value_sum(float *out, const float *const *v, const float *pr, uint32_t n, uint32_t dim)
+{
+	uint32_t c = 0;
+
+	for (; c + 32 <= dim; c += 32) {
+		v8f a0, a1, a2, a3, y;
+
+		V8_LOAD(a0, out + c);
+		V8_LOAD(a1, out + c + 8);
+		V8_LOAD(a2, out + c + 16);
+		V8_LOAD(a3, out + c + 24);
+		for (uint32_t k = 0; k < n; k++) {
+			const v8f s = {pr[k], pr[k], pr[k], pr[k], pr[k], pr[k], pr[k], pr[k]};
+
+			if (!v[k])
+				continue;
+			V8_LOAD(y, v[k] + c);
+			a0 += s * y;
+			V8_LOAD(y, v[k] + c + 8);
+			a1 += s * y;
+			V8_LOAD(y, v[k] + c + 16);
+			a2 += s * y;
+			V8_LOAD(y, v[k] + c + 24);
+			a3 += s * y;
+		}
+		memcpy(out + c, &a0, sizeof(a0));
+		memcpy(out + c + 8, &a1, sizeof(a1));
+		memcpy(out + c + 16, &a2, sizeof(a2));
+		memcpy(out + c + 24, &a3, sizeof(a3));
+	}
+	for (; c + 8 <= dim; c += 8) {
+		v8f a0, y;
+
+		V8_LOAD(a0, out + c);
+		for (uint32_t k = 0; k < n; k++) {
+			const v8f s = {pr[k], pr[k], pr[k], pr[k], pr[k], pr[k], pr[k], pr[k]};
+
+			if (!v[k])
+				continue;
+			V8_LOAD(y, v[k] + c);
+			a0 += s * y;
+		}
+		memcpy(out + c, &a0, sizeof(a0));
+	}
+	for (; c < dim; c++)
+		for (uint32_t k = 0; k < n; k++)
+			if (v[k])
+				out[c] += pr[k] * v[k][c];
+}
 
 /*
  * Per query the very operations of one query alone, in the same order:
@@ -129,24 +272,40 @@ MOEM_CPU_CLONES static void attn_item(void *arg, uint32_t item, uint32_t worker)
 
 		if (k)
 			k += a->k_off + (size_t)tl->g * a->qk_dim;
-		for (uint32_t i = 0; i < nq; i++) {
-			struct attn_q *x = &qs[i];
+		if (p + ATT_PF < jhi)
+			prefetch_row(kv_entry(&a->kv, tab, p + ATT_PF),
+				     a->k_off + tl->g * a->qk_dim, a->qk_dim);
+		uint32_t act[ATT_Q], na = 0, i = 0;
+
+		for (uint32_t n = 0; n < nq; n++) {
+			if (p < qs[n].lo || p >= qs[n].hi)
+				continue;
+			if (k)
+				act[na++] = n;
+			else
+				qs[n].sc[p - qs[n].lo] = -INFINITY;
+		}
+		if (a->qk_dim % 8 == 0)
+			for (; i + 4 <= na; i += 4) {
+				struct attn_q *x[4] = {&qs[act[i]], &qs[act[i + 1]],
+						       &qs[act[i + 2]], &qs[act[i + 3]]};
+				float d[4];
+
+				dot_f32_x4(x[0]->q, x[1]->q, x[2]->q, x[3]->q, k, a->qk_dim, d);
+				for (int r = 0; r < 4; r++)
+					score_put(x[r], p, d[r] * a->scale);
+			}
+		for (; i < na; i++) {
+			struct attn_q *x = &qs[act[i]];
 			float d = 0.0f;
 
-			if (p < x->lo || p >= x->hi)
-				continue;
-			if (!k) {
-				x->sc[p - x->lo] = -INFINITY;
-				continue;
-			}
 			if (a->qk_dim % 8 == 0) {
 				d = dot_f32(x->q, k, a->qk_dim);
 			} else {
 				for (uint32_t c = 0; c < a->qk_dim; c++)
 					d += x->q[c] * k[c];
 			}
-			x->sc[p - x->lo] = d * a->scale;
-			x->mx = fmaxf(x->mx, x->sc[p - x->lo]);
+			score_put(x, p, d * a->scale);
 		}
 	}
 	for (uint32_t i = 0; i < nq; i++) {
@@ -160,22 +319,29 @@ MOEM_CPU_CLONES static void attn_item(void *arg, uint32_t item, uint32_t worker)
 			x->sc[n] = expf(x->sc[n] - x->mx);
 			x->sum += x->sc[n];
 		}
+		/* the weights, each the float of its double quotient */
+		for (uint32_t n = 0; n < x->hi - x->lo; n++)
+			x->sc[n] = (float)(x->sc[n] / x->sum);
 	}
-	for (uint32_t p = jlo; p < jhi; p++) {
-		const float *v = kv_entry(&a->kv, tab, p);
+	for (uint32_t p0 = jlo; p0 < jhi; p0 += ATT_VB) {
+		const uint32_t p1 = moem_min(p0 + ATT_VB, jhi);
+		const float *vp[ATT_VB];
 
-		if (!v)
-			continue;
-		v += a->v_off + (size_t)tl->g * a->v_dim;
+		for (uint32_t p = p0; p < p1; p++) {
+			vp[p - p0] = kv_entry(&a->kv, tab, p);
+			if (vp[p - p0])
+				vp[p - p0] += a->v_off + (size_t)tl->g * a->v_dim;
+			if (p + ATT_VB < jhi) /* the next block's rows */
+				prefetch_row(kv_entry(&a->kv, tab, p + ATT_VB),
+					     a->v_off + tl->g * a->v_dim, a->v_dim);
+		}
 		for (uint32_t i = 0; i < nq; i++) {
 			struct attn_q *x = &qs[i];
-			float pr;
+			const uint32_t lo = moem_max(p0, x->lo), hi = moem_min(p1, x->hi);
 
-			if (p < x->lo || p >= x->hi)
-				continue;
-			pr = (float)(x->sc[p - x->lo] / x->sum);
-			for (uint32_t c = 0; c < a->v_dim; c++)
-				x->out[c] += pr * v[c];
+			if (lo < hi)
+				value_sum(x->out, vp + (lo - p0), x->sc + (lo - x->lo), hi - lo,
+					  a->v_dim);
 		}
 	}
 }
