@@ -8,6 +8,9 @@ $(O)/runtime/compute/cpu/%.o: CFLAGS += -ffp-contract=off
 $(O)/runtime/compute/cuda/%.o: CFLAGS += -ffp-contract=off
 # The CPU backend's row kernels (dequantize, dot) want the vectorizer.
 $(O)/runtime/compute/cpu/%.o: CFLAGS += -O3
+# SwiGLU's clamps become blends (vectorised) in every clone only without
+# trapping math (swiglu.c); no value changes.
+$(O)/runtime/compute/cpu/swiglu.o: CFLAGS += -fno-trapping-math
 # The vector kernels (kern_avx2.c, kern_avx512.c) are built for their
 # instruction set and only called after isa.c has checked the CPU runs it;
 # inside them FMA is what the kernels ask for by name, so contraction
