@@ -653,6 +653,96 @@ TEST_F(cpu, quantize_expert_counts_rows_over_matrices)
 	moem_be_free(self->be, st);
 }
 
+/*
+ * MLA's per-head projection on every ISA the CPU has (decode_ops.c: AVX2
+ * takes 8 rows or 32 columns at a time), bit for bit the one chain per
+ * output in input order that the CUDA kernel computes too; shapes with
+ * outputs and inputs that are no multiple of 8 and strides wider than a
+ * row.
+ */
+TEST_F(cpu, head_matmul_is_one_chain_per_output)
+{
+	static const uint32_t shapes[][4] = {
+		/* T, heads, in, out */
+		{1, 16, 512, 128}, {3, 4, 160, 20}, {2, 2, 13, 7}, {1, 3, 128, 512}, {2, 1, 40, 37},
+	};
+	int paths = 0;
+
+	for (int isa = MOEM_CPU_ISA_SCALAR; isa < MOEM_CPU_ISA_NR; isa++) {
+		struct moem_backend_opts o = {.threads = 3, .isa = (enum moem_cpu_isa)isa};
+		struct moem_backend *be;
+
+		if (moem_cpu_isa_check(o.isa))
+			continue;
+		ASSERT_EQ(0, moem_backend_open("cpu", &o, &be)) TH_LOG("%s", moem_last_error());
+		paths++;
+		for (unsigned int c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++)
+			for (int tr = 0; tr < 2; tr++) {
+				const uint32_t T = shapes[c][0], nh = shapes[c][1],
+					       in = shapes[c][2], out = shapes[c][3];
+				const uint32_t ld = (tr ? out : in) + 3, rows = tr ? in : out;
+				const uint64_t hs = (uint64_t)rows * ld + 5;
+				const size_t nx = (size_t)T * nh * in, ny = (size_t)T * nh * out;
+				float *x = tb_rand_f32(60 + c, nx, 1.0), *y = malloc(4 * ny);
+				uint16_t *w = tb_rand_bf16(70 + c, nh * hs, 0.1);
+				struct moem_head_matmul_args a = {
+					.T = T,
+					.n_heads = nh,
+					.in_dim = in,
+					.out_dim = out,
+					.transpose = tr,
+					.x_tok_stride = nh * in,
+					.x_head_stride = in,
+					.w_head_stride = hs,
+					.w_row_stride = ld,
+					.y_tok_stride = nh * out,
+					.y_head_stride = out,
+				};
+
+				ASSERT_NE(NULL, y);
+				a.x = tb_put(be, x, 4 * nx);
+				a.w = tb_put(be, w, 2 * nh * hs);
+				a.y = tb_zeros(be, 4 * ny);
+				ASSERT_EQ(0, moem_op_head_matmul(be, NULL, &a));
+				ASSERT_EQ(0, tb_get(be, y, a.y, 4 * ny));
+				for (uint32_t t = 0; t < T; t++)
+					for (uint32_t h = 0; h < nh; h++)
+						for (uint32_t k = 0; k < out; k++) {
+							const float *xr =
+								x + ((size_t)t * nh + h) * in;
+							const uint16_t *wh = w + h * hs;
+							float acc = 0.0f;
+
+							for (uint32_t i = 0; i < in; i++)
+								acc += xr[i] *
+								       moem_bf16_to_f32(
+									       tr ? wh[(size_t)i *
+											       ld +
+										       k]
+										  : wh[(size_t)k *
+											       ld +
+										       i]);
+							ASSERT_EQ(moem_f32_bits(acc),
+								  moem_f32_bits(y[((size_t)t * nh +
+										   h) * out +
+										  k]))
+							TH_LOG("%s shape %u transpose %d: t %u h "
+							       "%u o %u",
+							       moem_cpu_isa_name(o.isa), c, tr, t,
+							       h, k);
+						}
+				free(x);
+				free(y);
+				free(w);
+				moem_be_free(be, a.x);
+				moem_be_free(be, a.w);
+				moem_be_free(be, a.y);
+			}
+		moem_backend_close(be);
+	}
+	EXPECT_LE(1, paths);
+}
+
 TEST_F(cpu, histogram_counts_hits)
 {
 	const uint32_t B = 5, k = 3, N = 10, L = 4;
