@@ -3,10 +3,13 @@
  * moem_sample() (runtime/model/sample.c) against the plain algorithm it
  * must equal: rank the whole vocabulary (higher logit first, lower id on
  * ties), cut it by top_k, min_p and top_p in that order, draw from what
- * is left. moem_sample() ranks only the prefix the cut can reach; the
- * token and its log-probability must be bit for bit the reference's over
- * vocabularies, logit shapes (flat, peaked, ties, -inf, NaN) and every
- * mix of the three cuts.
+ * is left. moem_sample() ranks only the prefix the cut can reach, and
+ * sums its log-sum-exp with an exp of its own (vectorised, within about
+ * an ulp of libm's, which the reference calls); the token, its float
+ * log-probability and the generator's state must be the reference's,
+ * bit for bit, over vocabularies, logit shapes (flat, peaked, ties,
+ * -inf, NaN) and every mix of the three cuts. (Its exp cut to a
+ * polynomial of degree 7, 6e-9 off, fails it.)
  */
 #include <math.h>
 #include <stdlib.h>
