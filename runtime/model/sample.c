@@ -226,7 +226,7 @@ void moem_sample(const struct moem_sampling *s, float *l, uint32_t V, const uint
 		 int32_t *token, float *logprob, int32_t *top_ids, float *top_lp)
 {
 	double mx = -INFINITY, sum = 0, lse;
-	int32_t best;
+	int32_t best = 0; /* the argmax, lowest id on ties (all -inf: 0) */
 
 	*token = 0;
 	*logprob = 0;
@@ -242,12 +242,13 @@ void moem_sample(const struct moem_sampling *s, float *l, uint32_t V, const uint
 			l[v] /= s->temperature;
 		if (isnan(l[v]))
 			l[v] = -INFINITY;
-		if (l[v] > mx) /* fmax()'s result (no NaN is left), without its call */
+		if (l[v] > mx) { /* fmax()'s (no NaN is left); the first of equals wins */
 			mx = l[v];
+			best = (int32_t)v;
+		}
 	}
 	sum = sum_exp(l, V, mx);
 	lse = mx + log(sum);
-	strongest(l, V, 1, &best);
 	if (s->temperature > 0) {
 		uint32_t n, *ord = scratch;
 		double keep = 0, u, acc = 0;
