@@ -489,9 +489,9 @@ static bool sink_token(void *arg, void *req, const struct moem_sched_out *o)
 		pthread_mutex_unlock(&s->lock);
 	}
 	if (ret || overflow) {
-		/* Out of memory, or a client that does not read its stream. */
+		/* An error of the text path, or a client that does not read its stream. */
 		moem_warn("request %s: %s: cancelled", r->id,
-			  ret ? "out of memory" : "the client does not read its stream");
+			  ret ? moem_strerror(ret) : "the client does not read its stream");
 		moemd_serve_cancel_group(s, r->lead ? r->lead : r);
 	}
 	return stop || json_end;
