@@ -117,6 +117,13 @@ struct moem_seq_params {
 	uint32_t n_bias;
 	int32_t bias_id[MOEM_DECODE_MAX_BIAS];
 	float bias[MOEM_DECODE_MAX_BIAS];
+	/*
+	 * Ids at and above n_vocab are never sampled (0: every id of the
+	 * model's vocabulary): a checkpoint's vocab_size is often padded past
+	 * its tokenizer's last id (Qwen3: 151936 rows, 151669 tokens), and a
+	 * padding id has no text. <= the model's vocabulary.
+	 */
+	uint32_t n_vocab;
 	const struct moem_constraint_ops *constraint; /* NULL: none */
 	void *constraint_arg;
 	/*

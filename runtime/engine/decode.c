@@ -418,6 +418,9 @@ static int check_params(const struct moem_decoder *d, const struct moem_seq_para
 			return moem_errf(EINVAL, "logit bias %u is %g: -100..100", i,
 					 (double)p->bias[i]);
 	}
+	if (p->n_vocab > c->vocab)
+		return moem_errf(EINVAL, "n_vocab %u is more than the model's vocabulary of %u",
+				 p->n_vocab, c->vocab);
 	ret = moem_sampling_check(&p->sampling);
 	return ret ? moem_err_prefix(-ret, "sampling") : 0;
 }
@@ -595,6 +598,9 @@ static void sample_row(struct moem_decoder *d, struct dec_seq *s, float *logits,
 
 	for (uint32_t i = 0; i < s->p.n_bias; i++)
 		logits[s->p.bias_id[i]] += s->p.bias[i];
+	/* ids past the tokenizer's (a padded vocab_size): never sampled */
+	for (uint32_t v = s->p.n_vocab ? s->p.n_vocab : d->cfg->vocab; v < d->cfg->vocab; v++)
+		logits[v] = -INFINITY;
 	/* min_new_tokens: no end before then */
 	for (uint32_t i = 0; s->n_gen < s->p.min_new_tokens && i < s->p.n_eos; i++)
 		if (s->p.eos[i] >= 0 && (uint32_t)s->p.eos[i] < d->cfg->vocab)

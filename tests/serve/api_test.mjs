@@ -285,6 +285,15 @@ await expectError('unknown field', 400, 'frobnicate', () =>
 	   r.usage.completion_tokens === r.choices.length * 5,
 	   `n = 2: two choices (${JSON.stringify(r.choices.map((c) => c.message.content))}, usage ${JSON.stringify(r.usage)})`);
 }
+{
+	// Qwen3's checkpoint has 151936 rows, its tokenizer 151669 ids: at a
+	// high temperature over a long answer the padding ids (no text) would
+	// come up; none is ever sampled, the answer runs to its length
+	const r = await client.completions.create({ model, prompt: 'x', max_tokens: 1500,
+		temperature: 2, seed: 11, ignore_eos: true });
+	ok(r.choices[0].finish_reason === 'length' && r.usage.completion_tokens === 1500,
+	   `temperature 2, 1500 tokens: to the length (${r.choices[0].finish_reason}, ${r.usage.completion_tokens} tokens)`);
+}
 await expectError('n = 17', 400, 'n', () =>
 	client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 17 }));
 await expectError('bad role', 400, 'messages[0].role', () =>

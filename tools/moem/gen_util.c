@@ -180,6 +180,8 @@ int moem_gen_open(struct moem_gen *g)
 				 g->r.ea.o.pack_path, g->ti.vocab_size, g->vocab);
 	if (g->r.sp.model_eos)
 		add_tok_eos(g);
+	/* ids past the tokenizer's (a padded vocab_size) have no text: never sampled */
+	g->r.sp.n_vocab = g->ti.vocab_size;
 	return moem_dec_run_open(&g->r);
 }
 

@@ -30,6 +30,7 @@ struct moemd_model {
 	struct moem_chat_template *chat; /* NULL: the pack has none */
 	char chat_err[160];
 	struct moem_tok_info info;
+	uint32_t model_vocab; /* the checkpoint's vocab_size (lm_head rows) */
 	uint32_t max_context;
 	uint32_t max_seqs, max_step_tokens; /* what the decoder was opened for */
 	uint32_t block_tokens;		    /* the KV block; 0: no prefix cache */
@@ -91,8 +92,10 @@ int moemd_model_open(struct moemd *d, struct moemd_model **out)
 		return -ENOMEM;
 	pthread_mutex_init(&m->json_lock, NULL);
 	ret = moem_pack_open(d->cfg.ea.o.pack_path, &pack);
-	if (!ret)
+	if (!ret) {
+		m->model_vocab = moem_pack_config(pack)->vocab;
 		ret = moem_tok_load_pack(&m->tok, pack);
+	}
 	if (pack)
 		moem_pack_close(pack);
 	if (ret) {
@@ -666,6 +669,8 @@ static int m_start(void *be, void *req, uint32_t prompt_len, uint64_t *seq, uint
 	p.top_logprobs =
 		rq->logprobs ? moem_min(rq->top_logprobs, MOEM_DECODE_MAX_TOP_LOGPROBS) : 0;
 	p.n_bias = moem_min(rq->n_bias, MOEM_DECODE_MAX_BIAS);
+	/* only ids with text: not a padded vocab_size's last rows */
+	p.n_vocab = moem_min(m->info.vocab_size, m->model_vocab);
 	memcpy(p.bias_id, rq->bias_id, p.n_bias * sizeof(*p.bias_id));
 	memcpy(p.bias, rq->bias, p.n_bias * sizeof(*p.bias));
 	if (rq->echo && rq->logprobs) {
