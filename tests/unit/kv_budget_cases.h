@@ -48,21 +48,13 @@ struct kv_env {
 /* A tiny model of arch packed bf16, an engine on kv_backend() and a decoder with defaults. */
 static void kv_env_open(struct __test_metadata *_metadata, struct kv_env *v, enum moem_arch arch)
 {
-	struct moem_mkmodel_opts mo;
-	struct moem_pack_opts po = {0};
 	struct moem_engine_opts o = {0};
 
 	moem_log_set_level(MOEM_LOG_WARN);
 	v->dir = st_tmpdir();
 	v->model = st_path(v->dir, "model");
 	v->pack = st_path(v->dir, "m.moem");
-	st_tiny_opts(&mo, arch, v->model);
-	ASSERT_EQ(0, moem_mkmodel(&mo)) TH_LOG("%s", moem_last_error());
-	po.model_dir = v->model;
-	po.out_path = v->pack;
-	po.prec_mask = 1u << MOEM_PREC_BF16;
-	po.threads = 2;
-	ASSERT_EQ(0, moem_pack_write(&po)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, st_tiny_pack(arch, v->model, v->pack)) TH_LOG("%s", moem_last_error());
 	o.pack_path = v->pack;
 	o.backend = kv_backend();
 	o.threads = 1;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <moem/error.h>
+#include <moem/pack.h>
 #include <moem/store.h>
 
 /* The last error message must contain needle (shown in the log if not). */
@@ -134,6 +135,24 @@ static inline void st_tiny_opts(struct moem_mkmodel_opts *o, enum moem_arch a, c
 	}
 	o->threads = 2;
 	o->out_dir = dir;
+}
+
+/* The tiny model of arch written to model_dir and packed bf16 to pack: 0 or -errno. */
+static inline int st_tiny_pack(enum moem_arch a, const char *model_dir, const char *pack)
+{
+	struct moem_mkmodel_opts mo;
+	struct moem_pack_opts po = {0};
+	int ret;
+
+	st_tiny_opts(&mo, a, model_dir);
+	ret = moem_mkmodel(&mo);
+	if (ret)
+		return ret;
+	po.model_dir = model_dir;
+	po.out_path = pack;
+	po.prec_mask = 1u << MOEM_PREC_BF16;
+	po.threads = 2;
+	return moem_pack_write(&po);
 }
 
 #endif /* MOEM_STORE_TEST_UTIL_H */

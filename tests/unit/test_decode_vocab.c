@@ -33,8 +33,6 @@ FIXTURE(dv)
 
 FIXTURE_SETUP(dv)
 {
-	struct moem_mkmodel_opts mo;
-	struct moem_pack_opts po = {0};
 	struct moem_engine_opts o = {0};
 	struct moem_pack *pk;
 
@@ -42,13 +40,8 @@ FIXTURE_SETUP(dv)
 	self->dir = st_tmpdir();
 	self->model = st_path(self->dir, "model");
 	self->pack = st_path(self->dir, "m.moem");
-	st_tiny_opts(&mo, MOEM_ARCH_QWEN3_MOE, self->model);
-	ASSERT_EQ(0, moem_mkmodel(&mo)) TH_LOG("%s", moem_last_error());
-	po.model_dir = self->model;
-	po.out_path = self->pack;
-	po.prec_mask = 1u << MOEM_PREC_BF16;
-	po.threads = 2;
-	ASSERT_EQ(0, moem_pack_write(&po)) TH_LOG("%s", moem_last_error());
+	ASSERT_EQ(0, st_tiny_pack(MOEM_ARCH_QWEN3_MOE, self->model, self->pack))
+	TH_LOG("%s", moem_last_error());
 	ASSERT_EQ(0, moem_pack_open(self->pack, &pk));
 	self->vocab = moem_pack_config(pk)->vocab;
 	moem_pack_close(pk);
