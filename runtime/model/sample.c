@@ -42,9 +42,10 @@ int moem_sampling_check(const struct moem_sampling *s)
  * e[i] = e^(l[i] - c) for i < n, where l[i] - c <= 0 (c the largest
  * logit, or the log-sum-exp): Cody-Waite reduction by ln 2 and the Taylor
  * polynomial of degree 13 on |r| <= ln 2 / 2 (truncation below 1e-17),
- * within about 1 ulp of libm's exp(). Arguments below -708 are taken as
- * -708 (e^-708 ~ 3e-308: nothing next to the largest term's 1), so -inf
- * and subnormal results never reach the scaling. Plain double operations
+ * within about 1 ulp of libm's exp(). Below -708 the result is 0 (e^-708
+ * ~ 3e-308: nothing next to the largest term's 1; -inf, a banned id,
+ * exactly 0 as libm gives it, so it is never drawn), computed from -708
+ * so that no subnormal or -inf reaches the scaling. Plain double operations
  * with the clamp done on the bits, so that GCC vectorises the loop in
  * every clone and every build gives the same bits (this file is built
  * without FMA contraction): libm's exp, one call a value, was most of a
@@ -61,11 +62,12 @@ exp_shifted(const float *l, uint32_t n, double c, double *e)
 	for (uint32_t i = 0; i < n; i++) {
 		double x = (double)l[i] - c, kd, r, p, sc;
 		uint64_t u, k;
+		bool tiny;
 
 		memcpy(&u, &x, sizeof(u));
 		/* x <= 0: a larger magnitude is a larger pattern; -708 is 0xc086200000000000 */
-		u = u > 0xc086200000000000ull && u < 0xfff8000000000000ull ? 0xc086200000000000ull
-									   : u;
+		tiny = u > 0xc086200000000000ull && u < 0xfff8000000000000ull;
+		u = tiny ? 0xc086200000000000ull : u;
 		memcpy(&x, &u, sizeof(x));
 		kd = x * 0x1.71547652b82fep0 + 0x1.8p52; /* round(x / ln 2) in the low bits */
 		memcpy(&k, &kd, sizeof(k));
@@ -87,7 +89,7 @@ exp_shifted(const float *l, uint32_t n, double c, double *e)
 		p = p * r + 1.0;
 		k = (k - 0x4338000000000000ull + 1023) << 52; /* 2^round */
 		memcpy(&sc, &k, sizeof(sc));
-		e[i] = p * sc;
+		e[i] = tiny ? 0.0 : p * sc;
 	}
 }
 
