@@ -227,7 +227,7 @@ void moem_sample(const struct moem_sampling *s, float *l, uint32_t V, const uint
 		 const uint32_t *gen_count, struct moem_rng *rng, uint32_t n_top, uint32_t *scratch,
 		 int32_t *token, float *logprob, int32_t *top_ids, float *top_lp)
 {
-	double mx = -INFINITY, sum = 0, lse;
+	double mx = -INFINITY, lse;
 	int32_t best = 0; /* the argmax, lowest id on ties (all -inf: 0) */
 
 	*token = 0;
@@ -249,10 +249,8 @@ void moem_sample(const struct moem_sampling *s, float *l, uint32_t V, const uint
 			best = (int32_t)v;
 		}
 	}
-	sum = sum_exp(l, V, mx);
-	lse = mx + log(sum);
+	lse = mx + log(sum_exp(l, V, mx));
 	if (s->temperature > 0) {
-		uint32_t n, *ord = scratch;
 		double keep = 0, u, acc = 0;
 
 		if (!s->top_k && s->top_p >= 1 && !s->min_p) {
@@ -274,7 +272,8 @@ void moem_sample(const struct moem_sampling *s, float *l, uint32_t V, const uint
 				}
 			}
 		} else {
-			n = truncate(s, l, V, mx, lse, ord);
+			uint32_t *ord = scratch, n = truncate(s, l, V, mx, lse, ord);
+
 			for (uint32_t i = 0; i < n; i++)
 				keep += exp((double)l[ord[i]] - lse);
 			u = moem_rng_f64(rng) * keep;

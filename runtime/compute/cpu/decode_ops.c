@@ -272,15 +272,7 @@ int moem_cpu_rope(struct moem_backend *be, struct moem_stream *s, const struct m
  */
 #define HM_ROWS 8
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
-
-__attribute__((target("avx2"))) static inline __m256 hm_bf16x8(const uint16_t *p)
-{
-	return _mm256_castsi256_ps(
-		_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-
+#if MOEM_CPU_X86_GCC
 /* y[j] = chain over i < n of x[i] * w[j * ld + i], j < 8. */
 __attribute__((target("avx2"))) static void hm_rows8_avx2(const float *x, const uint16_t *w,
 							  uint32_t ld, uint32_t n, float *y)
@@ -289,10 +281,13 @@ __attribute__((target("avx2"))) static void hm_rows8_avx2(const float *x, const 
 	uint32_t i = 0;
 
 	for (; i + 8 <= n; i += 8) {
-		__m256 r0 = hm_bf16x8(w + i), r1 = hm_bf16x8(w + ld + i),
-		       r2 = hm_bf16x8(w + 2 * ld + i), r3 = hm_bf16x8(w + 3 * ld + i),
-		       r4 = hm_bf16x8(w + 4 * ld + i), r5 = hm_bf16x8(w + 5 * ld + i),
-		       r6 = hm_bf16x8(w + 6 * ld + i), r7 = hm_bf16x8(w + 7 * ld + i);
+		__m256 r0 = moem_cpu_bf16x8_avx2(w + i), r1 = moem_cpu_bf16x8_avx2(w + ld + i),
+		       r2 = moem_cpu_bf16x8_avx2(w + 2 * ld + i),
+		       r3 = moem_cpu_bf16x8_avx2(w + 3 * ld + i),
+		       r4 = moem_cpu_bf16x8_avx2(w + 4 * ld + i),
+		       r5 = moem_cpu_bf16x8_avx2(w + 5 * ld + i),
+		       r6 = moem_cpu_bf16x8_avx2(w + 6 * ld + i),
+		       r7 = moem_cpu_bf16x8_avx2(w + 7 * ld + i);
 		/* the 8 x 8 transpose: c[k] = {r0[k], ..., r7[k]} */
 		__m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
 		       t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
@@ -322,6 +317,7 @@ __attribute__((target("avx2"))) static void hm_rows8_avx2(const float *x, const 
 	}
 	_mm256_storeu_ps(y, acc);
 }
+
 /* y[o] = chain over i < n of x[i] * w[i * ld + o], o < m (m % 8 == 0): W_h read by columns. */
 __attribute__((target("avx2"))) static void
 hm_cols_avx2(const float *x, const uint16_t *w, uint32_t ld, uint32_t n, uint32_t m, float *y)
@@ -335,10 +331,10 @@ hm_cols_avx2(const float *x, const uint16_t *w, uint32_t ld, uint32_t n, uint32_
 			const uint16_t *wr = w + (size_t)i * ld + o;
 			const __m256 s = _mm256_set1_ps(x[i]);
 
-			a0 = _mm256_add_ps(a0, _mm256_mul_ps(s, hm_bf16x8(wr)));
-			a1 = _mm256_add_ps(a1, _mm256_mul_ps(s, hm_bf16x8(wr + 8)));
-			a2 = _mm256_add_ps(a2, _mm256_mul_ps(s, hm_bf16x8(wr + 16)));
-			a3 = _mm256_add_ps(a3, _mm256_mul_ps(s, hm_bf16x8(wr + 24)));
+			a0 = _mm256_add_ps(a0, _mm256_mul_ps(s, moem_cpu_bf16x8_avx2(wr)));
+			a1 = _mm256_add_ps(a1, _mm256_mul_ps(s, moem_cpu_bf16x8_avx2(wr + 8)));
+			a2 = _mm256_add_ps(a2, _mm256_mul_ps(s, moem_cpu_bf16x8_avx2(wr + 16)));
+			a3 = _mm256_add_ps(a3, _mm256_mul_ps(s, moem_cpu_bf16x8_avx2(wr + 24)));
 		}
 		_mm256_storeu_ps(y + o, a0);
 		_mm256_storeu_ps(y + o + 8, a1);
@@ -349,14 +345,12 @@ hm_cols_avx2(const float *x, const uint16_t *w, uint32_t ld, uint32_t n, uint32_
 		__m256 a0 = _mm256_setzero_ps();
 
 		for (uint32_t i = 0; i < n; i++)
-			a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(x[i]),
-							     hm_bf16x8(w + (size_t)i * ld + o)));
+			a0 = _mm256_add_ps(
+				a0, _mm256_mul_ps(_mm256_set1_ps(x[i]),
+						  moem_cpu_bf16x8_avx2(w + (size_t)i * ld + o)));
 		_mm256_storeu_ps(y + o, a0);
 	}
 }
-#define HM_AVX2 1
-#else
-#define HM_AVX2 0
 #endif
 
 struct head_mm_job {
@@ -377,7 +371,7 @@ static void head_mm(void *arg, uint32_t item, uint32_t worker)
 	uint32_t o = 0;
 
 	if (a->transpose) {
-#if HM_AVX2
+#if MOEM_CPU_X86_GCC
 		if (j->avx2) {
 			o = a->out_dim / HM_ROWS * HM_ROWS;
 			hm_cols_avx2(x, w, a->w_row_stride, a->in_dim, o, y);
@@ -393,7 +387,7 @@ static void head_mm(void *arg, uint32_t item, uint32_t worker)
 		}
 		return;
 	}
-#if HM_AVX2
+#if MOEM_CPU_X86_GCC
 	if (j->avx2)
 		for (; o + HM_ROWS <= a->out_dim; o += HM_ROWS)
 			hm_rows8_avx2(x, w + (size_t)o * a->w_row_stride, a->w_row_stride,

@@ -168,9 +168,9 @@ static void bf16_shape(uint32_t R, uint32_t T, const uint16_t *w0, size_t ldw,
 #define BF16_BLOCK_BYTES (192u << 10)
 
 /*
- * One token: row by row (bf16_row_pf()). More: tokens in groups of 4 (a
- * batch that is a multiple of 4 has no remainder), rows in tiles of 3 for 3-4 tokens and of 4 for 1-2 (the
- * register budget above). Rows go in blocks of a multiple of 12 rows and
+ * One token: row by row (bf16_row_pf()). More: tokens in groups of 4
+ * (a batch that is a multiple of 4 has no remainder), rows in tiles of 3
+ * for 3-4 tokens and of 4 for 1-2 (the register budget above). Rows go in blocks of a multiple of 12 rows and
  * <= BF16_BLOCK_BYTES: every token group passes over a block while it
  * sits in L2, so the matrix is read from memory once per call whatever
  * T is (the FFN's 16 and 32 rows are one block).
@@ -184,13 +184,13 @@ static void avx2_bf16(const struct moem_qmat_layout *l, const uint8_t *mat, uint
 	const uint32_t K = l->cols;
 	uint32_t rb = BF16_BLOCK_BYTES / (2 * K) / 12 * 12;
 
-	if (rb < 12)
-		rb = 12;
 	if (T == 1) {
 		for (uint32_t r = r0; r < r1; r++)
 			bf16_row_pf(W + (size_t)r * K, xf + (size_t)tok[0] * K, K, y + (r - r0));
 		return;
 	}
+	if (rb < 12)
+		rb = 12;
 	for (uint32_t b0 = r0; b0 < r1; b0 += rb) {
 		const uint32_t b1 = r1 - b0 < rb ? r1 : b0 + rb;
 

@@ -5,12 +5,6 @@
  * four gate rows at a time.
  */
 #include <errno.h>
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MOEM_ROUTER_X86 1
-#include <immintrin.h>
-#else
-#define MOEM_ROUTER_X86 0
-#endif
 
 #include <moem/error.h>
 
@@ -50,7 +44,7 @@ struct router_job {
 				__builtin_prefetch((pf) + r_ * (ldw) + (i), 0, 3); \
 	} while (0)
 
-#if MOEM_ROUTER_X86
+#if MOEM_CPU_X86_GCC
 /*
  * Two v8f accumulators side by side: lanes 0-7 are dot_f32()'s acc0
  * (elements i..i+7 of each 16), lanes 8-15 its acc1 (i+8..i+15), so one
@@ -152,10 +146,8 @@ __attribute__((target("avx512f"))) static void dot_bf16_rows16(const uint16_t *c
 	out[2] = ROW8_END(a2, b2, w2);                                                      \
 	out[3] = ROW8_END(a3, b3, w3)
 
-#if MOEM_ROUTER_X86
-/* GCC widens a vector-extension load in four instructions: one here. */
-#define V8_BF16(p) \
-	((v8f)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#if MOEM_CPU_X86_GCC
+#define V8_BF16(p) ((v8f)moem_cpu_bf16x8_avx2(p))
 __attribute__((target("avx2"))) static void dot_bf16_rows8_avx2(const uint16_t *const *w,
 								const float *x, uint32_t n,
 								float *out, const uint16_t *pf,
@@ -188,7 +180,7 @@ static void dot_bf16_rows8(const uint16_t *const *w, const float *x, uint32_t n,
 /* The form for the backend's ISA (MOEM_CPU_ISA picks it, so tests run each). */
 static rows_fn *rows_for(enum moem_cpu_isa isa)
 {
-#if MOEM_ROUTER_X86
+#if MOEM_CPU_X86_GCC
 	if (isa >= MOEM_CPU_ISA_AVX512)
 		return dot_bf16_rows16;
 	if (isa == MOEM_CPU_ISA_AVX2)
