@@ -582,11 +582,15 @@ INL void qr_dot(enum moem_prec p, const uint8_t *wq, size_t rowb, uint32_t nr, u
 
 #pragma GCC unroll 16
 		for (uint32_t r = 0; r < 16; r++) {
-			const struct qw w = q_unpack(p, wq + r * rowb, b);
+			struct qw w;
 
-			d[r] = r < nr ? q_dot(p, &w, xq + 64 * (size_t)b) : _mm512_setzero_si512();
-			if (r < nr)
-				pf16(wq + (r + 16) * rowb + QBPB(p) * (size_t)b);
+			/* rows past nr are past the matrix in the last block: not read */
+			d[r] = _mm512_setzero_si512();
+			if (r >= nr)
+				continue;
+			w = q_unpack(p, wq + r * rowb, b);
+			d[r] = q_dot(p, &w, xq + 64 * (size_t)b);
+			pf16(wq + (r + 16) * rowb + QBPB(p) * (size_t)b);
 		}
 		tree16(d, o);
 		o[0] = _mm512_add_epi32(_mm512_add_epi32(o[0], o[1]), _mm512_add_epi32(o[2], o[3]));
