@@ -19,9 +19,9 @@
  *
  * scratch holds MOEM_CPU_SCRATCH_FLOATS(K) floats of the calling
  * worker's own (every caller sizes it so for every table): the scalar
- * kernels dequantize a row into it; the AVX2 quantized kernels keep the
- * row's scales and mins there as floats (2 x groups_per_row <= K) and
- * the row's block scales for up to 4 tokens (4 x K / 64 more); the
+ * kernels dequantize a row into it; the AVX2 quantized kernels keep
+ * four rows' scales and mins there as floats, transposed to lanes, and
+ * four tokens' block scales (<= K / 4 in all; kern_avx2.c); the
  * AVX-512 quantized ones 16 rows' scales and mins, their weights of up
  * to 8 blocks transposed, and 16 partial sums per token
  * (kern_avx512.c); the AVX2 and AVX-512 bf16 kernels use none;
@@ -46,8 +46,9 @@
  *          QM4 element 4j+i at i * 16 + j (q2: bit pair i of byte j);
  *          QM4X the same in groups of 4 blocks, bit pair i of the group's
  *          block L at i * 64 + L * 16 + j (one 64-byte load of q2 weights
- *          shifted by 2i is that vector's weight operand), the blocks
- *          after the last full group as QM4.
+ *          shifted by 2i is that vector's weight operand; on AVX2 each
+ *          32-byte half, blocks 0-1 and 2-3), the blocks after the last
+ *          full group as QM4.
  *   VNNI   uint32 [rows / 16][K / 2][16] (rows rounded up to 16): the
  *          BF16 values in pairs, row r's pair (2p, 2p + 1) at
  *          (r / 16) * 8 K + 16 p + r % 16; the AMX kernel's B tiles for

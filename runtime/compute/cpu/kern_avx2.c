@@ -10,11 +10,15 @@
  * w < 0 (vpsignb); |w| <= 128 and |x| <= 127 keep every 16-bit pair sum
  * below 2^15 (no saturation).
  *
- * Per output the order is: lane j of one 8-wide accumulator takes, block
- * by block (bf16: 8 elements by 8), in k order, then an 8-to-1 sum of
- * fixed shape; q4/q2 add their min term (sum over groups of min x block
- * sums, in group order) last. Rows and tokens are only interleaved, never
- * merged, so the bits do not depend on how many share a call.
+ * Per output the order is, for bf16: lane j of one 8-wide accumulator
+ * takes, 8 elements by 8, in k order, then an 8-to-1 sum of fixed shape;
+ * for q8/q4/q2: two fp32 chains take, block by block in k order, a
+ * block's integer dot product summed in two halves (q2: in its full
+ * groups of 4 blocks, block b into one chain and b + 1 into the other),
+ * times the block's scale, then one sum of the two (q_quad()); q4/q2 add
+ * their min term (sum over groups of min x block sums, in group order)
+ * last. Rows and tokens are only interleaved, never merged, so the bits
+ * do not depend on how many share a call.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -34,6 +38,15 @@
  * slower with it.
  */
 #define PF_DIST 1024
+/*
+ * Batch 1's quads of four rows prefetch the rows PFQ quads ahead as one
+ * sequential stream, 64 bytes at a time as they read (q_quad()): four
+ * rows each prefetched PF_DIST ahead of itself ran at half the rate of
+ * one row alone (four streams 0.5-2 KiB apart), so. (Rows of 2048: 1.00,
+ * 0.90 and 0.88 of q_tile's time for q8, q4 and q2 with 2; 1 and 3-4
+ * measured slower.)
+ */
+#define PFQ	2
 
 INL void pf(const void *p)
 {
@@ -270,188 +283,252 @@ INL __m256i q_dot(enum moem_prec p, const struct qw *w, __m256i x0, __m256i x1)
 }
 
 /*
- * One row x T <= 4 tokens of a quantized matrix: mn the row's mins as
- * floats, sq + t * NB token t's block scales (block_scales(): the fp32
- * product s x qs). Per block the row's weights are unpacked once for
- * the T tokens. One row at a time keeps the weights
- * one sequential stream: tiles of 2 and 4 rows interleave streams 1-2 KiB
- * apart and measured slower at batch 1 (the hardware prefetcher follows
- * one stream better than four), and a tile of 2 rows at batch 1 measured
- * no faster with the weights in cache either (the core's vector ports,
- * not one accumulator's FMA chain, bound a block). The stream is
- * prefetched PF_DIST ahead.
+ * Four outputs to an fp32 vector (a quad): lane l of a quad is one
+ * (row, token) output. Per block, each output's integer dot product in 8
+ * lanes (q_dot()) is summed to two integers, of its lanes 0-3 and 4-7,
+ * by two levels of vphaddd over the quad's four (exact), converted
+ * (exact: |sum| < 2^24) and added into the quad's accumulator by one
+ * FMA with the four outputs' block scales (fp32 products sw x qs):
+ * lane l of the low half is output l's chain over its lanes 0-3, lane
+ * l of the high half the chain over 4-7, and the output is low plus
+ * high. A conversion and an FMA per output and block took the
+ * multiply pipes as long as the integer products of q4/q2 and a third
+ * as long as q8's (register-only loops, AMD EPYC: 1.15 against 0.74
+ * ns a token and block for q4, 0.63 with one of each per quad).
+ *
+ * A call computes R rows x T tokens, R T = 4 or 8 (one quad or two):
+ * lane l = r T + t of quad l / 4. The shapes: 4 x 1 (batch 1: four
+ * row streams, each prefetched PF_DIST ahead), 2 x 2, 1 x 4 and 2 x 4
+ * (the tokens of a group of four, each block of x loaded once for two
+ * rows). A shape's lanes past the real rows or tokens repeat the last
+ * real one and are not stored. Every output has the same operations
+ * in every shape, so its bits depend on nothing but its row and token.
+ *
+ * Scales: with T >= 4 a quad is one row, whose scales (row r's G floats
+ * at swr + r G) are broadcast, and qsq holds the four tokens' block
+ * scales [b][4]; with T == 1 swq holds the four rows' scales [g][4] and
+ * qs1 is the token's block scales; 2 x 2 takes both tables, in lane
+ * order.
  */
-INL void q_tile(enum moem_prec p, const uint8_t *wq, const float *sq, const float *mn, uint32_t NB,
-		uint32_t gshift, int mins, const int8_t *const *xq, const float *const *xs,
-		const int T, float *y, uint32_t ldy)
+INL __m256 bcast128(const float *p)
 {
-	__m256 acc[4];
+	return _mm256_broadcast_ps((const __m128 *)(const void *)p);
+}
+
+/* [p[0] x 4, p[1] x 4]: two blocks' scales, each over its half of the lanes */
+INL __m256 bcast2x4(const float *p)
+{
+	return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_castsi128_ps(
+						_mm_loadl_epi64((const __m128i *)(const void *)p))),
+					_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+/* The four q2 operands of blocks b, b + 1 (32 bytes of codes): bit pair i of every byte. */
+struct qw2 {
+	__m256i u[4];
+};
+
+INL struct qw2 q2_unpack2(const uint8_t *wq, uint32_t b)
+{
+	const __m256i m2 = _mm256_set1_epi8(3);
+	const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(wq + 16 * b));
+	struct qw2 w;
+
+	w.u[0] = _mm256_and_si256(v, m2);
+	w.u[1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), m2);
+	w.u[2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m2);
+	w.u[3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), m2);
+	return w;
+}
+
+/*
+ * Blocks b, b + 1 (b % 4 = 0 or 2, in a full group of 4) of q2 against
+ * QM4X activations: lanes 0-3 block b's integer dot product, 4-7 block
+ * b + 1's. Codes <= 3: the four operands' pair sums add in 16 bits
+ * without overflow (4 x 2 x 3 x 127).
+ */
+INL __m256i q2_dot2(const struct qw2 *w, const int8_t *xq, uint32_t b)
+{
+	const int8_t *x = xq + 64 * (size_t)(b & ~3u) + 32 * ((b >> 1) & 1);
+	__m256i s =
+		_mm256_maddubs_epi16(w->u[0], _mm256_loadu_si256((const __m256i *)(const void *)x));
+
+#pragma GCC unroll 3
+	for (int i = 1; i < 4; i++)
+		s = _mm256_add_epi16(
+			s, _mm256_maddubs_epi16(
+				   w->u[i], _mm256_loadu_si256(
+						    (const __m256i *)(const void *)(x + 64 * i))));
+	return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+
+INL __m256i hsum4x8(const __m256i *d)
+{
+	return _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
+}
+
+/*
+ * Before blocks b..b + nb - 1 of bpb bytes: batch 1's next quad (pfq)
+ * as one sequential stream, 4 rows' worth of what these blocks read;
+ * else each row PF_DIST ahead of itself, once per 64 bytes.
+ */
+INL void q_prefetch(const uint8_t *const *wr, const int R, const int T, const uint8_t *pfq,
+		    uint32_t bpb, uint32_t b, uint32_t nb)
+{
+	if (T == 1 && pfq) {
+		for (uint32_t o = 0; o < 4 * bpb * nb; o += 64)
+			_mm_prefetch((const char *)pfq + 4 * bpb * b + o, _MM_HINT_T0);
+	} else if (!((b * bpb) & 63)) {
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++)
+			pf(wr[r] + (size_t)bpb * b);
+	}
+}
+
+INL void q_quad(enum moem_prec p, const uint8_t *const *wr, uint32_t NB, uint32_t gshift,
+		const int8_t *const *xq, const float *swr, uint32_t G, const float *swq,
+		const float *qsq, const float *qs1, const uint8_t *pfq, const int R, const int T,
+		__m128 *out)
+{
+	const uint32_t bpb = p == MOEM_PREC_Q8 ? 64 : p == MOEM_PREC_Q4 ? 32 : 16;
+	/* q2's blocks in pairs up to the last full group of 4 (QM4X) */
+	const uint32_t NP = p == MOEM_PREC_Q2 ? NB / 4 * 4 : 0;
+	__m256 acc[2];
+
+#pragma GCC unroll 2
+	for (int q = 0; q < R * T / 4; q++)
+		acc[q] = _mm256_setzero_ps();
+	for (uint32_t b = 0; b < NP; b += 2) {
+		q_prefetch(wr, R, T, pfq, bpb, b, 2);
+#pragma GCC unroll 2
+		for (int q = 0; q < R * T / 4; q++) {
+			__m256i d[4];
+			__m256 s;
 
 #pragma GCC unroll 4
-	for (int t = 0; t < T; t++)
-		acc[t] = _mm256_setzero_ps();
-	for (uint32_t b = 0; b < NB; b++) {
-		const uint32_t bpb = p == MOEM_PREC_Q8 ? 64 : p == MOEM_PREC_Q4 ? 32 : 16;
-		const struct qw w = q_unpack(p, wq, b);
+			for (int i = 0; i < 4; i++) {
+				const int r = (4 * q + i) / T, t = (4 * q + i) % T;
+				const struct qw2 w = q2_unpack2(wr[r], b);
 
-		if (!((b * bpb) & 63)) /* bytes per block */
-			pf(wq + (size_t)bpb * b);
-
-#pragma GCC unroll 4
-		for (int t = 0; t < T; t++) {
-			const int8_t *xb = xq[t] + 64 * (size_t)b;
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xb);
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32));
-			__m256i d = q_dot(p, &w, x0, x1);
-
-			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),
-						 _mm256_broadcast_ss(sq + (size_t)t * NB + b),
-						 acc[t]);
+				d[i] = q2_dot2(&w, xq[t], b);
+			}
+			if (T >= 4)
+				s = _mm256_mul_ps(bcast2x4(swr + q * G + b),
+						  _mm256_loadu_ps(qsq + 4 * b));
+			else if (T == 1)
+				s = _mm256_mul_ps(_mm256_loadu_ps(swq + 4 * b), bcast2x4(qs1 + b));
+			else
+				s = _mm256_mul_ps(_mm256_loadu_ps(swq + 4 * b),
+						  _mm256_loadu_ps(qsq + 4 * b));
+			acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum4x8(d)), s, acc[q]);
 		}
 	}
-#pragma GCC unroll 4
-	for (int t = 0; t < T; t++) {
-		float v = hsum8(acc[t]);
+	for (uint32_t b = NP; b < NB; b++) {
+		q_prefetch(wr, R, T, pfq, bpb, b, 1);
+#pragma GCC unroll 2
+		for (int q = 0; q < R * T / 4; q++) {
+			__m256i d[4];
+			__m256 s;
 
-		if (p != MOEM_PREC_Q8 && mins)
-			v += min_term(mn, xs[t], NB >> gshift, gshift);
-		y[(size_t)t * ldy] = v;
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++) {
+				const int r = (4 * q + i) / T, t = (4 * q + i) % T;
+				const struct qw w = q_unpack(p, wr[r], b);
+				const int8_t *xb = xq[t] + 64 * (size_t)b;
+
+				d[i] = q_dot(p, &w,
+					     _mm256_loadu_si256((const __m256i *)(const void *)xb),
+					     _mm256_loadu_si256(
+						     (const __m256i *)(const void *)(xb + 32)));
+			}
+			if (T >= 4)
+				s = _mm256_mul_ps(_mm256_broadcast_ss(swr + q * G + (b >> gshift)),
+						  bcast128(qsq + 4 * b));
+			else if (T == 1)
+				s = _mm256_mul_ps(bcast128(swq + 4 * (b >> gshift)),
+						  _mm256_broadcast_ss(qs1 + b));
+			else
+				s = _mm256_mul_ps(bcast128(swq + 4 * (b >> gshift)),
+						  bcast128(qsq + 4 * b));
+			acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum4x8(d)), s, acc[q]);
+		}
+	}
+#pragma GCC unroll 2
+	for (int q = 0; q < R * T / 4; q++)
+		out[q] = _mm_add_ps(_mm256_castps256_ps128(acc[q]),
+				    _mm256_extractf128_ps(acc[q], 1));
+}
+
+/* dst[j][4] = the four rows src[i] + j, j < n: rows of scales as lanes. */
+static void lanes4(const float *const *src, uint32_t n, float *dst)
+{
+	uint32_t j = 0;
+
+	for (; j + 4 <= n; j += 4) {
+		__m128 a = _mm_loadu_ps(src[0] + j), b = _mm_loadu_ps(src[1] + j);
+		__m128 c = _mm_loadu_ps(src[2] + j), d = _mm_loadu_ps(src[3] + j);
+
+		_MM_TRANSPOSE4_PS(a, b, c, d);
+		_mm_storeu_ps(dst + 4 * j, a);
+		_mm_storeu_ps(dst + 4 * j + 4, b);
+		_mm_storeu_ps(dst + 4 * j + 8, c);
+		_mm_storeu_ps(dst + 4 * j + 12, d);
+	}
+	for (; j < n; j++)
+		for (int i = 0; i < 4; i++)
+			dst[4 * j + i] = src[i][j];
+}
+
+/*
+ * Rows r..r1 (in quads of four) x one token, xq its row: batch 1, and a
+ * last token of a group left alone. mins: add the min term here (batch
+ * 1; else min_pass()). scratch: 4 G + 4 G + 4 G floats.
+ */
+INL void q_rows1(enum moem_prec p, const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r,
+		 uint32_t r1, uint32_t r0, const int8_t *xq, const float *qs1, const float *xs1,
+		 int mins, float *y, float *scratch)
+{
+	const uint32_t NB = l->cols / MOEM_CPU_QBLOCK, G = l->groups_per_row;
+	const uint32_t gshift = p == MOEM_PREC_Q2 ? 0 : 1;
+	const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
+	const uint16_t *m16 = (const uint16_t *)(const void *)(mat + l->min_off);
+	float *sw = scratch, *mn = scratch + 4 * G, *swq = scratch + 8 * G;
+
+	for (; r < r1; r += 4) {
+		const uint32_t n = r1 - r < 4 ? r1 - r : 4;
+		const uint8_t *wr[4];
+		const float *sr[4];
+		float v[4];
+		__m128 o;
+
+		/* the n rows' scales and mins are adjacent: one conversion each */
+		f16_row(s16 + (size_t)r * G, sw, n * G);
+		if (mins)
+			f16_row(m16 + (size_t)r * G, mn, n * G);
+		for (uint32_t i = 0; i < 4; i++) {
+			const uint32_t ri = i < n ? i : n - 1;
+
+			wr[i] = mat + l->data_off + (size_t)(r + ri) * l->row_bytes;
+			sr[i] = sw + ri * G;
+		}
+		lanes4(sr, G, swq);
+		q_quad(p, wr, NB, gshift, &xq, NULL, G, swq, NULL, qs1,
+		       wr[0] + PFQ * 4 * (size_t)l->row_bytes, 4, 1, &o);
+		_mm_storeu_ps(v, o);
+		for (uint32_t i = 0; i < n; i++)
+			y[r + i - r0] =
+				mins ? v[i] + min_term(mn + i * G, xs1, NB >> gshift, gshift)
+				     : v[i];
 	}
 }
 
 /*
- * sq[b] = sw[b >> gshift] x qs[b] for the NB blocks of a row and a token:
- * the scale of each block's integer dot product, the very fp32 product
- * the tile took per block before (a broadcast of each and a vmulps),
- * made 8 blocks to an instruction once per row and token.
- */
-static void block_scales(const float *sw, const float *qs, uint32_t NB, uint32_t gshift, float *sq)
-{
-	uint32_t b = 0;
-
-	if (gshift) { /* two blocks per group: each scale twice */
-		const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-
-		for (; b + 8 <= NB; b += 8) {
-			__m256 s = _mm256_permutevar8x32_ps(
-				_mm256_castps128_ps256(_mm_loadu_ps(sw + b / 2)), dup);
-
-			_mm256_storeu_ps(sq + b, _mm256_mul_ps(s, _mm256_loadu_ps(qs + b)));
-		}
-	} else {
-		for (; b + 8 <= NB; b += 8)
-			_mm256_storeu_ps(sq + b, _mm256_mul_ps(_mm256_loadu_ps(sw + b),
-							       _mm256_loadu_ps(qs + b)));
-	}
-	for (; b < NB; b++)
-		sq[b] = sw[b >> gshift] * qs[b];
-}
-
-/* Rows per q_rows() call, and the row length (blocks) below which batch 1 takes it. */
-#define SHORT_R	 4
-#define SHORT_NB 32
-
-/*
- * R rows x 1 token of a matrix with short rows (K < 2048: an expert's
- * down projection), for batch 1. There one row is only 12 blocks, and a
- * row's own setup (its scales converted, block scales made, the min
- * term, one chain of NB dependent FMAs) cost about as much as its
- * blocks: q2 at 2048 x 768 ran at 0.34 of the read stream. R adjacent
- * rows are still one sequential stream, their scales and mins are
- * converted in one go with no tail, and R accumulator chains overlap.
- * Each block's scale is the same fp32 product sw x qs that
- * block_scales() makes, taken in the loop, so every output keeps
- * q_tile's order and bits (test_cpu_kern). Long rows stay on q_tile:
- * there R streams a KiB apart measured slower, as above.
- */
-INL void q_rows(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sw, const float *mn,
-		uint32_t G, uint32_t NB, uint32_t gshift, const int8_t *xq, const float *qs,
-		const float *xs, const int R, float *y)
-{
-	const uint32_t bpb = p == MOEM_PREC_Q4 ? 32 : 16; /* bytes per block */
-	__m256 acc[SHORT_R];
-
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		acc[r] = _mm256_setzero_ps();
-	for (uint32_t b = 0; b < NB; b++) {
-		const int8_t *xb = xq + 64 * (size_t)b;
-		__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xb);
-		__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32));
-		__m256 xsc = _mm256_broadcast_ss(qs + b);
-
-#pragma GCC unroll 4
-		for (int r = 0; r < R; r++) {
-			const struct qw w = q_unpack(p, wq + r * rowb, b);
-			__m256 s =
-				_mm256_mul_ps(_mm256_broadcast_ss(sw + r * G + (b >> gshift)), xsc);
-
-			if (!((b * bpb) & 63))
-				pf(wq + r * rowb + (size_t)bpb * b);
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_dot(p, &w, x0, x1)), s,
-						 acc[r]);
-		}
-	}
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		y[r] = hsum8(acc[r]) + min_term(mn + r * G, xs, NB >> gshift, gshift);
-}
-
-/*
- * 2 rows x T <= 4 tokens of a short-row matrix (K < 2048), for calls of
- * several tokens (prefill: the tokens routed to an expert): each
- * token's activation block is loaded once for both rows, where the
- * one-row tile loaded it per row (a profile of a q4 prefill had most of
- * the tile's time on the vpmaddubsw that take the activations from
- * memory), and a row pair's scales convert in one go. On long rows it
- * measured slower at 4 tokens (two streams a KiB apart) and no faster
- * at 16, so they keep q_tile. sq + (r * 4 + t) * NB: block scales of
- * row r, token t. The min term is min_pass()'s. Same order per output
- * as q_tile.
- */
-INL void q_tile2(enum moem_prec p, const uint8_t *wq, size_t rowb, const float *sq, uint32_t NB,
-		 const int8_t *const *xq, const int T, float *y, uint32_t ldy)
-{
-	const uint32_t bpb = p == MOEM_PREC_Q4 ? 32 : 16; /* bytes per block */
-	__m256 acc[2][4];
-
-#pragma GCC unroll 4
-	for (int t = 0; t < T; t++)
-		acc[0][t] = acc[1][t] = _mm256_setzero_ps();
-	for (uint32_t b = 0; b < NB; b++) {
-		const struct qw w0 = q_unpack(p, wq, b), w1 = q_unpack(p, wq + rowb, b);
-
-		if (!((b * bpb) & 63)) {
-			pf(wq + (size_t)bpb * b);
-			pf(wq + rowb + (size_t)bpb * b);
-		}
-#pragma GCC unroll 4
-		for (int t = 0; t < T; t++) {
-			const int8_t *xb = xq[t] + 64 * (size_t)b;
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)xb);
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(xb + 32));
-
-			acc[0][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q_dot(p, &w0, x0, x1)),
-						    _mm256_broadcast_ss(sq + (size_t)t * NB + b),
-						    acc[0][t]);
-			acc[1][t] = _mm256_fmadd_ps(
-				_mm256_cvtepi32_ps(q_dot(p, &w1, x0, x1)),
-				_mm256_broadcast_ss(sq + (size_t)(4 + t) * NB + b), acc[1][t]);
-		}
-	}
-#pragma GCC unroll 4
-	for (int t = 0; t < T; t++) {
-		y[(size_t)t * ldy] = hsum8(acc[0][t]);
-		y[(size_t)t * ldy + 1] = hsum8(acc[1][t]);
-	}
-}
-
-/*
- * Row by row; the tokens in groups of 4, which share each block of the
- * row as unpacked once. scratch: the row's scales (and mins) as floats
- * and the block scales of up to 4 tokens, 2 G + 4 NB <= K floats; in
- * q_rows() the scales and mins of SHORT_R rows, 2 SHORT_R G <= K / 8;
- * for q_tile2() 2 rows' scales and block scales, 2 G + 8 NB <= K / 4.
+ * Rows r0..r1 x T tokens: batch 1 in quads of rows (q_rows1()); more in
+ * groups of four tokens, each group over the rows two at a time (2 x 4;
+ * 3 tokens as 4 with one repeated), a group of 2 as 2 x 2 and of 1 as
+ * batch 1's row quads; then min_pass() adds q4/q2's min terms. scratch:
+ * 12 G floats for q_rows1(), or 2 G + 4 G for a pair of rows' scales
+ * and the 2 x 2 lane table, 4 NB for the tokens' block scales; <= K / 4.
  */
 INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_layout *l,
 		const uint8_t *mat, uint32_t r0, uint32_t r1, const struct cpu_act *x,
@@ -459,71 +536,70 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 {
 	const uint32_t K = l->cols, NB = K / MOEM_CPU_QBLOCK, G = l->groups_per_row;
 	const uint32_t gshift = p == MOEM_PREC_Q2 ? 0 : 1;
+	const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
 	const int8_t *xq_all = x->v[fmt];
-	float *sw = scratch, *mn = scratch + G, *sq = scratch + 2 * G;
-	uint32_t r = r0;
+	float *sw = scratch, *swq = scratch + 2 * G, *qsq = scratch + 6 * G;
 
-	if (T == 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
-		const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
-		const uint16_t *m16 = (const uint16_t *)(const void *)(mat + l->min_off);
-
-		for (; r + SHORT_R <= r1; r += SHORT_R) {
-			f16_row(s16 + (size_t)r * G, sw, SHORT_R * G);
-			f16_row(m16 + (size_t)r * G, sw + SHORT_R * G, SHORT_R * G);
-			q_rows(p, mat + l->data_off + (size_t)r * l->row_bytes, l->row_bytes, sw,
-			       sw + SHORT_R * G, G, NB, gshift, xq_all + (size_t)tok[0] * K,
-			       x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB, SHORT_R,
-			       y + (r - r0));
-		}
+	if (T == 1) {
+		q_rows1(p, l, mat, r0, r1, r0, xq_all + (size_t)tok[0] * K,
+			x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB, p != MOEM_PREC_Q8,
+			y, scratch);
+		return;
 	}
-	if (T > 1 && NB < SHORT_NB && p != MOEM_PREC_Q8) {
-		const uint16_t *s16 = (const uint16_t *)(const void *)(mat + l->scale_off);
+	for (uint32_t i = 0; i < T; i += 4) {
+		const uint32_t n = T - i < 4 ? T - i : 4;
+		const int8_t *xq[4];
+		const float *qs[4];
+		float *y_ = y + (size_t)i * ldy;
 
-		for (; r + 2 <= r1; r += 2) {
-			const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
+		if (n == 1) {
+			q_rows1(p, l, mat, r0, r1, r0, xq_all + (size_t)tok[i] * K,
+				x->qs + (size_t)tok[i] * NB, NULL, 0, y_, scratch);
+			continue;
+		}
+		for (uint32_t t = 0; t < 4; t++) {
+			/* 2 x 2's lanes are t0 t1 t0 t1; 1 x 4's repeat the last token */
+			const uint32_t ti = n == 2 ? t % 2 : t < n ? t : n - 1;
 
-			f16_row(s16 + (size_t)r * G, sw, 2 * G);
-			for (uint32_t i = 0; i < T; i += 4) {
-				const int8_t *xq[4];
-				uint32_t n = T - i < 4 ? T - i : 4;
-				float *y_ = y + (size_t)i * ldy + (r - r0);
+			xq[t] = xq_all + (size_t)tok[i + ti] * K;
+			qs[t] = x->qs + (size_t)tok[i + ti] * NB;
+		}
+		lanes4(qs, NB, qsq);
+		for (uint32_t r = r0; r < r1; r += 2) {
+			const uint32_t nr = r1 - r < 2 ? 1 : 2, rl = r + nr - 1;
+			const uint8_t *wr[2] = {mat + l->data_off + (size_t)r * l->row_bytes,
+						mat + l->data_off + (size_t)rl * l->row_bytes};
+			__m128 o[2];
+			float v[8];
 
-				for (uint32_t t = 0; t < n; t++) {
-					const float *qs = x->qs + (size_t)tok[i + t] * NB;
+			f16_row(s16 + (size_t)r * G, sw, G);
+			f16_row(s16 + (size_t)rl * G, sw + G, G);
+			if (n == 2) {
+				const float *sr[4] = {sw, sw, sw + G, sw + G};
 
-					xq[t] = xq_all + (size_t)tok[i + t] * K;
-					block_scales(sw, qs, NB, gshift, sq + (size_t)t * NB);
-					block_scales(sw + G, qs, NB, gshift,
-						     sq + (size_t)(4 + t) * NB);
-				}
-				TILE_N(q_tile2, n, p, wq, l->row_bytes, sq, NB, xq);
+				lanes4(sr, G, swq);
+				q_quad(p, wr, NB, gshift, xq, NULL, G, swq, qsq, NULL, NULL, 2, 2,
+				       o);
+				_mm_storeu_ps(v, o[0]);
+				for (uint32_t j = 0; j < nr; j++)
+					for (uint32_t t = 0; t < 2; t++)
+						y_[(size_t)t * ldy + (r + j - r0)] = v[2 * j + t];
+				continue;
 			}
+			if (nr == 2)
+				q_quad(p, wr, NB, gshift, xq, sw, G, NULL, qsq, NULL, NULL, 2, 4,
+				       o);
+			else
+				q_quad(p, wr, NB, gshift, xq, sw, G, NULL, qsq, NULL, NULL, 1, 4,
+				       o);
+			_mm_storeu_ps(v, o[0]);
+			_mm_storeu_ps(v + 4, o[1]);
+			for (uint32_t j = 0; j < nr; j++)
+				for (uint32_t t = 0; t < n; t++)
+					y_[(size_t)t * ldy + (r + j - r0)] = v[4 * j + t];
 		}
 	}
-	for (; r < r1; r++) {
-		const uint8_t *wq = mat + l->data_off + (size_t)r * l->row_bytes;
-
-		f16_row((const uint16_t *)(const void *)(mat + l->scale_off) + (size_t)r * G, sw,
-			G);
-		if (p != MOEM_PREC_Q8 && T == 1) /* else min_pass() */
-			f16_row((const uint16_t *)(const void *)(mat + l->min_off) + (size_t)r * G,
-				mn, G);
-		for (uint32_t i = 0; i < T; i += 4) {
-			const int8_t *xq[4];
-			const float *xs[4];
-			uint32_t n = T - i < 4 ? T - i : 4;
-			float *y_ = y + (size_t)i * ldy + (r - r0);
-
-			for (uint32_t t = 0; t < n; t++) {
-				xq[t] = xq_all + (size_t)tok[i + t] * K;
-				xs[t] = x->xs + (size_t)tok[i + t] * NB;
-				block_scales(sw, x->qs + (size_t)tok[i + t] * NB, NB, gshift,
-					     sq + (size_t)t * NB);
-			}
-			TILE_N(q_tile, n, p, wq, sq, mn, NB, gshift, T == 1, xq, xs);
-		}
-	}
-	if (p != MOEM_PREC_Q8 && T > 1)
+	if (p != MOEM_PREC_Q8)
 		min_pass((const uint16_t *)(const void *)(mat + l->min_off), G, gshift, x, NB, tok,
 			 T, r0, r1, y, ldy, scratch);
 }
@@ -546,11 +622,11 @@ static void avx2_q2(const struct moem_qmat_layout *l, const uint8_t *mat, uint32
 		    const struct cpu_act *x, const uint32_t *tok, uint32_t T, float *y,
 		    uint32_t ldy, float *scratch)
 {
-	avx2_q(MOEM_PREC_Q2, CPU_ACT_QM4, l, mat, r0, r1, x, tok, T, y, ldy, scratch);
+	avx2_q(MOEM_PREC_Q2, CPU_ACT_QM4X, l, mat, r0, r1, x, tok, T, y, ldy, scratch);
 }
 
 const struct moem_cpu_kern moem_cpu_kern_avx2 = {
 	.isa = MOEM_CPU_ISA_AVX2,
 	.rows = {avx2_bf16, avx2_q8, avx2_q4, avx2_q2},
-	.fmt = {CPU_ACT_F32, CPU_ACT_QNAT, CPU_ACT_QEO, CPU_ACT_QM4},
+	.fmt = {CPU_ACT_F32, CPU_ACT_QNAT, CPU_ACT_QEO, CPU_ACT_QM4X},
 };
