@@ -42,9 +42,10 @@
  * Batch 1's quads of four rows prefetch the rows PFQ quads ahead as one
  * sequential stream, 64 bytes at a time as they read (q_quad()): four
  * rows each prefetched PF_DIST ahead of itself ran at half the rate of
- * one row alone (four streams 0.5-2 KiB apart), so. (Rows of 2048: 1.00,
- * 0.90 and 0.88 of q_tile's time for q8, q4 and q2 with 2; 1 and 3-4
- * measured slower.)
+ * one row alone (four streams 0.5-2 KiB apart). Rows of 2048, one
+ * thread, against the former one-row kernel: 1.00, 0.90 and 0.88 of its
+ * time for q8, q4 and q2 with 2 quads; 1 was slower, 3-4 slower for q8
+ * and q4.
  */
 #define PFQ	2
 
@@ -282,34 +283,6 @@ INL __m256i q_dot(enum moem_prec p, const struct qw *w, __m256i x0, __m256i x1)
 		ones);
 }
 
-/*
- * Four outputs to an fp32 vector (a quad): lane l of a quad is one
- * (row, token) output. Per block, each output's integer dot product in 8
- * lanes (q_dot()) is summed to two integers, of its lanes 0-3 and 4-7,
- * by two levels of vphaddd over the quad's four (exact), converted
- * (exact: |sum| < 2^24) and added into the quad's accumulator by one
- * FMA with the four outputs' block scales (fp32 products sw x qs):
- * lane l of the low half is output l's chain over its lanes 0-3, lane
- * l of the high half the chain over 4-7, and the output is low plus
- * high. A conversion and an FMA per output and block took the
- * multiply pipes as long as the integer products of q4/q2 and a third
- * as long as q8's (register-only loops, AMD EPYC: 1.15 against 0.74
- * ns a token and block for q4, 0.63 with one of each per quad).
- *
- * A call computes R rows x T tokens, R T = 4 or 8 (one quad or two):
- * lane l = r T + t of quad l / 4. The shapes: 4 x 1 (batch 1: four
- * row streams, each prefetched PF_DIST ahead), 2 x 2, 1 x 4 and 2 x 4
- * (the tokens of a group of four, each block of x loaded once for two
- * rows). A shape's lanes past the real rows or tokens repeat the last
- * real one and are not stored. Every output has the same operations
- * in every shape, so its bits depend on nothing but its row and token.
- *
- * Scales: with T >= 4 a quad is one row, whose scales (row r's G floats
- * at swr + r G) are broadcast, and qsq holds the four tokens' block
- * scales [b][4]; with T == 1 swq holds the four rows' scales [g][4] and
- * qs1 is the token's block scales; 2 x 2 takes both tables, in lane
- * order.
- */
 INL __m256 bcast128(const float *p)
 {
 	return _mm256_broadcast_ps((const __m128 *)(const void *)p);
@@ -385,6 +358,34 @@ INL void q_prefetch(const uint8_t *const *wr, const int R, const int T, const ui
 	}
 }
 
+/*
+ * Four outputs to an fp32 vector (a quad): lane l of a quad is one
+ * (row, token) output. Per block, each output's integer dot product in 8
+ * lanes (q_dot()) is summed to two integers, of its lanes 0-3 and 4-7,
+ * by two levels of vphaddd over the quad's four (exact), converted
+ * (exact: |sum| < 2^24) and added into the quad's accumulator by one
+ * FMA with the four outputs' block scales (fp32 products sw x qs):
+ * lane l of the low half is output l's chain over its lanes 0-3, lane
+ * l of the high half the chain over 4-7, and the output is low plus
+ * high. A conversion and an FMA per output and block took the
+ * multiply pipes as long as the integer products of q4/q2 and a third
+ * as long as q8's (register-only loops, AMD EPYC: 1.15 against 0.74
+ * ns a token and block for q4, 0.63 with one of each per quad).
+ *
+ * A call computes R rows x T tokens, R T = 4 or 8 (one quad or two):
+ * lane l = r T + t of quad l / 4. The shapes: 4 x 1 (batch 1: four
+ * row streams, prefetched as one from pfq, PFQ quads ahead), 2 x 2,
+ * 1 x 4 and 2 x 4 (the tokens of a group of four, each block of x
+ * loaded once for two rows). A shape's lanes past the real rows or tokens repeat the last
+ * real one and are not stored. Every output has the same operations
+ * in every shape, so its bits depend on nothing but its row and token.
+ *
+ * Scales: with T >= 4 a quad is one row, whose scales (row r's G floats
+ * at swr + r G) are broadcast, and qsq holds the four tokens' block
+ * scales [b][4]; with T == 1 swq holds the four rows' scales [g][4] and
+ * qs1 is the token's block scales; 2 x 2 takes both tables, in lane
+ * order.
+ */
 INL void q_quad(enum moem_prec p, const uint8_t *const *wr, uint32_t NB, uint32_t gshift,
 		const int8_t *const *xq, const float *swr, uint32_t G, const float *swq,
 		const float *qsq, const float *qs1, const uint8_t *pfq, const int R, const int T,
@@ -480,13 +481,14 @@ static void lanes4(const float *const *src, uint32_t n, float *dst)
 }
 
 /*
- * Rows r..r1 (in quads of four) x one token, xq its row: batch 1, and a
- * last token of a group left alone. mins: add the min term here (batch
- * 1; else min_pass()). scratch: 4 G + 4 G + 4 G floats.
+ * Rows r0..r1 (in quads of four) x one token, xq its row: batch 1, and
+ * a last token of a group left alone. xs1: the token's block sums, to
+ * add q4/q2's min term here (batch 1), or NULL (q8; min_pass() after).
+ * scratch: 4 G + 4 G + 4 G floats.
  */
-INL void q_rows1(enum moem_prec p, const struct moem_qmat_layout *l, const uint8_t *mat, uint32_t r,
-		 uint32_t r1, uint32_t r0, const int8_t *xq, const float *qs1, const float *xs1,
-		 int mins, float *y, float *scratch)
+INL void q_rows1(enum moem_prec p, const struct moem_qmat_layout *l, const uint8_t *mat,
+		 uint32_t r0, uint32_t r1, const int8_t *xq, const float *qs1, const float *xs1,
+		 float *y, float *scratch)
 {
 	const uint32_t NB = l->cols / MOEM_CPU_QBLOCK, G = l->groups_per_row;
 	const uint32_t gshift = p == MOEM_PREC_Q2 ? 0 : 1;
@@ -494,7 +496,7 @@ INL void q_rows1(enum moem_prec p, const struct moem_qmat_layout *l, const uint8
 	const uint16_t *m16 = (const uint16_t *)(const void *)(mat + l->min_off);
 	float *sw = scratch, *mn = scratch + 4 * G, *swq = scratch + 8 * G;
 
-	for (; r < r1; r += 4) {
+	for (uint32_t r = r0; r < r1; r += 4) {
 		const uint32_t n = r1 - r < 4 ? r1 - r : 4;
 		const uint8_t *wr[4];
 		const float *sr[4];
@@ -503,7 +505,7 @@ INL void q_rows1(enum moem_prec p, const struct moem_qmat_layout *l, const uint8
 
 		/* the n rows' scales and mins are adjacent: one conversion each */
 		f16_row(s16 + (size_t)r * G, sw, n * G);
-		if (mins)
+		if (xs1)
 			f16_row(m16 + (size_t)r * G, mn, n * G);
 		for (uint32_t i = 0; i < 4; i++) {
 			const uint32_t ri = i < n ? i : n - 1;
@@ -517,8 +519,7 @@ INL void q_rows1(enum moem_prec p, const struct moem_qmat_layout *l, const uint8
 		_mm_storeu_ps(v, o);
 		for (uint32_t i = 0; i < n; i++)
 			y[r + i - r0] =
-				mins ? v[i] + min_term(mn + i * G, xs1, NB >> gshift, gshift)
-				     : v[i];
+				xs1 ? v[i] + min_term(mn + i * G, xs1, NB >> gshift, gshift) : v[i];
 	}
 }
 
@@ -541,9 +542,8 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 	float *sw = scratch, *swq = scratch + 2 * G, *qsq = scratch + 6 * G;
 
 	if (T == 1) {
-		q_rows1(p, l, mat, r0, r1, r0, xq_all + (size_t)tok[0] * K,
-			x->qs + (size_t)tok[0] * NB, x->xs + (size_t)tok[0] * NB, p != MOEM_PREC_Q8,
-			y, scratch);
+		q_rows1(p, l, mat, r0, r1, xq_all + (size_t)tok[0] * K, x->qs + (size_t)tok[0] * NB,
+			p != MOEM_PREC_Q8 ? x->xs + (size_t)tok[0] * NB : NULL, y, scratch);
 		return;
 	}
 	for (uint32_t i = 0; i < T; i += 4) {
@@ -553,8 +553,8 @@ INL void avx2_q(enum moem_prec p, enum cpu_act_fmt fmt, const struct moem_qmat_l
 		float *y_ = y + (size_t)i * ldy;
 
 		if (n == 1) {
-			q_rows1(p, l, mat, r0, r1, r0, xq_all + (size_t)tok[i] * K,
-				x->qs + (size_t)tok[i] * NB, NULL, 0, y_, scratch);
+			q_rows1(p, l, mat, r0, r1, xq_all + (size_t)tok[i] * K,
+				x->qs + (size_t)tok[i] * NB, NULL, y_, scratch);
 			continue;
 		}
 		for (uint32_t t = 0; t < 4; t++) {
